@@ -1,0 +1,112 @@
+"""The contract between the pure group core and the runtime that drives it.
+
+A core handler takes a decoded request and ``now_ms`` and returns a :class:`Result`:
+
+* ``records`` — ``__consumer_offsets`` records (key bytes, value bytes or ``None`` for a tombstone) that the
+  runtime appends to the shard's partition, in order;
+* ``reply`` — the response to send, released only once ``records`` are durable; ``None`` when the request
+  is *parked* (a JoinGroup or SyncGroup waiting for the rest of the group) — it is answered later by a
+  :class:`Reply` effect carrying the request's ticket;
+* ``effects`` — :class:`Reply` (answer a parked request), :class:`Schedule` / :class:`Cancel` (keyed timers),
+  :class:`Notify` (an observation for logs, metrics and the rebalance timeline; never affects the reply);
+* ``on_append`` — a continuation the runtime calls exactly once, right after it tried to append
+  ``records`` and before it hands the shard any other event, with ``None`` on success or the
+  :class:`~regroup.protocol.errors.ErrorCode` of the failure (already mapped the way Kafka maps append
+  failures). Its :class:`Result` supersedes this one's ``reply``; its own records, if any, are appended in
+  turn. This is how writes that must be undone on failure (static member replacement, the leader's
+  assignment, group creation) restore the previous state.
+
+Effects are applied in order. Replies inside ``effects`` are subject to the same durability rule as
+``reply``. Timers are keyed: scheduling a key again replaces the previous deadline; a fired timer comes back
+to the shard as ``on_timer(key, now_ms)`` through the shard's serial lane, and the core ignores stale fires
+by comparing what the key captured (ids and generation) with the current state.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from regroup.protocol.errors import ErrorCode
+
+__all__ = [
+    "Cancel",
+    "Effect",
+    "Notify",
+    "Record",
+    "Reply",
+    "Result",
+    "Schedule",
+    "Ticket",
+    "TimerKey",
+    "TimerKind",
+]
+
+R = TypeVar("R")
+
+Ticket = int
+"""Identifies one parked request; allocated by the runtime and passed to the core with the request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One ``__consumer_offsets`` record: serialized key and value (``None`` = tombstone)."""
+
+    key: bytes
+    value: bytes | None
+
+
+class TimerKind(enum.Enum):
+    HEARTBEAT = "heartbeat"  # member session / new-member join timeout / pending member
+    JOIN = "join"  # join phase: initial delay or rebalance timeout
+    SYNC = "sync"  # pending-sync eviction
+    EXPIRATION = "expiration"  # offset and group expiration job (group_id and member_id empty)
+
+
+@dataclass(frozen=True, slots=True)
+class TimerKey:
+    """A typed timer key (never a concatenated string: ids may contain any character)."""
+
+    kind: TimerKind
+    group_id: str = ""
+    member_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    key: TimerKey
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    key: TimerKey
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer a parked request."""
+
+    ticket: Ticket
+    response: object
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """Something worth telling operators (e.g. a completed generation with its cause); the runtime logs
+    it and hands it to observers."""
+
+    event: object
+
+
+Effect = Reply | Schedule | Cancel | Notify
+
+
+@dataclass(frozen=True, slots=True)
+class Result(Generic[R]):
+    records: tuple[Record, ...] = ()
+    reply: R | None = None
+    effects: tuple[Effect, ...] = ()
+    on_append: Callable[[ErrorCode | None], Result[R]] | None = None

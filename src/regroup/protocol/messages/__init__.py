@@ -1,0 +1,1 @@
+"""Generated request/response codecs, one module per API (see ``regroup.protocol.api_keys``)."""

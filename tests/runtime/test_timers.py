@@ -1,0 +1,108 @@
+"""Keyed timers: replacement, cancellation, stale fires, manual and real clocks."""
+
+from __future__ import annotations
+
+import asyncio
+
+from regroup.runtime.clock import ManualClock, SystemClock
+from regroup.runtime.timers import Fired, TimerService
+
+
+def make(clock: ManualClock) -> tuple[TimerService[str], list[Fired[str]]]:
+    fired: list[Fired[str]] = []
+    return TimerService(clock, fired.append), fired
+
+
+def test_fires_in_deadline_order_when_the_manual_clock_advances() -> None:
+    clock = ManualClock(0)
+    timers, fired = make(clock)
+    timers.schedule("b", 200)
+    timers.schedule("a", 100)
+    timers.schedule("c", 300)
+    clock.advance(99)
+    assert fired == []
+    clock.advance(150)
+    assert [f.key for f in fired] == ["a", "b"]
+    assert all(timers.claim(f) for f in fired)
+    assert len(timers) == 1
+
+
+def test_same_key_replaces_the_previous_deadline() -> None:
+    clock = ManualClock(0)
+    timers, fired = make(clock)
+    timers.schedule("hb", 100)
+    timers.schedule("hb", 500)
+    clock.advance(200)
+    assert fired == []
+    assert timers.deadline("hb") == 500
+    clock.advance(300)
+    assert [(f.key, f.deadline_ms) for f in fired] == [("hb", 500)]
+
+
+def test_cancel_forgets_the_timer() -> None:
+    clock = ManualClock(0)
+    timers, fired = make(clock)
+    timers.schedule("x", 10)
+    timers.cancel("x")
+    clock.advance(100)
+    assert fired == []
+    assert timers.deadline("x") is None
+
+
+def test_a_fire_is_stale_when_the_key_was_rescheduled_before_the_lane_processed_it() -> None:
+    clock = ManualClock(0)
+    timers, fired = make(clock)
+    timers.schedule("hb", 10)
+    clock.advance(10)
+    (event,) = fired
+    timers.schedule("hb", 1000)  # e.g. a heartbeat arrived before the lane handled the expiry
+    assert not timers.claim(event)
+    assert timers.deadline("hb") == 1000
+
+
+def test_claim_consumes_the_live_timer() -> None:
+    clock = ManualClock(0)
+    timers, fired = make(clock)
+    timers.schedule("k", 5)
+    clock.advance(5)
+    assert timers.claim(fired[0])
+    assert not timers.claim(fired[0])
+
+
+def test_scheduling_in_the_past_fires_immediately_on_a_manual_clock() -> None:
+    clock = ManualClock(1000)
+    timers, fired = make(clock)
+    timers.schedule("late", 500)
+    assert [f.key for f in fired] == ["late"]
+
+
+def test_many_reschedules_keep_the_heap_bounded() -> None:
+    clock = ManualClock(0)
+    timers, _ = make(clock)
+    for i in range(10_000):
+        timers.schedule("hb", 1_000 + i)
+    assert len(timers._heap) < 300
+
+
+def test_real_clock_timers_fire_on_the_event_loop() -> None:
+    async def run() -> list[str]:
+        fired: list[Fired[str]] = []
+        done = asyncio.Event()
+
+        def on_fire(f: Fired[str]) -> None:
+            fired.append(f)
+            if len(fired) == 2:
+                done.set()
+
+        clock = SystemClock()
+        timers: TimerService[str] = TimerService(clock, on_fire)
+        now = clock.now_ms()
+        timers.schedule("slow", now + 60)
+        timers.schedule("fast", now + 20)
+        timers.schedule("gone", now + 10)
+        timers.cancel("gone")
+        await asyncio.wait_for(done.wait(), 5)
+        timers.close()
+        return [f.key for f in fired]
+
+    assert asyncio.run(run()) == ["fast", "slow"]

@@ -1,0 +1,1 @@
+"""Generator of regroup.protocol codecs from Kafka's JSON message specs."""
