@@ -95,7 +95,7 @@ class TimerService(Generic[K]):
     def _arm(self) -> None:
         heap = self._heap
         while heap:
-            deadline, seq, key = heap[0]
+            _, seq, key = heap[0]
             live = self._live.get(key)
             if live is not None and live[1] == seq:
                 break
