@@ -1,0 +1,814 @@
+"""The Apache Kafka reference broker that regroup is tested and benchmarked against.
+
+Owns resolving the Kafka jars from Maven Central (cached per version, usable offline once cached), running a
+single-node KRaft broker+controller on loopback with regroup's test settings, waiting until it really
+serves requests, running Kafka's Java command-line tools, and never leaving a JVM behind.
+
+``python -m regroup.refkafka fetch`` warms the jar cache; ``python -m regroup.refkafka run`` starts a broker
+and prints its bootstrap address until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import contextlib
+import ctypes
+import fcntl
+import functools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+from regroup.protocol.primitives import (
+    BOOL,
+    I16,
+    I32,
+    DecodeError,
+    read_array_len,
+    read_nullable_string,
+    read_string,
+    write_string,
+)
+
+__all__ = [
+    "CONSUMER_GROUPS_COMMAND",
+    "KAFKA_VERSION",
+    "TEST_BROKER_CONFIG",
+    "KafkaReference",
+    "RefKafkaError",
+    "api_versions",
+    "cache_dir",
+    "java_available",
+    "kafka_version",
+    "main",
+    "maven_available",
+    "resolve_jars",
+    "run_tool",
+    "skip_reason",
+]
+
+# 4.4.0 is listed on Maven Central but incomplete: kafka-tools-api and kafka-tools 4.4.0 (which the
+# broker's own pom depends on) are missing, so 4.3.1 is the newest 4.x that resolves.
+KAFKA_VERSION: Final = "4.3.1"
+# The log4j2 version kafka_2.13 KAFKA_VERSION itself depends on; Kafka uses slf4j 1.7, hence the
+# log4j-slf4j-impl binding.
+LOG4J_VERSION: Final = "2.25.4"
+MIN_JAVA: Final = 17
+DEPENDENCY_PLUGIN: Final = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+
+CONSUMER_GROUPS_COMMAND: Final = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+STORAGE_TOOL: Final = "kafka.tools.StorageTool"
+BROKER_MAIN: Final = "kafka.Kafka"
+
+ENV_CACHE: Final = "REGROUP_KAFKA_CACHE"
+ENV_VERSION: Final = "REGROUP_KAFKA_VERSION"
+
+# Mirrors the coordinator settings of regroup's own test configuration.
+TEST_BROKER_CONFIG: Final[dict[str, str]] = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "group.max.session.timeout.ms": "1800000",
+    "offsets.topic.num.partitions": "5",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "true",
+}
+
+# Internal topics of a single node must not ask for more replicas than there are brokers.
+_SINGLE_NODE_CONFIG: Final[dict[str, str]] = {
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "default.replication.factor": "1",
+    "min.insync.replicas": "1",
+}
+
+_MARKER: Final = ".complete"
+_TOOLS_LOG_CONFIG: Final = "log4j2-tools.xml"
+_API_METADATA: Final = 3
+_API_API_VERSIONS: Final = 18
+_NODE_ID: Final = 1
+_API_ENTRY: Final = struct.Struct(">hhh")
+_FATAL_STARTUP: Final = "Exiting Kafka due to fatal exception"
+_BIND_FAILED: Final = "Address already in use"
+
+_LOG4J2_TEMPLATE: Final = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <Console name="out" target="{target}">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </Console>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka.server.KafkaRaftServer" level="INFO"/>
+    <Logger name="kafka.server.BrokerServer" level="INFO"/>
+    <Logger name="kafka.server.ControllerServer" level="INFO"/>
+    <Root level="WARN">
+      <AppenderRef ref="out"/>
+    </Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+class RefKafkaError(RuntimeError):
+    """The reference broker or its jars could not be provided; the message says why (with a log tail)."""
+
+
+# ----------------------------------------------------------------------------------------- environment
+
+
+def kafka_version() -> str:
+    return os.environ.get(ENV_VERSION) or KAFKA_VERSION
+
+
+def _java() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = Path(home) / "bin" / "java"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("java")
+
+
+@functools.cache
+def _java_major(java: str) -> int | None:
+    try:
+        out = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        ).stderr
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if m is None:
+        return None
+    major = int(m.group(1))
+    # Java 8 and older report "1.8.0_…".
+    return int(m.group(2) or 0) if major == 1 else major
+
+
+def java_available() -> bool:
+    """A Java runtime new enough for a Kafka 4.x broker (17+) is on JAVA_HOME or PATH."""
+    java = _java()
+    if java is None:
+        return False
+    major = _java_major(java)
+    return major is not None and major >= MIN_JAVA
+
+
+def maven_available() -> bool:
+    return shutil.which("mvn") is not None
+
+
+def skip_reason() -> str | None:
+    """One line saying why the reference broker cannot run here, or None when it can.
+
+    Maven is only needed while the jar cache for the chosen version is incomplete.
+    """
+    java = _java()
+    if java is None:
+        return "Java not found (need Java 17+ on JAVA_HOME or PATH for the Kafka reference broker)"
+    major = _java_major(java)
+    if major is None or major < MIN_JAVA:
+        return f"Java {major or '?'} at {java} is too old: the Kafka 4.x reference broker needs Java 17+"
+    if not maven_available() and not _cache_complete(cache_dir()):
+        return f"Maven (mvn) not found and no cached Kafka {kafka_version()} jars at {cache_dir()}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------- jar cache
+
+
+def _repo_root() -> Path | None:
+    for parent in Path(__file__).resolve().parents:
+        pyproject = parent / "pyproject.toml"
+        if pyproject.is_file():
+            with contextlib.suppress(OSError):
+                if re.search(r'^name\s*=\s*"regroup"', pyproject.read_text(), re.MULTILINE):
+                    return parent
+    return None
+
+
+def cache_dir(version: str | None = None) -> Path:
+    """Where the jars of ``version`` live: $REGROUP_KAFKA_CACHE, else <repo>/.cache/kafka/<version>."""
+    version = version or kafka_version()
+    env = os.environ.get(ENV_CACHE)
+    if env:
+        return Path(env).expanduser().resolve()
+    root = _repo_root()
+    base = root / ".cache" if root is not None else Path.home() / ".cache" / "regroup"
+    return base / "kafka" / version
+
+
+def _cache_complete(directory: Path, version: str | None = None) -> bool:
+    version = version or kafka_version()
+    try:
+        marker = json.loads((directory / _MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(marker, dict) or marker.get("version") != version:
+        return False
+    jars = marker.get("jars")
+    return isinstance(jars, list) and bool(jars) and all((directory / str(j)).is_file() for j in jars)
+
+
+def _pom(version: str) -> str:
+    deps = [
+        ("org.apache.kafka", "kafka_2.13", version),
+        ("org.apache.kafka", "kafka-tools", version),
+        ("org.apache.kafka", "kafka-clients", version),
+        ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+    ]
+    body = "\n".join(
+        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+        f"<version>{v}</version></dependency>"
+        for g, a, v in deps
+    )
+    return f"""\
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>regroup.refkafka</groupId>
+  <artifactId>kafka-classpath</artifactId>
+  <version>{version}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+{body}
+  </dependencies>
+</project>
+"""
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _head(text: str, lines: int = 40) -> str:
+    """The start of a Java tool's output: an uncaught exception's message comes before its stack."""
+    return "\n".join(text.strip().splitlines()[:lines])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def resolve_jars(version: str | None = None) -> Path:
+    """Return a directory holding the broker, tools, clients and log4j2 jars with all their dependencies.
+
+    Resolves them with Maven on first use (minutes at most) and reuses the cache afterwards without
+    touching the network. Safe against concurrent callers.
+    """
+    version = version or kafka_version()
+    directory = cache_dir(version)
+    if _cache_complete(directory, version):
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _cache_complete(directory, version):
+            return directory
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise RefKafkaError(
+                f"Maven (mvn) not found and no complete Kafka {version} jar cache at {directory}"
+            )
+        for stale in directory.glob("*.jar"):
+            stale.unlink()
+        (directory / _MARKER).unlink(missing_ok=True)
+        pom = directory / "pom.xml"
+        pom.write_text(_pom(version))
+        cmd = [
+            mvn, "-B", "-q", "-f", str(pom),
+            f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+            f"-DoutputDirectory={directory}",
+            "-DincludeScope=runtime",
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise RefKafkaError(f"mvn timed out resolving Kafka {version} jars into {directory}") from exc
+        if done.returncode != 0:
+            raise RefKafkaError(
+                f"mvn failed ({done.returncode}) resolving Kafka {version} jars into {directory}:\n"
+                + _tail(done.stdout + done.stderr)
+            )
+        jars = sorted(p.name for p in directory.glob("*.jar"))
+        expected = [f"kafka_2.13-{version}.jar", f"kafka-tools-{version}.jar", f"kafka-clients-{version}.jar"]
+        missing = [j for j in expected if j not in jars]
+        if missing:
+            raise RefKafkaError(f"mvn finished but {', '.join(missing)} missing from {directory}")
+        _write_atomic(directory / _TOOLS_LOG_CONFIG, _LOG4J2_TEMPLATE.format(target="SYSTEM_ERR"))
+        _write_atomic(
+            directory / _MARKER, json.dumps({"version": version, "log4j": LOG4J_VERSION, "jars": jars})
+        )
+    return directory
+
+
+# Short-lived tool JVMs: start fast rather than run fast.
+_SHORT_JVM: Final = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+
+def _classpath(jar_dir: Path) -> str:
+    return str(jar_dir / "*")
+
+
+def _require_java() -> str:
+    java = _java()
+    if java is None or not java_available():
+        raise RefKafkaError(skip_reason() or "no usable Java runtime")
+    return java
+
+
+def run_tool(
+    main_class: str, *args: str, timeout: float = 120.0, version: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a Kafka Java command-line class (e.g. :data:`CONSUMER_GROUPS_COMMAND`) from the cached jars.
+
+    Output is captured as text; the tool's own logging goes to stderr at WARN so stdout stays parseable.
+    The exit code is not checked.
+    """
+    java = _require_java()
+    jar_dir = resolve_jars(version)
+    log_config = jar_dir / _TOOLS_LOG_CONFIG
+    if not log_config.is_file():
+        _write_atomic(log_config, _LOG4J2_TEMPLATE.format(target="SYSTEM_ERR"))
+    cmd = [
+        java, *_SHORT_JVM, "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log_config}",
+        "-cp", _classpath(jar_dir), main_class, *args,
+    ]  # fmt: skip
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+    )
+
+
+# ---------------------------------------------------------------------------------------- raw protocol
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed mid-response")
+        buf += chunk
+    return bytes(buf)
+
+
+def _roundtrip(sock: socket.socket, api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    """Send one request with a v1 header (classic encoding) and return the response body after its v0
+    header."""
+    msg = bytearray(I16.pack(api_key) + I16.pack(version) + I32.pack(correlation_id))
+    write_string(msg, "regroup-refkafka")
+    msg += body
+    sock.sendall(I32.pack(len(msg)) + msg)
+    (size,) = I32.unpack(_recv_exact(sock, 4))
+    if size < 4:
+        raise DecodeError(f"response size {size} too small")
+    data = _recv_exact(sock, size)
+    (got,) = I32.unpack_from(data, 0)
+    if got != correlation_id:
+        raise DecodeError(f"correlation id {got} does not match request {correlation_id}")
+    return data[4:]
+
+
+def _parse_api_versions_v0(data: bytes) -> dict[int, tuple[int, int]]:
+    if len(data) < 2:
+        raise DecodeError("truncated ApiVersions response")
+    (error,) = I16.unpack_from(data, 0)
+    if error != 0:
+        raise DecodeError(f"ApiVersions error code {error}")
+    n, pos = read_array_len(data, 2, nullable=False)
+    out: dict[int, tuple[int, int]] = {}
+    for _ in range(n):
+        if pos + 6 > len(data):
+            raise DecodeError("truncated ApiVersions entry")
+        key, lo, hi = _API_ENTRY.unpack_from(data, pos)
+        out[key] = (lo, hi)
+        pos += 6
+    return out
+
+
+def api_versions(host: str, port: int, timeout: float = 5.0) -> dict[int, tuple[int, int]]:
+    """Ask ``host:port`` for ApiVersions (v0) and return {api_key: (min_version, max_version)}."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        return _parse_api_versions_v0(_roundtrip(sock, _API_API_VERSIONS, 0, 1, b""))
+
+
+def _metadata_broker_ids(host: str, port: int, version: int, timeout: float = 5.0) -> set[int]:
+    """Node ids of the live brokers a classic (v1–v8) Metadata response for no topics lists."""
+    body = bytearray(I32.pack(0))  # an empty topic list: brokers only, nothing auto-created
+    if version >= 4:
+        body += BOOL.pack(False)
+    if version >= 8:
+        body += BOOL.pack(False) + BOOL.pack(False)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        data = _roundtrip(sock, _API_METADATA, version, 2, bytes(body))
+    pos = 4 if version >= 3 else 0
+    n, pos = read_array_len(data, pos, nullable=False)
+    ids: set[int] = set()
+    for _ in range(n):
+        if pos + 4 > len(data):
+            raise DecodeError("truncated Metadata broker")
+        (node_id,) = I32.unpack_from(data, pos)
+        _, pos = read_string(data, pos + 4)
+        pos += 4
+        _, pos = read_nullable_string(data, pos)
+        ids.add(node_id)
+    return ids
+
+
+# -------------------------------------------------------------------------------------------- process
+
+
+def _free_ports(count: int) -> list[int]:
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _cluster_id() -> str:
+    """A Kafka-style cluster id (url-safe base64 of a random UUID). Like Kafka's Uuid.randomUuid it never
+    starts with '-', which the format tool's argument parser would take for an option."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
+def _escape_property(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn making the child get SIGKILL when this process dies, so even a killed test run leaves
+    no JVM behind. Linux only, and only from the main thread: the signal follows the forking *thread*."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+_LIVE: set[KafkaReference] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for ref in live:
+        with contextlib.suppress(Exception):
+            ref.stop(timeout=10.0)
+
+
+class KafkaReference:
+    """A single-node KRaft Apache Kafka broker+controller on loopback, for differential tests and benches.
+
+    ``overrides`` are merged over :data:`TEST_BROKER_CONFIG` (and the fixed node/listener settings), so
+    they can change anything. ``workdir`` holds server.properties, the log (``kafka.log``) and the data
+    (``data/``, recreated on every start); without it a temporary directory is used and removed on stop.
+    """
+
+    def __init__(
+        self,
+        overrides: Mapping[str, str] | None = None,
+        workdir: Path | None = None,
+        *,
+        version: str | None = None,
+        startup_timeout: float = 60.0,
+        heap: str = "512m",
+    ) -> None:
+        self._overrides = dict(overrides or {})
+        self._given_workdir = Path(workdir) if workdir is not None else None
+        self._version = version or kafka_version()
+        self._startup_timeout = startup_timeout
+        self._heap = heap
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._workdir: Path | None = None
+        self._port = 0
+        self._controller_port = 0
+        self._jar_dir: Path | None = None
+        self.config: dict[str, str] = {}
+
+    # ------------------------------------------------------------------------------------- properties
+
+    @property
+    def port(self) -> int:
+        if not self._port:
+            raise RefKafkaError("the reference broker is not started")
+        return self._port
+
+    @property
+    def controller_port(self) -> int:
+        if not self._controller_port:
+            raise RefKafkaError("the reference broker is not started")
+        return self._controller_port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def workdir(self) -> Path:
+        if self._workdir is None:
+            raise RefKafkaError("the reference broker is not started")
+        return self._workdir
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "kafka.log"
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the broker process exits (or ``timeout`` passes) and return its exit code."""
+        if self._proc is None:
+            raise RefKafkaError("the reference broker is not started")
+        return self._proc.wait(timeout)
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        if self._workdir is None:
+            return ""
+        return _tail(self._log_text(), lines)
+
+    # ------------------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> Self:
+        """Format storage, launch the JVM and return once the broker serves ApiVersions and lists itself
+        in Metadata. Raises :class:`RefKafkaError` (with the log tail) if it dies or times out."""
+        if self._proc is not None:
+            raise RefKafkaError("the reference broker is already started")
+        java = _require_java()
+        self._jar_dir = resolve_jars(self._version)
+        if self._given_workdir is not None:
+            self._given_workdir.mkdir(parents=True, exist_ok=True)
+            self._workdir = self._given_workdir
+        else:
+            self._workdir = Path(tempfile.mkdtemp(prefix="regroup-kafka-"))
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        attempt = 1
+        try:
+            while True:
+                try:
+                    self._start_once(java)
+                except _PortTakenError:
+                    # Another process took a probed port before the JVM bound it: retry with fresh ones.
+                    self._kill(timeout=0)
+                    if attempt == 3:
+                        raise RefKafkaError(
+                            "the reference broker could not bind its ports:\n" + self.log_tail()
+                        ) from None
+                    attempt += 1
+                else:
+                    return self
+        except BaseException:
+            # A broker that failed to start has nothing worth a graceful shutdown.
+            self.stop(timeout=0)
+            raise
+
+    def _start_once(self, java: str) -> None:
+        workdir = self.workdir
+        assert self._jar_dir is not None
+        self._port, self._controller_port = _free_ports(2)
+        data = workdir / "data"
+        if data.exists():
+            shutil.rmtree(data)
+        self.config = {
+            "node.id": str(_NODE_ID),
+            "process.roles": "broker,controller",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self._port},CONTROLLER://127.0.0.1:{self._controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self._port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.quorum.voters": f"{_NODE_ID}@127.0.0.1:{self._controller_port}",
+            "log.dirs": str(data),
+            **_SINGLE_NODE_CONFIG,
+            **TEST_BROKER_CONFIG,
+            **self._overrides,
+        }
+        props = workdir / "server.properties"
+        props.write_text("".join(f"{k}={_escape_property(v)}\n" for k, v in self.config.items()))
+        log_config = workdir / "log4j2.xml"
+        log_config.write_text(_LOG4J2_TEMPLATE.format(target="SYSTEM_OUT"))
+        common = [
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log_config}",
+            f"-Dkafka.logs.dir={workdir}", "-cp", _classpath(self._jar_dir),
+        ]  # fmt: skip
+
+        # With static controller.quorum.voters the format tool takes no --standalone/--initial-controllers.
+        fmt = subprocess.run(
+            [java, *_SHORT_JVM, *common, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(props)],
+            capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if fmt.returncode != 0:
+            raise RefKafkaError(
+                f"formatting KRaft storage failed ({fmt.returncode}):\n{_head(fmt.stdout + fmt.stderr)}"
+            )
+
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(
+                [java, *self._broker_jvm_options(), *common, BROKER_MAIN, str(props)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                # A terminal Ctrl-C reaches only us, and we stop the JVM in order.
+                start_new_session=True,
+                # Only a prctl call: safe despite the general preexec_fn caveats.
+                preexec_fn=_die_with_parent(),  # noqa: PLW1509
+            )
+        self._wait_ready()
+
+    def _broker_jvm_options(self) -> list[str]:
+        return [
+            f"-Xms{self._heap}", f"-Xmx{self._heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+        ]  # fmt: skip
+
+    def _wait_ready(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self._startup_timeout
+        metadata_version: int | None = None
+        stage = "ApiVersions"
+        polls = 0
+        while True:
+            code = self._proc.poll()
+            # A failed startup can take seconds to wind down after logging its fatal error: don't wait.
+            if code is not None or (polls % 10 == 9 and _FATAL_STARTUP in self._log_text()):
+                log = self._log_text()
+                if _BIND_FAILED in log:
+                    raise _PortTakenError
+                status = f"exited with code {code}" if code is not None else "failed"
+                raise RefKafkaError(f"the reference broker {status} during startup:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RefKafkaError(
+                    f"the reference broker did not answer {stage} on {self.bootstrap_servers} within "
+                    f"{self._startup_timeout:g}s:\n{self.log_tail()}"
+                )
+            try:
+                if metadata_version is None:
+                    versions = api_versions("127.0.0.1", self._port, timeout=2.0)
+                    lo, hi = versions.get(_API_METADATA, (1, 1))
+                    metadata_version = max(lo, 1)
+                    if metadata_version > min(hi, 8):
+                        return  # no classic Metadata version to probe with; ApiVersions has to do
+                    stage = "Metadata listing itself"
+                if _NODE_ID in _metadata_broker_ids("127.0.0.1", self._port, metadata_version, timeout=2.0):
+                    return
+            except (OSError, DecodeError, struct.error):
+                pass
+            polls += 1
+            time.sleep(0.05)
+
+    def _log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _kill(self, timeout: float = 20.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            if timeout > 0:
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM the broker (controlled shutdown), SIGKILL it after ``timeout`` seconds (at once for 0),
+        and remove the temporary workdir if this object created it. Idempotent."""
+        try:
+            self._kill(timeout)
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            if self._given_workdir is None and self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
+
+    def run_tool(
+        self, main_class: str, *args: str, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """:func:`run_tool` with this broker's Kafka version."""
+        return run_tool(main_class, *args, timeout=timeout, version=self._version)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class _PortTakenError(Exception):
+    pass
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def _parse_overrides(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"expected key=value, got {pair!r}")
+        out[key.strip()] = value
+    return out
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m regroup.refkafka", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("fetch", help="resolve the Kafka jars into the cache and print its directory")
+    run = sub.add_parser("run", help="start a reference broker and print its bootstrap address until Ctrl-C")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker config override")
+    run.add_argument("--workdir", type=Path, help="keep config, log and data here instead of a temp dir")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "fetch":
+            print(resolve_jars())
+            return 0
+        with _sigterm_as_exit(), KafkaReference(_parse_overrides(args.set), args.workdir) as ref:
+            print(ref.bootstrap_servers, flush=True)
+            print(f"Kafka {ref.version}, log at {ref.log_path}; Ctrl-C to stop", file=sys.stderr, flush=True)
+            code = ref.wait()
+            print(f"the reference broker exited with code {code}:\n{ref.log_tail()}", file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:
+        return 130
+    except (RefKafkaError, argparse.ArgumentTypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
