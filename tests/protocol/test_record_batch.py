@@ -124,7 +124,9 @@ def batches(draw: st.DrawFn) -> RecordBatch:
     max_ts = draw(st.integers(*INT64))
     records = draw(record_lists(base_offset, base_ts))
     if timestamp_type == LOG_APPEND_TIME:
-        # Kafka reports the batch's max timestamp as every record's timestamp for LogAppendTime.
+        # Kafka reports the batch's max timestamp as every record's timestamp for LogAppendTime; records
+        # are still written as deltas from the base timestamp, so keep it within int64 of it.
+        max_ts = draw(st.integers(base_ts - 2**40, base_ts + 2**40))
         for r in records:
             r.timestamp = max_ts
     return RecordBatch(

@@ -179,7 +179,7 @@ class StructGen:
         flex = self.flexible(v)
         absent = [f for f in st.fields if v not in f.versions]
         for f in absent:
-            if f.ignorable or f.tag is not None:
+            if f.ignorable:
                 continue
             e.emit(f"if {_differs(f, 'o.' + f.py)}:", 1)
             e.emit(f'raise EncodeError("{st.class_name}.{f.py} is set but this version lacks the field")', 2)
@@ -197,6 +197,10 @@ class StructGen:
             if self.tagged(f, v):
                 continue
             if not f.is_array and f.struct is None and f.type in FIXED:
+                if f.type == "bool":
+                    # struct's "?" format would quietly write None as false.
+                    e.emit(f"if o.{f.py} is None:", 1)
+                    e.emit(f'raise EncodeError("{f.py} is null but not nullable")', 2)
                 pending_fmt.append((FIXED[f.type], f"o.{f.py}"))
                 continue
             if f.type == "uuid":
@@ -213,9 +217,12 @@ class StructGen:
                 e.emit("_tags: list[tuple[int, bytearray]] = []", 1)
                 for f in tagged:
                     default = _default_expr(f)
+                    if f.type == "bool" and not f.is_array:
+                        e.emit(f"if o.{f.py} is None:", 1)
+                        e.emit(f'raise EncodeError("{f.py} is null but not nullable")', 2)
                     e.emit(f"if {_differs(f, 'o.' + f.py)}:", 1)
                     e.emit("_t = bytearray()", 2)
-                    self.write_value(e, f, f"o.{f.py}", v, 2, "_t", present=default == "None")
+                    self.write_value(e, f, f"o.{f.py}", v, 2, "_t", present=default == "None", tagged=True)
                     e.emit(f"_tags.append(({f.tag}, _t))", 2)
                 e.emit("buf += uvarint_bytes(len(_tags))", 1)
                 e.emit("for _tag, _t in _tags:", 1)
@@ -231,10 +238,30 @@ class StructGen:
         return name
 
     def write_value(
-        self, e: Emitter, f: Field, expr: str, v: int, d: int, buf: str, *, present: bool = False
+        self,
+        e: Emitter,
+        f: Field,
+        expr: str,
+        v: int,
+        d: int,
+        buf: str,
+        *,
+        present: bool = False,
+        tagged: bool = False,
     ) -> None:
         """Emit code writing ``expr``; ``present`` means the caller already knows it is not None."""
         flex = self.flexible(v, f)
+        if tagged and f.struct is not None and not f.is_array and v in f.nullable:
+            # Kafka marks a nullable struct inside a tagged field with an unsigned varint (0 = null).
+            w = self.writer(f.struct, v)
+            if not present:
+                e.emit(f"if {expr} is None:", d)
+                e.emit(f"{buf}.append(0)", d + 1)
+                e.emit("else:", d)
+                d += 1
+            e.emit(f"{buf}.append(1)", d)
+            e.emit(f"{w}({buf}, {expr})", d)
+            return
         nullable = v in f.nullable and not present
         if not present and not nullable and not f.nullable.empty:
             e.emit(f"if {expr} is None:", d)
@@ -295,7 +322,13 @@ class StructGen:
         if t == "string":
             b = e.fresh("b")
             e.emit(f"{b} = {expr}.encode()", d)
-            e.emit(f"{buf} += uvarint_bytes(len({b}) + 1)" if flex else f"{buf} += _I16.pack(len({b}))", d)
+            if flex:
+                # Kafka caps strings at 32767 bytes in the compact encoding too.
+                e.emit(f"if len({b}) > 0x7FFF:", d)
+                e.emit('raise EncodeError("string longer than 32767 bytes")', d + 1)
+                e.emit(f"{buf} += uvarint_bytes(len({b}) + 1)", d)
+            else:
+                e.emit(f"{buf} += _I16.pack(len({b}))", d)
             e.emit(f"{buf} += {b}", d)
         elif t in {"bytes", "records"}:
             e.emit(
@@ -384,7 +417,7 @@ class StructGen:
                 for f in sorted(tagged, key=lambda f: f.tag or 0):
                     e.emit(f"{'if' if first else 'elif'} {tag} == {f.tag}:", d + 1)
                     first = False
-                    self.read_value(e, f, f"_{p}{f.py}", v, d + 2)
+                    self.read_value(e, f, f"_{p}{f.py}", v, d + 2, tagged=True)
                     e.emit(f"if pos != {end}:", d + 2)
                     e.emit(f'raise DecodeError("tagged field {f.py} has the wrong size")', d + 3)
                 e.emit(f"pos = {end}", d + 1)
@@ -404,7 +437,7 @@ class StructGen:
             e.emit(f"{var}, = {'_I32' if wide else '_I16'}.unpack_from(data, pos)", d)
             e.emit(f"pos += {4 if wide else 2}", d)
 
-    def read_value(self, e: Emitter, f: Field, var: str, v: int, d: int) -> None:
+    def read_value(self, e: Emitter, f: Field, var: str, v: int, d: int, *, tagged: bool = False) -> None:
         flex = self.flexible(v, f)
         nullable = v in f.nullable
         if f.is_array:
@@ -447,9 +480,13 @@ class StructGen:
         if f.struct is not None:
             if nullable:
                 m = e.fresh("m")
-                e.emit(f"{m}, = _I8.unpack_from(data, pos)", d)
-                e.emit("pos += 1", d)
-                e.emit(f"if {m} < 0:", d)
+                if tagged:
+                    e.emit(f"{m}, pos = read_uvarint(data, pos)", d)
+                    e.emit(f"if {m} <= 0:", d)
+                else:
+                    e.emit(f"{m}, = _I8.unpack_from(data, pos)", d)
+                    e.emit("pos += 1", d)
+                    e.emit(f"if {m} < 0:", d)
                 e.emit(f"{var} = None", d + 1)
                 e.emit("else:", d)
                 ctor = self.read_struct(e, f.struct, v, d + 1, e.fresh("s")[1:] + "_")
@@ -485,6 +522,9 @@ class StructGen:
             d += 1
         else:
             e.emit(f'raise DecodeError("invalid or null length for {label}")', d + 1)
+        if flex and t == "string":
+            e.emit(f"if {n} > 0x7FFF:", d)
+            e.emit(f'raise DecodeError("{label} is longer than 32767 bytes")', d + 1)
         end = e.fresh("end")
         e.emit(f"{end} = pos + {n}", d)
         e.emit(f"if {end} > _len:", d)

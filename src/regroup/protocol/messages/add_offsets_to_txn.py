@@ -111,10 +111,14 @@ def _w_AddOffsetsToTxnRequest_v0(buf: bytearray, o: AddOffsetsToTxnRequest) -> N
 
 def _w_AddOffsetsToTxnRequest_v3(buf: bytearray, o: AddOffsetsToTxnRequest) -> None:
     _b1 = o.transactional_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_qh.pack(o.producer_id, o.producer_epoch)
     _b2 = o.group_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
@@ -155,6 +159,8 @@ def _r_AddOffsetsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddOffsetsToTxn
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for transactional_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("transactional_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("transactional_id overruns the buffer")
@@ -170,6 +176,8 @@ def _r_AddOffsetsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddOffsetsToTxn
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("group_id overruns the buffer")

@@ -225,6 +225,8 @@ def _w_AddPartitionsToTxnTopic_v0(buf: bytearray, o: AddPartitionsToTxnTopic) ->
 
 def _w_AddPartitionsToTxnTopic_v3(buf: bytearray, o: AddPartitionsToTxnTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -265,6 +267,8 @@ def _r_AddPartitionsToTxnTopic_v3(data: bytes, pos: int) -> tuple[AddPartitionsT
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -291,8 +295,12 @@ def _r_AddPartitionsToTxnTopic_v3(data: bytes, pos: int) -> tuple[AddPartitionsT
 
 def _w_AddPartitionsToTxnTransaction_v4(buf: bytearray, o: AddPartitionsToTxnTransaction) -> None:
     _b1 = o.transactional_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
+    if o.verify_only is None:
+        raise EncodeError("verify_only is null but not nullable")
     buf += _S_qho.pack(o.producer_id, o.producer_epoch, o.verify_only)
     _n2 = len(o.topics)
     buf += uvarint_bytes(_n2 + 1)
@@ -311,6 +319,8 @@ def _r_AddPartitionsToTxnTransaction_v4(data: bytes, pos: int) -> tuple[AddParti
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for transactional_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("transactional_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("transactional_id overruns the buffer")
@@ -338,6 +348,8 @@ def _r_AddPartitionsToTxnTransaction_v4(data: bytes, pos: int) -> tuple[AddParti
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -387,6 +399,8 @@ def _w_AddPartitionsToTxnRequest_v3(buf: bytearray, o: AddPartitionsToTxnRequest
     if o.transactions != []:
         raise EncodeError("AddPartitionsToTxnRequest.transactions is set but this version lacks the field")
     _b1 = o.v3_and_below_transactional_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_qh.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
@@ -480,6 +494,8 @@ def _r_AddPartitionsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddPartition
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for v3_and_below_transactional_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("v3_and_below_transactional_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("v3_and_below_transactional_id overruns the buffer")
@@ -507,6 +523,8 @@ def _r_AddPartitionsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddPartition
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -565,6 +583,8 @@ def _r_AddPartitionsToTxnRequest_v4(data: bytes, pos: int) -> tuple[AddPartition
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for transactional_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("transactional_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("transactional_id overruns the buffer")
@@ -592,6 +612,8 @@ def _r_AddPartitionsToTxnRequest_v4(data: bytes, pos: int) -> tuple[AddPartition
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n9 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -675,6 +697,8 @@ def _w_AddPartitionsToTxnTopicResult_v0(buf: bytearray, o: AddPartitionsToTxnTop
 
 def _w_AddPartitionsToTxnTopicResult_v3(buf: bytearray, o: AddPartitionsToTxnTopicResult) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.results_by_partition)
@@ -720,6 +744,8 @@ def _r_AddPartitionsToTxnTopicResult_v3(data: bytes, pos: int) -> tuple[AddParti
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -754,6 +780,8 @@ def _r_AddPartitionsToTxnTopicResult_v3(data: bytes, pos: int) -> tuple[AddParti
 
 def _w_AddPartitionsToTxnResult_v4(buf: bytearray, o: AddPartitionsToTxnResult) -> None:
     _b1 = o.transactional_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topic_results)
@@ -773,6 +801,8 @@ def _r_AddPartitionsToTxnResult_v4(data: bytes, pos: int) -> tuple[AddPartitions
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for transactional_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("transactional_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("transactional_id overruns the buffer")
@@ -798,6 +828,8 @@ def _r_AddPartitionsToTxnResult_v4(data: bytes, pos: int) -> tuple[AddPartitions
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -936,6 +968,8 @@ def _r_AddPartitionsToTxnResponse_v3(data: bytes, pos: int) -> tuple[AddPartitio
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -998,6 +1032,8 @@ def _r_AddPartitionsToTxnResponse_v4(data: bytes, pos: int) -> tuple[AddPartitio
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for transactional_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("transactional_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("transactional_id overruns the buffer")
@@ -1023,6 +1059,8 @@ def _r_AddPartitionsToTxnResponse_v4(data: bytes, pos: int) -> tuple[AddPartitio
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n9 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("name overruns the buffer")

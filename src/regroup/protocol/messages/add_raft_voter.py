@@ -111,9 +111,13 @@ class AddRaftVoterResponse(Message):
 
 def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_H.pack(o.port)
@@ -130,6 +134,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -143,6 +149,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -162,6 +170,8 @@ def _w_AddRaftVoterRequest_v0(buf: bytearray, o: AddRaftVoterRequest) -> None:
         buf.append(0)
     else:
         _b1 = o.cluster_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_ii16s.pack(o.timeout_ms, o.voter_id, o.voter_directory_id.bytes)
@@ -185,6 +195,8 @@ def _r_AddRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[AddRaftVoterReques
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -213,6 +225,8 @@ def _r_AddRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[AddRaftVoterReques
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -226,6 +240,8 @@ def _r_AddRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[AddRaftVoterReques
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -252,6 +268,8 @@ def _w_AddRaftVoterResponse_v0(buf: bytearray, o: AddRaftVoterResponse) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -272,6 +290,8 @@ def _r_AddRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[AddRaftVoterRespo
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")

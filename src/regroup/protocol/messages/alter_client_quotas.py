@@ -198,12 +198,16 @@ def _w_AlterClientQuotasRequestEntityData_v0(buf: bytearray, o: AlterClientQuota
 
 def _w_AlterClientQuotasRequestEntityData_v1(buf: bytearray, o: AlterClientQuotasRequestEntityData) -> None:
     _b1 = o.entity_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.entity_name is None:
         buf.append(0)
     else:
         _b2 = o.entity_name.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -249,6 +253,8 @@ def _r_AlterClientQuotasRequestEntityData_v1(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for entity_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("entity_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("entity_type overruns the buffer")
@@ -265,6 +271,8 @@ def _r_AlterClientQuotasRequestEntityData_v1(
             raise DecodeError("invalid length for entity_name")
         _entity_name = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("entity_name is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("entity_name overruns the buffer")
@@ -281,13 +289,19 @@ def _w_OpData_v0(buf: bytearray, o: OpData) -> None:
     _b1 = o.key.encode()
     buf += _I16.pack(len(_b1))
     buf += _b1
+    if o.remove is None:
+        raise EncodeError("remove is null but not nullable")
     buf += _S_do.pack(o.value, o.remove)
 
 
 def _w_OpData_v1(buf: bytearray, o: OpData) -> None:
     _b1 = o.key.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
+    if o.remove is None:
+        raise EncodeError("remove is null but not nullable")
     buf += _S_do.pack(o.value, o.remove)
     buf.append(0)
 
@@ -318,6 +332,8 @@ def _r_OpData_v1(data: bytes, pos: int) -> tuple[OpData, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for key")
+    if _n1 > 0x7FFF:
+        raise DecodeError("key is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("key overruns the buffer")
@@ -438,6 +454,8 @@ def _r_AlterClientQuotasRequestEntryData_v1(
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for entity_type")
+        if _n4 > 0x7FFF:
+            raise DecodeError("entity_type is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("entity_type overruns the buffer")
@@ -454,6 +472,8 @@ def _r_AlterClientQuotasRequestEntryData_v1(
                 raise DecodeError("invalid length for entity_name")
             _s3_entity_name = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("entity_name is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("entity_name overruns the buffer")
@@ -485,6 +505,8 @@ def _r_AlterClientQuotasRequestEntryData_v1(
         _n11 -= 1
         if _n11 < 0:
             raise DecodeError("invalid or null length for key")
+        if _n11 > 0x7FFF:
+            raise DecodeError("key is longer than 32767 bytes")
         _end12 = pos + _n11
         if _end12 > _len:
             raise DecodeError("key overruns the buffer")
@@ -510,6 +532,8 @@ def _w_AlterClientQuotasRequest_v0(buf: bytearray, o: AlterClientQuotasRequest) 
     buf += _I32.pack(_n1)
     for _e2 in o.entries:
         _w_AlterClientQuotasRequestEntryData_v0(buf, _e2)
+    if o.validate_only is None:
+        raise EncodeError("validate_only is null but not nullable")
     buf += _S_o.pack(o.validate_only)
 
 
@@ -518,6 +542,8 @@ def _w_AlterClientQuotasRequest_v1(buf: bytearray, o: AlterClientQuotasRequest) 
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.entries:
         _w_AlterClientQuotasRequestEntryData_v1(buf, _e2)
+    if o.validate_only is None:
+        raise EncodeError("validate_only is null but not nullable")
     buf += _S_o.pack(o.validate_only)
     buf.append(0)
 
@@ -625,6 +651,8 @@ def _r_AlterClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[AlterClientQu
             _n7 -= 1
             if _n7 < 0:
                 raise DecodeError("invalid or null length for entity_type")
+            if _n7 > 0x7FFF:
+                raise DecodeError("entity_type is longer than 32767 bytes")
             _end8 = pos + _n7
             if _end8 > _len:
                 raise DecodeError("entity_type overruns the buffer")
@@ -641,6 +669,8 @@ def _r_AlterClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[AlterClientQu
                     raise DecodeError("invalid length for entity_name")
                 _s6_entity_name = None
             else:
+                if _n9 > 0x7FFF:
+                    raise DecodeError("entity_name is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("entity_name overruns the buffer")
@@ -672,6 +702,8 @@ def _r_AlterClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[AlterClientQu
             _n14 -= 1
             if _n14 < 0:
                 raise DecodeError("invalid or null length for key")
+            if _n14 > 0x7FFF:
+                raise DecodeError("key is longer than 32767 bytes")
             _end15 = pos + _n14
             if _end15 > _len:
                 raise DecodeError("key overruns the buffer")
@@ -714,12 +746,16 @@ def _w_AlterClientQuotasResponseEntityData_v0(buf: bytearray, o: AlterClientQuot
 
 def _w_AlterClientQuotasResponseEntityData_v1(buf: bytearray, o: AlterClientQuotasResponseEntityData) -> None:
     _b1 = o.entity_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.entity_name is None:
         buf.append(0)
     else:
         _b2 = o.entity_name.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -765,6 +801,8 @@ def _r_AlterClientQuotasResponseEntityData_v1(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for entity_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("entity_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("entity_type overruns the buffer")
@@ -781,6 +819,8 @@ def _r_AlterClientQuotasResponseEntityData_v1(
             raise DecodeError("invalid length for entity_name")
         _entity_name = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("entity_name is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("entity_name overruns the buffer")
@@ -813,6 +853,8 @@ def _w_AlterClientQuotasResponseEntryData_v1(buf: bytearray, o: AlterClientQuota
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.entity)
@@ -891,6 +933,8 @@ def _r_AlterClientQuotasResponseEntryData_v1(
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -916,6 +960,8 @@ def _r_AlterClientQuotasResponseEntryData_v1(
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for entity_type")
+        if _n6 > 0x7FFF:
+            raise DecodeError("entity_type is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("entity_type overruns the buffer")
@@ -932,6 +978,8 @@ def _r_AlterClientQuotasResponseEntryData_v1(
                 raise DecodeError("invalid length for entity_name")
             _s5_entity_name = None
         else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("entity_name is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("entity_name overruns the buffer")
@@ -1058,6 +1106,8 @@ def _r_AlterClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[AlterClientQ
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -1083,6 +1133,8 @@ def _r_AlterClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[AlterClientQ
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for entity_type")
+            if _n9 > 0x7FFF:
+                raise DecodeError("entity_type is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("entity_type overruns the buffer")
@@ -1099,6 +1151,8 @@ def _r_AlterClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[AlterClientQ
                     raise DecodeError("invalid length for entity_name")
                 _s8_entity_name = None
             else:
+                if _n11 > 0x7FFF:
+                    raise DecodeError("entity_name is longer than 32767 bytes")
                 _end12 = pos + _n11
                 if _end12 > _len:
                     raise DecodeError("entity_name overruns the buffer")

@@ -379,6 +379,8 @@ def _r_AlterPartitionRequestPartitionData_v3(
 
 def _w_AlterPartitionRequestTopicData_v0(buf: bytearray, o: AlterPartitionRequestTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -390,6 +392,8 @@ def _w_AlterPartitionRequestTopicData_v0(buf: bytearray, o: AlterPartitionReques
 
 def _w_AlterPartitionRequestTopicData_v1(buf: bytearray, o: AlterPartitionRequestTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -427,6 +431,8 @@ def _r_AlterPartitionRequestTopicData_v0(data: bytes, pos: int) -> tuple[AlterPa
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -487,6 +493,8 @@ def _r_AlterPartitionRequestTopicData_v1(data: bytes, pos: int) -> tuple[AlterPa
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -720,6 +728,8 @@ def _r_AlterPartitionRequest_v0(data: bytes, pos: int) -> tuple[AlterPartitionRe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -800,6 +810,8 @@ def _r_AlterPartitionRequest_v1(data: bytes, pos: int) -> tuple[AlterPartitionRe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -1103,6 +1115,8 @@ def _r_AlterPartitionResponsePartitionData_v1(
 
 def _w_AlterPartitionResponseTopicData_v0(buf: bytearray, o: AlterPartitionResponseTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -1114,6 +1128,8 @@ def _w_AlterPartitionResponseTopicData_v0(buf: bytearray, o: AlterPartitionRespo
 
 def _w_AlterPartitionResponseTopicData_v1(buf: bytearray, o: AlterPartitionResponseTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -1144,6 +1160,8 @@ def _r_AlterPartitionResponseTopicData_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -1212,6 +1230,8 @@ def _r_AlterPartitionResponseTopicData_v1(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -1377,6 +1397,8 @@ def _r_AlterPartitionResponse_v0(data: bytes, pos: int) -> tuple[AlterPartitionR
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -1465,6 +1487,8 @@ def _r_AlterPartitionResponse_v1(data: bytes, pos: int) -> tuple[AlterPartitionR
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")

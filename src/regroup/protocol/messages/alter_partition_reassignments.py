@@ -201,6 +201,8 @@ def _r_ReassignablePartition_v0(data: bytes, pos: int) -> tuple[ReassignablePart
 
 def _w_ReassignableTopic_v0(buf: bytearray, o: ReassignableTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -220,6 +222,8 @@ def _r_ReassignableTopic_v0(data: bytes, pos: int) -> tuple[ReassignableTopic, i
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -302,6 +306,8 @@ def _r_AlterPartitionReassignmentsRequest_v0(
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -361,6 +367,8 @@ def _w_ReassignablePartitionResponse_v0(buf: bytearray, o: ReassignablePartition
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -381,6 +389,8 @@ def _r_ReassignablePartitionResponse_v0(data: bytes, pos: int) -> tuple[Reassign
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -395,6 +405,8 @@ def _r_ReassignablePartitionResponse_v0(data: bytes, pos: int) -> tuple[Reassign
 
 def _w_ReassignableTopicResponse_v0(buf: bytearray, o: ReassignableTopicResponse) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -414,6 +426,8 @@ def _r_ReassignableTopicResponse_v0(data: bytes, pos: int) -> tuple[Reassignable
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -444,6 +458,8 @@ def _r_ReassignableTopicResponse_v0(data: bytes, pos: int) -> tuple[Reassignable
                 raise DecodeError("invalid length for error_message")
             _s5_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -468,6 +484,8 @@ def _w_AlterPartitionReassignmentsResponse_v0(buf: bytearray, o: AlterPartitionR
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.responses)
@@ -494,6 +512,8 @@ def _r_AlterPartitionReassignmentsResponse_v0(
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -519,6 +539,8 @@ def _r_AlterPartitionReassignmentsResponse_v0(
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -549,6 +571,8 @@ def _r_AlterPartitionReassignmentsResponse_v0(
                     raise DecodeError("invalid length for error_message")
                 _s10_error_message = None
             else:
+                if _n11 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end12 = pos + _n11
                 if _end12 > _len:
                     raise DecodeError("error_message overruns the buffer")

@@ -170,6 +170,8 @@ def _w_AlterReplicaLogDirTopic_v0(buf: bytearray, o: AlterReplicaLogDirTopic) ->
 
 def _w_AlterReplicaLogDirTopic_v2(buf: bytearray, o: AlterReplicaLogDirTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -210,6 +212,8 @@ def _r_AlterReplicaLogDirTopic_v2(data: bytes, pos: int) -> tuple[AlterReplicaLo
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -246,6 +250,8 @@ def _w_AlterReplicaLogDir_v0(buf: bytearray, o: AlterReplicaLogDir) -> None:
 
 def _w_AlterReplicaLogDir_v2(buf: bytearray, o: AlterReplicaLogDir) -> None:
     _b1 = o.path.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
@@ -306,6 +312,8 @@ def _r_AlterReplicaLogDir_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDir,
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for path")
+    if _n1 > 0x7FFF:
+        raise DecodeError("path is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("path overruns the buffer")
@@ -331,6 +339,8 @@ def _r_AlterReplicaLogDir_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDir,
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -449,6 +459,8 @@ def _r_AlterReplicaLogDirsRequest_v2(data: bytes, pos: int) -> tuple[AlterReplic
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for path")
+        if _n4 > 0x7FFF:
+            raise DecodeError("path is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("path overruns the buffer")
@@ -474,6 +486,8 @@ def _r_AlterReplicaLogDirsRequest_v2(data: bytes, pos: int) -> tuple[AlterReplic
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n9 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -553,6 +567,8 @@ def _w_AlterReplicaLogDirTopicResult_v0(buf: bytearray, o: AlterReplicaLogDirTop
 
 def _w_AlterReplicaLogDirTopicResult_v2(buf: bytearray, o: AlterReplicaLogDirTopicResult) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -598,6 +614,8 @@ def _r_AlterReplicaLogDirTopicResult_v2(data: bytes, pos: int) -> tuple[AlterRep
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -709,6 +727,8 @@ def _r_AlterReplicaLogDirsResponse_v2(data: bytes, pos: int) -> tuple[AlterRepli
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")

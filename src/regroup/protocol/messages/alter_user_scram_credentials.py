@@ -148,6 +148,8 @@ class AlterUserScramCredentialsResponse(Message):
 
 def _w_ScramCredentialDeletion_v0(buf: bytearray, o: ScramCredentialDeletion) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.mechanism)
@@ -164,6 +166,8 @@ def _r_ScramCredentialDeletion_v0(data: bytes, pos: int) -> tuple[ScramCredentia
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -180,6 +184,8 @@ def _r_ScramCredentialDeletion_v0(data: bytes, pos: int) -> tuple[ScramCredentia
 
 def _w_ScramCredentialUpsertion_v0(buf: bytearray, o: ScramCredentialUpsertion) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_bi.pack(o.mechanism, o.iterations)
@@ -200,6 +206,8 @@ def _r_ScramCredentialUpsertion_v0(data: bytes, pos: int) -> tuple[ScramCredenti
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -276,6 +284,8 @@ def _r_AlterUserScramCredentialsRequest_v0(
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -309,6 +319,8 @@ def _r_AlterUserScramCredentialsRequest_v0(
         _n9 -= 1
         if _n9 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n9 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end10 = pos + _n9
         if _end10 > _len:
             raise DecodeError("name overruns the buffer")
@@ -359,6 +371,8 @@ def _r_AlterUserScramCredentialsRequest_v0(
 
 def _w_AlterUserScramCredentialsResult_v0(buf: bytearray, o: AlterUserScramCredentialsResult) -> None:
     _b1 = o.user.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -366,6 +380,8 @@ def _w_AlterUserScramCredentialsResult_v0(buf: bytearray, o: AlterUserScramCrede
         buf.append(0)
     else:
         _b2 = o.error_message.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -383,6 +399,8 @@ def _r_AlterUserScramCredentialsResult_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for user")
+    if _n1 > 0x7FFF:
+        raise DecodeError("user is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("user overruns the buffer")
@@ -401,6 +419,8 @@ def _r_AlterUserScramCredentialsResult_v0(
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -448,6 +468,8 @@ def _r_AlterUserScramCredentialsResponse_v0(
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for user")
+        if _n4 > 0x7FFF:
+            raise DecodeError("user is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("user overruns the buffer")
@@ -466,6 +488,8 @@ def _r_AlterUserScramCredentialsResponse_v0(
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")

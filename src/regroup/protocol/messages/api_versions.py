@@ -185,9 +185,13 @@ def _w_ApiVersionsRequest_v0(buf: bytearray, o: ApiVersionsRequest) -> None:
 
 def _w_ApiVersionsRequest_v3(buf: bytearray, o: ApiVersionsRequest) -> None:
     _b1 = o.client_software_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.client_software_version.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
@@ -208,6 +212,8 @@ def _r_ApiVersionsRequest_v3(data: bytes, pos: int) -> tuple[ApiVersionsRequest,
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for client_software_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("client_software_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("client_software_name overruns the buffer")
@@ -221,6 +227,8 @@ def _r_ApiVersionsRequest_v3(data: bytes, pos: int) -> tuple[ApiVersionsRequest,
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for client_software_version")
+    if _n3 > 0x7FFF:
+        raise DecodeError("client_software_version is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("client_software_version overruns the buffer")
@@ -262,6 +270,8 @@ def _r_ApiVersion_v3(data: bytes, pos: int) -> tuple[ApiVersion, int]:
 
 def _w_SupportedFeatureKey_v3(buf: bytearray, o: SupportedFeatureKey) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hh.pack(o.min_version, o.max_version)
@@ -278,6 +288,8 @@ def _r_SupportedFeatureKey_v3(data: bytes, pos: int) -> tuple[SupportedFeatureKe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -294,6 +306,8 @@ def _r_SupportedFeatureKey_v3(data: bytes, pos: int) -> tuple[SupportedFeatureKe
 
 def _w_FinalizedFeatureKey_v3(buf: bytearray, o: FinalizedFeatureKey) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hh.pack(o.max_version_level, o.min_version_level)
@@ -310,6 +324,8 @@ def _r_FinalizedFeatureKey_v3(data: bytes, pos: int) -> tuple[FinalizedFeatureKe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -367,6 +383,8 @@ def _w_ApiVersionsResponse_v3(buf: bytearray, o: ApiVersionsResponse) -> None:
         for _e6 in o.finalized_features:
             _w_FinalizedFeatureKey_v3(_t, _e6)
         _tags.append((2, _t))
+    if o.zk_migration_ready is None:
+        raise EncodeError("zk_migration_ready is null but not nullable")
     if o.zk_migration_ready:
         _t = bytearray()
         _t += _S_o.pack(o.zk_migration_ready)
@@ -476,6 +494,8 @@ def _r_ApiVersionsResponse_v3(data: bytes, pos: int) -> tuple[ApiVersionsRespons
                 _n10 -= 1
                 if _n10 < 0:
                     raise DecodeError("invalid or null length for name")
+                if _n10 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
                 _end11 = pos + _n10
                 if _end11 > _len:
                     raise DecodeError("name overruns the buffer")
@@ -517,6 +537,8 @@ def _r_ApiVersionsResponse_v3(data: bytes, pos: int) -> tuple[ApiVersionsRespons
                 _n15 -= 1
                 if _n15 < 0:
                     raise DecodeError("invalid or null length for name")
+                if _n15 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
                 _end16 = pos + _n15
                 if _end16 > _len:
                     raise DecodeError("name overruns the buffer")

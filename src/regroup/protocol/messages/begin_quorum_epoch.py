@@ -268,6 +268,8 @@ def _w_BeginQuorumEpochRequestTopicData_v0(buf: bytearray, o: BeginQuorumEpochRe
 
 def _w_BeginQuorumEpochRequestTopicData_v1(buf: bytearray, o: BeginQuorumEpochRequestTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -321,6 +323,8 @@ def _r_BeginQuorumEpochRequestTopicData_v1(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -362,9 +366,13 @@ def _r_BeginQuorumEpochRequestTopicData_v1(
 
 def _w_LeaderEndpoint_v1(buf: bytearray, o: LeaderEndpoint) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_H.pack(o.port)
@@ -381,6 +389,8 @@ def _r_LeaderEndpoint_v1(data: bytes, pos: int) -> tuple[LeaderEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -394,6 +404,8 @@ def _r_LeaderEndpoint_v1(data: bytes, pos: int) -> tuple[LeaderEndpoint, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -426,6 +438,8 @@ def _w_BeginQuorumEpochRequest_v1(buf: bytearray, o: BeginQuorumEpochRequest) ->
         buf.append(0)
     else:
         _b1 = o.cluster_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_i.pack(o.voter_id)
@@ -505,6 +519,8 @@ def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpo
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -532,6 +548,8 @@ def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpo
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -590,6 +608,8 @@ def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpo
         _n14 -= 1
         if _n14 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n14 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("name overruns the buffer")
@@ -603,6 +623,8 @@ def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpo
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n16 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("host overruns the buffer")
@@ -674,6 +696,8 @@ def _w_BeginQuorumEpochResponseTopicData_v0(buf: bytearray, o: BeginQuorumEpochR
 
 def _w_BeginQuorumEpochResponseTopicData_v1(buf: bytearray, o: BeginQuorumEpochResponseTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -727,6 +751,8 @@ def _r_BeginQuorumEpochResponseTopicData_v1(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -766,6 +792,8 @@ def _r_BeginQuorumEpochResponseTopicData_v1(
 def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
     buf += _S_i.pack(o.node_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_H.pack(o.port)
@@ -784,6 +812,8 @@ def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -799,6 +829,8 @@ def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
 
 
 def _w_BeginQuorumEpochResponse_v0(buf: bytearray, o: BeginQuorumEpochResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("BeginQuorumEpochResponse.node_endpoints is set but this version lacks the field")
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.topics)
     buf += _I32.pack(_n1)
@@ -895,6 +927,8 @@ def _r_BeginQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[BeginQuorumEp
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -963,6 +997,8 @@ def _r_BeginQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[BeginQuorumEp
                 _n15 -= 1
                 if _n15 < 0:
                     raise DecodeError("invalid or null length for host")
+                if _n15 > 0x7FFF:
+                    raise DecodeError("host is longer than 32767 bytes")
                 _end16 = pos + _n15
                 if _end16 > _len:
                     raise DecodeError("host overruns the buffer")

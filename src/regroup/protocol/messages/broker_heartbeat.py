@@ -94,6 +94,12 @@ class BrokerHeartbeatResponse(Message):
 
 
 def _w_BrokerHeartbeatRequest_v0(buf: bytearray, o: BrokerHeartbeatRequest) -> None:
+    if o.offline_log_dirs != []:
+        raise EncodeError("BrokerHeartbeatRequest.offline_log_dirs is set but this version lacks the field")
+    if o.want_fence is None:
+        raise EncodeError("want_fence is null but not nullable")
+    if o.want_shut_down is None:
+        raise EncodeError("want_shut_down is null but not nullable")
     buf += _S_iqqoo.pack(
         o.broker_id, o.broker_epoch, o.current_metadata_offset, o.want_fence, o.want_shut_down
     )
@@ -101,6 +107,10 @@ def _w_BrokerHeartbeatRequest_v0(buf: bytearray, o: BrokerHeartbeatRequest) -> N
 
 
 def _w_BrokerHeartbeatRequest_v1(buf: bytearray, o: BrokerHeartbeatRequest) -> None:
+    if o.want_fence is None:
+        raise EncodeError("want_fence is null but not nullable")
+    if o.want_shut_down is None:
+        raise EncodeError("want_shut_down is null but not nullable")
     buf += _S_iqqoo.pack(
         o.broker_id, o.broker_epoch, o.current_metadata_offset, o.want_fence, o.want_shut_down
     )
@@ -176,6 +186,12 @@ def _r_BrokerHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[BrokerHeartbeat
 
 
 def _w_BrokerHeartbeatResponse_v0(buf: bytearray, o: BrokerHeartbeatResponse) -> None:
+    if o.is_caught_up is None:
+        raise EncodeError("is_caught_up is null but not nullable")
+    if o.is_fenced is None:
+        raise EncodeError("is_fenced is null but not nullable")
+    if o.should_shut_down is None:
+        raise EncodeError("should_shut_down is null but not nullable")
     buf += _S_ihooo.pack(o.throttle_time_ms, o.error_code, o.is_caught_up, o.is_fenced, o.should_shut_down)
     buf.append(0)
 

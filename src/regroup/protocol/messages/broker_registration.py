@@ -148,9 +148,13 @@ class BrokerRegistrationResponse(Message):
 
 def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_Hh.pack(o.port, o.security_protocol)
@@ -167,6 +171,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -180,6 +186,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -196,6 +204,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
 
 def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hh.pack(o.min_supported_version, o.max_supported_version)
@@ -212,6 +222,8 @@ def _r_Feature_v0(data: bytes, pos: int) -> tuple[Feature, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -233,6 +245,8 @@ def _w_BrokerRegistrationRequest_v0(buf: bytearray, o: BrokerRegistrationRequest
         )
     buf += _S_i.pack(o.broker_id)
     _b1 = o.cluster_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.incarnation_id.bytes)
@@ -248,6 +262,8 @@ def _w_BrokerRegistrationRequest_v0(buf: bytearray, o: BrokerRegistrationRequest
         buf.append(0)
     else:
         _b6 = o.rack.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
     buf.append(0)
@@ -256,6 +272,8 @@ def _w_BrokerRegistrationRequest_v0(buf: bytearray, o: BrokerRegistrationRequest
 def _w_BrokerRegistrationRequest_v1(buf: bytearray, o: BrokerRegistrationRequest) -> None:
     buf += _S_i.pack(o.broker_id)
     _b1 = o.cluster_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.incarnation_id.bytes)
@@ -271,8 +289,12 @@ def _w_BrokerRegistrationRequest_v1(buf: bytearray, o: BrokerRegistrationRequest
         buf.append(0)
     else:
         _b6 = o.rack.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
+    if o.is_migrating_zk_broker is None:
+        raise EncodeError("is_migrating_zk_broker is null but not nullable")
     buf += _S_o.pack(o.is_migrating_zk_broker)
     buf.append(0)
 
@@ -280,6 +302,8 @@ def _w_BrokerRegistrationRequest_v1(buf: bytearray, o: BrokerRegistrationRequest
 def _w_BrokerRegistrationRequest_v2(buf: bytearray, o: BrokerRegistrationRequest) -> None:
     buf += _S_i.pack(o.broker_id)
     _b1 = o.cluster_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.incarnation_id.bytes)
@@ -295,8 +319,12 @@ def _w_BrokerRegistrationRequest_v2(buf: bytearray, o: BrokerRegistrationRequest
         buf.append(0)
     else:
         _b6 = o.rack.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
+    if o.is_migrating_zk_broker is None:
+        raise EncodeError("is_migrating_zk_broker is null but not nullable")
     buf += _S_o.pack(o.is_migrating_zk_broker)
     _n7 = len(o.log_dirs)
     buf += uvarint_bytes(_n7 + 1)
@@ -308,6 +336,8 @@ def _w_BrokerRegistrationRequest_v2(buf: bytearray, o: BrokerRegistrationRequest
 def _w_BrokerRegistrationRequest_v3(buf: bytearray, o: BrokerRegistrationRequest) -> None:
     buf += _S_i.pack(o.broker_id)
     _b1 = o.cluster_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.incarnation_id.bytes)
@@ -323,8 +353,12 @@ def _w_BrokerRegistrationRequest_v3(buf: bytearray, o: BrokerRegistrationRequest
         buf.append(0)
     else:
         _b6 = o.rack.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
+    if o.is_migrating_zk_broker is None:
+        raise EncodeError("is_migrating_zk_broker is null but not nullable")
     buf += _S_o.pack(o.is_migrating_zk_broker)
     _n7 = len(o.log_dirs)
     buf += uvarint_bytes(_n7 + 1)
@@ -346,6 +380,8 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for cluster_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("cluster_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("cluster_id overruns the buffer")
@@ -374,6 +410,8 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -387,6 +425,8 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -420,6 +460,8 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
         _n13 -= 1
         if _n13 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n13 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end14 = pos + _n13
         if _end14 > _len:
             raise DecodeError("name overruns the buffer")
@@ -444,6 +486,8 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n15 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end16 = pos + _n15
         if _end16 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -470,6 +514,8 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for cluster_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("cluster_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("cluster_id overruns the buffer")
@@ -498,6 +544,8 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -511,6 +559,8 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -544,6 +594,8 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
         _n13 -= 1
         if _n13 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n13 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end14 = pos + _n13
         if _end14 > _len:
             raise DecodeError("name overruns the buffer")
@@ -568,6 +620,8 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n15 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end16 = pos + _n15
         if _end16 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -604,6 +658,8 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for cluster_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("cluster_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("cluster_id overruns the buffer")
@@ -632,6 +688,8 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -645,6 +703,8 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -678,6 +738,8 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
         _n13 -= 1
         if _n13 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n13 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end14 = pos + _n13
         if _end14 > _len:
             raise DecodeError("name overruns the buffer")
@@ -702,6 +764,8 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n15 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end16 = pos + _n15
         if _end16 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -756,6 +820,8 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for cluster_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("cluster_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("cluster_id overruns the buffer")
@@ -784,6 +850,8 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -797,6 +865,8 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -830,6 +900,8 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
         _n13 -= 1
         if _n13 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n13 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end14 = pos + _n13
         if _end14 > _len:
             raise DecodeError("name overruns the buffer")
@@ -854,6 +926,8 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n15 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end16 = pos + _n15
         if _end16 > _len:
             raise DecodeError("rack overruns the buffer")

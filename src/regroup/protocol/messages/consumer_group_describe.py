@@ -203,8 +203,12 @@ def _w_ConsumerGroupDescribeRequest_v0(buf: bytearray, o: ConsumerGroupDescribeR
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.group_ids:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
+    if o.include_authorized_operations is None:
+        raise EncodeError("include_authorized_operations is null but not nullable")
     buf += _S_o.pack(o.include_authorized_operations)
     buf.append(0)
 
@@ -231,6 +235,8 @@ def _r_ConsumerGroupDescribeRequest_v0(data: bytes, pos: int) -> tuple[ConsumerG
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_ids")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_ids is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_ids overruns the buffer")
@@ -250,6 +256,8 @@ def _r_ConsumerGroupDescribeRequest_v0(data: bytes, pos: int) -> tuple[ConsumerG
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -271,6 +279,8 @@ def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -328,6 +338,8 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -360,37 +372,51 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
 
 def _w_Member_v0(buf: bytearray, o: Member) -> None:
     _b1 = o.member_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.instance_id is None:
         buf.append(0)
     else:
         _b2 = o.instance_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.rack_id is None:
         buf.append(0)
     else:
         _b3 = o.rack_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.member_epoch)
     _b4 = o.client_id.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _b5 = o.client_host.encode()
+    if len(_b5) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _n6 = len(o.subscribed_topic_names)
     buf += uvarint_bytes(_n6 + 1)
     for _e7 in o.subscribed_topic_names:
         _b8 = _e7.encode()
+        if len(_b8) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b8) + 1)
         buf += _b8
     if o.subscribed_topic_regex is None:
         buf.append(0)
     else:
         _b9 = o.subscribed_topic_regex.encode()
+        if len(_b9) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     _w_Assignment_v0(buf, o.assignment)
@@ -408,6 +434,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -424,6 +452,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
             raise DecodeError("invalid length for instance_id")
         _instance_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("instance_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("instance_id overruns the buffer")
@@ -440,6 +470,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
             raise DecodeError("invalid length for rack_id")
         _rack_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("rack_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("rack_id overruns the buffer")
@@ -455,6 +487,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for client_id")
+    if _n7 > 0x7FFF:
+        raise DecodeError("client_id is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("client_id overruns the buffer")
@@ -468,6 +502,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _n9 -= 1
     if _n9 < 0:
         raise DecodeError("invalid or null length for client_host")
+    if _n9 > 0x7FFF:
+        raise DecodeError("client_host is longer than 32767 bytes")
     _end10 = pos + _n9
     if _end10 > _len:
         raise DecodeError("client_host overruns the buffer")
@@ -493,6 +529,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         _n14 -= 1
         if _n14 < 0:
             raise DecodeError("invalid or null length for subscribed_topic_names")
+        if _n14 > 0x7FFF:
+            raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -511,6 +549,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
             raise DecodeError("invalid length for subscribed_topic_regex")
         _subscribed_topic_regex = None
     else:
+        if _n16 > 0x7FFF:
+            raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("subscribed_topic_regex overruns the buffer")
@@ -539,6 +579,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         _n22 -= 1
         if _n22 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n22 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end23 = pos + _n22
         if _end23 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -590,6 +632,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         _n29 -= 1
         if _n29 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n29 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end30 = pos + _n29
         if _end30 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -642,16 +686,24 @@ def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _b2 = o.group_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.group_state.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += _S_ii.pack(o.group_epoch, o.assignment_epoch)
     _b4 = o.assignor_name.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
@@ -677,6 +729,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -690,6 +744,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -703,6 +759,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for group_state")
+    if _n5 > 0x7FFF:
+        raise DecodeError("group_state is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("group_state overruns the buffer")
@@ -718,6 +776,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for assignor_name")
+    if _n7 > 0x7FFF:
+        raise DecodeError("assignor_name is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("assignor_name overruns the buffer")
@@ -743,6 +803,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n12 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -759,6 +821,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
                 raise DecodeError("invalid length for instance_id")
             _s11_instance_id = None
         else:
+            if _n14 > 0x7FFF:
+                raise DecodeError("instance_id is longer than 32767 bytes")
             _end15 = pos + _n14
             if _end15 > _len:
                 raise DecodeError("instance_id overruns the buffer")
@@ -775,6 +839,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
                 raise DecodeError("invalid length for rack_id")
             _s11_rack_id = None
         else:
+            if _n16 > 0x7FFF:
+                raise DecodeError("rack_id is longer than 32767 bytes")
             _end17 = pos + _n16
             if _end17 > _len:
                 raise DecodeError("rack_id overruns the buffer")
@@ -790,6 +856,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n18 -= 1
         if _n18 < 0:
             raise DecodeError("invalid or null length for client_id")
+        if _n18 > 0x7FFF:
+            raise DecodeError("client_id is longer than 32767 bytes")
         _end19 = pos + _n18
         if _end19 > _len:
             raise DecodeError("client_id overruns the buffer")
@@ -803,6 +871,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n20 -= 1
         if _n20 < 0:
             raise DecodeError("invalid or null length for client_host")
+        if _n20 > 0x7FFF:
+            raise DecodeError("client_host is longer than 32767 bytes")
         _end21 = pos + _n20
         if _end21 > _len:
             raise DecodeError("client_host overruns the buffer")
@@ -828,6 +898,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n25 -= 1
             if _n25 < 0:
                 raise DecodeError("invalid or null length for subscribed_topic_names")
+            if _n25 > 0x7FFF:
+                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
             _end26 = pos + _n25
             if _end26 > _len:
                 raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -846,6 +918,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
                 raise DecodeError("invalid length for subscribed_topic_regex")
             _s11_subscribed_topic_regex = None
         else:
+            if _n27 > 0x7FFF:
+                raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
             _end28 = pos + _n27
             if _end28 > _len:
                 raise DecodeError("subscribed_topic_regex overruns the buffer")
@@ -874,6 +948,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n33 -= 1
             if _n33 < 0:
                 raise DecodeError("invalid or null length for topic_name")
+            if _n33 > 0x7FFF:
+                raise DecodeError("topic_name is longer than 32767 bytes")
             _end34 = pos + _n33
             if _end34 > _len:
                 raise DecodeError("topic_name overruns the buffer")
@@ -925,6 +1001,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n40 -= 1
             if _n40 < 0:
                 raise DecodeError("invalid or null length for topic_name")
+            if _n40 > 0x7FFF:
+                raise DecodeError("topic_name is longer than 32767 bytes")
             _end41 = pos + _n40
             if _end41 > _len:
                 raise DecodeError("topic_name overruns the buffer")
@@ -1029,6 +1107,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -1042,6 +1122,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -1055,6 +1137,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for group_state")
+        if _n8 > 0x7FFF:
+            raise DecodeError("group_state is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("group_state overruns the buffer")
@@ -1070,6 +1154,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for assignor_name")
+        if _n10 > 0x7FFF:
+            raise DecodeError("assignor_name is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("assignor_name overruns the buffer")
@@ -1095,6 +1181,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
             _n15 -= 1
             if _n15 < 0:
                 raise DecodeError("invalid or null length for member_id")
+            if _n15 > 0x7FFF:
+                raise DecodeError("member_id is longer than 32767 bytes")
             _end16 = pos + _n15
             if _end16 > _len:
                 raise DecodeError("member_id overruns the buffer")
@@ -1111,6 +1199,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                     raise DecodeError("invalid length for instance_id")
                 _s14_instance_id = None
             else:
+                if _n17 > 0x7FFF:
+                    raise DecodeError("instance_id is longer than 32767 bytes")
                 _end18 = pos + _n17
                 if _end18 > _len:
                     raise DecodeError("instance_id overruns the buffer")
@@ -1127,6 +1217,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                     raise DecodeError("invalid length for rack_id")
                 _s14_rack_id = None
             else:
+                if _n19 > 0x7FFF:
+                    raise DecodeError("rack_id is longer than 32767 bytes")
                 _end20 = pos + _n19
                 if _end20 > _len:
                     raise DecodeError("rack_id overruns the buffer")
@@ -1142,6 +1234,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
             _n21 -= 1
             if _n21 < 0:
                 raise DecodeError("invalid or null length for client_id")
+            if _n21 > 0x7FFF:
+                raise DecodeError("client_id is longer than 32767 bytes")
             _end22 = pos + _n21
             if _end22 > _len:
                 raise DecodeError("client_id overruns the buffer")
@@ -1155,6 +1249,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
             _n23 -= 1
             if _n23 < 0:
                 raise DecodeError("invalid or null length for client_host")
+            if _n23 > 0x7FFF:
+                raise DecodeError("client_host is longer than 32767 bytes")
             _end24 = pos + _n23
             if _end24 > _len:
                 raise DecodeError("client_host overruns the buffer")
@@ -1180,6 +1276,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                 _n28 -= 1
                 if _n28 < 0:
                     raise DecodeError("invalid or null length for subscribed_topic_names")
+                if _n28 > 0x7FFF:
+                    raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
                 _end29 = pos + _n28
                 if _end29 > _len:
                     raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -1198,6 +1296,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                     raise DecodeError("invalid length for subscribed_topic_regex")
                 _s14_subscribed_topic_regex = None
             else:
+                if _n30 > 0x7FFF:
+                    raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
                 _end31 = pos + _n30
                 if _end31 > _len:
                     raise DecodeError("subscribed_topic_regex overruns the buffer")
@@ -1226,6 +1326,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                 _n36 -= 1
                 if _n36 < 0:
                     raise DecodeError("invalid or null length for topic_name")
+                if _n36 > 0x7FFF:
+                    raise DecodeError("topic_name is longer than 32767 bytes")
                 _end37 = pos + _n36
                 if _end37 > _len:
                     raise DecodeError("topic_name overruns the buffer")
@@ -1277,6 +1379,8 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                 _n43 -= 1
                 if _n43 < 0:
                     raise DecodeError("invalid or null length for topic_name")
+                if _n43 > 0x7FFF:
+                    raise DecodeError("topic_name is longer than 32767 bytes")
                 _end44 = pos + _n43
                 if _end44 > _len:
                     raise DecodeError("topic_name overruns the buffer")

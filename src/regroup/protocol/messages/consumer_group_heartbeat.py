@@ -229,9 +229,13 @@ def _w_ConsumerGroupHeartbeatRequest_v0(buf: bytearray, o: ConsumerGroupHeartbea
             "ConsumerGroupHeartbeatRequest.subscribed_topic_regex is set but this version lacks the field"
         )
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.member_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.member_epoch)
@@ -239,12 +243,16 @@ def _w_ConsumerGroupHeartbeatRequest_v0(buf: bytearray, o: ConsumerGroupHeartbea
         buf.append(0)
     else:
         _b3 = o.instance_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.rack_id is None:
         buf.append(0)
     else:
         _b4 = o.rack_id.encode()
+        if len(_b4) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     buf += _S_i.pack(o.rebalance_timeout_ms)
@@ -255,12 +263,16 @@ def _w_ConsumerGroupHeartbeatRequest_v0(buf: bytearray, o: ConsumerGroupHeartbea
         buf += uvarint_bytes(_n5 + 1)
         for _e6 in o.subscribed_topic_names:
             _b7 = _e6.encode()
+            if len(_b7) > 0x7FFF:
+                raise EncodeError("string longer than 32767 bytes")
             buf += uvarint_bytes(len(_b7) + 1)
             buf += _b7
     if o.server_assignor is None:
         buf.append(0)
     else:
         _b8 = o.server_assignor.encode()
+        if len(_b8) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b8) + 1)
         buf += _b8
     if o.topic_partitions is None:
@@ -275,9 +287,13 @@ def _w_ConsumerGroupHeartbeatRequest_v0(buf: bytearray, o: ConsumerGroupHeartbea
 
 def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbeatRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.member_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.member_epoch)
@@ -285,12 +301,16 @@ def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbea
         buf.append(0)
     else:
         _b3 = o.instance_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.rack_id is None:
         buf.append(0)
     else:
         _b4 = o.rack_id.encode()
+        if len(_b4) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     buf += _S_i.pack(o.rebalance_timeout_ms)
@@ -301,18 +321,24 @@ def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbea
         buf += uvarint_bytes(_n5 + 1)
         for _e6 in o.subscribed_topic_names:
             _b7 = _e6.encode()
+            if len(_b7) > 0x7FFF:
+                raise EncodeError("string longer than 32767 bytes")
             buf += uvarint_bytes(len(_b7) + 1)
             buf += _b7
     if o.subscribed_topic_regex is None:
         buf.append(0)
     else:
         _b8 = o.subscribed_topic_regex.encode()
+        if len(_b8) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b8) + 1)
         buf += _b8
     if o.server_assignor is None:
         buf.append(0)
     else:
         _b9 = o.server_assignor.encode()
+        if len(_b9) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     if o.topic_partitions is None:
@@ -335,6 +361,8 @@ def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[Consumer
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -348,6 +376,8 @@ def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[Consumer
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -366,6 +396,8 @@ def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[Consumer
             raise DecodeError("invalid length for instance_id")
         _instance_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("instance_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("instance_id overruns the buffer")
@@ -382,6 +414,8 @@ def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[Consumer
             raise DecodeError("invalid length for rack_id")
         _rack_id = None
     else:
+        if _n7 > 0x7FFF:
+            raise DecodeError("rack_id is longer than 32767 bytes")
         _end8 = pos + _n7
         if _end8 > _len:
             raise DecodeError("rack_id overruns the buffer")
@@ -412,6 +446,8 @@ def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[Consumer
             _n12 -= 1
             if _n12 < 0:
                 raise DecodeError("invalid or null length for subscribed_topic_names")
+            if _n12 > 0x7FFF:
+                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
             _end13 = pos + _n12
             if _end13 > _len:
                 raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -430,6 +466,8 @@ def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[Consumer
             raise DecodeError("invalid length for server_assignor")
         _server_assignor = None
     else:
+        if _n14 > 0x7FFF:
+            raise DecodeError("server_assignor is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("server_assignor overruns the buffer")
@@ -499,6 +537,8 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -512,6 +552,8 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -530,6 +572,8 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
             raise DecodeError("invalid length for instance_id")
         _instance_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("instance_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("instance_id overruns the buffer")
@@ -546,6 +590,8 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
             raise DecodeError("invalid length for rack_id")
         _rack_id = None
     else:
+        if _n7 > 0x7FFF:
+            raise DecodeError("rack_id is longer than 32767 bytes")
         _end8 = pos + _n7
         if _end8 > _len:
             raise DecodeError("rack_id overruns the buffer")
@@ -576,6 +622,8 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
             _n12 -= 1
             if _n12 < 0:
                 raise DecodeError("invalid or null length for subscribed_topic_names")
+            if _n12 > 0x7FFF:
+                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
             _end13 = pos + _n12
             if _end13 > _len:
                 raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -594,6 +642,8 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
             raise DecodeError("invalid length for subscribed_topic_regex")
         _subscribed_topic_regex = None
     else:
+        if _n14 > 0x7FFF:
+            raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("subscribed_topic_regex overruns the buffer")
@@ -610,6 +660,8 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
             raise DecodeError("invalid length for server_assignor")
         _server_assignor = None
     else:
+        if _n16 > 0x7FFF:
+            raise DecodeError("server_assignor is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("server_assignor overruns the buffer")
@@ -761,12 +813,16 @@ def _w_ConsumerGroupHeartbeatResponse_v0(buf: bytearray, o: ConsumerGroupHeartbe
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.member_id is None:
         buf.append(0)
     else:
         _b2 = o.member_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_ii.pack(o.member_epoch, o.heartbeat_interval_ms)
@@ -793,6 +849,8 @@ def _r_ConsumerGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[Consume
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -809,6 +867,8 @@ def _r_ConsumerGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[Consume
             raise DecodeError("invalid length for member_id")
         _member_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("member_id overruns the buffer")

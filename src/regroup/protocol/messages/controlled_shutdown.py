@@ -155,6 +155,8 @@ def _w_RemainingPartition_v0(buf: bytearray, o: RemainingPartition) -> None:
 
 def _w_RemainingPartition_v3(buf: bytearray, o: RemainingPartition) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.partition_index)
@@ -187,6 +189,8 @@ def _r_RemainingPartition_v3(data: bytes, pos: int) -> tuple[RemainingPartition,
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -270,6 +274,8 @@ def _r_ControlledShutdownResponse_v3(data: bytes, pos: int) -> tuple[ControlledS
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")

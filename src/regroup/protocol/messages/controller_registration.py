@@ -135,9 +135,13 @@ class ControllerRegistrationResponse(Message):
 
 def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_Hh.pack(o.port, o.security_protocol)
@@ -154,6 +158,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -167,6 +173,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -183,6 +191,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
 
 def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hh.pack(o.min_supported_version, o.max_supported_version)
@@ -199,6 +209,8 @@ def _r_Feature_v0(data: bytes, pos: int) -> tuple[Feature, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -214,6 +226,8 @@ def _r_Feature_v0(data: bytes, pos: int) -> tuple[Feature, int]:
 
 
 def _w_ControllerRegistrationRequest_v0(buf: bytearray, o: ControllerRegistrationRequest) -> None:
+    if o.zk_migration_ready is None:
+        raise EncodeError("zk_migration_ready is null but not nullable")
     buf += _S_i16so.pack(o.controller_id, o.incarnation_id.bytes, o.zk_migration_ready)
     _n1 = len(o.listeners)
     buf += uvarint_bytes(_n1 + 1)
@@ -251,6 +265,8 @@ def _r_ControllerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[Controll
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -264,6 +280,8 @@ def _r_ControllerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[Controll
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n6 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("host overruns the buffer")
@@ -297,6 +315,8 @@ def _r_ControllerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[Controll
         _n11 -= 1
         if _n11 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n11 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end12 = pos + _n11
         if _end12 > _len:
             raise DecodeError("name overruns the buffer")
@@ -325,6 +345,8 @@ def _w_ControllerRegistrationResponse_v0(buf: bytearray, o: ControllerRegistrati
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -345,6 +367,8 @@ def _r_ControllerRegistrationResponse_v0(data: bytes, pos: int) -> tuple[Control
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")

@@ -169,13 +169,19 @@ def _w_AclCreation_v1(buf: bytearray, o: AclCreation) -> None:
 def _w_AclCreation_v2(buf: bytearray, o: AclCreation) -> None:
     buf += _S_b.pack(o.resource_type)
     _b1 = o.resource_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.resource_pattern_type)
     _b2 = o.principal.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.host.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += _S_bb.pack(o.operation, o.permission_type)
@@ -278,6 +284,8 @@ def _r_AclCreation_v2(data: bytes, pos: int) -> tuple[AclCreation, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for resource_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("resource_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("resource_name overruns the buffer")
@@ -293,6 +301,8 @@ def _r_AclCreation_v2(data: bytes, pos: int) -> tuple[AclCreation, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for principal")
+    if _n3 > 0x7FFF:
+        raise DecodeError("principal is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("principal overruns the buffer")
@@ -306,6 +316,8 @@ def _r_AclCreation_v2(data: bytes, pos: int) -> tuple[AclCreation, int]:
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n5 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("host overruns the buffer")
@@ -488,6 +500,8 @@ def _r_CreateAclsRequest_v2(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for resource_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("resource_name overruns the buffer")
@@ -503,6 +517,8 @@ def _r_CreateAclsRequest_v2(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for principal")
+        if _n6 > 0x7FFF:
+            raise DecodeError("principal is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("principal overruns the buffer")
@@ -516,6 +532,8 @@ def _r_CreateAclsRequest_v2(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -562,6 +580,8 @@ def _w_AclCreationResult_v2(buf: bytearray, o: AclCreationResult) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -601,6 +621,8 @@ def _r_AclCreationResult_v2(data: bytes, pos: int) -> tuple[AclCreationResult, i
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -690,6 +712,8 @@ def _r_CreateAclsResponse_v2(data: bytes, pos: int) -> tuple[CreateAclsResponse,
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")

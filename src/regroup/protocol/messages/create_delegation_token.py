@@ -148,9 +148,13 @@ def _w_CreatableRenewers_v0(buf: bytearray, o: CreatableRenewers) -> None:
 
 def _w_CreatableRenewers_v2(buf: bytearray, o: CreatableRenewers) -> None:
     _b1 = o.principal_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
@@ -189,6 +193,8 @@ def _r_CreatableRenewers_v2(data: bytes, pos: int) -> tuple[CreatableRenewers, i
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for principal_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("principal_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("principal_type overruns the buffer")
@@ -202,6 +208,8 @@ def _r_CreatableRenewers_v2(data: bytes, pos: int) -> tuple[CreatableRenewers, i
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for principal_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("principal_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("principal_name overruns the buffer")
@@ -252,12 +260,16 @@ def _w_CreateDelegationTokenRequest_v3(buf: bytearray, o: CreateDelegationTokenR
         buf.append(0)
     else:
         _b1 = o.owner_principal_type.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.owner_principal_name is None:
         buf.append(0)
     else:
         _b2 = o.owner_principal_name.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _n3 = len(o.renewers)
@@ -325,6 +337,8 @@ def _r_CreateDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[CreateDel
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for principal_type")
+        if _n4 > 0x7FFF:
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("principal_type overruns the buffer")
@@ -338,6 +352,8 @@ def _r_CreateDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[CreateDel
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for principal_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("principal_name overruns the buffer")
@@ -371,6 +387,8 @@ def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDel
             raise DecodeError("invalid length for owner_principal_type")
         _owner_principal_type = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("owner_principal_type is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("owner_principal_type overruns the buffer")
@@ -387,6 +405,8 @@ def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDel
             raise DecodeError("invalid length for owner_principal_name")
         _owner_principal_name = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("owner_principal_name is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("owner_principal_name overruns the buffer")
@@ -412,6 +432,8 @@ def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDel
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for principal_type")
+        if _n8 > 0x7FFF:
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("principal_type overruns the buffer")
@@ -425,6 +447,8 @@ def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDel
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for principal_name")
+        if _n10 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("principal_name overruns the buffer")
@@ -483,13 +507,19 @@ def _w_CreateDelegationTokenResponse_v2(buf: bytearray, o: CreateDelegationToken
         )
     buf += _S_h.pack(o.error_code)
     _b1 = o.principal_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_qqq.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
     _b3 = o.token_id.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += uvarint_bytes(len(o.hmac) + 1)
@@ -501,19 +531,29 @@ def _w_CreateDelegationTokenResponse_v2(buf: bytearray, o: CreateDelegationToken
 def _w_CreateDelegationTokenResponse_v3(buf: bytearray, o: CreateDelegationTokenResponse) -> None:
     buf += _S_h.pack(o.error_code)
     _b1 = o.principal_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.token_requester_principal_type.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.token_requester_principal_name.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += _S_qqq.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
     _b5 = o.token_id.encode()
+    if len(_b5) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     buf += uvarint_bytes(len(o.hmac) + 1)
@@ -593,6 +633,8 @@ def _r_CreateDelegationTokenResponse_v2(data: bytes, pos: int) -> tuple[CreateDe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for principal_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("principal_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("principal_type overruns the buffer")
@@ -606,6 +648,8 @@ def _r_CreateDelegationTokenResponse_v2(data: bytes, pos: int) -> tuple[CreateDe
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for principal_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("principal_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("principal_name overruns the buffer")
@@ -621,6 +665,8 @@ def _r_CreateDelegationTokenResponse_v2(data: bytes, pos: int) -> tuple[CreateDe
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for token_id")
+    if _n5 > 0x7FFF:
+        raise DecodeError("token_id is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("token_id overruns the buffer")
@@ -672,6 +718,8 @@ def _r_CreateDelegationTokenResponse_v3(data: bytes, pos: int) -> tuple[CreateDe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for principal_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("principal_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("principal_type overruns the buffer")
@@ -685,6 +733,8 @@ def _r_CreateDelegationTokenResponse_v3(data: bytes, pos: int) -> tuple[CreateDe
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for principal_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("principal_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("principal_name overruns the buffer")
@@ -698,6 +748,8 @@ def _r_CreateDelegationTokenResponse_v3(data: bytes, pos: int) -> tuple[CreateDe
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for token_requester_principal_type")
+    if _n5 > 0x7FFF:
+        raise DecodeError("token_requester_principal_type is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("token_requester_principal_type overruns the buffer")
@@ -711,6 +763,8 @@ def _r_CreateDelegationTokenResponse_v3(data: bytes, pos: int) -> tuple[CreateDe
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for token_requester_principal_name")
+    if _n7 > 0x7FFF:
+        raise DecodeError("token_requester_principal_name is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("token_requester_principal_name overruns the buffer")
@@ -726,6 +780,8 @@ def _r_CreateDelegationTokenResponse_v3(data: bytes, pos: int) -> tuple[CreateDe
     _n9 -= 1
     if _n9 < 0:
         raise DecodeError("invalid or null length for token_id")
+    if _n9 > 0x7FFF:
+        raise DecodeError("token_id is longer than 32767 bytes")
     _end10 = pos + _n9
     if _end10 > _len:
         raise DecodeError("token_id overruns the buffer")

@@ -219,6 +219,8 @@ def _w_CreatePartitionsTopic_v0(buf: bytearray, o: CreatePartitionsTopic) -> Non
 
 def _w_CreatePartitionsTopic_v2(buf: bytearray, o: CreatePartitionsTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.count)
@@ -279,6 +281,8 @@ def _r_CreatePartitionsTopic_v2(data: bytes, pos: int) -> tuple[CreatePartitions
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -331,6 +335,8 @@ def _w_CreatePartitionsRequest_v0(buf: bytearray, o: CreatePartitionsRequest) ->
     buf += _I32.pack(_n1)
     for _e2 in o.topics:
         _w_CreatePartitionsTopic_v0(buf, _e2)
+    if o.validate_only is None:
+        raise EncodeError("validate_only is null but not nullable")
     buf += _S_io.pack(o.timeout_ms, o.validate_only)
 
 
@@ -339,6 +345,8 @@ def _w_CreatePartitionsRequest_v2(buf: bytearray, o: CreatePartitionsRequest) ->
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_CreatePartitionsTopic_v2(buf, _e2)
+    if o.validate_only is None:
+        raise EncodeError("validate_only is null but not nullable")
     buf += _S_io.pack(o.timeout_ms, o.validate_only)
     buf.append(0)
 
@@ -414,6 +422,8 @@ def _r_CreatePartitionsRequest_v2(data: bytes, pos: int) -> tuple[CreatePartitio
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -484,6 +494,8 @@ def _w_CreatePartitionsTopicResult_v0(buf: bytearray, o: CreatePartitionsTopicRe
 
 def _w_CreatePartitionsTopicResult_v2(buf: bytearray, o: CreatePartitionsTopicResult) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -491,6 +503,8 @@ def _w_CreatePartitionsTopicResult_v2(buf: bytearray, o: CreatePartitionsTopicRe
         buf.append(0)
     else:
         _b2 = o.error_message.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -534,6 +548,8 @@ def _r_CreatePartitionsTopicResult_v2(data: bytes, pos: int) -> tuple[CreatePart
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -552,6 +568,8 @@ def _r_CreatePartitionsTopicResult_v2(data: bytes, pos: int) -> tuple[CreatePart
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -645,6 +663,8 @@ def _r_CreatePartitionsResponse_v2(data: bytes, pos: int) -> tuple[CreatePartiti
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -663,6 +683,8 @@ def _r_CreatePartitionsResponse_v2(data: bytes, pos: int) -> tuple[CreatePartiti
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")

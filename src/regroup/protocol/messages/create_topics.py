@@ -304,12 +304,16 @@ def _w_CreatableTopicConfig_v0(buf: bytearray, o: CreatableTopicConfig) -> None:
 
 def _w_CreatableTopicConfig_v5(buf: bytearray, o: CreatableTopicConfig) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.value is None:
         buf.append(0)
     else:
         _b2 = o.value.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -351,6 +355,8 @@ def _r_CreatableTopicConfig_v5(data: bytes, pos: int) -> tuple[CreatableTopicCon
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -367,6 +373,8 @@ def _r_CreatableTopicConfig_v5(data: bytes, pos: int) -> tuple[CreatableTopicCon
             raise DecodeError("invalid length for value")
         _value = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("value is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("value overruns the buffer")
@@ -396,6 +404,8 @@ def _w_CreatableTopic_v0(buf: bytearray, o: CreatableTopic) -> None:
 
 def _w_CreatableTopic_v5(buf: bytearray, o: CreatableTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ih.pack(o.num_partitions, o.replication_factor)
@@ -487,6 +497,8 @@ def _r_CreatableTopic_v5(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -546,6 +558,8 @@ def _r_CreatableTopic_v5(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n10 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("name overruns the buffer")
@@ -562,6 +576,8 @@ def _r_CreatableTopic_v5(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
                 raise DecodeError("invalid length for value")
             _s9_value = None
         else:
+            if _n12 > 0x7FFF:
+                raise DecodeError("value is longer than 32767 bytes")
             _end13 = pos + _n12
             if _end13 > _len:
                 raise DecodeError("value overruns the buffer")
@@ -595,6 +611,8 @@ def _w_CreateTopicsRequest_v1(buf: bytearray, o: CreateTopicsRequest) -> None:
     buf += _I32.pack(_n1)
     for _e2 in o.topics:
         _w_CreatableTopic_v0(buf, _e2)
+    if o.validate_only is None:
+        raise EncodeError("validate_only is null but not nullable")
     buf += _S_io.pack(o.timeout_ms, o.validate_only)
 
 
@@ -603,6 +621,8 @@ def _w_CreateTopicsRequest_v5(buf: bytearray, o: CreateTopicsRequest) -> None:
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_CreatableTopic_v5(buf, _e2)
+    if o.validate_only is None:
+        raise EncodeError("validate_only is null but not nullable")
     buf += _S_io.pack(o.timeout_ms, o.validate_only)
     buf.append(0)
 
@@ -791,6 +811,8 @@ def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsReques
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -850,6 +872,8 @@ def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsReques
             _n13 -= 1
             if _n13 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n13 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end14 = pos + _n13
             if _end14 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -866,6 +890,8 @@ def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsReques
                     raise DecodeError("invalid length for value")
                 _s12_value = None
             else:
+                if _n15 > 0x7FFF:
+                    raise DecodeError("value is longer than 32767 bytes")
                 _end16 = pos + _n15
                 if _end16 > _len:
                     raise DecodeError("value overruns the buffer")
@@ -896,14 +922,22 @@ def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsReques
 
 def _w_CreatableTopicConfigs_v5(buf: bytearray, o: CreatableTopicConfigs) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.value is None:
         buf.append(0)
     else:
         _b2 = o.value.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
+    if o.read_only is None:
+        raise EncodeError("read_only is null but not nullable")
+    if o.is_sensitive is None:
+        raise EncodeError("is_sensitive is null but not nullable")
     buf += _S_obo.pack(o.read_only, o.config_source, o.is_sensitive)
     buf.append(0)
 
@@ -918,6 +952,8 @@ def _r_CreatableTopicConfigs_v5(data: bytes, pos: int) -> tuple[CreatableTopicCo
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -934,6 +970,8 @@ def _r_CreatableTopicConfigs_v5(data: bytes, pos: int) -> tuple[CreatableTopicCo
             raise DecodeError("invalid length for value")
         _value = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("value is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("value overruns the buffer")
@@ -970,6 +1008,8 @@ def _w_CreatableTopicResult_v1(buf: bytearray, o: CreatableTopicResult) -> None:
 
 def _w_CreatableTopicResult_v5(buf: bytearray, o: CreatableTopicResult) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -977,6 +1017,8 @@ def _w_CreatableTopicResult_v5(buf: bytearray, o: CreatableTopicResult) -> None:
         buf.append(0)
     else:
         _b2 = o.error_message.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_ih.pack(o.num_partitions, o.replication_factor)
@@ -1001,6 +1043,8 @@ def _w_CreatableTopicResult_v5(buf: bytearray, o: CreatableTopicResult) -> None:
 
 def _w_CreatableTopicResult_v7(buf: bytearray, o: CreatableTopicResult) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16sh.pack(o.topic_id.bytes, o.error_code)
@@ -1008,6 +1052,8 @@ def _w_CreatableTopicResult_v7(buf: bytearray, o: CreatableTopicResult) -> None:
         buf.append(0)
     else:
         _b2 = o.error_message.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_ih.pack(o.num_partitions, o.replication_factor)
@@ -1084,6 +1130,8 @@ def _r_CreatableTopicResult_v5(data: bytes, pos: int) -> tuple[CreatableTopicRes
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1102,6 +1150,8 @@ def _r_CreatableTopicResult_v5(data: bytes, pos: int) -> tuple[CreatableTopicRes
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -1132,6 +1182,8 @@ def _r_CreatableTopicResult_v5(data: bytes, pos: int) -> tuple[CreatableTopicRes
             _n8 -= 1
             if _n8 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n8 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -1148,6 +1200,8 @@ def _r_CreatableTopicResult_v5(data: bytes, pos: int) -> tuple[CreatableTopicRes
                     raise DecodeError("invalid length for value")
                 _s7_value = None
             else:
+                if _n10 > 0x7FFF:
+                    raise DecodeError("value is longer than 32767 bytes")
                 _end11 = pos + _n10
                 if _end11 > _len:
                     raise DecodeError("value overruns the buffer")
@@ -1199,6 +1253,8 @@ def _r_CreatableTopicResult_v7(data: bytes, pos: int) -> tuple[CreatableTopicRes
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1218,6 +1274,8 @@ def _r_CreatableTopicResult_v7(data: bytes, pos: int) -> tuple[CreatableTopicRes
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -1248,6 +1306,8 @@ def _r_CreatableTopicResult_v7(data: bytes, pos: int) -> tuple[CreatableTopicRes
             _n8 -= 1
             if _n8 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n8 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -1264,6 +1324,8 @@ def _r_CreatableTopicResult_v7(data: bytes, pos: int) -> tuple[CreatableTopicRes
                     raise DecodeError("invalid length for value")
                 _s7_value = None
             else:
+                if _n10 > 0x7FFF:
+                    raise DecodeError("value is longer than 32767 bytes")
                 _end11 = pos + _n10
                 if _end11 > _len:
                     raise DecodeError("value overruns the buffer")
@@ -1477,6 +1539,8 @@ def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1495,6 +1559,8 @@ def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsRespo
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -1525,6 +1591,8 @@ def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsRespo
                 _n11 -= 1
                 if _n11 < 0:
                     raise DecodeError("invalid or null length for name")
+                if _n11 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
                 _end12 = pos + _n11
                 if _end12 > _len:
                     raise DecodeError("name overruns the buffer")
@@ -1541,6 +1609,8 @@ def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsRespo
                         raise DecodeError("invalid length for value")
                     _s10_value = None
                 else:
+                    if _n13 > 0x7FFF:
+                        raise DecodeError("value is longer than 32767 bytes")
                     _end14 = pos + _n13
                     if _end14 > _len:
                         raise DecodeError("value overruns the buffer")
@@ -1616,6 +1686,8 @@ def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1635,6 +1707,8 @@ def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsRespo
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -1665,6 +1739,8 @@ def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsRespo
                 _n11 -= 1
                 if _n11 < 0:
                     raise DecodeError("invalid or null length for name")
+                if _n11 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
                 _end12 = pos + _n11
                 if _end12 > _len:
                     raise DecodeError("name overruns the buffer")
@@ -1681,6 +1757,8 @@ def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsRespo
                         raise DecodeError("invalid length for value")
                     _s10_value = None
                 else:
+                    if _n13 > 0x7FFF:
+                        raise DecodeError("value is longer than 32767 bytes")
                     _end14 = pos + _n13
                     if _end14 > _len:
                         raise DecodeError("value overruns the buffer")

@@ -226,6 +226,8 @@ def _w_DeleteAclsFilter_v2(buf: bytearray, o: DeleteAclsFilter) -> None:
         buf.append(0)
     else:
         _b1 = o.resource_name_filter.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.pattern_type_filter)
@@ -233,12 +235,16 @@ def _w_DeleteAclsFilter_v2(buf: bytearray, o: DeleteAclsFilter) -> None:
         buf.append(0)
     else:
         _b2 = o.principal_filter.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.host_filter is None:
         buf.append(0)
     else:
         _b3 = o.host_filter.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_bb.pack(o.operation, o.permission_type)
@@ -368,6 +374,8 @@ def _r_DeleteAclsFilter_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int
             raise DecodeError("invalid length for resource_name_filter")
         _resource_name_filter = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("resource_name_filter is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("resource_name_filter overruns the buffer")
@@ -386,6 +394,8 @@ def _r_DeleteAclsFilter_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int
             raise DecodeError("invalid length for principal_filter")
         _principal_filter = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("principal_filter is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("principal_filter overruns the buffer")
@@ -402,6 +412,8 @@ def _r_DeleteAclsFilter_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int
             raise DecodeError("invalid length for host_filter")
         _host_filter = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("host_filter is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("host_filter overruns the buffer")
@@ -605,6 +617,8 @@ def _r_DeleteAclsRequest_v2(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
                 raise DecodeError("invalid length for resource_name_filter")
             _s3_resource_name_filter = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("resource_name_filter is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("resource_name_filter overruns the buffer")
@@ -623,6 +637,8 @@ def _r_DeleteAclsRequest_v2(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
                 raise DecodeError("invalid length for principal_filter")
             _s3_principal_filter = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("principal_filter is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("principal_filter overruns the buffer")
@@ -639,6 +655,8 @@ def _r_DeleteAclsRequest_v2(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
                 raise DecodeError("invalid length for host_filter")
             _s3_host_filter = None
         else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("host_filter is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("host_filter overruns the buffer")
@@ -720,17 +738,25 @@ def _w_DeleteAclsMatchingAcl_v2(buf: bytearray, o: DeleteAclsMatchingAcl) -> Non
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.resource_type)
     _b2 = o.resource_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_b.pack(o.pattern_type)
     _b3 = o.principal.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.host.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += _S_bb.pack(o.operation, o.permission_type)
@@ -874,6 +900,8 @@ def _r_DeleteAclsMatchingAcl_v2(data: bytes, pos: int) -> tuple[DeleteAclsMatchi
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -889,6 +917,8 @@ def _r_DeleteAclsMatchingAcl_v2(data: bytes, pos: int) -> tuple[DeleteAclsMatchi
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for resource_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("resource_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("resource_name overruns the buffer")
@@ -904,6 +934,8 @@ def _r_DeleteAclsMatchingAcl_v2(data: bytes, pos: int) -> tuple[DeleteAclsMatchi
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for principal")
+    if _n5 > 0x7FFF:
+        raise DecodeError("principal is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("principal overruns the buffer")
@@ -917,6 +949,8 @@ def _r_DeleteAclsMatchingAcl_v2(data: bytes, pos: int) -> tuple[DeleteAclsMatchi
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n7 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("host overruns the buffer")
@@ -975,6 +1009,8 @@ def _w_DeleteAclsFilterResult_v2(buf: bytearray, o: DeleteAclsFilterResult) -> N
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.matching_acls)
@@ -1173,6 +1209,8 @@ def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilte
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -1203,6 +1241,8 @@ def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilte
                 raise DecodeError("invalid length for error_message")
             _s5_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -1218,6 +1258,8 @@ def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilte
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for resource_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("resource_name overruns the buffer")
@@ -1233,6 +1275,8 @@ def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilte
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for principal")
+        if _n10 > 0x7FFF:
+            raise DecodeError("principal is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("principal overruns the buffer")
@@ -1246,6 +1290,8 @@ def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilte
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n12 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("host overruns the buffer")
@@ -1530,6 +1576,8 @@ def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -1560,6 +1608,8 @@ def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
                     raise DecodeError("invalid length for error_message")
                 _s8_error_message = None
             else:
+                if _n9 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("error_message overruns the buffer")
@@ -1575,6 +1625,8 @@ def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
             _n11 -= 1
             if _n11 < 0:
                 raise DecodeError("invalid or null length for resource_name")
+            if _n11 > 0x7FFF:
+                raise DecodeError("resource_name is longer than 32767 bytes")
             _end12 = pos + _n11
             if _end12 > _len:
                 raise DecodeError("resource_name overruns the buffer")
@@ -1590,6 +1642,8 @@ def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
             _n13 -= 1
             if _n13 < 0:
                 raise DecodeError("invalid or null length for principal")
+            if _n13 > 0x7FFF:
+                raise DecodeError("principal is longer than 32767 bytes")
             _end14 = pos + _n13
             if _end14 > _len:
                 raise DecodeError("principal overruns the buffer")
@@ -1603,6 +1657,8 @@ def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
             _n15 -= 1
             if _n15 < 0:
                 raise DecodeError("invalid or null length for host")
+            if _n15 > 0x7FFF:
+                raise DecodeError("host is longer than 32767 bytes")
             _end16 = pos + _n15
             if _end16 > _len:
                 raise DecodeError("host overruns the buffer")

@@ -118,6 +118,8 @@ def _w_DeleteGroupsRequest_v2(buf: bytearray, o: DeleteGroupsRequest) -> None:
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups_names:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -169,6 +171,8 @@ def _r_DeleteGroupsRequest_v2(data: bytes, pos: int) -> tuple[DeleteGroupsReques
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for groups_names")
+        if _n4 > 0x7FFF:
+            raise DecodeError("groups_names is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("groups_names overruns the buffer")
@@ -192,6 +196,8 @@ def _w_DeletableGroupResult_v0(buf: bytearray, o: DeletableGroupResult) -> None:
 
 def _w_DeletableGroupResult_v2(buf: bytearray, o: DeletableGroupResult) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -224,6 +230,8 @@ def _r_DeletableGroupResult_v2(data: bytes, pos: int) -> tuple[DeletableGroupRes
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -307,6 +315,8 @@ def _r_DeleteGroupsResponse_v2(data: bytes, pos: int) -> tuple[DeleteGroupsRespo
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_id overruns the buffer")

@@ -203,6 +203,8 @@ def _w_DeleteRecordsTopic_v0(buf: bytearray, o: DeleteRecordsTopic) -> None:
 
 def _w_DeleteRecordsTopic_v2(buf: bytearray, o: DeleteRecordsTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -248,6 +250,8 @@ def _r_DeleteRecordsTopic_v2(data: bytes, pos: int) -> tuple[DeleteRecordsTopic,
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -357,6 +361,8 @@ def _r_DeleteRecordsRequest_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRequ
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -436,6 +442,8 @@ def _w_DeleteRecordsTopicResult_v0(buf: bytearray, o: DeleteRecordsTopicResult) 
 
 def _w_DeleteRecordsTopicResult_v2(buf: bytearray, o: DeleteRecordsTopicResult) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -481,6 +489,8 @@ def _r_DeleteRecordsTopicResult_v2(data: bytes, pos: int) -> tuple[DeleteRecords
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -592,6 +602,8 @@ def _r_DeleteRecordsResponse_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRes
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")

@@ -154,6 +154,8 @@ def _w_DeleteTopicState_v6(buf: bytearray, o: DeleteTopicState) -> None:
         buf.append(0)
     else:
         _b1 = o.name.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_16s.pack(o.topic_id.bytes)
@@ -173,6 +175,8 @@ def _r_DeleteTopicState_v6(data: bytes, pos: int) -> tuple[DeleteTopicState, int
             raise DecodeError("invalid length for name")
         _name = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("name overruns the buffer")
@@ -207,6 +211,8 @@ def _w_DeleteTopicsRequest_v4(buf: bytearray, o: DeleteTopicsRequest) -> None:
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_names:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.timeout_ms)
@@ -270,6 +276,8 @@ def _r_DeleteTopicsRequest_v4(data: bytes, pos: int) -> tuple[DeleteTopicsReques
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_names")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_names is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_names overruns the buffer")
@@ -311,6 +319,8 @@ def _r_DeleteTopicsRequest_v6(data: bytes, pos: int) -> tuple[DeleteTopicsReques
                 raise DecodeError("invalid length for name")
             _s3_name = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -347,6 +357,8 @@ def _w_DeletableTopicResult_v4(buf: bytearray, o: DeletableTopicResult) -> None:
     if o.name is None:
         raise EncodeError("name is null but not nullable at this version")
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -357,6 +369,8 @@ def _w_DeletableTopicResult_v5(buf: bytearray, o: DeletableTopicResult) -> None:
     if o.name is None:
         raise EncodeError("name is null but not nullable at this version")
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -364,6 +378,8 @@ def _w_DeletableTopicResult_v5(buf: bytearray, o: DeletableTopicResult) -> None:
         buf.append(0)
     else:
         _b2 = o.error_message.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -374,6 +390,8 @@ def _w_DeletableTopicResult_v6(buf: bytearray, o: DeletableTopicResult) -> None:
         buf.append(0)
     else:
         _b1 = o.name.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_16sh.pack(o.topic_id.bytes, o.error_code)
@@ -381,6 +399,8 @@ def _w_DeletableTopicResult_v6(buf: bytearray, o: DeletableTopicResult) -> None:
         buf.append(0)
     else:
         _b2 = o.error_message.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -412,6 +432,8 @@ def _r_DeletableTopicResult_v4(data: bytes, pos: int) -> tuple[DeletableTopicRes
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -436,6 +458,8 @@ def _r_DeletableTopicResult_v5(data: bytes, pos: int) -> tuple[DeletableTopicRes
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -454,6 +478,8 @@ def _r_DeletableTopicResult_v5(data: bytes, pos: int) -> tuple[DeletableTopicRes
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -479,6 +505,8 @@ def _r_DeletableTopicResult_v6(data: bytes, pos: int) -> tuple[DeletableTopicRes
             raise DecodeError("invalid length for name")
         _name = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("name overruns the buffer")
@@ -498,6 +526,8 @@ def _r_DeletableTopicResult_v6(data: bytes, pos: int) -> tuple[DeletableTopicRes
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -630,6 +660,8 @@ def _r_DeleteTopicsResponse_v4(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -674,6 +706,8 @@ def _r_DeleteTopicsResponse_v5(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -692,6 +726,8 @@ def _r_DeleteTopicsResponse_v5(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -737,6 +773,8 @@ def _r_DeleteTopicsResponse_v6(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
                 raise DecodeError("invalid length for name")
             _s3_name = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -756,6 +794,8 @@ def _r_DeleteTopicsResponse_v6(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")

@@ -204,6 +204,8 @@ def _w_DescribeAclsRequest_v2(buf: bytearray, o: DescribeAclsRequest) -> None:
         buf.append(0)
     else:
         _b1 = o.resource_name_filter.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.pattern_type_filter)
@@ -211,12 +213,16 @@ def _w_DescribeAclsRequest_v2(buf: bytearray, o: DescribeAclsRequest) -> None:
         buf.append(0)
     else:
         _b2 = o.principal_filter.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.host_filter is None:
         buf.append(0)
     else:
         _b3 = o.host_filter.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_bb.pack(o.operation, o.permission_type)
@@ -346,6 +352,8 @@ def _r_DescribeAclsRequest_v2(data: bytes, pos: int) -> tuple[DescribeAclsReques
             raise DecodeError("invalid length for resource_name_filter")
         _resource_name_filter = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("resource_name_filter is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("resource_name_filter overruns the buffer")
@@ -364,6 +372,8 @@ def _r_DescribeAclsRequest_v2(data: bytes, pos: int) -> tuple[DescribeAclsReques
             raise DecodeError("invalid length for principal_filter")
         _principal_filter = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("principal_filter is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("principal_filter overruns the buffer")
@@ -380,6 +390,8 @@ def _r_DescribeAclsRequest_v2(data: bytes, pos: int) -> tuple[DescribeAclsReques
             raise DecodeError("invalid length for host_filter")
         _host_filter = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("host_filter is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("host_filter overruns the buffer")
@@ -414,9 +426,13 @@ def _w_AclDescription_v0(buf: bytearray, o: AclDescription) -> None:
 
 def _w_AclDescription_v2(buf: bytearray, o: AclDescription) -> None:
     _b1 = o.principal.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_bb.pack(o.operation, o.permission_type)
@@ -458,6 +474,8 @@ def _r_AclDescription_v2(data: bytes, pos: int) -> tuple[AclDescription, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for principal")
+    if _n1 > 0x7FFF:
+        raise DecodeError("principal is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("principal overruns the buffer")
@@ -471,6 +489,8 @@ def _r_AclDescription_v2(data: bytes, pos: int) -> tuple[AclDescription, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -513,6 +533,8 @@ def _w_DescribeAclsResource_v1(buf: bytearray, o: DescribeAclsResource) -> None:
 def _w_DescribeAclsResource_v2(buf: bytearray, o: DescribeAclsResource) -> None:
     buf += _S_b.pack(o.resource_type)
     _b1 = o.resource_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.pattern_type)
@@ -629,6 +651,8 @@ def _r_DescribeAclsResource_v2(data: bytes, pos: int) -> tuple[DescribeAclsResou
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for resource_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("resource_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("resource_name overruns the buffer")
@@ -656,6 +680,8 @@ def _r_DescribeAclsResource_v2(data: bytes, pos: int) -> tuple[DescribeAclsResou
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for principal")
+        if _n6 > 0x7FFF:
+            raise DecodeError("principal is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("principal overruns the buffer")
@@ -669,6 +695,8 @@ def _r_DescribeAclsResource_v2(data: bytes, pos: int) -> tuple[DescribeAclsResou
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -723,6 +751,8 @@ def _w_DescribeAclsResponse_v2(buf: bytearray, o: DescribeAclsResponse) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.resources)
@@ -889,6 +919,8 @@ def _r_DescribeAclsResponse_v2(data: bytes, pos: int) -> tuple[DescribeAclsRespo
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -916,6 +948,8 @@ def _r_DescribeAclsResponse_v2(data: bytes, pos: int) -> tuple[DescribeAclsRespo
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for resource_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("resource_name overruns the buffer")
@@ -943,6 +977,8 @@ def _r_DescribeAclsResponse_v2(data: bytes, pos: int) -> tuple[DescribeAclsRespo
             _n11 -= 1
             if _n11 < 0:
                 raise DecodeError("invalid or null length for principal")
+            if _n11 > 0x7FFF:
+                raise DecodeError("principal is longer than 32767 bytes")
             _end12 = pos + _n11
             if _end12 > _len:
                 raise DecodeError("principal overruns the buffer")
@@ -956,6 +992,8 @@ def _r_DescribeAclsResponse_v2(data: bytes, pos: int) -> tuple[DescribeAclsRespo
             _n13 -= 1
             if _n13 < 0:
                 raise DecodeError("invalid or null length for host")
+            if _n13 > 0x7FFF:
+                raise DecodeError("host is longer than 32767 bytes")
             _end14 = pos + _n13
             if _end14 > _len:
                 raise DecodeError("host overruns the buffer")

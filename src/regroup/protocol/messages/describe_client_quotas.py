@@ -184,6 +184,8 @@ def _w_ComponentData_v0(buf: bytearray, o: ComponentData) -> None:
 
 def _w_ComponentData_v1(buf: bytearray, o: ComponentData) -> None:
     _b1 = o.entity_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.match_type)
@@ -191,6 +193,8 @@ def _w_ComponentData_v1(buf: bytearray, o: ComponentData) -> None:
         buf.append(0)
     else:
         _b2 = o.match.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -234,6 +238,8 @@ def _r_ComponentData_v1(data: bytes, pos: int) -> tuple[ComponentData, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for entity_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("entity_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("entity_type overruns the buffer")
@@ -252,6 +258,8 @@ def _r_ComponentData_v1(data: bytes, pos: int) -> tuple[ComponentData, int]:
             raise DecodeError("invalid length for match")
         _match = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("match is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("match overruns the buffer")
@@ -269,6 +277,8 @@ def _w_DescribeClientQuotasRequest_v0(buf: bytearray, o: DescribeClientQuotasReq
     buf += _I32.pack(_n1)
     for _e2 in o.components:
         _w_ComponentData_v0(buf, _e2)
+    if o.strict is None:
+        raise EncodeError("strict is null but not nullable")
     buf += _S_o.pack(o.strict)
 
 
@@ -277,6 +287,8 @@ def _w_DescribeClientQuotasRequest_v1(buf: bytearray, o: DescribeClientQuotasReq
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.components:
         _w_ComponentData_v1(buf, _e2)
+    if o.strict is None:
+        raise EncodeError("strict is null but not nullable")
     buf += _S_o.pack(o.strict)
     buf.append(0)
 
@@ -343,6 +355,8 @@ def _r_DescribeClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[DescribeCl
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for entity_type")
+        if _n4 > 0x7FFF:
+            raise DecodeError("entity_type is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("entity_type overruns the buffer")
@@ -361,6 +375,8 @@ def _r_DescribeClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[DescribeCl
                 raise DecodeError("invalid length for match")
             _s3_match = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("match is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("match overruns the buffer")
@@ -395,12 +411,16 @@ def _w_EntityData_v0(buf: bytearray, o: EntityData) -> None:
 
 def _w_EntityData_v1(buf: bytearray, o: EntityData) -> None:
     _b1 = o.entity_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.entity_name is None:
         buf.append(0)
     else:
         _b2 = o.entity_name.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -442,6 +462,8 @@ def _r_EntityData_v1(data: bytes, pos: int) -> tuple[EntityData, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for entity_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("entity_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("entity_type overruns the buffer")
@@ -458,6 +480,8 @@ def _r_EntityData_v1(data: bytes, pos: int) -> tuple[EntityData, int]:
             raise DecodeError("invalid length for entity_name")
         _entity_name = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("entity_name is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("entity_name overruns the buffer")
@@ -479,6 +503,8 @@ def _w_ValueData_v0(buf: bytearray, o: ValueData) -> None:
 
 def _w_ValueData_v1(buf: bytearray, o: ValueData) -> None:
     _b1 = o.key.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_d.pack(o.value)
@@ -511,6 +537,8 @@ def _r_ValueData_v1(data: bytes, pos: int) -> tuple[ValueData, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for key")
+    if _n1 > 0x7FFF:
+        raise DecodeError("key is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("key overruns the buffer")
@@ -627,6 +655,8 @@ def _r_EntryData_v1(data: bytes, pos: int) -> tuple[EntryData, int]:
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for entity_type")
+        if _n4 > 0x7FFF:
+            raise DecodeError("entity_type is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("entity_type overruns the buffer")
@@ -643,6 +673,8 @@ def _r_EntryData_v1(data: bytes, pos: int) -> tuple[EntryData, int]:
                 raise DecodeError("invalid length for entity_name")
             _s3_entity_name = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("entity_name is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("entity_name overruns the buffer")
@@ -674,6 +706,8 @@ def _r_EntryData_v1(data: bytes, pos: int) -> tuple[EntryData, int]:
         _n11 -= 1
         if _n11 < 0:
             raise DecodeError("invalid or null length for key")
+        if _n11 > 0x7FFF:
+            raise DecodeError("key is longer than 32767 bytes")
         _end12 = pos + _n11
         if _end12 > _len:
             raise DecodeError("key overruns the buffer")
@@ -717,6 +751,8 @@ def _w_DescribeClientQuotasResponse_v1(buf: bytearray, o: DescribeClientQuotasRe
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.entries is None:
@@ -828,6 +864,8 @@ def _r_DescribeClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[DescribeC
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -868,6 +906,8 @@ def _r_DescribeClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[DescribeC
                 _n9 -= 1
                 if _n9 < 0:
                     raise DecodeError("invalid or null length for entity_type")
+                if _n9 > 0x7FFF:
+                    raise DecodeError("entity_type is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("entity_type overruns the buffer")
@@ -884,6 +924,8 @@ def _r_DescribeClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[DescribeC
                         raise DecodeError("invalid length for entity_name")
                     _s8_entity_name = None
                 else:
+                    if _n11 > 0x7FFF:
+                        raise DecodeError("entity_name is longer than 32767 bytes")
                     _end12 = pos + _n11
                     if _end12 > _len:
                         raise DecodeError("entity_name overruns the buffer")
@@ -915,6 +957,8 @@ def _r_DescribeClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[DescribeC
                 _n16 -= 1
                 if _n16 < 0:
                     raise DecodeError("invalid or null length for key")
+                if _n16 > 0x7FFF:
+                    raise DecodeError("key is longer than 32767 bytes")
                 _end17 = pos + _n16
                 if _end17 > _len:
                     raise DecodeError("key overruns the buffer")

@@ -128,11 +128,15 @@ class DescribeClusterResponse(Message):
 def _w_DescribeClusterRequest_v0(buf: bytearray, o: DescribeClusterRequest) -> None:
     if o.endpoint_type != 1:
         raise EncodeError("DescribeClusterRequest.endpoint_type is set but this version lacks the field")
+    if o.include_cluster_authorized_operations is None:
+        raise EncodeError("include_cluster_authorized_operations is null but not nullable")
     buf += _S_o.pack(o.include_cluster_authorized_operations)
     buf.append(0)
 
 
 def _w_DescribeClusterRequest_v1(buf: bytearray, o: DescribeClusterRequest) -> None:
+    if o.include_cluster_authorized_operations is None:
+        raise EncodeError("include_cluster_authorized_operations is null but not nullable")
     buf += _S_ob.pack(o.include_cluster_authorized_operations, o.endpoint_type)
     buf.append(0)
 
@@ -162,6 +166,8 @@ def _r_DescribeClusterRequest_v1(data: bytes, pos: int) -> tuple[DescribeCluster
 def _w_DescribeClusterBroker_v0(buf: bytearray, o: DescribeClusterBroker) -> None:
     buf += _S_i.pack(o.broker_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
@@ -169,6 +175,8 @@ def _w_DescribeClusterBroker_v0(buf: bytearray, o: DescribeClusterBroker) -> Non
         buf.append(0)
     else:
         _b2 = o.rack.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -186,6 +194,8 @@ def _r_DescribeClusterBroker_v0(data: bytes, pos: int) -> tuple[DescribeClusterB
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -204,6 +214,8 @@ def _r_DescribeClusterBroker_v0(data: bytes, pos: int) -> tuple[DescribeClusterB
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -224,9 +236,13 @@ def _w_DescribeClusterResponse_v0(buf: bytearray, o: DescribeClusterResponse) ->
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _b2 = o.cluster_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.controller_id)
@@ -244,10 +260,14 @@ def _w_DescribeClusterResponse_v1(buf: bytearray, o: DescribeClusterResponse) ->
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.endpoint_type)
     _b2 = o.cluster_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.controller_id)
@@ -274,6 +294,8 @@ def _r_DescribeClusterResponse_v0(data: bytes, pos: int) -> tuple[DescribeCluste
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -287,6 +309,8 @@ def _r_DescribeClusterResponse_v0(data: bytes, pos: int) -> tuple[DescribeCluste
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for cluster_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("cluster_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("cluster_id overruns the buffer")
@@ -316,6 +340,8 @@ def _r_DescribeClusterResponse_v0(data: bytes, pos: int) -> tuple[DescribeCluste
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -334,6 +360,8 @@ def _r_DescribeClusterResponse_v0(data: bytes, pos: int) -> tuple[DescribeCluste
                 raise DecodeError("invalid length for rack")
             _s7_rack = None
         else:
+            if _n10 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end11 = pos + _n10
             if _end11 > _len:
                 raise DecodeError("rack overruns the buffer")
@@ -378,6 +406,8 @@ def _r_DescribeClusterResponse_v1(data: bytes, pos: int) -> tuple[DescribeCluste
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -393,6 +423,8 @@ def _r_DescribeClusterResponse_v1(data: bytes, pos: int) -> tuple[DescribeCluste
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for cluster_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("cluster_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("cluster_id overruns the buffer")
@@ -422,6 +454,8 @@ def _r_DescribeClusterResponse_v1(data: bytes, pos: int) -> tuple[DescribeCluste
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -440,6 +474,8 @@ def _r_DescribeClusterResponse_v1(data: bytes, pos: int) -> tuple[DescribeCluste
                 raise DecodeError("invalid length for rack")
             _s7_rack = None
         else:
+            if _n10 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end11 = pos + _n10
             if _end11 > _len:
                 raise DecodeError("rack overruns the buffer")

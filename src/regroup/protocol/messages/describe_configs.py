@@ -216,6 +216,8 @@ def _w_DescribeConfigsResource_v0(buf: bytearray, o: DescribeConfigsResource) ->
 def _w_DescribeConfigsResource_v4(buf: bytearray, o: DescribeConfigsResource) -> None:
     buf += _S_b.pack(o.resource_type)
     _b1 = o.resource_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.configuration_keys is None:
@@ -225,6 +227,8 @@ def _w_DescribeConfigsResource_v4(buf: bytearray, o: DescribeConfigsResource) ->
         buf += uvarint_bytes(_n2 + 1)
         for _e3 in o.configuration_keys:
             _b4 = _e3.encode()
+            if len(_b4) > 0x7FFF:
+                raise EncodeError("string longer than 32767 bytes")
             buf += uvarint_bytes(len(_b4) + 1)
             buf += _b4
     buf.append(0)
@@ -280,6 +284,8 @@ def _r_DescribeConfigsResource_v4(data: bytes, pos: int) -> tuple[DescribeConfig
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for resource_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("resource_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("resource_name overruns the buffer")
@@ -308,6 +314,8 @@ def _r_DescribeConfigsResource_v4(data: bytes, pos: int) -> tuple[DescribeConfig
             _n6 -= 1
             if _n6 < 0:
                 raise DecodeError("invalid or null length for configuration_keys")
+            if _n6 > 0x7FFF:
+                raise DecodeError("configuration_keys is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("configuration_keys overruns the buffer")
@@ -344,6 +352,8 @@ def _w_DescribeConfigsRequest_v1(buf: bytearray, o: DescribeConfigsRequest) -> N
     buf += _I32.pack(_n1)
     for _e2 in o.resources:
         _w_DescribeConfigsResource_v0(buf, _e2)
+    if o.include_synonyms is None:
+        raise EncodeError("include_synonyms is null but not nullable")
     buf += _S_o.pack(o.include_synonyms)
 
 
@@ -352,6 +362,10 @@ def _w_DescribeConfigsRequest_v3(buf: bytearray, o: DescribeConfigsRequest) -> N
     buf += _I32.pack(_n1)
     for _e2 in o.resources:
         _w_DescribeConfigsResource_v0(buf, _e2)
+    if o.include_synonyms is None:
+        raise EncodeError("include_synonyms is null but not nullable")
+    if o.include_documentation is None:
+        raise EncodeError("include_documentation is null but not nullable")
     buf += _S_oo.pack(o.include_synonyms, o.include_documentation)
 
 
@@ -360,6 +374,10 @@ def _w_DescribeConfigsRequest_v4(buf: bytearray, o: DescribeConfigsRequest) -> N
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.resources:
         _w_DescribeConfigsResource_v4(buf, _e2)
+    if o.include_synonyms is None:
+        raise EncodeError("include_synonyms is null but not nullable")
+    if o.include_documentation is None:
+        raise EncodeError("include_documentation is null but not nullable")
     buf += _S_oo.pack(o.include_synonyms, o.include_documentation)
     buf.append(0)
 
@@ -536,6 +554,8 @@ def _r_DescribeConfigsRequest_v4(data: bytes, pos: int) -> tuple[DescribeConfigs
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for resource_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("resource_name overruns the buffer")
@@ -564,6 +584,8 @@ def _r_DescribeConfigsRequest_v4(data: bytes, pos: int) -> tuple[DescribeConfigs
                 _n9 -= 1
                 if _n9 < 0:
                     raise DecodeError("invalid or null length for configuration_keys")
+                if _n9 > 0x7FFF:
+                    raise DecodeError("configuration_keys is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("configuration_keys overruns the buffer")
@@ -601,12 +623,16 @@ def _w_DescribeConfigsSynonym_v1(buf: bytearray, o: DescribeConfigsSynonym) -> N
 
 def _w_DescribeConfigsSynonym_v4(buf: bytearray, o: DescribeConfigsSynonym) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.value is None:
         buf.append(0)
     else:
         _b2 = o.value.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_b.pack(o.source)
@@ -651,6 +677,8 @@ def _r_DescribeConfigsSynonym_v4(data: bytes, pos: int) -> tuple[DescribeConfigs
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -667,6 +695,8 @@ def _r_DescribeConfigsSynonym_v4(data: bytes, pos: int) -> tuple[DescribeConfigs
             raise DecodeError("invalid length for value")
         _value = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("value is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("value overruns the buffer")
@@ -691,6 +721,12 @@ def _w_DescribeConfigsResourceResult_v0(buf: bytearray, o: DescribeConfigsResour
         _b2 = o.value.encode()
         buf += _I16.pack(len(_b2))
         buf += _b2
+    if o.read_only is None:
+        raise EncodeError("read_only is null but not nullable")
+    if o.is_default is None:
+        raise EncodeError("is_default is null but not nullable")
+    if o.is_sensitive is None:
+        raise EncodeError("is_sensitive is null but not nullable")
     buf += _S_ooo.pack(o.read_only, o.is_default, o.is_sensitive)
 
 
@@ -706,6 +742,10 @@ def _w_DescribeConfigsResourceResult_v1(buf: bytearray, o: DescribeConfigsResour
         _b2 = o.value.encode()
         buf += _I16.pack(len(_b2))
         buf += _b2
+    if o.read_only is None:
+        raise EncodeError("read_only is null but not nullable")
+    if o.is_sensitive is None:
+        raise EncodeError("is_sensitive is null but not nullable")
     buf += _S_obo.pack(o.read_only, o.config_source, o.is_sensitive)
     _n3 = len(o.synonyms)
     buf += _I32.pack(_n3)
@@ -725,6 +765,10 @@ def _w_DescribeConfigsResourceResult_v3(buf: bytearray, o: DescribeConfigsResour
         _b2 = o.value.encode()
         buf += _I16.pack(len(_b2))
         buf += _b2
+    if o.read_only is None:
+        raise EncodeError("read_only is null but not nullable")
+    if o.is_sensitive is None:
+        raise EncodeError("is_sensitive is null but not nullable")
     buf += _S_obo.pack(o.read_only, o.config_source, o.is_sensitive)
     _n3 = len(o.synonyms)
     buf += _I32.pack(_n3)
@@ -743,14 +787,22 @@ def _w_DescribeConfigsResourceResult_v4(buf: bytearray, o: DescribeConfigsResour
     if o.is_default:
         raise EncodeError("DescribeConfigsResourceResult.is_default is set but this version lacks the field")
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.value is None:
         buf.append(0)
     else:
         _b2 = o.value.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
+    if o.read_only is None:
+        raise EncodeError("read_only is null but not nullable")
+    if o.is_sensitive is None:
+        raise EncodeError("is_sensitive is null but not nullable")
     buf += _S_obo.pack(o.read_only, o.config_source, o.is_sensitive)
     _n3 = len(o.synonyms)
     buf += uvarint_bytes(_n3 + 1)
@@ -761,6 +813,8 @@ def _w_DescribeConfigsResourceResult_v4(buf: bytearray, o: DescribeConfigsResour
         buf.append(0)
     else:
         _b5 = o.documentation.encode()
+        if len(_b5) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b5) + 1)
         buf += _b5
     buf.append(0)
@@ -954,6 +1008,8 @@ def _r_DescribeConfigsResourceResult_v4(data: bytes, pos: int) -> tuple[Describe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -970,6 +1026,8 @@ def _r_DescribeConfigsResourceResult_v4(data: bytes, pos: int) -> tuple[Describe
             raise DecodeError("invalid length for value")
         _value = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("value is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("value overruns the buffer")
@@ -997,6 +1055,8 @@ def _r_DescribeConfigsResourceResult_v4(data: bytes, pos: int) -> tuple[Describe
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1013,6 +1073,8 @@ def _r_DescribeConfigsResourceResult_v4(data: bytes, pos: int) -> tuple[Describe
                 raise DecodeError("invalid length for value")
             _s7_value = None
         else:
+            if _n10 > 0x7FFF:
+                raise DecodeError("value is longer than 32767 bytes")
             _end11 = pos + _n10
             if _end11 > _len:
                 raise DecodeError("value overruns the buffer")
@@ -1039,6 +1101,8 @@ def _r_DescribeConfigsResourceResult_v4(data: bytes, pos: int) -> tuple[Describe
             raise DecodeError("invalid length for documentation")
         _documentation = None
     else:
+        if _n12 > 0x7FFF:
+            raise DecodeError("documentation is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("documentation overruns the buffer")
@@ -1121,10 +1185,14 @@ def _w_DescribeConfigsResult_v4(buf: bytearray, o: DescribeConfigsResult) -> Non
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.resource_type)
     _b2 = o.resource_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _n3 = len(o.configs)
@@ -1446,6 +1514,8 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -1461,6 +1531,8 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for resource_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("resource_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("resource_name overruns the buffer")
@@ -1486,6 +1558,8 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1502,6 +1576,8 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
                 raise DecodeError("invalid length for value")
             _s7_value = None
         else:
+            if _n10 > 0x7FFF:
+                raise DecodeError("value is longer than 32767 bytes")
             _end11 = pos + _n10
             if _end11 > _len:
                 raise DecodeError("value overruns the buffer")
@@ -1529,6 +1605,8 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
             _n15 -= 1
             if _n15 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n15 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end16 = pos + _n15
             if _end16 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -1545,6 +1623,8 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
                     raise DecodeError("invalid length for value")
                 _s14_value = None
             else:
+                if _n17 > 0x7FFF:
+                    raise DecodeError("value is longer than 32767 bytes")
                 _end18 = pos + _n17
                 if _end18 > _len:
                     raise DecodeError("value overruns the buffer")
@@ -1571,6 +1651,8 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
                 raise DecodeError("invalid length for documentation")
             _s7_documentation = None
         else:
+            if _n19 > 0x7FFF:
+                raise DecodeError("documentation is longer than 32767 bytes")
             _end20 = pos + _n19
             if _end20 > _len:
                 raise DecodeError("documentation overruns the buffer")
@@ -2008,6 +2090,8 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -2023,6 +2107,8 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for resource_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("resource_name overruns the buffer")
@@ -2048,6 +2134,8 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
             _n11 -= 1
             if _n11 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n11 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end12 = pos + _n11
             if _end12 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -2064,6 +2152,8 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
                     raise DecodeError("invalid length for value")
                 _s10_value = None
             else:
+                if _n13 > 0x7FFF:
+                    raise DecodeError("value is longer than 32767 bytes")
                 _end14 = pos + _n13
                 if _end14 > _len:
                     raise DecodeError("value overruns the buffer")
@@ -2091,6 +2181,8 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
                 _n18 -= 1
                 if _n18 < 0:
                     raise DecodeError("invalid or null length for name")
+                if _n18 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
                 _end19 = pos + _n18
                 if _end19 > _len:
                     raise DecodeError("name overruns the buffer")
@@ -2107,6 +2199,8 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
                         raise DecodeError("invalid length for value")
                     _s17_value = None
                 else:
+                    if _n20 > 0x7FFF:
+                        raise DecodeError("value is longer than 32767 bytes")
                     _end21 = pos + _n20
                     if _end21 > _len:
                         raise DecodeError("value overruns the buffer")
@@ -2133,6 +2227,8 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
                     raise DecodeError("invalid length for documentation")
                 _s10_documentation = None
             else:
+                if _n22 > 0x7FFF:
+                    raise DecodeError("documentation is longer than 32767 bytes")
                 _end23 = pos + _n22
                 if _end23 > _len:
                     raise DecodeError("documentation overruns the buffer")

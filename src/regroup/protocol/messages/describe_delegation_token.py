@@ -173,9 +173,13 @@ def _w_DescribeDelegationTokenOwner_v0(buf: bytearray, o: DescribeDelegationToke
 
 def _w_DescribeDelegationTokenOwner_v2(buf: bytearray, o: DescribeDelegationTokenOwner) -> None:
     _b1 = o.principal_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
@@ -214,6 +218,8 @@ def _r_DescribeDelegationTokenOwner_v2(data: bytes, pos: int) -> tuple[DescribeD
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for principal_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("principal_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("principal_type overruns the buffer")
@@ -227,6 +233,8 @@ def _r_DescribeDelegationTokenOwner_v2(data: bytes, pos: int) -> tuple[DescribeD
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for principal_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("principal_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("principal_name overruns the buffer")
@@ -321,6 +329,8 @@ def _r_DescribeDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[Describ
             _n4 -= 1
             if _n4 < 0:
                 raise DecodeError("invalid or null length for principal_type")
+            if _n4 > 0x7FFF:
+                raise DecodeError("principal_type is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("principal_type overruns the buffer")
@@ -334,6 +344,8 @@ def _r_DescribeDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[Describ
             _n6 -= 1
             if _n6 < 0:
                 raise DecodeError("invalid or null length for principal_name")
+            if _n6 > 0x7FFF:
+                raise DecodeError("principal_name is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("principal_name overruns the buffer")
@@ -363,9 +375,13 @@ def _w_DescribedDelegationTokenRenewer_v0(buf: bytearray, o: DescribedDelegation
 
 def _w_DescribedDelegationTokenRenewer_v2(buf: bytearray, o: DescribedDelegationTokenRenewer) -> None:
     _b1 = o.principal_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
@@ -408,6 +424,8 @@ def _r_DescribedDelegationTokenRenewer_v2(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for principal_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("principal_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("principal_type overruns the buffer")
@@ -421,6 +439,8 @@ def _r_DescribedDelegationTokenRenewer_v2(
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for principal_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("principal_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("principal_name overruns the buffer")
@@ -470,13 +490,19 @@ def _w_DescribedDelegationToken_v2(buf: bytearray, o: DescribedDelegationToken) 
             "DescribedDelegationToken.token_requester_principal_name is set but this version lacks the field"
         )
     _b1 = o.principal_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_qqq.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
     _b3 = o.token_id.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += uvarint_bytes(len(o.hmac) + 1)
@@ -490,19 +516,29 @@ def _w_DescribedDelegationToken_v2(buf: bytearray, o: DescribedDelegationToken) 
 
 def _w_DescribedDelegationToken_v3(buf: bytearray, o: DescribedDelegationToken) -> None:
     _b1 = o.principal_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.token_requester_principal_type.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.token_requester_principal_name.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += _S_qqq.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
     _b5 = o.token_id.encode()
+    if len(_b5) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     buf += uvarint_bytes(len(o.hmac) + 1)
@@ -606,6 +642,8 @@ def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDele
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for principal_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("principal_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("principal_type overruns the buffer")
@@ -619,6 +657,8 @@ def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDele
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for principal_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("principal_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("principal_name overruns the buffer")
@@ -634,6 +674,8 @@ def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDele
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for token_id")
+    if _n5 > 0x7FFF:
+        raise DecodeError("token_id is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("token_id overruns the buffer")
@@ -672,6 +714,8 @@ def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDele
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for principal_type")
+        if _n12 > 0x7FFF:
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("principal_type overruns the buffer")
@@ -685,6 +729,8 @@ def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDele
         _n14 -= 1
         if _n14 < 0:
             raise DecodeError("invalid or null length for principal_name")
+        if _n14 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("principal_name overruns the buffer")
@@ -724,6 +770,8 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for principal_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("principal_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("principal_type overruns the buffer")
@@ -737,6 +785,8 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for principal_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("principal_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("principal_name overruns the buffer")
@@ -750,6 +800,8 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for token_requester_principal_type")
+    if _n5 > 0x7FFF:
+        raise DecodeError("token_requester_principal_type is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("token_requester_principal_type overruns the buffer")
@@ -763,6 +815,8 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for token_requester_principal_name")
+    if _n7 > 0x7FFF:
+        raise DecodeError("token_requester_principal_name is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("token_requester_principal_name overruns the buffer")
@@ -778,6 +832,8 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
     _n9 -= 1
     if _n9 < 0:
         raise DecodeError("invalid or null length for token_id")
+    if _n9 > 0x7FFF:
+        raise DecodeError("token_id is longer than 32767 bytes")
     _end10 = pos + _n9
     if _end10 > _len:
         raise DecodeError("token_id overruns the buffer")
@@ -816,6 +872,8 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for principal_type")
+        if _n16 > 0x7FFF:
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("principal_type overruns the buffer")
@@ -829,6 +887,8 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
         _n18 -= 1
         if _n18 < 0:
             raise DecodeError("invalid or null length for principal_name")
+        if _n18 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
         _end19 = pos + _n18
         if _end19 > _len:
             raise DecodeError("principal_name overruns the buffer")
@@ -1013,6 +1073,8 @@ def _r_DescribeDelegationTokenResponse_v2(
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for principal_type")
+        if _n4 > 0x7FFF:
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("principal_type overruns the buffer")
@@ -1026,6 +1088,8 @@ def _r_DescribeDelegationTokenResponse_v2(
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for principal_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("principal_name overruns the buffer")
@@ -1041,6 +1105,8 @@ def _r_DescribeDelegationTokenResponse_v2(
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for token_id")
+        if _n8 > 0x7FFF:
+            raise DecodeError("token_id is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("token_id overruns the buffer")
@@ -1079,6 +1145,8 @@ def _r_DescribeDelegationTokenResponse_v2(
             _n15 -= 1
             if _n15 < 0:
                 raise DecodeError("invalid or null length for principal_type")
+            if _n15 > 0x7FFF:
+                raise DecodeError("principal_type is longer than 32767 bytes")
             _end16 = pos + _n15
             if _end16 > _len:
                 raise DecodeError("principal_type overruns the buffer")
@@ -1092,6 +1160,8 @@ def _r_DescribeDelegationTokenResponse_v2(
             _n17 -= 1
             if _n17 < 0:
                 raise DecodeError("invalid or null length for principal_name")
+            if _n17 > 0x7FFF:
+                raise DecodeError("principal_name is longer than 32767 bytes")
             _end18 = pos + _n17
             if _end18 > _len:
                 raise DecodeError("principal_name overruns the buffer")
@@ -1157,6 +1227,8 @@ def _r_DescribeDelegationTokenResponse_v3(
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for principal_type")
+        if _n4 > 0x7FFF:
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("principal_type overruns the buffer")
@@ -1170,6 +1242,8 @@ def _r_DescribeDelegationTokenResponse_v3(
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for principal_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("principal_name overruns the buffer")
@@ -1183,6 +1257,8 @@ def _r_DescribeDelegationTokenResponse_v3(
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for token_requester_principal_type")
+        if _n8 > 0x7FFF:
+            raise DecodeError("token_requester_principal_type is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("token_requester_principal_type overruns the buffer")
@@ -1196,6 +1272,8 @@ def _r_DescribeDelegationTokenResponse_v3(
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for token_requester_principal_name")
+        if _n10 > 0x7FFF:
+            raise DecodeError("token_requester_principal_name is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("token_requester_principal_name overruns the buffer")
@@ -1211,6 +1289,8 @@ def _r_DescribeDelegationTokenResponse_v3(
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for token_id")
+        if _n12 > 0x7FFF:
+            raise DecodeError("token_id is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("token_id overruns the buffer")
@@ -1249,6 +1329,8 @@ def _r_DescribeDelegationTokenResponse_v3(
             _n19 -= 1
             if _n19 < 0:
                 raise DecodeError("invalid or null length for principal_type")
+            if _n19 > 0x7FFF:
+                raise DecodeError("principal_type is longer than 32767 bytes")
             _end20 = pos + _n19
             if _end20 > _len:
                 raise DecodeError("principal_type overruns the buffer")
@@ -1262,6 +1344,8 @@ def _r_DescribeDelegationTokenResponse_v3(
             _n21 -= 1
             if _n21 < 0:
                 raise DecodeError("invalid or null length for principal_name")
+            if _n21 > 0x7FFF:
+                raise DecodeError("principal_name is longer than 32767 bytes")
             _end22 = pos + _n21
             if _end22 > _len:
                 raise DecodeError("principal_name overruns the buffer")

@@ -175,6 +175,8 @@ def _w_DescribeGroupsRequest_v3(buf: bytearray, o: DescribeGroupsRequest) -> Non
         _b3 = _e2.encode()
         buf += _I16.pack(len(_b3))
         buf += _b3
+    if o.include_authorized_operations is None:
+        raise EncodeError("include_authorized_operations is null but not nullable")
     buf += _S_o.pack(o.include_authorized_operations)
 
 
@@ -183,8 +185,12 @@ def _w_DescribeGroupsRequest_v5(buf: bytearray, o: DescribeGroupsRequest) -> Non
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
+    if o.include_authorized_operations is None:
+        raise EncodeError("include_authorized_operations is null but not nullable")
     buf += _S_o.pack(o.include_authorized_operations)
     buf.append(0)
 
@@ -261,6 +267,8 @@ def _r_DescribeGroupsRequest_v5(data: bytes, pos: int) -> tuple[DescribeGroupsRe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for groups")
+        if _n4 > 0x7FFF:
+            raise DecodeError("groups is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("groups overruns the buffer")
@@ -317,18 +325,26 @@ def _w_DescribedGroupMember_v4(buf: bytearray, o: DescribedGroupMember) -> None:
 
 def _w_DescribedGroupMember_v5(buf: bytearray, o: DescribedGroupMember) -> None:
     _b1 = o.member_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b2 = o.group_instance_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.client_id.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.client_host.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += uvarint_bytes(len(o.member_metadata) + 1)
@@ -464,6 +480,8 @@ def _r_DescribedGroupMember_v5(data: bytes, pos: int) -> tuple[DescribedGroupMem
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -480,6 +498,8 @@ def _r_DescribedGroupMember_v5(data: bytes, pos: int) -> tuple[DescribedGroupMem
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -493,6 +513,8 @@ def _r_DescribedGroupMember_v5(data: bytes, pos: int) -> tuple[DescribedGroupMem
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for client_id")
+    if _n5 > 0x7FFF:
+        raise DecodeError("client_id is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("client_id overruns the buffer")
@@ -506,6 +528,8 @@ def _r_DescribedGroupMember_v5(data: bytes, pos: int) -> tuple[DescribedGroupMem
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for client_host")
+    if _n7 > 0x7FFF:
+        raise DecodeError("client_host is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("client_host overruns the buffer")
@@ -613,15 +637,23 @@ def _w_DescribedGroup_v4(buf: bytearray, o: DescribedGroup) -> None:
 def _w_DescribedGroup_v5(buf: bytearray, o: DescribedGroup) -> None:
     buf += _S_h.pack(o.error_code)
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.group_state.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.protocol_type.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.protocol_data.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
@@ -987,6 +1019,8 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -1000,6 +1034,8 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for group_state")
+    if _n3 > 0x7FFF:
+        raise DecodeError("group_state is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("group_state overruns the buffer")
@@ -1013,6 +1049,8 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for protocol_type")
+    if _n5 > 0x7FFF:
+        raise DecodeError("protocol_type is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("protocol_type overruns the buffer")
@@ -1026,6 +1064,8 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for protocol_data")
+    if _n7 > 0x7FFF:
+        raise DecodeError("protocol_data is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("protocol_data overruns the buffer")
@@ -1051,6 +1091,8 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n12 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -1067,6 +1109,8 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
                 raise DecodeError("invalid length for group_instance_id")
             _s11_group_instance_id = None
         else:
+            if _n14 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
             _end15 = pos + _n14
             if _end15 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")
@@ -1080,6 +1124,8 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for client_id")
+        if _n16 > 0x7FFF:
+            raise DecodeError("client_id is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("client_id overruns the buffer")
@@ -1093,6 +1139,8 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n18 -= 1
         if _n18 < 0:
             raise DecodeError("invalid or null length for client_host")
+        if _n18 > 0x7FFF:
+            raise DecodeError("client_host is longer than 32767 bytes")
         _end19 = pos + _n18
         if _end19 > _len:
             raise DecodeError("client_host overruns the buffer")
@@ -1746,6 +1794,8 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -1759,6 +1809,8 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for group_state")
+        if _n6 > 0x7FFF:
+            raise DecodeError("group_state is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("group_state overruns the buffer")
@@ -1772,6 +1824,8 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for protocol_type")
+        if _n8 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("protocol_type overruns the buffer")
@@ -1785,6 +1839,8 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for protocol_data")
+        if _n10 > 0x7FFF:
+            raise DecodeError("protocol_data is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("protocol_data overruns the buffer")
@@ -1810,6 +1866,8 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
             _n15 -= 1
             if _n15 < 0:
                 raise DecodeError("invalid or null length for member_id")
+            if _n15 > 0x7FFF:
+                raise DecodeError("member_id is longer than 32767 bytes")
             _end16 = pos + _n15
             if _end16 > _len:
                 raise DecodeError("member_id overruns the buffer")
@@ -1826,6 +1884,8 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
                     raise DecodeError("invalid length for group_instance_id")
                 _s14_group_instance_id = None
             else:
+                if _n17 > 0x7FFF:
+                    raise DecodeError("group_instance_id is longer than 32767 bytes")
                 _end18 = pos + _n17
                 if _end18 > _len:
                     raise DecodeError("group_instance_id overruns the buffer")
@@ -1839,6 +1899,8 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
             _n19 -= 1
             if _n19 < 0:
                 raise DecodeError("invalid or null length for client_id")
+            if _n19 > 0x7FFF:
+                raise DecodeError("client_id is longer than 32767 bytes")
             _end20 = pos + _n19
             if _end20 > _len:
                 raise DecodeError("client_id overruns the buffer")
@@ -1852,6 +1914,8 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
             _n21 -= 1
             if _n21 < 0:
                 raise DecodeError("invalid or null length for client_host")
+            if _n21 > 0x7FFF:
+                raise DecodeError("client_host is longer than 32767 bytes")
             _end22 = pos + _n21
             if _end22 > _len:
                 raise DecodeError("client_host overruns the buffer")

@@ -192,6 +192,8 @@ def _w_DescribableLogDirTopic_v0(buf: bytearray, o: DescribableLogDirTopic) -> N
 
 def _w_DescribableLogDirTopic_v2(buf: bytearray, o: DescribableLogDirTopic) -> None:
     _b1 = o.topic.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -232,6 +234,8 @@ def _r_DescribableLogDirTopic_v2(data: bytes, pos: int) -> tuple[DescribableLogD
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic overruns the buffer")
@@ -337,6 +341,8 @@ def _r_DescribeLogDirsRequest_v2(data: bytes, pos: int) -> tuple[DescribeLogDirs
             _n4 -= 1
             if _n4 < 0:
                 raise DecodeError("invalid or null length for topic")
+            if _n4 > 0x7FFF:
+                raise DecodeError("topic is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("topic overruns the buffer")
@@ -368,10 +374,14 @@ def _r_DescribeLogDirsRequest_v2(data: bytes, pos: int) -> tuple[DescribeLogDirs
 
 
 def _w_DescribeLogDirsPartition_v0(buf: bytearray, o: DescribeLogDirsPartition) -> None:
+    if o.is_future_key is None:
+        raise EncodeError("is_future_key is null but not nullable")
     buf += _S_iqqo.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
 
 
 def _w_DescribeLogDirsPartition_v2(buf: bytearray, o: DescribeLogDirsPartition) -> None:
+    if o.is_future_key is None:
+        raise EncodeError("is_future_key is null but not nullable")
     buf += _S_iqqo.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
     buf.append(0)
 
@@ -406,6 +416,8 @@ def _w_DescribeLogDirsTopic_v0(buf: bytearray, o: DescribeLogDirsTopic) -> None:
 
 def _w_DescribeLogDirsTopic_v2(buf: bytearray, o: DescribeLogDirsTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -457,6 +469,8 @@ def _r_DescribeLogDirsTopic_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsTo
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -509,6 +523,8 @@ def _w_DescribeLogDirsResult_v0(buf: bytearray, o: DescribeLogDirsResult) -> Non
 def _w_DescribeLogDirsResult_v2(buf: bytearray, o: DescribeLogDirsResult) -> None:
     buf += _S_h.pack(o.error_code)
     _b1 = o.log_dir.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
@@ -521,6 +537,8 @@ def _w_DescribeLogDirsResult_v2(buf: bytearray, o: DescribeLogDirsResult) -> Non
 def _w_DescribeLogDirsResult_v4(buf: bytearray, o: DescribeLogDirsResult) -> None:
     buf += _S_h.pack(o.error_code)
     _b1 = o.log_dir.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
@@ -596,6 +614,8 @@ def _r_DescribeLogDirsResult_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsR
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for log_dir")
+    if _n1 > 0x7FFF:
+        raise DecodeError("log_dir is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("log_dir overruns the buffer")
@@ -621,6 +641,8 @@ def _r_DescribeLogDirsResult_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsR
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -677,6 +699,8 @@ def _r_DescribeLogDirsResult_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsR
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for log_dir")
+    if _n1 > 0x7FFF:
+        raise DecodeError("log_dir is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("log_dir overruns the buffer")
@@ -702,6 +726,8 @@ def _r_DescribeLogDirsResult_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsR
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -874,6 +900,8 @@ def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDir
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for log_dir")
+        if _n4 > 0x7FFF:
+            raise DecodeError("log_dir is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("log_dir overruns the buffer")
@@ -899,6 +927,8 @@ def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDir
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n9 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -975,6 +1005,8 @@ def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDir
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for log_dir")
+        if _n4 > 0x7FFF:
+            raise DecodeError("log_dir is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("log_dir overruns the buffer")
@@ -1000,6 +1032,8 @@ def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDir
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n9 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -1076,6 +1110,8 @@ def _r_DescribeLogDirsResponse_v4(data: bytes, pos: int) -> tuple[DescribeLogDir
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for log_dir")
+        if _n4 > 0x7FFF:
+            raise DecodeError("log_dir is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("log_dir overruns the buffer")
@@ -1101,6 +1137,8 @@ def _r_DescribeLogDirsResponse_v4(data: bytes, pos: int) -> tuple[DescribeLogDir
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n9 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("name overruns the buffer")

@@ -169,6 +169,8 @@ class DescribeProducersResponse(Message):
 
 def _w_TopicRequest_v0(buf: bytearray, o: TopicRequest) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
@@ -187,6 +189,8 @@ def _r_TopicRequest_v0(data: bytes, pos: int) -> tuple[TopicRequest, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -241,6 +245,8 @@ def _r_DescribeProducersRequest_v0(data: bytes, pos: int) -> tuple[DescribeProdu
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -314,6 +320,8 @@ def _w_PartitionResponse_v0(buf: bytearray, o: PartitionResponse) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.active_producers)
@@ -338,6 +346,8 @@ def _r_PartitionResponse_v0(data: bytes, pos: int) -> tuple[PartitionResponse, i
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -388,6 +398,8 @@ def _r_PartitionResponse_v0(data: bytes, pos: int) -> tuple[PartitionResponse, i
 
 def _w_TopicResponse_v0(buf: bytearray, o: TopicResponse) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -407,6 +419,8 @@ def _r_TopicResponse_v0(data: bytes, pos: int) -> tuple[TopicResponse, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -437,6 +451,8 @@ def _r_TopicResponse_v0(data: bytes, pos: int) -> tuple[TopicResponse, int]:
                 raise DecodeError("invalid length for error_message")
             _s5_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -526,6 +542,8 @@ def _r_DescribeProducersResponse_v0(data: bytes, pos: int) -> tuple[DescribeProd
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -556,6 +574,8 @@ def _r_DescribeProducersResponse_v0(data: bytes, pos: int) -> tuple[DescribeProd
                     raise DecodeError("invalid length for error_message")
                 _s8_error_message = None
             else:
+                if _n9 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("error_message overruns the buffer")

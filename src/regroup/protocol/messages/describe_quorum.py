@@ -267,6 +267,8 @@ def _r_DescribeQuorumRequestPartitionData_v0(
 
 def _w_DescribeQuorumRequestTopicData_v0(buf: bytearray, o: DescribeQuorumRequestTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -286,6 +288,8 @@ def _r_DescribeQuorumRequestTopicData_v0(data: bytes, pos: int) -> tuple[Describ
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -348,6 +352,8 @@ def _r_DescribeQuorumRequest_v0(data: bytes, pos: int) -> tuple[DescribeQuorumRe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -489,6 +495,8 @@ def _w_DescribeQuorumResponsePartitionData_v2(buf: bytearray, o: DescribeQuorumR
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_iiq.pack(o.leader_id, o.leader_epoch, o.high_watermark)
@@ -668,6 +676,8 @@ def _r_DescribeQuorumResponsePartitionData_v2(
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -763,6 +773,8 @@ def _r_DescribeQuorumResponsePartitionData_v2(
 
 def _w_DescribeQuorumResponseTopicData_v0(buf: bytearray, o: DescribeQuorumResponseTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -774,6 +786,8 @@ def _w_DescribeQuorumResponseTopicData_v0(buf: bytearray, o: DescribeQuorumRespo
 
 def _w_DescribeQuorumResponseTopicData_v1(buf: bytearray, o: DescribeQuorumResponseTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -785,6 +799,8 @@ def _w_DescribeQuorumResponseTopicData_v1(buf: bytearray, o: DescribeQuorumRespo
 
 def _w_DescribeQuorumResponseTopicData_v2(buf: bytearray, o: DescribeQuorumResponseTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -806,6 +822,8 @@ def _r_DescribeQuorumResponseTopicData_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -903,6 +921,8 @@ def _r_DescribeQuorumResponseTopicData_v1(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -1020,6 +1040,8 @@ def _r_DescribeQuorumResponseTopicData_v2(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -1050,6 +1072,8 @@ def _r_DescribeQuorumResponseTopicData_v2(
                 raise DecodeError("invalid length for error_message")
             _s5_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -1153,9 +1177,13 @@ def _r_DescribeQuorumResponseTopicData_v2(
 
 def _w_Listener_v2(buf: bytearray, o: Listener) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_H.pack(o.port)
@@ -1172,6 +1200,8 @@ def _r_Listener_v2(data: bytes, pos: int) -> tuple[Listener, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1185,6 +1215,8 @@ def _r_Listener_v2(data: bytes, pos: int) -> tuple[Listener, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -1232,6 +1264,8 @@ def _r_Node_v2(data: bytes, pos: int) -> tuple[Node, int]:
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1245,6 +1279,8 @@ def _r_Node_v2(data: bytes, pos: int) -> tuple[Node, int]:
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n6 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("host overruns the buffer")
@@ -1293,6 +1329,8 @@ def _w_DescribeQuorumResponse_v2(buf: bytearray, o: DescribeQuorumResponse) -> N
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.topics)
@@ -1330,6 +1368,8 @@ def _r_DescribeQuorumResponse_v0(data: bytes, pos: int) -> tuple[DescribeQuorumR
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -1445,6 +1485,8 @@ def _r_DescribeQuorumResponse_v1(data: bytes, pos: int) -> tuple[DescribeQuorumR
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -1577,6 +1619,8 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -1602,6 +1646,8 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -1632,6 +1678,8 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
                     raise DecodeError("invalid length for error_message")
                 _s10_error_message = None
             else:
+                if _n11 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end12 = pos + _n11
                 if _end12 > _len:
                     raise DecodeError("error_message overruns the buffer")
@@ -1766,6 +1814,8 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
             _n25 -= 1
             if _n25 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n25 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end26 = pos + _n25
             if _end26 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -1779,6 +1829,8 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
             _n27 -= 1
             if _n27 < 0:
                 raise DecodeError("invalid or null length for host")
+            if _n27 > 0x7FFF:
+                raise DecodeError("host is longer than 32767 bytes")
             _end28 = pos + _n27
             if _end28 > _len:
                 raise DecodeError("host overruns the buffer")

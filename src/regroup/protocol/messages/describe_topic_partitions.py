@@ -203,6 +203,8 @@ class DescribeTopicPartitionsResponse(Message):
 
 def _w_TopicRequest_v0(buf: bytearray, o: TopicRequest) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
@@ -218,6 +220,8 @@ def _r_TopicRequest_v0(data: bytes, pos: int) -> tuple[TopicRequest, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -234,6 +238,8 @@ def _w_DescribeTopicPartitionsRequestCursor_v0(
     buf: bytearray, o: DescribeTopicPartitionsRequestCursor
 ) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.partition_index)
@@ -252,6 +258,8 @@ def _r_DescribeTopicPartitionsRequestCursor_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -302,6 +310,8 @@ def _r_DescribeTopicPartitionsRequest_v0(data: bytes, pos: int) -> tuple[Describ
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -328,6 +338,8 @@ def _r_DescribeTopicPartitionsRequest_v0(data: bytes, pos: int) -> tuple[Describ
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -472,8 +484,12 @@ def _w_DescribeTopicPartitionsResponseTopic_v0(
         buf.append(0)
     else:
         _b1 = o.name.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
+    if o.is_internal is None:
+        raise EncodeError("is_internal is null but not nullable")
     buf += _S_16so.pack(o.topic_id.bytes, o.is_internal)
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
@@ -500,6 +516,8 @@ def _r_DescribeTopicPartitionsResponseTopic_v0(
             raise DecodeError("invalid length for name")
         _name = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("name overruns the buffer")
@@ -621,6 +639,8 @@ def _w_DescribeTopicPartitionsResponseCursor_v0(
     buf: bytearray, o: DescribeTopicPartitionsResponseCursor
 ) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.partition_index)
@@ -639,6 +659,8 @@ def _r_DescribeTopicPartitionsResponseCursor_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -698,6 +720,8 @@ def _r_DescribeTopicPartitionsResponse_v0(
                 raise DecodeError("invalid length for name")
             _s3_name = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -836,6 +860,8 @@ def _r_DescribeTopicPartitionsResponse_v0(
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("topic_name overruns the buffer")

@@ -136,6 +136,8 @@ def _w_DescribeTransactionsRequest_v0(buf: bytearray, o: DescribeTransactionsReq
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.transactional_ids:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -163,6 +165,8 @@ def _r_DescribeTransactionsRequest_v0(data: bytes, pos: int) -> tuple[DescribeTr
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for transactional_ids")
+        if _n4 > 0x7FFF:
+            raise DecodeError("transactional_ids is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("transactional_ids overruns the buffer")
@@ -179,6 +183,8 @@ def _r_DescribeTransactionsRequest_v0(data: bytes, pos: int) -> tuple[DescribeTr
 
 def _w_TopicData_v0(buf: bytearray, o: TopicData) -> None:
     _b1 = o.topic.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -197,6 +203,8 @@ def _r_TopicData_v0(data: bytes, pos: int) -> tuple[TopicData, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic overruns the buffer")
@@ -224,9 +232,13 @@ def _r_TopicData_v0(data: bytes, pos: int) -> tuple[TopicData, int]:
 def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
     buf += _S_h.pack(o.error_code)
     _b1 = o.transactional_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.transaction_state.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_iqqh.pack(
@@ -251,6 +263,8 @@ def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for transactional_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("transactional_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("transactional_id overruns the buffer")
@@ -264,6 +278,8 @@ def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for transaction_state")
+    if _n3 > 0x7FFF:
+        raise DecodeError("transaction_state is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("transaction_state overruns the buffer")
@@ -293,6 +309,8 @@ def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for topic")
+        if _n8 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("topic overruns the buffer")
@@ -367,6 +385,8 @@ def _r_DescribeTransactionsResponse_v0(data: bytes, pos: int) -> tuple[DescribeT
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for transactional_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("transactional_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("transactional_id overruns the buffer")
@@ -380,6 +400,8 @@ def _r_DescribeTransactionsResponse_v0(data: bytes, pos: int) -> tuple[DescribeT
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for transaction_state")
+        if _n6 > 0x7FFF:
+            raise DecodeError("transaction_state is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("transaction_state overruns the buffer")
@@ -409,6 +431,8 @@ def _r_DescribeTransactionsResponse_v0(data: bytes, pos: int) -> tuple[DescribeT
             _n11 -= 1
             if _n11 < 0:
                 raise DecodeError("invalid or null length for topic")
+            if _n11 > 0x7FFF:
+                raise DecodeError("topic is longer than 32767 bytes")
             _end12 = pos + _n11
             if _end12 > _len:
                 raise DecodeError("topic overruns the buffer")

@@ -145,6 +145,8 @@ class DescribeUserScramCredentialsResponse(Message):
 
 def _w_UserName_v0(buf: bytearray, o: UserName) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
@@ -160,6 +162,8 @@ def _r_UserName_v0(data: bytes, pos: int) -> tuple[UserName, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -210,6 +214,8 @@ def _r_DescribeUserScramCredentialsRequest_v0(
             _n4 -= 1
             if _n4 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n4 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -246,6 +252,8 @@ def _r_CredentialInfo_v0(data: bytes, pos: int) -> tuple[CredentialInfo, int]:
 
 def _w_DescribeUserScramCredentialsResult_v0(buf: bytearray, o: DescribeUserScramCredentialsResult) -> None:
     _b1 = o.user.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -253,6 +261,8 @@ def _w_DescribeUserScramCredentialsResult_v0(buf: bytearray, o: DescribeUserScra
         buf.append(0)
     else:
         _b2 = o.error_message.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _n3 = len(o.credential_infos)
@@ -274,6 +284,8 @@ def _r_DescribeUserScramCredentialsResult_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for user")
+    if _n1 > 0x7FFF:
+        raise DecodeError("user is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("user overruns the buffer")
@@ -292,6 +304,8 @@ def _r_DescribeUserScramCredentialsResult_v0(
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -332,6 +346,8 @@ def _w_DescribeUserScramCredentialsResponse_v0(
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.results)
@@ -358,6 +374,8 @@ def _r_DescribeUserScramCredentialsResponse_v0(
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -383,6 +401,8 @@ def _r_DescribeUserScramCredentialsResponse_v0(
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for user")
+        if _n6 > 0x7FFF:
+            raise DecodeError("user is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("user overruns the buffer")
@@ -401,6 +421,8 @@ def _r_DescribeUserScramCredentialsResponse_v0(
                 raise DecodeError("invalid length for error_message")
             _s5_error_message = None
         else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")

@@ -164,6 +164,8 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _w_TopicPartitions_v2(buf: bytearray, o: TopicPartitions) -> None:
     _b1 = o.topic.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -204,6 +206,8 @@ def _r_TopicPartitions_v2(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic overruns the buffer")
@@ -369,6 +373,8 @@ def _r_ElectLeadersRequest_v2(data: bytes, pos: int) -> tuple[ElectLeadersReques
             _n4 -= 1
             if _n4 < 0:
                 raise DecodeError("invalid or null length for topic")
+            if _n4 > 0x7FFF:
+                raise DecodeError("topic is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("topic overruns the buffer")
@@ -417,6 +423,8 @@ def _w_PartitionResult_v2(buf: bytearray, o: PartitionResult) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -456,6 +464,8 @@ def _r_PartitionResult_v2(data: bytes, pos: int) -> tuple[PartitionResult, int]:
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -480,6 +490,8 @@ def _w_ReplicaElectionResult_v0(buf: bytearray, o: ReplicaElectionResult) -> Non
 
 def _w_ReplicaElectionResult_v2(buf: bytearray, o: ReplicaElectionResult) -> None:
     _b1 = o.topic.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_result)
@@ -537,6 +549,8 @@ def _r_ReplicaElectionResult_v2(data: bytes, pos: int) -> tuple[ReplicaElectionR
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic overruns the buffer")
@@ -567,6 +581,8 @@ def _r_ReplicaElectionResult_v2(data: bytes, pos: int) -> tuple[ReplicaElectionR
                 raise DecodeError("invalid length for error_message")
             _s5_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -736,6 +752,8 @@ def _r_ElectLeadersResponse_v2(data: bytes, pos: int) -> tuple[ElectLeadersRespo
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic overruns the buffer")
@@ -766,6 +784,8 @@ def _r_ElectLeadersResponse_v2(data: bytes, pos: int) -> tuple[ElectLeadersRespo
                     raise DecodeError("invalid length for error_message")
                 _s8_error_message = None
             else:
+                if _n9 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("error_message overruns the buffer")

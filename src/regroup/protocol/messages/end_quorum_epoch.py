@@ -338,6 +338,8 @@ def _w_EndQuorumEpochRequestTopicData_v0(buf: bytearray, o: EndQuorumEpochReques
 
 def _w_EndQuorumEpochRequestTopicData_v1(buf: bytearray, o: EndQuorumEpochRequestTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -395,6 +397,8 @@ def _r_EndQuorumEpochRequestTopicData_v1(data: bytes, pos: int) -> tuple[EndQuor
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -454,9 +458,13 @@ def _r_EndQuorumEpochRequestTopicData_v1(data: bytes, pos: int) -> tuple[EndQuor
 
 def _w_LeaderEndpoint_v1(buf: bytearray, o: LeaderEndpoint) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_H.pack(o.port)
@@ -473,6 +481,8 @@ def _r_LeaderEndpoint_v1(data: bytes, pos: int) -> tuple[LeaderEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -486,6 +496,8 @@ def _r_LeaderEndpoint_v1(data: bytes, pos: int) -> tuple[LeaderEndpoint, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -518,6 +530,8 @@ def _w_EndQuorumEpochRequest_v1(buf: bytearray, o: EndQuorumEpochRequest) -> Non
         buf.append(0)
     else:
         _b1 = o.cluster_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.topics)
@@ -604,6 +618,8 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -629,6 +645,8 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -705,6 +723,8 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
         _n17 -= 1
         if _n17 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n17 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end18 = pos + _n17
         if _end18 > _len:
             raise DecodeError("name overruns the buffer")
@@ -718,6 +738,8 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
         _n19 -= 1
         if _n19 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n19 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end20 = pos + _n19
         if _end20 > _len:
             raise DecodeError("host overruns the buffer")
@@ -781,6 +803,8 @@ def _w_EndQuorumEpochResponseTopicData_v0(buf: bytearray, o: EndQuorumEpochRespo
 
 def _w_EndQuorumEpochResponseTopicData_v1(buf: bytearray, o: EndQuorumEpochResponseTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -834,6 +858,8 @@ def _r_EndQuorumEpochResponseTopicData_v1(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -873,6 +899,8 @@ def _r_EndQuorumEpochResponseTopicData_v1(
 def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
     buf += _S_i.pack(o.node_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_H.pack(o.port)
@@ -891,6 +919,8 @@ def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -906,6 +936,8 @@ def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
 
 
 def _w_EndQuorumEpochResponse_v0(buf: bytearray, o: EndQuorumEpochResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("EndQuorumEpochResponse.node_endpoints is set but this version lacks the field")
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.topics)
     buf += _I32.pack(_n1)
@@ -1002,6 +1034,8 @@ def _r_EndQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochR
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -1070,6 +1104,8 @@ def _r_EndQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochR
                 _n15 -= 1
                 if _n15 < 0:
                     raise DecodeError("invalid or null length for host")
+                if _n15 > 0x7FFF:
+                    raise DecodeError("host is longer than 32767 bytes")
                 _end16 = pos + _n15
                 if _end16 > _len:
                     raise DecodeError("host overruns the buffer")

@@ -112,13 +112,19 @@ def _w_EndTxnRequest_v0(buf: bytearray, o: EndTxnRequest) -> None:
     _b1 = o.transactional_id.encode()
     buf += _I16.pack(len(_b1))
     buf += _b1
+    if o.committed is None:
+        raise EncodeError("committed is null but not nullable")
     buf += _S_qho.pack(o.producer_id, o.producer_epoch, o.committed)
 
 
 def _w_EndTxnRequest_v3(buf: bytearray, o: EndTxnRequest) -> None:
     _b1 = o.transactional_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
+    if o.committed is None:
+        raise EncodeError("committed is null but not nullable")
     buf += _S_qho.pack(o.producer_id, o.producer_epoch, o.committed)
     buf.append(0)
 
@@ -149,6 +155,8 @@ def _r_EndTxnRequest_v3(data: bytes, pos: int) -> tuple[EndTxnRequest, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for transactional_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("transactional_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("transactional_id overruns the buffer")

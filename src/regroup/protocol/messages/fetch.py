@@ -656,6 +656,8 @@ def _w_FetchTopic_v9(buf: bytearray, o: FetchTopic) -> None:
 
 def _w_FetchTopic_v12(buf: bytearray, o: FetchTopic) -> None:
     _b1 = o.topic.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -801,6 +803,8 @@ def _r_FetchTopic_v12(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic overruns the buffer")
@@ -971,6 +975,8 @@ def _w_ForgottenTopic_v7(buf: bytearray, o: ForgottenTopic) -> None:
 
 def _w_ForgottenTopic_v12(buf: bytearray, o: ForgottenTopic) -> None:
     _b1 = o.topic.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -1019,6 +1025,8 @@ def _r_ForgottenTopic_v12(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic overruns the buffer")
@@ -1068,6 +1076,8 @@ def _r_ForgottenTopic_v13(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
 
 
 def _w_FetchRequest_v0(buf: bytearray, o: FetchRequest) -> None:
+    if o.replica_state != ReplicaState():
+        raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     if o.forgotten_topics_data != []:
         raise EncodeError("FetchRequest.forgotten_topics_data is set but this version lacks the field")
     buf += _S_iii.pack(o.replica_id, o.max_wait_ms, o.min_bytes)
@@ -1078,6 +1088,8 @@ def _w_FetchRequest_v0(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v3(buf: bytearray, o: FetchRequest) -> None:
+    if o.replica_state != ReplicaState():
+        raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     if o.forgotten_topics_data != []:
         raise EncodeError("FetchRequest.forgotten_topics_data is set but this version lacks the field")
     buf += _S_iiii.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes)
@@ -1088,6 +1100,8 @@ def _w_FetchRequest_v3(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v4(buf: bytearray, o: FetchRequest) -> None:
+    if o.replica_state != ReplicaState():
+        raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     if o.forgotten_topics_data != []:
         raise EncodeError("FetchRequest.forgotten_topics_data is set but this version lacks the field")
     buf += _S_iiiib.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
@@ -1098,6 +1112,8 @@ def _w_FetchRequest_v4(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v5(buf: bytearray, o: FetchRequest) -> None:
+    if o.replica_state != ReplicaState():
+        raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     if o.forgotten_topics_data != []:
         raise EncodeError("FetchRequest.forgotten_topics_data is set but this version lacks the field")
     buf += _S_iiiib.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
@@ -1108,6 +1124,8 @@ def _w_FetchRequest_v5(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v7(buf: bytearray, o: FetchRequest) -> None:
+    if o.replica_state != ReplicaState():
+        raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
         o.max_wait_ms,
@@ -1128,6 +1146,8 @@ def _w_FetchRequest_v7(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v9(buf: bytearray, o: FetchRequest) -> None:
+    if o.replica_state != ReplicaState():
+        raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
         o.max_wait_ms,
@@ -1148,6 +1168,8 @@ def _w_FetchRequest_v9(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v11(buf: bytearray, o: FetchRequest) -> None:
+    if o.replica_state != ReplicaState():
+        raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
         o.max_wait_ms,
@@ -1171,6 +1193,8 @@ def _w_FetchRequest_v11(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v12(buf: bytearray, o: FetchRequest) -> None:
+    if o.replica_state != ReplicaState():
+        raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
         o.max_wait_ms,
@@ -1189,12 +1213,16 @@ def _w_FetchRequest_v12(buf: bytearray, o: FetchRequest) -> None:
     for _e4 in o.forgotten_topics_data:
         _w_ForgottenTopic_v12(buf, _e4)
     _b5 = o.rack_id.encode()
+    if len(_b5) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _tags: list[tuple[int, bytearray]] = []
     if o.cluster_id is not None:
         _t = bytearray()
         _b6 = o.cluster_id.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
@@ -1206,6 +1234,8 @@ def _w_FetchRequest_v12(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v13(buf: bytearray, o: FetchRequest) -> None:
+    if o.replica_state != ReplicaState():
+        raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
         o.max_wait_ms,
@@ -1224,12 +1254,16 @@ def _w_FetchRequest_v13(buf: bytearray, o: FetchRequest) -> None:
     for _e4 in o.forgotten_topics_data:
         _w_ForgottenTopic_v13(buf, _e4)
     _b5 = o.rack_id.encode()
+    if len(_b5) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _tags: list[tuple[int, bytearray]] = []
     if o.cluster_id is not None:
         _t = bytearray()
         _b6 = o.cluster_id.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
@@ -1255,12 +1289,16 @@ def _w_FetchRequest_v15(buf: bytearray, o: FetchRequest) -> None:
     for _e4 in o.forgotten_topics_data:
         _w_ForgottenTopic_v13(buf, _e4)
     _b5 = o.rack_id.encode()
+    if len(_b5) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _tags: list[tuple[int, bytearray]] = []
     if o.cluster_id is not None:
         _t = bytearray()
         _b6 = o.cluster_id.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
@@ -1290,12 +1328,16 @@ def _w_FetchRequest_v17(buf: bytearray, o: FetchRequest) -> None:
     for _e4 in o.forgotten_topics_data:
         _w_ForgottenTopic_v13(buf, _e4)
     _b5 = o.rack_id.encode()
+    if len(_b5) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _tags: list[tuple[int, bytearray]] = []
     if o.cluster_id is not None:
         _t = bytearray()
         _b6 = o.cluster_id.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
@@ -1835,6 +1877,8 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic overruns the buffer")
@@ -1903,6 +1947,8 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for topic")
+        if _n12 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("topic overruns the buffer")
@@ -1934,6 +1980,8 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _n15 -= 1
     if _n15 < 0:
         raise DecodeError("invalid or null length for rack_id")
+    if _n15 > 0x7FFF:
+        raise DecodeError("rack_id is longer than 32767 bytes")
     _end16 = pos + _n15
     if _end16 > _len:
         raise DecodeError("rack_id overruns the buffer")
@@ -1959,6 +2007,8 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
                     raise DecodeError("invalid length for cluster_id")
                 _cluster_id = None
             else:
+                if _n20 > 0x7FFF:
+                    raise DecodeError("cluster_id is longer than 32767 bytes")
                 _end21 = pos + _n20
                 if _end21 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
@@ -2088,6 +2138,8 @@ def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _n11 -= 1
     if _n11 < 0:
         raise DecodeError("invalid or null length for rack_id")
+    if _n11 > 0x7FFF:
+        raise DecodeError("rack_id is longer than 32767 bytes")
     _end12 = pos + _n11
     if _end12 > _len:
         raise DecodeError("rack_id overruns the buffer")
@@ -2113,6 +2165,8 @@ def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
                     raise DecodeError("invalid length for cluster_id")
                 _cluster_id = None
             else:
+                if _n16 > 0x7FFF:
+                    raise DecodeError("cluster_id is longer than 32767 bytes")
                 _end17 = pos + _n16
                 if _end17 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
@@ -2242,6 +2296,8 @@ def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _n11 -= 1
     if _n11 < 0:
         raise DecodeError("invalid or null length for rack_id")
+    if _n11 > 0x7FFF:
+        raise DecodeError("rack_id is longer than 32767 bytes")
     _end12 = pos + _n11
     if _end12 > _len:
         raise DecodeError("rack_id overruns the buffer")
@@ -2268,6 +2324,8 @@ def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
                     raise DecodeError("invalid length for cluster_id")
                 _cluster_id = None
             else:
+                if _n16 > 0x7FFF:
+                    raise DecodeError("cluster_id is longer than 32767 bytes")
                 _end17 = pos + _n16
                 if _end17 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
@@ -2419,6 +2477,8 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _n14 -= 1
     if _n14 < 0:
         raise DecodeError("invalid or null length for rack_id")
+    if _n14 > 0x7FFF:
+        raise DecodeError("rack_id is longer than 32767 bytes")
     _end15 = pos + _n14
     if _end15 > _len:
         raise DecodeError("rack_id overruns the buffer")
@@ -2445,6 +2505,8 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
                     raise DecodeError("invalid length for cluster_id")
                 _cluster_id = None
             else:
+                if _n19 > 0x7FFF:
+                    raise DecodeError("cluster_id is longer than 32767 bytes")
                 _end20 = pos + _n19
                 if _end20 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
@@ -2555,6 +2617,12 @@ def _r_AbortedTransaction_v12(data: bytes, pos: int) -> tuple[AbortedTransaction
 
 
 def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
+    if o.diverging_epoch != EpochEndOffset():
+        raise EncodeError("PartitionData.diverging_epoch is set but this version lacks the field")
+    if o.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("PartitionData.current_leader is set but this version lacks the field")
+    if o.snapshot_id != SnapshotId():
+        raise EncodeError("PartitionData.snapshot_id is set but this version lacks the field")
     if o.preferred_read_replica != -1:
         raise EncodeError("PartitionData.preferred_read_replica is set but this version lacks the field")
     buf += _S_ihq.pack(o.partition_index, o.error_code, o.high_watermark)
@@ -2566,6 +2634,12 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 
 def _w_PartitionData_v4(buf: bytearray, o: PartitionData) -> None:
+    if o.diverging_epoch != EpochEndOffset():
+        raise EncodeError("PartitionData.diverging_epoch is set but this version lacks the field")
+    if o.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("PartitionData.current_leader is set but this version lacks the field")
+    if o.snapshot_id != SnapshotId():
+        raise EncodeError("PartitionData.snapshot_id is set but this version lacks the field")
     if o.preferred_read_replica != -1:
         raise EncodeError("PartitionData.preferred_read_replica is set but this version lacks the field")
     buf += _S_ihqq.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset)
@@ -2584,6 +2658,12 @@ def _w_PartitionData_v4(buf: bytearray, o: PartitionData) -> None:
 
 
 def _w_PartitionData_v5(buf: bytearray, o: PartitionData) -> None:
+    if o.diverging_epoch != EpochEndOffset():
+        raise EncodeError("PartitionData.diverging_epoch is set but this version lacks the field")
+    if o.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("PartitionData.current_leader is set but this version lacks the field")
+    if o.snapshot_id != SnapshotId():
+        raise EncodeError("PartitionData.snapshot_id is set but this version lacks the field")
     if o.preferred_read_replica != -1:
         raise EncodeError("PartitionData.preferred_read_replica is set but this version lacks the field")
     buf += _S_ihqqq.pack(
@@ -2604,6 +2684,12 @@ def _w_PartitionData_v5(buf: bytearray, o: PartitionData) -> None:
 
 
 def _w_PartitionData_v11(buf: bytearray, o: PartitionData) -> None:
+    if o.diverging_epoch != EpochEndOffset():
+        raise EncodeError("PartitionData.diverging_epoch is set but this version lacks the field")
+    if o.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("PartitionData.current_leader is set but this version lacks the field")
+    if o.snapshot_id != SnapshotId():
+        raise EncodeError("PartitionData.snapshot_id is set but this version lacks the field")
     buf += _S_ihqqq.pack(
         o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset
     )
@@ -2979,6 +3065,8 @@ def _w_FetchableTopicResponse_v11(buf: bytearray, o: FetchableTopicResponse) -> 
 
 def _w_FetchableTopicResponse_v12(buf: bytearray, o: FetchableTopicResponse) -> None:
     _b1 = o.topic.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -3276,6 +3364,8 @@ def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopic
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic overruns the buffer")
@@ -3539,6 +3629,8 @@ def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopic
 def _w_NodeEndpoint_v16(buf: bytearray, o: NodeEndpoint) -> None:
     buf += _S_i.pack(o.node_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
@@ -3546,6 +3638,8 @@ def _w_NodeEndpoint_v16(buf: bytearray, o: NodeEndpoint) -> None:
         buf.append(0)
     else:
         _b2 = o.rack.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -3563,6 +3657,8 @@ def _r_NodeEndpoint_v16(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -3581,6 +3677,8 @@ def _r_NodeEndpoint_v16(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -3596,6 +3694,8 @@ def _r_NodeEndpoint_v16(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
 def _w_FetchResponse_v0(buf: bytearray, o: FetchResponse) -> None:
     if o.session_id != 0:
         raise EncodeError("FetchResponse.session_id is set but this version lacks the field")
+    if o.node_endpoints != []:
+        raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
     for _e2 in o.responses:
@@ -3605,6 +3705,8 @@ def _w_FetchResponse_v0(buf: bytearray, o: FetchResponse) -> None:
 def _w_FetchResponse_v1(buf: bytearray, o: FetchResponse) -> None:
     if o.session_id != 0:
         raise EncodeError("FetchResponse.session_id is set but this version lacks the field")
+    if o.node_endpoints != []:
+        raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
@@ -3615,6 +3717,8 @@ def _w_FetchResponse_v1(buf: bytearray, o: FetchResponse) -> None:
 def _w_FetchResponse_v4(buf: bytearray, o: FetchResponse) -> None:
     if o.session_id != 0:
         raise EncodeError("FetchResponse.session_id is set but this version lacks the field")
+    if o.node_endpoints != []:
+        raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
@@ -3625,6 +3729,8 @@ def _w_FetchResponse_v4(buf: bytearray, o: FetchResponse) -> None:
 def _w_FetchResponse_v5(buf: bytearray, o: FetchResponse) -> None:
     if o.session_id != 0:
         raise EncodeError("FetchResponse.session_id is set but this version lacks the field")
+    if o.node_endpoints != []:
+        raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
@@ -3633,6 +3739,8 @@ def _w_FetchResponse_v5(buf: bytearray, o: FetchResponse) -> None:
 
 
 def _w_FetchResponse_v7(buf: bytearray, o: FetchResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     buf += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
@@ -3641,6 +3749,8 @@ def _w_FetchResponse_v7(buf: bytearray, o: FetchResponse) -> None:
 
 
 def _w_FetchResponse_v11(buf: bytearray, o: FetchResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     buf += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
@@ -3649,6 +3759,8 @@ def _w_FetchResponse_v11(buf: bytearray, o: FetchResponse) -> None:
 
 
 def _w_FetchResponse_v12(buf: bytearray, o: FetchResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     buf += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _n1 = len(o.responses)
     buf += uvarint_bytes(_n1 + 1)
@@ -3658,6 +3770,8 @@ def _w_FetchResponse_v12(buf: bytearray, o: FetchResponse) -> None:
 
 
 def _w_FetchResponse_v13(buf: bytearray, o: FetchResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     buf += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _n1 = len(o.responses)
     buf += uvarint_bytes(_n1 + 1)
@@ -4175,6 +4289,8 @@ def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic overruns the buffer")
@@ -4635,6 +4751,8 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                 _n24 -= 1
                 if _n24 < 0:
                     raise DecodeError("invalid or null length for host")
+                if _n24 > 0x7FFF:
+                    raise DecodeError("host is longer than 32767 bytes")
                 _end25 = pos + _n24
                 if _end25 > _len:
                     raise DecodeError("host overruns the buffer")
@@ -4653,6 +4771,8 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                         raise DecodeError("invalid length for rack")
                     _s23_rack = None
                 else:
+                    if _n26 > 0x7FFF:
+                        raise DecodeError("rack is longer than 32767 bytes")
                     _end27 = pos + _n26
                     if _end27 > _len:
                         raise DecodeError("rack overruns the buffer")

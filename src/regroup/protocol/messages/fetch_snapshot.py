@@ -373,6 +373,8 @@ def _r_FetchSnapshotRequestPartitionSnapshot_v1(
 
 def _w_FetchSnapshotRequestTopicSnapshot_v0(buf: bytearray, o: FetchSnapshotRequestTopicSnapshot) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -384,6 +386,8 @@ def _w_FetchSnapshotRequestTopicSnapshot_v0(buf: bytearray, o: FetchSnapshotRequ
 
 def _w_FetchSnapshotRequestTopicSnapshot_v1(buf: bytearray, o: FetchSnapshotRequestTopicSnapshot) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -405,6 +409,8 @@ def _r_FetchSnapshotRequestTopicSnapshot_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -462,6 +468,8 @@ def _r_FetchSnapshotRequestTopicSnapshot_v1(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -533,6 +541,8 @@ def _w_FetchSnapshotRequest_v0(buf: bytearray, o: FetchSnapshotRequest) -> None:
     if o.cluster_id is not None:
         _t = bytearray()
         _b3 = o.cluster_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         _t += uvarint_bytes(len(_b3) + 1)
         _t += _b3
         _tags.append((0, _t))
@@ -553,6 +563,8 @@ def _w_FetchSnapshotRequest_v1(buf: bytearray, o: FetchSnapshotRequest) -> None:
     if o.cluster_id is not None:
         _t = bytearray()
         _b3 = o.cluster_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         _t += uvarint_bytes(len(_b3) + 1)
         _t += _b3
         _tags.append((0, _t))
@@ -587,6 +599,8 @@ def _r_FetchSnapshotRequest_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -651,6 +665,8 @@ def _r_FetchSnapshotRequest_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
                     raise DecodeError("invalid length for cluster_id")
                 _cluster_id = None
             else:
+                if _n13 > 0x7FFF:
+                    raise DecodeError("cluster_id is longer than 32767 bytes")
                 _end14 = pos + _n13
                 if _end14 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
@@ -686,6 +702,8 @@ def _r_FetchSnapshotRequest_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -766,6 +784,8 @@ def _r_FetchSnapshotRequest_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
                     raise DecodeError("invalid length for cluster_id")
                 _cluster_id = None
             else:
+                if _n16 > 0x7FFF:
+                    raise DecodeError("cluster_id is longer than 32767 bytes")
                 _end17 = pos + _n16
                 if _end17 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
@@ -885,6 +905,8 @@ def _r_FetchSnapshotResponsePartitionSnapshot_v0(
 
 def _w_FetchSnapshotResponseTopicSnapshot_v0(buf: bytearray, o: FetchSnapshotResponseTopicSnapshot) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -906,6 +928,8 @@ def _r_FetchSnapshotResponseTopicSnapshot_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -988,6 +1012,8 @@ def _r_FetchSnapshotResponseTopicSnapshot_v0(
 def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
     buf += _S_i.pack(o.node_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_H.pack(o.port)
@@ -1006,6 +1032,8 @@ def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -1021,6 +1049,8 @@ def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
 
 
 def _w_FetchSnapshotResponse_v0(buf: bytearray, o: FetchSnapshotResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("FetchSnapshotResponse.node_endpoints is set but this version lacks the field")
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.topics)
     buf += uvarint_bytes(_n1 + 1)
@@ -1074,6 +1104,8 @@ def _r_FetchSnapshotResponse_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRes
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1183,6 +1215,8 @@ def _r_FetchSnapshotResponse_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRes
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1292,6 +1326,8 @@ def _r_FetchSnapshotResponse_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRes
                 _n22 -= 1
                 if _n22 < 0:
                     raise DecodeError("invalid or null length for host")
+                if _n22 > 0x7FFF:
+                    raise DecodeError("host is longer than 32767 bytes")
                 _end23 = pos + _n22
                 if _end23 > _len:
                     raise DecodeError("host overruns the buffer")

@@ -167,6 +167,8 @@ def _w_FindCoordinatorRequest_v3(buf: bytearray, o: FindCoordinatorRequest) -> N
     if o.coordinator_keys != []:
         raise EncodeError("FindCoordinatorRequest.coordinator_keys is set but this version lacks the field")
     _b1 = o.key.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.key_type)
@@ -181,6 +183,8 @@ def _w_FindCoordinatorRequest_v4(buf: bytearray, o: FindCoordinatorRequest) -> N
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.coordinator_keys:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -226,6 +230,8 @@ def _r_FindCoordinatorRequest_v3(data: bytes, pos: int) -> tuple[FindCoordinator
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for key")
+    if _n1 > 0x7FFF:
+        raise DecodeError("key is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("key overruns the buffer")
@@ -264,6 +270,8 @@ def _r_FindCoordinatorRequest_v4(data: bytes, pos: int) -> tuple[FindCoordinator
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for coordinator_keys")
+        if _n4 > 0x7FFF:
+            raise DecodeError("coordinator_keys is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("coordinator_keys overruns the buffer")
@@ -280,10 +288,14 @@ def _r_FindCoordinatorRequest_v4(data: bytes, pos: int) -> tuple[FindCoordinator
 
 def _w_Coordinator_v4(buf: bytearray, o: Coordinator) -> None:
     _b1 = o.key.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.node_id)
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_ih.pack(o.port, o.error_code)
@@ -291,6 +303,8 @@ def _w_Coordinator_v4(buf: bytearray, o: Coordinator) -> None:
         buf.append(0)
     else:
         _b3 = o.error_message.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -306,6 +320,8 @@ def _r_Coordinator_v4(data: bytes, pos: int) -> tuple[Coordinator, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for key")
+    if _n1 > 0x7FFF:
+        raise DecodeError("key is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("key overruns the buffer")
@@ -321,6 +337,8 @@ def _r_Coordinator_v4(data: bytes, pos: int) -> tuple[Coordinator, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -339,6 +357,8 @@ def _r_Coordinator_v4(data: bytes, pos: int) -> tuple[Coordinator, int]:
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -386,10 +406,14 @@ def _w_FindCoordinatorResponse_v3(buf: bytearray, o: FindCoordinatorResponse) ->
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_i.pack(o.node_id)
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.port)
@@ -480,6 +504,8 @@ def _r_FindCoordinatorResponse_v3(data: bytes, pos: int) -> tuple[FindCoordinato
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -495,6 +521,8 @@ def _r_FindCoordinatorResponse_v3(data: bytes, pos: int) -> tuple[FindCoordinato
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -535,6 +563,8 @@ def _r_FindCoordinatorResponse_v4(data: bytes, pos: int) -> tuple[FindCoordinato
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for key")
+        if _n4 > 0x7FFF:
+            raise DecodeError("key is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("key overruns the buffer")
@@ -550,6 +580,8 @@ def _r_FindCoordinatorResponse_v4(data: bytes, pos: int) -> tuple[FindCoordinato
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n6 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("host overruns the buffer")
@@ -568,6 +600,8 @@ def _r_FindCoordinatorResponse_v4(data: bytes, pos: int) -> tuple[FindCoordinato
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")

@@ -122,11 +122,15 @@ def _w_GetTelemetrySubscriptionsResponse_v0(buf: bytearray, o: GetTelemetrySubsc
     _n1 = len(o.accepted_compression_types)
     buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}b", *o.accepted_compression_types)
+    if o.delta_temporality is None:
+        raise EncodeError("delta_temporality is null but not nullable")
     buf += _S_iio.pack(o.push_interval_ms, o.telemetry_max_bytes, o.delta_temporality)
     _n2 = len(o.requested_metrics)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.requested_metrics:
         _b4 = _e3.encode()
+        if len(_b4) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     buf.append(0)
@@ -175,6 +179,8 @@ def _r_GetTelemetrySubscriptionsResponse_v0(
         _n5 -= 1
         if _n5 < 0:
             raise DecodeError("invalid or null length for requested_metrics")
+        if _n5 > 0x7FFF:
+            raise DecodeError("requested_metrics is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("requested_metrics overruns the buffer")

@@ -129,16 +129,22 @@ def _w_HeartbeatRequest_v3(buf: bytearray, o: HeartbeatRequest) -> None:
 
 def _w_HeartbeatRequest_v4(buf: bytearray, o: HeartbeatRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.generation_id)
     _b2 = o.member_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b3 = o.group_instance_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -216,6 +222,8 @@ def _r_HeartbeatRequest_v4(data: bytes, pos: int) -> tuple[HeartbeatRequest, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -231,6 +239,8 @@ def _r_HeartbeatRequest_v4(data: bytes, pos: int) -> tuple[HeartbeatRequest, int
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -247,6 +257,8 @@ def _r_HeartbeatRequest_v4(data: bytes, pos: int) -> tuple[HeartbeatRequest, int
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("group_instance_id overruns the buffer")

@@ -165,6 +165,8 @@ def _w_AlterableConfig_v0(buf: bytearray, o: AlterableConfig) -> None:
 
 def _w_AlterableConfig_v1(buf: bytearray, o: AlterableConfig) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.config_operation)
@@ -172,6 +174,8 @@ def _w_AlterableConfig_v1(buf: bytearray, o: AlterableConfig) -> None:
         buf.append(0)
     else:
         _b2 = o.value.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -215,6 +219,8 @@ def _r_AlterableConfig_v1(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -233,6 +239,8 @@ def _r_AlterableConfig_v1(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
             raise DecodeError("invalid length for value")
         _value = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("value is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("value overruns the buffer")
@@ -259,6 +267,8 @@ def _w_AlterConfigsResource_v0(buf: bytearray, o: AlterConfigsResource) -> None:
 def _w_AlterConfigsResource_v1(buf: bytearray, o: AlterConfigsResource) -> None:
     buf += _S_b.pack(o.resource_type)
     _b1 = o.resource_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.configs)
@@ -329,6 +339,8 @@ def _r_AlterConfigsResource_v1(data: bytes, pos: int) -> tuple[AlterConfigsResou
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for resource_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("resource_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("resource_name overruns the buffer")
@@ -354,6 +366,8 @@ def _r_AlterConfigsResource_v1(data: bytes, pos: int) -> tuple[AlterConfigsResou
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -372,6 +386,8 @@ def _r_AlterConfigsResource_v1(data: bytes, pos: int) -> tuple[AlterConfigsResou
                 raise DecodeError("invalid length for value")
             _s5_value = None
         else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("value is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("value overruns the buffer")
@@ -395,6 +411,8 @@ def _w_IncrementalAlterConfigsRequest_v0(buf: bytearray, o: IncrementalAlterConf
     buf += _I32.pack(_n1)
     for _e2 in o.resources:
         _w_AlterConfigsResource_v0(buf, _e2)
+    if o.validate_only is None:
+        raise EncodeError("validate_only is null but not nullable")
     buf += _S_o.pack(o.validate_only)
 
 
@@ -403,6 +421,8 @@ def _w_IncrementalAlterConfigsRequest_v1(buf: bytearray, o: IncrementalAlterConf
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.resources:
         _w_AlterConfigsResource_v1(buf, _e2)
+    if o.validate_only is None:
+        raise EncodeError("validate_only is null but not nullable")
     buf += _S_o.pack(o.validate_only)
     buf.append(0)
 
@@ -492,6 +512,8 @@ def _r_IncrementalAlterConfigsRequest_v1(data: bytes, pos: int) -> tuple[Increme
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for resource_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("resource_name overruns the buffer")
@@ -517,6 +539,8 @@ def _r_IncrementalAlterConfigsRequest_v1(data: bytes, pos: int) -> tuple[Increme
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n9 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -535,6 +559,8 @@ def _r_IncrementalAlterConfigsRequest_v1(data: bytes, pos: int) -> tuple[Increme
                     raise DecodeError("invalid length for value")
                 _s8_value = None
             else:
+                if _n11 > 0x7FFF:
+                    raise DecodeError("value is longer than 32767 bytes")
                 _end12 = pos + _n11
                 if _end12 > _len:
                     raise DecodeError("value overruns the buffer")
@@ -581,10 +607,14 @@ def _w_AlterConfigsResourceResponse_v1(buf: bytearray, o: AlterConfigsResourceRe
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.resource_type)
     _b2 = o.resource_name.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
@@ -635,6 +665,8 @@ def _r_AlterConfigsResourceResponse_v1(data: bytes, pos: int) -> tuple[AlterConf
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -650,6 +682,8 @@ def _r_AlterConfigsResourceResponse_v1(data: bytes, pos: int) -> tuple[AlterConf
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for resource_name")
+    if _n3 > 0x7FFF:
+        raise DecodeError("resource_name is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("resource_name overruns the buffer")
@@ -758,6 +792,8 @@ def _r_IncrementalAlterConfigsResponse_v1(
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -773,6 +809,8 @@ def _r_IncrementalAlterConfigsResponse_v1(
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for resource_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("resource_name overruns the buffer")

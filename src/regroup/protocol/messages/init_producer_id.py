@@ -135,6 +135,8 @@ def _w_InitProducerIdRequest_v2(buf: bytearray, o: InitProducerIdRequest) -> Non
         buf.append(0)
     else:
         _b1 = o.transactional_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_i.pack(o.transaction_timeout_ms)
@@ -146,6 +148,8 @@ def _w_InitProducerIdRequest_v3(buf: bytearray, o: InitProducerIdRequest) -> Non
         buf.append(0)
     else:
         _b1 = o.transactional_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_iqh.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
@@ -184,6 +188,8 @@ def _r_InitProducerIdRequest_v2(data: bytes, pos: int) -> tuple[InitProducerIdRe
             raise DecodeError("invalid length for transactional_id")
         _transactional_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("transactional_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("transactional_id overruns the buffer")
@@ -211,6 +217,8 @@ def _r_InitProducerIdRequest_v3(data: bytes, pos: int) -> tuple[InitProducerIdRe
             raise DecodeError("invalid length for transactional_id")
         _transactional_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("transactional_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("transactional_id overruns the buffer")

@@ -223,6 +223,8 @@ def _r_InitializeStateData_v0(data: bytes, pos: int) -> tuple[InitializeStateDat
 
 def _w_InitializeShareGroupStateRequest_v0(buf: bytearray, o: InitializeShareGroupStateRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
@@ -244,6 +246,8 @@ def _r_InitializeShareGroupStateRequest_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -303,6 +307,8 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -323,6 +329,8 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -374,6 +382,8 @@ def _r_InitializeStateResult_v0(data: bytes, pos: int) -> tuple[InitializeStateR
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -444,6 +454,8 @@ def _r_InitializeShareGroupStateResponse_v0(
                     raise DecodeError("invalid length for error_message")
                 _s6_error_message = None
             else:
+                if _n7 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end8 = pos + _n7
                 if _end8 > _len:
                     raise DecodeError("error_message overruns the buffer")

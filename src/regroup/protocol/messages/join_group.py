@@ -199,6 +199,8 @@ def _w_JoinGroupRequestProtocol_v0(buf: bytearray, o: JoinGroupRequestProtocol) 
 
 def _w_JoinGroupRequestProtocol_v6(buf: bytearray, o: JoinGroupRequestProtocol) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += uvarint_bytes(len(o.metadata) + 1)
@@ -239,6 +241,8 @@ def _r_JoinGroupRequestProtocol_v6(data: bytes, pos: int) -> tuple[JoinGroupRequ
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -327,19 +331,27 @@ def _w_JoinGroupRequest_v5(buf: bytearray, o: JoinGroupRequest) -> None:
 
 def _w_JoinGroupRequest_v6(buf: bytearray, o: JoinGroupRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _b2 = o.member_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b3 = o.group_instance_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _b4 = o.protocol_type.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.protocols)
@@ -351,19 +363,27 @@ def _w_JoinGroupRequest_v6(buf: bytearray, o: JoinGroupRequest) -> None:
 
 def _w_JoinGroupRequest_v8(buf: bytearray, o: JoinGroupRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _b2 = o.member_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b3 = o.group_instance_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _b4 = o.protocol_type.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.protocols)
@@ -374,6 +394,8 @@ def _w_JoinGroupRequest_v8(buf: bytearray, o: JoinGroupRequest) -> None:
         buf.append(0)
     else:
         _b7 = o.reason.encode()
+        if len(_b7) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b7) + 1)
         buf += _b7
     buf.append(0)
@@ -607,6 +629,8 @@ def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -622,6 +646,8 @@ def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -638,6 +664,8 @@ def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -651,6 +679,8 @@ def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for protocol_type")
+    if _n7 > 0x7FFF:
+        raise DecodeError("protocol_type is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("protocol_type overruns the buffer")
@@ -676,6 +706,8 @@ def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n12 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("name overruns the buffer")
@@ -726,6 +758,8 @@ def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -741,6 +775,8 @@ def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -757,6 +793,8 @@ def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -770,6 +808,8 @@ def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for protocol_type")
+    if _n7 > 0x7FFF:
+        raise DecodeError("protocol_type is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("protocol_type overruns the buffer")
@@ -795,6 +835,8 @@ def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n12 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("name overruns the buffer")
@@ -830,6 +872,8 @@ def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
             raise DecodeError("invalid length for reason")
         _reason = None
     else:
+        if _n16 > 0x7FFF:
+            raise DecodeError("reason is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("reason overruns the buffer")
@@ -875,12 +919,16 @@ def _w_JoinGroupResponseMember_v5(buf: bytearray, o: JoinGroupResponseMember) ->
 
 def _w_JoinGroupResponseMember_v6(buf: bytearray, o: JoinGroupResponseMember) -> None:
     _b1 = o.member_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b2 = o.group_instance_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += uvarint_bytes(len(o.metadata) + 1)
@@ -956,6 +1004,8 @@ def _r_JoinGroupResponseMember_v6(data: bytes, pos: int) -> tuple[JoinGroupRespo
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -972,6 +1022,8 @@ def _r_JoinGroupResponseMember_v6(data: bytes, pos: int) -> tuple[JoinGroupRespo
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -1067,12 +1119,18 @@ def _w_JoinGroupResponse_v6(buf: bytearray, o: JoinGroupResponse) -> None:
     if o.protocol_name is None:
         raise EncodeError("protocol_name is null but not nullable at this version")
     _b1 = o.protocol_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.leader.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.member_id.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _n4 = len(o.members)
@@ -1090,18 +1148,26 @@ def _w_JoinGroupResponse_v7(buf: bytearray, o: JoinGroupResponse) -> None:
         buf.append(0)
     else:
         _b1 = o.protocol_type.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.protocol_name is None:
         buf.append(0)
     else:
         _b2 = o.protocol_name.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.leader.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.member_id.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
@@ -1117,19 +1183,29 @@ def _w_JoinGroupResponse_v9(buf: bytearray, o: JoinGroupResponse) -> None:
         buf.append(0)
     else:
         _b1 = o.protocol_type.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.protocol_name is None:
         buf.append(0)
     else:
         _b2 = o.protocol_name.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.leader.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
+    if o.skip_assignment is None:
+        raise EncodeError("skip_assignment is null but not nullable")
     buf += _S_o.pack(o.skip_assignment)
     _b4 = o.member_id.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
@@ -1371,6 +1447,8 @@ def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for protocol_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("protocol_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("protocol_name overruns the buffer")
@@ -1384,6 +1462,8 @@ def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for leader")
+    if _n3 > 0x7FFF:
+        raise DecodeError("leader is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("leader overruns the buffer")
@@ -1397,6 +1477,8 @@ def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n5 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -1422,6 +1504,8 @@ def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n10 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -1438,6 +1522,8 @@ def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
                 raise DecodeError("invalid length for group_instance_id")
             _s9_group_instance_id = None
         else:
+            if _n12 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
             _end13 = pos + _n12
             if _end13 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")
@@ -1494,6 +1580,8 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
             raise DecodeError("invalid length for protocol_type")
         _protocol_type = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("protocol_type overruns the buffer")
@@ -1510,6 +1598,8 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
             raise DecodeError("invalid length for protocol_name")
         _protocol_name = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("protocol_name is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("protocol_name overruns the buffer")
@@ -1523,6 +1613,8 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for leader")
+    if _n5 > 0x7FFF:
+        raise DecodeError("leader is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("leader overruns the buffer")
@@ -1536,6 +1628,8 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n7 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -1561,6 +1655,8 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n12 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -1577,6 +1673,8 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
                 raise DecodeError("invalid length for group_instance_id")
             _s11_group_instance_id = None
         else:
+            if _n14 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
             _end15 = pos + _n14
             if _end15 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")
@@ -1633,6 +1731,8 @@ def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
             raise DecodeError("invalid length for protocol_type")
         _protocol_type = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("protocol_type overruns the buffer")
@@ -1649,6 +1749,8 @@ def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
             raise DecodeError("invalid length for protocol_name")
         _protocol_name = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("protocol_name is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("protocol_name overruns the buffer")
@@ -1662,6 +1764,8 @@ def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for leader")
+    if _n5 > 0x7FFF:
+        raise DecodeError("leader is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("leader overruns the buffer")
@@ -1677,6 +1781,8 @@ def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n7 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -1702,6 +1808,8 @@ def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n12 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -1718,6 +1826,8 @@ def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
                 raise DecodeError("invalid length for group_instance_id")
             _s11_group_instance_id = None
         else:
+            if _n14 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
             _end15 = pos + _n14
             if _end15 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")

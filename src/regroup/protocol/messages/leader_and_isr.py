@@ -286,6 +286,8 @@ def _w_LeaderAndIsrPartitionState_v1(buf: bytearray, o: LeaderAndIsrPartitionSta
     _n3 = len(o.replicas)
     buf += _I32.pack(_n3)
     buf += struct.pack(f">{_n3}i", *o.replicas)
+    if o.is_new is None:
+        raise EncodeError("is_new is null but not nullable")
     buf += _S_o.pack(o.is_new)
 
 
@@ -302,6 +304,8 @@ def _w_LeaderAndIsrPartitionState_v2(buf: bytearray, o: LeaderAndIsrPartitionSta
     _n2 = len(o.replicas)
     buf += _I32.pack(_n2)
     buf += struct.pack(f">{_n2}i", *o.replicas)
+    if o.is_new is None:
+        raise EncodeError("is_new is null but not nullable")
     buf += _S_o.pack(o.is_new)
 
 
@@ -324,6 +328,8 @@ def _w_LeaderAndIsrPartitionState_v3(buf: bytearray, o: LeaderAndIsrPartitionSta
     _n4 = len(o.removing_replicas)
     buf += _I32.pack(_n4)
     buf += struct.pack(f">{_n4}i", *o.removing_replicas)
+    if o.is_new is None:
+        raise EncodeError("is_new is null but not nullable")
     buf += _S_o.pack(o.is_new)
 
 
@@ -346,6 +352,8 @@ def _w_LeaderAndIsrPartitionState_v4(buf: bytearray, o: LeaderAndIsrPartitionSta
     _n4 = len(o.removing_replicas)
     buf += uvarint_bytes(_n4 + 1)
     buf += struct.pack(f">{_n4}i", *o.removing_replicas)
+    if o.is_new is None:
+        raise EncodeError("is_new is null but not nullable")
     buf += _S_o.pack(o.is_new)
     buf.append(0)
 
@@ -365,6 +373,8 @@ def _w_LeaderAndIsrPartitionState_v6(buf: bytearray, o: LeaderAndIsrPartitionSta
     _n4 = len(o.removing_replicas)
     buf += uvarint_bytes(_n4 + 1)
     buf += struct.pack(f">{_n4}i", *o.removing_replicas)
+    if o.is_new is None:
+        raise EncodeError("is_new is null but not nullable")
     buf += _S_ob.pack(o.is_new, o.leader_recovery_state)
     buf.append(0)
 
@@ -735,6 +745,8 @@ def _w_LeaderAndIsrTopicState_v3(buf: bytearray, o: LeaderAndIsrTopicState) -> N
 
 def _w_LeaderAndIsrTopicState_v4(buf: bytearray, o: LeaderAndIsrTopicState) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_states)
@@ -746,6 +758,8 @@ def _w_LeaderAndIsrTopicState_v4(buf: bytearray, o: LeaderAndIsrTopicState) -> N
 
 def _w_LeaderAndIsrTopicState_v5(buf: bytearray, o: LeaderAndIsrTopicState) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.topic_id.bytes)
@@ -758,6 +772,8 @@ def _w_LeaderAndIsrTopicState_v5(buf: bytearray, o: LeaderAndIsrTopicState) -> N
 
 def _w_LeaderAndIsrTopicState_v6(buf: bytearray, o: LeaderAndIsrTopicState) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.topic_id.bytes)
@@ -920,6 +936,8 @@ def _r_LeaderAndIsrTopicState_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -1031,6 +1049,8 @@ def _r_LeaderAndIsrTopicState_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -1145,6 +1165,8 @@ def _r_LeaderAndIsrTopicState_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -1260,6 +1282,8 @@ def _w_LeaderAndIsrLiveLeader_v0(buf: bytearray, o: LeaderAndIsrLiveLeader) -> N
 def _w_LeaderAndIsrLiveLeader_v4(buf: bytearray, o: LeaderAndIsrLiveLeader) -> None:
     buf += _S_i.pack(o.broker_id)
     _b1 = o.host_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
@@ -1296,6 +1320,8 @@ def _r_LeaderAndIsrLiveLeader_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrLiv
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host_name overruns the buffer")
@@ -1450,6 +1476,8 @@ def _w_LeaderAndIsrRequest_v7(buf: bytearray, o: LeaderAndIsrRequest) -> None:
         raise EncodeError(
             "LeaderAndIsrRequest.ungrouped_partition_states is set but this version lacks the field"
         )
+    if o.is_k_raft_controller is None:
+        raise EncodeError("is_k_raft_controller is null but not nullable")
     buf += _S_ioiqb.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch, o.type)
     _n1 = len(o.topic_states)
     buf += uvarint_bytes(_n1 + 1)
@@ -1880,6 +1908,8 @@ def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -2002,6 +2032,8 @@ def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for host_name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("host_name is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("host_name overruns the buffer")
@@ -2048,6 +2080,8 @@ def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -2173,6 +2207,8 @@ def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for host_name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("host_name is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("host_name overruns the buffer")
@@ -2219,6 +2255,8 @@ def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -2344,6 +2382,8 @@ def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for host_name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("host_name is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("host_name overruns the buffer")
@@ -2392,6 +2432,8 @@ def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -2517,6 +2559,8 @@ def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for host_name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("host_name is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("host_name overruns the buffer")
@@ -2555,6 +2599,8 @@ def _w_LeaderAndIsrPartitionError_v0(buf: bytearray, o: LeaderAndIsrPartitionErr
 
 def _w_LeaderAndIsrPartitionError_v4(buf: bytearray, o: LeaderAndIsrPartitionError) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ih.pack(o.partition_index, o.error_code)
@@ -2592,6 +2638,8 @@ def _r_LeaderAndIsrPartitionError_v4(data: bytes, pos: int) -> tuple[LeaderAndIs
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -2742,6 +2790,8 @@ def _r_LeaderAndIsrResponse_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrRespo
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")

@@ -157,12 +157,16 @@ def _w_MemberIdentity_v3(buf: bytearray, o: MemberIdentity) -> None:
 
 def _w_MemberIdentity_v4(buf: bytearray, o: MemberIdentity) -> None:
     _b1 = o.member_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b2 = o.group_instance_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -170,18 +174,24 @@ def _w_MemberIdentity_v4(buf: bytearray, o: MemberIdentity) -> None:
 
 def _w_MemberIdentity_v5(buf: bytearray, o: MemberIdentity) -> None:
     _b1 = o.member_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b2 = o.group_instance_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.reason is None:
         buf.append(0)
     else:
         _b3 = o.reason.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -223,6 +233,8 @@ def _r_MemberIdentity_v4(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -239,6 +251,8 @@ def _r_MemberIdentity_v4(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -261,6 +275,8 @@ def _r_MemberIdentity_v5(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -277,6 +293,8 @@ def _r_MemberIdentity_v5(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -293,6 +311,8 @@ def _r_MemberIdentity_v5(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
             raise DecodeError("invalid length for reason")
         _reason = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("reason is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("reason overruns the buffer")
@@ -332,6 +352,8 @@ def _w_LeaveGroupRequest_v4(buf: bytearray, o: LeaveGroupRequest) -> None:
     if o.member_id != "":
         raise EncodeError("LeaveGroupRequest.member_id is set but this version lacks the field")
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.members)
@@ -345,6 +367,8 @@ def _w_LeaveGroupRequest_v5(buf: bytearray, o: LeaveGroupRequest) -> None:
     if o.member_id != "":
         raise EncodeError("LeaveGroupRequest.member_id is set but this version lacks the field")
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.members)
@@ -432,6 +456,8 @@ def _r_LeaveGroupRequest_v4(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -457,6 +483,8 @@ def _r_LeaveGroupRequest_v4(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -473,6 +501,8 @@ def _r_LeaveGroupRequest_v4(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
                 raise DecodeError("invalid length for group_instance_id")
             _s5_group_instance_id = None
         else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")
@@ -501,6 +531,8 @@ def _r_LeaveGroupRequest_v5(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -526,6 +558,8 @@ def _r_LeaveGroupRequest_v5(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -542,6 +576,8 @@ def _r_LeaveGroupRequest_v5(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
                 raise DecodeError("invalid length for group_instance_id")
             _s5_group_instance_id = None
         else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")
@@ -558,6 +594,8 @@ def _r_LeaveGroupRequest_v5(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
                 raise DecodeError("invalid length for reason")
             _s5_reason = None
         else:
+            if _n10 > 0x7FFF:
+                raise DecodeError("reason is longer than 32767 bytes")
             _end11 = pos + _n10
             if _end11 > _len:
                 raise DecodeError("reason overruns the buffer")
@@ -591,12 +629,16 @@ def _w_MemberResponse_v3(buf: bytearray, o: MemberResponse) -> None:
 
 def _w_MemberResponse_v4(buf: bytearray, o: MemberResponse) -> None:
     _b1 = o.member_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b2 = o.group_instance_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_h.pack(o.error_code)
@@ -641,6 +683,8 @@ def _r_MemberResponse_v4(data: bytes, pos: int) -> tuple[MemberResponse, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -657,6 +701,8 @@ def _r_MemberResponse_v4(data: bytes, pos: int) -> tuple[MemberResponse, int]:
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -778,6 +824,8 @@ def _r_LeaveGroupResponse_v4(data: bytes, pos: int) -> tuple[LeaveGroupResponse,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -794,6 +842,8 @@ def _r_LeaveGroupResponse_v4(data: bytes, pos: int) -> tuple[LeaveGroupResponse,
                 raise DecodeError("invalid length for group_instance_id")
             _s3_group_instance_id = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")

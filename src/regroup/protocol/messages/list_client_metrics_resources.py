@@ -109,6 +109,8 @@ def _r_ListClientMetricsResourcesRequest_v0(
 
 def _w_ClientMetricsResource_v0(buf: bytearray, o: ClientMetricsResource) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
@@ -124,6 +126,8 @@ def _r_ClientMetricsResource_v0(data: bytes, pos: int) -> tuple[ClientMetricsRes
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -171,6 +175,8 @@ def _r_ListClientMetricsResourcesResponse_v0(
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")

@@ -147,6 +147,8 @@ def _w_ListGroupsRequest_v4(buf: bytearray, o: ListGroupsRequest) -> None:
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.states_filter:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -157,12 +159,16 @@ def _w_ListGroupsRequest_v5(buf: bytearray, o: ListGroupsRequest) -> None:
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.states_filter:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.types_filter)
     buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.types_filter:
         _b6 = _e5.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
     buf.append(0)
@@ -204,6 +210,8 @@ def _r_ListGroupsRequest_v4(data: bytes, pos: int) -> tuple[ListGroupsRequest, i
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for states_filter")
+        if _n4 > 0x7FFF:
+            raise DecodeError("states_filter is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("states_filter overruns the buffer")
@@ -240,6 +248,8 @@ def _r_ListGroupsRequest_v5(data: bytes, pos: int) -> tuple[ListGroupsRequest, i
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for states_filter")
+        if _n4 > 0x7FFF:
+            raise DecodeError("states_filter is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("states_filter overruns the buffer")
@@ -267,6 +277,8 @@ def _r_ListGroupsRequest_v5(data: bytes, pos: int) -> tuple[ListGroupsRequest, i
         _n9 -= 1
         if _n9 < 0:
             raise DecodeError("invalid or null length for types_filter")
+        if _n9 > 0x7FFF:
+            raise DecodeError("types_filter is longer than 32767 bytes")
         _end10 = pos + _n9
         if _end10 > _len:
             raise DecodeError("types_filter overruns the buffer")
@@ -292,9 +304,13 @@ def _w_ListedGroup_v0(buf: bytearray, o: ListedGroup) -> None:
 
 def _w_ListedGroup_v3(buf: bytearray, o: ListedGroup) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.protocol_type.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
@@ -302,12 +318,18 @@ def _w_ListedGroup_v3(buf: bytearray, o: ListedGroup) -> None:
 
 def _w_ListedGroup_v4(buf: bytearray, o: ListedGroup) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.protocol_type.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.group_state.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf.append(0)
@@ -315,15 +337,23 @@ def _w_ListedGroup_v4(buf: bytearray, o: ListedGroup) -> None:
 
 def _w_ListedGroup_v5(buf: bytearray, o: ListedGroup) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.protocol_type.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.group_state.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.group_type.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf.append(0)
@@ -362,6 +392,8 @@ def _r_ListedGroup_v3(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -375,6 +407,8 @@ def _r_ListedGroup_v3(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for protocol_type")
+    if _n3 > 0x7FFF:
+        raise DecodeError("protocol_type is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("protocol_type overruns the buffer")
@@ -397,6 +431,8 @@ def _r_ListedGroup_v4(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -410,6 +446,8 @@ def _r_ListedGroup_v4(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for protocol_type")
+    if _n3 > 0x7FFF:
+        raise DecodeError("protocol_type is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("protocol_type overruns the buffer")
@@ -423,6 +461,8 @@ def _r_ListedGroup_v4(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for group_state")
+    if _n5 > 0x7FFF:
+        raise DecodeError("group_state is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("group_state overruns the buffer")
@@ -445,6 +485,8 @@ def _r_ListedGroup_v5(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -458,6 +500,8 @@ def _r_ListedGroup_v5(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for protocol_type")
+    if _n3 > 0x7FFF:
+        raise DecodeError("protocol_type is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("protocol_type overruns the buffer")
@@ -471,6 +515,8 @@ def _r_ListedGroup_v5(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for group_state")
+    if _n5 > 0x7FFF:
+        raise DecodeError("group_state is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("group_state overruns the buffer")
@@ -484,6 +530,8 @@ def _r_ListedGroup_v5(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for group_type")
+    if _n7 > 0x7FFF:
+        raise DecodeError("group_type is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("group_type overruns the buffer")
@@ -633,6 +681,8 @@ def _r_ListGroupsResponse_v3(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -646,6 +696,8 @@ def _r_ListGroupsResponse_v3(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for protocol_type")
+        if _n6 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("protocol_type overruns the buffer")
@@ -688,6 +740,8 @@ def _r_ListGroupsResponse_v4(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -701,6 +755,8 @@ def _r_ListGroupsResponse_v4(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for protocol_type")
+        if _n6 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("protocol_type overruns the buffer")
@@ -714,6 +770,8 @@ def _r_ListGroupsResponse_v4(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for group_state")
+        if _n8 > 0x7FFF:
+            raise DecodeError("group_state is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("group_state overruns the buffer")
@@ -756,6 +814,8 @@ def _r_ListGroupsResponse_v5(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -769,6 +829,8 @@ def _r_ListGroupsResponse_v5(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for protocol_type")
+        if _n6 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("protocol_type overruns the buffer")
@@ -782,6 +844,8 @@ def _r_ListGroupsResponse_v5(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for group_state")
+        if _n8 > 0x7FFF:
+            raise DecodeError("group_state is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("group_state overruns the buffer")
@@ -795,6 +859,8 @@ def _r_ListGroupsResponse_v5(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for group_type")
+        if _n10 > 0x7FFF:
+            raise DecodeError("group_type is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("group_type overruns the buffer")

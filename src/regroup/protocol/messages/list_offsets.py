@@ -314,6 +314,8 @@ def _w_ListOffsetsTopic_v4(buf: bytearray, o: ListOffsetsTopic) -> None:
 
 def _w_ListOffsetsTopic_v6(buf: bytearray, o: ListOffsetsTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -411,6 +413,8 @@ def _r_ListOffsetsTopic_v6(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -674,6 +678,8 @@ def _r_ListOffsetsRequest_v6(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -736,6 +742,8 @@ def _r_ListOffsetsRequest_v10(data: bytes, pos: int) -> tuple[ListOffsetsRequest
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -892,6 +900,8 @@ def _w_ListOffsetsTopicResponse_v4(buf: bytearray, o: ListOffsetsTopicResponse) 
 
 def _w_ListOffsetsTopicResponse_v6(buf: bytearray, o: ListOffsetsTopicResponse) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -1011,6 +1021,8 @@ def _r_ListOffsetsTopicResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsTo
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1286,6 +1298,8 @@ def _r_ListOffsetsResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsRespons
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")

@@ -146,6 +146,8 @@ class ListPartitionReassignmentsResponse(Message):
 
 def _w_ListPartitionReassignmentsTopics_v0(buf: bytearray, o: ListPartitionReassignmentsTopics) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
@@ -166,6 +168,8 @@ def _r_ListPartitionReassignmentsTopics_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -231,6 +235,8 @@ def _r_ListPartitionReassignmentsRequest_v0(
             _n4 -= 1
             if _n4 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n4 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -326,6 +332,8 @@ def _r_OngoingPartitionReassignment_v0(data: bytes, pos: int) -> tuple[OngoingPa
 
 def _w_OngoingTopicReassignment_v0(buf: bytearray, o: OngoingTopicReassignment) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -345,6 +353,8 @@ def _r_OngoingTopicReassignment_v0(data: bytes, pos: int) -> tuple[OngoingTopicR
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -423,6 +433,8 @@ def _w_ListPartitionReassignmentsResponse_v0(buf: bytearray, o: ListPartitionRea
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.topics)
@@ -449,6 +461,8 @@ def _r_ListPartitionReassignmentsResponse_v0(
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -474,6 +488,8 @@ def _r_ListPartitionReassignmentsResponse_v0(
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")

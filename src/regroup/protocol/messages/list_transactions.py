@@ -122,6 +122,8 @@ def _w_ListTransactionsRequest_v0(buf: bytearray, o: ListTransactionsRequest) ->
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.state_filters:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.producer_id_filters)
@@ -135,6 +137,8 @@ def _w_ListTransactionsRequest_v1(buf: bytearray, o: ListTransactionsRequest) ->
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.state_filters:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.producer_id_filters)
@@ -166,6 +170,8 @@ def _r_ListTransactionsRequest_v0(data: bytes, pos: int) -> tuple[ListTransactio
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for state_filters")
+        if _n4 > 0x7FFF:
+            raise DecodeError("state_filters is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("state_filters overruns the buffer")
@@ -214,6 +220,8 @@ def _r_ListTransactionsRequest_v1(data: bytes, pos: int) -> tuple[ListTransactio
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for state_filters")
+        if _n4 > 0x7FFF:
+            raise DecodeError("state_filters is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("state_filters overruns the buffer")
@@ -244,10 +252,14 @@ def _r_ListTransactionsRequest_v1(data: bytes, pos: int) -> tuple[ListTransactio
 
 def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
     _b1 = o.transactional_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_q.pack(o.producer_id)
     _b2 = o.transaction_state.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
@@ -263,6 +275,8 @@ def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for transactional_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("transactional_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("transactional_id overruns the buffer")
@@ -278,6 +292,8 @@ def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for transaction_state")
+    if _n3 > 0x7FFF:
+        raise DecodeError("transaction_state is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("transaction_state overruns the buffer")
@@ -296,6 +312,8 @@ def _w_ListTransactionsResponse_v0(buf: bytearray, o: ListTransactionsResponse) 
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.unknown_state_filters:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.transaction_states)
@@ -329,6 +347,8 @@ def _r_ListTransactionsResponse_v0(data: bytes, pos: int) -> tuple[ListTransacti
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for unknown_state_filters")
+        if _n4 > 0x7FFF:
+            raise DecodeError("unknown_state_filters is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("unknown_state_filters overruns the buffer")
@@ -356,6 +376,8 @@ def _r_ListTransactionsResponse_v0(data: bytes, pos: int) -> tuple[ListTransacti
         _n9 -= 1
         if _n9 < 0:
             raise DecodeError("invalid or null length for transactional_id")
+        if _n9 > 0x7FFF:
+            raise DecodeError("transactional_id is longer than 32767 bytes")
         _end10 = pos + _n9
         if _end10 > _len:
             raise DecodeError("transactional_id overruns the buffer")
@@ -371,6 +393,8 @@ def _r_ListTransactionsResponse_v0(data: bytes, pos: int) -> tuple[ListTransacti
         _n11 -= 1
         if _n11 < 0:
             raise DecodeError("invalid or null length for transaction_state")
+        if _n11 > 0x7FFF:
+            raise DecodeError("transaction_state is longer than 32767 bytes")
         _end12 = pos + _n11
         if _end12 > _len:
             raise DecodeError("transaction_state overruns the buffer")

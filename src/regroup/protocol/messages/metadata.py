@@ -239,6 +239,8 @@ def _w_MetadataRequestTopic_v9(buf: bytearray, o: MetadataRequestTopic) -> None:
     if o.name is None:
         raise EncodeError("name is null but not nullable at this version")
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
@@ -250,6 +252,8 @@ def _w_MetadataRequestTopic_v10(buf: bytearray, o: MetadataRequestTopic) -> None
         buf.append(0)
     else:
         _b1 = o.name.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -279,6 +283,8 @@ def _r_MetadataRequestTopic_v9(data: bytes, pos: int) -> tuple[MetadataRequestTo
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -307,6 +313,8 @@ def _r_MetadataRequestTopic_v10(data: bytes, pos: int) -> tuple[MetadataRequestT
             raise DecodeError("invalid length for name")
         _name = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("name overruns the buffer")
@@ -374,6 +382,8 @@ def _w_MetadataRequest_v4(buf: bytearray, o: MetadataRequest) -> None:
         buf += _I32.pack(_n1)
         for _e2 in o.topics:
             _w_MetadataRequestTopic_v0(buf, _e2)
+    if o.allow_auto_topic_creation is None:
+        raise EncodeError("allow_auto_topic_creation is null but not nullable")
     buf += _S_o.pack(o.allow_auto_topic_creation)
 
 
@@ -385,6 +395,12 @@ def _w_MetadataRequest_v8(buf: bytearray, o: MetadataRequest) -> None:
         buf += _I32.pack(_n1)
         for _e2 in o.topics:
             _w_MetadataRequestTopic_v0(buf, _e2)
+    if o.allow_auto_topic_creation is None:
+        raise EncodeError("allow_auto_topic_creation is null but not nullable")
+    if o.include_cluster_authorized_operations is None:
+        raise EncodeError("include_cluster_authorized_operations is null but not nullable")
+    if o.include_topic_authorized_operations is None:
+        raise EncodeError("include_topic_authorized_operations is null but not nullable")
     buf += _S_ooo.pack(
         o.allow_auto_topic_creation,
         o.include_cluster_authorized_operations,
@@ -400,6 +416,12 @@ def _w_MetadataRequest_v9(buf: bytearray, o: MetadataRequest) -> None:
         buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.topics:
             _w_MetadataRequestTopic_v9(buf, _e2)
+    if o.allow_auto_topic_creation is None:
+        raise EncodeError("allow_auto_topic_creation is null but not nullable")
+    if o.include_cluster_authorized_operations is None:
+        raise EncodeError("include_cluster_authorized_operations is null but not nullable")
+    if o.include_topic_authorized_operations is None:
+        raise EncodeError("include_topic_authorized_operations is null but not nullable")
     buf += _S_ooo.pack(
         o.allow_auto_topic_creation,
         o.include_cluster_authorized_operations,
@@ -416,6 +438,12 @@ def _w_MetadataRequest_v10(buf: bytearray, o: MetadataRequest) -> None:
         buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.topics:
             _w_MetadataRequestTopic_v10(buf, _e2)
+    if o.allow_auto_topic_creation is None:
+        raise EncodeError("allow_auto_topic_creation is null but not nullable")
+    if o.include_cluster_authorized_operations is None:
+        raise EncodeError("include_cluster_authorized_operations is null but not nullable")
+    if o.include_topic_authorized_operations is None:
+        raise EncodeError("include_topic_authorized_operations is null but not nullable")
     buf += _S_ooo.pack(
         o.allow_auto_topic_creation,
         o.include_cluster_authorized_operations,
@@ -436,6 +464,10 @@ def _w_MetadataRequest_v11(buf: bytearray, o: MetadataRequest) -> None:
         buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.topics:
             _w_MetadataRequestTopic_v10(buf, _e2)
+    if o.allow_auto_topic_creation is None:
+        raise EncodeError("allow_auto_topic_creation is null but not nullable")
+    if o.include_topic_authorized_operations is None:
+        raise EncodeError("include_topic_authorized_operations is null but not nullable")
     buf += _S_oo.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     buf.append(0)
 
@@ -583,6 +615,8 @@ def _r_MetadataRequest_v9(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
             _n4 -= 1
             if _n4 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n4 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -643,6 +677,8 @@ def _r_MetadataRequest_v10(data: bytes, pos: int) -> tuple[MetadataRequest, int]
                     raise DecodeError("invalid length for name")
                 _s3_name = None
             else:
+                if _n4 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
                 _end5 = pos + _n4
                 if _end5 > _len:
                     raise DecodeError("name overruns the buffer")
@@ -703,6 +739,8 @@ def _r_MetadataRequest_v11(data: bytes, pos: int) -> tuple[MetadataRequest, int]
                     raise DecodeError("invalid length for name")
                 _s3_name = None
             else:
+                if _n4 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
                 _end5 = pos + _n4
                 if _end5 > _len:
                     raise DecodeError("name overruns the buffer")
@@ -750,6 +788,8 @@ def _w_MetadataResponseBroker_v1(buf: bytearray, o: MetadataResponseBroker) -> N
 def _w_MetadataResponseBroker_v9(buf: bytearray, o: MetadataResponseBroker) -> None:
     buf += _S_i.pack(o.node_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
@@ -757,6 +797,8 @@ def _w_MetadataResponseBroker_v9(buf: bytearray, o: MetadataResponseBroker) -> N
         buf.append(0)
     else:
         _b2 = o.rack.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -822,6 +864,8 @@ def _r_MetadataResponseBroker_v9(data: bytes, pos: int) -> tuple[MetadataRespons
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -840,6 +884,8 @@ def _r_MetadataResponseBroker_v9(data: bytes, pos: int) -> tuple[MetadataRespons
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -1082,6 +1128,8 @@ def _w_MetadataResponseTopic_v1(buf: bytearray, o: MetadataResponseTopic) -> Non
     _b1 = o.name.encode()
     buf += _I16.pack(len(_b1))
     buf += _b1
+    if o.is_internal is None:
+        raise EncodeError("is_internal is null but not nullable")
     buf += _S_o.pack(o.is_internal)
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
@@ -1100,6 +1148,8 @@ def _w_MetadataResponseTopic_v5(buf: bytearray, o: MetadataResponseTopic) -> Non
     _b1 = o.name.encode()
     buf += _I16.pack(len(_b1))
     buf += _b1
+    if o.is_internal is None:
+        raise EncodeError("is_internal is null but not nullable")
     buf += _S_o.pack(o.is_internal)
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
@@ -1118,6 +1168,8 @@ def _w_MetadataResponseTopic_v7(buf: bytearray, o: MetadataResponseTopic) -> Non
     _b1 = o.name.encode()
     buf += _I16.pack(len(_b1))
     buf += _b1
+    if o.is_internal is None:
+        raise EncodeError("is_internal is null but not nullable")
     buf += _S_o.pack(o.is_internal)
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
@@ -1132,6 +1184,8 @@ def _w_MetadataResponseTopic_v8(buf: bytearray, o: MetadataResponseTopic) -> Non
     _b1 = o.name.encode()
     buf += _I16.pack(len(_b1))
     buf += _b1
+    if o.is_internal is None:
+        raise EncodeError("is_internal is null but not nullable")
     buf += _S_o.pack(o.is_internal)
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
@@ -1145,8 +1199,12 @@ def _w_MetadataResponseTopic_v9(buf: bytearray, o: MetadataResponseTopic) -> Non
     if o.name is None:
         raise EncodeError("name is null but not nullable at this version")
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
+    if o.is_internal is None:
+        raise EncodeError("is_internal is null but not nullable")
     buf += _S_o.pack(o.is_internal)
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
@@ -1161,8 +1219,12 @@ def _w_MetadataResponseTopic_v10(buf: bytearray, o: MetadataResponseTopic) -> No
     if o.name is None:
         raise EncodeError("name is null but not nullable at this version")
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
+    if o.is_internal is None:
+        raise EncodeError("is_internal is null but not nullable")
     buf += _S_16so.pack(o.topic_id.bytes, o.is_internal)
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
@@ -1178,8 +1240,12 @@ def _w_MetadataResponseTopic_v12(buf: bytearray, o: MetadataResponseTopic) -> No
         buf.append(0)
     else:
         _b1 = o.name.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
+    if o.is_internal is None:
+        raise EncodeError("is_internal is null but not nullable")
     buf += _S_16so.pack(o.topic_id.bytes, o.is_internal)
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
@@ -1495,6 +1561,8 @@ def _r_MetadataResponseTopic_v9(data: bytes, pos: int) -> tuple[MetadataResponse
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1591,6 +1659,8 @@ def _r_MetadataResponseTopic_v10(data: bytes, pos: int) -> tuple[MetadataRespons
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1691,6 +1761,8 @@ def _r_MetadataResponseTopic_v12(data: bytes, pos: int) -> tuple[MetadataRespons
             raise DecodeError("invalid length for name")
         _name = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1928,6 +2000,8 @@ def _w_MetadataResponse_v9(buf: bytearray, o: MetadataResponse) -> None:
         buf.append(0)
     else:
         _b3 = o.cluster_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.controller_id)
@@ -1949,6 +2023,8 @@ def _w_MetadataResponse_v10(buf: bytearray, o: MetadataResponse) -> None:
         buf.append(0)
     else:
         _b3 = o.cluster_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.controller_id)
@@ -1974,6 +2050,8 @@ def _w_MetadataResponse_v11(buf: bytearray, o: MetadataResponse) -> None:
         buf.append(0)
     else:
         _b3 = o.cluster_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.controller_id)
@@ -1998,6 +2076,8 @@ def _w_MetadataResponse_v12(buf: bytearray, o: MetadataResponse) -> None:
         buf.append(0)
     else:
         _b3 = o.cluster_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.controller_id)
@@ -2878,6 +2958,8 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n4 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("host overruns the buffer")
@@ -2896,6 +2978,8 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
                 raise DecodeError("invalid length for rack")
             _s3_rack = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("rack overruns the buffer")
@@ -2918,6 +3002,8 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n8 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -2947,6 +3033,8 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
         _n13 -= 1
         if _n13 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n13 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end14 = pos + _n13
         if _end14 > _len:
             raise DecodeError("name overruns the buffer")
@@ -3076,6 +3164,8 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n4 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("host overruns the buffer")
@@ -3094,6 +3184,8 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
                 raise DecodeError("invalid length for rack")
             _s3_rack = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("rack overruns the buffer")
@@ -3116,6 +3208,8 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n8 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -3145,6 +3239,8 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
         _n13 -= 1
         if _n13 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n13 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end14 = pos + _n13
         if _end14 > _len:
             raise DecodeError("name overruns the buffer")
@@ -3275,6 +3371,8 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n4 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("host overruns the buffer")
@@ -3293,6 +3391,8 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
                 raise DecodeError("invalid length for rack")
             _s3_rack = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("rack overruns the buffer")
@@ -3315,6 +3415,8 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n8 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -3344,6 +3446,8 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
         _n13 -= 1
         if _n13 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n13 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end14 = pos + _n13
         if _end14 > _len:
             raise DecodeError("name overruns the buffer")
@@ -3472,6 +3576,8 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n4 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("host overruns the buffer")
@@ -3490,6 +3596,8 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
                 raise DecodeError("invalid length for rack")
             _s3_rack = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("rack overruns the buffer")
@@ -3512,6 +3620,8 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n8 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -3544,6 +3654,8 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
                 raise DecodeError("invalid length for name")
             _s12_name = None
         else:
+            if _n13 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end14 = pos + _n13
             if _end14 > _len:
                 raise DecodeError("name overruns the buffer")

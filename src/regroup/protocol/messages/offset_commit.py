@@ -267,6 +267,8 @@ def _w_OffsetCommitRequestPartition_v8(buf: bytearray, o: OffsetCommitRequestPar
         buf.append(0)
     else:
         _b1 = o.committed_metadata.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -348,6 +350,8 @@ def _r_OffsetCommitRequestPartition_v8(data: bytes, pos: int) -> tuple[OffsetCom
             raise DecodeError("invalid length for committed_metadata")
         _committed_metadata = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("committed_metadata is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("committed_metadata overruns the buffer")
@@ -394,6 +398,8 @@ def _w_OffsetCommitRequestTopic_v6(buf: bytearray, o: OffsetCommitRequestTopic) 
 
 def _w_OffsetCommitRequestTopic_v8(buf: bytearray, o: OffsetCommitRequestTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -543,6 +549,8 @@ def _r_OffsetCommitRequestTopic_v8(data: bytes, pos: int) -> tuple[OffsetCommitR
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -573,6 +581,8 @@ def _r_OffsetCommitRequestTopic_v8(data: bytes, pos: int) -> tuple[OffsetCommitR
                 raise DecodeError("invalid length for committed_metadata")
             _s5_committed_metadata = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("committed_metadata is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("committed_metadata overruns the buffer")
@@ -698,16 +708,22 @@ def _w_OffsetCommitRequest_v7(buf: bytearray, o: OffsetCommitRequest) -> None:
 
 def _w_OffsetCommitRequest_v8(buf: bytearray, o: OffsetCommitRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.generation_id_or_member_epoch)
     _b2 = o.member_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b3 = o.group_instance_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.topics)
@@ -1182,6 +1198,8 @@ def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitReques
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -1197,6 +1215,8 @@ def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitReques
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -1213,6 +1233,8 @@ def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitReques
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -1238,6 +1260,8 @@ def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitReques
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n10 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1270,6 +1294,8 @@ def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitReques
                     raise DecodeError("invalid length for committed_metadata")
                 _s14_committed_metadata = None
             else:
+                if _n15 > 0x7FFF:
+                    raise DecodeError("committed_metadata is longer than 32767 bytes")
                 _end16 = pos + _n15
                 if _end16 > _len:
                     raise DecodeError("committed_metadata overruns the buffer")
@@ -1343,6 +1369,8 @@ def _w_OffsetCommitResponseTopic_v0(buf: bytearray, o: OffsetCommitResponseTopic
 
 def _w_OffsetCommitResponseTopic_v8(buf: bytearray, o: OffsetCommitResponseTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -1388,6 +1416,8 @@ def _r_OffsetCommitResponseTopic_v8(data: bytes, pos: int) -> tuple[OffsetCommit
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1542,6 +1572,8 @@ def _r_OffsetCommitResponse_v8(data: bytes, pos: int) -> tuple[OffsetCommitRespo
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")

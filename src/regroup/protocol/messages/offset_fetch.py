@@ -323,6 +323,8 @@ def _w_OffsetFetchRequestTopic_v0(buf: bytearray, o: OffsetFetchRequestTopic) ->
 
 def _w_OffsetFetchRequestTopic_v6(buf: bytearray, o: OffsetFetchRequestTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
@@ -363,6 +365,8 @@ def _r_OffsetFetchRequestTopic_v6(data: bytes, pos: int) -> tuple[OffsetFetchReq
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -389,6 +393,8 @@ def _r_OffsetFetchRequestTopic_v6(data: bytes, pos: int) -> tuple[OffsetFetchReq
 
 def _w_OffsetFetchRequestTopics_v8(buf: bytearray, o: OffsetFetchRequestTopics) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
@@ -407,6 +413,8 @@ def _r_OffsetFetchRequestTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchRe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -433,6 +441,8 @@ def _r_OffsetFetchRequestTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchRe
 
 def _w_OffsetFetchRequestGroup_v8(buf: bytearray, o: OffsetFetchRequestGroup) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.topics is None:
@@ -447,12 +457,16 @@ def _w_OffsetFetchRequestGroup_v8(buf: bytearray, o: OffsetFetchRequestGroup) ->
 
 def _w_OffsetFetchRequestGroup_v9(buf: bytearray, o: OffsetFetchRequestGroup) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.member_id is None:
         buf.append(0)
     else:
         _b2 = o.member_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_i.pack(o.member_epoch)
@@ -476,6 +490,8 @@ def _r_OffsetFetchRequestGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchReq
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -504,6 +520,8 @@ def _r_OffsetFetchRequestGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchReq
             _n6 -= 1
             if _n6 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n6 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -544,6 +562,8 @@ def _r_OffsetFetchRequestGroup_v9(data: bytes, pos: int) -> tuple[OffsetFetchReq
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -560,6 +580,8 @@ def _r_OffsetFetchRequestGroup_v9(data: bytes, pos: int) -> tuple[OffsetFetchReq
             raise DecodeError("invalid length for member_id")
         _member_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -590,6 +612,8 @@ def _r_OffsetFetchRequestGroup_v9(data: bytes, pos: int) -> tuple[OffsetFetchReq
             _n8 -= 1
             if _n8 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n8 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -659,6 +683,8 @@ def _w_OffsetFetchRequest_v6(buf: bytearray, o: OffsetFetchRequest) -> None:
     if o.require_stable:
         raise EncodeError("OffsetFetchRequest.require_stable is set but this version lacks the field")
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.topics is None:
@@ -675,6 +701,8 @@ def _w_OffsetFetchRequest_v7(buf: bytearray, o: OffsetFetchRequest) -> None:
     if o.groups != []:
         raise EncodeError("OffsetFetchRequest.groups is set but this version lacks the field")
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.topics is None:
@@ -684,6 +712,8 @@ def _w_OffsetFetchRequest_v7(buf: bytearray, o: OffsetFetchRequest) -> None:
         buf += uvarint_bytes(_n2 + 1)
         for _e3 in o.topics:
             _w_OffsetFetchRequestTopic_v6(buf, _e3)
+    if o.require_stable is None:
+        raise EncodeError("require_stable is null but not nullable")
     buf += _S_o.pack(o.require_stable)
     buf.append(0)
 
@@ -697,6 +727,8 @@ def _w_OffsetFetchRequest_v8(buf: bytearray, o: OffsetFetchRequest) -> None:
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_OffsetFetchRequestGroup_v8(buf, _e2)
+    if o.require_stable is None:
+        raise EncodeError("require_stable is null but not nullable")
     buf += _S_o.pack(o.require_stable)
     buf.append(0)
 
@@ -710,6 +742,8 @@ def _w_OffsetFetchRequest_v9(buf: bytearray, o: OffsetFetchRequest) -> None:
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_OffsetFetchRequestGroup_v9(buf, _e2)
+    if o.require_stable is None:
+        raise EncodeError("require_stable is null but not nullable")
     buf += _S_o.pack(o.require_stable)
     buf.append(0)
 
@@ -809,6 +843,8 @@ def _r_OffsetFetchRequest_v6(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -837,6 +873,8 @@ def _r_OffsetFetchRequest_v6(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
             _n6 -= 1
             if _n6 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n6 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -877,6 +915,8 @@ def _r_OffsetFetchRequest_v7(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -905,6 +945,8 @@ def _r_OffsetFetchRequest_v7(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
             _n6 -= 1
             if _n6 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n6 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -959,6 +1001,8 @@ def _r_OffsetFetchRequest_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -987,6 +1031,8 @@ def _r_OffsetFetchRequest_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
                 _n9 -= 1
                 if _n9 < 0:
                     raise DecodeError("invalid or null length for name")
+                if _n9 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("name overruns the buffer")
@@ -1047,6 +1093,8 @@ def _r_OffsetFetchRequest_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -1063,6 +1111,8 @@ def _r_OffsetFetchRequest_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
                 raise DecodeError("invalid length for member_id")
             _s3_member_id = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("member_id is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("member_id overruns the buffer")
@@ -1093,6 +1143,8 @@ def _r_OffsetFetchRequest_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
                 _n11 -= 1
                 if _n11 < 0:
                     raise DecodeError("invalid or null length for name")
+                if _n11 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
                 _end12 = pos + _n11
                 if _end12 > _len:
                     raise DecodeError("name overruns the buffer")
@@ -1159,6 +1211,8 @@ def _w_OffsetFetchResponsePartition_v6(buf: bytearray, o: OffsetFetchResponsePar
         buf.append(0)
     else:
         _b1 = o.metadata.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -1224,6 +1278,8 @@ def _r_OffsetFetchResponsePartition_v6(data: bytes, pos: int) -> tuple[OffsetFet
             raise DecodeError("invalid length for metadata")
         _metadata = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("metadata is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("metadata overruns the buffer")
@@ -1262,6 +1318,8 @@ def _w_OffsetFetchResponseTopic_v5(buf: bytearray, o: OffsetFetchResponseTopic) 
 
 def _w_OffsetFetchResponseTopic_v6(buf: bytearray, o: OffsetFetchResponseTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -1373,6 +1431,8 @@ def _r_OffsetFetchResponseTopic_v6(data: bytes, pos: int) -> tuple[OffsetFetchRe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1403,6 +1463,8 @@ def _r_OffsetFetchResponseTopic_v6(data: bytes, pos: int) -> tuple[OffsetFetchRe
                 raise DecodeError("invalid length for metadata")
             _s5_metadata = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("metadata is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("metadata overruns the buffer")
@@ -1437,6 +1499,8 @@ def _w_OffsetFetchResponsePartitions_v8(buf: bytearray, o: OffsetFetchResponsePa
         buf.append(0)
     else:
         _b1 = o.metadata.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -1458,6 +1522,8 @@ def _r_OffsetFetchResponsePartitions_v8(data: bytes, pos: int) -> tuple[OffsetFe
             raise DecodeError("invalid length for metadata")
         _metadata = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("metadata is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("metadata overruns the buffer")
@@ -1476,6 +1542,8 @@ def _r_OffsetFetchResponsePartitions_v8(data: bytes, pos: int) -> tuple[OffsetFe
 
 def _w_OffsetFetchResponseTopics_v8(buf: bytearray, o: OffsetFetchResponseTopics) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -1495,6 +1563,8 @@ def _r_OffsetFetchResponseTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchR
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1525,6 +1595,8 @@ def _r_OffsetFetchResponseTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchR
                 raise DecodeError("invalid length for metadata")
             _s5_metadata = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("metadata is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("metadata overruns the buffer")
@@ -1555,6 +1627,8 @@ def _r_OffsetFetchResponseTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchR
 
 def _w_OffsetFetchResponseGroup_v8(buf: bytearray, o: OffsetFetchResponseGroup) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
@@ -1575,6 +1649,8 @@ def _r_OffsetFetchResponseGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchRe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -1600,6 +1676,8 @@ def _r_OffsetFetchResponseGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchRe
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -1632,6 +1710,8 @@ def _r_OffsetFetchResponseGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchRe
                     raise DecodeError("invalid length for metadata")
                 _s10_metadata = None
             else:
+                if _n11 > 0x7FFF:
+                    raise DecodeError("metadata is longer than 32767 bytes")
                 _end12 = pos + _n11
                 if _end12 > _len:
                     raise DecodeError("metadata overruns the buffer")
@@ -1988,6 +2068,8 @@ def _r_OffsetFetchResponse_v6(data: bytes, pos: int) -> tuple[OffsetFetchRespons
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -2020,6 +2102,8 @@ def _r_OffsetFetchResponse_v6(data: bytes, pos: int) -> tuple[OffsetFetchRespons
                     raise DecodeError("invalid length for metadata")
                 _s8_metadata = None
             else:
+                if _n9 > 0x7FFF:
+                    raise DecodeError("metadata is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("metadata overruns the buffer")
@@ -2080,6 +2164,8 @@ def _r_OffsetFetchResponse_v8(data: bytes, pos: int) -> tuple[OffsetFetchRespons
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -2105,6 +2191,8 @@ def _r_OffsetFetchResponse_v8(data: bytes, pos: int) -> tuple[OffsetFetchRespons
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n9 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -2137,6 +2225,8 @@ def _r_OffsetFetchResponse_v8(data: bytes, pos: int) -> tuple[OffsetFetchRespons
                         raise DecodeError("invalid length for metadata")
                     _s13_metadata = None
                 else:
+                    if _n14 > 0x7FFF:
+                        raise DecodeError("metadata is longer than 32767 bytes")
                     _end15 = pos + _n14
                     if _end15 > _len:
                         raise DecodeError("metadata overruns the buffer")

@@ -245,6 +245,8 @@ def _w_OffsetForLeaderTopic_v2(buf: bytearray, o: OffsetForLeaderTopic) -> None:
 
 def _w_OffsetForLeaderTopic_v4(buf: bytearray, o: OffsetForLeaderTopic) -> None:
     _b1 = o.topic.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -316,6 +318,8 @@ def _r_OffsetForLeaderTopic_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderTo
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic overruns the buffer")
@@ -513,6 +517,8 @@ def _r_OffsetForLeaderEpochRequest_v4(data: bytes, pos: int) -> tuple[OffsetForL
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic overruns the buffer")
@@ -611,6 +617,8 @@ def _w_OffsetForLeaderTopicResult_v1(buf: bytearray, o: OffsetForLeaderTopicResu
 
 def _w_OffsetForLeaderTopicResult_v4(buf: bytearray, o: OffsetForLeaderTopicResult) -> None:
     _b1 = o.topic.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -682,6 +690,8 @@ def _r_OffsetForLeaderTopicResult_v4(data: bytes, pos: int) -> tuple[OffsetForLe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic overruns the buffer")
@@ -879,6 +889,8 @@ def _r_OffsetForLeaderEpochResponse_v4(data: bytes, pos: int) -> tuple[OffsetFor
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic overruns the buffer")

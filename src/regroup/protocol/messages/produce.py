@@ -363,6 +363,8 @@ def _w_TopicProduceData_v0(buf: bytearray, o: TopicProduceData) -> None:
 
 def _w_TopicProduceData_v9(buf: bytearray, o: TopicProduceData) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_data)
@@ -420,6 +422,8 @@ def _r_TopicProduceData_v9(data: bytes, pos: int) -> tuple[TopicProduceData, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -497,6 +501,8 @@ def _w_ProduceRequest_v9(buf: bytearray, o: ProduceRequest) -> None:
         buf.append(0)
     else:
         _b1 = o.transactional_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_hi.pack(o.acks, o.timeout_ms)
@@ -632,6 +638,8 @@ def _r_ProduceRequest_v9(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
             raise DecodeError("invalid length for transactional_id")
         _transactional_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("transactional_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("transactional_id overruns the buffer")
@@ -659,6 +667,8 @@ def _r_ProduceRequest_v9(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -729,6 +739,8 @@ def _w_BatchIndexAndErrorMessage_v9(buf: bytearray, o: BatchIndexAndErrorMessage
         buf.append(0)
     else:
         _b1 = o.batch_index_error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -768,6 +780,8 @@ def _r_BatchIndexAndErrorMessage_v9(data: bytes, pos: int) -> tuple[BatchIndexAn
             raise DecodeError("invalid length for batch_index_error_message")
         _batch_index_error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("batch_index_error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("batch_index_error_message overruns the buffer")
@@ -797,18 +811,26 @@ def _r_LeaderIdAndEpoch_v10(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, in
 
 
 def _w_PartitionProduceResponse_v0(buf: bytearray, o: PartitionProduceResponse) -> None:
+    if o.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihq.pack(o.index, o.error_code, o.base_offset)
 
 
 def _w_PartitionProduceResponse_v2(buf: bytearray, o: PartitionProduceResponse) -> None:
+    if o.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
 
 
 def _w_PartitionProduceResponse_v5(buf: bytearray, o: PartitionProduceResponse) -> None:
+    if o.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
 
 
 def _w_PartitionProduceResponse_v8(buf: bytearray, o: PartitionProduceResponse) -> None:
+    if o.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _n1 = len(o.record_errors)
     buf += _I32.pack(_n1)
@@ -823,6 +845,8 @@ def _w_PartitionProduceResponse_v8(buf: bytearray, o: PartitionProduceResponse) 
 
 
 def _w_PartitionProduceResponse_v9(buf: bytearray, o: PartitionProduceResponse) -> None:
+    if o.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _n1 = len(o.record_errors)
     buf += uvarint_bytes(_n1 + 1)
@@ -832,6 +856,8 @@ def _w_PartitionProduceResponse_v9(buf: bytearray, o: PartitionProduceResponse) 
         buf.append(0)
     else:
         _b3 = o.error_message.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -847,6 +873,8 @@ def _w_PartitionProduceResponse_v10(buf: bytearray, o: PartitionProduceResponse)
         buf.append(0)
     else:
         _b3 = o.error_message.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _tags: list[tuple[int, bytearray]] = []
@@ -982,6 +1010,8 @@ def _r_PartitionProduceResponse_v9(data: bytes, pos: int) -> tuple[PartitionProd
                 raise DecodeError("invalid length for batch_index_error_message")
             _s3_batch_index_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("batch_index_error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("batch_index_error_message overruns the buffer")
@@ -1004,6 +1034,8 @@ def _r_PartitionProduceResponse_v9(data: bytes, pos: int) -> tuple[PartitionProd
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n6 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -1056,6 +1088,8 @@ def _r_PartitionProduceResponse_v10(data: bytes, pos: int) -> tuple[PartitionPro
                 raise DecodeError("invalid length for batch_index_error_message")
             _s3_batch_index_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("batch_index_error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("batch_index_error_message overruns the buffer")
@@ -1078,6 +1112,8 @@ def _r_PartitionProduceResponse_v10(data: bytes, pos: int) -> tuple[PartitionPro
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n6 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -1156,6 +1192,8 @@ def _w_TopicProduceResponse_v8(buf: bytearray, o: TopicProduceResponse) -> None:
 
 def _w_TopicProduceResponse_v9(buf: bytearray, o: TopicProduceResponse) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_responses)
@@ -1167,6 +1205,8 @@ def _w_TopicProduceResponse_v9(buf: bytearray, o: TopicProduceResponse) -> None:
 
 def _w_TopicProduceResponse_v10(buf: bytearray, o: TopicProduceResponse) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_responses)
@@ -1367,6 +1407,8 @@ def _r_TopicProduceResponse_v9(data: bytes, pos: int) -> tuple[TopicProduceRespo
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1413,6 +1455,8 @@ def _r_TopicProduceResponse_v9(data: bytes, pos: int) -> tuple[TopicProduceRespo
                     raise DecodeError("invalid length for batch_index_error_message")
                 _s8_batch_index_error_message = None
             else:
+                if _n9 > 0x7FFF:
+                    raise DecodeError("batch_index_error_message is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("batch_index_error_message overruns the buffer")
@@ -1435,6 +1479,8 @@ def _r_TopicProduceResponse_v9(data: bytes, pos: int) -> tuple[TopicProduceRespo
                 raise DecodeError("invalid length for error_message")
             _s5_error_message = None
         else:
+            if _n11 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end12 = pos + _n11
             if _end12 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -1474,6 +1520,8 @@ def _r_TopicProduceResponse_v10(data: bytes, pos: int) -> tuple[TopicProduceResp
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1520,6 +1568,8 @@ def _r_TopicProduceResponse_v10(data: bytes, pos: int) -> tuple[TopicProduceResp
                     raise DecodeError("invalid length for batch_index_error_message")
                 _s8_batch_index_error_message = None
             else:
+                if _n9 > 0x7FFF:
+                    raise DecodeError("batch_index_error_message is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("batch_index_error_message overruns the buffer")
@@ -1542,6 +1592,8 @@ def _r_TopicProduceResponse_v10(data: bytes, pos: int) -> tuple[TopicProduceResp
                 raise DecodeError("invalid length for error_message")
             _s5_error_message = None
         else:
+            if _n11 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end12 = pos + _n11
             if _end12 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -1589,6 +1641,8 @@ def _r_TopicProduceResponse_v10(data: bytes, pos: int) -> tuple[TopicProduceResp
 def _w_NodeEndpoint_v10(buf: bytearray, o: NodeEndpoint) -> None:
     buf += _S_i.pack(o.node_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
@@ -1596,6 +1650,8 @@ def _w_NodeEndpoint_v10(buf: bytearray, o: NodeEndpoint) -> None:
         buf.append(0)
     else:
         _b2 = o.rack.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -1613,6 +1669,8 @@ def _r_NodeEndpoint_v10(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -1631,6 +1689,8 @@ def _r_NodeEndpoint_v10(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -1644,6 +1704,8 @@ def _r_NodeEndpoint_v10(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
 
 
 def _w_ProduceResponse_v0(buf: bytearray, o: ProduceResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("ProduceResponse.node_endpoints is set but this version lacks the field")
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
     for _e2 in o.responses:
@@ -1651,6 +1713,8 @@ def _w_ProduceResponse_v0(buf: bytearray, o: ProduceResponse) -> None:
 
 
 def _w_ProduceResponse_v1(buf: bytearray, o: ProduceResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("ProduceResponse.node_endpoints is set but this version lacks the field")
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
     for _e2 in o.responses:
@@ -1659,6 +1723,8 @@ def _w_ProduceResponse_v1(buf: bytearray, o: ProduceResponse) -> None:
 
 
 def _w_ProduceResponse_v2(buf: bytearray, o: ProduceResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("ProduceResponse.node_endpoints is set but this version lacks the field")
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
     for _e2 in o.responses:
@@ -1667,6 +1733,8 @@ def _w_ProduceResponse_v2(buf: bytearray, o: ProduceResponse) -> None:
 
 
 def _w_ProduceResponse_v5(buf: bytearray, o: ProduceResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("ProduceResponse.node_endpoints is set but this version lacks the field")
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
     for _e2 in o.responses:
@@ -1675,6 +1743,8 @@ def _w_ProduceResponse_v5(buf: bytearray, o: ProduceResponse) -> None:
 
 
 def _w_ProduceResponse_v8(buf: bytearray, o: ProduceResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("ProduceResponse.node_endpoints is set but this version lacks the field")
     _n1 = len(o.responses)
     buf += _I32.pack(_n1)
     for _e2 in o.responses:
@@ -1683,6 +1753,8 @@ def _w_ProduceResponse_v8(buf: bytearray, o: ProduceResponse) -> None:
 
 
 def _w_ProduceResponse_v9(buf: bytearray, o: ProduceResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("ProduceResponse.node_endpoints is set but this version lacks the field")
     _n1 = len(o.responses)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
@@ -2005,6 +2077,8 @@ def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -2051,6 +2125,8 @@ def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
                         raise DecodeError("invalid length for batch_index_error_message")
                     _s11_batch_index_error_message = None
                 else:
+                    if _n12 > 0x7FFF:
+                        raise DecodeError("batch_index_error_message is longer than 32767 bytes")
                     _end13 = pos + _n12
                     if _end13 > _len:
                         raise DecodeError("batch_index_error_message overruns the buffer")
@@ -2073,6 +2149,8 @@ def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
                     raise DecodeError("invalid length for error_message")
                 _s8_error_message = None
             else:
+                if _n14 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end15 = pos + _n14
                 if _end15 > _len:
                     raise DecodeError("error_message overruns the buffer")
@@ -2132,6 +2210,8 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -2178,6 +2258,8 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
                         raise DecodeError("invalid length for batch_index_error_message")
                     _s11_batch_index_error_message = None
                 else:
+                    if _n12 > 0x7FFF:
+                        raise DecodeError("batch_index_error_message is longer than 32767 bytes")
                     _end13 = pos + _n12
                     if _end13 > _len:
                         raise DecodeError("batch_index_error_message overruns the buffer")
@@ -2200,6 +2282,8 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
                     raise DecodeError("invalid length for error_message")
                 _s8_error_message = None
             else:
+                if _n14 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end15 = pos + _n14
                 if _end15 > _len:
                     raise DecodeError("error_message overruns the buffer")
@@ -2276,6 +2360,8 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
                 _n26 -= 1
                 if _n26 < 0:
                     raise DecodeError("invalid or null length for host")
+                if _n26 > 0x7FFF:
+                    raise DecodeError("host is longer than 32767 bytes")
                 _end27 = pos + _n26
                 if _end27 > _len:
                     raise DecodeError("host overruns the buffer")
@@ -2294,6 +2380,8 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
                         raise DecodeError("invalid length for rack")
                     _s25_rack = None
                 else:
+                    if _n28 > 0x7FFF:
+                        raise DecodeError("rack is longer than 32767 bytes")
                     _end29 = pos + _n28
                     if _end29 > _len:
                         raise DecodeError("rack overruns the buffer")

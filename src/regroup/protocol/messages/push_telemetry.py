@@ -86,6 +86,8 @@ class PushTelemetryResponse(Message):
 
 
 def _w_PushTelemetryRequest_v0(buf: bytearray, o: PushTelemetryRequest) -> None:
+    if o.terminating is None:
+        raise EncodeError("terminating is null but not nullable")
     buf += _S_16siob.pack(o.client_instance_id.bytes, o.subscription_id, o.terminating, o.compression_type)
     buf += uvarint_bytes(len(o.metrics) + 1)
     buf += o.metrics

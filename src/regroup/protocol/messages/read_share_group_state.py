@@ -252,6 +252,8 @@ def _r_ReadStateData_v0(data: bytes, pos: int) -> tuple[ReadStateData, int]:
 
 def _w_ReadShareGroupStateRequest_v0(buf: bytearray, o: ReadShareGroupStateRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
@@ -271,6 +273,8 @@ def _r_ReadShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[ReadShareGr
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -346,6 +350,8 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_iq.pack(o.state_epoch, o.start_offset)
@@ -371,6 +377,8 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -448,6 +456,8 @@ def _r_ReadStateResult_v0(data: bytes, pos: int) -> tuple[ReadStateResult, int]:
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -549,6 +559,8 @@ def _r_ReadShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[ReadShareG
                     raise DecodeError("invalid length for error_message")
                 _s6_error_message = None
             else:
+                if _n7 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end8 = pos + _n7
                 if _end8 > _len:
                     raise DecodeError("error_message overruns the buffer")

@@ -227,6 +227,8 @@ def _r_ReadStateSummaryData_v0(data: bytes, pos: int) -> tuple[ReadStateSummaryD
 
 def _w_ReadShareGroupStateSummaryRequest_v0(buf: bytearray, o: ReadShareGroupStateSummaryRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
@@ -248,6 +250,8 @@ def _r_ReadShareGroupStateSummaryRequest_v0(
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -307,6 +311,8 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_iq.pack(o.state_epoch, o.start_offset)
@@ -328,6 +334,8 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -381,6 +389,8 @@ def _r_ReadStateSummaryResult_v0(data: bytes, pos: int) -> tuple[ReadStateSummar
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -457,6 +467,8 @@ def _r_ReadShareGroupStateSummaryResponse_v0(
                     raise DecodeError("invalid length for error_message")
                 _s6_error_message = None
             else:
+                if _n7 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end8 = pos + _n7
                 if _end8 > _len:
                     raise DecodeError("error_message overruns the buffer")

@@ -88,6 +88,8 @@ def _w_RemoveRaftVoterRequest_v0(buf: bytearray, o: RemoveRaftVoterRequest) -> N
         buf.append(0)
     else:
         _b1 = o.cluster_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_i16s.pack(o.voter_id, o.voter_directory_id.bytes)
@@ -107,6 +109,8 @@ def _r_RemoveRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[RemoveRaftVoter
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -128,6 +132,8 @@ def _w_RemoveRaftVoterResponse_v0(buf: bytearray, o: RemoveRaftVoterResponse) ->
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -148,6 +154,8 @@ def _r_RemoveRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[RemoveRaftVote
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")

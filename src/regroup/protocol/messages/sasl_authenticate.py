@@ -165,6 +165,8 @@ def _w_SaslAuthenticateResponse_v2(buf: bytearray, o: SaslAuthenticateResponse) 
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += uvarint_bytes(len(o.auth_bytes) + 1)
@@ -246,6 +248,8 @@ def _r_SaslAuthenticateResponse_v2(data: bytes, pos: int) -> tuple[SaslAuthentic
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")

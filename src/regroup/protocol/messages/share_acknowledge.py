@@ -415,12 +415,16 @@ def _w_ShareAcknowledgeRequest_v0(buf: bytearray, o: ShareAcknowledgeRequest) ->
         buf.append(0)
     else:
         _b1 = o.group_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.member_id is None:
         buf.append(0)
     else:
         _b2 = o.member_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_i.pack(o.share_session_epoch)
@@ -444,6 +448,8 @@ def _r_ShareAcknowledgeRequest_v0(data: bytes, pos: int) -> tuple[ShareAcknowled
             raise DecodeError("invalid length for group_id")
         _group_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -460,6 +466,8 @@ def _r_ShareAcknowledgeRequest_v0(data: bytes, pos: int) -> tuple[ShareAcknowled
             raise DecodeError("invalid length for member_id")
         _member_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -569,6 +577,8 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _w_LeaderIdAndEpoch_v0(buf, o.current_leader)
@@ -590,6 +600,8 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -648,6 +660,8 @@ def _r_ShareAcknowledgeTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareAck
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -676,6 +690,8 @@ def _r_ShareAcknowledgeTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareAck
 def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
     buf += _S_i.pack(o.node_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
@@ -683,6 +699,8 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
         buf.append(0)
     else:
         _b2 = o.rack.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -700,6 +718,8 @@ def _r_NodeEndpoint_v0(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -718,6 +738,8 @@ def _r_NodeEndpoint_v0(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -736,6 +758,8 @@ def _w_ShareAcknowledgeResponse_v0(buf: bytearray, o: ShareAcknowledgeResponse) 
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.responses)
@@ -764,6 +788,8 @@ def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowle
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -809,6 +835,8 @@ def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowle
                     raise DecodeError("invalid length for error_message")
                 _s8_error_message = None
             else:
+                if _n9 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("error_message overruns the buffer")
@@ -857,6 +885,8 @@ def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowle
         _n15 -= 1
         if _n15 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n15 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end16 = pos + _n15
         if _end16 > _len:
             raise DecodeError("host overruns the buffer")
@@ -875,6 +905,8 @@ def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowle
                 raise DecodeError("invalid length for rack")
             _s14_rack = None
         else:
+            if _n17 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end18 = pos + _n17
             if _end18 > _len:
                 raise DecodeError("rack overruns the buffer")

@@ -513,12 +513,16 @@ def _w_ShareFetchRequest_v0(buf: bytearray, o: ShareFetchRequest) -> None:
         buf.append(0)
     else:
         _b1 = o.group_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.member_id is None:
         buf.append(0)
     else:
         _b2 = o.member_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_iiii.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes)
@@ -546,6 +550,8 @@ def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, i
             raise DecodeError("invalid length for group_id")
         _group_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -562,6 +568,8 @@ def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, i
             raise DecodeError("invalid length for member_id")
         _member_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -731,6 +739,8 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_h.pack(o.acknowledge_error_code)
@@ -738,6 +748,8 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
         buf.append(0)
     else:
         _b2 = o.acknowledge_error_message.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _w_LeaderIdAndEpoch_v0(buf, o.current_leader)
@@ -768,6 +780,8 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -786,6 +800,8 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
             raise DecodeError("invalid length for acknowledge_error_message")
         _acknowledge_error_message = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("acknowledge_error_message is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("acknowledge_error_message overruns the buffer")
@@ -889,6 +905,8 @@ def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetch
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -907,6 +925,8 @@ def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetch
                 raise DecodeError("invalid length for acknowledge_error_message")
             _s3_acknowledge_error_message = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("acknowledge_error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("acknowledge_error_message overruns the buffer")
@@ -982,6 +1002,8 @@ def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetch
 def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
     buf += _S_i.pack(o.node_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
@@ -989,6 +1011,8 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
         buf.append(0)
     else:
         _b2 = o.rack.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -1006,6 +1030,8 @@ def _r_NodeEndpoint_v0(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -1024,6 +1050,8 @@ def _r_NodeEndpoint_v0(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -1042,6 +1070,8 @@ def _w_ShareFetchResponse_v0(buf: bytearray, o: ShareFetchResponse) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.responses)
@@ -1070,6 +1100,8 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -1115,6 +1147,8 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
                     raise DecodeError("invalid length for error_message")
                 _s8_error_message = None
             else:
+                if _n9 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
                 _end10 = pos + _n9
                 if _end10 > _len:
                     raise DecodeError("error_message overruns the buffer")
@@ -1133,6 +1167,8 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
                     raise DecodeError("invalid length for acknowledge_error_message")
                 _s8_acknowledge_error_message = None
             else:
+                if _n11 > 0x7FFF:
+                    raise DecodeError("acknowledge_error_message is longer than 32767 bytes")
                 _end12 = pos + _n11
                 if _end12 > _len:
                     raise DecodeError("acknowledge_error_message overruns the buffer")
@@ -1226,6 +1262,8 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
         _n22 -= 1
         if _n22 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n22 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end23 = pos + _n22
         if _end23 > _len:
             raise DecodeError("host overruns the buffer")
@@ -1244,6 +1282,8 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
                 raise DecodeError("invalid length for rack")
             _s21_rack = None
         else:
+            if _n24 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end25 = pos + _n24
             if _end25 > _len:
                 raise DecodeError("rack overruns the buffer")

@@ -200,8 +200,12 @@ def _w_ShareGroupDescribeRequest_v0(buf: bytearray, o: ShareGroupDescribeRequest
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.group_ids:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
+    if o.include_authorized_operations is None:
+        raise EncodeError("include_authorized_operations is null but not nullable")
     buf += _S_o.pack(o.include_authorized_operations)
     buf.append(0)
 
@@ -228,6 +232,8 @@ def _r_ShareGroupDescribeRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupDe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for group_ids")
+        if _n4 > 0x7FFF:
+            raise DecodeError("group_ids is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("group_ids overruns the buffer")
@@ -247,6 +253,8 @@ def _r_ShareGroupDescribeRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupDe
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -268,6 +276,8 @@ def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -325,6 +335,8 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -357,25 +369,35 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
 
 def _w_Member_v0(buf: bytearray, o: Member) -> None:
     _b1 = o.member_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.rack_id is None:
         buf.append(0)
     else:
         _b2 = o.rack_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_i.pack(o.member_epoch)
     _b3 = o.client_id.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.client_host.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.subscribed_topic_names)
     buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.subscribed_topic_names:
         _b7 = _e6.encode()
+        if len(_b7) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b7) + 1)
         buf += _b7
     _w_Assignment_v0(buf, o.assignment)
@@ -392,6 +414,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -408,6 +432,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
             raise DecodeError("invalid length for rack_id")
         _rack_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("rack_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("rack_id overruns the buffer")
@@ -423,6 +449,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for client_id")
+    if _n5 > 0x7FFF:
+        raise DecodeError("client_id is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("client_id overruns the buffer")
@@ -436,6 +464,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for client_host")
+    if _n7 > 0x7FFF:
+        raise DecodeError("client_host is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("client_host overruns the buffer")
@@ -461,6 +491,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for subscribed_topic_names")
+        if _n12 > 0x7FFF:
+            raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -491,6 +523,8 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         _n18 -= 1
         if _n18 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n18 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end19 = pos + _n18
         if _end19 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -534,16 +568,24 @@ def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _b2 = o.group_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.group_state.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += _S_ii.pack(o.group_epoch, o.assignment_epoch)
     _b4 = o.assignor_name.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
@@ -569,6 +611,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -582,6 +626,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -595,6 +641,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for group_state")
+    if _n5 > 0x7FFF:
+        raise DecodeError("group_state is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("group_state overruns the buffer")
@@ -610,6 +658,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for assignor_name")
+    if _n7 > 0x7FFF:
+        raise DecodeError("assignor_name is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("assignor_name overruns the buffer")
@@ -635,6 +685,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n12 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -651,6 +703,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
                 raise DecodeError("invalid length for rack_id")
             _s11_rack_id = None
         else:
+            if _n14 > 0x7FFF:
+                raise DecodeError("rack_id is longer than 32767 bytes")
             _end15 = pos + _n14
             if _end15 > _len:
                 raise DecodeError("rack_id overruns the buffer")
@@ -666,6 +720,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for client_id")
+        if _n16 > 0x7FFF:
+            raise DecodeError("client_id is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("client_id overruns the buffer")
@@ -679,6 +735,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n18 -= 1
         if _n18 < 0:
             raise DecodeError("invalid or null length for client_host")
+        if _n18 > 0x7FFF:
+            raise DecodeError("client_host is longer than 32767 bytes")
         _end19 = pos + _n18
         if _end19 > _len:
             raise DecodeError("client_host overruns the buffer")
@@ -704,6 +762,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n23 -= 1
             if _n23 < 0:
                 raise DecodeError("invalid or null length for subscribed_topic_names")
+            if _n23 > 0x7FFF:
+                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
             _end24 = pos + _n23
             if _end24 > _len:
                 raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -734,6 +794,8 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n29 -= 1
             if _n29 < 0:
                 raise DecodeError("invalid or null length for topic_name")
+            if _n29 > 0x7FFF:
+                raise DecodeError("topic_name is longer than 32767 bytes")
             _end30 = pos + _n29
             if _end30 > _len:
                 raise DecodeError("topic_name overruns the buffer")
@@ -835,6 +897,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
                 raise DecodeError("invalid length for error_message")
             _s3_error_message = None
         else:
+            if _n4 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end5 = pos + _n4
             if _end5 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -848,6 +912,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for group_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("group_id overruns the buffer")
@@ -861,6 +927,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for group_state")
+        if _n8 > 0x7FFF:
+            raise DecodeError("group_state is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("group_state overruns the buffer")
@@ -876,6 +944,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for assignor_name")
+        if _n10 > 0x7FFF:
+            raise DecodeError("assignor_name is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("assignor_name overruns the buffer")
@@ -901,6 +971,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
             _n15 -= 1
             if _n15 < 0:
                 raise DecodeError("invalid or null length for member_id")
+            if _n15 > 0x7FFF:
+                raise DecodeError("member_id is longer than 32767 bytes")
             _end16 = pos + _n15
             if _end16 > _len:
                 raise DecodeError("member_id overruns the buffer")
@@ -917,6 +989,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
                     raise DecodeError("invalid length for rack_id")
                 _s14_rack_id = None
             else:
+                if _n17 > 0x7FFF:
+                    raise DecodeError("rack_id is longer than 32767 bytes")
                 _end18 = pos + _n17
                 if _end18 > _len:
                     raise DecodeError("rack_id overruns the buffer")
@@ -932,6 +1006,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
             _n19 -= 1
             if _n19 < 0:
                 raise DecodeError("invalid or null length for client_id")
+            if _n19 > 0x7FFF:
+                raise DecodeError("client_id is longer than 32767 bytes")
             _end20 = pos + _n19
             if _end20 > _len:
                 raise DecodeError("client_id overruns the buffer")
@@ -945,6 +1021,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
             _n21 -= 1
             if _n21 < 0:
                 raise DecodeError("invalid or null length for client_host")
+            if _n21 > 0x7FFF:
+                raise DecodeError("client_host is longer than 32767 bytes")
             _end22 = pos + _n21
             if _end22 > _len:
                 raise DecodeError("client_host overruns the buffer")
@@ -970,6 +1048,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
                 _n26 -= 1
                 if _n26 < 0:
                     raise DecodeError("invalid or null length for subscribed_topic_names")
+                if _n26 > 0x7FFF:
+                    raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
                 _end27 = pos + _n26
                 if _end27 > _len:
                     raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -1000,6 +1080,8 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
                 _n32 -= 1
                 if _n32 < 0:
                     raise DecodeError("invalid or null length for topic_name")
+                if _n32 > 0x7FFF:
+                    raise DecodeError("topic_name is longer than 32767 bytes")
                 _end33 = pos + _n32
                 if _end33 > _len:
                     raise DecodeError("topic_name overruns the buffer")

@@ -152,9 +152,13 @@ class ShareGroupHeartbeatResponse(Message):
 
 def _w_ShareGroupHeartbeatRequest_v0(buf: bytearray, o: ShareGroupHeartbeatRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.member_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.member_epoch)
@@ -162,6 +166,8 @@ def _w_ShareGroupHeartbeatRequest_v0(buf: bytearray, o: ShareGroupHeartbeatReque
         buf.append(0)
     else:
         _b3 = o.rack_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.subscribed_topic_names is None:
@@ -171,6 +177,8 @@ def _w_ShareGroupHeartbeatRequest_v0(buf: bytearray, o: ShareGroupHeartbeatReque
         buf += uvarint_bytes(_n4 + 1)
         for _e5 in o.subscribed_topic_names:
             _b6 = _e5.encode()
+            if len(_b6) > 0x7FFF:
+                raise EncodeError("string longer than 32767 bytes")
             buf += uvarint_bytes(len(_b6) + 1)
             buf += _b6
     buf.append(0)
@@ -186,6 +194,8 @@ def _r_ShareGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupH
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -199,6 +209,8 @@ def _r_ShareGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupH
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -217,6 +229,8 @@ def _r_ShareGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupH
             raise DecodeError("invalid length for rack_id")
         _rack_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("rack_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("rack_id overruns the buffer")
@@ -245,6 +259,8 @@ def _r_ShareGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupH
             _n10 -= 1
             if _n10 < 0:
                 raise DecodeError("invalid or null length for subscribed_topic_names")
+            if _n10 > 0x7FFF:
+                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
             _end11 = pos + _n10
             if _end11 > _len:
                 raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -349,12 +365,16 @@ def _w_ShareGroupHeartbeatResponse_v0(buf: bytearray, o: ShareGroupHeartbeatResp
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.member_id is None:
         buf.append(0)
     else:
         _b2 = o.member_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_ii.pack(o.member_epoch, o.heartbeat_interval_ms)
@@ -381,6 +401,8 @@ def _r_ShareGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[ShareGroup
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -397,6 +419,8 @@ def _r_ShareGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[ShareGroup
             raise DecodeError("invalid length for member_id")
         _member_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("member_id overruns the buffer")

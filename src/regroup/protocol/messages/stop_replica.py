@@ -243,6 +243,8 @@ def _w_StopReplicaTopicV1_v1(buf: bytearray, o: StopReplicaTopicV1) -> None:
 
 def _w_StopReplicaTopicV1_v2(buf: bytearray, o: StopReplicaTopicV1) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
@@ -283,6 +285,8 @@ def _r_StopReplicaTopicV1_v2(data: bytes, pos: int) -> tuple[StopReplicaTopicV1,
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -308,6 +312,8 @@ def _r_StopReplicaTopicV1_v2(data: bytes, pos: int) -> tuple[StopReplicaTopicV1,
 
 
 def _w_StopReplicaPartitionState_v3(buf: bytearray, o: StopReplicaPartitionState) -> None:
+    if o.delete_partition is None:
+        raise EncodeError("delete_partition is null but not nullable")
     buf += _S_iio.pack(o.partition_index, o.leader_epoch, o.delete_partition)
     buf.append(0)
 
@@ -325,6 +331,8 @@ def _r_StopReplicaPartitionState_v3(data: bytes, pos: int) -> tuple[StopReplicaP
 
 def _w_StopReplicaTopicState_v3(buf: bytearray, o: StopReplicaTopicState) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_states)
@@ -344,6 +352,8 @@ def _r_StopReplicaTopicState_v3(data: bytes, pos: int) -> tuple[StopReplicaTopic
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -383,6 +393,8 @@ def _w_StopReplicaRequest_v0(buf: bytearray, o: StopReplicaRequest) -> None:
         raise EncodeError("StopReplicaRequest.topics is set but this version lacks the field")
     if o.topic_states != []:
         raise EncodeError("StopReplicaRequest.topic_states is set but this version lacks the field")
+    if o.delete_partitions is None:
+        raise EncodeError("delete_partitions is null but not nullable")
     buf += _S_iio.pack(o.controller_id, o.controller_epoch, o.delete_partitions)
     _n1 = len(o.ungrouped_partitions)
     buf += _I32.pack(_n1)
@@ -397,6 +409,8 @@ def _w_StopReplicaRequest_v1(buf: bytearray, o: StopReplicaRequest) -> None:
         raise EncodeError("StopReplicaRequest.ungrouped_partitions is set but this version lacks the field")
     if o.topic_states != []:
         raise EncodeError("StopReplicaRequest.topic_states is set but this version lacks the field")
+    if o.delete_partitions is None:
+        raise EncodeError("delete_partitions is null but not nullable")
     buf += _S_iiqo.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
     _n1 = len(o.topics)
     buf += _I32.pack(_n1)
@@ -411,6 +425,8 @@ def _w_StopReplicaRequest_v2(buf: bytearray, o: StopReplicaRequest) -> None:
         raise EncodeError("StopReplicaRequest.ungrouped_partitions is set but this version lacks the field")
     if o.topic_states != []:
         raise EncodeError("StopReplicaRequest.topic_states is set but this version lacks the field")
+    if o.delete_partitions is None:
+        raise EncodeError("delete_partitions is null but not nullable")
     buf += _S_iiqo.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
     _n1 = len(o.topics)
     buf += uvarint_bytes(_n1 + 1)
@@ -443,6 +459,8 @@ def _w_StopReplicaRequest_v4(buf: bytearray, o: StopReplicaRequest) -> None:
         raise EncodeError("StopReplicaRequest.ungrouped_partitions is set but this version lacks the field")
     if o.topics != []:
         raise EncodeError("StopReplicaRequest.topics is set but this version lacks the field")
+    if o.is_k_raft_controller is None:
+        raise EncodeError("is_k_raft_controller is null but not nullable")
     buf += _S_ioiq.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch)
     _n1 = len(o.topic_states)
     buf += uvarint_bytes(_n1 + 1)
@@ -541,6 +559,8 @@ def _r_StopReplicaRequest_v2(data: bytes, pos: int) -> tuple[StopReplicaRequest,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -597,6 +617,8 @@ def _r_StopReplicaRequest_v3(data: bytes, pos: int) -> tuple[StopReplicaRequest,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -661,6 +683,8 @@ def _r_StopReplicaRequest_v4(data: bytes, pos: int) -> tuple[StopReplicaRequest,
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -710,6 +734,8 @@ def _w_StopReplicaPartitionError_v0(buf: bytearray, o: StopReplicaPartitionError
 
 def _w_StopReplicaPartitionError_v2(buf: bytearray, o: StopReplicaPartitionError) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ih.pack(o.partition_index, o.error_code)
@@ -742,6 +768,8 @@ def _r_StopReplicaPartitionError_v2(data: bytes, pos: int) -> tuple[StopReplicaP
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -825,6 +853,8 @@ def _r_StopReplicaResponse_v2(data: bytes, pos: int) -> tuple[StopReplicaRespons
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")

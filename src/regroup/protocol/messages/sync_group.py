@@ -147,6 +147,8 @@ def _w_SyncGroupRequestAssignment_v0(buf: bytearray, o: SyncGroupRequestAssignme
 
 def _w_SyncGroupRequestAssignment_v4(buf: bytearray, o: SyncGroupRequestAssignment) -> None:
     _b1 = o.member_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += uvarint_bytes(len(o.assignment) + 1)
@@ -187,6 +189,8 @@ def _r_SyncGroupRequestAssignment_v4(data: bytes, pos: int) -> tuple[SyncGroupRe
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -250,16 +254,22 @@ def _w_SyncGroupRequest_v3(buf: bytearray, o: SyncGroupRequest) -> None:
 
 def _w_SyncGroupRequest_v4(buf: bytearray, o: SyncGroupRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.generation_id)
     _b2 = o.member_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b3 = o.group_instance_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.assignments)
@@ -271,28 +281,38 @@ def _w_SyncGroupRequest_v4(buf: bytearray, o: SyncGroupRequest) -> None:
 
 def _w_SyncGroupRequest_v5(buf: bytearray, o: SyncGroupRequest) -> None:
     _b1 = o.group_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.generation_id)
     _b2 = o.member_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b3 = o.group_instance_id.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.protocol_type is None:
         buf.append(0)
     else:
         _b4 = o.protocol_type.encode()
+        if len(_b4) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     if o.protocol_name is None:
         buf.append(0)
     else:
         _b5 = o.protocol_name.encode()
+        if len(_b5) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b5) + 1)
         buf += _b5
     _n6 = len(o.assignments)
@@ -432,6 +452,8 @@ def _r_SyncGroupRequest_v4(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -447,6 +469,8 @@ def _r_SyncGroupRequest_v4(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -463,6 +487,8 @@ def _r_SyncGroupRequest_v4(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -488,6 +514,8 @@ def _r_SyncGroupRequest_v4(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n10 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -531,6 +559,8 @@ def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -546,6 +576,8 @@ def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -562,6 +594,8 @@ def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -578,6 +612,8 @@ def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
             raise DecodeError("invalid length for protocol_type")
         _protocol_type = None
     else:
+        if _n7 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end8 = pos + _n7
         if _end8 > _len:
             raise DecodeError("protocol_type overruns the buffer")
@@ -594,6 +630,8 @@ def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
             raise DecodeError("invalid length for protocol_name")
         _protocol_name = None
     else:
+        if _n9 > 0x7FFF:
+            raise DecodeError("protocol_name is longer than 32767 bytes")
         _end10 = pos + _n9
         if _end10 > _len:
             raise DecodeError("protocol_name overruns the buffer")
@@ -619,6 +657,8 @@ def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
         _n14 -= 1
         if _n14 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n14 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -683,12 +723,16 @@ def _w_SyncGroupResponse_v5(buf: bytearray, o: SyncGroupResponse) -> None:
         buf.append(0)
     else:
         _b1 = o.protocol_type.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.protocol_name is None:
         buf.append(0)
     else:
         _b2 = o.protocol_name.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += uvarint_bytes(len(o.assignment) + 1)
@@ -767,6 +811,8 @@ def _r_SyncGroupResponse_v5(data: bytes, pos: int) -> tuple[SyncGroupResponse, i
             raise DecodeError("invalid length for protocol_type")
         _protocol_type = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("protocol_type overruns the buffer")
@@ -783,6 +829,8 @@ def _r_SyncGroupResponse_v5(data: bytes, pos: int) -> tuple[SyncGroupResponse, i
             raise DecodeError("invalid length for protocol_name")
         _protocol_name = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("protocol_name is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("protocol_name overruns the buffer")

@@ -218,6 +218,8 @@ def _w_TxnOffsetCommitRequestPartition_v3(buf: bytearray, o: TxnOffsetCommitRequ
         buf.append(0)
     else:
         _b1 = o.committed_metadata.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -284,6 +286,8 @@ def _r_TxnOffsetCommitRequestPartition_v3(
             raise DecodeError("invalid length for committed_metadata")
         _committed_metadata = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("committed_metadata is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("committed_metadata overruns the buffer")
@@ -320,6 +324,8 @@ def _w_TxnOffsetCommitRequestTopic_v2(buf: bytearray, o: TxnOffsetCommitRequestT
 
 def _w_TxnOffsetCommitRequestTopic_v3(buf: bytearray, o: TxnOffsetCommitRequestTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -423,6 +429,8 @@ def _r_TxnOffsetCommitRequestTopic_v3(data: bytes, pos: int) -> tuple[TxnOffsetC
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -453,6 +461,8 @@ def _r_TxnOffsetCommitRequestTopic_v3(data: bytes, pos: int) -> tuple[TxnOffsetC
                 raise DecodeError("invalid length for committed_metadata")
             _s5_committed_metadata = None
         else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("committed_metadata is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
                 raise DecodeError("committed_metadata overruns the buffer")
@@ -517,19 +527,27 @@ def _w_TxnOffsetCommitRequest_v2(buf: bytearray, o: TxnOffsetCommitRequest) -> N
 
 def _w_TxnOffsetCommitRequest_v3(buf: bytearray, o: TxnOffsetCommitRequest) -> None:
     _b1 = o.transactional_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.group_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_qhi.pack(o.producer_id, o.producer_epoch, o.generation_id)
     _b3 = o.member_id.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b4 = o.group_instance_id.encode()
+        if len(_b4) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     _n5 = len(o.topics)
@@ -702,6 +720,8 @@ def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommit
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for transactional_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("transactional_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("transactional_id overruns the buffer")
@@ -715,6 +735,8 @@ def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommit
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for group_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("group_id overruns the buffer")
@@ -730,6 +752,8 @@ def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommit
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n5 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -746,6 +770,8 @@ def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommit
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n7 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end8 = pos + _n7
         if _end8 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -771,6 +797,8 @@ def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommit
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n12 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("name overruns the buffer")
@@ -803,6 +831,8 @@ def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommit
                     raise DecodeError("invalid length for committed_metadata")
                 _s16_committed_metadata = None
             else:
+                if _n17 > 0x7FFF:
+                    raise DecodeError("committed_metadata is longer than 32767 bytes")
                 _end18 = pos + _n17
                 if _end18 > _len:
                     raise DecodeError("committed_metadata overruns the buffer")
@@ -886,6 +916,8 @@ def _w_TxnOffsetCommitResponseTopic_v0(buf: bytearray, o: TxnOffsetCommitRespons
 
 def _w_TxnOffsetCommitResponseTopic_v3(buf: bytearray, o: TxnOffsetCommitResponseTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -931,6 +963,8 @@ def _r_TxnOffsetCommitResponseTopic_v3(data: bytes, pos: int) -> tuple[TxnOffset
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -1042,6 +1076,8 @@ def _r_TxnOffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommi
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")

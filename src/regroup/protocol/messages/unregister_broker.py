@@ -102,6 +102,8 @@ def _w_UnregisterBrokerResponse_v0(buf: bytearray, o: UnregisterBrokerResponse) 
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -122,6 +124,8 @@ def _r_UnregisterBrokerResponse_v0(data: bytes, pos: int) -> tuple[UnregisterBro
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")

@@ -149,8 +149,12 @@ def _w_FeatureUpdateKey_v0(buf: bytearray, o: FeatureUpdateKey) -> None:
     if o.upgrade_type != 1:
         raise EncodeError("FeatureUpdateKey.upgrade_type is set but this version lacks the field")
     _b1 = o.feature.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
+    if o.allow_downgrade is None:
+        raise EncodeError("allow_downgrade is null but not nullable")
     buf += _S_ho.pack(o.max_version_level, o.allow_downgrade)
     buf.append(0)
 
@@ -159,6 +163,8 @@ def _w_FeatureUpdateKey_v1(buf: bytearray, o: FeatureUpdateKey) -> None:
     if o.allow_downgrade:
         raise EncodeError("FeatureUpdateKey.allow_downgrade is set but this version lacks the field")
     _b1 = o.feature.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hb.pack(o.max_version_level, o.upgrade_type)
@@ -175,6 +181,8 @@ def _r_FeatureUpdateKey_v0(data: bytes, pos: int) -> tuple[FeatureUpdateKey, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for feature")
+    if _n1 > 0x7FFF:
+        raise DecodeError("feature is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("feature overruns the buffer")
@@ -199,6 +207,8 @@ def _r_FeatureUpdateKey_v1(data: bytes, pos: int) -> tuple[FeatureUpdateKey, int
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for feature")
+    if _n1 > 0x7FFF:
+        raise DecodeError("feature is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("feature overruns the buffer")
@@ -230,6 +240,8 @@ def _w_UpdateFeaturesRequest_v1(buf: bytearray, o: UpdateFeaturesRequest) -> Non
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.feature_updates:
         _w_FeatureUpdateKey_v1(buf, _e2)
+    if o.validate_only is None:
+        raise EncodeError("validate_only is null but not nullable")
     buf += _S_o.pack(o.validate_only)
     buf.append(0)
 
@@ -258,6 +270,8 @@ def _r_UpdateFeaturesRequest_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesRe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for feature")
+        if _n4 > 0x7FFF:
+            raise DecodeError("feature is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("feature overruns the buffer")
@@ -302,6 +316,8 @@ def _r_UpdateFeaturesRequest_v1(data: bytes, pos: int) -> tuple[UpdateFeaturesRe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for feature")
+        if _n4 > 0x7FFF:
+            raise DecodeError("feature is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("feature overruns the buffer")
@@ -326,6 +342,8 @@ def _r_UpdateFeaturesRequest_v1(data: bytes, pos: int) -> tuple[UpdateFeaturesRe
 
 def _w_UpdatableFeatureResult_v0(buf: bytearray, o: UpdatableFeatureResult) -> None:
     _b1 = o.feature.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
@@ -333,6 +351,8 @@ def _w_UpdatableFeatureResult_v0(buf: bytearray, o: UpdatableFeatureResult) -> N
         buf.append(0)
     else:
         _b2 = o.error_message.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
@@ -348,6 +368,8 @@ def _r_UpdatableFeatureResult_v0(data: bytes, pos: int) -> tuple[UpdatableFeatur
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for feature")
+    if _n1 > 0x7FFF:
+        raise DecodeError("feature is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("feature overruns the buffer")
@@ -366,6 +388,8 @@ def _r_UpdatableFeatureResult_v0(data: bytes, pos: int) -> tuple[UpdatableFeatur
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -384,6 +408,8 @@ def _w_UpdateFeaturesResponse_v0(buf: bytearray, o: UpdateFeaturesResponse) -> N
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.results)
@@ -399,6 +425,8 @@ def _w_UpdateFeaturesResponse_v2(buf: bytearray, o: UpdateFeaturesResponse) -> N
         buf.append(0)
     else:
         _b1 = o.error_message.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
@@ -419,6 +447,8 @@ def _r_UpdateFeaturesResponse_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesR
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")
@@ -444,6 +474,8 @@ def _r_UpdateFeaturesResponse_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesR
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for feature")
+        if _n6 > 0x7FFF:
+            raise DecodeError("feature is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("feature overruns the buffer")
@@ -462,6 +494,8 @@ def _r_UpdateFeaturesResponse_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesR
                 raise DecodeError("invalid length for error_message")
             _s5_error_message = None
         else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
@@ -495,6 +529,8 @@ def _r_UpdateFeaturesResponse_v2(data: bytes, pos: int) -> tuple[UpdateFeaturesR
             raise DecodeError("invalid length for error_message")
         _error_message = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("error_message overruns the buffer")

@@ -484,6 +484,8 @@ def _w_UpdateMetadataTopicState_v5(buf: bytearray, o: UpdateMetadataTopicState) 
 
 def _w_UpdateMetadataTopicState_v6(buf: bytearray, o: UpdateMetadataTopicState) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_states)
@@ -495,6 +497,8 @@ def _w_UpdateMetadataTopicState_v6(buf: bytearray, o: UpdateMetadataTopicState) 
 
 def _w_UpdateMetadataTopicState_v7(buf: bytearray, o: UpdateMetadataTopicState) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.topic_id.bytes)
@@ -581,6 +585,8 @@ def _r_UpdateMetadataTopicState_v6(data: bytes, pos: int) -> tuple[UpdateMetadat
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -675,6 +681,8 @@ def _r_UpdateMetadataTopicState_v7(data: bytes, pos: int) -> tuple[UpdateMetadat
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -784,9 +792,13 @@ def _w_UpdateMetadataEndpoint_v3(buf: bytearray, o: UpdateMetadataEndpoint) -> N
 def _w_UpdateMetadataEndpoint_v6(buf: bytearray, o: UpdateMetadataEndpoint) -> None:
     buf += _S_i.pack(o.port)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.listener.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_h.pack(o.security_protocol)
@@ -850,6 +862,8 @@ def _r_UpdateMetadataEndpoint_v6(data: bytes, pos: int) -> tuple[UpdateMetadataE
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -863,6 +877,8 @@ def _r_UpdateMetadataEndpoint_v6(data: bytes, pos: int) -> tuple[UpdateMetadataE
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for listener")
+    if _n3 > 0x7FFF:
+        raise DecodeError("listener is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("listener overruns the buffer")
@@ -931,6 +947,8 @@ def _w_UpdateMetadataBroker_v6(buf: bytearray, o: UpdateMetadataBroker) -> None:
         buf.append(0)
     else:
         _b3 = o.rack.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -1103,6 +1121,8 @@ def _r_UpdateMetadataBroker_v6(data: bytes, pos: int) -> tuple[UpdateMetadataBro
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n4 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("host overruns the buffer")
@@ -1116,6 +1136,8 @@ def _r_UpdateMetadataBroker_v6(data: bytes, pos: int) -> tuple[UpdateMetadataBro
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for listener")
+        if _n6 > 0x7FFF:
+            raise DecodeError("listener is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("listener overruns the buffer")
@@ -1140,6 +1162,8 @@ def _r_UpdateMetadataBroker_v6(data: bytes, pos: int) -> tuple[UpdateMetadataBro
             raise DecodeError("invalid length for rack")
         _rack = None
     else:
+        if _n8 > 0x7FFF:
+            raise DecodeError("rack is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("rack overruns the buffer")
@@ -1157,6 +1181,8 @@ def _w_UpdateMetadataRequest_v0(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError(
             "UpdateMetadataRequest.is_k_raft_controller is set but this version lacks the field"
         )
+    if o.type != 0:
+        raise EncodeError("UpdateMetadataRequest.type is set but this version lacks the field")
     if o.topic_states != []:
         raise EncodeError("UpdateMetadataRequest.topic_states is set but this version lacks the field")
     buf += _S_ii.pack(o.controller_id, o.controller_epoch)
@@ -1175,6 +1201,8 @@ def _w_UpdateMetadataRequest_v1(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError(
             "UpdateMetadataRequest.is_k_raft_controller is set but this version lacks the field"
         )
+    if o.type != 0:
+        raise EncodeError("UpdateMetadataRequest.type is set but this version lacks the field")
     if o.topic_states != []:
         raise EncodeError("UpdateMetadataRequest.topic_states is set but this version lacks the field")
     buf += _S_ii.pack(o.controller_id, o.controller_epoch)
@@ -1193,6 +1221,8 @@ def _w_UpdateMetadataRequest_v2(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError(
             "UpdateMetadataRequest.is_k_raft_controller is set but this version lacks the field"
         )
+    if o.type != 0:
+        raise EncodeError("UpdateMetadataRequest.type is set but this version lacks the field")
     if o.topic_states != []:
         raise EncodeError("UpdateMetadataRequest.topic_states is set but this version lacks the field")
     buf += _S_ii.pack(o.controller_id, o.controller_epoch)
@@ -1211,6 +1241,8 @@ def _w_UpdateMetadataRequest_v3(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError(
             "UpdateMetadataRequest.is_k_raft_controller is set but this version lacks the field"
         )
+    if o.type != 0:
+        raise EncodeError("UpdateMetadataRequest.type is set but this version lacks the field")
     if o.topic_states != []:
         raise EncodeError("UpdateMetadataRequest.topic_states is set but this version lacks the field")
     buf += _S_ii.pack(o.controller_id, o.controller_epoch)
@@ -1229,6 +1261,8 @@ def _w_UpdateMetadataRequest_v4(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError(
             "UpdateMetadataRequest.is_k_raft_controller is set but this version lacks the field"
         )
+    if o.type != 0:
+        raise EncodeError("UpdateMetadataRequest.type is set but this version lacks the field")
     if o.topic_states != []:
         raise EncodeError("UpdateMetadataRequest.topic_states is set but this version lacks the field")
     buf += _S_ii.pack(o.controller_id, o.controller_epoch)
@@ -1247,6 +1281,8 @@ def _w_UpdateMetadataRequest_v5(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError(
             "UpdateMetadataRequest.is_k_raft_controller is set but this version lacks the field"
         )
+    if o.type != 0:
+        raise EncodeError("UpdateMetadataRequest.type is set but this version lacks the field")
     if o.ungrouped_partition_states != []:
         raise EncodeError(
             "UpdateMetadataRequest.ungrouped_partition_states is set but this version lacks the field"
@@ -1267,6 +1303,8 @@ def _w_UpdateMetadataRequest_v6(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError(
             "UpdateMetadataRequest.is_k_raft_controller is set but this version lacks the field"
         )
+    if o.type != 0:
+        raise EncodeError("UpdateMetadataRequest.type is set but this version lacks the field")
     if o.ungrouped_partition_states != []:
         raise EncodeError(
             "UpdateMetadataRequest.ungrouped_partition_states is set but this version lacks the field"
@@ -1288,6 +1326,8 @@ def _w_UpdateMetadataRequest_v7(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError(
             "UpdateMetadataRequest.is_k_raft_controller is set but this version lacks the field"
         )
+    if o.type != 0:
+        raise EncodeError("UpdateMetadataRequest.type is set but this version lacks the field")
     if o.ungrouped_partition_states != []:
         raise EncodeError(
             "UpdateMetadataRequest.ungrouped_partition_states is set but this version lacks the field"
@@ -1309,6 +1349,8 @@ def _w_UpdateMetadataRequest_v8(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError(
             "UpdateMetadataRequest.ungrouped_partition_states is set but this version lacks the field"
         )
+    if o.is_k_raft_controller is None:
+        raise EncodeError("is_k_raft_controller is null but not nullable")
     buf += _S_ioiq.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch)
     _n1 = len(o.topic_states)
     buf += uvarint_bytes(_n1 + 1)
@@ -2025,6 +2067,8 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -2144,6 +2188,8 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             _n18 -= 1
             if _n18 < 0:
                 raise DecodeError("invalid or null length for host")
+            if _n18 > 0x7FFF:
+                raise DecodeError("host is longer than 32767 bytes")
             _end19 = pos + _n18
             if _end19 > _len:
                 raise DecodeError("host overruns the buffer")
@@ -2157,6 +2203,8 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             _n20 -= 1
             if _n20 < 0:
                 raise DecodeError("invalid or null length for listener")
+            if _n20 > 0x7FFF:
+                raise DecodeError("listener is longer than 32767 bytes")
             _end21 = pos + _n20
             if _end21 > _len:
                 raise DecodeError("listener overruns the buffer")
@@ -2181,6 +2229,8 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
                 raise DecodeError("invalid length for rack")
             _s14_rack = None
         else:
+            if _n22 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end23 = pos + _n22
             if _end23 > _len:
                 raise DecodeError("rack overruns the buffer")
@@ -2225,6 +2275,8 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -2347,6 +2399,8 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             _n18 -= 1
             if _n18 < 0:
                 raise DecodeError("invalid or null length for host")
+            if _n18 > 0x7FFF:
+                raise DecodeError("host is longer than 32767 bytes")
             _end19 = pos + _n18
             if _end19 > _len:
                 raise DecodeError("host overruns the buffer")
@@ -2360,6 +2414,8 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             _n20 -= 1
             if _n20 < 0:
                 raise DecodeError("invalid or null length for listener")
+            if _n20 > 0x7FFF:
+                raise DecodeError("listener is longer than 32767 bytes")
             _end21 = pos + _n20
             if _end21 > _len:
                 raise DecodeError("listener overruns the buffer")
@@ -2384,6 +2440,8 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
                 raise DecodeError("invalid length for rack")
             _s14_rack = None
         else:
+            if _n22 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end23 = pos + _n22
             if _end23 > _len:
                 raise DecodeError("rack overruns the buffer")
@@ -2428,6 +2486,8 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -2550,6 +2610,8 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             _n18 -= 1
             if _n18 < 0:
                 raise DecodeError("invalid or null length for host")
+            if _n18 > 0x7FFF:
+                raise DecodeError("host is longer than 32767 bytes")
             _end19 = pos + _n18
             if _end19 > _len:
                 raise DecodeError("host overruns the buffer")
@@ -2563,6 +2625,8 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             _n20 -= 1
             if _n20 < 0:
                 raise DecodeError("invalid or null length for listener")
+            if _n20 > 0x7FFF:
+                raise DecodeError("listener is longer than 32767 bytes")
             _end21 = pos + _n20
             if _end21 > _len:
                 raise DecodeError("listener overruns the buffer")
@@ -2587,6 +2651,8 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
                 raise DecodeError("invalid length for rack")
             _s14_rack = None
         else:
+            if _n22 > 0x7FFF:
+                raise DecodeError("rack is longer than 32767 bytes")
             _end23 = pos + _n22
             if _end23 > _len:
                 raise DecodeError("rack overruns the buffer")

@@ -158,9 +158,13 @@ class UpdateRaftVoterResponse(Message):
 
 def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_H.pack(o.port)
@@ -177,6 +181,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -190,6 +196,8 @@ def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n3 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("host overruns the buffer")
@@ -225,6 +233,8 @@ def _w_UpdateRaftVoterRequest_v0(buf: bytearray, o: UpdateRaftVoterRequest) -> N
         buf.append(0)
     else:
         _b1 = o.cluster_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_ii16s.pack(o.current_leader_epoch, o.voter_id, o.voter_directory_id.bytes)
@@ -249,6 +259,8 @@ def _r_UpdateRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoter
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -277,6 +289,8 @@ def _r_UpdateRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoter
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
@@ -290,6 +304,8 @@ def _r_UpdateRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoter
         _n8 -= 1
         if _n8 < 0:
             raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("host overruns the buffer")
@@ -327,6 +343,8 @@ def _r_UpdateRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoter
 def _w_CurrentLeader_v0(buf: bytearray, o: CurrentLeader) -> None:
     buf += _S_ii.pack(o.leader_id, o.leader_epoch)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
@@ -345,6 +363,8 @@ def _r_CurrentLeader_v0(data: bytes, pos: int) -> tuple[CurrentLeader, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -396,6 +416,8 @@ def _r_UpdateRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[UpdateRaftVote
             _n5 -= 1
             if _n5 < 0:
                 raise DecodeError("invalid or null length for host")
+            if _n5 > 0x7FFF:
+                raise DecodeError("host is longer than 32767 bytes")
             _end6 = pos + _n5
             if _end6 > _len:
                 raise DecodeError("host overruns the buffer")

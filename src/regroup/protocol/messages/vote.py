@@ -275,6 +275,8 @@ def _r_VoteRequestPartitionData_v1(data: bytes, pos: int) -> tuple[VoteRequestPa
 
 def _w_VoteRequestTopicData_v0(buf: bytearray, o: VoteRequestTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -286,6 +288,8 @@ def _w_VoteRequestTopicData_v0(buf: bytearray, o: VoteRequestTopicData) -> None:
 
 def _w_VoteRequestTopicData_v1(buf: bytearray, o: VoteRequestTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -305,6 +309,8 @@ def _r_VoteRequestTopicData_v0(data: bytes, pos: int) -> tuple[VoteRequestTopicD
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -359,6 +365,8 @@ def _r_VoteRequestTopicData_v1(data: bytes, pos: int) -> tuple[VoteRequestTopicD
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -416,6 +424,8 @@ def _w_VoteRequest_v0(buf: bytearray, o: VoteRequest) -> None:
         buf.append(0)
     else:
         _b1 = o.cluster_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.topics)
@@ -430,6 +440,8 @@ def _w_VoteRequest_v1(buf: bytearray, o: VoteRequest) -> None:
         buf.append(0)
     else:
         _b1 = o.cluster_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_i.pack(o.voter_id)
@@ -453,6 +465,8 @@ def _r_VoteRequest_v0(data: bytes, pos: int) -> tuple[VoteRequest, int]:
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -478,6 +492,8 @@ def _r_VoteRequest_v0(data: bytes, pos: int) -> tuple[VoteRequest, int]:
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -545,6 +561,8 @@ def _r_VoteRequest_v1(data: bytes, pos: int) -> tuple[VoteRequest, int]:
             raise DecodeError("invalid length for cluster_id")
         _cluster_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("cluster_id overruns the buffer")
@@ -572,6 +590,8 @@ def _r_VoteRequest_v1(data: bytes, pos: int) -> tuple[VoteRequest, int]:
         _n6 -= 1
         if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -631,6 +651,8 @@ def _r_VoteRequest_v1(data: bytes, pos: int) -> tuple[VoteRequest, int]:
 
 
 def _w_VoteResponsePartitionData_v0(buf: bytearray, o: VoteResponsePartitionData) -> None:
+    if o.vote_granted is None:
+        raise EncodeError("vote_granted is null but not nullable")
     buf += _S_ihiio.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.vote_granted)
     buf.append(0)
 
@@ -650,6 +672,8 @@ def _r_VoteResponsePartitionData_v0(data: bytes, pos: int) -> tuple[VoteResponse
 
 def _w_VoteResponseTopicData_v0(buf: bytearray, o: VoteResponseTopicData) -> None:
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -669,6 +693,8 @@ def _r_VoteResponseTopicData_v0(data: bytes, pos: int) -> tuple[VoteResponseTopi
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -710,6 +736,8 @@ def _r_VoteResponseTopicData_v0(data: bytes, pos: int) -> tuple[VoteResponseTopi
 def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
     buf += _S_i.pack(o.node_id)
     _b1 = o.host.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_H.pack(o.port)
@@ -728,6 +756,8 @@ def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for host")
+    if _n1 > 0x7FFF:
+        raise DecodeError("host is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("host overruns the buffer")
@@ -743,6 +773,8 @@ def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
 
 
 def _w_VoteResponse_v0(buf: bytearray, o: VoteResponse) -> None:
+    if o.node_endpoints != []:
+        raise EncodeError("VoteResponse.node_endpoints is set but this version lacks the field")
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.topics)
     buf += uvarint_bytes(_n1 + 1)
@@ -796,6 +828,8 @@ def _r_VoteResponse_v0(data: bytes, pos: int) -> tuple[VoteResponse, int]:
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -864,6 +898,8 @@ def _r_VoteResponse_v1(data: bytes, pos: int) -> tuple[VoteResponse, int]:
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -932,6 +968,8 @@ def _r_VoteResponse_v1(data: bytes, pos: int) -> tuple[VoteResponse, int]:
                 _n15 -= 1
                 if _n15 < 0:
                     raise DecodeError("invalid or null length for host")
+                if _n15 > 0x7FFF:
+                    raise DecodeError("host is longer than 32767 bytes")
                 _end16 = pos + _n15
                 if _end16 > _len:
                     raise DecodeError("host overruns the buffer")

@@ -194,6 +194,8 @@ def _w_WritableTxnMarkerTopic_v0(buf: bytearray, o: WritableTxnMarkerTopic) -> N
 
 def _w_WritableTxnMarkerTopic_v1(buf: bytearray, o: WritableTxnMarkerTopic) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
@@ -234,6 +236,8 @@ def _r_WritableTxnMarkerTopic_v1(data: bytes, pos: int) -> tuple[WritableTxnMark
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -259,6 +263,8 @@ def _r_WritableTxnMarkerTopic_v1(data: bytes, pos: int) -> tuple[WritableTxnMark
 
 
 def _w_WritableTxnMarker_v0(buf: bytearray, o: WritableTxnMarker) -> None:
+    if o.transaction_result is None:
+        raise EncodeError("transaction_result is null but not nullable")
     buf += _S_qho.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     _n1 = len(o.topics)
     buf += _I32.pack(_n1)
@@ -268,6 +274,8 @@ def _w_WritableTxnMarker_v0(buf: bytearray, o: WritableTxnMarker) -> None:
 
 
 def _w_WritableTxnMarker_v1(buf: bytearray, o: WritableTxnMarker) -> None:
+    if o.transaction_result is None:
+        raise EncodeError("transaction_result is null but not nullable")
     buf += _S_qho.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     _n1 = len(o.topics)
     buf += uvarint_bytes(_n1 + 1)
@@ -339,6 +347,8 @@ def _r_WritableTxnMarker_v1(data: bytes, pos: int) -> tuple[WritableTxnMarker, i
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -474,6 +484,8 @@ def _r_WriteTxnMarkersRequest_v1(data: bytes, pos: int) -> tuple[WriteTxnMarkers
             _n7 -= 1
             if _n7 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n7 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end8 = pos + _n7
             if _end8 > _len:
                 raise DecodeError("name overruns the buffer")
@@ -559,6 +571,8 @@ def _w_WritableTxnMarkerTopicResult_v0(buf: bytearray, o: WritableTxnMarkerTopic
 
 def _w_WritableTxnMarkerTopicResult_v1(buf: bytearray, o: WritableTxnMarkerTopicResult) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -604,6 +618,8 @@ def _r_WritableTxnMarkerTopicResult_v1(data: bytes, pos: int) -> tuple[WritableT
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -715,6 +731,8 @@ def _r_WritableTxnMarkerResult_v1(data: bytes, pos: int) -> tuple[WritableTxnMar
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -852,6 +870,8 @@ def _r_WriteTxnMarkersResponse_v1(data: bytes, pos: int) -> tuple[WriteTxnMarker
             _n7 -= 1
             if _n7 < 0:
                 raise DecodeError("invalid or null length for name")
+            if _n7 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
             _end8 = pos + _n7
             if _end8 > _len:
                 raise DecodeError("name overruns the buffer")

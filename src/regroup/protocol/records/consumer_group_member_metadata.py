@@ -160,6 +160,8 @@ def _r_ConsumerGroupMemberMetadataKey_v5(data: bytes, pos: int) -> tuple[Consume
 
 def _w_ClassicProtocol_v0(buf: bytearray, o: ClassicProtocol) -> None:
     _b1 = o.name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += uvarint_bytes(len(o.metadata) + 1)
@@ -177,6 +179,8 @@ def _r_ClassicProtocol_v0(data: bytes, pos: int) -> tuple[ClassicProtocol, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("name overruns the buffer")
@@ -235,6 +239,8 @@ def _r_ClassicMemberMetadata_v0(data: bytes, pos: int) -> tuple[ClassicMemberMet
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("name overruns the buffer")
@@ -271,30 +277,42 @@ def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMembe
         buf.append(0)
     else:
         _b1 = o.instance_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.rack_id is None:
         buf.append(0)
     else:
         _b2 = o.rack_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.client_id.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.client_host.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.subscribed_topic_names)
     buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.subscribed_topic_names:
         _b7 = _e6.encode()
+        if len(_b7) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b7) + 1)
         buf += _b7
     if o.subscribed_topic_regex is None:
         buf.append(0)
     else:
         _b8 = o.subscribed_topic_regex.encode()
+        if len(_b8) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b8) + 1)
         buf += _b8
     buf += _S_i.pack(o.rebalance_timeout_ms)
@@ -302,11 +320,14 @@ def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMembe
         buf.append(0)
     else:
         _b9 = o.server_assignor.encode()
+        if len(_b9) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     _tags: list[tuple[int, bytearray]] = []
     if o.classic_member_metadata is not None:
         _t = bytearray()
+        _t.append(1)
         _w_ClassicMemberMetadata_v0(_t, o.classic_member_metadata)
         _tags.append((0, _t))
     buf += uvarint_bytes(len(_tags))
@@ -331,6 +352,8 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
             raise DecodeError("invalid length for instance_id")
         _instance_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("instance_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("instance_id overruns the buffer")
@@ -347,6 +370,8 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
             raise DecodeError("invalid length for rack_id")
         _rack_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("rack_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("rack_id overruns the buffer")
@@ -360,6 +385,8 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for client_id")
+    if _n5 > 0x7FFF:
+        raise DecodeError("client_id is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("client_id overruns the buffer")
@@ -373,6 +400,8 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for client_host")
+    if _n7 > 0x7FFF:
+        raise DecodeError("client_host is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("client_host overruns the buffer")
@@ -398,6 +427,8 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
         _n12 -= 1
         if _n12 < 0:
             raise DecodeError("invalid or null length for subscribed_topic_names")
+        if _n12 > 0x7FFF:
+            raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("subscribed_topic_names overruns the buffer")
@@ -416,6 +447,8 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
             raise DecodeError("invalid length for subscribed_topic_regex")
         _subscribed_topic_regex = None
     else:
+        if _n14 > 0x7FFF:
+            raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("subscribed_topic_regex overruns the buffer")
@@ -434,6 +467,8 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
             raise DecodeError("invalid length for server_assignor")
         _server_assignor = None
     else:
+        if _n16 > 0x7FFF:
+            raise DecodeError("server_assignor is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("server_assignor overruns the buffer")
@@ -448,9 +483,8 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
         if _tend20 > _len:
             raise DecodeError("tagged field overruns its buffer")
         if _tag19 == 0:
-            (_m21,) = _I8.unpack_from(data, pos)
-            pos += 1
-            if _m21 < 0:
+            _m21, pos = read_uvarint(data, pos)
+            if _m21 <= 0:
                 _classic_member_metadata = None
             else:
                 (_s22_session_timeout_ms,) = _S_i.unpack_from(data, pos)
@@ -475,6 +509,8 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
                     _n26 -= 1
                     if _n26 < 0:
                         raise DecodeError("invalid or null length for name")
+                    if _n26 > 0x7FFF:
+                        raise DecodeError("name is longer than 32767 bytes")
                     _end27 = pos + _n26
                     if _end27 > _len:
                         raise DecodeError("name overruns the buffer")

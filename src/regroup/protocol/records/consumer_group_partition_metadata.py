@@ -139,6 +139,8 @@ def _w_PartitionMetadata_v0(buf: bytearray, o: PartitionMetadata) -> None:
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.racks:
         _b3 = _e2.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
@@ -168,6 +170,8 @@ def _r_PartitionMetadata_v0(data: bytes, pos: int) -> tuple[PartitionMetadata, i
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for racks")
+        if _n4 > 0x7FFF:
+            raise DecodeError("racks is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("racks overruns the buffer")
@@ -185,6 +189,8 @@ def _r_PartitionMetadata_v0(data: bytes, pos: int) -> tuple[PartitionMetadata, i
 def _w_TopicMetadata_v0(buf: bytearray, o: TopicMetadata) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.num_partitions)
@@ -208,6 +214,8 @@ def _r_TopicMetadata_v0(data: bytes, pos: int) -> tuple[TopicMetadata, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -249,6 +257,8 @@ def _r_TopicMetadata_v0(data: bytes, pos: int) -> tuple[TopicMetadata, int]:
             _n9 -= 1
             if _n9 < 0:
                 raise DecodeError("invalid or null length for racks")
+            if _n9 > 0x7FFF:
+                raise DecodeError("racks is longer than 32767 bytes")
             _end10 = pos + _n9
             if _end10 > _len:
                 raise DecodeError("racks overruns the buffer")
@@ -304,6 +314,8 @@ def _r_ConsumerGroupPartitionMetadataValue_v0(
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -345,6 +357,8 @@ def _r_ConsumerGroupPartitionMetadataValue_v0(
                 _n12 -= 1
                 if _n12 < 0:
                     raise DecodeError("invalid or null length for racks")
+                if _n12 > 0x7FFF:
+                    raise DecodeError("racks is longer than 32767 bytes")
                 _end13 = pos + _n12
                 if _end13 > _len:
                     raise DecodeError("racks overruns the buffer")

@@ -193,18 +193,26 @@ def _w_MemberMetadata_v3(buf: bytearray, o: MemberMetadata) -> None:
 
 def _w_MemberMetadata_v4(buf: bytearray, o: MemberMetadata) -> None:
     _b1 = o.member_id.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
     else:
         _b2 = o.group_instance_id.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.client_id.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.client_host.encode()
+    if len(_b4) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += _S_ii.pack(o.rebalance_timeout, o.session_timeout)
@@ -413,6 +421,8 @@ def _r_MemberMetadata_v4(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for member_id")
+    if _n1 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("member_id overruns the buffer")
@@ -429,6 +439,8 @@ def _r_MemberMetadata_v4(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
             raise DecodeError("invalid length for group_instance_id")
         _group_instance_id = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
@@ -442,6 +454,8 @@ def _r_MemberMetadata_v4(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for client_id")
+    if _n5 > 0x7FFF:
+        raise DecodeError("client_id is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("client_id overruns the buffer")
@@ -455,6 +469,8 @@ def _r_MemberMetadata_v4(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _n7 -= 1
     if _n7 < 0:
         raise DecodeError("invalid or null length for client_host")
+    if _n7 > 0x7FFF:
+        raise DecodeError("client_host is longer than 32767 bytes")
     _end8 = pos + _n7
     if _end8 > _len:
         raise DecodeError("client_host overruns the buffer")
@@ -600,6 +616,8 @@ def _w_GroupMetadataValue_v3(buf: bytearray, o: GroupMetadataValue) -> None:
 
 def _w_GroupMetadataValue_v4(buf: bytearray, o: GroupMetadataValue) -> None:
     _b1 = o.protocol_type.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.generation)
@@ -607,12 +625,16 @@ def _w_GroupMetadataValue_v4(buf: bytearray, o: GroupMetadataValue) -> None:
         buf.append(0)
     else:
         _b2 = o.protocol.encode()
+        if len(_b2) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.leader is None:
         buf.append(0)
     else:
         _b3 = o.leader.encode()
+        if len(_b3) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_q.pack(o.current_state_timestamp)
@@ -1085,6 +1107,8 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for protocol_type")
+    if _n1 > 0x7FFF:
+        raise DecodeError("protocol_type is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("protocol_type overruns the buffer")
@@ -1103,6 +1127,8 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
             raise DecodeError("invalid length for protocol")
         _protocol = None
     else:
+        if _n3 > 0x7FFF:
+            raise DecodeError("protocol is longer than 32767 bytes")
         _end4 = pos + _n3
         if _end4 > _len:
             raise DecodeError("protocol overruns the buffer")
@@ -1119,6 +1145,8 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
             raise DecodeError("invalid length for leader")
         _leader = None
     else:
+        if _n5 > 0x7FFF:
+            raise DecodeError("leader is longer than 32767 bytes")
         _end6 = pos + _n5
         if _end6 > _len:
             raise DecodeError("leader overruns the buffer")
@@ -1146,6 +1174,8 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for member_id")
+        if _n10 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("member_id overruns the buffer")
@@ -1162,6 +1192,8 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
                 raise DecodeError("invalid length for group_instance_id")
             _s9_group_instance_id = None
         else:
+            if _n12 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
             _end13 = pos + _n12
             if _end13 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")
@@ -1175,6 +1207,8 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         _n14 -= 1
         if _n14 < 0:
             raise DecodeError("invalid or null length for client_id")
+        if _n14 > 0x7FFF:
+            raise DecodeError("client_id is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("client_id overruns the buffer")
@@ -1188,6 +1222,8 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         _n16 -= 1
         if _n16 < 0:
             raise DecodeError("invalid or null length for client_host")
+        if _n16 > 0x7FFF:
+            raise DecodeError("client_host is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("client_host overruns the buffer")

@@ -148,6 +148,8 @@ def _w_OffsetCommitValue_v3(buf: bytearray, o: OffsetCommitValue) -> None:
 def _w_OffsetCommitValue_v4(buf: bytearray, o: OffsetCommitValue) -> None:
     buf += _S_qi.pack(o.offset, o.leader_epoch)
     _b1 = o.metadata.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_q.pack(o.commit_timestamp)
@@ -220,6 +222,8 @@ def _r_OffsetCommitValue_v4(data: bytes, pos: int) -> tuple[OffsetCommitValue, i
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for metadata")
+    if _n1 > 0x7FFF:
+        raise DecodeError("metadata is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("metadata overruns the buffer")

@@ -110,18 +110,26 @@ def _w_ShareGroupMemberMetadataValue_v0(buf: bytearray, o: ShareGroupMemberMetad
         buf.append(0)
     else:
         _b1 = o.rack_id.encode()
+        if len(_b1) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _b2 = o.client_id.encode()
+    if len(_b2) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.client_host.encode()
+    if len(_b3) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _n4 = len(o.subscribed_topic_names)
     buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.subscribed_topic_names:
         _b6 = _e5.encode()
+        if len(_b6) > 0x7FFF:
+            raise EncodeError("string longer than 32767 bytes")
         buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
     buf.append(0)
@@ -140,6 +148,8 @@ def _r_ShareGroupMemberMetadataValue_v0(data: bytes, pos: int) -> tuple[ShareGro
             raise DecodeError("invalid length for rack_id")
         _rack_id = None
     else:
+        if _n1 > 0x7FFF:
+            raise DecodeError("rack_id is longer than 32767 bytes")
         _end2 = pos + _n1
         if _end2 > _len:
             raise DecodeError("rack_id overruns the buffer")
@@ -153,6 +163,8 @@ def _r_ShareGroupMemberMetadataValue_v0(data: bytes, pos: int) -> tuple[ShareGro
     _n3 -= 1
     if _n3 < 0:
         raise DecodeError("invalid or null length for client_id")
+    if _n3 > 0x7FFF:
+        raise DecodeError("client_id is longer than 32767 bytes")
     _end4 = pos + _n3
     if _end4 > _len:
         raise DecodeError("client_id overruns the buffer")
@@ -166,6 +178,8 @@ def _r_ShareGroupMemberMetadataValue_v0(data: bytes, pos: int) -> tuple[ShareGro
     _n5 -= 1
     if _n5 < 0:
         raise DecodeError("invalid or null length for client_host")
+    if _n5 > 0x7FFF:
+        raise DecodeError("client_host is longer than 32767 bytes")
     _end6 = pos + _n5
     if _end6 > _len:
         raise DecodeError("client_host overruns the buffer")
@@ -191,6 +205,8 @@ def _r_ShareGroupMemberMetadataValue_v0(data: bytes, pos: int) -> tuple[ShareGro
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for subscribed_topic_names")
+        if _n10 > 0x7FFF:
+            raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("subscribed_topic_names overruns the buffer")

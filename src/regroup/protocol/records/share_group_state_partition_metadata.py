@@ -136,6 +136,8 @@ def _r_ShareGroupStatePartitionMetadataKey_v15(
 def _w_TopicPartitionsInfo_v0(buf: bytearray, o: TopicPartitionsInfo) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
@@ -157,6 +159,8 @@ def _r_TopicPartitionsInfo_v0(data: bytes, pos: int) -> tuple[TopicPartitionsInf
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -184,6 +188,8 @@ def _r_TopicPartitionsInfo_v0(data: bytes, pos: int) -> tuple[TopicPartitionsInf
 def _w_TopicInfo_v0(buf: bytearray, o: TopicInfo) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _b1 = o.topic_name.encode()
+    if len(_b1) > 0x7FFF:
+        raise EncodeError("string longer than 32767 bytes")
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
@@ -202,6 +208,8 @@ def _r_TopicInfo_v0(data: bytes, pos: int) -> tuple[TopicInfo, int]:
     _n1 -= 1
     if _n1 < 0:
         raise DecodeError("invalid or null length for topic_name")
+    if _n1 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
     _end2 = pos + _n1
     if _end2 > _len:
         raise DecodeError("topic_name overruns the buffer")
@@ -255,6 +263,8 @@ def _r_ShareGroupStatePartitionMetadataValue_v0(
         _n4 -= 1
         if _n4 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n4 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end5 = pos + _n4
         if _end5 > _len:
             raise DecodeError("topic_name overruns the buffer")
@@ -301,6 +311,8 @@ def _r_ShareGroupStatePartitionMetadataValue_v0(
         _n10 -= 1
         if _n10 < 0:
             raise DecodeError("invalid or null length for topic_name")
+        if _n10 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("topic_name overruns the buffer")
