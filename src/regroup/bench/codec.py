@@ -230,19 +230,36 @@ def cases() -> list[Case]:
     return out
 
 
-def _time(fn: Callable[[], object], iterations: int) -> float:
-    timer = timeit.Timer(fn)
-    if iterations <= 0:
-        n, _ = timer.autorange()
-        iterations = max(n, 1)
-    return min(timer.repeat(repeat=5, number=iterations)) / iterations * 1e6
+def _calibrate(fn: Callable[[], object], iterations: int) -> int:
+    if iterations > 0:
+        return iterations
+    n, _ = timeit.Timer(fn).autorange()
+    return max(n, 1)
 
 
-def measure(iterations: int = 0) -> list[Measurement]:
+def _best(timer: timeit.Timer, number: int) -> float:
+    return timer.timeit(number) / number * 1e6
+
+
+def measure(iterations: int = 0, rounds: int = 7) -> list[Measurement]:
+    """Best-of-``rounds`` µs per call; regroup and kafka-python runs alternate within each case so that
+    both see the same background load."""
     results = []
     for case in cases():
-        ours = _time(case.regroup, iterations)
-        theirs = _time(case.kafka_python, iterations) if case.kafka_python is not None else None
+        ours_n = _calibrate(case.regroup, iterations)
+        ours_t = timeit.Timer(case.regroup)
+        ours = float("inf")
+        theirs: float | None = None
+        theirs_n = 0
+        theirs_t: timeit.Timer | None = None
+        if case.kafka_python is not None:
+            theirs_n = _calibrate(case.kafka_python, iterations)
+            theirs_t = timeit.Timer(case.kafka_python)
+            theirs = float("inf")
+        for _ in range(rounds):
+            ours = min(ours, _best(ours_t, ours_n))
+            if theirs_t is not None and theirs is not None:
+                theirs = min(theirs, _best(theirs_t, theirs_n))
         results.append(Measurement(case.name, case.op, ours, theirs))
     return results
 

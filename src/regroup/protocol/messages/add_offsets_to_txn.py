@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -126,68 +127,70 @@ def _w_AddOffsetsToTxnRequest_v3(buf: bytearray, o: AddOffsetsToTxnRequest) -> N
 
 def _r_AddOffsetsToTxnRequest_v0(data: bytes, pos: int) -> tuple[AddOffsetsToTxnRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AddOffsetsToTxnRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _producer_id, _producer_epoch = _S_qh.unpack_from(data, pos)
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.producer_id, _o1.producer_epoch = _S_qh.unpack_from(data, pos)
     pos += 10
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end4].decode()
-    pos = _end4
-    return AddOffsetsToTxnRequest(_transactional_id, _producer_id, _producer_epoch, _group_id), pos
+    _o1.group_id = data[pos:_end5].decode()
+    pos = _end5
+    return _o1, pos
 
 
 def _r_AddOffsetsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddOffsetsToTxnRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AddOffsetsToTxnRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("transactional_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _producer_id, _producer_epoch = _S_qh.unpack_from(data, pos)
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.producer_id, _o1.producer_epoch = _S_qh.unpack_from(data, pos)
     pos += 10
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end4].decode()
-    pos = _end4
+    _o1.group_id = data[pos:_end5].decode()
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddOffsetsToTxnRequest(_transactional_id, _producer_id, _producer_epoch, _group_id), pos
+    return _o1, pos
 
 
 def _w_AddOffsetsToTxnResponse_v0(buf: bytearray, o: AddOffsetsToTxnResponse) -> None:
@@ -201,20 +204,22 @@ def _w_AddOffsetsToTxnResponse_v3(buf: bytearray, o: AddOffsetsToTxnResponse) ->
 
 def _r_AddOffsetsToTxnResponse_v0(data: bytes, pos: int) -> tuple[AddOffsetsToTxnResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AddOffsetsToTxnResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return AddOffsetsToTxnResponse(_throttle_time_ms, _error_code), pos
+    return _o1, pos
 
 
 def _r_AddOffsetsToTxnResponse_v3(data: bytes, pos: int) -> tuple[AddOffsetsToTxnResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AddOffsetsToTxnResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddOffsetsToTxnResponse(_throttle_time_ms, _error_code), pos
+    return _o1, pos
 
 
 AddOffsetsToTxnRequest._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -237,60 +238,62 @@ def _w_AddPartitionsToTxnTopic_v3(buf: bytearray, o: AddPartitionsToTxnTopic) ->
 
 def _r_AddPartitionsToTxnTopic_v0(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AddPartitionsToTxnTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return AddPartitionsToTxnTopic(_name, _partitions), pos
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _r_AddPartitionsToTxnTopic_v3(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AddPartitionsToTxnTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddPartitionsToTxnTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_AddPartitionsToTxnTransaction_v4(buf: bytearray, o: AddPartitionsToTxnTransaction) -> None:
@@ -311,50 +314,37 @@ def _w_AddPartitionsToTxnTransaction_v4(buf: bytearray, o: AddPartitionsToTxnTra
 
 def _r_AddPartitionsToTxnTransaction_v4(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTransaction, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AddPartitionsToTxnTransaction)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("transactional_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _producer_id, _producer_epoch, _verify_only = _S_qho.unpack_from(data, pos)
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.producer_id, _o1.producer_epoch, _o1.verify_only = _S_qho.unpack_from(data, pos)
     pos += 11
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[AddPartitionsToTxnTopic] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AddPartitionsToTxnTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(AddPartitionsToTxnTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -362,24 +352,37 @@ def _r_AddPartitionsToTxnTransaction_v4(data: bytes, pos: int) -> tuple[AddParti
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s5_partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
-        pos += 4 * _n8
+        _o7.partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(AddPartitionsToTxnTopic(_s5_name, _s5_partitions))
-    _topics = _a4
+        _a5.append(_o7)
+    _o1.topics = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddPartitionsToTxnTransaction(
-        _transactional_id, _producer_id, _producer_epoch, _verify_only, _topics
-    ), pos
+    return _o1, pos
 
 
 def _w_AddPartitionsToTxnRequest_v0(buf: bytearray, o: AddPartitionsToTxnRequest) -> None:
@@ -437,99 +440,83 @@ def _w_AddPartitionsToTxnRequest_v4(buf: bytearray, o: AddPartitionsToTxnRequest
 
 def _r_AddPartitionsToTxnRequest_v0(data: bytes, pos: int) -> tuple[AddPartitionsToTxnRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AddPartitionsToTxnRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for v3_and_below_transactional_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("v3_and_below_transactional_id overruns the buffer")
-    _v3_and_below_transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _v3_and_below_producer_id, _v3_and_below_producer_epoch = _S_qh.unpack_from(data, pos)
+    _o1.v3_and_below_transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.v3_and_below_producer_id, _o1.v3_and_below_producer_epoch = _S_qh.unpack_from(data, pos)
     pos += 10
-    (_n3,) = _I32.unpack_from(data, pos)
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for v3_and_below_topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of v3_and_below_topics exceeds the bytes left")
-    _a4: list[AddPartitionsToTxnTopic] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
+    _a5: list[AddPartitionsToTxnTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(AddPartitionsToTxnTopic)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s5_partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
-        pos += 4 * _n8
-        _a4.append(AddPartitionsToTxnTopic(_s5_name, _s5_partitions))
-    _v3_and_below_topics = _a4
-    return AddPartitionsToTxnRequest(
-        [],
-        _v3_and_below_transactional_id,
-        _v3_and_below_producer_id,
-        _v3_and_below_producer_epoch,
-        _v3_and_below_topics,
-    ), pos
+        _o7.partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _a5.append(_o7)
+    _o1.v3_and_below_topics = _a5
+    _o1.transactions = []
+    return _o1, pos
 
 
 def _r_AddPartitionsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddPartitionsToTxnRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AddPartitionsToTxnRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for v3_and_below_transactional_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("v3_and_below_transactional_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("v3_and_below_transactional_id overruns the buffer")
-    _v3_and_below_transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _v3_and_below_producer_id, _v3_and_below_producer_epoch = _S_qh.unpack_from(data, pos)
+    _o1.v3_and_below_transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.v3_and_below_producer_id, _o1.v3_and_below_producer_epoch = _S_qh.unpack_from(data, pos)
     pos += 10
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for v3_and_below_topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of v3_and_below_topics exceeds the bytes left")
-    _a4: list[AddPartitionsToTxnTopic] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AddPartitionsToTxnTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(AddPartitionsToTxnTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -537,61 +524,56 @@ def _r_AddPartitionsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddPartition
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s5_partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
-        pos += 4 * _n8
+        _o7.partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(AddPartitionsToTxnTopic(_s5_name, _s5_partitions))
-    _v3_and_below_topics = _a4
+        _a5.append(_o7)
+    _o1.v3_and_below_topics = _a5
+    _o1.transactions = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddPartitionsToTxnRequest(
-        [],
-        _v3_and_below_transactional_id,
-        _v3_and_below_producer_id,
-        _v3_and_below_producer_epoch,
-        _v3_and_below_topics,
-    ), pos
+    return _o1, pos
 
 
 def _r_AddPartitionsToTxnRequest_v4(data: bytes, pos: int) -> tuple[AddPartitionsToTxnRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AddPartitionsToTxnRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for transactions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of transactions exceeds the bytes left")
-    _a2: list[AddPartitionsToTxnTransaction] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for transactional_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("transactional_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("transactional_id overruns the buffer")
-        _s3_transactional_id = data[pos:_end5].decode()
-        pos = _end5
-        _s3_producer_id, _s3_producer_epoch, _s3_verify_only = _S_qho.unpack_from(data, pos)
-        pos += 11
+    _a3: list[AddPartitionsToTxnTransaction] = []
+    for _ in range(_n2):
+        _o5 = _new(AddPartitionsToTxnTransaction)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -599,59 +581,77 @@ def _r_AddPartitionsToTxnRequest_v4(data: bytes, pos: int) -> tuple[AddPartition
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for transactional_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("transactional_id is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("transactional_id overruns the buffer")
+        _o5.transactional_id = data[pos:_end7].decode()
+        pos = _end7
+        _o5.producer_id, _o5.producer_epoch, _o5.verify_only = _S_qho.unpack_from(data, pos)
+        pos += 11
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a7: list[AddPartitionsToTxnTopic] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[AddPartitionsToTxnTopic] = []
+        for _ in range(_n8):
+            _o11 = _new(AddPartitionsToTxnTopic)
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n9 > 0x7FFF:
+            if _n12 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s8_partitions = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
+            _o11.partitions = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(AddPartitionsToTxnTopic(_s8_name, _s8_partitions))
-        _s3_topics = _a7
+            _a9.append(_o11)
+        _o5.topics = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            AddPartitionsToTxnTransaction(
-                _s3_transactional_id, _s3_producer_id, _s3_producer_epoch, _s3_verify_only, _s3_topics
-            )
-        )
-    _transactions = _a2
+        _a3.append(_o5)
+    _o1.transactions = _a3
+    _o1.v3_and_below_transactional_id = ""
+    _o1.v3_and_below_producer_id = 0
+    _o1.v3_and_below_producer_epoch = 0
+    _o1.v3_and_below_topics = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddPartitionsToTxnRequest(_transactions, "", 0, 0, []), pos
+    return _o1, pos
 
 
 def _w_AddPartitionsToTxnPartitionResult_v0(buf: bytearray, o: AddPartitionsToTxnPartitionResult) -> None:
@@ -667,22 +667,24 @@ def _r_AddPartitionsToTxnPartitionResult_v0(
     data: bytes, pos: int
 ) -> tuple[AddPartitionsToTxnPartitionResult, int]:
     _len = len(data)
-    _partition_index, _partition_error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AddPartitionsToTxnPartitionResult)
+    _o1.partition_index, _o1.partition_error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return AddPartitionsToTxnPartitionResult(_partition_index, _partition_error_code), pos
+    return _o1, pos
 
 
 def _r_AddPartitionsToTxnPartitionResult_v3(
     data: bytes, pos: int
 ) -> tuple[AddPartitionsToTxnPartitionResult, int]:
     _len = len(data)
-    _partition_index, _partition_error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AddPartitionsToTxnPartitionResult)
+    _o1.partition_index, _o1.partition_error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddPartitionsToTxnPartitionResult(_partition_index, _partition_error_code), pos
+    return _o1, pos
 
 
 def _w_AddPartitionsToTxnTopicResult_v0(buf: bytearray, o: AddPartitionsToTxnTopicResult) -> None:
@@ -710,72 +712,76 @@ def _w_AddPartitionsToTxnTopicResult_v3(buf: bytearray, o: AddPartitionsToTxnTop
 
 def _r_AddPartitionsToTxnTopicResult_v0(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AddPartitionsToTxnTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for results_by_partition")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of results_by_partition exceeds the bytes left")
-    _a4: list[AddPartitionsToTxnPartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_partition_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[AddPartitionsToTxnPartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(AddPartitionsToTxnPartitionResult)
+        _o7.partition_index, _o7.partition_error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _a4.append(AddPartitionsToTxnPartitionResult(_s5_partition_index, _s5_partition_error_code))
-    _results_by_partition = _a4
-    return AddPartitionsToTxnTopicResult(_name, _results_by_partition), pos
+        _a5.append(_o7)
+    _o1.results_by_partition = _a5
+    return _o1, pos
 
 
 def _r_AddPartitionsToTxnTopicResult_v3(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AddPartitionsToTxnTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for results_by_partition")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of results_by_partition exceeds the bytes left")
-    _a4: list[AddPartitionsToTxnPartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_partition_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[AddPartitionsToTxnPartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(AddPartitionsToTxnPartitionResult)
+        _o7.partition_index, _o7.partition_error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(AddPartitionsToTxnPartitionResult(_s5_partition_index, _s5_partition_error_code))
-    _results_by_partition = _a4
+        _a5.append(_o7)
+    _o1.results_by_partition = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddPartitionsToTxnTopicResult(_name, _results_by_partition), pos
+    return _o1, pos
 
 
 def _w_AddPartitionsToTxnResult_v4(buf: bytearray, o: AddPartitionsToTxnResult) -> None:
@@ -793,48 +799,35 @@ def _w_AddPartitionsToTxnResult_v4(buf: bytearray, o: AddPartitionsToTxnResult) 
 
 def _r_AddPartitionsToTxnResult_v4(data: bytes, pos: int) -> tuple[AddPartitionsToTxnResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AddPartitionsToTxnResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("transactional_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topic_results")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topic_results exceeds the bytes left")
-    _a4: list[AddPartitionsToTxnTopicResult] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AddPartitionsToTxnTopicResult] = []
+    for _ in range(_n4):
+        _o7 = _new(AddPartitionsToTxnTopicResult)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -842,30 +835,46 @@ def _r_AddPartitionsToTxnResult_v4(data: bytes, pos: int) -> tuple[AddPartitions
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for results_by_partition")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of results_by_partition exceeds the bytes left")
-        _a9: list[AddPartitionsToTxnPartitionResult] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_partition_error_code = _S_ih.unpack_from(data, pos)
+        _a11: list[AddPartitionsToTxnPartitionResult] = []
+        for _ in range(_n10):
+            _o13 = _new(AddPartitionsToTxnPartitionResult)
+            _o13.partition_index, _o13.partition_error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(AddPartitionsToTxnPartitionResult(_s10_partition_index, _s10_partition_error_code))
-        _s5_results_by_partition = _a9
+            _a11.append(_o13)
+        _o7.results_by_partition = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(AddPartitionsToTxnTopicResult(_s5_name, _s5_results_by_partition))
-    _topic_results = _a4
+        _a5.append(_o7)
+    _o1.topic_results = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddPartitionsToTxnResult(_transactional_id, _topic_results), pos
+    return _o1, pos
 
 
 def _w_AddPartitionsToTxnResponse_v0(buf: bytearray, o: AddPartitionsToTxnResponse) -> None:
@@ -908,73 +917,65 @@ def _w_AddPartitionsToTxnResponse_v4(buf: bytearray, o: AddPartitionsToTxnRespon
 
 def _r_AddPartitionsToTxnResponse_v0(data: bytes, pos: int) -> tuple[AddPartitionsToTxnResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AddPartitionsToTxnResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results_by_topic_v3_and_below")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results_by_topic_v3_and_below exceeds the bytes left")
-    _a2: list[AddPartitionsToTxnTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[AddPartitionsToTxnTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(AddPartitionsToTxnTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for results_by_partition")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of results_by_partition exceeds the bytes left")
-        _a7: list[AddPartitionsToTxnPartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_partition_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[AddPartitionsToTxnPartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(AddPartitionsToTxnPartitionResult)
+            _o11.partition_index, _o11.partition_error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _a7.append(AddPartitionsToTxnPartitionResult(_s8_partition_index, _s8_partition_error_code))
-        _s3_results_by_partition = _a7
-        _a2.append(AddPartitionsToTxnTopicResult(_s3_name, _s3_results_by_partition))
-    _results_by_topic_v3_and_below = _a2
-    return AddPartitionsToTxnResponse(_throttle_time_ms, 0, [], _results_by_topic_v3_and_below), pos
+            _a9.append(_o11)
+        _o5.results_by_partition = _a9
+        _a3.append(_o5)
+    _o1.results_by_topic_v3_and_below = _a3
+    _o1.error_code = 0
+    _o1.results_by_transaction = []
+    return _o1, pos
 
 
 def _r_AddPartitionsToTxnResponse_v3(data: bytes, pos: int) -> tuple[AddPartitionsToTxnResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AddPartitionsToTxnResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results_by_topic_v3_and_below")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results_by_topic_v3_and_below exceeds the bytes left")
-    _a2: list[AddPartitionsToTxnTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[AddPartitionsToTxnTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(AddPartitionsToTxnTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -982,63 +983,68 @@ def _r_AddPartitionsToTxnResponse_v3(data: bytes, pos: int) -> tuple[AddPartitio
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for results_by_partition")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of results_by_partition exceeds the bytes left")
-        _a7: list[AddPartitionsToTxnPartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_partition_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[AddPartitionsToTxnPartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(AddPartitionsToTxnPartitionResult)
+            _o11.partition_index, _o11.partition_error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(AddPartitionsToTxnPartitionResult(_s8_partition_index, _s8_partition_error_code))
-        _s3_results_by_partition = _a7
+            _a9.append(_o11)
+        _o5.results_by_partition = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AddPartitionsToTxnTopicResult(_s3_name, _s3_results_by_partition))
-    _results_by_topic_v3_and_below = _a2
+        _a3.append(_o5)
+    _o1.results_by_topic_v3_and_below = _a3
+    _o1.error_code = 0
+    _o1.results_by_transaction = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddPartitionsToTxnResponse(_throttle_time_ms, 0, [], _results_by_topic_v3_and_below), pos
+    return _o1, pos
 
 
 def _r_AddPartitionsToTxnResponse_v4(data: bytes, pos: int) -> tuple[AddPartitionsToTxnResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AddPartitionsToTxnResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results_by_transaction")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results_by_transaction exceeds the bytes left")
-    _a2: list[AddPartitionsToTxnResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for transactional_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("transactional_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("transactional_id overruns the buffer")
-        _s3_transactional_id = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[AddPartitionsToTxnResult] = []
+    for _ in range(_n2):
+        _o5 = _new(AddPartitionsToTxnResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1046,65 +1052,81 @@ def _r_AddPartitionsToTxnResponse_v4(data: bytes, pos: int) -> tuple[AddPartitio
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for transactional_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("transactional_id is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("transactional_id overruns the buffer")
+        _o5.transactional_id = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for topic_results")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of topic_results exceeds the bytes left")
-        _a7: list[AddPartitionsToTxnTopicResult] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[AddPartitionsToTxnTopicResult] = []
+        for _ in range(_n8):
+            _o11 = _new(AddPartitionsToTxnTopicResult)
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n9 > 0x7FFF:
+            if _n12 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for results_by_partition")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of results_by_partition exceeds the bytes left")
-            _a12: list[AddPartitionsToTxnPartitionResult] = []
-            for _ in range(_n11):
-                _s13_partition_index, _s13_partition_error_code = _S_ih.unpack_from(data, pos)
+            _a15: list[AddPartitionsToTxnPartitionResult] = []
+            for _ in range(_n14):
+                _o17 = _new(AddPartitionsToTxnPartitionResult)
+                _o17.partition_index, _o17.partition_error_code = _S_ih.unpack_from(data, pos)
                 pos += 6
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a12.append(
-                    AddPartitionsToTxnPartitionResult(_s13_partition_index, _s13_partition_error_code)
-                )
-            _s8_results_by_partition = _a12
+                _a15.append(_o17)
+            _o11.results_by_partition = _a15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(AddPartitionsToTxnTopicResult(_s8_name, _s8_results_by_partition))
-        _s3_topic_results = _a7
+            _a9.append(_o11)
+        _o5.topic_results = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AddPartitionsToTxnResult(_s3_transactional_id, _s3_topic_results))
-    _results_by_transaction = _a2
+        _a3.append(_o5)
+    _o1.results_by_transaction = _a3
+    _o1.results_by_topic_v3_and_below = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddPartitionsToTxnResponse(_throttle_time_ms, _error_code, _results_by_transaction, []), pos
+    return _o1, pos
 
 
 AddPartitionsToTxnTopic._WRITERS = {

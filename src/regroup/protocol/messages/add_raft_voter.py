@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -126,43 +127,44 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Listener)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    (_port,) = _S_H.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.port,) = _S_H.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Listener(_name, _host, _port), pos
+    return _o1, pos
 
 
 def _w_AddRaftVoterRequest_v0(buf: bytearray, o: AddRaftVoterRequest) -> None:
@@ -184,54 +186,41 @@ def _w_AddRaftVoterRequest_v0(buf: bytearray, o: AddRaftVoterRequest) -> None:
 
 def _r_AddRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[AddRaftVoterRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AddRaftVoterRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
+        _o1.cluster_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end2].decode()
-        pos = _end2
-    _timeout_ms, _voter_id, _voter_directory_id_raw = _S_ii16s.unpack_from(data, pos)
+        _o1.cluster_id = data[pos:_end3].decode()
+        pos = _end3
+    _o1.timeout_ms, _o1.voter_id, _voter_directory_id_raw = _S_ii16s.unpack_from(data, pos)
     pos += 24
-    _voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for listeners")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of listeners exceeds the bytes left")
-    _a4: list[Listener] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[Listener] = []
+    for _ in range(_n4):
+        _o7 = _new(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -239,27 +228,42 @@ def _r_AddRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[AddRaftVoterReques
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for name")
         if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end9].decode()
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
         pos = _end9
-        (_s5_port,) = _S_H.unpack_from(data, pos)
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end11].decode()
+        pos = _end11
+        (_o7.port,) = _S_H.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(Listener(_s5_name, _s5_host, _s5_port))
-    _listeners = _a4
+        _a5.append(_o7)
+    _o1.listeners = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddRaftVoterRequest(_cluster_id, _timeout_ms, _voter_id, _voter_directory_id, _listeners), pos
+    return _o1, pos
 
 
 def _w_AddRaftVoterResponse_v0(buf: bytearray, o: AddRaftVoterResponse) -> None:
@@ -277,31 +281,32 @@ def _w_AddRaftVoterResponse_v0(buf: bytearray, o: AddRaftVoterResponse) -> None:
 
 def _r_AddRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[AddRaftVoterResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AddRaftVoterResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AddRaftVoterResponse(_throttle_time_ms, _error_code, _error_message), pos
+    return _o1, pos
 
 
 Listener._WRITERS = {0: _w_Listener_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -90,13 +91,14 @@ def _w_AllocateProducerIdsRequest_v0(buf: bytearray, o: AllocateProducerIdsReque
 
 def _r_AllocateProducerIdsRequest_v0(data: bytes, pos: int) -> tuple[AllocateProducerIdsRequest, int]:
     _len = len(data)
-    _broker_id, _broker_epoch = _S_iq.unpack_from(data, pos)
+    _o1 = _new(AllocateProducerIdsRequest)
+    _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AllocateProducerIdsRequest(_broker_id, _broker_epoch), pos
+    return _o1, pos
 
 
 def _w_AllocateProducerIdsResponse_v0(buf: bytearray, o: AllocateProducerIdsResponse) -> None:
@@ -106,15 +108,16 @@ def _w_AllocateProducerIdsResponse_v0(buf: bytearray, o: AllocateProducerIdsResp
 
 def _r_AllocateProducerIdsResponse_v0(data: bytes, pos: int) -> tuple[AllocateProducerIdsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _producer_id_start, _producer_id_len = _S_ihqi.unpack_from(data, pos)
+    _o1 = _new(AllocateProducerIdsResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.producer_id_start, _o1.producer_id_len = _S_ihqi.unpack_from(
+        data, pos
+    )
     pos += 18
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AllocateProducerIdsResponse(
-        _throttle_time_ms, _error_code, _producer_id_start, _producer_id_len
-    ), pos
+    return _o1, pos
 
 
 AllocateProducerIdsRequest._WRITERS = {0: _w_AllocateProducerIdsRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -217,72 +218,74 @@ def _r_AlterClientQuotasRequestEntityData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasRequestEntityData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AlterClientQuotasRequestEntityData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for entity_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("entity_type overruns the buffer")
-    _entity_type = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.entity_type = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for entity_name")
-        _entity_name = None
+        _o1.entity_name = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("entity_name overruns the buffer")
-        _entity_name = data[pos:_end4].decode()
-        pos = _end4
-    return AlterClientQuotasRequestEntityData(_entity_type, _entity_name), pos
+        _o1.entity_name = data[pos:_end5].decode()
+        pos = _end5
+    return _o1, pos
 
 
 def _r_AlterClientQuotasRequestEntityData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasRequestEntityData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterClientQuotasRequestEntityData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for entity_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("entity_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("entity_type overruns the buffer")
-    _entity_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.entity_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for entity_name")
-        _entity_name = None
+        _o1.entity_name = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("entity_name is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("entity_name overruns the buffer")
-        _entity_name = data[pos:_end4].decode()
-        pos = _end4
+        _o1.entity_name = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterClientQuotasRequestEntityData(_entity_type, _entity_name), pos
+    return _o1, pos
 
 
 def _w_OpData_v0(buf: bytearray, o: OpData) -> None:
@@ -308,44 +311,46 @@ def _w_OpData_v1(buf: bytearray, o: OpData) -> None:
 
 def _r_OpData_v0(data: bytes, pos: int) -> tuple[OpData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OpData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for key")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("key overruns the buffer")
-    _key = data[pos:_end2].decode()
-    pos = _end2
-    _value, _remove = _S_do.unpack_from(data, pos)
+    _o1.key = data[pos:_end3].decode()
+    pos = _end3
+    _o1.value, _o1.remove = _S_do.unpack_from(data, pos)
     pos += 9
-    return OpData(_key, _value, _remove), pos
+    return _o1, pos
 
 
 def _r_OpData_v1(data: bytes, pos: int) -> tuple[OpData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OpData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for key")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("key is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("key overruns the buffer")
-    _key = data[pos:_end2].decode()
-    pos = _end2
-    _value, _remove = _S_do.unpack_from(data, pos)
+    _o1.key = data[pos:_end3].decode()
+    pos = _end3
+    _o1.value, _o1.remove = _S_do.unpack_from(data, pos)
     pos += 9
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OpData(_key, _value, _remove), pos
+    return _o1, pos
 
 
 def _w_AlterClientQuotasRequestEntryData_v0(buf: bytearray, o: AlterClientQuotasRequestEntryData) -> None:
@@ -375,92 +380,82 @@ def _r_AlterClientQuotasRequestEntryData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasRequestEntryData, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(AlterClientQuotasRequestEntryData)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for entity")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of entity exceeds the bytes left")
-    _a2: list[AlterClientQuotasRequestEntityData] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for entity_type")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("entity_type overruns the buffer")
-        _s3_entity_type = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[AlterClientQuotasRequestEntityData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterClientQuotasRequestEntityData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for entity_name")
-            _s3_entity_name = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("entity_name overruns the buffer")
-            _s3_entity_name = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(AlterClientQuotasRequestEntityData(_s3_entity_type, _s3_entity_name))
-    _entity = _a2
-    (_n8,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n8 < 0:
-        raise DecodeError("invalid or null array length for ops")
-    if _n8 > _len - pos:
-        raise DecodeError("array count of ops exceeds the bytes left")
-    _a9: list[OpData] = []
-    for _ in range(_n8):
-        (_n11,) = _I16.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for entity_type")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("entity_type overruns the buffer")
+        _o5.entity_type = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n11 < 0:
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for entity_name")
+            _o5.entity_name = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("entity_name overruns the buffer")
+            _o5.entity_name = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.entity = _a3
+    (_n10,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n10 < 0:
+        raise DecodeError("invalid or null array length for ops")
+    if _n10 > _len - pos:
+        raise DecodeError("array count of ops exceeds the bytes left")
+    _a11: list[OpData] = []
+    for _ in range(_n10):
+        _o13 = _new(OpData)
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
             raise DecodeError("invalid or null length for key")
-        _end12 = pos + _n11
-        if _end12 > _len:
+        _end15 = pos + _n14
+        if _end15 > _len:
             raise DecodeError("key overruns the buffer")
-        _s10_key = data[pos:_end12].decode()
-        pos = _end12
-        _s10_value, _s10_remove = _S_do.unpack_from(data, pos)
+        _o13.key = data[pos:_end15].decode()
+        pos = _end15
+        _o13.value, _o13.remove = _S_do.unpack_from(data, pos)
         pos += 9
-        _a9.append(OpData(_s10_key, _s10_value, _s10_remove))
-    _ops = _a9
-    return AlterClientQuotasRequestEntryData(_entity, _ops), pos
+        _a11.append(_o13)
+    _o1.ops = _a11
+    return _o1, pos
 
 
 def _r_AlterClientQuotasRequestEntryData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasRequestEntryData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterClientQuotasRequestEntryData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for entity")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of entity exceeds the bytes left")
-    _a2: list[AlterClientQuotasRequestEntityData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for entity_type")
-        if _n4 > 0x7FFF:
-            raise DecodeError("entity_type is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("entity_type overruns the buffer")
-        _s3_entity_type = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[AlterClientQuotasRequestEntityData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterClientQuotasRequestEntityData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -468,63 +463,79 @@ def _r_AlterClientQuotasRequestEntryData_v1(
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for entity_name")
-            _s3_entity_name = None
+            raise DecodeError("invalid or null length for entity_type")
+        if _n6 > 0x7FFF:
+            raise DecodeError("entity_type is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("entity_type overruns the buffer")
+        _o5.entity_type = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for entity_name")
+            _o5.entity_name = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("entity_name is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("entity_name overruns the buffer")
-            _s3_entity_name = data[pos:_end7].decode()
-            pos = _end7
+            _o5.entity_name = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterClientQuotasRequestEntityData(_s3_entity_type, _s3_entity_name))
-    _entity = _a2
-    _n8 = data[pos]
-    if _n8 < 128:
+        _a3.append(_o5)
+    _o1.entity = _a3
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n8, pos = read_uvarint(data, pos)
-    _n8 -= 1
-    if _n8 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for ops")
-    if _n8 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of ops exceeds the bytes left")
-    _a9: list[OpData] = []
-    for _ in range(_n8):
-        _n11 = data[pos]
-        if _n11 < 128:
+    _a11: list[OpData] = []
+    for _ in range(_n10):
+        _o13 = _new(OpData)
+        _n14 = data[pos]
+        if _n14 < 128:
             pos += 1
         else:
-            _n11, pos = read_uvarint(data, pos)
-        _n11 -= 1
-        if _n11 < 0:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null length for key")
-        if _n11 > 0x7FFF:
+        if _n14 > 0x7FFF:
             raise DecodeError("key is longer than 32767 bytes")
-        _end12 = pos + _n11
-        if _end12 > _len:
+        _end15 = pos + _n14
+        if _end15 > _len:
             raise DecodeError("key overruns the buffer")
-        _s10_key = data[pos:_end12].decode()
-        pos = _end12
-        _s10_value, _s10_remove = _S_do.unpack_from(data, pos)
+        _o13.key = data[pos:_end15].decode()
+        pos = _end15
+        _o13.value, _o13.remove = _S_do.unpack_from(data, pos)
         pos += 9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a9.append(OpData(_s10_key, _s10_value, _s10_remove))
-    _ops = _a9
+        _a11.append(_o13)
+    _o1.ops = _a11
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterClientQuotasRequestEntryData(_entity, _ops), pos
+    return _o1, pos
 
 
 def _w_AlterClientQuotasRequest_v0(buf: bytearray, o: AlterClientQuotasRequest) -> None:
@@ -550,186 +561,194 @@ def _w_AlterClientQuotasRequest_v1(buf: bytearray, o: AlterClientQuotasRequest) 
 
 def _r_AlterClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[AlterClientQuotasRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(AlterClientQuotasRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for entries")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of entries exceeds the bytes left")
-    _a2: list[AlterClientQuotasRequestEntryData] = []
-    for _ in range(_n1):
-        (_n4,) = _I32.unpack_from(data, pos)
+    _a3: list[AlterClientQuotasRequestEntryData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterClientQuotasRequestEntryData)
+        (_n6,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for entity")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of entity exceeds the bytes left")
-        _a5: list[AlterClientQuotasRequestEntityData] = []
-        for _ in range(_n4):
-            (_n7,) = _I16.unpack_from(data, pos)
+        _a7: list[AlterClientQuotasRequestEntityData] = []
+        for _ in range(_n6):
+            _o9 = _new(AlterClientQuotasRequestEntityData)
+            (_n10,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n7 < 0:
+            if _n10 < 0:
                 raise DecodeError("invalid or null length for entity_type")
-            _end8 = pos + _n7
-            if _end8 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("entity_type overruns the buffer")
-            _s6_entity_type = data[pos:_end8].decode()
-            pos = _end8
-            (_n9,) = _I16.unpack_from(data, pos)
+            _o9.entity_type = data[pos:_end11].decode()
+            pos = _end11
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for entity_name")
-                _s6_entity_name = None
+                _o9.entity_name = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("entity_name overruns the buffer")
-                _s6_entity_name = data[pos:_end10].decode()
-                pos = _end10
-            _a5.append(AlterClientQuotasRequestEntityData(_s6_entity_type, _s6_entity_name))
-        _s3_entity = _a5
-        (_n11,) = _I32.unpack_from(data, pos)
+                _o9.entity_name = data[pos:_end13].decode()
+                pos = _end13
+            _a7.append(_o9)
+        _o5.entity = _a7
+        (_n14,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n11 < 0:
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for ops")
-        if _n11 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of ops exceeds the bytes left")
-        _a12: list[OpData] = []
-        for _ in range(_n11):
-            (_n14,) = _I16.unpack_from(data, pos)
+        _a15: list[OpData] = []
+        for _ in range(_n14):
+            _o17 = _new(OpData)
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n14 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for key")
-            _end15 = pos + _n14
-            if _end15 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("key overruns the buffer")
-            _s13_key = data[pos:_end15].decode()
-            pos = _end15
-            _s13_value, _s13_remove = _S_do.unpack_from(data, pos)
+            _o17.key = data[pos:_end19].decode()
+            pos = _end19
+            _o17.value, _o17.remove = _S_do.unpack_from(data, pos)
             pos += 9
-            _a12.append(OpData(_s13_key, _s13_value, _s13_remove))
-        _s3_ops = _a12
-        _a2.append(AlterClientQuotasRequestEntryData(_s3_entity, _s3_ops))
-    _entries = _a2
-    (_validate_only,) = _S_o.unpack_from(data, pos)
+            _a15.append(_o17)
+        _o5.ops = _a15
+        _a3.append(_o5)
+    _o1.entries = _a3
+    (_o1.validate_only,) = _S_o.unpack_from(data, pos)
     pos += 1
-    return AlterClientQuotasRequest(_entries, _validate_only), pos
+    return _o1, pos
 
 
 def _r_AlterClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[AlterClientQuotasRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterClientQuotasRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for entries")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of entries exceeds the bytes left")
-    _a2: list[AlterClientQuotasRequestEntryData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[AlterClientQuotasRequestEntryData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterClientQuotasRequestEntryData)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for entity")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of entity exceeds the bytes left")
-        _a5: list[AlterClientQuotasRequestEntityData] = []
-        for _ in range(_n4):
-            _n7 = data[pos]
-            if _n7 < 128:
+        _a7: list[AlterClientQuotasRequestEntityData] = []
+        for _ in range(_n6):
+            _o9 = _new(AlterClientQuotasRequestEntityData)
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null length for entity_type")
-            if _n7 > 0x7FFF:
+            if _n10 > 0x7FFF:
                 raise DecodeError("entity_type is longer than 32767 bytes")
-            _end8 = pos + _n7
-            if _end8 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("entity_type overruns the buffer")
-            _s6_entity_type = data[pos:_end8].decode()
-            pos = _end8
-            _n9 = data[pos]
-            if _n9 < 128:
+            _o9.entity_type = data[pos:_end11].decode()
+            pos = _end11
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for entity_name")
-                _s6_entity_name = None
+                _o9.entity_name = None
             else:
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("entity_name is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("entity_name overruns the buffer")
-                _s6_entity_name = data[pos:_end10].decode()
-                pos = _end10
+                _o9.entity_name = data[pos:_end13].decode()
+                pos = _end13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(AlterClientQuotasRequestEntityData(_s6_entity_type, _s6_entity_name))
-        _s3_entity = _a5
-        _n11 = data[pos]
-        if _n11 < 128:
+            _a7.append(_o9)
+        _o5.entity = _a7
+        _n14 = data[pos]
+        if _n14 < 128:
             pos += 1
         else:
-            _n11, pos = read_uvarint(data, pos)
-        _n11 -= 1
-        if _n11 < 0:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for ops")
-        if _n11 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of ops exceeds the bytes left")
-        _a12: list[OpData] = []
-        for _ in range(_n11):
-            _n14 = data[pos]
-            if _n14 < 128:
+        _a15: list[OpData] = []
+        for _ in range(_n14):
+            _o17 = _new(OpData)
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n14, pos = read_uvarint(data, pos)
-            _n14 -= 1
-            if _n14 < 0:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for key")
-            if _n14 > 0x7FFF:
+            if _n18 > 0x7FFF:
                 raise DecodeError("key is longer than 32767 bytes")
-            _end15 = pos + _n14
-            if _end15 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("key overruns the buffer")
-            _s13_key = data[pos:_end15].decode()
-            pos = _end15
-            _s13_value, _s13_remove = _S_do.unpack_from(data, pos)
+            _o17.key = data[pos:_end19].decode()
+            pos = _end19
+            _o17.value, _o17.remove = _S_do.unpack_from(data, pos)
             pos += 9
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a12.append(OpData(_s13_key, _s13_value, _s13_remove))
-        _s3_ops = _a12
+            _a15.append(_o17)
+        _o5.ops = _a15
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterClientQuotasRequestEntryData(_s3_entity, _s3_ops))
-    _entries = _a2
-    (_validate_only,) = _S_o.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.entries = _a3
+    (_o1.validate_only,) = _S_o.unpack_from(data, pos)
     pos += 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterClientQuotasRequest(_entries, _validate_only), pos
+    return _o1, pos
 
 
 def _w_AlterClientQuotasResponseEntityData_v0(buf: bytearray, o: AlterClientQuotasResponseEntityData) -> None:
@@ -765,72 +784,74 @@ def _r_AlterClientQuotasResponseEntityData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasResponseEntityData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AlterClientQuotasResponseEntityData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for entity_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("entity_type overruns the buffer")
-    _entity_type = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.entity_type = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for entity_name")
-        _entity_name = None
+        _o1.entity_name = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("entity_name overruns the buffer")
-        _entity_name = data[pos:_end4].decode()
-        pos = _end4
-    return AlterClientQuotasResponseEntityData(_entity_type, _entity_name), pos
+        _o1.entity_name = data[pos:_end5].decode()
+        pos = _end5
+    return _o1, pos
 
 
 def _r_AlterClientQuotasResponseEntityData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasResponseEntityData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterClientQuotasResponseEntityData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for entity_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("entity_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("entity_type overruns the buffer")
-    _entity_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.entity_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for entity_name")
-        _entity_name = None
+        _o1.entity_name = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("entity_name is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("entity_name overruns the buffer")
-        _entity_name = data[pos:_end4].decode()
-        pos = _end4
+        _o1.entity_name = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterClientQuotasResponseEntityData(_entity_type, _entity_name), pos
+    return _o1, pos
 
 
 def _w_AlterClientQuotasResponseEntryData_v0(buf: bytearray, o: AlterClientQuotasResponseEntryData) -> None:
@@ -868,105 +889,94 @@ def _r_AlterClientQuotasResponseEntryData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasResponseEntryData, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(AlterClientQuotasResponseEntryData)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for entity")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of entity exceeds the bytes left")
-    _a4: list[AlterClientQuotasResponseEntityData] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for entity_type")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("entity_type overruns the buffer")
-        _s5_entity_type = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AlterClientQuotasResponseEntityData] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterClientQuotasResponseEntityData)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            if _n8 != -1:
+            raise DecodeError("invalid or null length for entity_type")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("entity_type overruns the buffer")
+        _o7.entity_type = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n10 < 0:
+            if _n10 != -1:
                 raise DecodeError("invalid length for entity_name")
-            _s5_entity_name = None
+            _o7.entity_name = None
         else:
-            _end9 = pos + _n8
-            if _end9 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("entity_name overruns the buffer")
-            _s5_entity_name = data[pos:_end9].decode()
-            pos = _end9
-        _a4.append(AlterClientQuotasResponseEntityData(_s5_entity_type, _s5_entity_name))
-    _entity = _a4
-    return AlterClientQuotasResponseEntryData(_error_code, _error_message, _entity), pos
+            _o7.entity_name = data[pos:_end11].decode()
+            pos = _end11
+        _a5.append(_o7)
+    _o1.entity = _a5
+    return _o1, pos
 
 
 def _r_AlterClientQuotasResponseEntryData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasResponseEntryData, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(AlterClientQuotasResponseEntryData)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for entity")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of entity exceeds the bytes left")
-    _a4: list[AlterClientQuotasResponseEntityData] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for entity_type")
-        if _n6 > 0x7FFF:
-            raise DecodeError("entity_type is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("entity_type overruns the buffer")
-        _s5_entity_type = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AlterClientQuotasResponseEntityData] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterClientQuotasResponseEntityData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -974,28 +984,43 @@ def _r_AlterClientQuotasResponseEntryData_v1(
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            if _n8 != -1:
-                raise DecodeError("invalid length for entity_name")
-            _s5_entity_name = None
+            raise DecodeError("invalid or null length for entity_type")
+        if _n8 > 0x7FFF:
+            raise DecodeError("entity_type is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("entity_type overruns the buffer")
+        _o7.entity_type = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
         else:
-            if _n8 > 0x7FFF:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid length for entity_name")
+            _o7.entity_name = None
+        else:
+            if _n10 > 0x7FFF:
                 raise DecodeError("entity_name is longer than 32767 bytes")
-            _end9 = pos + _n8
-            if _end9 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("entity_name overruns the buffer")
-            _s5_entity_name = data[pos:_end9].decode()
-            pos = _end9
+            _o7.entity_name = data[pos:_end11].decode()
+            pos = _end11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(AlterClientQuotasResponseEntityData(_s5_entity_type, _s5_entity_name))
-    _entity = _a4
+        _a5.append(_o7)
+    _o1.entity = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterClientQuotasResponseEntryData(_error_code, _error_message, _entity), pos
+    return _o1, pos
 
 
 def _w_AlterClientQuotasResponse_v0(buf: bytearray, o: AlterClientQuotasResponse) -> None:
@@ -1017,102 +1042,89 @@ def _w_AlterClientQuotasResponse_v1(buf: bytearray, o: AlterClientQuotasResponse
 
 def _r_AlterClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[AlterClientQuotasResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AlterClientQuotasResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for entries")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of entries exceeds the bytes left")
-    _a2: list[AlterClientQuotasResponseEntryData] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[AlterClientQuotasResponseEntryData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterClientQuotasResponseEntryData)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for entity")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of entity exceeds the bytes left")
-        _a7: list[AlterClientQuotasResponseEntityData] = []
-        for _ in range(_n6):
-            (_n9,) = _I16.unpack_from(data, pos)
+        _a9: list[AlterClientQuotasResponseEntityData] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterClientQuotasResponseEntityData)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for entity_type")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("entity_type overruns the buffer")
-            _s8_entity_type = data[pos:_end10].decode()
-            pos = _end10
-            (_n11,) = _I16.unpack_from(data, pos)
+            _o11.entity_type = data[pos:_end13].decode()
+            pos = _end13
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
-                if _n11 != -1:
+            if _n14 < 0:
+                if _n14 != -1:
                     raise DecodeError("invalid length for entity_name")
-                _s8_entity_name = None
+                _o11.entity_name = None
             else:
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("entity_name overruns the buffer")
-                _s8_entity_name = data[pos:_end12].decode()
-                pos = _end12
-            _a7.append(AlterClientQuotasResponseEntityData(_s8_entity_type, _s8_entity_name))
-        _s3_entity = _a7
-        _a2.append(AlterClientQuotasResponseEntryData(_s3_error_code, _s3_error_message, _s3_entity))
-    _entries = _a2
-    return AlterClientQuotasResponse(_throttle_time_ms, _entries), pos
+                _o11.entity_name = data[pos:_end15].decode()
+                pos = _end15
+            _a9.append(_o11)
+        _o5.entity = _a9
+        _a3.append(_o5)
+    _o1.entries = _a3
+    return _o1, pos
 
 
 def _r_AlterClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[AlterClientQuotasResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AlterClientQuotasResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for entries")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of entries exceeds the bytes left")
-    _a2: list[AlterClientQuotasResponseEntryData] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[AlterClientQuotasResponseEntryData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterClientQuotasResponseEntryData)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1120,61 +1132,80 @@ def _r_AlterClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[AlterClientQ
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for entity")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of entity exceeds the bytes left")
-        _a7: list[AlterClientQuotasResponseEntityData] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[AlterClientQuotasResponseEntityData] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterClientQuotasResponseEntityData)
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for entity_type")
-            if _n9 > 0x7FFF:
+            if _n12 > 0x7FFF:
                 raise DecodeError("entity_type is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("entity_type overruns the buffer")
-            _s8_entity_type = data[pos:_end10].decode()
-            pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.entity_type = data[pos:_end13].decode()
+            pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                if _n11 != -1:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                if _n14 != -1:
                     raise DecodeError("invalid length for entity_name")
-                _s8_entity_name = None
+                _o11.entity_name = None
             else:
-                if _n11 > 0x7FFF:
+                if _n14 > 0x7FFF:
                     raise DecodeError("entity_name is longer than 32767 bytes")
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("entity_name overruns the buffer")
-                _s8_entity_name = data[pos:_end12].decode()
-                pos = _end12
+                _o11.entity_name = data[pos:_end15].decode()
+                pos = _end15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(AlterClientQuotasResponseEntityData(_s8_entity_type, _s8_entity_name))
-        _s3_entity = _a7
+            _a9.append(_o11)
+        _o5.entity = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterClientQuotasResponseEntryData(_s3_error_code, _s3_error_message, _s3_entity))
-    _entries = _a2
+        _a3.append(_o5)
+    _o1.entries = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterClientQuotasResponse(_throttle_time_ms, _entries), pos
+    return _o1, pos
 
 
 AlterClientQuotasRequestEntityData._WRITERS = {

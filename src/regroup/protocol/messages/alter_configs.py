@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -181,70 +182,72 @@ def _w_AlterableConfig_v2(buf: bytearray, o: AlterableConfig) -> None:
 
 def _r_AlterableConfig_v0(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AlterableConfig)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
-    return AlterableConfig(_name, _value), pos
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
+    return _o1, pos
 
 
 def _r_AlterableConfig_v2(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterableConfig)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("value is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterableConfig(_name, _value), pos
+    return _o1, pos
 
 
 def _w_AlterConfigsResource_v0(buf: bytearray, o: AlterConfigsResource) -> None:
@@ -274,97 +277,86 @@ def _w_AlterConfigsResource_v2(buf: bytearray, o: AlterConfigsResource) -> None:
 
 def _r_AlterConfigsResource_v0(data: bytes, pos: int) -> tuple[AlterConfigsResource, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(AlterConfigsResource)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for configs")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
-    _a4: list[AlterableConfig] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AlterableConfig] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterableConfig)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            if _n8 != -1:
+            raise DecodeError("invalid or null length for name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n10 < 0:
+            if _n10 != -1:
                 raise DecodeError("invalid length for value")
-            _s5_value = None
+            _o7.value = None
         else:
-            _end9 = pos + _n8
-            if _end9 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("value overruns the buffer")
-            _s5_value = data[pos:_end9].decode()
-            pos = _end9
-        _a4.append(AlterableConfig(_s5_name, _s5_value))
-    _configs = _a4
-    return AlterConfigsResource(_resource_type, _resource_name, _configs), pos
+            _o7.value = data[pos:_end11].decode()
+            pos = _end11
+        _a5.append(_o7)
+    _o1.configs = _a5
+    return _o1, pos
 
 
 def _r_AlterConfigsResource_v2(data: bytes, pos: int) -> tuple[AlterConfigsResource, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(AlterConfigsResource)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("resource_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for configs")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
-    _a4: list[AlterableConfig] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AlterableConfig] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterableConfig)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -372,28 +364,43 @@ def _r_AlterConfigsResource_v2(data: bytes, pos: int) -> tuple[AlterConfigsResou
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            if _n8 != -1:
-                raise DecodeError("invalid length for value")
-            _s5_value = None
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
         else:
-            if _n8 > 0x7FFF:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid length for value")
+            _o7.value = None
+        else:
+            if _n10 > 0x7FFF:
                 raise DecodeError("value is longer than 32767 bytes")
-            _end9 = pos + _n8
-            if _end9 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("value overruns the buffer")
-            _s5_value = data[pos:_end9].decode()
-            pos = _end9
+            _o7.value = data[pos:_end11].decode()
+            pos = _end11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(AlterableConfig(_s5_name, _s5_value))
-    _configs = _a4
+        _a5.append(_o7)
+    _o1.configs = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterConfigsResource(_resource_type, _resource_name, _configs), pos
+    return _o1, pos
 
 
 def _w_AlterConfigsRequest_v0(buf: bytearray, o: AlterConfigsRequest) -> None:
@@ -419,94 +426,84 @@ def _w_AlterConfigsRequest_v2(buf: bytearray, o: AlterConfigsRequest) -> None:
 
 def _r_AlterConfigsRequest_v0(data: bytes, pos: int) -> tuple[AlterConfigsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(AlterConfigsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for resources")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of resources exceeds the bytes left")
-    _a2: list[AlterConfigsResource] = []
-    for _ in range(_n1):
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
+    _a3: list[AlterConfigsResource] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterConfigsResource)
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for resource_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for configs")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
-        _a7: list[AlterableConfig] = []
-        for _ in range(_n6):
-            (_n9,) = _I16.unpack_from(data, pos)
+        _a9: list[AlterableConfig] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterableConfig)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            (_n11,) = _I16.unpack_from(data, pos)
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
-                if _n11 != -1:
+            if _n14 < 0:
+                if _n14 != -1:
                     raise DecodeError("invalid length for value")
-                _s8_value = None
+                _o11.value = None
             else:
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s8_value = data[pos:_end12].decode()
-                pos = _end12
-            _a7.append(AlterableConfig(_s8_name, _s8_value))
-        _s3_configs = _a7
-        _a2.append(AlterConfigsResource(_s3_resource_type, _s3_resource_name, _s3_configs))
-    _resources = _a2
-    (_validate_only,) = _S_o.unpack_from(data, pos)
+                _o11.value = data[pos:_end15].decode()
+                pos = _end15
+            _a9.append(_o11)
+        _o5.configs = _a9
+        _a3.append(_o5)
+    _o1.resources = _a3
+    (_o1.validate_only,) = _S_o.unpack_from(data, pos)
     pos += 1
-    return AlterConfigsRequest(_resources, _validate_only), pos
+    return _o1, pos
 
 
 def _r_AlterConfigsRequest_v2(data: bytes, pos: int) -> tuple[AlterConfigsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterConfigsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for resources")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of resources exceeds the bytes left")
-    _a2: list[AlterConfigsResource] = []
-    for _ in range(_n1):
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
+    _a3: list[AlterConfigsResource] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterConfigsResource)
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("resource_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end5].decode()
-        pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -514,63 +511,79 @@ def _r_AlterConfigsRequest_v2(data: bytes, pos: int) -> tuple[AlterConfigsReques
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for resource_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for configs")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
-        _a7: list[AlterableConfig] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[AlterableConfig] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterableConfig)
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n9 > 0x7FFF:
+            if _n12 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                if _n11 != -1:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                if _n14 != -1:
                     raise DecodeError("invalid length for value")
-                _s8_value = None
+                _o11.value = None
             else:
-                if _n11 > 0x7FFF:
+                if _n14 > 0x7FFF:
                     raise DecodeError("value is longer than 32767 bytes")
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s8_value = data[pos:_end12].decode()
-                pos = _end12
+                _o11.value = data[pos:_end15].decode()
+                pos = _end15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(AlterableConfig(_s8_name, _s8_value))
-        _s3_configs = _a7
+            _a9.append(_o11)
+        _o5.configs = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterConfigsResource(_s3_resource_type, _s3_resource_name, _s3_configs))
-    _resources = _a2
-    (_validate_only,) = _S_o.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.resources = _a3
+    (_o1.validate_only,) = _S_o.unpack_from(data, pos)
     pos += 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterConfigsRequest(_resources, _validate_only), pos
+    return _o1, pos
 
 
 def _w_AlterConfigsResourceResponse_v0(buf: bytearray, o: AlterConfigsResourceResponse) -> None:
@@ -608,78 +621,80 @@ def _w_AlterConfigsResourceResponse_v2(buf: bytearray, o: AlterConfigsResourceRe
 
 def _r_AlterConfigsResourceResponse_v0(data: bytes, pos: int) -> tuple[AlterConfigsResourceResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(AlterConfigsResourceResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end4].decode()
-    pos = _end4
-    return AlterConfigsResourceResponse(_error_code, _error_message, _resource_type, _resource_name), pos
+    _o1.resource_name = data[pos:_end5].decode()
+    pos = _end5
+    return _o1, pos
 
 
 def _r_AlterConfigsResourceResponse_v2(data: bytes, pos: int) -> tuple[AlterConfigsResourceResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(AlterConfigsResourceResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("resource_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end4].decode()
-    pos = _end4
+    _o1.resource_name = data[pos:_end5].decode()
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterConfigsResourceResponse(_error_code, _error_message, _resource_type, _resource_name), pos
+    return _o1, pos
 
 
 def _w_AlterConfigsResponse_v0(buf: bytearray, o: AlterConfigsResponse) -> None:
@@ -701,88 +716,68 @@ def _w_AlterConfigsResponse_v2(buf: bytearray, o: AlterConfigsResponse) -> None:
 
 def _r_AlterConfigsResponse_v0(data: bytes, pos: int) -> tuple[AlterConfigsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AlterConfigsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[AlterConfigsResourceResponse] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[AlterConfigsResourceResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterConfigsResourceResponse)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
             raise DecodeError("invalid or null length for resource_name")
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end9 = pos + _n8
+        if _end9 > _len:
             raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end7].decode()
-        pos = _end7
-        _a2.append(
-            AlterConfigsResourceResponse(
-                _s3_error_code, _s3_error_message, _s3_resource_type, _s3_resource_name
-            )
-        )
-    _responses = _a2
-    return AlterConfigsResponse(_throttle_time_ms, _responses), pos
+        _o5.resource_name = data[pos:_end9].decode()
+        pos = _end9
+        _a3.append(_o5)
+    _o1.responses = _a3
+    return _o1, pos
 
 
 def _r_AlterConfigsResponse_v2(data: bytes, pos: int) -> tuple[AlterConfigsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AlterConfigsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[AlterConfigsResourceResponse] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[AlterConfigsResourceResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterConfigsResourceResponse)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -790,29 +785,45 @@ def _r_AlterConfigsResponse_v2(data: bytes, pos: int) -> tuple[AlterConfigsRespo
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null length for resource_name")
-        if _n6 > 0x7FFF:
+        if _n8 > 0x7FFF:
             raise DecodeError("resource_name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end9 = pos + _n8
+        if _end9 > _len:
             raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end7].decode()
-        pos = _end7
+        _o5.resource_name = data[pos:_end9].decode()
+        pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            AlterConfigsResourceResponse(
-                _s3_error_code, _s3_error_message, _s3_resource_type, _s3_resource_name
-            )
-        )
-    _responses = _a2
+        _a3.append(_o5)
+    _o1.responses = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterConfigsResponse(_throttle_time_ms, _responses), pos
+    return _o1, pos
 
 
 AlterableConfig._WRITERS = {0: _w_AlterableConfig_v0, 1: _w_AlterableConfig_v0, 2: _w_AlterableConfig_v2}

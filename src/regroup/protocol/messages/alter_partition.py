@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -229,13 +230,14 @@ def _w_BrokerState_v3(buf: bytearray, o: BrokerState) -> None:
 
 def _r_BrokerState_v3(data: bytes, pos: int) -> tuple[BrokerState, int]:
     _len = len(data)
-    _broker_id, _broker_epoch = _S_iq.unpack_from(data, pos)
+    _o1 = _new(BrokerState)
+    _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BrokerState(_broker_id, _broker_epoch), pos
+    return _o1, pos
 
 
 def _w_AlterPartitionRequestPartitionData_v0(buf: bytearray, o: AlterPartitionRequestPartitionData) -> None:
@@ -286,95 +288,97 @@ def _r_AlterPartitionRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionRequestPartitionData, int]:
     _len = len(data)
-    _partition_index, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionRequestPartitionData)
+    _o1.partition_index, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for new_isr")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of new_isr exceeds the bytes left")
-    _new_isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    (_partition_epoch,) = _S_i.unpack_from(data, pos)
+    _o1.new_isr = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
+    (_o1.partition_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.new_isr_with_epochs = []
+    _o1.leader_recovery_state = 0
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionRequestPartitionData(
-        _partition_index, _leader_epoch, _new_isr, [], 0, _partition_epoch
-    ), pos
+    return _o1, pos
 
 
 def _r_AlterPartitionRequestPartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionRequestPartitionData, int]:
     _len = len(data)
-    _partition_index, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionRequestPartitionData)
+    _o1.partition_index, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for new_isr")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of new_isr exceeds the bytes left")
-    _new_isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    _leader_recovery_state, _partition_epoch = _S_bi.unpack_from(data, pos)
+    _o1.new_isr = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
+    _o1.leader_recovery_state, _o1.partition_epoch = _S_bi.unpack_from(data, pos)
     pos += 5
+    _o1.new_isr_with_epochs = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionRequestPartitionData(
-        _partition_index, _leader_epoch, _new_isr, [], _leader_recovery_state, _partition_epoch
-    ), pos
+    return _o1, pos
 
 
 def _r_AlterPartitionRequestPartitionData_v3(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionRequestPartitionData, int]:
     _len = len(data)
-    _partition_index, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionRequestPartitionData)
+    _o1.partition_index, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for new_isr_with_epochs")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of new_isr_with_epochs exceeds the bytes left")
-    _a2: list[BrokerState] = []
-    for _ in range(_n1):
-        _s3_broker_id, _s3_broker_epoch = _S_iq.unpack_from(data, pos)
+    _a3: list[BrokerState] = []
+    for _ in range(_n2):
+        _o5 = _new(BrokerState)
+        _o5.broker_id, _o5.broker_epoch = _S_iq.unpack_from(data, pos)
         pos += 12
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(BrokerState(_s3_broker_id, _s3_broker_epoch))
-    _new_isr_with_epochs = _a2
-    _leader_recovery_state, _partition_epoch = _S_bi.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.new_isr_with_epochs = _a3
+    _o1.leader_recovery_state, _o1.partition_epoch = _S_bi.unpack_from(data, pos)
     pos += 5
+    _o1.new_isr = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionRequestPartitionData(
-        _partition_index, _leader_epoch, [], _new_isr_with_epochs, _leader_recovery_state, _partition_epoch
-    ), pos
+    return _o1, pos
 
 
 def _w_AlterPartitionRequestTopicData_v0(buf: bytearray, o: AlterPartitionRequestTopicData) -> None:
@@ -423,96 +427,149 @@ def _w_AlterPartitionRequestTopicData_v3(buf: bytearray, o: AlterPartitionReques
 
 def _r_AlterPartitionRequestTopicData_v0(data: bytes, pos: int) -> tuple[AlterPartitionRequestTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterPartitionRequestTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[AlterPartitionRequestPartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_leader_epoch = _S_ii.unpack_from(data, pos)
+    _a5: list[AlterPartitionRequestPartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterPartitionRequestPartitionData)
+        _o7.partition_index, _o7.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for new_isr")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of new_isr exceeds the bytes left")
-        _s5_new_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_partition_epoch,) = _S_i.unpack_from(data, pos)
+        _o7.new_isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_o7.partition_epoch,) = _S_i.unpack_from(data, pos)
         pos += 4
+        _o7.new_isr_with_epochs = []
+        _o7.leader_recovery_state = 0
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            AlterPartitionRequestPartitionData(
-                _s5_partition_index, _s5_leader_epoch, _s5_new_isr, [], 0, _s5_partition_epoch
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionRequestTopicData(_topic_name, ZERO_UUID, _partitions), pos
+    return _o1, pos
 
 
 def _r_AlterPartitionRequestTopicData_v1(data: bytes, pos: int) -> tuple[AlterPartitionRequestTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterPartitionRequestTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[AlterPartitionRequestPartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_leader_epoch = _S_ii.unpack_from(data, pos)
+    _a5: list[AlterPartitionRequestPartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterPartitionRequestPartitionData)
+        _o7.partition_index, _o7.leader_epoch = _S_ii.unpack_from(data, pos)
+        pos += 8
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for new_isr")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of new_isr exceeds the bytes left")
+        _o7.new_isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        _o7.leader_recovery_state, _o7.partition_epoch = _S_bi.unpack_from(data, pos)
+        pos += 5
+        _o7.new_isr_with_epochs = []
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_AlterPartitionRequestTopicData_v2(data: bytes, pos: int) -> tuple[AlterPartitionRequestTopicData, int]:
+    _len = len(data)
+    _o1 = _new(AlterPartitionRequestTopicData)
+    (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    pos += 16
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for partitions")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of partitions exceeds the bytes left")
+    _a3: list[AlterPartitionRequestPartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionRequestPartitionData)
+        _o5.partition_index, _o5.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         _n6 = data[pos]
         if _n6 < 128:
@@ -524,148 +581,82 @@ def _r_AlterPartitionRequestTopicData_v1(data: bytes, pos: int) -> tuple[AlterPa
             raise DecodeError("invalid or null array length for new_isr")
         if _n6 > _len - pos:
             raise DecodeError("array count of new_isr exceeds the bytes left")
-        _s5_new_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
+        _o5.new_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
         pos += 4 * _n6
-        _s5_leader_recovery_state, _s5_partition_epoch = _S_bi.unpack_from(data, pos)
+        _o5.leader_recovery_state, _o5.partition_epoch = _S_bi.unpack_from(data, pos)
         pos += 5
+        _o5.new_isr_with_epochs = []
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            AlterPartitionRequestPartitionData(
-                _s5_partition_index,
-                _s5_leader_epoch,
-                _s5_new_isr,
-                [],
-                _s5_leader_recovery_state,
-                _s5_partition_epoch,
-            )
-        )
-    _partitions = _a4
+        _a3.append(_o5)
+    _o1.partitions = _a3
+    _o1.topic_name = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionRequestTopicData(_topic_name, ZERO_UUID, _partitions), pos
-
-
-def _r_AlterPartitionRequestTopicData_v2(data: bytes, pos: int) -> tuple[AlterPartitionRequestTopicData, int]:
-    _len = len(data)
-    (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-    pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[AlterPartitionRequestPartitionData] = []
-    for _ in range(_n1):
-        _s3_partition_index, _s3_leader_epoch = _S_ii.unpack_from(data, pos)
-        pos += 8
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null array length for new_isr")
-        if _n4 > _len - pos:
-            raise DecodeError("array count of new_isr exceeds the bytes left")
-        _s3_new_isr = list(struct.unpack_from(f">{_n4}i", data, pos))
-        pos += 4 * _n4
-        _s3_leader_recovery_state, _s3_partition_epoch = _S_bi.unpack_from(data, pos)
-        pos += 5
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(
-            AlterPartitionRequestPartitionData(
-                _s3_partition_index,
-                _s3_leader_epoch,
-                _s3_new_isr,
-                [],
-                _s3_leader_recovery_state,
-                _s3_partition_epoch,
-            )
-        )
-    _partitions = _a2
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return AlterPartitionRequestTopicData("", _topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _r_AlterPartitionRequestTopicData_v3(data: bytes, pos: int) -> tuple[AlterPartitionRequestTopicData, int]:
     _len = len(data)
+    _o1 = _new(AlterPartitionRequestTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[AlterPartitionRequestPartitionData] = []
-    for _ in range(_n1):
-        _s3_partition_index, _s3_leader_epoch = _S_ii.unpack_from(data, pos)
+    _a3: list[AlterPartitionRequestPartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionRequestPartitionData)
+        _o5.partition_index, _o5.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for new_isr_with_epochs")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of new_isr_with_epochs exceeds the bytes left")
-        _a5: list[BrokerState] = []
-        for _ in range(_n4):
-            _s6_broker_id, _s6_broker_epoch = _S_iq.unpack_from(data, pos)
+        _a7: list[BrokerState] = []
+        for _ in range(_n6):
+            _o9 = _new(BrokerState)
+            _o9.broker_id, _o9.broker_epoch = _S_iq.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(BrokerState(_s6_broker_id, _s6_broker_epoch))
-        _s3_new_isr_with_epochs = _a5
-        _s3_leader_recovery_state, _s3_partition_epoch = _S_bi.unpack_from(data, pos)
+            _a7.append(_o9)
+        _o5.new_isr_with_epochs = _a7
+        _o5.leader_recovery_state, _o5.partition_epoch = _S_bi.unpack_from(data, pos)
         pos += 5
+        _o5.new_isr = []
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            AlterPartitionRequestPartitionData(
-                _s3_partition_index,
-                _s3_leader_epoch,
-                [],
-                _s3_new_isr_with_epochs,
-                _s3_leader_recovery_state,
-                _s3_partition_epoch,
-            )
-        )
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
+    _o1.topic_name = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionRequestTopicData("", _topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_AlterPartitionRequest_v0(buf: bytearray, o: AlterPartitionRequest) -> None:
@@ -706,35 +697,22 @@ def _w_AlterPartitionRequest_v3(buf: bytearray, o: AlterPartitionRequest) -> Non
 
 def _r_AlterPartitionRequest_v0(data: bytes, pos: int) -> tuple[AlterPartitionRequest, int]:
     _len = len(data)
-    _broker_id, _broker_epoch = _S_iq.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionRequest)
+    _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[AlterPartitionRequestTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[AlterPartitionRequestTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionRequestTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -742,81 +720,169 @@ def _r_AlterPartitionRequest_v0(data: bytes, pos: int) -> tuple[AlterPartitionRe
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[AlterPartitionRequestPartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_leader_epoch = _S_ii.unpack_from(data, pos)
+        _a9: list[AlterPartitionRequestPartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterPartitionRequestPartitionData)
+            _o11.partition_index, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for new_isr")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of new_isr exceeds the bytes left")
-            _s8_new_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_partition_epoch,) = _S_i.unpack_from(data, pos)
+            _o11.new_isr = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            (_o11.partition_epoch,) = _S_i.unpack_from(data, pos)
             pos += 4
+            _o11.new_isr_with_epochs = []
+            _o11.leader_recovery_state = 0
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                AlterPartitionRequestPartitionData(
-                    _s8_partition_index, _s8_leader_epoch, _s8_new_isr, [], 0, _s8_partition_epoch
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterPartitionRequestTopicData(_s3_topic_name, ZERO_UUID, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionRequest(_broker_id, _broker_epoch, _topics), pos
+    return _o1, pos
 
 
 def _r_AlterPartitionRequest_v1(data: bytes, pos: int) -> tuple[AlterPartitionRequest, int]:
     _len = len(data)
-    _broker_id, _broker_epoch = _S_iq.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionRequest)
+    _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[AlterPartitionRequestTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[AlterPartitionRequestTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionRequestTopicData)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a9: list[AlterPartitionRequestPartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterPartitionRequestPartitionData)
+            _o11.partition_index, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
+            pos += 8
+            _n12 = data[pos]
+            if _n12 < 128:
+                pos += 1
+            else:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                raise DecodeError("invalid or null array length for new_isr")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of new_isr exceeds the bytes left")
+            _o11.new_isr = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            _o11.leader_recovery_state, _o11.partition_epoch = _S_bi.unpack_from(data, pos)
+            pos += 5
+            _o11.new_isr_with_epochs = []
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.topics = _a3
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_AlterPartitionRequest_v2(data: bytes, pos: int) -> tuple[AlterPartitionRequest, int]:
+    _len = len(data)
+    _o1 = _new(AlterPartitionRequest)
+    _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
+    pos += 12
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a3: list[AlterPartitionRequestTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionRequestTopicData)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -829,206 +895,122 @@ def _r_AlterPartitionRequest_v1(data: bytes, pos: int) -> tuple[AlterPartitionRe
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[AlterPartitionRequestPartitionData] = []
         for _ in range(_n6):
-            _s8_partition_index, _s8_leader_epoch = _S_ii.unpack_from(data, pos)
+            _o9 = _new(AlterPartitionRequestPartitionData)
+            _o9.partition_index, _o9.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for new_isr")
-            if _n9 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of new_isr exceeds the bytes left")
-            _s8_new_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            _s8_leader_recovery_state, _s8_partition_epoch = _S_bi.unpack_from(data, pos)
+            _o9.new_isr = list(struct.unpack_from(f">{_n10}i", data, pos))
+            pos += 4 * _n10
+            _o9.leader_recovery_state, _o9.partition_epoch = _S_bi.unpack_from(data, pos)
             pos += 5
+            _o9.new_isr_with_epochs = []
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                AlterPartitionRequestPartitionData(
-                    _s8_partition_index,
-                    _s8_leader_epoch,
-                    _s8_new_isr,
-                    [],
-                    _s8_leader_recovery_state,
-                    _s8_partition_epoch,
-                )
-            )
-        _s3_partitions = _a7
+            _a7.append(_o9)
+        _o5.partitions = _a7
+        _o5.topic_name = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterPartitionRequestTopicData(_s3_topic_name, ZERO_UUID, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionRequest(_broker_id, _broker_epoch, _topics), pos
-
-
-def _r_AlterPartitionRequest_v2(data: bytes, pos: int) -> tuple[AlterPartitionRequest, int]:
-    _len = len(data)
-    _broker_id, _broker_epoch = _S_iq.unpack_from(data, pos)
-    pos += 12
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[AlterPartitionRequestTopicData] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[AlterPartitionRequestPartitionData] = []
-        for _ in range(_n4):
-            _s6_partition_index, _s6_leader_epoch = _S_ii.unpack_from(data, pos)
-            pos += 8
-            _n7 = data[pos]
-            if _n7 < 128:
-                pos += 1
-            else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
-                raise DecodeError("invalid or null array length for new_isr")
-            if _n7 > _len - pos:
-                raise DecodeError("array count of new_isr exceeds the bytes left")
-            _s6_new_isr = list(struct.unpack_from(f">{_n7}i", data, pos))
-            pos += 4 * _n7
-            _s6_leader_recovery_state, _s6_partition_epoch = _S_bi.unpack_from(data, pos)
-            pos += 5
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a5.append(
-                AlterPartitionRequestPartitionData(
-                    _s6_partition_index,
-                    _s6_leader_epoch,
-                    _s6_new_isr,
-                    [],
-                    _s6_leader_recovery_state,
-                    _s6_partition_epoch,
-                )
-            )
-        _s3_partitions = _a5
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(AlterPartitionRequestTopicData("", _s3_topic_id, _s3_partitions))
-    _topics = _a2
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return AlterPartitionRequest(_broker_id, _broker_epoch, _topics), pos
+    return _o1, pos
 
 
 def _r_AlterPartitionRequest_v3(data: bytes, pos: int) -> tuple[AlterPartitionRequest, int]:
     _len = len(data)
-    _broker_id, _broker_epoch = _S_iq.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionRequest)
+    _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[AlterPartitionRequestTopicData] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[AlterPartitionRequestTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionRequestTopicData)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[AlterPartitionRequestPartitionData] = []
-        for _ in range(_n4):
-            _s6_partition_index, _s6_leader_epoch = _S_ii.unpack_from(data, pos)
+        _a7: list[AlterPartitionRequestPartitionData] = []
+        for _ in range(_n6):
+            _o9 = _new(AlterPartitionRequestPartitionData)
+            _o9.partition_index, _o9.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
-            _n7 = data[pos]
-            if _n7 < 128:
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for new_isr_with_epochs")
-            if _n7 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of new_isr_with_epochs exceeds the bytes left")
-            _a8: list[BrokerState] = []
-            for _ in range(_n7):
-                _s9_broker_id, _s9_broker_epoch = _S_iq.unpack_from(data, pos)
+            _a11: list[BrokerState] = []
+            for _ in range(_n10):
+                _o13 = _new(BrokerState)
+                _o13.broker_id, _o13.broker_epoch = _S_iq.unpack_from(data, pos)
                 pos += 12
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a8.append(BrokerState(_s9_broker_id, _s9_broker_epoch))
-            _s6_new_isr_with_epochs = _a8
-            _s6_leader_recovery_state, _s6_partition_epoch = _S_bi.unpack_from(data, pos)
+                _a11.append(_o13)
+            _o9.new_isr_with_epochs = _a11
+            _o9.leader_recovery_state, _o9.partition_epoch = _S_bi.unpack_from(data, pos)
             pos += 5
+            _o9.new_isr = []
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(
-                AlterPartitionRequestPartitionData(
-                    _s6_partition_index,
-                    _s6_leader_epoch,
-                    [],
-                    _s6_new_isr_with_epochs,
-                    _s6_leader_recovery_state,
-                    _s6_partition_epoch,
-                )
-            )
-        _s3_partitions = _a5
+            _a7.append(_o9)
+        _o5.partitions = _a7
+        _o5.topic_name = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterPartitionRequestTopicData("", _s3_topic_id, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionRequest(_broker_id, _broker_epoch, _topics), pos
+    return _o1, pos
 
 
 def _w_AlterPartitionResponsePartitionData_v0(buf: bytearray, o: AlterPartitionResponsePartitionData) -> None:
@@ -1053,64 +1035,57 @@ def _r_AlterPartitionResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionResponsePartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _leader_id, _leader_epoch = _S_ihii.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionResponsePartitionData)
+    _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for isr")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    (_partition_epoch,) = _S_i.unpack_from(data, pos)
+    _o1.isr = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
+    (_o1.partition_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.leader_recovery_state = 0
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionResponsePartitionData(
-        _partition_index, _error_code, _leader_id, _leader_epoch, _isr, 0, _partition_epoch
-    ), pos
+    return _o1, pos
 
 
 def _r_AlterPartitionResponsePartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionResponsePartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _leader_id, _leader_epoch = _S_ihii.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionResponsePartitionData)
+    _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for isr")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    _leader_recovery_state, _partition_epoch = _S_bi.unpack_from(data, pos)
+    _o1.isr = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
+    _o1.leader_recovery_state, _o1.partition_epoch = _S_bi.unpack_from(data, pos)
     pos += 5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionResponsePartitionData(
-        _partition_index,
-        _error_code,
-        _leader_id,
-        _leader_epoch,
-        _isr,
-        _leader_recovery_state,
-        _partition_epoch,
-    ), pos
+    return _o1, pos
 
 
 def _w_AlterPartitionResponseTopicData_v0(buf: bytearray, o: AlterPartitionResponseTopicData) -> None:
@@ -1152,104 +1127,151 @@ def _r_AlterPartitionResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionResponseTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterPartitionResponseTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[AlterPartitionResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch = _S_ihii.unpack_from(data, pos)
+    _a5: list[AlterPartitionResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterPartitionResponsePartitionData)
+        _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_partition_epoch,) = _S_i.unpack_from(data, pos)
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_o7.partition_epoch,) = _S_i.unpack_from(data, pos)
         pos += 4
+        _o7.leader_recovery_state = 0
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            AlterPartitionResponsePartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_isr,
-                0,
-                _s5_partition_epoch,
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionResponseTopicData(_topic_name, ZERO_UUID, _partitions), pos
+    return _o1, pos
 
 
 def _r_AlterPartitionResponseTopicData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionResponseTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterPartitionResponseTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[AlterPartitionResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch = _S_ihii.unpack_from(data, pos)
+    _a5: list[AlterPartitionResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterPartitionResponsePartitionData)
+        _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
+        pos += 14
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for isr")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        _o7.leader_recovery_state, _o7.partition_epoch = _S_bi.unpack_from(data, pos)
+        pos += 5
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_AlterPartitionResponseTopicData_v2(
+    data: bytes, pos: int
+) -> tuple[AlterPartitionResponseTopicData, int]:
+    _len = len(data)
+    _o1 = _new(AlterPartitionResponseTopicData)
+    (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    pos += 16
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for partitions")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of partitions exceeds the bytes left")
+    _a3: list[AlterPartitionResponsePartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionResponsePartitionData)
+        _o5.partition_index, _o5.error_code, _o5.leader_id, _o5.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         _n6 = data[pos]
         if _n6 < 128:
@@ -1261,89 +1283,22 @@ def _r_AlterPartitionResponseTopicData_v1(
             raise DecodeError("invalid or null array length for isr")
         if _n6 > _len - pos:
             raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
+        _o5.isr = list(struct.unpack_from(f">{_n6}i", data, pos))
         pos += 4 * _n6
-        _s5_leader_recovery_state, _s5_partition_epoch = _S_bi.unpack_from(data, pos)
+        _o5.leader_recovery_state, _o5.partition_epoch = _S_bi.unpack_from(data, pos)
         pos += 5
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            AlterPartitionResponsePartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_isr,
-                _s5_leader_recovery_state,
-                _s5_partition_epoch,
-            )
-        )
-    _partitions = _a4
+        _a3.append(_o5)
+    _o1.partitions = _a3
+    _o1.topic_name = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionResponseTopicData(_topic_name, ZERO_UUID, _partitions), pos
-
-
-def _r_AlterPartitionResponseTopicData_v2(
-    data: bytes, pos: int
-) -> tuple[AlterPartitionResponseTopicData, int]:
-    _len = len(data)
-    (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-    pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[AlterPartitionResponsePartitionData] = []
-    for _ in range(_n1):
-        _s3_partition_index, _s3_error_code, _s3_leader_id, _s3_leader_epoch = _S_ihii.unpack_from(data, pos)
-        pos += 14
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n4 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s3_isr = list(struct.unpack_from(f">{_n4}i", data, pos))
-        pos += 4 * _n4
-        _s3_leader_recovery_state, _s3_partition_epoch = _S_bi.unpack_from(data, pos)
-        pos += 5
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(
-            AlterPartitionResponsePartitionData(
-                _s3_partition_index,
-                _s3_error_code,
-                _s3_leader_id,
-                _s3_leader_epoch,
-                _s3_isr,
-                _s3_leader_recovery_state,
-                _s3_partition_epoch,
-            )
-        )
-    _partitions = _a2
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return AlterPartitionResponseTopicData("", _topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_AlterPartitionResponse_v0(buf: bytearray, o: AlterPartitionResponse) -> None:
@@ -1375,35 +1330,22 @@ def _w_AlterPartitionResponse_v2(buf: bytearray, o: AlterPartitionResponse) -> N
 
 def _r_AlterPartitionResponse_v0(data: bytes, pos: int) -> tuple[AlterPartitionResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[AlterPartitionResponseTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[AlterPartitionResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1411,89 +1353,171 @@ def _r_AlterPartitionResponse_v0(data: bytes, pos: int) -> tuple[AlterPartitionR
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[AlterPartitionResponsePartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch = _S_ihii.unpack_from(
+        _a9: list[AlterPartitionResponsePartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterPartitionResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
             pos += 14
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_partition_epoch,) = _S_i.unpack_from(data, pos)
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            (_o11.partition_epoch,) = _S_i.unpack_from(data, pos)
             pos += 4
+            _o11.leader_recovery_state = 0
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                AlterPartitionResponsePartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_leader_id,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    0,
-                    _s8_partition_epoch,
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterPartitionResponseTopicData(_s3_topic_name, ZERO_UUID, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionResponse(_throttle_time_ms, _error_code, _topics), pos
+    return _o1, pos
 
 
 def _r_AlterPartitionResponse_v1(data: bytes, pos: int) -> tuple[AlterPartitionResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[AlterPartitionResponseTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[AlterPartitionResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionResponseTopicData)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a9: list[AlterPartitionResponsePartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterPartitionResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
+                data, pos
+            )
+            pos += 14
+            _n12 = data[pos]
+            if _n12 < 128:
+                pos += 1
+            else:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                raise DecodeError("invalid or null array length for isr")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of isr exceeds the bytes left")
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            _o11.leader_recovery_state, _o11.partition_epoch = _S_bi.unpack_from(data, pos)
+            pos += 5
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.topics = _a3
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_AlterPartitionResponse_v2(data: bytes, pos: int) -> tuple[AlterPartitionResponse, int]:
+    _len = len(data)
+    _o1 = _new(AlterPartitionResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
+    pos += 6
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a3: list[AlterPartitionResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterPartitionResponseTopicData)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1506,129 +1530,43 @@ def _r_AlterPartitionResponse_v1(data: bytes, pos: int) -> tuple[AlterPartitionR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[AlterPartitionResponsePartitionData] = []
         for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch = _S_ihii.unpack_from(
+            _o9 = _new(AlterPartitionResponsePartitionData)
+            _o9.partition_index, _o9.error_code, _o9.leader_id, _o9.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
             pos += 14
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            _s8_leader_recovery_state, _s8_partition_epoch = _S_bi.unpack_from(data, pos)
+            _o9.isr = list(struct.unpack_from(f">{_n10}i", data, pos))
+            pos += 4 * _n10
+            _o9.leader_recovery_state, _o9.partition_epoch = _S_bi.unpack_from(data, pos)
             pos += 5
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                AlterPartitionResponsePartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_leader_id,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_leader_recovery_state,
-                    _s8_partition_epoch,
-                )
-            )
-        _s3_partitions = _a7
+            _a7.append(_o9)
+        _o5.partitions = _a7
+        _o5.topic_name = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterPartitionResponseTopicData(_s3_topic_name, ZERO_UUID, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionResponse(_throttle_time_ms, _error_code, _topics), pos
-
-
-def _r_AlterPartitionResponse_v2(data: bytes, pos: int) -> tuple[AlterPartitionResponse, int]:
-    _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
-    pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[AlterPartitionResponseTopicData] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[AlterPartitionResponsePartitionData] = []
-        for _ in range(_n4):
-            _s6_partition_index, _s6_error_code, _s6_leader_id, _s6_leader_epoch = _S_ihii.unpack_from(
-                data, pos
-            )
-            pos += 14
-            _n7 = data[pos]
-            if _n7 < 128:
-                pos += 1
-            else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
-                raise DecodeError("invalid or null array length for isr")
-            if _n7 > _len - pos:
-                raise DecodeError("array count of isr exceeds the bytes left")
-            _s6_isr = list(struct.unpack_from(f">{_n7}i", data, pos))
-            pos += 4 * _n7
-            _s6_leader_recovery_state, _s6_partition_epoch = _S_bi.unpack_from(data, pos)
-            pos += 5
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a5.append(
-                AlterPartitionResponsePartitionData(
-                    _s6_partition_index,
-                    _s6_error_code,
-                    _s6_leader_id,
-                    _s6_leader_epoch,
-                    _s6_isr,
-                    _s6_leader_recovery_state,
-                    _s6_partition_epoch,
-                )
-            )
-        _s3_partitions = _a5
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(AlterPartitionResponseTopicData("", _s3_topic_id, _s3_partitions))
-    _topics = _a2
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return AlterPartitionResponse(_throttle_time_ms, _error_code, _topics), pos
+    return _o1, pos
 
 
 BrokerState._WRITERS = {3: _w_BrokerState_v3}

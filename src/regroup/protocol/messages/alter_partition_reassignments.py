@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -175,28 +176,29 @@ def _w_ReassignablePartition_v0(buf: bytearray, o: ReassignablePartition) -> Non
 
 def _r_ReassignablePartition_v0(data: bytes, pos: int) -> tuple[ReassignablePartition, int]:
     _len = len(data)
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ReassignablePartition)
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for replicas")
-        _replicas = None
-    elif _n1 > _len - pos:
+        _o1.replicas = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of replicas exceeds the bytes left")
     else:
-        _replicas = list(struct.unpack_from(f">{_n1}i", data, pos))
-        pos += 4 * _n1
+        _o1.replicas = list(struct.unpack_from(f">{_n2}i", data, pos))
+        pos += 4 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReassignablePartition(_partition_index, _replicas), pos
+    return _o1, pos
 
 
 def _w_ReassignableTopic_v0(buf: bytearray, o: ReassignableTopic) -> None:
@@ -214,61 +216,63 @@ def _w_ReassignableTopic_v0(buf: bytearray, o: ReassignableTopic) -> None:
 
 def _r_ReassignableTopic_v0(data: bytes, pos: int) -> tuple[ReassignableTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ReassignableTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ReassignablePartition] = []
-    for _ in range(_n3):
-        (_s5_partition_index,) = _S_i.unpack_from(data, pos)
+    _a5: list[ReassignablePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(ReassignablePartition)
+        (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for replicas")
-            _s5_replicas = None
-        elif _n6 > _len - pos:
+            _o7.replicas = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of replicas exceeds the bytes left")
         else:
-            _s5_replicas = list(struct.unpack_from(f">{_n6}i", data, pos))
-            pos += 4 * _n6
+            _o7.replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            pos += 4 * _n8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(ReassignablePartition(_s5_partition_index, _s5_replicas))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReassignableTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_AlterPartitionReassignmentsRequest_v0(buf: bytearray, o: AlterPartitionReassignmentsRequest) -> None:
@@ -284,35 +288,22 @@ def _r_AlterPartitionReassignmentsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionReassignmentsRequest, int]:
     _len = len(data)
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionReassignmentsRequest)
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ReassignableTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ReassignableTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(ReassignableTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -320,45 +311,61 @@ def _r_AlterPartitionReassignmentsRequest_v0(
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ReassignablePartition] = []
-        for _ in range(_n6):
-            (_s8_partition_index,) = _S_i.unpack_from(data, pos)
+        _a9: list[ReassignablePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(ReassignablePartition)
+            (_o11.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid array length for replicas")
-                _s8_replicas = None
-            elif _n9 > _len - pos:
+                _o11.replicas = None
+            elif _n12 > _len - pos:
                 raise DecodeError("array count of replicas exceeds the bytes left")
             else:
-                _s8_replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
-                pos += 4 * _n9
+                _o11.replicas = list(struct.unpack_from(f">{_n12}i", data, pos))
+                pos += 4 * _n12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(ReassignablePartition(_s8_partition_index, _s8_replicas))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ReassignableTopic(_s3_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionReassignmentsRequest(_timeout_ms, _topics), pos
+    return _o1, pos
 
 
 def _w_ReassignablePartitionResponse_v0(buf: bytearray, o: ReassignablePartitionResponse) -> None:
@@ -376,31 +383,32 @@ def _w_ReassignablePartitionResponse_v0(buf: bytearray, o: ReassignablePartition
 
 def _r_ReassignablePartitionResponse_v0(data: bytes, pos: int) -> tuple[ReassignablePartitionResponse, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ReassignablePartitionResponse)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReassignablePartitionResponse(_partition_index, _error_code, _error_message), pos
+    return _o1, pos
 
 
 def _w_ReassignableTopicResponse_v0(buf: bytearray, o: ReassignableTopicResponse) -> None:
@@ -418,64 +426,66 @@ def _w_ReassignableTopicResponse_v0(buf: bytearray, o: ReassignableTopicResponse
 
 def _r_ReassignableTopicResponse_v0(data: bytes, pos: int) -> tuple[ReassignableTopicResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ReassignableTopicResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ReassignablePartitionResponse] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[ReassignablePartitionResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(ReassignablePartitionResponse)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
+            _o7.error_message = None
         else:
-            if _n6 > 0x7FFF:
+            if _n8 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end7].decode()
-            pos = _end7
+            _o7.error_message = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(ReassignablePartitionResponse(_s5_partition_index, _s5_error_code, _s5_error_message))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReassignableTopicResponse(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_AlterPartitionReassignmentsResponse_v0(buf: bytearray, o: AlterPartitionReassignmentsResponse) -> None:
@@ -499,53 +509,40 @@ def _r_AlterPartitionReassignmentsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionReassignmentsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AlterPartitionReassignmentsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a4: list[ReassignableTopicResponse] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[ReassignableTopicResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(ReassignableTopicResponse)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -553,52 +550,64 @@ def _r_AlterPartitionReassignmentsResponse_v0(
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[ReassignablePartitionResponse] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_error_code = _S_ih.unpack_from(data, pos)
+        _a11: list[ReassignablePartitionResponse] = []
+        for _ in range(_n10):
+            _o13 = _new(ReassignablePartitionResponse)
+            _o13.partition_index, _o13.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _n11 = data[pos]
-            if _n11 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                if _n11 != -1:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                if _n14 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s10_error_message = None
+                _o13.error_message = None
             else:
-                if _n11 > 0x7FFF:
+                if _n14 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s10_error_message = data[pos:_end12].decode()
-                pos = _end12
+                _o13.error_message = data[pos:_end15].decode()
+                pos = _end15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                ReassignablePartitionResponse(_s10_partition_index, _s10_error_code, _s10_error_message)
-            )
-        _s5_partitions = _a9
+            _a11.append(_o13)
+        _o7.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(ReassignableTopicResponse(_s5_name, _s5_partitions))
-    _responses = _a4
+        _a5.append(_o7)
+    _o1.responses = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterPartitionReassignmentsResponse(
-        _throttle_time_ms, _error_code, _error_message, _responses
-    ), pos
+    return _o1, pos
 
 
 ReassignablePartition._WRITERS = {0: _w_ReassignablePartition_v0}

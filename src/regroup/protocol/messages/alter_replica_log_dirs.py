@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -182,60 +183,62 @@ def _w_AlterReplicaLogDirTopic_v2(buf: bytearray, o: AlterReplicaLogDirTopic) ->
 
 def _r_AlterReplicaLogDirTopic_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDirTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AlterReplicaLogDirTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return AlterReplicaLogDirTopic(_name, _partitions), pos
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _r_AlterReplicaLogDirTopic_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDirTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterReplicaLogDirTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterReplicaLogDirTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_AlterReplicaLogDir_v0(buf: bytearray, o: AlterReplicaLogDir) -> None:
@@ -263,89 +266,78 @@ def _w_AlterReplicaLogDir_v2(buf: bytearray, o: AlterReplicaLogDir) -> None:
 
 def _r_AlterReplicaLogDir_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDir, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AlterReplicaLogDir)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for path")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("path overruns the buffer")
-    _path = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.path = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[AlterReplicaLogDirTopic] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
+    _a5: list[AlterReplicaLogDirTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterReplicaLogDirTopic)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s5_partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
-        pos += 4 * _n8
-        _a4.append(AlterReplicaLogDirTopic(_s5_name, _s5_partitions))
-    _topics = _a4
-    return AlterReplicaLogDir(_path, _topics), pos
+        _o7.partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _a5.append(_o7)
+    _o1.topics = _a5
+    return _o1, pos
 
 
 def _r_AlterReplicaLogDir_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDir, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterReplicaLogDir)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for path")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("path is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("path overruns the buffer")
-    _path = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.path = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[AlterReplicaLogDirTopic] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AlterReplicaLogDirTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterReplicaLogDirTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -353,22 +345,37 @@ def _r_AlterReplicaLogDir_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDir,
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s5_partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
-        pos += 4 * _n8
+        _o7.partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(AlterReplicaLogDirTopic(_s5_name, _s5_partitions))
-    _topics = _a4
+        _a5.append(_o7)
+    _o1.topics = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterReplicaLogDir(_path, _topics), pos
+    return _o1, pos
 
 
 def _w_AlterReplicaLogDirsRequest_v0(buf: bytearray, o: AlterReplicaLogDirsRequest) -> None:
@@ -388,84 +395,74 @@ def _w_AlterReplicaLogDirsRequest_v2(buf: bytearray, o: AlterReplicaLogDirsReque
 
 def _r_AlterReplicaLogDirsRequest_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDirsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(AlterReplicaLogDirsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for dirs")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of dirs exceeds the bytes left")
-    _a2: list[AlterReplicaLogDir] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[AlterReplicaLogDir] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterReplicaLogDir)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for path")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("path overruns the buffer")
-        _s3_path = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for path")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("path overruns the buffer")
+        _o5.path = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a7: list[AlterReplicaLogDirTopic] = []
-        for _ in range(_n6):
-            (_n9,) = _I16.unpack_from(data, pos)
+        _a9: list[AlterReplicaLogDirTopic] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterReplicaLogDirTopic)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            (_n11,) = _I32.unpack_from(data, pos)
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            (_n14,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s8_partitions = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
-            _a7.append(AlterReplicaLogDirTopic(_s8_name, _s8_partitions))
-        _s3_topics = _a7
-        _a2.append(AlterReplicaLogDir(_s3_path, _s3_topics))
-    _dirs = _a2
-    return AlterReplicaLogDirsRequest(_dirs), pos
+            _o11.partitions = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _a9.append(_o11)
+        _o5.topics = _a9
+        _a3.append(_o5)
+    _o1.dirs = _a3
+    return _o1, pos
 
 
 def _r_AlterReplicaLogDirsRequest_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDirsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterReplicaLogDirsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for dirs")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of dirs exceeds the bytes left")
-    _a2: list[AlterReplicaLogDir] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for path")
-        if _n4 > 0x7FFF:
-            raise DecodeError("path is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("path overruns the buffer")
-        _s3_path = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[AlterReplicaLogDir] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterReplicaLogDir)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -473,55 +470,71 @@ def _r_AlterReplicaLogDirsRequest_v2(data: bytes, pos: int) -> tuple[AlterReplic
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for path")
+        if _n6 > 0x7FFF:
+            raise DecodeError("path is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("path overruns the buffer")
+        _o5.path = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a7: list[AlterReplicaLogDirTopic] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[AlterReplicaLogDirTopic] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterReplicaLogDirTopic)
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n9 > 0x7FFF:
+            if _n12 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s8_partitions = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
+            _o11.partitions = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(AlterReplicaLogDirTopic(_s8_name, _s8_partitions))
-        _s3_topics = _a7
+            _a9.append(_o11)
+        _o5.topics = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterReplicaLogDir(_s3_path, _s3_topics))
-    _dirs = _a2
+        _a3.append(_o5)
+    _o1.dirs = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterReplicaLogDirsRequest(_dirs), pos
+    return _o1, pos
 
 
 def _w_AlterReplicaLogDirPartitionResult_v0(buf: bytearray, o: AlterReplicaLogDirPartitionResult) -> None:
@@ -537,22 +550,24 @@ def _r_AlterReplicaLogDirPartitionResult_v0(
     data: bytes, pos: int
 ) -> tuple[AlterReplicaLogDirPartitionResult, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AlterReplicaLogDirPartitionResult)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return AlterReplicaLogDirPartitionResult(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _r_AlterReplicaLogDirPartitionResult_v2(
     data: bytes, pos: int
 ) -> tuple[AlterReplicaLogDirPartitionResult, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AlterReplicaLogDirPartitionResult)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterReplicaLogDirPartitionResult(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _w_AlterReplicaLogDirTopicResult_v0(buf: bytearray, o: AlterReplicaLogDirTopicResult) -> None:
@@ -580,72 +595,76 @@ def _w_AlterReplicaLogDirTopicResult_v2(buf: bytearray, o: AlterReplicaLogDirTop
 
 def _r_AlterReplicaLogDirTopicResult_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDirTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AlterReplicaLogDirTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[AlterReplicaLogDirPartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[AlterReplicaLogDirPartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterReplicaLogDirPartitionResult)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _a4.append(AlterReplicaLogDirPartitionResult(_s5_partition_index, _s5_error_code))
-    _partitions = _a4
-    return AlterReplicaLogDirTopicResult(_topic_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_AlterReplicaLogDirTopicResult_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDirTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterReplicaLogDirTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[AlterReplicaLogDirPartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[AlterReplicaLogDirPartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(AlterReplicaLogDirPartitionResult)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(AlterReplicaLogDirPartitionResult(_s5_partition_index, _s5_error_code))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterReplicaLogDirTopicResult(_topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_AlterReplicaLogDirsResponse_v0(buf: bytearray, o: AlterReplicaLogDirsResponse) -> None:
@@ -667,73 +686,63 @@ def _w_AlterReplicaLogDirsResponse_v2(buf: bytearray, o: AlterReplicaLogDirsResp
 
 def _r_AlterReplicaLogDirsResponse_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDirsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AlterReplicaLogDirsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[AlterReplicaLogDirTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[AlterReplicaLogDirTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterReplicaLogDirTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[AlterReplicaLogDirPartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[AlterReplicaLogDirPartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterReplicaLogDirPartitionResult)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _a7.append(AlterReplicaLogDirPartitionResult(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
-        _a2.append(AlterReplicaLogDirTopicResult(_s3_topic_name, _s3_partitions))
-    _results = _a2
-    return AlterReplicaLogDirsResponse(_throttle_time_ms, _results), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.results = _a3
+    return _o1, pos
 
 
 def _r_AlterReplicaLogDirsResponse_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDirsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AlterReplicaLogDirsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[AlterReplicaLogDirTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[AlterReplicaLogDirTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterReplicaLogDirTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -741,30 +750,46 @@ def _r_AlterReplicaLogDirsResponse_v2(data: bytes, pos: int) -> tuple[AlterRepli
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[AlterReplicaLogDirPartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[AlterReplicaLogDirPartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(AlterReplicaLogDirPartitionResult)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(AlterReplicaLogDirPartitionResult(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterReplicaLogDirTopicResult(_s3_topic_name, _s3_partitions))
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterReplicaLogDirsResponse(_throttle_time_ms, _results), pos
+    return _o1, pos
 
 
 AlterReplicaLogDirTopic._WRITERS = {

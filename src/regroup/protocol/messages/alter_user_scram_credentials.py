@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -158,28 +159,29 @@ def _w_ScramCredentialDeletion_v0(buf: bytearray, o: ScramCredentialDeletion) ->
 
 def _r_ScramCredentialDeletion_v0(data: bytes, pos: int) -> tuple[ScramCredentialDeletion, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ScramCredentialDeletion)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_mechanism,) = _S_b.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.mechanism,) = _S_b.unpack_from(data, pos)
     pos += 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ScramCredentialDeletion(_name, _mechanism), pos
+    return _o1, pos
 
 
 def _w_ScramCredentialUpsertion_v0(buf: bytearray, o: ScramCredentialUpsertion) -> None:
@@ -198,54 +200,55 @@ def _w_ScramCredentialUpsertion_v0(buf: bytearray, o: ScramCredentialUpsertion) 
 
 def _r_ScramCredentialUpsertion_v0(data: bytes, pos: int) -> tuple[ScramCredentialUpsertion, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ScramCredentialUpsertion)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _mechanism, _iterations = _S_bi.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.mechanism, _o1.iterations = _S_bi.unpack_from(data, pos)
     pos += 5
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for salt")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("salt overruns the buffer")
-    _salt = data[pos:_end4]
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.salt = data[pos:_end5]
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for salted_password")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("salted_password overruns the buffer")
-    _salted_password = data[pos:_end6]
-    pos = _end6
+    _o1.salted_password = data[pos:_end7]
+    pos = _end7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ScramCredentialUpsertion(_name, _mechanism, _iterations, _salt, _salted_password), pos
+    return _o1, pos
 
 
 def _w_AlterUserScramCredentialsRequest_v0(buf: bytearray, o: AlterUserScramCredentialsRequest) -> None:
@@ -264,109 +267,110 @@ def _r_AlterUserScramCredentialsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[AlterUserScramCredentialsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterUserScramCredentialsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for deletions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of deletions exceeds the bytes left")
-    _a2: list[ScramCredentialDeletion] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[ScramCredentialDeletion] = []
+    for _ in range(_n2):
+        _o5 = _new(ScramCredentialDeletion)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_mechanism,) = _S_b.unpack_from(data, pos)
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.mechanism,) = _S_b.unpack_from(data, pos)
         pos += 1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ScramCredentialDeletion(_s3_name, _s3_mechanism))
-    _deletions = _a2
-    _n6 = data[pos]
-    if _n6 < 128:
+        _a3.append(_o5)
+    _o1.deletions = _a3
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n6, pos = read_uvarint(data, pos)
-    _n6 -= 1
-    if _n6 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null array length for upsertions")
-    if _n6 > _len - pos:
+    if _n8 > _len - pos:
         raise DecodeError("array count of upsertions exceeds the bytes left")
-    _a7: list[ScramCredentialUpsertion] = []
-    for _ in range(_n6):
-        _n9 = data[pos]
-        if _n9 < 128:
+    _a9: list[ScramCredentialUpsertion] = []
+    for _ in range(_n8):
+        _o11 = _new(ScramCredentialUpsertion)
+        _n12 = data[pos]
+        if _n12 < 128:
             pos += 1
         else:
-            _n9, pos = read_uvarint(data, pos)
-        _n9 -= 1
-        if _n9 < 0:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n9 > 0x7FFF:
+        if _n12 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end10 = pos + _n9
-        if _end10 > _len:
+        _end13 = pos + _n12
+        if _end13 > _len:
             raise DecodeError("name overruns the buffer")
-        _s8_name = data[pos:_end10].decode()
-        pos = _end10
-        _s8_mechanism, _s8_iterations = _S_bi.unpack_from(data, pos)
+        _o11.name = data[pos:_end13].decode()
+        pos = _end13
+        _o11.mechanism, _o11.iterations = _S_bi.unpack_from(data, pos)
         pos += 5
-        _n11 = data[pos]
-        if _n11 < 128:
+        _n14 = data[pos]
+        if _n14 < 128:
             pos += 1
         else:
-            _n11, pos = read_uvarint(data, pos)
-        _n11 -= 1
-        if _n11 < 0:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null length for salt")
-        _end12 = pos + _n11
-        if _end12 > _len:
+        _end15 = pos + _n14
+        if _end15 > _len:
             raise DecodeError("salt overruns the buffer")
-        _s8_salt = data[pos:_end12]
-        pos = _end12
-        _n13 = data[pos]
-        if _n13 < 128:
+        _o11.salt = data[pos:_end15]
+        pos = _end15
+        _n16 = data[pos]
+        if _n16 < 128:
             pos += 1
         else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
             raise DecodeError("invalid or null length for salted_password")
-        _end14 = pos + _n13
-        if _end14 > _len:
+        _end17 = pos + _n16
+        if _end17 > _len:
             raise DecodeError("salted_password overruns the buffer")
-        _s8_salted_password = data[pos:_end14]
-        pos = _end14
+        _o11.salted_password = data[pos:_end17]
+        pos = _end17
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a7.append(
-            ScramCredentialUpsertion(_s8_name, _s8_mechanism, _s8_iterations, _s8_salt, _s8_salted_password)
-        )
-    _upsertions = _a7
+        _a9.append(_o11)
+    _o1.upsertions = _a9
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterUserScramCredentialsRequest(_deletions, _upsertions), pos
+    return _o1, pos
 
 
 def _w_AlterUserScramCredentialsResult_v0(buf: bytearray, o: AlterUserScramCredentialsResult) -> None:
@@ -391,46 +395,47 @@ def _r_AlterUserScramCredentialsResult_v0(
     data: bytes, pos: int
 ) -> tuple[AlterUserScramCredentialsResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AlterUserScramCredentialsResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for user")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("user is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("user overruns the buffer")
-    _user = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.user = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterUserScramCredentialsResult(_user, _error_code, _error_message), pos
+    return _o1, pos
 
 
 def _w_AlterUserScramCredentialsResponse_v0(buf: bytearray, o: AlterUserScramCredentialsResponse) -> None:
@@ -446,37 +451,22 @@ def _r_AlterUserScramCredentialsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[AlterUserScramCredentialsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AlterUserScramCredentialsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[AlterUserScramCredentialsResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for user")
-        if _n4 > 0x7FFF:
-            raise DecodeError("user is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("user overruns the buffer")
-        _s3_user = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
+    _a3: list[AlterUserScramCredentialsResult] = []
+    for _ in range(_n2):
+        _o5 = _new(AlterUserScramCredentialsResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -484,28 +474,45 @@ def _r_AlterUserScramCredentialsResponse_v0(
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            raise DecodeError("invalid or null length for user")
+        if _n6 > 0x7FFF:
+            raise DecodeError("user is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("user overruns the buffer")
+        _o5.user = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end7].decode()
-            pos = _end7
+            _o5.error_message = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AlterUserScramCredentialsResult(_s3_user, _s3_error_code, _s3_error_message))
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AlterUserScramCredentialsResponse(_throttle_time_ms, _results), pos
+    return _o1, pos
 
 
 ScramCredentialDeletion._WRITERS = {0: _w_ScramCredentialDeletion_v0}

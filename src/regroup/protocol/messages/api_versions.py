@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -199,46 +200,50 @@ def _w_ApiVersionsRequest_v3(buf: bytearray, o: ApiVersionsRequest) -> None:
 
 def _r_ApiVersionsRequest_v0(data: bytes, pos: int) -> tuple[ApiVersionsRequest, int]:
     _len = len(data)
-    return ApiVersionsRequest("", ""), pos
+    _o1 = _new(ApiVersionsRequest)
+    _o1.client_software_name = ""
+    _o1.client_software_version = ""
+    return _o1, pos
 
 
 def _r_ApiVersionsRequest_v3(data: bytes, pos: int) -> tuple[ApiVersionsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ApiVersionsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for client_software_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("client_software_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("client_software_name overruns the buffer")
-    _client_software_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.client_software_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for client_software_version")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("client_software_version is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("client_software_version overruns the buffer")
-    _client_software_version = data[pos:_end4].decode()
-    pos = _end4
+    _o1.client_software_version = data[pos:_end5].decode()
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ApiVersionsRequest(_client_software_name, _client_software_version), pos
+    return _o1, pos
 
 
 def _w_ApiVersion_v0(buf: bytearray, o: ApiVersion) -> None:
@@ -252,20 +257,22 @@ def _w_ApiVersion_v3(buf: bytearray, o: ApiVersion) -> None:
 
 def _r_ApiVersion_v0(data: bytes, pos: int) -> tuple[ApiVersion, int]:
     _len = len(data)
-    _api_key, _min_version, _max_version = _S_hhh.unpack_from(data, pos)
+    _o1 = _new(ApiVersion)
+    _o1.api_key, _o1.min_version, _o1.max_version = _S_hhh.unpack_from(data, pos)
     pos += 6
-    return ApiVersion(_api_key, _min_version, _max_version), pos
+    return _o1, pos
 
 
 def _r_ApiVersion_v3(data: bytes, pos: int) -> tuple[ApiVersion, int]:
     _len = len(data)
-    _api_key, _min_version, _max_version = _S_hhh.unpack_from(data, pos)
+    _o1 = _new(ApiVersion)
+    _o1.api_key, _o1.min_version, _o1.max_version = _S_hhh.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ApiVersion(_api_key, _min_version, _max_version), pos
+    return _o1, pos
 
 
 def _w_SupportedFeatureKey_v3(buf: bytearray, o: SupportedFeatureKey) -> None:
@@ -280,28 +287,29 @@ def _w_SupportedFeatureKey_v3(buf: bytearray, o: SupportedFeatureKey) -> None:
 
 def _r_SupportedFeatureKey_v3(data: bytes, pos: int) -> tuple[SupportedFeatureKey, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(SupportedFeatureKey)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _min_version, _max_version = _S_hh.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.min_version, _o1.max_version = _S_hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return SupportedFeatureKey(_name, _min_version, _max_version), pos
+    return _o1, pos
 
 
 def _w_FinalizedFeatureKey_v3(buf: bytearray, o: FinalizedFeatureKey) -> None:
@@ -316,28 +324,29 @@ def _w_FinalizedFeatureKey_v3(buf: bytearray, o: FinalizedFeatureKey) -> None:
 
 def _r_FinalizedFeatureKey_v3(data: bytes, pos: int) -> tuple[FinalizedFeatureKey, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(FinalizedFeatureKey)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _max_version_level, _min_version_level = _S_hh.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.max_version_level, _o1.min_version_level = _S_hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FinalizedFeatureKey(_name, _max_version_level, _min_version_level), pos
+    return _o1, pos
 
 
 def _w_ApiVersionsResponse_v0(buf: bytearray, o: ApiVersionsResponse) -> None:
@@ -398,177 +407,186 @@ def _w_ApiVersionsResponse_v3(buf: bytearray, o: ApiVersionsResponse) -> None:
 
 def _r_ApiVersionsResponse_v0(data: bytes, pos: int) -> tuple[ApiVersionsResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(ApiVersionsResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for api_keys")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of api_keys exceeds the bytes left")
-    _a2: list[ApiVersion] = []
-    for _ in range(_n1):
-        _s3_api_key, _s3_min_version, _s3_max_version = _S_hhh.unpack_from(data, pos)
+    _a3: list[ApiVersion] = []
+    for _ in range(_n2):
+        _o5 = _new(ApiVersion)
+        _o5.api_key, _o5.min_version, _o5.max_version = _S_hhh.unpack_from(data, pos)
         pos += 6
-        _a2.append(ApiVersion(_s3_api_key, _s3_min_version, _s3_max_version))
-    _api_keys = _a2
-    return ApiVersionsResponse(_error_code, _api_keys, 0, [], -1, [], False), pos
+        _a3.append(_o5)
+    _o1.api_keys = _a3
+    _o1.throttle_time_ms = 0
+    _o1.supported_features = []
+    _o1.finalized_features_epoch = -1
+    _o1.finalized_features = []
+    _o1.zk_migration_ready = False
+    return _o1, pos
 
 
 def _r_ApiVersionsResponse_v1(data: bytes, pos: int) -> tuple[ApiVersionsResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(ApiVersionsResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for api_keys")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of api_keys exceeds the bytes left")
-    _a2: list[ApiVersion] = []
-    for _ in range(_n1):
-        _s3_api_key, _s3_min_version, _s3_max_version = _S_hhh.unpack_from(data, pos)
+    _a3: list[ApiVersion] = []
+    for _ in range(_n2):
+        _o5 = _new(ApiVersion)
+        _o5.api_key, _o5.min_version, _o5.max_version = _S_hhh.unpack_from(data, pos)
         pos += 6
-        _a2.append(ApiVersion(_s3_api_key, _s3_min_version, _s3_max_version))
-    _api_keys = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.api_keys = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ApiVersionsResponse(_error_code, _api_keys, _throttle_time_ms, [], -1, [], False), pos
+    _o1.supported_features = []
+    _o1.finalized_features_epoch = -1
+    _o1.finalized_features = []
+    _o1.zk_migration_ready = False
+    return _o1, pos
 
 
 def _r_ApiVersionsResponse_v3(data: bytes, pos: int) -> tuple[ApiVersionsResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(ApiVersionsResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for api_keys")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of api_keys exceeds the bytes left")
-    _a2: list[ApiVersion] = []
-    for _ in range(_n1):
-        _s3_api_key, _s3_min_version, _s3_max_version = _S_hhh.unpack_from(data, pos)
+    _a3: list[ApiVersion] = []
+    for _ in range(_n2):
+        _o5 = _new(ApiVersion)
+        _o5.api_key, _o5.min_version, _o5.max_version = _S_hhh.unpack_from(data, pos)
         pos += 6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ApiVersion(_s3_api_key, _s3_min_version, _s3_max_version))
-    _api_keys = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.api_keys = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _supported_features = []
-    _finalized_features_epoch = -1
-    _finalized_features = []
-    _zk_migration_ready = False
-    _ntags4, pos = read_uvarint(data, pos)
-    for _ in range(_ntags4):
-        _tag5, pos = read_uvarint(data, pos)
-        _tend6, pos = read_uvarint(data, pos)
-        _tend6 += pos
-        if _tend6 > _len:
+    _o1.supported_features = []
+    _o1.finalized_features_epoch = -1
+    _o1.finalized_features = []
+    _o1.zk_migration_ready = False
+    _ntags6, pos = read_uvarint(data, pos)
+    for _ in range(_ntags6):
+        _tag7, pos = read_uvarint(data, pos)
+        _tend8, pos = read_uvarint(data, pos)
+        _tend8 += pos
+        if _tend8 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag5 == 0:
-            _n7 = data[pos]
-            if _n7 < 128:
+        if _tag7 == 0:
+            _n9 = data[pos]
+            if _n9 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
+                _n9, pos = read_uvarint(data, pos)
+            _n9 -= 1
+            if _n9 < 0:
                 raise DecodeError("invalid or null array length for supported_features")
-            if _n7 > _len - pos:
+            if _n9 > _len - pos:
                 raise DecodeError("array count of supported_features exceeds the bytes left")
-            _a8: list[SupportedFeatureKey] = []
-            for _ in range(_n7):
-                _n10 = data[pos]
-                if _n10 < 128:
+            _a10: list[SupportedFeatureKey] = []
+            for _ in range(_n9):
+                _o12 = _new(SupportedFeatureKey)
+                _n13 = data[pos]
+                if _n13 < 128:
                     pos += 1
                 else:
-                    _n10, pos = read_uvarint(data, pos)
-                _n10 -= 1
-                if _n10 < 0:
+                    _n13, pos = read_uvarint(data, pos)
+                _n13 -= 1
+                if _n13 < 0:
                     raise DecodeError("invalid or null length for name")
-                if _n10 > 0x7FFF:
+                if _n13 > 0x7FFF:
                     raise DecodeError("name is longer than 32767 bytes")
-                _end11 = pos + _n10
-                if _end11 > _len:
+                _end14 = pos + _n13
+                if _end14 > _len:
                     raise DecodeError("name overruns the buffer")
-                _s9_name = data[pos:_end11].decode()
-                pos = _end11
-                _s9_min_version, _s9_max_version = _S_hh.unpack_from(data, pos)
+                _o12.name = data[pos:_end14].decode()
+                pos = _end14
+                _o12.min_version, _o12.max_version = _S_hh.unpack_from(data, pos)
                 pos += 4
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a8.append(SupportedFeatureKey(_s9_name, _s9_min_version, _s9_max_version))
-            _supported_features = _a8
-            if pos != _tend6:
+                _a10.append(_o12)
+            _o1.supported_features = _a10
+            if pos != _tend8:
                 raise DecodeError("tagged field supported_features has the wrong size")
-        elif _tag5 == 1:
-            (_finalized_features_epoch,) = _S_q.unpack_from(data, pos)
+        elif _tag7 == 1:
+            (_o1.finalized_features_epoch,) = _S_q.unpack_from(data, pos)
             pos += 8
-            if pos != _tend6:
+            if pos != _tend8:
                 raise DecodeError("tagged field finalized_features_epoch has the wrong size")
-        elif _tag5 == 2:
-            _n12 = data[pos]
-            if _n12 < 128:
+        elif _tag7 == 2:
+            _n15 = data[pos]
+            if _n15 < 128:
                 pos += 1
             else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
                 raise DecodeError("invalid or null array length for finalized_features")
-            if _n12 > _len - pos:
+            if _n15 > _len - pos:
                 raise DecodeError("array count of finalized_features exceeds the bytes left")
-            _a13: list[FinalizedFeatureKey] = []
-            for _ in range(_n12):
-                _n15 = data[pos]
-                if _n15 < 128:
+            _a16: list[FinalizedFeatureKey] = []
+            for _ in range(_n15):
+                _o18 = _new(FinalizedFeatureKey)
+                _n19 = data[pos]
+                if _n19 < 128:
                     pos += 1
                 else:
-                    _n15, pos = read_uvarint(data, pos)
-                _n15 -= 1
-                if _n15 < 0:
+                    _n19, pos = read_uvarint(data, pos)
+                _n19 -= 1
+                if _n19 < 0:
                     raise DecodeError("invalid or null length for name")
-                if _n15 > 0x7FFF:
+                if _n19 > 0x7FFF:
                     raise DecodeError("name is longer than 32767 bytes")
-                _end16 = pos + _n15
-                if _end16 > _len:
+                _end20 = pos + _n19
+                if _end20 > _len:
                     raise DecodeError("name overruns the buffer")
-                _s14_name = data[pos:_end16].decode()
-                pos = _end16
-                _s14_max_version_level, _s14_min_version_level = _S_hh.unpack_from(data, pos)
+                _o18.name = data[pos:_end20].decode()
+                pos = _end20
+                _o18.max_version_level, _o18.min_version_level = _S_hh.unpack_from(data, pos)
                 pos += 4
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a13.append(FinalizedFeatureKey(_s14_name, _s14_max_version_level, _s14_min_version_level))
-            _finalized_features = _a13
-            if pos != _tend6:
+                _a16.append(_o18)
+            _o1.finalized_features = _a16
+            if pos != _tend8:
                 raise DecodeError("tagged field finalized_features has the wrong size")
-        elif _tag5 == 3:
-            (_zk_migration_ready,) = _S_o.unpack_from(data, pos)
+        elif _tag7 == 3:
+            (_o1.zk_migration_ready,) = _S_o.unpack_from(data, pos)
             pos += 1
-            if pos != _tend6:
+            if pos != _tend8:
                 raise DecodeError("tagged field zk_migration_ready has the wrong size")
-        pos = _tend6
-    return ApiVersionsResponse(
-        _error_code,
-        _api_keys,
-        _throttle_time_ms,
-        _supported_features,
-        _finalized_features_epoch,
-        _finalized_features,
-        _zk_migration_ready,
-    ), pos
+        pos = _tend8
+    return _o1, pos
 
 
 ApiVersionsRequest._WRITERS = {

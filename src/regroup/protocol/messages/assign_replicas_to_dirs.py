@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -208,13 +209,14 @@ def _r_AssignReplicasToDirsRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsRequestPartitionData, int]:
     _len = len(data)
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AssignReplicasToDirsRequestPartitionData)
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AssignReplicasToDirsRequestPartitionData(_partition_index), pos
+    return _o1, pos
 
 
 def _w_AssignReplicasToDirsRequestTopicData_v0(
@@ -232,34 +234,36 @@ def _r_AssignReplicasToDirsRequestTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsRequestTopicData, int]:
     _len = len(data)
+    _o1 = _new(AssignReplicasToDirsRequestTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[AssignReplicasToDirsRequestPartitionData] = []
-    for _ in range(_n1):
-        (_s3_partition_index,) = _S_i.unpack_from(data, pos)
+    _a3: list[AssignReplicasToDirsRequestPartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(AssignReplicasToDirsRequestPartitionData)
+        (_o5.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AssignReplicasToDirsRequestPartitionData(_s3_partition_index))
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AssignReplicasToDirsRequestTopicData(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_AssignReplicasToDirsRequestDirectoryData_v0(
@@ -277,55 +281,58 @@ def _r_AssignReplicasToDirsRequestDirectoryData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsRequestDirectoryData, int]:
     _len = len(data)
+    _o1 = _new(AssignReplicasToDirsRequestDirectoryData)
     (_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _id = uuid.UUID(bytes=_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.id = uuid.UUID(bytes=_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[AssignReplicasToDirsRequestTopicData] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[AssignReplicasToDirsRequestTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(AssignReplicasToDirsRequestTopicData)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[AssignReplicasToDirsRequestPartitionData] = []
-        for _ in range(_n4):
-            (_s6_partition_index,) = _S_i.unpack_from(data, pos)
+        _a7: list[AssignReplicasToDirsRequestPartitionData] = []
+        for _ in range(_n6):
+            _o9 = _new(AssignReplicasToDirsRequestPartitionData)
+            (_o9.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(AssignReplicasToDirsRequestPartitionData(_s6_partition_index))
-        _s3_partitions = _a5
+            _a7.append(_o9)
+        _o5.partitions = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AssignReplicasToDirsRequestTopicData(_s3_topic_id, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AssignReplicasToDirsRequestDirectoryData(_id, _topics), pos
+    return _o1, pos
 
 
 def _w_AssignReplicasToDirsRequest_v0(buf: bytearray, o: AssignReplicasToDirsRequest) -> None:
@@ -339,75 +346,79 @@ def _w_AssignReplicasToDirsRequest_v0(buf: bytearray, o: AssignReplicasToDirsReq
 
 def _r_AssignReplicasToDirsRequest_v0(data: bytes, pos: int) -> tuple[AssignReplicasToDirsRequest, int]:
     _len = len(data)
-    _broker_id, _broker_epoch = _S_iq.unpack_from(data, pos)
+    _o1 = _new(AssignReplicasToDirsRequest)
+    _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for directories")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of directories exceeds the bytes left")
-    _a2: list[AssignReplicasToDirsRequestDirectoryData] = []
-    for _ in range(_n1):
-        (_s3_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[AssignReplicasToDirsRequestDirectoryData] = []
+    for _ in range(_n2):
+        _o5 = _new(AssignReplicasToDirsRequestDirectoryData)
+        (_s4_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_id = uuid.UUID(bytes=_s3_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.id = uuid.UUID(bytes=_s4_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a5: list[AssignReplicasToDirsRequestTopicData] = []
-        for _ in range(_n4):
-            (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a7: list[AssignReplicasToDirsRequestTopicData] = []
+        for _ in range(_n6):
+            _o9 = _new(AssignReplicasToDirsRequestTopicData)
+            (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s6_topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
-            _n7 = data[pos]
-            if _n7 < 128:
+            _o9.topic_id = uuid.UUID(bytes=_s8_topic_id_raw)
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n7 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _a8: list[AssignReplicasToDirsRequestPartitionData] = []
-            for _ in range(_n7):
-                (_s9_partition_index,) = _S_i.unpack_from(data, pos)
+            _a11: list[AssignReplicasToDirsRequestPartitionData] = []
+            for _ in range(_n10):
+                _o13 = _new(AssignReplicasToDirsRequestPartitionData)
+                (_o13.partition_index,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a8.append(AssignReplicasToDirsRequestPartitionData(_s9_partition_index))
-            _s6_partitions = _a8
+                _a11.append(_o13)
+            _o9.partitions = _a11
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(AssignReplicasToDirsRequestTopicData(_s6_topic_id, _s6_partitions))
-        _s3_topics = _a5
+            _a7.append(_o9)
+        _o5.topics = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AssignReplicasToDirsRequestDirectoryData(_s3_id, _s3_topics))
-    _directories = _a2
+        _a3.append(_o5)
+    _o1.directories = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AssignReplicasToDirsRequest(_broker_id, _broker_epoch, _directories), pos
+    return _o1, pos
 
 
 def _w_AssignReplicasToDirsResponsePartitionData_v0(
@@ -421,13 +432,14 @@ def _r_AssignReplicasToDirsResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsResponsePartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AssignReplicasToDirsResponsePartitionData)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AssignReplicasToDirsResponsePartitionData(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _w_AssignReplicasToDirsResponseTopicData_v0(
@@ -445,34 +457,36 @@ def _r_AssignReplicasToDirsResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsResponseTopicData, int]:
     _len = len(data)
+    _o1 = _new(AssignReplicasToDirsResponseTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[AssignReplicasToDirsResponsePartitionData] = []
-    for _ in range(_n1):
-        _s3_partition_index, _s3_error_code = _S_ih.unpack_from(data, pos)
+    _a3: list[AssignReplicasToDirsResponsePartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(AssignReplicasToDirsResponsePartitionData)
+        _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AssignReplicasToDirsResponsePartitionData(_s3_partition_index, _s3_error_code))
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AssignReplicasToDirsResponseTopicData(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_AssignReplicasToDirsResponseDirectoryData_v0(
@@ -490,55 +504,58 @@ def _r_AssignReplicasToDirsResponseDirectoryData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsResponseDirectoryData, int]:
     _len = len(data)
+    _o1 = _new(AssignReplicasToDirsResponseDirectoryData)
     (_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _id = uuid.UUID(bytes=_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.id = uuid.UUID(bytes=_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[AssignReplicasToDirsResponseTopicData] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[AssignReplicasToDirsResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(AssignReplicasToDirsResponseTopicData)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[AssignReplicasToDirsResponsePartitionData] = []
-        for _ in range(_n4):
-            _s6_partition_index, _s6_error_code = _S_ih.unpack_from(data, pos)
+        _a7: list[AssignReplicasToDirsResponsePartitionData] = []
+        for _ in range(_n6):
+            _o9 = _new(AssignReplicasToDirsResponsePartitionData)
+            _o9.partition_index, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(AssignReplicasToDirsResponsePartitionData(_s6_partition_index, _s6_error_code))
-        _s3_partitions = _a5
+            _a7.append(_o9)
+        _o5.partitions = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AssignReplicasToDirsResponseTopicData(_s3_topic_id, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AssignReplicasToDirsResponseDirectoryData(_id, _topics), pos
+    return _o1, pos
 
 
 def _w_AssignReplicasToDirsResponse_v0(buf: bytearray, o: AssignReplicasToDirsResponse) -> None:
@@ -552,75 +569,79 @@ def _w_AssignReplicasToDirsResponse_v0(buf: bytearray, o: AssignReplicasToDirsRe
 
 def _r_AssignReplicasToDirsResponse_v0(data: bytes, pos: int) -> tuple[AssignReplicasToDirsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(AssignReplicasToDirsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for directories")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of directories exceeds the bytes left")
-    _a2: list[AssignReplicasToDirsResponseDirectoryData] = []
-    for _ in range(_n1):
-        (_s3_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[AssignReplicasToDirsResponseDirectoryData] = []
+    for _ in range(_n2):
+        _o5 = _new(AssignReplicasToDirsResponseDirectoryData)
+        (_s4_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_id = uuid.UUID(bytes=_s3_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.id = uuid.UUID(bytes=_s4_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a5: list[AssignReplicasToDirsResponseTopicData] = []
-        for _ in range(_n4):
-            (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a7: list[AssignReplicasToDirsResponseTopicData] = []
+        for _ in range(_n6):
+            _o9 = _new(AssignReplicasToDirsResponseTopicData)
+            (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s6_topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
-            _n7 = data[pos]
-            if _n7 < 128:
+            _o9.topic_id = uuid.UUID(bytes=_s8_topic_id_raw)
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n7 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _a8: list[AssignReplicasToDirsResponsePartitionData] = []
-            for _ in range(_n7):
-                _s9_partition_index, _s9_error_code = _S_ih.unpack_from(data, pos)
+            _a11: list[AssignReplicasToDirsResponsePartitionData] = []
+            for _ in range(_n10):
+                _o13 = _new(AssignReplicasToDirsResponsePartitionData)
+                _o13.partition_index, _o13.error_code = _S_ih.unpack_from(data, pos)
                 pos += 6
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a8.append(AssignReplicasToDirsResponsePartitionData(_s9_partition_index, _s9_error_code))
-            _s6_partitions = _a8
+                _a11.append(_o13)
+            _o9.partitions = _a11
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(AssignReplicasToDirsResponseTopicData(_s6_topic_id, _s6_partitions))
-        _s3_topics = _a5
+            _a7.append(_o9)
+        _o5.topics = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AssignReplicasToDirsResponseDirectoryData(_s3_id, _s3_topics))
-    _directories = _a2
+        _a3.append(_o5)
+    _o1.directories = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AssignReplicasToDirsResponse(_throttle_time_ms, _error_code, _directories), pos
+    return _o1, pos
 
 
 AssignReplicasToDirsRequestPartitionData._WRITERS = {0: _w_AssignReplicasToDirsRequestPartitionData_v0}

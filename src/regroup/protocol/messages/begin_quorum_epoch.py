@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -235,25 +236,28 @@ def _r_BeginQuorumEpochRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochRequestPartitionData, int]:
     _len = len(data)
-    _partition_index, _leader_id, _leader_epoch = _S_iii.unpack_from(data, pos)
+    _o1 = _new(BeginQuorumEpochRequestPartitionData)
+    _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
-    return BeginQuorumEpochRequestPartitionData(_partition_index, ZERO_UUID, _leader_id, _leader_epoch), pos
+    _o1.voter_directory_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_BeginQuorumEpochRequestPartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochRequestPartitionData, int]:
     _len = len(data)
-    _partition_index, _voter_directory_id_raw, _leader_id, _leader_epoch = _S_i16sii.unpack_from(data, pos)
+    _o1 = _new(BeginQuorumEpochRequestPartitionData)
+    _o1.partition_index, _voter_directory_id_raw, _o1.leader_id, _o1.leader_epoch = _S_i16sii.unpack_from(
+        data, pos
+    )
     pos += 28
-    _voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
+    _o1.voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BeginQuorumEpochRequestPartitionData(
-        _partition_index, _voter_directory_id, _leader_id, _leader_epoch
-    ), pos
+    return _o1, pos
 
 
 def _w_BeginQuorumEpochRequestTopicData_v0(buf: bytearray, o: BeginQuorumEpochRequestTopicData) -> None:
@@ -283,85 +287,82 @@ def _r_BeginQuorumEpochRequestTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochRequestTopicData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(BeginQuorumEpochRequestTopicData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[BeginQuorumEpochRequestPartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_leader_id, _s5_leader_epoch = _S_iii.unpack_from(data, pos)
+    _a5: list[BeginQuorumEpochRequestPartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(BeginQuorumEpochRequestPartitionData)
+        _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
-        _a4.append(
-            BeginQuorumEpochRequestPartitionData(
-                _s5_partition_index, ZERO_UUID, _s5_leader_id, _s5_leader_epoch
-            )
-        )
-    _partitions = _a4
-    return BeginQuorumEpochRequestTopicData(_topic_name, _partitions), pos
+        _o7.voter_directory_id = ZERO_UUID
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_BeginQuorumEpochRequestTopicData_v1(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochRequestTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(BeginQuorumEpochRequestTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[BeginQuorumEpochRequestPartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_voter_directory_id_raw, _s5_leader_id, _s5_leader_epoch = (
+    _a5: list[BeginQuorumEpochRequestPartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(BeginQuorumEpochRequestPartitionData)
+        _o7.partition_index, _s6_voter_directory_id_raw, _o7.leader_id, _o7.leader_epoch = (
             _S_i16sii.unpack_from(data, pos)
         )
         pos += 28
-        _s5_voter_directory_id = uuid.UUID(bytes=_s5_voter_directory_id_raw)
+        _o7.voter_directory_id = uuid.UUID(bytes=_s6_voter_directory_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            BeginQuorumEpochRequestPartitionData(
-                _s5_partition_index, _s5_voter_directory_id, _s5_leader_id, _s5_leader_epoch
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BeginQuorumEpochRequestTopicData(_topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_LeaderEndpoint_v1(buf: bytearray, o: LeaderEndpoint) -> None:
@@ -381,43 +382,44 @@ def _w_LeaderEndpoint_v1(buf: bytearray, o: LeaderEndpoint) -> None:
 
 def _r_LeaderEndpoint_v1(data: bytes, pos: int) -> tuple[LeaderEndpoint, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(LeaderEndpoint)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    (_port,) = _S_H.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.port,) = _S_H.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderEndpoint(_name, _host, _port), pos
+    return _o1, pos
 
 
 def _w_BeginQuorumEpochRequest_v0(buf: bytearray, o: BeginQuorumEpochRequest) -> None:
@@ -456,105 +458,94 @@ def _w_BeginQuorumEpochRequest_v1(buf: bytearray, o: BeginQuorumEpochRequest) ->
 
 def _r_BeginQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[BeginQuorumEpochRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(BeginQuorumEpochRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
+        _o1.cluster_id = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.cluster_id = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[BeginQuorumEpochRequestTopicData] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
+    _a5: list[BeginQuorumEpochRequestTopicData] = []
+    for _ in range(_n4):
+        _o7 = _new(BeginQuorumEpochRequestTopicData)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s5_topic_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o7.topic_name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[BeginQuorumEpochRequestPartitionData] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_leader_id, _s10_leader_epoch = _S_iii.unpack_from(data, pos)
+        _a11: list[BeginQuorumEpochRequestPartitionData] = []
+        for _ in range(_n10):
+            _o13 = _new(BeginQuorumEpochRequestPartitionData)
+            _o13.partition_index, _o13.leader_id, _o13.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
-            _a9.append(
-                BeginQuorumEpochRequestPartitionData(
-                    _s10_partition_index, ZERO_UUID, _s10_leader_id, _s10_leader_epoch
-                )
-            )
-        _s5_partitions = _a9
-        _a4.append(BeginQuorumEpochRequestTopicData(_s5_topic_name, _s5_partitions))
-    _topics = _a4
-    return BeginQuorumEpochRequest(_cluster_id, -1, _topics, []), pos
+            _o13.voter_directory_id = ZERO_UUID
+            _a11.append(_o13)
+        _o7.partitions = _a11
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _o1.voter_id = -1
+    _o1.leader_endpoints = []
+    return _o1, pos
 
 
 def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpochRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(BeginQuorumEpochRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
+        _o1.cluster_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end2].decode()
-        pos = _end2
-    (_voter_id,) = _S_i.unpack_from(data, pos)
+        _o1.cluster_id = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.voter_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[BeginQuorumEpochRequestTopicData] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s5_topic_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[BeginQuorumEpochRequestTopicData] = []
+    for _ in range(_n4):
+        _o7 = _new(BeginQuorumEpochRequestTopicData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -562,87 +553,100 @@ def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpo
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o7.topic_name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[BeginQuorumEpochRequestPartitionData] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_voter_directory_id_raw, _s10_leader_id, _s10_leader_epoch = (
+        _a11: list[BeginQuorumEpochRequestPartitionData] = []
+        for _ in range(_n10):
+            _o13 = _new(BeginQuorumEpochRequestPartitionData)
+            _o13.partition_index, _s12_voter_directory_id_raw, _o13.leader_id, _o13.leader_epoch = (
                 _S_i16sii.unpack_from(data, pos)
             )
             pos += 28
-            _s10_voter_directory_id = uuid.UUID(bytes=_s10_voter_directory_id_raw)
+            _o13.voter_directory_id = uuid.UUID(bytes=_s12_voter_directory_id_raw)
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                BeginQuorumEpochRequestPartitionData(
-                    _s10_partition_index, _s10_voter_directory_id, _s10_leader_id, _s10_leader_epoch
-                )
-            )
-        _s5_partitions = _a9
+            _a11.append(_o13)
+        _o7.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(BeginQuorumEpochRequestTopicData(_s5_topic_name, _s5_partitions))
-    _topics = _a4
-    _n11 = data[pos]
-    if _n11 < 128:
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _n14 = data[pos]
+    if _n14 < 128:
         pos += 1
     else:
-        _n11, pos = read_uvarint(data, pos)
-    _n11 -= 1
-    if _n11 < 0:
+        _n14, pos = read_uvarint(data, pos)
+    _n14 -= 1
+    if _n14 < 0:
         raise DecodeError("invalid or null array length for leader_endpoints")
-    if _n11 > _len - pos:
+    if _n14 > _len - pos:
         raise DecodeError("array count of leader_endpoints exceeds the bytes left")
-    _a12: list[LeaderEndpoint] = []
-    for _ in range(_n11):
-        _n14 = data[pos]
-        if _n14 < 128:
+    _a15: list[LeaderEndpoint] = []
+    for _ in range(_n14):
+        _o17 = _new(LeaderEndpoint)
+        _n18 = data[pos]
+        if _n18 < 128:
             pos += 1
         else:
-            _n14, pos = read_uvarint(data, pos)
-        _n14 -= 1
-        if _n14 < 0:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n14 > 0x7FFF:
+        if _n18 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end15 = pos + _n14
-        if _end15 > _len:
+        _end19 = pos + _n18
+        if _end19 > _len:
             raise DecodeError("name overruns the buffer")
-        _s13_name = data[pos:_end15].decode()
-        pos = _end15
-        _n16 = data[pos]
-        if _n16 < 128:
+        _o17.name = data[pos:_end19].decode()
+        pos = _end19
+        _n20 = data[pos]
+        if _n20 < 128:
             pos += 1
         else:
-            _n16, pos = read_uvarint(data, pos)
-        _n16 -= 1
-        if _n16 < 0:
+            _n20, pos = read_uvarint(data, pos)
+        _n20 -= 1
+        if _n20 < 0:
             raise DecodeError("invalid or null length for host")
-        if _n16 > 0x7FFF:
+        if _n20 > 0x7FFF:
             raise DecodeError("host is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end21 = pos + _n20
+        if _end21 > _len:
             raise DecodeError("host overruns the buffer")
-        _s13_host = data[pos:_end17].decode()
-        pos = _end17
-        (_s13_port,) = _S_H.unpack_from(data, pos)
+        _o17.host = data[pos:_end21].decode()
+        pos = _end21
+        (_o17.port,) = _S_H.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a12.append(LeaderEndpoint(_s13_name, _s13_host, _s13_port))
-    _leader_endpoints = _a12
+        _a15.append(_o17)
+    _o1.leader_endpoints = _a15
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BeginQuorumEpochRequest(_cluster_id, _voter_id, _topics, _leader_endpoints), pos
+    return _o1, pos
 
 
 def _w_BeginQuorumEpochResponsePartitionData_v0(
@@ -662,26 +666,24 @@ def _r_BeginQuorumEpochResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochResponsePartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _leader_id, _leader_epoch = _S_ihii.unpack_from(data, pos)
+    _o1 = _new(BeginQuorumEpochResponsePartitionData)
+    _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
-    return BeginQuorumEpochResponsePartitionData(
-        _partition_index, _error_code, _leader_id, _leader_epoch
-    ), pos
+    return _o1, pos
 
 
 def _r_BeginQuorumEpochResponsePartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochResponsePartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _leader_id, _leader_epoch = _S_ihii.unpack_from(data, pos)
+    _o1 = _new(BeginQuorumEpochResponsePartitionData)
+    _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BeginQuorumEpochResponsePartitionData(
-        _partition_index, _error_code, _leader_id, _leader_epoch
-    ), pos
+    return _o1, pos
 
 
 def _w_BeginQuorumEpochResponseTopicData_v0(buf: bytearray, o: BeginQuorumEpochResponseTopicData) -> None:
@@ -711,82 +713,78 @@ def _r_BeginQuorumEpochResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochResponseTopicData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(BeginQuorumEpochResponseTopicData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[BeginQuorumEpochResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch = _S_ihii.unpack_from(data, pos)
+    _a5: list[BeginQuorumEpochResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(BeginQuorumEpochResponsePartitionData)
+        _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
-        _a4.append(
-            BeginQuorumEpochResponsePartitionData(
-                _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch
-            )
-        )
-    _partitions = _a4
-    return BeginQuorumEpochResponseTopicData(_topic_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_BeginQuorumEpochResponseTopicData_v1(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochResponseTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(BeginQuorumEpochResponseTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[BeginQuorumEpochResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch = _S_ihii.unpack_from(data, pos)
+    _a5: list[BeginQuorumEpochResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(BeginQuorumEpochResponsePartitionData)
+        _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            BeginQuorumEpochResponsePartitionData(
-                _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BeginQuorumEpochResponseTopicData(_topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
@@ -802,30 +800,31 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(NodeEndpoint)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_H.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_H.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return NodeEndpoint(_node_id, _host, _port), pos
+    return _o1, pos
 
 
 def _w_BeginQuorumEpochResponse_v0(buf: bytearray, o: BeginQuorumEpochResponse) -> None:
@@ -861,79 +860,66 @@ def _w_BeginQuorumEpochResponse_v1(buf: bytearray, o: BeginQuorumEpochResponse) 
 
 def _r_BeginQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[BeginQuorumEpochResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(BeginQuorumEpochResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[BeginQuorumEpochResponseTopicData] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[BeginQuorumEpochResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(BeginQuorumEpochResponseTopicData)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[BeginQuorumEpochResponsePartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch = _S_ihii.unpack_from(
+        _a9: list[BeginQuorumEpochResponsePartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(BeginQuorumEpochResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
             pos += 14
-            _a7.append(
-                BeginQuorumEpochResponsePartitionData(
-                    _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(BeginQuorumEpochResponseTopicData(_s3_topic_name, _s3_partitions))
-    _topics = _a2
-    return BeginQuorumEpochResponse(_error_code, _topics, []), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_BeginQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpochResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(BeginQuorumEpochResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[BeginQuorumEpochResponseTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[BeginQuorumEpochResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(BeginQuorumEpochResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -941,12 +927,28 @@ def _r_BeginQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[BeginQuorumEp
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[BeginQuorumEpochResponsePartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch = _S_ihii.unpack_from(
+        _a9: list[BeginQuorumEpochResponsePartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(BeginQuorumEpochResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
             pos += 14
@@ -954,68 +956,65 @@ def _r_BeginQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[BeginQuorumEp
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                BeginQuorumEpochResponsePartitionData(
-                    _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(BeginQuorumEpochResponseTopicData(_s3_topic_name, _s3_partitions))
-    _topics = _a2
-    _node_endpoints = []
-    _ntags9, pos = read_uvarint(data, pos)
-    for _ in range(_ntags9):
-        _tag10, pos = read_uvarint(data, pos)
-        _tend11, pos = read_uvarint(data, pos)
-        _tend11 += pos
-        if _tend11 > _len:
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.node_endpoints = []
+    _ntags12, pos = read_uvarint(data, pos)
+    for _ in range(_ntags12):
+        _tag13, pos = read_uvarint(data, pos)
+        _tend14, pos = read_uvarint(data, pos)
+        _tend14 += pos
+        if _tend14 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag10 == 0:
-            _n12 = data[pos]
-            if _n12 < 128:
+        if _tag13 == 0:
+            _n15 = data[pos]
+            if _n15 < 128:
                 pos += 1
             else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
                 raise DecodeError("invalid or null array length for node_endpoints")
-            if _n12 > _len - pos:
+            if _n15 > _len - pos:
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
-            _a13: list[NodeEndpoint] = []
-            for _ in range(_n12):
-                (_s14_node_id,) = _S_i.unpack_from(data, pos)
+            _a16: list[NodeEndpoint] = []
+            for _ in range(_n15):
+                _o18 = _new(NodeEndpoint)
+                (_o18.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n15 = data[pos]
-                if _n15 < 128:
+                _n19 = data[pos]
+                if _n19 < 128:
                     pos += 1
                 else:
-                    _n15, pos = read_uvarint(data, pos)
-                _n15 -= 1
-                if _n15 < 0:
+                    _n19, pos = read_uvarint(data, pos)
+                _n19 -= 1
+                if _n19 < 0:
                     raise DecodeError("invalid or null length for host")
-                if _n15 > 0x7FFF:
+                if _n19 > 0x7FFF:
                     raise DecodeError("host is longer than 32767 bytes")
-                _end16 = pos + _n15
-                if _end16 > _len:
+                _end20 = pos + _n19
+                if _end20 > _len:
                     raise DecodeError("host overruns the buffer")
-                _s14_host = data[pos:_end16].decode()
-                pos = _end16
-                (_s14_port,) = _S_H.unpack_from(data, pos)
+                _o18.host = data[pos:_end20].decode()
+                pos = _end20
+                (_o18.port,) = _S_H.unpack_from(data, pos)
                 pos += 2
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a13.append(NodeEndpoint(_s14_node_id, _s14_host, _s14_port))
-            _node_endpoints = _a13
-            if pos != _tend11:
+                _a16.append(_o18)
+            _o1.node_endpoints = _a16
+            if pos != _tend14:
                 raise DecodeError("tagged field node_endpoints has the wrong size")
-        pos = _tend11
-    return BeginQuorumEpochResponse(_error_code, _topics, _node_endpoints), pos
+        pos = _tend14
+    return _o1, pos
 
 
 BeginQuorumEpochRequestPartitionData._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -131,58 +132,57 @@ def _w_BrokerHeartbeatRequest_v1(buf: bytearray, o: BrokerHeartbeatRequest) -> N
 
 def _r_BrokerHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[BrokerHeartbeatRequest, int]:
     _len = len(data)
-    _broker_id, _broker_epoch, _current_metadata_offset, _want_fence, _want_shut_down = _S_iqqoo.unpack_from(
-        data, pos
+    _o1 = _new(BrokerHeartbeatRequest)
+    _o1.broker_id, _o1.broker_epoch, _o1.current_metadata_offset, _o1.want_fence, _o1.want_shut_down = (
+        _S_iqqoo.unpack_from(data, pos)
     )
     pos += 22
+    _o1.offline_log_dirs = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BrokerHeartbeatRequest(
-        _broker_id, _broker_epoch, _current_metadata_offset, _want_fence, _want_shut_down, []
-    ), pos
+    return _o1, pos
 
 
 def _r_BrokerHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[BrokerHeartbeatRequest, int]:
     _len = len(data)
-    _broker_id, _broker_epoch, _current_metadata_offset, _want_fence, _want_shut_down = _S_iqqoo.unpack_from(
-        data, pos
+    _o1 = _new(BrokerHeartbeatRequest)
+    _o1.broker_id, _o1.broker_epoch, _o1.current_metadata_offset, _o1.want_fence, _o1.want_shut_down = (
+        _S_iqqoo.unpack_from(data, pos)
     )
     pos += 22
-    _offline_log_dirs = []
-    _ntags1, pos = read_uvarint(data, pos)
-    for _ in range(_ntags1):
-        _tag2, pos = read_uvarint(data, pos)
-        _tend3, pos = read_uvarint(data, pos)
-        _tend3 += pos
-        if _tend3 > _len:
+    _o1.offline_log_dirs = []
+    _ntags2, pos = read_uvarint(data, pos)
+    for _ in range(_ntags2):
+        _tag3, pos = read_uvarint(data, pos)
+        _tend4, pos = read_uvarint(data, pos)
+        _tend4 += pos
+        if _tend4 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag2 == 0:
-            _n4 = data[pos]
-            if _n4 < 128:
+        if _tag3 == 0:
+            _n5 = data[pos]
+            if _n5 < 128:
                 pos += 1
             else:
-                _n4, pos = read_uvarint(data, pos)
-            _n4 -= 1
-            if _n4 < 0:
+                _n5, pos = read_uvarint(data, pos)
+            _n5 -= 1
+            if _n5 < 0:
                 raise DecodeError("invalid or null array length for offline_log_dirs")
-            if _n4 > _len - pos:
+            if _n5 > _len - pos:
                 raise DecodeError("array count of offline_log_dirs exceeds the bytes left")
-            _a5: list[uuid.UUID] = []
-            for _ in range(_n4):
+            _a6: list[uuid.UUID] = []
+            for _ in range(_n5):
                 if pos + 16 > _len:
                     raise DecodeError("truncated uuid")
-                _e6 = uuid.UUID(bytes=data[pos : pos + 16])
+                _e7 = uuid.UUID(bytes=data[pos : pos + 16])
                 pos += 16
-                _a5.append(_e6)
-            _offline_log_dirs = _a5
-            if pos != _tend3:
+                _a6.append(_e7)
+            _o1.offline_log_dirs = _a6
+            if pos != _tend4:
                 raise DecodeError("tagged field offline_log_dirs has the wrong size")
-        pos = _tend3
-    return BrokerHeartbeatRequest(
-        _broker_id, _broker_epoch, _current_metadata_offset, _want_fence, _want_shut_down, _offline_log_dirs
-    ), pos
+        pos = _tend4
+    return _o1, pos
 
 
 def _w_BrokerHeartbeatResponse_v0(buf: bytearray, o: BrokerHeartbeatResponse) -> None:
@@ -198,17 +198,16 @@ def _w_BrokerHeartbeatResponse_v0(buf: bytearray, o: BrokerHeartbeatResponse) ->
 
 def _r_BrokerHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[BrokerHeartbeatResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _is_caught_up, _is_fenced, _should_shut_down = _S_ihooo.unpack_from(
-        data, pos
+    _o1 = _new(BrokerHeartbeatResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.is_caught_up, _o1.is_fenced, _o1.should_shut_down = (
+        _S_ihooo.unpack_from(data, pos)
     )
     pos += 9
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BrokerHeartbeatResponse(
-        _throttle_time_ms, _error_code, _is_caught_up, _is_fenced, _should_shut_down
-    ), pos
+    return _o1, pos
 
 
 BrokerHeartbeatRequest._WRITERS = {0: _w_BrokerHeartbeatRequest_v0, 1: _w_BrokerHeartbeatRequest_v1}

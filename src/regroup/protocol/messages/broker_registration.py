@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -163,43 +164,44 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Listener)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    _port, _security_protocol = _S_Hh.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    _o1.port, _o1.security_protocol = _S_Hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Listener(_name, _host, _port, _security_protocol), pos
+    return _o1, pos
 
 
 def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
@@ -214,28 +216,29 @@ def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
 
 def _r_Feature_v0(data: bytes, pos: int) -> tuple[Feature, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Feature)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _min_supported_version, _max_supported_version = _S_hh.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.min_supported_version, _o1.max_supported_version = _S_hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Feature(_name, _min_supported_version, _max_supported_version), pos
+    return _o1, pos
 
 
 def _w_BrokerRegistrationRequest_v0(buf: bytearray, o: BrokerRegistrationRequest) -> None:
@@ -370,53 +373,40 @@ def _w_BrokerRegistrationRequest_v3(buf: bytearray, o: BrokerRegistrationRequest
 
 def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegistrationRequest, int]:
     _len = len(data)
-    (_broker_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(BrokerRegistrationRequest)
+    (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for cluster_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("cluster_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("cluster_id overruns the buffer")
-    _cluster_id = data[pos:_end2].decode()
-    pos = _end2
+    _o1.cluster_id = data[pos:_end3].decode()
+    pos = _end3
     (_incarnation_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for listeners")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of listeners exceeds the bytes left")
-    _a4: list[Listener] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[Listener] = []
+    for _ in range(_n4):
+        _o7 = _new(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -424,133 +414,137 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for name")
         if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end9].decode()
-        pos = _end9
-        _s5_port, _s5_security_protocol = _S_Hh.unpack_from(data, pos)
-        pos += 4
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a4.append(Listener(_s5_name, _s5_host, _s5_port, _s5_security_protocol))
-    _listeners = _a4
-    _n10 = data[pos]
-    if _n10 < 128:
-        pos += 1
-    else:
-        _n10, pos = read_uvarint(data, pos)
-    _n10 -= 1
-    if _n10 < 0:
-        raise DecodeError("invalid or null array length for features")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of features exceeds the bytes left")
-    _a11: list[Feature] = []
-    for _ in range(_n10):
-        _n13 = data[pos]
-        if _n13 < 128:
-            pos += 1
-        else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n13 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end14 = pos + _n13
-        if _end14 > _len:
             raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        _s12_min_supported_version, _s12_max_supported_version = _S_hh.unpack_from(data, pos)
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end11].decode()
+        pos = _end11
+        _o7.port, _o7.security_protocol = _S_Hh.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a11.append(Feature(_s12_name, _s12_min_supported_version, _s12_max_supported_version))
-    _features = _a11
-    _n15 = data[pos]
-    if _n15 < 128:
+        _a5.append(_o7)
+    _o1.listeners = _a5
+    _n12 = data[pos]
+    if _n12 < 128:
         pos += 1
     else:
-        _n15, pos = read_uvarint(data, pos)
-    _n15 -= 1
-    if _n15 < 0:
-        if _n15 != -1:
-            raise DecodeError("invalid length for rack")
-        _rack = None
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for features")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of features exceeds the bytes left")
+    _a13: list[Feature] = []
+    for _ in range(_n12):
+        _o15 = _new(Feature)
+        _n16 = data[pos]
+        if _n16 < 128:
+            pos += 1
+        else:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        _o15.min_supported_version, _o15.max_supported_version = _S_hh.unpack_from(data, pos)
+        pos += 4
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a13.append(_o15)
+    _o1.features = _a13
+    _n18 = data[pos]
+    if _n18 < 128:
+        pos += 1
     else:
-        if _n15 > 0x7FFF:
+        _n18, pos = read_uvarint(data, pos)
+    _n18 -= 1
+    if _n18 < 0:
+        if _n18 != -1:
+            raise DecodeError("invalid length for rack")
+        _o1.rack = None
+    else:
+        if _n18 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end16 = pos + _n15
-        if _end16 > _len:
+        _end19 = pos + _n18
+        if _end19 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end16].decode()
-        pos = _end16
+        _o1.rack = data[pos:_end19].decode()
+        pos = _end19
+    _o1.is_migrating_zk_broker = False
+    _o1.log_dirs = []
+    _o1.previous_broker_epoch = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BrokerRegistrationRequest(
-        _broker_id, _cluster_id, _incarnation_id, _listeners, _features, _rack, False, [], -1
-    ), pos
+    return _o1, pos
 
 
 def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegistrationRequest, int]:
     _len = len(data)
-    (_broker_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(BrokerRegistrationRequest)
+    (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for cluster_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("cluster_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("cluster_id overruns the buffer")
-    _cluster_id = data[pos:_end2].decode()
-    pos = _end2
+    _o1.cluster_id = data[pos:_end3].decode()
+    pos = _end3
     (_incarnation_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for listeners")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of listeners exceeds the bytes left")
-    _a4: list[Listener] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[Listener] = []
+    for _ in range(_n4):
+        _o7 = _new(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -558,143 +552,138 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for name")
         if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end9].decode()
-        pos = _end9
-        _s5_port, _s5_security_protocol = _S_Hh.unpack_from(data, pos)
-        pos += 4
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a4.append(Listener(_s5_name, _s5_host, _s5_port, _s5_security_protocol))
-    _listeners = _a4
-    _n10 = data[pos]
-    if _n10 < 128:
-        pos += 1
-    else:
-        _n10, pos = read_uvarint(data, pos)
-    _n10 -= 1
-    if _n10 < 0:
-        raise DecodeError("invalid or null array length for features")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of features exceeds the bytes left")
-    _a11: list[Feature] = []
-    for _ in range(_n10):
-        _n13 = data[pos]
-        if _n13 < 128:
-            pos += 1
-        else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n13 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end14 = pos + _n13
-        if _end14 > _len:
             raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        _s12_min_supported_version, _s12_max_supported_version = _S_hh.unpack_from(data, pos)
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end11].decode()
+        pos = _end11
+        _o7.port, _o7.security_protocol = _S_Hh.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a11.append(Feature(_s12_name, _s12_min_supported_version, _s12_max_supported_version))
-    _features = _a11
-    _n15 = data[pos]
-    if _n15 < 128:
+        _a5.append(_o7)
+    _o1.listeners = _a5
+    _n12 = data[pos]
+    if _n12 < 128:
         pos += 1
     else:
-        _n15, pos = read_uvarint(data, pos)
-    _n15 -= 1
-    if _n15 < 0:
-        if _n15 != -1:
-            raise DecodeError("invalid length for rack")
-        _rack = None
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for features")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of features exceeds the bytes left")
+    _a13: list[Feature] = []
+    for _ in range(_n12):
+        _o15 = _new(Feature)
+        _n16 = data[pos]
+        if _n16 < 128:
+            pos += 1
+        else:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        _o15.min_supported_version, _o15.max_supported_version = _S_hh.unpack_from(data, pos)
+        pos += 4
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a13.append(_o15)
+    _o1.features = _a13
+    _n18 = data[pos]
+    if _n18 < 128:
+        pos += 1
     else:
-        if _n15 > 0x7FFF:
+        _n18, pos = read_uvarint(data, pos)
+    _n18 -= 1
+    if _n18 < 0:
+        if _n18 != -1:
+            raise DecodeError("invalid length for rack")
+        _o1.rack = None
+    else:
+        if _n18 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end16 = pos + _n15
-        if _end16 > _len:
+        _end19 = pos + _n18
+        if _end19 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end16].decode()
-        pos = _end16
-    (_is_migrating_zk_broker,) = _S_o.unpack_from(data, pos)
+        _o1.rack = data[pos:_end19].decode()
+        pos = _end19
+    (_o1.is_migrating_zk_broker,) = _S_o.unpack_from(data, pos)
     pos += 1
+    _o1.log_dirs = []
+    _o1.previous_broker_epoch = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BrokerRegistrationRequest(
-        _broker_id,
-        _cluster_id,
-        _incarnation_id,
-        _listeners,
-        _features,
-        _rack,
-        _is_migrating_zk_broker,
-        [],
-        -1,
-    ), pos
+    return _o1, pos
 
 
 def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegistrationRequest, int]:
     _len = len(data)
-    (_broker_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(BrokerRegistrationRequest)
+    (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for cluster_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("cluster_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("cluster_id overruns the buffer")
-    _cluster_id = data[pos:_end2].decode()
-    pos = _end2
+    _o1.cluster_id = data[pos:_end3].decode()
+    pos = _end3
     (_incarnation_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for listeners")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of listeners exceeds the bytes left")
-    _a4: list[Listener] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[Listener] = []
+    for _ in range(_n4):
+        _o7 = _new(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -702,161 +691,155 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for name")
         if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end9].decode()
-        pos = _end9
-        _s5_port, _s5_security_protocol = _S_Hh.unpack_from(data, pos)
-        pos += 4
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a4.append(Listener(_s5_name, _s5_host, _s5_port, _s5_security_protocol))
-    _listeners = _a4
-    _n10 = data[pos]
-    if _n10 < 128:
-        pos += 1
-    else:
-        _n10, pos = read_uvarint(data, pos)
-    _n10 -= 1
-    if _n10 < 0:
-        raise DecodeError("invalid or null array length for features")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of features exceeds the bytes left")
-    _a11: list[Feature] = []
-    for _ in range(_n10):
-        _n13 = data[pos]
-        if _n13 < 128:
-            pos += 1
-        else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n13 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end14 = pos + _n13
-        if _end14 > _len:
             raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        _s12_min_supported_version, _s12_max_supported_version = _S_hh.unpack_from(data, pos)
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end11].decode()
+        pos = _end11
+        _o7.port, _o7.security_protocol = _S_Hh.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a11.append(Feature(_s12_name, _s12_min_supported_version, _s12_max_supported_version))
-    _features = _a11
-    _n15 = data[pos]
-    if _n15 < 128:
+        _a5.append(_o7)
+    _o1.listeners = _a5
+    _n12 = data[pos]
+    if _n12 < 128:
         pos += 1
     else:
-        _n15, pos = read_uvarint(data, pos)
-    _n15 -= 1
-    if _n15 < 0:
-        if _n15 != -1:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for features")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of features exceeds the bytes left")
+    _a13: list[Feature] = []
+    for _ in range(_n12):
+        _o15 = _new(Feature)
+        _n16 = data[pos]
+        if _n16 < 128:
+            pos += 1
+        else:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        _o15.min_supported_version, _o15.max_supported_version = _S_hh.unpack_from(data, pos)
+        pos += 4
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a13.append(_o15)
+    _o1.features = _a13
+    _n18 = data[pos]
+    if _n18 < 128:
+        pos += 1
+    else:
+        _n18, pos = read_uvarint(data, pos)
+    _n18 -= 1
+    if _n18 < 0:
+        if _n18 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        if _n15 > 0x7FFF:
+        if _n18 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end16 = pos + _n15
-        if _end16 > _len:
+        _end19 = pos + _n18
+        if _end19 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end16].decode()
-        pos = _end16
-    (_is_migrating_zk_broker,) = _S_o.unpack_from(data, pos)
+        _o1.rack = data[pos:_end19].decode()
+        pos = _end19
+    (_o1.is_migrating_zk_broker,) = _S_o.unpack_from(data, pos)
     pos += 1
-    _n17 = data[pos]
-    if _n17 < 128:
+    _n20 = data[pos]
+    if _n20 < 128:
         pos += 1
     else:
-        _n17, pos = read_uvarint(data, pos)
-    _n17 -= 1
-    if _n17 < 0:
+        _n20, pos = read_uvarint(data, pos)
+    _n20 -= 1
+    if _n20 < 0:
         raise DecodeError("invalid or null array length for log_dirs")
-    if _n17 > _len - pos:
+    if _n20 > _len - pos:
         raise DecodeError("array count of log_dirs exceeds the bytes left")
-    _a18: list[uuid.UUID] = []
-    for _ in range(_n17):
+    _a21: list[uuid.UUID] = []
+    for _ in range(_n20):
         if pos + 16 > _len:
             raise DecodeError("truncated uuid")
-        _e19 = uuid.UUID(bytes=data[pos : pos + 16])
+        _e22 = uuid.UUID(bytes=data[pos : pos + 16])
         pos += 16
-        _a18.append(_e19)
-    _log_dirs = _a18
+        _a21.append(_e22)
+    _o1.log_dirs = _a21
+    _o1.previous_broker_epoch = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BrokerRegistrationRequest(
-        _broker_id,
-        _cluster_id,
-        _incarnation_id,
-        _listeners,
-        _features,
-        _rack,
-        _is_migrating_zk_broker,
-        _log_dirs,
-        -1,
-    ), pos
+    return _o1, pos
 
 
 def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegistrationRequest, int]:
     _len = len(data)
-    (_broker_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(BrokerRegistrationRequest)
+    (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for cluster_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("cluster_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("cluster_id overruns the buffer")
-    _cluster_id = data[pos:_end2].decode()
-    pos = _end2
+    _o1.cluster_id = data[pos:_end3].decode()
+    pos = _end3
     (_incarnation_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for listeners")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of listeners exceeds the bytes left")
-    _a4: list[Listener] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[Listener] = []
+    for _ in range(_n4):
+        _o7 = _new(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -864,112 +847,118 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for name")
         if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end9].decode()
-        pos = _end9
-        _s5_port, _s5_security_protocol = _S_Hh.unpack_from(data, pos)
-        pos += 4
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a4.append(Listener(_s5_name, _s5_host, _s5_port, _s5_security_protocol))
-    _listeners = _a4
-    _n10 = data[pos]
-    if _n10 < 128:
-        pos += 1
-    else:
-        _n10, pos = read_uvarint(data, pos)
-    _n10 -= 1
-    if _n10 < 0:
-        raise DecodeError("invalid or null array length for features")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of features exceeds the bytes left")
-    _a11: list[Feature] = []
-    for _ in range(_n10):
-        _n13 = data[pos]
-        if _n13 < 128:
-            pos += 1
-        else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n13 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end14 = pos + _n13
-        if _end14 > _len:
             raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        _s12_min_supported_version, _s12_max_supported_version = _S_hh.unpack_from(data, pos)
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end11].decode()
+        pos = _end11
+        _o7.port, _o7.security_protocol = _S_Hh.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a11.append(Feature(_s12_name, _s12_min_supported_version, _s12_max_supported_version))
-    _features = _a11
-    _n15 = data[pos]
-    if _n15 < 128:
+        _a5.append(_o7)
+    _o1.listeners = _a5
+    _n12 = data[pos]
+    if _n12 < 128:
         pos += 1
     else:
-        _n15, pos = read_uvarint(data, pos)
-    _n15 -= 1
-    if _n15 < 0:
-        if _n15 != -1:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for features")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of features exceeds the bytes left")
+    _a13: list[Feature] = []
+    for _ in range(_n12):
+        _o15 = _new(Feature)
+        _n16 = data[pos]
+        if _n16 < 128:
+            pos += 1
+        else:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        _o15.min_supported_version, _o15.max_supported_version = _S_hh.unpack_from(data, pos)
+        pos += 4
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a13.append(_o15)
+    _o1.features = _a13
+    _n18 = data[pos]
+    if _n18 < 128:
+        pos += 1
+    else:
+        _n18, pos = read_uvarint(data, pos)
+    _n18 -= 1
+    if _n18 < 0:
+        if _n18 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        if _n15 > 0x7FFF:
+        if _n18 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end16 = pos + _n15
-        if _end16 > _len:
+        _end19 = pos + _n18
+        if _end19 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end16].decode()
-        pos = _end16
-    (_is_migrating_zk_broker,) = _S_o.unpack_from(data, pos)
+        _o1.rack = data[pos:_end19].decode()
+        pos = _end19
+    (_o1.is_migrating_zk_broker,) = _S_o.unpack_from(data, pos)
     pos += 1
-    _n17 = data[pos]
-    if _n17 < 128:
+    _n20 = data[pos]
+    if _n20 < 128:
         pos += 1
     else:
-        _n17, pos = read_uvarint(data, pos)
-    _n17 -= 1
-    if _n17 < 0:
+        _n20, pos = read_uvarint(data, pos)
+    _n20 -= 1
+    if _n20 < 0:
         raise DecodeError("invalid or null array length for log_dirs")
-    if _n17 > _len - pos:
+    if _n20 > _len - pos:
         raise DecodeError("array count of log_dirs exceeds the bytes left")
-    _a18: list[uuid.UUID] = []
-    for _ in range(_n17):
+    _a21: list[uuid.UUID] = []
+    for _ in range(_n20):
         if pos + 16 > _len:
             raise DecodeError("truncated uuid")
-        _e19 = uuid.UUID(bytes=data[pos : pos + 16])
+        _e22 = uuid.UUID(bytes=data[pos : pos + 16])
         pos += 16
-        _a18.append(_e19)
-    _log_dirs = _a18
-    (_previous_broker_epoch,) = _S_q.unpack_from(data, pos)
+        _a21.append(_e22)
+    _o1.log_dirs = _a21
+    (_o1.previous_broker_epoch,) = _S_q.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BrokerRegistrationRequest(
-        _broker_id,
-        _cluster_id,
-        _incarnation_id,
-        _listeners,
-        _features,
-        _rack,
-        _is_migrating_zk_broker,
-        _log_dirs,
-        _previous_broker_epoch,
-    ), pos
+    return _o1, pos
 
 
 def _w_BrokerRegistrationResponse_v0(buf: bytearray, o: BrokerRegistrationResponse) -> None:
@@ -979,13 +968,14 @@ def _w_BrokerRegistrationResponse_v0(buf: bytearray, o: BrokerRegistrationRespon
 
 def _r_BrokerRegistrationResponse_v0(data: bytes, pos: int) -> tuple[BrokerRegistrationResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _broker_epoch = _S_ihq.unpack_from(data, pos)
+    _o1 = _new(BrokerRegistrationResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.broker_epoch = _S_ihq.unpack_from(data, pos)
     pos += 14
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BrokerRegistrationResponse(_throttle_time_ms, _error_code, _broker_epoch), pos
+    return _o1, pos
 
 
 Listener._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -215,42 +216,43 @@ def _w_ConsumerGroupDescribeRequest_v0(buf: bytearray, o: ConsumerGroupDescribeR
 
 def _r_ConsumerGroupDescribeRequest_v0(data: bytes, pos: int) -> tuple[ConsumerGroupDescribeRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ConsumerGroupDescribeRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for group_ids")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of group_ids exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for group_ids")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("group_ids is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("group_ids overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _group_ids = _a2
-    (_include_authorized_operations,) = _S_o.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.group_ids = _a3
+    (_o1.include_authorized_operations,) = _S_o.unpack_from(data, pos)
     pos += 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ConsumerGroupDescribeRequest(_group_ids, _include_authorized_operations), pos
+    return _o1, pos
 
 
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
@@ -268,41 +270,42 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
+    _o1 = _new(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicPartitions(_topic_id, _topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
@@ -315,36 +318,23 @@ def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
 
 def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Assignment)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
-    _a2: list[TopicPartitions] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[TopicPartitions] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicPartitions)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -352,22 +342,37 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s3_partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
+        _o5.partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicPartitions(_s3_topic_id, _s3_topic_name, _s3_partitions))
-    _topic_partitions = _a2
+        _a3.append(_o5)
+    _o1.topic_partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Assignment(_topic_partitions), pos
+    return _o1, pos
 
 
 def _w_Member_v0(buf: bytearray, o: Member) -> None:
@@ -426,258 +431,252 @@ def _w_Member_v0(buf: bytearray, o: Member) -> None:
 
 def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Member)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for instance_id")
-        _instance_id = None
+        _o1.instance_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("instance_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("instance_id overruns the buffer")
-        _instance_id = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.instance_id = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for rack_id")
-        _rack_id = None
+        _o1.rack_id = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("rack_id is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("rack_id overruns the buffer")
-        _rack_id = data[pos:_end6].decode()
-        pos = _end6
-    (_member_epoch,) = _S_i.unpack_from(data, pos)
+        _o1.rack_id = data[pos:_end7].decode()
+        pos = _end7
+    (_o1.member_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n7 = data[pos]
-    if _n7 < 128:
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for client_id")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("client_id is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.client_id = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null length for client_host")
-    if _n9 > 0x7FFF:
+    if _n10 > 0x7FFF:
         raise DecodeError("client_host is longer than 32767 bytes")
-    _end10 = pos + _n9
-    if _end10 > _len:
+    _end11 = pos + _n10
+    if _end11 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end10].decode()
-    pos = _end10
-    _n11 = data[pos]
-    if _n11 < 128:
+    _o1.client_host = data[pos:_end11].decode()
+    pos = _end11
+    _n12 = data[pos]
+    if _n12 < 128:
         pos += 1
     else:
-        _n11, pos = read_uvarint(data, pos)
-    _n11 -= 1
-    if _n11 < 0:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
         raise DecodeError("invalid or null array length for subscribed_topic_names")
-    if _n11 > _len - pos:
+    if _n12 > _len - pos:
         raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
-    _a12: list[str] = []
-    for _ in range(_n11):
-        _n14 = data[pos]
-        if _n14 < 128:
+    _a13: list[str] = []
+    for _ in range(_n12):
+        _n15 = data[pos]
+        if _n15 < 128:
             pos += 1
         else:
-            _n14, pos = read_uvarint(data, pos)
-        _n14 -= 1
-        if _n14 < 0:
+            _n15, pos = read_uvarint(data, pos)
+        _n15 -= 1
+        if _n15 < 0:
             raise DecodeError("invalid or null length for subscribed_topic_names")
-        if _n14 > 0x7FFF:
+        if _n15 > 0x7FFF:
             raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-        _end15 = pos + _n14
-        if _end15 > _len:
+        _end16 = pos + _n15
+        if _end16 > _len:
             raise DecodeError("subscribed_topic_names overruns the buffer")
-        _e13 = data[pos:_end15].decode()
-        pos = _end15
-        _a12.append(_e13)
-    _subscribed_topic_names = _a12
-    _n16 = data[pos]
-    if _n16 < 128:
+        _e14 = data[pos:_end16].decode()
+        pos = _end16
+        _a13.append(_e14)
+    _o1.subscribed_topic_names = _a13
+    _n17 = data[pos]
+    if _n17 < 128:
         pos += 1
     else:
-        _n16, pos = read_uvarint(data, pos)
-    _n16 -= 1
-    if _n16 < 0:
-        if _n16 != -1:
+        _n17, pos = read_uvarint(data, pos)
+    _n17 -= 1
+    if _n17 < 0:
+        if _n17 != -1:
             raise DecodeError("invalid length for subscribed_topic_regex")
-        _subscribed_topic_regex = None
+        _o1.subscribed_topic_regex = None
     else:
-        if _n16 > 0x7FFF:
+        if _n17 > 0x7FFF:
             raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end18 = pos + _n17
+        if _end18 > _len:
             raise DecodeError("subscribed_topic_regex overruns the buffer")
-        _subscribed_topic_regex = data[pos:_end17].decode()
-        pos = _end17
-    _n19 = data[pos]
-    if _n19 < 128:
+        _o1.subscribed_topic_regex = data[pos:_end18].decode()
+        pos = _end18
+    _o20 = _new(Assignment)
+    _n21 = data[pos]
+    if _n21 < 128:
         pos += 1
     else:
-        _n19, pos = read_uvarint(data, pos)
-    _n19 -= 1
-    if _n19 < 0:
+        _n21, pos = read_uvarint(data, pos)
+    _n21 -= 1
+    if _n21 < 0:
         raise DecodeError("invalid or null array length for topic_partitions")
-    if _n19 > _len - pos:
+    if _n21 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
-    _a20: list[TopicPartitions] = []
-    for _ in range(_n19):
-        (_s21_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a22: list[TopicPartitions] = []
+    for _ in range(_n21):
+        _o24 = _new(TopicPartitions)
+        (_s23_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s21_topic_id = uuid.UUID(bytes=_s21_topic_id_raw)
-        _n22 = data[pos]
-        if _n22 < 128:
+        _o24.topic_id = uuid.UUID(bytes=_s23_topic_id_raw)
+        _n25 = data[pos]
+        if _n25 < 128:
             pos += 1
         else:
-            _n22, pos = read_uvarint(data, pos)
-        _n22 -= 1
-        if _n22 < 0:
+            _n25, pos = read_uvarint(data, pos)
+        _n25 -= 1
+        if _n25 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n22 > 0x7FFF:
+        if _n25 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end23 = pos + _n22
-        if _end23 > _len:
+        _end26 = pos + _n25
+        if _end26 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s21_topic_name = data[pos:_end23].decode()
-        pos = _end23
-        _n24 = data[pos]
-        if _n24 < 128:
+        _o24.topic_name = data[pos:_end26].decode()
+        pos = _end26
+        _n27 = data[pos]
+        if _n27 < 128:
             pos += 1
         else:
-            _n24, pos = read_uvarint(data, pos)
-        _n24 -= 1
-        if _n24 < 0:
+            _n27, pos = read_uvarint(data, pos)
+        _n27 -= 1
+        if _n27 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n24 > _len - pos:
+        if _n27 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s21_partitions = list(struct.unpack_from(f">{_n24}i", data, pos))
-        pos += 4 * _n24
+        _o24.partitions = list(struct.unpack_from(f">{_n27}i", data, pos))
+        pos += 4 * _n27
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a20.append(TopicPartitions(_s21_topic_id, _s21_topic_name, _s21_partitions))
-    _s18_topic_partitions = _a20
+        _a22.append(_o24)
+    _o20.topic_partitions = _a22
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    _assignment = Assignment(_s18_topic_partitions)
-    _n26 = data[pos]
-    if _n26 < 128:
+    _o1.assignment = _o20
+    _o29 = _new(Assignment)
+    _n30 = data[pos]
+    if _n30 < 128:
         pos += 1
     else:
-        _n26, pos = read_uvarint(data, pos)
-    _n26 -= 1
-    if _n26 < 0:
+        _n30, pos = read_uvarint(data, pos)
+    _n30 -= 1
+    if _n30 < 0:
         raise DecodeError("invalid or null array length for topic_partitions")
-    if _n26 > _len - pos:
+    if _n30 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
-    _a27: list[TopicPartitions] = []
-    for _ in range(_n26):
-        (_s28_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a31: list[TopicPartitions] = []
+    for _ in range(_n30):
+        _o33 = _new(TopicPartitions)
+        (_s32_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s28_topic_id = uuid.UUID(bytes=_s28_topic_id_raw)
-        _n29 = data[pos]
-        if _n29 < 128:
+        _o33.topic_id = uuid.UUID(bytes=_s32_topic_id_raw)
+        _n34 = data[pos]
+        if _n34 < 128:
             pos += 1
         else:
-            _n29, pos = read_uvarint(data, pos)
-        _n29 -= 1
-        if _n29 < 0:
+            _n34, pos = read_uvarint(data, pos)
+        _n34 -= 1
+        if _n34 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n29 > 0x7FFF:
+        if _n34 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end30 = pos + _n29
-        if _end30 > _len:
+        _end35 = pos + _n34
+        if _end35 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s28_topic_name = data[pos:_end30].decode()
-        pos = _end30
-        _n31 = data[pos]
-        if _n31 < 128:
+        _o33.topic_name = data[pos:_end35].decode()
+        pos = _end35
+        _n36 = data[pos]
+        if _n36 < 128:
             pos += 1
         else:
-            _n31, pos = read_uvarint(data, pos)
-        _n31 -= 1
-        if _n31 < 0:
+            _n36, pos = read_uvarint(data, pos)
+        _n36 -= 1
+        if _n36 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n31 > _len - pos:
+        if _n36 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s28_partitions = list(struct.unpack_from(f">{_n31}i", data, pos))
-        pos += 4 * _n31
+        _o33.partitions = list(struct.unpack_from(f">{_n36}i", data, pos))
+        pos += 4 * _n36
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a27.append(TopicPartitions(_s28_topic_id, _s28_topic_name, _s28_partitions))
-    _s25_topic_partitions = _a27
+        _a31.append(_o33)
+    _o29.topic_partitions = _a31
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    _target_assignment = Assignment(_s25_topic_partitions)
+    _o1.target_assignment = _o29
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Member(
-        _member_id,
-        _instance_id,
-        _rack_id,
-        _member_epoch,
-        _client_id,
-        _client_host,
-        _subscribed_topic_names,
-        _subscribed_topic_regex,
-        _assignment,
-        _target_assignment,
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
@@ -716,100 +715,87 @@ def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
 
 def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribedGroup)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.group_id = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for group_state")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("group_state is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("group_state overruns the buffer")
-    _group_state = data[pos:_end6].decode()
-    pos = _end6
-    _group_epoch, _assignment_epoch = _S_ii.unpack_from(data, pos)
+    _o1.group_state = data[pos:_end7].decode()
+    pos = _end7
+    _o1.group_epoch, _o1.assignment_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n7 = data[pos]
-    if _n7 < 128:
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for assignor_name")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("assignor_name is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("assignor_name overruns the buffer")
-    _assignor_name = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.assignor_name = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a10: list[Member] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n12 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s11_member_id = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[Member] = []
+    for _ in range(_n10):
+        _o13 = _new(Member)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -817,17 +803,14 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            if _n14 != -1:
-                raise DecodeError("invalid length for instance_id")
-            _s11_instance_id = None
-        else:
-            if _n14 > 0x7FFF:
-                raise DecodeError("instance_id is longer than 32767 bytes")
-            _end15 = pos + _n14
-            if _end15 > _len:
-                raise DecodeError("instance_id overruns the buffer")
-            _s11_instance_id = data[pos:_end15].decode()
-            pos = _end15
+            raise DecodeError("invalid or null length for member_id")
+        if _n14 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o13.member_id = data[pos:_end15].decode()
+        pos = _end15
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -836,18 +819,16 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _n16 -= 1
         if _n16 < 0:
             if _n16 != -1:
-                raise DecodeError("invalid length for rack_id")
-            _s11_rack_id = None
+                raise DecodeError("invalid length for instance_id")
+            _o13.instance_id = None
         else:
             if _n16 > 0x7FFF:
-                raise DecodeError("rack_id is longer than 32767 bytes")
+                raise DecodeError("instance_id is longer than 32767 bytes")
             _end17 = pos + _n16
             if _end17 > _len:
-                raise DecodeError("rack_id overruns the buffer")
-            _s11_rack_id = data[pos:_end17].decode()
+                raise DecodeError("instance_id overruns the buffer")
+            _o13.instance_id = data[pos:_end17].decode()
             pos = _end17
-        (_s11_member_epoch,) = _S_i.unpack_from(data, pos)
-        pos += 4
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1
@@ -855,14 +836,19 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n18, pos = read_uvarint(data, pos)
         _n18 -= 1
         if _n18 < 0:
-            raise DecodeError("invalid or null length for client_id")
-        if _n18 > 0x7FFF:
-            raise DecodeError("client_id is longer than 32767 bytes")
-        _end19 = pos + _n18
-        if _end19 > _len:
-            raise DecodeError("client_id overruns the buffer")
-        _s11_client_id = data[pos:_end19].decode()
-        pos = _end19
+            if _n18 != -1:
+                raise DecodeError("invalid length for rack_id")
+            _o13.rack_id = None
+        else:
+            if _n18 > 0x7FFF:
+                raise DecodeError("rack_id is longer than 32767 bytes")
+            _end19 = pos + _n18
+            if _end19 > _len:
+                raise DecodeError("rack_id overruns the buffer")
+            _o13.rack_id = data[pos:_end19].decode()
+            pos = _end19
+        (_o13.member_epoch,) = _S_i.unpack_from(data, pos)
+        pos += 4
         _n20 = data[pos]
         if _n20 < 128:
             pos += 1
@@ -870,13 +856,13 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n20, pos = read_uvarint(data, pos)
         _n20 -= 1
         if _n20 < 0:
-            raise DecodeError("invalid or null length for client_host")
+            raise DecodeError("invalid or null length for client_id")
         if _n20 > 0x7FFF:
-            raise DecodeError("client_host is longer than 32767 bytes")
+            raise DecodeError("client_id is longer than 32767 bytes")
         _end21 = pos + _n20
         if _end21 > _len:
-            raise DecodeError("client_host overruns the buffer")
-        _s11_client_host = data[pos:_end21].decode()
+            raise DecodeError("client_id overruns the buffer")
+        _o13.client_id = data[pos:_end21].decode()
         pos = _end21
         _n22 = data[pos]
         if _n22 < 128:
@@ -885,188 +871,184 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n22, pos = read_uvarint(data, pos)
         _n22 -= 1
         if _n22 < 0:
-            raise DecodeError("invalid or null array length for subscribed_topic_names")
-        if _n22 > _len - pos:
-            raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
-        _a23: list[str] = []
-        for _ in range(_n22):
-            _n25 = data[pos]
-            if _n25 < 128:
-                pos += 1
-            else:
-                _n25, pos = read_uvarint(data, pos)
-            _n25 -= 1
-            if _n25 < 0:
-                raise DecodeError("invalid or null length for subscribed_topic_names")
-            if _n25 > 0x7FFF:
-                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-            _end26 = pos + _n25
-            if _end26 > _len:
-                raise DecodeError("subscribed_topic_names overruns the buffer")
-            _e24 = data[pos:_end26].decode()
-            pos = _end26
-            _a23.append(_e24)
-        _s11_subscribed_topic_names = _a23
-        _n27 = data[pos]
-        if _n27 < 128:
+            raise DecodeError("invalid or null length for client_host")
+        if _n22 > 0x7FFF:
+            raise DecodeError("client_host is longer than 32767 bytes")
+        _end23 = pos + _n22
+        if _end23 > _len:
+            raise DecodeError("client_host overruns the buffer")
+        _o13.client_host = data[pos:_end23].decode()
+        pos = _end23
+        _n24 = data[pos]
+        if _n24 < 128:
             pos += 1
         else:
-            _n27, pos = read_uvarint(data, pos)
-        _n27 -= 1
-        if _n27 < 0:
-            if _n27 != -1:
-                raise DecodeError("invalid length for subscribed_topic_regex")
-            _s11_subscribed_topic_regex = None
-        else:
+            _n24, pos = read_uvarint(data, pos)
+        _n24 -= 1
+        if _n24 < 0:
+            raise DecodeError("invalid or null array length for subscribed_topic_names")
+        if _n24 > _len - pos:
+            raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
+        _a25: list[str] = []
+        for _ in range(_n24):
+            _n27 = data[pos]
+            if _n27 < 128:
+                pos += 1
+            else:
+                _n27, pos = read_uvarint(data, pos)
+            _n27 -= 1
+            if _n27 < 0:
+                raise DecodeError("invalid or null length for subscribed_topic_names")
             if _n27 > 0x7FFF:
-                raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
+                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
             _end28 = pos + _n27
             if _end28 > _len:
-                raise DecodeError("subscribed_topic_regex overruns the buffer")
-            _s11_subscribed_topic_regex = data[pos:_end28].decode()
+                raise DecodeError("subscribed_topic_names overruns the buffer")
+            _e26 = data[pos:_end28].decode()
             pos = _end28
-        _n30 = data[pos]
-        if _n30 < 128:
+            _a25.append(_e26)
+        _o13.subscribed_topic_names = _a25
+        _n29 = data[pos]
+        if _n29 < 128:
             pos += 1
         else:
-            _n30, pos = read_uvarint(data, pos)
-        _n30 -= 1
-        if _n30 < 0:
+            _n29, pos = read_uvarint(data, pos)
+        _n29 -= 1
+        if _n29 < 0:
+            if _n29 != -1:
+                raise DecodeError("invalid length for subscribed_topic_regex")
+            _o13.subscribed_topic_regex = None
+        else:
+            if _n29 > 0x7FFF:
+                raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
+            _end30 = pos + _n29
+            if _end30 > _len:
+                raise DecodeError("subscribed_topic_regex overruns the buffer")
+            _o13.subscribed_topic_regex = data[pos:_end30].decode()
+            pos = _end30
+        _o32 = _new(Assignment)
+        _n33 = data[pos]
+        if _n33 < 128:
+            pos += 1
+        else:
+            _n33, pos = read_uvarint(data, pos)
+        _n33 -= 1
+        if _n33 < 0:
             raise DecodeError("invalid or null array length for topic_partitions")
-        if _n30 > _len - pos:
+        if _n33 > _len - pos:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
-        _a31: list[TopicPartitions] = []
-        for _ in range(_n30):
-            (_s32_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a34: list[TopicPartitions] = []
+        for _ in range(_n33):
+            _o36 = _new(TopicPartitions)
+            (_s35_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s32_topic_id = uuid.UUID(bytes=_s32_topic_id_raw)
-            _n33 = data[pos]
-            if _n33 < 128:
+            _o36.topic_id = uuid.UUID(bytes=_s35_topic_id_raw)
+            _n37 = data[pos]
+            if _n37 < 128:
                 pos += 1
             else:
-                _n33, pos = read_uvarint(data, pos)
-            _n33 -= 1
-            if _n33 < 0:
+                _n37, pos = read_uvarint(data, pos)
+            _n37 -= 1
+            if _n37 < 0:
                 raise DecodeError("invalid or null length for topic_name")
-            if _n33 > 0x7FFF:
+            if _n37 > 0x7FFF:
                 raise DecodeError("topic_name is longer than 32767 bytes")
-            _end34 = pos + _n33
-            if _end34 > _len:
+            _end38 = pos + _n37
+            if _end38 > _len:
                 raise DecodeError("topic_name overruns the buffer")
-            _s32_topic_name = data[pos:_end34].decode()
-            pos = _end34
-            _n35 = data[pos]
-            if _n35 < 128:
+            _o36.topic_name = data[pos:_end38].decode()
+            pos = _end38
+            _n39 = data[pos]
+            if _n39 < 128:
                 pos += 1
             else:
-                _n35, pos = read_uvarint(data, pos)
-            _n35 -= 1
-            if _n35 < 0:
+                _n39, pos = read_uvarint(data, pos)
+            _n39 -= 1
+            if _n39 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n35 > _len - pos:
+            if _n39 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s32_partitions = list(struct.unpack_from(f">{_n35}i", data, pos))
-            pos += 4 * _n35
+            _o36.partitions = list(struct.unpack_from(f">{_n39}i", data, pos))
+            pos += 4 * _n39
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a31.append(TopicPartitions(_s32_topic_id, _s32_topic_name, _s32_partitions))
-        _s29_topic_partitions = _a31
+            _a34.append(_o36)
+        _o32.topic_partitions = _a34
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _s11_assignment = Assignment(_s29_topic_partitions)
-        _n37 = data[pos]
-        if _n37 < 128:
+        _o13.assignment = _o32
+        _o41 = _new(Assignment)
+        _n42 = data[pos]
+        if _n42 < 128:
             pos += 1
         else:
-            _n37, pos = read_uvarint(data, pos)
-        _n37 -= 1
-        if _n37 < 0:
+            _n42, pos = read_uvarint(data, pos)
+        _n42 -= 1
+        if _n42 < 0:
             raise DecodeError("invalid or null array length for topic_partitions")
-        if _n37 > _len - pos:
+        if _n42 > _len - pos:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
-        _a38: list[TopicPartitions] = []
-        for _ in range(_n37):
-            (_s39_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a43: list[TopicPartitions] = []
+        for _ in range(_n42):
+            _o45 = _new(TopicPartitions)
+            (_s44_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s39_topic_id = uuid.UUID(bytes=_s39_topic_id_raw)
-            _n40 = data[pos]
-            if _n40 < 128:
+            _o45.topic_id = uuid.UUID(bytes=_s44_topic_id_raw)
+            _n46 = data[pos]
+            if _n46 < 128:
                 pos += 1
             else:
-                _n40, pos = read_uvarint(data, pos)
-            _n40 -= 1
-            if _n40 < 0:
+                _n46, pos = read_uvarint(data, pos)
+            _n46 -= 1
+            if _n46 < 0:
                 raise DecodeError("invalid or null length for topic_name")
-            if _n40 > 0x7FFF:
+            if _n46 > 0x7FFF:
                 raise DecodeError("topic_name is longer than 32767 bytes")
-            _end41 = pos + _n40
-            if _end41 > _len:
+            _end47 = pos + _n46
+            if _end47 > _len:
                 raise DecodeError("topic_name overruns the buffer")
-            _s39_topic_name = data[pos:_end41].decode()
-            pos = _end41
-            _n42 = data[pos]
-            if _n42 < 128:
+            _o45.topic_name = data[pos:_end47].decode()
+            pos = _end47
+            _n48 = data[pos]
+            if _n48 < 128:
                 pos += 1
             else:
-                _n42, pos = read_uvarint(data, pos)
-            _n42 -= 1
-            if _n42 < 0:
+                _n48, pos = read_uvarint(data, pos)
+            _n48 -= 1
+            if _n48 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n42 > _len - pos:
+            if _n48 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s39_partitions = list(struct.unpack_from(f">{_n42}i", data, pos))
-            pos += 4 * _n42
+            _o45.partitions = list(struct.unpack_from(f">{_n48}i", data, pos))
+            pos += 4 * _n48
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a38.append(TopicPartitions(_s39_topic_id, _s39_topic_name, _s39_partitions))
-        _s36_topic_partitions = _a38
+            _a43.append(_o45)
+        _o41.topic_partitions = _a43
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _s11_target_assignment = Assignment(_s36_topic_partitions)
+        _o13.target_assignment = _o41
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a10.append(
-            Member(
-                _s11_member_id,
-                _s11_instance_id,
-                _s11_rack_id,
-                _s11_member_epoch,
-                _s11_client_id,
-                _s11_client_host,
-                _s11_subscribed_topic_names,
-                _s11_subscribed_topic_regex,
-                _s11_assignment,
-                _s11_target_assignment,
-            )
-        )
-    _members = _a10
-    (_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a11.append(_o13)
+    _o1.members = _a11
+    (_o1.authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribedGroup(
-        _error_code,
-        _error_message,
-        _group_id,
-        _group_state,
-        _group_epoch,
-        _assignment_epoch,
-        _assignor_name,
-        _members,
-        _authorized_operations,
-    ), pos
+    return _o1, pos
 
 
 def _w_ConsumerGroupDescribeResponse_v0(buf: bytearray, o: ConsumerGroupDescribeResponse) -> None:
@@ -1080,40 +1062,24 @@ def _w_ConsumerGroupDescribeResponse_v0(buf: bytearray, o: ConsumerGroupDescribe
 
 def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ConsumerGroupDescribeResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ConsumerGroupDescribeResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[DescribedGroup] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedGroup)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1121,14 +1087,17 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        if _n6 > 0x7FFF:
-            raise DecodeError("group_id is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end7].decode()
-        pos = _end7
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1136,16 +1105,14 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for group_state")
+            raise DecodeError("invalid or null length for group_id")
         if _n8 > 0x7FFF:
-            raise DecodeError("group_state is longer than 32767 bytes")
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("group_state overruns the buffer")
-        _s3_group_state = data[pos:_end9].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end9].decode()
         pos = _end9
-        _s3_group_epoch, _s3_assignment_epoch = _S_ii.unpack_from(data, pos)
-        pos += 8
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -1153,14 +1120,16 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            raise DecodeError("invalid or null length for assignor_name")
+            raise DecodeError("invalid or null length for group_state")
         if _n10 > 0x7FFF:
-            raise DecodeError("assignor_name is longer than 32767 bytes")
+            raise DecodeError("group_state is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("assignor_name overruns the buffer")
-        _s3_assignor_name = data[pos:_end11].decode()
+            raise DecodeError("group_state overruns the buffer")
+        _o5.group_state = data[pos:_end11].decode()
         pos = _end11
+        _o5.group_epoch, _o5.assignment_epoch = _S_ii.unpack_from(data, pos)
+        pos += 8
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -1168,141 +1137,139 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
             _n12, pos = read_uvarint(data, pos)
         _n12 -= 1
         if _n12 < 0:
+            raise DecodeError("invalid or null length for assignor_name")
+        if _n12 > 0x7FFF:
+            raise DecodeError("assignor_name is longer than 32767 bytes")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("assignor_name overruns the buffer")
+        _o5.assignor_name = data[pos:_end13].decode()
+        pos = _end13
+        _n14 = data[pos]
+        if _n14 < 128:
+            pos += 1
+        else:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for members")
-        if _n12 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of members exceeds the bytes left")
-        _a13: list[Member] = []
-        for _ in range(_n12):
-            _n15 = data[pos]
-            if _n15 < 128:
+        _a15: list[Member] = []
+        for _ in range(_n14):
+            _o17 = _new(Member)
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n15, pos = read_uvarint(data, pos)
-            _n15 -= 1
-            if _n15 < 0:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for member_id")
-            if _n15 > 0x7FFF:
+            if _n18 > 0x7FFF:
                 raise DecodeError("member_id is longer than 32767 bytes")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("member_id overruns the buffer")
-            _s14_member_id = data[pos:_end16].decode()
-            pos = _end16
-            _n17 = data[pos]
-            if _n17 < 128:
+            _o17.member_id = data[pos:_end19].decode()
+            pos = _end19
+            _n20 = data[pos]
+            if _n20 < 128:
                 pos += 1
             else:
-                _n17, pos = read_uvarint(data, pos)
-            _n17 -= 1
-            if _n17 < 0:
-                if _n17 != -1:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
+                if _n20 != -1:
                     raise DecodeError("invalid length for instance_id")
-                _s14_instance_id = None
+                _o17.instance_id = None
             else:
-                if _n17 > 0x7FFF:
+                if _n20 > 0x7FFF:
                     raise DecodeError("instance_id is longer than 32767 bytes")
-                _end18 = pos + _n17
-                if _end18 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("instance_id overruns the buffer")
-                _s14_instance_id = data[pos:_end18].decode()
-                pos = _end18
-            _n19 = data[pos]
-            if _n19 < 128:
+                _o17.instance_id = data[pos:_end21].decode()
+                pos = _end21
+            _n22 = data[pos]
+            if _n22 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
-                if _n19 != -1:
+                _n22, pos = read_uvarint(data, pos)
+            _n22 -= 1
+            if _n22 < 0:
+                if _n22 != -1:
                     raise DecodeError("invalid length for rack_id")
-                _s14_rack_id = None
+                _o17.rack_id = None
             else:
-                if _n19 > 0x7FFF:
+                if _n22 > 0x7FFF:
                     raise DecodeError("rack_id is longer than 32767 bytes")
-                _end20 = pos + _n19
-                if _end20 > _len:
+                _end23 = pos + _n22
+                if _end23 > _len:
                     raise DecodeError("rack_id overruns the buffer")
-                _s14_rack_id = data[pos:_end20].decode()
-                pos = _end20
-            (_s14_member_epoch,) = _S_i.unpack_from(data, pos)
+                _o17.rack_id = data[pos:_end23].decode()
+                pos = _end23
+            (_o17.member_epoch,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n21 = data[pos]
-            if _n21 < 128:
+            _n24 = data[pos]
+            if _n24 < 128:
                 pos += 1
             else:
-                _n21, pos = read_uvarint(data, pos)
-            _n21 -= 1
-            if _n21 < 0:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
                 raise DecodeError("invalid or null length for client_id")
-            if _n21 > 0x7FFF:
+            if _n24 > 0x7FFF:
                 raise DecodeError("client_id is longer than 32767 bytes")
-            _end22 = pos + _n21
-            if _end22 > _len:
+            _end25 = pos + _n24
+            if _end25 > _len:
                 raise DecodeError("client_id overruns the buffer")
-            _s14_client_id = data[pos:_end22].decode()
-            pos = _end22
-            _n23 = data[pos]
-            if _n23 < 128:
+            _o17.client_id = data[pos:_end25].decode()
+            pos = _end25
+            _n26 = data[pos]
+            if _n26 < 128:
                 pos += 1
             else:
-                _n23, pos = read_uvarint(data, pos)
-            _n23 -= 1
-            if _n23 < 0:
+                _n26, pos = read_uvarint(data, pos)
+            _n26 -= 1
+            if _n26 < 0:
                 raise DecodeError("invalid or null length for client_host")
-            if _n23 > 0x7FFF:
+            if _n26 > 0x7FFF:
                 raise DecodeError("client_host is longer than 32767 bytes")
-            _end24 = pos + _n23
-            if _end24 > _len:
+            _end27 = pos + _n26
+            if _end27 > _len:
                 raise DecodeError("client_host overruns the buffer")
-            _s14_client_host = data[pos:_end24].decode()
-            pos = _end24
-            _n25 = data[pos]
-            if _n25 < 128:
+            _o17.client_host = data[pos:_end27].decode()
+            pos = _end27
+            _n28 = data[pos]
+            if _n28 < 128:
                 pos += 1
             else:
-                _n25, pos = read_uvarint(data, pos)
-            _n25 -= 1
-            if _n25 < 0:
+                _n28, pos = read_uvarint(data, pos)
+            _n28 -= 1
+            if _n28 < 0:
                 raise DecodeError("invalid or null array length for subscribed_topic_names")
-            if _n25 > _len - pos:
+            if _n28 > _len - pos:
                 raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
-            _a26: list[str] = []
-            for _ in range(_n25):
-                _n28 = data[pos]
-                if _n28 < 128:
+            _a29: list[str] = []
+            for _ in range(_n28):
+                _n31 = data[pos]
+                if _n31 < 128:
                     pos += 1
                 else:
-                    _n28, pos = read_uvarint(data, pos)
-                _n28 -= 1
-                if _n28 < 0:
+                    _n31, pos = read_uvarint(data, pos)
+                _n31 -= 1
+                if _n31 < 0:
                     raise DecodeError("invalid or null length for subscribed_topic_names")
-                if _n28 > 0x7FFF:
+                if _n31 > 0x7FFF:
                     raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-                _end29 = pos + _n28
-                if _end29 > _len:
+                _end32 = pos + _n31
+                if _end32 > _len:
                     raise DecodeError("subscribed_topic_names overruns the buffer")
-                _e27 = data[pos:_end29].decode()
-                pos = _end29
-                _a26.append(_e27)
-            _s14_subscribed_topic_names = _a26
-            _n30 = data[pos]
-            if _n30 < 128:
-                pos += 1
-            else:
-                _n30, pos = read_uvarint(data, pos)
-            _n30 -= 1
-            if _n30 < 0:
-                if _n30 != -1:
-                    raise DecodeError("invalid length for subscribed_topic_regex")
-                _s14_subscribed_topic_regex = None
-            else:
-                if _n30 > 0x7FFF:
-                    raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
-                _end31 = pos + _n30
-                if _end31 > _len:
-                    raise DecodeError("subscribed_topic_regex overruns the buffer")
-                _s14_subscribed_topic_regex = data[pos:_end31].decode()
-                pos = _end31
+                _e30 = data[pos:_end32].decode()
+                pos = _end32
+                _a29.append(_e30)
+            _o17.subscribed_topic_names = _a29
             _n33 = data[pos]
             if _n33 < 128:
                 pos += 1
@@ -1310,67 +1277,49 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                 _n33, pos = read_uvarint(data, pos)
             _n33 -= 1
             if _n33 < 0:
+                if _n33 != -1:
+                    raise DecodeError("invalid length for subscribed_topic_regex")
+                _o17.subscribed_topic_regex = None
+            else:
+                if _n33 > 0x7FFF:
+                    raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
+                _end34 = pos + _n33
+                if _end34 > _len:
+                    raise DecodeError("subscribed_topic_regex overruns the buffer")
+                _o17.subscribed_topic_regex = data[pos:_end34].decode()
+                pos = _end34
+            _o36 = _new(Assignment)
+            _n37 = data[pos]
+            if _n37 < 128:
+                pos += 1
+            else:
+                _n37, pos = read_uvarint(data, pos)
+            _n37 -= 1
+            if _n37 < 0:
                 raise DecodeError("invalid or null array length for topic_partitions")
-            if _n33 > _len - pos:
+            if _n37 > _len - pos:
                 raise DecodeError("array count of topic_partitions exceeds the bytes left")
-            _a34: list[TopicPartitions] = []
-            for _ in range(_n33):
-                (_s35_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+            _a38: list[TopicPartitions] = []
+            for _ in range(_n37):
+                _o40 = _new(TopicPartitions)
+                (_s39_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
-                _s35_topic_id = uuid.UUID(bytes=_s35_topic_id_raw)
-                _n36 = data[pos]
-                if _n36 < 128:
+                _o40.topic_id = uuid.UUID(bytes=_s39_topic_id_raw)
+                _n41 = data[pos]
+                if _n41 < 128:
                     pos += 1
                 else:
-                    _n36, pos = read_uvarint(data, pos)
-                _n36 -= 1
-                if _n36 < 0:
+                    _n41, pos = read_uvarint(data, pos)
+                _n41 -= 1
+                if _n41 < 0:
                     raise DecodeError("invalid or null length for topic_name")
-                if _n36 > 0x7FFF:
+                if _n41 > 0x7FFF:
                     raise DecodeError("topic_name is longer than 32767 bytes")
-                _end37 = pos + _n36
-                if _end37 > _len:
+                _end42 = pos + _n41
+                if _end42 > _len:
                     raise DecodeError("topic_name overruns the buffer")
-                _s35_topic_name = data[pos:_end37].decode()
-                pos = _end37
-                _n38 = data[pos]
-                if _n38 < 128:
-                    pos += 1
-                else:
-                    _n38, pos = read_uvarint(data, pos)
-                _n38 -= 1
-                if _n38 < 0:
-                    raise DecodeError("invalid or null array length for partitions")
-                if _n38 > _len - pos:
-                    raise DecodeError("array count of partitions exceeds the bytes left")
-                _s35_partitions = list(struct.unpack_from(f">{_n38}i", data, pos))
-                pos += 4 * _n38
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _a34.append(TopicPartitions(_s35_topic_id, _s35_topic_name, _s35_partitions))
-            _s32_topic_partitions = _a34
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _s14_assignment = Assignment(_s32_topic_partitions)
-            _n40 = data[pos]
-            if _n40 < 128:
-                pos += 1
-            else:
-                _n40, pos = read_uvarint(data, pos)
-            _n40 -= 1
-            if _n40 < 0:
-                raise DecodeError("invalid or null array length for topic_partitions")
-            if _n40 > _len - pos:
-                raise DecodeError("array count of topic_partitions exceeds the bytes left")
-            _a41: list[TopicPartitions] = []
-            for _ in range(_n40):
-                (_s42_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-                pos += 16
-                _s42_topic_id = uuid.UUID(bytes=_s42_topic_id_raw)
+                _o40.topic_name = data[pos:_end42].decode()
+                pos = _end42
                 _n43 = data[pos]
                 if _n43 < 128:
                     pos += 1
@@ -1378,81 +1327,96 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                     _n43, pos = read_uvarint(data, pos)
                 _n43 -= 1
                 if _n43 < 0:
-                    raise DecodeError("invalid or null length for topic_name")
-                if _n43 > 0x7FFF:
-                    raise DecodeError("topic_name is longer than 32767 bytes")
-                _end44 = pos + _n43
-                if _end44 > _len:
-                    raise DecodeError("topic_name overruns the buffer")
-                _s42_topic_name = data[pos:_end44].decode()
-                pos = _end44
-                _n45 = data[pos]
-                if _n45 < 128:
-                    pos += 1
-                else:
-                    _n45, pos = read_uvarint(data, pos)
-                _n45 -= 1
-                if _n45 < 0:
                     raise DecodeError("invalid or null array length for partitions")
-                if _n45 > _len - pos:
+                if _n43 > _len - pos:
                     raise DecodeError("array count of partitions exceeds the bytes left")
-                _s42_partitions = list(struct.unpack_from(f">{_n45}i", data, pos))
-                pos += 4 * _n45
+                _o40.partitions = list(struct.unpack_from(f">{_n43}i", data, pos))
+                pos += 4 * _n43
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a41.append(TopicPartitions(_s42_topic_id, _s42_topic_name, _s42_partitions))
-            _s39_topic_partitions = _a41
+                _a38.append(_o40)
+            _o36.topic_partitions = _a38
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _s14_target_assignment = Assignment(_s39_topic_partitions)
+            _o17.assignment = _o36
+            _o45 = _new(Assignment)
+            _n46 = data[pos]
+            if _n46 < 128:
+                pos += 1
+            else:
+                _n46, pos = read_uvarint(data, pos)
+            _n46 -= 1
+            if _n46 < 0:
+                raise DecodeError("invalid or null array length for topic_partitions")
+            if _n46 > _len - pos:
+                raise DecodeError("array count of topic_partitions exceeds the bytes left")
+            _a47: list[TopicPartitions] = []
+            for _ in range(_n46):
+                _o49 = _new(TopicPartitions)
+                (_s48_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+                pos += 16
+                _o49.topic_id = uuid.UUID(bytes=_s48_topic_id_raw)
+                _n50 = data[pos]
+                if _n50 < 128:
+                    pos += 1
+                else:
+                    _n50, pos = read_uvarint(data, pos)
+                _n50 -= 1
+                if _n50 < 0:
+                    raise DecodeError("invalid or null length for topic_name")
+                if _n50 > 0x7FFF:
+                    raise DecodeError("topic_name is longer than 32767 bytes")
+                _end51 = pos + _n50
+                if _end51 > _len:
+                    raise DecodeError("topic_name overruns the buffer")
+                _o49.topic_name = data[pos:_end51].decode()
+                pos = _end51
+                _n52 = data[pos]
+                if _n52 < 128:
+                    pos += 1
+                else:
+                    _n52, pos = read_uvarint(data, pos)
+                _n52 -= 1
+                if _n52 < 0:
+                    raise DecodeError("invalid or null array length for partitions")
+                if _n52 > _len - pos:
+                    raise DecodeError("array count of partitions exceeds the bytes left")
+                _o49.partitions = list(struct.unpack_from(f">{_n52}i", data, pos))
+                pos += 4 * _n52
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _a47.append(_o49)
+            _o45.topic_partitions = _a47
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a13.append(
-                Member(
-                    _s14_member_id,
-                    _s14_instance_id,
-                    _s14_rack_id,
-                    _s14_member_epoch,
-                    _s14_client_id,
-                    _s14_client_host,
-                    _s14_subscribed_topic_names,
-                    _s14_subscribed_topic_regex,
-                    _s14_assignment,
-                    _s14_target_assignment,
-                )
-            )
-        _s3_members = _a13
-        (_s3_authorized_operations,) = _S_i.unpack_from(data, pos)
+            _o17.target_assignment = _o45
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a15.append(_o17)
+        _o5.members = _a15
+        (_o5.authorized_operations,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            DescribedGroup(
-                _s3_error_code,
-                _s3_error_message,
-                _s3_group_id,
-                _s3_group_state,
-                _s3_group_epoch,
-                _s3_assignment_epoch,
-                _s3_assignor_name,
-                _s3_members,
-                _s3_authorized_operations,
-            )
-        )
-    _groups = _a2
+        _a3.append(_o5)
+    _o1.groups = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ConsumerGroupDescribeResponse(_throttle_time_ms, _groups), pos
+    return _o1, pos
 
 
 ConsumerGroupDescribeRequest._WRITERS = {0: _w_ConsumerGroupDescribeRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -201,26 +202,27 @@ def _r_ConsumerGroupHeartbeatRequestTopicPartitions_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupHeartbeatRequestTopicPartitions, int]:
     _len = len(data)
+    _o1 = _new(ConsumerGroupHeartbeatRequestTopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
+    _o1.partitions = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ConsumerGroupHeartbeatRequestTopicPartitions(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_ConsumerGroupHeartbeatRequest_v0(buf: bytearray, o: ConsumerGroupHeartbeatRequest) -> None:
@@ -353,338 +355,146 @@ def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbea
 
 def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[ConsumerGroupHeartbeatRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ConsumerGroupHeartbeatRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_member_epoch,) = _S_i.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.member_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for instance_id")
-        _instance_id = None
+        _o1.instance_id = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("instance_id is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("instance_id overruns the buffer")
-        _instance_id = data[pos:_end6].decode()
-        pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+        _o1.instance_id = data[pos:_end7].decode()
+        pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
-        if _n7 != -1:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        if _n8 != -1:
             raise DecodeError("invalid length for rack_id")
-        _rack_id = None
+        _o1.rack_id = None
     else:
-        if _n7 > 0x7FFF:
+        if _n8 > 0x7FFF:
             raise DecodeError("rack_id is longer than 32767 bytes")
-        _end8 = pos + _n7
-        if _end8 > _len:
+        _end9 = pos + _n8
+        if _end9 > _len:
             raise DecodeError("rack_id overruns the buffer")
-        _rack_id = data[pos:_end8].decode()
-        pos = _end8
-    (_rebalance_timeout_ms,) = _S_i.unpack_from(data, pos)
+        _o1.rack_id = data[pos:_end9].decode()
+        pos = _end9
+    (_o1.rebalance_timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n9 = data[pos]
-    if _n9 < 128:
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
-        if _n9 != -1:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
+        if _n10 != -1:
             raise DecodeError("invalid array length for subscribed_topic_names")
-        _subscribed_topic_names = None
-    elif _n9 > _len - pos:
+        _o1.subscribed_topic_names = None
+    elif _n10 > _len - pos:
         raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
     else:
-        _a10: list[str] = []
-        for _ in range(_n9):
-            _n12 = data[pos]
-            if _n12 < 128:
+        _a11: list[str] = []
+        for _ in range(_n10):
+            _n13 = data[pos]
+            if _n13 < 128:
                 pos += 1
             else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
                 raise DecodeError("invalid or null length for subscribed_topic_names")
-            if _n12 > 0x7FFF:
+            if _n13 > 0x7FFF:
                 raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-            _end13 = pos + _n12
-            if _end13 > _len:
+            _end14 = pos + _n13
+            if _end14 > _len:
                 raise DecodeError("subscribed_topic_names overruns the buffer")
-            _e11 = data[pos:_end13].decode()
-            pos = _end13
-            _a10.append(_e11)
-        _subscribed_topic_names = _a10
-    _n14 = data[pos]
-    if _n14 < 128:
+            _e12 = data[pos:_end14].decode()
+            pos = _end14
+            _a11.append(_e12)
+        _o1.subscribed_topic_names = _a11
+    _n15 = data[pos]
+    if _n15 < 128:
         pos += 1
     else:
-        _n14, pos = read_uvarint(data, pos)
-    _n14 -= 1
-    if _n14 < 0:
-        if _n14 != -1:
+        _n15, pos = read_uvarint(data, pos)
+    _n15 -= 1
+    if _n15 < 0:
+        if _n15 != -1:
             raise DecodeError("invalid length for server_assignor")
-        _server_assignor = None
+        _o1.server_assignor = None
     else:
-        if _n14 > 0x7FFF:
+        if _n15 > 0x7FFF:
             raise DecodeError("server_assignor is longer than 32767 bytes")
-        _end15 = pos + _n14
-        if _end15 > _len:
+        _end16 = pos + _n15
+        if _end16 > _len:
             raise DecodeError("server_assignor overruns the buffer")
-        _server_assignor = data[pos:_end15].decode()
-        pos = _end15
-    _n16 = data[pos]
-    if _n16 < 128:
+        _o1.server_assignor = data[pos:_end16].decode()
+        pos = _end16
+    _n17 = data[pos]
+    if _n17 < 128:
         pos += 1
     else:
-        _n16, pos = read_uvarint(data, pos)
-    _n16 -= 1
-    if _n16 < 0:
-        if _n16 != -1:
+        _n17, pos = read_uvarint(data, pos)
+    _n17 -= 1
+    if _n17 < 0:
+        if _n17 != -1:
             raise DecodeError("invalid array length for topic_partitions")
-        _topic_partitions = None
-    elif _n16 > _len - pos:
+        _o1.topic_partitions = None
+    elif _n17 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     else:
-        _a17: list[ConsumerGroupHeartbeatRequestTopicPartitions] = []
-        for _ in range(_n16):
-            (_s18_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a18: list[ConsumerGroupHeartbeatRequestTopicPartitions] = []
+        for _ in range(_n17):
+            _o20 = _new(ConsumerGroupHeartbeatRequestTopicPartitions)
+            (_s19_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s18_topic_id = uuid.UUID(bytes=_s18_topic_id_raw)
-            _n19 = data[pos]
-            if _n19 < 128:
-                pos += 1
-            else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
-                raise DecodeError("invalid or null array length for partitions")
-            if _n19 > _len - pos:
-                raise DecodeError("array count of partitions exceeds the bytes left")
-            _s18_partitions = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a17.append(ConsumerGroupHeartbeatRequestTopicPartitions(_s18_topic_id, _s18_partitions))
-        _topic_partitions = _a17
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return ConsumerGroupHeartbeatRequest(
-        _group_id,
-        _member_id,
-        _member_epoch,
-        _instance_id,
-        _rack_id,
-        _rebalance_timeout_ms,
-        _subscribed_topic_names,
-        None,
-        _server_assignor,
-        _topic_partitions,
-    ), pos
-
-
-def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[ConsumerGroupHeartbeatRequest, int]:
-    _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
-        raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    if _n3 > 0x7FFF:
-        raise DecodeError("member_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_member_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    _n5 = data[pos]
-    if _n5 < 128:
-        pos += 1
-    else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
-            raise DecodeError("invalid length for instance_id")
-        _instance_id = None
-    else:
-        if _n5 > 0x7FFF:
-            raise DecodeError("instance_id is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
-            raise DecodeError("instance_id overruns the buffer")
-        _instance_id = data[pos:_end6].decode()
-        pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
-        pos += 1
-    else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
-        if _n7 != -1:
-            raise DecodeError("invalid length for rack_id")
-        _rack_id = None
-    else:
-        if _n7 > 0x7FFF:
-            raise DecodeError("rack_id is longer than 32767 bytes")
-        _end8 = pos + _n7
-        if _end8 > _len:
-            raise DecodeError("rack_id overruns the buffer")
-        _rack_id = data[pos:_end8].decode()
-        pos = _end8
-    (_rebalance_timeout_ms,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    _n9 = data[pos]
-    if _n9 < 128:
-        pos += 1
-    else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
-        if _n9 != -1:
-            raise DecodeError("invalid array length for subscribed_topic_names")
-        _subscribed_topic_names = None
-    elif _n9 > _len - pos:
-        raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
-    else:
-        _a10: list[str] = []
-        for _ in range(_n9):
-            _n12 = data[pos]
-            if _n12 < 128:
-                pos += 1
-            else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
-                raise DecodeError("invalid or null length for subscribed_topic_names")
-            if _n12 > 0x7FFF:
-                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-            _end13 = pos + _n12
-            if _end13 > _len:
-                raise DecodeError("subscribed_topic_names overruns the buffer")
-            _e11 = data[pos:_end13].decode()
-            pos = _end13
-            _a10.append(_e11)
-        _subscribed_topic_names = _a10
-    _n14 = data[pos]
-    if _n14 < 128:
-        pos += 1
-    else:
-        _n14, pos = read_uvarint(data, pos)
-    _n14 -= 1
-    if _n14 < 0:
-        if _n14 != -1:
-            raise DecodeError("invalid length for subscribed_topic_regex")
-        _subscribed_topic_regex = None
-    else:
-        if _n14 > 0x7FFF:
-            raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
-        _end15 = pos + _n14
-        if _end15 > _len:
-            raise DecodeError("subscribed_topic_regex overruns the buffer")
-        _subscribed_topic_regex = data[pos:_end15].decode()
-        pos = _end15
-    _n16 = data[pos]
-    if _n16 < 128:
-        pos += 1
-    else:
-        _n16, pos = read_uvarint(data, pos)
-    _n16 -= 1
-    if _n16 < 0:
-        if _n16 != -1:
-            raise DecodeError("invalid length for server_assignor")
-        _server_assignor = None
-    else:
-        if _n16 > 0x7FFF:
-            raise DecodeError("server_assignor is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
-            raise DecodeError("server_assignor overruns the buffer")
-        _server_assignor = data[pos:_end17].decode()
-        pos = _end17
-    _n18 = data[pos]
-    if _n18 < 128:
-        pos += 1
-    else:
-        _n18, pos = read_uvarint(data, pos)
-    _n18 -= 1
-    if _n18 < 0:
-        if _n18 != -1:
-            raise DecodeError("invalid array length for topic_partitions")
-        _topic_partitions = None
-    elif _n18 > _len - pos:
-        raise DecodeError("array count of topic_partitions exceeds the bytes left")
-    else:
-        _a19: list[ConsumerGroupHeartbeatRequestTopicPartitions] = []
-        for _ in range(_n18):
-            (_s20_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-            pos += 16
-            _s20_topic_id = uuid.UUID(bytes=_s20_topic_id_raw)
+            _o20.topic_id = uuid.UUID(bytes=_s19_topic_id_raw)
             _n21 = data[pos]
             if _n21 < 128:
                 pos += 1
@@ -695,30 +505,205 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
                 raise DecodeError("invalid or null array length for partitions")
             if _n21 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s20_partitions = list(struct.unpack_from(f">{_n21}i", data, pos))
+            _o20.partitions = list(struct.unpack_from(f">{_n21}i", data, pos))
             pos += 4 * _n21
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a19.append(ConsumerGroupHeartbeatRequestTopicPartitions(_s20_topic_id, _s20_partitions))
-        _topic_partitions = _a19
+            _a18.append(_o20)
+        _o1.topic_partitions = _a18
+    _o1.subscribed_topic_regex = None
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ConsumerGroupHeartbeatRequest(
-        _group_id,
-        _member_id,
-        _member_epoch,
-        _instance_id,
-        _rack_id,
-        _rebalance_timeout_ms,
-        _subscribed_topic_names,
-        _subscribed_topic_regex,
-        _server_assignor,
-        _topic_partitions,
-    ), pos
+    return _o1, pos
+
+
+def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[ConsumerGroupHeartbeatRequest, int]:
+    _len = len(data)
+    _o1 = _new(ConsumerGroupHeartbeatRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    if _n2 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    if _n4 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.member_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    _n6 = data[pos]
+    if _n6 < 128:
+        pos += 1
+    else:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
+            raise DecodeError("invalid length for instance_id")
+        _o1.instance_id = None
+    else:
+        if _n6 > 0x7FFF:
+            raise DecodeError("instance_id is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("instance_id overruns the buffer")
+        _o1.instance_id = data[pos:_end7].decode()
+        pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
+        pos += 1
+    else:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        if _n8 != -1:
+            raise DecodeError("invalid length for rack_id")
+        _o1.rack_id = None
+    else:
+        if _n8 > 0x7FFF:
+            raise DecodeError("rack_id is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("rack_id overruns the buffer")
+        _o1.rack_id = data[pos:_end9].decode()
+        pos = _end9
+    (_o1.rebalance_timeout_ms,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    _n10 = data[pos]
+    if _n10 < 128:
+        pos += 1
+    else:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid array length for subscribed_topic_names")
+        _o1.subscribed_topic_names = None
+    elif _n10 > _len - pos:
+        raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
+    else:
+        _a11: list[str] = []
+        for _ in range(_n10):
+            _n13 = data[pos]
+            if _n13 < 128:
+                pos += 1
+            else:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
+                raise DecodeError("invalid or null length for subscribed_topic_names")
+            if _n13 > 0x7FFF:
+                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
+            _end14 = pos + _n13
+            if _end14 > _len:
+                raise DecodeError("subscribed_topic_names overruns the buffer")
+            _e12 = data[pos:_end14].decode()
+            pos = _end14
+            _a11.append(_e12)
+        _o1.subscribed_topic_names = _a11
+    _n15 = data[pos]
+    if _n15 < 128:
+        pos += 1
+    else:
+        _n15, pos = read_uvarint(data, pos)
+    _n15 -= 1
+    if _n15 < 0:
+        if _n15 != -1:
+            raise DecodeError("invalid length for subscribed_topic_regex")
+        _o1.subscribed_topic_regex = None
+    else:
+        if _n15 > 0x7FFF:
+            raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
+        _end16 = pos + _n15
+        if _end16 > _len:
+            raise DecodeError("subscribed_topic_regex overruns the buffer")
+        _o1.subscribed_topic_regex = data[pos:_end16].decode()
+        pos = _end16
+    _n17 = data[pos]
+    if _n17 < 128:
+        pos += 1
+    else:
+        _n17, pos = read_uvarint(data, pos)
+    _n17 -= 1
+    if _n17 < 0:
+        if _n17 != -1:
+            raise DecodeError("invalid length for server_assignor")
+        _o1.server_assignor = None
+    else:
+        if _n17 > 0x7FFF:
+            raise DecodeError("server_assignor is longer than 32767 bytes")
+        _end18 = pos + _n17
+        if _end18 > _len:
+            raise DecodeError("server_assignor overruns the buffer")
+        _o1.server_assignor = data[pos:_end18].decode()
+        pos = _end18
+    _n19 = data[pos]
+    if _n19 < 128:
+        pos += 1
+    else:
+        _n19, pos = read_uvarint(data, pos)
+    _n19 -= 1
+    if _n19 < 0:
+        if _n19 != -1:
+            raise DecodeError("invalid array length for topic_partitions")
+        _o1.topic_partitions = None
+    elif _n19 > _len - pos:
+        raise DecodeError("array count of topic_partitions exceeds the bytes left")
+    else:
+        _a20: list[ConsumerGroupHeartbeatRequestTopicPartitions] = []
+        for _ in range(_n19):
+            _o22 = _new(ConsumerGroupHeartbeatRequestTopicPartitions)
+            (_s21_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+            pos += 16
+            _o22.topic_id = uuid.UUID(bytes=_s21_topic_id_raw)
+            _n23 = data[pos]
+            if _n23 < 128:
+                pos += 1
+            else:
+                _n23, pos = read_uvarint(data, pos)
+            _n23 -= 1
+            if _n23 < 0:
+                raise DecodeError("invalid or null array length for partitions")
+            if _n23 > _len - pos:
+                raise DecodeError("array count of partitions exceeds the bytes left")
+            _o22.partitions = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a20.append(_o22)
+        _o1.topic_partitions = _a20
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
 
 
 def _w_ConsumerGroupHeartbeatResponseTopicPartitions_v0(
@@ -735,26 +720,27 @@ def _r_ConsumerGroupHeartbeatResponseTopicPartitions_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupHeartbeatResponseTopicPartitions, int]:
     _len = len(data)
+    _o1 = _new(ConsumerGroupHeartbeatResponseTopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
+    _o1.partitions = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ConsumerGroupHeartbeatResponseTopicPartitions(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
@@ -767,44 +753,46 @@ def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
 
 def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Assignment)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
-    _a2: list[ConsumerGroupHeartbeatResponseTopicPartitions] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[ConsumerGroupHeartbeatResponseTopicPartitions] = []
+    for _ in range(_n2):
+        _o5 = _new(ConsumerGroupHeartbeatResponseTopicPartitions)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s3_partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
-        pos += 4 * _n4
+        _o5.partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
+        pos += 4 * _n6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ConsumerGroupHeartbeatResponseTopicPartitions(_s3_topic_id, _s3_partitions))
-    _topic_partitions = _a2
+        _a3.append(_o5)
+    _o1.topic_partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Assignment(_topic_partitions), pos
+    return _o1, pos
 
 
 def _w_ConsumerGroupHeartbeatResponse_v0(buf: bytearray, o: ConsumerGroupHeartbeatResponse) -> None:
@@ -836,102 +824,97 @@ def _w_ConsumerGroupHeartbeatResponse_v0(buf: bytearray, o: ConsumerGroupHeartbe
 
 def _r_ConsumerGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[ConsumerGroupHeartbeatResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ConsumerGroupHeartbeatResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for member_id")
-        _member_id = None
+        _o1.member_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("member_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("member_id overruns the buffer")
-        _member_id = data[pos:_end4].decode()
-        pos = _end4
-    _member_epoch, _heartbeat_interval_ms = _S_ii.unpack_from(data, pos)
+        _o1.member_id = data[pos:_end5].decode()
+        pos = _end5
+    _o1.member_epoch, _o1.heartbeat_interval_ms = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_m5,) = _I8.unpack_from(data, pos)
+    (_m6,) = _I8.unpack_from(data, pos)
     pos += 1
-    if _m5 < 0:
-        _assignment = None
+    if _m6 < 0:
+        _o1.assignment = None
     else:
-        _n7 = data[pos]
-        if _n7 < 128:
+        _o8 = _new(Assignment)
+        _n9 = data[pos]
+        if _n9 < 128:
             pos += 1
         else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
+            _n9, pos = read_uvarint(data, pos)
+        _n9 -= 1
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for topic_partitions")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
-        _a8: list[ConsumerGroupHeartbeatResponseTopicPartitions] = []
-        for _ in range(_n7):
-            (_s9_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a10: list[ConsumerGroupHeartbeatResponseTopicPartitions] = []
+        for _ in range(_n9):
+            _o12 = _new(ConsumerGroupHeartbeatResponseTopicPartitions)
+            (_s11_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s9_topic_id = uuid.UUID(bytes=_s9_topic_id_raw)
-            _n10 = data[pos]
-            if _n10 < 128:
+            _o12.topic_id = uuid.UUID(bytes=_s11_topic_id_raw)
+            _n13 = data[pos]
+            if _n13 < 128:
                 pos += 1
             else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n10 > _len - pos:
+            if _n13 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s9_partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
+            _o12.partitions = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a8.append(ConsumerGroupHeartbeatResponseTopicPartitions(_s9_topic_id, _s9_partitions))
-        _s6_topic_partitions = _a8
+            _a10.append(_o12)
+        _o8.topic_partitions = _a10
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _assignment = Assignment(_s6_topic_partitions)
+        _o1.assignment = _o8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ConsumerGroupHeartbeatResponse(
-        _throttle_time_ms,
-        _error_code,
-        _error_message,
-        _member_id,
-        _member_epoch,
-        _heartbeat_interval_ms,
-        _assignment,
-    ), pos
+    return _o1, pos
 
 
 ConsumerGroupHeartbeatRequestTopicPartitions._WRITERS = {

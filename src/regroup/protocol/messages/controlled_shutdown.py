@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -123,27 +124,31 @@ def _w_ControlledShutdownRequest_v3(buf: bytearray, o: ControlledShutdownRequest
 
 def _r_ControlledShutdownRequest_v0(data: bytes, pos: int) -> tuple[ControlledShutdownRequest, int]:
     _len = len(data)
-    (_broker_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ControlledShutdownRequest)
+    (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ControlledShutdownRequest(_broker_id, -1), pos
+    _o1.broker_epoch = -1
+    return _o1, pos
 
 
 def _r_ControlledShutdownRequest_v2(data: bytes, pos: int) -> tuple[ControlledShutdownRequest, int]:
     _len = len(data)
-    _broker_id, _broker_epoch = _S_iq.unpack_from(data, pos)
+    _o1 = _new(ControlledShutdownRequest)
+    _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
-    return ControlledShutdownRequest(_broker_id, _broker_epoch), pos
+    return _o1, pos
 
 
 def _r_ControlledShutdownRequest_v3(data: bytes, pos: int) -> tuple[ControlledShutdownRequest, int]:
     _len = len(data)
-    _broker_id, _broker_epoch = _S_iq.unpack_from(data, pos)
+    _o1 = _new(ControlledShutdownRequest)
+    _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ControlledShutdownRequest(_broker_id, _broker_epoch), pos
+    return _o1, pos
 
 
 def _w_RemainingPartition_v0(buf: bytearray, o: RemainingPartition) -> None:
@@ -165,44 +170,46 @@ def _w_RemainingPartition_v3(buf: bytearray, o: RemainingPartition) -> None:
 
 def _r_RemainingPartition_v0(data: bytes, pos: int) -> tuple[RemainingPartition, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(RemainingPartition)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return RemainingPartition(_topic_name, _partition_index), pos
+    return _o1, pos
 
 
 def _r_RemainingPartition_v3(data: bytes, pos: int) -> tuple[RemainingPartition, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(RemainingPartition)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return RemainingPartition(_topic_name, _partition_index), pos
+    return _o1, pos
 
 
 def _w_ControlledShutdownResponse_v0(buf: bytearray, o: ControlledShutdownResponse) -> None:
@@ -224,76 +231,80 @@ def _w_ControlledShutdownResponse_v3(buf: bytearray, o: ControlledShutdownRespon
 
 def _r_ControlledShutdownResponse_v0(data: bytes, pos: int) -> tuple[ControlledShutdownResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(ControlledShutdownResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for remaining_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of remaining_partitions exceeds the bytes left")
-    _a2: list[RemainingPartition] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[RemainingPartition] = []
+    for _ in range(_n2):
+        _o5 = _new(RemainingPartition)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_partition_index,) = _S_i.unpack_from(data, pos)
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _a2.append(RemainingPartition(_s3_topic_name, _s3_partition_index))
-    _remaining_partitions = _a2
-    return ControlledShutdownResponse(_error_code, _remaining_partitions), pos
+        _a3.append(_o5)
+    _o1.remaining_partitions = _a3
+    return _o1, pos
 
 
 def _r_ControlledShutdownResponse_v3(data: bytes, pos: int) -> tuple[ControlledShutdownResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(ControlledShutdownResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for remaining_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of remaining_partitions exceeds the bytes left")
-    _a2: list[RemainingPartition] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[RemainingPartition] = []
+    for _ in range(_n2):
+        _o5 = _new(RemainingPartition)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_partition_index,) = _S_i.unpack_from(data, pos)
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(RemainingPartition(_s3_topic_name, _s3_partition_index))
-    _remaining_partitions = _a2
+        _a3.append(_o5)
+    _o1.remaining_partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ControlledShutdownResponse(_error_code, _remaining_partitions), pos
+    return _o1, pos
 
 
 ControlledShutdownRequest._WRITERS = {

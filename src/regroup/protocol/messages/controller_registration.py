@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -150,43 +151,44 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Listener)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    _port, _security_protocol = _S_Hh.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    _o1.port, _o1.security_protocol = _S_Hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Listener(_name, _host, _port, _security_protocol), pos
+    return _o1, pos
 
 
 def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
@@ -201,28 +203,29 @@ def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
 
 def _r_Feature_v0(data: bytes, pos: int) -> tuple[Feature, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Feature)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _min_supported_version, _max_supported_version = _S_hh.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.min_supported_version, _o1.max_supported_version = _S_hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Feature(_name, _min_supported_version, _max_supported_version), pos
+    return _o1, pos
 
 
 def _w_ControllerRegistrationRequest_v0(buf: bytearray, o: ControllerRegistrationRequest) -> None:
@@ -242,36 +245,23 @@ def _w_ControllerRegistrationRequest_v0(buf: bytearray, o: ControllerRegistratio
 
 def _r_ControllerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[ControllerRegistrationRequest, int]:
     _len = len(data)
-    _controller_id, _incarnation_id_raw, _zk_migration_ready = _S_i16so.unpack_from(data, pos)
+    _o1 = _new(ControllerRegistrationRequest)
+    _o1.controller_id, _incarnation_id_raw, _o1.zk_migration_ready = _S_i16so.unpack_from(data, pos)
     pos += 21
-    _incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for listeners")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of listeners exceeds the bytes left")
-    _a2: list[Listener] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[Listener] = []
+    for _ in range(_n2):
+        _o5 = _new(Listener)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -279,64 +269,78 @@ def _r_ControllerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[Controll
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for name")
         if _n6 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end7].decode()
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
         pos = _end7
-        _s3_port, _s3_security_protocol = _S_Hh.unpack_from(data, pos)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end9].decode()
+        pos = _end9
+        _o5.port, _o5.security_protocol = _S_Hh.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(Listener(_s3_name, _s3_host, _s3_port, _s3_security_protocol))
-    _listeners = _a2
-    _n8 = data[pos]
-    if _n8 < 128:
+        _a3.append(_o5)
+    _o1.listeners = _a3
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n8, pos = read_uvarint(data, pos)
-    _n8 -= 1
-    if _n8 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for features")
-    if _n8 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of features exceeds the bytes left")
-    _a9: list[Feature] = []
-    for _ in range(_n8):
-        _n11 = data[pos]
-        if _n11 < 128:
+    _a11: list[Feature] = []
+    for _ in range(_n10):
+        _o13 = _new(Feature)
+        _n14 = data[pos]
+        if _n14 < 128:
             pos += 1
         else:
-            _n11, pos = read_uvarint(data, pos)
-        _n11 -= 1
-        if _n11 < 0:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n11 > 0x7FFF:
+        if _n14 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end12 = pos + _n11
-        if _end12 > _len:
+        _end15 = pos + _n14
+        if _end15 > _len:
             raise DecodeError("name overruns the buffer")
-        _s10_name = data[pos:_end12].decode()
-        pos = _end12
-        _s10_min_supported_version, _s10_max_supported_version = _S_hh.unpack_from(data, pos)
+        _o13.name = data[pos:_end15].decode()
+        pos = _end15
+        _o13.min_supported_version, _o13.max_supported_version = _S_hh.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a9.append(Feature(_s10_name, _s10_min_supported_version, _s10_max_supported_version))
-    _features = _a9
+        _a11.append(_o13)
+    _o1.features = _a11
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ControllerRegistrationRequest(
-        _controller_id, _incarnation_id, _zk_migration_ready, _listeners, _features
-    ), pos
+    return _o1, pos
 
 
 def _w_ControllerRegistrationResponse_v0(buf: bytearray, o: ControllerRegistrationResponse) -> None:
@@ -354,31 +358,32 @@ def _w_ControllerRegistrationResponse_v0(buf: bytearray, o: ControllerRegistrati
 
 def _r_ControllerRegistrationResponse_v0(data: bytes, pos: int) -> tuple[ControllerRegistrationResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ControllerRegistrationResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ControllerRegistrationResponse(_throttle_time_ms, _error_code, _error_message), pos
+    return _o1, pos
 
 
 Listener._WRITERS = {0: _w_Listener_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -190,154 +191,140 @@ def _w_AclCreation_v2(buf: bytearray, o: AclCreation) -> None:
 
 def _r_AclCreation_v0(data: bytes, pos: int) -> tuple[AclCreation, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(AclCreation)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal overruns the buffer")
-    _principal = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+    _o1.principal = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for host")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end6].decode()
-    pos = _end6
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+    _o1.host = data[pos:_end7].decode()
+    pos = _end7
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
-    return AclCreation(
-        _resource_type, _resource_name, 3, _principal, _host, _operation, _permission_type
-    ), pos
+    _o1.resource_pattern_type = 3
+    return _o1, pos
 
 
 def _r_AclCreation_v1(data: bytes, pos: int) -> tuple[AclCreation, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(AclCreation)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    (_resource_pattern_type,) = _S_b.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.resource_pattern_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal overruns the buffer")
-    _principal = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+    _o1.principal = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for host")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end6].decode()
-    pos = _end6
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+    _o1.host = data[pos:_end7].decode()
+    pos = _end7
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
-    return AclCreation(
-        _resource_type,
-        _resource_name,
-        _resource_pattern_type,
-        _principal,
-        _host,
-        _operation,
-        _permission_type,
-    ), pos
+    return _o1, pos
 
 
 def _r_AclCreation_v2(data: bytes, pos: int) -> tuple[AclCreation, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(AclCreation)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("resource_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    (_resource_pattern_type,) = _S_b.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.resource_pattern_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("principal is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal overruns the buffer")
-    _principal = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.principal = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end6].decode()
-    pos = _end6
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+    _o1.host = data[pos:_end7].decode()
+    pos = _end7
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AclCreation(
-        _resource_type,
-        _resource_name,
-        _resource_pattern_type,
-        _principal,
-        _host,
-        _operation,
-        _permission_type,
-    ), pos
+    return _o1, pos
 
 
 def _w_CreateAclsRequest_v0(buf: bytearray, o: CreateAclsRequest) -> None:
@@ -364,150 +351,120 @@ def _w_CreateAclsRequest_v2(buf: bytearray, o: CreateAclsRequest) -> None:
 
 def _r_CreateAclsRequest_v0(data: bytes, pos: int) -> tuple[CreateAclsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(CreateAclsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for creations")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of creations exceeds the bytes left")
-    _a2: list[AclCreation] = []
-    for _ in range(_n1):
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
+    _a3: list[AclCreation] = []
+    for _ in range(_n2):
+        _o5 = _new(AclCreation)
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end5].decode()
-        pos = _end5
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for principal")
+            raise DecodeError("invalid or null length for resource_name")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("principal overruns the buffer")
-        _s3_principal = data[pos:_end7].decode()
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end7].decode()
         pos = _end7
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for principal")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end9].decode()
+            raise DecodeError("principal overruns the buffer")
+        _o5.principal = data[pos:_end9].decode()
         pos = _end9
-        _s3_operation, _s3_permission_type = _S_bb.unpack_from(data, pos)
+        (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
-        _a2.append(
-            AclCreation(
-                _s3_resource_type,
-                _s3_resource_name,
-                3,
-                _s3_principal,
-                _s3_host,
-                _s3_operation,
-                _s3_permission_type,
-            )
-        )
-    _creations = _a2
-    return CreateAclsRequest(_creations), pos
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end11].decode()
+        pos = _end11
+        _o5.operation, _o5.permission_type = _S_bb.unpack_from(data, pos)
+        pos += 2
+        _o5.resource_pattern_type = 3
+        _a3.append(_o5)
+    _o1.creations = _a3
+    return _o1, pos
 
 
 def _r_CreateAclsRequest_v1(data: bytes, pos: int) -> tuple[CreateAclsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(CreateAclsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for creations")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of creations exceeds the bytes left")
-    _a2: list[AclCreation] = []
-    for _ in range(_n1):
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_resource_pattern_type,) = _S_b.unpack_from(data, pos)
+    _a3: list[AclCreation] = []
+    for _ in range(_n2):
+        _o5 = _new(AclCreation)
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for principal")
+            raise DecodeError("invalid or null length for resource_name")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("principal overruns the buffer")
-        _s3_principal = data[pos:_end7].decode()
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end7].decode()
         pos = _end7
+        (_o5.resource_pattern_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for principal")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end9].decode()
+            raise DecodeError("principal overruns the buffer")
+        _o5.principal = data[pos:_end9].decode()
         pos = _end9
-        _s3_operation, _s3_permission_type = _S_bb.unpack_from(data, pos)
+        (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
-        _a2.append(
-            AclCreation(
-                _s3_resource_type,
-                _s3_resource_name,
-                _s3_resource_pattern_type,
-                _s3_principal,
-                _s3_host,
-                _s3_operation,
-                _s3_permission_type,
-            )
-        )
-    _creations = _a2
-    return CreateAclsRequest(_creations), pos
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end11].decode()
+        pos = _end11
+        _o5.operation, _o5.permission_type = _S_bb.unpack_from(data, pos)
+        pos += 2
+        _a3.append(_o5)
+    _o1.creations = _a3
+    return _o1, pos
 
 
 def _r_CreateAclsRequest_v2(data: bytes, pos: int) -> tuple[CreateAclsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreateAclsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for creations")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of creations exceeds the bytes left")
-    _a2: list[AclCreation] = []
-    for _ in range(_n1):
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("resource_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_resource_pattern_type,) = _S_b.unpack_from(data, pos)
+    _a3: list[AclCreation] = []
+    for _ in range(_n2):
+        _o5 = _new(AclCreation)
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n6 = data[pos]
         if _n6 < 128:
@@ -516,14 +473,16 @@ def _r_CreateAclsRequest_v2(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for principal")
+            raise DecodeError("invalid or null length for resource_name")
         if _n6 > 0x7FFF:
-            raise DecodeError("principal is longer than 32767 bytes")
+            raise DecodeError("resource_name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("principal overruns the buffer")
-        _s3_principal = data[pos:_end7].decode()
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end7].decode()
         pos = _end7
+        (_o5.resource_pattern_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -531,37 +490,42 @@ def _r_CreateAclsRequest_v2(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for principal")
         if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("principal is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end9].decode()
+            raise DecodeError("principal overruns the buffer")
+        _o5.principal = data[pos:_end9].decode()
         pos = _end9
-        _s3_operation, _s3_permission_type = _S_bb.unpack_from(data, pos)
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end11].decode()
+        pos = _end11
+        _o5.operation, _o5.permission_type = _S_bb.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            AclCreation(
-                _s3_resource_type,
-                _s3_resource_name,
-                _s3_resource_pattern_type,
-                _s3_principal,
-                _s3_host,
-                _s3_operation,
-                _s3_permission_type,
-            )
-        )
-    _creations = _a2
+        _a3.append(_o5)
+    _o1.creations = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreateAclsRequest(_creations), pos
+    return _o1, pos
 
 
 def _w_AclCreationResult_v0(buf: bytearray, o: AclCreationResult) -> None:
@@ -589,50 +553,52 @@ def _w_AclCreationResult_v2(buf: bytearray, o: AclCreationResult) -> None:
 
 def _r_AclCreationResult_v0(data: bytes, pos: int) -> tuple[AclCreationResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(AclCreationResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    return AclCreationResult(_error_code, _error_message), pos
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    return _o1, pos
 
 
 def _r_AclCreationResult_v2(data: bytes, pos: int) -> tuple[AclCreationResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(AclCreationResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AclCreationResult(_error_code, _error_message), pos
+    return _o1, pos
 
 
 def _w_CreateAclsResponse_v0(buf: bytearray, o: CreateAclsResponse) -> None:
@@ -654,82 +620,86 @@ def _w_CreateAclsResponse_v2(buf: bytearray, o: CreateAclsResponse) -> None:
 
 def _r_CreateAclsResponse_v0(data: bytes, pos: int) -> tuple[CreateAclsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(CreateAclsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[AclCreationResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[AclCreationResult] = []
+    for _ in range(_n2):
+        _o5 = _new(AclCreationResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
+        if _n6 < 0:
+            if _n6 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            _o5.error_message = None
         else:
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        _a2.append(AclCreationResult(_s3_error_code, _s3_error_message))
-    _results = _a2
-    return CreateAclsResponse(_throttle_time_ms, _results), pos
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        _a3.append(_o5)
+    _o1.results = _a3
+    return _o1, pos
 
 
 def _r_CreateAclsResponse_v2(data: bytes, pos: int) -> tuple[CreateAclsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(CreateAclsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[AclCreationResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[AclCreationResult] = []
+    for _ in range(_n2):
+        _o5 = _new(AclCreationResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            if _n6 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            _o5.error_message = None
         else:
-            if _n4 > 0x7FFF:
+            if _n6 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AclCreationResult(_s3_error_code, _s3_error_message))
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreateAclsResponse(_throttle_time_ms, _results), pos
+    return _o1, pos
 
 
 AclCreation._WRITERS = {

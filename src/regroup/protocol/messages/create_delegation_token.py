@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -162,64 +163,66 @@ def _w_CreatableRenewers_v2(buf: bytearray, o: CreatableRenewers) -> None:
 
 def _r_CreatableRenewers_v0(data: bytes, pos: int) -> tuple[CreatableRenewers, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(CreatableRenewers)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
-    return CreatableRenewers(_principal_type, _principal_name), pos
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
+    return _o1, pos
 
 
 def _r_CreatableRenewers_v2(data: bytes, pos: int) -> tuple[CreatableRenewers, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatableRenewers)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("principal_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("principal_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatableRenewers(_principal_type, _principal_name), pos
+    return _o1, pos
 
 
 def _w_CreateDelegationTokenRequest_v0(buf: bytearray, o: CreateDelegationTokenRequest) -> None:
@@ -282,68 +285,59 @@ def _w_CreateDelegationTokenRequest_v3(buf: bytearray, o: CreateDelegationTokenR
 
 def _r_CreateDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[CreateDelegationTokenRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(CreateDelegationTokenRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for renewers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of renewers exceeds the bytes left")
-    _a2: list[CreatableRenewers] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for principal_type")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("principal_type overruns the buffer")
-        _s3_principal_type = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[CreatableRenewers] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableRenewers)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for principal_name")
+            raise DecodeError("invalid or null length for principal_type")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("principal_name overruns the buffer")
-        _s3_principal_name = data[pos:_end7].decode()
+            raise DecodeError("principal_type overruns the buffer")
+        _o5.principal_type = data[pos:_end7].decode()
         pos = _end7
-        _a2.append(CreatableRenewers(_s3_principal_type, _s3_principal_name))
-    _renewers = _a2
-    (_max_lifetime_ms,) = _S_q.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for principal_name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("principal_name overruns the buffer")
+        _o5.principal_name = data[pos:_end9].decode()
+        pos = _end9
+        _a3.append(_o5)
+    _o1.renewers = _a3
+    (_o1.max_lifetime_ms,) = _S_q.unpack_from(data, pos)
     pos += 8
-    return CreateDelegationTokenRequest("", "", _renewers, _max_lifetime_ms), pos
+    _o1.owner_principal_type = ""
+    _o1.owner_principal_name = ""
+    return _o1, pos
 
 
 def _r_CreateDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[CreateDelegationTokenRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreateDelegationTokenRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for renewers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of renewers exceeds the bytes left")
-    _a2: list[CreatableRenewers] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for principal_type")
-        if _n4 > 0x7FFF:
-            raise DecodeError("principal_type is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("principal_type overruns the buffer")
-        _s3_principal_type = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[CreatableRenewers] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableRenewers)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -351,79 +345,14 @@ def _r_CreateDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[CreateDel
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for principal_name")
+            raise DecodeError("invalid or null length for principal_type")
         if _n6 > 0x7FFF:
-            raise DecodeError("principal_name is longer than 32767 bytes")
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("principal_name overruns the buffer")
-        _s3_principal_name = data[pos:_end7].decode()
+            raise DecodeError("principal_type overruns the buffer")
+        _o5.principal_type = data[pos:_end7].decode()
         pos = _end7
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(CreatableRenewers(_s3_principal_type, _s3_principal_name))
-    _renewers = _a2
-    (_max_lifetime_ms,) = _S_q.unpack_from(data, pos)
-    pos += 8
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return CreateDelegationTokenRequest("", "", _renewers, _max_lifetime_ms), pos
-
-
-def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDelegationTokenRequest, int]:
-    _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
-            raise DecodeError("invalid length for owner_principal_type")
-        _owner_principal_type = None
-    else:
-        if _n1 > 0x7FFF:
-            raise DecodeError("owner_principal_type is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
-            raise DecodeError("owner_principal_type overruns the buffer")
-        _owner_principal_type = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
-            raise DecodeError("invalid length for owner_principal_name")
-        _owner_principal_name = None
-    else:
-        if _n3 > 0x7FFF:
-            raise DecodeError("owner_principal_name is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
-            raise DecodeError("owner_principal_name overruns the buffer")
-        _owner_principal_name = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
-        pos += 1
-    else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        raise DecodeError("invalid or null array length for renewers")
-    if _n5 > _len - pos:
-        raise DecodeError("array count of renewers exceeds the bytes left")
-    _a6: list[CreatableRenewers] = []
-    for _ in range(_n5):
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -431,14 +360,83 @@ def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDel
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for principal_type")
+            raise DecodeError("invalid or null length for principal_name")
         if _n8 > 0x7FFF:
-            raise DecodeError("principal_type is longer than 32767 bytes")
+            raise DecodeError("principal_name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("principal_type overruns the buffer")
-        _s7_principal_type = data[pos:_end9].decode()
+            raise DecodeError("principal_name overruns the buffer")
+        _o5.principal_name = data[pos:_end9].decode()
         pos = _end9
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.renewers = _a3
+    (_o1.max_lifetime_ms,) = _S_q.unpack_from(data, pos)
+    pos += 8
+    _o1.owner_principal_type = ""
+    _o1.owner_principal_name = ""
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDelegationTokenRequest, int]:
+    _len = len(data)
+    _o1 = _new(CreateDelegationTokenRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
+            raise DecodeError("invalid length for owner_principal_type")
+        _o1.owner_principal_type = None
+    else:
+        if _n2 > 0x7FFF:
+            raise DecodeError("owner_principal_type is longer than 32767 bytes")
+        _end3 = pos + _n2
+        if _end3 > _len:
+            raise DecodeError("owner_principal_type overruns the buffer")
+        _o1.owner_principal_type = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
+            raise DecodeError("invalid length for owner_principal_name")
+        _o1.owner_principal_name = None
+    else:
+        if _n4 > 0x7FFF:
+            raise DecodeError("owner_principal_name is longer than 32767 bytes")
+        _end5 = pos + _n4
+        if _end5 > _len:
+            raise DecodeError("owner_principal_name overruns the buffer")
+        _o1.owner_principal_name = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
+        pos += 1
+    else:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        raise DecodeError("invalid or null array length for renewers")
+    if _n6 > _len - pos:
+        raise DecodeError("array count of renewers exceeds the bytes left")
+    _a7: list[CreatableRenewers] = []
+    for _ in range(_n6):
+        _o9 = _new(CreatableRenewers)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -446,29 +444,42 @@ def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDel
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            raise DecodeError("invalid or null length for principal_name")
+            raise DecodeError("invalid or null length for principal_type")
         if _n10 > 0x7FFF:
-            raise DecodeError("principal_name is longer than 32767 bytes")
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("principal_name overruns the buffer")
-        _s7_principal_name = data[pos:_end11].decode()
+            raise DecodeError("principal_type overruns the buffer")
+        _o9.principal_type = data[pos:_end11].decode()
         pos = _end11
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for principal_name")
+        if _n12 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("principal_name overruns the buffer")
+        _o9.principal_name = data[pos:_end13].decode()
+        pos = _end13
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(CreatableRenewers(_s7_principal_type, _s7_principal_name))
-    _renewers = _a6
-    (_max_lifetime_ms,) = _S_q.unpack_from(data, pos)
+        _a7.append(_o9)
+    _o1.renewers = _a7
+    (_o1.max_lifetime_ms,) = _S_q.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreateDelegationTokenRequest(
-        _owner_principal_type, _owner_principal_name, _renewers, _max_lifetime_ms
-    ), pos
+    return _o1, pos
 
 
 def _w_CreateDelegationTokenResponse_v0(buf: bytearray, o: CreateDelegationTokenResponse) -> None:
@@ -564,261 +575,232 @@ def _w_CreateDelegationTokenResponse_v3(buf: bytearray, o: CreateDelegationToken
 
 def _r_CreateDelegationTokenResponse_v0(data: bytes, pos: int) -> tuple[CreateDelegationTokenResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(CreateDelegationTokenResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
-    _issue_timestamp_ms, _expiry_timestamp_ms, _max_timestamp_ms = _S_qqq.unpack_from(data, pos)
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
+    _o1.issue_timestamp_ms, _o1.expiry_timestamp_ms, _o1.max_timestamp_ms = _S_qqq.unpack_from(data, pos)
     pos += 24
-    (_n5,) = _I16.unpack_from(data, pos)
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for token_id")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("token_id overruns the buffer")
-    _token_id = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
+    _o1.token_id = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for hmac")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("hmac overruns the buffer")
-    _hmac = data[pos:_end8]
-    pos = _end8
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1.hmac = data[pos:_end9]
+    pos = _end9
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return CreateDelegationTokenResponse(
-        _error_code,
-        _principal_type,
-        _principal_name,
-        "",
-        "",
-        _issue_timestamp_ms,
-        _expiry_timestamp_ms,
-        _max_timestamp_ms,
-        _token_id,
-        _hmac,
-        _throttle_time_ms,
-    ), pos
+    _o1.token_requester_principal_type = ""
+    _o1.token_requester_principal_name = ""
+    return _o1, pos
 
 
 def _r_CreateDelegationTokenResponse_v2(data: bytes, pos: int) -> tuple[CreateDelegationTokenResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(CreateDelegationTokenResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("principal_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("principal_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
-    _issue_timestamp_ms, _expiry_timestamp_ms, _max_timestamp_ms = _S_qqq.unpack_from(data, pos)
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
+    _o1.issue_timestamp_ms, _o1.expiry_timestamp_ms, _o1.max_timestamp_ms = _S_qqq.unpack_from(data, pos)
     pos += 24
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for token_id")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("token_id is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("token_id overruns the buffer")
-    _token_id = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.token_id = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for hmac")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("hmac overruns the buffer")
-    _hmac = data[pos:_end8]
-    pos = _end8
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1.hmac = data[pos:_end9]
+    pos = _end9
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.token_requester_principal_type = ""
+    _o1.token_requester_principal_name = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreateDelegationTokenResponse(
-        _error_code,
-        _principal_type,
-        _principal_name,
-        "",
-        "",
-        _issue_timestamp_ms,
-        _expiry_timestamp_ms,
-        _max_timestamp_ms,
-        _token_id,
-        _hmac,
-        _throttle_time_ms,
-    ), pos
+    return _o1, pos
 
 
 def _r_CreateDelegationTokenResponse_v3(data: bytes, pos: int) -> tuple[CreateDelegationTokenResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(CreateDelegationTokenResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("principal_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("principal_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for token_requester_principal_type")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("token_requester_principal_type is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("token_requester_principal_type overruns the buffer")
-    _token_requester_principal_type = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.token_requester_principal_type = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for token_requester_principal_name")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("token_requester_principal_name is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("token_requester_principal_name overruns the buffer")
-    _token_requester_principal_name = data[pos:_end8].decode()
-    pos = _end8
-    _issue_timestamp_ms, _expiry_timestamp_ms, _max_timestamp_ms = _S_qqq.unpack_from(data, pos)
+    _o1.token_requester_principal_name = data[pos:_end9].decode()
+    pos = _end9
+    _o1.issue_timestamp_ms, _o1.expiry_timestamp_ms, _o1.max_timestamp_ms = _S_qqq.unpack_from(data, pos)
     pos += 24
-    _n9 = data[pos]
-    if _n9 < 128:
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null length for token_id")
-    if _n9 > 0x7FFF:
+    if _n10 > 0x7FFF:
         raise DecodeError("token_id is longer than 32767 bytes")
-    _end10 = pos + _n9
-    if _end10 > _len:
+    _end11 = pos + _n10
+    if _end11 > _len:
         raise DecodeError("token_id overruns the buffer")
-    _token_id = data[pos:_end10].decode()
-    pos = _end10
-    _n11 = data[pos]
-    if _n11 < 128:
+    _o1.token_id = data[pos:_end11].decode()
+    pos = _end11
+    _n12 = data[pos]
+    if _n12 < 128:
         pos += 1
     else:
-        _n11, pos = read_uvarint(data, pos)
-    _n11 -= 1
-    if _n11 < 0:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
         raise DecodeError("invalid or null length for hmac")
-    _end12 = pos + _n11
-    if _end12 > _len:
+    _end13 = pos + _n12
+    if _end13 > _len:
         raise DecodeError("hmac overruns the buffer")
-    _hmac = data[pos:_end12]
-    pos = _end12
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1.hmac = data[pos:_end13]
+    pos = _end13
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreateDelegationTokenResponse(
-        _error_code,
-        _principal_type,
-        _principal_name,
-        _token_requester_principal_type,
-        _token_requester_principal_name,
-        _issue_timestamp_ms,
-        _expiry_timestamp_ms,
-        _max_timestamp_ms,
-        _token_id,
-        _hmac,
-        _throttle_time_ms,
-    ), pos
+    return _o1, pos
 
 
 CreatableRenewers._WRITERS = {

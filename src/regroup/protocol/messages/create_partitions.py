@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -171,36 +172,38 @@ def _w_CreatePartitionsAssignment_v2(buf: bytearray, o: CreatePartitionsAssignme
 
 def _r_CreatePartitionsAssignment_v0(data: bytes, pos: int) -> tuple[CreatePartitionsAssignment, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(CreatePartitionsAssignment)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for broker_ids")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of broker_ids exceeds the bytes left")
-    _broker_ids = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    return CreatePartitionsAssignment(_broker_ids), pos
+    _o1.broker_ids = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
+    return _o1, pos
 
 
 def _r_CreatePartitionsAssignment_v2(data: bytes, pos: int) -> tuple[CreatePartitionsAssignment, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatePartitionsAssignment)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for broker_ids")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of broker_ids exceeds the bytes left")
-    _broker_ids = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
+    _o1.broker_ids = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatePartitionsAssignment(_broker_ids), pos
+    return _o1, pos
 
 
 def _w_CreatePartitionsTopic_v0(buf: bytearray, o: CreatePartitionsTopic) -> None:
@@ -236,98 +239,102 @@ def _w_CreatePartitionsTopic_v2(buf: bytearray, o: CreatePartitionsTopic) -> Non
 
 def _r_CreatePartitionsTopic_v0(data: bytes, pos: int) -> tuple[CreatePartitionsTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(CreatePartitionsTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_count,) = _S_i.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.count,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n3,) = _I32.unpack_from(data, pos)
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for assignments")
-        _assignments = None
-    elif _n3 > _len - pos:
+        _o1.assignments = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of assignments exceeds the bytes left")
     else:
-        _a4: list[CreatePartitionsAssignment] = []
-        for _ in range(_n3):
-            (_n6,) = _I32.unpack_from(data, pos)
+        _a5: list[CreatePartitionsAssignment] = []
+        for _ in range(_n4):
+            _o7 = _new(CreatePartitionsAssignment)
+            (_n8,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n6 < 0:
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for broker_ids")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of broker_ids exceeds the bytes left")
-            _s5_broker_ids = list(struct.unpack_from(f">{_n6}i", data, pos))
-            pos += 4 * _n6
-            _a4.append(CreatePartitionsAssignment(_s5_broker_ids))
-        _assignments = _a4
-    return CreatePartitionsTopic(_name, _count, _assignments), pos
+            _o7.broker_ids = list(struct.unpack_from(f">{_n8}i", data, pos))
+            pos += 4 * _n8
+            _a5.append(_o7)
+        _o1.assignments = _a5
+    return _o1, pos
 
 
 def _r_CreatePartitionsTopic_v2(data: bytes, pos: int) -> tuple[CreatePartitionsTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatePartitionsTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_count,) = _S_i.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.count,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for assignments")
-        _assignments = None
-    elif _n3 > _len - pos:
+        _o1.assignments = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of assignments exceeds the bytes left")
     else:
-        _a4: list[CreatePartitionsAssignment] = []
-        for _ in range(_n3):
-            _n6 = data[pos]
-            if _n6 < 128:
+        _a5: list[CreatePartitionsAssignment] = []
+        for _ in range(_n4):
+            _o7 = _new(CreatePartitionsAssignment)
+            _n8 = data[pos]
+            if _n8 < 128:
                 pos += 1
             else:
-                _n6, pos = read_uvarint(data, pos)
-            _n6 -= 1
-            if _n6 < 0:
+                _n8, pos = read_uvarint(data, pos)
+            _n8 -= 1
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for broker_ids")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of broker_ids exceeds the bytes left")
-            _s5_broker_ids = list(struct.unpack_from(f">{_n6}i", data, pos))
-            pos += 4 * _n6
+            _o7.broker_ids = list(struct.unpack_from(f">{_n8}i", data, pos))
+            pos += 4 * _n8
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a4.append(CreatePartitionsAssignment(_s5_broker_ids))
-        _assignments = _a4
+            _a5.append(_o7)
+        _o1.assignments = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatePartitionsTopic(_name, _count, _assignments), pos
+    return _o1, pos
 
 
 def _w_CreatePartitionsRequest_v0(buf: bytearray, o: CreatePartitionsRequest) -> None:
@@ -353,84 +360,72 @@ def _w_CreatePartitionsRequest_v2(buf: bytearray, o: CreatePartitionsRequest) ->
 
 def _r_CreatePartitionsRequest_v0(data: bytes, pos: int) -> tuple[CreatePartitionsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(CreatePartitionsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatePartitionsTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[CreatePartitionsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatePartitionsTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_count,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.count,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for assignments")
-            _s3_assignments = None
-        elif _n6 > _len - pos:
+            _o5.assignments = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of assignments exceeds the bytes left")
         else:
-            _a7: list[CreatePartitionsAssignment] = []
-            for _ in range(_n6):
-                (_n9,) = _I32.unpack_from(data, pos)
+            _a9: list[CreatePartitionsAssignment] = []
+            for _ in range(_n8):
+                _o11 = _new(CreatePartitionsAssignment)
+                (_n12,) = _I32.unpack_from(data, pos)
                 pos += 4
-                if _n9 < 0:
+                if _n12 < 0:
                     raise DecodeError("invalid or null array length for broker_ids")
-                if _n9 > _len - pos:
+                if _n12 > _len - pos:
                     raise DecodeError("array count of broker_ids exceeds the bytes left")
-                _s8_broker_ids = list(struct.unpack_from(f">{_n9}i", data, pos))
-                pos += 4 * _n9
-                _a7.append(CreatePartitionsAssignment(_s8_broker_ids))
-            _s3_assignments = _a7
-        _a2.append(CreatePartitionsTopic(_s3_name, _s3_count, _s3_assignments))
-    _topics = _a2
-    _timeout_ms, _validate_only = _S_io.unpack_from(data, pos)
+                _o11.broker_ids = list(struct.unpack_from(f">{_n12}i", data, pos))
+                pos += 4 * _n12
+                _a9.append(_o11)
+            _o5.assignments = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.timeout_ms, _o1.validate_only = _S_io.unpack_from(data, pos)
     pos += 5
-    return CreatePartitionsRequest(_topics, _timeout_ms, _validate_only), pos
+    return _o1, pos
 
 
 def _r_CreatePartitionsRequest_v2(data: bytes, pos: int) -> tuple[CreatePartitionsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatePartitionsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatePartitionsTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_count,) = _S_i.unpack_from(data, pos)
-        pos += 4
+    _a3: list[CreatePartitionsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatePartitionsTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -438,45 +433,63 @@ def _r_CreatePartitionsRequest_v2(data: bytes, pos: int) -> tuple[CreatePartitio
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.count,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for assignments")
-            _s3_assignments = None
-        elif _n6 > _len - pos:
+            _o5.assignments = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of assignments exceeds the bytes left")
         else:
-            _a7: list[CreatePartitionsAssignment] = []
-            for _ in range(_n6):
-                _n9 = data[pos]
-                if _n9 < 128:
+            _a9: list[CreatePartitionsAssignment] = []
+            for _ in range(_n8):
+                _o11 = _new(CreatePartitionsAssignment)
+                _n12 = data[pos]
+                if _n12 < 128:
                     pos += 1
                 else:
-                    _n9, pos = read_uvarint(data, pos)
-                _n9 -= 1
-                if _n9 < 0:
+                    _n12, pos = read_uvarint(data, pos)
+                _n12 -= 1
+                if _n12 < 0:
                     raise DecodeError("invalid or null array length for broker_ids")
-                if _n9 > _len - pos:
+                if _n12 > _len - pos:
                     raise DecodeError("array count of broker_ids exceeds the bytes left")
-                _s8_broker_ids = list(struct.unpack_from(f">{_n9}i", data, pos))
-                pos += 4 * _n9
+                _o11.broker_ids = list(struct.unpack_from(f">{_n12}i", data, pos))
+                pos += 4 * _n12
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a7.append(CreatePartitionsAssignment(_s8_broker_ids))
-            _s3_assignments = _a7
+                _a9.append(_o11)
+            _o5.assignments = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(CreatePartitionsTopic(_s3_name, _s3_count, _s3_assignments))
-    _topics = _a2
-    _timeout_ms, _validate_only = _S_io.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.timeout_ms, _o1.validate_only = _S_io.unpack_from(data, pos)
     pos += 5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatePartitionsRequest(_topics, _timeout_ms, _validate_only), pos
+    return _o1, pos
 
 
 def _w_CreatePartitionsTopicResult_v0(buf: bytearray, o: CreatePartitionsTopicResult) -> None:
@@ -512,74 +525,76 @@ def _w_CreatePartitionsTopicResult_v2(buf: bytearray, o: CreatePartitionsTopicRe
 
 def _r_CreatePartitionsTopicResult_v0(data: bytes, pos: int) -> tuple[CreatePartitionsTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(CreatePartitionsTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
-    return CreatePartitionsTopicResult(_name, _error_code, _error_message), pos
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
+    return _o1, pos
 
 
 def _r_CreatePartitionsTopicResult_v2(data: bytes, pos: int) -> tuple[CreatePartitionsTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatePartitionsTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatePartitionsTopicResult(_name, _error_code, _error_message), pos
+    return _o1, pos
 
 
 def _w_CreatePartitionsResponse_v0(buf: bytearray, o: CreatePartitionsResponse) -> None:
@@ -601,77 +616,64 @@ def _w_CreatePartitionsResponse_v2(buf: bytearray, o: CreatePartitionsResponse) 
 
 def _r_CreatePartitionsResponse_v0(data: bytes, pos: int) -> tuple[CreatePartitionsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(CreatePartitionsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[CreatePartitionsTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
+    _a3: list[CreatePartitionsTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatePartitionsTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            _o5.error_message = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(CreatePartitionsTopicResult(_s3_name, _s3_error_code, _s3_error_message))
-    _results = _a2
-    return CreatePartitionsResponse(_throttle_time_ms, _results), pos
+            _o5.error_message = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.results = _a3
+    return _o1, pos
 
 
 def _r_CreatePartitionsResponse_v2(data: bytes, pos: int) -> tuple[CreatePartitionsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(CreatePartitionsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[CreatePartitionsTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
+    _a3: list[CreatePartitionsTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatePartitionsTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -679,28 +681,45 @@ def _r_CreatePartitionsResponse_v2(data: bytes, pos: int) -> tuple[CreatePartiti
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end7].decode()
-            pos = _end7
+            _o5.error_message = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(CreatePartitionsTopicResult(_s3_name, _s3_error_code, _s3_error_message))
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatePartitionsResponse(_throttle_time_ms, _results), pos
+    return _o1, pos
 
 
 CreatePartitionsAssignment._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -254,40 +255,42 @@ def _w_CreatableReplicaAssignment_v5(buf: bytearray, o: CreatableReplicaAssignme
 
 def _r_CreatableReplicaAssignment_v0(data: bytes, pos: int) -> tuple[CreatableReplicaAssignment, int]:
     _len = len(data)
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(CreatableReplicaAssignment)
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for broker_ids")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of broker_ids exceeds the bytes left")
-    _broker_ids = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    return CreatableReplicaAssignment(_partition_index, _broker_ids), pos
+    _o1.broker_ids = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
+    return _o1, pos
 
 
 def _r_CreatableReplicaAssignment_v5(data: bytes, pos: int) -> tuple[CreatableReplicaAssignment, int]:
     _len = len(data)
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(CreatableReplicaAssignment)
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for broker_ids")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of broker_ids exceeds the bytes left")
-    _broker_ids = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
+    _o1.broker_ids = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatableReplicaAssignment(_partition_index, _broker_ids), pos
+    return _o1, pos
 
 
 def _w_CreatableTopicConfig_v0(buf: bytearray, o: CreatableTopicConfig) -> None:
@@ -321,70 +324,72 @@ def _w_CreatableTopicConfig_v5(buf: bytearray, o: CreatableTopicConfig) -> None:
 
 def _r_CreatableTopicConfig_v0(data: bytes, pos: int) -> tuple[CreatableTopicConfig, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(CreatableTopicConfig)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
-    return CreatableTopicConfig(_name, _value), pos
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
+    return _o1, pos
 
 
 def _r_CreatableTopicConfig_v5(data: bytes, pos: int) -> tuple[CreatableTopicConfig, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatableTopicConfig)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("value is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatableTopicConfig(_name, _value), pos
+    return _o1, pos
 
 
 def _w_CreatableTopic_v0(buf: bytearray, o: CreatableTopic) -> None:
@@ -422,178 +427,184 @@ def _w_CreatableTopic_v5(buf: bytearray, o: CreatableTopic) -> None:
 
 def _r_CreatableTopic_v0(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(CreatableTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _num_partitions, _replication_factor = _S_ih.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.num_partitions, _o1.replication_factor = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n3,) = _I32.unpack_from(data, pos)
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for assignments")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of assignments exceeds the bytes left")
-    _a4: list[CreatableReplicaAssignment] = []
-    for _ in range(_n3):
-        (_s5_partition_index,) = _S_i.unpack_from(data, pos)
+    _a5: list[CreatableReplicaAssignment] = []
+    for _ in range(_n4):
+        _o7 = _new(CreatableReplicaAssignment)
+        (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for broker_ids")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of broker_ids exceeds the bytes left")
-        _s5_broker_ids = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _a4.append(CreatableReplicaAssignment(_s5_partition_index, _s5_broker_ids))
-    _assignments = _a4
-    (_n7,) = _I32.unpack_from(data, pos)
+        _o7.broker_ids = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        _a5.append(_o7)
+    _o1.assignments = _a5
+    (_n9,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
+    if _n9 < 0:
         raise DecodeError("invalid or null array length for configs")
-    if _n7 > _len - pos:
+    if _n9 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
-    _a8: list[CreatableTopicConfig] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
+    _a10: list[CreatableTopicConfig] = []
+    for _ in range(_n9):
+        _o12 = _new(CreatableTopicConfig)
+        (_n13,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n10 < 0:
+        if _n13 < 0:
             raise DecodeError("invalid or null length for name")
-        _end11 = pos + _n10
-        if _end11 > _len:
+        _end14 = pos + _n13
+        if _end14 > _len:
             raise DecodeError("name overruns the buffer")
-        _s9_name = data[pos:_end11].decode()
-        pos = _end11
-        (_n12,) = _I16.unpack_from(data, pos)
+        _o12.name = data[pos:_end14].decode()
+        pos = _end14
+        (_n15,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n12 < 0:
-            if _n12 != -1:
+        if _n15 < 0:
+            if _n15 != -1:
                 raise DecodeError("invalid length for value")
-            _s9_value = None
+            _o12.value = None
         else:
-            _end13 = pos + _n12
-            if _end13 > _len:
+            _end16 = pos + _n15
+            if _end16 > _len:
                 raise DecodeError("value overruns the buffer")
-            _s9_value = data[pos:_end13].decode()
-            pos = _end13
-        _a8.append(CreatableTopicConfig(_s9_name, _s9_value))
-    _configs = _a8
-    return CreatableTopic(_name, _num_partitions, _replication_factor, _assignments, _configs), pos
+            _o12.value = data[pos:_end16].decode()
+            pos = _end16
+        _a10.append(_o12)
+    _o1.configs = _a10
+    return _o1, pos
 
 
 def _r_CreatableTopic_v5(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatableTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _num_partitions, _replication_factor = _S_ih.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.num_partitions, _o1.replication_factor = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for assignments")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of assignments exceeds the bytes left")
-    _a4: list[CreatableReplicaAssignment] = []
-    for _ in range(_n3):
-        (_s5_partition_index,) = _S_i.unpack_from(data, pos)
+    _a5: list[CreatableReplicaAssignment] = []
+    for _ in range(_n4):
+        _o7 = _new(CreatableReplicaAssignment)
+        (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for broker_ids")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of broker_ids exceeds the bytes left")
-        _s5_broker_ids = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
+        _o7.broker_ids = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(CreatableReplicaAssignment(_s5_partition_index, _s5_broker_ids))
-    _assignments = _a4
-    _n7 = data[pos]
-    if _n7 < 128:
+        _a5.append(_o7)
+    _o1.assignments = _a5
+    _n9 = data[pos]
+    if _n9 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n9, pos = read_uvarint(data, pos)
+    _n9 -= 1
+    if _n9 < 0:
         raise DecodeError("invalid or null array length for configs")
-    if _n7 > _len - pos:
+    if _n9 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
-    _a8: list[CreatableTopicConfig] = []
-    for _ in range(_n7):
-        _n10 = data[pos]
-        if _n10 < 128:
+    _a10: list[CreatableTopicConfig] = []
+    for _ in range(_n9):
+        _o12 = _new(CreatableTopicConfig)
+        _n13 = data[pos]
+        if _n13 < 128:
             pos += 1
         else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
+            _n13, pos = read_uvarint(data, pos)
+        _n13 -= 1
+        if _n13 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n10 > 0x7FFF:
+        if _n13 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end11 = pos + _n10
-        if _end11 > _len:
+        _end14 = pos + _n13
+        if _end14 > _len:
             raise DecodeError("name overruns the buffer")
-        _s9_name = data[pos:_end11].decode()
-        pos = _end11
-        _n12 = data[pos]
-        if _n12 < 128:
+        _o12.name = data[pos:_end14].decode()
+        pos = _end14
+        _n15 = data[pos]
+        if _n15 < 128:
             pos += 1
         else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            if _n12 != -1:
+            _n15, pos = read_uvarint(data, pos)
+        _n15 -= 1
+        if _n15 < 0:
+            if _n15 != -1:
                 raise DecodeError("invalid length for value")
-            _s9_value = None
+            _o12.value = None
         else:
-            if _n12 > 0x7FFF:
+            if _n15 > 0x7FFF:
                 raise DecodeError("value is longer than 32767 bytes")
-            _end13 = pos + _n12
-            if _end13 > _len:
+            _end16 = pos + _n15
+            if _end16 > _len:
                 raise DecodeError("value overruns the buffer")
-            _s9_value = data[pos:_end13].decode()
-            pos = _end13
+            _o12.value = data[pos:_end16].decode()
+            pos = _end16
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a8.append(CreatableTopicConfig(_s9_name, _s9_value))
-    _configs = _a8
+        _a10.append(_o12)
+    _o1.configs = _a10
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatableTopic(_name, _num_partitions, _replication_factor, _assignments, _configs), pos
+    return _o1, pos
 
 
 def _w_CreateTopicsRequest_v0(buf: bytearray, o: CreateTopicsRequest) -> None:
@@ -629,197 +640,187 @@ def _w_CreateTopicsRequest_v5(buf: bytearray, o: CreateTopicsRequest) -> None:
 
 def _r_CreateTopicsRequest_v0(data: bytes, pos: int) -> tuple[CreateTopicsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(CreateTopicsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatableTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[CreatableTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_num_partitions, _s3_replication_factor = _S_ih.unpack_from(data, pos)
-        pos += 6
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
-            raise DecodeError("invalid or null array length for assignments")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of assignments exceeds the bytes left")
-        _a7: list[CreatableReplicaAssignment] = []
-        for _ in range(_n6):
-            (_s8_partition_index,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for broker_ids")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of broker_ids exceeds the bytes left")
-            _s8_broker_ids = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            _a7.append(CreatableReplicaAssignment(_s8_partition_index, _s8_broker_ids))
-        _s3_assignments = _a7
-        (_n10,) = _I32.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.num_partitions, _o5.replication_factor = _S_ih.unpack_from(data, pos)
+        pos += 6
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n10 < 0:
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for assignments")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of assignments exceeds the bytes left")
+        _a9: list[CreatableReplicaAssignment] = []
+        for _ in range(_n8):
+            _o11 = _new(CreatableReplicaAssignment)
+            (_o11.partition_index,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            (_n12,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n12 < 0:
+                raise DecodeError("invalid or null array length for broker_ids")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of broker_ids exceeds the bytes left")
+            _o11.broker_ids = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            _a9.append(_o11)
+        _o5.assignments = _a9
+        (_n13,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n13 < 0:
             raise DecodeError("invalid or null array length for configs")
-        if _n10 > _len - pos:
+        if _n13 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
-        _a11: list[CreatableTopicConfig] = []
-        for _ in range(_n10):
-            (_n13,) = _I16.unpack_from(data, pos)
+        _a14: list[CreatableTopicConfig] = []
+        for _ in range(_n13):
+            _o16 = _new(CreatableTopicConfig)
+            (_n17,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
+            if _n17 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end14 = pos + _n13
-            if _end14 > _len:
+            _end18 = pos + _n17
+            if _end18 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s12_name = data[pos:_end14].decode()
-            pos = _end14
-            (_n15,) = _I16.unpack_from(data, pos)
+            _o16.name = data[pos:_end18].decode()
+            pos = _end18
+            (_n19,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n15 < 0:
-                if _n15 != -1:
+            if _n19 < 0:
+                if _n19 != -1:
                     raise DecodeError("invalid length for value")
-                _s12_value = None
+                _o16.value = None
             else:
-                _end16 = pos + _n15
-                if _end16 > _len:
+                _end20 = pos + _n19
+                if _end20 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s12_value = data[pos:_end16].decode()
-                pos = _end16
-            _a11.append(CreatableTopicConfig(_s12_name, _s12_value))
-        _s3_configs = _a11
-        _a2.append(
-            CreatableTopic(_s3_name, _s3_num_partitions, _s3_replication_factor, _s3_assignments, _s3_configs)
-        )
-    _topics = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+                _o16.value = data[pos:_end20].decode()
+                pos = _end20
+            _a14.append(_o16)
+        _o5.configs = _a14
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return CreateTopicsRequest(_topics, _timeout_ms, False), pos
+    _o1.validate_only = False
+    return _o1, pos
 
 
 def _r_CreateTopicsRequest_v1(data: bytes, pos: int) -> tuple[CreateTopicsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(CreateTopicsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatableTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[CreatableTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_num_partitions, _s3_replication_factor = _S_ih.unpack_from(data, pos)
-        pos += 6
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
-            raise DecodeError("invalid or null array length for assignments")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of assignments exceeds the bytes left")
-        _a7: list[CreatableReplicaAssignment] = []
-        for _ in range(_n6):
-            (_s8_partition_index,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for broker_ids")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of broker_ids exceeds the bytes left")
-            _s8_broker_ids = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            _a7.append(CreatableReplicaAssignment(_s8_partition_index, _s8_broker_ids))
-        _s3_assignments = _a7
-        (_n10,) = _I32.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.num_partitions, _o5.replication_factor = _S_ih.unpack_from(data, pos)
+        pos += 6
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n10 < 0:
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for assignments")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of assignments exceeds the bytes left")
+        _a9: list[CreatableReplicaAssignment] = []
+        for _ in range(_n8):
+            _o11 = _new(CreatableReplicaAssignment)
+            (_o11.partition_index,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            (_n12,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n12 < 0:
+                raise DecodeError("invalid or null array length for broker_ids")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of broker_ids exceeds the bytes left")
+            _o11.broker_ids = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            _a9.append(_o11)
+        _o5.assignments = _a9
+        (_n13,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n13 < 0:
             raise DecodeError("invalid or null array length for configs")
-        if _n10 > _len - pos:
+        if _n13 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
-        _a11: list[CreatableTopicConfig] = []
-        for _ in range(_n10):
-            (_n13,) = _I16.unpack_from(data, pos)
+        _a14: list[CreatableTopicConfig] = []
+        for _ in range(_n13):
+            _o16 = _new(CreatableTopicConfig)
+            (_n17,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
+            if _n17 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end14 = pos + _n13
-            if _end14 > _len:
+            _end18 = pos + _n17
+            if _end18 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s12_name = data[pos:_end14].decode()
-            pos = _end14
-            (_n15,) = _I16.unpack_from(data, pos)
+            _o16.name = data[pos:_end18].decode()
+            pos = _end18
+            (_n19,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n15 < 0:
-                if _n15 != -1:
+            if _n19 < 0:
+                if _n19 != -1:
                     raise DecodeError("invalid length for value")
-                _s12_value = None
+                _o16.value = None
             else:
-                _end16 = pos + _n15
-                if _end16 > _len:
+                _end20 = pos + _n19
+                if _end20 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s12_value = data[pos:_end16].decode()
-                pos = _end16
-            _a11.append(CreatableTopicConfig(_s12_name, _s12_value))
-        _s3_configs = _a11
-        _a2.append(
-            CreatableTopic(_s3_name, _s3_num_partitions, _s3_replication_factor, _s3_assignments, _s3_configs)
-        )
-    _topics = _a2
-    _timeout_ms, _validate_only = _S_io.unpack_from(data, pos)
+                _o16.value = data[pos:_end20].decode()
+                pos = _end20
+            _a14.append(_o16)
+        _o5.configs = _a14
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.timeout_ms, _o1.validate_only = _S_io.unpack_from(data, pos)
     pos += 5
-    return CreateTopicsRequest(_topics, _timeout_ms, _validate_only), pos
+    return _o1, pos
 
 
 def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreateTopicsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatableTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_num_partitions, _s3_replication_factor = _S_ih.unpack_from(data, pos)
-        pos += 6
+    _a3: list[CreatableTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -827,97 +828,114 @@ def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsReques
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null array length for assignments")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of assignments exceeds the bytes left")
-        _a7: list[CreatableReplicaAssignment] = []
-        for _ in range(_n6):
-            (_s8_partition_index,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            _n9 = data[pos]
-            if _n9 < 128:
-                pos += 1
-            else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for broker_ids")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of broker_ids exceeds the bytes left")
-            _s8_broker_ids = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a7.append(CreatableReplicaAssignment(_s8_partition_index, _s8_broker_ids))
-        _s3_assignments = _a7
-        _n10 = data[pos]
-        if _n10 < 128:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.num_partitions, _o5.replication_factor = _S_ih.unpack_from(data, pos)
+        pos += 6
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
-            raise DecodeError("invalid or null array length for configs")
-        if _n10 > _len - pos:
-            raise DecodeError("array count of configs exceeds the bytes left")
-        _a11: list[CreatableTopicConfig] = []
-        for _ in range(_n10):
-            _n13 = data[pos]
-            if _n13 < 128:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for assignments")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of assignments exceeds the bytes left")
+        _a9: list[CreatableReplicaAssignment] = []
+        for _ in range(_n8):
+            _o11 = _new(CreatableReplicaAssignment)
+            (_o11.partition_index,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n13, pos = read_uvarint(data, pos)
-            _n13 -= 1
-            if _n13 < 0:
-                raise DecodeError("invalid or null length for name")
-            if _n13 > 0x7FFF:
-                raise DecodeError("name is longer than 32767 bytes")
-            _end14 = pos + _n13
-            if _end14 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s12_name = data[pos:_end14].decode()
-            pos = _end14
-            _n15 = data[pos]
-            if _n15 < 128:
-                pos += 1
-            else:
-                _n15, pos = read_uvarint(data, pos)
-            _n15 -= 1
-            if _n15 < 0:
-                if _n15 != -1:
-                    raise DecodeError("invalid length for value")
-                _s12_value = None
-            else:
-                if _n15 > 0x7FFF:
-                    raise DecodeError("value is longer than 32767 bytes")
-                _end16 = pos + _n15
-                if _end16 > _len:
-                    raise DecodeError("value overruns the buffer")
-                _s12_value = data[pos:_end16].decode()
-                pos = _end16
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                raise DecodeError("invalid or null array length for broker_ids")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of broker_ids exceeds the bytes left")
+            _o11.broker_ids = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a11.append(CreatableTopicConfig(_s12_name, _s12_value))
-        _s3_configs = _a11
+            _a9.append(_o11)
+        _o5.assignments = _a9
+        _n13 = data[pos]
+        if _n13 < 128:
+            pos += 1
+        else:
+            _n13, pos = read_uvarint(data, pos)
+        _n13 -= 1
+        if _n13 < 0:
+            raise DecodeError("invalid or null array length for configs")
+        if _n13 > _len - pos:
+            raise DecodeError("array count of configs exceeds the bytes left")
+        _a14: list[CreatableTopicConfig] = []
+        for _ in range(_n13):
+            _o16 = _new(CreatableTopicConfig)
+            _n17 = data[pos]
+            if _n17 < 128:
+                pos += 1
+            else:
+                _n17, pos = read_uvarint(data, pos)
+            _n17 -= 1
+            if _n17 < 0:
+                raise DecodeError("invalid or null length for name")
+            if _n17 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
+            _end18 = pos + _n17
+            if _end18 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o16.name = data[pos:_end18].decode()
+            pos = _end18
+            _n19 = data[pos]
+            if _n19 < 128:
+                pos += 1
+            else:
+                _n19, pos = read_uvarint(data, pos)
+            _n19 -= 1
+            if _n19 < 0:
+                if _n19 != -1:
+                    raise DecodeError("invalid length for value")
+                _o16.value = None
+            else:
+                if _n19 > 0x7FFF:
+                    raise DecodeError("value is longer than 32767 bytes")
+                _end20 = pos + _n19
+                if _end20 > _len:
+                    raise DecodeError("value overruns the buffer")
+                _o16.value = data[pos:_end20].decode()
+                pos = _end20
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a14.append(_o16)
+        _o5.configs = _a14
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            CreatableTopic(_s3_name, _s3_num_partitions, _s3_replication_factor, _s3_assignments, _s3_configs)
-        )
-    _topics = _a2
-    _timeout_ms, _validate_only = _S_io.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.timeout_ms, _o1.validate_only = _S_io.unpack_from(data, pos)
     pos += 5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreateTopicsRequest(_topics, _timeout_ms, _validate_only), pos
+    return _o1, pos
 
 
 def _w_CreatableTopicConfigs_v5(buf: bytearray, o: CreatableTopicConfigs) -> None:
@@ -944,46 +962,47 @@ def _w_CreatableTopicConfigs_v5(buf: bytearray, o: CreatableTopicConfigs) -> Non
 
 def _r_CreatableTopicConfigs_v5(data: bytes, pos: int) -> tuple[CreatableTopicConfigs, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatableTopicConfigs)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("value is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
-    _read_only, _config_source, _is_sensitive = _S_obo.unpack_from(data, pos)
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
+    _o1.read_only, _o1.config_source, _o1.is_sensitive = _S_obo.unpack_from(data, pos)
     pos += 3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreatableTopicConfigs(_name, _value, _read_only, _config_source, _is_sensitive), pos
+    return _o1, pos
 
 
 def _w_CreatableTopicResult_v0(buf: bytearray, o: CreatableTopicResult) -> None:
@@ -1078,117 +1097,117 @@ def _w_CreatableTopicResult_v7(buf: bytearray, o: CreatableTopicResult) -> None:
 
 def _r_CreatableTopicResult_v0(data: bytes, pos: int) -> tuple[CreatableTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(CreatableTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return CreatableTopicResult(_name, ZERO_UUID, _error_code, "", 0, -1, -1, []), pos
+    _o1.topic_id = ZERO_UUID
+    _o1.error_message = ""
+    _o1.topic_config_error_code = 0
+    _o1.num_partitions = -1
+    _o1.replication_factor = -1
+    _o1.configs = []
+    return _o1, pos
 
 
 def _r_CreatableTopicResult_v1(data: bytes, pos: int) -> tuple[CreatableTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(CreatableTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
-    return CreatableTopicResult(_name, ZERO_UUID, _error_code, _error_message, 0, -1, -1, []), pos
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
+    _o1.topic_id = ZERO_UUID
+    _o1.topic_config_error_code = 0
+    _o1.num_partitions = -1
+    _o1.replication_factor = -1
+    _o1.configs = []
+    return _o1, pos
 
 
 def _r_CreatableTopicResult_v5(data: bytes, pos: int) -> tuple[CreatableTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatableTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
-    _num_partitions, _replication_factor = _S_ih.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
+    _o1.num_partitions, _o1.replication_factor = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid array length for configs")
-        _configs = None
-    elif _n5 > _len - pos:
+        _o1.configs = None
+    elif _n6 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
     else:
-        _a6: list[CreatableTopicConfigs] = []
-        for _ in range(_n5):
-            _n8 = data[pos]
-            if _n8 < 128:
-                pos += 1
-            else:
-                _n8, pos = read_uvarint(data, pos)
-            _n8 -= 1
-            if _n8 < 0:
-                raise DecodeError("invalid or null length for name")
-            if _n8 > 0x7FFF:
-                raise DecodeError("name is longer than 32767 bytes")
-            _end9 = pos + _n8
-            if _end9 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s7_name = data[pos:_end9].decode()
-            pos = _end9
+        _a7: list[CreatableTopicConfigs] = []
+        for _ in range(_n6):
+            _o9 = _new(CreatableTopicConfigs)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -1196,123 +1215,115 @@ def _r_CreatableTopicResult_v5(data: bytes, pos: int) -> tuple[CreatableTopicRes
                 _n10, pos = read_uvarint(data, pos)
             _n10 -= 1
             if _n10 < 0:
-                if _n10 != -1:
-                    raise DecodeError("invalid length for value")
-                _s7_value = None
+                raise DecodeError("invalid or null length for name")
+            if _n10 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
+            _end11 = pos + _n10
+            if _end11 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o9.name = data[pos:_end11].decode()
+            pos = _end11
+            _n12 = data[pos]
+            if _n12 < 128:
+                pos += 1
             else:
-                if _n10 > 0x7FFF:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
+                    raise DecodeError("invalid length for value")
+                _o9.value = None
+            else:
+                if _n12 > 0x7FFF:
                     raise DecodeError("value is longer than 32767 bytes")
-                _end11 = pos + _n10
-                if _end11 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s7_value = data[pos:_end11].decode()
-                pos = _end11
-            _s7_read_only, _s7_config_source, _s7_is_sensitive = _S_obo.unpack_from(data, pos)
+                _o9.value = data[pos:_end13].decode()
+                pos = _end13
+            _o9.read_only, _o9.config_source, _o9.is_sensitive = _S_obo.unpack_from(data, pos)
             pos += 3
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a6.append(
-                CreatableTopicConfigs(_s7_name, _s7_value, _s7_read_only, _s7_config_source, _s7_is_sensitive)
-            )
-        _configs = _a6
-    _topic_config_error_code = 0
-    _ntags12, pos = read_uvarint(data, pos)
-    for _ in range(_ntags12):
-        _tag13, pos = read_uvarint(data, pos)
-        _tend14, pos = read_uvarint(data, pos)
-        _tend14 += pos
-        if _tend14 > _len:
+            _a7.append(_o9)
+        _o1.configs = _a7
+    _o1.topic_id = ZERO_UUID
+    _o1.topic_config_error_code = 0
+    _ntags14, pos = read_uvarint(data, pos)
+    for _ in range(_ntags14):
+        _tag15, pos = read_uvarint(data, pos)
+        _tend16, pos = read_uvarint(data, pos)
+        _tend16 += pos
+        if _tend16 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag13 == 0:
-            (_topic_config_error_code,) = _S_h.unpack_from(data, pos)
+        if _tag15 == 0:
+            (_o1.topic_config_error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            if pos != _tend14:
+            if pos != _tend16:
                 raise DecodeError("tagged field topic_config_error_code has the wrong size")
-        pos = _tend14
-    return CreatableTopicResult(
-        _name,
-        ZERO_UUID,
-        _error_code,
-        _error_message,
-        _topic_config_error_code,
-        _num_partitions,
-        _replication_factor,
-        _configs,
-    ), pos
+        pos = _tend16
+    return _o1, pos
 
 
 def _r_CreatableTopicResult_v7(data: bytes, pos: int) -> tuple[CreatableTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(CreatableTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _topic_id_raw, _error_code = _S_16sh.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _topic_id_raw, _o1.error_code = _S_16sh.unpack_from(data, pos)
     pos += 18
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
-    _num_partitions, _replication_factor = _S_ih.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
+    _o1.num_partitions, _o1.replication_factor = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid array length for configs")
-        _configs = None
-    elif _n5 > _len - pos:
+        _o1.configs = None
+    elif _n6 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
     else:
-        _a6: list[CreatableTopicConfigs] = []
-        for _ in range(_n5):
-            _n8 = data[pos]
-            if _n8 < 128:
-                pos += 1
-            else:
-                _n8, pos = read_uvarint(data, pos)
-            _n8 -= 1
-            if _n8 < 0:
-                raise DecodeError("invalid or null length for name")
-            if _n8 > 0x7FFF:
-                raise DecodeError("name is longer than 32767 bytes")
-            _end9 = pos + _n8
-            if _end9 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s7_name = data[pos:_end9].decode()
-            pos = _end9
+        _a7: list[CreatableTopicConfigs] = []
+        for _ in range(_n6):
+            _o9 = _new(CreatableTopicConfigs)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -1320,51 +1331,55 @@ def _r_CreatableTopicResult_v7(data: bytes, pos: int) -> tuple[CreatableTopicRes
                 _n10, pos = read_uvarint(data, pos)
             _n10 -= 1
             if _n10 < 0:
-                if _n10 != -1:
-                    raise DecodeError("invalid length for value")
-                _s7_value = None
+                raise DecodeError("invalid or null length for name")
+            if _n10 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
+            _end11 = pos + _n10
+            if _end11 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o9.name = data[pos:_end11].decode()
+            pos = _end11
+            _n12 = data[pos]
+            if _n12 < 128:
+                pos += 1
             else:
-                if _n10 > 0x7FFF:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
+                    raise DecodeError("invalid length for value")
+                _o9.value = None
+            else:
+                if _n12 > 0x7FFF:
                     raise DecodeError("value is longer than 32767 bytes")
-                _end11 = pos + _n10
-                if _end11 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s7_value = data[pos:_end11].decode()
-                pos = _end11
-            _s7_read_only, _s7_config_source, _s7_is_sensitive = _S_obo.unpack_from(data, pos)
+                _o9.value = data[pos:_end13].decode()
+                pos = _end13
+            _o9.read_only, _o9.config_source, _o9.is_sensitive = _S_obo.unpack_from(data, pos)
             pos += 3
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a6.append(
-                CreatableTopicConfigs(_s7_name, _s7_value, _s7_read_only, _s7_config_source, _s7_is_sensitive)
-            )
-        _configs = _a6
-    _topic_config_error_code = 0
-    _ntags12, pos = read_uvarint(data, pos)
-    for _ in range(_ntags12):
-        _tag13, pos = read_uvarint(data, pos)
-        _tend14, pos = read_uvarint(data, pos)
-        _tend14 += pos
-        if _tend14 > _len:
+            _a7.append(_o9)
+        _o1.configs = _a7
+    _o1.topic_config_error_code = 0
+    _ntags14, pos = read_uvarint(data, pos)
+    for _ in range(_ntags14):
+        _tag15, pos = read_uvarint(data, pos)
+        _tend16, pos = read_uvarint(data, pos)
+        _tend16 += pos
+        if _tend16 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag13 == 0:
-            (_topic_config_error_code,) = _S_h.unpack_from(data, pos)
+        if _tag15 == 0:
+            (_o1.topic_config_error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            if pos != _tend14:
+            if pos != _tend16:
                 raise DecodeError("tagged field topic_config_error_code has the wrong size")
-        pos = _tend14
-    return CreatableTopicResult(
-        _name,
-        _topic_id,
-        _error_code,
-        _error_message,
-        _topic_config_error_code,
-        _num_partitions,
-        _replication_factor,
-        _configs,
-    ), pos
+        pos = _tend16
+    return _o1, pos
 
 
 def _w_CreateTopicsResponse_v0(buf: bytearray, o: CreateTopicsResponse) -> None:
@@ -1409,145 +1424,150 @@ def _w_CreateTopicsResponse_v7(buf: bytearray, o: CreateTopicsResponse) -> None:
 
 def _r_CreateTopicsResponse_v0(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(CreateTopicsResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatableTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[CreatableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _a2.append(CreatableTopicResult(_s3_name, ZERO_UUID, _s3_error_code, "", 0, -1, -1, []))
-    _topics = _a2
-    return CreateTopicsResponse(0, _topics), pos
+        _o5.topic_id = ZERO_UUID
+        _o5.error_message = ""
+        _o5.topic_config_error_code = 0
+        _o5.num_partitions = -1
+        _o5.replication_factor = -1
+        _o5.configs = []
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_CreateTopicsResponse_v1(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(CreateTopicsResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatableTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
+    _a3: list[CreatableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            _o5.error_message = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(
-            CreatableTopicResult(_s3_name, ZERO_UUID, _s3_error_code, _s3_error_message, 0, -1, -1, [])
-        )
-    _topics = _a2
-    return CreateTopicsResponse(0, _topics), pos
+            _o5.error_message = data[pos:_end9].decode()
+            pos = _end9
+        _o5.topic_id = ZERO_UUID
+        _o5.topic_config_error_code = 0
+        _o5.num_partitions = -1
+        _o5.replication_factor = -1
+        _o5.configs = []
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_CreateTopicsResponse_v2(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(CreateTopicsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatableTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
+    _a3: list[CreatableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            _o5.error_message = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(
-            CreatableTopicResult(_s3_name, ZERO_UUID, _s3_error_code, _s3_error_message, 0, -1, -1, [])
-        )
-    _topics = _a2
-    return CreateTopicsResponse(_throttle_time_ms, _topics), pos
+            _o5.error_message = data[pos:_end9].decode()
+            pos = _end9
+        _o5.topic_id = ZERO_UUID
+        _o5.topic_config_error_code = 0
+        _o5.num_partitions = -1
+        _o5.replication_factor = -1
+        _o5.configs = []
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(CreateTopicsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatableTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
+    _a3: list[CreatableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1555,19 +1575,16 @@ def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsRespo
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n6 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end7].decode()
-            pos = _end7
-        _s3_num_partitions, _s3_replication_factor = _S_ih.unpack_from(data, pos)
-        pos += 6
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1576,126 +1593,117 @@ def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         _n8 -= 1
         if _n8 < 0:
             if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end9].decode()
+            pos = _end9
+        _o5.num_partitions, _o5.replication_factor = _S_ih.unpack_from(data, pos)
+        pos += 6
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
                 raise DecodeError("invalid array length for configs")
-            _s3_configs = None
-        elif _n8 > _len - pos:
+            _o5.configs = None
+        elif _n10 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
         else:
-            _a9: list[CreatableTopicConfigs] = []
-            for _ in range(_n8):
-                _n11 = data[pos]
-                if _n11 < 128:
+            _a11: list[CreatableTopicConfigs] = []
+            for _ in range(_n10):
+                _o13 = _new(CreatableTopicConfigs)
+                _n14 = data[pos]
+                if _n14 < 128:
                     pos += 1
                 else:
-                    _n11, pos = read_uvarint(data, pos)
-                _n11 -= 1
-                if _n11 < 0:
+                    _n14, pos = read_uvarint(data, pos)
+                _n14 -= 1
+                if _n14 < 0:
                     raise DecodeError("invalid or null length for name")
-                if _n11 > 0x7FFF:
+                if _n14 > 0x7FFF:
                     raise DecodeError("name is longer than 32767 bytes")
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("name overruns the buffer")
-                _s10_name = data[pos:_end12].decode()
-                pos = _end12
-                _n13 = data[pos]
-                if _n13 < 128:
+                _o13.name = data[pos:_end15].decode()
+                pos = _end15
+                _n16 = data[pos]
+                if _n16 < 128:
                     pos += 1
                 else:
-                    _n13, pos = read_uvarint(data, pos)
-                _n13 -= 1
-                if _n13 < 0:
-                    if _n13 != -1:
+                    _n16, pos = read_uvarint(data, pos)
+                _n16 -= 1
+                if _n16 < 0:
+                    if _n16 != -1:
                         raise DecodeError("invalid length for value")
-                    _s10_value = None
+                    _o13.value = None
                 else:
-                    if _n13 > 0x7FFF:
+                    if _n16 > 0x7FFF:
                         raise DecodeError("value is longer than 32767 bytes")
-                    _end14 = pos + _n13
-                    if _end14 > _len:
+                    _end17 = pos + _n16
+                    if _end17 > _len:
                         raise DecodeError("value overruns the buffer")
-                    _s10_value = data[pos:_end14].decode()
-                    pos = _end14
-                _s10_read_only, _s10_config_source, _s10_is_sensitive = _S_obo.unpack_from(data, pos)
+                    _o13.value = data[pos:_end17].decode()
+                    pos = _end17
+                _o13.read_only, _o13.config_source, _o13.is_sensitive = _S_obo.unpack_from(data, pos)
                 pos += 3
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a9.append(
-                    CreatableTopicConfigs(
-                        _s10_name, _s10_value, _s10_read_only, _s10_config_source, _s10_is_sensitive
-                    )
-                )
-            _s3_configs = _a9
-        _s3_topic_config_error_code = 0
-        _ntags15, pos = read_uvarint(data, pos)
-        for _ in range(_ntags15):
-            _tag16, pos = read_uvarint(data, pos)
-            _tend17, pos = read_uvarint(data, pos)
-            _tend17 += pos
-            if _tend17 > _len:
+                _a11.append(_o13)
+            _o5.configs = _a11
+        _o5.topic_id = ZERO_UUID
+        _o5.topic_config_error_code = 0
+        _ntags18, pos = read_uvarint(data, pos)
+        for _ in range(_ntags18):
+            _tag19, pos = read_uvarint(data, pos)
+            _tend20, pos = read_uvarint(data, pos)
+            _tend20 += pos
+            if _tend20 > _len:
                 raise DecodeError("tagged field overruns its buffer")
-            if _tag16 == 0:
-                (_s3_topic_config_error_code,) = _S_h.unpack_from(data, pos)
+            if _tag19 == 0:
+                (_o5.topic_config_error_code,) = _S_h.unpack_from(data, pos)
                 pos += 2
-                if pos != _tend17:
+                if pos != _tend20:
                     raise DecodeError("tagged field topic_config_error_code has the wrong size")
-            pos = _tend17
-        _a2.append(
-            CreatableTopicResult(
-                _s3_name,
-                ZERO_UUID,
-                _s3_error_code,
-                _s3_error_message,
-                _s3_topic_config_error_code,
-                _s3_num_partitions,
-                _s3_replication_factor,
-                _s3_configs,
-            )
-        )
-    _topics = _a2
+            pos = _tend20
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreateTopicsResponse(_throttle_time_ms, _topics), pos
+    return _o1, pos
 
 
 def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(CreateTopicsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[CreatableTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_topic_id_raw, _s3_error_code = _S_16sh.unpack_from(data, pos)
-        pos += 18
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
+    _a3: list[CreatableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(CreatableTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1703,19 +1711,17 @@ def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsRespo
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n6 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end7].decode()
-            pos = _end7
-        _s3_num_partitions, _s3_replication_factor = _S_ih.unpack_from(data, pos)
-        pos += 6
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _s4_topic_id_raw, _o5.error_code = _S_16sh.unpack_from(data, pos)
+        pos += 18
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1724,90 +1730,96 @@ def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         _n8 -= 1
         if _n8 < 0:
             if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end9].decode()
+            pos = _end9
+        _o5.num_partitions, _o5.replication_factor = _S_ih.unpack_from(data, pos)
+        pos += 6
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
                 raise DecodeError("invalid array length for configs")
-            _s3_configs = None
-        elif _n8 > _len - pos:
+            _o5.configs = None
+        elif _n10 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
         else:
-            _a9: list[CreatableTopicConfigs] = []
-            for _ in range(_n8):
-                _n11 = data[pos]
-                if _n11 < 128:
+            _a11: list[CreatableTopicConfigs] = []
+            for _ in range(_n10):
+                _o13 = _new(CreatableTopicConfigs)
+                _n14 = data[pos]
+                if _n14 < 128:
                     pos += 1
                 else:
-                    _n11, pos = read_uvarint(data, pos)
-                _n11 -= 1
-                if _n11 < 0:
+                    _n14, pos = read_uvarint(data, pos)
+                _n14 -= 1
+                if _n14 < 0:
                     raise DecodeError("invalid or null length for name")
-                if _n11 > 0x7FFF:
+                if _n14 > 0x7FFF:
                     raise DecodeError("name is longer than 32767 bytes")
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("name overruns the buffer")
-                _s10_name = data[pos:_end12].decode()
-                pos = _end12
-                _n13 = data[pos]
-                if _n13 < 128:
+                _o13.name = data[pos:_end15].decode()
+                pos = _end15
+                _n16 = data[pos]
+                if _n16 < 128:
                     pos += 1
                 else:
-                    _n13, pos = read_uvarint(data, pos)
-                _n13 -= 1
-                if _n13 < 0:
-                    if _n13 != -1:
+                    _n16, pos = read_uvarint(data, pos)
+                _n16 -= 1
+                if _n16 < 0:
+                    if _n16 != -1:
                         raise DecodeError("invalid length for value")
-                    _s10_value = None
+                    _o13.value = None
                 else:
-                    if _n13 > 0x7FFF:
+                    if _n16 > 0x7FFF:
                         raise DecodeError("value is longer than 32767 bytes")
-                    _end14 = pos + _n13
-                    if _end14 > _len:
+                    _end17 = pos + _n16
+                    if _end17 > _len:
                         raise DecodeError("value overruns the buffer")
-                    _s10_value = data[pos:_end14].decode()
-                    pos = _end14
-                _s10_read_only, _s10_config_source, _s10_is_sensitive = _S_obo.unpack_from(data, pos)
+                    _o13.value = data[pos:_end17].decode()
+                    pos = _end17
+                _o13.read_only, _o13.config_source, _o13.is_sensitive = _S_obo.unpack_from(data, pos)
                 pos += 3
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a9.append(
-                    CreatableTopicConfigs(
-                        _s10_name, _s10_value, _s10_read_only, _s10_config_source, _s10_is_sensitive
-                    )
-                )
-            _s3_configs = _a9
-        _s3_topic_config_error_code = 0
-        _ntags15, pos = read_uvarint(data, pos)
-        for _ in range(_ntags15):
-            _tag16, pos = read_uvarint(data, pos)
-            _tend17, pos = read_uvarint(data, pos)
-            _tend17 += pos
-            if _tend17 > _len:
+                _a11.append(_o13)
+            _o5.configs = _a11
+        _o5.topic_config_error_code = 0
+        _ntags18, pos = read_uvarint(data, pos)
+        for _ in range(_ntags18):
+            _tag19, pos = read_uvarint(data, pos)
+            _tend20, pos = read_uvarint(data, pos)
+            _tend20 += pos
+            if _tend20 > _len:
                 raise DecodeError("tagged field overruns its buffer")
-            if _tag16 == 0:
-                (_s3_topic_config_error_code,) = _S_h.unpack_from(data, pos)
+            if _tag19 == 0:
+                (_o5.topic_config_error_code,) = _S_h.unpack_from(data, pos)
                 pos += 2
-                if pos != _tend17:
+                if pos != _tend20:
                     raise DecodeError("tagged field topic_config_error_code has the wrong size")
-            pos = _tend17
-        _a2.append(
-            CreatableTopicResult(
-                _s3_name,
-                _s3_topic_id,
-                _s3_error_code,
-                _s3_error_message,
-                _s3_topic_config_error_code,
-                _s3_num_partitions,
-                _s3_replication_factor,
-                _s3_configs,
-            )
-        )
-    _topics = _a2
+            pos = _tend20
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CreateTopicsResponse(_throttle_time_ms, _topics), pos
+    return _o1, pos
 
 
 CreatableReplicaAssignment._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -253,187 +254,167 @@ def _w_DeleteAclsFilter_v2(buf: bytearray, o: DeleteAclsFilter) -> None:
 
 def _r_DeleteAclsFilter_v0(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int]:
     _len = len(data)
-    (_resource_type_filter,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsFilter)
+    (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for resource_name_filter")
-        _resource_name_filter = None
+        _o1.resource_name_filter = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("resource_name_filter overruns the buffer")
-        _resource_name_filter = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+        _o1.resource_name_filter = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for principal_filter")
-        _principal_filter = None
+        _o1.principal_filter = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("principal_filter overruns the buffer")
-        _principal_filter = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+        _o1.principal_filter = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for host_filter")
-        _host_filter = None
+        _o1.host_filter = None
     else:
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("host_filter overruns the buffer")
-        _host_filter = data[pos:_end6].decode()
-        pos = _end6
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+        _o1.host_filter = data[pos:_end7].decode()
+        pos = _end7
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
-    return DeleteAclsFilter(
-        _resource_type_filter,
-        _resource_name_filter,
-        3,
-        _principal_filter,
-        _host_filter,
-        _operation,
-        _permission_type,
-    ), pos
+    _o1.pattern_type_filter = 3
+    return _o1, pos
 
 
 def _r_DeleteAclsFilter_v1(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int]:
     _len = len(data)
-    (_resource_type_filter,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsFilter)
+    (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for resource_name_filter")
-        _resource_name_filter = None
+        _o1.resource_name_filter = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("resource_name_filter overruns the buffer")
-        _resource_name_filter = data[pos:_end2].decode()
-        pos = _end2
-    (_pattern_type_filter,) = _S_b.unpack_from(data, pos)
+        _o1.resource_name_filter = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.pattern_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for principal_filter")
-        _principal_filter = None
+        _o1.principal_filter = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("principal_filter overruns the buffer")
-        _principal_filter = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+        _o1.principal_filter = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for host_filter")
-        _host_filter = None
+        _o1.host_filter = None
     else:
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("host_filter overruns the buffer")
-        _host_filter = data[pos:_end6].decode()
-        pos = _end6
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+        _o1.host_filter = data[pos:_end7].decode()
+        pos = _end7
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
-    return DeleteAclsFilter(
-        _resource_type_filter,
-        _resource_name_filter,
-        _pattern_type_filter,
-        _principal_filter,
-        _host_filter,
-        _operation,
-        _permission_type,
-    ), pos
+    return _o1, pos
 
 
 def _r_DeleteAclsFilter_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int]:
     _len = len(data)
-    (_resource_type_filter,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsFilter)
+    (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for resource_name_filter")
-        _resource_name_filter = None
+        _o1.resource_name_filter = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("resource_name_filter is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("resource_name_filter overruns the buffer")
-        _resource_name_filter = data[pos:_end2].decode()
-        pos = _end2
-    (_pattern_type_filter,) = _S_b.unpack_from(data, pos)
+        _o1.resource_name_filter = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.pattern_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for principal_filter")
-        _principal_filter = None
+        _o1.principal_filter = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("principal_filter is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("principal_filter overruns the buffer")
-        _principal_filter = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.principal_filter = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for host_filter")
-        _host_filter = None
+        _o1.host_filter = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("host_filter is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("host_filter overruns the buffer")
-        _host_filter = data[pos:_end6].decode()
-        pos = _end6
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+        _o1.host_filter = data[pos:_end7].decode()
+        pos = _end7
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteAclsFilter(
-        _resource_type_filter,
-        _resource_name_filter,
-        _pattern_type_filter,
-        _principal_filter,
-        _host_filter,
-        _operation,
-        _permission_type,
-    ), pos
+    return _o1, pos
 
 
 def _w_DeleteAclsRequest_v0(buf: bytearray, o: DeleteAclsRequest) -> None:
@@ -460,171 +441,138 @@ def _w_DeleteAclsRequest_v2(buf: bytearray, o: DeleteAclsRequest) -> None:
 
 def _r_DeleteAclsRequest_v0(data: bytes, pos: int) -> tuple[DeleteAclsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for filters")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of filters exceeds the bytes left")
-    _a2: list[DeleteAclsFilter] = []
-    for _ in range(_n1):
-        (_s3_resource_type_filter,) = _S_b.unpack_from(data, pos)
+    _a3: list[DeleteAclsFilter] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteAclsFilter)
+        (_o5.resource_type_filter,) = _S_b.unpack_from(data, pos)
         pos += 1
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for resource_name_filter")
-            _s3_resource_name_filter = None
-        else:
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("resource_name_filter overruns the buffer")
-            _s3_resource_name_filter = data[pos:_end5].decode()
-            pos = _end5
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
             if _n6 != -1:
-                raise DecodeError("invalid length for principal_filter")
-            _s3_principal_filter = None
+                raise DecodeError("invalid length for resource_name_filter")
+            _o5.resource_name_filter = None
         else:
             _end7 = pos + _n6
             if _end7 > _len:
-                raise DecodeError("principal_filter overruns the buffer")
-            _s3_principal_filter = data[pos:_end7].decode()
+                raise DecodeError("resource_name_filter overruns the buffer")
+            _o5.resource_name_filter = data[pos:_end7].decode()
             pos = _end7
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
             if _n8 != -1:
-                raise DecodeError("invalid length for host_filter")
-            _s3_host_filter = None
+                raise DecodeError("invalid length for principal_filter")
+            _o5.principal_filter = None
         else:
             _end9 = pos + _n8
             if _end9 > _len:
-                raise DecodeError("host_filter overruns the buffer")
-            _s3_host_filter = data[pos:_end9].decode()
+                raise DecodeError("principal_filter overruns the buffer")
+            _o5.principal_filter = data[pos:_end9].decode()
             pos = _end9
-        _s3_operation, _s3_permission_type = _S_bb.unpack_from(data, pos)
+        (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
-        _a2.append(
-            DeleteAclsFilter(
-                _s3_resource_type_filter,
-                _s3_resource_name_filter,
-                3,
-                _s3_principal_filter,
-                _s3_host_filter,
-                _s3_operation,
-                _s3_permission_type,
-            )
-        )
-    _filters = _a2
-    return DeleteAclsRequest(_filters), pos
+        if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid length for host_filter")
+            _o5.host_filter = None
+        else:
+            _end11 = pos + _n10
+            if _end11 > _len:
+                raise DecodeError("host_filter overruns the buffer")
+            _o5.host_filter = data[pos:_end11].decode()
+            pos = _end11
+        _o5.operation, _o5.permission_type = _S_bb.unpack_from(data, pos)
+        pos += 2
+        _o5.pattern_type_filter = 3
+        _a3.append(_o5)
+    _o1.filters = _a3
+    return _o1, pos
 
 
 def _r_DeleteAclsRequest_v1(data: bytes, pos: int) -> tuple[DeleteAclsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for filters")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of filters exceeds the bytes left")
-    _a2: list[DeleteAclsFilter] = []
-    for _ in range(_n1):
-        (_s3_resource_type_filter,) = _S_b.unpack_from(data, pos)
-        pos += 1
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for resource_name_filter")
-            _s3_resource_name_filter = None
-        else:
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("resource_name_filter overruns the buffer")
-            _s3_resource_name_filter = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_pattern_type_filter,) = _S_b.unpack_from(data, pos)
+    _a3: list[DeleteAclsFilter] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteAclsFilter)
+        (_o5.resource_type_filter,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
             if _n6 != -1:
-                raise DecodeError("invalid length for principal_filter")
-            _s3_principal_filter = None
+                raise DecodeError("invalid length for resource_name_filter")
+            _o5.resource_name_filter = None
         else:
             _end7 = pos + _n6
             if _end7 > _len:
-                raise DecodeError("principal_filter overruns the buffer")
-            _s3_principal_filter = data[pos:_end7].decode()
+                raise DecodeError("resource_name_filter overruns the buffer")
+            _o5.resource_name_filter = data[pos:_end7].decode()
             pos = _end7
+        (_o5.pattern_type_filter,) = _S_b.unpack_from(data, pos)
+        pos += 1
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
             if _n8 != -1:
-                raise DecodeError("invalid length for host_filter")
-            _s3_host_filter = None
+                raise DecodeError("invalid length for principal_filter")
+            _o5.principal_filter = None
         else:
             _end9 = pos + _n8
             if _end9 > _len:
-                raise DecodeError("host_filter overruns the buffer")
-            _s3_host_filter = data[pos:_end9].decode()
+                raise DecodeError("principal_filter overruns the buffer")
+            _o5.principal_filter = data[pos:_end9].decode()
             pos = _end9
-        _s3_operation, _s3_permission_type = _S_bb.unpack_from(data, pos)
+        (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
-        _a2.append(
-            DeleteAclsFilter(
-                _s3_resource_type_filter,
-                _s3_resource_name_filter,
-                _s3_pattern_type_filter,
-                _s3_principal_filter,
-                _s3_host_filter,
-                _s3_operation,
-                _s3_permission_type,
-            )
-        )
-    _filters = _a2
-    return DeleteAclsRequest(_filters), pos
+        if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid length for host_filter")
+            _o5.host_filter = None
+        else:
+            _end11 = pos + _n10
+            if _end11 > _len:
+                raise DecodeError("host_filter overruns the buffer")
+            _o5.host_filter = data[pos:_end11].decode()
+            pos = _end11
+        _o5.operation, _o5.permission_type = _S_bb.unpack_from(data, pos)
+        pos += 2
+        _a3.append(_o5)
+    _o1.filters = _a3
+    return _o1, pos
 
 
 def _r_DeleteAclsRequest_v2(data: bytes, pos: int) -> tuple[DeleteAclsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeleteAclsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for filters")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of filters exceeds the bytes left")
-    _a2: list[DeleteAclsFilter] = []
-    for _ in range(_n1):
-        (_s3_resource_type_filter,) = _S_b.unpack_from(data, pos)
-        pos += 1
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for resource_name_filter")
-            _s3_resource_name_filter = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("resource_name_filter is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("resource_name_filter overruns the buffer")
-            _s3_resource_name_filter = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_pattern_type_filter,) = _S_b.unpack_from(data, pos)
+    _a3: list[DeleteAclsFilter] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteAclsFilter)
+        (_o5.resource_type_filter,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n6 = data[pos]
         if _n6 < 128:
@@ -634,16 +582,18 @@ def _r_DeleteAclsRequest_v2(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
         _n6 -= 1
         if _n6 < 0:
             if _n6 != -1:
-                raise DecodeError("invalid length for principal_filter")
-            _s3_principal_filter = None
+                raise DecodeError("invalid length for resource_name_filter")
+            _o5.resource_name_filter = None
         else:
             if _n6 > 0x7FFF:
-                raise DecodeError("principal_filter is longer than 32767 bytes")
+                raise DecodeError("resource_name_filter is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
-                raise DecodeError("principal_filter overruns the buffer")
-            _s3_principal_filter = data[pos:_end7].decode()
+                raise DecodeError("resource_name_filter overruns the buffer")
+            _o5.resource_name_filter = data[pos:_end7].decode()
             pos = _end7
+        (_o5.pattern_type_filter,) = _S_b.unpack_from(data, pos)
+        pos += 1
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -652,39 +602,47 @@ def _r_DeleteAclsRequest_v2(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
         _n8 -= 1
         if _n8 < 0:
             if _n8 != -1:
-                raise DecodeError("invalid length for host_filter")
-            _s3_host_filter = None
+                raise DecodeError("invalid length for principal_filter")
+            _o5.principal_filter = None
         else:
             if _n8 > 0x7FFF:
-                raise DecodeError("host_filter is longer than 32767 bytes")
+                raise DecodeError("principal_filter is longer than 32767 bytes")
             _end9 = pos + _n8
             if _end9 > _len:
-                raise DecodeError("host_filter overruns the buffer")
-            _s3_host_filter = data[pos:_end9].decode()
+                raise DecodeError("principal_filter overruns the buffer")
+            _o5.principal_filter = data[pos:_end9].decode()
             pos = _end9
-        _s3_operation, _s3_permission_type = _S_bb.unpack_from(data, pos)
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid length for host_filter")
+            _o5.host_filter = None
+        else:
+            if _n10 > 0x7FFF:
+                raise DecodeError("host_filter is longer than 32767 bytes")
+            _end11 = pos + _n10
+            if _end11 > _len:
+                raise DecodeError("host_filter overruns the buffer")
+            _o5.host_filter = data[pos:_end11].decode()
+            pos = _end11
+        _o5.operation, _o5.permission_type = _S_bb.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            DeleteAclsFilter(
-                _s3_resource_type_filter,
-                _s3_resource_name_filter,
-                _s3_pattern_type_filter,
-                _s3_principal_filter,
-                _s3_host_filter,
-                _s3_operation,
-                _s3_permission_type,
-            )
-        )
-    _filters = _a2
+        _a3.append(_o5)
+    _o1.filters = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteAclsRequest(_filters), pos
+    return _o1, pos
 
 
 def _w_DeleteAclsMatchingAcl_v0(buf: bytearray, o: DeleteAclsMatchingAcl) -> None:
@@ -765,214 +723,188 @@ def _w_DeleteAclsMatchingAcl_v2(buf: bytearray, o: DeleteAclsMatchingAcl) -> Non
 
 def _r_DeleteAclsMatchingAcl_v0(data: bytes, pos: int) -> tuple[DeleteAclsMatchingAcl, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsMatchingAcl)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for principal")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("principal overruns the buffer")
-    _principal = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I16.unpack_from(data, pos)
+    _o1.principal = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for host")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end8].decode()
-    pos = _end8
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+    _o1.host = data[pos:_end9].decode()
+    pos = _end9
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
-    return DeleteAclsMatchingAcl(
-        _error_code,
-        _error_message,
-        _resource_type,
-        _resource_name,
-        3,
-        _principal,
-        _host,
-        _operation,
-        _permission_type,
-    ), pos
+    _o1.pattern_type = 3
+    return _o1, pos
 
 
 def _r_DeleteAclsMatchingAcl_v1(data: bytes, pos: int) -> tuple[DeleteAclsMatchingAcl, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsMatchingAcl)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end4].decode()
-    pos = _end4
-    (_pattern_type,) = _S_b.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.pattern_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n5,) = _I16.unpack_from(data, pos)
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for principal")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("principal overruns the buffer")
-    _principal = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I16.unpack_from(data, pos)
+    _o1.principal = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for host")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end8].decode()
-    pos = _end8
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+    _o1.host = data[pos:_end9].decode()
+    pos = _end9
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
-    return DeleteAclsMatchingAcl(
-        _error_code,
-        _error_message,
-        _resource_type,
-        _resource_name,
-        _pattern_type,
-        _principal,
-        _host,
-        _operation,
-        _permission_type,
-    ), pos
+    return _o1, pos
 
 
 def _r_DeleteAclsMatchingAcl_v2(data: bytes, pos: int) -> tuple[DeleteAclsMatchingAcl, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsMatchingAcl)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("resource_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end4].decode()
-    pos = _end4
-    (_pattern_type,) = _S_b.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.pattern_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for principal")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("principal is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("principal overruns the buffer")
-    _principal = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.principal = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end8].decode()
-    pos = _end8
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+    _o1.host = data[pos:_end9].decode()
+    pos = _end9
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteAclsMatchingAcl(
-        _error_code,
-        _error_message,
-        _resource_type,
-        _resource_name,
-        _pattern_type,
-        _principal,
-        _host,
-        _operation,
-        _permission_type,
-    ), pos
+    return _o1, pos
 
 
 def _w_DeleteAclsFilterResult_v0(buf: bytearray, o: DeleteAclsFilterResult) -> None:
@@ -1022,234 +954,197 @@ def _w_DeleteAclsFilterResult_v2(buf: bytearray, o: DeleteAclsFilterResult) -> N
 
 def _r_DeleteAclsFilterResult_v0(data: bytes, pos: int) -> tuple[DeleteAclsFilterResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsFilterResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for matching_acls")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of matching_acls exceeds the bytes left")
-    _a4: list[DeleteAclsMatchingAcl] = []
-    for _ in range(_n3):
-        (_s5_error_code,) = _S_h.unpack_from(data, pos)
+    _a5: list[DeleteAclsMatchingAcl] = []
+    for _ in range(_n4):
+        _o7 = _new(DeleteAclsMatchingAcl)
+        (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n6,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end7].decode()
-            pos = _end7
-        (_s5_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s5_resource_name = data[pos:_end9].decode()
-        pos = _end9
+            if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o7.error_message = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o7.error_message = data[pos:_end9].decode()
+            pos = _end9
+        (_o7.resource_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            raise DecodeError("invalid or null length for principal")
+            raise DecodeError("invalid or null length for resource_name")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("principal overruns the buffer")
-        _s5_principal = data[pos:_end11].decode()
+            raise DecodeError("resource_name overruns the buffer")
+        _o7.resource_name = data[pos:_end11].decode()
         pos = _end11
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for principal")
         _end13 = pos + _n12
         if _end13 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end13].decode()
+            raise DecodeError("principal overruns the buffer")
+        _o7.principal = data[pos:_end13].decode()
         pos = _end13
-        _s5_operation, _s5_permission_type = _S_bb.unpack_from(data, pos)
+        (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
-        _a4.append(
-            DeleteAclsMatchingAcl(
-                _s5_error_code,
-                _s5_error_message,
-                _s5_resource_type,
-                _s5_resource_name,
-                3,
-                _s5_principal,
-                _s5_host,
-                _s5_operation,
-                _s5_permission_type,
-            )
-        )
-    _matching_acls = _a4
-    return DeleteAclsFilterResult(_error_code, _error_message, _matching_acls), pos
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for host")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end15].decode()
+        pos = _end15
+        _o7.operation, _o7.permission_type = _S_bb.unpack_from(data, pos)
+        pos += 2
+        _o7.pattern_type = 3
+        _a5.append(_o7)
+    _o1.matching_acls = _a5
+    return _o1, pos
 
 
 def _r_DeleteAclsFilterResult_v1(data: bytes, pos: int) -> tuple[DeleteAclsFilterResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsFilterResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for matching_acls")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of matching_acls exceeds the bytes left")
-    _a4: list[DeleteAclsMatchingAcl] = []
-    for _ in range(_n3):
-        (_s5_error_code,) = _S_h.unpack_from(data, pos)
+    _a5: list[DeleteAclsMatchingAcl] = []
+    for _ in range(_n4):
+        _o7 = _new(DeleteAclsMatchingAcl)
+        (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n6,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end7].decode()
-            pos = _end7
-        (_s5_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s5_resource_name = data[pos:_end9].decode()
-        pos = _end9
-        (_s5_pattern_type,) = _S_b.unpack_from(data, pos)
+            if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o7.error_message = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o7.error_message = data[pos:_end9].decode()
+            pos = _end9
+        (_o7.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            raise DecodeError("invalid or null length for principal")
+            raise DecodeError("invalid or null length for resource_name")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("principal overruns the buffer")
-        _s5_principal = data[pos:_end11].decode()
+            raise DecodeError("resource_name overruns the buffer")
+        _o7.resource_name = data[pos:_end11].decode()
         pos = _end11
+        (_o7.pattern_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for principal")
         _end13 = pos + _n12
         if _end13 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end13].decode()
+            raise DecodeError("principal overruns the buffer")
+        _o7.principal = data[pos:_end13].decode()
         pos = _end13
-        _s5_operation, _s5_permission_type = _S_bb.unpack_from(data, pos)
+        (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
-        _a4.append(
-            DeleteAclsMatchingAcl(
-                _s5_error_code,
-                _s5_error_message,
-                _s5_resource_type,
-                _s5_resource_name,
-                _s5_pattern_type,
-                _s5_principal,
-                _s5_host,
-                _s5_operation,
-                _s5_permission_type,
-            )
-        )
-    _matching_acls = _a4
-    return DeleteAclsFilterResult(_error_code, _error_message, _matching_acls), pos
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for host")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end15].decode()
+        pos = _end15
+        _o7.operation, _o7.permission_type = _S_bb.unpack_from(data, pos)
+        pos += 2
+        _a5.append(_o7)
+    _o1.matching_acls = _a5
+    return _o1, pos
 
 
 def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilterResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsFilterResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for matching_acls")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of matching_acls exceeds the bytes left")
-    _a4: list[DeleteAclsMatchingAcl] = []
-    for _ in range(_n3):
-        (_s5_error_code,) = _S_h.unpack_from(data, pos)
+    _a5: list[DeleteAclsMatchingAcl] = []
+    for _ in range(_n4):
+        _o7 = _new(DeleteAclsMatchingAcl)
+        (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
-        else:
-            if _n6 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end7].decode()
-            pos = _end7
-        (_s5_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1257,15 +1152,18 @@ def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilte
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        if _n8 > 0x7FFF:
-            raise DecodeError("resource_name is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s5_resource_name = data[pos:_end9].decode()
-        pos = _end9
-        (_s5_pattern_type,) = _S_b.unpack_from(data, pos)
+            if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o7.error_message = None
+        else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o7.error_message = data[pos:_end9].decode()
+            pos = _end9
+        (_o7.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n10 = data[pos]
         if _n10 < 128:
@@ -1274,14 +1172,16 @@ def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilte
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            raise DecodeError("invalid or null length for principal")
+            raise DecodeError("invalid or null length for resource_name")
         if _n10 > 0x7FFF:
-            raise DecodeError("principal is longer than 32767 bytes")
+            raise DecodeError("resource_name is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("principal overruns the buffer")
-        _s5_principal = data[pos:_end11].decode()
+            raise DecodeError("resource_name overruns the buffer")
+        _o7.resource_name = data[pos:_end11].decode()
         pos = _end11
+        (_o7.pattern_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -1289,39 +1189,42 @@ def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilte
             _n12, pos = read_uvarint(data, pos)
         _n12 -= 1
         if _n12 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for principal")
         if _n12 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("principal is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end13].decode()
+            raise DecodeError("principal overruns the buffer")
+        _o7.principal = data[pos:_end13].decode()
         pos = _end13
-        _s5_operation, _s5_permission_type = _S_bb.unpack_from(data, pos)
+        _n14 = data[pos]
+        if _n14 < 128:
+            pos += 1
+        else:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n14 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end15].decode()
+        pos = _end15
+        _o7.operation, _o7.permission_type = _S_bb.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            DeleteAclsMatchingAcl(
-                _s5_error_code,
-                _s5_error_message,
-                _s5_resource_type,
-                _s5_resource_name,
-                _s5_pattern_type,
-                _s5_principal,
-                _s5_host,
-                _s5_operation,
-                _s5_permission_type,
-            )
-        )
-    _matching_acls = _a4
+        _a5.append(_o7)
+    _o1.matching_acls = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteAclsFilterResult(_error_code, _error_message, _matching_acls), pos
+    return _o1, pos
 
 
 def _w_DeleteAclsResponse_v0(buf: bytearray, o: DeleteAclsResponse) -> None:
@@ -1351,238 +1254,205 @@ def _w_DeleteAclsResponse_v2(buf: bytearray, o: DeleteAclsResponse) -> None:
 
 def _r_DeleteAclsResponse_v0(data: bytes, pos: int) -> tuple[DeleteAclsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for filter_results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of filter_results exceeds the bytes left")
-    _a2: list[DeleteAclsFilterResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DeleteAclsFilterResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteAclsFilterResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for matching_acls")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of matching_acls exceeds the bytes left")
-        _a7: list[DeleteAclsMatchingAcl] = []
-        for _ in range(_n6):
-            (_s8_error_code,) = _S_h.unpack_from(data, pos)
+        _a9: list[DeleteAclsMatchingAcl] = []
+        for _ in range(_n8):
+            _o11 = _new(DeleteAclsMatchingAcl)
+            (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            (_n9,) = _I16.unpack_from(data, pos)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end10].decode()
-                pos = _end10
-            (_s8_resource_type,) = _S_b.unpack_from(data, pos)
+                _o11.error_message = data[pos:_end13].decode()
+                pos = _end13
+            (_o11.resource_type,) = _S_b.unpack_from(data, pos)
             pos += 1
-            (_n11,) = _I16.unpack_from(data, pos)
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for resource_name")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("resource_name overruns the buffer")
-            _s8_resource_name = data[pos:_end12].decode()
-            pos = _end12
-            (_n13,) = _I16.unpack_from(data, pos)
+            _o11.resource_name = data[pos:_end15].decode()
+            pos = _end15
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
+            if _n16 < 0:
                 raise DecodeError("invalid or null length for principal")
-            _end14 = pos + _n13
-            if _end14 > _len:
+            _end17 = pos + _n16
+            if _end17 > _len:
                 raise DecodeError("principal overruns the buffer")
-            _s8_principal = data[pos:_end14].decode()
-            pos = _end14
-            (_n15,) = _I16.unpack_from(data, pos)
+            _o11.principal = data[pos:_end17].decode()
+            pos = _end17
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n15 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for host")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s8_host = data[pos:_end16].decode()
-            pos = _end16
-            _s8_operation, _s8_permission_type = _S_bb.unpack_from(data, pos)
+            _o11.host = data[pos:_end19].decode()
+            pos = _end19
+            _o11.operation, _o11.permission_type = _S_bb.unpack_from(data, pos)
             pos += 2
-            _a7.append(
-                DeleteAclsMatchingAcl(
-                    _s8_error_code,
-                    _s8_error_message,
-                    _s8_resource_type,
-                    _s8_resource_name,
-                    3,
-                    _s8_principal,
-                    _s8_host,
-                    _s8_operation,
-                    _s8_permission_type,
-                )
-            )
-        _s3_matching_acls = _a7
-        _a2.append(DeleteAclsFilterResult(_s3_error_code, _s3_error_message, _s3_matching_acls))
-    _filter_results = _a2
-    return DeleteAclsResponse(_throttle_time_ms, _filter_results), pos
+            _o11.pattern_type = 3
+            _a9.append(_o11)
+        _o5.matching_acls = _a9
+        _a3.append(_o5)
+    _o1.filter_results = _a3
+    return _o1, pos
 
 
 def _r_DeleteAclsResponse_v1(data: bytes, pos: int) -> tuple[DeleteAclsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for filter_results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of filter_results exceeds the bytes left")
-    _a2: list[DeleteAclsFilterResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DeleteAclsFilterResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteAclsFilterResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for matching_acls")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of matching_acls exceeds the bytes left")
-        _a7: list[DeleteAclsMatchingAcl] = []
-        for _ in range(_n6):
-            (_s8_error_code,) = _S_h.unpack_from(data, pos)
+        _a9: list[DeleteAclsMatchingAcl] = []
+        for _ in range(_n8):
+            _o11 = _new(DeleteAclsMatchingAcl)
+            (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            (_n9,) = _I16.unpack_from(data, pos)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end10].decode()
-                pos = _end10
-            (_s8_resource_type,) = _S_b.unpack_from(data, pos)
+                _o11.error_message = data[pos:_end13].decode()
+                pos = _end13
+            (_o11.resource_type,) = _S_b.unpack_from(data, pos)
             pos += 1
-            (_n11,) = _I16.unpack_from(data, pos)
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for resource_name")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("resource_name overruns the buffer")
-            _s8_resource_name = data[pos:_end12].decode()
-            pos = _end12
-            (_s8_pattern_type,) = _S_b.unpack_from(data, pos)
+            _o11.resource_name = data[pos:_end15].decode()
+            pos = _end15
+            (_o11.pattern_type,) = _S_b.unpack_from(data, pos)
             pos += 1
-            (_n13,) = _I16.unpack_from(data, pos)
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
+            if _n16 < 0:
                 raise DecodeError("invalid or null length for principal")
-            _end14 = pos + _n13
-            if _end14 > _len:
+            _end17 = pos + _n16
+            if _end17 > _len:
                 raise DecodeError("principal overruns the buffer")
-            _s8_principal = data[pos:_end14].decode()
-            pos = _end14
-            (_n15,) = _I16.unpack_from(data, pos)
+            _o11.principal = data[pos:_end17].decode()
+            pos = _end17
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n15 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for host")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s8_host = data[pos:_end16].decode()
-            pos = _end16
-            _s8_operation, _s8_permission_type = _S_bb.unpack_from(data, pos)
+            _o11.host = data[pos:_end19].decode()
+            pos = _end19
+            _o11.operation, _o11.permission_type = _S_bb.unpack_from(data, pos)
             pos += 2
-            _a7.append(
-                DeleteAclsMatchingAcl(
-                    _s8_error_code,
-                    _s8_error_message,
-                    _s8_resource_type,
-                    _s8_resource_name,
-                    _s8_pattern_type,
-                    _s8_principal,
-                    _s8_host,
-                    _s8_operation,
-                    _s8_permission_type,
-                )
-            )
-        _s3_matching_acls = _a7
-        _a2.append(DeleteAclsFilterResult(_s3_error_code, _s3_error_message, _s3_matching_acls))
-    _filter_results = _a2
-    return DeleteAclsResponse(_throttle_time_ms, _filter_results), pos
+            _a9.append(_o11)
+        _o5.matching_acls = _a9
+        _a3.append(_o5)
+    _o1.filter_results = _a3
+    return _o1, pos
 
 
 def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteAclsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for filter_results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of filter_results exceeds the bytes left")
-    _a2: list[DeleteAclsFilterResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DeleteAclsFilterResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteAclsFilterResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1590,111 +1460,118 @@ def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for matching_acls")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of matching_acls exceeds the bytes left")
-        _a7: list[DeleteAclsMatchingAcl] = []
-        for _ in range(_n6):
-            (_s8_error_code,) = _S_h.unpack_from(data, pos)
+        _a9: list[DeleteAclsMatchingAcl] = []
+        for _ in range(_n8):
+            _o11 = _new(DeleteAclsMatchingAcl)
+            (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end10].decode()
-                pos = _end10
-            (_s8_resource_type,) = _S_b.unpack_from(data, pos)
+                _o11.error_message = data[pos:_end13].decode()
+                pos = _end13
+            (_o11.resource_type,) = _S_b.unpack_from(data, pos)
             pos += 1
-            _n11 = data[pos]
-            if _n11 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for resource_name")
-            if _n11 > 0x7FFF:
+            if _n14 > 0x7FFF:
                 raise DecodeError("resource_name is longer than 32767 bytes")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("resource_name overruns the buffer")
-            _s8_resource_name = data[pos:_end12].decode()
-            pos = _end12
-            (_s8_pattern_type,) = _S_b.unpack_from(data, pos)
+            _o11.resource_name = data[pos:_end15].decode()
+            pos = _end15
+            (_o11.pattern_type,) = _S_b.unpack_from(data, pos)
             pos += 1
-            _n13 = data[pos]
-            if _n13 < 128:
+            _n16 = data[pos]
+            if _n16 < 128:
                 pos += 1
             else:
-                _n13, pos = read_uvarint(data, pos)
-            _n13 -= 1
-            if _n13 < 0:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
                 raise DecodeError("invalid or null length for principal")
-            if _n13 > 0x7FFF:
+            if _n16 > 0x7FFF:
                 raise DecodeError("principal is longer than 32767 bytes")
-            _end14 = pos + _n13
-            if _end14 > _len:
+            _end17 = pos + _n16
+            if _end17 > _len:
                 raise DecodeError("principal overruns the buffer")
-            _s8_principal = data[pos:_end14].decode()
-            pos = _end14
-            _n15 = data[pos]
-            if _n15 < 128:
+            _o11.principal = data[pos:_end17].decode()
+            pos = _end17
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n15, pos = read_uvarint(data, pos)
-            _n15 -= 1
-            if _n15 < 0:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for host")
-            if _n15 > 0x7FFF:
+            if _n18 > 0x7FFF:
                 raise DecodeError("host is longer than 32767 bytes")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s8_host = data[pos:_end16].decode()
-            pos = _end16
-            _s8_operation, _s8_permission_type = _S_bb.unpack_from(data, pos)
+            _o11.host = data[pos:_end19].decode()
+            pos = _end19
+            _o11.operation, _o11.permission_type = _S_bb.unpack_from(data, pos)
             pos += 2
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                DeleteAclsMatchingAcl(
-                    _s8_error_code,
-                    _s8_error_message,
-                    _s8_resource_type,
-                    _s8_resource_name,
-                    _s8_pattern_type,
-                    _s8_principal,
-                    _s8_host,
-                    _s8_operation,
-                    _s8_permission_type,
-                )
-            )
-        _s3_matching_acls = _a7
+            _a9.append(_o11)
+        _o5.matching_acls = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DeleteAclsFilterResult(_s3_error_code, _s3_error_message, _s3_matching_acls))
-    _filter_results = _a2
+        _a3.append(_o5)
+    _o1.filter_results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteAclsResponse(_throttle_time_ms, _filter_results), pos
+    return _o1, pos
 
 
 DeleteAclsFilter._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -127,64 +128,66 @@ def _w_DeleteGroupsRequest_v2(buf: bytearray, o: DeleteGroupsRequest) -> None:
 
 def _r_DeleteGroupsRequest_v0(data: bytes, pos: int) -> tuple[DeleteGroupsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DeleteGroupsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups_names")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups_names exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[str] = []
+    for _ in range(_n2):
+        (_n5,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n5 < 0:
             raise DecodeError("invalid or null length for groups_names")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("groups_names overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _groups_names = _a2
-    return DeleteGroupsRequest(_groups_names), pos
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.groups_names = _a3
+    return _o1, pos
 
 
 def _r_DeleteGroupsRequest_v2(data: bytes, pos: int) -> tuple[DeleteGroupsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeleteGroupsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups_names")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups_names exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for groups_names")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("groups_names is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("groups_names overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _groups_names = _a2
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.groups_names = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteGroupsRequest(_groups_names), pos
+    return _o1, pos
 
 
 def _w_DeletableGroupResult_v0(buf: bytearray, o: DeletableGroupResult) -> None:
@@ -206,44 +209,46 @@ def _w_DeletableGroupResult_v2(buf: bytearray, o: DeletableGroupResult) -> None:
 
 def _r_DeletableGroupResult_v0(data: bytes, pos: int) -> tuple[DeletableGroupResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DeletableGroupResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return DeletableGroupResult(_group_id, _error_code), pos
+    return _o1, pos
 
 
 def _r_DeletableGroupResult_v2(data: bytes, pos: int) -> tuple[DeletableGroupResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeletableGroupResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeletableGroupResult(_group_id, _error_code), pos
+    return _o1, pos
 
 
 def _w_DeleteGroupsResponse_v0(buf: bytearray, o: DeleteGroupsResponse) -> None:
@@ -265,76 +270,80 @@ def _w_DeleteGroupsResponse_v2(buf: bytearray, o: DeleteGroupsResponse) -> None:
 
 def _r_DeleteGroupsResponse_v0(data: bytes, pos: int) -> tuple[DeleteGroupsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteGroupsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DeletableGroupResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[DeletableGroupResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeletableGroupResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for group_id")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+        _o5.group_id = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _a2.append(DeletableGroupResult(_s3_group_id, _s3_error_code))
-    _results = _a2
-    return DeleteGroupsResponse(_throttle_time_ms, _results), pos
+        _a3.append(_o5)
+    _o1.results = _a3
+    return _o1, pos
 
 
 def _r_DeleteGroupsResponse_v2(data: bytes, pos: int) -> tuple[DeleteGroupsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteGroupsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DeletableGroupResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[DeletableGroupResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeletableGroupResult)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for group_id")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("group_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+        _o5.group_id = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DeletableGroupResult(_s3_group_id, _s3_error_code))
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteGroupsResponse(_throttle_time_ms, _results), pos
+    return _o1, pos
 
 
 DeleteGroupsRequest._WRITERS = {

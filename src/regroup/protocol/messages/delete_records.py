@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -175,20 +176,22 @@ def _w_DeleteRecordsPartition_v2(buf: bytearray, o: DeleteRecordsPartition) -> N
 
 def _r_DeleteRecordsPartition_v0(data: bytes, pos: int) -> tuple[DeleteRecordsPartition, int]:
     _len = len(data)
-    _partition_index, _offset = _S_iq.unpack_from(data, pos)
+    _o1 = _new(DeleteRecordsPartition)
+    _o1.partition_index, _o1.offset = _S_iq.unpack_from(data, pos)
     pos += 12
-    return DeleteRecordsPartition(_partition_index, _offset), pos
+    return _o1, pos
 
 
 def _r_DeleteRecordsPartition_v2(data: bytes, pos: int) -> tuple[DeleteRecordsPartition, int]:
     _len = len(data)
-    _partition_index, _offset = _S_iq.unpack_from(data, pos)
+    _o1 = _new(DeleteRecordsPartition)
+    _o1.partition_index, _o1.offset = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteRecordsPartition(_partition_index, _offset), pos
+    return _o1, pos
 
 
 def _w_DeleteRecordsTopic_v0(buf: bytearray, o: DeleteRecordsTopic) -> None:
@@ -216,72 +219,76 @@ def _w_DeleteRecordsTopic_v2(buf: bytearray, o: DeleteRecordsTopic) -> None:
 
 def _r_DeleteRecordsTopic_v0(data: bytes, pos: int) -> tuple[DeleteRecordsTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DeleteRecordsTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DeleteRecordsPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_offset = _S_iq.unpack_from(data, pos)
+    _a5: list[DeleteRecordsPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(DeleteRecordsPartition)
+        _o7.partition_index, _o7.offset = _S_iq.unpack_from(data, pos)
         pos += 12
-        _a4.append(DeleteRecordsPartition(_s5_partition_index, _s5_offset))
-    _partitions = _a4
-    return DeleteRecordsTopic(_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_DeleteRecordsTopic_v2(data: bytes, pos: int) -> tuple[DeleteRecordsTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeleteRecordsTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DeleteRecordsPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_offset = _S_iq.unpack_from(data, pos)
+    _a5: list[DeleteRecordsPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(DeleteRecordsPartition)
+        _o7.partition_index, _o7.offset = _S_iq.unpack_from(data, pos)
         pos += 12
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(DeleteRecordsPartition(_s5_partition_index, _s5_offset))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteRecordsTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_DeleteRecordsRequest_v0(buf: bytearray, o: DeleteRecordsRequest) -> None:
@@ -303,71 +310,61 @@ def _w_DeleteRecordsRequest_v2(buf: bytearray, o: DeleteRecordsRequest) -> None:
 
 def _r_DeleteRecordsRequest_v0(data: bytes, pos: int) -> tuple[DeleteRecordsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DeleteRecordsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[DeleteRecordsTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[DeleteRecordsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteRecordsTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[DeleteRecordsPartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_offset = _S_iq.unpack_from(data, pos)
+        _a9: list[DeleteRecordsPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(DeleteRecordsPartition)
+            _o11.partition_index, _o11.offset = _S_iq.unpack_from(data, pos)
             pos += 12
-            _a7.append(DeleteRecordsPartition(_s8_partition_index, _s8_offset))
-        _s3_partitions = _a7
-        _a2.append(DeleteRecordsTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return DeleteRecordsRequest(_topics, _timeout_ms), pos
+    return _o1, pos
 
 
 def _r_DeleteRecordsRequest_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeleteRecordsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[DeleteRecordsTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[DeleteRecordsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteRecordsTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -375,32 +372,48 @@ def _r_DeleteRecordsRequest_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRequ
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[DeleteRecordsPartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_offset = _S_iq.unpack_from(data, pos)
+        _a9: list[DeleteRecordsPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(DeleteRecordsPartition)
+            _o11.partition_index, _o11.offset = _S_iq.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(DeleteRecordsPartition(_s8_partition_index, _s8_offset))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DeleteRecordsTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteRecordsRequest(_topics, _timeout_ms), pos
+    return _o1, pos
 
 
 def _w_DeleteRecordsPartitionResult_v0(buf: bytearray, o: DeleteRecordsPartitionResult) -> None:
@@ -414,20 +427,22 @@ def _w_DeleteRecordsPartitionResult_v2(buf: bytearray, o: DeleteRecordsPartition
 
 def _r_DeleteRecordsPartitionResult_v0(data: bytes, pos: int) -> tuple[DeleteRecordsPartitionResult, int]:
     _len = len(data)
-    _partition_index, _low_watermark, _error_code = _S_iqh.unpack_from(data, pos)
+    _o1 = _new(DeleteRecordsPartitionResult)
+    _o1.partition_index, _o1.low_watermark, _o1.error_code = _S_iqh.unpack_from(data, pos)
     pos += 14
-    return DeleteRecordsPartitionResult(_partition_index, _low_watermark, _error_code), pos
+    return _o1, pos
 
 
 def _r_DeleteRecordsPartitionResult_v2(data: bytes, pos: int) -> tuple[DeleteRecordsPartitionResult, int]:
     _len = len(data)
-    _partition_index, _low_watermark, _error_code = _S_iqh.unpack_from(data, pos)
+    _o1 = _new(DeleteRecordsPartitionResult)
+    _o1.partition_index, _o1.low_watermark, _o1.error_code = _S_iqh.unpack_from(data, pos)
     pos += 14
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteRecordsPartitionResult(_partition_index, _low_watermark, _error_code), pos
+    return _o1, pos
 
 
 def _w_DeleteRecordsTopicResult_v0(buf: bytearray, o: DeleteRecordsTopicResult) -> None:
@@ -455,72 +470,76 @@ def _w_DeleteRecordsTopicResult_v2(buf: bytearray, o: DeleteRecordsTopicResult) 
 
 def _r_DeleteRecordsTopicResult_v0(data: bytes, pos: int) -> tuple[DeleteRecordsTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DeleteRecordsTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DeleteRecordsPartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_low_watermark, _s5_error_code = _S_iqh.unpack_from(data, pos)
+    _a5: list[DeleteRecordsPartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(DeleteRecordsPartitionResult)
+        _o7.partition_index, _o7.low_watermark, _o7.error_code = _S_iqh.unpack_from(data, pos)
         pos += 14
-        _a4.append(DeleteRecordsPartitionResult(_s5_partition_index, _s5_low_watermark, _s5_error_code))
-    _partitions = _a4
-    return DeleteRecordsTopicResult(_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_DeleteRecordsTopicResult_v2(data: bytes, pos: int) -> tuple[DeleteRecordsTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeleteRecordsTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DeleteRecordsPartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_low_watermark, _s5_error_code = _S_iqh.unpack_from(data, pos)
+    _a5: list[DeleteRecordsPartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(DeleteRecordsPartitionResult)
+        _o7.partition_index, _o7.low_watermark, _o7.error_code = _S_iqh.unpack_from(data, pos)
         pos += 14
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(DeleteRecordsPartitionResult(_s5_partition_index, _s5_low_watermark, _s5_error_code))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteRecordsTopicResult(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_DeleteRecordsResponse_v0(buf: bytearray, o: DeleteRecordsResponse) -> None:
@@ -542,73 +561,63 @@ def _w_DeleteRecordsResponse_v2(buf: bytearray, o: DeleteRecordsResponse) -> Non
 
 def _r_DeleteRecordsResponse_v0(data: bytes, pos: int) -> tuple[DeleteRecordsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteRecordsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[DeleteRecordsTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[DeleteRecordsTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteRecordsTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[DeleteRecordsPartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_low_watermark, _s8_error_code = _S_iqh.unpack_from(data, pos)
+        _a9: list[DeleteRecordsPartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(DeleteRecordsPartitionResult)
+            _o11.partition_index, _o11.low_watermark, _o11.error_code = _S_iqh.unpack_from(data, pos)
             pos += 14
-            _a7.append(DeleteRecordsPartitionResult(_s8_partition_index, _s8_low_watermark, _s8_error_code))
-        _s3_partitions = _a7
-        _a2.append(DeleteRecordsTopicResult(_s3_name, _s3_partitions))
-    _topics = _a2
-    return DeleteRecordsResponse(_throttle_time_ms, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_DeleteRecordsResponse_v2(data: bytes, pos: int) -> tuple[DeleteRecordsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteRecordsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[DeleteRecordsTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[DeleteRecordsTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteRecordsTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -616,30 +625,46 @@ def _r_DeleteRecordsResponse_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRes
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[DeleteRecordsPartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_low_watermark, _s8_error_code = _S_iqh.unpack_from(data, pos)
+        _a9: list[DeleteRecordsPartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(DeleteRecordsPartitionResult)
+            _o11.partition_index, _o11.low_watermark, _o11.error_code = _S_iqh.unpack_from(data, pos)
             pos += 14
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(DeleteRecordsPartitionResult(_s8_partition_index, _s8_low_watermark, _s8_error_code))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DeleteRecordsTopicResult(_s3_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteRecordsResponse(_throttle_time_ms, _topics), pos
+    return _o1, pos
 
 
 DeleteRecordsPartition._WRITERS = {

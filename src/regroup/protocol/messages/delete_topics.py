@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -164,32 +165,33 @@ def _w_DeleteTopicState_v6(buf: bytearray, o: DeleteTopicState) -> None:
 
 def _r_DeleteTopicState_v6(data: bytes, pos: int) -> tuple[DeleteTopicState, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeleteTopicState)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for name")
-        _name = None
+        _o1.name = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("name overruns the buffer")
-        _name = data[pos:_end2].decode()
-        pos = _end2
+        _o1.name = data[pos:_end3].decode()
+        pos = _end3
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteTopicState(_name, _topic_id), pos
+    return _o1, pos
 
 
 def _w_DeleteTopicsRequest_v0(buf: bytearray, o: DeleteTopicsRequest) -> None:
@@ -230,118 +232,125 @@ def _w_DeleteTopicsRequest_v6(buf: bytearray, o: DeleteTopicsRequest) -> None:
 
 def _r_DeleteTopicsRequest_v0(data: bytes, pos: int) -> tuple[DeleteTopicsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DeleteTopicsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_names")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_names exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[str] = []
+    for _ in range(_n2):
+        (_n5,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n5 < 0:
             raise DecodeError("invalid or null length for topic_names")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("topic_names overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _topic_names = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.topic_names = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return DeleteTopicsRequest([], _topic_names, _timeout_ms), pos
+    _o1.topics = []
+    return _o1, pos
 
 
 def _r_DeleteTopicsRequest_v4(data: bytes, pos: int) -> tuple[DeleteTopicsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeleteTopicsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_names")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_names exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for topic_names")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("topic_names is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("topic_names overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _topic_names = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.topic_names = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.topics = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteTopicsRequest([], _topic_names, _timeout_ms), pos
+    return _o1, pos
 
 
 def _r_DeleteTopicsRequest_v6(data: bytes, pos: int) -> tuple[DeleteTopicsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeleteTopicsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[DeleteTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[DeleteTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(DeleteTopicState)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            if _n6 != -1:
                 raise DecodeError("invalid length for name")
-            _s3_name = None
+            _o5.name = None
         else:
-            if _n4 > 0x7FFF:
+            if _n6 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s3_name = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+            _o5.name = data[pos:_end7].decode()
+            pos = _end7
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DeleteTopicState(_s3_name, _s3_topic_id))
-    _topics = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.topic_names = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteTopicsRequest(_topics, [], _timeout_ms), pos
+    return _o1, pos
 
 
 def _w_DeletableTopicResult_v0(buf: bytearray, o: DeletableTopicResult) -> None:
@@ -408,136 +417,145 @@ def _w_DeletableTopicResult_v6(buf: bytearray, o: DeletableTopicResult) -> None:
 
 def _r_DeletableTopicResult_v0(data: bytes, pos: int) -> tuple[DeletableTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DeletableTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return DeletableTopicResult(_name, ZERO_UUID, _error_code, None), pos
+    _o1.topic_id = ZERO_UUID
+    _o1.error_message = None
+    return _o1, pos
 
 
 def _r_DeletableTopicResult_v4(data: bytes, pos: int) -> tuple[DeletableTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeletableTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
+    _o1.topic_id = ZERO_UUID
+    _o1.error_message = None
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeletableTopicResult(_name, ZERO_UUID, _error_code, None), pos
+    return _o1, pos
 
 
 def _r_DeletableTopicResult_v5(data: bytes, pos: int) -> tuple[DeletableTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeletableTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
+    _o1.topic_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeletableTopicResult(_name, ZERO_UUID, _error_code, _error_message), pos
+    return _o1, pos
 
 
 def _r_DeletableTopicResult_v6(data: bytes, pos: int) -> tuple[DeletableTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DeletableTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for name")
-        _name = None
+        _o1.name = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("name overruns the buffer")
-        _name = data[pos:_end2].decode()
-        pos = _end2
-    _topic_id_raw, _error_code = _S_16sh.unpack_from(data, pos)
+        _o1.name = data[pos:_end3].decode()
+        pos = _end3
+    _topic_id_raw, _o1.error_code = _S_16sh.unpack_from(data, pos)
     pos += 18
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeletableTopicResult(_name, _topic_id, _error_code, _error_message), pos
+    return _o1, pos
 
 
 def _w_DeleteTopicsResponse_v0(buf: bytearray, o: DeleteTopicsResponse) -> None:
@@ -584,137 +602,135 @@ def _w_DeleteTopicsResponse_v6(buf: bytearray, o: DeleteTopicsResponse) -> None:
 
 def _r_DeleteTopicsResponse_v0(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DeleteTopicsResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[DeletableTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[DeletableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeletableTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _a2.append(DeletableTopicResult(_s3_name, ZERO_UUID, _s3_error_code, None))
-    _responses = _a2
-    return DeleteTopicsResponse(0, _responses), pos
+        _o5.topic_id = ZERO_UUID
+        _o5.error_message = None
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_DeleteTopicsResponse_v1(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteTopicsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[DeletableTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[DeletableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeletableTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _a2.append(DeletableTopicResult(_s3_name, ZERO_UUID, _s3_error_code, None))
-    _responses = _a2
-    return DeleteTopicsResponse(_throttle_time_ms, _responses), pos
+        _o5.topic_id = ZERO_UUID
+        _o5.error_message = None
+        _a3.append(_o5)
+    _o1.responses = _a3
+    return _o1, pos
 
 
 def _r_DeleteTopicsResponse_v4(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteTopicsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[DeletableTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[DeletableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeletableTopicResult)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
+        _o5.topic_id = ZERO_UUID
+        _o5.error_message = None
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DeletableTopicResult(_s3_name, ZERO_UUID, _s3_error_code, None))
-    _responses = _a2
+        _a3.append(_o5)
+    _o1.responses = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteTopicsResponse(_throttle_time_ms, _responses), pos
+    return _o1, pos
 
 
 def _r_DeleteTopicsResponse_v5(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteTopicsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[DeletableTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
+    _a3: list[DeletableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeletableTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -722,67 +738,66 @@ def _r_DeleteTopicsResponse_v5(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end7].decode()
-            pos = _end7
+            _o5.error_message = data[pos:_end9].decode()
+            pos = _end9
+        _o5.topic_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DeletableTopicResult(_s3_name, ZERO_UUID, _s3_error_code, _s3_error_message))
-    _responses = _a2
+        _a3.append(_o5)
+    _o1.responses = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteTopicsResponse(_throttle_time_ms, _responses), pos
+    return _o1, pos
 
 
 def _r_DeleteTopicsResponse_v6(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DeleteTopicsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[DeletableTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for name")
-            _s3_name = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("name is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s3_name = data[pos:_end5].decode()
-            pos = _end5
-        _s3_topic_id_raw, _s3_error_code = _S_16sh.unpack_from(data, pos)
-        pos += 18
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
+    _a3: list[DeletableTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DeletableTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -791,27 +806,48 @@ def _r_DeleteTopicsResponse_v6(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
         _n6 -= 1
         if _n6 < 0:
             if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+                raise DecodeError("invalid length for name")
+            _o5.name = None
         else:
             if _n6 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
+                raise DecodeError("name is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end7].decode()
+                raise DecodeError("name overruns the buffer")
+            _o5.name = data[pos:_end7].decode()
             pos = _end7
+        _s4_topic_id_raw, _o5.error_code = _S_16sh.unpack_from(data, pos)
+        pos += 18
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DeletableTopicResult(_s3_name, _s3_topic_id, _s3_error_code, _s3_error_message))
-    _responses = _a2
+        _a3.append(_o5)
+    _o1.responses = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DeleteTopicsResponse(_throttle_time_ms, _responses), pos
+    return _o1, pos
 
 
 DeleteTopicState._WRITERS = {6: _w_DeleteTopicState_v6}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -231,187 +232,167 @@ def _w_DescribeAclsRequest_v2(buf: bytearray, o: DescribeAclsRequest) -> None:
 
 def _r_DescribeAclsRequest_v0(data: bytes, pos: int) -> tuple[DescribeAclsRequest, int]:
     _len = len(data)
-    (_resource_type_filter,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DescribeAclsRequest)
+    (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for resource_name_filter")
-        _resource_name_filter = None
+        _o1.resource_name_filter = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("resource_name_filter overruns the buffer")
-        _resource_name_filter = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+        _o1.resource_name_filter = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for principal_filter")
-        _principal_filter = None
+        _o1.principal_filter = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("principal_filter overruns the buffer")
-        _principal_filter = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+        _o1.principal_filter = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for host_filter")
-        _host_filter = None
+        _o1.host_filter = None
     else:
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("host_filter overruns the buffer")
-        _host_filter = data[pos:_end6].decode()
-        pos = _end6
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+        _o1.host_filter = data[pos:_end7].decode()
+        pos = _end7
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
-    return DescribeAclsRequest(
-        _resource_type_filter,
-        _resource_name_filter,
-        3,
-        _principal_filter,
-        _host_filter,
-        _operation,
-        _permission_type,
-    ), pos
+    _o1.pattern_type_filter = 3
+    return _o1, pos
 
 
 def _r_DescribeAclsRequest_v1(data: bytes, pos: int) -> tuple[DescribeAclsRequest, int]:
     _len = len(data)
-    (_resource_type_filter,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DescribeAclsRequest)
+    (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for resource_name_filter")
-        _resource_name_filter = None
+        _o1.resource_name_filter = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("resource_name_filter overruns the buffer")
-        _resource_name_filter = data[pos:_end2].decode()
-        pos = _end2
-    (_pattern_type_filter,) = _S_b.unpack_from(data, pos)
+        _o1.resource_name_filter = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.pattern_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for principal_filter")
-        _principal_filter = None
+        _o1.principal_filter = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("principal_filter overruns the buffer")
-        _principal_filter = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+        _o1.principal_filter = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for host_filter")
-        _host_filter = None
+        _o1.host_filter = None
     else:
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("host_filter overruns the buffer")
-        _host_filter = data[pos:_end6].decode()
-        pos = _end6
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+        _o1.host_filter = data[pos:_end7].decode()
+        pos = _end7
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
-    return DescribeAclsRequest(
-        _resource_type_filter,
-        _resource_name_filter,
-        _pattern_type_filter,
-        _principal_filter,
-        _host_filter,
-        _operation,
-        _permission_type,
-    ), pos
+    return _o1, pos
 
 
 def _r_DescribeAclsRequest_v2(data: bytes, pos: int) -> tuple[DescribeAclsRequest, int]:
     _len = len(data)
-    (_resource_type_filter,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DescribeAclsRequest)
+    (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for resource_name_filter")
-        _resource_name_filter = None
+        _o1.resource_name_filter = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("resource_name_filter is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("resource_name_filter overruns the buffer")
-        _resource_name_filter = data[pos:_end2].decode()
-        pos = _end2
-    (_pattern_type_filter,) = _S_b.unpack_from(data, pos)
+        _o1.resource_name_filter = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.pattern_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for principal_filter")
-        _principal_filter = None
+        _o1.principal_filter = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("principal_filter is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("principal_filter overruns the buffer")
-        _principal_filter = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.principal_filter = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for host_filter")
-        _host_filter = None
+        _o1.host_filter = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("host_filter is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("host_filter overruns the buffer")
-        _host_filter = data[pos:_end6].decode()
-        pos = _end6
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+        _o1.host_filter = data[pos:_end7].decode()
+        pos = _end7
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeAclsRequest(
-        _resource_type_filter,
-        _resource_name_filter,
-        _pattern_type_filter,
-        _principal_filter,
-        _host_filter,
-        _operation,
-        _permission_type,
-    ), pos
+    return _o1, pos
 
 
 def _w_AclDescription_v0(buf: bytearray, o: AclDescription) -> None:
@@ -441,68 +422,70 @@ def _w_AclDescription_v2(buf: bytearray, o: AclDescription) -> None:
 
 def _r_AclDescription_v0(data: bytes, pos: int) -> tuple[AclDescription, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(AclDescription)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal overruns the buffer")
-    _principal = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.principal = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
-    return AclDescription(_principal, _host, _operation, _permission_type), pos
+    return _o1, pos
 
 
 def _r_AclDescription_v2(data: bytes, pos: int) -> tuple[AclDescription, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(AclDescription)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("principal is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal overruns the buffer")
-    _principal = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.principal = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    _operation, _permission_type = _S_bb.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    _o1.operation, _o1.permission_type = _S_bb.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AclDescription(_principal, _host, _operation, _permission_type), pos
+    return _o1, pos
 
 
 def _w_DescribeAclsResource_v0(buf: bytearray, o: DescribeAclsResource) -> None:
@@ -547,146 +530,138 @@ def _w_DescribeAclsResource_v2(buf: bytearray, o: DescribeAclsResource) -> None:
 
 def _r_DescribeAclsResource_v0(data: bytes, pos: int) -> tuple[DescribeAclsResource, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DescribeAclsResource)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for acls")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of acls exceeds the bytes left")
-    _a4: list[AclDescription] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for principal")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("principal overruns the buffer")
-        _s5_principal = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AclDescription] = []
+    for _ in range(_n4):
+        _o7 = _new(AclDescription)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for principal")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end9].decode()
+            raise DecodeError("principal overruns the buffer")
+        _o7.principal = data[pos:_end9].decode()
         pos = _end9
-        _s5_operation, _s5_permission_type = _S_bb.unpack_from(data, pos)
+        (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
-        _a4.append(AclDescription(_s5_principal, _s5_host, _s5_operation, _s5_permission_type))
-    _acls = _a4
-    return DescribeAclsResource(_resource_type, _resource_name, 3, _acls), pos
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end11].decode()
+        pos = _end11
+        _o7.operation, _o7.permission_type = _S_bb.unpack_from(data, pos)
+        pos += 2
+        _a5.append(_o7)
+    _o1.acls = _a5
+    _o1.pattern_type = 3
+    return _o1, pos
 
 
 def _r_DescribeAclsResource_v1(data: bytes, pos: int) -> tuple[DescribeAclsResource, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DescribeAclsResource)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    (_pattern_type,) = _S_b.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.pattern_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I32.unpack_from(data, pos)
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for acls")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of acls exceeds the bytes left")
-    _a4: list[AclDescription] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for principal")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("principal overruns the buffer")
-        _s5_principal = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AclDescription] = []
+    for _ in range(_n4):
+        _o7 = _new(AclDescription)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for principal")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end9].decode()
+            raise DecodeError("principal overruns the buffer")
+        _o7.principal = data[pos:_end9].decode()
         pos = _end9
-        _s5_operation, _s5_permission_type = _S_bb.unpack_from(data, pos)
+        (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
-        _a4.append(AclDescription(_s5_principal, _s5_host, _s5_operation, _s5_permission_type))
-    _acls = _a4
-    return DescribeAclsResource(_resource_type, _resource_name, _pattern_type, _acls), pos
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end11].decode()
+        pos = _end11
+        _o7.operation, _o7.permission_type = _S_bb.unpack_from(data, pos)
+        pos += 2
+        _a5.append(_o7)
+    _o1.acls = _a5
+    return _o1, pos
 
 
 def _r_DescribeAclsResource_v2(data: bytes, pos: int) -> tuple[DescribeAclsResource, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DescribeAclsResource)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("resource_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    (_pattern_type,) = _S_b.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.pattern_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for acls")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of acls exceeds the bytes left")
-    _a4: list[AclDescription] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for principal")
-        if _n6 > 0x7FFF:
-            raise DecodeError("principal is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("principal overruns the buffer")
-        _s5_principal = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[AclDescription] = []
+    for _ in range(_n4):
+        _o7 = _new(AclDescription)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -694,27 +669,42 @@ def _r_DescribeAclsResource_v2(data: bytes, pos: int) -> tuple[DescribeAclsResou
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for principal")
         if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("principal is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end9].decode()
+            raise DecodeError("principal overruns the buffer")
+        _o7.principal = data[pos:_end9].decode()
         pos = _end9
-        _s5_operation, _s5_permission_type = _S_bb.unpack_from(data, pos)
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end11].decode()
+        pos = _end11
+        _o7.operation, _o7.permission_type = _S_bb.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(AclDescription(_s5_principal, _s5_host, _s5_operation, _s5_permission_type))
-    _acls = _a4
+        _a5.append(_o7)
+    _o1.acls = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeAclsResource(_resource_type, _resource_name, _pattern_type, _acls), pos
+    return _o1, pos
 
 
 def _w_DescribeAclsResponse_v0(buf: bytearray, o: DescribeAclsResponse) -> None:
@@ -764,198 +754,190 @@ def _w_DescribeAclsResponse_v2(buf: bytearray, o: DescribeAclsResponse) -> None:
 
 def _r_DescribeAclsResponse_v0(data: bytes, pos: int) -> tuple[DescribeAclsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeAclsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for resources")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of resources exceeds the bytes left")
-    _a4: list[DescribeAclsResource] = []
-    for _ in range(_n3):
-        (_s5_resource_type,) = _S_b.unpack_from(data, pos)
+    _a5: list[DescribeAclsResource] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeAclsResource)
+        (_o7.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s5_resource_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for resource_name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o7.resource_name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for acls")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of acls exceeds the bytes left")
-        _a9: list[AclDescription] = []
-        for _ in range(_n8):
-            (_n11,) = _I16.unpack_from(data, pos)
+        _a11: list[AclDescription] = []
+        for _ in range(_n10):
+            _o13 = _new(AclDescription)
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for principal")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("principal overruns the buffer")
-            _s10_principal = data[pos:_end12].decode()
-            pos = _end12
-            (_n13,) = _I16.unpack_from(data, pos)
+            _o13.principal = data[pos:_end15].decode()
+            pos = _end15
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
+            if _n16 < 0:
                 raise DecodeError("invalid or null length for host")
-            _end14 = pos + _n13
-            if _end14 > _len:
+            _end17 = pos + _n16
+            if _end17 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s10_host = data[pos:_end14].decode()
-            pos = _end14
-            _s10_operation, _s10_permission_type = _S_bb.unpack_from(data, pos)
+            _o13.host = data[pos:_end17].decode()
+            pos = _end17
+            _o13.operation, _o13.permission_type = _S_bb.unpack_from(data, pos)
             pos += 2
-            _a9.append(AclDescription(_s10_principal, _s10_host, _s10_operation, _s10_permission_type))
-        _s5_acls = _a9
-        _a4.append(DescribeAclsResource(_s5_resource_type, _s5_resource_name, 3, _s5_acls))
-    _resources = _a4
-    return DescribeAclsResponse(_throttle_time_ms, _error_code, _error_message, _resources), pos
+            _a11.append(_o13)
+        _o7.acls = _a11
+        _o7.pattern_type = 3
+        _a5.append(_o7)
+    _o1.resources = _a5
+    return _o1, pos
 
 
 def _r_DescribeAclsResponse_v1(data: bytes, pos: int) -> tuple[DescribeAclsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeAclsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for resources")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of resources exceeds the bytes left")
-    _a4: list[DescribeAclsResource] = []
-    for _ in range(_n3):
-        (_s5_resource_type,) = _S_b.unpack_from(data, pos)
+    _a5: list[DescribeAclsResource] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeAclsResource)
+        (_o7.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s5_resource_name = data[pos:_end7].decode()
-        pos = _end7
-        (_s5_pattern_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for resource_name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o7.resource_name = data[pos:_end9].decode()
+        pos = _end9
+        (_o7.pattern_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for acls")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of acls exceeds the bytes left")
-        _a9: list[AclDescription] = []
-        for _ in range(_n8):
-            (_n11,) = _I16.unpack_from(data, pos)
+        _a11: list[AclDescription] = []
+        for _ in range(_n10):
+            _o13 = _new(AclDescription)
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for principal")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("principal overruns the buffer")
-            _s10_principal = data[pos:_end12].decode()
-            pos = _end12
-            (_n13,) = _I16.unpack_from(data, pos)
+            _o13.principal = data[pos:_end15].decode()
+            pos = _end15
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
+            if _n16 < 0:
                 raise DecodeError("invalid or null length for host")
-            _end14 = pos + _n13
-            if _end14 > _len:
+            _end17 = pos + _n16
+            if _end17 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s10_host = data[pos:_end14].decode()
-            pos = _end14
-            _s10_operation, _s10_permission_type = _S_bb.unpack_from(data, pos)
+            _o13.host = data[pos:_end17].decode()
+            pos = _end17
+            _o13.operation, _o13.permission_type = _S_bb.unpack_from(data, pos)
             pos += 2
-            _a9.append(AclDescription(_s10_principal, _s10_host, _s10_operation, _s10_permission_type))
-        _s5_acls = _a9
-        _a4.append(DescribeAclsResource(_s5_resource_type, _s5_resource_name, _s5_pattern_type, _s5_acls))
-    _resources = _a4
-    return DescribeAclsResponse(_throttle_time_ms, _error_code, _error_message, _resources), pos
+            _a11.append(_o13)
+        _o7.acls = _a11
+        _a5.append(_o7)
+    _o1.resources = _a5
+    return _o1, pos
 
 
 def _r_DescribeAclsResponse_v2(data: bytes, pos: int) -> tuple[DescribeAclsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeAclsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for resources")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of resources exceeds the bytes left")
-    _a4: list[DescribeAclsResource] = []
-    for _ in range(_n3):
-        (_s5_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("resource_name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s5_resource_name = data[pos:_end7].decode()
-        pos = _end7
-        (_s5_pattern_type,) = _S_b.unpack_from(data, pos)
+    _a5: list[DescribeAclsResource] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeAclsResource)
+        (_o7.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n8 = data[pos]
         if _n8 < 128:
@@ -964,60 +946,78 @@ def _r_DescribeAclsResponse_v2(data: bytes, pos: int) -> tuple[DescribeAclsRespo
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for resource_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o7.resource_name = data[pos:_end9].decode()
+        pos = _end9
+        (_o7.pattern_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for acls")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of acls exceeds the bytes left")
-        _a9: list[AclDescription] = []
-        for _ in range(_n8):
-            _n11 = data[pos]
-            if _n11 < 128:
+        _a11: list[AclDescription] = []
+        for _ in range(_n10):
+            _o13 = _new(AclDescription)
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for principal")
-            if _n11 > 0x7FFF:
+            if _n14 > 0x7FFF:
                 raise DecodeError("principal is longer than 32767 bytes")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("principal overruns the buffer")
-            _s10_principal = data[pos:_end12].decode()
-            pos = _end12
-            _n13 = data[pos]
-            if _n13 < 128:
+            _o13.principal = data[pos:_end15].decode()
+            pos = _end15
+            _n16 = data[pos]
+            if _n16 < 128:
                 pos += 1
             else:
-                _n13, pos = read_uvarint(data, pos)
-            _n13 -= 1
-            if _n13 < 0:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
                 raise DecodeError("invalid or null length for host")
-            if _n13 > 0x7FFF:
+            if _n16 > 0x7FFF:
                 raise DecodeError("host is longer than 32767 bytes")
-            _end14 = pos + _n13
-            if _end14 > _len:
+            _end17 = pos + _n16
+            if _end17 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s10_host = data[pos:_end14].decode()
-            pos = _end14
-            _s10_operation, _s10_permission_type = _S_bb.unpack_from(data, pos)
+            _o13.host = data[pos:_end17].decode()
+            pos = _end17
+            _o13.operation, _o13.permission_type = _S_bb.unpack_from(data, pos)
             pos += 2
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(AclDescription(_s10_principal, _s10_host, _s10_operation, _s10_permission_type))
-        _s5_acls = _a9
+            _a11.append(_o13)
+        _o7.acls = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(DescribeAclsResource(_s5_resource_type, _s5_resource_name, _s5_pattern_type, _s5_acls))
-    _resources = _a4
+        _a5.append(_o7)
+    _o1.resources = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeAclsResponse(_throttle_time_ms, _error_code, _error_message, _resources), pos
+    return _o1, pos
 
 
 DescribeAclsRequest._WRITERS = {

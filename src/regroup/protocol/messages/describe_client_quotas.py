@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -202,74 +203,76 @@ def _w_ComponentData_v1(buf: bytearray, o: ComponentData) -> None:
 
 def _r_ComponentData_v0(data: bytes, pos: int) -> tuple[ComponentData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ComponentData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for entity_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("entity_type overruns the buffer")
-    _entity_type = data[pos:_end2].decode()
-    pos = _end2
-    (_match_type,) = _S_b.unpack_from(data, pos)
+    _o1.entity_type = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.match_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for match")
-        _match = None
+        _o1.match = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("match overruns the buffer")
-        _match = data[pos:_end4].decode()
-        pos = _end4
-    return ComponentData(_entity_type, _match_type, _match), pos
+        _o1.match = data[pos:_end5].decode()
+        pos = _end5
+    return _o1, pos
 
 
 def _r_ComponentData_v1(data: bytes, pos: int) -> tuple[ComponentData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ComponentData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for entity_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("entity_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("entity_type overruns the buffer")
-    _entity_type = data[pos:_end2].decode()
-    pos = _end2
-    (_match_type,) = _S_b.unpack_from(data, pos)
+    _o1.entity_type = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.match_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for match")
-        _match = None
+        _o1.match = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("match is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("match overruns the buffer")
-        _match = data[pos:_end4].decode()
-        pos = _end4
+        _o1.match = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ComponentData(_entity_type, _match_type, _match), pos
+    return _o1, pos
 
 
 def _w_DescribeClientQuotasRequest_v0(buf: bytearray, o: DescribeClientQuotasRequest) -> None:
@@ -295,75 +298,62 @@ def _w_DescribeClientQuotasRequest_v1(buf: bytearray, o: DescribeClientQuotasReq
 
 def _r_DescribeClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[DescribeClientQuotasRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DescribeClientQuotasRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for components")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of components exceeds the bytes left")
-    _a2: list[ComponentData] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for entity_type")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("entity_type overruns the buffer")
-        _s3_entity_type = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_match_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
+    _a3: list[ComponentData] = []
+    for _ in range(_n2):
+        _o5 = _new(ComponentData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for entity_type")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("entity_type overruns the buffer")
+        _o5.entity_type = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.match_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for match")
-            _s3_match = None
+            _o5.match = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("match overruns the buffer")
-            _s3_match = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(ComponentData(_s3_entity_type, _s3_match_type, _s3_match))
-    _components = _a2
-    (_strict,) = _S_o.unpack_from(data, pos)
+            _o5.match = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.components = _a3
+    (_o1.strict,) = _S_o.unpack_from(data, pos)
     pos += 1
-    return DescribeClientQuotasRequest(_components, _strict), pos
+    return _o1, pos
 
 
 def _r_DescribeClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[DescribeClientQuotasRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeClientQuotasRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for components")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of components exceeds the bytes left")
-    _a2: list[ComponentData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for entity_type")
-        if _n4 > 0x7FFF:
-            raise DecodeError("entity_type is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("entity_type overruns the buffer")
-        _s3_entity_type = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_match_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
+    _a3: list[ComponentData] = []
+    for _ in range(_n2):
+        _o5 = _new(ComponentData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -371,30 +361,47 @@ def _r_DescribeClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[DescribeCl
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for match")
-            _s3_match = None
+            raise DecodeError("invalid or null length for entity_type")
+        if _n6 > 0x7FFF:
+            raise DecodeError("entity_type is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("entity_type overruns the buffer")
+        _o5.entity_type = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.match_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for match")
+            _o5.match = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("match is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("match overruns the buffer")
-            _s3_match = data[pos:_end7].decode()
-            pos = _end7
+            _o5.match = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ComponentData(_s3_entity_type, _s3_match_type, _s3_match))
-    _components = _a2
-    (_strict,) = _S_o.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.components = _a3
+    (_o1.strict,) = _S_o.unpack_from(data, pos)
     pos += 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeClientQuotasRequest(_components, _strict), pos
+    return _o1, pos
 
 
 def _w_EntityData_v0(buf: bytearray, o: EntityData) -> None:
@@ -428,70 +435,72 @@ def _w_EntityData_v1(buf: bytearray, o: EntityData) -> None:
 
 def _r_EntityData_v0(data: bytes, pos: int) -> tuple[EntityData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(EntityData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for entity_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("entity_type overruns the buffer")
-    _entity_type = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.entity_type = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for entity_name")
-        _entity_name = None
+        _o1.entity_name = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("entity_name overruns the buffer")
-        _entity_name = data[pos:_end4].decode()
-        pos = _end4
-    return EntityData(_entity_type, _entity_name), pos
+        _o1.entity_name = data[pos:_end5].decode()
+        pos = _end5
+    return _o1, pos
 
 
 def _r_EntityData_v1(data: bytes, pos: int) -> tuple[EntityData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(EntityData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for entity_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("entity_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("entity_type overruns the buffer")
-    _entity_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.entity_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for entity_name")
-        _entity_name = None
+        _o1.entity_name = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("entity_name is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("entity_name overruns the buffer")
-        _entity_name = data[pos:_end4].decode()
-        pos = _end4
+        _o1.entity_name = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EntityData(_entity_type, _entity_name), pos
+    return _o1, pos
 
 
 def _w_ValueData_v0(buf: bytearray, o: ValueData) -> None:
@@ -513,44 +522,46 @@ def _w_ValueData_v1(buf: bytearray, o: ValueData) -> None:
 
 def _r_ValueData_v0(data: bytes, pos: int) -> tuple[ValueData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ValueData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for key")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("key overruns the buffer")
-    _key = data[pos:_end2].decode()
-    pos = _end2
-    (_value,) = _S_d.unpack_from(data, pos)
+    _o1.key = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.value,) = _S_d.unpack_from(data, pos)
     pos += 8
-    return ValueData(_key, _value), pos
+    return _o1, pos
 
 
 def _r_ValueData_v1(data: bytes, pos: int) -> tuple[ValueData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ValueData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for key")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("key is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("key overruns the buffer")
-    _key = data[pos:_end2].decode()
-    pos = _end2
-    (_value,) = _S_d.unpack_from(data, pos)
+    _o1.key = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.value,) = _S_d.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ValueData(_key, _value), pos
+    return _o1, pos
 
 
 def _w_EntryData_v0(buf: bytearray, o: EntryData) -> None:
@@ -578,90 +589,80 @@ def _w_EntryData_v1(buf: bytearray, o: EntryData) -> None:
 
 def _r_EntryData_v0(data: bytes, pos: int) -> tuple[EntryData, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(EntryData)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for entity")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of entity exceeds the bytes left")
-    _a2: list[EntityData] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for entity_type")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("entity_type overruns the buffer")
-        _s3_entity_type = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[EntityData] = []
+    for _ in range(_n2):
+        _o5 = _new(EntityData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for entity_name")
-            _s3_entity_name = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("entity_name overruns the buffer")
-            _s3_entity_name = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(EntityData(_s3_entity_type, _s3_entity_name))
-    _entity = _a2
-    (_n8,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n8 < 0:
-        raise DecodeError("invalid or null array length for values")
-    if _n8 > _len - pos:
-        raise DecodeError("array count of values exceeds the bytes left")
-    _a9: list[ValueData] = []
-    for _ in range(_n8):
-        (_n11,) = _I16.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for entity_type")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("entity_type overruns the buffer")
+        _o5.entity_type = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n11 < 0:
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for entity_name")
+            _o5.entity_name = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("entity_name overruns the buffer")
+            _o5.entity_name = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.entity = _a3
+    (_n10,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n10 < 0:
+        raise DecodeError("invalid or null array length for values")
+    if _n10 > _len - pos:
+        raise DecodeError("array count of values exceeds the bytes left")
+    _a11: list[ValueData] = []
+    for _ in range(_n10):
+        _o13 = _new(ValueData)
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
             raise DecodeError("invalid or null length for key")
-        _end12 = pos + _n11
-        if _end12 > _len:
+        _end15 = pos + _n14
+        if _end15 > _len:
             raise DecodeError("key overruns the buffer")
-        _s10_key = data[pos:_end12].decode()
-        pos = _end12
-        (_s10_value,) = _S_d.unpack_from(data, pos)
+        _o13.key = data[pos:_end15].decode()
+        pos = _end15
+        (_o13.value,) = _S_d.unpack_from(data, pos)
         pos += 8
-        _a9.append(ValueData(_s10_key, _s10_value))
-    _values = _a9
-    return EntryData(_entity, _values), pos
+        _a11.append(_o13)
+    _o1.values = _a11
+    return _o1, pos
 
 
 def _r_EntryData_v1(data: bytes, pos: int) -> tuple[EntryData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(EntryData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for entity")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of entity exceeds the bytes left")
-    _a2: list[EntityData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for entity_type")
-        if _n4 > 0x7FFF:
-            raise DecodeError("entity_type is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("entity_type overruns the buffer")
-        _s3_entity_type = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[EntityData] = []
+    for _ in range(_n2):
+        _o5 = _new(EntityData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -669,63 +670,79 @@ def _r_EntryData_v1(data: bytes, pos: int) -> tuple[EntryData, int]:
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for entity_name")
-            _s3_entity_name = None
+            raise DecodeError("invalid or null length for entity_type")
+        if _n6 > 0x7FFF:
+            raise DecodeError("entity_type is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("entity_type overruns the buffer")
+        _o5.entity_type = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for entity_name")
+            _o5.entity_name = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("entity_name is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("entity_name overruns the buffer")
-            _s3_entity_name = data[pos:_end7].decode()
-            pos = _end7
+            _o5.entity_name = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(EntityData(_s3_entity_type, _s3_entity_name))
-    _entity = _a2
-    _n8 = data[pos]
-    if _n8 < 128:
+        _a3.append(_o5)
+    _o1.entity = _a3
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n8, pos = read_uvarint(data, pos)
-    _n8 -= 1
-    if _n8 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for values")
-    if _n8 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of values exceeds the bytes left")
-    _a9: list[ValueData] = []
-    for _ in range(_n8):
-        _n11 = data[pos]
-        if _n11 < 128:
+    _a11: list[ValueData] = []
+    for _ in range(_n10):
+        _o13 = _new(ValueData)
+        _n14 = data[pos]
+        if _n14 < 128:
             pos += 1
         else:
-            _n11, pos = read_uvarint(data, pos)
-        _n11 -= 1
-        if _n11 < 0:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null length for key")
-        if _n11 > 0x7FFF:
+        if _n14 > 0x7FFF:
             raise DecodeError("key is longer than 32767 bytes")
-        _end12 = pos + _n11
-        if _end12 > _len:
+        _end15 = pos + _n14
+        if _end15 > _len:
             raise DecodeError("key overruns the buffer")
-        _s10_key = data[pos:_end12].decode()
-        pos = _end12
-        (_s10_value,) = _S_d.unpack_from(data, pos)
+        _o13.key = data[pos:_end15].decode()
+        pos = _end15
+        (_o13.value,) = _S_d.unpack_from(data, pos)
         pos += 8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a9.append(ValueData(_s10_key, _s10_value))
-    _values = _a9
+        _a11.append(_o13)
+    _o1.values = _a11
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EntryData(_entity, _values), pos
+    return _o1, pos
 
 
 def _w_DescribeClientQuotasResponse_v0(buf: bytearray, o: DescribeClientQuotasResponse) -> None:
@@ -767,222 +784,230 @@ def _w_DescribeClientQuotasResponse_v1(buf: bytearray, o: DescribeClientQuotasRe
 
 def _r_DescribeClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[DescribeClientQuotasResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeClientQuotasResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for entries")
-        _entries = None
-    elif _n3 > _len - pos:
+        _o1.entries = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of entries exceeds the bytes left")
     else:
-        _a4: list[EntryData] = []
-        for _ in range(_n3):
-            (_n6,) = _I32.unpack_from(data, pos)
+        _a5: list[EntryData] = []
+        for _ in range(_n4):
+            _o7 = _new(EntryData)
+            (_n8,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n6 < 0:
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for entity")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of entity exceeds the bytes left")
-            _a7: list[EntityData] = []
-            for _ in range(_n6):
-                (_n9,) = _I16.unpack_from(data, pos)
+            _a9: list[EntityData] = []
+            for _ in range(_n8):
+                _o11 = _new(EntityData)
+                (_n12,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n9 < 0:
+                if _n12 < 0:
                     raise DecodeError("invalid or null length for entity_type")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("entity_type overruns the buffer")
-                _s8_entity_type = data[pos:_end10].decode()
-                pos = _end10
-                (_n11,) = _I16.unpack_from(data, pos)
+                _o11.entity_type = data[pos:_end13].decode()
+                pos = _end13
+                (_n14,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n11 < 0:
-                    if _n11 != -1:
+                if _n14 < 0:
+                    if _n14 != -1:
                         raise DecodeError("invalid length for entity_name")
-                    _s8_entity_name = None
+                    _o11.entity_name = None
                 else:
-                    _end12 = pos + _n11
-                    if _end12 > _len:
+                    _end15 = pos + _n14
+                    if _end15 > _len:
                         raise DecodeError("entity_name overruns the buffer")
-                    _s8_entity_name = data[pos:_end12].decode()
-                    pos = _end12
-                _a7.append(EntityData(_s8_entity_type, _s8_entity_name))
-            _s5_entity = _a7
-            (_n13,) = _I32.unpack_from(data, pos)
+                    _o11.entity_name = data[pos:_end15].decode()
+                    pos = _end15
+                _a9.append(_o11)
+            _o7.entity = _a9
+            (_n16,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n13 < 0:
+            if _n16 < 0:
                 raise DecodeError("invalid or null array length for values")
-            if _n13 > _len - pos:
+            if _n16 > _len - pos:
                 raise DecodeError("array count of values exceeds the bytes left")
-            _a14: list[ValueData] = []
-            for _ in range(_n13):
-                (_n16,) = _I16.unpack_from(data, pos)
+            _a17: list[ValueData] = []
+            for _ in range(_n16):
+                _o19 = _new(ValueData)
+                (_n20,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n16 < 0:
+                if _n20 < 0:
                     raise DecodeError("invalid or null length for key")
-                _end17 = pos + _n16
-                if _end17 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("key overruns the buffer")
-                _s15_key = data[pos:_end17].decode()
-                pos = _end17
-                (_s15_value,) = _S_d.unpack_from(data, pos)
+                _o19.key = data[pos:_end21].decode()
+                pos = _end21
+                (_o19.value,) = _S_d.unpack_from(data, pos)
                 pos += 8
-                _a14.append(ValueData(_s15_key, _s15_value))
-            _s5_values = _a14
-            _a4.append(EntryData(_s5_entity, _s5_values))
-        _entries = _a4
-    return DescribeClientQuotasResponse(_throttle_time_ms, _error_code, _error_message, _entries), pos
+                _a17.append(_o19)
+            _o7.values = _a17
+            _a5.append(_o7)
+        _o1.entries = _a5
+    return _o1, pos
 
 
 def _r_DescribeClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[DescribeClientQuotasResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeClientQuotasResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for entries")
-        _entries = None
-    elif _n3 > _len - pos:
+        _o1.entries = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of entries exceeds the bytes left")
     else:
-        _a4: list[EntryData] = []
-        for _ in range(_n3):
-            _n6 = data[pos]
-            if _n6 < 128:
+        _a5: list[EntryData] = []
+        for _ in range(_n4):
+            _o7 = _new(EntryData)
+            _n8 = data[pos]
+            if _n8 < 128:
                 pos += 1
             else:
-                _n6, pos = read_uvarint(data, pos)
-            _n6 -= 1
-            if _n6 < 0:
+                _n8, pos = read_uvarint(data, pos)
+            _n8 -= 1
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for entity")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of entity exceeds the bytes left")
-            _a7: list[EntityData] = []
-            for _ in range(_n6):
-                _n9 = data[pos]
-                if _n9 < 128:
+            _a9: list[EntityData] = []
+            for _ in range(_n8):
+                _o11 = _new(EntityData)
+                _n12 = data[pos]
+                if _n12 < 128:
                     pos += 1
                 else:
-                    _n9, pos = read_uvarint(data, pos)
-                _n9 -= 1
-                if _n9 < 0:
+                    _n12, pos = read_uvarint(data, pos)
+                _n12 -= 1
+                if _n12 < 0:
                     raise DecodeError("invalid or null length for entity_type")
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("entity_type is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("entity_type overruns the buffer")
-                _s8_entity_type = data[pos:_end10].decode()
-                pos = _end10
-                _n11 = data[pos]
-                if _n11 < 128:
+                _o11.entity_type = data[pos:_end13].decode()
+                pos = _end13
+                _n14 = data[pos]
+                if _n14 < 128:
                     pos += 1
                 else:
-                    _n11, pos = read_uvarint(data, pos)
-                _n11 -= 1
-                if _n11 < 0:
-                    if _n11 != -1:
+                    _n14, pos = read_uvarint(data, pos)
+                _n14 -= 1
+                if _n14 < 0:
+                    if _n14 != -1:
                         raise DecodeError("invalid length for entity_name")
-                    _s8_entity_name = None
+                    _o11.entity_name = None
                 else:
-                    if _n11 > 0x7FFF:
+                    if _n14 > 0x7FFF:
                         raise DecodeError("entity_name is longer than 32767 bytes")
-                    _end12 = pos + _n11
-                    if _end12 > _len:
+                    _end15 = pos + _n14
+                    if _end15 > _len:
                         raise DecodeError("entity_name overruns the buffer")
-                    _s8_entity_name = data[pos:_end12].decode()
-                    pos = _end12
+                    _o11.entity_name = data[pos:_end15].decode()
+                    pos = _end15
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a7.append(EntityData(_s8_entity_type, _s8_entity_name))
-            _s5_entity = _a7
-            _n13 = data[pos]
-            if _n13 < 128:
+                _a9.append(_o11)
+            _o7.entity = _a9
+            _n16 = data[pos]
+            if _n16 < 128:
                 pos += 1
             else:
-                _n13, pos = read_uvarint(data, pos)
-            _n13 -= 1
-            if _n13 < 0:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
                 raise DecodeError("invalid or null array length for values")
-            if _n13 > _len - pos:
+            if _n16 > _len - pos:
                 raise DecodeError("array count of values exceeds the bytes left")
-            _a14: list[ValueData] = []
-            for _ in range(_n13):
-                _n16 = data[pos]
-                if _n16 < 128:
+            _a17: list[ValueData] = []
+            for _ in range(_n16):
+                _o19 = _new(ValueData)
+                _n20 = data[pos]
+                if _n20 < 128:
                     pos += 1
                 else:
-                    _n16, pos = read_uvarint(data, pos)
-                _n16 -= 1
-                if _n16 < 0:
+                    _n20, pos = read_uvarint(data, pos)
+                _n20 -= 1
+                if _n20 < 0:
                     raise DecodeError("invalid or null length for key")
-                if _n16 > 0x7FFF:
+                if _n20 > 0x7FFF:
                     raise DecodeError("key is longer than 32767 bytes")
-                _end17 = pos + _n16
-                if _end17 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("key overruns the buffer")
-                _s15_key = data[pos:_end17].decode()
-                pos = _end17
-                (_s15_value,) = _S_d.unpack_from(data, pos)
+                _o19.key = data[pos:_end21].decode()
+                pos = _end21
+                (_o19.value,) = _S_d.unpack_from(data, pos)
                 pos += 8
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a14.append(ValueData(_s15_key, _s15_value))
-            _s5_values = _a14
+                _a17.append(_o19)
+            _o7.values = _a17
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a4.append(EntryData(_s5_entity, _s5_values))
-        _entries = _a4
+            _a5.append(_o7)
+        _o1.entries = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeClientQuotasResponse(_throttle_time_ms, _error_code, _error_message, _entries), pos
+    return _o1, pos
 
 
 ComponentData._WRITERS = {0: _w_ComponentData_v0, 1: _w_ComponentData_v1}

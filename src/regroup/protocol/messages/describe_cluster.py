@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -143,24 +144,27 @@ def _w_DescribeClusterRequest_v1(buf: bytearray, o: DescribeClusterRequest) -> N
 
 def _r_DescribeClusterRequest_v0(data: bytes, pos: int) -> tuple[DescribeClusterRequest, int]:
     _len = len(data)
-    (_include_cluster_authorized_operations,) = _S_o.unpack_from(data, pos)
+    _o1 = _new(DescribeClusterRequest)
+    (_o1.include_cluster_authorized_operations,) = _S_o.unpack_from(data, pos)
     pos += 1
+    _o1.endpoint_type = 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeClusterRequest(_include_cluster_authorized_operations, 1), pos
+    return _o1, pos
 
 
 def _r_DescribeClusterRequest_v1(data: bytes, pos: int) -> tuple[DescribeClusterRequest, int]:
     _len = len(data)
-    _include_cluster_authorized_operations, _endpoint_type = _S_ob.unpack_from(data, pos)
+    _o1 = _new(DescribeClusterRequest)
+    _o1.include_cluster_authorized_operations, _o1.endpoint_type = _S_ob.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeClusterRequest(_include_cluster_authorized_operations, _endpoint_type), pos
+    return _o1, pos
 
 
 def _w_DescribeClusterBroker_v0(buf: bytearray, o: DescribeClusterBroker) -> None:
@@ -184,48 +188,49 @@ def _w_DescribeClusterBroker_v0(buf: bytearray, o: DescribeClusterBroker) -> Non
 
 def _r_DescribeClusterBroker_v0(data: bytes, pos: int) -> tuple[DescribeClusterBroker, int]:
     _len = len(data)
-    (_broker_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeClusterBroker)
+    (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end4].decode()
-        pos = _end4
+        _o1.rack = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeClusterBroker(_broker_id, _host, _port, _rack), pos
+    return _o1, pos
 
 
 def _w_DescribeClusterResponse_v0(buf: bytearray, o: DescribeClusterResponse) -> None:
@@ -281,73 +286,58 @@ def _w_DescribeClusterResponse_v1(buf: bytearray, o: DescribeClusterResponse) ->
 
 def _r_DescribeClusterResponse_v0(data: bytes, pos: int) -> tuple[DescribeClusterResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeClusterResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for cluster_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("cluster_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("cluster_id overruns the buffer")
-    _cluster_id = data[pos:_end4].decode()
-    pos = _end4
-    (_controller_id,) = _S_i.unpack_from(data, pos)
+    _o1.cluster_id = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a6: list[DescribeClusterBroker] = []
-    for _ in range(_n5):
-        (_s7_broker_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n8 = data[pos]
-        if _n8 < 128:
-            pos += 1
-        else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
-        if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s7_host = data[pos:_end9].decode()
-        pos = _end9
-        (_s7_port,) = _S_i.unpack_from(data, pos)
+    _a7: list[DescribeClusterBroker] = []
+    for _ in range(_n6):
+        _o9 = _new(DescribeClusterBroker)
+        (_o9.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n10 = data[pos]
         if _n10 < 128:
@@ -356,112 +346,106 @@ def _r_DescribeClusterResponse_v0(data: bytes, pos: int) -> tuple[DescribeCluste
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            if _n10 != -1:
-                raise DecodeError("invalid length for rack")
-            _s7_rack = None
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o9.host = data[pos:_end11].decode()
+        pos = _end11
+        (_o9.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
         else:
-            if _n10 > 0x7FFF:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            if _n12 != -1:
+                raise DecodeError("invalid length for rack")
+            _o9.rack = None
+        else:
+            if _n12 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end11 = pos + _n10
-            if _end11 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s7_rack = data[pos:_end11].decode()
-            pos = _end11
+            _o9.rack = data[pos:_end13].decode()
+            pos = _end13
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(DescribeClusterBroker(_s7_broker_id, _s7_host, _s7_port, _s7_rack))
-    _brokers = _a6
-    (_cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a7.append(_o9)
+    _o1.brokers = _a7
+    (_o1.cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.endpoint_type = 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeClusterResponse(
-        _throttle_time_ms,
-        _error_code,
-        _error_message,
-        1,
-        _cluster_id,
-        _controller_id,
-        _brokers,
-        _cluster_authorized_operations,
-    ), pos
+    return _o1, pos
 
 
 def _r_DescribeClusterResponse_v1(data: bytes, pos: int) -> tuple[DescribeClusterResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeClusterResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_endpoint_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.endpoint_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for cluster_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("cluster_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("cluster_id overruns the buffer")
-    _cluster_id = data[pos:_end4].decode()
-    pos = _end4
-    (_controller_id,) = _S_i.unpack_from(data, pos)
+    _o1.cluster_id = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a6: list[DescribeClusterBroker] = []
-    for _ in range(_n5):
-        (_s7_broker_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n8 = data[pos]
-        if _n8 < 128:
-            pos += 1
-        else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
-        if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s7_host = data[pos:_end9].decode()
-        pos = _end9
-        (_s7_port,) = _S_i.unpack_from(data, pos)
+    _a7: list[DescribeClusterBroker] = []
+    for _ in range(_n6):
+        _o9 = _new(DescribeClusterBroker)
+        (_o9.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n10 = data[pos]
         if _n10 < 128:
@@ -470,39 +454,47 @@ def _r_DescribeClusterResponse_v1(data: bytes, pos: int) -> tuple[DescribeCluste
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            if _n10 != -1:
-                raise DecodeError("invalid length for rack")
-            _s7_rack = None
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o9.host = data[pos:_end11].decode()
+        pos = _end11
+        (_o9.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
         else:
-            if _n10 > 0x7FFF:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            if _n12 != -1:
+                raise DecodeError("invalid length for rack")
+            _o9.rack = None
+        else:
+            if _n12 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end11 = pos + _n10
-            if _end11 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s7_rack = data[pos:_end11].decode()
-            pos = _end11
+            _o9.rack = data[pos:_end13].decode()
+            pos = _end13
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(DescribeClusterBroker(_s7_broker_id, _s7_host, _s7_port, _s7_rack))
-    _brokers = _a6
-    (_cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a7.append(_o9)
+    _o1.brokers = _a7
+    (_o1.cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeClusterResponse(
-        _throttle_time_ms,
-        _error_code,
-        _error_message,
-        _endpoint_type,
-        _cluster_id,
-        _controller_id,
-        _brokers,
-        _cluster_authorized_operations,
-    ), pos
+    return _o1, pos
 
 
 DescribeClusterRequest._WRITERS = {0: _w_DescribeClusterRequest_v0, 1: _w_DescribeClusterRequest_v1}

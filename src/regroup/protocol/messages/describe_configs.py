@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -236,98 +237,100 @@ def _w_DescribeConfigsResource_v4(buf: bytearray, o: DescribeConfigsResource) ->
 
 def _r_DescribeConfigsResource_v0(data: bytes, pos: int) -> tuple[DescribeConfigsResource, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResource)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for configuration_keys")
-        _configuration_keys = None
-    elif _n3 > _len - pos:
+        _o1.configuration_keys = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of configuration_keys exceeds the bytes left")
     else:
-        _a4: list[str] = []
-        for _ in range(_n3):
-            (_n6,) = _I16.unpack_from(data, pos)
+        _a5: list[str] = []
+        for _ in range(_n4):
+            (_n7,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n6 < 0:
+            if _n7 < 0:
                 raise DecodeError("invalid or null length for configuration_keys")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end8 = pos + _n7
+            if _end8 > _len:
                 raise DecodeError("configuration_keys overruns the buffer")
-            _e5 = data[pos:_end7].decode()
-            pos = _end7
-            _a4.append(_e5)
-        _configuration_keys = _a4
-    return DescribeConfigsResource(_resource_type, _resource_name, _configuration_keys), pos
+            _e6 = data[pos:_end8].decode()
+            pos = _end8
+            _a5.append(_e6)
+        _o1.configuration_keys = _a5
+    return _o1, pos
 
 
 def _r_DescribeConfigsResource_v4(data: bytes, pos: int) -> tuple[DescribeConfigsResource, int]:
     _len = len(data)
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResource)
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("resource_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.resource_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for configuration_keys")
-        _configuration_keys = None
-    elif _n3 > _len - pos:
+        _o1.configuration_keys = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of configuration_keys exceeds the bytes left")
     else:
-        _a4: list[str] = []
-        for _ in range(_n3):
-            _n6 = data[pos]
-            if _n6 < 128:
+        _a5: list[str] = []
+        for _ in range(_n4):
+            _n7 = data[pos]
+            if _n7 < 128:
                 pos += 1
             else:
-                _n6, pos = read_uvarint(data, pos)
-            _n6 -= 1
-            if _n6 < 0:
+                _n7, pos = read_uvarint(data, pos)
+            _n7 -= 1
+            if _n7 < 0:
                 raise DecodeError("invalid or null length for configuration_keys")
-            if _n6 > 0x7FFF:
+            if _n7 > 0x7FFF:
                 raise DecodeError("configuration_keys is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end8 = pos + _n7
+            if _end8 > _len:
                 raise DecodeError("configuration_keys overruns the buffer")
-            _e5 = data[pos:_end7].decode()
-            pos = _end7
-            _a4.append(_e5)
-        _configuration_keys = _a4
+            _e6 = data[pos:_end8].decode()
+            pos = _end8
+            _a5.append(_e6)
+        _o1.configuration_keys = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeConfigsResource(_resource_type, _resource_name, _configuration_keys), pos
+    return _o1, pos
 
 
 def _w_DescribeConfigsRequest_v0(buf: bytearray, o: DescribeConfigsRequest) -> None:
@@ -384,183 +387,179 @@ def _w_DescribeConfigsRequest_v4(buf: bytearray, o: DescribeConfigsRequest) -> N
 
 def _r_DescribeConfigsRequest_v0(data: bytes, pos: int) -> tuple[DescribeConfigsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for resources")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of resources exceeds the bytes left")
-    _a2: list[DescribeConfigsResource] = []
-    for _ in range(_n1):
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
+    _a3: list[DescribeConfigsResource] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeConfigsResource)
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for resource_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for configuration_keys")
-            _s3_configuration_keys = None
-        elif _n6 > _len - pos:
+            _o5.configuration_keys = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of configuration_keys exceeds the bytes left")
         else:
-            _a7: list[str] = []
-            for _ in range(_n6):
-                (_n9,) = _I16.unpack_from(data, pos)
+            _a9: list[str] = []
+            for _ in range(_n8):
+                (_n11,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n9 < 0:
+                if _n11 < 0:
                     raise DecodeError("invalid or null length for configuration_keys")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end12 = pos + _n11
+                if _end12 > _len:
                     raise DecodeError("configuration_keys overruns the buffer")
-                _e8 = data[pos:_end10].decode()
-                pos = _end10
-                _a7.append(_e8)
-            _s3_configuration_keys = _a7
-        _a2.append(DescribeConfigsResource(_s3_resource_type, _s3_resource_name, _s3_configuration_keys))
-    _resources = _a2
-    return DescribeConfigsRequest(_resources, False, False), pos
+                _e10 = data[pos:_end12].decode()
+                pos = _end12
+                _a9.append(_e10)
+            _o5.configuration_keys = _a9
+        _a3.append(_o5)
+    _o1.resources = _a3
+    _o1.include_synonyms = False
+    _o1.include_documentation = False
+    return _o1, pos
 
 
 def _r_DescribeConfigsRequest_v1(data: bytes, pos: int) -> tuple[DescribeConfigsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for resources")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of resources exceeds the bytes left")
-    _a2: list[DescribeConfigsResource] = []
-    for _ in range(_n1):
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
+    _a3: list[DescribeConfigsResource] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeConfigsResource)
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for resource_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for configuration_keys")
-            _s3_configuration_keys = None
-        elif _n6 > _len - pos:
+            _o5.configuration_keys = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of configuration_keys exceeds the bytes left")
         else:
-            _a7: list[str] = []
-            for _ in range(_n6):
-                (_n9,) = _I16.unpack_from(data, pos)
+            _a9: list[str] = []
+            for _ in range(_n8):
+                (_n11,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n9 < 0:
+                if _n11 < 0:
                     raise DecodeError("invalid or null length for configuration_keys")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end12 = pos + _n11
+                if _end12 > _len:
                     raise DecodeError("configuration_keys overruns the buffer")
-                _e8 = data[pos:_end10].decode()
-                pos = _end10
-                _a7.append(_e8)
-            _s3_configuration_keys = _a7
-        _a2.append(DescribeConfigsResource(_s3_resource_type, _s3_resource_name, _s3_configuration_keys))
-    _resources = _a2
-    (_include_synonyms,) = _S_o.unpack_from(data, pos)
+                _e10 = data[pos:_end12].decode()
+                pos = _end12
+                _a9.append(_e10)
+            _o5.configuration_keys = _a9
+        _a3.append(_o5)
+    _o1.resources = _a3
+    (_o1.include_synonyms,) = _S_o.unpack_from(data, pos)
     pos += 1
-    return DescribeConfigsRequest(_resources, _include_synonyms, False), pos
+    _o1.include_documentation = False
+    return _o1, pos
 
 
 def _r_DescribeConfigsRequest_v3(data: bytes, pos: int) -> tuple[DescribeConfigsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for resources")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of resources exceeds the bytes left")
-    _a2: list[DescribeConfigsResource] = []
-    for _ in range(_n1):
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
+    _a3: list[DescribeConfigsResource] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeConfigsResource)
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for resource_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for configuration_keys")
-            _s3_configuration_keys = None
-        elif _n6 > _len - pos:
+            _o5.configuration_keys = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of configuration_keys exceeds the bytes left")
         else:
-            _a7: list[str] = []
-            for _ in range(_n6):
-                (_n9,) = _I16.unpack_from(data, pos)
+            _a9: list[str] = []
+            for _ in range(_n8):
+                (_n11,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n9 < 0:
+                if _n11 < 0:
                     raise DecodeError("invalid or null length for configuration_keys")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end12 = pos + _n11
+                if _end12 > _len:
                     raise DecodeError("configuration_keys overruns the buffer")
-                _e8 = data[pos:_end10].decode()
-                pos = _end10
-                _a7.append(_e8)
-            _s3_configuration_keys = _a7
-        _a2.append(DescribeConfigsResource(_s3_resource_type, _s3_resource_name, _s3_configuration_keys))
-    _resources = _a2
-    _include_synonyms, _include_documentation = _S_oo.unpack_from(data, pos)
+                _e10 = data[pos:_end12].decode()
+                pos = _end12
+                _a9.append(_e10)
+            _o5.configuration_keys = _a9
+        _a3.append(_o5)
+    _o1.resources = _a3
+    _o1.include_synonyms, _o1.include_documentation = _S_oo.unpack_from(data, pos)
     pos += 2
-    return DescribeConfigsRequest(_resources, _include_synonyms, _include_documentation), pos
+    return _o1, pos
 
 
 def _r_DescribeConfigsRequest_v4(data: bytes, pos: int) -> tuple[DescribeConfigsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeConfigsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for resources")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of resources exceeds the bytes left")
-    _a2: list[DescribeConfigsResource] = []
-    for _ in range(_n1):
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
+    _a3: list[DescribeConfigsResource] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeConfigsResource)
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("resource_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end5].decode()
-        pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -568,44 +567,59 @@ def _r_DescribeConfigsRequest_v4(data: bytes, pos: int) -> tuple[DescribeConfigs
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
+            raise DecodeError("invalid or null length for resource_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for configuration_keys")
-            _s3_configuration_keys = None
-        elif _n6 > _len - pos:
+            _o5.configuration_keys = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of configuration_keys exceeds the bytes left")
         else:
-            _a7: list[str] = []
-            for _ in range(_n6):
-                _n9 = data[pos]
-                if _n9 < 128:
+            _a9: list[str] = []
+            for _ in range(_n8):
+                _n11 = data[pos]
+                if _n11 < 128:
                     pos += 1
                 else:
-                    _n9, pos = read_uvarint(data, pos)
-                _n9 -= 1
-                if _n9 < 0:
+                    _n11, pos = read_uvarint(data, pos)
+                _n11 -= 1
+                if _n11 < 0:
                     raise DecodeError("invalid or null length for configuration_keys")
-                if _n9 > 0x7FFF:
+                if _n11 > 0x7FFF:
                     raise DecodeError("configuration_keys is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end12 = pos + _n11
+                if _end12 > _len:
                     raise DecodeError("configuration_keys overruns the buffer")
-                _e8 = data[pos:_end10].decode()
-                pos = _end10
-                _a7.append(_e8)
-            _s3_configuration_keys = _a7
+                _e10 = data[pos:_end12].decode()
+                pos = _end12
+                _a9.append(_e10)
+            _o5.configuration_keys = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DescribeConfigsResource(_s3_resource_type, _s3_resource_name, _s3_configuration_keys))
-    _resources = _a2
-    _include_synonyms, _include_documentation = _S_oo.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.resources = _a3
+    _o1.include_synonyms, _o1.include_documentation = _S_oo.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeConfigsRequest(_resources, _include_synonyms, _include_documentation), pos
+    return _o1, pos
 
 
 def _w_DescribeConfigsSynonym_v1(buf: bytearray, o: DescribeConfigsSynonym) -> None:
@@ -641,74 +655,76 @@ def _w_DescribeConfigsSynonym_v4(buf: bytearray, o: DescribeConfigsSynonym) -> N
 
 def _r_DescribeConfigsSynonym_v1(data: bytes, pos: int) -> tuple[DescribeConfigsSynonym, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsSynonym)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
-    (_source,) = _S_b.unpack_from(data, pos)
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
+    (_o1.source,) = _S_b.unpack_from(data, pos)
     pos += 1
-    return DescribeConfigsSynonym(_name, _value, _source), pos
+    return _o1, pos
 
 
 def _r_DescribeConfigsSynonym_v4(data: bytes, pos: int) -> tuple[DescribeConfigsSynonym, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeConfigsSynonym)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("value is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
-    (_source,) = _S_b.unpack_from(data, pos)
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
+    (_o1.source,) = _S_b.unpack_from(data, pos)
     pos += 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeConfigsSynonym(_name, _value, _source), pos
+    return _o1, pos
 
 
 def _w_DescribeConfigsResourceResult_v0(buf: bytearray, o: DescribeConfigsResourceResult) -> None:
@@ -822,246 +838,232 @@ def _w_DescribeConfigsResourceResult_v4(buf: bytearray, o: DescribeConfigsResour
 
 def _r_DescribeConfigsResourceResult_v0(data: bytes, pos: int) -> tuple[DescribeConfigsResourceResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResourceResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
-    _read_only, _is_default, _is_sensitive = _S_ooo.unpack_from(data, pos)
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
+    _o1.read_only, _o1.is_default, _o1.is_sensitive = _S_ooo.unpack_from(data, pos)
     pos += 3
-    return DescribeConfigsResourceResult(
-        _name, _value, _read_only, _is_default, -1, _is_sensitive, [], 0, ""
-    ), pos
+    _o1.config_source = -1
+    _o1.synonyms = []
+    _o1.config_type = 0
+    _o1.documentation = ""
+    return _o1, pos
 
 
 def _r_DescribeConfigsResourceResult_v1(data: bytes, pos: int) -> tuple[DescribeConfigsResourceResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResourceResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
-    _read_only, _config_source, _is_sensitive = _S_obo.unpack_from(data, pos)
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
+    _o1.read_only, _o1.config_source, _o1.is_sensitive = _S_obo.unpack_from(data, pos)
     pos += 3
-    (_n5,) = _I32.unpack_from(data, pos)
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for synonyms")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of synonyms exceeds the bytes left")
-    _a6: list[DescribeConfigsSynonym] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
+    _a7: list[DescribeConfigsSynonym] = []
+    for _ in range(_n6):
+        _o9 = _new(DescribeConfigsSynonym)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            if _n10 != -1:
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            if _n12 != -1:
                 raise DecodeError("invalid length for value")
-            _s7_value = None
+            _o9.value = None
         else:
-            _end11 = pos + _n10
-            if _end11 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("value overruns the buffer")
-            _s7_value = data[pos:_end11].decode()
-            pos = _end11
-        (_s7_source,) = _S_b.unpack_from(data, pos)
+            _o9.value = data[pos:_end13].decode()
+            pos = _end13
+        (_o9.source,) = _S_b.unpack_from(data, pos)
         pos += 1
-        _a6.append(DescribeConfigsSynonym(_s7_name, _s7_value, _s7_source))
-    _synonyms = _a6
-    return DescribeConfigsResourceResult(
-        _name, _value, _read_only, False, _config_source, _is_sensitive, _synonyms, 0, ""
-    ), pos
+        _a7.append(_o9)
+    _o1.synonyms = _a7
+    _o1.is_default = False
+    _o1.config_type = 0
+    _o1.documentation = ""
+    return _o1, pos
 
 
 def _r_DescribeConfigsResourceResult_v3(data: bytes, pos: int) -> tuple[DescribeConfigsResourceResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResourceResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
-    _read_only, _config_source, _is_sensitive = _S_obo.unpack_from(data, pos)
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
+    _o1.read_only, _o1.config_source, _o1.is_sensitive = _S_obo.unpack_from(data, pos)
     pos += 3
-    (_n5,) = _I32.unpack_from(data, pos)
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for synonyms")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of synonyms exceeds the bytes left")
-    _a6: list[DescribeConfigsSynonym] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
+    _a7: list[DescribeConfigsSynonym] = []
+    for _ in range(_n6):
+        _o9 = _new(DescribeConfigsSynonym)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            if _n10 != -1:
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            if _n12 != -1:
                 raise DecodeError("invalid length for value")
-            _s7_value = None
+            _o9.value = None
         else:
-            _end11 = pos + _n10
-            if _end11 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("value overruns the buffer")
-            _s7_value = data[pos:_end11].decode()
-            pos = _end11
-        (_s7_source,) = _S_b.unpack_from(data, pos)
+            _o9.value = data[pos:_end13].decode()
+            pos = _end13
+        (_o9.source,) = _S_b.unpack_from(data, pos)
         pos += 1
-        _a6.append(DescribeConfigsSynonym(_s7_name, _s7_value, _s7_source))
-    _synonyms = _a6
-    (_config_type,) = _S_b.unpack_from(data, pos)
+        _a7.append(_o9)
+    _o1.synonyms = _a7
+    (_o1.config_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n12,) = _I16.unpack_from(data, pos)
+    (_n14,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n12 < 0:
-        if _n12 != -1:
+    if _n14 < 0:
+        if _n14 != -1:
             raise DecodeError("invalid length for documentation")
-        _documentation = None
+        _o1.documentation = None
     else:
-        _end13 = pos + _n12
-        if _end13 > _len:
+        _end15 = pos + _n14
+        if _end15 > _len:
             raise DecodeError("documentation overruns the buffer")
-        _documentation = data[pos:_end13].decode()
-        pos = _end13
-    return DescribeConfigsResourceResult(
-        _name,
-        _value,
-        _read_only,
-        False,
-        _config_source,
-        _is_sensitive,
-        _synonyms,
-        _config_type,
-        _documentation,
-    ), pos
+        _o1.documentation = data[pos:_end15].decode()
+        pos = _end15
+    _o1.is_default = False
+    return _o1, pos
 
 
 def _r_DescribeConfigsResourceResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsResourceResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeConfigsResourceResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for value")
-        _value = None
+        _o1.value = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("value is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("value overruns the buffer")
-        _value = data[pos:_end4].decode()
-        pos = _end4
-    _read_only, _config_source, _is_sensitive = _S_obo.unpack_from(data, pos)
+        _o1.value = data[pos:_end5].decode()
+        pos = _end5
+    _o1.read_only, _o1.config_source, _o1.is_sensitive = _S_obo.unpack_from(data, pos)
     pos += 3
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for synonyms")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of synonyms exceeds the bytes left")
-    _a6: list[DescribeConfigsSynonym] = []
-    for _ in range(_n5):
-        _n8 = data[pos]
-        if _n8 < 128:
-            pos += 1
-        else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n8 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
+    _a7: list[DescribeConfigsSynonym] = []
+    for _ in range(_n6):
+        _o9 = _new(DescribeConfigsSynonym)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -1069,60 +1071,66 @@ def _r_DescribeConfigsResourceResult_v4(data: bytes, pos: int) -> tuple[Describe
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            if _n10 != -1:
-                raise DecodeError("invalid length for value")
-            _s7_value = None
+            raise DecodeError("invalid or null length for name")
+        if _n10 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
         else:
-            if _n10 > 0x7FFF:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            if _n12 != -1:
+                raise DecodeError("invalid length for value")
+            _o9.value = None
+        else:
+            if _n12 > 0x7FFF:
                 raise DecodeError("value is longer than 32767 bytes")
-            _end11 = pos + _n10
-            if _end11 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("value overruns the buffer")
-            _s7_value = data[pos:_end11].decode()
-            pos = _end11
-        (_s7_source,) = _S_b.unpack_from(data, pos)
+            _o9.value = data[pos:_end13].decode()
+            pos = _end13
+        (_o9.source,) = _S_b.unpack_from(data, pos)
         pos += 1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(DescribeConfigsSynonym(_s7_name, _s7_value, _s7_source))
-    _synonyms = _a6
-    (_config_type,) = _S_b.unpack_from(data, pos)
+        _a7.append(_o9)
+    _o1.synonyms = _a7
+    (_o1.config_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n12 = data[pos]
-    if _n12 < 128:
+    _n14 = data[pos]
+    if _n14 < 128:
         pos += 1
     else:
-        _n12, pos = read_uvarint(data, pos)
-    _n12 -= 1
-    if _n12 < 0:
-        if _n12 != -1:
+        _n14, pos = read_uvarint(data, pos)
+    _n14 -= 1
+    if _n14 < 0:
+        if _n14 != -1:
             raise DecodeError("invalid length for documentation")
-        _documentation = None
+        _o1.documentation = None
     else:
-        if _n12 > 0x7FFF:
+        if _n14 > 0x7FFF:
             raise DecodeError("documentation is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
+        _end15 = pos + _n14
+        if _end15 > _len:
             raise DecodeError("documentation overruns the buffer")
-        _documentation = data[pos:_end13].decode()
-        pos = _end13
+        _o1.documentation = data[pos:_end15].decode()
+        pos = _end15
+    _o1.is_default = False
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeConfigsResourceResult(
-        _name,
-        _value,
-        _read_only,
-        False,
-        _config_source,
-        _is_sensitive,
-        _synonyms,
-        _config_type,
-        _documentation,
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribeConfigsResult_v0(buf: bytearray, o: DescribeConfigsResult) -> None:
@@ -1204,367 +1212,342 @@ def _w_DescribeConfigsResult_v4(buf: bytearray, o: DescribeConfigsResult) -> Non
 
 def _r_DescribeConfigsResult_v0(data: bytes, pos: int) -> tuple[DescribeConfigsResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I32.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for configs")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
-    _a6: list[DescribeConfigsResourceResult] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
+    _a7: list[DescribeConfigsResourceResult] = []
+    for _ in range(_n6):
+        _o9 = _new(DescribeConfigsResourceResult)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            if _n10 != -1:
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            if _n12 != -1:
                 raise DecodeError("invalid length for value")
-            _s7_value = None
+            _o9.value = None
         else:
-            _end11 = pos + _n10
-            if _end11 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("value overruns the buffer")
-            _s7_value = data[pos:_end11].decode()
-            pos = _end11
-        _s7_read_only, _s7_is_default, _s7_is_sensitive = _S_ooo.unpack_from(data, pos)
+            _o9.value = data[pos:_end13].decode()
+            pos = _end13
+        _o9.read_only, _o9.is_default, _o9.is_sensitive = _S_ooo.unpack_from(data, pos)
         pos += 3
-        _a6.append(
-            DescribeConfigsResourceResult(
-                _s7_name, _s7_value, _s7_read_only, _s7_is_default, -1, _s7_is_sensitive, [], 0, ""
-            )
-        )
-    _configs = _a6
-    return DescribeConfigsResult(_error_code, _error_message, _resource_type, _resource_name, _configs), pos
+        _o9.config_source = -1
+        _o9.synonyms = []
+        _o9.config_type = 0
+        _o9.documentation = ""
+        _a7.append(_o9)
+    _o1.configs = _a7
+    return _o1, pos
 
 
 def _r_DescribeConfigsResult_v1(data: bytes, pos: int) -> tuple[DescribeConfigsResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I32.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for configs")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
-    _a6: list[DescribeConfigsResourceResult] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
+    _a7: list[DescribeConfigsResourceResult] = []
+    for _ in range(_n6):
+        _o9 = _new(DescribeConfigsResourceResult)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            if _n10 != -1:
-                raise DecodeError("invalid length for value")
-            _s7_value = None
-        else:
-            _end11 = pos + _n10
-            if _end11 > _len:
-                raise DecodeError("value overruns the buffer")
-            _s7_value = data[pos:_end11].decode()
-            pos = _end11
-        _s7_read_only, _s7_config_source, _s7_is_sensitive = _S_obo.unpack_from(data, pos)
-        pos += 3
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n12 < 0:
+            if _n12 != -1:
+                raise DecodeError("invalid length for value")
+            _o9.value = None
+        else:
+            _end13 = pos + _n12
+            if _end13 > _len:
+                raise DecodeError("value overruns the buffer")
+            _o9.value = data[pos:_end13].decode()
+            pos = _end13
+        _o9.read_only, _o9.config_source, _o9.is_sensitive = _S_obo.unpack_from(data, pos)
+        pos += 3
+        (_n14,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for synonyms")
-        if _n12 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of synonyms exceeds the bytes left")
-        _a13: list[DescribeConfigsSynonym] = []
-        for _ in range(_n12):
-            (_n15,) = _I16.unpack_from(data, pos)
+        _a15: list[DescribeConfigsSynonym] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribeConfigsSynonym)
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n15 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s14_name = data[pos:_end16].decode()
-            pos = _end16
-            (_n17,) = _I16.unpack_from(data, pos)
+            _o17.name = data[pos:_end19].decode()
+            pos = _end19
+            (_n20,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n17 < 0:
-                if _n17 != -1:
+            if _n20 < 0:
+                if _n20 != -1:
                     raise DecodeError("invalid length for value")
-                _s14_value = None
+                _o17.value = None
             else:
-                _end18 = pos + _n17
-                if _end18 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s14_value = data[pos:_end18].decode()
-                pos = _end18
-            (_s14_source,) = _S_b.unpack_from(data, pos)
+                _o17.value = data[pos:_end21].decode()
+                pos = _end21
+            (_o17.source,) = _S_b.unpack_from(data, pos)
             pos += 1
-            _a13.append(DescribeConfigsSynonym(_s14_name, _s14_value, _s14_source))
-        _s7_synonyms = _a13
-        _a6.append(
-            DescribeConfigsResourceResult(
-                _s7_name,
-                _s7_value,
-                _s7_read_only,
-                False,
-                _s7_config_source,
-                _s7_is_sensitive,
-                _s7_synonyms,
-                0,
-                "",
-            )
-        )
-    _configs = _a6
-    return DescribeConfigsResult(_error_code, _error_message, _resource_type, _resource_name, _configs), pos
+            _a15.append(_o17)
+        _o9.synonyms = _a15
+        _o9.is_default = False
+        _o9.config_type = 0
+        _o9.documentation = ""
+        _a7.append(_o9)
+    _o1.configs = _a7
+    return _o1, pos
 
 
 def _r_DescribeConfigsResult_v3(data: bytes, pos: int) -> tuple[DescribeConfigsResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I32.unpack_from(data, pos)
+    _o1.resource_name = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for configs")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
-    _a6: list[DescribeConfigsResourceResult] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
+    _a7: list[DescribeConfigsResourceResult] = []
+    for _ in range(_n6):
+        _o9 = _new(DescribeConfigsResourceResult)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            if _n10 != -1:
-                raise DecodeError("invalid length for value")
-            _s7_value = None
-        else:
-            _end11 = pos + _n10
-            if _end11 > _len:
-                raise DecodeError("value overruns the buffer")
-            _s7_value = data[pos:_end11].decode()
-            pos = _end11
-        _s7_read_only, _s7_config_source, _s7_is_sensitive = _S_obo.unpack_from(data, pos)
-        pos += 3
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n12 < 0:
-            raise DecodeError("invalid or null array length for synonyms")
-        if _n12 > _len - pos:
-            raise DecodeError("array count of synonyms exceeds the bytes left")
-        _a13: list[DescribeConfigsSynonym] = []
-        for _ in range(_n12):
-            (_n15,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n15 < 0:
-                raise DecodeError("invalid or null length for name")
-            _end16 = pos + _n15
-            if _end16 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s14_name = data[pos:_end16].decode()
-            pos = _end16
-            (_n17,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n17 < 0:
-                if _n17 != -1:
-                    raise DecodeError("invalid length for value")
-                _s14_value = None
-            else:
-                _end18 = pos + _n17
-                if _end18 > _len:
-                    raise DecodeError("value overruns the buffer")
-                _s14_value = data[pos:_end18].decode()
-                pos = _end18
-            (_s14_source,) = _S_b.unpack_from(data, pos)
-            pos += 1
-            _a13.append(DescribeConfigsSynonym(_s14_name, _s14_value, _s14_source))
-        _s7_synonyms = _a13
-        (_s7_config_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
-        (_n19,) = _I16.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n19 < 0:
-            if _n19 != -1:
-                raise DecodeError("invalid length for documentation")
-            _s7_documentation = None
+        if _n12 < 0:
+            if _n12 != -1:
+                raise DecodeError("invalid length for value")
+            _o9.value = None
         else:
-            _end20 = pos + _n19
-            if _end20 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
+                raise DecodeError("value overruns the buffer")
+            _o9.value = data[pos:_end13].decode()
+            pos = _end13
+        _o9.read_only, _o9.config_source, _o9.is_sensitive = _S_obo.unpack_from(data, pos)
+        pos += 3
+        (_n14,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n14 < 0:
+            raise DecodeError("invalid or null array length for synonyms")
+        if _n14 > _len - pos:
+            raise DecodeError("array count of synonyms exceeds the bytes left")
+        _a15: list[DescribeConfigsSynonym] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribeConfigsSynonym)
+            (_n18,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n18 < 0:
+                raise DecodeError("invalid or null length for name")
+            _end19 = pos + _n18
+            if _end19 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o17.name = data[pos:_end19].decode()
+            pos = _end19
+            (_n20,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n20 < 0:
+                if _n20 != -1:
+                    raise DecodeError("invalid length for value")
+                _o17.value = None
+            else:
+                _end21 = pos + _n20
+                if _end21 > _len:
+                    raise DecodeError("value overruns the buffer")
+                _o17.value = data[pos:_end21].decode()
+                pos = _end21
+            (_o17.source,) = _S_b.unpack_from(data, pos)
+            pos += 1
+            _a15.append(_o17)
+        _o9.synonyms = _a15
+        (_o9.config_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        (_n22,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n22 < 0:
+            if _n22 != -1:
+                raise DecodeError("invalid length for documentation")
+            _o9.documentation = None
+        else:
+            _end23 = pos + _n22
+            if _end23 > _len:
                 raise DecodeError("documentation overruns the buffer")
-            _s7_documentation = data[pos:_end20].decode()
-            pos = _end20
-        _a6.append(
-            DescribeConfigsResourceResult(
-                _s7_name,
-                _s7_value,
-                _s7_read_only,
-                False,
-                _s7_config_source,
-                _s7_is_sensitive,
-                _s7_synonyms,
-                _s7_config_type,
-                _s7_documentation,
-            )
-        )
-    _configs = _a6
-    return DescribeConfigsResult(_error_code, _error_message, _resource_type, _resource_name, _configs), pos
+            _o9.documentation = data[pos:_end23].decode()
+            pos = _end23
+        _o9.is_default = False
+        _a7.append(_o9)
+    _o1.configs = _a7
+    return _o1, pos
 
 
 def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_resource_type,) = _S_b.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for resource_name")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("resource_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("resource_name overruns the buffer")
-    _resource_name = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.resource_name = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for configs")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of configs exceeds the bytes left")
-    _a6: list[DescribeConfigsResourceResult] = []
-    for _ in range(_n5):
-        _n8 = data[pos]
-        if _n8 < 128:
-            pos += 1
-        else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n8 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
+    _a7: list[DescribeConfigsResourceResult] = []
+    for _ in range(_n6):
+        _o9 = _new(DescribeConfigsResourceResult)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -1572,19 +1555,14 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            if _n10 != -1:
-                raise DecodeError("invalid length for value")
-            _s7_value = None
-        else:
-            if _n10 > 0x7FFF:
-                raise DecodeError("value is longer than 32767 bytes")
-            _end11 = pos + _n10
-            if _end11 > _len:
-                raise DecodeError("value overruns the buffer")
-            _s7_value = data[pos:_end11].decode()
-            pos = _end11
-        _s7_read_only, _s7_config_source, _s7_is_sensitive = _S_obo.unpack_from(data, pos)
-        pos += 3
+            raise DecodeError("invalid or null length for name")
+        if _n10 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -1592,95 +1570,105 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
             _n12, pos = read_uvarint(data, pos)
         _n12 -= 1
         if _n12 < 0:
+            if _n12 != -1:
+                raise DecodeError("invalid length for value")
+            _o9.value = None
+        else:
+            if _n12 > 0x7FFF:
+                raise DecodeError("value is longer than 32767 bytes")
+            _end13 = pos + _n12
+            if _end13 > _len:
+                raise DecodeError("value overruns the buffer")
+            _o9.value = data[pos:_end13].decode()
+            pos = _end13
+        _o9.read_only, _o9.config_source, _o9.is_sensitive = _S_obo.unpack_from(data, pos)
+        pos += 3
+        _n14 = data[pos]
+        if _n14 < 128:
+            pos += 1
+        else:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for synonyms")
-        if _n12 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of synonyms exceeds the bytes left")
-        _a13: list[DescribeConfigsSynonym] = []
-        for _ in range(_n12):
-            _n15 = data[pos]
-            if _n15 < 128:
+        _a15: list[DescribeConfigsSynonym] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribeConfigsSynonym)
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n15, pos = read_uvarint(data, pos)
-            _n15 -= 1
-            if _n15 < 0:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n15 > 0x7FFF:
+            if _n18 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s14_name = data[pos:_end16].decode()
-            pos = _end16
-            _n17 = data[pos]
-            if _n17 < 128:
+            _o17.name = data[pos:_end19].decode()
+            pos = _end19
+            _n20 = data[pos]
+            if _n20 < 128:
                 pos += 1
             else:
-                _n17, pos = read_uvarint(data, pos)
-            _n17 -= 1
-            if _n17 < 0:
-                if _n17 != -1:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
+                if _n20 != -1:
                     raise DecodeError("invalid length for value")
-                _s14_value = None
+                _o17.value = None
             else:
-                if _n17 > 0x7FFF:
+                if _n20 > 0x7FFF:
                     raise DecodeError("value is longer than 32767 bytes")
-                _end18 = pos + _n17
-                if _end18 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s14_value = data[pos:_end18].decode()
-                pos = _end18
-            (_s14_source,) = _S_b.unpack_from(data, pos)
+                _o17.value = data[pos:_end21].decode()
+                pos = _end21
+            (_o17.source,) = _S_b.unpack_from(data, pos)
             pos += 1
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a13.append(DescribeConfigsSynonym(_s14_name, _s14_value, _s14_source))
-        _s7_synonyms = _a13
-        (_s7_config_type,) = _S_b.unpack_from(data, pos)
+            _a15.append(_o17)
+        _o9.synonyms = _a15
+        (_o9.config_type,) = _S_b.unpack_from(data, pos)
         pos += 1
-        _n19 = data[pos]
-        if _n19 < 128:
+        _n22 = data[pos]
+        if _n22 < 128:
             pos += 1
         else:
-            _n19, pos = read_uvarint(data, pos)
-        _n19 -= 1
-        if _n19 < 0:
-            if _n19 != -1:
+            _n22, pos = read_uvarint(data, pos)
+        _n22 -= 1
+        if _n22 < 0:
+            if _n22 != -1:
                 raise DecodeError("invalid length for documentation")
-            _s7_documentation = None
+            _o9.documentation = None
         else:
-            if _n19 > 0x7FFF:
+            if _n22 > 0x7FFF:
                 raise DecodeError("documentation is longer than 32767 bytes")
-            _end20 = pos + _n19
-            if _end20 > _len:
+            _end23 = pos + _n22
+            if _end23 > _len:
                 raise DecodeError("documentation overruns the buffer")
-            _s7_documentation = data[pos:_end20].decode()
-            pos = _end20
+            _o9.documentation = data[pos:_end23].decode()
+            pos = _end23
+        _o9.is_default = False
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(
-            DescribeConfigsResourceResult(
-                _s7_name,
-                _s7_value,
-                _s7_read_only,
-                False,
-                _s7_config_source,
-                _s7_is_sensitive,
-                _s7_synonyms,
-                _s7_config_type,
-                _s7_documentation,
-            )
-        )
-    _configs = _a6
+        _a7.append(_o9)
+    _o1.configs = _a7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeConfigsResult(_error_code, _error_message, _resource_type, _resource_name, _configs), pos
+    return _o1, pos
 
 
 def _w_DescribeConfigsResponse_v0(buf: bytearray, o: DescribeConfigsResponse) -> None:
@@ -1718,387 +1706,348 @@ def _w_DescribeConfigsResponse_v4(buf: bytearray, o: DescribeConfigsResponse) ->
 
 def _r_DescribeConfigsResponse_v0(data: bytes, pos: int) -> tuple[DescribeConfigsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DescribeConfigsResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribeConfigsResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeConfigsResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n8 < 0:
+            raise DecodeError("invalid or null length for resource_name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for configs")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
-        _a9: list[DescribeConfigsResourceResult] = []
-        for _ in range(_n8):
-            (_n11,) = _I16.unpack_from(data, pos)
+        _a11: list[DescribeConfigsResourceResult] = []
+        for _ in range(_n10):
+            _o13 = _new(DescribeConfigsResourceResult)
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s10_name = data[pos:_end12].decode()
-            pos = _end12
-            (_n13,) = _I16.unpack_from(data, pos)
+            _o13.name = data[pos:_end15].decode()
+            pos = _end15
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
-                if _n13 != -1:
+            if _n16 < 0:
+                if _n16 != -1:
                     raise DecodeError("invalid length for value")
-                _s10_value = None
+                _o13.value = None
             else:
-                _end14 = pos + _n13
-                if _end14 > _len:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s10_value = data[pos:_end14].decode()
-                pos = _end14
-            _s10_read_only, _s10_is_default, _s10_is_sensitive = _S_ooo.unpack_from(data, pos)
+                _o13.value = data[pos:_end17].decode()
+                pos = _end17
+            _o13.read_only, _o13.is_default, _o13.is_sensitive = _S_ooo.unpack_from(data, pos)
             pos += 3
-            _a9.append(
-                DescribeConfigsResourceResult(
-                    _s10_name, _s10_value, _s10_read_only, _s10_is_default, -1, _s10_is_sensitive, [], 0, ""
-                )
-            )
-        _s3_configs = _a9
-        _a2.append(
-            DescribeConfigsResult(
-                _s3_error_code, _s3_error_message, _s3_resource_type, _s3_resource_name, _s3_configs
-            )
-        )
-    _results = _a2
-    return DescribeConfigsResponse(_throttle_time_ms, _results), pos
+            _o13.config_source = -1
+            _o13.synonyms = []
+            _o13.config_type = 0
+            _o13.documentation = ""
+            _a11.append(_o13)
+        _o5.configs = _a11
+        _a3.append(_o5)
+    _o1.results = _a3
+    return _o1, pos
 
 
 def _r_DescribeConfigsResponse_v1(data: bytes, pos: int) -> tuple[DescribeConfigsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DescribeConfigsResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribeConfigsResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeConfigsResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n8 < 0:
+            raise DecodeError("invalid or null length for resource_name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for configs")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
-        _a9: list[DescribeConfigsResourceResult] = []
-        for _ in range(_n8):
-            (_n11,) = _I16.unpack_from(data, pos)
+        _a11: list[DescribeConfigsResourceResult] = []
+        for _ in range(_n10):
+            _o13 = _new(DescribeConfigsResourceResult)
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s10_name = data[pos:_end12].decode()
-            pos = _end12
-            (_n13,) = _I16.unpack_from(data, pos)
+            _o13.name = data[pos:_end15].decode()
+            pos = _end15
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
-                if _n13 != -1:
+            if _n16 < 0:
+                if _n16 != -1:
                     raise DecodeError("invalid length for value")
-                _s10_value = None
+                _o13.value = None
             else:
-                _end14 = pos + _n13
-                if _end14 > _len:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s10_value = data[pos:_end14].decode()
-                pos = _end14
-            _s10_read_only, _s10_config_source, _s10_is_sensitive = _S_obo.unpack_from(data, pos)
+                _o13.value = data[pos:_end17].decode()
+                pos = _end17
+            _o13.read_only, _o13.config_source, _o13.is_sensitive = _S_obo.unpack_from(data, pos)
             pos += 3
-            (_n15,) = _I32.unpack_from(data, pos)
+            (_n18,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n15 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null array length for synonyms")
-            if _n15 > _len - pos:
+            if _n18 > _len - pos:
                 raise DecodeError("array count of synonyms exceeds the bytes left")
-            _a16: list[DescribeConfigsSynonym] = []
-            for _ in range(_n15):
-                (_n18,) = _I16.unpack_from(data, pos)
+            _a19: list[DescribeConfigsSynonym] = []
+            for _ in range(_n18):
+                _o21 = _new(DescribeConfigsSynonym)
+                (_n22,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n18 < 0:
+                if _n22 < 0:
                     raise DecodeError("invalid or null length for name")
-                _end19 = pos + _n18
-                if _end19 > _len:
+                _end23 = pos + _n22
+                if _end23 > _len:
                     raise DecodeError("name overruns the buffer")
-                _s17_name = data[pos:_end19].decode()
-                pos = _end19
-                (_n20,) = _I16.unpack_from(data, pos)
+                _o21.name = data[pos:_end23].decode()
+                pos = _end23
+                (_n24,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n20 < 0:
-                    if _n20 != -1:
+                if _n24 < 0:
+                    if _n24 != -1:
                         raise DecodeError("invalid length for value")
-                    _s17_value = None
+                    _o21.value = None
                 else:
-                    _end21 = pos + _n20
-                    if _end21 > _len:
+                    _end25 = pos + _n24
+                    if _end25 > _len:
                         raise DecodeError("value overruns the buffer")
-                    _s17_value = data[pos:_end21].decode()
-                    pos = _end21
-                (_s17_source,) = _S_b.unpack_from(data, pos)
+                    _o21.value = data[pos:_end25].decode()
+                    pos = _end25
+                (_o21.source,) = _S_b.unpack_from(data, pos)
                 pos += 1
-                _a16.append(DescribeConfigsSynonym(_s17_name, _s17_value, _s17_source))
-            _s10_synonyms = _a16
-            _a9.append(
-                DescribeConfigsResourceResult(
-                    _s10_name,
-                    _s10_value,
-                    _s10_read_only,
-                    False,
-                    _s10_config_source,
-                    _s10_is_sensitive,
-                    _s10_synonyms,
-                    0,
-                    "",
-                )
-            )
-        _s3_configs = _a9
-        _a2.append(
-            DescribeConfigsResult(
-                _s3_error_code, _s3_error_message, _s3_resource_type, _s3_resource_name, _s3_configs
-            )
-        )
-    _results = _a2
-    return DescribeConfigsResponse(_throttle_time_ms, _results), pos
+                _a19.append(_o21)
+            _o13.synonyms = _a19
+            _o13.is_default = False
+            _o13.config_type = 0
+            _o13.documentation = ""
+            _a11.append(_o13)
+        _o5.configs = _a11
+        _a3.append(_o5)
+    _o1.results = _a3
+    return _o1, pos
 
 
 def _r_DescribeConfigsResponse_v3(data: bytes, pos: int) -> tuple[DescribeConfigsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DescribeConfigsResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribeConfigsResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeConfigsResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n8 < 0:
+            raise DecodeError("invalid or null length for resource_name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for configs")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
-        _a9: list[DescribeConfigsResourceResult] = []
-        for _ in range(_n8):
-            (_n11,) = _I16.unpack_from(data, pos)
+        _a11: list[DescribeConfigsResourceResult] = []
+        for _ in range(_n10):
+            _o13 = _new(DescribeConfigsResourceResult)
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s10_name = data[pos:_end12].decode()
-            pos = _end12
-            (_n13,) = _I16.unpack_from(data, pos)
+            _o13.name = data[pos:_end15].decode()
+            pos = _end15
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
-                if _n13 != -1:
+            if _n16 < 0:
+                if _n16 != -1:
                     raise DecodeError("invalid length for value")
-                _s10_value = None
+                _o13.value = None
             else:
-                _end14 = pos + _n13
-                if _end14 > _len:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s10_value = data[pos:_end14].decode()
-                pos = _end14
-            _s10_read_only, _s10_config_source, _s10_is_sensitive = _S_obo.unpack_from(data, pos)
+                _o13.value = data[pos:_end17].decode()
+                pos = _end17
+            _o13.read_only, _o13.config_source, _o13.is_sensitive = _S_obo.unpack_from(data, pos)
             pos += 3
-            (_n15,) = _I32.unpack_from(data, pos)
+            (_n18,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n15 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null array length for synonyms")
-            if _n15 > _len - pos:
+            if _n18 > _len - pos:
                 raise DecodeError("array count of synonyms exceeds the bytes left")
-            _a16: list[DescribeConfigsSynonym] = []
-            for _ in range(_n15):
-                (_n18,) = _I16.unpack_from(data, pos)
+            _a19: list[DescribeConfigsSynonym] = []
+            for _ in range(_n18):
+                _o21 = _new(DescribeConfigsSynonym)
+                (_n22,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n18 < 0:
+                if _n22 < 0:
                     raise DecodeError("invalid or null length for name")
-                _end19 = pos + _n18
-                if _end19 > _len:
-                    raise DecodeError("name overruns the buffer")
-                _s17_name = data[pos:_end19].decode()
-                pos = _end19
-                (_n20,) = _I16.unpack_from(data, pos)
-                pos += 2
-                if _n20 < 0:
-                    if _n20 != -1:
-                        raise DecodeError("invalid length for value")
-                    _s17_value = None
-                else:
-                    _end21 = pos + _n20
-                    if _end21 > _len:
-                        raise DecodeError("value overruns the buffer")
-                    _s17_value = data[pos:_end21].decode()
-                    pos = _end21
-                (_s17_source,) = _S_b.unpack_from(data, pos)
-                pos += 1
-                _a16.append(DescribeConfigsSynonym(_s17_name, _s17_value, _s17_source))
-            _s10_synonyms = _a16
-            (_s10_config_type,) = _S_b.unpack_from(data, pos)
-            pos += 1
-            (_n22,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n22 < 0:
-                if _n22 != -1:
-                    raise DecodeError("invalid length for documentation")
-                _s10_documentation = None
-            else:
                 _end23 = pos + _n22
                 if _end23 > _len:
-                    raise DecodeError("documentation overruns the buffer")
-                _s10_documentation = data[pos:_end23].decode()
+                    raise DecodeError("name overruns the buffer")
+                _o21.name = data[pos:_end23].decode()
                 pos = _end23
-            _a9.append(
-                DescribeConfigsResourceResult(
-                    _s10_name,
-                    _s10_value,
-                    _s10_read_only,
-                    False,
-                    _s10_config_source,
-                    _s10_is_sensitive,
-                    _s10_synonyms,
-                    _s10_config_type,
-                    _s10_documentation,
-                )
-            )
-        _s3_configs = _a9
-        _a2.append(
-            DescribeConfigsResult(
-                _s3_error_code, _s3_error_message, _s3_resource_type, _s3_resource_name, _s3_configs
-            )
-        )
-    _results = _a2
-    return DescribeConfigsResponse(_throttle_time_ms, _results), pos
+                (_n24,) = _I16.unpack_from(data, pos)
+                pos += 2
+                if _n24 < 0:
+                    if _n24 != -1:
+                        raise DecodeError("invalid length for value")
+                    _o21.value = None
+                else:
+                    _end25 = pos + _n24
+                    if _end25 > _len:
+                        raise DecodeError("value overruns the buffer")
+                    _o21.value = data[pos:_end25].decode()
+                    pos = _end25
+                (_o21.source,) = _S_b.unpack_from(data, pos)
+                pos += 1
+                _a19.append(_o21)
+            _o13.synonyms = _a19
+            (_o13.config_type,) = _S_b.unpack_from(data, pos)
+            pos += 1
+            (_n26,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n26 < 0:
+                if _n26 != -1:
+                    raise DecodeError("invalid length for documentation")
+                _o13.documentation = None
+            else:
+                _end27 = pos + _n26
+                if _end27 > _len:
+                    raise DecodeError("documentation overruns the buffer")
+                _o13.documentation = data[pos:_end27].decode()
+                pos = _end27
+            _o13.is_default = False
+            _a11.append(_o13)
+        _o5.configs = _a11
+        _a3.append(_o5)
+    _o1.results = _a3
+    return _o1, pos
 
 
 def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfigsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeConfigsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DescribeConfigsResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribeConfigsResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeConfigsResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_resource_type,) = _S_b.unpack_from(data, pos)
-        pos += 1
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2106,14 +2055,19 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for resource_name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("resource_name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("resource_name overruns the buffer")
-        _s3_resource_name = data[pos:_end7].decode()
-        pos = _end7
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        (_o5.resource_type,) = _S_b.unpack_from(data, pos)
+        pos += 1
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -2121,152 +2075,154 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for resource_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("resource_name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("resource_name overruns the buffer")
+        _o5.resource_name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for configs")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of configs exceeds the bytes left")
-        _a9: list[DescribeConfigsResourceResult] = []
-        for _ in range(_n8):
-            _n11 = data[pos]
-            if _n11 < 128:
+        _a11: list[DescribeConfigsResourceResult] = []
+        for _ in range(_n10):
+            _o13 = _new(DescribeConfigsResourceResult)
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n11 > 0x7FFF:
+            if _n14 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s10_name = data[pos:_end12].decode()
-            pos = _end12
-            _n13 = data[pos]
-            if _n13 < 128:
+            _o13.name = data[pos:_end15].decode()
+            pos = _end15
+            _n16 = data[pos]
+            if _n16 < 128:
                 pos += 1
             else:
-                _n13, pos = read_uvarint(data, pos)
-            _n13 -= 1
-            if _n13 < 0:
-                if _n13 != -1:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
+                if _n16 != -1:
                     raise DecodeError("invalid length for value")
-                _s10_value = None
+                _o13.value = None
             else:
-                if _n13 > 0x7FFF:
+                if _n16 > 0x7FFF:
                     raise DecodeError("value is longer than 32767 bytes")
-                _end14 = pos + _n13
-                if _end14 > _len:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("value overruns the buffer")
-                _s10_value = data[pos:_end14].decode()
-                pos = _end14
-            _s10_read_only, _s10_config_source, _s10_is_sensitive = _S_obo.unpack_from(data, pos)
+                _o13.value = data[pos:_end17].decode()
+                pos = _end17
+            _o13.read_only, _o13.config_source, _o13.is_sensitive = _S_obo.unpack_from(data, pos)
             pos += 3
-            _n15 = data[pos]
-            if _n15 < 128:
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n15, pos = read_uvarint(data, pos)
-            _n15 -= 1
-            if _n15 < 0:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
                 raise DecodeError("invalid or null array length for synonyms")
-            if _n15 > _len - pos:
+            if _n18 > _len - pos:
                 raise DecodeError("array count of synonyms exceeds the bytes left")
-            _a16: list[DescribeConfigsSynonym] = []
-            for _ in range(_n15):
-                _n18 = data[pos]
-                if _n18 < 128:
+            _a19: list[DescribeConfigsSynonym] = []
+            for _ in range(_n18):
+                _o21 = _new(DescribeConfigsSynonym)
+                _n22 = data[pos]
+                if _n22 < 128:
                     pos += 1
                 else:
-                    _n18, pos = read_uvarint(data, pos)
-                _n18 -= 1
-                if _n18 < 0:
+                    _n22, pos = read_uvarint(data, pos)
+                _n22 -= 1
+                if _n22 < 0:
                     raise DecodeError("invalid or null length for name")
-                if _n18 > 0x7FFF:
+                if _n22 > 0x7FFF:
                     raise DecodeError("name is longer than 32767 bytes")
-                _end19 = pos + _n18
-                if _end19 > _len:
+                _end23 = pos + _n22
+                if _end23 > _len:
                     raise DecodeError("name overruns the buffer")
-                _s17_name = data[pos:_end19].decode()
-                pos = _end19
-                _n20 = data[pos]
-                if _n20 < 128:
+                _o21.name = data[pos:_end23].decode()
+                pos = _end23
+                _n24 = data[pos]
+                if _n24 < 128:
                     pos += 1
                 else:
-                    _n20, pos = read_uvarint(data, pos)
-                _n20 -= 1
-                if _n20 < 0:
-                    if _n20 != -1:
+                    _n24, pos = read_uvarint(data, pos)
+                _n24 -= 1
+                if _n24 < 0:
+                    if _n24 != -1:
                         raise DecodeError("invalid length for value")
-                    _s17_value = None
+                    _o21.value = None
                 else:
-                    if _n20 > 0x7FFF:
+                    if _n24 > 0x7FFF:
                         raise DecodeError("value is longer than 32767 bytes")
-                    _end21 = pos + _n20
-                    if _end21 > _len:
+                    _end25 = pos + _n24
+                    if _end25 > _len:
                         raise DecodeError("value overruns the buffer")
-                    _s17_value = data[pos:_end21].decode()
-                    pos = _end21
-                (_s17_source,) = _S_b.unpack_from(data, pos)
+                    _o21.value = data[pos:_end25].decode()
+                    pos = _end25
+                (_o21.source,) = _S_b.unpack_from(data, pos)
                 pos += 1
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a16.append(DescribeConfigsSynonym(_s17_name, _s17_value, _s17_source))
-            _s10_synonyms = _a16
-            (_s10_config_type,) = _S_b.unpack_from(data, pos)
+                _a19.append(_o21)
+            _o13.synonyms = _a19
+            (_o13.config_type,) = _S_b.unpack_from(data, pos)
             pos += 1
-            _n22 = data[pos]
-            if _n22 < 128:
+            _n26 = data[pos]
+            if _n26 < 128:
                 pos += 1
             else:
-                _n22, pos = read_uvarint(data, pos)
-            _n22 -= 1
-            if _n22 < 0:
-                if _n22 != -1:
+                _n26, pos = read_uvarint(data, pos)
+            _n26 -= 1
+            if _n26 < 0:
+                if _n26 != -1:
                     raise DecodeError("invalid length for documentation")
-                _s10_documentation = None
+                _o13.documentation = None
             else:
-                if _n22 > 0x7FFF:
+                if _n26 > 0x7FFF:
                     raise DecodeError("documentation is longer than 32767 bytes")
-                _end23 = pos + _n22
-                if _end23 > _len:
+                _end27 = pos + _n26
+                if _end27 > _len:
                     raise DecodeError("documentation overruns the buffer")
-                _s10_documentation = data[pos:_end23].decode()
-                pos = _end23
+                _o13.documentation = data[pos:_end27].decode()
+                pos = _end27
+            _o13.is_default = False
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                DescribeConfigsResourceResult(
-                    _s10_name,
-                    _s10_value,
-                    _s10_read_only,
-                    False,
-                    _s10_config_source,
-                    _s10_is_sensitive,
-                    _s10_synonyms,
-                    _s10_config_type,
-                    _s10_documentation,
-                )
-            )
-        _s3_configs = _a9
+            _a11.append(_o13)
+        _o5.configs = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            DescribeConfigsResult(
-                _s3_error_code, _s3_error_message, _s3_resource_type, _s3_resource_name, _s3_configs
-            )
-        )
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeConfigsResponse(_throttle_time_ms, _results), pos
+    return _o1, pos
 
 
 DescribeConfigsResource._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -187,64 +188,66 @@ def _w_DescribeDelegationTokenOwner_v2(buf: bytearray, o: DescribeDelegationToke
 
 def _r_DescribeDelegationTokenOwner_v0(data: bytes, pos: int) -> tuple[DescribeDelegationTokenOwner, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribeDelegationTokenOwner)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
-    return DescribeDelegationTokenOwner(_principal_type, _principal_name), pos
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
+    return _o1, pos
 
 
 def _r_DescribeDelegationTokenOwner_v2(data: bytes, pos: int) -> tuple[DescribeDelegationTokenOwner, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeDelegationTokenOwner)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("principal_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("principal_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeDelegationTokenOwner(_principal_type, _principal_name), pos
+    return _o1, pos
 
 
 def _w_DescribeDelegationTokenRequest_v0(buf: bytearray, o: DescribeDelegationTokenRequest) -> None:
@@ -270,72 +273,61 @@ def _w_DescribeDelegationTokenRequest_v2(buf: bytearray, o: DescribeDelegationTo
 
 def _r_DescribeDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[DescribeDelegationTokenRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DescribeDelegationTokenRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for owners")
-        _owners = None
-    elif _n1 > _len - pos:
+        _o1.owners = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of owners exceeds the bytes left")
     else:
-        _a2: list[DescribeDelegationTokenOwner] = []
-        for _ in range(_n1):
-            (_n4,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n4 < 0:
-                raise DecodeError("invalid or null length for principal_type")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("principal_type overruns the buffer")
-            _s3_principal_type = data[pos:_end5].decode()
-            pos = _end5
+        _a3: list[DescribeDelegationTokenOwner] = []
+        for _ in range(_n2):
+            _o5 = _new(DescribeDelegationTokenOwner)
             (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n6 < 0:
-                raise DecodeError("invalid or null length for principal_name")
+                raise DecodeError("invalid or null length for principal_type")
             _end7 = pos + _n6
             if _end7 > _len:
-                raise DecodeError("principal_name overruns the buffer")
-            _s3_principal_name = data[pos:_end7].decode()
+                raise DecodeError("principal_type overruns the buffer")
+            _o5.principal_type = data[pos:_end7].decode()
             pos = _end7
-            _a2.append(DescribeDelegationTokenOwner(_s3_principal_type, _s3_principal_name))
-        _owners = _a2
-    return DescribeDelegationTokenRequest(_owners), pos
+            (_n8,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n8 < 0:
+                raise DecodeError("invalid or null length for principal_name")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("principal_name overruns the buffer")
+            _o5.principal_name = data[pos:_end9].decode()
+            pos = _end9
+            _a3.append(_o5)
+        _o1.owners = _a3
+    return _o1, pos
 
 
 def _r_DescribeDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[DescribeDelegationTokenRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeDelegationTokenRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for owners")
-        _owners = None
-    elif _n1 > _len - pos:
+        _o1.owners = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of owners exceeds the bytes left")
     else:
-        _a2: list[DescribeDelegationTokenOwner] = []
-        for _ in range(_n1):
-            _n4 = data[pos]
-            if _n4 < 128:
-                pos += 1
-            else:
-                _n4, pos = read_uvarint(data, pos)
-            _n4 -= 1
-            if _n4 < 0:
-                raise DecodeError("invalid or null length for principal_type")
-            if _n4 > 0x7FFF:
-                raise DecodeError("principal_type is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("principal_type overruns the buffer")
-            _s3_principal_type = data[pos:_end5].decode()
-            pos = _end5
+        _a3: list[DescribeDelegationTokenOwner] = []
+        for _ in range(_n2):
+            _o5 = _new(DescribeDelegationTokenOwner)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -343,25 +335,40 @@ def _r_DescribeDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[Describ
                 _n6, pos = read_uvarint(data, pos)
             _n6 -= 1
             if _n6 < 0:
-                raise DecodeError("invalid or null length for principal_name")
+                raise DecodeError("invalid or null length for principal_type")
             if _n6 > 0x7FFF:
-                raise DecodeError("principal_name is longer than 32767 bytes")
+                raise DecodeError("principal_type is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
-                raise DecodeError("principal_name overruns the buffer")
-            _s3_principal_name = data[pos:_end7].decode()
+                raise DecodeError("principal_type overruns the buffer")
+            _o5.principal_type = data[pos:_end7].decode()
             pos = _end7
+            _n8 = data[pos]
+            if _n8 < 128:
+                pos += 1
+            else:
+                _n8, pos = read_uvarint(data, pos)
+            _n8 -= 1
+            if _n8 < 0:
+                raise DecodeError("invalid or null length for principal_name")
+            if _n8 > 0x7FFF:
+                raise DecodeError("principal_name is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("principal_name overruns the buffer")
+            _o5.principal_name = data[pos:_end9].decode()
+            pos = _end9
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a2.append(DescribeDelegationTokenOwner(_s3_principal_type, _s3_principal_name))
-        _owners = _a2
+            _a3.append(_o5)
+        _o1.owners = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeDelegationTokenRequest(_owners), pos
+    return _o1, pos
 
 
 def _w_DescribedDelegationTokenRenewer_v0(buf: bytearray, o: DescribedDelegationTokenRenewer) -> None:
@@ -391,66 +398,68 @@ def _r_DescribedDelegationTokenRenewer_v0(
     data: bytes, pos: int
 ) -> tuple[DescribedDelegationTokenRenewer, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribedDelegationTokenRenewer)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
-    return DescribedDelegationTokenRenewer(_principal_type, _principal_name), pos
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
+    return _o1, pos
 
 
 def _r_DescribedDelegationTokenRenewer_v2(
     data: bytes, pos: int
 ) -> tuple[DescribedDelegationTokenRenewer, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribedDelegationTokenRenewer)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("principal_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("principal_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribedDelegationTokenRenewer(_principal_type, _principal_name), pos
+    return _o1, pos
 
 
 def _w_DescribedDelegationToken_v0(buf: bytearray, o: DescribedDelegationToken) -> None:
@@ -552,175 +561,155 @@ def _w_DescribedDelegationToken_v3(buf: bytearray, o: DescribedDelegationToken) 
 
 def _r_DescribedDelegationToken_v0(data: bytes, pos: int) -> tuple[DescribedDelegationToken, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribedDelegationToken)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
-    _issue_timestamp, _expiry_timestamp, _max_timestamp = _S_qqq.unpack_from(data, pos)
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
+    _o1.issue_timestamp, _o1.expiry_timestamp, _o1.max_timestamp = _S_qqq.unpack_from(data, pos)
     pos += 24
-    (_n5,) = _I16.unpack_from(data, pos)
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for token_id")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("token_id overruns the buffer")
-    _token_id = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
+    _o1.token_id = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for hmac")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("hmac overruns the buffer")
-    _hmac = data[pos:_end8]
-    pos = _end8
-    (_n9,) = _I32.unpack_from(data, pos)
+    _o1.hmac = data[pos:_end9]
+    pos = _end9
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for renewers")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of renewers exceeds the bytes left")
-    _a10: list[DescribedDelegationTokenRenewer] = []
-    for _ in range(_n9):
-        (_n12,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for principal_type")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("principal_type overruns the buffer")
-        _s11_principal_type = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[DescribedDelegationTokenRenewer] = []
+    for _ in range(_n10):
+        _o13 = _new(DescribedDelegationTokenRenewer)
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
-            raise DecodeError("invalid or null length for principal_name")
+            raise DecodeError("invalid or null length for principal_type")
         _end15 = pos + _n14
         if _end15 > _len:
-            raise DecodeError("principal_name overruns the buffer")
-        _s11_principal_name = data[pos:_end15].decode()
+            raise DecodeError("principal_type overruns the buffer")
+        _o13.principal_type = data[pos:_end15].decode()
         pos = _end15
-        _a10.append(DescribedDelegationTokenRenewer(_s11_principal_type, _s11_principal_name))
-    _renewers = _a10
-    return DescribedDelegationToken(
-        _principal_type,
-        _principal_name,
-        "",
-        "",
-        _issue_timestamp,
-        _expiry_timestamp,
-        _max_timestamp,
-        _token_id,
-        _hmac,
-        _renewers,
-    ), pos
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for principal_name")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("principal_name overruns the buffer")
+        _o13.principal_name = data[pos:_end17].decode()
+        pos = _end17
+        _a11.append(_o13)
+    _o1.renewers = _a11
+    _o1.token_requester_principal_type = ""
+    _o1.token_requester_principal_name = ""
+    return _o1, pos
 
 
 def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDelegationToken, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribedDelegationToken)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for principal_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("principal_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for principal_name")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("principal_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
-    _issue_timestamp, _expiry_timestamp, _max_timestamp = _S_qqq.unpack_from(data, pos)
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
+    _o1.issue_timestamp, _o1.expiry_timestamp, _o1.max_timestamp = _S_qqq.unpack_from(data, pos)
     pos += 24
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for token_id")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("token_id is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("token_id overruns the buffer")
-    _token_id = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.token_id = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for hmac")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("hmac overruns the buffer")
-    _hmac = data[pos:_end8]
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.hmac = data[pos:_end9]
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for renewers")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of renewers exceeds the bytes left")
-    _a10: list[DescribedDelegationTokenRenewer] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for principal_type")
-        if _n12 > 0x7FFF:
-            raise DecodeError("principal_type is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("principal_type overruns the buffer")
-        _s11_principal_type = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[DescribedDelegationTokenRenewer] = []
+    for _ in range(_n10):
+        _o13 = _new(DescribedDelegationTokenRenewer)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -728,142 +717,14 @@ def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDele
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            raise DecodeError("invalid or null length for principal_name")
+            raise DecodeError("invalid or null length for principal_type")
         if _n14 > 0x7FFF:
-            raise DecodeError("principal_name is longer than 32767 bytes")
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
-            raise DecodeError("principal_name overruns the buffer")
-        _s11_principal_name = data[pos:_end15].decode()
+            raise DecodeError("principal_type overruns the buffer")
+        _o13.principal_type = data[pos:_end15].decode()
         pos = _end15
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a10.append(DescribedDelegationTokenRenewer(_s11_principal_type, _s11_principal_name))
-    _renewers = _a10
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return DescribedDelegationToken(
-        _principal_type,
-        _principal_name,
-        "",
-        "",
-        _issue_timestamp,
-        _expiry_timestamp,
-        _max_timestamp,
-        _token_id,
-        _hmac,
-        _renewers,
-    ), pos
-
-
-def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDelegationToken, int]:
-    _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for principal_type")
-    if _n1 > 0x7FFF:
-        raise DecodeError("principal_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("principal_type overruns the buffer")
-    _principal_type = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for principal_name")
-    if _n3 > 0x7FFF:
-        raise DecodeError("principal_name is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("principal_name overruns the buffer")
-    _principal_name = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
-        pos += 1
-    else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        raise DecodeError("invalid or null length for token_requester_principal_type")
-    if _n5 > 0x7FFF:
-        raise DecodeError("token_requester_principal_type is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
-        raise DecodeError("token_requester_principal_type overruns the buffer")
-    _token_requester_principal_type = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
-        pos += 1
-    else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
-        raise DecodeError("invalid or null length for token_requester_principal_name")
-    if _n7 > 0x7FFF:
-        raise DecodeError("token_requester_principal_name is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
-        raise DecodeError("token_requester_principal_name overruns the buffer")
-    _token_requester_principal_name = data[pos:_end8].decode()
-    pos = _end8
-    _issue_timestamp, _expiry_timestamp, _max_timestamp = _S_qqq.unpack_from(data, pos)
-    pos += 24
-    _n9 = data[pos]
-    if _n9 < 128:
-        pos += 1
-    else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
-        raise DecodeError("invalid or null length for token_id")
-    if _n9 > 0x7FFF:
-        raise DecodeError("token_id is longer than 32767 bytes")
-    _end10 = pos + _n9
-    if _end10 > _len:
-        raise DecodeError("token_id overruns the buffer")
-    _token_id = data[pos:_end10].decode()
-    pos = _end10
-    _n11 = data[pos]
-    if _n11 < 128:
-        pos += 1
-    else:
-        _n11, pos = read_uvarint(data, pos)
-    _n11 -= 1
-    if _n11 < 0:
-        raise DecodeError("invalid or null length for hmac")
-    _end12 = pos + _n11
-    if _end12 > _len:
-        raise DecodeError("hmac overruns the buffer")
-    _hmac = data[pos:_end12]
-    pos = _end12
-    _n13 = data[pos]
-    if _n13 < 128:
-        pos += 1
-    else:
-        _n13, pos = read_uvarint(data, pos)
-    _n13 -= 1
-    if _n13 < 0:
-        raise DecodeError("invalid or null array length for renewers")
-    if _n13 > _len - pos:
-        raise DecodeError("array count of renewers exceeds the bytes left")
-    _a14: list[DescribedDelegationTokenRenewer] = []
-    for _ in range(_n13):
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -871,14 +732,135 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
             _n16, pos = read_uvarint(data, pos)
         _n16 -= 1
         if _n16 < 0:
-            raise DecodeError("invalid or null length for principal_type")
+            raise DecodeError("invalid or null length for principal_name")
         if _n16 > 0x7FFF:
-            raise DecodeError("principal_type is longer than 32767 bytes")
+            raise DecodeError("principal_name is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
-            raise DecodeError("principal_type overruns the buffer")
-        _s15_principal_type = data[pos:_end17].decode()
+            raise DecodeError("principal_name overruns the buffer")
+        _o13.principal_name = data[pos:_end17].decode()
         pos = _end17
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a11.append(_o13)
+    _o1.renewers = _a11
+    _o1.token_requester_principal_type = ""
+    _o1.token_requester_principal_name = ""
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDelegationToken, int]:
+    _len = len(data)
+    _o1 = _new(DescribedDelegationToken)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for principal_type")
+    if _n2 > 0x7FFF:
+        raise DecodeError("principal_type is longer than 32767 bytes")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("principal_type overruns the buffer")
+    _o1.principal_type = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for principal_name")
+    if _n4 > 0x7FFF:
+        raise DecodeError("principal_name is longer than 32767 bytes")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("principal_name overruns the buffer")
+    _o1.principal_name = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
+        pos += 1
+    else:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        raise DecodeError("invalid or null length for token_requester_principal_type")
+    if _n6 > 0x7FFF:
+        raise DecodeError("token_requester_principal_type is longer than 32767 bytes")
+    _end7 = pos + _n6
+    if _end7 > _len:
+        raise DecodeError("token_requester_principal_type overruns the buffer")
+    _o1.token_requester_principal_type = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
+        pos += 1
+    else:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        raise DecodeError("invalid or null length for token_requester_principal_name")
+    if _n8 > 0x7FFF:
+        raise DecodeError("token_requester_principal_name is longer than 32767 bytes")
+    _end9 = pos + _n8
+    if _end9 > _len:
+        raise DecodeError("token_requester_principal_name overruns the buffer")
+    _o1.token_requester_principal_name = data[pos:_end9].decode()
+    pos = _end9
+    _o1.issue_timestamp, _o1.expiry_timestamp, _o1.max_timestamp = _S_qqq.unpack_from(data, pos)
+    pos += 24
+    _n10 = data[pos]
+    if _n10 < 128:
+        pos += 1
+    else:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
+        raise DecodeError("invalid or null length for token_id")
+    if _n10 > 0x7FFF:
+        raise DecodeError("token_id is longer than 32767 bytes")
+    _end11 = pos + _n10
+    if _end11 > _len:
+        raise DecodeError("token_id overruns the buffer")
+    _o1.token_id = data[pos:_end11].decode()
+    pos = _end11
+    _n12 = data[pos]
+    if _n12 < 128:
+        pos += 1
+    else:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
+        raise DecodeError("invalid or null length for hmac")
+    _end13 = pos + _n12
+    if _end13 > _len:
+        raise DecodeError("hmac overruns the buffer")
+    _o1.hmac = data[pos:_end13]
+    pos = _end13
+    _n14 = data[pos]
+    if _n14 < 128:
+        pos += 1
+    else:
+        _n14, pos = read_uvarint(data, pos)
+    _n14 -= 1
+    if _n14 < 0:
+        raise DecodeError("invalid or null array length for renewers")
+    if _n14 > _len - pos:
+        raise DecodeError("array count of renewers exceeds the bytes left")
+    _a15: list[DescribedDelegationTokenRenewer] = []
+    for _ in range(_n14):
+        _o17 = _new(DescribedDelegationTokenRenewer)
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1
@@ -886,36 +868,40 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
             _n18, pos = read_uvarint(data, pos)
         _n18 -= 1
         if _n18 < 0:
-            raise DecodeError("invalid or null length for principal_name")
+            raise DecodeError("invalid or null length for principal_type")
         if _n18 > 0x7FFF:
-            raise DecodeError("principal_name is longer than 32767 bytes")
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end19 = pos + _n18
         if _end19 > _len:
-            raise DecodeError("principal_name overruns the buffer")
-        _s15_principal_name = data[pos:_end19].decode()
+            raise DecodeError("principal_type overruns the buffer")
+        _o17.principal_type = data[pos:_end19].decode()
         pos = _end19
+        _n20 = data[pos]
+        if _n20 < 128:
+            pos += 1
+        else:
+            _n20, pos = read_uvarint(data, pos)
+        _n20 -= 1
+        if _n20 < 0:
+            raise DecodeError("invalid or null length for principal_name")
+        if _n20 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
+        _end21 = pos + _n20
+        if _end21 > _len:
+            raise DecodeError("principal_name overruns the buffer")
+        _o17.principal_name = data[pos:_end21].decode()
+        pos = _end21
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a14.append(DescribedDelegationTokenRenewer(_s15_principal_type, _s15_principal_name))
-    _renewers = _a14
+        _a15.append(_o17)
+    _o1.renewers = _a15
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribedDelegationToken(
-        _principal_type,
-        _principal_name,
-        _token_requester_principal_type,
-        _token_requester_principal_name,
-        _issue_timestamp,
-        _expiry_timestamp,
-        _max_timestamp,
-        _token_id,
-        _hmac,
-        _renewers,
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribeDelegationTokenResponse_v0(buf: bytearray, o: DescribeDelegationTokenResponse) -> None:
@@ -951,135 +937,114 @@ def _r_DescribeDelegationTokenResponse_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeDelegationTokenResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeDelegationTokenResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for tokens")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of tokens exceeds the bytes left")
-    _a2: list[DescribedDelegationToken] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for principal_type")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("principal_type overruns the buffer")
-        _s3_principal_type = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[DescribedDelegationToken] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedDelegationToken)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for principal_name")
+            raise DecodeError("invalid or null length for principal_type")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("principal_name overruns the buffer")
-        _s3_principal_name = data[pos:_end7].decode()
+            raise DecodeError("principal_type overruns the buffer")
+        _o5.principal_type = data[pos:_end7].decode()
         pos = _end7
-        _s3_issue_timestamp, _s3_expiry_timestamp, _s3_max_timestamp = _S_qqq.unpack_from(data, pos)
-        pos += 24
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for token_id")
+            raise DecodeError("invalid or null length for principal_name")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("token_id overruns the buffer")
-        _s3_token_id = data[pos:_end9].decode()
+            raise DecodeError("principal_name overruns the buffer")
+        _o5.principal_name = data[pos:_end9].decode()
         pos = _end9
-        (_n10,) = _I32.unpack_from(data, pos)
-        pos += 4
+        _o5.issue_timestamp, _o5.expiry_timestamp, _o5.max_timestamp = _S_qqq.unpack_from(data, pos)
+        pos += 24
+        (_n10,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n10 < 0:
-            raise DecodeError("invalid or null length for hmac")
+            raise DecodeError("invalid or null length for token_id")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("hmac overruns the buffer")
-        _s3_hmac = data[pos:_end11]
+            raise DecodeError("token_id overruns the buffer")
+        _o5.token_id = data[pos:_end11].decode()
         pos = _end11
         (_n12,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n12 < 0:
+            raise DecodeError("invalid or null length for hmac")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("hmac overruns the buffer")
+        _o5.hmac = data[pos:_end13]
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for renewers")
-        if _n12 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of renewers exceeds the bytes left")
-        _a13: list[DescribedDelegationTokenRenewer] = []
-        for _ in range(_n12):
-            (_n15,) = _I16.unpack_from(data, pos)
+        _a15: list[DescribedDelegationTokenRenewer] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribedDelegationTokenRenewer)
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n15 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for principal_type")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("principal_type overruns the buffer")
-            _s14_principal_type = data[pos:_end16].decode()
-            pos = _end16
-            (_n17,) = _I16.unpack_from(data, pos)
+            _o17.principal_type = data[pos:_end19].decode()
+            pos = _end19
+            (_n20,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n17 < 0:
+            if _n20 < 0:
                 raise DecodeError("invalid or null length for principal_name")
-            _end18 = pos + _n17
-            if _end18 > _len:
+            _end21 = pos + _n20
+            if _end21 > _len:
                 raise DecodeError("principal_name overruns the buffer")
-            _s14_principal_name = data[pos:_end18].decode()
-            pos = _end18
-            _a13.append(DescribedDelegationTokenRenewer(_s14_principal_type, _s14_principal_name))
-        _s3_renewers = _a13
-        _a2.append(
-            DescribedDelegationToken(
-                _s3_principal_type,
-                _s3_principal_name,
-                "",
-                "",
-                _s3_issue_timestamp,
-                _s3_expiry_timestamp,
-                _s3_max_timestamp,
-                _s3_token_id,
-                _s3_hmac,
-                _s3_renewers,
-            )
-        )
-    _tokens = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+            _o17.principal_name = data[pos:_end21].decode()
+            pos = _end21
+            _a15.append(_o17)
+        _o5.renewers = _a15
+        _o5.token_requester_principal_type = ""
+        _o5.token_requester_principal_name = ""
+        _a3.append(_o5)
+    _o1.tokens = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return DescribeDelegationTokenResponse(_error_code, _tokens, _throttle_time_ms), pos
+    return _o1, pos
 
 
 def _r_DescribeDelegationTokenResponse_v2(
     data: bytes, pos: int
 ) -> tuple[DescribeDelegationTokenResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeDelegationTokenResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for tokens")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of tokens exceeds the bytes left")
-    _a2: list[DescribedDelegationToken] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for principal_type")
-        if _n4 > 0x7FFF:
-            raise DecodeError("principal_type is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("principal_type overruns the buffer")
-        _s3_principal_type = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[DescribedDelegationToken] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedDelegationToken)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1087,200 +1052,46 @@ def _r_DescribeDelegationTokenResponse_v2(
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for principal_name")
+            raise DecodeError("invalid or null length for principal_type")
         if _n6 > 0x7FFF:
-            raise DecodeError("principal_name is longer than 32767 bytes")
+            raise DecodeError("principal_type is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("principal_name overruns the buffer")
-        _s3_principal_name = data[pos:_end7].decode()
+            raise DecodeError("principal_type overruns the buffer")
+        _o5.principal_type = data[pos:_end7].decode()
         pos = _end7
-        _s3_issue_timestamp, _s3_expiry_timestamp, _s3_max_timestamp = _S_qqq.unpack_from(data, pos)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for principal_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("principal_name overruns the buffer")
+        _o5.principal_name = data[pos:_end9].decode()
+        pos = _end9
+        _o5.issue_timestamp, _o5.expiry_timestamp, _o5.max_timestamp = _S_qqq.unpack_from(data, pos)
         pos += 24
-        _n8 = data[pos]
-        if _n8 < 128:
+        _n10 = data[pos]
+        if _n10 < 128:
             pos += 1
         else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null length for token_id")
-        if _n8 > 0x7FFF:
-            raise DecodeError("token_id is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("token_id overruns the buffer")
-        _s3_token_id = data[pos:_end9].decode()
-        pos = _end9
-        _n10 = data[pos]
-        if _n10 < 128:
-            pos += 1
-        else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for hmac")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("hmac overruns the buffer")
-        _s3_hmac = data[pos:_end11]
-        pos = _end11
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null array length for renewers")
-        if _n12 > _len - pos:
-            raise DecodeError("array count of renewers exceeds the bytes left")
-        _a13: list[DescribedDelegationTokenRenewer] = []
-        for _ in range(_n12):
-            _n15 = data[pos]
-            if _n15 < 128:
-                pos += 1
-            else:
-                _n15, pos = read_uvarint(data, pos)
-            _n15 -= 1
-            if _n15 < 0:
-                raise DecodeError("invalid or null length for principal_type")
-            if _n15 > 0x7FFF:
-                raise DecodeError("principal_type is longer than 32767 bytes")
-            _end16 = pos + _n15
-            if _end16 > _len:
-                raise DecodeError("principal_type overruns the buffer")
-            _s14_principal_type = data[pos:_end16].decode()
-            pos = _end16
-            _n17 = data[pos]
-            if _n17 < 128:
-                pos += 1
-            else:
-                _n17, pos = read_uvarint(data, pos)
-            _n17 -= 1
-            if _n17 < 0:
-                raise DecodeError("invalid or null length for principal_name")
-            if _n17 > 0x7FFF:
-                raise DecodeError("principal_name is longer than 32767 bytes")
-            _end18 = pos + _n17
-            if _end18 > _len:
-                raise DecodeError("principal_name overruns the buffer")
-            _s14_principal_name = data[pos:_end18].decode()
-            pos = _end18
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a13.append(DescribedDelegationTokenRenewer(_s14_principal_type, _s14_principal_name))
-        _s3_renewers = _a13
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(
-            DescribedDelegationToken(
-                _s3_principal_type,
-                _s3_principal_name,
-                "",
-                "",
-                _s3_issue_timestamp,
-                _s3_expiry_timestamp,
-                _s3_max_timestamp,
-                _s3_token_id,
-                _s3_hmac,
-                _s3_renewers,
-            )
-        )
-    _tokens = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return DescribeDelegationTokenResponse(_error_code, _tokens, _throttle_time_ms), pos
-
-
-def _r_DescribeDelegationTokenResponse_v3(
-    data: bytes, pos: int
-) -> tuple[DescribeDelegationTokenResponse, int]:
-    _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
-    pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for tokens")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of tokens exceeds the bytes left")
-    _a2: list[DescribedDelegationToken] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for principal_type")
-        if _n4 > 0x7FFF:
-            raise DecodeError("principal_type is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("principal_type overruns the buffer")
-        _s3_principal_type = data[pos:_end5].decode()
-        pos = _end5
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for principal_name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("principal_name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("principal_name overruns the buffer")
-        _s3_principal_name = data[pos:_end7].decode()
-        pos = _end7
-        _n8 = data[pos]
-        if _n8 < 128:
-            pos += 1
-        else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for token_requester_principal_type")
-        if _n8 > 0x7FFF:
-            raise DecodeError("token_requester_principal_type is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("token_requester_principal_type overruns the buffer")
-        _s3_token_requester_principal_type = data[pos:_end9].decode()
-        pos = _end9
-        _n10 = data[pos]
-        if _n10 < 128:
-            pos += 1
-        else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for token_requester_principal_name")
         if _n10 > 0x7FFF:
-            raise DecodeError("token_requester_principal_name is longer than 32767 bytes")
+            raise DecodeError("token_id is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("token_requester_principal_name overruns the buffer")
-        _s3_token_requester_principal_name = data[pos:_end11].decode()
+            raise DecodeError("token_id overruns the buffer")
+        _o5.token_id = data[pos:_end11].decode()
         pos = _end11
-        _s3_issue_timestamp, _s3_expiry_timestamp, _s3_max_timestamp = _S_qqq.unpack_from(data, pos)
-        pos += 24
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -1288,13 +1099,11 @@ def _r_DescribeDelegationTokenResponse_v3(
             _n12, pos = read_uvarint(data, pos)
         _n12 -= 1
         if _n12 < 0:
-            raise DecodeError("invalid or null length for token_id")
-        if _n12 > 0x7FFF:
-            raise DecodeError("token_id is longer than 32767 bytes")
+            raise DecodeError("invalid or null length for hmac")
         _end13 = pos + _n12
         if _end13 > _len:
-            raise DecodeError("token_id overruns the buffer")
-        _s3_token_id = data[pos:_end13].decode()
+            raise DecodeError("hmac overruns the buffer")
+        _o5.hmac = data[pos:_end13]
         pos = _end13
         _n14 = data[pos]
         if _n14 < 128:
@@ -1303,11 +1112,161 @@ def _r_DescribeDelegationTokenResponse_v3(
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            raise DecodeError("invalid or null length for hmac")
+            raise DecodeError("invalid or null array length for renewers")
+        if _n14 > _len - pos:
+            raise DecodeError("array count of renewers exceeds the bytes left")
+        _a15: list[DescribedDelegationTokenRenewer] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribedDelegationTokenRenewer)
+            _n18 = data[pos]
+            if _n18 < 128:
+                pos += 1
+            else:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
+                raise DecodeError("invalid or null length for principal_type")
+            if _n18 > 0x7FFF:
+                raise DecodeError("principal_type is longer than 32767 bytes")
+            _end19 = pos + _n18
+            if _end19 > _len:
+                raise DecodeError("principal_type overruns the buffer")
+            _o17.principal_type = data[pos:_end19].decode()
+            pos = _end19
+            _n20 = data[pos]
+            if _n20 < 128:
+                pos += 1
+            else:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
+                raise DecodeError("invalid or null length for principal_name")
+            if _n20 > 0x7FFF:
+                raise DecodeError("principal_name is longer than 32767 bytes")
+            _end21 = pos + _n20
+            if _end21 > _len:
+                raise DecodeError("principal_name overruns the buffer")
+            _o17.principal_name = data[pos:_end21].decode()
+            pos = _end21
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a15.append(_o17)
+        _o5.renewers = _a15
+        _o5.token_requester_principal_type = ""
+        _o5.token_requester_principal_name = ""
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.tokens = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_DescribeDelegationTokenResponse_v3(
+    data: bytes, pos: int
+) -> tuple[DescribeDelegationTokenResponse, int]:
+    _len = len(data)
+    _o1 = _new(DescribeDelegationTokenResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
+    pos += 2
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for tokens")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of tokens exceeds the bytes left")
+    _a3: list[DescribedDelegationToken] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedDelegationToken)
+        _n6 = data[pos]
+        if _n6 < 128:
+            pos += 1
+        else:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            raise DecodeError("invalid or null length for principal_type")
+        if _n6 > 0x7FFF:
+            raise DecodeError("principal_type is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("principal_type overruns the buffer")
+        _o5.principal_type = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for principal_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("principal_name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("principal_name overruns the buffer")
+        _o5.principal_name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for token_requester_principal_type")
+        if _n10 > 0x7FFF:
+            raise DecodeError("token_requester_principal_type is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("token_requester_principal_type overruns the buffer")
+        _o5.token_requester_principal_type = data[pos:_end11].decode()
+        pos = _end11
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for token_requester_principal_name")
+        if _n12 > 0x7FFF:
+            raise DecodeError("token_requester_principal_name is longer than 32767 bytes")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("token_requester_principal_name overruns the buffer")
+        _o5.token_requester_principal_name = data[pos:_end13].decode()
+        pos = _end13
+        _o5.issue_timestamp, _o5.expiry_timestamp, _o5.max_timestamp = _S_qqq.unpack_from(data, pos)
+        pos += 24
+        _n14 = data[pos]
+        if _n14 < 128:
+            pos += 1
+        else:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for token_id")
+        if _n14 > 0x7FFF:
+            raise DecodeError("token_id is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
-            raise DecodeError("hmac overruns the buffer")
-        _s3_hmac = data[pos:_end15]
+            raise DecodeError("token_id overruns the buffer")
+        _o5.token_id = data[pos:_end15].decode()
         pos = _end15
         _n16 = data[pos]
         if _n16 < 128:
@@ -1316,73 +1275,74 @@ def _r_DescribeDelegationTokenResponse_v3(
             _n16, pos = read_uvarint(data, pos)
         _n16 -= 1
         if _n16 < 0:
+            raise DecodeError("invalid or null length for hmac")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("hmac overruns the buffer")
+        _o5.hmac = data[pos:_end17]
+        pos = _end17
+        _n18 = data[pos]
+        if _n18 < 128:
+            pos += 1
+        else:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for renewers")
-        if _n16 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of renewers exceeds the bytes left")
-        _a17: list[DescribedDelegationTokenRenewer] = []
-        for _ in range(_n16):
-            _n19 = data[pos]
-            if _n19 < 128:
+        _a19: list[DescribedDelegationTokenRenewer] = []
+        for _ in range(_n18):
+            _o21 = _new(DescribedDelegationTokenRenewer)
+            _n22 = data[pos]
+            if _n22 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
+                _n22, pos = read_uvarint(data, pos)
+            _n22 -= 1
+            if _n22 < 0:
                 raise DecodeError("invalid or null length for principal_type")
-            if _n19 > 0x7FFF:
+            if _n22 > 0x7FFF:
                 raise DecodeError("principal_type is longer than 32767 bytes")
-            _end20 = pos + _n19
-            if _end20 > _len:
+            _end23 = pos + _n22
+            if _end23 > _len:
                 raise DecodeError("principal_type overruns the buffer")
-            _s18_principal_type = data[pos:_end20].decode()
-            pos = _end20
-            _n21 = data[pos]
-            if _n21 < 128:
+            _o21.principal_type = data[pos:_end23].decode()
+            pos = _end23
+            _n24 = data[pos]
+            if _n24 < 128:
                 pos += 1
             else:
-                _n21, pos = read_uvarint(data, pos)
-            _n21 -= 1
-            if _n21 < 0:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
                 raise DecodeError("invalid or null length for principal_name")
-            if _n21 > 0x7FFF:
+            if _n24 > 0x7FFF:
                 raise DecodeError("principal_name is longer than 32767 bytes")
-            _end22 = pos + _n21
-            if _end22 > _len:
+            _end25 = pos + _n24
+            if _end25 > _len:
                 raise DecodeError("principal_name overruns the buffer")
-            _s18_principal_name = data[pos:_end22].decode()
-            pos = _end22
+            _o21.principal_name = data[pos:_end25].decode()
+            pos = _end25
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a17.append(DescribedDelegationTokenRenewer(_s18_principal_type, _s18_principal_name))
-        _s3_renewers = _a17
+            _a19.append(_o21)
+        _o5.renewers = _a19
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            DescribedDelegationToken(
-                _s3_principal_type,
-                _s3_principal_name,
-                _s3_token_requester_principal_type,
-                _s3_token_requester_principal_name,
-                _s3_issue_timestamp,
-                _s3_expiry_timestamp,
-                _s3_max_timestamp,
-                _s3_token_id,
-                _s3_hmac,
-                _s3_renewers,
-            )
-        )
-    _tokens = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.tokens = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeDelegationTokenResponse(_error_code, _tokens, _throttle_time_ms), pos
+    return _o1, pos
 
 
 DescribeDelegationTokenOwner._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -197,92 +198,96 @@ def _w_DescribeGroupsRequest_v5(buf: bytearray, o: DescribeGroupsRequest) -> Non
 
 def _r_DescribeGroupsRequest_v0(data: bytes, pos: int) -> tuple[DescribeGroupsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DescribeGroupsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[str] = []
+    for _ in range(_n2):
+        (_n5,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n5 < 0:
             raise DecodeError("invalid or null length for groups")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("groups overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _groups = _a2
-    return DescribeGroupsRequest(_groups, False), pos
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.groups = _a3
+    _o1.include_authorized_operations = False
+    return _o1, pos
 
 
 def _r_DescribeGroupsRequest_v3(data: bytes, pos: int) -> tuple[DescribeGroupsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DescribeGroupsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[str] = []
+    for _ in range(_n2):
+        (_n5,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n5 < 0:
             raise DecodeError("invalid or null length for groups")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("groups overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _groups = _a2
-    (_include_authorized_operations,) = _S_o.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.groups = _a3
+    (_o1.include_authorized_operations,) = _S_o.unpack_from(data, pos)
     pos += 1
-    return DescribeGroupsRequest(_groups, _include_authorized_operations), pos
+    return _o1, pos
 
 
 def _r_DescribeGroupsRequest_v5(data: bytes, pos: int) -> tuple[DescribeGroupsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeGroupsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for groups")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("groups is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("groups overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _groups = _a2
-    (_include_authorized_operations,) = _S_o.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.groups = _a3
+    (_o1.include_authorized_operations,) = _S_o.unpack_from(data, pos)
     pos += 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeGroupsRequest(_groups, _include_authorized_operations), pos
+    return _o1, pos
 
 
 def _w_DescribedGroupMember_v0(buf: bytearray, o: DescribedGroupMember) -> None:
@@ -356,218 +361,216 @@ def _w_DescribedGroupMember_v5(buf: bytearray, o: DescribedGroupMember) -> None:
 
 def _r_DescribedGroupMember_v0(data: bytes, pos: int) -> tuple[DescribedGroupMember, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribedGroupMember)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for client_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+    _o1.client_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_host")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
+    _o1.client_host = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for member_metadata")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("member_metadata overruns the buffer")
-    _member_metadata = data[pos:_end8]
-    pos = _end8
-    (_n9,) = _I32.unpack_from(data, pos)
+    _o1.member_metadata = data[pos:_end9]
+    pos = _end9
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null length for member_assignment")
-    _end10 = pos + _n9
-    if _end10 > _len:
+    _end11 = pos + _n10
+    if _end11 > _len:
         raise DecodeError("member_assignment overruns the buffer")
-    _member_assignment = data[pos:_end10]
-    pos = _end10
-    return DescribedGroupMember(
-        _member_id, None, _client_id, _client_host, _member_metadata, _member_assignment
-    ), pos
+    _o1.member_assignment = data[pos:_end11]
+    pos = _end11
+    _o1.group_instance_id = None
+    return _o1, pos
 
 
 def _r_DescribedGroupMember_v4(data: bytes, pos: int) -> tuple[DescribedGroupMember, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribedGroupMember)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_id")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I16.unpack_from(data, pos)
+    _o1.client_id = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for client_host")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end8].decode()
-    pos = _end8
-    (_n9,) = _I32.unpack_from(data, pos)
+    _o1.client_host = data[pos:_end9].decode()
+    pos = _end9
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null length for member_metadata")
-    _end10 = pos + _n9
-    if _end10 > _len:
+    _end11 = pos + _n10
+    if _end11 > _len:
         raise DecodeError("member_metadata overruns the buffer")
-    _member_metadata = data[pos:_end10]
-    pos = _end10
-    (_n11,) = _I32.unpack_from(data, pos)
+    _o1.member_metadata = data[pos:_end11]
+    pos = _end11
+    (_n12,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n11 < 0:
+    if _n12 < 0:
         raise DecodeError("invalid or null length for member_assignment")
-    _end12 = pos + _n11
-    if _end12 > _len:
+    _end13 = pos + _n12
+    if _end13 > _len:
         raise DecodeError("member_assignment overruns the buffer")
-    _member_assignment = data[pos:_end12]
-    pos = _end12
-    return DescribedGroupMember(
-        _member_id, _group_instance_id, _client_id, _client_host, _member_metadata, _member_assignment
-    ), pos
+    _o1.member_assignment = data[pos:_end13]
+    pos = _end13
+    return _o1, pos
 
 
 def _r_DescribedGroupMember_v5(data: bytes, pos: int) -> tuple[DescribedGroupMember, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribedGroupMember)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_id")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("client_id is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.client_id = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for client_host")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("client_host is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.client_host = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null length for member_metadata")
-    _end10 = pos + _n9
-    if _end10 > _len:
+    _end11 = pos + _n10
+    if _end11 > _len:
         raise DecodeError("member_metadata overruns the buffer")
-    _member_metadata = data[pos:_end10]
-    pos = _end10
-    _n11 = data[pos]
-    if _n11 < 128:
+    _o1.member_metadata = data[pos:_end11]
+    pos = _end11
+    _n12 = data[pos]
+    if _n12 < 128:
         pos += 1
     else:
-        _n11, pos = read_uvarint(data, pos)
-    _n11 -= 1
-    if _n11 < 0:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
         raise DecodeError("invalid or null length for member_assignment")
-    _end12 = pos + _n11
-    if _end12 > _len:
+    _end13 = pos + _n12
+    if _end13 > _len:
         raise DecodeError("member_assignment overruns the buffer")
-    _member_assignment = data[pos:_end12]
-    pos = _end12
+    _o1.member_assignment = data[pos:_end13]
+    pos = _end13
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribedGroupMember(
-        _member_id, _group_instance_id, _client_id, _client_host, _member_metadata, _member_assignment
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
@@ -666,301 +669,71 @@ def _w_DescribedGroup_v5(buf: bytearray, o: DescribedGroup) -> None:
 
 def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribedGroup)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for group_state")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("group_state overruns the buffer")
-    _group_state = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+    _o1.group_state = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I16.unpack_from(data, pos)
+    _o1.protocol_type = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for protocol_data")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("protocol_data overruns the buffer")
-    _protocol_data = data[pos:_end8].decode()
-    pos = _end8
-    (_n9,) = _I32.unpack_from(data, pos)
+    _o1.protocol_data = data[pos:_end9].decode()
+    pos = _end9
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a10: list[DescribedGroupMember] = []
-    for _ in range(_n9):
-        (_n12,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s11_member_id = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[DescribedGroupMember] = []
+    for _ in range(_n10):
+        _o13 = _new(DescribedGroupMember)
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
-            raise DecodeError("invalid or null length for client_id")
+            raise DecodeError("invalid or null length for member_id")
         _end15 = pos + _n14
         if _end15 > _len:
-            raise DecodeError("client_id overruns the buffer")
-        _s11_client_id = data[pos:_end15].decode()
+            raise DecodeError("member_id overruns the buffer")
+        _o13.member_id = data[pos:_end15].decode()
         pos = _end15
         (_n16,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n16 < 0:
-            raise DecodeError("invalid or null length for client_host")
-        _end17 = pos + _n16
-        if _end17 > _len:
-            raise DecodeError("client_host overruns the buffer")
-        _s11_client_host = data[pos:_end17].decode()
-        pos = _end17
-        (_n18,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n18 < 0:
-            raise DecodeError("invalid or null length for member_metadata")
-        _end19 = pos + _n18
-        if _end19 > _len:
-            raise DecodeError("member_metadata overruns the buffer")
-        _s11_member_metadata = data[pos:_end19]
-        pos = _end19
-        (_n20,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n20 < 0:
-            raise DecodeError("invalid or null length for member_assignment")
-        _end21 = pos + _n20
-        if _end21 > _len:
-            raise DecodeError("member_assignment overruns the buffer")
-        _s11_member_assignment = data[pos:_end21]
-        pos = _end21
-        _a10.append(
-            DescribedGroupMember(
-                _s11_member_id,
-                None,
-                _s11_client_id,
-                _s11_client_host,
-                _s11_member_metadata,
-                _s11_member_assignment,
-            )
-        )
-    _members = _a10
-    return DescribedGroup(
-        _error_code, _group_id, _group_state, _protocol_type, _protocol_data, _members, -2147483648
-    ), pos
-
-
-def _r_DescribedGroup_v3(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
-    _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
-    pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for group_state")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("group_state overruns the buffer")
-    _group_state = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        raise DecodeError("invalid or null length for protocol_type")
-    _end6 = pos + _n5
-    if _end6 > _len:
-        raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n7 < 0:
-        raise DecodeError("invalid or null length for protocol_data")
-    _end8 = pos + _n7
-    if _end8 > _len:
-        raise DecodeError("protocol_data overruns the buffer")
-    _protocol_data = data[pos:_end8].decode()
-    pos = _end8
-    (_n9,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n9 < 0:
-        raise DecodeError("invalid or null array length for members")
-    if _n9 > _len - pos:
-        raise DecodeError("array count of members exceeds the bytes left")
-    _a10: list[DescribedGroupMember] = []
-    for _ in range(_n9):
-        (_n12,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s11_member_id = data[pos:_end13].decode()
-        pos = _end13
-        (_n14,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n14 < 0:
-            raise DecodeError("invalid or null length for client_id")
-        _end15 = pos + _n14
-        if _end15 > _len:
-            raise DecodeError("client_id overruns the buffer")
-        _s11_client_id = data[pos:_end15].decode()
-        pos = _end15
-        (_n16,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n16 < 0:
-            raise DecodeError("invalid or null length for client_host")
-        _end17 = pos + _n16
-        if _end17 > _len:
-            raise DecodeError("client_host overruns the buffer")
-        _s11_client_host = data[pos:_end17].decode()
-        pos = _end17
-        (_n18,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n18 < 0:
-            raise DecodeError("invalid or null length for member_metadata")
-        _end19 = pos + _n18
-        if _end19 > _len:
-            raise DecodeError("member_metadata overruns the buffer")
-        _s11_member_metadata = data[pos:_end19]
-        pos = _end19
-        (_n20,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n20 < 0:
-            raise DecodeError("invalid or null length for member_assignment")
-        _end21 = pos + _n20
-        if _end21 > _len:
-            raise DecodeError("member_assignment overruns the buffer")
-        _s11_member_assignment = data[pos:_end21]
-        pos = _end21
-        _a10.append(
-            DescribedGroupMember(
-                _s11_member_id,
-                None,
-                _s11_client_id,
-                _s11_client_host,
-                _s11_member_metadata,
-                _s11_member_assignment,
-            )
-        )
-    _members = _a10
-    (_authorized_operations,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    return DescribedGroup(
-        _error_code, _group_id, _group_state, _protocol_type, _protocol_data, _members, _authorized_operations
-    ), pos
-
-
-def _r_DescribedGroup_v4(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
-    _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
-    pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for group_state")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("group_state overruns the buffer")
-    _group_state = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        raise DecodeError("invalid or null length for protocol_type")
-    _end6 = pos + _n5
-    if _end6 > _len:
-        raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n7 < 0:
-        raise DecodeError("invalid or null length for protocol_data")
-    _end8 = pos + _n7
-    if _end8 > _len:
-        raise DecodeError("protocol_data overruns the buffer")
-    _protocol_data = data[pos:_end8].decode()
-    pos = _end8
-    (_n9,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n9 < 0:
-        raise DecodeError("invalid or null array length for members")
-    if _n9 > _len - pos:
-        raise DecodeError("array count of members exceeds the bytes left")
-    _a10: list[DescribedGroupMember] = []
-    for _ in range(_n9):
-        (_n12,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s11_member_id = data[pos:_end13].decode()
-        pos = _end13
-        (_n14,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n14 < 0:
-            if _n14 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s11_group_instance_id = None
-        else:
-            _end15 = pos + _n14
-            if _end15 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s11_group_instance_id = data[pos:_end15].decode()
-            pos = _end15
-        (_n16,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n16 < 0:
             raise DecodeError("invalid or null length for client_id")
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("client_id overruns the buffer")
-        _s11_client_id = data[pos:_end17].decode()
+        _o13.client_id = data[pos:_end17].decode()
         pos = _end17
         (_n18,) = _I16.unpack_from(data, pos)
         pos += 2
@@ -969,7 +742,7 @@ def _r_DescribedGroup_v4(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _end19 = pos + _n18
         if _end19 > _len:
             raise DecodeError("client_host overruns the buffer")
-        _s11_client_host = data[pos:_end19].decode()
+        _o13.client_host = data[pos:_end19].decode()
         pos = _end19
         (_n20,) = _I32.unpack_from(data, pos)
         pos += 4
@@ -978,7 +751,7 @@ def _r_DescribedGroup_v4(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _end21 = pos + _n20
         if _end21 > _len:
             raise DecodeError("member_metadata overruns the buffer")
-        _s11_member_metadata = data[pos:_end21]
+        _o13.member_metadata = data[pos:_end21]
         pos = _end21
         (_n22,) = _I32.unpack_from(data, pos)
         pos += 4
@@ -987,117 +760,310 @@ def _r_DescribedGroup_v4(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         _end23 = pos + _n22
         if _end23 > _len:
             raise DecodeError("member_assignment overruns the buffer")
-        _s11_member_assignment = data[pos:_end23]
+        _o13.member_assignment = data[pos:_end23]
         pos = _end23
-        _a10.append(
-            DescribedGroupMember(
-                _s11_member_id,
-                _s11_group_instance_id,
-                _s11_client_id,
-                _s11_client_host,
-                _s11_member_metadata,
-                _s11_member_assignment,
-            )
-        )
-    _members = _a10
-    (_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _o13.group_instance_id = None
+        _a11.append(_o13)
+    _o1.members = _a11
+    _o1.authorized_operations = -2147483648
+    return _o1, pos
+
+
+def _r_DescribedGroup_v3(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
+    _len = len(data)
+    _o1 = _new(DescribedGroup)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
+    pos += 2
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for group_state")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("group_state overruns the buffer")
+    _o1.group_state = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        raise DecodeError("invalid or null length for protocol_type")
+    _end7 = pos + _n6
+    if _end7 > _len:
+        raise DecodeError("protocol_type overruns the buffer")
+    _o1.protocol_type = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n8 < 0:
+        raise DecodeError("invalid or null length for protocol_data")
+    _end9 = pos + _n8
+    if _end9 > _len:
+        raise DecodeError("protocol_data overruns the buffer")
+    _o1.protocol_data = data[pos:_end9].decode()
+    pos = _end9
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    return DescribedGroup(
-        _error_code, _group_id, _group_state, _protocol_type, _protocol_data, _members, _authorized_operations
-    ), pos
+    if _n10 < 0:
+        raise DecodeError("invalid or null array length for members")
+    if _n10 > _len - pos:
+        raise DecodeError("array count of members exceeds the bytes left")
+    _a11: list[DescribedGroupMember] = []
+    for _ in range(_n10):
+        _o13 = _new(DescribedGroupMember)
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for member_id")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o13.member_id = data[pos:_end15].decode()
+        pos = _end15
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for client_id")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("client_id overruns the buffer")
+        _o13.client_id = data[pos:_end17].decode()
+        pos = _end17
+        (_n18,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n18 < 0:
+            raise DecodeError("invalid or null length for client_host")
+        _end19 = pos + _n18
+        if _end19 > _len:
+            raise DecodeError("client_host overruns the buffer")
+        _o13.client_host = data[pos:_end19].decode()
+        pos = _end19
+        (_n20,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n20 < 0:
+            raise DecodeError("invalid or null length for member_metadata")
+        _end21 = pos + _n20
+        if _end21 > _len:
+            raise DecodeError("member_metadata overruns the buffer")
+        _o13.member_metadata = data[pos:_end21]
+        pos = _end21
+        (_n22,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n22 < 0:
+            raise DecodeError("invalid or null length for member_assignment")
+        _end23 = pos + _n22
+        if _end23 > _len:
+            raise DecodeError("member_assignment overruns the buffer")
+        _o13.member_assignment = data[pos:_end23]
+        pos = _end23
+        _o13.group_instance_id = None
+        _a11.append(_o13)
+    _o1.members = _a11
+    (_o1.authorized_operations,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    return _o1, pos
+
+
+def _r_DescribedGroup_v4(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
+    _len = len(data)
+    _o1 = _new(DescribedGroup)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
+    pos += 2
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for group_state")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("group_state overruns the buffer")
+    _o1.group_state = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        raise DecodeError("invalid or null length for protocol_type")
+    _end7 = pos + _n6
+    if _end7 > _len:
+        raise DecodeError("protocol_type overruns the buffer")
+    _o1.protocol_type = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n8 < 0:
+        raise DecodeError("invalid or null length for protocol_data")
+    _end9 = pos + _n8
+    if _end9 > _len:
+        raise DecodeError("protocol_data overruns the buffer")
+    _o1.protocol_data = data[pos:_end9].decode()
+    pos = _end9
+    (_n10,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n10 < 0:
+        raise DecodeError("invalid or null array length for members")
+    if _n10 > _len - pos:
+        raise DecodeError("array count of members exceeds the bytes left")
+    _a11: list[DescribedGroupMember] = []
+    for _ in range(_n10):
+        _o13 = _new(DescribedGroupMember)
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for member_id")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o13.member_id = data[pos:_end15].decode()
+        pos = _end15
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            if _n16 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o13.group_instance_id = None
+        else:
+            _end17 = pos + _n16
+            if _end17 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o13.group_instance_id = data[pos:_end17].decode()
+            pos = _end17
+        (_n18,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n18 < 0:
+            raise DecodeError("invalid or null length for client_id")
+        _end19 = pos + _n18
+        if _end19 > _len:
+            raise DecodeError("client_id overruns the buffer")
+        _o13.client_id = data[pos:_end19].decode()
+        pos = _end19
+        (_n20,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n20 < 0:
+            raise DecodeError("invalid or null length for client_host")
+        _end21 = pos + _n20
+        if _end21 > _len:
+            raise DecodeError("client_host overruns the buffer")
+        _o13.client_host = data[pos:_end21].decode()
+        pos = _end21
+        (_n22,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n22 < 0:
+            raise DecodeError("invalid or null length for member_metadata")
+        _end23 = pos + _n22
+        if _end23 > _len:
+            raise DecodeError("member_metadata overruns the buffer")
+        _o13.member_metadata = data[pos:_end23]
+        pos = _end23
+        (_n24,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n24 < 0:
+            raise DecodeError("invalid or null length for member_assignment")
+        _end25 = pos + _n24
+        if _end25 > _len:
+            raise DecodeError("member_assignment overruns the buffer")
+        _o13.member_assignment = data[pos:_end25]
+        pos = _end25
+        _a11.append(_o13)
+    _o1.members = _a11
+    (_o1.authorized_operations,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    return _o1, pos
 
 
 def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribedGroup)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for group_state")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("group_state is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("group_state overruns the buffer")
-    _group_state = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.group_state = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("protocol_type is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.protocol_type = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for protocol_data")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("protocol_data is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("protocol_data overruns the buffer")
-    _protocol_data = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.protocol_data = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a10: list[DescribedGroupMember] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n12 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s11_member_id = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[DescribedGroupMember] = []
+    for _ in range(_n10):
+        _o13 = _new(DescribedGroupMember)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -1105,17 +1071,14 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            if _n14 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s11_group_instance_id = None
-        else:
-            if _n14 > 0x7FFF:
-                raise DecodeError("group_instance_id is longer than 32767 bytes")
-            _end15 = pos + _n14
-            if _end15 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s11_group_instance_id = data[pos:_end15].decode()
-            pos = _end15
+            raise DecodeError("invalid or null length for member_id")
+        if _n14 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o13.member_id = data[pos:_end15].decode()
+        pos = _end15
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -1123,14 +1086,17 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n16, pos = read_uvarint(data, pos)
         _n16 -= 1
         if _n16 < 0:
-            raise DecodeError("invalid or null length for client_id")
-        if _n16 > 0x7FFF:
-            raise DecodeError("client_id is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
-            raise DecodeError("client_id overruns the buffer")
-        _s11_client_id = data[pos:_end17].decode()
-        pos = _end17
+            if _n16 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o13.group_instance_id = None
+        else:
+            if _n16 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
+            _end17 = pos + _n16
+            if _end17 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o13.group_instance_id = data[pos:_end17].decode()
+            pos = _end17
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1
@@ -1138,13 +1104,13 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n18, pos = read_uvarint(data, pos)
         _n18 -= 1
         if _n18 < 0:
-            raise DecodeError("invalid or null length for client_host")
+            raise DecodeError("invalid or null length for client_id")
         if _n18 > 0x7FFF:
-            raise DecodeError("client_host is longer than 32767 bytes")
+            raise DecodeError("client_id is longer than 32767 bytes")
         _end19 = pos + _n18
         if _end19 > _len:
-            raise DecodeError("client_host overruns the buffer")
-        _s11_client_host = data[pos:_end19].decode()
+            raise DecodeError("client_id overruns the buffer")
+        _o13.client_id = data[pos:_end19].decode()
         pos = _end19
         _n20 = data[pos]
         if _n20 < 128:
@@ -1153,11 +1119,13 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n20, pos = read_uvarint(data, pos)
         _n20 -= 1
         if _n20 < 0:
-            raise DecodeError("invalid or null length for member_metadata")
+            raise DecodeError("invalid or null length for client_host")
+        if _n20 > 0x7FFF:
+            raise DecodeError("client_host is longer than 32767 bytes")
         _end21 = pos + _n20
         if _end21 > _len:
-            raise DecodeError("member_metadata overruns the buffer")
-        _s11_member_metadata = data[pos:_end21]
+            raise DecodeError("client_host overruns the buffer")
+        _o13.client_host = data[pos:_end21].decode()
         pos = _end21
         _n22 = data[pos]
         if _n22 < 128:
@@ -1166,36 +1134,38 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n22, pos = read_uvarint(data, pos)
         _n22 -= 1
         if _n22 < 0:
-            raise DecodeError("invalid or null length for member_assignment")
+            raise DecodeError("invalid or null length for member_metadata")
         _end23 = pos + _n22
         if _end23 > _len:
-            raise DecodeError("member_assignment overruns the buffer")
-        _s11_member_assignment = data[pos:_end23]
+            raise DecodeError("member_metadata overruns the buffer")
+        _o13.member_metadata = data[pos:_end23]
         pos = _end23
+        _n24 = data[pos]
+        if _n24 < 128:
+            pos += 1
+        else:
+            _n24, pos = read_uvarint(data, pos)
+        _n24 -= 1
+        if _n24 < 0:
+            raise DecodeError("invalid or null length for member_assignment")
+        _end25 = pos + _n24
+        if _end25 > _len:
+            raise DecodeError("member_assignment overruns the buffer")
+        _o13.member_assignment = data[pos:_end25]
+        pos = _end25
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a10.append(
-            DescribedGroupMember(
-                _s11_member_id,
-                _s11_group_instance_id,
-                _s11_client_id,
-                _s11_client_host,
-                _s11_member_metadata,
-                _s11_member_assignment,
-            )
-        )
-    _members = _a10
-    (_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a11.append(_o13)
+    _o1.members = _a11
+    (_o1.authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribedGroup(
-        _error_code, _group_id, _group_state, _protocol_type, _protocol_data, _members, _authorized_operations
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribeGroupsResponse_v0(buf: bytearray, o: DescribeGroupsResponse) -> None:
@@ -1240,567 +1210,496 @@ def _w_DescribeGroupsResponse_v5(buf: bytearray, o: DescribeGroupsResponse) -> N
 
 def _r_DescribeGroupsResponse_v0(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DescribeGroupsResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[DescribedGroup] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedGroup)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for group_state")
+            raise DecodeError("invalid or null length for group_id")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("group_state overruns the buffer")
-        _s3_group_state = data[pos:_end7].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
         pos = _end7
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for protocol_type")
+            raise DecodeError("invalid or null length for group_state")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end9].decode()
+            raise DecodeError("group_state overruns the buffer")
+        _o5.group_state = data[pos:_end9].decode()
         pos = _end9
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            raise DecodeError("invalid or null length for protocol_data")
+            raise DecodeError("invalid or null length for protocol_type")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("protocol_data overruns the buffer")
-        _s3_protocol_data = data[pos:_end11].decode()
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end11].decode()
         pos = _end11
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n12 < 0:
+            raise DecodeError("invalid or null length for protocol_data")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("protocol_data overruns the buffer")
+        _o5.protocol_data = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for members")
-        if _n12 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of members exceeds the bytes left")
-        _a13: list[DescribedGroupMember] = []
-        for _ in range(_n12):
-            (_n15,) = _I16.unpack_from(data, pos)
+        _a15: list[DescribedGroupMember] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribedGroupMember)
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n15 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for member_id")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("member_id overruns the buffer")
-            _s14_member_id = data[pos:_end16].decode()
-            pos = _end16
-            (_n17,) = _I16.unpack_from(data, pos)
+            _o17.member_id = data[pos:_end19].decode()
+            pos = _end19
+            (_n20,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n17 < 0:
+            if _n20 < 0:
                 raise DecodeError("invalid or null length for client_id")
-            _end18 = pos + _n17
-            if _end18 > _len:
+            _end21 = pos + _n20
+            if _end21 > _len:
                 raise DecodeError("client_id overruns the buffer")
-            _s14_client_id = data[pos:_end18].decode()
-            pos = _end18
-            (_n19,) = _I16.unpack_from(data, pos)
+            _o17.client_id = data[pos:_end21].decode()
+            pos = _end21
+            (_n22,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n19 < 0:
+            if _n22 < 0:
                 raise DecodeError("invalid or null length for client_host")
-            _end20 = pos + _n19
-            if _end20 > _len:
+            _end23 = pos + _n22
+            if _end23 > _len:
                 raise DecodeError("client_host overruns the buffer")
-            _s14_client_host = data[pos:_end20].decode()
-            pos = _end20
-            (_n21,) = _I32.unpack_from(data, pos)
+            _o17.client_host = data[pos:_end23].decode()
+            pos = _end23
+            (_n24,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n21 < 0:
+            if _n24 < 0:
                 raise DecodeError("invalid or null length for member_metadata")
-            _end22 = pos + _n21
-            if _end22 > _len:
+            _end25 = pos + _n24
+            if _end25 > _len:
                 raise DecodeError("member_metadata overruns the buffer")
-            _s14_member_metadata = data[pos:_end22]
-            pos = _end22
-            (_n23,) = _I32.unpack_from(data, pos)
+            _o17.member_metadata = data[pos:_end25]
+            pos = _end25
+            (_n26,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n23 < 0:
+            if _n26 < 0:
                 raise DecodeError("invalid or null length for member_assignment")
-            _end24 = pos + _n23
-            if _end24 > _len:
+            _end27 = pos + _n26
+            if _end27 > _len:
                 raise DecodeError("member_assignment overruns the buffer")
-            _s14_member_assignment = data[pos:_end24]
-            pos = _end24
-            _a13.append(
-                DescribedGroupMember(
-                    _s14_member_id,
-                    None,
-                    _s14_client_id,
-                    _s14_client_host,
-                    _s14_member_metadata,
-                    _s14_member_assignment,
-                )
-            )
-        _s3_members = _a13
-        _a2.append(
-            DescribedGroup(
-                _s3_error_code,
-                _s3_group_id,
-                _s3_group_state,
-                _s3_protocol_type,
-                _s3_protocol_data,
-                _s3_members,
-                -2147483648,
-            )
-        )
-    _groups = _a2
-    return DescribeGroupsResponse(0, _groups), pos
+            _o17.member_assignment = data[pos:_end27]
+            pos = _end27
+            _o17.group_instance_id = None
+            _a15.append(_o17)
+        _o5.members = _a15
+        _o5.authorized_operations = -2147483648
+        _a3.append(_o5)
+    _o1.groups = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_DescribeGroupsResponse_v1(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeGroupsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[DescribedGroup] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedGroup)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for group_state")
+            raise DecodeError("invalid or null length for group_id")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("group_state overruns the buffer")
-        _s3_group_state = data[pos:_end7].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
         pos = _end7
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for protocol_type")
+            raise DecodeError("invalid or null length for group_state")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end9].decode()
+            raise DecodeError("group_state overruns the buffer")
+        _o5.group_state = data[pos:_end9].decode()
         pos = _end9
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            raise DecodeError("invalid or null length for protocol_data")
+            raise DecodeError("invalid or null length for protocol_type")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("protocol_data overruns the buffer")
-        _s3_protocol_data = data[pos:_end11].decode()
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end11].decode()
         pos = _end11
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n12 < 0:
+            raise DecodeError("invalid or null length for protocol_data")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("protocol_data overruns the buffer")
+        _o5.protocol_data = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for members")
-        if _n12 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of members exceeds the bytes left")
-        _a13: list[DescribedGroupMember] = []
-        for _ in range(_n12):
-            (_n15,) = _I16.unpack_from(data, pos)
+        _a15: list[DescribedGroupMember] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribedGroupMember)
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n15 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for member_id")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("member_id overruns the buffer")
-            _s14_member_id = data[pos:_end16].decode()
-            pos = _end16
-            (_n17,) = _I16.unpack_from(data, pos)
+            _o17.member_id = data[pos:_end19].decode()
+            pos = _end19
+            (_n20,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n17 < 0:
+            if _n20 < 0:
                 raise DecodeError("invalid or null length for client_id")
-            _end18 = pos + _n17
-            if _end18 > _len:
+            _end21 = pos + _n20
+            if _end21 > _len:
                 raise DecodeError("client_id overruns the buffer")
-            _s14_client_id = data[pos:_end18].decode()
-            pos = _end18
-            (_n19,) = _I16.unpack_from(data, pos)
+            _o17.client_id = data[pos:_end21].decode()
+            pos = _end21
+            (_n22,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n19 < 0:
+            if _n22 < 0:
                 raise DecodeError("invalid or null length for client_host")
-            _end20 = pos + _n19
-            if _end20 > _len:
+            _end23 = pos + _n22
+            if _end23 > _len:
                 raise DecodeError("client_host overruns the buffer")
-            _s14_client_host = data[pos:_end20].decode()
-            pos = _end20
-            (_n21,) = _I32.unpack_from(data, pos)
+            _o17.client_host = data[pos:_end23].decode()
+            pos = _end23
+            (_n24,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n21 < 0:
+            if _n24 < 0:
                 raise DecodeError("invalid or null length for member_metadata")
-            _end22 = pos + _n21
-            if _end22 > _len:
+            _end25 = pos + _n24
+            if _end25 > _len:
                 raise DecodeError("member_metadata overruns the buffer")
-            _s14_member_metadata = data[pos:_end22]
-            pos = _end22
-            (_n23,) = _I32.unpack_from(data, pos)
+            _o17.member_metadata = data[pos:_end25]
+            pos = _end25
+            (_n26,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n23 < 0:
+            if _n26 < 0:
                 raise DecodeError("invalid or null length for member_assignment")
-            _end24 = pos + _n23
-            if _end24 > _len:
+            _end27 = pos + _n26
+            if _end27 > _len:
                 raise DecodeError("member_assignment overruns the buffer")
-            _s14_member_assignment = data[pos:_end24]
-            pos = _end24
-            _a13.append(
-                DescribedGroupMember(
-                    _s14_member_id,
-                    None,
-                    _s14_client_id,
-                    _s14_client_host,
-                    _s14_member_metadata,
-                    _s14_member_assignment,
-                )
-            )
-        _s3_members = _a13
-        _a2.append(
-            DescribedGroup(
-                _s3_error_code,
-                _s3_group_id,
-                _s3_group_state,
-                _s3_protocol_type,
-                _s3_protocol_data,
-                _s3_members,
-                -2147483648,
-            )
-        )
-    _groups = _a2
-    return DescribeGroupsResponse(_throttle_time_ms, _groups), pos
+            _o17.member_assignment = data[pos:_end27]
+            pos = _end27
+            _o17.group_instance_id = None
+            _a15.append(_o17)
+        _o5.members = _a15
+        _o5.authorized_operations = -2147483648
+        _a3.append(_o5)
+    _o1.groups = _a3
+    return _o1, pos
 
 
 def _r_DescribeGroupsResponse_v3(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeGroupsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[DescribedGroup] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedGroup)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for group_state")
+            raise DecodeError("invalid or null length for group_id")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("group_state overruns the buffer")
-        _s3_group_state = data[pos:_end7].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
         pos = _end7
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for protocol_type")
+            raise DecodeError("invalid or null length for group_state")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end9].decode()
+            raise DecodeError("group_state overruns the buffer")
+        _o5.group_state = data[pos:_end9].decode()
         pos = _end9
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            raise DecodeError("invalid or null length for protocol_data")
+            raise DecodeError("invalid or null length for protocol_type")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("protocol_data overruns the buffer")
-        _s3_protocol_data = data[pos:_end11].decode()
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end11].decode()
         pos = _end11
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n12 < 0:
-            raise DecodeError("invalid or null array length for members")
-        if _n12 > _len - pos:
-            raise DecodeError("array count of members exceeds the bytes left")
-        _a13: list[DescribedGroupMember] = []
-        for _ in range(_n12):
-            (_n15,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n15 < 0:
-                raise DecodeError("invalid or null length for member_id")
-            _end16 = pos + _n15
-            if _end16 > _len:
-                raise DecodeError("member_id overruns the buffer")
-            _s14_member_id = data[pos:_end16].decode()
-            pos = _end16
-            (_n17,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n17 < 0:
-                raise DecodeError("invalid or null length for client_id")
-            _end18 = pos + _n17
-            if _end18 > _len:
-                raise DecodeError("client_id overruns the buffer")
-            _s14_client_id = data[pos:_end18].decode()
-            pos = _end18
-            (_n19,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n19 < 0:
-                raise DecodeError("invalid or null length for client_host")
-            _end20 = pos + _n19
-            if _end20 > _len:
-                raise DecodeError("client_host overruns the buffer")
-            _s14_client_host = data[pos:_end20].decode()
-            pos = _end20
-            (_n21,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n21 < 0:
-                raise DecodeError("invalid or null length for member_metadata")
-            _end22 = pos + _n21
-            if _end22 > _len:
-                raise DecodeError("member_metadata overruns the buffer")
-            _s14_member_metadata = data[pos:_end22]
-            pos = _end22
-            (_n23,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n23 < 0:
-                raise DecodeError("invalid or null length for member_assignment")
-            _end24 = pos + _n23
-            if _end24 > _len:
-                raise DecodeError("member_assignment overruns the buffer")
-            _s14_member_assignment = data[pos:_end24]
-            pos = _end24
-            _a13.append(
-                DescribedGroupMember(
-                    _s14_member_id,
-                    None,
-                    _s14_client_id,
-                    _s14_client_host,
-                    _s14_member_metadata,
-                    _s14_member_assignment,
-                )
-            )
-        _s3_members = _a13
-        (_s3_authorized_operations,) = _S_i.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for protocol_data")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("protocol_data overruns the buffer")
+        _o5.protocol_data = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
         pos += 4
-        _a2.append(
-            DescribedGroup(
-                _s3_error_code,
-                _s3_group_id,
-                _s3_group_state,
-                _s3_protocol_type,
-                _s3_protocol_data,
-                _s3_members,
-                _s3_authorized_operations,
-            )
-        )
-    _groups = _a2
-    return DescribeGroupsResponse(_throttle_time_ms, _groups), pos
+        if _n14 < 0:
+            raise DecodeError("invalid or null array length for members")
+        if _n14 > _len - pos:
+            raise DecodeError("array count of members exceeds the bytes left")
+        _a15: list[DescribedGroupMember] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribedGroupMember)
+            (_n18,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n18 < 0:
+                raise DecodeError("invalid or null length for member_id")
+            _end19 = pos + _n18
+            if _end19 > _len:
+                raise DecodeError("member_id overruns the buffer")
+            _o17.member_id = data[pos:_end19].decode()
+            pos = _end19
+            (_n20,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n20 < 0:
+                raise DecodeError("invalid or null length for client_id")
+            _end21 = pos + _n20
+            if _end21 > _len:
+                raise DecodeError("client_id overruns the buffer")
+            _o17.client_id = data[pos:_end21].decode()
+            pos = _end21
+            (_n22,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n22 < 0:
+                raise DecodeError("invalid or null length for client_host")
+            _end23 = pos + _n22
+            if _end23 > _len:
+                raise DecodeError("client_host overruns the buffer")
+            _o17.client_host = data[pos:_end23].decode()
+            pos = _end23
+            (_n24,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n24 < 0:
+                raise DecodeError("invalid or null length for member_metadata")
+            _end25 = pos + _n24
+            if _end25 > _len:
+                raise DecodeError("member_metadata overruns the buffer")
+            _o17.member_metadata = data[pos:_end25]
+            pos = _end25
+            (_n26,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n26 < 0:
+                raise DecodeError("invalid or null length for member_assignment")
+            _end27 = pos + _n26
+            if _end27 > _len:
+                raise DecodeError("member_assignment overruns the buffer")
+            _o17.member_assignment = data[pos:_end27]
+            pos = _end27
+            _o17.group_instance_id = None
+            _a15.append(_o17)
+        _o5.members = _a15
+        (_o5.authorized_operations,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _a3.append(_o5)
+    _o1.groups = _a3
+    return _o1, pos
 
 
 def _r_DescribeGroupsResponse_v4(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeGroupsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[DescribedGroup] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedGroup)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for group_state")
+            raise DecodeError("invalid or null length for group_id")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("group_state overruns the buffer")
-        _s3_group_state = data[pos:_end7].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
         pos = _end7
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            raise DecodeError("invalid or null length for protocol_type")
+            raise DecodeError("invalid or null length for group_state")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end9].decode()
+            raise DecodeError("group_state overruns the buffer")
+        _o5.group_state = data[pos:_end9].decode()
         pos = _end9
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
-            raise DecodeError("invalid or null length for protocol_data")
+            raise DecodeError("invalid or null length for protocol_type")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("protocol_data overruns the buffer")
-        _s3_protocol_data = data[pos:_end11].decode()
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end11].decode()
         pos = _end11
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n12 < 0:
-            raise DecodeError("invalid or null array length for members")
-        if _n12 > _len - pos:
-            raise DecodeError("array count of members exceeds the bytes left")
-        _a13: list[DescribedGroupMember] = []
-        for _ in range(_n12):
-            (_n15,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n15 < 0:
-                raise DecodeError("invalid or null length for member_id")
-            _end16 = pos + _n15
-            if _end16 > _len:
-                raise DecodeError("member_id overruns the buffer")
-            _s14_member_id = data[pos:_end16].decode()
-            pos = _end16
-            (_n17,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n17 < 0:
-                if _n17 != -1:
-                    raise DecodeError("invalid length for group_instance_id")
-                _s14_group_instance_id = None
-            else:
-                _end18 = pos + _n17
-                if _end18 > _len:
-                    raise DecodeError("group_instance_id overruns the buffer")
-                _s14_group_instance_id = data[pos:_end18].decode()
-                pos = _end18
-            (_n19,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n19 < 0:
-                raise DecodeError("invalid or null length for client_id")
-            _end20 = pos + _n19
-            if _end20 > _len:
-                raise DecodeError("client_id overruns the buffer")
-            _s14_client_id = data[pos:_end20].decode()
-            pos = _end20
-            (_n21,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n21 < 0:
-                raise DecodeError("invalid or null length for client_host")
-            _end22 = pos + _n21
-            if _end22 > _len:
-                raise DecodeError("client_host overruns the buffer")
-            _s14_client_host = data[pos:_end22].decode()
-            pos = _end22
-            (_n23,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n23 < 0:
-                raise DecodeError("invalid or null length for member_metadata")
-            _end24 = pos + _n23
-            if _end24 > _len:
-                raise DecodeError("member_metadata overruns the buffer")
-            _s14_member_metadata = data[pos:_end24]
-            pos = _end24
-            (_n25,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n25 < 0:
-                raise DecodeError("invalid or null length for member_assignment")
-            _end26 = pos + _n25
-            if _end26 > _len:
-                raise DecodeError("member_assignment overruns the buffer")
-            _s14_member_assignment = data[pos:_end26]
-            pos = _end26
-            _a13.append(
-                DescribedGroupMember(
-                    _s14_member_id,
-                    _s14_group_instance_id,
-                    _s14_client_id,
-                    _s14_client_host,
-                    _s14_member_metadata,
-                    _s14_member_assignment,
-                )
-            )
-        _s3_members = _a13
-        (_s3_authorized_operations,) = _S_i.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for protocol_data")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("protocol_data overruns the buffer")
+        _o5.protocol_data = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
         pos += 4
-        _a2.append(
-            DescribedGroup(
-                _s3_error_code,
-                _s3_group_id,
-                _s3_group_state,
-                _s3_protocol_type,
-                _s3_protocol_data,
-                _s3_members,
-                _s3_authorized_operations,
-            )
-        )
-    _groups = _a2
-    return DescribeGroupsResponse(_throttle_time_ms, _groups), pos
+        if _n14 < 0:
+            raise DecodeError("invalid or null array length for members")
+        if _n14 > _len - pos:
+            raise DecodeError("array count of members exceeds the bytes left")
+        _a15: list[DescribedGroupMember] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribedGroupMember)
+            (_n18,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n18 < 0:
+                raise DecodeError("invalid or null length for member_id")
+            _end19 = pos + _n18
+            if _end19 > _len:
+                raise DecodeError("member_id overruns the buffer")
+            _o17.member_id = data[pos:_end19].decode()
+            pos = _end19
+            (_n20,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n20 < 0:
+                if _n20 != -1:
+                    raise DecodeError("invalid length for group_instance_id")
+                _o17.group_instance_id = None
+            else:
+                _end21 = pos + _n20
+                if _end21 > _len:
+                    raise DecodeError("group_instance_id overruns the buffer")
+                _o17.group_instance_id = data[pos:_end21].decode()
+                pos = _end21
+            (_n22,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n22 < 0:
+                raise DecodeError("invalid or null length for client_id")
+            _end23 = pos + _n22
+            if _end23 > _len:
+                raise DecodeError("client_id overruns the buffer")
+            _o17.client_id = data[pos:_end23].decode()
+            pos = _end23
+            (_n24,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n24 < 0:
+                raise DecodeError("invalid or null length for client_host")
+            _end25 = pos + _n24
+            if _end25 > _len:
+                raise DecodeError("client_host overruns the buffer")
+            _o17.client_host = data[pos:_end25].decode()
+            pos = _end25
+            (_n26,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n26 < 0:
+                raise DecodeError("invalid or null length for member_metadata")
+            _end27 = pos + _n26
+            if _end27 > _len:
+                raise DecodeError("member_metadata overruns the buffer")
+            _o17.member_metadata = data[pos:_end27]
+            pos = _end27
+            (_n28,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n28 < 0:
+                raise DecodeError("invalid or null length for member_assignment")
+            _end29 = pos + _n28
+            if _end29 > _len:
+                raise DecodeError("member_assignment overruns the buffer")
+            _o17.member_assignment = data[pos:_end29]
+            pos = _end29
+            _a15.append(_o17)
+        _o5.members = _a15
+        (_o5.authorized_operations,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _a3.append(_o5)
+    _o1.groups = _a3
+    return _o1, pos
 
 
 def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeGroupsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[DescribedGroup] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedGroup)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("group_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1808,13 +1707,13 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for group_state")
+            raise DecodeError("invalid or null length for group_id")
         if _n6 > 0x7FFF:
-            raise DecodeError("group_state is longer than 32767 bytes")
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("group_state overruns the buffer")
-        _s3_group_state = data[pos:_end7].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
         pos = _end7
         _n8 = data[pos]
         if _n8 < 128:
@@ -1823,13 +1722,13 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for protocol_type")
+            raise DecodeError("invalid or null length for group_state")
         if _n8 > 0x7FFF:
-            raise DecodeError("protocol_type is longer than 32767 bytes")
+            raise DecodeError("group_state is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end9].decode()
+            raise DecodeError("group_state overruns the buffer")
+        _o5.group_state = data[pos:_end9].decode()
         pos = _end9
         _n10 = data[pos]
         if _n10 < 128:
@@ -1838,13 +1737,13 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            raise DecodeError("invalid or null length for protocol_data")
+            raise DecodeError("invalid or null length for protocol_type")
         if _n10 > 0x7FFF:
-            raise DecodeError("protocol_data is longer than 32767 bytes")
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("protocol_data overruns the buffer")
-        _s3_protocol_data = data[pos:_end11].decode()
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end11].decode()
         pos = _end11
         _n12 = data[pos]
         if _n12 < 128:
@@ -1853,138 +1752,135 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
             _n12, pos = read_uvarint(data, pos)
         _n12 -= 1
         if _n12 < 0:
+            raise DecodeError("invalid or null length for protocol_data")
+        if _n12 > 0x7FFF:
+            raise DecodeError("protocol_data is longer than 32767 bytes")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("protocol_data overruns the buffer")
+        _o5.protocol_data = data[pos:_end13].decode()
+        pos = _end13
+        _n14 = data[pos]
+        if _n14 < 128:
+            pos += 1
+        else:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for members")
-        if _n12 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of members exceeds the bytes left")
-        _a13: list[DescribedGroupMember] = []
-        for _ in range(_n12):
-            _n15 = data[pos]
-            if _n15 < 128:
+        _a15: list[DescribedGroupMember] = []
+        for _ in range(_n14):
+            _o17 = _new(DescribedGroupMember)
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n15, pos = read_uvarint(data, pos)
-            _n15 -= 1
-            if _n15 < 0:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for member_id")
-            if _n15 > 0x7FFF:
+            if _n18 > 0x7FFF:
                 raise DecodeError("member_id is longer than 32767 bytes")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("member_id overruns the buffer")
-            _s14_member_id = data[pos:_end16].decode()
-            pos = _end16
-            _n17 = data[pos]
-            if _n17 < 128:
+            _o17.member_id = data[pos:_end19].decode()
+            pos = _end19
+            _n20 = data[pos]
+            if _n20 < 128:
                 pos += 1
             else:
-                _n17, pos = read_uvarint(data, pos)
-            _n17 -= 1
-            if _n17 < 0:
-                if _n17 != -1:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
+                if _n20 != -1:
                     raise DecodeError("invalid length for group_instance_id")
-                _s14_group_instance_id = None
+                _o17.group_instance_id = None
             else:
-                if _n17 > 0x7FFF:
+                if _n20 > 0x7FFF:
                     raise DecodeError("group_instance_id is longer than 32767 bytes")
-                _end18 = pos + _n17
-                if _end18 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("group_instance_id overruns the buffer")
-                _s14_group_instance_id = data[pos:_end18].decode()
-                pos = _end18
-            _n19 = data[pos]
-            if _n19 < 128:
+                _o17.group_instance_id = data[pos:_end21].decode()
+                pos = _end21
+            _n22 = data[pos]
+            if _n22 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
+                _n22, pos = read_uvarint(data, pos)
+            _n22 -= 1
+            if _n22 < 0:
                 raise DecodeError("invalid or null length for client_id")
-            if _n19 > 0x7FFF:
+            if _n22 > 0x7FFF:
                 raise DecodeError("client_id is longer than 32767 bytes")
-            _end20 = pos + _n19
-            if _end20 > _len:
+            _end23 = pos + _n22
+            if _end23 > _len:
                 raise DecodeError("client_id overruns the buffer")
-            _s14_client_id = data[pos:_end20].decode()
-            pos = _end20
-            _n21 = data[pos]
-            if _n21 < 128:
+            _o17.client_id = data[pos:_end23].decode()
+            pos = _end23
+            _n24 = data[pos]
+            if _n24 < 128:
                 pos += 1
             else:
-                _n21, pos = read_uvarint(data, pos)
-            _n21 -= 1
-            if _n21 < 0:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
                 raise DecodeError("invalid or null length for client_host")
-            if _n21 > 0x7FFF:
+            if _n24 > 0x7FFF:
                 raise DecodeError("client_host is longer than 32767 bytes")
-            _end22 = pos + _n21
-            if _end22 > _len:
+            _end25 = pos + _n24
+            if _end25 > _len:
                 raise DecodeError("client_host overruns the buffer")
-            _s14_client_host = data[pos:_end22].decode()
-            pos = _end22
-            _n23 = data[pos]
-            if _n23 < 128:
+            _o17.client_host = data[pos:_end25].decode()
+            pos = _end25
+            _n26 = data[pos]
+            if _n26 < 128:
                 pos += 1
             else:
-                _n23, pos = read_uvarint(data, pos)
-            _n23 -= 1
-            if _n23 < 0:
+                _n26, pos = read_uvarint(data, pos)
+            _n26 -= 1
+            if _n26 < 0:
                 raise DecodeError("invalid or null length for member_metadata")
-            _end24 = pos + _n23
-            if _end24 > _len:
+            _end27 = pos + _n26
+            if _end27 > _len:
                 raise DecodeError("member_metadata overruns the buffer")
-            _s14_member_metadata = data[pos:_end24]
-            pos = _end24
-            _n25 = data[pos]
-            if _n25 < 128:
+            _o17.member_metadata = data[pos:_end27]
+            pos = _end27
+            _n28 = data[pos]
+            if _n28 < 128:
                 pos += 1
             else:
-                _n25, pos = read_uvarint(data, pos)
-            _n25 -= 1
-            if _n25 < 0:
+                _n28, pos = read_uvarint(data, pos)
+            _n28 -= 1
+            if _n28 < 0:
                 raise DecodeError("invalid or null length for member_assignment")
-            _end26 = pos + _n25
-            if _end26 > _len:
+            _end29 = pos + _n28
+            if _end29 > _len:
                 raise DecodeError("member_assignment overruns the buffer")
-            _s14_member_assignment = data[pos:_end26]
-            pos = _end26
+            _o17.member_assignment = data[pos:_end29]
+            pos = _end29
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a13.append(
-                DescribedGroupMember(
-                    _s14_member_id,
-                    _s14_group_instance_id,
-                    _s14_client_id,
-                    _s14_client_host,
-                    _s14_member_metadata,
-                    _s14_member_assignment,
-                )
-            )
-        _s3_members = _a13
-        (_s3_authorized_operations,) = _S_i.unpack_from(data, pos)
+            _a15.append(_o17)
+        _o5.members = _a15
+        (_o5.authorized_operations,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            DescribedGroup(
-                _s3_error_code,
-                _s3_group_id,
-                _s3_group_state,
-                _s3_protocol_type,
-                _s3_protocol_data,
-                _s3_members,
-                _s3_authorized_operations,
-            )
-        )
-    _groups = _a2
+        _a3.append(_o5)
+    _o1.groups = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeGroupsResponse(_throttle_time_ms, _groups), pos
+    return _o1, pos
 
 
 DescribeGroupsRequest._WRITERS = {

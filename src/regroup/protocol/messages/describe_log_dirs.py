@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -204,60 +205,62 @@ def _w_DescribableLogDirTopic_v2(buf: bytearray, o: DescribableLogDirTopic) -> N
 
 def _r_DescribableLogDirTopic_v0(data: bytes, pos: int) -> tuple[DescribableLogDirTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribableLogDirTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return DescribableLogDirTopic(_topic, _partitions), pos
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _r_DescribableLogDirTopic_v2(data: bytes, pos: int) -> tuple[DescribableLogDirTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribableLogDirTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribableLogDirTopic(_topic, _partitions), pos
+    return _o1, pos
 
 
 def _w_DescribeLogDirsRequest_v0(buf: bytearray, o: DescribeLogDirsRequest) -> None:
@@ -283,71 +286,60 @@ def _w_DescribeLogDirsRequest_v2(buf: bytearray, o: DescribeLogDirsRequest) -> N
 
 def _r_DescribeLogDirsRequest_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n1 > _len - pos:
+        _o1.topics = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a2: list[DescribableLogDirTopic] = []
-        for _ in range(_n1):
-            (_n4,) = _I16.unpack_from(data, pos)
+        _a3: list[DescribableLogDirTopic] = []
+        for _ in range(_n2):
+            _o5 = _new(DescribableLogDirTopic)
+            (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n4 < 0:
-                raise DecodeError("invalid or null length for topic")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("topic overruns the buffer")
-            _s3_topic = data[pos:_end5].decode()
-            pos = _end5
-            (_n6,) = _I32.unpack_from(data, pos)
-            pos += 4
             if _n6 < 0:
+                raise DecodeError("invalid or null length for topic")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("topic overruns the buffer")
+            _o5.topic = data[pos:_end7].decode()
+            pos = _end7
+            (_n8,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s3_partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
-            pos += 4 * _n6
-            _a2.append(DescribableLogDirTopic(_s3_topic, _s3_partitions))
-        _topics = _a2
-    return DescribeLogDirsRequest(_topics), pos
+            _o5.partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
+            pos += 4 * _n8
+            _a3.append(_o5)
+        _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_DescribeLogDirsRequest_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeLogDirsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n1 > _len - pos:
+        _o1.topics = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a2: list[DescribableLogDirTopic] = []
-        for _ in range(_n1):
-            _n4 = data[pos]
-            if _n4 < 128:
-                pos += 1
-            else:
-                _n4, pos = read_uvarint(data, pos)
-            _n4 -= 1
-            if _n4 < 0:
-                raise DecodeError("invalid or null length for topic")
-            if _n4 > 0x7FFF:
-                raise DecodeError("topic is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("topic overruns the buffer")
-            _s3_topic = data[pos:_end5].decode()
-            pos = _end5
+        _a3: list[DescribableLogDirTopic] = []
+        for _ in range(_n2):
+            _o5 = _new(DescribableLogDirTopic)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -355,22 +347,37 @@ def _r_DescribeLogDirsRequest_v2(data: bytes, pos: int) -> tuple[DescribeLogDirs
                 _n6, pos = read_uvarint(data, pos)
             _n6 -= 1
             if _n6 < 0:
+                raise DecodeError("invalid or null length for topic")
+            if _n6 > 0x7FFF:
+                raise DecodeError("topic is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("topic overruns the buffer")
+            _o5.topic = data[pos:_end7].decode()
+            pos = _end7
+            _n8 = data[pos]
+            if _n8 < 128:
+                pos += 1
+            else:
+                _n8, pos = read_uvarint(data, pos)
+            _n8 -= 1
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s3_partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
-            pos += 4 * _n6
+            _o5.partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
+            pos += 4 * _n8
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a2.append(DescribableLogDirTopic(_s3_topic, _s3_partitions))
-        _topics = _a2
+            _a3.append(_o5)
+        _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeLogDirsRequest(_topics), pos
+    return _o1, pos
 
 
 def _w_DescribeLogDirsPartition_v0(buf: bytearray, o: DescribeLogDirsPartition) -> None:
@@ -388,20 +395,26 @@ def _w_DescribeLogDirsPartition_v2(buf: bytearray, o: DescribeLogDirsPartition) 
 
 def _r_DescribeLogDirsPartition_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsPartition, int]:
     _len = len(data)
-    _partition_index, _partition_size, _offset_lag, _is_future_key = _S_iqqo.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsPartition)
+    _o1.partition_index, _o1.partition_size, _o1.offset_lag, _o1.is_future_key = _S_iqqo.unpack_from(
+        data, pos
+    )
     pos += 21
-    return DescribeLogDirsPartition(_partition_index, _partition_size, _offset_lag, _is_future_key), pos
+    return _o1, pos
 
 
 def _r_DescribeLogDirsPartition_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsPartition, int]:
     _len = len(data)
-    _partition_index, _partition_size, _offset_lag, _is_future_key = _S_iqqo.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsPartition)
+    _o1.partition_index, _o1.partition_size, _o1.offset_lag, _o1.is_future_key = _S_iqqo.unpack_from(
+        data, pos
+    )
     pos += 21
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeLogDirsPartition(_partition_index, _partition_size, _offset_lag, _is_future_key), pos
+    return _o1, pos
 
 
 def _w_DescribeLogDirsTopic_v0(buf: bytearray, o: DescribeLogDirsTopic) -> None:
@@ -429,66 +442,66 @@ def _w_DescribeLogDirsTopic_v2(buf: bytearray, o: DescribeLogDirsTopic) -> None:
 
 def _r_DescribeLogDirsTopic_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DescribeLogDirsPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_partition_size, _s5_offset_lag, _s5_is_future_key = _S_iqqo.unpack_from(
+    _a5: list[DescribeLogDirsPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeLogDirsPartition)
+        _o7.partition_index, _o7.partition_size, _o7.offset_lag, _o7.is_future_key = _S_iqqo.unpack_from(
             data, pos
         )
         pos += 21
-        _a4.append(
-            DescribeLogDirsPartition(
-                _s5_partition_index, _s5_partition_size, _s5_offset_lag, _s5_is_future_key
-            )
-        )
-    _partitions = _a4
-    return DescribeLogDirsTopic(_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_DescribeLogDirsTopic_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeLogDirsTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DescribeLogDirsPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_partition_size, _s5_offset_lag, _s5_is_future_key = _S_iqqo.unpack_from(
+    _a5: list[DescribeLogDirsPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeLogDirsPartition)
+        _o7.partition_index, _o7.partition_size, _o7.offset_lag, _o7.is_future_key = _S_iqqo.unpack_from(
             data, pos
         )
         pos += 21
@@ -496,17 +509,13 @@ def _r_DescribeLogDirsTopic_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsTo
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            DescribeLogDirsPartition(
-                _s5_partition_index, _s5_partition_size, _s5_offset_lag, _s5_is_future_key
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeLogDirsTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_DescribeLogDirsResult_v0(buf: bytearray, o: DescribeLogDirsResult) -> None:
@@ -551,103 +560,91 @@ def _w_DescribeLogDirsResult_v4(buf: bytearray, o: DescribeLogDirsResult) -> Non
 
 def _r_DescribeLogDirsResult_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for log_dir")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("log_dir overruns the buffer")
-    _log_dir = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.log_dir = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[DescribeLogDirsTopic] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
+    _a5: list[DescribeLogDirsTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeLogDirsTopic)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[DescribeLogDirsPartition] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_partition_size, _s10_offset_lag, _s10_is_future_key = (
+        _a11: list[DescribeLogDirsPartition] = []
+        for _ in range(_n10):
+            _o13 = _new(DescribeLogDirsPartition)
+            _o13.partition_index, _o13.partition_size, _o13.offset_lag, _o13.is_future_key = (
                 _S_iqqo.unpack_from(data, pos)
             )
             pos += 21
-            _a9.append(
-                DescribeLogDirsPartition(
-                    _s10_partition_index, _s10_partition_size, _s10_offset_lag, _s10_is_future_key
-                )
-            )
-        _s5_partitions = _a9
-        _a4.append(DescribeLogDirsTopic(_s5_name, _s5_partitions))
-    _topics = _a4
-    return DescribeLogDirsResult(_error_code, _log_dir, _topics, -1, -1), pos
+            _a11.append(_o13)
+        _o7.partitions = _a11
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _o1.total_bytes = -1
+    _o1.usable_bytes = -1
+    return _o1, pos
 
 
 def _r_DescribeLogDirsResult_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for log_dir")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("log_dir is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("log_dir overruns the buffer")
-    _log_dir = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.log_dir = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[DescribeLogDirsTopic] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[DescribeLogDirsTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeLogDirsTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -655,12 +652,28 @@ def _r_DescribeLogDirsResult_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsR
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[DescribeLogDirsPartition] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_partition_size, _s10_offset_lag, _s10_is_future_key = (
+        _a11: list[DescribeLogDirsPartition] = []
+        for _ in range(_n10):
+            _o13 = _new(DescribeLogDirsPartition)
+            _o13.partition_index, _o13.partition_size, _o13.offset_lag, _o13.is_future_key = (
                 _S_iqqo.unpack_from(data, pos)
             )
             pos += 21
@@ -668,71 +681,56 @@ def _r_DescribeLogDirsResult_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsR
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                DescribeLogDirsPartition(
-                    _s10_partition_index, _s10_partition_size, _s10_offset_lag, _s10_is_future_key
-                )
-            )
-        _s5_partitions = _a9
+            _a11.append(_o13)
+        _o7.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(DescribeLogDirsTopic(_s5_name, _s5_partitions))
-    _topics = _a4
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _o1.total_bytes = -1
+    _o1.usable_bytes = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeLogDirsResult(_error_code, _log_dir, _topics, -1, -1), pos
+    return _o1, pos
 
 
 def _r_DescribeLogDirsResult_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsResult, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsResult)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for log_dir")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("log_dir is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("log_dir overruns the buffer")
-    _log_dir = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.log_dir = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[DescribeLogDirsTopic] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[DescribeLogDirsTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeLogDirsTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -740,12 +738,28 @@ def _r_DescribeLogDirsResult_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsR
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[DescribeLogDirsPartition] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_partition_size, _s10_offset_lag, _s10_is_future_key = (
+        _a11: list[DescribeLogDirsPartition] = []
+        for _ in range(_n10):
+            _o13 = _new(DescribeLogDirsPartition)
+            _o13.partition_index, _o13.partition_size, _o13.offset_lag, _o13.is_future_key = (
                 _S_iqqo.unpack_from(data, pos)
             )
             pos += 21
@@ -753,25 +767,21 @@ def _r_DescribeLogDirsResult_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsR
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                DescribeLogDirsPartition(
-                    _s10_partition_index, _s10_partition_size, _s10_offset_lag, _s10_is_future_key
-                )
-            )
-        _s5_partitions = _a9
+            _a11.append(_o13)
+        _o7.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(DescribeLogDirsTopic(_s5_name, _s5_partitions))
-    _topics = _a4
-    _total_bytes, _usable_bytes = _S_qq.unpack_from(data, pos)
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _o1.total_bytes, _o1.usable_bytes = _S_qq.unpack_from(data, pos)
     pos += 16
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeLogDirsResult(_error_code, _log_dir, _topics, _total_bytes, _usable_bytes), pos
+    return _o1, pos
 
 
 def _w_DescribeLogDirsResponse_v0(buf: bytearray, o: DescribeLogDirsResponse) -> None:
@@ -811,102 +821,92 @@ def _w_DescribeLogDirsResponse_v4(buf: bytearray, o: DescribeLogDirsResponse) ->
 
 def _r_DescribeLogDirsResponse_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DescribeLogDirsResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribeLogDirsResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeLogDirsResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for log_dir")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("log_dir overruns the buffer")
-        _s3_log_dir = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for log_dir")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("log_dir overruns the buffer")
+        _o5.log_dir = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a7: list[DescribeLogDirsTopic] = []
-        for _ in range(_n6):
-            (_n9,) = _I16.unpack_from(data, pos)
+        _a9: list[DescribeLogDirsTopic] = []
+        for _ in range(_n8):
+            _o11 = _new(DescribeLogDirsTopic)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            (_n11,) = _I32.unpack_from(data, pos)
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            (_n14,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _a12: list[DescribeLogDirsPartition] = []
-            for _ in range(_n11):
-                _s13_partition_index, _s13_partition_size, _s13_offset_lag, _s13_is_future_key = (
+            _a15: list[DescribeLogDirsPartition] = []
+            for _ in range(_n14):
+                _o17 = _new(DescribeLogDirsPartition)
+                _o17.partition_index, _o17.partition_size, _o17.offset_lag, _o17.is_future_key = (
                     _S_iqqo.unpack_from(data, pos)
                 )
                 pos += 21
-                _a12.append(
-                    DescribeLogDirsPartition(
-                        _s13_partition_index, _s13_partition_size, _s13_offset_lag, _s13_is_future_key
-                    )
-                )
-            _s8_partitions = _a12
-            _a7.append(DescribeLogDirsTopic(_s8_name, _s8_partitions))
-        _s3_topics = _a7
-        _a2.append(DescribeLogDirsResult(_s3_error_code, _s3_log_dir, _s3_topics, -1, -1))
-    _results = _a2
-    return DescribeLogDirsResponse(_throttle_time_ms, 0, _results), pos
+                _a15.append(_o17)
+            _o11.partitions = _a15
+            _a9.append(_o11)
+        _o5.topics = _a9
+        _o5.total_bytes = -1
+        _o5.usable_bytes = -1
+        _a3.append(_o5)
+    _o1.results = _a3
+    _o1.error_code = 0
+    return _o1, pos
 
 
 def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DescribeLogDirsResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribeLogDirsResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeLogDirsResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for log_dir")
-        if _n4 > 0x7FFF:
-            raise DecodeError("log_dir is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("log_dir overruns the buffer")
-        _s3_log_dir = data[pos:_end5].decode()
-        pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -914,39 +914,56 @@ def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDir
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for log_dir")
+        if _n6 > 0x7FFF:
+            raise DecodeError("log_dir is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("log_dir overruns the buffer")
+        _o5.log_dir = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a7: list[DescribeLogDirsTopic] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[DescribeLogDirsTopic] = []
+        for _ in range(_n8):
+            _o11 = _new(DescribeLogDirsTopic)
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n9 > 0x7FFF:
+            if _n12 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _a12: list[DescribeLogDirsPartition] = []
-            for _ in range(_n11):
-                _s13_partition_index, _s13_partition_size, _s13_offset_lag, _s13_is_future_key = (
+            _a15: list[DescribeLogDirsPartition] = []
+            for _ in range(_n14):
+                _o17 = _new(DescribeLogDirsPartition)
+                _o17.partition_index, _o17.partition_size, _o17.offset_lag, _o17.is_future_key = (
                     _S_iqqo.unpack_from(data, pos)
                 )
                 pos += 21
@@ -954,64 +971,50 @@ def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDir
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a12.append(
-                    DescribeLogDirsPartition(
-                        _s13_partition_index, _s13_partition_size, _s13_offset_lag, _s13_is_future_key
-                    )
-                )
-            _s8_partitions = _a12
+                _a15.append(_o17)
+            _o11.partitions = _a15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(DescribeLogDirsTopic(_s8_name, _s8_partitions))
-        _s3_topics = _a7
+            _a9.append(_o11)
+        _o5.topics = _a9
+        _o5.total_bytes = -1
+        _o5.usable_bytes = -1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DescribeLogDirsResult(_s3_error_code, _s3_log_dir, _s3_topics, -1, -1))
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
+    _o1.error_code = 0
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeLogDirsResponse(_throttle_time_ms, 0, _results), pos
+    return _o1, pos
 
 
 def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDirsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DescribeLogDirsResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribeLogDirsResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeLogDirsResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for log_dir")
-        if _n4 > 0x7FFF:
-            raise DecodeError("log_dir is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("log_dir overruns the buffer")
-        _s3_log_dir = data[pos:_end5].decode()
-        pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1019,39 +1022,56 @@ def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDir
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for log_dir")
+        if _n6 > 0x7FFF:
+            raise DecodeError("log_dir is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("log_dir overruns the buffer")
+        _o5.log_dir = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a7: list[DescribeLogDirsTopic] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[DescribeLogDirsTopic] = []
+        for _ in range(_n8):
+            _o11 = _new(DescribeLogDirsTopic)
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n9 > 0x7FFF:
+            if _n12 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _a12: list[DescribeLogDirsPartition] = []
-            for _ in range(_n11):
-                _s13_partition_index, _s13_partition_size, _s13_offset_lag, _s13_is_future_key = (
+            _a15: list[DescribeLogDirsPartition] = []
+            for _ in range(_n14):
+                _o17 = _new(DescribeLogDirsPartition)
+                _o17.partition_index, _o17.partition_size, _o17.offset_lag, _o17.is_future_key = (
                     _S_iqqo.unpack_from(data, pos)
                 )
                 pos += 21
@@ -1059,64 +1079,49 @@ def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDir
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a12.append(
-                    DescribeLogDirsPartition(
-                        _s13_partition_index, _s13_partition_size, _s13_offset_lag, _s13_is_future_key
-                    )
-                )
-            _s8_partitions = _a12
+                _a15.append(_o17)
+            _o11.partitions = _a15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(DescribeLogDirsTopic(_s8_name, _s8_partitions))
-        _s3_topics = _a7
+            _a9.append(_o11)
+        _o5.topics = _a9
+        _o5.total_bytes = -1
+        _o5.usable_bytes = -1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DescribeLogDirsResult(_s3_error_code, _s3_log_dir, _s3_topics, -1, -1))
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeLogDirsResponse(_throttle_time_ms, _error_code, _results), pos
+    return _o1, pos
 
 
 def _r_DescribeLogDirsResponse_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeLogDirsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[DescribeLogDirsResult] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribeLogDirsResult] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeLogDirsResult)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for log_dir")
-        if _n4 > 0x7FFF:
-            raise DecodeError("log_dir is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("log_dir overruns the buffer")
-        _s3_log_dir = data[pos:_end5].decode()
-        pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1124,39 +1129,56 @@ def _r_DescribeLogDirsResponse_v4(data: bytes, pos: int) -> tuple[DescribeLogDir
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for log_dir")
+        if _n6 > 0x7FFF:
+            raise DecodeError("log_dir is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("log_dir overruns the buffer")
+        _o5.log_dir = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a7: list[DescribeLogDirsTopic] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[DescribeLogDirsTopic] = []
+        for _ in range(_n8):
+            _o11 = _new(DescribeLogDirsTopic)
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n9 > 0x7FFF:
+            if _n12 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _a12: list[DescribeLogDirsPartition] = []
-            for _ in range(_n11):
-                _s13_partition_index, _s13_partition_size, _s13_offset_lag, _s13_is_future_key = (
+            _a15: list[DescribeLogDirsPartition] = []
+            for _ in range(_n14):
+                _o17 = _new(DescribeLogDirsPartition)
+                _o17.partition_index, _o17.partition_size, _o17.offset_lag, _o17.is_future_key = (
                     _S_iqqo.unpack_from(data, pos)
                 )
                 pos += 21
@@ -1164,33 +1186,27 @@ def _r_DescribeLogDirsResponse_v4(data: bytes, pos: int) -> tuple[DescribeLogDir
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a12.append(
-                    DescribeLogDirsPartition(
-                        _s13_partition_index, _s13_partition_size, _s13_offset_lag, _s13_is_future_key
-                    )
-                )
-            _s8_partitions = _a12
+                _a15.append(_o17)
+            _o11.partitions = _a15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(DescribeLogDirsTopic(_s8_name, _s8_partitions))
-        _s3_topics = _a7
-        _s3_total_bytes, _s3_usable_bytes = _S_qq.unpack_from(data, pos)
+            _a9.append(_o11)
+        _o5.topics = _a9
+        _o5.total_bytes, _o5.usable_bytes = _S_qq.unpack_from(data, pos)
         pos += 16
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            DescribeLogDirsResult(_s3_error_code, _s3_log_dir, _s3_topics, _s3_total_bytes, _s3_usable_bytes)
-        )
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeLogDirsResponse(_throttle_time_ms, _error_code, _results), pos
+    return _o1, pos
 
 
 DescribableLogDirTopic._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -181,38 +182,39 @@ def _w_TopicRequest_v0(buf: bytearray, o: TopicRequest) -> None:
 
 def _r_TopicRequest_v0(data: bytes, pos: int) -> tuple[TopicRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TopicRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_indexes")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_indexes exceeds the bytes left")
-    _partition_indexes = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partition_indexes = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicRequest(_name, _partition_indexes), pos
+    return _o1, pos
 
 
 def _w_DescribeProducersRequest_v0(buf: bytearray, o: DescribeProducersRequest) -> None:
@@ -225,33 +227,20 @@ def _w_DescribeProducersRequest_v0(buf: bytearray, o: DescribeProducersRequest) 
 
 def _r_DescribeProducersRequest_v0(data: bytes, pos: int) -> tuple[DescribeProducersRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeProducersRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[TopicRequest] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[TopicRequest] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicRequest)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -259,22 +248,37 @@ def _r_DescribeProducersRequest_v0(data: bytes, pos: int) -> tuple[DescribeProdu
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_indexes")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_indexes exceeds the bytes left")
-        _s3_partition_indexes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
+        _o5.partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicRequest(_s3_name, _s3_partition_indexes))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeProducersRequest(_topics), pos
+    return _o1, pos
 
 
 def _w_ProducerState_v0(buf: bytearray, o: ProducerState) -> None:
@@ -291,27 +295,21 @@ def _w_ProducerState_v0(buf: bytearray, o: ProducerState) -> None:
 
 def _r_ProducerState_v0(data: bytes, pos: int) -> tuple[ProducerState, int]:
     _len = len(data)
+    _o1 = _new(ProducerState)
     (
-        _producer_id,
-        _producer_epoch,
-        _last_sequence,
-        _last_timestamp,
-        _coordinator_epoch,
-        _current_txn_start_offset,
+        _o1.producer_id,
+        _o1.producer_epoch,
+        _o1.last_sequence,
+        _o1.last_timestamp,
+        _o1.coordinator_epoch,
+        _o1.current_txn_start_offset,
     ) = _S_qiiqiq.unpack_from(data, pos)
     pos += 36
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ProducerState(
-        _producer_id,
-        _producer_epoch,
-        _last_sequence,
-        _last_timestamp,
-        _coordinator_epoch,
-        _current_txn_start_offset,
-    ), pos
+    return _o1, pos
 
 
 def _w_PartitionResponse_v0(buf: bytearray, o: PartitionResponse) -> None:
@@ -333,67 +331,60 @@ def _w_PartitionResponse_v0(buf: bytearray, o: PartitionResponse) -> None:
 
 def _r_PartitionResponse_v0(data: bytes, pos: int) -> tuple[PartitionResponse, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(PartitionResponse)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for active_producers")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of active_producers exceeds the bytes left")
-    _a4: list[ProducerState] = []
-    for _ in range(_n3):
+    _a5: list[ProducerState] = []
+    for _ in range(_n4):
+        _o7 = _new(ProducerState)
         (
-            _s5_producer_id,
-            _s5_producer_epoch,
-            _s5_last_sequence,
-            _s5_last_timestamp,
-            _s5_coordinator_epoch,
-            _s5_current_txn_start_offset,
+            _o7.producer_id,
+            _o7.producer_epoch,
+            _o7.last_sequence,
+            _o7.last_timestamp,
+            _o7.coordinator_epoch,
+            _o7.current_txn_start_offset,
         ) = _S_qiiqiq.unpack_from(data, pos)
         pos += 36
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            ProducerState(
-                _s5_producer_id,
-                _s5_producer_epoch,
-                _s5_last_sequence,
-                _s5_last_timestamp,
-                _s5_coordinator_epoch,
-                _s5_current_txn_start_offset,
-            )
-        )
-    _active_producers = _a4
+        _a5.append(_o7)
+    _o1.active_producers = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionResponse(_partition_index, _error_code, _error_message, _active_producers), pos
+    return _o1, pos
 
 
 def _w_TopicResponse_v0(buf: bytearray, o: TopicResponse) -> None:
@@ -411,53 +402,37 @@ def _w_TopicResponse_v0(buf: bytearray, o: TopicResponse) -> None:
 
 def _r_TopicResponse_v0(data: bytes, pos: int) -> tuple[TopicResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TopicResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[PartitionResponse] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[PartitionResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionResponse)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
-        else:
-            if _n6 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end7].decode()
-            pos = _end7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -465,48 +440,56 @@ def _r_TopicResponse_v0(data: bytes, pos: int) -> tuple[TopicResponse, int]:
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o7.error_message = None
+        else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o7.error_message = data[pos:_end9].decode()
+            pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for active_producers")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of active_producers exceeds the bytes left")
-        _a9: list[ProducerState] = []
-        for _ in range(_n8):
+        _a11: list[ProducerState] = []
+        for _ in range(_n10):
+            _o13 = _new(ProducerState)
             (
-                _s10_producer_id,
-                _s10_producer_epoch,
-                _s10_last_sequence,
-                _s10_last_timestamp,
-                _s10_coordinator_epoch,
-                _s10_current_txn_start_offset,
+                _o13.producer_id,
+                _o13.producer_epoch,
+                _o13.last_sequence,
+                _o13.last_timestamp,
+                _o13.coordinator_epoch,
+                _o13.current_txn_start_offset,
             ) = _S_qiiqiq.unpack_from(data, pos)
             pos += 36
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                ProducerState(
-                    _s10_producer_id,
-                    _s10_producer_epoch,
-                    _s10_last_sequence,
-                    _s10_last_timestamp,
-                    _s10_coordinator_epoch,
-                    _s10_current_txn_start_offset,
-                )
-            )
-        _s5_active_producers = _a9
+            _a11.append(_o13)
+        _o7.active_producers = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            PartitionResponse(_s5_partition_index, _s5_error_code, _s5_error_message, _s5_active_producers)
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicResponse(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_DescribeProducersResponse_v0(buf: bytearray, o: DescribeProducersResponse) -> None:
@@ -520,35 +503,22 @@ def _w_DescribeProducersResponse_v0(buf: bytearray, o: DescribeProducersResponse
 
 def _r_DescribeProducersResponse_v0(data: bytes, pos: int) -> tuple[DescribeProducersResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeProducersResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[TopicResponse] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[TopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -556,88 +526,92 @@ def _r_DescribeProducersResponse_v0(data: bytes, pos: int) -> tuple[DescribeProd
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionResponse] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[PartitionResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionResponse)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end10].decode()
-                pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+                _o11.error_message = data[pos:_end13].decode()
+                pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for active_producers")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of active_producers exceeds the bytes left")
-            _a12: list[ProducerState] = []
-            for _ in range(_n11):
+            _a15: list[ProducerState] = []
+            for _ in range(_n14):
+                _o17 = _new(ProducerState)
                 (
-                    _s13_producer_id,
-                    _s13_producer_epoch,
-                    _s13_last_sequence,
-                    _s13_last_timestamp,
-                    _s13_coordinator_epoch,
-                    _s13_current_txn_start_offset,
+                    _o17.producer_id,
+                    _o17.producer_epoch,
+                    _o17.last_sequence,
+                    _o17.last_timestamp,
+                    _o17.coordinator_epoch,
+                    _o17.current_txn_start_offset,
                 ) = _S_qiiqiq.unpack_from(data, pos)
                 pos += 36
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a12.append(
-                    ProducerState(
-                        _s13_producer_id,
-                        _s13_producer_epoch,
-                        _s13_last_sequence,
-                        _s13_last_timestamp,
-                        _s13_coordinator_epoch,
-                        _s13_current_txn_start_offset,
-                    )
-                )
-            _s8_active_producers = _a12
+                _a15.append(_o17)
+            _o11.active_producers = _a15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                PartitionResponse(
-                    _s8_partition_index, _s8_error_code, _s8_error_message, _s8_active_producers
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicResponse(_s3_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeProducersResponse(_throttle_time_ms, _topics), pos
+    return _o1, pos
 
 
 TopicRequest._WRITERS = {0: _w_TopicRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -256,13 +257,14 @@ def _r_DescribeQuorumRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumRequestPartitionData, int]:
     _len = len(data)
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeQuorumRequestPartitionData)
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeQuorumRequestPartitionData(_partition_index), pos
+    return _o1, pos
 
 
 def _w_DescribeQuorumRequestTopicData_v0(buf: bytearray, o: DescribeQuorumRequestTopicData) -> None:
@@ -280,46 +282,48 @@ def _w_DescribeQuorumRequestTopicData_v0(buf: bytearray, o: DescribeQuorumReques
 
 def _r_DescribeQuorumRequestTopicData_v0(data: bytes, pos: int) -> tuple[DescribeQuorumRequestTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeQuorumRequestTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DescribeQuorumRequestPartitionData] = []
-    for _ in range(_n3):
-        (_s5_partition_index,) = _S_i.unpack_from(data, pos)
+    _a5: list[DescribeQuorumRequestPartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeQuorumRequestPartitionData)
+        (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(DescribeQuorumRequestPartitionData(_s5_partition_index))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeQuorumRequestTopicData(_topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_DescribeQuorumRequest_v0(buf: bytearray, o: DescribeQuorumRequest) -> None:
@@ -332,33 +336,20 @@ def _w_DescribeQuorumRequest_v0(buf: bytearray, o: DescribeQuorumRequest) -> Non
 
 def _r_DescribeQuorumRequest_v0(data: bytes, pos: int) -> tuple[DescribeQuorumRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeQuorumRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[DescribeQuorumRequestTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[DescribeQuorumRequestTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeQuorumRequestTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -366,30 +357,46 @@ def _r_DescribeQuorumRequest_v0(data: bytes, pos: int) -> tuple[DescribeQuorumRe
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[DescribeQuorumRequestPartitionData] = []
-        for _ in range(_n6):
-            (_s8_partition_index,) = _S_i.unpack_from(data, pos)
+        _a9: list[DescribeQuorumRequestPartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(DescribeQuorumRequestPartitionData)
+            (_o11.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(DescribeQuorumRequestPartitionData(_s8_partition_index))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(DescribeQuorumRequestTopicData(_s3_topic_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeQuorumRequest(_topics), pos
+    return _o1, pos
 
 
 def _w_ReplicaState_v0(buf: bytearray, o: ReplicaState) -> None:
@@ -419,48 +426,51 @@ def _w_ReplicaState_v2(buf: bytearray, o: ReplicaState) -> None:
 
 def _r_ReplicaState_v0(data: bytes, pos: int) -> tuple[ReplicaState, int]:
     _len = len(data)
-    _replica_id, _log_end_offset = _S_iq.unpack_from(data, pos)
+    _o1 = _new(ReplicaState)
+    _o1.replica_id, _o1.log_end_offset = _S_iq.unpack_from(data, pos)
     pos += 12
+    _o1.replica_directory_id = ZERO_UUID
+    _o1.last_fetch_timestamp = -1
+    _o1.last_caught_up_timestamp = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReplicaState(_replica_id, ZERO_UUID, _log_end_offset, -1, -1), pos
+    return _o1, pos
 
 
 def _r_ReplicaState_v1(data: bytes, pos: int) -> tuple[ReplicaState, int]:
     _len = len(data)
-    _replica_id, _log_end_offset, _last_fetch_timestamp, _last_caught_up_timestamp = _S_iqqq.unpack_from(
-        data, pos
+    _o1 = _new(ReplicaState)
+    _o1.replica_id, _o1.log_end_offset, _o1.last_fetch_timestamp, _o1.last_caught_up_timestamp = (
+        _S_iqqq.unpack_from(data, pos)
     )
     pos += 28
+    _o1.replica_directory_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReplicaState(
-        _replica_id, ZERO_UUID, _log_end_offset, _last_fetch_timestamp, _last_caught_up_timestamp
-    ), pos
+    return _o1, pos
 
 
 def _r_ReplicaState_v2(data: bytes, pos: int) -> tuple[ReplicaState, int]:
     _len = len(data)
+    _o1 = _new(ReplicaState)
     (
-        _replica_id,
+        _o1.replica_id,
         _replica_directory_id_raw,
-        _log_end_offset,
-        _last_fetch_timestamp,
-        _last_caught_up_timestamp,
+        _o1.log_end_offset,
+        _o1.last_fetch_timestamp,
+        _o1.last_caught_up_timestamp,
     ) = _S_i16sqqq.unpack_from(data, pos)
     pos += 44
-    _replica_directory_id = uuid.UUID(bytes=_replica_directory_id_raw)
+    _o1.replica_directory_id = uuid.UUID(bytes=_replica_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReplicaState(
-        _replica_id, _replica_directory_id, _log_end_offset, _last_fetch_timestamp, _last_caught_up_timestamp
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribeQuorumResponsePartitionData_v0(buf: bytearray, o: DescribeQuorumResponsePartitionData) -> None:
@@ -515,211 +525,35 @@ def _r_DescribeQuorumResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumResponsePartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _leader_id, _leader_epoch, _high_watermark = _S_ihiiq.unpack_from(
-        data, pos
+    _o1 = _new(DescribeQuorumResponsePartitionData)
+    _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch, _o1.high_watermark = (
+        _S_ihiiq.unpack_from(data, pos)
     )
     pos += 22
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for current_voters")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of current_voters exceeds the bytes left")
-    _a2: list[ReplicaState] = []
-    for _ in range(_n1):
-        _s3_replica_id, _s3_log_end_offset = _S_iq.unpack_from(data, pos)
+    _a3: list[ReplicaState] = []
+    for _ in range(_n2):
+        _o5 = _new(ReplicaState)
+        _o5.replica_id, _o5.log_end_offset = _S_iq.unpack_from(data, pos)
         pos += 12
+        _o5.replica_directory_id = ZERO_UUID
+        _o5.last_fetch_timestamp = -1
+        _o5.last_caught_up_timestamp = -1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ReplicaState(_s3_replica_id, ZERO_UUID, _s3_log_end_offset, -1, -1))
-    _current_voters = _a2
-    _n4 = data[pos]
-    if _n4 < 128:
-        pos += 1
-    else:
-        _n4, pos = read_uvarint(data, pos)
-    _n4 -= 1
-    if _n4 < 0:
-        raise DecodeError("invalid or null array length for observers")
-    if _n4 > _len - pos:
-        raise DecodeError("array count of observers exceeds the bytes left")
-    _a5: list[ReplicaState] = []
-    for _ in range(_n4):
-        _s6_replica_id, _s6_log_end_offset = _S_iq.unpack_from(data, pos)
-        pos += 12
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a5.append(ReplicaState(_s6_replica_id, ZERO_UUID, _s6_log_end_offset, -1, -1))
-    _observers = _a5
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return DescribeQuorumResponsePartitionData(
-        _partition_index,
-        _error_code,
-        "",
-        _leader_id,
-        _leader_epoch,
-        _high_watermark,
-        _current_voters,
-        _observers,
-    ), pos
-
-
-def _r_DescribeQuorumResponsePartitionData_v1(
-    data: bytes, pos: int
-) -> tuple[DescribeQuorumResponsePartitionData, int]:
-    _len = len(data)
-    _partition_index, _error_code, _leader_id, _leader_epoch, _high_watermark = _S_ihiiq.unpack_from(
-        data, pos
-    )
-    pos += 22
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for current_voters")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of current_voters exceeds the bytes left")
-    _a2: list[ReplicaState] = []
-    for _ in range(_n1):
-        _s3_replica_id, _s3_log_end_offset, _s3_last_fetch_timestamp, _s3_last_caught_up_timestamp = (
-            _S_iqqq.unpack_from(data, pos)
-        )
-        pos += 28
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(
-            ReplicaState(
-                _s3_replica_id,
-                ZERO_UUID,
-                _s3_log_end_offset,
-                _s3_last_fetch_timestamp,
-                _s3_last_caught_up_timestamp,
-            )
-        )
-    _current_voters = _a2
-    _n4 = data[pos]
-    if _n4 < 128:
-        pos += 1
-    else:
-        _n4, pos = read_uvarint(data, pos)
-    _n4 -= 1
-    if _n4 < 0:
-        raise DecodeError("invalid or null array length for observers")
-    if _n4 > _len - pos:
-        raise DecodeError("array count of observers exceeds the bytes left")
-    _a5: list[ReplicaState] = []
-    for _ in range(_n4):
-        _s6_replica_id, _s6_log_end_offset, _s6_last_fetch_timestamp, _s6_last_caught_up_timestamp = (
-            _S_iqqq.unpack_from(data, pos)
-        )
-        pos += 28
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a5.append(
-            ReplicaState(
-                _s6_replica_id,
-                ZERO_UUID,
-                _s6_log_end_offset,
-                _s6_last_fetch_timestamp,
-                _s6_last_caught_up_timestamp,
-            )
-        )
-    _observers = _a5
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return DescribeQuorumResponsePartitionData(
-        _partition_index,
-        _error_code,
-        "",
-        _leader_id,
-        _leader_epoch,
-        _high_watermark,
-        _current_voters,
-        _observers,
-    ), pos
-
-
-def _r_DescribeQuorumResponsePartitionData_v2(
-    data: bytes, pos: int
-) -> tuple[DescribeQuorumResponsePartitionData, int]:
-    _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
-    pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
-            raise DecodeError("invalid length for error_message")
-        _error_message = None
-    else:
-        if _n1 > 0x7FFF:
-            raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
-            raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _leader_id, _leader_epoch, _high_watermark = _S_iiq.unpack_from(data, pos)
-    pos += 16
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for current_voters")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of current_voters exceeds the bytes left")
-    _a4: list[ReplicaState] = []
-    for _ in range(_n3):
-        (
-            _s5_replica_id,
-            _s5_replica_directory_id_raw,
-            _s5_log_end_offset,
-            _s5_last_fetch_timestamp,
-            _s5_last_caught_up_timestamp,
-        ) = _S_i16sqqq.unpack_from(data, pos)
-        pos += 44
-        _s5_replica_directory_id = uuid.UUID(bytes=_s5_replica_directory_id_raw)
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a4.append(
-            ReplicaState(
-                _s5_replica_id,
-                _s5_replica_directory_id,
-                _s5_log_end_offset,
-                _s5_last_fetch_timestamp,
-                _s5_last_caught_up_timestamp,
-            )
-        )
-    _current_voters = _a4
+        _a3.append(_o5)
+    _o1.current_voters = _a3
     _n6 = data[pos]
     if _n6 < 128:
         pos += 1
@@ -732,43 +566,179 @@ def _r_DescribeQuorumResponsePartitionData_v2(
         raise DecodeError("array count of observers exceeds the bytes left")
     _a7: list[ReplicaState] = []
     for _ in range(_n6):
-        (
-            _s8_replica_id,
-            _s8_replica_directory_id_raw,
-            _s8_log_end_offset,
-            _s8_last_fetch_timestamp,
-            _s8_last_caught_up_timestamp,
-        ) = _S_i16sqqq.unpack_from(data, pos)
-        pos += 44
-        _s8_replica_directory_id = uuid.UUID(bytes=_s8_replica_directory_id_raw)
+        _o9 = _new(ReplicaState)
+        _o9.replica_id, _o9.log_end_offset = _S_iq.unpack_from(data, pos)
+        pos += 12
+        _o9.replica_directory_id = ZERO_UUID
+        _o9.last_fetch_timestamp = -1
+        _o9.last_caught_up_timestamp = -1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a7.append(
-            ReplicaState(
-                _s8_replica_id,
-                _s8_replica_directory_id,
-                _s8_log_end_offset,
-                _s8_last_fetch_timestamp,
-                _s8_last_caught_up_timestamp,
-            )
-        )
-    _observers = _a7
+        _a7.append(_o9)
+    _o1.observers = _a7
+    _o1.error_message = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeQuorumResponsePartitionData(
-        _partition_index,
-        _error_code,
-        _error_message,
-        _leader_id,
-        _leader_epoch,
-        _high_watermark,
-        _current_voters,
-        _observers,
-    ), pos
+    return _o1, pos
+
+
+def _r_DescribeQuorumResponsePartitionData_v1(
+    data: bytes, pos: int
+) -> tuple[DescribeQuorumResponsePartitionData, int]:
+    _len = len(data)
+    _o1 = _new(DescribeQuorumResponsePartitionData)
+    _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch, _o1.high_watermark = (
+        _S_ihiiq.unpack_from(data, pos)
+    )
+    pos += 22
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for current_voters")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of current_voters exceeds the bytes left")
+    _a3: list[ReplicaState] = []
+    for _ in range(_n2):
+        _o5 = _new(ReplicaState)
+        _o5.replica_id, _o5.log_end_offset, _o5.last_fetch_timestamp, _o5.last_caught_up_timestamp = (
+            _S_iqqq.unpack_from(data, pos)
+        )
+        pos += 28
+        _o5.replica_directory_id = ZERO_UUID
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.current_voters = _a3
+    _n6 = data[pos]
+    if _n6 < 128:
+        pos += 1
+    else:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        raise DecodeError("invalid or null array length for observers")
+    if _n6 > _len - pos:
+        raise DecodeError("array count of observers exceeds the bytes left")
+    _a7: list[ReplicaState] = []
+    for _ in range(_n6):
+        _o9 = _new(ReplicaState)
+        _o9.replica_id, _o9.log_end_offset, _o9.last_fetch_timestamp, _o9.last_caught_up_timestamp = (
+            _S_iqqq.unpack_from(data, pos)
+        )
+        pos += 28
+        _o9.replica_directory_id = ZERO_UUID
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a7.append(_o9)
+    _o1.observers = _a7
+    _o1.error_message = ""
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_DescribeQuorumResponsePartitionData_v2(
+    data: bytes, pos: int
+) -> tuple[DescribeQuorumResponsePartitionData, int]:
+    _len = len(data)
+    _o1 = _new(DescribeQuorumResponsePartitionData)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
+    pos += 6
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
+            raise DecodeError("invalid length for error_message")
+        _o1.error_message = None
+    else:
+        if _n2 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
+        _end3 = pos + _n2
+        if _end3 > _len:
+            raise DecodeError("error_message overruns the buffer")
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _o1.leader_id, _o1.leader_epoch, _o1.high_watermark = _S_iiq.unpack_from(data, pos)
+    pos += 16
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for current_voters")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of current_voters exceeds the bytes left")
+    _a5: list[ReplicaState] = []
+    for _ in range(_n4):
+        _o7 = _new(ReplicaState)
+        (
+            _o7.replica_id,
+            _s6_replica_directory_id_raw,
+            _o7.log_end_offset,
+            _o7.last_fetch_timestamp,
+            _o7.last_caught_up_timestamp,
+        ) = _S_i16sqqq.unpack_from(data, pos)
+        pos += 44
+        _o7.replica_directory_id = uuid.UUID(bytes=_s6_replica_directory_id_raw)
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a5.append(_o7)
+    _o1.current_voters = _a5
+    _n8 = data[pos]
+    if _n8 < 128:
+        pos += 1
+    else:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        raise DecodeError("invalid or null array length for observers")
+    if _n8 > _len - pos:
+        raise DecodeError("array count of observers exceeds the bytes left")
+    _a9: list[ReplicaState] = []
+    for _ in range(_n8):
+        _o11 = _new(ReplicaState)
+        (
+            _o11.replica_id,
+            _s10_replica_directory_id_raw,
+            _o11.log_end_offset,
+            _o11.last_fetch_timestamp,
+            _o11.last_caught_up_timestamp,
+        ) = _S_i16sqqq.unpack_from(data, pos)
+        pos += 44
+        _o11.replica_directory_id = uuid.UUID(bytes=_s10_replica_directory_id_raw)
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a9.append(_o11)
+    _o1.observers = _a9
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
 
 
 def _w_DescribeQuorumResponseTopicData_v0(buf: bytearray, o: DescribeQuorumResponseTopicData) -> None:
@@ -814,273 +784,39 @@ def _r_DescribeQuorumResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumResponseTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeQuorumResponseTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DescribeQuorumResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch, _s5_high_watermark = (
+    _a5: list[DescribeQuorumResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeQuorumResponsePartitionData)
+        _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch, _o7.high_watermark = (
             _S_ihiiq.unpack_from(data, pos)
         )
         pos += 22
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for current_voters")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of current_voters exceeds the bytes left")
-        _a7: list[ReplicaState] = []
-        for _ in range(_n6):
-            _s8_replica_id, _s8_log_end_offset = _S_iq.unpack_from(data, pos)
-            pos += 12
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a7.append(ReplicaState(_s8_replica_id, ZERO_UUID, _s8_log_end_offset, -1, -1))
-        _s5_current_voters = _a7
-        _n9 = data[pos]
-        if _n9 < 128:
-            pos += 1
-        else:
-            _n9, pos = read_uvarint(data, pos)
-        _n9 -= 1
-        if _n9 < 0:
-            raise DecodeError("invalid or null array length for observers")
-        if _n9 > _len - pos:
-            raise DecodeError("array count of observers exceeds the bytes left")
-        _a10: list[ReplicaState] = []
-        for _ in range(_n9):
-            _s11_replica_id, _s11_log_end_offset = _S_iq.unpack_from(data, pos)
-            pos += 12
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a10.append(ReplicaState(_s11_replica_id, ZERO_UUID, _s11_log_end_offset, -1, -1))
-        _s5_observers = _a10
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a4.append(
-            DescribeQuorumResponsePartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                "",
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_high_watermark,
-                _s5_current_voters,
-                _s5_observers,
-            )
-        )
-    _partitions = _a4
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return DescribeQuorumResponseTopicData(_topic_name, _partitions), pos
-
-
-def _r_DescribeQuorumResponseTopicData_v1(
-    data: bytes, pos: int
-) -> tuple[DescribeQuorumResponseTopicData, int]:
-    _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
-        raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DescribeQuorumResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch, _s5_high_watermark = (
-            _S_ihiiq.unpack_from(data, pos)
-        )
-        pos += 22
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for current_voters")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of current_voters exceeds the bytes left")
-        _a7: list[ReplicaState] = []
-        for _ in range(_n6):
-            _s8_replica_id, _s8_log_end_offset, _s8_last_fetch_timestamp, _s8_last_caught_up_timestamp = (
-                _S_iqqq.unpack_from(data, pos)
-            )
-            pos += 28
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a7.append(
-                ReplicaState(
-                    _s8_replica_id,
-                    ZERO_UUID,
-                    _s8_log_end_offset,
-                    _s8_last_fetch_timestamp,
-                    _s8_last_caught_up_timestamp,
-                )
-            )
-        _s5_current_voters = _a7
-        _n9 = data[pos]
-        if _n9 < 128:
-            pos += 1
-        else:
-            _n9, pos = read_uvarint(data, pos)
-        _n9 -= 1
-        if _n9 < 0:
-            raise DecodeError("invalid or null array length for observers")
-        if _n9 > _len - pos:
-            raise DecodeError("array count of observers exceeds the bytes left")
-        _a10: list[ReplicaState] = []
-        for _ in range(_n9):
-            _s11_replica_id, _s11_log_end_offset, _s11_last_fetch_timestamp, _s11_last_caught_up_timestamp = (
-                _S_iqqq.unpack_from(data, pos)
-            )
-            pos += 28
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a10.append(
-                ReplicaState(
-                    _s11_replica_id,
-                    ZERO_UUID,
-                    _s11_log_end_offset,
-                    _s11_last_fetch_timestamp,
-                    _s11_last_caught_up_timestamp,
-                )
-            )
-        _s5_observers = _a10
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a4.append(
-            DescribeQuorumResponsePartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                "",
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_high_watermark,
-                _s5_current_voters,
-                _s5_observers,
-            )
-        )
-    _partitions = _a4
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return DescribeQuorumResponseTopicData(_topic_name, _partitions), pos
-
-
-def _r_DescribeQuorumResponseTopicData_v2(
-    data: bytes, pos: int
-) -> tuple[DescribeQuorumResponseTopicData, int]:
-    _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
-        raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DescribeQuorumResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
-        pos += 6
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
-        else:
-            if _n6 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end7].decode()
-            pos = _end7
-        _s5_leader_id, _s5_leader_epoch, _s5_high_watermark = _S_iiq.unpack_from(data, pos)
-        pos += 16
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1093,86 +829,277 @@ def _r_DescribeQuorumResponseTopicData_v2(
             raise DecodeError("array count of current_voters exceeds the bytes left")
         _a9: list[ReplicaState] = []
         for _ in range(_n8):
-            (
-                _s10_replica_id,
-                _s10_replica_directory_id_raw,
-                _s10_log_end_offset,
-                _s10_last_fetch_timestamp,
-                _s10_last_caught_up_timestamp,
-            ) = _S_i16sqqq.unpack_from(data, pos)
-            pos += 44
-            _s10_replica_directory_id = uuid.UUID(bytes=_s10_replica_directory_id_raw)
+            _o11 = _new(ReplicaState)
+            _o11.replica_id, _o11.log_end_offset = _S_iq.unpack_from(data, pos)
+            pos += 12
+            _o11.replica_directory_id = ZERO_UUID
+            _o11.last_fetch_timestamp = -1
+            _o11.last_caught_up_timestamp = -1
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                ReplicaState(
-                    _s10_replica_id,
-                    _s10_replica_directory_id,
-                    _s10_log_end_offset,
-                    _s10_last_fetch_timestamp,
-                    _s10_last_caught_up_timestamp,
-                )
-            )
-        _s5_current_voters = _a9
-        _n11 = data[pos]
-        if _n11 < 128:
+            _a9.append(_o11)
+        _o7.current_voters = _a9
+        _n12 = data[pos]
+        if _n12 < 128:
             pos += 1
         else:
-            _n11, pos = read_uvarint(data, pos)
-        _n11 -= 1
-        if _n11 < 0:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
             raise DecodeError("invalid or null array length for observers")
-        if _n11 > _len - pos:
+        if _n12 > _len - pos:
             raise DecodeError("array count of observers exceeds the bytes left")
-        _a12: list[ReplicaState] = []
-        for _ in range(_n11):
-            (
-                _s13_replica_id,
-                _s13_replica_directory_id_raw,
-                _s13_log_end_offset,
-                _s13_last_fetch_timestamp,
-                _s13_last_caught_up_timestamp,
-            ) = _S_i16sqqq.unpack_from(data, pos)
-            pos += 44
-            _s13_replica_directory_id = uuid.UUID(bytes=_s13_replica_directory_id_raw)
+        _a13: list[ReplicaState] = []
+        for _ in range(_n12):
+            _o15 = _new(ReplicaState)
+            _o15.replica_id, _o15.log_end_offset = _S_iq.unpack_from(data, pos)
+            pos += 12
+            _o15.replica_directory_id = ZERO_UUID
+            _o15.last_fetch_timestamp = -1
+            _o15.last_caught_up_timestamp = -1
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a12.append(
-                ReplicaState(
-                    _s13_replica_id,
-                    _s13_replica_directory_id,
-                    _s13_log_end_offset,
-                    _s13_last_fetch_timestamp,
-                    _s13_last_caught_up_timestamp,
-                )
-            )
-        _s5_observers = _a12
+            _a13.append(_o15)
+        _o7.observers = _a13
+        _o7.error_message = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            DescribeQuorumResponsePartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                _s5_error_message,
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_high_watermark,
-                _s5_current_voters,
-                _s5_observers,
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeQuorumResponseTopicData(_topic_name, _partitions), pos
+    return _o1, pos
+
+
+def _r_DescribeQuorumResponseTopicData_v1(
+    data: bytes, pos: int
+) -> tuple[DescribeQuorumResponseTopicData, int]:
+    _len = len(data)
+    _o1 = _new(DescribeQuorumResponseTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for topic_name")
+    if _n2 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("topic_name overruns the buffer")
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for partitions")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of partitions exceeds the bytes left")
+    _a5: list[DescribeQuorumResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeQuorumResponsePartitionData)
+        _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch, _o7.high_watermark = (
+            _S_ihiiq.unpack_from(data, pos)
+        )
+        pos += 22
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for current_voters")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of current_voters exceeds the bytes left")
+        _a9: list[ReplicaState] = []
+        for _ in range(_n8):
+            _o11 = _new(ReplicaState)
+            _o11.replica_id, _o11.log_end_offset, _o11.last_fetch_timestamp, _o11.last_caught_up_timestamp = (
+                _S_iqqq.unpack_from(data, pos)
+            )
+            pos += 28
+            _o11.replica_directory_id = ZERO_UUID
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a9.append(_o11)
+        _o7.current_voters = _a9
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            raise DecodeError("invalid or null array length for observers")
+        if _n12 > _len - pos:
+            raise DecodeError("array count of observers exceeds the bytes left")
+        _a13: list[ReplicaState] = []
+        for _ in range(_n12):
+            _o15 = _new(ReplicaState)
+            _o15.replica_id, _o15.log_end_offset, _o15.last_fetch_timestamp, _o15.last_caught_up_timestamp = (
+                _S_iqqq.unpack_from(data, pos)
+            )
+            pos += 28
+            _o15.replica_directory_id = ZERO_UUID
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a13.append(_o15)
+        _o7.observers = _a13
+        _o7.error_message = ""
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_DescribeQuorumResponseTopicData_v2(
+    data: bytes, pos: int
+) -> tuple[DescribeQuorumResponseTopicData, int]:
+    _len = len(data)
+    _o1 = _new(DescribeQuorumResponseTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for topic_name")
+    if _n2 > 0x7FFF:
+        raise DecodeError("topic_name is longer than 32767 bytes")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("topic_name overruns the buffer")
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for partitions")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of partitions exceeds the bytes left")
+    _a5: list[DescribeQuorumResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeQuorumResponsePartitionData)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
+        pos += 6
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o7.error_message = None
+        else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o7.error_message = data[pos:_end9].decode()
+            pos = _end9
+        _o7.leader_id, _o7.leader_epoch, _o7.high_watermark = _S_iiq.unpack_from(data, pos)
+        pos += 16
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for current_voters")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of current_voters exceeds the bytes left")
+        _a11: list[ReplicaState] = []
+        for _ in range(_n10):
+            _o13 = _new(ReplicaState)
+            (
+                _o13.replica_id,
+                _s12_replica_directory_id_raw,
+                _o13.log_end_offset,
+                _o13.last_fetch_timestamp,
+                _o13.last_caught_up_timestamp,
+            ) = _S_i16sqqq.unpack_from(data, pos)
+            pos += 44
+            _o13.replica_directory_id = uuid.UUID(bytes=_s12_replica_directory_id_raw)
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a11.append(_o13)
+        _o7.current_voters = _a11
+        _n14 = data[pos]
+        if _n14 < 128:
+            pos += 1
+        else:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
+            raise DecodeError("invalid or null array length for observers")
+        if _n14 > _len - pos:
+            raise DecodeError("array count of observers exceeds the bytes left")
+        _a15: list[ReplicaState] = []
+        for _ in range(_n14):
+            _o17 = _new(ReplicaState)
+            (
+                _o17.replica_id,
+                _s16_replica_directory_id_raw,
+                _o17.log_end_offset,
+                _o17.last_fetch_timestamp,
+                _o17.last_caught_up_timestamp,
+            ) = _S_i16sqqq.unpack_from(data, pos)
+            pos += 44
+            _o17.replica_directory_id = uuid.UUID(bytes=_s16_replica_directory_id_raw)
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a15.append(_o17)
+        _o7.observers = _a15
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
 
 
 def _w_Listener_v2(buf: bytearray, o: Listener) -> None:
@@ -1192,43 +1119,44 @@ def _w_Listener_v2(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v2(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Listener)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    (_port,) = _S_H.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.port,) = _S_H.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Listener(_name, _host, _port), pos
+    return _o1, pos
 
 
 def _w_Node_v2(buf: bytearray, o: Node) -> None:
@@ -1242,35 +1170,22 @@ def _w_Node_v2(buf: bytearray, o: Node) -> None:
 
 def _r_Node_v2(data: bytes, pos: int) -> tuple[Node, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(Node)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for listeners")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of listeners exceeds the bytes left")
-    _a2: list[Listener] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[Listener] = []
+    for _ in range(_n2):
+        _o5 = _new(Listener)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1278,27 +1193,42 @@ def _r_Node_v2(data: bytes, pos: int) -> tuple[Node, int]:
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for name")
         if _n6 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end7].decode()
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
         pos = _end7
-        (_s3_port,) = _S_H.unpack_from(data, pos)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end9].decode()
+        pos = _end9
+        (_o5.port,) = _S_H.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(Listener(_s3_name, _s3_host, _s3_port))
-    _listeners = _a2
+        _a3.append(_o5)
+    _o1.listeners = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Node(_node_id, _listeners), pos
+    return _o1, pos
 
 
 def _w_DescribeQuorumResponse_v0(buf: bytearray, o: DescribeQuorumResponse) -> None:
@@ -1346,298 +1276,22 @@ def _w_DescribeQuorumResponse_v2(buf: bytearray, o: DescribeQuorumResponse) -> N
 
 def _r_DescribeQuorumResponse_v0(data: bytes, pos: int) -> tuple[DescribeQuorumResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeQuorumResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[DescribeQuorumResponseTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[DescribeQuorumResponsePartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch, _s8_high_watermark = (
-                _S_ihiiq.unpack_from(data, pos)
-            )
-            pos += 22
-            _n9 = data[pos]
-            if _n9 < 128:
-                pos += 1
-            else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for current_voters")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of current_voters exceeds the bytes left")
-            _a10: list[ReplicaState] = []
-            for _ in range(_n9):
-                _s11_replica_id, _s11_log_end_offset = _S_iq.unpack_from(data, pos)
-                pos += 12
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _a10.append(ReplicaState(_s11_replica_id, ZERO_UUID, _s11_log_end_offset, -1, -1))
-            _s8_current_voters = _a10
-            _n12 = data[pos]
-            if _n12 < 128:
-                pos += 1
-            else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
-                raise DecodeError("invalid or null array length for observers")
-            if _n12 > _len - pos:
-                raise DecodeError("array count of observers exceeds the bytes left")
-            _a13: list[ReplicaState] = []
-            for _ in range(_n12):
-                _s14_replica_id, _s14_log_end_offset = _S_iq.unpack_from(data, pos)
-                pos += 12
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _a13.append(ReplicaState(_s14_replica_id, ZERO_UUID, _s14_log_end_offset, -1, -1))
-            _s8_observers = _a13
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a7.append(
-                DescribeQuorumResponsePartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    "",
-                    _s8_leader_id,
-                    _s8_leader_epoch,
-                    _s8_high_watermark,
-                    _s8_current_voters,
-                    _s8_observers,
-                )
-            )
-        _s3_partitions = _a7
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(DescribeQuorumResponseTopicData(_s3_topic_name, _s3_partitions))
-    _topics = _a2
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return DescribeQuorumResponse(_error_code, "", _topics, []), pos
-
-
-def _r_DescribeQuorumResponse_v1(data: bytes, pos: int) -> tuple[DescribeQuorumResponse, int]:
-    _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
-    pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[DescribeQuorumResponseTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[DescribeQuorumResponsePartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch, _s8_high_watermark = (
-                _S_ihiiq.unpack_from(data, pos)
-            )
-            pos += 22
-            _n9 = data[pos]
-            if _n9 < 128:
-                pos += 1
-            else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for current_voters")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of current_voters exceeds the bytes left")
-            _a10: list[ReplicaState] = []
-            for _ in range(_n9):
-                (
-                    _s11_replica_id,
-                    _s11_log_end_offset,
-                    _s11_last_fetch_timestamp,
-                    _s11_last_caught_up_timestamp,
-                ) = _S_iqqq.unpack_from(data, pos)
-                pos += 28
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _a10.append(
-                    ReplicaState(
-                        _s11_replica_id,
-                        ZERO_UUID,
-                        _s11_log_end_offset,
-                        _s11_last_fetch_timestamp,
-                        _s11_last_caught_up_timestamp,
-                    )
-                )
-            _s8_current_voters = _a10
-            _n12 = data[pos]
-            if _n12 < 128:
-                pos += 1
-            else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
-                raise DecodeError("invalid or null array length for observers")
-            if _n12 > _len - pos:
-                raise DecodeError("array count of observers exceeds the bytes left")
-            _a13: list[ReplicaState] = []
-            for _ in range(_n12):
-                (
-                    _s14_replica_id,
-                    _s14_log_end_offset,
-                    _s14_last_fetch_timestamp,
-                    _s14_last_caught_up_timestamp,
-                ) = _S_iqqq.unpack_from(data, pos)
-                pos += 28
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _a13.append(
-                    ReplicaState(
-                        _s14_replica_id,
-                        ZERO_UUID,
-                        _s14_log_end_offset,
-                        _s14_last_fetch_timestamp,
-                        _s14_last_caught_up_timestamp,
-                    )
-                )
-            _s8_observers = _a13
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a7.append(
-                DescribeQuorumResponsePartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    "",
-                    _s8_leader_id,
-                    _s8_leader_epoch,
-                    _s8_high_watermark,
-                    _s8_current_voters,
-                    _s8_observers,
-                )
-            )
-        _s3_partitions = _a7
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(DescribeQuorumResponseTopicData(_s3_topic_name, _s3_partitions))
-    _topics = _a2
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return DescribeQuorumResponse(_error_code, "", _topics, []), pos
-
-
-def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumResponse, int]:
-    _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
-    pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
-            raise DecodeError("invalid length for error_message")
-        _error_message = None
-    else:
-        if _n1 > 0x7FFF:
-            raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
-            raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[DescribeQuorumResponseTopicData] = []
-    for _ in range(_n3):
+    _a3: list[DescribeQuorumResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeQuorumResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1651,7 +1305,7 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s5_topic_name = data[pos:_end7].decode()
+        _o5.topic_name = data[pos:_end7].decode()
         pos = _end7
         _n8 = data[pos]
         if _n8 < 128:
@@ -1665,63 +1319,35 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[DescribeQuorumResponsePartitionData] = []
         for _ in range(_n8):
-            _s10_partition_index, _s10_error_code = _S_ih.unpack_from(data, pos)
-            pos += 6
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11 = _new(DescribeQuorumResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch, _o11.high_watermark = (
+                _S_ihiiq.unpack_from(data, pos)
+            )
+            pos += 22
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                if _n11 != -1:
-                    raise DecodeError("invalid length for error_message")
-                _s10_error_message = None
-            else:
-                if _n11 > 0x7FFF:
-                    raise DecodeError("error_message is longer than 32767 bytes")
-                _end12 = pos + _n11
-                if _end12 > _len:
-                    raise DecodeError("error_message overruns the buffer")
-                _s10_error_message = data[pos:_end12].decode()
-                pos = _end12
-            _s10_leader_id, _s10_leader_epoch, _s10_high_watermark = _S_iiq.unpack_from(data, pos)
-            pos += 16
-            _n13 = data[pos]
-            if _n13 < 128:
-                pos += 1
-            else:
-                _n13, pos = read_uvarint(data, pos)
-            _n13 -= 1
-            if _n13 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for current_voters")
-            if _n13 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of current_voters exceeds the bytes left")
-            _a14: list[ReplicaState] = []
-            for _ in range(_n13):
-                (
-                    _s15_replica_id,
-                    _s15_replica_directory_id_raw,
-                    _s15_log_end_offset,
-                    _s15_last_fetch_timestamp,
-                    _s15_last_caught_up_timestamp,
-                ) = _S_i16sqqq.unpack_from(data, pos)
-                pos += 44
-                _s15_replica_directory_id = uuid.UUID(bytes=_s15_replica_directory_id_raw)
+            _a13: list[ReplicaState] = []
+            for _ in range(_n12):
+                _o15 = _new(ReplicaState)
+                _o15.replica_id, _o15.log_end_offset = _S_iq.unpack_from(data, pos)
+                pos += 12
+                _o15.replica_directory_id = ZERO_UUID
+                _o15.last_fetch_timestamp = -1
+                _o15.last_caught_up_timestamp = -1
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a14.append(
-                    ReplicaState(
-                        _s15_replica_id,
-                        _s15_replica_directory_id,
-                        _s15_log_end_offset,
-                        _s15_last_fetch_timestamp,
-                        _s15_last_caught_up_timestamp,
-                    )
-                )
-            _s10_current_voters = _a14
+                _a13.append(_o15)
+            _o11.current_voters = _a13
             _n16 = data[pos]
             if _n16 < 128:
                 pos += 1
@@ -1734,127 +1360,397 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
                 raise DecodeError("array count of observers exceeds the bytes left")
             _a17: list[ReplicaState] = []
             for _ in range(_n16):
-                (
-                    _s18_replica_id,
-                    _s18_replica_directory_id_raw,
-                    _s18_log_end_offset,
-                    _s18_last_fetch_timestamp,
-                    _s18_last_caught_up_timestamp,
-                ) = _S_i16sqqq.unpack_from(data, pos)
-                pos += 44
-                _s18_replica_directory_id = uuid.UUID(bytes=_s18_replica_directory_id_raw)
+                _o19 = _new(ReplicaState)
+                _o19.replica_id, _o19.log_end_offset = _S_iq.unpack_from(data, pos)
+                pos += 12
+                _o19.replica_directory_id = ZERO_UUID
+                _o19.last_fetch_timestamp = -1
+                _o19.last_caught_up_timestamp = -1
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a17.append(
-                    ReplicaState(
-                        _s18_replica_id,
-                        _s18_replica_directory_id,
-                        _s18_log_end_offset,
-                        _s18_last_fetch_timestamp,
-                        _s18_last_caught_up_timestamp,
-                    )
-                )
-            _s10_observers = _a17
+                _a17.append(_o19)
+            _o11.observers = _a17
+            _o11.error_message = ""
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                DescribeQuorumResponsePartitionData(
-                    _s10_partition_index,
-                    _s10_error_code,
-                    _s10_error_message,
-                    _s10_leader_id,
-                    _s10_leader_epoch,
-                    _s10_high_watermark,
-                    _s10_current_voters,
-                    _s10_observers,
-                )
-            )
-        _s5_partitions = _a9
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(DescribeQuorumResponseTopicData(_s5_topic_name, _s5_partitions))
-    _topics = _a4
-    _n19 = data[pos]
-    if _n19 < 128:
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.error_message = ""
+    _o1.nodes = []
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_DescribeQuorumResponse_v1(data: bytes, pos: int) -> tuple[DescribeQuorumResponse, int]:
+    _len = len(data)
+    _o1 = _new(DescribeQuorumResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
+    pos += 2
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n19, pos = read_uvarint(data, pos)
-    _n19 -= 1
-    if _n19 < 0:
-        raise DecodeError("invalid or null array length for nodes")
-    if _n19 > _len - pos:
-        raise DecodeError("array count of nodes exceeds the bytes left")
-    _a20: list[Node] = []
-    for _ in range(_n19):
-        (_s21_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n22 = data[pos]
-        if _n22 < 128:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a3: list[DescribeQuorumResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeQuorumResponseTopicData)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n22, pos = read_uvarint(data, pos)
-        _n22 -= 1
-        if _n22 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a9: list[DescribeQuorumResponsePartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(DescribeQuorumResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch, _o11.high_watermark = (
+                _S_ihiiq.unpack_from(data, pos)
+            )
+            pos += 22
+            _n12 = data[pos]
+            if _n12 < 128:
+                pos += 1
+            else:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                raise DecodeError("invalid or null array length for current_voters")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of current_voters exceeds the bytes left")
+            _a13: list[ReplicaState] = []
+            for _ in range(_n12):
+                _o15 = _new(ReplicaState)
+                (
+                    _o15.replica_id,
+                    _o15.log_end_offset,
+                    _o15.last_fetch_timestamp,
+                    _o15.last_caught_up_timestamp,
+                ) = _S_iqqq.unpack_from(data, pos)
+                pos += 28
+                _o15.replica_directory_id = ZERO_UUID
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _a13.append(_o15)
+            _o11.current_voters = _a13
+            _n16 = data[pos]
+            if _n16 < 128:
+                pos += 1
+            else:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
+                raise DecodeError("invalid or null array length for observers")
+            if _n16 > _len - pos:
+                raise DecodeError("array count of observers exceeds the bytes left")
+            _a17: list[ReplicaState] = []
+            for _ in range(_n16):
+                _o19 = _new(ReplicaState)
+                (
+                    _o19.replica_id,
+                    _o19.log_end_offset,
+                    _o19.last_fetch_timestamp,
+                    _o19.last_caught_up_timestamp,
+                ) = _S_iqqq.unpack_from(data, pos)
+                pos += 28
+                _o19.replica_directory_id = ZERO_UUID
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _a17.append(_o19)
+            _o11.observers = _a17
+            _o11.error_message = ""
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.error_message = ""
+    _o1.nodes = []
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumResponse, int]:
+    _len = len(data)
+    _o1 = _new(DescribeQuorumResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
+    pos += 2
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
+            raise DecodeError("invalid length for error_message")
+        _o1.error_message = None
+    else:
+        if _n2 > 0x7FFF:
+            raise DecodeError("error_message is longer than 32767 bytes")
+        _end3 = pos + _n2
+        if _end3 > _len:
+            raise DecodeError("error_message overruns the buffer")
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a5: list[DescribeQuorumResponseTopicData] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeQuorumResponseTopicData)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o7.topic_name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a11: list[DescribeQuorumResponsePartitionData] = []
+        for _ in range(_n10):
+            _o13 = _new(DescribeQuorumResponsePartitionData)
+            _o13.partition_index, _o13.error_code = _S_ih.unpack_from(data, pos)
+            pos += 6
+            _n14 = data[pos]
+            if _n14 < 128:
+                pos += 1
+            else:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                if _n14 != -1:
+                    raise DecodeError("invalid length for error_message")
+                _o13.error_message = None
+            else:
+                if _n14 > 0x7FFF:
+                    raise DecodeError("error_message is longer than 32767 bytes")
+                _end15 = pos + _n14
+                if _end15 > _len:
+                    raise DecodeError("error_message overruns the buffer")
+                _o13.error_message = data[pos:_end15].decode()
+                pos = _end15
+            _o13.leader_id, _o13.leader_epoch, _o13.high_watermark = _S_iiq.unpack_from(data, pos)
+            pos += 16
+            _n16 = data[pos]
+            if _n16 < 128:
+                pos += 1
+            else:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
+                raise DecodeError("invalid or null array length for current_voters")
+            if _n16 > _len - pos:
+                raise DecodeError("array count of current_voters exceeds the bytes left")
+            _a17: list[ReplicaState] = []
+            for _ in range(_n16):
+                _o19 = _new(ReplicaState)
+                (
+                    _o19.replica_id,
+                    _s18_replica_directory_id_raw,
+                    _o19.log_end_offset,
+                    _o19.last_fetch_timestamp,
+                    _o19.last_caught_up_timestamp,
+                ) = _S_i16sqqq.unpack_from(data, pos)
+                pos += 44
+                _o19.replica_directory_id = uuid.UUID(bytes=_s18_replica_directory_id_raw)
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _a17.append(_o19)
+            _o13.current_voters = _a17
+            _n20 = data[pos]
+            if _n20 < 128:
+                pos += 1
+            else:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
+                raise DecodeError("invalid or null array length for observers")
+            if _n20 > _len - pos:
+                raise DecodeError("array count of observers exceeds the bytes left")
+            _a21: list[ReplicaState] = []
+            for _ in range(_n20):
+                _o23 = _new(ReplicaState)
+                (
+                    _o23.replica_id,
+                    _s22_replica_directory_id_raw,
+                    _o23.log_end_offset,
+                    _o23.last_fetch_timestamp,
+                    _o23.last_caught_up_timestamp,
+                ) = _S_i16sqqq.unpack_from(data, pos)
+                pos += 44
+                _o23.replica_directory_id = uuid.UUID(bytes=_s22_replica_directory_id_raw)
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _a21.append(_o23)
+            _o13.observers = _a21
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a11.append(_o13)
+        _o7.partitions = _a11
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _n24 = data[pos]
+    if _n24 < 128:
+        pos += 1
+    else:
+        _n24, pos = read_uvarint(data, pos)
+    _n24 -= 1
+    if _n24 < 0:
+        raise DecodeError("invalid or null array length for nodes")
+    if _n24 > _len - pos:
+        raise DecodeError("array count of nodes exceeds the bytes left")
+    _a25: list[Node] = []
+    for _ in range(_n24):
+        _o27 = _new(Node)
+        (_o27.node_id,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n28 = data[pos]
+        if _n28 < 128:
+            pos += 1
+        else:
+            _n28, pos = read_uvarint(data, pos)
+        _n28 -= 1
+        if _n28 < 0:
             raise DecodeError("invalid or null array length for listeners")
-        if _n22 > _len - pos:
+        if _n28 > _len - pos:
             raise DecodeError("array count of listeners exceeds the bytes left")
-        _a23: list[Listener] = []
-        for _ in range(_n22):
-            _n25 = data[pos]
-            if _n25 < 128:
+        _a29: list[Listener] = []
+        for _ in range(_n28):
+            _o31 = _new(Listener)
+            _n32 = data[pos]
+            if _n32 < 128:
                 pos += 1
             else:
-                _n25, pos = read_uvarint(data, pos)
-            _n25 -= 1
-            if _n25 < 0:
+                _n32, pos = read_uvarint(data, pos)
+            _n32 -= 1
+            if _n32 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n25 > 0x7FFF:
+            if _n32 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end26 = pos + _n25
-            if _end26 > _len:
+            _end33 = pos + _n32
+            if _end33 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s24_name = data[pos:_end26].decode()
-            pos = _end26
-            _n27 = data[pos]
-            if _n27 < 128:
+            _o31.name = data[pos:_end33].decode()
+            pos = _end33
+            _n34 = data[pos]
+            if _n34 < 128:
                 pos += 1
             else:
-                _n27, pos = read_uvarint(data, pos)
-            _n27 -= 1
-            if _n27 < 0:
+                _n34, pos = read_uvarint(data, pos)
+            _n34 -= 1
+            if _n34 < 0:
                 raise DecodeError("invalid or null length for host")
-            if _n27 > 0x7FFF:
+            if _n34 > 0x7FFF:
                 raise DecodeError("host is longer than 32767 bytes")
-            _end28 = pos + _n27
-            if _end28 > _len:
+            _end35 = pos + _n34
+            if _end35 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s24_host = data[pos:_end28].decode()
-            pos = _end28
-            (_s24_port,) = _S_H.unpack_from(data, pos)
+            _o31.host = data[pos:_end35].decode()
+            pos = _end35
+            (_o31.port,) = _S_H.unpack_from(data, pos)
             pos += 2
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a23.append(Listener(_s24_name, _s24_host, _s24_port))
-        _s21_listeners = _a23
+            _a29.append(_o31)
+        _o27.listeners = _a29
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a20.append(Node(_s21_node_id, _s21_listeners))
-    _nodes = _a20
+        _a25.append(_o27)
+    _o1.nodes = _a25
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeQuorumResponse(_error_code, _error_message, _topics, _nodes), pos
+    return _o1, pos
 
 
 DescribeQuorumRequestPartitionData._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -212,26 +213,27 @@ def _w_TopicRequest_v0(buf: bytearray, o: TopicRequest) -> None:
 
 def _r_TopicRequest_v0(data: bytes, pos: int) -> tuple[TopicRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TopicRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicRequest(_name), pos
+    return _o1, pos
 
 
 def _w_DescribeTopicPartitionsRequestCursor_v0(
@@ -250,28 +252,29 @@ def _r_DescribeTopicPartitionsRequestCursor_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsRequestCursor, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeTopicPartitionsRequestCursor)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeTopicPartitionsRequestCursor(_topic_name, _partition_index), pos
+    return _o1, pos
 
 
 def _w_DescribeTopicPartitionsRequest_v0(buf: bytearray, o: DescribeTopicPartitionsRequest) -> None:
@@ -290,73 +293,76 @@ def _w_DescribeTopicPartitionsRequest_v0(buf: bytearray, o: DescribeTopicPartiti
 
 def _r_DescribeTopicPartitionsRequest_v0(data: bytes, pos: int) -> tuple[DescribeTopicPartitionsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeTopicPartitionsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[TopicRequest] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[TopicRequest] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicRequest)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicRequest(_s3_name))
-    _topics = _a2
-    (_response_partition_limit,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.response_partition_limit,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_m6,) = _I8.unpack_from(data, pos)
+    (_m8,) = _I8.unpack_from(data, pos)
     pos += 1
-    if _m6 < 0:
-        _cursor = None
+    if _m8 < 0:
+        _o1.cursor = None
     else:
-        _n8 = data[pos]
-        if _n8 < 128:
+        _o10 = _new(DescribeTopicPartitionsRequestCursor)
+        _n11 = data[pos]
+        if _n11 < 128:
             pos += 1
         else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
+            _n11, pos = read_uvarint(data, pos)
+        _n11 -= 1
+        if _n11 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n8 > 0x7FFF:
+        if _n11 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
+        _end12 = pos + _n11
+        if _end12 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s7_topic_name = data[pos:_end9].decode()
-        pos = _end9
-        (_s7_partition_index,) = _S_i.unpack_from(data, pos)
+        _o10.topic_name = data[pos:_end12].decode()
+        pos = _end12
+        (_o10.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _cursor = DescribeTopicPartitionsRequestCursor(_s7_topic_name, _s7_partition_index)
+        _o1.cursor = _o10
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeTopicPartitionsRequest(_topics, _response_partition_limit, _cursor), pos
+    return _o1, pos
 
 
 def _w_DescribeTopicPartitionsResponsePartition_v0(
@@ -391,20 +397,9 @@ def _r_DescribeTopicPartitionsResponsePartition_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsResponsePartition, int]:
     _len = len(data)
-    _error_code, _partition_index, _leader_id, _leader_epoch = _S_hiii.unpack_from(data, pos)
+    _o1 = _new(DescribeTopicPartitionsResponsePartition)
+    _o1.error_code, _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_hiii.unpack_from(data, pos)
     pos += 14
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for replica_nodes")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of replica_nodes exceeds the bytes left")
-    _replica_nodes = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -412,10 +407,10 @@ def _r_DescribeTopicPartitionsResponsePartition_v0(
         _n2, pos = read_uvarint(data, pos)
     _n2 -= 1
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for isr_nodes")
+        raise DecodeError("invalid or null array length for replica_nodes")
     if _n2 > _len - pos:
-        raise DecodeError("array count of isr_nodes exceeds the bytes left")
-    _isr_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of replica_nodes exceeds the bytes left")
+    _o1.replica_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
     _n3 = data[pos]
     if _n3 < 128:
@@ -424,14 +419,11 @@ def _r_DescribeTopicPartitionsResponsePartition_v0(
         _n3, pos = read_uvarint(data, pos)
     _n3 -= 1
     if _n3 < 0:
-        if _n3 != -1:
-            raise DecodeError("invalid array length for eligible_leader_replicas")
-        _eligible_leader_replicas = None
-    elif _n3 > _len - pos:
-        raise DecodeError("array count of eligible_leader_replicas exceeds the bytes left")
-    else:
-        _eligible_leader_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
-        pos += 4 * _n3
+        raise DecodeError("invalid or null array length for isr_nodes")
+    if _n3 > _len - pos:
+        raise DecodeError("array count of isr_nodes exceeds the bytes left")
+    _o1.isr_nodes = list(struct.unpack_from(f">{_n3}i", data, pos))
+    pos += 4 * _n3
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -440,12 +432,12 @@ def _r_DescribeTopicPartitionsResponsePartition_v0(
     _n4 -= 1
     if _n4 < 0:
         if _n4 != -1:
-            raise DecodeError("invalid array length for last_known_elr")
-        _last_known_elr = None
+            raise DecodeError("invalid array length for eligible_leader_replicas")
+        _o1.eligible_leader_replicas = None
     elif _n4 > _len - pos:
-        raise DecodeError("array count of last_known_elr exceeds the bytes left")
+        raise DecodeError("array count of eligible_leader_replicas exceeds the bytes left")
     else:
-        _last_known_elr = list(struct.unpack_from(f">{_n4}i", data, pos))
+        _o1.eligible_leader_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
         pos += 4 * _n4
     _n5 = data[pos]
     if _n5 < 128:
@@ -454,26 +446,31 @@ def _r_DescribeTopicPartitionsResponsePartition_v0(
         _n5, pos = read_uvarint(data, pos)
     _n5 -= 1
     if _n5 < 0:
+        if _n5 != -1:
+            raise DecodeError("invalid array length for last_known_elr")
+        _o1.last_known_elr = None
+    elif _n5 > _len - pos:
+        raise DecodeError("array count of last_known_elr exceeds the bytes left")
+    else:
+        _o1.last_known_elr = list(struct.unpack_from(f">{_n5}i", data, pos))
+        pos += 4 * _n5
+    _n6 = data[pos]
+    if _n6 < 128:
+        pos += 1
+    else:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for offline_replicas")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of offline_replicas exceeds the bytes left")
-    _offline_replicas = list(struct.unpack_from(f">{_n5}i", data, pos))
-    pos += 4 * _n5
+    _o1.offline_replicas = list(struct.unpack_from(f">{_n6}i", data, pos))
+    pos += 4 * _n6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeTopicPartitionsResponsePartition(
-        _error_code,
-        _partition_index,
-        _leader_id,
-        _leader_epoch,
-        _replica_nodes,
-        _isr_nodes,
-        _eligible_leader_replicas,
-        _last_known_elr,
-        _offline_replicas,
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribeTopicPartitionsResponseTopic_v0(
@@ -503,67 +500,45 @@ def _r_DescribeTopicPartitionsResponseTopic_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsResponseTopic, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribeTopicPartitionsResponseTopic)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for name")
-        _name = None
+        _o1.name = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("name overruns the buffer")
-        _name = data[pos:_end2].decode()
-        pos = _end2
-    _topic_id_raw, _is_internal = _S_16so.unpack_from(data, pos)
+        _o1.name = data[pos:_end3].decode()
+        pos = _end3
+    _topic_id_raw, _o1.is_internal = _S_16so.unpack_from(data, pos)
     pos += 17
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[DescribeTopicPartitionsResponsePartition] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition_index, _s5_leader_id, _s5_leader_epoch = _S_hiii.unpack_from(data, pos)
+    _a5: list[DescribeTopicPartitionsResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeTopicPartitionsResponsePartition)
+        _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for replica_nodes")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of replica_nodes exceeds the bytes left")
-        _s5_replica_nodes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for isr_nodes")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of isr_nodes exceeds the bytes left")
-        _s5_isr_nodes = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -571,14 +546,11 @@ def _r_DescribeTopicPartitionsResponseTopic_v0(
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            if _n8 != -1:
-                raise DecodeError("invalid array length for eligible_leader_replicas")
-            _s5_eligible_leader_replicas = None
-        elif _n8 > _len - pos:
-            raise DecodeError("array count of eligible_leader_replicas exceeds the bytes left")
-        else:
-            _s5_eligible_leader_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
-            pos += 4 * _n8
+            raise DecodeError("invalid or null array length for replica_nodes")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of replica_nodes exceeds the bytes left")
+        _o7.replica_nodes = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
         _n9 = data[pos]
         if _n9 < 128:
             pos += 1
@@ -586,14 +558,11 @@ def _r_DescribeTopicPartitionsResponseTopic_v0(
             _n9, pos = read_uvarint(data, pos)
         _n9 -= 1
         if _n9 < 0:
-            if _n9 != -1:
-                raise DecodeError("invalid array length for last_known_elr")
-            _s5_last_known_elr = None
-        elif _n9 > _len - pos:
-            raise DecodeError("array count of last_known_elr exceeds the bytes left")
-        else:
-            _s5_last_known_elr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
+            raise DecodeError("invalid or null array length for isr_nodes")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of isr_nodes exceeds the bytes left")
+        _o7.isr_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -601,38 +570,54 @@ def _r_DescribeTopicPartitionsResponseTopic_v0(
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid array length for eligible_leader_replicas")
+            _o7.eligible_leader_replicas = None
+        elif _n10 > _len - pos:
+            raise DecodeError("array count of eligible_leader_replicas exceeds the bytes left")
+        else:
+            _o7.eligible_leader_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+            pos += 4 * _n10
+        _n11 = data[pos]
+        if _n11 < 128:
+            pos += 1
+        else:
+            _n11, pos = read_uvarint(data, pos)
+        _n11 -= 1
+        if _n11 < 0:
+            if _n11 != -1:
+                raise DecodeError("invalid array length for last_known_elr")
+            _o7.last_known_elr = None
+        elif _n11 > _len - pos:
+            raise DecodeError("array count of last_known_elr exceeds the bytes left")
+        else:
+            _o7.last_known_elr = list(struct.unpack_from(f">{_n11}i", data, pos))
+            pos += 4 * _n11
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
             raise DecodeError("invalid or null array length for offline_replicas")
-        if _n10 > _len - pos:
+        if _n12 > _len - pos:
             raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-        pos += 4 * _n10
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n12}i", data, pos))
+        pos += 4 * _n12
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            DescribeTopicPartitionsResponsePartition(
-                _s5_error_code,
-                _s5_partition_index,
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_replica_nodes,
-                _s5_isr_nodes,
-                _s5_eligible_leader_replicas,
-                _s5_last_known_elr,
-                _s5_offline_replicas,
-            )
-        )
-    _partitions = _a4
-    (_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    (_o1.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeTopicPartitionsResponseTopic(
-        _error_code, _name, _topic_id, _is_internal, _partitions, _topic_authorized_operations
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribeTopicPartitionsResponseCursor_v0(
@@ -651,28 +636,29 @@ def _r_DescribeTopicPartitionsResponseCursor_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsResponseCursor, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeTopicPartitionsResponseCursor)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeTopicPartitionsResponseCursor(_topic_name, _partition_index), pos
+    return _o1, pos
 
 
 def _w_DescribeTopicPartitionsResponse_v0(buf: bytearray, o: DescribeTopicPartitionsResponse) -> None:
@@ -693,43 +679,24 @@ def _r_DescribeTopicPartitionsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeTopicPartitionsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[DescribeTopicPartitionsResponseTopic] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribeTopicPartitionsResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribeTopicPartitionsResponseTopic)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for name")
-            _s3_name = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("name is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s3_name = data[pos:_end5].decode()
-            pos = _end5
-        _s3_topic_id_raw, _s3_is_internal = _S_16so.unpack_from(data, pos)
-        pos += 17
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -737,54 +704,37 @@ def _r_DescribeTopicPartitionsResponse_v0(
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            if _n6 != -1:
+                raise DecodeError("invalid length for name")
+            _o5.name = None
+        else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o5.name = data[pos:_end7].decode()
+            pos = _end7
+        _s4_topic_id_raw, _o5.is_internal = _S_16so.unpack_from(data, pos)
+        pos += 17
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[DescribeTopicPartitionsResponsePartition] = []
-        for _ in range(_n6):
-            _s8_error_code, _s8_partition_index, _s8_leader_id, _s8_leader_epoch = _S_hiii.unpack_from(
+        _a9: list[DescribeTopicPartitionsResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(DescribeTopicPartitionsResponsePartition)
+            _o11.error_code, _o11.partition_index, _o11.leader_id, _o11.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
             pos += 14
-            _n9 = data[pos]
-            if _n9 < 128:
-                pos += 1
-            else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for replica_nodes")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s8_replica_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            _n10 = data[pos]
-            if _n10 < 128:
-                pos += 1
-            else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
-                raise DecodeError("invalid or null array length for isr_nodes")
-            if _n10 > _len - pos:
-                raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s8_isr_nodes = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            _n11 = data[pos]
-            if _n11 < 128:
-                pos += 1
-            else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                if _n11 != -1:
-                    raise DecodeError("invalid array length for eligible_leader_replicas")
-                _s8_eligible_leader_replicas = None
-            elif _n11 > _len - pos:
-                raise DecodeError("array count of eligible_leader_replicas exceeds the bytes left")
-            else:
-                _s8_eligible_leader_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-                pos += 4 * _n11
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -792,14 +742,11 @@ def _r_DescribeTopicPartitionsResponse_v0(
                 _n12, pos = read_uvarint(data, pos)
             _n12 -= 1
             if _n12 < 0:
-                if _n12 != -1:
-                    raise DecodeError("invalid array length for last_known_elr")
-                _s8_last_known_elr = None
-            elif _n12 > _len - pos:
-                raise DecodeError("array count of last_known_elr exceeds the bytes left")
-            else:
-                _s8_last_known_elr = list(struct.unpack_from(f">{_n12}i", data, pos))
-                pos += 4 * _n12
+                raise DecodeError("invalid or null array length for replica_nodes")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of replica_nodes exceeds the bytes left")
+            _o11.replica_nodes = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
             _n13 = data[pos]
             if _n13 < 128:
                 pos += 1
@@ -807,78 +754,100 @@ def _r_DescribeTopicPartitionsResponse_v0(
                 _n13, pos = read_uvarint(data, pos)
             _n13 -= 1
             if _n13 < 0:
-                raise DecodeError("invalid or null array length for offline_replicas")
+                raise DecodeError("invalid or null array length for isr_nodes")
             if _n13 > _len - pos:
-                raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s8_offline_replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+                raise DecodeError("array count of isr_nodes exceeds the bytes left")
+            _o11.isr_nodes = list(struct.unpack_from(f">{_n13}i", data, pos))
             pos += 4 * _n13
+            _n14 = data[pos]
+            if _n14 < 128:
+                pos += 1
+            else:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                if _n14 != -1:
+                    raise DecodeError("invalid array length for eligible_leader_replicas")
+                _o11.eligible_leader_replicas = None
+            elif _n14 > _len - pos:
+                raise DecodeError("array count of eligible_leader_replicas exceeds the bytes left")
+            else:
+                _o11.eligible_leader_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+                pos += 4 * _n14
+            _n15 = data[pos]
+            if _n15 < 128:
+                pos += 1
+            else:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
+                if _n15 != -1:
+                    raise DecodeError("invalid array length for last_known_elr")
+                _o11.last_known_elr = None
+            elif _n15 > _len - pos:
+                raise DecodeError("array count of last_known_elr exceeds the bytes left")
+            else:
+                _o11.last_known_elr = list(struct.unpack_from(f">{_n15}i", data, pos))
+                pos += 4 * _n15
+            _n16 = data[pos]
+            if _n16 < 128:
+                pos += 1
+            else:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
+                raise DecodeError("invalid or null array length for offline_replicas")
+            if _n16 > _len - pos:
+                raise DecodeError("array count of offline_replicas exceeds the bytes left")
+            _o11.offline_replicas = list(struct.unpack_from(f">{_n16}i", data, pos))
+            pos += 4 * _n16
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                DescribeTopicPartitionsResponsePartition(
-                    _s8_error_code,
-                    _s8_partition_index,
-                    _s8_leader_id,
-                    _s8_leader_epoch,
-                    _s8_replica_nodes,
-                    _s8_isr_nodes,
-                    _s8_eligible_leader_replicas,
-                    _s8_last_known_elr,
-                    _s8_offline_replicas,
-                )
-            )
-        _s3_partitions = _a7
-        (_s3_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        (_o5.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            DescribeTopicPartitionsResponseTopic(
-                _s3_error_code,
-                _s3_name,
-                _s3_topic_id,
-                _s3_is_internal,
-                _s3_partitions,
-                _s3_topic_authorized_operations,
-            )
-        )
-    _topics = _a2
-    (_m14,) = _I8.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_m17,) = _I8.unpack_from(data, pos)
     pos += 1
-    if _m14 < 0:
-        _next_cursor = None
+    if _m17 < 0:
+        _o1.next_cursor = None
     else:
-        _n16 = data[pos]
-        if _n16 < 128:
+        _o19 = _new(DescribeTopicPartitionsResponseCursor)
+        _n20 = data[pos]
+        if _n20 < 128:
             pos += 1
         else:
-            _n16, pos = read_uvarint(data, pos)
-        _n16 -= 1
-        if _n16 < 0:
+            _n20, pos = read_uvarint(data, pos)
+        _n20 -= 1
+        if _n20 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n16 > 0x7FFF:
+        if _n20 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end21 = pos + _n20
+        if _end21 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s15_topic_name = data[pos:_end17].decode()
-        pos = _end17
-        (_s15_partition_index,) = _S_i.unpack_from(data, pos)
+        _o19.topic_name = data[pos:_end21].decode()
+        pos = _end21
+        (_o19.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _next_cursor = DescribeTopicPartitionsResponseCursor(_s15_topic_name, _s15_partition_index)
+        _o1.next_cursor = _o19
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeTopicPartitionsResponse(_throttle_time_ms, _topics, _next_cursor), pos
+    return _o1, pos
 
 
 TopicRequest._WRITERS = {0: _w_TopicRequest_v0}

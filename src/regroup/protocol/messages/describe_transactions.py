@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -145,40 +146,41 @@ def _w_DescribeTransactionsRequest_v0(buf: bytearray, o: DescribeTransactionsReq
 
 def _r_DescribeTransactionsRequest_v0(data: bytes, pos: int) -> tuple[DescribeTransactionsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeTransactionsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for transactional_ids")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of transactional_ids exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for transactional_ids")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("transactional_ids is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("transactional_ids overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _transactional_ids = _a2
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.transactional_ids = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeTransactionsRequest(_transactional_ids), pos
+    return _o1, pos
 
 
 def _w_TopicData_v0(buf: bytearray, o: TopicData) -> None:
@@ -195,38 +197,39 @@ def _w_TopicData_v0(buf: bytearray, o: TopicData) -> None:
 
 def _r_TopicData_v0(data: bytes, pos: int) -> tuple[TopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicData(_topic, _partitions), pos
+    return _o1, pos
 
 
 def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
@@ -253,69 +256,56 @@ def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
 
 def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(TransactionState)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("transactional_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for transaction_state")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("transaction_state is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("transaction_state overruns the buffer")
-    _transaction_state = data[pos:_end4].decode()
-    pos = _end4
-    _transaction_timeout_ms, _transaction_start_time_ms, _producer_id, _producer_epoch = _S_iqqh.unpack_from(
-        data, pos
+    _o1.transaction_state = data[pos:_end5].decode()
+    pos = _end5
+    _o1.transaction_timeout_ms, _o1.transaction_start_time_ms, _o1.producer_id, _o1.producer_epoch = (
+        _S_iqqh.unpack_from(data, pos)
     )
     pos += 22
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a6: list[TopicData] = []
-    for _ in range(_n5):
-        _n8 = data[pos]
-        if _n8 < 128:
-            pos += 1
-        else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for topic")
-        if _n8 > 0x7FFF:
-            raise DecodeError("topic is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s7_topic = data[pos:_end9].decode()
-        pos = _end9
+    _a7: list[TopicData] = []
+    for _ in range(_n6):
+        _o9 = _new(TopicData)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -323,31 +313,37 @@ def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
+            raise DecodeError("invalid or null length for topic")
+        if _n10 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o9.topic = data[pos:_end11].decode()
+        pos = _end11
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n10 > _len - pos:
+        if _n12 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s7_partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
-        pos += 4 * _n10
+        _o9.partitions = list(struct.unpack_from(f">{_n12}i", data, pos))
+        pos += 4 * _n12
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(TopicData(_s7_topic, _s7_partitions))
-    _topics = _a6
+        _a7.append(_o9)
+    _o1.topics = _a7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TransactionState(
-        _error_code,
-        _transactional_id,
-        _transaction_state,
-        _transaction_timeout_ms,
-        _transaction_start_time_ms,
-        _producer_id,
-        _producer_epoch,
-        _topics,
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribeTransactionsResponse_v0(buf: bytearray, o: DescribeTransactionsResponse) -> None:
@@ -361,37 +357,24 @@ def _w_DescribeTransactionsResponse_v0(buf: bytearray, o: DescribeTransactionsRe
 
 def _r_DescribeTransactionsResponse_v0(data: bytes, pos: int) -> tuple[DescribeTransactionsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(DescribeTransactionsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for transaction_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of transaction_states exceeds the bytes left")
-    _a2: list[TransactionState] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[TransactionState] = []
+    for _ in range(_n2):
+        _o5 = _new(TransactionState)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for transactional_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("transactional_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("transactional_id overruns the buffer")
-        _s3_transactional_id = data[pos:_end5].decode()
-        pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -399,18 +382,14 @@ def _r_DescribeTransactionsResponse_v0(data: bytes, pos: int) -> tuple[DescribeT
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for transaction_state")
+            raise DecodeError("invalid or null length for transactional_id")
         if _n6 > 0x7FFF:
-            raise DecodeError("transaction_state is longer than 32767 bytes")
+            raise DecodeError("transactional_id is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("transaction_state overruns the buffer")
-        _s3_transaction_state = data[pos:_end7].decode()
+            raise DecodeError("transactional_id overruns the buffer")
+        _o5.transactional_id = data[pos:_end7].decode()
         pos = _end7
-        _s3_transaction_timeout_ms, _s3_transaction_start_time_ms, _s3_producer_id, _s3_producer_epoch = (
-            _S_iqqh.unpack_from(data, pos)
-        )
-        pos += 22
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -418,66 +397,75 @@ def _r_DescribeTransactionsResponse_v0(data: bytes, pos: int) -> tuple[DescribeT
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for transaction_state")
+        if _n8 > 0x7FFF:
+            raise DecodeError("transaction_state is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("transaction_state overruns the buffer")
+        _o5.transaction_state = data[pos:_end9].decode()
+        pos = _end9
+        _o5.transaction_timeout_ms, _o5.transaction_start_time_ms, _o5.producer_id, _o5.producer_epoch = (
+            _S_iqqh.unpack_from(data, pos)
+        )
+        pos += 22
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a9: list[TopicData] = []
-        for _ in range(_n8):
-            _n11 = data[pos]
-            if _n11 < 128:
+        _a11: list[TopicData] = []
+        for _ in range(_n10):
+            _o13 = _new(TopicData)
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for topic")
-            if _n11 > 0x7FFF:
+            if _n14 > 0x7FFF:
                 raise DecodeError("topic is longer than 32767 bytes")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("topic overruns the buffer")
-            _s10_topic = data[pos:_end12].decode()
-            pos = _end12
-            _n13 = data[pos]
-            if _n13 < 128:
+            _o13.topic = data[pos:_end15].decode()
+            pos = _end15
+            _n16 = data[pos]
+            if _n16 < 128:
                 pos += 1
             else:
-                _n13, pos = read_uvarint(data, pos)
-            _n13 -= 1
-            if _n13 < 0:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n13 > _len - pos:
+            if _n16 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s10_partitions = list(struct.unpack_from(f">{_n13}i", data, pos))
-            pos += 4 * _n13
+            _o13.partitions = list(struct.unpack_from(f">{_n16}i", data, pos))
+            pos += 4 * _n16
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(TopicData(_s10_topic, _s10_partitions))
-        _s3_topics = _a9
+            _a11.append(_o13)
+        _o5.topics = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            TransactionState(
-                _s3_error_code,
-                _s3_transactional_id,
-                _s3_transaction_state,
-                _s3_transaction_timeout_ms,
-                _s3_transaction_start_time_ms,
-                _s3_producer_id,
-                _s3_producer_epoch,
-                _s3_topics,
-            )
-        )
-    _transaction_states = _a2
+        _a3.append(_o5)
+    _o1.transaction_states = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeTransactionsResponse(_throttle_time_ms, _transaction_states), pos
+    return _o1, pos
 
 
 DescribeTransactionsRequest._WRITERS = {0: _w_DescribeTransactionsRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -154,26 +155,27 @@ def _w_UserName_v0(buf: bytearray, o: UserName) -> None:
 
 def _r_UserName_v0(data: bytes, pos: int) -> tuple[UserName, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(UserName)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UserName(_name), pos
+    return _o1, pos
 
 
 def _w_DescribeUserScramCredentialsRequest_v0(buf: bytearray, o: DescribeUserScramCredentialsRequest) -> None:
@@ -191,47 +193,49 @@ def _r_DescribeUserScramCredentialsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeUserScramCredentialsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeUserScramCredentialsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for users")
-        _users = None
-    elif _n1 > _len - pos:
+        _o1.users = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of users exceeds the bytes left")
     else:
-        _a2: list[UserName] = []
-        for _ in range(_n1):
-            _n4 = data[pos]
-            if _n4 < 128:
+        _a3: list[UserName] = []
+        for _ in range(_n2):
+            _o5 = _new(UserName)
+            _n6 = data[pos]
+            if _n6 < 128:
                 pos += 1
             else:
-                _n4, pos = read_uvarint(data, pos)
-            _n4 -= 1
-            if _n4 < 0:
+                _n6, pos = read_uvarint(data, pos)
+            _n6 -= 1
+            if _n6 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n4 > 0x7FFF:
+            if _n6 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s3_name = data[pos:_end5].decode()
-            pos = _end5
+            _o5.name = data[pos:_end7].decode()
+            pos = _end7
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a2.append(UserName(_s3_name))
-        _users = _a2
+            _a3.append(_o5)
+        _o1.users = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeUserScramCredentialsRequest(_users), pos
+    return _o1, pos
 
 
 def _w_CredentialInfo_v0(buf: bytearray, o: CredentialInfo) -> None:
@@ -241,13 +245,14 @@ def _w_CredentialInfo_v0(buf: bytearray, o: CredentialInfo) -> None:
 
 def _r_CredentialInfo_v0(data: bytes, pos: int) -> tuple[CredentialInfo, int]:
     _len = len(data)
-    _mechanism, _iterations = _S_bi.unpack_from(data, pos)
+    _o1 = _new(CredentialInfo)
+    _o1.mechanism, _o1.iterations = _S_bi.unpack_from(data, pos)
     pos += 5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CredentialInfo(_mechanism, _iterations), pos
+    return _o1, pos
 
 
 def _w_DescribeUserScramCredentialsResult_v0(buf: bytearray, o: DescribeUserScramCredentialsResult) -> None:
@@ -276,66 +281,68 @@ def _r_DescribeUserScramCredentialsResult_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeUserScramCredentialsResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(DescribeUserScramCredentialsResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for user")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("user is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("user overruns the buffer")
-    _user = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.user = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for credential_infos")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of credential_infos exceeds the bytes left")
-    _a6: list[CredentialInfo] = []
-    for _ in range(_n5):
-        _s7_mechanism, _s7_iterations = _S_bi.unpack_from(data, pos)
+    _a7: list[CredentialInfo] = []
+    for _ in range(_n6):
+        _o9 = _new(CredentialInfo)
+        _o9.mechanism, _o9.iterations = _S_bi.unpack_from(data, pos)
         pos += 5
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(CredentialInfo(_s7_mechanism, _s7_iterations))
-    _credential_infos = _a6
+        _a7.append(_o9)
+    _o1.credential_infos = _a7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeUserScramCredentialsResult(_user, _error_code, _error_message, _credential_infos), pos
+    return _o1, pos
 
 
 def _w_DescribeUserScramCredentialsResponse_v0(
@@ -361,55 +368,40 @@ def _r_DescribeUserScramCredentialsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeUserScramCredentialsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(DescribeUserScramCredentialsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a4: list[DescribeUserScramCredentialsResult] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for user")
-        if _n6 > 0x7FFF:
-            raise DecodeError("user is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("user overruns the buffer")
-        _s5_user = data[pos:_end7].decode()
-        pos = _end7
-        (_s5_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
+    _a5: list[DescribeUserScramCredentialsResult] = []
+    for _ in range(_n4):
+        _o7 = _new(DescribeUserScramCredentialsResult)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -417,17 +409,16 @@ def _r_DescribeUserScramCredentialsResponse_v0(
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            if _n8 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
-        else:
-            if _n8 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end9 = pos + _n8
-            if _end9 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end9].decode()
-            pos = _end9
+            raise DecodeError("invalid or null length for user")
+        if _n8 > 0x7FFF:
+            raise DecodeError("user is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("user overruns the buffer")
+        _o7.user = data[pos:_end9].decode()
+        pos = _end9
+        (_o7.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -435,34 +426,49 @@ def _r_DescribeUserScramCredentialsResponse_v0(
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o7.error_message = None
+        else:
+            if _n10 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end11 = pos + _n10
+            if _end11 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o7.error_message = data[pos:_end11].decode()
+            pos = _end11
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
             raise DecodeError("invalid or null array length for credential_infos")
-        if _n10 > _len - pos:
+        if _n12 > _len - pos:
             raise DecodeError("array count of credential_infos exceeds the bytes left")
-        _a11: list[CredentialInfo] = []
-        for _ in range(_n10):
-            _s12_mechanism, _s12_iterations = _S_bi.unpack_from(data, pos)
+        _a13: list[CredentialInfo] = []
+        for _ in range(_n12):
+            _o15 = _new(CredentialInfo)
+            _o15.mechanism, _o15.iterations = _S_bi.unpack_from(data, pos)
             pos += 5
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a11.append(CredentialInfo(_s12_mechanism, _s12_iterations))
-        _s5_credential_infos = _a11
+            _a13.append(_o15)
+        _o7.credential_infos = _a13
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            DescribeUserScramCredentialsResult(
-                _s5_user, _s5_error_code, _s5_error_message, _s5_credential_infos
-            )
-        )
-    _results = _a4
+        _a5.append(_o7)
+    _o1.results = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribeUserScramCredentialsResponse(_throttle_time_ms, _error_code, _error_message, _results), pos
+    return _o1, pos
 
 
 UserName._WRITERS = {0: _w_UserName_v0}

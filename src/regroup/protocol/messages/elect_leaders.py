@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -176,60 +177,62 @@ def _w_TopicPartitions_v2(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TopicPartitions)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return TopicPartitions(_topic, _partitions), pos
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _r_TopicPartitions_v2(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TopicPartitions)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicPartitions(_topic, _partitions), pos
+    return _o1, pos
 
 
 def _w_ElectLeadersRequest_v0(buf: bytearray, o: ElectLeadersRequest) -> None:
@@ -272,114 +275,106 @@ def _w_ElectLeadersRequest_v2(buf: bytearray, o: ElectLeadersRequest) -> None:
 
 def _r_ElectLeadersRequest_v0(data: bytes, pos: int) -> tuple[ElectLeadersRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ElectLeadersRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topic_partitions")
-        _topic_partitions = None
-    elif _n1 > _len - pos:
+        _o1.topic_partitions = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     else:
-        _a2: list[TopicPartitions] = []
-        for _ in range(_n1):
-            (_n4,) = _I16.unpack_from(data, pos)
+        _a3: list[TopicPartitions] = []
+        for _ in range(_n2):
+            _o5 = _new(TopicPartitions)
+            (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n4 < 0:
-                raise DecodeError("invalid or null length for topic")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("topic overruns the buffer")
-            _s3_topic = data[pos:_end5].decode()
-            pos = _end5
-            (_n6,) = _I32.unpack_from(data, pos)
-            pos += 4
             if _n6 < 0:
+                raise DecodeError("invalid or null length for topic")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("topic overruns the buffer")
+            _o5.topic = data[pos:_end7].decode()
+            pos = _end7
+            (_n8,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s3_partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
-            pos += 4 * _n6
-            _a2.append(TopicPartitions(_s3_topic, _s3_partitions))
-        _topic_partitions = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+            _o5.partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
+            pos += 4 * _n8
+            _a3.append(_o5)
+        _o1.topic_partitions = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ElectLeadersRequest(0, _topic_partitions, _timeout_ms), pos
+    _o1.election_type = 0
+    return _o1, pos
 
 
 def _r_ElectLeadersRequest_v1(data: bytes, pos: int) -> tuple[ElectLeadersRequest, int]:
     _len = len(data)
-    (_election_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(ElectLeadersRequest)
+    (_o1.election_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topic_partitions")
-        _topic_partitions = None
-    elif _n1 > _len - pos:
+        _o1.topic_partitions = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     else:
-        _a2: list[TopicPartitions] = []
-        for _ in range(_n1):
-            (_n4,) = _I16.unpack_from(data, pos)
+        _a3: list[TopicPartitions] = []
+        for _ in range(_n2):
+            _o5 = _new(TopicPartitions)
+            (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n4 < 0:
-                raise DecodeError("invalid or null length for topic")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("topic overruns the buffer")
-            _s3_topic = data[pos:_end5].decode()
-            pos = _end5
-            (_n6,) = _I32.unpack_from(data, pos)
-            pos += 4
             if _n6 < 0:
+                raise DecodeError("invalid or null length for topic")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("topic overruns the buffer")
+            _o5.topic = data[pos:_end7].decode()
+            pos = _end7
+            (_n8,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s3_partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
-            pos += 4 * _n6
-            _a2.append(TopicPartitions(_s3_topic, _s3_partitions))
-        _topic_partitions = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+            _o5.partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
+            pos += 4 * _n8
+            _a3.append(_o5)
+        _o1.topic_partitions = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ElectLeadersRequest(_election_type, _topic_partitions, _timeout_ms), pos
+    return _o1, pos
 
 
 def _r_ElectLeadersRequest_v2(data: bytes, pos: int) -> tuple[ElectLeadersRequest, int]:
     _len = len(data)
-    (_election_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(ElectLeadersRequest)
+    (_o1.election_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topic_partitions")
-        _topic_partitions = None
-    elif _n1 > _len - pos:
+        _o1.topic_partitions = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     else:
-        _a2: list[TopicPartitions] = []
-        for _ in range(_n1):
-            _n4 = data[pos]
-            if _n4 < 128:
-                pos += 1
-            else:
-                _n4, pos = read_uvarint(data, pos)
-            _n4 -= 1
-            if _n4 < 0:
-                raise DecodeError("invalid or null length for topic")
-            if _n4 > 0x7FFF:
-                raise DecodeError("topic is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("topic overruns the buffer")
-            _s3_topic = data[pos:_end5].decode()
-            pos = _end5
+        _a3: list[TopicPartitions] = []
+        for _ in range(_n2):
+            _o5 = _new(TopicPartitions)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -387,24 +382,39 @@ def _r_ElectLeadersRequest_v2(data: bytes, pos: int) -> tuple[ElectLeadersReques
                 _n6, pos = read_uvarint(data, pos)
             _n6 -= 1
             if _n6 < 0:
+                raise DecodeError("invalid or null length for topic")
+            if _n6 > 0x7FFF:
+                raise DecodeError("topic is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("topic overruns the buffer")
+            _o5.topic = data[pos:_end7].decode()
+            pos = _end7
+            _n8 = data[pos]
+            if _n8 < 128:
+                pos += 1
+            else:
+                _n8, pos = read_uvarint(data, pos)
+            _n8 -= 1
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s3_partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
-            pos += 4 * _n6
+            _o5.partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
+            pos += 4 * _n8
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a2.append(TopicPartitions(_s3_topic, _s3_partitions))
-        _topic_partitions = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+            _a3.append(_o5)
+        _o1.topic_partitions = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ElectLeadersRequest(_election_type, _topic_partitions, _timeout_ms), pos
+    return _o1, pos
 
 
 def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
@@ -432,50 +442,52 @@ def _w_PartitionResult_v2(buf: bytearray, o: PartitionResult) -> None:
 
 def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _partition_id, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(PartitionResult)
+    _o1.partition_id, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    return PartitionResult(_partition_id, _error_code, _error_message), pos
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    return _o1, pos
 
 
 def _r_PartitionResult_v2(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _partition_id, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(PartitionResult)
+    _o1.partition_id, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionResult(_partition_id, _error_code, _error_message), pos
+    return _o1, pos
 
 
 def _w_ReplicaElectionResult_v0(buf: bytearray, o: ReplicaElectionResult) -> None:
@@ -503,102 +515,106 @@ def _w_ReplicaElectionResult_v2(buf: bytearray, o: ReplicaElectionResult) -> Non
 
 def _r_ReplicaElectionResult_v0(data: bytes, pos: int) -> tuple[ReplicaElectionResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ReplicaElectionResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_result")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_result exceeds the bytes left")
-    _a4: list[PartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_id, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[PartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionResult)
+        _o7.partition_id, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
+            _o7.error_message = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end7].decode()
-            pos = _end7
-        _a4.append(PartitionResult(_s5_partition_id, _s5_error_code, _s5_error_message))
-    _partition_result = _a4
-    return ReplicaElectionResult(_topic, _partition_result), pos
+            _o7.error_message = data[pos:_end9].decode()
+            pos = _end9
+        _a5.append(_o7)
+    _o1.partition_result = _a5
+    return _o1, pos
 
 
 def _r_ReplicaElectionResult_v2(data: bytes, pos: int) -> tuple[ReplicaElectionResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ReplicaElectionResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_result")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_result exceeds the bytes left")
-    _a4: list[PartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_id, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[PartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionResult)
+        _o7.partition_id, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
+            _o7.error_message = None
         else:
-            if _n6 > 0x7FFF:
+            if _n8 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end7].decode()
-            pos = _end7
+            _o7.error_message = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(PartitionResult(_s5_partition_id, _s5_error_code, _s5_error_message))
-    _partition_result = _a4
+        _a5.append(_o7)
+    _o1.partition_result = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReplicaElectionResult(_topic, _partition_result), pos
+    return _o1, pos
 
 
 def _w_ElectLeadersResponse_v0(buf: bytearray, o: ElectLeadersResponse) -> None:
@@ -630,135 +646,129 @@ def _w_ElectLeadersResponse_v2(buf: bytearray, o: ElectLeadersResponse) -> None:
 
 def _r_ElectLeadersResponse_v0(data: bytes, pos: int) -> tuple[ElectLeadersResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ElectLeadersResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for replica_election_results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of replica_election_results exceeds the bytes left")
-    _a2: list[ReplicaElectionResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ReplicaElectionResult] = []
+    for _ in range(_n2):
+        _o5 = _new(ReplicaElectionResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_result")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_result exceeds the bytes left")
-        _a7: list[PartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_id, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[PartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionResult)
+            _o11.partition_id, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            (_n9,) = _I16.unpack_from(data, pos)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end10].decode()
-                pos = _end10
-            _a7.append(PartitionResult(_s8_partition_id, _s8_error_code, _s8_error_message))
-        _s3_partition_result = _a7
-        _a2.append(ReplicaElectionResult(_s3_topic, _s3_partition_result))
-    _replica_election_results = _a2
-    return ElectLeadersResponse(_throttle_time_ms, 0, _replica_election_results), pos
+                _o11.error_message = data[pos:_end13].decode()
+                pos = _end13
+            _a9.append(_o11)
+        _o5.partition_result = _a9
+        _a3.append(_o5)
+    _o1.replica_election_results = _a3
+    _o1.error_code = 0
+    return _o1, pos
 
 
 def _r_ElectLeadersResponse_v1(data: bytes, pos: int) -> tuple[ElectLeadersResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ElectLeadersResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for replica_election_results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of replica_election_results exceeds the bytes left")
-    _a2: list[ReplicaElectionResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ReplicaElectionResult] = []
+    for _ in range(_n2):
+        _o5 = _new(ReplicaElectionResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_result")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_result exceeds the bytes left")
-        _a7: list[PartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_id, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[PartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionResult)
+            _o11.partition_id, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            (_n9,) = _I16.unpack_from(data, pos)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end10].decode()
-                pos = _end10
-            _a7.append(PartitionResult(_s8_partition_id, _s8_error_code, _s8_error_message))
-        _s3_partition_result = _a7
-        _a2.append(ReplicaElectionResult(_s3_topic, _s3_partition_result))
-    _replica_election_results = _a2
-    return ElectLeadersResponse(_throttle_time_ms, _error_code, _replica_election_results), pos
+                _o11.error_message = data[pos:_end13].decode()
+                pos = _end13
+            _a9.append(_o11)
+        _o5.partition_result = _a9
+        _a3.append(_o5)
+    _o1.replica_election_results = _a3
+    return _o1, pos
 
 
 def _r_ElectLeadersResponse_v2(data: bytes, pos: int) -> tuple[ElectLeadersResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ElectLeadersResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for replica_election_results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of replica_election_results exceeds the bytes left")
-    _a2: list[ReplicaElectionResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ReplicaElectionResult] = []
+    for _ in range(_n2):
+        _o5 = _new(ReplicaElectionResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -766,48 +776,64 @@ def _r_ElectLeadersResponse_v2(data: bytes, pos: int) -> tuple[ElectLeadersRespo
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_result")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_result exceeds the bytes left")
-        _a7: list[PartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_id, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[PartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionResult)
+            _o11.partition_id, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end10].decode()
-                pos = _end10
+                _o11.error_message = data[pos:_end13].decode()
+                pos = _end13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(PartitionResult(_s8_partition_id, _s8_error_code, _s8_error_message))
-        _s3_partition_result = _a7
+            _a9.append(_o11)
+        _o5.partition_result = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ReplicaElectionResult(_s3_topic, _s3_partition_result))
-    _replica_election_results = _a2
+        _a3.append(_o5)
+    _o1.replica_election_results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ElectLeadersResponse(_throttle_time_ms, _error_code, _replica_election_results), pos
+    return _o1, pos
 
 
 TopicPartitions._WRITERS = {0: _w_TopicPartitions_v0, 1: _w_TopicPartitions_v0, 2: _w_TopicPartitions_v2}

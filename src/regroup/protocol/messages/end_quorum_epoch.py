@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -245,14 +246,15 @@ def _w_ReplicaInfo_v1(buf: bytearray, o: ReplicaInfo) -> None:
 
 def _r_ReplicaInfo_v1(data: bytes, pos: int) -> tuple[ReplicaInfo, int]:
     _len = len(data)
-    _candidate_id, _candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
+    _o1 = _new(ReplicaInfo)
+    _o1.candidate_id, _candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
     pos += 20
-    _candidate_directory_id = uuid.UUID(bytes=_candidate_directory_id_raw)
+    _o1.candidate_directory_id = uuid.UUID(bytes=_candidate_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReplicaInfo(_candidate_id, _candidate_directory_id), pos
+    return _o1, pos
 
 
 def _w_EndQuorumEpochRequestPartitionData_v0(buf: bytearray, o: EndQuorumEpochRequestPartitionData) -> None:
@@ -275,55 +277,56 @@ def _r_EndQuorumEpochRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochRequestPartitionData, int]:
     _len = len(data)
-    _partition_index, _leader_id, _leader_epoch = _S_iii.unpack_from(data, pos)
+    _o1 = _new(EndQuorumEpochRequestPartitionData)
+    _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for preferred_successors")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of preferred_successors exceeds the bytes left")
-    _preferred_successors = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    return EndQuorumEpochRequestPartitionData(
-        _partition_index, _leader_id, _leader_epoch, _preferred_successors, []
-    ), pos
+    _o1.preferred_successors = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
+    _o1.preferred_candidates = []
+    return _o1, pos
 
 
 def _r_EndQuorumEpochRequestPartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochRequestPartitionData, int]:
     _len = len(data)
-    _partition_index, _leader_id, _leader_epoch = _S_iii.unpack_from(data, pos)
+    _o1 = _new(EndQuorumEpochRequestPartitionData)
+    _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for preferred_candidates")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of preferred_candidates exceeds the bytes left")
-    _a2: list[ReplicaInfo] = []
-    for _ in range(_n1):
-        _s3_candidate_id, _s3_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
+    _a3: list[ReplicaInfo] = []
+    for _ in range(_n2):
+        _o5 = _new(ReplicaInfo)
+        _o5.candidate_id, _s4_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
         pos += 20
-        _s3_candidate_directory_id = uuid.UUID(bytes=_s3_candidate_directory_id_raw)
+        _o5.candidate_directory_id = uuid.UUID(bytes=_s4_candidate_directory_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ReplicaInfo(_s3_candidate_id, _s3_candidate_directory_id))
-    _preferred_candidates = _a2
+        _a3.append(_o5)
+    _o1.preferred_candidates = _a3
+    _o1.preferred_successors = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EndQuorumEpochRequestPartitionData(
-        _partition_index, _leader_id, _leader_epoch, [], _preferred_candidates
-    ), pos
+    return _o1, pos
 
 
 def _w_EndQuorumEpochRequestTopicData_v0(buf: bytearray, o: EndQuorumEpochRequestTopicData) -> None:
@@ -351,109 +354,108 @@ def _w_EndQuorumEpochRequestTopicData_v1(buf: bytearray, o: EndQuorumEpochReques
 
 def _r_EndQuorumEpochRequestTopicData_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochRequestTopicData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(EndQuorumEpochRequestTopicData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[EndQuorumEpochRequestPartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_leader_id, _s5_leader_epoch = _S_iii.unpack_from(data, pos)
+    _a5: list[EndQuorumEpochRequestPartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(EndQuorumEpochRequestPartitionData)
+        _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for preferred_successors")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of preferred_successors exceeds the bytes left")
-        _s5_preferred_successors = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _a4.append(
-            EndQuorumEpochRequestPartitionData(
-                _s5_partition_index, _s5_leader_id, _s5_leader_epoch, _s5_preferred_successors, []
-            )
-        )
-    _partitions = _a4
-    return EndQuorumEpochRequestTopicData(_topic_name, _partitions), pos
+        _o7.preferred_successors = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        _o7.preferred_candidates = []
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_EndQuorumEpochRequestTopicData_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRequestTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(EndQuorumEpochRequestTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[EndQuorumEpochRequestPartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_leader_id, _s5_leader_epoch = _S_iii.unpack_from(data, pos)
+    _a5: list[EndQuorumEpochRequestPartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(EndQuorumEpochRequestPartitionData)
+        _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for preferred_candidates")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of preferred_candidates exceeds the bytes left")
-        _a7: list[ReplicaInfo] = []
-        for _ in range(_n6):
-            _s8_candidate_id, _s8_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
+        _a9: list[ReplicaInfo] = []
+        for _ in range(_n8):
+            _o11 = _new(ReplicaInfo)
+            _o11.candidate_id, _s10_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
             pos += 20
-            _s8_candidate_directory_id = uuid.UUID(bytes=_s8_candidate_directory_id_raw)
+            _o11.candidate_directory_id = uuid.UUID(bytes=_s10_candidate_directory_id_raw)
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(ReplicaInfo(_s8_candidate_id, _s8_candidate_directory_id))
-        _s5_preferred_candidates = _a7
+            _a9.append(_o11)
+        _o7.preferred_candidates = _a9
+        _o7.preferred_successors = []
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            EndQuorumEpochRequestPartitionData(
-                _s5_partition_index, _s5_leader_id, _s5_leader_epoch, [], _s5_preferred_candidates
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EndQuorumEpochRequestTopicData(_topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_LeaderEndpoint_v1(buf: bytearray, o: LeaderEndpoint) -> None:
@@ -473,43 +475,44 @@ def _w_LeaderEndpoint_v1(buf: bytearray, o: LeaderEndpoint) -> None:
 
 def _r_LeaderEndpoint_v1(data: bytes, pos: int) -> tuple[LeaderEndpoint, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(LeaderEndpoint)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    (_port,) = _S_H.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.port,) = _S_H.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderEndpoint(_name, _host, _port), pos
+    return _o1, pos
 
 
 def _w_EndQuorumEpochRequest_v0(buf: bytearray, o: EndQuorumEpochRequest) -> None:
@@ -547,111 +550,99 @@ def _w_EndQuorumEpochRequest_v1(buf: bytearray, o: EndQuorumEpochRequest) -> Non
 
 def _r_EndQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(EndQuorumEpochRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
+        _o1.cluster_id = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.cluster_id = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[EndQuorumEpochRequestTopicData] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
+    _a5: list[EndQuorumEpochRequestTopicData] = []
+    for _ in range(_n4):
+        _o7 = _new(EndQuorumEpochRequestTopicData)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s5_topic_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o7.topic_name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[EndQuorumEpochRequestPartitionData] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_leader_id, _s10_leader_epoch = _S_iii.unpack_from(data, pos)
+        _a11: list[EndQuorumEpochRequestPartitionData] = []
+        for _ in range(_n10):
+            _o13 = _new(EndQuorumEpochRequestPartitionData)
+            _o13.partition_index, _o13.leader_id, _o13.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
-            (_n11,) = _I32.unpack_from(data, pos)
+            (_n14,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n11 < 0:
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for preferred_successors")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of preferred_successors exceeds the bytes left")
-            _s10_preferred_successors = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
-            _a9.append(
-                EndQuorumEpochRequestPartitionData(
-                    _s10_partition_index, _s10_leader_id, _s10_leader_epoch, _s10_preferred_successors, []
-                )
-            )
-        _s5_partitions = _a9
-        _a4.append(EndQuorumEpochRequestTopicData(_s5_topic_name, _s5_partitions))
-    _topics = _a4
-    return EndQuorumEpochRequest(_cluster_id, _topics, []), pos
+            _o13.preferred_successors = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _o13.preferred_candidates = []
+            _a11.append(_o13)
+        _o7.partitions = _a11
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _o1.leader_endpoints = []
+    return _o1, pos
 
 
 def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(EndQuorumEpochRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
+        _o1.cluster_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.cluster_id = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[EndQuorumEpochRequestTopicData] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s5_topic_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[EndQuorumEpochRequestTopicData] = []
+    for _ in range(_n4):
+        _o7 = _new(EndQuorumEpochRequestTopicData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -659,105 +650,120 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o7.topic_name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[EndQuorumEpochRequestPartitionData] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_leader_id, _s10_leader_epoch = _S_iii.unpack_from(data, pos)
+        _a11: list[EndQuorumEpochRequestPartitionData] = []
+        for _ in range(_n10):
+            _o13 = _new(EndQuorumEpochRequestPartitionData)
+            _o13.partition_index, _o13.leader_id, _o13.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
-            _n11 = data[pos]
-            if _n11 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for preferred_candidates")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of preferred_candidates exceeds the bytes left")
-            _a12: list[ReplicaInfo] = []
-            for _ in range(_n11):
-                _s13_candidate_id, _s13_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
+            _a15: list[ReplicaInfo] = []
+            for _ in range(_n14):
+                _o17 = _new(ReplicaInfo)
+                _o17.candidate_id, _s16_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
                 pos += 20
-                _s13_candidate_directory_id = uuid.UUID(bytes=_s13_candidate_directory_id_raw)
+                _o17.candidate_directory_id = uuid.UUID(bytes=_s16_candidate_directory_id_raw)
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a12.append(ReplicaInfo(_s13_candidate_id, _s13_candidate_directory_id))
-            _s10_preferred_candidates = _a12
+                _a15.append(_o17)
+            _o13.preferred_candidates = _a15
+            _o13.preferred_successors = []
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                EndQuorumEpochRequestPartitionData(
-                    _s10_partition_index, _s10_leader_id, _s10_leader_epoch, [], _s10_preferred_candidates
-                )
-            )
-        _s5_partitions = _a9
+            _a11.append(_o13)
+        _o7.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(EndQuorumEpochRequestTopicData(_s5_topic_name, _s5_partitions))
-    _topics = _a4
-    _n14 = data[pos]
-    if _n14 < 128:
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _n18 = data[pos]
+    if _n18 < 128:
         pos += 1
     else:
-        _n14, pos = read_uvarint(data, pos)
-    _n14 -= 1
-    if _n14 < 0:
+        _n18, pos = read_uvarint(data, pos)
+    _n18 -= 1
+    if _n18 < 0:
         raise DecodeError("invalid or null array length for leader_endpoints")
-    if _n14 > _len - pos:
+    if _n18 > _len - pos:
         raise DecodeError("array count of leader_endpoints exceeds the bytes left")
-    _a15: list[LeaderEndpoint] = []
-    for _ in range(_n14):
-        _n17 = data[pos]
-        if _n17 < 128:
+    _a19: list[LeaderEndpoint] = []
+    for _ in range(_n18):
+        _o21 = _new(LeaderEndpoint)
+        _n22 = data[pos]
+        if _n22 < 128:
             pos += 1
         else:
-            _n17, pos = read_uvarint(data, pos)
-        _n17 -= 1
-        if _n17 < 0:
+            _n22, pos = read_uvarint(data, pos)
+        _n22 -= 1
+        if _n22 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n17 > 0x7FFF:
+        if _n22 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end18 = pos + _n17
-        if _end18 > _len:
+        _end23 = pos + _n22
+        if _end23 > _len:
             raise DecodeError("name overruns the buffer")
-        _s16_name = data[pos:_end18].decode()
-        pos = _end18
-        _n19 = data[pos]
-        if _n19 < 128:
+        _o21.name = data[pos:_end23].decode()
+        pos = _end23
+        _n24 = data[pos]
+        if _n24 < 128:
             pos += 1
         else:
-            _n19, pos = read_uvarint(data, pos)
-        _n19 -= 1
-        if _n19 < 0:
+            _n24, pos = read_uvarint(data, pos)
+        _n24 -= 1
+        if _n24 < 0:
             raise DecodeError("invalid or null length for host")
-        if _n19 > 0x7FFF:
+        if _n24 > 0x7FFF:
             raise DecodeError("host is longer than 32767 bytes")
-        _end20 = pos + _n19
-        if _end20 > _len:
+        _end25 = pos + _n24
+        if _end25 > _len:
             raise DecodeError("host overruns the buffer")
-        _s16_host = data[pos:_end20].decode()
-        pos = _end20
-        (_s16_port,) = _S_H.unpack_from(data, pos)
+        _o21.host = data[pos:_end25].decode()
+        pos = _end25
+        (_o21.port,) = _S_H.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a15.append(LeaderEndpoint(_s16_name, _s16_host, _s16_port))
-    _leader_endpoints = _a15
+        _a19.append(_o21)
+    _o1.leader_endpoints = _a19
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EndQuorumEpochRequest(_cluster_id, _topics, _leader_endpoints), pos
+    return _o1, pos
 
 
 def _w_EndQuorumEpochResponsePartitionData_v0(buf: bytearray, o: EndQuorumEpochResponsePartitionData) -> None:
@@ -773,22 +779,24 @@ def _r_EndQuorumEpochResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochResponsePartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _leader_id, _leader_epoch = _S_ihii.unpack_from(data, pos)
+    _o1 = _new(EndQuorumEpochResponsePartitionData)
+    _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
-    return EndQuorumEpochResponsePartitionData(_partition_index, _error_code, _leader_id, _leader_epoch), pos
+    return _o1, pos
 
 
 def _r_EndQuorumEpochResponsePartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochResponsePartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _leader_id, _leader_epoch = _S_ihii.unpack_from(data, pos)
+    _o1 = _new(EndQuorumEpochResponsePartitionData)
+    _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EndQuorumEpochResponsePartitionData(_partition_index, _error_code, _leader_id, _leader_epoch), pos
+    return _o1, pos
 
 
 def _w_EndQuorumEpochResponseTopicData_v0(buf: bytearray, o: EndQuorumEpochResponseTopicData) -> None:
@@ -818,82 +826,78 @@ def _r_EndQuorumEpochResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochResponseTopicData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(EndQuorumEpochResponseTopicData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[EndQuorumEpochResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch = _S_ihii.unpack_from(data, pos)
+    _a5: list[EndQuorumEpochResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(EndQuorumEpochResponsePartitionData)
+        _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
-        _a4.append(
-            EndQuorumEpochResponsePartitionData(
-                _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch
-            )
-        )
-    _partitions = _a4
-    return EndQuorumEpochResponseTopicData(_topic_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_EndQuorumEpochResponseTopicData_v1(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochResponseTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(EndQuorumEpochResponseTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[EndQuorumEpochResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch = _S_ihii.unpack_from(data, pos)
+    _a5: list[EndQuorumEpochResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(EndQuorumEpochResponsePartitionData)
+        _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            EndQuorumEpochResponsePartitionData(
-                _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EndQuorumEpochResponseTopicData(_topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
@@ -909,30 +913,31 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(NodeEndpoint)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_H.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_H.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return NodeEndpoint(_node_id, _host, _port), pos
+    return _o1, pos
 
 
 def _w_EndQuorumEpochResponse_v0(buf: bytearray, o: EndQuorumEpochResponse) -> None:
@@ -968,79 +973,66 @@ def _w_EndQuorumEpochResponse_v1(buf: bytearray, o: EndQuorumEpochResponse) -> N
 
 def _r_EndQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(EndQuorumEpochResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[EndQuorumEpochResponseTopicData] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[EndQuorumEpochResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(EndQuorumEpochResponseTopicData)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[EndQuorumEpochResponsePartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch = _S_ihii.unpack_from(
+        _a9: list[EndQuorumEpochResponsePartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(EndQuorumEpochResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
             pos += 14
-            _a7.append(
-                EndQuorumEpochResponsePartitionData(
-                    _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(EndQuorumEpochResponseTopicData(_s3_topic_name, _s3_partitions))
-    _topics = _a2
-    return EndQuorumEpochResponse(_error_code, _topics, []), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_EndQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(EndQuorumEpochResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[EndQuorumEpochResponseTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[EndQuorumEpochResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(EndQuorumEpochResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1048,12 +1040,28 @@ def _r_EndQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochR
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[EndQuorumEpochResponsePartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch = _S_ihii.unpack_from(
+        _a9: list[EndQuorumEpochResponsePartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(EndQuorumEpochResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
             pos += 14
@@ -1061,68 +1069,65 @@ def _r_EndQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochR
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                EndQuorumEpochResponsePartitionData(
-                    _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(EndQuorumEpochResponseTopicData(_s3_topic_name, _s3_partitions))
-    _topics = _a2
-    _node_endpoints = []
-    _ntags9, pos = read_uvarint(data, pos)
-    for _ in range(_ntags9):
-        _tag10, pos = read_uvarint(data, pos)
-        _tend11, pos = read_uvarint(data, pos)
-        _tend11 += pos
-        if _tend11 > _len:
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.node_endpoints = []
+    _ntags12, pos = read_uvarint(data, pos)
+    for _ in range(_ntags12):
+        _tag13, pos = read_uvarint(data, pos)
+        _tend14, pos = read_uvarint(data, pos)
+        _tend14 += pos
+        if _tend14 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag10 == 0:
-            _n12 = data[pos]
-            if _n12 < 128:
+        if _tag13 == 0:
+            _n15 = data[pos]
+            if _n15 < 128:
                 pos += 1
             else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
                 raise DecodeError("invalid or null array length for node_endpoints")
-            if _n12 > _len - pos:
+            if _n15 > _len - pos:
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
-            _a13: list[NodeEndpoint] = []
-            for _ in range(_n12):
-                (_s14_node_id,) = _S_i.unpack_from(data, pos)
+            _a16: list[NodeEndpoint] = []
+            for _ in range(_n15):
+                _o18 = _new(NodeEndpoint)
+                (_o18.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n15 = data[pos]
-                if _n15 < 128:
+                _n19 = data[pos]
+                if _n19 < 128:
                     pos += 1
                 else:
-                    _n15, pos = read_uvarint(data, pos)
-                _n15 -= 1
-                if _n15 < 0:
+                    _n19, pos = read_uvarint(data, pos)
+                _n19 -= 1
+                if _n19 < 0:
                     raise DecodeError("invalid or null length for host")
-                if _n15 > 0x7FFF:
+                if _n19 > 0x7FFF:
                     raise DecodeError("host is longer than 32767 bytes")
-                _end16 = pos + _n15
-                if _end16 > _len:
+                _end20 = pos + _n19
+                if _end20 > _len:
                     raise DecodeError("host overruns the buffer")
-                _s14_host = data[pos:_end16].decode()
-                pos = _end16
-                (_s14_port,) = _S_H.unpack_from(data, pos)
+                _o18.host = data[pos:_end20].decode()
+                pos = _end20
+                (_o18.port,) = _S_H.unpack_from(data, pos)
                 pos += 2
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a13.append(NodeEndpoint(_s14_node_id, _s14_host, _s14_port))
-            _node_endpoints = _a13
-            if pos != _tend11:
+                _a16.append(_o18)
+            _o1.node_endpoints = _a16
+            if pos != _tend14:
                 raise DecodeError("tagged field node_endpoints has the wrong size")
-        pos = _tend11
-    return EndQuorumEpochResponse(_error_code, _topics, _node_endpoints), pos
+        pos = _tend14
+    return _o1, pos
 
 
 ReplicaInfo._WRITERS = {1: _w_ReplicaInfo_v1}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -131,44 +132,46 @@ def _w_EndTxnRequest_v3(buf: bytearray, o: EndTxnRequest) -> None:
 
 def _r_EndTxnRequest_v0(data: bytes, pos: int) -> tuple[EndTxnRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(EndTxnRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _producer_id, _producer_epoch, _committed = _S_qho.unpack_from(data, pos)
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.producer_id, _o1.producer_epoch, _o1.committed = _S_qho.unpack_from(data, pos)
     pos += 11
-    return EndTxnRequest(_transactional_id, _producer_id, _producer_epoch, _committed), pos
+    return _o1, pos
 
 
 def _r_EndTxnRequest_v3(data: bytes, pos: int) -> tuple[EndTxnRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(EndTxnRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("transactional_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _producer_id, _producer_epoch, _committed = _S_qho.unpack_from(data, pos)
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.producer_id, _o1.producer_epoch, _o1.committed = _S_qho.unpack_from(data, pos)
     pos += 11
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EndTxnRequest(_transactional_id, _producer_id, _producer_epoch, _committed), pos
+    return _o1, pos
 
 
 def _w_EndTxnResponse_v0(buf: bytearray, o: EndTxnResponse) -> None:
@@ -187,31 +190,38 @@ def _w_EndTxnResponse_v5(buf: bytearray, o: EndTxnResponse) -> None:
 
 def _r_EndTxnResponse_v0(data: bytes, pos: int) -> tuple[EndTxnResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(EndTxnResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return EndTxnResponse(_throttle_time_ms, _error_code, -1, -1), pos
+    _o1.producer_id = -1
+    _o1.producer_epoch = -1
+    return _o1, pos
 
 
 def _r_EndTxnResponse_v3(data: bytes, pos: int) -> tuple[EndTxnResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(EndTxnResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
+    _o1.producer_id = -1
+    _o1.producer_epoch = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EndTxnResponse(_throttle_time_ms, _error_code, -1, -1), pos
+    return _o1, pos
 
 
 def _r_EndTxnResponse_v5(data: bytes, pos: int) -> tuple[EndTxnResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _producer_id, _producer_epoch = _S_ihqh.unpack_from(data, pos)
+    _o1 = _new(EndTxnResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.producer_id, _o1.producer_epoch = _S_ihqh.unpack_from(data, pos)
     pos += 16
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EndTxnResponse(_throttle_time_ms, _error_code, _producer_id, _producer_epoch), pos
+    return _o1, pos
 
 
 EndTxnRequest._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -99,53 +100,54 @@ def _w_EnvelopeRequest_v0(buf: bytearray, o: EnvelopeRequest) -> None:
 
 def _r_EnvelopeRequest_v0(data: bytes, pos: int) -> tuple[EnvelopeRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(EnvelopeRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for request_data")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("request_data overruns the buffer")
-    _request_data = data[pos:_end2]
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.request_data = data[pos:_end3]
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for request_principal")
-        _request_principal = None
+        _o1.request_principal = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("request_principal overruns the buffer")
-        _request_principal = data[pos:_end4]
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.request_principal = data[pos:_end5]
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_host_address")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_host_address overruns the buffer")
-    _client_host_address = data[pos:_end6]
-    pos = _end6
+    _o1.client_host_address = data[pos:_end7]
+    pos = _end7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EnvelopeRequest(_request_data, _request_principal, _client_host_address), pos
+    return _o1, pos
 
 
 def _w_EnvelopeResponse_v0(buf: bytearray, o: EnvelopeResponse) -> None:
@@ -160,29 +162,30 @@ def _w_EnvelopeResponse_v0(buf: bytearray, o: EnvelopeResponse) -> None:
 
 def _r_EnvelopeResponse_v0(data: bytes, pos: int) -> tuple[EnvelopeResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(EnvelopeResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for response_data")
-        _response_data = None
+        _o1.response_data = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("response_data overruns the buffer")
-        _response_data = data[pos:_end2]
-        pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+        _o1.response_data = data[pos:_end3]
+        pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EnvelopeResponse(_response_data, _error_code), pos
+    return _o1, pos
 
 
 EnvelopeRequest._WRITERS = {0: _w_EnvelopeRequest_v0}

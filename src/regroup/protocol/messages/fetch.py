@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -465,13 +466,14 @@ def _w_ReplicaState_v15(buf: bytearray, o: ReplicaState) -> None:
 
 def _r_ReplicaState_v15(data: bytes, pos: int) -> tuple[ReplicaState, int]:
     _len = len(data)
-    _replica_id, _replica_epoch = _S_iq.unpack_from(data, pos)
+    _o1 = _new(ReplicaState)
+    _o1.replica_id, _o1.replica_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReplicaState(_replica_id, _replica_epoch), pos
+    return _o1, pos
 
 
 def _w_FetchPartition_v0(buf: bytearray, o: FetchPartition) -> None:
@@ -529,99 +531,94 @@ def _w_FetchPartition_v17(buf: bytearray, o: FetchPartition) -> None:
 
 def _r_FetchPartition_v0(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _partition, _fetch_offset, _partition_max_bytes = _S_iqi.unpack_from(data, pos)
+    _o1 = _new(FetchPartition)
+    _o1.partition, _o1.fetch_offset, _o1.partition_max_bytes = _S_iqi.unpack_from(data, pos)
     pos += 16
-    return FetchPartition(_partition, -1, _fetch_offset, -1, -1, _partition_max_bytes, ZERO_UUID), pos
+    _o1.current_leader_epoch = -1
+    _o1.last_fetched_epoch = -1
+    _o1.log_start_offset = -1
+    _o1.replica_directory_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchPartition_v5(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _partition, _fetch_offset, _log_start_offset, _partition_max_bytes = _S_iqqi.unpack_from(data, pos)
+    _o1 = _new(FetchPartition)
+    _o1.partition, _o1.fetch_offset, _o1.log_start_offset, _o1.partition_max_bytes = _S_iqqi.unpack_from(
+        data, pos
+    )
     pos += 24
-    return FetchPartition(
-        _partition, -1, _fetch_offset, -1, _log_start_offset, _partition_max_bytes, ZERO_UUID
-    ), pos
+    _o1.current_leader_epoch = -1
+    _o1.last_fetched_epoch = -1
+    _o1.replica_directory_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchPartition_v9(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _partition, _current_leader_epoch, _fetch_offset, _log_start_offset, _partition_max_bytes = (
-        _S_iiqqi.unpack_from(data, pos)
-    )
+    _o1 = _new(FetchPartition)
+    (
+        _o1.partition,
+        _o1.current_leader_epoch,
+        _o1.fetch_offset,
+        _o1.log_start_offset,
+        _o1.partition_max_bytes,
+    ) = _S_iiqqi.unpack_from(data, pos)
     pos += 28
-    return FetchPartition(
-        _partition,
-        _current_leader_epoch,
-        _fetch_offset,
-        -1,
-        _log_start_offset,
-        _partition_max_bytes,
-        ZERO_UUID,
-    ), pos
+    _o1.last_fetched_epoch = -1
+    _o1.replica_directory_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchPartition_v12(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
+    _o1 = _new(FetchPartition)
     (
-        _partition,
-        _current_leader_epoch,
-        _fetch_offset,
-        _last_fetched_epoch,
-        _log_start_offset,
-        _partition_max_bytes,
+        _o1.partition,
+        _o1.current_leader_epoch,
+        _o1.fetch_offset,
+        _o1.last_fetched_epoch,
+        _o1.log_start_offset,
+        _o1.partition_max_bytes,
     ) = _S_iiqiqi.unpack_from(data, pos)
     pos += 32
+    _o1.replica_directory_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchPartition(
-        _partition,
-        _current_leader_epoch,
-        _fetch_offset,
-        _last_fetched_epoch,
-        _log_start_offset,
-        _partition_max_bytes,
-        ZERO_UUID,
-    ), pos
+    return _o1, pos
 
 
 def _r_FetchPartition_v17(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
+    _o1 = _new(FetchPartition)
     (
-        _partition,
-        _current_leader_epoch,
-        _fetch_offset,
-        _last_fetched_epoch,
-        _log_start_offset,
-        _partition_max_bytes,
+        _o1.partition,
+        _o1.current_leader_epoch,
+        _o1.fetch_offset,
+        _o1.last_fetched_epoch,
+        _o1.log_start_offset,
+        _o1.partition_max_bytes,
     ) = _S_iiqiqi.unpack_from(data, pos)
     pos += 32
-    _replica_directory_id = ZERO_UUID
-    _ntags1, pos = read_uvarint(data, pos)
-    for _ in range(_ntags1):
-        _tag2, pos = read_uvarint(data, pos)
-        _tend3, pos = read_uvarint(data, pos)
-        _tend3 += pos
-        if _tend3 > _len:
+    _o1.replica_directory_id = ZERO_UUID
+    _ntags2, pos = read_uvarint(data, pos)
+    for _ in range(_ntags2):
+        _tag3, pos = read_uvarint(data, pos)
+        _tend4, pos = read_uvarint(data, pos)
+        _tend4 += pos
+        if _tend4 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag2 == 0:
+        if _tag3 == 0:
             if pos + 16 > _len:
                 raise DecodeError("truncated uuid")
-            _replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+            _o1.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
             pos += 16
-            if pos != _tend3:
+            if pos != _tend4:
                 raise DecodeError("tagged field replica_directory_id has the wrong size")
-        pos = _tend3
-    return FetchPartition(
-        _partition,
-        _current_leader_epoch,
-        _fetch_offset,
-        _last_fetched_epoch,
-        _log_start_offset,
-        _partition_max_bytes,
-        _replica_directory_id,
-    ), pos
+        pos = _tend4
+    return _o1, pos
 
 
 def _w_FetchTopic_v0(buf: bytearray, o: FetchTopic) -> None:
@@ -687,281 +684,258 @@ def _w_FetchTopic_v17(buf: bytearray, o: FetchTopic) -> None:
 
 def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(FetchTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[FetchPartition] = []
-    for _ in range(_n3):
-        _s5_partition, _s5_fetch_offset, _s5_partition_max_bytes = _S_iqi.unpack_from(data, pos)
+    _a5: list[FetchPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(FetchPartition)
+        _o7.partition, _o7.fetch_offset, _o7.partition_max_bytes = _S_iqi.unpack_from(data, pos)
         pos += 16
-        _a4.append(
-            FetchPartition(_s5_partition, -1, _s5_fetch_offset, -1, -1, _s5_partition_max_bytes, ZERO_UUID)
-        )
-    _partitions = _a4
-    return FetchTopic(_topic, ZERO_UUID, _partitions), pos
+        _o7.current_leader_epoch = -1
+        _o7.last_fetched_epoch = -1
+        _o7.log_start_offset = -1
+        _o7.replica_directory_id = ZERO_UUID
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchTopic_v5(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(FetchTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[FetchPartition] = []
-    for _ in range(_n3):
-        _s5_partition, _s5_fetch_offset, _s5_log_start_offset, _s5_partition_max_bytes = _S_iqqi.unpack_from(
+    _a5: list[FetchPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(FetchPartition)
+        _o7.partition, _o7.fetch_offset, _o7.log_start_offset, _o7.partition_max_bytes = _S_iqqi.unpack_from(
             data, pos
         )
         pos += 24
-        _a4.append(
-            FetchPartition(
-                _s5_partition,
-                -1,
-                _s5_fetch_offset,
-                -1,
-                _s5_log_start_offset,
-                _s5_partition_max_bytes,
-                ZERO_UUID,
-            )
-        )
-    _partitions = _a4
-    return FetchTopic(_topic, ZERO_UUID, _partitions), pos
+        _o7.current_leader_epoch = -1
+        _o7.last_fetched_epoch = -1
+        _o7.replica_directory_id = ZERO_UUID
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchTopic_v9(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(FetchTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[FetchPartition] = []
-    for _ in range(_n3):
+    _a5: list[FetchPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(FetchPartition)
         (
-            _s5_partition,
-            _s5_current_leader_epoch,
-            _s5_fetch_offset,
-            _s5_log_start_offset,
-            _s5_partition_max_bytes,
+            _o7.partition,
+            _o7.current_leader_epoch,
+            _o7.fetch_offset,
+            _o7.log_start_offset,
+            _o7.partition_max_bytes,
         ) = _S_iiqqi.unpack_from(data, pos)
         pos += 28
-        _a4.append(
-            FetchPartition(
-                _s5_partition,
-                _s5_current_leader_epoch,
-                _s5_fetch_offset,
-                -1,
-                _s5_log_start_offset,
-                _s5_partition_max_bytes,
-                ZERO_UUID,
-            )
-        )
-    _partitions = _a4
-    return FetchTopic(_topic, ZERO_UUID, _partitions), pos
+        _o7.last_fetched_epoch = -1
+        _o7.replica_directory_id = ZERO_UUID
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchTopic_v12(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(FetchTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[FetchPartition] = []
-    for _ in range(_n3):
+    _a5: list[FetchPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(FetchPartition)
         (
-            _s5_partition,
-            _s5_current_leader_epoch,
-            _s5_fetch_offset,
-            _s5_last_fetched_epoch,
-            _s5_log_start_offset,
-            _s5_partition_max_bytes,
+            _o7.partition,
+            _o7.current_leader_epoch,
+            _o7.fetch_offset,
+            _o7.last_fetched_epoch,
+            _o7.log_start_offset,
+            _o7.partition_max_bytes,
         ) = _S_iiqiqi.unpack_from(data, pos)
         pos += 32
+        _o7.replica_directory_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            FetchPartition(
-                _s5_partition,
-                _s5_current_leader_epoch,
-                _s5_fetch_offset,
-                _s5_last_fetched_epoch,
-                _s5_log_start_offset,
-                _s5_partition_max_bytes,
-                ZERO_UUID,
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchTopic(_topic, ZERO_UUID, _partitions), pos
+    return _o1, pos
 
 
 def _r_FetchTopic_v13(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
+    _o1 = _new(FetchTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[FetchPartition] = []
-    for _ in range(_n1):
+    _a3: list[FetchPartition] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchPartition)
         (
-            _s3_partition,
-            _s3_current_leader_epoch,
-            _s3_fetch_offset,
-            _s3_last_fetched_epoch,
-            _s3_log_start_offset,
-            _s3_partition_max_bytes,
+            _o5.partition,
+            _o5.current_leader_epoch,
+            _o5.fetch_offset,
+            _o5.last_fetched_epoch,
+            _o5.log_start_offset,
+            _o5.partition_max_bytes,
         ) = _S_iiqiqi.unpack_from(data, pos)
         pos += 32
+        _o5.replica_directory_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            FetchPartition(
-                _s3_partition,
-                _s3_current_leader_epoch,
-                _s3_fetch_offset,
-                _s3_last_fetched_epoch,
-                _s3_log_start_offset,
-                _s3_partition_max_bytes,
-                ZERO_UUID,
-            )
-        )
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
+    _o1.topic = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchTopic("", _topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _r_FetchTopic_v17(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
+    _o1 = _new(FetchTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[FetchPartition] = []
-    for _ in range(_n1):
+    _a3: list[FetchPartition] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchPartition)
         (
-            _s3_partition,
-            _s3_current_leader_epoch,
-            _s3_fetch_offset,
-            _s3_last_fetched_epoch,
-            _s3_log_start_offset,
-            _s3_partition_max_bytes,
+            _o5.partition,
+            _o5.current_leader_epoch,
+            _o5.fetch_offset,
+            _o5.last_fetched_epoch,
+            _o5.log_start_offset,
+            _o5.partition_max_bytes,
         ) = _S_iiqiqi.unpack_from(data, pos)
         pos += 32
-        _s3_replica_directory_id = ZERO_UUID
-        _ntags4, pos = read_uvarint(data, pos)
-        for _ in range(_ntags4):
-            _tag5, pos = read_uvarint(data, pos)
-            _tend6, pos = read_uvarint(data, pos)
-            _tend6 += pos
-            if _tend6 > _len:
+        _o5.replica_directory_id = ZERO_UUID
+        _ntags6, pos = read_uvarint(data, pos)
+        for _ in range(_ntags6):
+            _tag7, pos = read_uvarint(data, pos)
+            _tend8, pos = read_uvarint(data, pos)
+            _tend8 += pos
+            if _tend8 > _len:
                 raise DecodeError("tagged field overruns its buffer")
-            if _tag5 == 0:
+            if _tag7 == 0:
                 if pos + 16 > _len:
                     raise DecodeError("truncated uuid")
-                _s3_replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+                _o5.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
                 pos += 16
-                if pos != _tend6:
+                if pos != _tend8:
                     raise DecodeError("tagged field replica_directory_id has the wrong size")
-            pos = _tend6
-        _a2.append(
-            FetchPartition(
-                _s3_partition,
-                _s3_current_leader_epoch,
-                _s3_fetch_offset,
-                _s3_last_fetched_epoch,
-                _s3_log_start_offset,
-                _s3_partition_max_bytes,
-                _s3_replica_directory_id,
-            )
-        )
-    _partitions = _a2
+            pos = _tend8
+        _a3.append(_o5)
+    _o1.partitions = _a3
+    _o1.topic = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchTopic("", _topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_ForgottenTopic_v7(buf: bytearray, o: ForgottenTopic) -> None:
@@ -995,84 +969,90 @@ def _w_ForgottenTopic_v13(buf: bytearray, o: ForgottenTopic) -> None:
 
 def _r_ForgottenTopic_v7(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ForgottenTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return ForgottenTopic(_topic, ZERO_UUID, _partitions), pos
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_ForgottenTopic_v12(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ForgottenTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    _o1.topic_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ForgottenTopic(_topic, ZERO_UUID, _partitions), pos
+    return _o1, pos
 
 
 def _r_ForgottenTopic_v13(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _len = len(data)
+    _o1 = _new(ForgottenTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
+    _o1.partitions = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
+    _o1.topic = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ForgottenTopic("", _topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_FetchRequest_v0(buf: bytearray, o: FetchRequest) -> None:
@@ -1354,536 +1334,697 @@ def _w_FetchRequest_v17(buf: bytearray, o: FetchRequest) -> None:
 
 def _r_FetchRequest_v0(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _replica_id, _max_wait_ms, _min_bytes = _S_iii.unpack_from(data, pos)
+    _o1 = _new(FetchRequest)
+    _o1.replica_id, _o1.max_wait_ms, _o1.min_bytes = _S_iii.unpack_from(data, pos)
     pos += 12
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchPartition] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_fetch_offset, _s8_partition_max_bytes = _S_iqi.unpack_from(data, pos)
+        _a9: list[FetchPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchPartition)
+            _o11.partition, _o11.fetch_offset, _o11.partition_max_bytes = _S_iqi.unpack_from(data, pos)
             pos += 16
-            _a7.append(
-                FetchPartition(
-                    _s8_partition, -1, _s8_fetch_offset, -1, -1, _s8_partition_max_bytes, ZERO_UUID
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchTopic(_s3_topic, ZERO_UUID, _s3_partitions))
-    _topics = _a2
-    return FetchRequest(
-        None, _replica_id, ReplicaState(), _max_wait_ms, _min_bytes, 2147483647, 0, 0, -1, _topics, [], ""
-    ), pos
+            _o11.current_leader_epoch = -1
+            _o11.last_fetched_epoch = -1
+            _o11.log_start_offset = -1
+            _o11.replica_directory_id = ZERO_UUID
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.cluster_id = None
+    _o1.replica_state = ReplicaState()
+    _o1.max_bytes = 2147483647
+    _o1.isolation_level = 0
+    _o1.session_id = 0
+    _o1.session_epoch = -1
+    _o1.forgotten_topics_data = []
+    _o1.rack_id = ""
+    return _o1, pos
 
 
 def _r_FetchRequest_v3(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _replica_id, _max_wait_ms, _min_bytes, _max_bytes = _S_iiii.unpack_from(data, pos)
+    _o1 = _new(FetchRequest)
+    _o1.replica_id, _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes = _S_iiii.unpack_from(data, pos)
     pos += 16
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchPartition] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_fetch_offset, _s8_partition_max_bytes = _S_iqi.unpack_from(data, pos)
+        _a9: list[FetchPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchPartition)
+            _o11.partition, _o11.fetch_offset, _o11.partition_max_bytes = _S_iqi.unpack_from(data, pos)
             pos += 16
-            _a7.append(
-                FetchPartition(
-                    _s8_partition, -1, _s8_fetch_offset, -1, -1, _s8_partition_max_bytes, ZERO_UUID
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchTopic(_s3_topic, ZERO_UUID, _s3_partitions))
-    _topics = _a2
-    return FetchRequest(
-        None, _replica_id, ReplicaState(), _max_wait_ms, _min_bytes, _max_bytes, 0, 0, -1, _topics, [], ""
-    ), pos
+            _o11.current_leader_epoch = -1
+            _o11.last_fetched_epoch = -1
+            _o11.log_start_offset = -1
+            _o11.replica_directory_id = ZERO_UUID
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.cluster_id = None
+    _o1.replica_state = ReplicaState()
+    _o1.isolation_level = 0
+    _o1.session_id = 0
+    _o1.session_epoch = -1
+    _o1.forgotten_topics_data = []
+    _o1.rack_id = ""
+    return _o1, pos
 
 
 def _r_FetchRequest_v4(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _replica_id, _max_wait_ms, _min_bytes, _max_bytes, _isolation_level = _S_iiiib.unpack_from(data, pos)
+    _o1 = _new(FetchRequest)
+    _o1.replica_id, _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes, _o1.isolation_level = _S_iiiib.unpack_from(
+        data, pos
+    )
     pos += 17
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchPartition] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_fetch_offset, _s8_partition_max_bytes = _S_iqi.unpack_from(data, pos)
+        _a9: list[FetchPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchPartition)
+            _o11.partition, _o11.fetch_offset, _o11.partition_max_bytes = _S_iqi.unpack_from(data, pos)
             pos += 16
-            _a7.append(
-                FetchPartition(
-                    _s8_partition, -1, _s8_fetch_offset, -1, -1, _s8_partition_max_bytes, ZERO_UUID
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchTopic(_s3_topic, ZERO_UUID, _s3_partitions))
-    _topics = _a2
-    return FetchRequest(
-        None,
-        _replica_id,
-        ReplicaState(),
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _isolation_level,
-        0,
-        -1,
-        _topics,
-        [],
-        "",
-    ), pos
+            _o11.current_leader_epoch = -1
+            _o11.last_fetched_epoch = -1
+            _o11.log_start_offset = -1
+            _o11.replica_directory_id = ZERO_UUID
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.cluster_id = None
+    _o1.replica_state = ReplicaState()
+    _o1.session_id = 0
+    _o1.session_epoch = -1
+    _o1.forgotten_topics_data = []
+    _o1.rack_id = ""
+    return _o1, pos
 
 
 def _r_FetchRequest_v5(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _replica_id, _max_wait_ms, _min_bytes, _max_bytes, _isolation_level = _S_iiiib.unpack_from(data, pos)
+    _o1 = _new(FetchRequest)
+    _o1.replica_id, _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes, _o1.isolation_level = _S_iiiib.unpack_from(
+        data, pos
+    )
     pos += 17
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchPartition] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_fetch_offset, _s8_log_start_offset, _s8_partition_max_bytes = (
+        _a9: list[FetchPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchPartition)
+            _o11.partition, _o11.fetch_offset, _o11.log_start_offset, _o11.partition_max_bytes = (
                 _S_iqqi.unpack_from(data, pos)
             )
             pos += 24
-            _a7.append(
-                FetchPartition(
-                    _s8_partition,
-                    -1,
-                    _s8_fetch_offset,
-                    -1,
-                    _s8_log_start_offset,
-                    _s8_partition_max_bytes,
-                    ZERO_UUID,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchTopic(_s3_topic, ZERO_UUID, _s3_partitions))
-    _topics = _a2
-    return FetchRequest(
-        None,
-        _replica_id,
-        ReplicaState(),
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _isolation_level,
-        0,
-        -1,
-        _topics,
-        [],
-        "",
-    ), pos
+            _o11.current_leader_epoch = -1
+            _o11.last_fetched_epoch = -1
+            _o11.replica_directory_id = ZERO_UUID
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.cluster_id = None
+    _o1.replica_state = ReplicaState()
+    _o1.session_id = 0
+    _o1.session_epoch = -1
+    _o1.forgotten_topics_data = []
+    _o1.rack_id = ""
+    return _o1, pos
 
 
 def _r_FetchRequest_v7(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _replica_id, _max_wait_ms, _min_bytes, _max_bytes, _isolation_level, _session_id, _session_epoch = (
-        _S_iiiibii.unpack_from(data, pos)
-    )
+    _o1 = _new(FetchRequest)
+    (
+        _o1.replica_id,
+        _o1.max_wait_ms,
+        _o1.min_bytes,
+        _o1.max_bytes,
+        _o1.isolation_level,
+        _o1.session_id,
+        _o1.session_epoch,
+    ) = _S_iiiibii.unpack_from(data, pos)
     pos += 25
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchPartition] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_fetch_offset, _s8_log_start_offset, _s8_partition_max_bytes = (
+        _a9: list[FetchPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchPartition)
+            _o11.partition, _o11.fetch_offset, _o11.log_start_offset, _o11.partition_max_bytes = (
                 _S_iqqi.unpack_from(data, pos)
             )
             pos += 24
-            _a7.append(
-                FetchPartition(
-                    _s8_partition,
-                    -1,
-                    _s8_fetch_offset,
-                    -1,
-                    _s8_log_start_offset,
-                    _s8_partition_max_bytes,
-                    ZERO_UUID,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchTopic(_s3_topic, ZERO_UUID, _s3_partitions))
-    _topics = _a2
-    (_n9,) = _I32.unpack_from(data, pos)
+            _o11.current_leader_epoch = -1
+            _o11.last_fetched_epoch = -1
+            _o11.replica_directory_id = ZERO_UUID
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_n12,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n12 < 0:
         raise DecodeError("invalid or null array length for forgotten_topics_data")
-    if _n9 > _len - pos:
+    if _n12 > _len - pos:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
-    _a10: list[ForgottenTopic] = []
-    for _ in range(_n9):
-        (_n12,) = _I16.unpack_from(data, pos)
+    _a13: list[ForgottenTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(ForgottenTopic)
+        (_n16,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n12 < 0:
+        if _n16 < 0:
             raise DecodeError("invalid or null length for topic")
-        _end13 = pos + _n12
-        if _end13 > _len:
+        _end17 = pos + _n16
+        if _end17 > _len:
             raise DecodeError("topic overruns the buffer")
-        _s11_topic = data[pos:_end13].decode()
-        pos = _end13
-        (_n14,) = _I32.unpack_from(data, pos)
+        _o15.topic = data[pos:_end17].decode()
+        pos = _end17
+        (_n18,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n14 < 0:
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n14 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s11_partitions = list(struct.unpack_from(f">{_n14}i", data, pos))
-        pos += 4 * _n14
-        _a10.append(ForgottenTopic(_s11_topic, ZERO_UUID, _s11_partitions))
-    _forgotten_topics_data = _a10
-    return FetchRequest(
-        None,
-        _replica_id,
-        ReplicaState(),
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _isolation_level,
-        _session_id,
-        _session_epoch,
-        _topics,
-        _forgotten_topics_data,
-        "",
-    ), pos
+        _o15.partitions = list(struct.unpack_from(f">{_n18}i", data, pos))
+        pos += 4 * _n18
+        _o15.topic_id = ZERO_UUID
+        _a13.append(_o15)
+    _o1.forgotten_topics_data = _a13
+    _o1.cluster_id = None
+    _o1.replica_state = ReplicaState()
+    _o1.rack_id = ""
+    return _o1, pos
 
 
 def _r_FetchRequest_v9(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _replica_id, _max_wait_ms, _min_bytes, _max_bytes, _isolation_level, _session_id, _session_epoch = (
-        _S_iiiibii.unpack_from(data, pos)
-    )
+    _o1 = _new(FetchRequest)
+    (
+        _o1.replica_id,
+        _o1.max_wait_ms,
+        _o1.min_bytes,
+        _o1.max_bytes,
+        _o1.isolation_level,
+        _o1.session_id,
+        _o1.session_epoch,
+    ) = _S_iiiibii.unpack_from(data, pos)
     pos += 25
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchPartition] = []
-        for _ in range(_n6):
+        _a9: list[FetchPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchPartition)
             (
-                _s8_partition,
-                _s8_current_leader_epoch,
-                _s8_fetch_offset,
-                _s8_log_start_offset,
-                _s8_partition_max_bytes,
+                _o11.partition,
+                _o11.current_leader_epoch,
+                _o11.fetch_offset,
+                _o11.log_start_offset,
+                _o11.partition_max_bytes,
             ) = _S_iiqqi.unpack_from(data, pos)
             pos += 28
-            _a7.append(
-                FetchPartition(
-                    _s8_partition,
-                    _s8_current_leader_epoch,
-                    _s8_fetch_offset,
-                    -1,
-                    _s8_log_start_offset,
-                    _s8_partition_max_bytes,
-                    ZERO_UUID,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchTopic(_s3_topic, ZERO_UUID, _s3_partitions))
-    _topics = _a2
-    (_n9,) = _I32.unpack_from(data, pos)
+            _o11.last_fetched_epoch = -1
+            _o11.replica_directory_id = ZERO_UUID
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_n12,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n12 < 0:
         raise DecodeError("invalid or null array length for forgotten_topics_data")
-    if _n9 > _len - pos:
+    if _n12 > _len - pos:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
-    _a10: list[ForgottenTopic] = []
-    for _ in range(_n9):
-        (_n12,) = _I16.unpack_from(data, pos)
+    _a13: list[ForgottenTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(ForgottenTopic)
+        (_n16,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n12 < 0:
+        if _n16 < 0:
             raise DecodeError("invalid or null length for topic")
-        _end13 = pos + _n12
-        if _end13 > _len:
+        _end17 = pos + _n16
+        if _end17 > _len:
             raise DecodeError("topic overruns the buffer")
-        _s11_topic = data[pos:_end13].decode()
-        pos = _end13
-        (_n14,) = _I32.unpack_from(data, pos)
+        _o15.topic = data[pos:_end17].decode()
+        pos = _end17
+        (_n18,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n14 < 0:
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n14 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s11_partitions = list(struct.unpack_from(f">{_n14}i", data, pos))
-        pos += 4 * _n14
-        _a10.append(ForgottenTopic(_s11_topic, ZERO_UUID, _s11_partitions))
-    _forgotten_topics_data = _a10
-    return FetchRequest(
-        None,
-        _replica_id,
-        ReplicaState(),
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _isolation_level,
-        _session_id,
-        _session_epoch,
-        _topics,
-        _forgotten_topics_data,
-        "",
-    ), pos
+        _o15.partitions = list(struct.unpack_from(f">{_n18}i", data, pos))
+        pos += 4 * _n18
+        _o15.topic_id = ZERO_UUID
+        _a13.append(_o15)
+    _o1.forgotten_topics_data = _a13
+    _o1.cluster_id = None
+    _o1.replica_state = ReplicaState()
+    _o1.rack_id = ""
+    return _o1, pos
 
 
 def _r_FetchRequest_v11(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _replica_id, _max_wait_ms, _min_bytes, _max_bytes, _isolation_level, _session_id, _session_epoch = (
-        _S_iiiibii.unpack_from(data, pos)
-    )
+    _o1 = _new(FetchRequest)
+    (
+        _o1.replica_id,
+        _o1.max_wait_ms,
+        _o1.min_bytes,
+        _o1.max_bytes,
+        _o1.isolation_level,
+        _o1.session_id,
+        _o1.session_epoch,
+    ) = _S_iiiibii.unpack_from(data, pos)
     pos += 25
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchPartition] = []
-        for _ in range(_n6):
+        _a9: list[FetchPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchPartition)
             (
-                _s8_partition,
-                _s8_current_leader_epoch,
-                _s8_fetch_offset,
-                _s8_log_start_offset,
-                _s8_partition_max_bytes,
+                _o11.partition,
+                _o11.current_leader_epoch,
+                _o11.fetch_offset,
+                _o11.log_start_offset,
+                _o11.partition_max_bytes,
             ) = _S_iiqqi.unpack_from(data, pos)
             pos += 28
-            _a7.append(
-                FetchPartition(
-                    _s8_partition,
-                    _s8_current_leader_epoch,
-                    _s8_fetch_offset,
-                    -1,
-                    _s8_log_start_offset,
-                    _s8_partition_max_bytes,
-                    ZERO_UUID,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchTopic(_s3_topic, ZERO_UUID, _s3_partitions))
-    _topics = _a2
-    (_n9,) = _I32.unpack_from(data, pos)
+            _o11.last_fetched_epoch = -1
+            _o11.replica_directory_id = ZERO_UUID
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_n12,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n12 < 0:
         raise DecodeError("invalid or null array length for forgotten_topics_data")
-    if _n9 > _len - pos:
+    if _n12 > _len - pos:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
-    _a10: list[ForgottenTopic] = []
-    for _ in range(_n9):
-        (_n12,) = _I16.unpack_from(data, pos)
+    _a13: list[ForgottenTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(ForgottenTopic)
+        (_n16,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n12 < 0:
+        if _n16 < 0:
             raise DecodeError("invalid or null length for topic")
-        _end13 = pos + _n12
-        if _end13 > _len:
+        _end17 = pos + _n16
+        if _end17 > _len:
             raise DecodeError("topic overruns the buffer")
-        _s11_topic = data[pos:_end13].decode()
-        pos = _end13
-        (_n14,) = _I32.unpack_from(data, pos)
+        _o15.topic = data[pos:_end17].decode()
+        pos = _end17
+        (_n18,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n14 < 0:
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n14 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s11_partitions = list(struct.unpack_from(f">{_n14}i", data, pos))
-        pos += 4 * _n14
-        _a10.append(ForgottenTopic(_s11_topic, ZERO_UUID, _s11_partitions))
-    _forgotten_topics_data = _a10
-    (_n15,) = _I16.unpack_from(data, pos)
+        _o15.partitions = list(struct.unpack_from(f">{_n18}i", data, pos))
+        pos += 4 * _n18
+        _o15.topic_id = ZERO_UUID
+        _a13.append(_o15)
+    _o1.forgotten_topics_data = _a13
+    (_n19,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n15 < 0:
+    if _n19 < 0:
         raise DecodeError("invalid or null length for rack_id")
-    _end16 = pos + _n15
-    if _end16 > _len:
+    _end20 = pos + _n19
+    if _end20 > _len:
         raise DecodeError("rack_id overruns the buffer")
-    _rack_id = data[pos:_end16].decode()
-    pos = _end16
-    return FetchRequest(
-        None,
-        _replica_id,
-        ReplicaState(),
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _isolation_level,
-        _session_id,
-        _session_epoch,
-        _topics,
-        _forgotten_topics_data,
-        _rack_id,
-    ), pos
+    _o1.rack_id = data[pos:_end20].decode()
+    pos = _end20
+    _o1.cluster_id = None
+    _o1.replica_state = ReplicaState()
+    return _o1, pos
 
 
 def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _replica_id, _max_wait_ms, _min_bytes, _max_bytes, _isolation_level, _session_id, _session_epoch = (
-        _S_iiiibii.unpack_from(data, pos)
-    )
+    _o1 = _new(FetchRequest)
+    (
+        _o1.replica_id,
+        _o1.max_wait_ms,
+        _o1.min_bytes,
+        _o1.max_bytes,
+        _o1.isolation_level,
+        _o1.session_id,
+        _o1.session_epoch,
+    ) = _S_iiiibii.unpack_from(data, pos)
     pos += 25
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("topic is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a9: list[FetchPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchPartition)
+            (
+                _o11.partition,
+                _o11.current_leader_epoch,
+                _o11.fetch_offset,
+                _o11.last_fetched_epoch,
+                _o11.log_start_offset,
+                _o11.partition_max_bytes,
+            ) = _S_iiqiqi.unpack_from(data, pos)
+            pos += 32
+            _o11.replica_directory_id = ZERO_UUID
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _n12 = data[pos]
+    if _n12 < 128:
+        pos += 1
+    else:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for forgotten_topics_data")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
+    _a13: list[ForgottenTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(ForgottenTopic)
+        _n16 = data[pos]
+        if _n16 < 128:
+            pos += 1
+        else:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for topic")
+        if _n16 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o15.topic = data[pos:_end17].decode()
+        pos = _end17
+        _n18 = data[pos]
+        if _n18 < 128:
+            pos += 1
+        else:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n18 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _o15.partitions = list(struct.unpack_from(f">{_n18}i", data, pos))
+        pos += 4 * _n18
+        _o15.topic_id = ZERO_UUID
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a13.append(_o15)
+    _o1.forgotten_topics_data = _a13
+    _n19 = data[pos]
+    if _n19 < 128:
+        pos += 1
+    else:
+        _n19, pos = read_uvarint(data, pos)
+    _n19 -= 1
+    if _n19 < 0:
+        raise DecodeError("invalid or null length for rack_id")
+    if _n19 > 0x7FFF:
+        raise DecodeError("rack_id is longer than 32767 bytes")
+    _end20 = pos + _n19
+    if _end20 > _len:
+        raise DecodeError("rack_id overruns the buffer")
+    _o1.rack_id = data[pos:_end20].decode()
+    pos = _end20
+    _o1.cluster_id = None
+    _o1.replica_state = ReplicaState()
+    _ntags21, pos = read_uvarint(data, pos)
+    for _ in range(_ntags21):
+        _tag22, pos = read_uvarint(data, pos)
+        _tend23, pos = read_uvarint(data, pos)
+        _tend23 += pos
+        if _tend23 > _len:
+            raise DecodeError("tagged field overruns its buffer")
+        if _tag22 == 0:
+            _n24 = data[pos]
+            if _n24 < 128:
+                pos += 1
+            else:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
+                if _n24 != -1:
+                    raise DecodeError("invalid length for cluster_id")
+                _o1.cluster_id = None
+            else:
+                if _n24 > 0x7FFF:
+                    raise DecodeError("cluster_id is longer than 32767 bytes")
+                _end25 = pos + _n24
+                if _end25 > _len:
+                    raise DecodeError("cluster_id overruns the buffer")
+                _o1.cluster_id = data[pos:_end25].decode()
+                pos = _end25
+            if pos != _tend23:
+                raise DecodeError("tagged field cluster_id has the wrong size")
+        pos = _tend23
+    return _o1, pos
+
+
+def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
+    _len = len(data)
+    _o1 = _new(FetchRequest)
+    (
+        _o1.replica_id,
+        _o1.max_wait_ms,
+        _o1.min_bytes,
+        _o1.max_bytes,
+        _o1.isolation_level,
+        _o1.session_id,
+        _o1.session_epoch,
+    ) = _S_iiiibii.unpack_from(data, pos)
+    pos += 25
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1896,64 +2037,46 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[FetchPartition] = []
         for _ in range(_n6):
+            _o9 = _new(FetchPartition)
             (
-                _s8_partition,
-                _s8_current_leader_epoch,
-                _s8_fetch_offset,
-                _s8_last_fetched_epoch,
-                _s8_log_start_offset,
-                _s8_partition_max_bytes,
+                _o9.partition,
+                _o9.current_leader_epoch,
+                _o9.fetch_offset,
+                _o9.last_fetched_epoch,
+                _o9.log_start_offset,
+                _o9.partition_max_bytes,
             ) = _S_iiqiqi.unpack_from(data, pos)
             pos += 32
+            _o9.replica_directory_id = ZERO_UUID
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                FetchPartition(
-                    _s8_partition,
-                    _s8_current_leader_epoch,
-                    _s8_fetch_offset,
-                    _s8_last_fetched_epoch,
-                    _s8_log_start_offset,
-                    _s8_partition_max_bytes,
-                    ZERO_UUID,
-                )
-            )
-        _s3_partitions = _a7
+            _a7.append(_o9)
+        _o5.partitions = _a7
+        _o5.topic = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FetchTopic(_s3_topic, ZERO_UUID, _s3_partitions))
-    _topics = _a2
-    _n9 = data[pos]
-    if _n9 < 128:
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for forgotten_topics_data")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
-    _a10: list[ForgottenTopic] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for topic")
-        if _n12 > 0x7FFF:
-            raise DecodeError("topic is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s11_topic = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[ForgottenTopic] = []
+    for _ in range(_n10):
+        _o13 = _new(ForgottenTopic)
+        (_s12_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o13.topic_id = uuid.UUID(bytes=_s12_topic_id_raw)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -1964,14 +2087,15 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("invalid or null array length for partitions")
         if _n14 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s11_partitions = list(struct.unpack_from(f">{_n14}i", data, pos))
+        _o13.partitions = list(struct.unpack_from(f">{_n14}i", data, pos))
         pos += 4 * _n14
+        _o13.topic = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a10.append(ForgottenTopic(_s11_topic, ZERO_UUID, _s11_partitions))
-    _forgotten_topics_data = _a10
+        _a11.append(_o13)
+    _o1.forgotten_topics_data = _a11
     _n15 = data[pos]
     if _n15 < 128:
         pos += 1
@@ -1985,9 +2109,10 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _end16 = pos + _n15
     if _end16 > _len:
         raise DecodeError("rack_id overruns the buffer")
-    _rack_id = data[pos:_end16].decode()
+    _o1.rack_id = data[pos:_end16].decode()
     pos = _end16
-    _cluster_id = None
+    _o1.cluster_id = None
+    _o1.replica_state = ReplicaState()
     _ntags17, pos = read_uvarint(data, pos)
     for _ in range(_ntags17):
         _tag18, pos = read_uvarint(data, pos)
@@ -2005,437 +2130,80 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             if _n20 < 0:
                 if _n20 != -1:
                     raise DecodeError("invalid length for cluster_id")
-                _cluster_id = None
+                _o1.cluster_id = None
             else:
                 if _n20 > 0x7FFF:
                     raise DecodeError("cluster_id is longer than 32767 bytes")
                 _end21 = pos + _n20
                 if _end21 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
-                _cluster_id = data[pos:_end21].decode()
+                _o1.cluster_id = data[pos:_end21].decode()
                 pos = _end21
             if pos != _tend19:
                 raise DecodeError("tagged field cluster_id has the wrong size")
         pos = _tend19
-    return FetchRequest(
-        _cluster_id,
-        _replica_id,
-        ReplicaState(),
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _isolation_level,
-        _session_id,
-        _session_epoch,
-        _topics,
-        _forgotten_topics_data,
-        _rack_id,
-    ), pos
-
-
-def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
-    _len = len(data)
-    _replica_id, _max_wait_ms, _min_bytes, _max_bytes, _isolation_level, _session_id, _session_epoch = (
-        _S_iiiibii.unpack_from(data, pos)
-    )
-    pos += 25
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[FetchPartition] = []
-        for _ in range(_n4):
-            (
-                _s6_partition,
-                _s6_current_leader_epoch,
-                _s6_fetch_offset,
-                _s6_last_fetched_epoch,
-                _s6_log_start_offset,
-                _s6_partition_max_bytes,
-            ) = _S_iiqiqi.unpack_from(data, pos)
-            pos += 32
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a5.append(
-                FetchPartition(
-                    _s6_partition,
-                    _s6_current_leader_epoch,
-                    _s6_fetch_offset,
-                    _s6_last_fetched_epoch,
-                    _s6_log_start_offset,
-                    _s6_partition_max_bytes,
-                    ZERO_UUID,
-                )
-            )
-        _s3_partitions = _a5
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(FetchTopic("", _s3_topic_id, _s3_partitions))
-    _topics = _a2
-    _n7 = data[pos]
-    if _n7 < 128:
-        pos += 1
-    else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for forgotten_topics_data")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
-    _a8: list[ForgottenTopic] = []
-    for _ in range(_n7):
-        (_s9_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s9_topic_id = uuid.UUID(bytes=_s9_topic_id_raw)
-        _n10 = data[pos]
-        if _n10 < 128:
-            pos += 1
-        else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n10 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _s9_partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
-        pos += 4 * _n10
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a8.append(ForgottenTopic("", _s9_topic_id, _s9_partitions))
-    _forgotten_topics_data = _a8
-    _n11 = data[pos]
-    if _n11 < 128:
-        pos += 1
-    else:
-        _n11, pos = read_uvarint(data, pos)
-    _n11 -= 1
-    if _n11 < 0:
-        raise DecodeError("invalid or null length for rack_id")
-    if _n11 > 0x7FFF:
-        raise DecodeError("rack_id is longer than 32767 bytes")
-    _end12 = pos + _n11
-    if _end12 > _len:
-        raise DecodeError("rack_id overruns the buffer")
-    _rack_id = data[pos:_end12].decode()
-    pos = _end12
-    _cluster_id = None
-    _ntags13, pos = read_uvarint(data, pos)
-    for _ in range(_ntags13):
-        _tag14, pos = read_uvarint(data, pos)
-        _tend15, pos = read_uvarint(data, pos)
-        _tend15 += pos
-        if _tend15 > _len:
-            raise DecodeError("tagged field overruns its buffer")
-        if _tag14 == 0:
-            _n16 = data[pos]
-            if _n16 < 128:
-                pos += 1
-            else:
-                _n16, pos = read_uvarint(data, pos)
-            _n16 -= 1
-            if _n16 < 0:
-                if _n16 != -1:
-                    raise DecodeError("invalid length for cluster_id")
-                _cluster_id = None
-            else:
-                if _n16 > 0x7FFF:
-                    raise DecodeError("cluster_id is longer than 32767 bytes")
-                _end17 = pos + _n16
-                if _end17 > _len:
-                    raise DecodeError("cluster_id overruns the buffer")
-                _cluster_id = data[pos:_end17].decode()
-                pos = _end17
-            if pos != _tend15:
-                raise DecodeError("tagged field cluster_id has the wrong size")
-        pos = _tend15
-    return FetchRequest(
-        _cluster_id,
-        _replica_id,
-        ReplicaState(),
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _isolation_level,
-        _session_id,
-        _session_epoch,
-        _topics,
-        _forgotten_topics_data,
-        _rack_id,
-    ), pos
+    return _o1, pos
 
 
 def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _max_wait_ms, _min_bytes, _max_bytes, _isolation_level, _session_id, _session_epoch = (
+    _o1 = _new(FetchRequest)
+    _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes, _o1.isolation_level, _o1.session_id, _o1.session_epoch = (
         _S_iiibii.unpack_from(data, pos)
     )
     pos += 21
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[FetchPartition] = []
-        for _ in range(_n4):
+        _a7: list[FetchPartition] = []
+        for _ in range(_n6):
+            _o9 = _new(FetchPartition)
             (
-                _s6_partition,
-                _s6_current_leader_epoch,
-                _s6_fetch_offset,
-                _s6_last_fetched_epoch,
-                _s6_log_start_offset,
-                _s6_partition_max_bytes,
+                _o9.partition,
+                _o9.current_leader_epoch,
+                _o9.fetch_offset,
+                _o9.last_fetched_epoch,
+                _o9.log_start_offset,
+                _o9.partition_max_bytes,
             ) = _S_iiqiqi.unpack_from(data, pos)
             pos += 32
+            _o9.replica_directory_id = ZERO_UUID
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(
-                FetchPartition(
-                    _s6_partition,
-                    _s6_current_leader_epoch,
-                    _s6_fetch_offset,
-                    _s6_last_fetched_epoch,
-                    _s6_log_start_offset,
-                    _s6_partition_max_bytes,
-                    ZERO_UUID,
-                )
-            )
-        _s3_partitions = _a5
+            _a7.append(_o9)
+        _o5.partitions = _a7
+        _o5.topic = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FetchTopic("", _s3_topic_id, _s3_partitions))
-    _topics = _a2
-    _n7 = data[pos]
-    if _n7 < 128:
-        pos += 1
-    else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for forgotten_topics_data")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
-    _a8: list[ForgottenTopic] = []
-    for _ in range(_n7):
-        (_s9_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s9_topic_id = uuid.UUID(bytes=_s9_topic_id_raw)
-        _n10 = data[pos]
-        if _n10 < 128:
-            pos += 1
-        else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n10 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _s9_partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
-        pos += 4 * _n10
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a8.append(ForgottenTopic("", _s9_topic_id, _s9_partitions))
-    _forgotten_topics_data = _a8
-    _n11 = data[pos]
-    if _n11 < 128:
-        pos += 1
-    else:
-        _n11, pos = read_uvarint(data, pos)
-    _n11 -= 1
-    if _n11 < 0:
-        raise DecodeError("invalid or null length for rack_id")
-    if _n11 > 0x7FFF:
-        raise DecodeError("rack_id is longer than 32767 bytes")
-    _end12 = pos + _n11
-    if _end12 > _len:
-        raise DecodeError("rack_id overruns the buffer")
-    _rack_id = data[pos:_end12].decode()
-    pos = _end12
-    _cluster_id = None
-    _replica_state = ReplicaState()
-    _ntags13, pos = read_uvarint(data, pos)
-    for _ in range(_ntags13):
-        _tag14, pos = read_uvarint(data, pos)
-        _tend15, pos = read_uvarint(data, pos)
-        _tend15 += pos
-        if _tend15 > _len:
-            raise DecodeError("tagged field overruns its buffer")
-        if _tag14 == 0:
-            _n16 = data[pos]
-            if _n16 < 128:
-                pos += 1
-            else:
-                _n16, pos = read_uvarint(data, pos)
-            _n16 -= 1
-            if _n16 < 0:
-                if _n16 != -1:
-                    raise DecodeError("invalid length for cluster_id")
-                _cluster_id = None
-            else:
-                if _n16 > 0x7FFF:
-                    raise DecodeError("cluster_id is longer than 32767 bytes")
-                _end17 = pos + _n16
-                if _end17 > _len:
-                    raise DecodeError("cluster_id overruns the buffer")
-                _cluster_id = data[pos:_end17].decode()
-                pos = _end17
-            if pos != _tend15:
-                raise DecodeError("tagged field cluster_id has the wrong size")
-        elif _tag14 == 1:
-            _s18_replica_id, _s18_replica_epoch = _S_iq.unpack_from(data, pos)
-            pos += 12
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _replica_state = ReplicaState(_s18_replica_id, _s18_replica_epoch)
-            if pos != _tend15:
-                raise DecodeError("tagged field replica_state has the wrong size")
-        pos = _tend15
-    return FetchRequest(
-        _cluster_id,
-        -1,
-        _replica_state,
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _isolation_level,
-        _session_id,
-        _session_epoch,
-        _topics,
-        _forgotten_topics_data,
-        _rack_id,
-    ), pos
-
-
-def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
-    _len = len(data)
-    _max_wait_ms, _min_bytes, _max_bytes, _isolation_level, _session_id, _session_epoch = (
-        _S_iiibii.unpack_from(data, pos)
-    )
-    pos += 21
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchTopic] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[FetchPartition] = []
-        for _ in range(_n4):
-            (
-                _s6_partition,
-                _s6_current_leader_epoch,
-                _s6_fetch_offset,
-                _s6_last_fetched_epoch,
-                _s6_log_start_offset,
-                _s6_partition_max_bytes,
-            ) = _S_iiqiqi.unpack_from(data, pos)
-            pos += 32
-            _s6_replica_directory_id = ZERO_UUID
-            _ntags7, pos = read_uvarint(data, pos)
-            for _ in range(_ntags7):
-                _tag8, pos = read_uvarint(data, pos)
-                _tend9, pos = read_uvarint(data, pos)
-                _tend9 += pos
-                if _tend9 > _len:
-                    raise DecodeError("tagged field overruns its buffer")
-                if _tag8 == 0:
-                    if pos + 16 > _len:
-                        raise DecodeError("truncated uuid")
-                    _s6_replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
-                    pos += 16
-                    if pos != _tend9:
-                        raise DecodeError("tagged field replica_directory_id has the wrong size")
-                pos = _tend9
-            _a5.append(
-                FetchPartition(
-                    _s6_partition,
-                    _s6_current_leader_epoch,
-                    _s6_fetch_offset,
-                    _s6_last_fetched_epoch,
-                    _s6_log_start_offset,
-                    _s6_partition_max_bytes,
-                    _s6_replica_directory_id,
-                )
-            )
-        _s3_partitions = _a5
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(FetchTopic("", _s3_topic_id, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     _n10 = data[pos]
     if _n10 < 128:
         pos += 1
@@ -2448,97 +2216,254 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
     _a11: list[ForgottenTopic] = []
     for _ in range(_n10):
+        _o13 = _new(ForgottenTopic)
         (_s12_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s12_topic_id = uuid.UUID(bytes=_s12_topic_id_raw)
-        _n13 = data[pos]
-        if _n13 < 128:
+        _o13.topic_id = uuid.UUID(bytes=_s12_topic_id_raw)
+        _n14 = data[pos]
+        if _n14 < 128:
             pos += 1
         else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n13 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s12_partitions = list(struct.unpack_from(f">{_n13}i", data, pos))
-        pos += 4 * _n13
+        _o13.partitions = list(struct.unpack_from(f">{_n14}i", data, pos))
+        pos += 4 * _n14
+        _o13.topic = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a11.append(ForgottenTopic("", _s12_topic_id, _s12_partitions))
-    _forgotten_topics_data = _a11
-    _n14 = data[pos]
-    if _n14 < 128:
+        _a11.append(_o13)
+    _o1.forgotten_topics_data = _a11
+    _n15 = data[pos]
+    if _n15 < 128:
         pos += 1
     else:
-        _n14, pos = read_uvarint(data, pos)
-    _n14 -= 1
-    if _n14 < 0:
+        _n15, pos = read_uvarint(data, pos)
+    _n15 -= 1
+    if _n15 < 0:
         raise DecodeError("invalid or null length for rack_id")
-    if _n14 > 0x7FFF:
+    if _n15 > 0x7FFF:
         raise DecodeError("rack_id is longer than 32767 bytes")
-    _end15 = pos + _n14
-    if _end15 > _len:
+    _end16 = pos + _n15
+    if _end16 > _len:
         raise DecodeError("rack_id overruns the buffer")
-    _rack_id = data[pos:_end15].decode()
-    pos = _end15
-    _cluster_id = None
-    _replica_state = ReplicaState()
-    _ntags16, pos = read_uvarint(data, pos)
-    for _ in range(_ntags16):
-        _tag17, pos = read_uvarint(data, pos)
-        _tend18, pos = read_uvarint(data, pos)
-        _tend18 += pos
-        if _tend18 > _len:
+    _o1.rack_id = data[pos:_end16].decode()
+    pos = _end16
+    _o1.cluster_id = None
+    _o1.replica_id = -1
+    _o1.replica_state = ReplicaState()
+    _ntags17, pos = read_uvarint(data, pos)
+    for _ in range(_ntags17):
+        _tag18, pos = read_uvarint(data, pos)
+        _tend19, pos = read_uvarint(data, pos)
+        _tend19 += pos
+        if _tend19 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag17 == 0:
-            _n19 = data[pos]
-            if _n19 < 128:
+        if _tag18 == 0:
+            _n20 = data[pos]
+            if _n20 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
-                if _n19 != -1:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
+                if _n20 != -1:
                     raise DecodeError("invalid length for cluster_id")
-                _cluster_id = None
+                _o1.cluster_id = None
             else:
-                if _n19 > 0x7FFF:
+                if _n20 > 0x7FFF:
                     raise DecodeError("cluster_id is longer than 32767 bytes")
-                _end20 = pos + _n19
-                if _end20 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
-                _cluster_id = data[pos:_end20].decode()
-                pos = _end20
-            if pos != _tend18:
+                _o1.cluster_id = data[pos:_end21].decode()
+                pos = _end21
+            if pos != _tend19:
                 raise DecodeError("tagged field cluster_id has the wrong size")
-        elif _tag17 == 1:
-            _s21_replica_id, _s21_replica_epoch = _S_iq.unpack_from(data, pos)
+        elif _tag18 == 1:
+            _o23 = _new(ReplicaState)
+            _o23.replica_id, _o23.replica_epoch = _S_iq.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _replica_state = ReplicaState(_s21_replica_id, _s21_replica_epoch)
-            if pos != _tend18:
+            _o1.replica_state = _o23
+            if pos != _tend19:
                 raise DecodeError("tagged field replica_state has the wrong size")
-        pos = _tend18
-    return FetchRequest(
-        _cluster_id,
-        -1,
-        _replica_state,
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _isolation_level,
-        _session_id,
-        _session_epoch,
-        _topics,
-        _forgotten_topics_data,
-        _rack_id,
-    ), pos
+        pos = _tend19
+    return _o1, pos
+
+
+def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
+    _len = len(data)
+    _o1 = _new(FetchRequest)
+    _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes, _o1.isolation_level, _o1.session_id, _o1.session_epoch = (
+        _S_iiibii.unpack_from(data, pos)
+    )
+    pos += 21
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a3: list[FetchTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchTopic)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
+            pos += 1
+        else:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n6 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a7: list[FetchPartition] = []
+        for _ in range(_n6):
+            _o9 = _new(FetchPartition)
+            (
+                _o9.partition,
+                _o9.current_leader_epoch,
+                _o9.fetch_offset,
+                _o9.last_fetched_epoch,
+                _o9.log_start_offset,
+                _o9.partition_max_bytes,
+            ) = _S_iiqiqi.unpack_from(data, pos)
+            pos += 32
+            _o9.replica_directory_id = ZERO_UUID
+            _ntags10, pos = read_uvarint(data, pos)
+            for _ in range(_ntags10):
+                _tag11, pos = read_uvarint(data, pos)
+                _tend12, pos = read_uvarint(data, pos)
+                _tend12 += pos
+                if _tend12 > _len:
+                    raise DecodeError("tagged field overruns its buffer")
+                if _tag11 == 0:
+                    if pos + 16 > _len:
+                        raise DecodeError("truncated uuid")
+                    _o9.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+                    pos += 16
+                    if pos != _tend12:
+                        raise DecodeError("tagged field replica_directory_id has the wrong size")
+                pos = _tend12
+            _a7.append(_o9)
+        _o5.partitions = _a7
+        _o5.topic = ""
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _n13 = data[pos]
+    if _n13 < 128:
+        pos += 1
+    else:
+        _n13, pos = read_uvarint(data, pos)
+    _n13 -= 1
+    if _n13 < 0:
+        raise DecodeError("invalid or null array length for forgotten_topics_data")
+    if _n13 > _len - pos:
+        raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
+    _a14: list[ForgottenTopic] = []
+    for _ in range(_n13):
+        _o16 = _new(ForgottenTopic)
+        (_s15_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o16.topic_id = uuid.UUID(bytes=_s15_topic_id_raw)
+        _n17 = data[pos]
+        if _n17 < 128:
+            pos += 1
+        else:
+            _n17, pos = read_uvarint(data, pos)
+        _n17 -= 1
+        if _n17 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n17 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _o16.partitions = list(struct.unpack_from(f">{_n17}i", data, pos))
+        pos += 4 * _n17
+        _o16.topic = ""
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a14.append(_o16)
+    _o1.forgotten_topics_data = _a14
+    _n18 = data[pos]
+    if _n18 < 128:
+        pos += 1
+    else:
+        _n18, pos = read_uvarint(data, pos)
+    _n18 -= 1
+    if _n18 < 0:
+        raise DecodeError("invalid or null length for rack_id")
+    if _n18 > 0x7FFF:
+        raise DecodeError("rack_id is longer than 32767 bytes")
+    _end19 = pos + _n18
+    if _end19 > _len:
+        raise DecodeError("rack_id overruns the buffer")
+    _o1.rack_id = data[pos:_end19].decode()
+    pos = _end19
+    _o1.cluster_id = None
+    _o1.replica_id = -1
+    _o1.replica_state = ReplicaState()
+    _ntags20, pos = read_uvarint(data, pos)
+    for _ in range(_ntags20):
+        _tag21, pos = read_uvarint(data, pos)
+        _tend22, pos = read_uvarint(data, pos)
+        _tend22 += pos
+        if _tend22 > _len:
+            raise DecodeError("tagged field overruns its buffer")
+        if _tag21 == 0:
+            _n23 = data[pos]
+            if _n23 < 128:
+                pos += 1
+            else:
+                _n23, pos = read_uvarint(data, pos)
+            _n23 -= 1
+            if _n23 < 0:
+                if _n23 != -1:
+                    raise DecodeError("invalid length for cluster_id")
+                _o1.cluster_id = None
+            else:
+                if _n23 > 0x7FFF:
+                    raise DecodeError("cluster_id is longer than 32767 bytes")
+                _end24 = pos + _n23
+                if _end24 > _len:
+                    raise DecodeError("cluster_id overruns the buffer")
+                _o1.cluster_id = data[pos:_end24].decode()
+                pos = _end24
+            if pos != _tend22:
+                raise DecodeError("tagged field cluster_id has the wrong size")
+        elif _tag21 == 1:
+            _o26 = _new(ReplicaState)
+            _o26.replica_id, _o26.replica_epoch = _S_iq.unpack_from(data, pos)
+            pos += 12
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _o1.replica_state = _o26
+            if pos != _tend22:
+                raise DecodeError("tagged field replica_state has the wrong size")
+        pos = _tend22
+    return _o1, pos
 
 
 def _w_EpochEndOffset_v12(buf: bytearray, o: EpochEndOffset) -> None:
@@ -2548,13 +2473,14 @@ def _w_EpochEndOffset_v12(buf: bytearray, o: EpochEndOffset) -> None:
 
 def _r_EpochEndOffset_v12(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
     _len = len(data)
-    _epoch, _end_offset = _S_iq.unpack_from(data, pos)
+    _o1 = _new(EpochEndOffset)
+    _o1.epoch, _o1.end_offset = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EpochEndOffset(_epoch, _end_offset), pos
+    return _o1, pos
 
 
 def _w_LeaderIdAndEpoch_v12(buf: bytearray, o: LeaderIdAndEpoch) -> None:
@@ -2564,13 +2490,14 @@ def _w_LeaderIdAndEpoch_v12(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v12(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _leader_id, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(LeaderIdAndEpoch)
+    _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderIdAndEpoch(_leader_id, _leader_epoch), pos
+    return _o1, pos
 
 
 def _w_SnapshotId_v12(buf: bytearray, o: SnapshotId) -> None:
@@ -2580,13 +2507,14 @@ def _w_SnapshotId_v12(buf: bytearray, o: SnapshotId) -> None:
 
 def _r_SnapshotId_v12(data: bytes, pos: int) -> tuple[SnapshotId, int]:
     _len = len(data)
-    _end_offset, _epoch = _S_qi.unpack_from(data, pos)
+    _o1 = _new(SnapshotId)
+    _o1.end_offset, _o1.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return SnapshotId(_end_offset, _epoch), pos
+    return _o1, pos
 
 
 def _w_AbortedTransaction_v4(buf: bytearray, o: AbortedTransaction) -> None:
@@ -2600,20 +2528,22 @@ def _w_AbortedTransaction_v12(buf: bytearray, o: AbortedTransaction) -> None:
 
 def _r_AbortedTransaction_v4(data: bytes, pos: int) -> tuple[AbortedTransaction, int]:
     _len = len(data)
-    _producer_id, _first_offset = _S_qq.unpack_from(data, pos)
+    _o1 = _new(AbortedTransaction)
+    _o1.producer_id, _o1.first_offset = _S_qq.unpack_from(data, pos)
     pos += 16
-    return AbortedTransaction(_producer_id, _first_offset), pos
+    return _o1, pos
 
 
 def _r_AbortedTransaction_v12(data: bytes, pos: int) -> tuple[AbortedTransaction, int]:
     _len = len(data)
-    _producer_id, _first_offset = _S_qq.unpack_from(data, pos)
+    _o1 = _new(AbortedTransaction)
+    _o1.producer_id, _o1.first_offset = _S_qq.unpack_from(data, pos)
     pos += 16
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AbortedTransaction(_producer_id, _first_offset), pos
+    return _o1, pos
 
 
 def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
@@ -2747,280 +2677,253 @@ def _w_PartitionData_v12(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _high_watermark = _S_ihq.unpack_from(data, pos)
+    _o1 = _new(PartitionData)
+    _o1.partition_index, _o1.error_code, _o1.high_watermark = _S_ihq.unpack_from(data, pos)
     pos += 14
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for records")
-        _records = None
+        _o1.records = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("records overruns the buffer")
-        _records = data[pos:_end2]
-        pos = _end2
-    return PartitionData(
-        _partition_index,
-        _error_code,
-        _high_watermark,
-        -1,
-        -1,
-        EpochEndOffset(),
-        LeaderIdAndEpoch(),
-        SnapshotId(),
-        [],
-        -1,
-        _records,
-    ), pos
+        _o1.records = data[pos:_end3]
+        pos = _end3
+    _o1.last_stable_offset = -1
+    _o1.log_start_offset = -1
+    _o1.diverging_epoch = EpochEndOffset()
+    _o1.current_leader = LeaderIdAndEpoch()
+    _o1.snapshot_id = SnapshotId()
+    _o1.aborted_transactions = []
+    _o1.preferred_read_replica = -1
+    return _o1, pos
 
 
 def _r_PartitionData_v4(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _high_watermark, _last_stable_offset = _S_ihqq.unpack_from(data, pos)
+    _o1 = _new(PartitionData)
+    _o1.partition_index, _o1.error_code, _o1.high_watermark, _o1.last_stable_offset = _S_ihqq.unpack_from(
+        data, pos
+    )
     pos += 22
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for aborted_transactions")
-        _aborted_transactions = None
-    elif _n1 > _len - pos:
+        _o1.aborted_transactions = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of aborted_transactions exceeds the bytes left")
     else:
-        _a2: list[AbortedTransaction] = []
-        for _ in range(_n1):
-            _s3_producer_id, _s3_first_offset = _S_qq.unpack_from(data, pos)
+        _a3: list[AbortedTransaction] = []
+        for _ in range(_n2):
+            _o5 = _new(AbortedTransaction)
+            _o5.producer_id, _o5.first_offset = _S_qq.unpack_from(data, pos)
             pos += 16
-            _a2.append(AbortedTransaction(_s3_producer_id, _s3_first_offset))
-        _aborted_transactions = _a2
-    (_n4,) = _I32.unpack_from(data, pos)
+            _a3.append(_o5)
+        _o1.aborted_transactions = _a3
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n4 < 0:
-        if _n4 != -1:
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for records")
-        _records = None
+        _o1.records = None
     else:
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("records overruns the buffer")
-        _records = data[pos:_end5]
-        pos = _end5
-    return PartitionData(
-        _partition_index,
-        _error_code,
-        _high_watermark,
-        _last_stable_offset,
-        -1,
-        EpochEndOffset(),
-        LeaderIdAndEpoch(),
-        SnapshotId(),
-        _aborted_transactions,
-        -1,
-        _records,
-    ), pos
+        _o1.records = data[pos:_end7]
+        pos = _end7
+    _o1.log_start_offset = -1
+    _o1.diverging_epoch = EpochEndOffset()
+    _o1.current_leader = LeaderIdAndEpoch()
+    _o1.snapshot_id = SnapshotId()
+    _o1.preferred_read_replica = -1
+    return _o1, pos
 
 
 def _r_PartitionData_v5(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _high_watermark, _last_stable_offset, _log_start_offset = (
+    _o1 = _new(PartitionData)
+    _o1.partition_index, _o1.error_code, _o1.high_watermark, _o1.last_stable_offset, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
     pos += 30
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for aborted_transactions")
-        _aborted_transactions = None
-    elif _n1 > _len - pos:
+        _o1.aborted_transactions = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of aborted_transactions exceeds the bytes left")
     else:
-        _a2: list[AbortedTransaction] = []
-        for _ in range(_n1):
-            _s3_producer_id, _s3_first_offset = _S_qq.unpack_from(data, pos)
+        _a3: list[AbortedTransaction] = []
+        for _ in range(_n2):
+            _o5 = _new(AbortedTransaction)
+            _o5.producer_id, _o5.first_offset = _S_qq.unpack_from(data, pos)
             pos += 16
-            _a2.append(AbortedTransaction(_s3_producer_id, _s3_first_offset))
-        _aborted_transactions = _a2
-    (_n4,) = _I32.unpack_from(data, pos)
+            _a3.append(_o5)
+        _o1.aborted_transactions = _a3
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n4 < 0:
-        if _n4 != -1:
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for records")
-        _records = None
+        _o1.records = None
     else:
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("records overruns the buffer")
-        _records = data[pos:_end5]
-        pos = _end5
-    return PartitionData(
-        _partition_index,
-        _error_code,
-        _high_watermark,
-        _last_stable_offset,
-        _log_start_offset,
-        EpochEndOffset(),
-        LeaderIdAndEpoch(),
-        SnapshotId(),
-        _aborted_transactions,
-        -1,
-        _records,
-    ), pos
+        _o1.records = data[pos:_end7]
+        pos = _end7
+    _o1.diverging_epoch = EpochEndOffset()
+    _o1.current_leader = LeaderIdAndEpoch()
+    _o1.snapshot_id = SnapshotId()
+    _o1.preferred_read_replica = -1
+    return _o1, pos
 
 
 def _r_PartitionData_v11(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _high_watermark, _last_stable_offset, _log_start_offset = (
+    _o1 = _new(PartitionData)
+    _o1.partition_index, _o1.error_code, _o1.high_watermark, _o1.last_stable_offset, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
     pos += 30
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for aborted_transactions")
-        _aborted_transactions = None
-    elif _n1 > _len - pos:
+        _o1.aborted_transactions = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of aborted_transactions exceeds the bytes left")
     else:
-        _a2: list[AbortedTransaction] = []
-        for _ in range(_n1):
-            _s3_producer_id, _s3_first_offset = _S_qq.unpack_from(data, pos)
+        _a3: list[AbortedTransaction] = []
+        for _ in range(_n2):
+            _o5 = _new(AbortedTransaction)
+            _o5.producer_id, _o5.first_offset = _S_qq.unpack_from(data, pos)
             pos += 16
-            _a2.append(AbortedTransaction(_s3_producer_id, _s3_first_offset))
-        _aborted_transactions = _a2
-    (_preferred_read_replica,) = _S_i.unpack_from(data, pos)
+            _a3.append(_o5)
+        _o1.aborted_transactions = _a3
+    (_o1.preferred_read_replica,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n4,) = _I32.unpack_from(data, pos)
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n4 < 0:
-        if _n4 != -1:
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for records")
-        _records = None
+        _o1.records = None
     else:
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("records overruns the buffer")
-        _records = data[pos:_end5]
-        pos = _end5
-    return PartitionData(
-        _partition_index,
-        _error_code,
-        _high_watermark,
-        _last_stable_offset,
-        _log_start_offset,
-        EpochEndOffset(),
-        LeaderIdAndEpoch(),
-        SnapshotId(),
-        _aborted_transactions,
-        _preferred_read_replica,
-        _records,
-    ), pos
+        _o1.records = data[pos:_end7]
+        pos = _end7
+    _o1.diverging_epoch = EpochEndOffset()
+    _o1.current_leader = LeaderIdAndEpoch()
+    _o1.snapshot_id = SnapshotId()
+    return _o1, pos
 
 
 def _r_PartitionData_v12(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _high_watermark, _last_stable_offset, _log_start_offset = (
+    _o1 = _new(PartitionData)
+    _o1.partition_index, _o1.error_code, _o1.high_watermark, _o1.last_stable_offset, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
     pos += 30
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for aborted_transactions")
-        _aborted_transactions = None
-    elif _n1 > _len - pos:
+        _o1.aborted_transactions = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of aborted_transactions exceeds the bytes left")
     else:
-        _a2: list[AbortedTransaction] = []
-        for _ in range(_n1):
-            _s3_producer_id, _s3_first_offset = _S_qq.unpack_from(data, pos)
+        _a3: list[AbortedTransaction] = []
+        for _ in range(_n2):
+            _o5 = _new(AbortedTransaction)
+            _o5.producer_id, _o5.first_offset = _S_qq.unpack_from(data, pos)
             pos += 16
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a2.append(AbortedTransaction(_s3_producer_id, _s3_first_offset))
-        _aborted_transactions = _a2
-    (_preferred_read_replica,) = _S_i.unpack_from(data, pos)
+            _a3.append(_o5)
+        _o1.aborted_transactions = _a3
+    (_o1.preferred_read_replica,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n4 = data[pos]
-    if _n4 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n4, pos = read_uvarint(data, pos)
-    _n4 -= 1
-    if _n4 < 0:
-        if _n4 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for records")
-        _records = None
+        _o1.records = None
     else:
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("records overruns the buffer")
-        _records = data[pos:_end5]
-        pos = _end5
-    _diverging_epoch = EpochEndOffset()
-    _current_leader = LeaderIdAndEpoch()
-    _snapshot_id = SnapshotId()
-    _ntags6, pos = read_uvarint(data, pos)
-    for _ in range(_ntags6):
-        _tag7, pos = read_uvarint(data, pos)
-        _tend8, pos = read_uvarint(data, pos)
-        _tend8 += pos
-        if _tend8 > _len:
+        _o1.records = data[pos:_end7]
+        pos = _end7
+    _o1.diverging_epoch = EpochEndOffset()
+    _o1.current_leader = LeaderIdAndEpoch()
+    _o1.snapshot_id = SnapshotId()
+    _ntags8, pos = read_uvarint(data, pos)
+    for _ in range(_ntags8):
+        _tag9, pos = read_uvarint(data, pos)
+        _tend10, pos = read_uvarint(data, pos)
+        _tend10 += pos
+        if _tend10 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag7 == 0:
-            _s9_epoch, _s9_end_offset = _S_iq.unpack_from(data, pos)
+        if _tag9 == 0:
+            _o12 = _new(EpochEndOffset)
+            _o12.epoch, _o12.end_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _diverging_epoch = EpochEndOffset(_s9_epoch, _s9_end_offset)
-            if pos != _tend8:
+            _o1.diverging_epoch = _o12
+            if pos != _tend10:
                 raise DecodeError("tagged field diverging_epoch has the wrong size")
-        elif _tag7 == 1:
-            _s10_leader_id, _s10_leader_epoch = _S_ii.unpack_from(data, pos)
+        elif _tag9 == 1:
+            _o14 = _new(LeaderIdAndEpoch)
+            _o14.leader_id, _o14.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _current_leader = LeaderIdAndEpoch(_s10_leader_id, _s10_leader_epoch)
-            if pos != _tend8:
+            _o1.current_leader = _o14
+            if pos != _tend10:
                 raise DecodeError("tagged field current_leader has the wrong size")
-        elif _tag7 == 2:
-            _s11_end_offset, _s11_epoch = _S_qi.unpack_from(data, pos)
+        elif _tag9 == 2:
+            _o16 = _new(SnapshotId)
+            _o16.end_offset, _o16.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _snapshot_id = SnapshotId(_s11_end_offset, _s11_epoch)
-            if pos != _tend8:
+            _o1.snapshot_id = _o16
+            if pos != _tend10:
                 raise DecodeError("tagged field snapshot_id has the wrong size")
-        pos = _tend8
-    return PartitionData(
-        _partition_index,
-        _error_code,
-        _high_watermark,
-        _last_stable_offset,
-        _log_start_offset,
-        _diverging_epoch,
-        _current_leader,
-        _snapshot_id,
-        _aborted_transactions,
-        _preferred_read_replica,
-        _records,
-    ), pos
+        pos = _tend10
+    return _o1, pos
 
 
 def _w_FetchableTopicResponse_v0(buf: bytearray, o: FetchableTopicResponse) -> None:
@@ -3087,308 +2990,411 @@ def _w_FetchableTopicResponse_v13(buf: bytearray, o: FetchableTopicResponse) -> 
 
 def _r_FetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(FetchableTopicResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[PartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_high_watermark = _S_ihq.unpack_from(data, pos)
+    _a5: list[PartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionData)
+        _o7.partition_index, _o7.error_code, _o7.high_watermark = _S_ihq.unpack_from(data, pos)
         pos += 14
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for records")
-            _s5_records = None
+            _o7.records = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("records overruns the buffer")
-            _s5_records = data[pos:_end7]
-            pos = _end7
-        _a4.append(
-            PartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                _s5_high_watermark,
-                -1,
-                -1,
-                EpochEndOffset(),
-                LeaderIdAndEpoch(),
-                SnapshotId(),
-                [],
-                -1,
-                _s5_records,
-            )
-        )
-    _partitions = _a4
-    return FetchableTopicResponse(_topic, ZERO_UUID, _partitions), pos
+            _o7.records = data[pos:_end9]
+            pos = _end9
+        _o7.last_stable_offset = -1
+        _o7.log_start_offset = -1
+        _o7.diverging_epoch = EpochEndOffset()
+        _o7.current_leader = LeaderIdAndEpoch()
+        _o7.snapshot_id = SnapshotId()
+        _o7.aborted_transactions = []
+        _o7.preferred_read_replica = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchableTopicResponse_v4(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(FetchableTopicResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[PartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_high_watermark, _s5_last_stable_offset = _S_ihqq.unpack_from(
+    _a5: list[PartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionData)
+        _o7.partition_index, _o7.error_code, _o7.high_watermark, _o7.last_stable_offset = _S_ihqq.unpack_from(
             data, pos
         )
         pos += 22
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for aborted_transactions")
-            _s5_aborted_transactions = None
-        elif _n6 > _len - pos:
+            _o7.aborted_transactions = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of aborted_transactions exceeds the bytes left")
         else:
-            _a7: list[AbortedTransaction] = []
-            for _ in range(_n6):
-                _s8_producer_id, _s8_first_offset = _S_qq.unpack_from(data, pos)
+            _a9: list[AbortedTransaction] = []
+            for _ in range(_n8):
+                _o11 = _new(AbortedTransaction)
+                _o11.producer_id, _o11.first_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
-                _a7.append(AbortedTransaction(_s8_producer_id, _s8_first_offset))
-            _s5_aborted_transactions = _a7
-        (_n9,) = _I32.unpack_from(data, pos)
+                _a9.append(_o11)
+            _o7.aborted_transactions = _a9
+        (_n12,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n9 < 0:
-            if _n9 != -1:
+        if _n12 < 0:
+            if _n12 != -1:
                 raise DecodeError("invalid length for records")
-            _s5_records = None
+            _o7.records = None
         else:
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("records overruns the buffer")
-            _s5_records = data[pos:_end10]
-            pos = _end10
-        _a4.append(
-            PartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                _s5_high_watermark,
-                _s5_last_stable_offset,
-                -1,
-                EpochEndOffset(),
-                LeaderIdAndEpoch(),
-                SnapshotId(),
-                _s5_aborted_transactions,
-                -1,
-                _s5_records,
-            )
-        )
-    _partitions = _a4
-    return FetchableTopicResponse(_topic, ZERO_UUID, _partitions), pos
+            _o7.records = data[pos:_end13]
+            pos = _end13
+        _o7.log_start_offset = -1
+        _o7.diverging_epoch = EpochEndOffset()
+        _o7.current_leader = LeaderIdAndEpoch()
+        _o7.snapshot_id = SnapshotId()
+        _o7.preferred_read_replica = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchableTopicResponse_v5(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(FetchableTopicResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[PartitionData] = []
-    for _ in range(_n3):
+    _a5: list[PartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionData)
         (
-            _s5_partition_index,
-            _s5_error_code,
-            _s5_high_watermark,
-            _s5_last_stable_offset,
-            _s5_log_start_offset,
+            _o7.partition_index,
+            _o7.error_code,
+            _o7.high_watermark,
+            _o7.last_stable_offset,
+            _o7.log_start_offset,
         ) = _S_ihqqq.unpack_from(data, pos)
         pos += 30
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for aborted_transactions")
-            _s5_aborted_transactions = None
-        elif _n6 > _len - pos:
+            _o7.aborted_transactions = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of aborted_transactions exceeds the bytes left")
         else:
-            _a7: list[AbortedTransaction] = []
-            for _ in range(_n6):
-                _s8_producer_id, _s8_first_offset = _S_qq.unpack_from(data, pos)
+            _a9: list[AbortedTransaction] = []
+            for _ in range(_n8):
+                _o11 = _new(AbortedTransaction)
+                _o11.producer_id, _o11.first_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
-                _a7.append(AbortedTransaction(_s8_producer_id, _s8_first_offset))
-            _s5_aborted_transactions = _a7
-        (_n9,) = _I32.unpack_from(data, pos)
+                _a9.append(_o11)
+            _o7.aborted_transactions = _a9
+        (_n12,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n9 < 0:
-            if _n9 != -1:
+        if _n12 < 0:
+            if _n12 != -1:
                 raise DecodeError("invalid length for records")
-            _s5_records = None
+            _o7.records = None
         else:
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("records overruns the buffer")
-            _s5_records = data[pos:_end10]
-            pos = _end10
-        _a4.append(
-            PartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                _s5_high_watermark,
-                _s5_last_stable_offset,
-                _s5_log_start_offset,
-                EpochEndOffset(),
-                LeaderIdAndEpoch(),
-                SnapshotId(),
-                _s5_aborted_transactions,
-                -1,
-                _s5_records,
-            )
-        )
-    _partitions = _a4
-    return FetchableTopicResponse(_topic, ZERO_UUID, _partitions), pos
+            _o7.records = data[pos:_end13]
+            pos = _end13
+        _o7.diverging_epoch = EpochEndOffset()
+        _o7.current_leader = LeaderIdAndEpoch()
+        _o7.snapshot_id = SnapshotId()
+        _o7.preferred_read_replica = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchableTopicResponse_v11(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(FetchableTopicResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[PartitionData] = []
-    for _ in range(_n3):
+    _a5: list[PartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionData)
         (
-            _s5_partition_index,
-            _s5_error_code,
-            _s5_high_watermark,
-            _s5_last_stable_offset,
-            _s5_log_start_offset,
+            _o7.partition_index,
+            _o7.error_code,
+            _o7.high_watermark,
+            _o7.last_stable_offset,
+            _o7.log_start_offset,
         ) = _S_ihqqq.unpack_from(data, pos)
         pos += 30
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid array length for aborted_transactions")
-            _s5_aborted_transactions = None
-        elif _n6 > _len - pos:
+            _o7.aborted_transactions = None
+        elif _n8 > _len - pos:
             raise DecodeError("array count of aborted_transactions exceeds the bytes left")
         else:
-            _a7: list[AbortedTransaction] = []
-            for _ in range(_n6):
-                _s8_producer_id, _s8_first_offset = _S_qq.unpack_from(data, pos)
+            _a9: list[AbortedTransaction] = []
+            for _ in range(_n8):
+                _o11 = _new(AbortedTransaction)
+                _o11.producer_id, _o11.first_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
-                _a7.append(AbortedTransaction(_s8_producer_id, _s8_first_offset))
-            _s5_aborted_transactions = _a7
-        (_s5_preferred_read_replica,) = _S_i.unpack_from(data, pos)
+                _a9.append(_o11)
+            _o7.aborted_transactions = _a9
+        (_o7.preferred_read_replica,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n9,) = _I32.unpack_from(data, pos)
+        (_n12,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n9 < 0:
-            if _n9 != -1:
+        if _n12 < 0:
+            if _n12 != -1:
                 raise DecodeError("invalid length for records")
-            _s5_records = None
+            _o7.records = None
         else:
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("records overruns the buffer")
-            _s5_records = data[pos:_end10]
-            pos = _end10
-        _a4.append(
-            PartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                _s5_high_watermark,
-                _s5_last_stable_offset,
-                _s5_log_start_offset,
-                EpochEndOffset(),
-                LeaderIdAndEpoch(),
-                SnapshotId(),
-                _s5_aborted_transactions,
-                _s5_preferred_read_replica,
-                _s5_records,
-            )
-        )
-    _partitions = _a4
-    return FetchableTopicResponse(_topic, ZERO_UUID, _partitions), pos
+            _o7.records = data[pos:_end13]
+            pos = _end13
+        _o7.diverging_epoch = EpochEndOffset()
+        _o7.current_leader = LeaderIdAndEpoch()
+        _o7.snapshot_id = SnapshotId()
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(FetchableTopicResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[PartitionData] = []
-    for _ in range(_n3):
+    _a5: list[PartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionData)
         (
-            _s5_partition_index,
-            _s5_error_code,
-            _s5_high_watermark,
-            _s5_last_stable_offset,
-            _s5_log_start_offset,
+            _o7.partition_index,
+            _o7.error_code,
+            _o7.high_watermark,
+            _o7.last_stable_offset,
+            _o7.log_start_offset,
+        ) = _S_ihqqq.unpack_from(data, pos)
+        pos += 30
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid array length for aborted_transactions")
+            _o7.aborted_transactions = None
+        elif _n8 > _len - pos:
+            raise DecodeError("array count of aborted_transactions exceeds the bytes left")
+        else:
+            _a9: list[AbortedTransaction] = []
+            for _ in range(_n8):
+                _o11 = _new(AbortedTransaction)
+                _o11.producer_id, _o11.first_offset = _S_qq.unpack_from(data, pos)
+                pos += 16
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _a9.append(_o11)
+            _o7.aborted_transactions = _a9
+        (_o7.preferred_read_replica,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            if _n12 != -1:
+                raise DecodeError("invalid length for records")
+            _o7.records = None
+        else:
+            _end13 = pos + _n12
+            if _end13 > _len:
+                raise DecodeError("records overruns the buffer")
+            _o7.records = data[pos:_end13]
+            pos = _end13
+        _o7.diverging_epoch = EpochEndOffset()
+        _o7.current_leader = LeaderIdAndEpoch()
+        _o7.snapshot_id = SnapshotId()
+        _ntags14, pos = read_uvarint(data, pos)
+        for _ in range(_ntags14):
+            _tag15, pos = read_uvarint(data, pos)
+            _tend16, pos = read_uvarint(data, pos)
+            _tend16 += pos
+            if _tend16 > _len:
+                raise DecodeError("tagged field overruns its buffer")
+            if _tag15 == 0:
+                _o18 = _new(EpochEndOffset)
+                _o18.epoch, _o18.end_offset = _S_iq.unpack_from(data, pos)
+                pos += 12
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _o7.diverging_epoch = _o18
+                if pos != _tend16:
+                    raise DecodeError("tagged field diverging_epoch has the wrong size")
+            elif _tag15 == 1:
+                _o20 = _new(LeaderIdAndEpoch)
+                _o20.leader_id, _o20.leader_epoch = _S_ii.unpack_from(data, pos)
+                pos += 8
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _o7.current_leader = _o20
+                if pos != _tend16:
+                    raise DecodeError("tagged field current_leader has the wrong size")
+            elif _tag15 == 2:
+                _o22 = _new(SnapshotId)
+                _o22.end_offset, _o22.epoch = _S_qi.unpack_from(data, pos)
+                pos += 12
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _o7.snapshot_id = _o22
+                if pos != _tend16:
+                    raise DecodeError("tagged field snapshot_id has the wrong size")
+            pos = _tend16
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
+    _len = len(data)
+    _o1 = _new(FetchableTopicResponse)
+    (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    pos += 16
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for partitions")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of partitions exceeds the bytes left")
+    _a3: list[PartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(PartitionData)
+        (
+            _o5.partition_index,
+            _o5.error_code,
+            _o5.high_watermark,
+            _o5.last_stable_offset,
+            _o5.log_start_offset,
         ) = _S_ihqqq.unpack_from(data, pos)
         pos += 30
         _n6 = data[pos]
@@ -3400,230 +3406,91 @@ def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopic
         if _n6 < 0:
             if _n6 != -1:
                 raise DecodeError("invalid array length for aborted_transactions")
-            _s5_aborted_transactions = None
+            _o5.aborted_transactions = None
         elif _n6 > _len - pos:
             raise DecodeError("array count of aborted_transactions exceeds the bytes left")
         else:
             _a7: list[AbortedTransaction] = []
             for _ in range(_n6):
-                _s8_producer_id, _s8_first_offset = _S_qq.unpack_from(data, pos)
+                _o9 = _new(AbortedTransaction)
+                _o9.producer_id, _o9.first_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a7.append(AbortedTransaction(_s8_producer_id, _s8_first_offset))
-            _s5_aborted_transactions = _a7
-        (_s5_preferred_read_replica,) = _S_i.unpack_from(data, pos)
+                _a7.append(_o9)
+            _o5.aborted_transactions = _a7
+        (_o5.preferred_read_replica,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n9 = data[pos]
-        if _n9 < 128:
+        _n10 = data[pos]
+        if _n10 < 128:
             pos += 1
         else:
-            _n9, pos = read_uvarint(data, pos)
-        _n9 -= 1
-        if _n9 < 0:
-            if _n9 != -1:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
                 raise DecodeError("invalid length for records")
-            _s5_records = None
+            _o5.records = None
         else:
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("records overruns the buffer")
-            _s5_records = data[pos:_end10]
-            pos = _end10
-        _s5_diverging_epoch = EpochEndOffset()
-        _s5_current_leader = LeaderIdAndEpoch()
-        _s5_snapshot_id = SnapshotId()
-        _ntags11, pos = read_uvarint(data, pos)
-        for _ in range(_ntags11):
-            _tag12, pos = read_uvarint(data, pos)
-            _tend13, pos = read_uvarint(data, pos)
-            _tend13 += pos
-            if _tend13 > _len:
+            _o5.records = data[pos:_end11]
+            pos = _end11
+        _o5.diverging_epoch = EpochEndOffset()
+        _o5.current_leader = LeaderIdAndEpoch()
+        _o5.snapshot_id = SnapshotId()
+        _ntags12, pos = read_uvarint(data, pos)
+        for _ in range(_ntags12):
+            _tag13, pos = read_uvarint(data, pos)
+            _tend14, pos = read_uvarint(data, pos)
+            _tend14 += pos
+            if _tend14 > _len:
                 raise DecodeError("tagged field overruns its buffer")
-            if _tag12 == 0:
-                _s14_epoch, _s14_end_offset = _S_iq.unpack_from(data, pos)
+            if _tag13 == 0:
+                _o16 = _new(EpochEndOffset)
+                _o16.epoch, _o16.end_offset = _S_iq.unpack_from(data, pos)
                 pos += 12
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _s5_diverging_epoch = EpochEndOffset(_s14_epoch, _s14_end_offset)
-                if pos != _tend13:
+                _o5.diverging_epoch = _o16
+                if pos != _tend14:
                     raise DecodeError("tagged field diverging_epoch has the wrong size")
-            elif _tag12 == 1:
-                _s15_leader_id, _s15_leader_epoch = _S_ii.unpack_from(data, pos)
+            elif _tag13 == 1:
+                _o18 = _new(LeaderIdAndEpoch)
+                _o18.leader_id, _o18.leader_epoch = _S_ii.unpack_from(data, pos)
                 pos += 8
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _s5_current_leader = LeaderIdAndEpoch(_s15_leader_id, _s15_leader_epoch)
-                if pos != _tend13:
+                _o5.current_leader = _o18
+                if pos != _tend14:
                     raise DecodeError("tagged field current_leader has the wrong size")
-            elif _tag12 == 2:
-                _s16_end_offset, _s16_epoch = _S_qi.unpack_from(data, pos)
+            elif _tag13 == 2:
+                _o20 = _new(SnapshotId)
+                _o20.end_offset, _o20.epoch = _S_qi.unpack_from(data, pos)
                 pos += 12
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _s5_snapshot_id = SnapshotId(_s16_end_offset, _s16_epoch)
-                if pos != _tend13:
+                _o5.snapshot_id = _o20
+                if pos != _tend14:
                     raise DecodeError("tagged field snapshot_id has the wrong size")
-            pos = _tend13
-        _a4.append(
-            PartitionData(
-                _s5_partition_index,
-                _s5_error_code,
-                _s5_high_watermark,
-                _s5_last_stable_offset,
-                _s5_log_start_offset,
-                _s5_diverging_epoch,
-                _s5_current_leader,
-                _s5_snapshot_id,
-                _s5_aborted_transactions,
-                _s5_preferred_read_replica,
-                _s5_records,
-            )
-        )
-    _partitions = _a4
+            pos = _tend14
+        _a3.append(_o5)
+    _o1.partitions = _a3
+    _o1.topic = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchableTopicResponse(_topic, ZERO_UUID, _partitions), pos
-
-
-def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
-    _len = len(data)
-    (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-    pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[PartitionData] = []
-    for _ in range(_n1):
-        (
-            _s3_partition_index,
-            _s3_error_code,
-            _s3_high_watermark,
-            _s3_last_stable_offset,
-            _s3_log_start_offset,
-        ) = _S_ihqqq.unpack_from(data, pos)
-        pos += 30
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid array length for aborted_transactions")
-            _s3_aborted_transactions = None
-        elif _n4 > _len - pos:
-            raise DecodeError("array count of aborted_transactions exceeds the bytes left")
-        else:
-            _a5: list[AbortedTransaction] = []
-            for _ in range(_n4):
-                _s6_producer_id, _s6_first_offset = _S_qq.unpack_from(data, pos)
-                pos += 16
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _a5.append(AbortedTransaction(_s6_producer_id, _s6_first_offset))
-            _s3_aborted_transactions = _a5
-        (_s3_preferred_read_replica,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            if _n7 != -1:
-                raise DecodeError("invalid length for records")
-            _s3_records = None
-        else:
-            _end8 = pos + _n7
-            if _end8 > _len:
-                raise DecodeError("records overruns the buffer")
-            _s3_records = data[pos:_end8]
-            pos = _end8
-        _s3_diverging_epoch = EpochEndOffset()
-        _s3_current_leader = LeaderIdAndEpoch()
-        _s3_snapshot_id = SnapshotId()
-        _ntags9, pos = read_uvarint(data, pos)
-        for _ in range(_ntags9):
-            _tag10, pos = read_uvarint(data, pos)
-            _tend11, pos = read_uvarint(data, pos)
-            _tend11 += pos
-            if _tend11 > _len:
-                raise DecodeError("tagged field overruns its buffer")
-            if _tag10 == 0:
-                _s12_epoch, _s12_end_offset = _S_iq.unpack_from(data, pos)
-                pos += 12
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _s3_diverging_epoch = EpochEndOffset(_s12_epoch, _s12_end_offset)
-                if pos != _tend11:
-                    raise DecodeError("tagged field diverging_epoch has the wrong size")
-            elif _tag10 == 1:
-                _s13_leader_id, _s13_leader_epoch = _S_ii.unpack_from(data, pos)
-                pos += 8
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _s3_current_leader = LeaderIdAndEpoch(_s13_leader_id, _s13_leader_epoch)
-                if pos != _tend11:
-                    raise DecodeError("tagged field current_leader has the wrong size")
-            elif _tag10 == 2:
-                _s14_end_offset, _s14_epoch = _S_qi.unpack_from(data, pos)
-                pos += 12
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _s3_snapshot_id = SnapshotId(_s14_end_offset, _s14_epoch)
-                if pos != _tend11:
-                    raise DecodeError("tagged field snapshot_id has the wrong size")
-            pos = _tend11
-        _a2.append(
-            PartitionData(
-                _s3_partition_index,
-                _s3_error_code,
-                _s3_high_watermark,
-                _s3_last_stable_offset,
-                _s3_log_start_offset,
-                _s3_diverging_epoch,
-                _s3_current_leader,
-                _s3_snapshot_id,
-                _s3_aborted_transactions,
-                _s3_preferred_read_replica,
-                _s3_records,
-            )
-        )
-    _partitions = _a2
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return FetchableTopicResponse("", _topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_NodeEndpoint_v16(buf: bytearray, o: NodeEndpoint) -> None:
@@ -3647,48 +3514,49 @@ def _w_NodeEndpoint_v16(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v16(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(NodeEndpoint)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end4].decode()
-        pos = _end4
+        _o1.rack = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return NodeEndpoint(_node_id, _host, _port, _rack), pos
+    return _o1, pos
 
 
 def _w_FetchResponse_v0(buf: bytearray, o: FetchResponse) -> None:
@@ -3803,499 +3671,635 @@ def _w_FetchResponse_v16(buf: bytearray, o: FetchResponse) -> None:
 
 def _r_FetchResponse_v0(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(FetchResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[FetchableTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchableTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchableTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_high_watermark = _S_ihq.unpack_from(data, pos)
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
+            _o11.partition_index, _o11.error_code, _o11.high_watermark = _S_ihq.unpack_from(data, pos)
             pos += 14
-            (_n9,) = _I32.unpack_from(data, pos)
+            (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for records")
-                _s8_records = None
+                _o11.records = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s8_records = data[pos:_end10]
-                pos = _end10
-            _a7.append(
-                PartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_high_watermark,
-                    -1,
-                    -1,
-                    EpochEndOffset(),
-                    LeaderIdAndEpoch(),
-                    SnapshotId(),
-                    [],
-                    -1,
-                    _s8_records,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchableTopicResponse(_s3_topic, ZERO_UUID, _s3_partitions))
-    _responses = _a2
-    return FetchResponse(0, 0, 0, _responses, []), pos
+                _o11.records = data[pos:_end13]
+                pos = _end13
+            _o11.last_stable_offset = -1
+            _o11.log_start_offset = -1
+            _o11.diverging_epoch = EpochEndOffset()
+            _o11.current_leader = LeaderIdAndEpoch()
+            _o11.snapshot_id = SnapshotId()
+            _o11.aborted_transactions = []
+            _o11.preferred_read_replica = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.throttle_time_ms = 0
+    _o1.error_code = 0
+    _o1.session_id = 0
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_FetchResponse_v1(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(FetchResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[FetchableTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchableTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchableTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_high_watermark = _S_ihq.unpack_from(data, pos)
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
+            _o11.partition_index, _o11.error_code, _o11.high_watermark = _S_ihq.unpack_from(data, pos)
             pos += 14
-            (_n9,) = _I32.unpack_from(data, pos)
+            (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for records")
-                _s8_records = None
+                _o11.records = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s8_records = data[pos:_end10]
-                pos = _end10
-            _a7.append(
-                PartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_high_watermark,
-                    -1,
-                    -1,
-                    EpochEndOffset(),
-                    LeaderIdAndEpoch(),
-                    SnapshotId(),
-                    [],
-                    -1,
-                    _s8_records,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchableTopicResponse(_s3_topic, ZERO_UUID, _s3_partitions))
-    _responses = _a2
-    return FetchResponse(_throttle_time_ms, 0, 0, _responses, []), pos
+                _o11.records = data[pos:_end13]
+                pos = _end13
+            _o11.last_stable_offset = -1
+            _o11.log_start_offset = -1
+            _o11.diverging_epoch = EpochEndOffset()
+            _o11.current_leader = LeaderIdAndEpoch()
+            _o11.snapshot_id = SnapshotId()
+            _o11.aborted_transactions = []
+            _o11.preferred_read_replica = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.error_code = 0
+    _o1.session_id = 0
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_FetchResponse_v4(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(FetchResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[FetchableTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchableTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchableTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_high_watermark, _s8_last_stable_offset = (
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
+            _o11.partition_index, _o11.error_code, _o11.high_watermark, _o11.last_stable_offset = (
                 _S_ihqq.unpack_from(data, pos)
             )
             pos += 22
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                if _n9 != -1:
-                    raise DecodeError("invalid array length for aborted_transactions")
-                _s8_aborted_transactions = None
-            elif _n9 > _len - pos:
-                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
-            else:
-                _a10: list[AbortedTransaction] = []
-                for _ in range(_n9):
-                    _s11_producer_id, _s11_first_offset = _S_qq.unpack_from(data, pos)
-                    pos += 16
-                    _a10.append(AbortedTransaction(_s11_producer_id, _s11_first_offset))
-                _s8_aborted_transactions = _a10
             (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
             if _n12 < 0:
                 if _n12 != -1:
-                    raise DecodeError("invalid length for records")
-                _s8_records = None
+                    raise DecodeError("invalid array length for aborted_transactions")
+                _o11.aborted_transactions = None
+            elif _n12 > _len - pos:
+                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
             else:
-                _end13 = pos + _n12
-                if _end13 > _len:
+                _a13: list[AbortedTransaction] = []
+                for _ in range(_n12):
+                    _o15 = _new(AbortedTransaction)
+                    _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
+                    pos += 16
+                    _a13.append(_o15)
+                _o11.aborted_transactions = _a13
+            (_n16,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n16 < 0:
+                if _n16 != -1:
+                    raise DecodeError("invalid length for records")
+                _o11.records = None
+            else:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s8_records = data[pos:_end13]
-                pos = _end13
-            _a7.append(
-                PartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_high_watermark,
-                    _s8_last_stable_offset,
-                    -1,
-                    EpochEndOffset(),
-                    LeaderIdAndEpoch(),
-                    SnapshotId(),
-                    _s8_aborted_transactions,
-                    -1,
-                    _s8_records,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchableTopicResponse(_s3_topic, ZERO_UUID, _s3_partitions))
-    _responses = _a2
-    return FetchResponse(_throttle_time_ms, 0, 0, _responses, []), pos
+                _o11.records = data[pos:_end17]
+                pos = _end17
+            _o11.log_start_offset = -1
+            _o11.diverging_epoch = EpochEndOffset()
+            _o11.current_leader = LeaderIdAndEpoch()
+            _o11.snapshot_id = SnapshotId()
+            _o11.preferred_read_replica = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.error_code = 0
+    _o1.session_id = 0
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_FetchResponse_v5(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(FetchResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[FetchableTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchableTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchableTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
             (
-                _s8_partition_index,
-                _s8_error_code,
-                _s8_high_watermark,
-                _s8_last_stable_offset,
-                _s8_log_start_offset,
+                _o11.partition_index,
+                _o11.error_code,
+                _o11.high_watermark,
+                _o11.last_stable_offset,
+                _o11.log_start_offset,
             ) = _S_ihqqq.unpack_from(data, pos)
             pos += 30
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                if _n9 != -1:
-                    raise DecodeError("invalid array length for aborted_transactions")
-                _s8_aborted_transactions = None
-            elif _n9 > _len - pos:
-                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
-            else:
-                _a10: list[AbortedTransaction] = []
-                for _ in range(_n9):
-                    _s11_producer_id, _s11_first_offset = _S_qq.unpack_from(data, pos)
-                    pos += 16
-                    _a10.append(AbortedTransaction(_s11_producer_id, _s11_first_offset))
-                _s8_aborted_transactions = _a10
             (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
             if _n12 < 0:
                 if _n12 != -1:
-                    raise DecodeError("invalid length for records")
-                _s8_records = None
+                    raise DecodeError("invalid array length for aborted_transactions")
+                _o11.aborted_transactions = None
+            elif _n12 > _len - pos:
+                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
             else:
-                _end13 = pos + _n12
-                if _end13 > _len:
+                _a13: list[AbortedTransaction] = []
+                for _ in range(_n12):
+                    _o15 = _new(AbortedTransaction)
+                    _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
+                    pos += 16
+                    _a13.append(_o15)
+                _o11.aborted_transactions = _a13
+            (_n16,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n16 < 0:
+                if _n16 != -1:
+                    raise DecodeError("invalid length for records")
+                _o11.records = None
+            else:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s8_records = data[pos:_end13]
-                pos = _end13
-            _a7.append(
-                PartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_high_watermark,
-                    _s8_last_stable_offset,
-                    _s8_log_start_offset,
-                    EpochEndOffset(),
-                    LeaderIdAndEpoch(),
-                    SnapshotId(),
-                    _s8_aborted_transactions,
-                    -1,
-                    _s8_records,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchableTopicResponse(_s3_topic, ZERO_UUID, _s3_partitions))
-    _responses = _a2
-    return FetchResponse(_throttle_time_ms, 0, 0, _responses, []), pos
+                _o11.records = data[pos:_end17]
+                pos = _end17
+            _o11.diverging_epoch = EpochEndOffset()
+            _o11.current_leader = LeaderIdAndEpoch()
+            _o11.snapshot_id = SnapshotId()
+            _o11.preferred_read_replica = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.error_code = 0
+    _o1.session_id = 0
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_FetchResponse_v7(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _session_id = _S_ihi.unpack_from(data, pos)
+    _o1 = _new(FetchResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
     pos += 10
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[FetchableTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchableTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchableTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
             (
-                _s8_partition_index,
-                _s8_error_code,
-                _s8_high_watermark,
-                _s8_last_stable_offset,
-                _s8_log_start_offset,
+                _o11.partition_index,
+                _o11.error_code,
+                _o11.high_watermark,
+                _o11.last_stable_offset,
+                _o11.log_start_offset,
             ) = _S_ihqqq.unpack_from(data, pos)
             pos += 30
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                if _n9 != -1:
-                    raise DecodeError("invalid array length for aborted_transactions")
-                _s8_aborted_transactions = None
-            elif _n9 > _len - pos:
-                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
-            else:
-                _a10: list[AbortedTransaction] = []
-                for _ in range(_n9):
-                    _s11_producer_id, _s11_first_offset = _S_qq.unpack_from(data, pos)
-                    pos += 16
-                    _a10.append(AbortedTransaction(_s11_producer_id, _s11_first_offset))
-                _s8_aborted_transactions = _a10
             (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
             if _n12 < 0:
                 if _n12 != -1:
-                    raise DecodeError("invalid length for records")
-                _s8_records = None
+                    raise DecodeError("invalid array length for aborted_transactions")
+                _o11.aborted_transactions = None
+            elif _n12 > _len - pos:
+                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
             else:
-                _end13 = pos + _n12
-                if _end13 > _len:
+                _a13: list[AbortedTransaction] = []
+                for _ in range(_n12):
+                    _o15 = _new(AbortedTransaction)
+                    _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
+                    pos += 16
+                    _a13.append(_o15)
+                _o11.aborted_transactions = _a13
+            (_n16,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n16 < 0:
+                if _n16 != -1:
+                    raise DecodeError("invalid length for records")
+                _o11.records = None
+            else:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s8_records = data[pos:_end13]
-                pos = _end13
-            _a7.append(
-                PartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_high_watermark,
-                    _s8_last_stable_offset,
-                    _s8_log_start_offset,
-                    EpochEndOffset(),
-                    LeaderIdAndEpoch(),
-                    SnapshotId(),
-                    _s8_aborted_transactions,
-                    -1,
-                    _s8_records,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchableTopicResponse(_s3_topic, ZERO_UUID, _s3_partitions))
-    _responses = _a2
-    return FetchResponse(_throttle_time_ms, _error_code, _session_id, _responses, []), pos
+                _o11.records = data[pos:_end17]
+                pos = _end17
+            _o11.diverging_epoch = EpochEndOffset()
+            _o11.current_leader = LeaderIdAndEpoch()
+            _o11.snapshot_id = SnapshotId()
+            _o11.preferred_read_replica = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_FetchResponse_v11(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _session_id = _S_ihi.unpack_from(data, pos)
+    _o1 = _new(FetchResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
     pos += 10
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[FetchableTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[FetchableTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchableTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
             (
-                _s8_partition_index,
-                _s8_error_code,
-                _s8_high_watermark,
-                _s8_last_stable_offset,
-                _s8_log_start_offset,
+                _o11.partition_index,
+                _o11.error_code,
+                _o11.high_watermark,
+                _o11.last_stable_offset,
+                _o11.log_start_offset,
             ) = _S_ihqqq.unpack_from(data, pos)
             pos += 30
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                if _n9 != -1:
-                    raise DecodeError("invalid array length for aborted_transactions")
-                _s8_aborted_transactions = None
-            elif _n9 > _len - pos:
-                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
-            else:
-                _a10: list[AbortedTransaction] = []
-                for _ in range(_n9):
-                    _s11_producer_id, _s11_first_offset = _S_qq.unpack_from(data, pos)
-                    pos += 16
-                    _a10.append(AbortedTransaction(_s11_producer_id, _s11_first_offset))
-                _s8_aborted_transactions = _a10
-            (_s8_preferred_read_replica,) = _S_i.unpack_from(data, pos)
-            pos += 4
             (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
             if _n12 < 0:
                 if _n12 != -1:
-                    raise DecodeError("invalid length for records")
-                _s8_records = None
+                    raise DecodeError("invalid array length for aborted_transactions")
+                _o11.aborted_transactions = None
+            elif _n12 > _len - pos:
+                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
             else:
-                _end13 = pos + _n12
-                if _end13 > _len:
+                _a13: list[AbortedTransaction] = []
+                for _ in range(_n12):
+                    _o15 = _new(AbortedTransaction)
+                    _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
+                    pos += 16
+                    _a13.append(_o15)
+                _o11.aborted_transactions = _a13
+            (_o11.preferred_read_replica,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            (_n16,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n16 < 0:
+                if _n16 != -1:
+                    raise DecodeError("invalid length for records")
+                _o11.records = None
+            else:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s8_records = data[pos:_end13]
-                pos = _end13
-            _a7.append(
-                PartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_high_watermark,
-                    _s8_last_stable_offset,
-                    _s8_log_start_offset,
-                    EpochEndOffset(),
-                    LeaderIdAndEpoch(),
-                    SnapshotId(),
-                    _s8_aborted_transactions,
-                    _s8_preferred_read_replica,
-                    _s8_records,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(FetchableTopicResponse(_s3_topic, ZERO_UUID, _s3_partitions))
-    _responses = _a2
-    return FetchResponse(_throttle_time_ms, _error_code, _session_id, _responses, []), pos
+                _o11.records = data[pos:_end17]
+                pos = _end17
+            _o11.diverging_epoch = EpochEndOffset()
+            _o11.current_leader = LeaderIdAndEpoch()
+            _o11.snapshot_id = SnapshotId()
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _session_id = _S_ihi.unpack_from(data, pos)
+    _o1 = _new(FetchResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
     pos += 10
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[FetchableTopicResponse] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[FetchableTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchableTopicResponse)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("topic is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
+            (
+                _o11.partition_index,
+                _o11.error_code,
+                _o11.high_watermark,
+                _o11.last_stable_offset,
+                _o11.log_start_offset,
+            ) = _S_ihqqq.unpack_from(data, pos)
+            pos += 30
+            _n12 = data[pos]
+            if _n12 < 128:
+                pos += 1
+            else:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
+                    raise DecodeError("invalid array length for aborted_transactions")
+                _o11.aborted_transactions = None
+            elif _n12 > _len - pos:
+                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
+            else:
+                _a13: list[AbortedTransaction] = []
+                for _ in range(_n12):
+                    _o15 = _new(AbortedTransaction)
+                    _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
+                    pos += 16
+                    if data[pos]:
+                        pos = skip_tagged_fields(data, pos)
+                    else:
+                        pos += 1
+                    _a13.append(_o15)
+                _o11.aborted_transactions = _a13
+            (_o11.preferred_read_replica,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            _n16 = data[pos]
+            if _n16 < 128:
+                pos += 1
+            else:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
+                if _n16 != -1:
+                    raise DecodeError("invalid length for records")
+                _o11.records = None
+            else:
+                _end17 = pos + _n16
+                if _end17 > _len:
+                    raise DecodeError("records overruns the buffer")
+                _o11.records = data[pos:_end17]
+                pos = _end17
+            _o11.diverging_epoch = EpochEndOffset()
+            _o11.current_leader = LeaderIdAndEpoch()
+            _o11.snapshot_id = SnapshotId()
+            _ntags18, pos = read_uvarint(data, pos)
+            for _ in range(_ntags18):
+                _tag19, pos = read_uvarint(data, pos)
+                _tend20, pos = read_uvarint(data, pos)
+                _tend20 += pos
+                if _tend20 > _len:
+                    raise DecodeError("tagged field overruns its buffer")
+                if _tag19 == 0:
+                    _o22 = _new(EpochEndOffset)
+                    _o22.epoch, _o22.end_offset = _S_iq.unpack_from(data, pos)
+                    pos += 12
+                    if data[pos]:
+                        pos = skip_tagged_fields(data, pos)
+                    else:
+                        pos += 1
+                    _o11.diverging_epoch = _o22
+                    if pos != _tend20:
+                        raise DecodeError("tagged field diverging_epoch has the wrong size")
+                elif _tag19 == 1:
+                    _o24 = _new(LeaderIdAndEpoch)
+                    _o24.leader_id, _o24.leader_epoch = _S_ii.unpack_from(data, pos)
+                    pos += 8
+                    if data[pos]:
+                        pos = skip_tagged_fields(data, pos)
+                    else:
+                        pos += 1
+                    _o11.current_leader = _o24
+                    if pos != _tend20:
+                        raise DecodeError("tagged field current_leader has the wrong size")
+                elif _tag19 == 2:
+                    _o26 = _new(SnapshotId)
+                    _o26.end_offset, _o26.epoch = _S_qi.unpack_from(data, pos)
+                    pos += 12
+                    if data[pos]:
+                        pos = skip_tagged_fields(data, pos)
+                    else:
+                        pos += 1
+                    _o11.snapshot_id = _o26
+                    if pos != _tend20:
+                        raise DecodeError("tagged field snapshot_id has the wrong size")
+                pos = _tend20
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _o5.topic_id = ZERO_UUID
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.node_endpoints = []
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
+    _len = len(data)
+    _o1 = _new(FetchResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
+    pos += 10
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for responses")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of responses exceeds the bytes left")
+    _a3: list[FetchableTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchableTopicResponse)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -4308,189 +4312,15 @@ def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[PartitionData] = []
         for _ in range(_n6):
+            _o9 = _new(PartitionData)
             (
-                _s8_partition_index,
-                _s8_error_code,
-                _s8_high_watermark,
-                _s8_last_stable_offset,
-                _s8_log_start_offset,
+                _o9.partition_index,
+                _o9.error_code,
+                _o9.high_watermark,
+                _o9.last_stable_offset,
+                _o9.log_start_offset,
             ) = _S_ihqqq.unpack_from(data, pos)
             pos += 30
-            _n9 = data[pos]
-            if _n9 < 128:
-                pos += 1
-            else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
-                    raise DecodeError("invalid array length for aborted_transactions")
-                _s8_aborted_transactions = None
-            elif _n9 > _len - pos:
-                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
-            else:
-                _a10: list[AbortedTransaction] = []
-                for _ in range(_n9):
-                    _s11_producer_id, _s11_first_offset = _S_qq.unpack_from(data, pos)
-                    pos += 16
-                    if data[pos]:
-                        pos = skip_tagged_fields(data, pos)
-                    else:
-                        pos += 1
-                    _a10.append(AbortedTransaction(_s11_producer_id, _s11_first_offset))
-                _s8_aborted_transactions = _a10
-            (_s8_preferred_read_replica,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            _n12 = data[pos]
-            if _n12 < 128:
-                pos += 1
-            else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
-                if _n12 != -1:
-                    raise DecodeError("invalid length for records")
-                _s8_records = None
-            else:
-                _end13 = pos + _n12
-                if _end13 > _len:
-                    raise DecodeError("records overruns the buffer")
-                _s8_records = data[pos:_end13]
-                pos = _end13
-            _s8_diverging_epoch = EpochEndOffset()
-            _s8_current_leader = LeaderIdAndEpoch()
-            _s8_snapshot_id = SnapshotId()
-            _ntags14, pos = read_uvarint(data, pos)
-            for _ in range(_ntags14):
-                _tag15, pos = read_uvarint(data, pos)
-                _tend16, pos = read_uvarint(data, pos)
-                _tend16 += pos
-                if _tend16 > _len:
-                    raise DecodeError("tagged field overruns its buffer")
-                if _tag15 == 0:
-                    _s17_epoch, _s17_end_offset = _S_iq.unpack_from(data, pos)
-                    pos += 12
-                    if data[pos]:
-                        pos = skip_tagged_fields(data, pos)
-                    else:
-                        pos += 1
-                    _s8_diverging_epoch = EpochEndOffset(_s17_epoch, _s17_end_offset)
-                    if pos != _tend16:
-                        raise DecodeError("tagged field diverging_epoch has the wrong size")
-                elif _tag15 == 1:
-                    _s18_leader_id, _s18_leader_epoch = _S_ii.unpack_from(data, pos)
-                    pos += 8
-                    if data[pos]:
-                        pos = skip_tagged_fields(data, pos)
-                    else:
-                        pos += 1
-                    _s8_current_leader = LeaderIdAndEpoch(_s18_leader_id, _s18_leader_epoch)
-                    if pos != _tend16:
-                        raise DecodeError("tagged field current_leader has the wrong size")
-                elif _tag15 == 2:
-                    _s19_end_offset, _s19_epoch = _S_qi.unpack_from(data, pos)
-                    pos += 12
-                    if data[pos]:
-                        pos = skip_tagged_fields(data, pos)
-                    else:
-                        pos += 1
-                    _s8_snapshot_id = SnapshotId(_s19_end_offset, _s19_epoch)
-                    if pos != _tend16:
-                        raise DecodeError("tagged field snapshot_id has the wrong size")
-                pos = _tend16
-            _a7.append(
-                PartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_high_watermark,
-                    _s8_last_stable_offset,
-                    _s8_log_start_offset,
-                    _s8_diverging_epoch,
-                    _s8_current_leader,
-                    _s8_snapshot_id,
-                    _s8_aborted_transactions,
-                    _s8_preferred_read_replica,
-                    _s8_records,
-                )
-            )
-        _s3_partitions = _a7
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(FetchableTopicResponse(_s3_topic, ZERO_UUID, _s3_partitions))
-    _responses = _a2
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return FetchResponse(_throttle_time_ms, _error_code, _session_id, _responses, []), pos
-
-
-def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
-    _len = len(data)
-    _throttle_time_ms, _error_code, _session_id = _S_ihi.unpack_from(data, pos)
-    pos += 10
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[FetchableTopicResponse] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[PartitionData] = []
-        for _ in range(_n4):
-            (
-                _s6_partition_index,
-                _s6_error_code,
-                _s6_high_watermark,
-                _s6_last_stable_offset,
-                _s6_log_start_offset,
-            ) = _S_ihqqq.unpack_from(data, pos)
-            pos += 30
-            _n7 = data[pos]
-            if _n7 < 128:
-                pos += 1
-            else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
-                if _n7 != -1:
-                    raise DecodeError("invalid array length for aborted_transactions")
-                _s6_aborted_transactions = None
-            elif _n7 > _len - pos:
-                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
-            else:
-                _a8: list[AbortedTransaction] = []
-                for _ in range(_n7):
-                    _s9_producer_id, _s9_first_offset = _S_qq.unpack_from(data, pos)
-                    pos += 16
-                    if data[pos]:
-                        pos = skip_tagged_fields(data, pos)
-                    else:
-                        pos += 1
-                    _a8.append(AbortedTransaction(_s9_producer_id, _s9_first_offset))
-                _s6_aborted_transactions = _a8
-            (_s6_preferred_read_replica,) = _S_i.unpack_from(data, pos)
-            pos += 4
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -4499,148 +4329,143 @@ def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             _n10 -= 1
             if _n10 < 0:
                 if _n10 != -1:
-                    raise DecodeError("invalid length for records")
-                _s6_records = None
+                    raise DecodeError("invalid array length for aborted_transactions")
+                _o9.aborted_transactions = None
+            elif _n10 > _len - pos:
+                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
             else:
-                _end11 = pos + _n10
-                if _end11 > _len:
+                _a11: list[AbortedTransaction] = []
+                for _ in range(_n10):
+                    _o13 = _new(AbortedTransaction)
+                    _o13.producer_id, _o13.first_offset = _S_qq.unpack_from(data, pos)
+                    pos += 16
+                    if data[pos]:
+                        pos = skip_tagged_fields(data, pos)
+                    else:
+                        pos += 1
+                    _a11.append(_o13)
+                _o9.aborted_transactions = _a11
+            (_o9.preferred_read_replica,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            _n14 = data[pos]
+            if _n14 < 128:
+                pos += 1
+            else:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                if _n14 != -1:
+                    raise DecodeError("invalid length for records")
+                _o9.records = None
+            else:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s6_records = data[pos:_end11]
-                pos = _end11
-            _s6_diverging_epoch = EpochEndOffset()
-            _s6_current_leader = LeaderIdAndEpoch()
-            _s6_snapshot_id = SnapshotId()
-            _ntags12, pos = read_uvarint(data, pos)
-            for _ in range(_ntags12):
-                _tag13, pos = read_uvarint(data, pos)
-                _tend14, pos = read_uvarint(data, pos)
-                _tend14 += pos
-                if _tend14 > _len:
+                _o9.records = data[pos:_end15]
+                pos = _end15
+            _o9.diverging_epoch = EpochEndOffset()
+            _o9.current_leader = LeaderIdAndEpoch()
+            _o9.snapshot_id = SnapshotId()
+            _ntags16, pos = read_uvarint(data, pos)
+            for _ in range(_ntags16):
+                _tag17, pos = read_uvarint(data, pos)
+                _tend18, pos = read_uvarint(data, pos)
+                _tend18 += pos
+                if _tend18 > _len:
                     raise DecodeError("tagged field overruns its buffer")
-                if _tag13 == 0:
-                    _s15_epoch, _s15_end_offset = _S_iq.unpack_from(data, pos)
+                if _tag17 == 0:
+                    _o20 = _new(EpochEndOffset)
+                    _o20.epoch, _o20.end_offset = _S_iq.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _s6_diverging_epoch = EpochEndOffset(_s15_epoch, _s15_end_offset)
-                    if pos != _tend14:
+                    _o9.diverging_epoch = _o20
+                    if pos != _tend18:
                         raise DecodeError("tagged field diverging_epoch has the wrong size")
-                elif _tag13 == 1:
-                    _s16_leader_id, _s16_leader_epoch = _S_ii.unpack_from(data, pos)
+                elif _tag17 == 1:
+                    _o22 = _new(LeaderIdAndEpoch)
+                    _o22.leader_id, _o22.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _s6_current_leader = LeaderIdAndEpoch(_s16_leader_id, _s16_leader_epoch)
-                    if pos != _tend14:
+                    _o9.current_leader = _o22
+                    if pos != _tend18:
                         raise DecodeError("tagged field current_leader has the wrong size")
-                elif _tag13 == 2:
-                    _s17_end_offset, _s17_epoch = _S_qi.unpack_from(data, pos)
+                elif _tag17 == 2:
+                    _o24 = _new(SnapshotId)
+                    _o24.end_offset, _o24.epoch = _S_qi.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _s6_snapshot_id = SnapshotId(_s17_end_offset, _s17_epoch)
-                    if pos != _tend14:
+                    _o9.snapshot_id = _o24
+                    if pos != _tend18:
                         raise DecodeError("tagged field snapshot_id has the wrong size")
-                pos = _tend14
-            _a5.append(
-                PartitionData(
-                    _s6_partition_index,
-                    _s6_error_code,
-                    _s6_high_watermark,
-                    _s6_last_stable_offset,
-                    _s6_log_start_offset,
-                    _s6_diverging_epoch,
-                    _s6_current_leader,
-                    _s6_snapshot_id,
-                    _s6_aborted_transactions,
-                    _s6_preferred_read_replica,
-                    _s6_records,
-                )
-            )
-        _s3_partitions = _a5
+                pos = _tend18
+            _a7.append(_o9)
+        _o5.partitions = _a7
+        _o5.topic = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FetchableTopicResponse("", _s3_topic_id, _s3_partitions))
-    _responses = _a2
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.node_endpoints = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchResponse(_throttle_time_ms, _error_code, _session_id, _responses, []), pos
+    return _o1, pos
 
 
 def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _session_id = _S_ihi.unpack_from(data, pos)
+    _o1 = _new(FetchResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
     pos += 10
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[FetchableTopicResponse] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[FetchableTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchableTopicResponse)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[PartitionData] = []
-        for _ in range(_n4):
+        _a7: list[PartitionData] = []
+        for _ in range(_n6):
+            _o9 = _new(PartitionData)
             (
-                _s6_partition_index,
-                _s6_error_code,
-                _s6_high_watermark,
-                _s6_last_stable_offset,
-                _s6_log_start_offset,
+                _o9.partition_index,
+                _o9.error_code,
+                _o9.high_watermark,
+                _o9.last_stable_offset,
+                _o9.log_start_offset,
             ) = _S_ihqqq.unpack_from(data, pos)
             pos += 30
-            _n7 = data[pos]
-            if _n7 < 128:
-                pos += 1
-            else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
-                if _n7 != -1:
-                    raise DecodeError("invalid array length for aborted_transactions")
-                _s6_aborted_transactions = None
-            elif _n7 > _len - pos:
-                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
-            else:
-                _a8: list[AbortedTransaction] = []
-                for _ in range(_n7):
-                    _s9_producer_id, _s9_first_offset = _S_qq.unpack_from(data, pos)
-                    pos += 16
-                    if data[pos]:
-                        pos = skip_tagged_fields(data, pos)
-                    else:
-                        pos += 1
-                    _a8.append(AbortedTransaction(_s9_producer_id, _s9_first_offset))
-                _s6_aborted_transactions = _a8
-            (_s6_preferred_read_replica,) = _S_i.unpack_from(data, pos)
-            pos += 4
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -4649,145 +4474,162 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             _n10 -= 1
             if _n10 < 0:
                 if _n10 != -1:
-                    raise DecodeError("invalid length for records")
-                _s6_records = None
+                    raise DecodeError("invalid array length for aborted_transactions")
+                _o9.aborted_transactions = None
+            elif _n10 > _len - pos:
+                raise DecodeError("array count of aborted_transactions exceeds the bytes left")
             else:
-                _end11 = pos + _n10
-                if _end11 > _len:
+                _a11: list[AbortedTransaction] = []
+                for _ in range(_n10):
+                    _o13 = _new(AbortedTransaction)
+                    _o13.producer_id, _o13.first_offset = _S_qq.unpack_from(data, pos)
+                    pos += 16
+                    if data[pos]:
+                        pos = skip_tagged_fields(data, pos)
+                    else:
+                        pos += 1
+                    _a11.append(_o13)
+                _o9.aborted_transactions = _a11
+            (_o9.preferred_read_replica,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            _n14 = data[pos]
+            if _n14 < 128:
+                pos += 1
+            else:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                if _n14 != -1:
+                    raise DecodeError("invalid length for records")
+                _o9.records = None
+            else:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s6_records = data[pos:_end11]
-                pos = _end11
-            _s6_diverging_epoch = EpochEndOffset()
-            _s6_current_leader = LeaderIdAndEpoch()
-            _s6_snapshot_id = SnapshotId()
-            _ntags12, pos = read_uvarint(data, pos)
-            for _ in range(_ntags12):
-                _tag13, pos = read_uvarint(data, pos)
-                _tend14, pos = read_uvarint(data, pos)
-                _tend14 += pos
-                if _tend14 > _len:
+                _o9.records = data[pos:_end15]
+                pos = _end15
+            _o9.diverging_epoch = EpochEndOffset()
+            _o9.current_leader = LeaderIdAndEpoch()
+            _o9.snapshot_id = SnapshotId()
+            _ntags16, pos = read_uvarint(data, pos)
+            for _ in range(_ntags16):
+                _tag17, pos = read_uvarint(data, pos)
+                _tend18, pos = read_uvarint(data, pos)
+                _tend18 += pos
+                if _tend18 > _len:
                     raise DecodeError("tagged field overruns its buffer")
-                if _tag13 == 0:
-                    _s15_epoch, _s15_end_offset = _S_iq.unpack_from(data, pos)
+                if _tag17 == 0:
+                    _o20 = _new(EpochEndOffset)
+                    _o20.epoch, _o20.end_offset = _S_iq.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _s6_diverging_epoch = EpochEndOffset(_s15_epoch, _s15_end_offset)
-                    if pos != _tend14:
+                    _o9.diverging_epoch = _o20
+                    if pos != _tend18:
                         raise DecodeError("tagged field diverging_epoch has the wrong size")
-                elif _tag13 == 1:
-                    _s16_leader_id, _s16_leader_epoch = _S_ii.unpack_from(data, pos)
+                elif _tag17 == 1:
+                    _o22 = _new(LeaderIdAndEpoch)
+                    _o22.leader_id, _o22.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _s6_current_leader = LeaderIdAndEpoch(_s16_leader_id, _s16_leader_epoch)
-                    if pos != _tend14:
+                    _o9.current_leader = _o22
+                    if pos != _tend18:
                         raise DecodeError("tagged field current_leader has the wrong size")
-                elif _tag13 == 2:
-                    _s17_end_offset, _s17_epoch = _S_qi.unpack_from(data, pos)
+                elif _tag17 == 2:
+                    _o24 = _new(SnapshotId)
+                    _o24.end_offset, _o24.epoch = _S_qi.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _s6_snapshot_id = SnapshotId(_s17_end_offset, _s17_epoch)
-                    if pos != _tend14:
+                    _o9.snapshot_id = _o24
+                    if pos != _tend18:
                         raise DecodeError("tagged field snapshot_id has the wrong size")
-                pos = _tend14
-            _a5.append(
-                PartitionData(
-                    _s6_partition_index,
-                    _s6_error_code,
-                    _s6_high_watermark,
-                    _s6_last_stable_offset,
-                    _s6_log_start_offset,
-                    _s6_diverging_epoch,
-                    _s6_current_leader,
-                    _s6_snapshot_id,
-                    _s6_aborted_transactions,
-                    _s6_preferred_read_replica,
-                    _s6_records,
-                )
-            )
-        _s3_partitions = _a5
+                pos = _tend18
+            _a7.append(_o9)
+        _o5.partitions = _a7
+        _o5.topic = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FetchableTopicResponse("", _s3_topic_id, _s3_partitions))
-    _responses = _a2
-    _node_endpoints = []
-    _ntags18, pos = read_uvarint(data, pos)
-    for _ in range(_ntags18):
-        _tag19, pos = read_uvarint(data, pos)
-        _tend20, pos = read_uvarint(data, pos)
-        _tend20 += pos
-        if _tend20 > _len:
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.node_endpoints = []
+    _ntags25, pos = read_uvarint(data, pos)
+    for _ in range(_ntags25):
+        _tag26, pos = read_uvarint(data, pos)
+        _tend27, pos = read_uvarint(data, pos)
+        _tend27 += pos
+        if _tend27 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag19 == 0:
-            _n21 = data[pos]
-            if _n21 < 128:
+        if _tag26 == 0:
+            _n28 = data[pos]
+            if _n28 < 128:
                 pos += 1
             else:
-                _n21, pos = read_uvarint(data, pos)
-            _n21 -= 1
-            if _n21 < 0:
+                _n28, pos = read_uvarint(data, pos)
+            _n28 -= 1
+            if _n28 < 0:
                 raise DecodeError("invalid or null array length for node_endpoints")
-            if _n21 > _len - pos:
+            if _n28 > _len - pos:
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
-            _a22: list[NodeEndpoint] = []
-            for _ in range(_n21):
-                (_s23_node_id,) = _S_i.unpack_from(data, pos)
+            _a29: list[NodeEndpoint] = []
+            for _ in range(_n28):
+                _o31 = _new(NodeEndpoint)
+                (_o31.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n24 = data[pos]
-                if _n24 < 128:
+                _n32 = data[pos]
+                if _n32 < 128:
                     pos += 1
                 else:
-                    _n24, pos = read_uvarint(data, pos)
-                _n24 -= 1
-                if _n24 < 0:
+                    _n32, pos = read_uvarint(data, pos)
+                _n32 -= 1
+                if _n32 < 0:
                     raise DecodeError("invalid or null length for host")
-                if _n24 > 0x7FFF:
+                if _n32 > 0x7FFF:
                     raise DecodeError("host is longer than 32767 bytes")
-                _end25 = pos + _n24
-                if _end25 > _len:
+                _end33 = pos + _n32
+                if _end33 > _len:
                     raise DecodeError("host overruns the buffer")
-                _s23_host = data[pos:_end25].decode()
-                pos = _end25
-                (_s23_port,) = _S_i.unpack_from(data, pos)
+                _o31.host = data[pos:_end33].decode()
+                pos = _end33
+                (_o31.port,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n26 = data[pos]
-                if _n26 < 128:
+                _n34 = data[pos]
+                if _n34 < 128:
                     pos += 1
                 else:
-                    _n26, pos = read_uvarint(data, pos)
-                _n26 -= 1
-                if _n26 < 0:
-                    if _n26 != -1:
+                    _n34, pos = read_uvarint(data, pos)
+                _n34 -= 1
+                if _n34 < 0:
+                    if _n34 != -1:
                         raise DecodeError("invalid length for rack")
-                    _s23_rack = None
+                    _o31.rack = None
                 else:
-                    if _n26 > 0x7FFF:
+                    if _n34 > 0x7FFF:
                         raise DecodeError("rack is longer than 32767 bytes")
-                    _end27 = pos + _n26
-                    if _end27 > _len:
+                    _end35 = pos + _n34
+                    if _end35 > _len:
                         raise DecodeError("rack overruns the buffer")
-                    _s23_rack = data[pos:_end27].decode()
-                    pos = _end27
+                    _o31.rack = data[pos:_end35].decode()
+                    pos = _end35
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a22.append(NodeEndpoint(_s23_node_id, _s23_host, _s23_port, _s23_rack))
-            _node_endpoints = _a22
-            if pos != _tend20:
+                _a29.append(_o31)
+            _o1.node_endpoints = _a29
+            if pos != _tend27:
                 raise DecodeError("tagged field node_endpoints has the wrong size")
-        pos = _tend20
-    return FetchResponse(_throttle_time_ms, _error_code, _session_id, _responses, _node_endpoints), pos
+        pos = _tend27
+    return _o1, pos
 
 
 ReplicaState._WRITERS = {15: _w_ReplicaState_v15, 16: _w_ReplicaState_v15, 17: _w_ReplicaState_v15}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -275,13 +276,14 @@ def _w_FetchSnapshotRequestSnapshotId_v0(buf: bytearray, o: FetchSnapshotRequest
 
 def _r_FetchSnapshotRequestSnapshotId_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequestSnapshotId, int]:
     _len = len(data)
-    _end_offset, _epoch = _S_qi.unpack_from(data, pos)
+    _o1 = _new(FetchSnapshotRequestSnapshotId)
+    _o1.end_offset, _o1.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchSnapshotRequestSnapshotId(_end_offset, _epoch), pos
+    return _o1, pos
 
 
 def _w_FetchSnapshotRequestPartitionSnapshot_v0(
@@ -315,60 +317,61 @@ def _r_FetchSnapshotRequestPartitionSnapshot_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotRequestPartitionSnapshot, int]:
     _len = len(data)
-    _partition, _current_leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(FetchSnapshotRequestPartitionSnapshot)
+    _o1.partition, _o1.current_leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _s1_end_offset, _s1_epoch = _S_qi.unpack_from(data, pos)
+    _o3 = _new(FetchSnapshotRequestSnapshotId)
+    _o3.end_offset, _o3.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    _snapshot_id = FetchSnapshotRequestSnapshotId(_s1_end_offset, _s1_epoch)
-    (_position,) = _S_q.unpack_from(data, pos)
+    _o1.snapshot_id = _o3
+    (_o1.position,) = _S_q.unpack_from(data, pos)
     pos += 8
+    _o1.replica_directory_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchSnapshotRequestPartitionSnapshot(
-        _partition, _current_leader_epoch, _snapshot_id, _position, ZERO_UUID
-    ), pos
+    return _o1, pos
 
 
 def _r_FetchSnapshotRequestPartitionSnapshot_v1(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotRequestPartitionSnapshot, int]:
     _len = len(data)
-    _partition, _current_leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(FetchSnapshotRequestPartitionSnapshot)
+    _o1.partition, _o1.current_leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _s1_end_offset, _s1_epoch = _S_qi.unpack_from(data, pos)
+    _o3 = _new(FetchSnapshotRequestSnapshotId)
+    _o3.end_offset, _o3.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    _snapshot_id = FetchSnapshotRequestSnapshotId(_s1_end_offset, _s1_epoch)
-    (_position,) = _S_q.unpack_from(data, pos)
+    _o1.snapshot_id = _o3
+    (_o1.position,) = _S_q.unpack_from(data, pos)
     pos += 8
-    _replica_directory_id = ZERO_UUID
-    _ntags2, pos = read_uvarint(data, pos)
-    for _ in range(_ntags2):
-        _tag3, pos = read_uvarint(data, pos)
-        _tend4, pos = read_uvarint(data, pos)
-        _tend4 += pos
-        if _tend4 > _len:
+    _o1.replica_directory_id = ZERO_UUID
+    _ntags4, pos = read_uvarint(data, pos)
+    for _ in range(_ntags4):
+        _tag5, pos = read_uvarint(data, pos)
+        _tend6, pos = read_uvarint(data, pos)
+        _tend6 += pos
+        if _tend6 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag3 == 0:
+        if _tag5 == 0:
             if pos + 16 > _len:
                 raise DecodeError("truncated uuid")
-            _replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+            _o1.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
             pos += 16
-            if pos != _tend4:
+            if pos != _tend6:
                 raise DecodeError("tagged field replica_directory_id has the wrong size")
-        pos = _tend4
-    return FetchSnapshotRequestPartitionSnapshot(
-        _partition, _current_leader_epoch, _snapshot_id, _position, _replica_directory_id
-    ), pos
+        pos = _tend6
+    return _o1, pos
 
 
 def _w_FetchSnapshotRequestTopicSnapshot_v0(buf: bytearray, o: FetchSnapshotRequestTopicSnapshot) -> None:
@@ -401,134 +404,129 @@ def _r_FetchSnapshotRequestTopicSnapshot_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotRequestTopicSnapshot, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(FetchSnapshotRequestTopicSnapshot)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[FetchSnapshotRequestPartitionSnapshot] = []
-    for _ in range(_n3):
-        _s5_partition, _s5_current_leader_epoch = _S_ii.unpack_from(data, pos)
+    _a5: list[FetchSnapshotRequestPartitionSnapshot] = []
+    for _ in range(_n4):
+        _o7 = _new(FetchSnapshotRequestPartitionSnapshot)
+        _o7.partition, _o7.current_leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
-        _s6_end_offset, _s6_epoch = _S_qi.unpack_from(data, pos)
+        _o9 = _new(FetchSnapshotRequestSnapshotId)
+        _o9.end_offset, _o9.epoch = _S_qi.unpack_from(data, pos)
         pos += 12
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _s5_snapshot_id = FetchSnapshotRequestSnapshotId(_s6_end_offset, _s6_epoch)
-        (_s5_position,) = _S_q.unpack_from(data, pos)
+        _o7.snapshot_id = _o9
+        (_o7.position,) = _S_q.unpack_from(data, pos)
         pos += 8
+        _o7.replica_directory_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            FetchSnapshotRequestPartitionSnapshot(
-                _s5_partition, _s5_current_leader_epoch, _s5_snapshot_id, _s5_position, ZERO_UUID
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchSnapshotRequestTopicSnapshot(_name, _partitions), pos
+    return _o1, pos
 
 
 def _r_FetchSnapshotRequestTopicSnapshot_v1(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotRequestTopicSnapshot, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(FetchSnapshotRequestTopicSnapshot)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[FetchSnapshotRequestPartitionSnapshot] = []
-    for _ in range(_n3):
-        _s5_partition, _s5_current_leader_epoch = _S_ii.unpack_from(data, pos)
+    _a5: list[FetchSnapshotRequestPartitionSnapshot] = []
+    for _ in range(_n4):
+        _o7 = _new(FetchSnapshotRequestPartitionSnapshot)
+        _o7.partition, _o7.current_leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
-        _s6_end_offset, _s6_epoch = _S_qi.unpack_from(data, pos)
+        _o9 = _new(FetchSnapshotRequestSnapshotId)
+        _o9.end_offset, _o9.epoch = _S_qi.unpack_from(data, pos)
         pos += 12
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _s5_snapshot_id = FetchSnapshotRequestSnapshotId(_s6_end_offset, _s6_epoch)
-        (_s5_position,) = _S_q.unpack_from(data, pos)
+        _o7.snapshot_id = _o9
+        (_o7.position,) = _S_q.unpack_from(data, pos)
         pos += 8
-        _s5_replica_directory_id = ZERO_UUID
-        _ntags7, pos = read_uvarint(data, pos)
-        for _ in range(_ntags7):
-            _tag8, pos = read_uvarint(data, pos)
-            _tend9, pos = read_uvarint(data, pos)
-            _tend9 += pos
-            if _tend9 > _len:
+        _o7.replica_directory_id = ZERO_UUID
+        _ntags10, pos = read_uvarint(data, pos)
+        for _ in range(_ntags10):
+            _tag11, pos = read_uvarint(data, pos)
+            _tend12, pos = read_uvarint(data, pos)
+            _tend12 += pos
+            if _tend12 > _len:
                 raise DecodeError("tagged field overruns its buffer")
-            if _tag8 == 0:
+            if _tag11 == 0:
                 if pos + 16 > _len:
                     raise DecodeError("truncated uuid")
-                _s5_replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+                _o7.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
                 pos += 16
-                if pos != _tend9:
+                if pos != _tend12:
                     raise DecodeError("tagged field replica_directory_id has the wrong size")
-            pos = _tend9
-        _a4.append(
-            FetchSnapshotRequestPartitionSnapshot(
-                _s5_partition,
-                _s5_current_leader_epoch,
-                _s5_snapshot_id,
-                _s5_position,
-                _s5_replica_directory_id,
-            )
-        )
-    _partitions = _a4
+            pos = _tend12
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchSnapshotRequestTopicSnapshot(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_FetchSnapshotRequest_v0(buf: bytearray, o: FetchSnapshotRequest) -> None:
@@ -577,35 +575,22 @@ def _w_FetchSnapshotRequest_v1(buf: bytearray, o: FetchSnapshotRequest) -> None:
 
 def _r_FetchSnapshotRequest_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequest, int]:
     _len = len(data)
-    _replica_id, _max_bytes = _S_ii.unpack_from(data, pos)
+    _o1 = _new(FetchSnapshotRequest)
+    _o1.replica_id, _o1.max_bytes = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchSnapshotRequestTopicSnapshot] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[FetchSnapshotRequestTopicSnapshot] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchSnapshotRequestTopicSnapshot)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -613,102 +598,103 @@ def _r_FetchSnapshotRequest_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchSnapshotRequestPartitionSnapshot] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_current_leader_epoch = _S_ii.unpack_from(data, pos)
+        _a9: list[FetchSnapshotRequestPartitionSnapshot] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchSnapshotRequestPartitionSnapshot)
+            _o11.partition, _o11.current_leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
-            _s9_end_offset, _s9_epoch = _S_qi.unpack_from(data, pos)
+            _o13 = _new(FetchSnapshotRequestSnapshotId)
+            _o13.end_offset, _o13.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _s8_snapshot_id = FetchSnapshotRequestSnapshotId(_s9_end_offset, _s9_epoch)
-            (_s8_position,) = _S_q.unpack_from(data, pos)
+            _o11.snapshot_id = _o13
+            (_o11.position,) = _S_q.unpack_from(data, pos)
             pos += 8
+            _o11.replica_directory_id = ZERO_UUID
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                FetchSnapshotRequestPartitionSnapshot(
-                    _s8_partition, _s8_current_leader_epoch, _s8_snapshot_id, _s8_position, ZERO_UUID
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FetchSnapshotRequestTopicSnapshot(_s3_name, _s3_partitions))
-    _topics = _a2
-    _cluster_id = None
-    _ntags10, pos = read_uvarint(data, pos)
-    for _ in range(_ntags10):
-        _tag11, pos = read_uvarint(data, pos)
-        _tend12, pos = read_uvarint(data, pos)
-        _tend12 += pos
-        if _tend12 > _len:
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.cluster_id = None
+    _ntags14, pos = read_uvarint(data, pos)
+    for _ in range(_ntags14):
+        _tag15, pos = read_uvarint(data, pos)
+        _tend16, pos = read_uvarint(data, pos)
+        _tend16 += pos
+        if _tend16 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag11 == 0:
-            _n13 = data[pos]
-            if _n13 < 128:
+        if _tag15 == 0:
+            _n17 = data[pos]
+            if _n17 < 128:
                 pos += 1
             else:
-                _n13, pos = read_uvarint(data, pos)
-            _n13 -= 1
-            if _n13 < 0:
-                if _n13 != -1:
+                _n17, pos = read_uvarint(data, pos)
+            _n17 -= 1
+            if _n17 < 0:
+                if _n17 != -1:
                     raise DecodeError("invalid length for cluster_id")
-                _cluster_id = None
+                _o1.cluster_id = None
             else:
-                if _n13 > 0x7FFF:
+                if _n17 > 0x7FFF:
                     raise DecodeError("cluster_id is longer than 32767 bytes")
-                _end14 = pos + _n13
-                if _end14 > _len:
+                _end18 = pos + _n17
+                if _end18 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
-                _cluster_id = data[pos:_end14].decode()
-                pos = _end14
-            if pos != _tend12:
+                _o1.cluster_id = data[pos:_end18].decode()
+                pos = _end18
+            if pos != _tend16:
                 raise DecodeError("tagged field cluster_id has the wrong size")
-        pos = _tend12
-    return FetchSnapshotRequest(_cluster_id, _replica_id, _max_bytes, _topics), pos
+        pos = _tend16
+    return _o1, pos
 
 
 def _r_FetchSnapshotRequest_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRequest, int]:
     _len = len(data)
-    _replica_id, _max_bytes = _S_ii.unpack_from(data, pos)
+    _o1 = _new(FetchSnapshotRequest)
+    _o1.replica_id, _o1.max_bytes = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchSnapshotRequestTopicSnapshot] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[FetchSnapshotRequestTopicSnapshot] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchSnapshotRequestTopicSnapshot)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -716,85 +702,94 @@ def _r_FetchSnapshotRequest_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchSnapshotRequestPartitionSnapshot] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_current_leader_epoch = _S_ii.unpack_from(data, pos)
+        _a9: list[FetchSnapshotRequestPartitionSnapshot] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchSnapshotRequestPartitionSnapshot)
+            _o11.partition, _o11.current_leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
-            _s9_end_offset, _s9_epoch = _S_qi.unpack_from(data, pos)
+            _o13 = _new(FetchSnapshotRequestSnapshotId)
+            _o13.end_offset, _o13.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _s8_snapshot_id = FetchSnapshotRequestSnapshotId(_s9_end_offset, _s9_epoch)
-            (_s8_position,) = _S_q.unpack_from(data, pos)
+            _o11.snapshot_id = _o13
+            (_o11.position,) = _S_q.unpack_from(data, pos)
             pos += 8
-            _s8_replica_directory_id = ZERO_UUID
-            _ntags10, pos = read_uvarint(data, pos)
-            for _ in range(_ntags10):
-                _tag11, pos = read_uvarint(data, pos)
-                _tend12, pos = read_uvarint(data, pos)
-                _tend12 += pos
-                if _tend12 > _len:
+            _o11.replica_directory_id = ZERO_UUID
+            _ntags14, pos = read_uvarint(data, pos)
+            for _ in range(_ntags14):
+                _tag15, pos = read_uvarint(data, pos)
+                _tend16, pos = read_uvarint(data, pos)
+                _tend16 += pos
+                if _tend16 > _len:
                     raise DecodeError("tagged field overruns its buffer")
-                if _tag11 == 0:
+                if _tag15 == 0:
                     if pos + 16 > _len:
                         raise DecodeError("truncated uuid")
-                    _s8_replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+                    _o11.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
                     pos += 16
-                    if pos != _tend12:
+                    if pos != _tend16:
                         raise DecodeError("tagged field replica_directory_id has the wrong size")
-                pos = _tend12
-            _a7.append(
-                FetchSnapshotRequestPartitionSnapshot(
-                    _s8_partition,
-                    _s8_current_leader_epoch,
-                    _s8_snapshot_id,
-                    _s8_position,
-                    _s8_replica_directory_id,
-                )
-            )
-        _s3_partitions = _a7
+                pos = _tend16
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FetchSnapshotRequestTopicSnapshot(_s3_name, _s3_partitions))
-    _topics = _a2
-    _cluster_id = None
-    _ntags13, pos = read_uvarint(data, pos)
-    for _ in range(_ntags13):
-        _tag14, pos = read_uvarint(data, pos)
-        _tend15, pos = read_uvarint(data, pos)
-        _tend15 += pos
-        if _tend15 > _len:
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.cluster_id = None
+    _ntags17, pos = read_uvarint(data, pos)
+    for _ in range(_ntags17):
+        _tag18, pos = read_uvarint(data, pos)
+        _tend19, pos = read_uvarint(data, pos)
+        _tend19 += pos
+        if _tend19 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag14 == 0:
-            _n16 = data[pos]
-            if _n16 < 128:
+        if _tag18 == 0:
+            _n20 = data[pos]
+            if _n20 < 128:
                 pos += 1
             else:
-                _n16, pos = read_uvarint(data, pos)
-            _n16 -= 1
-            if _n16 < 0:
-                if _n16 != -1:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
+                if _n20 != -1:
                     raise DecodeError("invalid length for cluster_id")
-                _cluster_id = None
+                _o1.cluster_id = None
             else:
-                if _n16 > 0x7FFF:
+                if _n20 > 0x7FFF:
                     raise DecodeError("cluster_id is longer than 32767 bytes")
-                _end17 = pos + _n16
-                if _end17 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("cluster_id overruns the buffer")
-                _cluster_id = data[pos:_end17].decode()
-                pos = _end17
-            if pos != _tend15:
+                _o1.cluster_id = data[pos:_end21].decode()
+                pos = _end21
+            if pos != _tend19:
                 raise DecodeError("tagged field cluster_id has the wrong size")
-        pos = _tend15
-    return FetchSnapshotRequest(_cluster_id, _replica_id, _max_bytes, _topics), pos
+        pos = _tend19
+    return _o1, pos
 
 
 def _w_FetchSnapshotResponseSnapshotId_v0(buf: bytearray, o: FetchSnapshotResponseSnapshotId) -> None:
@@ -806,13 +801,14 @@ def _r_FetchSnapshotResponseSnapshotId_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotResponseSnapshotId, int]:
     _len = len(data)
-    _end_offset, _epoch = _S_qi.unpack_from(data, pos)
+    _o1 = _new(FetchSnapshotResponseSnapshotId)
+    _o1.end_offset, _o1.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchSnapshotResponseSnapshotId(_end_offset, _epoch), pos
+    return _o1, pos
 
 
 def _w_LeaderIdAndEpoch_v0(buf: bytearray, o: LeaderIdAndEpoch) -> None:
@@ -822,13 +818,14 @@ def _w_LeaderIdAndEpoch_v0(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v0(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _leader_id, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(LeaderIdAndEpoch)
+    _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderIdAndEpoch(_leader_id, _leader_epoch), pos
+    return _o1, pos
 
 
 def _w_FetchSnapshotResponsePartitionSnapshot_v0(
@@ -855,52 +852,53 @@ def _r_FetchSnapshotResponsePartitionSnapshot_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotResponsePartitionSnapshot, int]:
     _len = len(data)
-    _index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(FetchSnapshotResponsePartitionSnapshot)
+    _o1.index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _s1_end_offset, _s1_epoch = _S_qi.unpack_from(data, pos)
+    _o3 = _new(FetchSnapshotResponseSnapshotId)
+    _o3.end_offset, _o3.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    _snapshot_id = FetchSnapshotResponseSnapshotId(_s1_end_offset, _s1_epoch)
-    _size, _position = _S_qq.unpack_from(data, pos)
+    _o1.snapshot_id = _o3
+    _o1.size, _o1.position = _S_qq.unpack_from(data, pos)
     pos += 16
-    _n2 = data[pos]
-    if _n2 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n2, pos = read_uvarint(data, pos)
-    _n2 -= 1
-    if _n2 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for unaligned_records")
-    _end3 = pos + _n2
-    if _end3 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("unaligned_records overruns the buffer")
-    _unaligned_records = data[pos:_end3]
-    pos = _end3
-    _current_leader = LeaderIdAndEpoch()
-    _ntags4, pos = read_uvarint(data, pos)
-    for _ in range(_ntags4):
-        _tag5, pos = read_uvarint(data, pos)
-        _tend6, pos = read_uvarint(data, pos)
-        _tend6 += pos
-        if _tend6 > _len:
+    _o1.unaligned_records = data[pos:_end5]
+    pos = _end5
+    _o1.current_leader = LeaderIdAndEpoch()
+    _ntags6, pos = read_uvarint(data, pos)
+    for _ in range(_ntags6):
+        _tag7, pos = read_uvarint(data, pos)
+        _tend8, pos = read_uvarint(data, pos)
+        _tend8 += pos
+        if _tend8 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag5 == 0:
-            _s7_leader_id, _s7_leader_epoch = _S_ii.unpack_from(data, pos)
+        if _tag7 == 0:
+            _o10 = _new(LeaderIdAndEpoch)
+            _o10.leader_id, _o10.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _current_leader = LeaderIdAndEpoch(_s7_leader_id, _s7_leader_epoch)
-            if pos != _tend6:
+            _o1.current_leader = _o10
+            if pos != _tend8:
                 raise DecodeError("tagged field current_leader has the wrong size")
-        pos = _tend6
-    return FetchSnapshotResponsePartitionSnapshot(
-        _index, _error_code, _snapshot_id, _current_leader, _size, _position, _unaligned_records
-    ), pos
+        pos = _tend8
+    return _o1, pos
 
 
 def _w_FetchSnapshotResponseTopicSnapshot_v0(buf: bytearray, o: FetchSnapshotResponseTopicSnapshot) -> None:
@@ -920,93 +918,87 @@ def _r_FetchSnapshotResponseTopicSnapshot_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotResponseTopicSnapshot, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(FetchSnapshotResponseTopicSnapshot)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[FetchSnapshotResponsePartitionSnapshot] = []
-    for _ in range(_n3):
-        _s5_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[FetchSnapshotResponsePartitionSnapshot] = []
+    for _ in range(_n4):
+        _o7 = _new(FetchSnapshotResponsePartitionSnapshot)
+        _o7.index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _s6_end_offset, _s6_epoch = _S_qi.unpack_from(data, pos)
+        _o9 = _new(FetchSnapshotResponseSnapshotId)
+        _o9.end_offset, _o9.epoch = _S_qi.unpack_from(data, pos)
         pos += 12
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _s5_snapshot_id = FetchSnapshotResponseSnapshotId(_s6_end_offset, _s6_epoch)
-        _s5_size, _s5_position = _S_qq.unpack_from(data, pos)
+        _o7.snapshot_id = _o9
+        _o7.size, _o7.position = _S_qq.unpack_from(data, pos)
         pos += 16
-        _n7 = data[pos]
-        if _n7 < 128:
+        _n10 = data[pos]
+        if _n10 < 128:
             pos += 1
         else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null length for unaligned_records")
-        _end8 = pos + _n7
-        if _end8 > _len:
+        _end11 = pos + _n10
+        if _end11 > _len:
             raise DecodeError("unaligned_records overruns the buffer")
-        _s5_unaligned_records = data[pos:_end8]
-        pos = _end8
-        _s5_current_leader = LeaderIdAndEpoch()
-        _ntags9, pos = read_uvarint(data, pos)
-        for _ in range(_ntags9):
-            _tag10, pos = read_uvarint(data, pos)
-            _tend11, pos = read_uvarint(data, pos)
-            _tend11 += pos
-            if _tend11 > _len:
+        _o7.unaligned_records = data[pos:_end11]
+        pos = _end11
+        _o7.current_leader = LeaderIdAndEpoch()
+        _ntags12, pos = read_uvarint(data, pos)
+        for _ in range(_ntags12):
+            _tag13, pos = read_uvarint(data, pos)
+            _tend14, pos = read_uvarint(data, pos)
+            _tend14 += pos
+            if _tend14 > _len:
                 raise DecodeError("tagged field overruns its buffer")
-            if _tag10 == 0:
-                _s12_leader_id, _s12_leader_epoch = _S_ii.unpack_from(data, pos)
+            if _tag13 == 0:
+                _o16 = _new(LeaderIdAndEpoch)
+                _o16.leader_id, _o16.leader_epoch = _S_ii.unpack_from(data, pos)
                 pos += 8
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _s5_current_leader = LeaderIdAndEpoch(_s12_leader_id, _s12_leader_epoch)
-                if pos != _tend11:
+                _o7.current_leader = _o16
+                if pos != _tend14:
                     raise DecodeError("tagged field current_leader has the wrong size")
-            pos = _tend11
-        _a4.append(
-            FetchSnapshotResponsePartitionSnapshot(
-                _s5_index,
-                _s5_error_code,
-                _s5_snapshot_id,
-                _s5_current_leader,
-                _s5_size,
-                _s5_position,
-                _s5_unaligned_records,
-            )
-        )
-    _partitions = _a4
+            pos = _tend14
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchSnapshotResponseTopicSnapshot(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
@@ -1022,30 +1014,31 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(NodeEndpoint)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_H.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_H.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return NodeEndpoint(_node_id, _host, _port), pos
+    return _o1, pos
 
 
 def _w_FetchSnapshotResponse_v0(buf: bytearray, o: FetchSnapshotResponse) -> None:
@@ -1082,35 +1075,22 @@ def _w_FetchSnapshotResponse_v1(buf: bytearray, o: FetchSnapshotResponse) -> Non
 
 def _r_FetchSnapshotResponse_v0(data: bytes, pos: int) -> tuple[FetchSnapshotResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(FetchSnapshotResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchSnapshotResponseTopicSnapshot] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[FetchSnapshotResponseTopicSnapshot] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchSnapshotResponseTopicSnapshot)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1118,110 +1098,106 @@ def _r_FetchSnapshotResponse_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRes
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchSnapshotResponsePartitionSnapshot] = []
-        for _ in range(_n6):
-            _s8_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[FetchSnapshotResponsePartitionSnapshot] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchSnapshotResponsePartitionSnapshot)
+            _o11.index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _s9_end_offset, _s9_epoch = _S_qi.unpack_from(data, pos)
+            _o13 = _new(FetchSnapshotResponseSnapshotId)
+            _o13.end_offset, _o13.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _s8_snapshot_id = FetchSnapshotResponseSnapshotId(_s9_end_offset, _s9_epoch)
-            _s8_size, _s8_position = _S_qq.unpack_from(data, pos)
+            _o11.snapshot_id = _o13
+            _o11.size, _o11.position = _S_qq.unpack_from(data, pos)
             pos += 16
-            _n10 = data[pos]
-            if _n10 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for unaligned_records")
-            _end11 = pos + _n10
-            if _end11 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("unaligned_records overruns the buffer")
-            _s8_unaligned_records = data[pos:_end11]
-            pos = _end11
-            _s8_current_leader = LeaderIdAndEpoch()
-            _ntags12, pos = read_uvarint(data, pos)
-            for _ in range(_ntags12):
-                _tag13, pos = read_uvarint(data, pos)
-                _tend14, pos = read_uvarint(data, pos)
-                _tend14 += pos
-                if _tend14 > _len:
+            _o11.unaligned_records = data[pos:_end15]
+            pos = _end15
+            _o11.current_leader = LeaderIdAndEpoch()
+            _ntags16, pos = read_uvarint(data, pos)
+            for _ in range(_ntags16):
+                _tag17, pos = read_uvarint(data, pos)
+                _tend18, pos = read_uvarint(data, pos)
+                _tend18 += pos
+                if _tend18 > _len:
                     raise DecodeError("tagged field overruns its buffer")
-                if _tag13 == 0:
-                    _s15_leader_id, _s15_leader_epoch = _S_ii.unpack_from(data, pos)
+                if _tag17 == 0:
+                    _o20 = _new(LeaderIdAndEpoch)
+                    _o20.leader_id, _o20.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _s8_current_leader = LeaderIdAndEpoch(_s15_leader_id, _s15_leader_epoch)
-                    if pos != _tend14:
+                    _o11.current_leader = _o20
+                    if pos != _tend18:
                         raise DecodeError("tagged field current_leader has the wrong size")
-                pos = _tend14
-            _a7.append(
-                FetchSnapshotResponsePartitionSnapshot(
-                    _s8_index,
-                    _s8_error_code,
-                    _s8_snapshot_id,
-                    _s8_current_leader,
-                    _s8_size,
-                    _s8_position,
-                    _s8_unaligned_records,
-                )
-            )
-        _s3_partitions = _a7
+                pos = _tend18
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FetchSnapshotResponseTopicSnapshot(_s3_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.node_endpoints = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchSnapshotResponse(_throttle_time_ms, _error_code, _topics, []), pos
+    return _o1, pos
 
 
 def _r_FetchSnapshotResponse_v1(data: bytes, pos: int) -> tuple[FetchSnapshotResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(FetchSnapshotResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[FetchSnapshotResponseTopicSnapshot] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[FetchSnapshotResponseTopicSnapshot] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchSnapshotResponseTopicSnapshot)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1229,122 +1205,131 @@ def _r_FetchSnapshotResponse_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRes
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[FetchSnapshotResponsePartitionSnapshot] = []
-        for _ in range(_n6):
-            _s8_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[FetchSnapshotResponsePartitionSnapshot] = []
+        for _ in range(_n8):
+            _o11 = _new(FetchSnapshotResponsePartitionSnapshot)
+            _o11.index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _s9_end_offset, _s9_epoch = _S_qi.unpack_from(data, pos)
+            _o13 = _new(FetchSnapshotResponseSnapshotId)
+            _o13.end_offset, _o13.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _s8_snapshot_id = FetchSnapshotResponseSnapshotId(_s9_end_offset, _s9_epoch)
-            _s8_size, _s8_position = _S_qq.unpack_from(data, pos)
+            _o11.snapshot_id = _o13
+            _o11.size, _o11.position = _S_qq.unpack_from(data, pos)
             pos += 16
-            _n10 = data[pos]
-            if _n10 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null length for unaligned_records")
-            _end11 = pos + _n10
-            if _end11 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("unaligned_records overruns the buffer")
-            _s8_unaligned_records = data[pos:_end11]
-            pos = _end11
-            _s8_current_leader = LeaderIdAndEpoch()
-            _ntags12, pos = read_uvarint(data, pos)
-            for _ in range(_ntags12):
-                _tag13, pos = read_uvarint(data, pos)
-                _tend14, pos = read_uvarint(data, pos)
-                _tend14 += pos
-                if _tend14 > _len:
+            _o11.unaligned_records = data[pos:_end15]
+            pos = _end15
+            _o11.current_leader = LeaderIdAndEpoch()
+            _ntags16, pos = read_uvarint(data, pos)
+            for _ in range(_ntags16):
+                _tag17, pos = read_uvarint(data, pos)
+                _tend18, pos = read_uvarint(data, pos)
+                _tend18 += pos
+                if _tend18 > _len:
                     raise DecodeError("tagged field overruns its buffer")
-                if _tag13 == 0:
-                    _s15_leader_id, _s15_leader_epoch = _S_ii.unpack_from(data, pos)
+                if _tag17 == 0:
+                    _o20 = _new(LeaderIdAndEpoch)
+                    _o20.leader_id, _o20.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _s8_current_leader = LeaderIdAndEpoch(_s15_leader_id, _s15_leader_epoch)
-                    if pos != _tend14:
+                    _o11.current_leader = _o20
+                    if pos != _tend18:
                         raise DecodeError("tagged field current_leader has the wrong size")
-                pos = _tend14
-            _a7.append(
-                FetchSnapshotResponsePartitionSnapshot(
-                    _s8_index,
-                    _s8_error_code,
-                    _s8_snapshot_id,
-                    _s8_current_leader,
-                    _s8_size,
-                    _s8_position,
-                    _s8_unaligned_records,
-                )
-            )
-        _s3_partitions = _a7
+                pos = _tend18
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FetchSnapshotResponseTopicSnapshot(_s3_name, _s3_partitions))
-    _topics = _a2
-    _node_endpoints = []
-    _ntags16, pos = read_uvarint(data, pos)
-    for _ in range(_ntags16):
-        _tag17, pos = read_uvarint(data, pos)
-        _tend18, pos = read_uvarint(data, pos)
-        _tend18 += pos
-        if _tend18 > _len:
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.node_endpoints = []
+    _ntags21, pos = read_uvarint(data, pos)
+    for _ in range(_ntags21):
+        _tag22, pos = read_uvarint(data, pos)
+        _tend23, pos = read_uvarint(data, pos)
+        _tend23 += pos
+        if _tend23 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag17 == 0:
-            _n19 = data[pos]
-            if _n19 < 128:
+        if _tag22 == 0:
+            _n24 = data[pos]
+            if _n24 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
                 raise DecodeError("invalid or null array length for node_endpoints")
-            if _n19 > _len - pos:
+            if _n24 > _len - pos:
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
-            _a20: list[NodeEndpoint] = []
-            for _ in range(_n19):
-                (_s21_node_id,) = _S_i.unpack_from(data, pos)
+            _a25: list[NodeEndpoint] = []
+            for _ in range(_n24):
+                _o27 = _new(NodeEndpoint)
+                (_o27.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n22 = data[pos]
-                if _n22 < 128:
+                _n28 = data[pos]
+                if _n28 < 128:
                     pos += 1
                 else:
-                    _n22, pos = read_uvarint(data, pos)
-                _n22 -= 1
-                if _n22 < 0:
+                    _n28, pos = read_uvarint(data, pos)
+                _n28 -= 1
+                if _n28 < 0:
                     raise DecodeError("invalid or null length for host")
-                if _n22 > 0x7FFF:
+                if _n28 > 0x7FFF:
                     raise DecodeError("host is longer than 32767 bytes")
-                _end23 = pos + _n22
-                if _end23 > _len:
+                _end29 = pos + _n28
+                if _end29 > _len:
                     raise DecodeError("host overruns the buffer")
-                _s21_host = data[pos:_end23].decode()
-                pos = _end23
-                (_s21_port,) = _S_H.unpack_from(data, pos)
+                _o27.host = data[pos:_end29].decode()
+                pos = _end29
+                (_o27.port,) = _S_H.unpack_from(data, pos)
                 pos += 2
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a20.append(NodeEndpoint(_s21_node_id, _s21_host, _s21_port))
-            _node_endpoints = _a20
-            if pos != _tend18:
+                _a25.append(_o27)
+            _o1.node_endpoints = _a25
+            if pos != _tend23:
                 raise DecodeError("tagged field node_endpoints has the wrong size")
-        pos = _tend18
-    return FetchSnapshotResponse(_throttle_time_ms, _error_code, _topics, _node_endpoints), pos
+        pos = _tend23
+    return _o1, pos
 
 
 FetchSnapshotRequestSnapshotId._WRITERS = {

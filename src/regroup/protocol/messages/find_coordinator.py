@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -192,98 +193,107 @@ def _w_FindCoordinatorRequest_v4(buf: bytearray, o: FindCoordinatorRequest) -> N
 
 def _r_FindCoordinatorRequest_v0(data: bytes, pos: int) -> tuple[FindCoordinatorRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(FindCoordinatorRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for key")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("key overruns the buffer")
-    _key = data[pos:_end2].decode()
-    pos = _end2
-    return FindCoordinatorRequest(_key, 0, []), pos
+    _o1.key = data[pos:_end3].decode()
+    pos = _end3
+    _o1.key_type = 0
+    _o1.coordinator_keys = []
+    return _o1, pos
 
 
 def _r_FindCoordinatorRequest_v1(data: bytes, pos: int) -> tuple[FindCoordinatorRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(FindCoordinatorRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for key")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("key overruns the buffer")
-    _key = data[pos:_end2].decode()
-    pos = _end2
-    (_key_type,) = _S_b.unpack_from(data, pos)
+    _o1.key = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.key_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    return FindCoordinatorRequest(_key, _key_type, []), pos
+    _o1.coordinator_keys = []
+    return _o1, pos
 
 
 def _r_FindCoordinatorRequest_v3(data: bytes, pos: int) -> tuple[FindCoordinatorRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(FindCoordinatorRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for key")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("key is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("key overruns the buffer")
-    _key = data[pos:_end2].decode()
-    pos = _end2
-    (_key_type,) = _S_b.unpack_from(data, pos)
+    _o1.key = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.key_type,) = _S_b.unpack_from(data, pos)
     pos += 1
+    _o1.coordinator_keys = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FindCoordinatorRequest(_key, _key_type, []), pos
+    return _o1, pos
 
 
 def _r_FindCoordinatorRequest_v4(data: bytes, pos: int) -> tuple[FindCoordinatorRequest, int]:
     _len = len(data)
-    (_key_type,) = _S_b.unpack_from(data, pos)
+    _o1 = _new(FindCoordinatorRequest)
+    (_o1.key_type,) = _S_b.unpack_from(data, pos)
     pos += 1
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for coordinator_keys")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of coordinator_keys exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for coordinator_keys")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("coordinator_keys is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("coordinator_keys overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _coordinator_keys = _a2
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.coordinator_keys = _a3
+    _o1.key = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FindCoordinatorRequest("", _key_type, _coordinator_keys), pos
+    return _o1, pos
 
 
 def _w_Coordinator_v4(buf: bytearray, o: Coordinator) -> None:
@@ -312,63 +322,64 @@ def _w_Coordinator_v4(buf: bytearray, o: Coordinator) -> None:
 
 def _r_Coordinator_v4(data: bytes, pos: int) -> tuple[Coordinator, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Coordinator)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for key")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("key is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("key overruns the buffer")
-    _key = data[pos:_end2].decode()
-    pos = _end2
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1.key = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    _port, _error_code = _S_ih.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    _o1.port, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end6].decode()
-        pos = _end6
+        _o1.error_message = data[pos:_end7].decode()
+        pos = _end7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Coordinator(_key, _node_id, _host, _port, _error_code, _error_message), pos
+    return _o1, pos
 
 
 def _w_FindCoordinatorResponse_v0(buf: bytearray, o: FindCoordinatorResponse) -> None:
@@ -439,139 +450,128 @@ def _w_FindCoordinatorResponse_v4(buf: bytearray, o: FindCoordinatorResponse) ->
 
 def _r_FindCoordinatorResponse_v0(data: bytes, pos: int) -> tuple[FindCoordinatorResponse, int]:
     _len = len(data)
-    _error_code, _node_id = _S_hi.unpack_from(data, pos)
+    _o1 = _new(FindCoordinatorResponse)
+    _o1.error_code, _o1.node_id = _S_hi.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return FindCoordinatorResponse(0, _error_code, "", _node_id, _host, _port, []), pos
+    _o1.throttle_time_ms = 0
+    _o1.error_message = ""
+    _o1.coordinators = []
+    return _o1, pos
 
 
 def _r_FindCoordinatorResponse_v1(data: bytes, pos: int) -> tuple[FindCoordinatorResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(FindCoordinatorResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_node_id,) = _S_i.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return FindCoordinatorResponse(
-        _throttle_time_ms, _error_code, _error_message, _node_id, _host, _port, []
-    ), pos
+    _o1.coordinators = []
+    return _o1, pos
 
 
 def _r_FindCoordinatorResponse_v3(data: bytes, pos: int) -> tuple[FindCoordinatorResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(FindCoordinatorResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_node_id,) = _S_i.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.coordinators = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FindCoordinatorResponse(
-        _throttle_time_ms, _error_code, _error_message, _node_id, _host, _port, []
-    ), pos
+    return _o1, pos
 
 
 def _r_FindCoordinatorResponse_v4(data: bytes, pos: int) -> tuple[FindCoordinatorResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(FindCoordinatorResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for coordinators")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of coordinators exceeds the bytes left")
-    _a2: list[Coordinator] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for key")
-        if _n4 > 0x7FFF:
-            raise DecodeError("key is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("key overruns the buffer")
-        _s3_key = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
+    _a3: list[Coordinator] = []
+    for _ in range(_n2):
+        _o5 = _new(Coordinator)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -579,16 +579,16 @@ def _r_FindCoordinatorResponse_v4(data: bytes, pos: int) -> tuple[FindCoordinato
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for key")
         if _n6 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("key is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end7].decode()
+            raise DecodeError("key overruns the buffer")
+        _o5.key = data[pos:_end7].decode()
         pos = _end7
-        _s3_port, _s3_error_code = _S_ih.unpack_from(data, pos)
-        pos += 6
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
+        pos += 4
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -596,28 +596,50 @@ def _r_FindCoordinatorResponse_v4(data: bytes, pos: int) -> tuple[FindCoordinato
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            if _n8 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            raise DecodeError("invalid or null length for host")
+        if _n8 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end9].decode()
+        pos = _end9
+        _o5.port, _o5.error_code = _S_ih.unpack_from(data, pos)
+        pos += 6
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
         else:
-            if _n8 > 0x7FFF:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n10 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end9 = pos + _n8
-            if _end9 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end9].decode()
-            pos = _end9
+            _o5.error_message = data[pos:_end11].decode()
+            pos = _end11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(Coordinator(_s3_key, _s3_node_id, _s3_host, _s3_port, _s3_error_code, _s3_error_message))
-    _coordinators = _a2
+        _a3.append(_o5)
+    _o1.coordinators = _a3
+    _o1.error_code = 0
+    _o1.error_message = ""
+    _o1.node_id = 0
+    _o1.host = ""
+    _o1.port = 0
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FindCoordinatorResponse(_throttle_time_ms, 0, "", 0, "", 0, _coordinators), pos
+    return _o1, pos
 
 
 FindCoordinatorRequest._WRITERS = {

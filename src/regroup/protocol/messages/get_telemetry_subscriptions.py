@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -107,14 +108,15 @@ def _r_GetTelemetrySubscriptionsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[GetTelemetrySubscriptionsRequest, int]:
     _len = len(data)
+    _o1 = _new(GetTelemetrySubscriptionsRequest)
     (_client_instance_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _client_instance_id = uuid.UUID(bytes=_client_instance_id_raw)
+    _o1.client_instance_id = uuid.UUID(bytes=_client_instance_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return GetTelemetrySubscriptionsRequest(_client_instance_id), pos
+    return _o1, pos
 
 
 def _w_GetTelemetrySubscriptionsResponse_v0(buf: bytearray, o: GetTelemetrySubscriptionsResponse) -> None:
@@ -140,25 +142,12 @@ def _r_GetTelemetrySubscriptionsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[GetTelemetrySubscriptionsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _client_instance_id_raw, _subscription_id = _S_ih16si.unpack_from(
-        data, pos
+    _o1 = _new(GetTelemetrySubscriptionsResponse)
+    _o1.throttle_time_ms, _o1.error_code, _client_instance_id_raw, _o1.subscription_id = (
+        _S_ih16si.unpack_from(data, pos)
     )
     pos += 26
-    _client_instance_id = uuid.UUID(bytes=_client_instance_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for accepted_compression_types")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of accepted_compression_types exceeds the bytes left")
-    _accepted_compression_types = list(struct.unpack_from(f">{_n1}b", data, pos))
-    pos += 1 * _n1
-    _push_interval_ms, _telemetry_max_bytes, _delta_temporality = _S_iio.unpack_from(data, pos)
-    pos += 9
+    _o1.client_instance_id = uuid.UUID(bytes=_client_instance_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -166,43 +155,47 @@ def _r_GetTelemetrySubscriptionsResponse_v0(
         _n2, pos = read_uvarint(data, pos)
     _n2 -= 1
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for requested_metrics")
+        raise DecodeError("invalid or null array length for accepted_compression_types")
     if _n2 > _len - pos:
+        raise DecodeError("array count of accepted_compression_types exceeds the bytes left")
+    _o1.accepted_compression_types = list(struct.unpack_from(f">{_n2}b", data, pos))
+    pos += 1 * _n2
+    _o1.push_interval_ms, _o1.telemetry_max_bytes, _o1.delta_temporality = _S_iio.unpack_from(data, pos)
+    pos += 9
+    _n3 = data[pos]
+    if _n3 < 128:
+        pos += 1
+    else:
+        _n3, pos = read_uvarint(data, pos)
+    _n3 -= 1
+    if _n3 < 0:
+        raise DecodeError("invalid or null array length for requested_metrics")
+    if _n3 > _len - pos:
         raise DecodeError("array count of requested_metrics exceeds the bytes left")
-    _a3: list[str] = []
-    for _ in range(_n2):
-        _n5 = data[pos]
-        if _n5 < 128:
+    _a4: list[str] = []
+    for _ in range(_n3):
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n5, pos = read_uvarint(data, pos)
-        _n5 -= 1
-        if _n5 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for requested_metrics")
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("requested_metrics is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("requested_metrics overruns the buffer")
-        _e4 = data[pos:_end6].decode()
-        pos = _end6
-        _a3.append(_e4)
-    _requested_metrics = _a3
+        _e5 = data[pos:_end7].decode()
+        pos = _end7
+        _a4.append(_e5)
+    _o1.requested_metrics = _a4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return GetTelemetrySubscriptionsResponse(
-        _throttle_time_ms,
-        _error_code,
-        _client_instance_id,
-        _subscription_id,
-        _accepted_compression_types,
-        _push_interval_ms,
-        _telemetry_max_bytes,
-        _delta_temporality,
-        _requested_metrics,
-    ), pos
+    return _o1, pos
 
 
 GetTelemetrySubscriptionsRequest._WRITERS = {0: _w_GetTelemetrySubscriptionsRequest_v0}

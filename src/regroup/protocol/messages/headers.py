@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -115,51 +116,55 @@ def _w_RequestHeader_v2(buf: bytearray, o: RequestHeader) -> None:
 
 def _r_RequestHeader_v0(data: bytes, pos: int) -> tuple[RequestHeader, int]:
     _len = len(data)
-    _request_api_key, _request_api_version, _correlation_id = _S_hhi.unpack_from(data, pos)
+    _o1 = _new(RequestHeader)
+    _o1.request_api_key, _o1.request_api_version, _o1.correlation_id = _S_hhi.unpack_from(data, pos)
     pos += 8
-    return RequestHeader(_request_api_key, _request_api_version, _correlation_id, ""), pos
+    _o1.client_id = ""
+    return _o1, pos
 
 
 def _r_RequestHeader_v1(data: bytes, pos: int) -> tuple[RequestHeader, int]:
     _len = len(data)
-    _request_api_key, _request_api_version, _correlation_id = _S_hhi.unpack_from(data, pos)
+    _o1 = _new(RequestHeader)
+    _o1.request_api_key, _o1.request_api_version, _o1.correlation_id = _S_hhi.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for client_id")
-        _client_id = None
+        _o1.client_id = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("client_id overruns the buffer")
-        _client_id = data[pos:_end2].decode()
-        pos = _end2
-    return RequestHeader(_request_api_key, _request_api_version, _correlation_id, _client_id), pos
+        _o1.client_id = data[pos:_end3].decode()
+        pos = _end3
+    return _o1, pos
 
 
 def _r_RequestHeader_v2(data: bytes, pos: int) -> tuple[RequestHeader, int]:
     _len = len(data)
-    _request_api_key, _request_api_version, _correlation_id = _S_hhi.unpack_from(data, pos)
+    _o1 = _new(RequestHeader)
+    _o1.request_api_key, _o1.request_api_version, _o1.correlation_id = _S_hhi.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for client_id")
-        _client_id = None
+        _o1.client_id = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("client_id overruns the buffer")
-        _client_id = data[pos:_end2].decode()
-        pos = _end2
+        _o1.client_id = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return RequestHeader(_request_api_key, _request_api_version, _correlation_id, _client_id), pos
+    return _o1, pos
 
 
 def _w_ResponseHeader_v0(buf: bytearray, o: ResponseHeader) -> None:
@@ -173,20 +178,22 @@ def _w_ResponseHeader_v1(buf: bytearray, o: ResponseHeader) -> None:
 
 def _r_ResponseHeader_v0(data: bytes, pos: int) -> tuple[ResponseHeader, int]:
     _len = len(data)
-    (_correlation_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ResponseHeader)
+    (_o1.correlation_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ResponseHeader(_correlation_id), pos
+    return _o1, pos
 
 
 def _r_ResponseHeader_v1(data: bytes, pos: int) -> tuple[ResponseHeader, int]:
     _len = len(data)
-    (_correlation_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ResponseHeader)
+    (_o1.correlation_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ResponseHeader(_correlation_id), pos
+    return _o1, pos
 
 
 RequestHeader._WRITERS = {0: _w_RequestHeader_v0, 1: _w_RequestHeader_v1, 2: _w_RequestHeader_v2}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -158,81 +159,86 @@ def _w_InitProducerIdRequest_v3(buf: bytearray, o: InitProducerIdRequest) -> Non
 
 def _r_InitProducerIdRequest_v0(data: bytes, pos: int) -> tuple[InitProducerIdRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(InitProducerIdRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for transactional_id")
-        _transactional_id = None
+        _o1.transactional_id = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("transactional_id overruns the buffer")
-        _transactional_id = data[pos:_end2].decode()
-        pos = _end2
-    (_transaction_timeout_ms,) = _S_i.unpack_from(data, pos)
+        _o1.transactional_id = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.transaction_timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return InitProducerIdRequest(_transactional_id, _transaction_timeout_ms, -1, -1), pos
+    _o1.producer_id = -1
+    _o1.producer_epoch = -1
+    return _o1, pos
 
 
 def _r_InitProducerIdRequest_v2(data: bytes, pos: int) -> tuple[InitProducerIdRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(InitProducerIdRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for transactional_id")
-        _transactional_id = None
+        _o1.transactional_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("transactional_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("transactional_id overruns the buffer")
-        _transactional_id = data[pos:_end2].decode()
-        pos = _end2
-    (_transaction_timeout_ms,) = _S_i.unpack_from(data, pos)
+        _o1.transactional_id = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.transaction_timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.producer_id = -1
+    _o1.producer_epoch = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return InitProducerIdRequest(_transactional_id, _transaction_timeout_ms, -1, -1), pos
+    return _o1, pos
 
 
 def _r_InitProducerIdRequest_v3(data: bytes, pos: int) -> tuple[InitProducerIdRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(InitProducerIdRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for transactional_id")
-        _transactional_id = None
+        _o1.transactional_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("transactional_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("transactional_id overruns the buffer")
-        _transactional_id = data[pos:_end2].decode()
-        pos = _end2
-    _transaction_timeout_ms, _producer_id, _producer_epoch = _S_iqh.unpack_from(data, pos)
+        _o1.transactional_id = data[pos:_end3].decode()
+        pos = _end3
+    _o1.transaction_timeout_ms, _o1.producer_id, _o1.producer_epoch = _S_iqh.unpack_from(data, pos)
     pos += 14
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return InitProducerIdRequest(
-        _transactional_id, _transaction_timeout_ms, _producer_id, _producer_epoch
-    ), pos
+    return _o1, pos
 
 
 def _w_InitProducerIdResponse_v0(buf: bytearray, o: InitProducerIdResponse) -> None:
@@ -246,20 +252,22 @@ def _w_InitProducerIdResponse_v2(buf: bytearray, o: InitProducerIdResponse) -> N
 
 def _r_InitProducerIdResponse_v0(data: bytes, pos: int) -> tuple[InitProducerIdResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _producer_id, _producer_epoch = _S_ihqh.unpack_from(data, pos)
+    _o1 = _new(InitProducerIdResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.producer_id, _o1.producer_epoch = _S_ihqh.unpack_from(data, pos)
     pos += 16
-    return InitProducerIdResponse(_throttle_time_ms, _error_code, _producer_id, _producer_epoch), pos
+    return _o1, pos
 
 
 def _r_InitProducerIdResponse_v2(data: bytes, pos: int) -> tuple[InitProducerIdResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _producer_id, _producer_epoch = _S_ihqh.unpack_from(data, pos)
+    _o1 = _new(InitProducerIdResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.producer_id, _o1.producer_epoch = _S_ihqh.unpack_from(data, pos)
     pos += 16
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return InitProducerIdResponse(_throttle_time_ms, _error_code, _producer_id, _producer_epoch), pos
+    return _o1, pos
 
 
 InitProducerIdRequest._WRITERS = {

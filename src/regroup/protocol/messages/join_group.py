@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -210,62 +211,64 @@ def _w_JoinGroupRequestProtocol_v6(buf: bytearray, o: JoinGroupRequestProtocol) 
 
 def _r_JoinGroupRequestProtocol_v0(data: bytes, pos: int) -> tuple[JoinGroupRequestProtocol, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(JoinGroupRequestProtocol)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for metadata")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end4]
-    pos = _end4
-    return JoinGroupRequestProtocol(_name, _metadata), pos
+    _o1.metadata = data[pos:_end5]
+    pos = _end5
+    return _o1, pos
 
 
 def _r_JoinGroupRequestProtocol_v6(data: bytes, pos: int) -> tuple[JoinGroupRequestProtocol, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(JoinGroupRequestProtocol)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for metadata")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end4]
-    pos = _end4
+    _o1.metadata = data[pos:_end5]
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return JoinGroupRequestProtocol(_name, _metadata), pos
+    return _o1, pos
 
 
 def _w_JoinGroupRequest_v0(buf: bytearray, o: JoinGroupRequest) -> None:
@@ -403,190 +406,45 @@ def _w_JoinGroupRequest_v8(buf: bytearray, o: JoinGroupRequest) -> None:
 
 def _r_JoinGroupRequest_v0(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(JoinGroupRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_session_timeout_ms,) = _S_i.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.session_timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
+    _o1.protocol_type = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null array length for protocols")
-    if _n7 > _len - pos:
+    if _n8 > _len - pos:
         raise DecodeError("array count of protocols exceeds the bytes left")
-    _a8: list[JoinGroupRequestProtocol] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s9_name = data[pos:_end11].decode()
-        pos = _end11
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for metadata")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("metadata overruns the buffer")
-        _s9_metadata = data[pos:_end13]
-        pos = _end13
-        _a8.append(JoinGroupRequestProtocol(_s9_name, _s9_metadata))
-    _protocols = _a8
-    return JoinGroupRequest(
-        _group_id, _session_timeout_ms, -1, _member_id, None, _protocol_type, _protocols, None
-    ), pos
-
-
-def _r_JoinGroupRequest_v1(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _session_timeout_ms, _rebalance_timeout_ms = _S_ii.unpack_from(data, pos)
-    pos += 8
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        raise DecodeError("invalid or null length for protocol_type")
-    _end6 = pos + _n5
-    if _end6 > _len:
-        raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for protocols")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of protocols exceeds the bytes left")
-    _a8: list[JoinGroupRequestProtocol] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s9_name = data[pos:_end11].decode()
-        pos = _end11
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for metadata")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("metadata overruns the buffer")
-        _s9_metadata = data[pos:_end13]
-        pos = _end13
-        _a8.append(JoinGroupRequestProtocol(_s9_name, _s9_metadata))
-    _protocols = _a8
-    return JoinGroupRequest(
-        _group_id,
-        _session_timeout_ms,
-        _rebalance_timeout_ms,
-        _member_id,
-        None,
-        _protocol_type,
-        _protocols,
-        None,
-    ), pos
-
-
-def _r_JoinGroupRequest_v5(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _session_timeout_ms, _rebalance_timeout_ms = _S_ii.unpack_from(data, pos)
-    pos += 8
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
-            raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
-    else:
-        _end6 = pos + _n5
-        if _end6 > _len:
-            raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end6].decode()
-        pos = _end6
-    (_n7,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n7 < 0:
-        raise DecodeError("invalid or null length for protocol_type")
-    _end8 = pos + _n7
-    if _end8 > _len:
-        raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end8].decode()
-    pos = _end8
-    (_n9,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n9 < 0:
-        raise DecodeError("invalid or null array length for protocols")
-    if _n9 > _len - pos:
-        raise DecodeError("array count of protocols exceeds the bytes left")
-    _a10: list[JoinGroupRequestProtocol] = []
-    for _ in range(_n9):
+    _a9: list[JoinGroupRequestProtocol] = []
+    for _ in range(_n8):
+        _o11 = _new(JoinGroupRequestProtocol)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -594,7 +452,7 @@ def _r_JoinGroupRequest_v5(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("name overruns the buffer")
-        _s11_name = data[pos:_end13].decode()
+        _o11.name = data[pos:_end13].decode()
         pos = _end13
         (_n14,) = _I32.unpack_from(data, pos)
         pos += 4
@@ -603,116 +461,240 @@ def _r_JoinGroupRequest_v5(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("metadata overruns the buffer")
-        _s11_metadata = data[pos:_end15]
+        _o11.metadata = data[pos:_end15]
         pos = _end15
-        _a10.append(JoinGroupRequestProtocol(_s11_name, _s11_metadata))
-    _protocols = _a10
-    return JoinGroupRequest(
-        _group_id,
-        _session_timeout_ms,
-        _rebalance_timeout_ms,
-        _member_id,
-        _group_instance_id,
-        _protocol_type,
-        _protocols,
-        None,
-    ), pos
+        _a9.append(_o11)
+    _o1.protocols = _a9
+    _o1.rebalance_timeout_ms = -1
+    _o1.group_instance_id = None
+    _o1.reason = None
+    return _o1, pos
+
+
+def _r_JoinGroupRequest_v1(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
+    _len = len(data)
+    _o1 = _new(JoinGroupRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.session_timeout_ms, _o1.rebalance_timeout_ms = _S_ii.unpack_from(data, pos)
+    pos += 8
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        raise DecodeError("invalid or null length for protocol_type")
+    _end7 = pos + _n6
+    if _end7 > _len:
+        raise DecodeError("protocol_type overruns the buffer")
+    _o1.protocol_type = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n8 < 0:
+        raise DecodeError("invalid or null array length for protocols")
+    if _n8 > _len - pos:
+        raise DecodeError("array count of protocols exceeds the bytes left")
+    _a9: list[JoinGroupRequestProtocol] = []
+    for _ in range(_n8):
+        _o11 = _new(JoinGroupRequestProtocol)
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o11.name = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for metadata")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("metadata overruns the buffer")
+        _o11.metadata = data[pos:_end15]
+        pos = _end15
+        _a9.append(_o11)
+    _o1.protocols = _a9
+    _o1.group_instance_id = None
+    _o1.reason = None
+    return _o1, pos
+
+
+def _r_JoinGroupRequest_v5(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
+    _len = len(data)
+    _o1 = _new(JoinGroupRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.session_timeout_ms, _o1.rebalance_timeout_ms = _S_ii.unpack_from(data, pos)
+    pos += 8
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        if _n6 != -1:
+            raise DecodeError("invalid length for group_instance_id")
+        _o1.group_instance_id = None
+    else:
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("group_instance_id overruns the buffer")
+        _o1.group_instance_id = data[pos:_end7].decode()
+        pos = _end7
+    (_n8,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n8 < 0:
+        raise DecodeError("invalid or null length for protocol_type")
+    _end9 = pos + _n8
+    if _end9 > _len:
+        raise DecodeError("protocol_type overruns the buffer")
+    _o1.protocol_type = data[pos:_end9].decode()
+    pos = _end9
+    (_n10,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n10 < 0:
+        raise DecodeError("invalid or null array length for protocols")
+    if _n10 > _len - pos:
+        raise DecodeError("array count of protocols exceeds the bytes left")
+    _a11: list[JoinGroupRequestProtocol] = []
+    for _ in range(_n10):
+        _o13 = _new(JoinGroupRequestProtocol)
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o13.name = data[pos:_end15].decode()
+        pos = _end15
+        (_n16,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for metadata")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("metadata overruns the buffer")
+        _o13.metadata = data[pos:_end17]
+        pos = _end17
+        _a11.append(_o13)
+    _o1.protocols = _a11
+    _o1.reason = None
+    return _o1, pos
 
 
 def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(JoinGroupRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _session_timeout_ms, _rebalance_timeout_ms = _S_ii.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.session_timeout_ms, _o1.rebalance_timeout_ms = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end6].decode()
-        pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+        _o1.group_instance_id = data[pos:_end7].decode()
+        pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("protocol_type is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.protocol_type = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for protocols")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of protocols exceeds the bytes left")
-    _a10: list[JoinGroupRequestProtocol] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n12 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s11_name = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[JoinGroupRequestProtocol] = []
+    for _ in range(_n10):
+        _o13 = _new(JoinGroupRequestProtocol)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -720,128 +702,122 @@ def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            raise DecodeError("invalid or null length for metadata")
+            raise DecodeError("invalid or null length for name")
+        if _n14 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
-            raise DecodeError("metadata overruns the buffer")
-        _s11_metadata = data[pos:_end15]
+            raise DecodeError("name overruns the buffer")
+        _o13.name = data[pos:_end15].decode()
         pos = _end15
+        _n16 = data[pos]
+        if _n16 < 128:
+            pos += 1
+        else:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for metadata")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("metadata overruns the buffer")
+        _o13.metadata = data[pos:_end17]
+        pos = _end17
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a10.append(JoinGroupRequestProtocol(_s11_name, _s11_metadata))
-    _protocols = _a10
+        _a11.append(_o13)
+    _o1.protocols = _a11
+    _o1.reason = None
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return JoinGroupRequest(
-        _group_id,
-        _session_timeout_ms,
-        _rebalance_timeout_ms,
-        _member_id,
-        _group_instance_id,
-        _protocol_type,
-        _protocols,
-        None,
-    ), pos
+    return _o1, pos
 
 
 def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(JoinGroupRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _session_timeout_ms, _rebalance_timeout_ms = _S_ii.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _o1.session_timeout_ms, _o1.rebalance_timeout_ms = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end6].decode()
-        pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+        _o1.group_instance_id = data[pos:_end7].decode()
+        pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("protocol_type is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.protocol_type = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for protocols")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of protocols exceeds the bytes left")
-    _a10: list[JoinGroupRequestProtocol] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n12 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s11_name = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[JoinGroupRequestProtocol] = []
+    for _ in range(_n10):
+        _o13 = _new(JoinGroupRequestProtocol)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -849,50 +825,56 @@ def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            raise DecodeError("invalid or null length for metadata")
+            raise DecodeError("invalid or null length for name")
+        if _n14 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end15 = pos + _n14
         if _end15 > _len:
-            raise DecodeError("metadata overruns the buffer")
-        _s11_metadata = data[pos:_end15]
+            raise DecodeError("name overruns the buffer")
+        _o13.name = data[pos:_end15].decode()
         pos = _end15
+        _n16 = data[pos]
+        if _n16 < 128:
+            pos += 1
+        else:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for metadata")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("metadata overruns the buffer")
+        _o13.metadata = data[pos:_end17]
+        pos = _end17
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a10.append(JoinGroupRequestProtocol(_s11_name, _s11_metadata))
-    _protocols = _a10
-    _n16 = data[pos]
-    if _n16 < 128:
+        _a11.append(_o13)
+    _o1.protocols = _a11
+    _n18 = data[pos]
+    if _n18 < 128:
         pos += 1
     else:
-        _n16, pos = read_uvarint(data, pos)
-    _n16 -= 1
-    if _n16 < 0:
-        if _n16 != -1:
+        _n18, pos = read_uvarint(data, pos)
+    _n18 -= 1
+    if _n18 < 0:
+        if _n18 != -1:
             raise DecodeError("invalid length for reason")
-        _reason = None
+        _o1.reason = None
     else:
-        if _n16 > 0x7FFF:
+        if _n18 > 0x7FFF:
             raise DecodeError("reason is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end19 = pos + _n18
+        if _end19 > _len:
             raise DecodeError("reason overruns the buffer")
-        _reason = data[pos:_end17].decode()
-        pos = _end17
+        _o1.reason = data[pos:_end19].decode()
+        pos = _end19
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return JoinGroupRequest(
-        _group_id,
-        _session_timeout_ms,
-        _rebalance_timeout_ms,
-        _member_id,
-        _group_instance_id,
-        _protocol_type,
-        _protocols,
-        _reason,
-    ), pos
+    return _o1, pos
 
 
 def _w_JoinGroupResponseMember_v0(buf: bytearray, o: JoinGroupResponseMember) -> None:
@@ -938,115 +920,119 @@ def _w_JoinGroupResponseMember_v6(buf: bytearray, o: JoinGroupResponseMember) ->
 
 def _r_JoinGroupResponseMember_v0(data: bytes, pos: int) -> tuple[JoinGroupResponseMember, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(JoinGroupResponseMember)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for metadata")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end4]
-    pos = _end4
-    return JoinGroupResponseMember(_member_id, None, _metadata), pos
+    _o1.metadata = data[pos:_end5]
+    pos = _end5
+    _o1.group_instance_id = None
+    return _o1, pos
 
 
 def _r_JoinGroupResponseMember_v5(data: bytes, pos: int) -> tuple[JoinGroupResponseMember, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(JoinGroupResponseMember)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I32.unpack_from(data, pos)
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for metadata")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end6]
-    pos = _end6
-    return JoinGroupResponseMember(_member_id, _group_instance_id, _metadata), pos
+    _o1.metadata = data[pos:_end7]
+    pos = _end7
+    return _o1, pos
 
 
 def _r_JoinGroupResponseMember_v6(data: bytes, pos: int) -> tuple[JoinGroupResponseMember, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(JoinGroupResponseMember)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for metadata")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end6]
-    pos = _end6
+    _o1.metadata = data[pos:_end7]
+    pos = _end7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return JoinGroupResponseMember(_member_id, _group_instance_id, _metadata), pos
+    return _o1, pos
 
 
 def _w_JoinGroupResponse_v0(buf: bytearray, o: JoinGroupResponse) -> None:
@@ -1217,200 +1203,54 @@ def _w_JoinGroupResponse_v9(buf: bytearray, o: JoinGroupResponse) -> None:
 
 def _r_JoinGroupResponse_v0(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _error_code, _generation_id = _S_hi.unpack_from(data, pos)
+    _o1 = _new(JoinGroupResponse)
+    _o1.error_code, _o1.generation_id = _S_hi.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for protocol_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("protocol_name overruns the buffer")
-    _protocol_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.protocol_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for leader")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("leader overruns the buffer")
-    _leader = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+    _o1.leader = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n7 > _len - pos:
+    if _n8 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a8: list[JoinGroupResponseMember] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for metadata")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("metadata overruns the buffer")
-        _s9_metadata = data[pos:_end13]
-        pos = _end13
-        _a8.append(JoinGroupResponseMember(_s9_member_id, None, _s9_metadata))
-    _members = _a8
-    return JoinGroupResponse(
-        0, _error_code, _generation_id, None, _protocol_name, _leader, False, _member_id, _members
-    ), pos
-
-
-def _r_JoinGroupResponse_v2(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
-    _len = len(data)
-    _throttle_time_ms, _error_code, _generation_id = _S_ihi.unpack_from(data, pos)
-    pos += 10
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for protocol_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("protocol_name overruns the buffer")
-    _protocol_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for leader")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("leader overruns the buffer")
-    _leader = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    _end6 = pos + _n5
-    if _end6 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for members")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of members exceeds the bytes left")
-    _a8: list[JoinGroupResponseMember] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for metadata")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("metadata overruns the buffer")
-        _s9_metadata = data[pos:_end13]
-        pos = _end13
-        _a8.append(JoinGroupResponseMember(_s9_member_id, None, _s9_metadata))
-    _members = _a8
-    return JoinGroupResponse(
-        _throttle_time_ms,
-        _error_code,
-        _generation_id,
-        None,
-        _protocol_name,
-        _leader,
-        False,
-        _member_id,
-        _members,
-    ), pos
-
-
-def _r_JoinGroupResponse_v5(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
-    _len = len(data)
-    _throttle_time_ms, _error_code, _generation_id = _S_ihi.unpack_from(data, pos)
-    pos += 10
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for protocol_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("protocol_name overruns the buffer")
-    _protocol_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for leader")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("leader overruns the buffer")
-    _leader = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    _end6 = pos + _n5
-    if _end6 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for members")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of members exceeds the bytes left")
-    _a8: list[JoinGroupResponseMember] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
+    _a9: list[JoinGroupResponseMember] = []
+    for _ in range(_n8):
+        _o11 = _new(JoinGroupResponseMember)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
-            if _n12 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s9_group_instance_id = None
-        else:
-            _end13 = pos + _n12
-            if _end13 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s9_group_instance_id = data[pos:_end13].decode()
-            pos = _end13
+            raise DecodeError("invalid or null length for member_id")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
+        pos = _end13
         (_n14,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n14 < 0:
@@ -1418,250 +1258,370 @@ def _r_JoinGroupResponse_v5(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("metadata overruns the buffer")
-        _s9_metadata = data[pos:_end15]
+        _o11.metadata = data[pos:_end15]
         pos = _end15
-        _a8.append(JoinGroupResponseMember(_s9_member_id, _s9_group_instance_id, _s9_metadata))
-    _members = _a8
-    return JoinGroupResponse(
-        _throttle_time_ms,
-        _error_code,
-        _generation_id,
-        None,
-        _protocol_name,
-        _leader,
-        False,
-        _member_id,
-        _members,
-    ), pos
+        _o11.group_instance_id = None
+        _a9.append(_o11)
+    _o1.members = _a9
+    _o1.throttle_time_ms = 0
+    _o1.protocol_type = None
+    _o1.skip_assignment = False
+    return _o1, pos
 
 
-def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
+def _r_JoinGroupResponse_v2(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _generation_id = _S_ihi.unpack_from(data, pos)
+    _o1 = _new(JoinGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
     pos += 10
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
         raise DecodeError("invalid or null length for protocol_name")
-    if _n1 > 0x7FFF:
-        raise DecodeError("protocol_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("protocol_name overruns the buffer")
-    _protocol_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+    _o1.protocol_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
         raise DecodeError("invalid or null length for leader")
-    if _n3 > 0x7FFF:
-        raise DecodeError("leader is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("leader overruns the buffer")
-    _leader = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
-        pos += 1
-    else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+    _o1.leader = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n5 > 0x7FFF:
-        raise DecodeError("member_id is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
-        pos += 1
-    else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+    _o1.member_id = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n8 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n7 > _len - pos:
+    if _n8 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a8: list[JoinGroupResponseMember] = []
-    for _ in range(_n7):
-        _n10 = data[pos]
-        if _n10 < 128:
-            pos += 1
-        else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n10 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
+    _a9: list[JoinGroupResponseMember] = []
+    for _ in range(_n8):
+        _o11 = _new(JoinGroupResponseMember)
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
         if _n12 < 0:
-            if _n12 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s9_group_instance_id = None
-        else:
-            if _n12 > 0x7FFF:
-                raise DecodeError("group_instance_id is longer than 32767 bytes")
-            _end13 = pos + _n12
-            if _end13 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s9_group_instance_id = data[pos:_end13].decode()
-            pos = _end13
-        _n14 = data[pos]
-        if _n14 < 128:
-            pos += 1
-        else:
-            _n14, pos = read_uvarint(data, pos)
-        _n14 -= 1
+            raise DecodeError("invalid or null length for member_id")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
+        pos += 4
         if _n14 < 0:
             raise DecodeError("invalid or null length for metadata")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("metadata overruns the buffer")
-        _s9_metadata = data[pos:_end15]
+        _o11.metadata = data[pos:_end15]
         pos = _end15
+        _o11.group_instance_id = None
+        _a9.append(_o11)
+    _o1.members = _a9
+    _o1.protocol_type = None
+    _o1.skip_assignment = False
+    return _o1, pos
+
+
+def _r_JoinGroupResponse_v5(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
+    _len = len(data)
+    _o1 = _new(JoinGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
+    pos += 10
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for protocol_name")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("protocol_name overruns the buffer")
+    _o1.protocol_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for leader")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("leader overruns the buffer")
+    _o1.leader = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    _end7 = pos + _n6
+    if _end7 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n8 < 0:
+        raise DecodeError("invalid or null array length for members")
+    if _n8 > _len - pos:
+        raise DecodeError("array count of members exceeds the bytes left")
+    _a9: list[JoinGroupResponseMember] = []
+    for _ in range(_n8):
+        _o11 = _new(JoinGroupResponseMember)
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for member_id")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
+            if _n14 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o11.group_instance_id = None
+        else:
+            _end15 = pos + _n14
+            if _end15 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o11.group_instance_id = data[pos:_end15].decode()
+            pos = _end15
+        (_n16,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for metadata")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("metadata overruns the buffer")
+        _o11.metadata = data[pos:_end17]
+        pos = _end17
+        _a9.append(_o11)
+    _o1.members = _a9
+    _o1.protocol_type = None
+    _o1.skip_assignment = False
+    return _o1, pos
+
+
+def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
+    _len = len(data)
+    _o1 = _new(JoinGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
+    pos += 10
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for protocol_name")
+    if _n2 > 0x7FFF:
+        raise DecodeError("protocol_name is longer than 32767 bytes")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("protocol_name overruns the buffer")
+    _o1.protocol_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for leader")
+    if _n4 > 0x7FFF:
+        raise DecodeError("leader is longer than 32767 bytes")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("leader overruns the buffer")
+    _o1.leader = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
+        pos += 1
+    else:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    if _n6 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
+    _end7 = pos + _n6
+    if _end7 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
+        pos += 1
+    else:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        raise DecodeError("invalid or null array length for members")
+    if _n8 > _len - pos:
+        raise DecodeError("array count of members exceeds the bytes left")
+    _a9: list[JoinGroupResponseMember] = []
+    for _ in range(_n8):
+        _o11 = _new(JoinGroupResponseMember)
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for member_id")
+        if _n12 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
+        pos = _end13
+        _n14 = data[pos]
+        if _n14 < 128:
+            pos += 1
+        else:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
+            if _n14 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o11.group_instance_id = None
+        else:
+            if _n14 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
+            _end15 = pos + _n14
+            if _end15 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o11.group_instance_id = data[pos:_end15].decode()
+            pos = _end15
+        _n16 = data[pos]
+        if _n16 < 128:
+            pos += 1
+        else:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for metadata")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("metadata overruns the buffer")
+        _o11.metadata = data[pos:_end17]
+        pos = _end17
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a8.append(JoinGroupResponseMember(_s9_member_id, _s9_group_instance_id, _s9_metadata))
-    _members = _a8
+        _a9.append(_o11)
+    _o1.members = _a9
+    _o1.protocol_type = None
+    _o1.skip_assignment = False
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return JoinGroupResponse(
-        _throttle_time_ms,
-        _error_code,
-        _generation_id,
-        None,
-        _protocol_name,
-        _leader,
-        False,
-        _member_id,
-        _members,
-    ), pos
+    return _o1, pos
 
 
 def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _generation_id = _S_ihi.unpack_from(data, pos)
+    _o1 = _new(JoinGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
     pos += 10
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for protocol_type")
-        _protocol_type = None
+        _o1.protocol_type = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("protocol_type is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("protocol_type overruns the buffer")
-        _protocol_type = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.protocol_type = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for protocol_name")
-        _protocol_name = None
+        _o1.protocol_name = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("protocol_name is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("protocol_name overruns the buffer")
-        _protocol_name = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.protocol_name = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for leader")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("leader is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("leader overruns the buffer")
-    _leader = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.leader = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.member_id = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a10: list[JoinGroupResponseMember] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n12 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s11_member_id = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[JoinGroupResponseMember] = []
+    for _ in range(_n10):
+        _o13 = _new(JoinGroupResponseMember)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -1669,17 +1629,14 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            if _n14 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s11_group_instance_id = None
-        else:
-            if _n14 > 0x7FFF:
-                raise DecodeError("group_instance_id is longer than 32767 bytes")
-            _end15 = pos + _n14
-            if _end15 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s11_group_instance_id = data[pos:_end15].decode()
-            pos = _end15
+            raise DecodeError("invalid or null length for member_id")
+        if _n14 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o13.member_id = data[pos:_end15].decode()
+        pos = _end15
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -1687,134 +1644,130 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
             _n16, pos = read_uvarint(data, pos)
         _n16 -= 1
         if _n16 < 0:
+            if _n16 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o13.group_instance_id = None
+        else:
+            if _n16 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
+            _end17 = pos + _n16
+            if _end17 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o13.group_instance_id = data[pos:_end17].decode()
+            pos = _end17
+        _n18 = data[pos]
+        if _n18 < 128:
+            pos += 1
+        else:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
             raise DecodeError("invalid or null length for metadata")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end19 = pos + _n18
+        if _end19 > _len:
             raise DecodeError("metadata overruns the buffer")
-        _s11_metadata = data[pos:_end17]
-        pos = _end17
+        _o13.metadata = data[pos:_end19]
+        pos = _end19
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a10.append(JoinGroupResponseMember(_s11_member_id, _s11_group_instance_id, _s11_metadata))
-    _members = _a10
+        _a11.append(_o13)
+    _o1.members = _a11
+    _o1.skip_assignment = False
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return JoinGroupResponse(
-        _throttle_time_ms,
-        _error_code,
-        _generation_id,
-        _protocol_type,
-        _protocol_name,
-        _leader,
-        False,
-        _member_id,
-        _members,
-    ), pos
+    return _o1, pos
 
 
 def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code, _generation_id = _S_ihi.unpack_from(data, pos)
+    _o1 = _new(JoinGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
     pos += 10
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for protocol_type")
-        _protocol_type = None
+        _o1.protocol_type = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("protocol_type is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("protocol_type overruns the buffer")
-        _protocol_type = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.protocol_type = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for protocol_name")
-        _protocol_name = None
+        _o1.protocol_name = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("protocol_name is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("protocol_name overruns the buffer")
-        _protocol_name = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.protocol_name = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for leader")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("leader is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("leader overruns the buffer")
-    _leader = data[pos:_end6].decode()
-    pos = _end6
-    (_skip_assignment,) = _S_o.unpack_from(data, pos)
+    _o1.leader = data[pos:_end7].decode()
+    pos = _end7
+    (_o1.skip_assignment,) = _S_o.unpack_from(data, pos)
     pos += 1
-    _n7 = data[pos]
-    if _n7 < 128:
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.member_id = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a10: list[JoinGroupResponseMember] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n12 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s11_member_id = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[JoinGroupResponseMember] = []
+    for _ in range(_n10):
+        _o13 = _new(JoinGroupResponseMember)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -1822,17 +1775,14 @@ def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            if _n14 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s11_group_instance_id = None
-        else:
-            if _n14 > 0x7FFF:
-                raise DecodeError("group_instance_id is longer than 32767 bytes")
-            _end15 = pos + _n14
-            if _end15 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s11_group_instance_id = data[pos:_end15].decode()
-            pos = _end15
+            raise DecodeError("invalid or null length for member_id")
+        if _n14 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o13.member_id = data[pos:_end15].decode()
+        pos = _end15
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -1840,33 +1790,41 @@ def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
             _n16, pos = read_uvarint(data, pos)
         _n16 -= 1
         if _n16 < 0:
+            if _n16 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o13.group_instance_id = None
+        else:
+            if _n16 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
+            _end17 = pos + _n16
+            if _end17 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o13.group_instance_id = data[pos:_end17].decode()
+            pos = _end17
+        _n18 = data[pos]
+        if _n18 < 128:
+            pos += 1
+        else:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
             raise DecodeError("invalid or null length for metadata")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end19 = pos + _n18
+        if _end19 > _len:
             raise DecodeError("metadata overruns the buffer")
-        _s11_metadata = data[pos:_end17]
-        pos = _end17
+        _o13.metadata = data[pos:_end19]
+        pos = _end19
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a10.append(JoinGroupResponseMember(_s11_member_id, _s11_group_instance_id, _s11_metadata))
-    _members = _a10
+        _a11.append(_o13)
+    _o1.members = _a11
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return JoinGroupResponse(
-        _throttle_time_ms,
-        _error_code,
-        _generation_id,
-        _protocol_type,
-        _protocol_name,
-        _leader,
-        _skip_assignment,
-        _member_id,
-        _members,
-    ), pos
+    return _o1, pos
 
 
 JoinGroupRequestProtocol._WRITERS = {

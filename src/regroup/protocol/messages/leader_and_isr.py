@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -381,214 +382,166 @@ def _w_LeaderAndIsrPartitionState_v6(buf: bytearray, o: LeaderAndIsrPartitionSta
 
 def _r_LeaderAndIsrPartitionState_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrPartitionState)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    (_n3,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    (_partition_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
     (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n4 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n4 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n4}i", data, pos))
     pos += 4 * _n4
-    return LeaderAndIsrPartitionState(
-        _topic_name,
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _partition_epoch,
-        _replicas,
-        [],
-        [],
-        False,
-        0,
-    ), pos
+    (_o1.partition_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n5,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n5 < 0:
+        raise DecodeError("invalid or null array length for replicas")
+    if _n5 > _len - pos:
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n5}i", data, pos))
+    pos += 4 * _n5
+    _o1.adding_replicas = []
+    _o1.removing_replicas = []
+    _o1.is_new = False
+    _o1.leader_recovery_state = 0
+    return _o1, pos
 
 
 def _r_LeaderAndIsrPartitionState_v1(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrPartitionState)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    (_n3,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    (_partition_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
     (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n4 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n4 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n4}i", data, pos))
     pos += 4 * _n4
-    (_is_new,) = _S_o.unpack_from(data, pos)
+    (_o1.partition_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n5,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n5 < 0:
+        raise DecodeError("invalid or null array length for replicas")
+    if _n5 > _len - pos:
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n5}i", data, pos))
+    pos += 4 * _n5
+    (_o1.is_new,) = _S_o.unpack_from(data, pos)
     pos += 1
-    return LeaderAndIsrPartitionState(
-        _topic_name,
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _partition_epoch,
-        _replicas,
-        [],
-        [],
-        _is_new,
-        0,
-    ), pos
+    _o1.adding_replicas = []
+    _o1.removing_replicas = []
+    _o1.leader_recovery_state = 0
+    return _o1, pos
 
 
 def _r_LeaderAndIsrPartitionState_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    (_partition_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n2 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
-    (_is_new,) = _S_o.unpack_from(data, pos)
+    (_o1.partition_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n3,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n3 < 0:
+        raise DecodeError("invalid or null array length for replicas")
+    if _n3 > _len - pos:
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+    pos += 4 * _n3
+    (_o1.is_new,) = _S_o.unpack_from(data, pos)
     pos += 1
-    return LeaderAndIsrPartitionState(
-        "",
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _partition_epoch,
-        _replicas,
-        [],
-        [],
-        _is_new,
-        0,
-    ), pos
+    _o1.topic_name = ""
+    _o1.adding_replicas = []
+    _o1.removing_replicas = []
+    _o1.leader_recovery_state = 0
+    return _o1, pos
 
 
 def _r_LeaderAndIsrPartitionState_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    (_partition_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n2 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
+    (_o1.partition_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
     (_n3,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n3 < 0:
-        raise DecodeError("invalid or null array length for adding_replicas")
+        raise DecodeError("invalid or null array length for replicas")
     if _n3 > _len - pos:
-        raise DecodeError("array count of adding_replicas exceeds the bytes left")
-    _adding_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
     pos += 4 * _n3
     (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n4 < 0:
-        raise DecodeError("invalid or null array length for removing_replicas")
+        raise DecodeError("invalid or null array length for adding_replicas")
     if _n4 > _len - pos:
-        raise DecodeError("array count of removing_replicas exceeds the bytes left")
-    _removing_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+        raise DecodeError("array count of adding_replicas exceeds the bytes left")
+    _o1.adding_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
     pos += 4 * _n4
-    (_is_new,) = _S_o.unpack_from(data, pos)
+    (_n5,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n5 < 0:
+        raise DecodeError("invalid or null array length for removing_replicas")
+    if _n5 > _len - pos:
+        raise DecodeError("array count of removing_replicas exceeds the bytes left")
+    _o1.removing_replicas = list(struct.unpack_from(f">{_n5}i", data, pos))
+    pos += 4 * _n5
+    (_o1.is_new,) = _S_o.unpack_from(data, pos)
     pos += 1
-    return LeaderAndIsrPartitionState(
-        "",
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _partition_epoch,
-        _replicas,
-        _adding_replicas,
-        _removing_replicas,
-        _is_new,
-        0,
-    ), pos
+    _o1.topic_name = ""
+    _o1.leader_recovery_state = 0
+    return _o1, pos
 
 
 def _r_LeaderAndIsrPartitionState_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    (_partition_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -596,11 +549,13 @@ def _r_LeaderAndIsrPartitionState_v4(data: bytes, pos: int) -> tuple[LeaderAndIs
         _n2, pos = read_uvarint(data, pos)
     _n2 -= 1
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n2 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
+    (_o1.partition_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
     _n3 = data[pos]
     if _n3 < 128:
         pos += 1
@@ -608,10 +563,10 @@ def _r_LeaderAndIsrPartitionState_v4(data: bytes, pos: int) -> tuple[LeaderAndIs
         _n3, pos = read_uvarint(data, pos)
     _n3 -= 1
     if _n3 < 0:
-        raise DecodeError("invalid or null array length for adding_replicas")
+        raise DecodeError("invalid or null array length for replicas")
     if _n3 > _len - pos:
-        raise DecodeError("array count of adding_replicas exceeds the bytes left")
-    _adding_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
     pos += 4 * _n3
     _n4 = data[pos]
     if _n4 < 128:
@@ -620,51 +575,39 @@ def _r_LeaderAndIsrPartitionState_v4(data: bytes, pos: int) -> tuple[LeaderAndIs
         _n4, pos = read_uvarint(data, pos)
     _n4 -= 1
     if _n4 < 0:
-        raise DecodeError("invalid or null array length for removing_replicas")
+        raise DecodeError("invalid or null array length for adding_replicas")
     if _n4 > _len - pos:
-        raise DecodeError("array count of removing_replicas exceeds the bytes left")
-    _removing_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+        raise DecodeError("array count of adding_replicas exceeds the bytes left")
+    _o1.adding_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
     pos += 4 * _n4
-    (_is_new,) = _S_o.unpack_from(data, pos)
+    _n5 = data[pos]
+    if _n5 < 128:
+        pos += 1
+    else:
+        _n5, pos = read_uvarint(data, pos)
+    _n5 -= 1
+    if _n5 < 0:
+        raise DecodeError("invalid or null array length for removing_replicas")
+    if _n5 > _len - pos:
+        raise DecodeError("array count of removing_replicas exceeds the bytes left")
+    _o1.removing_replicas = list(struct.unpack_from(f">{_n5}i", data, pos))
+    pos += 4 * _n5
+    (_o1.is_new,) = _S_o.unpack_from(data, pos)
     pos += 1
+    _o1.topic_name = ""
+    _o1.leader_recovery_state = 0
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrPartitionState(
-        "",
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _partition_epoch,
-        _replicas,
-        _adding_replicas,
-        _removing_replicas,
-        _is_new,
-        0,
-    ), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrPartitionState_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    (_partition_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -672,11 +615,13 @@ def _r_LeaderAndIsrPartitionState_v6(data: bytes, pos: int) -> tuple[LeaderAndIs
         _n2, pos = read_uvarint(data, pos)
     _n2 -= 1
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n2 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
+    (_o1.partition_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
     _n3 = data[pos]
     if _n3 < 128:
         pos += 1
@@ -684,10 +629,10 @@ def _r_LeaderAndIsrPartitionState_v6(data: bytes, pos: int) -> tuple[LeaderAndIs
         _n3, pos = read_uvarint(data, pos)
     _n3 -= 1
     if _n3 < 0:
-        raise DecodeError("invalid or null array length for adding_replicas")
+        raise DecodeError("invalid or null array length for replicas")
     if _n3 > _len - pos:
-        raise DecodeError("array count of adding_replicas exceeds the bytes left")
-    _adding_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
     pos += 4 * _n3
     _n4 = data[pos]
     if _n4 < 128:
@@ -696,31 +641,31 @@ def _r_LeaderAndIsrPartitionState_v6(data: bytes, pos: int) -> tuple[LeaderAndIs
         _n4, pos = read_uvarint(data, pos)
     _n4 -= 1
     if _n4 < 0:
-        raise DecodeError("invalid or null array length for removing_replicas")
+        raise DecodeError("invalid or null array length for adding_replicas")
     if _n4 > _len - pos:
-        raise DecodeError("array count of removing_replicas exceeds the bytes left")
-    _removing_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+        raise DecodeError("array count of adding_replicas exceeds the bytes left")
+    _o1.adding_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
     pos += 4 * _n4
-    _is_new, _leader_recovery_state = _S_ob.unpack_from(data, pos)
+    _n5 = data[pos]
+    if _n5 < 128:
+        pos += 1
+    else:
+        _n5, pos = read_uvarint(data, pos)
+    _n5 -= 1
+    if _n5 < 0:
+        raise DecodeError("invalid or null array length for removing_replicas")
+    if _n5 > _len - pos:
+        raise DecodeError("array count of removing_replicas exceeds the bytes left")
+    _o1.removing_replicas = list(struct.unpack_from(f">{_n5}i", data, pos))
+    pos += 4 * _n5
+    _o1.is_new, _o1.leader_recovery_state = _S_ob.unpack_from(data, pos)
     pos += 2
+    _o1.topic_name = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrPartitionState(
-        "",
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _partition_epoch,
-        _replicas,
-        _adding_replicas,
-        _removing_replicas,
-        _is_new,
-        _leader_recovery_state,
-    ), pos
+    return _o1, pos
 
 
 def _w_LeaderAndIsrTopicState_v2(buf: bytearray, o: LeaderAndIsrTopicState) -> None:
@@ -786,205 +731,163 @@ def _w_LeaderAndIsrTopicState_v6(buf: bytearray, o: LeaderAndIsrTopicState) -> N
 
 def _r_LeaderAndIsrTopicState_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrTopicState)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_states")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_states exceeds the bytes left")
-    _a4: list[LeaderAndIsrPartitionState] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_controller_epoch, _s5_leader, _s5_leader_epoch = _S_iiii.unpack_from(
+    _a5: list[LeaderAndIsrPartitionState] = []
+    for _ in range(_n4):
+        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_partition_epoch,) = _S_i.unpack_from(data, pos)
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_o7.partition_epoch,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
+        (_n9,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n7 < 0:
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of replicas exceeds the bytes left")
-        _s5_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
-        (_s5_is_new,) = _S_o.unpack_from(data, pos)
+        _o7.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        (_o7.is_new,) = _S_o.unpack_from(data, pos)
         pos += 1
-        _a4.append(
-            LeaderAndIsrPartitionState(
-                "",
-                _s5_partition_index,
-                _s5_controller_epoch,
-                _s5_leader,
-                _s5_leader_epoch,
-                _s5_isr,
-                _s5_partition_epoch,
-                _s5_replicas,
-                [],
-                [],
-                _s5_is_new,
-                0,
-            )
-        )
-    _partition_states = _a4
-    return LeaderAndIsrTopicState(_topic_name, ZERO_UUID, _partition_states), pos
+        _o7.topic_name = ""
+        _o7.adding_replicas = []
+        _o7.removing_replicas = []
+        _o7.leader_recovery_state = 0
+        _a5.append(_o7)
+    _o1.partition_states = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_LeaderAndIsrTopicState_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrTopicState)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_states")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_states exceeds the bytes left")
-    _a4: list[LeaderAndIsrPartitionState] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_controller_epoch, _s5_leader, _s5_leader_epoch = _S_iiii.unpack_from(
+    _a5: list[LeaderAndIsrPartitionState] = []
+    for _ in range(_n4):
+        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_partition_epoch,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s5_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for adding_replicas")
+            raise DecodeError("invalid or null array length for isr")
         if _n8 > _len - pos:
-            raise DecodeError("array count of adding_replicas exceeds the bytes left")
-        _s5_adding_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        (_o7.partition_epoch,) = _S_i.unpack_from(data, pos)
+        pos += 4
         (_n9,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n9 < 0:
-            raise DecodeError("invalid or null array length for removing_replicas")
+            raise DecodeError("invalid or null array length for replicas")
         if _n9 > _len - pos:
-            raise DecodeError("array count of removing_replicas exceeds the bytes left")
-        _s5_removing_replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o7.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
         pos += 4 * _n9
-        (_s5_is_new,) = _S_o.unpack_from(data, pos)
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for adding_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of adding_replicas exceeds the bytes left")
+        _o7.adding_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        (_n11,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n11 < 0:
+            raise DecodeError("invalid or null array length for removing_replicas")
+        if _n11 > _len - pos:
+            raise DecodeError("array count of removing_replicas exceeds the bytes left")
+        _o7.removing_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
+        pos += 4 * _n11
+        (_o7.is_new,) = _S_o.unpack_from(data, pos)
         pos += 1
-        _a4.append(
-            LeaderAndIsrPartitionState(
-                "",
-                _s5_partition_index,
-                _s5_controller_epoch,
-                _s5_leader,
-                _s5_leader_epoch,
-                _s5_isr,
-                _s5_partition_epoch,
-                _s5_replicas,
-                _s5_adding_replicas,
-                _s5_removing_replicas,
-                _s5_is_new,
-                0,
-            )
-        )
-    _partition_states = _a4
-    return LeaderAndIsrTopicState(_topic_name, ZERO_UUID, _partition_states), pos
+        _o7.topic_name = ""
+        _o7.leader_recovery_state = 0
+        _a5.append(_o7)
+    _o1.partition_states = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_LeaderAndIsrTopicState_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(LeaderAndIsrTopicState)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_states")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_states exceeds the bytes left")
-    _a4: list[LeaderAndIsrPartitionState] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_controller_epoch, _s5_leader, _s5_leader_epoch = _S_iiii.unpack_from(
+    _a5: list[LeaderAndIsrPartitionState] = []
+    for _ in range(_n4):
+        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_partition_epoch,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s5_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -992,11 +895,13 @@ def _r_LeaderAndIsrTopicState_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for adding_replicas")
+            raise DecodeError("invalid or null array length for isr")
         if _n8 > _len - pos:
-            raise DecodeError("array count of adding_replicas exceeds the bytes left")
-        _s5_adding_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        (_o7.partition_epoch,) = _S_i.unpack_from(data, pos)
+        pos += 4
         _n9 = data[pos]
         if _n9 < 128:
             pos += 1
@@ -1004,103 +909,91 @@ def _r_LeaderAndIsrTopicState_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
             _n9, pos = read_uvarint(data, pos)
         _n9 -= 1
         if _n9 < 0:
-            raise DecodeError("invalid or null array length for removing_replicas")
+            raise DecodeError("invalid or null array length for replicas")
         if _n9 > _len - pos:
-            raise DecodeError("array count of removing_replicas exceeds the bytes left")
-        _s5_removing_replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o7.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
         pos += 4 * _n9
-        (_s5_is_new,) = _S_o.unpack_from(data, pos)
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for adding_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of adding_replicas exceeds the bytes left")
+        _o7.adding_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _n11 = data[pos]
+        if _n11 < 128:
+            pos += 1
+        else:
+            _n11, pos = read_uvarint(data, pos)
+        _n11 -= 1
+        if _n11 < 0:
+            raise DecodeError("invalid or null array length for removing_replicas")
+        if _n11 > _len - pos:
+            raise DecodeError("array count of removing_replicas exceeds the bytes left")
+        _o7.removing_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
+        pos += 4 * _n11
+        (_o7.is_new,) = _S_o.unpack_from(data, pos)
         pos += 1
+        _o7.topic_name = ""
+        _o7.leader_recovery_state = 0
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            LeaderAndIsrPartitionState(
-                "",
-                _s5_partition_index,
-                _s5_controller_epoch,
-                _s5_leader,
-                _s5_leader_epoch,
-                _s5_isr,
-                _s5_partition_epoch,
-                _s5_replicas,
-                _s5_adding_replicas,
-                _s5_removing_replicas,
-                _s5_is_new,
-                0,
-            )
-        )
-    _partition_states = _a4
+        _a5.append(_o7)
+    _o1.partition_states = _a5
+    _o1.topic_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrTopicState(_topic_name, ZERO_UUID, _partition_states), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrTopicState_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(LeaderAndIsrTopicState)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_states")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_states exceeds the bytes left")
-    _a4: list[LeaderAndIsrPartitionState] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_controller_epoch, _s5_leader, _s5_leader_epoch = _S_iiii.unpack_from(
+    _a5: list[LeaderAndIsrPartitionState] = []
+    for _ in range(_n4):
+        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_partition_epoch,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s5_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1108,11 +1001,13 @@ def _r_LeaderAndIsrTopicState_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for adding_replicas")
+            raise DecodeError("invalid or null array length for isr")
         if _n8 > _len - pos:
-            raise DecodeError("array count of adding_replicas exceeds the bytes left")
-        _s5_adding_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        (_o7.partition_epoch,) = _S_i.unpack_from(data, pos)
+        pos += 4
         _n9 = data[pos]
         if _n9 < 128:
             pos += 1
@@ -1120,103 +1015,90 @@ def _r_LeaderAndIsrTopicState_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
             _n9, pos = read_uvarint(data, pos)
         _n9 -= 1
         if _n9 < 0:
-            raise DecodeError("invalid or null array length for removing_replicas")
+            raise DecodeError("invalid or null array length for replicas")
         if _n9 > _len - pos:
-            raise DecodeError("array count of removing_replicas exceeds the bytes left")
-        _s5_removing_replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o7.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
         pos += 4 * _n9
-        (_s5_is_new,) = _S_o.unpack_from(data, pos)
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for adding_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of adding_replicas exceeds the bytes left")
+        _o7.adding_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _n11 = data[pos]
+        if _n11 < 128:
+            pos += 1
+        else:
+            _n11, pos = read_uvarint(data, pos)
+        _n11 -= 1
+        if _n11 < 0:
+            raise DecodeError("invalid or null array length for removing_replicas")
+        if _n11 > _len - pos:
+            raise DecodeError("array count of removing_replicas exceeds the bytes left")
+        _o7.removing_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
+        pos += 4 * _n11
+        (_o7.is_new,) = _S_o.unpack_from(data, pos)
         pos += 1
+        _o7.topic_name = ""
+        _o7.leader_recovery_state = 0
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            LeaderAndIsrPartitionState(
-                "",
-                _s5_partition_index,
-                _s5_controller_epoch,
-                _s5_leader,
-                _s5_leader_epoch,
-                _s5_isr,
-                _s5_partition_epoch,
-                _s5_replicas,
-                _s5_adding_replicas,
-                _s5_removing_replicas,
-                _s5_is_new,
-                0,
-            )
-        )
-    _partition_states = _a4
+        _a5.append(_o7)
+    _o1.partition_states = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrTopicState(_topic_name, _topic_id, _partition_states), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrTopicState_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(LeaderAndIsrTopicState)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_states")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_states exceeds the bytes left")
-    _a4: list[LeaderAndIsrPartitionState] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_controller_epoch, _s5_leader, _s5_leader_epoch = _S_iiii.unpack_from(
+    _a5: list[LeaderAndIsrPartitionState] = []
+    for _ in range(_n4):
+        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_partition_epoch,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s5_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1224,11 +1106,13 @@ def _r_LeaderAndIsrTopicState_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for adding_replicas")
+            raise DecodeError("invalid or null array length for isr")
         if _n8 > _len - pos:
-            raise DecodeError("array count of adding_replicas exceeds the bytes left")
-        _s5_adding_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        (_o7.partition_epoch,) = _S_i.unpack_from(data, pos)
+        pos += 4
         _n9 = data[pos]
         if _n9 < 128:
             pos += 1
@@ -1236,39 +1120,49 @@ def _r_LeaderAndIsrTopicState_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
             _n9, pos = read_uvarint(data, pos)
         _n9 -= 1
         if _n9 < 0:
-            raise DecodeError("invalid or null array length for removing_replicas")
+            raise DecodeError("invalid or null array length for replicas")
         if _n9 > _len - pos:
-            raise DecodeError("array count of removing_replicas exceeds the bytes left")
-        _s5_removing_replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o7.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
         pos += 4 * _n9
-        _s5_is_new, _s5_leader_recovery_state = _S_ob.unpack_from(data, pos)
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for adding_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of adding_replicas exceeds the bytes left")
+        _o7.adding_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _n11 = data[pos]
+        if _n11 < 128:
+            pos += 1
+        else:
+            _n11, pos = read_uvarint(data, pos)
+        _n11 -= 1
+        if _n11 < 0:
+            raise DecodeError("invalid or null array length for removing_replicas")
+        if _n11 > _len - pos:
+            raise DecodeError("array count of removing_replicas exceeds the bytes left")
+        _o7.removing_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
+        pos += 4 * _n11
+        _o7.is_new, _o7.leader_recovery_state = _S_ob.unpack_from(data, pos)
         pos += 2
+        _o7.topic_name = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            LeaderAndIsrPartitionState(
-                "",
-                _s5_partition_index,
-                _s5_controller_epoch,
-                _s5_leader,
-                _s5_leader_epoch,
-                _s5_isr,
-                _s5_partition_epoch,
-                _s5_replicas,
-                _s5_adding_replicas,
-                _s5_removing_replicas,
-                _s5_is_new,
-                _s5_leader_recovery_state,
-            )
-        )
-    _partition_states = _a4
+        _a5.append(_o7)
+    _o1.partition_states = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrTopicState(_topic_name, _topic_id, _partition_states), pos
+    return _o1, pos
 
 
 def _w_LeaderAndIsrLiveLeader_v0(buf: bytearray, o: LeaderAndIsrLiveLeader) -> None:
@@ -1292,48 +1186,50 @@ def _w_LeaderAndIsrLiveLeader_v4(buf: bytearray, o: LeaderAndIsrLiveLeader) -> N
 
 def _r_LeaderAndIsrLiveLeader_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrLiveLeader, int]:
     _len = len(data)
-    (_broker_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrLiveLeader)
+    (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host_name overruns the buffer")
-    _host_name = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return LeaderAndIsrLiveLeader(_broker_id, _host_name, _port), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrLiveLeader_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrLiveLeader, int]:
     _len = len(data)
-    (_broker_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrLiveLeader)
+    (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host_name overruns the buffer")
-    _host_name = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrLiveLeader(_broker_id, _host_name, _port), pos
+    return _o1, pos
 
 
 def _w_LeaderAndIsrRequest_v0(buf: bytearray, o: LeaderAndIsrRequest) -> None:
@@ -1492,263 +1388,65 @@ def _w_LeaderAndIsrRequest_v7(buf: bytearray, o: LeaderAndIsrRequest) -> None:
 
 def _r_LeaderAndIsrRequest_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrRequest)
+    _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for ungrouped_partition_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
-    _a2: list[LeaderAndIsrPartitionState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[LeaderAndIsrPartitionState] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrPartitionState)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_controller_epoch, _s3_leader, _s3_leader_epoch = _S_iiii.unpack_from(
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.controller_epoch, _o5.leader, _o5.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of isr exceeds the bytes left")
-        _s3_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s3_partition_epoch,) = _S_i.unpack_from(data, pos)
+        _o5.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_o5.partition_epoch,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
+        (_n9,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n7 < 0:
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of replicas exceeds the bytes left")
-        _s3_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
-        _a2.append(
-            LeaderAndIsrPartitionState(
-                _s3_topic_name,
-                _s3_partition_index,
-                _s3_controller_epoch,
-                _s3_leader,
-                _s3_leader_epoch,
-                _s3_isr,
-                _s3_partition_epoch,
-                _s3_replicas,
-                [],
-                [],
-                False,
-                0,
-            )
-        )
-    _ungrouped_partition_states = _a2
-    (_n8,) = _I32.unpack_from(data, pos)
+        _o5.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _o5.adding_replicas = []
+        _o5.removing_replicas = []
+        _o5.is_new = False
+        _o5.leader_recovery_state = 0
+        _a3.append(_o5)
+    _o1.ungrouped_partition_states = _a3
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n8 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for live_leaders")
-    if _n8 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of live_leaders exceeds the bytes left")
-    _a9: list[LeaderAndIsrLiveLeader] = []
-    for _ in range(_n8):
-        (_s10_broker_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n11,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n11 < 0:
-            raise DecodeError("invalid or null length for host_name")
-        _end12 = pos + _n11
-        if _end12 > _len:
-            raise DecodeError("host_name overruns the buffer")
-        _s10_host_name = data[pos:_end12].decode()
-        pos = _end12
-        (_s10_port,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _a9.append(LeaderAndIsrLiveLeader(_s10_broker_id, _s10_host_name, _s10_port))
-    _live_leaders = _a9
-    return LeaderAndIsrRequest(
-        _controller_id, False, _controller_epoch, -1, 0, _ungrouped_partition_states, [], _live_leaders
-    ), pos
-
-
-def _r_LeaderAndIsrRequest_v1(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
-    _len = len(data)
-    _controller_id, _controller_epoch = _S_ii.unpack_from(data, pos)
-    pos += 8
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for ungrouped_partition_states")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
-    _a2: list[LeaderAndIsrPartitionState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_controller_epoch, _s3_leader, _s3_leader_epoch = _S_iiii.unpack_from(
-            data, pos
-        )
-        pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s3_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s3_partition_epoch,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s3_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
-        (_s3_is_new,) = _S_o.unpack_from(data, pos)
-        pos += 1
-        _a2.append(
-            LeaderAndIsrPartitionState(
-                _s3_topic_name,
-                _s3_partition_index,
-                _s3_controller_epoch,
-                _s3_leader,
-                _s3_leader_epoch,
-                _s3_isr,
-                _s3_partition_epoch,
-                _s3_replicas,
-                [],
-                [],
-                _s3_is_new,
-                0,
-            )
-        )
-    _ungrouped_partition_states = _a2
-    (_n8,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n8 < 0:
-        raise DecodeError("invalid or null array length for live_leaders")
-    if _n8 > _len - pos:
-        raise DecodeError("array count of live_leaders exceeds the bytes left")
-    _a9: list[LeaderAndIsrLiveLeader] = []
-    for _ in range(_n8):
-        (_s10_broker_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n11,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n11 < 0:
-            raise DecodeError("invalid or null length for host_name")
-        _end12 = pos + _n11
-        if _end12 > _len:
-            raise DecodeError("host_name overruns the buffer")
-        _s10_host_name = data[pos:_end12].decode()
-        pos = _end12
-        (_s10_port,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _a9.append(LeaderAndIsrLiveLeader(_s10_broker_id, _s10_host_name, _s10_port))
-    _live_leaders = _a9
-    return LeaderAndIsrRequest(
-        _controller_id, False, _controller_epoch, -1, 0, _ungrouped_partition_states, [], _live_leaders
-    ), pos
-
-
-def _r_LeaderAndIsrRequest_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
-    _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch = _S_iiq.unpack_from(data, pos)
-    pos += 16
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[LeaderAndIsrTopicState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[LeaderAndIsrPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
-                data, pos
-            )
-            pos += 16
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_partition_epoch,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            (_n10,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n10 < 0:
-                raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
-                raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            (_s8_is_new,) = _S_o.unpack_from(data, pos)
-            pos += 1
-            _a7.append(
-                LeaderAndIsrPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_partition_epoch,
-                    _s8_replicas,
-                    [],
-                    [],
-                    _s8_is_new,
-                    0,
-                )
-            )
-        _s3_partition_states = _a7
-        _a2.append(LeaderAndIsrTopicState(_s3_topic_name, ZERO_UUID, _s3_partition_states))
-    _topic_states = _a2
-    (_n11,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n11 < 0:
-        raise DecodeError("invalid or null array length for live_leaders")
-    if _n11 > _len - pos:
-        raise DecodeError("array count of live_leaders exceeds the bytes left")
-    _a12: list[LeaderAndIsrLiveLeader] = []
-    for _ in range(_n11):
-        (_s13_broker_id,) = _S_i.unpack_from(data, pos)
+    _a11: list[LeaderAndIsrLiveLeader] = []
+    for _ in range(_n10):
+        _o13 = _new(LeaderAndIsrLiveLeader)
+        (_o13.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
@@ -1757,164 +1455,324 @@ def _r_LeaderAndIsrRequest_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("host_name overruns the buffer")
-        _s13_host_name = data[pos:_end15].decode()
+        _o13.host_name = data[pos:_end15].decode()
         pos = _end15
-        (_s13_port,) = _S_i.unpack_from(data, pos)
+        (_o13.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _a12.append(LeaderAndIsrLiveLeader(_s13_broker_id, _s13_host_name, _s13_port))
-    _live_leaders = _a12
-    return LeaderAndIsrRequest(
-        _controller_id, False, _controller_epoch, _broker_epoch, 0, [], _topic_states, _live_leaders
-    ), pos
+        _a11.append(_o13)
+    _o1.live_leaders = _a11
+    _o1.is_k_raft_controller = False
+    _o1.broker_epoch = -1
+    _o1.type = 0
+    _o1.topic_states = []
+    return _o1, pos
+
+
+def _r_LeaderAndIsrRequest_v1(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
+    _len = len(data)
+    _o1 = _new(LeaderAndIsrRequest)
+    _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
+    pos += 8
+    (_n2,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for ungrouped_partition_states")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
+    _a3: list[LeaderAndIsrPartitionState] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrPartitionState)
+        (_n6,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.controller_epoch, _o5.leader, _o5.leader_epoch = _S_iiii.unpack_from(
+            data, pos
+        )
+        pos += 16
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for isr")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o5.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_o5.partition_epoch,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n9,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for replicas")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o5.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        (_o5.is_new,) = _S_o.unpack_from(data, pos)
+        pos += 1
+        _o5.adding_replicas = []
+        _o5.removing_replicas = []
+        _o5.leader_recovery_state = 0
+        _a3.append(_o5)
+    _o1.ungrouped_partition_states = _a3
+    (_n10,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n10 < 0:
+        raise DecodeError("invalid or null array length for live_leaders")
+    if _n10 > _len - pos:
+        raise DecodeError("array count of live_leaders exceeds the bytes left")
+    _a11: list[LeaderAndIsrLiveLeader] = []
+    for _ in range(_n10):
+        _o13 = _new(LeaderAndIsrLiveLeader)
+        (_o13.broker_id,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for host_name")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("host_name overruns the buffer")
+        _o13.host_name = data[pos:_end15].decode()
+        pos = _end15
+        (_o13.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _a11.append(_o13)
+    _o1.live_leaders = _a11
+    _o1.is_k_raft_controller = False
+    _o1.broker_epoch = -1
+    _o1.type = 0
+    _o1.topic_states = []
+    return _o1, pos
+
+
+def _r_LeaderAndIsrRequest_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
+    _len = len(data)
+    _o1 = _new(LeaderAndIsrRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
+    pos += 16
+    (_n2,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for topic_states")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of topic_states exceeds the bytes left")
+    _a3: list[LeaderAndIsrTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrTopicState)
+        (_n6,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for partition_states")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of partition_states exceeds the bytes left")
+        _a9: list[LeaderAndIsrPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
+                data, pos
+            )
+            pos += 16
+            (_n12,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n12 < 0:
+                raise DecodeError("invalid or null array length for isr")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of isr exceeds the bytes left")
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            (_o11.partition_epoch,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            (_n13,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n13 < 0:
+                raise DecodeError("invalid or null array length for replicas")
+            if _n13 > _len - pos:
+                raise DecodeError("array count of replicas exceeds the bytes left")
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            (_o11.is_new,) = _S_o.unpack_from(data, pos)
+            pos += 1
+            _o11.topic_name = ""
+            _o11.adding_replicas = []
+            _o11.removing_replicas = []
+            _o11.leader_recovery_state = 0
+            _a9.append(_o11)
+        _o5.partition_states = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    (_n14,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n14 < 0:
+        raise DecodeError("invalid or null array length for live_leaders")
+    if _n14 > _len - pos:
+        raise DecodeError("array count of live_leaders exceeds the bytes left")
+    _a15: list[LeaderAndIsrLiveLeader] = []
+    for _ in range(_n14):
+        _o17 = _new(LeaderAndIsrLiveLeader)
+        (_o17.broker_id,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n18,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n18 < 0:
+            raise DecodeError("invalid or null length for host_name")
+        _end19 = pos + _n18
+        if _end19 > _len:
+            raise DecodeError("host_name overruns the buffer")
+        _o17.host_name = data[pos:_end19].decode()
+        pos = _end19
+        (_o17.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _a15.append(_o17)
+    _o1.live_leaders = _a15
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.ungrouped_partition_states = []
+    return _o1, pos
 
 
 def _r_LeaderAndIsrRequest_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch = _S_iiq.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[LeaderAndIsrTopicState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[LeaderAndIsrTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrTopicState)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[LeaderAndIsrPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
+        _a9: list[LeaderAndIsrPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
             pos += 16
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_partition_epoch,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            (_n10,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n10 < 0:
-                raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
-                raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            (_n11,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n11 < 0:
-                raise DecodeError("invalid or null array length for adding_replicas")
-            if _n11 > _len - pos:
-                raise DecodeError("array count of adding_replicas exceeds the bytes left")
-            _s8_adding_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
             (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
             if _n12 < 0:
-                raise DecodeError("invalid or null array length for removing_replicas")
+                raise DecodeError("invalid or null array length for isr")
             if _n12 > _len - pos:
-                raise DecodeError("array count of removing_replicas exceeds the bytes left")
-            _s8_removing_replicas = list(struct.unpack_from(f">{_n12}i", data, pos))
+                raise DecodeError("array count of isr exceeds the bytes left")
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
             pos += 4 * _n12
-            (_s8_is_new,) = _S_o.unpack_from(data, pos)
+            (_o11.partition_epoch,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            (_n13,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n13 < 0:
+                raise DecodeError("invalid or null array length for replicas")
+            if _n13 > _len - pos:
+                raise DecodeError("array count of replicas exceeds the bytes left")
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            (_n14,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n14 < 0:
+                raise DecodeError("invalid or null array length for adding_replicas")
+            if _n14 > _len - pos:
+                raise DecodeError("array count of adding_replicas exceeds the bytes left")
+            _o11.adding_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            (_n15,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n15 < 0:
+                raise DecodeError("invalid or null array length for removing_replicas")
+            if _n15 > _len - pos:
+                raise DecodeError("array count of removing_replicas exceeds the bytes left")
+            _o11.removing_replicas = list(struct.unpack_from(f">{_n15}i", data, pos))
+            pos += 4 * _n15
+            (_o11.is_new,) = _S_o.unpack_from(data, pos)
             pos += 1
-            _a7.append(
-                LeaderAndIsrPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_partition_epoch,
-                    _s8_replicas,
-                    _s8_adding_replicas,
-                    _s8_removing_replicas,
-                    _s8_is_new,
-                    0,
-                )
-            )
-        _s3_partition_states = _a7
-        _a2.append(LeaderAndIsrTopicState(_s3_topic_name, ZERO_UUID, _s3_partition_states))
-    _topic_states = _a2
-    (_n13,) = _I32.unpack_from(data, pos)
+            _o11.topic_name = ""
+            _o11.leader_recovery_state = 0
+            _a9.append(_o11)
+        _o5.partition_states = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    (_n16,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n13 < 0:
+    if _n16 < 0:
         raise DecodeError("invalid or null array length for live_leaders")
-    if _n13 > _len - pos:
+    if _n16 > _len - pos:
         raise DecodeError("array count of live_leaders exceeds the bytes left")
-    _a14: list[LeaderAndIsrLiveLeader] = []
-    for _ in range(_n13):
-        (_s15_broker_id,) = _S_i.unpack_from(data, pos)
+    _a17: list[LeaderAndIsrLiveLeader] = []
+    for _ in range(_n16):
+        _o19 = _new(LeaderAndIsrLiveLeader)
+        (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n16,) = _I16.unpack_from(data, pos)
+        (_n20,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n16 < 0:
+        if _n20 < 0:
             raise DecodeError("invalid or null length for host_name")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end21 = pos + _n20
+        if _end21 > _len:
             raise DecodeError("host_name overruns the buffer")
-        _s15_host_name = data[pos:_end17].decode()
-        pos = _end17
-        (_s15_port,) = _S_i.unpack_from(data, pos)
+        _o19.host_name = data[pos:_end21].decode()
+        pos = _end21
+        (_o19.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _a14.append(LeaderAndIsrLiveLeader(_s15_broker_id, _s15_host_name, _s15_port))
-    _live_leaders = _a14
-    return LeaderAndIsrRequest(
-        _controller_id, False, _controller_epoch, _broker_epoch, 0, [], _topic_states, _live_leaders
-    ), pos
+        _a17.append(_o19)
+    _o1.live_leaders = _a17
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.ungrouped_partition_states = []
+    return _o1, pos
 
 
 def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch = _S_iiq.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[LeaderAndIsrTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[LeaderAndIsrTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1922,53 +1780,31 @@ def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[LeaderAndIsrPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
+        _a9: list[LeaderAndIsrPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
             pos += 16
-            _n9 = data[pos]
-            if _n9 < 128:
-                pos += 1
-            else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_partition_epoch,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            _n10 = data[pos]
-            if _n10 < 128:
-                pos += 1
-            else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
-                raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
-                raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            _n11 = data[pos]
-            if _n11 < 128:
-                pos += 1
-            else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                raise DecodeError("invalid or null array length for adding_replicas")
-            if _n11 > _len - pos:
-                raise DecodeError("array count of adding_replicas exceeds the bytes left")
-            _s8_adding_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -1976,120 +1812,132 @@ def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
                 _n12, pos = read_uvarint(data, pos)
             _n12 -= 1
             if _n12 < 0:
-                raise DecodeError("invalid or null array length for removing_replicas")
+                raise DecodeError("invalid or null array length for isr")
             if _n12 > _len - pos:
-                raise DecodeError("array count of removing_replicas exceeds the bytes left")
-            _s8_removing_replicas = list(struct.unpack_from(f">{_n12}i", data, pos))
+                raise DecodeError("array count of isr exceeds the bytes left")
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
             pos += 4 * _n12
-            (_s8_is_new,) = _S_o.unpack_from(data, pos)
+            (_o11.partition_epoch,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            _n13 = data[pos]
+            if _n13 < 128:
+                pos += 1
+            else:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
+                raise DecodeError("invalid or null array length for replicas")
+            if _n13 > _len - pos:
+                raise DecodeError("array count of replicas exceeds the bytes left")
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            _n14 = data[pos]
+            if _n14 < 128:
+                pos += 1
+            else:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                raise DecodeError("invalid or null array length for adding_replicas")
+            if _n14 > _len - pos:
+                raise DecodeError("array count of adding_replicas exceeds the bytes left")
+            _o11.adding_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _n15 = data[pos]
+            if _n15 < 128:
+                pos += 1
+            else:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
+                raise DecodeError("invalid or null array length for removing_replicas")
+            if _n15 > _len - pos:
+                raise DecodeError("array count of removing_replicas exceeds the bytes left")
+            _o11.removing_replicas = list(struct.unpack_from(f">{_n15}i", data, pos))
+            pos += 4 * _n15
+            (_o11.is_new,) = _S_o.unpack_from(data, pos)
             pos += 1
+            _o11.topic_name = ""
+            _o11.leader_recovery_state = 0
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                LeaderAndIsrPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_partition_epoch,
-                    _s8_replicas,
-                    _s8_adding_replicas,
-                    _s8_removing_replicas,
-                    _s8_is_new,
-                    0,
-                )
-            )
-        _s3_partition_states = _a7
+            _a9.append(_o11)
+        _o5.partition_states = _a9
+        _o5.topic_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(LeaderAndIsrTopicState(_s3_topic_name, ZERO_UUID, _s3_partition_states))
-    _topic_states = _a2
-    _n13 = data[pos]
-    if _n13 < 128:
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    _n16 = data[pos]
+    if _n16 < 128:
         pos += 1
     else:
-        _n13, pos = read_uvarint(data, pos)
-    _n13 -= 1
-    if _n13 < 0:
+        _n16, pos = read_uvarint(data, pos)
+    _n16 -= 1
+    if _n16 < 0:
         raise DecodeError("invalid or null array length for live_leaders")
-    if _n13 > _len - pos:
+    if _n16 > _len - pos:
         raise DecodeError("array count of live_leaders exceeds the bytes left")
-    _a14: list[LeaderAndIsrLiveLeader] = []
-    for _ in range(_n13):
-        (_s15_broker_id,) = _S_i.unpack_from(data, pos)
+    _a17: list[LeaderAndIsrLiveLeader] = []
+    for _ in range(_n16):
+        _o19 = _new(LeaderAndIsrLiveLeader)
+        (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n16 = data[pos]
-        if _n16 < 128:
+        _n20 = data[pos]
+        if _n20 < 128:
             pos += 1
         else:
-            _n16, pos = read_uvarint(data, pos)
-        _n16 -= 1
-        if _n16 < 0:
+            _n20, pos = read_uvarint(data, pos)
+        _n20 -= 1
+        if _n20 < 0:
             raise DecodeError("invalid or null length for host_name")
-        if _n16 > 0x7FFF:
+        if _n20 > 0x7FFF:
             raise DecodeError("host_name is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end21 = pos + _n20
+        if _end21 > _len:
             raise DecodeError("host_name overruns the buffer")
-        _s15_host_name = data[pos:_end17].decode()
-        pos = _end17
-        (_s15_port,) = _S_i.unpack_from(data, pos)
+        _o19.host_name = data[pos:_end21].decode()
+        pos = _end21
+        (_o19.port,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a14.append(LeaderAndIsrLiveLeader(_s15_broker_id, _s15_host_name, _s15_port))
-    _live_leaders = _a14
+        _a17.append(_o19)
+    _o1.live_leaders = _a17
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.ungrouped_partition_states = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrRequest(
-        _controller_id, False, _controller_epoch, _broker_epoch, 0, [], _topic_states, _live_leaders
-    ), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch, _type = _S_iiqb.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch, _o1.type = _S_iiqb.unpack_from(data, pos)
     pos += 17
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[LeaderAndIsrTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
+    _a3: list[LeaderAndIsrTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2097,53 +1945,34 @@ def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[LeaderAndIsrPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
+        _a9: list[LeaderAndIsrPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
             pos += 16
-            _n9 = data[pos]
-            if _n9 < 128:
-                pos += 1
-            else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_partition_epoch,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            _n10 = data[pos]
-            if _n10 < 128:
-                pos += 1
-            else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
-                raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
-                raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            _n11 = data[pos]
-            if _n11 < 128:
-                pos += 1
-            else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                raise DecodeError("invalid or null array length for adding_replicas")
-            if _n11 > _len - pos:
-                raise DecodeError("array count of adding_replicas exceeds the bytes left")
-            _s8_adding_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -2151,120 +1980,130 @@ def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
                 _n12, pos = read_uvarint(data, pos)
             _n12 -= 1
             if _n12 < 0:
-                raise DecodeError("invalid or null array length for removing_replicas")
+                raise DecodeError("invalid or null array length for isr")
             if _n12 > _len - pos:
-                raise DecodeError("array count of removing_replicas exceeds the bytes left")
-            _s8_removing_replicas = list(struct.unpack_from(f">{_n12}i", data, pos))
+                raise DecodeError("array count of isr exceeds the bytes left")
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
             pos += 4 * _n12
-            (_s8_is_new,) = _S_o.unpack_from(data, pos)
+            (_o11.partition_epoch,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            _n13 = data[pos]
+            if _n13 < 128:
+                pos += 1
+            else:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
+                raise DecodeError("invalid or null array length for replicas")
+            if _n13 > _len - pos:
+                raise DecodeError("array count of replicas exceeds the bytes left")
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            _n14 = data[pos]
+            if _n14 < 128:
+                pos += 1
+            else:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                raise DecodeError("invalid or null array length for adding_replicas")
+            if _n14 > _len - pos:
+                raise DecodeError("array count of adding_replicas exceeds the bytes left")
+            _o11.adding_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _n15 = data[pos]
+            if _n15 < 128:
+                pos += 1
+            else:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
+                raise DecodeError("invalid or null array length for removing_replicas")
+            if _n15 > _len - pos:
+                raise DecodeError("array count of removing_replicas exceeds the bytes left")
+            _o11.removing_replicas = list(struct.unpack_from(f">{_n15}i", data, pos))
+            pos += 4 * _n15
+            (_o11.is_new,) = _S_o.unpack_from(data, pos)
             pos += 1
+            _o11.topic_name = ""
+            _o11.leader_recovery_state = 0
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                LeaderAndIsrPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_partition_epoch,
-                    _s8_replicas,
-                    _s8_adding_replicas,
-                    _s8_removing_replicas,
-                    _s8_is_new,
-                    0,
-                )
-            )
-        _s3_partition_states = _a7
+            _a9.append(_o11)
+        _o5.partition_states = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(LeaderAndIsrTopicState(_s3_topic_name, _s3_topic_id, _s3_partition_states))
-    _topic_states = _a2
-    _n13 = data[pos]
-    if _n13 < 128:
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    _n16 = data[pos]
+    if _n16 < 128:
         pos += 1
     else:
-        _n13, pos = read_uvarint(data, pos)
-    _n13 -= 1
-    if _n13 < 0:
+        _n16, pos = read_uvarint(data, pos)
+    _n16 -= 1
+    if _n16 < 0:
         raise DecodeError("invalid or null array length for live_leaders")
-    if _n13 > _len - pos:
+    if _n16 > _len - pos:
         raise DecodeError("array count of live_leaders exceeds the bytes left")
-    _a14: list[LeaderAndIsrLiveLeader] = []
-    for _ in range(_n13):
-        (_s15_broker_id,) = _S_i.unpack_from(data, pos)
+    _a17: list[LeaderAndIsrLiveLeader] = []
+    for _ in range(_n16):
+        _o19 = _new(LeaderAndIsrLiveLeader)
+        (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n16 = data[pos]
-        if _n16 < 128:
+        _n20 = data[pos]
+        if _n20 < 128:
             pos += 1
         else:
-            _n16, pos = read_uvarint(data, pos)
-        _n16 -= 1
-        if _n16 < 0:
+            _n20, pos = read_uvarint(data, pos)
+        _n20 -= 1
+        if _n20 < 0:
             raise DecodeError("invalid or null length for host_name")
-        if _n16 > 0x7FFF:
+        if _n20 > 0x7FFF:
             raise DecodeError("host_name is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end21 = pos + _n20
+        if _end21 > _len:
             raise DecodeError("host_name overruns the buffer")
-        _s15_host_name = data[pos:_end17].decode()
-        pos = _end17
-        (_s15_port,) = _S_i.unpack_from(data, pos)
+        _o19.host_name = data[pos:_end21].decode()
+        pos = _end21
+        (_o19.port,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a14.append(LeaderAndIsrLiveLeader(_s15_broker_id, _s15_host_name, _s15_port))
-    _live_leaders = _a14
+        _a17.append(_o19)
+    _o1.live_leaders = _a17
+    _o1.is_k_raft_controller = False
+    _o1.ungrouped_partition_states = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrRequest(
-        _controller_id, False, _controller_epoch, _broker_epoch, _type, [], _topic_states, _live_leaders
-    ), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch, _type = _S_iiqb.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch, _o1.type = _S_iiqb.unpack_from(data, pos)
     pos += 17
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[LeaderAndIsrTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
+    _a3: list[LeaderAndIsrTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2272,53 +2111,34 @@ def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[LeaderAndIsrPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
+        _a9: list[LeaderAndIsrPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
             pos += 16
-            _n9 = data[pos]
-            if _n9 < 128:
-                pos += 1
-            else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_partition_epoch,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            _n10 = data[pos]
-            if _n10 < 128:
-                pos += 1
-            else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
-                raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
-                raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            _n11 = data[pos]
-            if _n11 < 128:
-                pos += 1
-            else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                raise DecodeError("invalid or null array length for adding_replicas")
-            if _n11 > _len - pos:
-                raise DecodeError("array count of adding_replicas exceeds the bytes left")
-            _s8_adding_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -2326,122 +2146,131 @@ def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
                 _n12, pos = read_uvarint(data, pos)
             _n12 -= 1
             if _n12 < 0:
-                raise DecodeError("invalid or null array length for removing_replicas")
+                raise DecodeError("invalid or null array length for isr")
             if _n12 > _len - pos:
-                raise DecodeError("array count of removing_replicas exceeds the bytes left")
-            _s8_removing_replicas = list(struct.unpack_from(f">{_n12}i", data, pos))
+                raise DecodeError("array count of isr exceeds the bytes left")
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
             pos += 4 * _n12
-            _s8_is_new, _s8_leader_recovery_state = _S_ob.unpack_from(data, pos)
+            (_o11.partition_epoch,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            _n13 = data[pos]
+            if _n13 < 128:
+                pos += 1
+            else:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
+                raise DecodeError("invalid or null array length for replicas")
+            if _n13 > _len - pos:
+                raise DecodeError("array count of replicas exceeds the bytes left")
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            _n14 = data[pos]
+            if _n14 < 128:
+                pos += 1
+            else:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                raise DecodeError("invalid or null array length for adding_replicas")
+            if _n14 > _len - pos:
+                raise DecodeError("array count of adding_replicas exceeds the bytes left")
+            _o11.adding_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _n15 = data[pos]
+            if _n15 < 128:
+                pos += 1
+            else:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
+                raise DecodeError("invalid or null array length for removing_replicas")
+            if _n15 > _len - pos:
+                raise DecodeError("array count of removing_replicas exceeds the bytes left")
+            _o11.removing_replicas = list(struct.unpack_from(f">{_n15}i", data, pos))
+            pos += 4 * _n15
+            _o11.is_new, _o11.leader_recovery_state = _S_ob.unpack_from(data, pos)
             pos += 2
+            _o11.topic_name = ""
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                LeaderAndIsrPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_partition_epoch,
-                    _s8_replicas,
-                    _s8_adding_replicas,
-                    _s8_removing_replicas,
-                    _s8_is_new,
-                    _s8_leader_recovery_state,
-                )
-            )
-        _s3_partition_states = _a7
+            _a9.append(_o11)
+        _o5.partition_states = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(LeaderAndIsrTopicState(_s3_topic_name, _s3_topic_id, _s3_partition_states))
-    _topic_states = _a2
-    _n13 = data[pos]
-    if _n13 < 128:
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    _n16 = data[pos]
+    if _n16 < 128:
         pos += 1
     else:
-        _n13, pos = read_uvarint(data, pos)
-    _n13 -= 1
-    if _n13 < 0:
+        _n16, pos = read_uvarint(data, pos)
+    _n16 -= 1
+    if _n16 < 0:
         raise DecodeError("invalid or null array length for live_leaders")
-    if _n13 > _len - pos:
+    if _n16 > _len - pos:
         raise DecodeError("array count of live_leaders exceeds the bytes left")
-    _a14: list[LeaderAndIsrLiveLeader] = []
-    for _ in range(_n13):
-        (_s15_broker_id,) = _S_i.unpack_from(data, pos)
+    _a17: list[LeaderAndIsrLiveLeader] = []
+    for _ in range(_n16):
+        _o19 = _new(LeaderAndIsrLiveLeader)
+        (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n16 = data[pos]
-        if _n16 < 128:
+        _n20 = data[pos]
+        if _n20 < 128:
             pos += 1
         else:
-            _n16, pos = read_uvarint(data, pos)
-        _n16 -= 1
-        if _n16 < 0:
+            _n20, pos = read_uvarint(data, pos)
+        _n20 -= 1
+        if _n20 < 0:
             raise DecodeError("invalid or null length for host_name")
-        if _n16 > 0x7FFF:
+        if _n20 > 0x7FFF:
             raise DecodeError("host_name is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end21 = pos + _n20
+        if _end21 > _len:
             raise DecodeError("host_name overruns the buffer")
-        _s15_host_name = data[pos:_end17].decode()
-        pos = _end17
-        (_s15_port,) = _S_i.unpack_from(data, pos)
+        _o19.host_name = data[pos:_end21].decode()
+        pos = _end21
+        (_o19.port,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a14.append(LeaderAndIsrLiveLeader(_s15_broker_id, _s15_host_name, _s15_port))
-    _live_leaders = _a14
+        _a17.append(_o19)
+    _o1.live_leaders = _a17
+    _o1.is_k_raft_controller = False
+    _o1.ungrouped_partition_states = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrRequest(
-        _controller_id, False, _controller_epoch, _broker_epoch, _type, [], _topic_states, _live_leaders
-    ), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _controller_id, _is_k_raft_controller, _controller_epoch, _broker_epoch, _type = _S_ioiqb.unpack_from(
-        data, pos
+    _o1 = _new(LeaderAndIsrRequest)
+    _o1.controller_id, _o1.is_k_raft_controller, _o1.controller_epoch, _o1.broker_epoch, _o1.type = (
+        _S_ioiqb.unpack_from(data, pos)
     )
     pos += 18
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[LeaderAndIsrTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
+    _a3: list[LeaderAndIsrTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2449,53 +2278,34 @@ def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[LeaderAndIsrPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
+        _a9: list[LeaderAndIsrPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
             pos += 16
-            _n9 = data[pos]
-            if _n9 < 128:
-                pos += 1
-            else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_partition_epoch,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            _n10 = data[pos]
-            if _n10 < 128:
-                pos += 1
-            else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
-                raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
-                raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            _n11 = data[pos]
-            if _n11 < 128:
-                pos += 1
-            else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                raise DecodeError("invalid or null array length for adding_replicas")
-            if _n11 > _len - pos:
-                raise DecodeError("array count of adding_replicas exceeds the bytes left")
-            _s8_adding_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -2503,91 +2313,108 @@ def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
                 _n12, pos = read_uvarint(data, pos)
             _n12 -= 1
             if _n12 < 0:
-                raise DecodeError("invalid or null array length for removing_replicas")
+                raise DecodeError("invalid or null array length for isr")
             if _n12 > _len - pos:
-                raise DecodeError("array count of removing_replicas exceeds the bytes left")
-            _s8_removing_replicas = list(struct.unpack_from(f">{_n12}i", data, pos))
+                raise DecodeError("array count of isr exceeds the bytes left")
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
             pos += 4 * _n12
-            _s8_is_new, _s8_leader_recovery_state = _S_ob.unpack_from(data, pos)
+            (_o11.partition_epoch,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            _n13 = data[pos]
+            if _n13 < 128:
+                pos += 1
+            else:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
+                raise DecodeError("invalid or null array length for replicas")
+            if _n13 > _len - pos:
+                raise DecodeError("array count of replicas exceeds the bytes left")
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            _n14 = data[pos]
+            if _n14 < 128:
+                pos += 1
+            else:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                raise DecodeError("invalid or null array length for adding_replicas")
+            if _n14 > _len - pos:
+                raise DecodeError("array count of adding_replicas exceeds the bytes left")
+            _o11.adding_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _n15 = data[pos]
+            if _n15 < 128:
+                pos += 1
+            else:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
+                raise DecodeError("invalid or null array length for removing_replicas")
+            if _n15 > _len - pos:
+                raise DecodeError("array count of removing_replicas exceeds the bytes left")
+            _o11.removing_replicas = list(struct.unpack_from(f">{_n15}i", data, pos))
+            pos += 4 * _n15
+            _o11.is_new, _o11.leader_recovery_state = _S_ob.unpack_from(data, pos)
             pos += 2
+            _o11.topic_name = ""
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                LeaderAndIsrPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_partition_epoch,
-                    _s8_replicas,
-                    _s8_adding_replicas,
-                    _s8_removing_replicas,
-                    _s8_is_new,
-                    _s8_leader_recovery_state,
-                )
-            )
-        _s3_partition_states = _a7
+            _a9.append(_o11)
+        _o5.partition_states = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(LeaderAndIsrTopicState(_s3_topic_name, _s3_topic_id, _s3_partition_states))
-    _topic_states = _a2
-    _n13 = data[pos]
-    if _n13 < 128:
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    _n16 = data[pos]
+    if _n16 < 128:
         pos += 1
     else:
-        _n13, pos = read_uvarint(data, pos)
-    _n13 -= 1
-    if _n13 < 0:
+        _n16, pos = read_uvarint(data, pos)
+    _n16 -= 1
+    if _n16 < 0:
         raise DecodeError("invalid or null array length for live_leaders")
-    if _n13 > _len - pos:
+    if _n16 > _len - pos:
         raise DecodeError("array count of live_leaders exceeds the bytes left")
-    _a14: list[LeaderAndIsrLiveLeader] = []
-    for _ in range(_n13):
-        (_s15_broker_id,) = _S_i.unpack_from(data, pos)
+    _a17: list[LeaderAndIsrLiveLeader] = []
+    for _ in range(_n16):
+        _o19 = _new(LeaderAndIsrLiveLeader)
+        (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n16 = data[pos]
-        if _n16 < 128:
+        _n20 = data[pos]
+        if _n20 < 128:
             pos += 1
         else:
-            _n16, pos = read_uvarint(data, pos)
-        _n16 -= 1
-        if _n16 < 0:
+            _n20, pos = read_uvarint(data, pos)
+        _n20 -= 1
+        if _n20 < 0:
             raise DecodeError("invalid or null length for host_name")
-        if _n16 > 0x7FFF:
+        if _n20 > 0x7FFF:
             raise DecodeError("host_name is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end21 = pos + _n20
+        if _end21 > _len:
             raise DecodeError("host_name overruns the buffer")
-        _s15_host_name = data[pos:_end17].decode()
-        pos = _end17
-        (_s15_port,) = _S_i.unpack_from(data, pos)
+        _o19.host_name = data[pos:_end21].decode()
+        pos = _end21
+        (_o19.port,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a14.append(LeaderAndIsrLiveLeader(_s15_broker_id, _s15_host_name, _s15_port))
-    _live_leaders = _a14
+        _a17.append(_o19)
+    _o1.live_leaders = _a17
+    _o1.ungrouped_partition_states = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrRequest(
-        _controller_id,
-        _is_k_raft_controller,
-        _controller_epoch,
-        _broker_epoch,
-        _type,
-        [],
-        _topic_states,
-        _live_leaders,
-    ), pos
+    return _o1, pos
 
 
 def _w_LeaderAndIsrPartitionError_v0(buf: bytearray, o: LeaderAndIsrPartitionError) -> None:
@@ -2614,55 +2441,59 @@ def _w_LeaderAndIsrPartitionError_v5(buf: bytearray, o: LeaderAndIsrPartitionErr
 
 def _r_LeaderAndIsrPartitionError_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionError, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrPartitionError)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return LeaderAndIsrPartitionError(_topic_name, _partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrPartitionError_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionError, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(LeaderAndIsrPartitionError)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrPartitionError(_topic_name, _partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrPartitionError_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionError, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrPartitionError)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
+    _o1.topic_name = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrPartitionError("", _partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _w_LeaderAndIsrTopicError_v5(buf: bytearray, o: LeaderAndIsrTopicError) -> None:
@@ -2676,34 +2507,37 @@ def _w_LeaderAndIsrTopicError_v5(buf: bytearray, o: LeaderAndIsrTopicError) -> N
 
 def _r_LeaderAndIsrTopicError_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicError, int]:
     _len = len(data)
+    _o1 = _new(LeaderAndIsrTopicError)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partition_errors")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partition_errors exceeds the bytes left")
-    _a2: list[LeaderAndIsrPartitionError] = []
-    for _ in range(_n1):
-        _s3_partition_index, _s3_error_code = _S_ih.unpack_from(data, pos)
+    _a3: list[LeaderAndIsrPartitionError] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrPartitionError)
+        _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
+        _o5.topic_name = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(LeaderAndIsrPartitionError("", _s3_partition_index, _s3_error_code))
-    _partition_errors = _a2
+        _a3.append(_o5)
+    _o1.partition_errors = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrTopicError(_topic_id, _partition_errors), pos
+    return _o1, pos
 
 
 def _w_LeaderAndIsrResponse_v0(buf: bytearray, o: LeaderAndIsrResponse) -> None:
@@ -2740,128 +2574,139 @@ def _w_LeaderAndIsrResponse_v5(buf: bytearray, o: LeaderAndIsrResponse) -> None:
 
 def _r_LeaderAndIsrResponse_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partition_errors")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partition_errors exceeds the bytes left")
-    _a2: list[LeaderAndIsrPartitionError] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[LeaderAndIsrPartitionError] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrPartitionError)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_error_code = _S_ih.unpack_from(data, pos)
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _a2.append(LeaderAndIsrPartitionError(_s3_topic_name, _s3_partition_index, _s3_error_code))
-    _partition_errors = _a2
-    return LeaderAndIsrResponse(_error_code, _partition_errors, []), pos
+        _a3.append(_o5)
+    _o1.partition_errors = _a3
+    _o1.topics = []
+    return _o1, pos
 
 
 def _r_LeaderAndIsrResponse_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partition_errors")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partition_errors exceeds the bytes left")
-    _a2: list[LeaderAndIsrPartitionError] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[LeaderAndIsrPartitionError] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrPartitionError)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_error_code = _S_ih.unpack_from(data, pos)
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(LeaderAndIsrPartitionError(_s3_topic_name, _s3_partition_index, _s3_error_code))
-    _partition_errors = _a2
+        _a3.append(_o5)
+    _o1.partition_errors = _a3
+    _o1.topics = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrResponse(_error_code, _partition_errors, []), pos
+    return _o1, pos
 
 
 def _r_LeaderAndIsrResponse_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(LeaderAndIsrResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[LeaderAndIsrTopicError] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[LeaderAndIsrTopicError] = []
+    for _ in range(_n2):
+        _o5 = _new(LeaderAndIsrTopicError)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partition_errors")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partition_errors exceeds the bytes left")
-        _a5: list[LeaderAndIsrPartitionError] = []
-        for _ in range(_n4):
-            _s6_partition_index, _s6_error_code = _S_ih.unpack_from(data, pos)
+        _a7: list[LeaderAndIsrPartitionError] = []
+        for _ in range(_n6):
+            _o9 = _new(LeaderAndIsrPartitionError)
+            _o9.partition_index, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
+            _o9.topic_name = ""
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(LeaderAndIsrPartitionError("", _s6_partition_index, _s6_error_code))
-        _s3_partition_errors = _a5
+            _a7.append(_o9)
+        _o5.partition_errors = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(LeaderAndIsrTopicError(_s3_topic_id, _s3_partition_errors))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.partition_errors = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderAndIsrResponse(_error_code, [], _topics), pos
+    return _o1, pos
 
 
 LeaderAndIsrPartitionState._WRITERS = {

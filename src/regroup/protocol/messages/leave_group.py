@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -199,130 +200,135 @@ def _w_MemberIdentity_v5(buf: bytearray, o: MemberIdentity) -> None:
 
 def _r_MemberIdentity_v3(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(MemberIdentity)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    return MemberIdentity(_member_id, _group_instance_id, None), pos
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    _o1.reason = None
+    return _o1, pos
 
 
 def _r_MemberIdentity_v4(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(MemberIdentity)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    _o1.reason = None
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MemberIdentity(_member_id, _group_instance_id, None), pos
+    return _o1, pos
 
 
 def _r_MemberIdentity_v5(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(MemberIdentity)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for reason")
-        _reason = None
+        _o1.reason = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("reason is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("reason overruns the buffer")
-        _reason = data[pos:_end6].decode()
-        pos = _end6
+        _o1.reason = data[pos:_end7].decode()
+        pos = _end7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MemberIdentity(_member_id, _group_instance_id, _reason), pos
+    return _o1, pos
 
 
 def _w_LeaveGroupRequest_v0(buf: bytearray, o: LeaveGroupRequest) -> None:
@@ -380,116 +386,109 @@ def _w_LeaveGroupRequest_v5(buf: bytearray, o: LeaveGroupRequest) -> None:
 
 def _r_LeaveGroupRequest_v0(data: bytes, pos: int) -> tuple[LeaveGroupRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(LeaveGroupRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    return LeaveGroupRequest(_group_id, _member_id, []), pos
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    _o1.members = []
+    return _o1, pos
 
 
 def _r_LeaveGroupRequest_v3(data: bytes, pos: int) -> tuple[LeaveGroupRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(LeaveGroupRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a4: list[MemberIdentity] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s5_member_id = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[MemberIdentity] = []
+    for _ in range(_n4):
+        _o7 = _new(MemberIdentity)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
-            if _n8 != -1:
+            raise DecodeError("invalid or null length for member_id")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o7.member_id = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n10 < 0:
+            if _n10 != -1:
                 raise DecodeError("invalid length for group_instance_id")
-            _s5_group_instance_id = None
+            _o7.group_instance_id = None
         else:
-            _end9 = pos + _n8
-            if _end9 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")
-            _s5_group_instance_id = data[pos:_end9].decode()
-            pos = _end9
-        _a4.append(MemberIdentity(_s5_member_id, _s5_group_instance_id, None))
-    _members = _a4
-    return LeaveGroupRequest(_group_id, "", _members), pos
+            _o7.group_instance_id = data[pos:_end11].decode()
+            pos = _end11
+        _o7.reason = None
+        _a5.append(_o7)
+    _o1.members = _a5
+    _o1.member_id = ""
+    return _o1, pos
 
 
 def _r_LeaveGroupRequest_v4(data: bytes, pos: int) -> tuple[LeaveGroupRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(LeaveGroupRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a4: list[MemberIdentity] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n6 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s5_member_id = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[MemberIdentity] = []
+    for _ in range(_n4):
+        _o7 = _new(MemberIdentity)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -497,92 +496,14 @@ def _r_LeaveGroupRequest_v4(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            if _n8 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s5_group_instance_id = None
-        else:
-            if _n8 > 0x7FFF:
-                raise DecodeError("group_instance_id is longer than 32767 bytes")
-            _end9 = pos + _n8
-            if _end9 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s5_group_instance_id = data[pos:_end9].decode()
-            pos = _end9
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a4.append(MemberIdentity(_s5_member_id, _s5_group_instance_id, None))
-    _members = _a4
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return LeaveGroupRequest(_group_id, "", _members), pos
-
-
-def _r_LeaveGroupRequest_v5(data: bytes, pos: int) -> tuple[LeaveGroupRequest, int]:
-    _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
-        raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for members")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of members exceeds the bytes left")
-    _a4: list[MemberIdentity] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
             raise DecodeError("invalid or null length for member_id")
-        if _n6 > 0x7FFF:
+        if _n8 > 0x7FFF:
             raise DecodeError("member_id is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end9 = pos + _n8
+        if _end9 > _len:
             raise DecodeError("member_id overruns the buffer")
-        _s5_member_id = data[pos:_end7].decode()
-        pos = _end7
-        _n8 = data[pos]
-        if _n8 < 128:
-            pos += 1
-        else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
-            if _n8 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s5_group_instance_id = None
-        else:
-            if _n8 > 0x7FFF:
-                raise DecodeError("group_instance_id is longer than 32767 bytes")
-            _end9 = pos + _n8
-            if _end9 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s5_group_instance_id = data[pos:_end9].decode()
-            pos = _end9
+        _o7.member_id = data[pos:_end9].decode()
+        pos = _end9
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -591,27 +512,125 @@ def _r_LeaveGroupRequest_v5(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
         _n10 -= 1
         if _n10 < 0:
             if _n10 != -1:
-                raise DecodeError("invalid length for reason")
-            _s5_reason = None
+                raise DecodeError("invalid length for group_instance_id")
+            _o7.group_instance_id = None
         else:
             if _n10 > 0x7FFF:
-                raise DecodeError("reason is longer than 32767 bytes")
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
             _end11 = pos + _n10
             if _end11 > _len:
-                raise DecodeError("reason overruns the buffer")
-            _s5_reason = data[pos:_end11].decode()
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o7.group_instance_id = data[pos:_end11].decode()
             pos = _end11
+        _o7.reason = None
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(MemberIdentity(_s5_member_id, _s5_group_instance_id, _s5_reason))
-    _members = _a4
+        _a5.append(_o7)
+    _o1.members = _a5
+    _o1.member_id = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaveGroupRequest(_group_id, "", _members), pos
+    return _o1, pos
+
+
+def _r_LeaveGroupRequest_v5(data: bytes, pos: int) -> tuple[LeaveGroupRequest, int]:
+    _len = len(data)
+    _o1 = _new(LeaveGroupRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    if _n2 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for members")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of members exceeds the bytes left")
+    _a5: list[MemberIdentity] = []
+    for _ in range(_n4):
+        _o7 = _new(MemberIdentity)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for member_id")
+        if _n8 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o7.member_id = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o7.group_instance_id = None
+        else:
+            if _n10 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
+            _end11 = pos + _n10
+            if _end11 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o7.group_instance_id = data[pos:_end11].decode()
+            pos = _end11
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            if _n12 != -1:
+                raise DecodeError("invalid length for reason")
+            _o7.reason = None
+        else:
+            if _n12 > 0x7FFF:
+                raise DecodeError("reason is longer than 32767 bytes")
+            _end13 = pos + _n12
+            if _end13 > _len:
+                raise DecodeError("reason overruns the buffer")
+            _o7.reason = data[pos:_end13].decode()
+            pos = _end13
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a5.append(_o7)
+    _o1.members = _a5
+    _o1.member_id = ""
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
 
 
 def _w_MemberResponse_v3(buf: bytearray, o: MemberResponse) -> None:
@@ -647,74 +666,76 @@ def _w_MemberResponse_v4(buf: bytearray, o: MemberResponse) -> None:
 
 def _r_MemberResponse_v3(data: bytes, pos: int) -> tuple[MemberResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(MemberResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    (_error_code,) = _S_h.unpack_from(data, pos)
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return MemberResponse(_member_id, _group_instance_id, _error_code), pos
+    return _o1, pos
 
 
 def _r_MemberResponse_v4(data: bytes, pos: int) -> tuple[MemberResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(MemberResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    (_error_code,) = _S_h.unpack_from(data, pos)
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MemberResponse(_member_id, _group_instance_id, _error_code), pos
+    return _o1, pos
 
 
 def _w_LeaveGroupResponse_v0(buf: bytearray, o: LeaveGroupResponse) -> None:
@@ -748,89 +769,83 @@ def _w_LeaveGroupResponse_v4(buf: bytearray, o: LeaveGroupResponse) -> None:
 
 def _r_LeaveGroupResponse_v0(data: bytes, pos: int) -> tuple[LeaveGroupResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(LeaveGroupResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return LeaveGroupResponse(0, _error_code, []), pos
+    _o1.throttle_time_ms = 0
+    _o1.members = []
+    return _o1, pos
 
 
 def _r_LeaveGroupResponse_v1(data: bytes, pos: int) -> tuple[LeaveGroupResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(LeaveGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return LeaveGroupResponse(_throttle_time_ms, _error_code, []), pos
+    _o1.members = []
+    return _o1, pos
 
 
 def _r_LeaveGroupResponse_v3(data: bytes, pos: int) -> tuple[LeaveGroupResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(LeaveGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a2: list[MemberResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s3_member_id = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[MemberResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(MemberResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s3_group_instance_id = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s3_group_instance_id = data[pos:_end7].decode()
-            pos = _end7
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for member_id")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o5.member_id = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        _a2.append(MemberResponse(_s3_member_id, _s3_group_instance_id, _s3_error_code))
-    _members = _a2
-    return LeaveGroupResponse(_throttle_time_ms, _error_code, _members), pos
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o5.group_instance_id = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o5.group_instance_id = data[pos:_end9].decode()
+            pos = _end9
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        _a3.append(_o5)
+    _o1.members = _a3
+    return _o1, pos
 
 
 def _r_LeaveGroupResponse_v4(data: bytes, pos: int) -> tuple[LeaveGroupResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(LeaveGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a2: list[MemberResponse] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s3_member_id = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[MemberResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(MemberResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -838,30 +853,45 @@ def _r_LeaveGroupResponse_v4(data: bytes, pos: int) -> tuple[LeaveGroupResponse,
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s3_group_instance_id = None
+            raise DecodeError("invalid or null length for member_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o5.member_id = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o5.group_instance_id = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("group_instance_id is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("group_instance_id overruns the buffer")
-            _s3_group_instance_id = data[pos:_end7].decode()
-            pos = _end7
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+            _o5.group_instance_id = data[pos:_end9].decode()
+            pos = _end9
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(MemberResponse(_s3_member_id, _s3_group_instance_id, _s3_error_code))
-    _members = _a2
+        _a3.append(_o5)
+    _o1.members = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaveGroupResponse(_throttle_time_ms, _error_code, _members), pos
+    return _o1, pos
 
 
 MemberIdentity._WRITERS = {3: _w_MemberIdentity_v3, 4: _w_MemberIdentity_v4, 5: _w_MemberIdentity_v5}

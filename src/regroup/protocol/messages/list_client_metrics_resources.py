@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -100,11 +101,12 @@ def _r_ListClientMetricsResourcesRequest_v0(
     data: bytes, pos: int
 ) -> tuple[ListClientMetricsResourcesRequest, int]:
     _len = len(data)
+    _o1 = _new(ListClientMetricsResourcesRequest)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListClientMetricsResourcesRequest(), pos
+    return _o1, pos
 
 
 def _w_ClientMetricsResource_v0(buf: bytearray, o: ClientMetricsResource) -> None:
@@ -118,26 +120,27 @@ def _w_ClientMetricsResource_v0(buf: bytearray, o: ClientMetricsResource) -> Non
 
 def _r_ClientMetricsResource_v0(data: bytes, pos: int) -> tuple[ClientMetricsResource, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ClientMetricsResource)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ClientMetricsResource(_name), pos
+    return _o1, pos
 
 
 def _w_ListClientMetricsResourcesResponse_v0(buf: bytearray, o: ListClientMetricsResourcesResponse) -> None:
@@ -153,46 +156,48 @@ def _r_ListClientMetricsResourcesResponse_v0(
     data: bytes, pos: int
 ) -> tuple[ListClientMetricsResourcesResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ListClientMetricsResourcesResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for client_metrics_resources")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of client_metrics_resources exceeds the bytes left")
-    _a2: list[ClientMetricsResource] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[ClientMetricsResource] = []
+    for _ in range(_n2):
+        _o5 = _new(ClientMetricsResource)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ClientMetricsResource(_s3_name))
-    _client_metrics_resources = _a2
+        _a3.append(_o5)
+    _o1.client_metrics_resources = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListClientMetricsResourcesResponse(_throttle_time_ms, _error_code, _client_metrics_resources), pos
+    return _o1, pos
 
 
 ListClientMetricsResourcesRequest._WRITERS = {0: _w_ListClientMetricsResourcesRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -176,121 +177,130 @@ def _w_ListGroupsRequest_v5(buf: bytearray, o: ListGroupsRequest) -> None:
 
 def _r_ListGroupsRequest_v0(data: bytes, pos: int) -> tuple[ListGroupsRequest, int]:
     _len = len(data)
-    return ListGroupsRequest([], []), pos
+    _o1 = _new(ListGroupsRequest)
+    _o1.states_filter = []
+    _o1.types_filter = []
+    return _o1, pos
 
 
 def _r_ListGroupsRequest_v3(data: bytes, pos: int) -> tuple[ListGroupsRequest, int]:
     _len = len(data)
+    _o1 = _new(ListGroupsRequest)
+    _o1.states_filter = []
+    _o1.types_filter = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListGroupsRequest([], []), pos
+    return _o1, pos
 
 
 def _r_ListGroupsRequest_v4(data: bytes, pos: int) -> tuple[ListGroupsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListGroupsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for states_filter")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of states_filter exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for states_filter")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("states_filter is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("states_filter overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _states_filter = _a2
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.states_filter = _a3
+    _o1.types_filter = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListGroupsRequest(_states_filter, []), pos
+    return _o1, pos
 
 
 def _r_ListGroupsRequest_v5(data: bytes, pos: int) -> tuple[ListGroupsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListGroupsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for states_filter")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of states_filter exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for states_filter")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("states_filter is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("states_filter overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _states_filter = _a2
-    _n6 = data[pos]
-    if _n6 < 128:
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.states_filter = _a3
+    _n7 = data[pos]
+    if _n7 < 128:
         pos += 1
     else:
-        _n6, pos = read_uvarint(data, pos)
-    _n6 -= 1
-    if _n6 < 0:
+        _n7, pos = read_uvarint(data, pos)
+    _n7 -= 1
+    if _n7 < 0:
         raise DecodeError("invalid or null array length for types_filter")
-    if _n6 > _len - pos:
+    if _n7 > _len - pos:
         raise DecodeError("array count of types_filter exceeds the bytes left")
-    _a7: list[str] = []
-    for _ in range(_n6):
-        _n9 = data[pos]
-        if _n9 < 128:
+    _a8: list[str] = []
+    for _ in range(_n7):
+        _n10 = data[pos]
+        if _n10 < 128:
             pos += 1
         else:
-            _n9, pos = read_uvarint(data, pos)
-        _n9 -= 1
-        if _n9 < 0:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null length for types_filter")
-        if _n9 > 0x7FFF:
+        if _n10 > 0x7FFF:
             raise DecodeError("types_filter is longer than 32767 bytes")
-        _end10 = pos + _n9
-        if _end10 > _len:
+        _end11 = pos + _n10
+        if _end11 > _len:
             raise DecodeError("types_filter overruns the buffer")
-        _e8 = data[pos:_end10].decode()
-        pos = _end10
-        _a7.append(_e8)
-    _types_filter = _a7
+        _e9 = data[pos:_end11].decode()
+        pos = _end11
+        _a8.append(_e9)
+    _o1.types_filter = _a8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListGroupsRequest(_states_filter, _types_filter), pos
+    return _o1, pos
 
 
 def _w_ListedGroup_v0(buf: bytearray, o: ListedGroup) -> None:
@@ -361,187 +371,196 @@ def _w_ListedGroup_v5(buf: bytearray, o: ListedGroup) -> None:
 
 def _r_ListedGroup_v0(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ListedGroup)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end4].decode()
-    pos = _end4
-    return ListedGroup(_group_id, _protocol_type, "", ""), pos
+    _o1.protocol_type = data[pos:_end5].decode()
+    pos = _end5
+    _o1.group_state = ""
+    _o1.group_type = ""
+    return _o1, pos
 
 
 def _r_ListedGroup_v3(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListedGroup)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("protocol_type is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end4].decode()
-    pos = _end4
+    _o1.protocol_type = data[pos:_end5].decode()
+    pos = _end5
+    _o1.group_state = ""
+    _o1.group_type = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListedGroup(_group_id, _protocol_type, "", ""), pos
+    return _o1, pos
 
 
 def _r_ListedGroup_v4(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListedGroup)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("protocol_type is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.protocol_type = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for group_state")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("group_state is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("group_state overruns the buffer")
-    _group_state = data[pos:_end6].decode()
-    pos = _end6
+    _o1.group_state = data[pos:_end7].decode()
+    pos = _end7
+    _o1.group_type = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListedGroup(_group_id, _protocol_type, _group_state, ""), pos
+    return _o1, pos
 
 
 def _r_ListedGroup_v5(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListedGroup)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("protocol_type is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.protocol_type = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for group_state")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("group_state is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("group_state overruns the buffer")
-    _group_state = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.group_state = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for group_type")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("group_type is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("group_type overruns the buffer")
-    _group_type = data[pos:_end8].decode()
-    pos = _end8
+    _o1.group_type = data[pos:_end9].decode()
+    pos = _end9
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListedGroup(_group_id, _protocol_type, _group_state, _group_type), pos
+    return _o1, pos
 
 
 def _w_ListGroupsResponse_v0(buf: bytearray, o: ListGroupsResponse) -> None:
@@ -589,105 +608,101 @@ def _w_ListGroupsResponse_v5(buf: bytearray, o: ListGroupsResponse) -> None:
 
 def _r_ListGroupsResponse_v0(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(ListGroupsResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[ListedGroup] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ListedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(ListedGroup)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for protocol_type")
+            raise DecodeError("invalid or null length for group_id")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end7].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
         pos = _end7
-        _a2.append(ListedGroup(_s3_group_id, _s3_protocol_type, "", ""))
-    _groups = _a2
-    return ListGroupsResponse(0, _error_code, _groups), pos
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for protocol_type")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end9].decode()
+        pos = _end9
+        _o5.group_state = ""
+        _o5.group_type = ""
+        _a3.append(_o5)
+    _o1.groups = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_ListGroupsResponse_v1(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ListGroupsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[ListedGroup] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ListedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(ListedGroup)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for protocol_type")
+            raise DecodeError("invalid or null length for group_id")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end7].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
         pos = _end7
-        _a2.append(ListedGroup(_s3_group_id, _s3_protocol_type, "", ""))
-    _groups = _a2
-    return ListGroupsResponse(_throttle_time_ms, _error_code, _groups), pos
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for protocol_type")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end9].decode()
+        pos = _end9
+        _o5.group_state = ""
+        _o5.group_type = ""
+        _a3.append(_o5)
+    _o1.groups = _a3
+    return _o1, pos
 
 
 def _r_ListGroupsResponse_v3(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ListGroupsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[ListedGroup] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("group_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ListedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(ListedGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -695,58 +710,62 @@ def _r_ListGroupsResponse_v3(data: bytes, pos: int) -> tuple[ListGroupsResponse,
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for protocol_type")
+            raise DecodeError("invalid or null length for group_id")
         if _n6 > 0x7FFF:
-            raise DecodeError("protocol_type is longer than 32767 bytes")
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end7].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
         pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for protocol_type")
+        if _n8 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end9].decode()
+        pos = _end9
+        _o5.group_state = ""
+        _o5.group_type = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ListedGroup(_s3_group_id, _s3_protocol_type, "", ""))
-    _groups = _a2
+        _a3.append(_o5)
+    _o1.groups = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListGroupsResponse(_throttle_time_ms, _error_code, _groups), pos
+    return _o1, pos
 
 
 def _r_ListGroupsResponse_v4(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ListGroupsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[ListedGroup] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("group_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ListedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(ListedGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -754,13 +773,13 @@ def _r_ListGroupsResponse_v4(data: bytes, pos: int) -> tuple[ListGroupsResponse,
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for protocol_type")
+            raise DecodeError("invalid or null length for group_id")
         if _n6 > 0x7FFF:
-            raise DecodeError("protocol_type is longer than 32767 bytes")
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end7].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
         pos = _end7
         _n8 = data[pos]
         if _n8 < 128:
@@ -769,87 +788,13 @@ def _r_ListGroupsResponse_v4(data: bytes, pos: int) -> tuple[ListGroupsResponse,
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for group_state")
-        if _n8 > 0x7FFF:
-            raise DecodeError("group_state is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("group_state overruns the buffer")
-        _s3_group_state = data[pos:_end9].decode()
-        pos = _end9
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(ListedGroup(_s3_group_id, _s3_protocol_type, _s3_group_state, ""))
-    _groups = _a2
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return ListGroupsResponse(_throttle_time_ms, _error_code, _groups), pos
-
-
-def _r_ListGroupsResponse_v5(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
-    _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
-    pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[ListedGroup] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("group_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
             raise DecodeError("invalid or null length for protocol_type")
-        if _n6 > 0x7FFF:
-            raise DecodeError("protocol_type is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _s3_protocol_type = data[pos:_end7].decode()
-        pos = _end7
-        _n8 = data[pos]
-        if _n8 < 128:
-            pos += 1
-        else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for group_state")
         if _n8 > 0x7FFF:
-            raise DecodeError("group_state is longer than 32767 bytes")
+            raise DecodeError("protocol_type is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("group_state overruns the buffer")
-        _s3_group_state = data[pos:_end9].decode()
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end9].decode()
         pos = _end9
         _n10 = data[pos]
         if _n10 < 128:
@@ -858,25 +803,117 @@ def _r_ListGroupsResponse_v5(data: bytes, pos: int) -> tuple[ListGroupsResponse,
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            raise DecodeError("invalid or null length for group_type")
+            raise DecodeError("invalid or null length for group_state")
         if _n10 > 0x7FFF:
-            raise DecodeError("group_type is longer than 32767 bytes")
+            raise DecodeError("group_state is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("group_type overruns the buffer")
-        _s3_group_type = data[pos:_end11].decode()
+            raise DecodeError("group_state overruns the buffer")
+        _o5.group_state = data[pos:_end11].decode()
         pos = _end11
+        _o5.group_type = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ListedGroup(_s3_group_id, _s3_protocol_type, _s3_group_state, _s3_group_type))
-    _groups = _a2
+        _a3.append(_o5)
+    _o1.groups = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListGroupsResponse(_throttle_time_ms, _error_code, _groups), pos
+    return _o1, pos
+
+
+def _r_ListGroupsResponse_v5(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
+    _len = len(data)
+    _o1 = _new(ListGroupsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
+    pos += 6
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for groups")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of groups exceeds the bytes left")
+    _a3: list[ListedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(ListedGroup)
+        _n6 = data[pos]
+        if _n6 < 128:
+            pos += 1
+        else:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            raise DecodeError("invalid or null length for group_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for protocol_type")
+        if _n8 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("protocol_type overruns the buffer")
+        _o5.protocol_type = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for group_state")
+        if _n10 > 0x7FFF:
+            raise DecodeError("group_state is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("group_state overruns the buffer")
+        _o5.group_state = data[pos:_end11].decode()
+        pos = _end11
+        _n12 = data[pos]
+        if _n12 < 128:
+            pos += 1
+        else:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for group_type")
+        if _n12 > 0x7FFF:
+            raise DecodeError("group_type is longer than 32767 bytes")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("group_type overruns the buffer")
+        _o5.group_type = data[pos:_end13].decode()
+        pos = _end13
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.groups = _a3
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
 
 
 ListGroupsRequest._WRITERS = {

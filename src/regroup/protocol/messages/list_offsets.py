@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -252,34 +253,43 @@ def _w_ListOffsetsPartition_v6(buf: bytearray, o: ListOffsetsPartition) -> None:
 
 def _r_ListOffsetsPartition_v0(data: bytes, pos: int) -> tuple[ListOffsetsPartition, int]:
     _len = len(data)
-    _partition_index, _timestamp, _max_num_offsets = _S_iqi.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsPartition)
+    _o1.partition_index, _o1.timestamp, _o1.max_num_offsets = _S_iqi.unpack_from(data, pos)
     pos += 16
-    return ListOffsetsPartition(_partition_index, -1, _timestamp, _max_num_offsets), pos
+    _o1.current_leader_epoch = -1
+    return _o1, pos
 
 
 def _r_ListOffsetsPartition_v1(data: bytes, pos: int) -> tuple[ListOffsetsPartition, int]:
     _len = len(data)
-    _partition_index, _timestamp = _S_iq.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsPartition)
+    _o1.partition_index, _o1.timestamp = _S_iq.unpack_from(data, pos)
     pos += 12
-    return ListOffsetsPartition(_partition_index, -1, _timestamp, 1), pos
+    _o1.current_leader_epoch = -1
+    _o1.max_num_offsets = 1
+    return _o1, pos
 
 
 def _r_ListOffsetsPartition_v4(data: bytes, pos: int) -> tuple[ListOffsetsPartition, int]:
     _len = len(data)
-    _partition_index, _current_leader_epoch, _timestamp = _S_iiq.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsPartition)
+    _o1.partition_index, _o1.current_leader_epoch, _o1.timestamp = _S_iiq.unpack_from(data, pos)
     pos += 16
-    return ListOffsetsPartition(_partition_index, _current_leader_epoch, _timestamp, 1), pos
+    _o1.max_num_offsets = 1
+    return _o1, pos
 
 
 def _r_ListOffsetsPartition_v6(data: bytes, pos: int) -> tuple[ListOffsetsPartition, int]:
     _len = len(data)
-    _partition_index, _current_leader_epoch, _timestamp = _S_iiq.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsPartition)
+    _o1.partition_index, _o1.current_leader_epoch, _o1.timestamp = _S_iiq.unpack_from(data, pos)
     pos += 16
+    _o1.max_num_offsets = 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListOffsetsPartition(_partition_index, _current_leader_epoch, _timestamp, 1), pos
+    return _o1, pos
 
 
 def _w_ListOffsetsTopic_v0(buf: bytearray, o: ListOffsetsTopic) -> None:
@@ -327,124 +337,137 @@ def _w_ListOffsetsTopic_v6(buf: bytearray, o: ListOffsetsTopic) -> None:
 
 def _r_ListOffsetsTopic_v0(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ListOffsetsPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_timestamp, _s5_max_num_offsets = _S_iqi.unpack_from(data, pos)
+    _a5: list[ListOffsetsPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(ListOffsetsPartition)
+        _o7.partition_index, _o7.timestamp, _o7.max_num_offsets = _S_iqi.unpack_from(data, pos)
         pos += 16
-        _a4.append(ListOffsetsPartition(_s5_partition_index, -1, _s5_timestamp, _s5_max_num_offsets))
-    _partitions = _a4
-    return ListOffsetsTopic(_name, _partitions), pos
+        _o7.current_leader_epoch = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_ListOffsetsTopic_v1(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ListOffsetsPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_timestamp = _S_iq.unpack_from(data, pos)
+    _a5: list[ListOffsetsPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(ListOffsetsPartition)
+        _o7.partition_index, _o7.timestamp = _S_iq.unpack_from(data, pos)
         pos += 12
-        _a4.append(ListOffsetsPartition(_s5_partition_index, -1, _s5_timestamp, 1))
-    _partitions = _a4
-    return ListOffsetsTopic(_name, _partitions), pos
+        _o7.current_leader_epoch = -1
+        _o7.max_num_offsets = 1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_ListOffsetsTopic_v4(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ListOffsetsPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_current_leader_epoch, _s5_timestamp = _S_iiq.unpack_from(data, pos)
+    _a5: list[ListOffsetsPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(ListOffsetsPartition)
+        _o7.partition_index, _o7.current_leader_epoch, _o7.timestamp = _S_iiq.unpack_from(data, pos)
         pos += 16
-        _a4.append(ListOffsetsPartition(_s5_partition_index, _s5_current_leader_epoch, _s5_timestamp, 1))
-    _partitions = _a4
-    return ListOffsetsTopic(_name, _partitions), pos
+        _o7.max_num_offsets = 1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_ListOffsetsTopic_v6(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListOffsetsTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ListOffsetsPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_current_leader_epoch, _s5_timestamp = _S_iiq.unpack_from(data, pos)
+    _a5: list[ListOffsetsPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(ListOffsetsPartition)
+        _o7.partition_index, _o7.current_leader_epoch, _o7.timestamp = _S_iiq.unpack_from(data, pos)
         pos += 16
+        _o7.max_num_offsets = 1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(ListOffsetsPartition(_s5_partition_index, _s5_current_leader_epoch, _s5_timestamp, 1))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListOffsetsTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_ListOffsetsRequest_v0(buf: bytearray, o: ListOffsetsRequest) -> None:
@@ -504,187 +527,198 @@ def _w_ListOffsetsRequest_v10(buf: bytearray, o: ListOffsetsRequest) -> None:
 
 def _r_ListOffsetsRequest_v0(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    (_replica_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsRequest)
+    (_o1.replica_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ListOffsetsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_timestamp, _s8_max_num_offsets = _S_iqi.unpack_from(data, pos)
+        _a9: list[ListOffsetsPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartition)
+            _o11.partition_index, _o11.timestamp, _o11.max_num_offsets = _S_iqi.unpack_from(data, pos)
             pos += 16
-            _a7.append(ListOffsetsPartition(_s8_partition_index, -1, _s8_timestamp, _s8_max_num_offsets))
-        _s3_partitions = _a7
-        _a2.append(ListOffsetsTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    return ListOffsetsRequest(_replica_id, 0, _topics, 0), pos
+            _o11.current_leader_epoch = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.isolation_level = 0
+    _o1.timeout_ms = 0
+    return _o1, pos
 
 
 def _r_ListOffsetsRequest_v1(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    (_replica_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsRequest)
+    (_o1.replica_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ListOffsetsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_timestamp = _S_iq.unpack_from(data, pos)
+        _a9: list[ListOffsetsPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartition)
+            _o11.partition_index, _o11.timestamp = _S_iq.unpack_from(data, pos)
             pos += 12
-            _a7.append(ListOffsetsPartition(_s8_partition_index, -1, _s8_timestamp, 1))
-        _s3_partitions = _a7
-        _a2.append(ListOffsetsTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    return ListOffsetsRequest(_replica_id, 0, _topics, 0), pos
+            _o11.current_leader_epoch = -1
+            _o11.max_num_offsets = 1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.isolation_level = 0
+    _o1.timeout_ms = 0
+    return _o1, pos
 
 
 def _r_ListOffsetsRequest_v2(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _replica_id, _isolation_level = _S_ib.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsRequest)
+    _o1.replica_id, _o1.isolation_level = _S_ib.unpack_from(data, pos)
     pos += 5
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ListOffsetsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_timestamp = _S_iq.unpack_from(data, pos)
+        _a9: list[ListOffsetsPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartition)
+            _o11.partition_index, _o11.timestamp = _S_iq.unpack_from(data, pos)
             pos += 12
-            _a7.append(ListOffsetsPartition(_s8_partition_index, -1, _s8_timestamp, 1))
-        _s3_partitions = _a7
-        _a2.append(ListOffsetsTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    return ListOffsetsRequest(_replica_id, _isolation_level, _topics, 0), pos
+            _o11.current_leader_epoch = -1
+            _o11.max_num_offsets = 1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.timeout_ms = 0
+    return _o1, pos
 
 
 def _r_ListOffsetsRequest_v4(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _replica_id, _isolation_level = _S_ib.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsRequest)
+    _o1.replica_id, _o1.isolation_level = _S_ib.unpack_from(data, pos)
     pos += 5
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ListOffsetsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_current_leader_epoch, _s8_timestamp = _S_iiq.unpack_from(data, pos)
+        _a9: list[ListOffsetsPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartition)
+            _o11.partition_index, _o11.current_leader_epoch, _o11.timestamp = _S_iiq.unpack_from(data, pos)
             pos += 16
-            _a7.append(ListOffsetsPartition(_s8_partition_index, _s8_current_leader_epoch, _s8_timestamp, 1))
-        _s3_partitions = _a7
-        _a2.append(ListOffsetsTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    return ListOffsetsRequest(_replica_id, _isolation_level, _topics, 0), pos
+            _o11.max_num_offsets = 1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.timeout_ms = 0
+    return _o1, pos
 
 
 def _r_ListOffsetsRequest_v6(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _replica_id, _isolation_level = _S_ib.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsRequest)
+    _o1.replica_id, _o1.isolation_level = _S_ib.unpack_from(data, pos)
     pos += 5
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ListOffsetsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -692,63 +726,68 @@ def _r_ListOffsetsRequest_v6(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_current_leader_epoch, _s8_timestamp = _S_iiq.unpack_from(data, pos)
+        _a9: list[ListOffsetsPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartition)
+            _o11.partition_index, _o11.current_leader_epoch, _o11.timestamp = _S_iiq.unpack_from(data, pos)
             pos += 16
+            _o11.max_num_offsets = 1
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(ListOffsetsPartition(_s8_partition_index, _s8_current_leader_epoch, _s8_timestamp, 1))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ListOffsetsTopic(_s3_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.timeout_ms = 0
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListOffsetsRequest(_replica_id, _isolation_level, _topics, 0), pos
+    return _o1, pos
 
 
 def _r_ListOffsetsRequest_v10(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _replica_id, _isolation_level = _S_ib.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsRequest)
+    _o1.replica_id, _o1.isolation_level = _S_ib.unpack_from(data, pos)
     pos += 5
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ListOffsetsTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -756,32 +795,49 @@ def _r_ListOffsetsRequest_v10(data: bytes, pos: int) -> tuple[ListOffsetsRequest
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_current_leader_epoch, _s8_timestamp = _S_iiq.unpack_from(data, pos)
+        _a9: list[ListOffsetsPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartition)
+            _o11.partition_index, _o11.current_leader_epoch, _o11.timestamp = _S_iiq.unpack_from(data, pos)
             pos += 16
+            _o11.max_num_offsets = 1
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(ListOffsetsPartition(_s8_partition_index, _s8_current_leader_epoch, _s8_timestamp, 1))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ListOffsetsTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListOffsetsRequest(_replica_id, _isolation_level, _topics, _timeout_ms), pos
+    return _o1, pos
 
 
 def _w_ListOffsetsPartitionResponse_v0(buf: bytearray, o: ListOffsetsPartitionResponse) -> None:
@@ -826,46 +882,57 @@ def _w_ListOffsetsPartitionResponse_v6(buf: bytearray, o: ListOffsetsPartitionRe
 
 def _r_ListOffsetsPartitionResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsPartitionResponse)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for old_style_offsets")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of old_style_offsets exceeds the bytes left")
-    _old_style_offsets = list(struct.unpack_from(f">{_n1}q", data, pos))
-    pos += 8 * _n1
-    return ListOffsetsPartitionResponse(_partition_index, _error_code, _old_style_offsets, -1, -1, -1), pos
+    _o1.old_style_offsets = list(struct.unpack_from(f">{_n2}q", data, pos))
+    pos += 8 * _n2
+    _o1.timestamp = -1
+    _o1.offset = -1
+    _o1.leader_epoch = -1
+    return _o1, pos
 
 
 def _r_ListOffsetsPartitionResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     _len = len(data)
-    _partition_index, _error_code, _timestamp, _offset = _S_ihqq.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsPartitionResponse)
+    _o1.partition_index, _o1.error_code, _o1.timestamp, _o1.offset = _S_ihqq.unpack_from(data, pos)
     pos += 22
-    return ListOffsetsPartitionResponse(_partition_index, _error_code, [], _timestamp, _offset, -1), pos
+    _o1.old_style_offsets = []
+    _o1.leader_epoch = -1
+    return _o1, pos
 
 
 def _r_ListOffsetsPartitionResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     _len = len(data)
-    _partition_index, _error_code, _timestamp, _offset, _leader_epoch = _S_ihqqi.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsPartitionResponse)
+    _o1.partition_index, _o1.error_code, _o1.timestamp, _o1.offset, _o1.leader_epoch = _S_ihqqi.unpack_from(
+        data, pos
+    )
     pos += 26
-    return ListOffsetsPartitionResponse(
-        _partition_index, _error_code, [], _timestamp, _offset, _leader_epoch
-    ), pos
+    _o1.old_style_offsets = []
+    return _o1, pos
 
 
 def _r_ListOffsetsPartitionResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     _len = len(data)
-    _partition_index, _error_code, _timestamp, _offset, _leader_epoch = _S_ihqqi.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsPartitionResponse)
+    _o1.partition_index, _o1.error_code, _o1.timestamp, _o1.offset, _o1.leader_epoch = _S_ihqqi.unpack_from(
+        data, pos
+    )
     pos += 26
+    _o1.old_style_offsets = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListOffsetsPartitionResponse(
-        _partition_index, _error_code, [], _timestamp, _offset, _leader_epoch
-    ), pos
+    return _o1, pos
 
 
 def _w_ListOffsetsTopicResponse_v0(buf: bytearray, o: ListOffsetsTopicResponse) -> None:
@@ -913,152 +980,151 @@ def _w_ListOffsetsTopicResponse_v6(buf: bytearray, o: ListOffsetsTopicResponse) 
 
 def _r_ListOffsetsTopicResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsTopicResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ListOffsetsPartitionResponse] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[ListOffsetsPartitionResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(ListOffsetsPartitionResponse)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for old_style_offsets")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of old_style_offsets exceeds the bytes left")
-        _s5_old_style_offsets = list(struct.unpack_from(f">{_n6}q", data, pos))
-        pos += 8 * _n6
-        _a4.append(
-            ListOffsetsPartitionResponse(
-                _s5_partition_index, _s5_error_code, _s5_old_style_offsets, -1, -1, -1
-            )
-        )
-    _partitions = _a4
-    return ListOffsetsTopicResponse(_name, _partitions), pos
+        _o7.old_style_offsets = list(struct.unpack_from(f">{_n8}q", data, pos))
+        pos += 8 * _n8
+        _o7.timestamp = -1
+        _o7.offset = -1
+        _o7.leader_epoch = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_ListOffsetsTopicResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsTopicResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ListOffsetsPartitionResponse] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_timestamp, _s5_offset = _S_ihqq.unpack_from(data, pos)
+    _a5: list[ListOffsetsPartitionResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(ListOffsetsPartitionResponse)
+        _o7.partition_index, _o7.error_code, _o7.timestamp, _o7.offset = _S_ihqq.unpack_from(data, pos)
         pos += 22
-        _a4.append(
-            ListOffsetsPartitionResponse(
-                _s5_partition_index, _s5_error_code, [], _s5_timestamp, _s5_offset, -1
-            )
-        )
-    _partitions = _a4
-    return ListOffsetsTopicResponse(_name, _partitions), pos
+        _o7.old_style_offsets = []
+        _o7.leader_epoch = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_ListOffsetsTopicResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsTopicResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ListOffsetsPartitionResponse] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_timestamp, _s5_offset, _s5_leader_epoch = (
+    _a5: list[ListOffsetsPartitionResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(ListOffsetsPartitionResponse)
+        _o7.partition_index, _o7.error_code, _o7.timestamp, _o7.offset, _o7.leader_epoch = (
             _S_ihqqi.unpack_from(data, pos)
         )
         pos += 26
-        _a4.append(
-            ListOffsetsPartitionResponse(
-                _s5_partition_index, _s5_error_code, [], _s5_timestamp, _s5_offset, _s5_leader_epoch
-            )
-        )
-    _partitions = _a4
-    return ListOffsetsTopicResponse(_name, _partitions), pos
+        _o7.old_style_offsets = []
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_ListOffsetsTopicResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListOffsetsTopicResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[ListOffsetsPartitionResponse] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_timestamp, _s5_offset, _s5_leader_epoch = (
+    _a5: list[ListOffsetsPartitionResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(ListOffsetsPartitionResponse)
+        _o7.partition_index, _o7.error_code, _o7.timestamp, _o7.offset, _o7.leader_epoch = (
             _S_ihqqi.unpack_from(data, pos)
         )
         pos += 26
+        _o7.old_style_offsets = []
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            ListOffsetsPartitionResponse(
-                _s5_partition_index, _s5_error_code, [], _s5_timestamp, _s5_offset, _s5_leader_epoch
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListOffsetsTopicResponse(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_ListOffsetsResponse_v0(buf: bytearray, o: ListOffsetsResponse) -> None:
@@ -1102,209 +1168,206 @@ def _w_ListOffsetsResponse_v6(buf: bytearray, o: ListOffsetsResponse) -> None:
 
 def _r_ListOffsetsResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ListOffsetsTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartitionResponse] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[ListOffsetsPartitionResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            (_n9,) = _I32.unpack_from(data, pos)
+            (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n9 < 0:
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for old_style_offsets")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of old_style_offsets exceeds the bytes left")
-            _s8_old_style_offsets = list(struct.unpack_from(f">{_n9}q", data, pos))
-            pos += 8 * _n9
-            _a7.append(
-                ListOffsetsPartitionResponse(
-                    _s8_partition_index, _s8_error_code, _s8_old_style_offsets, -1, -1, -1
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(ListOffsetsTopicResponse(_s3_name, _s3_partitions))
-    _topics = _a2
-    return ListOffsetsResponse(0, _topics), pos
+            _o11.old_style_offsets = list(struct.unpack_from(f">{_n12}q", data, pos))
+            pos += 8 * _n12
+            _o11.timestamp = -1
+            _o11.offset = -1
+            _o11.leader_epoch = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_ListOffsetsResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ListOffsetsTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartitionResponse] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_timestamp, _s8_offset = _S_ihqq.unpack_from(data, pos)
-            pos += 22
-            _a7.append(
-                ListOffsetsPartitionResponse(
-                    _s8_partition_index, _s8_error_code, [], _s8_timestamp, _s8_offset, -1
-                )
+        _a9: list[ListOffsetsPartitionResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11.partition_index, _o11.error_code, _o11.timestamp, _o11.offset = _S_ihqq.unpack_from(
+                data, pos
             )
-        _s3_partitions = _a7
-        _a2.append(ListOffsetsTopicResponse(_s3_name, _s3_partitions))
-    _topics = _a2
-    return ListOffsetsResponse(0, _topics), pos
+            pos += 22
+            _o11.old_style_offsets = []
+            _o11.leader_epoch = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_ListOffsetsResponse_v2(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ListOffsetsTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartitionResponse] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_timestamp, _s8_offset = _S_ihqq.unpack_from(data, pos)
-            pos += 22
-            _a7.append(
-                ListOffsetsPartitionResponse(
-                    _s8_partition_index, _s8_error_code, [], _s8_timestamp, _s8_offset, -1
-                )
+        _a9: list[ListOffsetsPartitionResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11.partition_index, _o11.error_code, _o11.timestamp, _o11.offset = _S_ihqq.unpack_from(
+                data, pos
             )
-        _s3_partitions = _a7
-        _a2.append(ListOffsetsTopicResponse(_s3_name, _s3_partitions))
-    _topics = _a2
-    return ListOffsetsResponse(_throttle_time_ms, _topics), pos
+            pos += 22
+            _o11.old_style_offsets = []
+            _o11.leader_epoch = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_ListOffsetsResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopicResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ListOffsetsTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopicResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartitionResponse] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_timestamp, _s8_offset, _s8_leader_epoch = (
+        _a9: list[ListOffsetsPartitionResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11.partition_index, _o11.error_code, _o11.timestamp, _o11.offset, _o11.leader_epoch = (
                 _S_ihqqi.unpack_from(data, pos)
             )
             pos += 26
-            _a7.append(
-                ListOffsetsPartitionResponse(
-                    _s8_partition_index, _s8_error_code, [], _s8_timestamp, _s8_offset, _s8_leader_epoch
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(ListOffsetsTopicResponse(_s3_name, _s3_partitions))
-    _topics = _a2
-    return ListOffsetsResponse(_throttle_time_ms, _topics), pos
+            _o11.old_style_offsets = []
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_ListOffsetsResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ListOffsetsResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[ListOffsetsTopicResponse] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ListOffsetsTopicResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(ListOffsetsTopicResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1312,36 +1375,49 @@ def _r_ListOffsetsResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsRespons
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[ListOffsetsPartitionResponse] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_timestamp, _s8_offset, _s8_leader_epoch = (
+        _a9: list[ListOffsetsPartitionResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11.partition_index, _o11.error_code, _o11.timestamp, _o11.offset, _o11.leader_epoch = (
                 _S_ihqqi.unpack_from(data, pos)
             )
             pos += 26
+            _o11.old_style_offsets = []
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                ListOffsetsPartitionResponse(
-                    _s8_partition_index, _s8_error_code, [], _s8_timestamp, _s8_offset, _s8_leader_epoch
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ListOffsetsTopicResponse(_s3_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListOffsetsResponse(_throttle_time_ms, _topics), pos
+    return _o1, pos
 
 
 ListOffsetsPartition._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -160,38 +161,39 @@ def _r_ListPartitionReassignmentsTopics_v0(
     data: bytes, pos: int
 ) -> tuple[ListPartitionReassignmentsTopics, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListPartitionReassignmentsTopics)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_indexes")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_indexes exceeds the bytes left")
-    _partition_indexes = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partition_indexes = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListPartitionReassignmentsTopics(_name, _partition_indexes), pos
+    return _o1, pos
 
 
 def _w_ListPartitionReassignmentsRequest_v0(buf: bytearray, o: ListPartitionReassignmentsRequest) -> None:
@@ -210,38 +212,25 @@ def _r_ListPartitionReassignmentsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[ListPartitionReassignmentsRequest, int]:
     _len = len(data)
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ListPartitionReassignmentsRequest)
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n1 > _len - pos:
+        _o1.topics = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a2: list[ListPartitionReassignmentsTopics] = []
-        for _ in range(_n1):
-            _n4 = data[pos]
-            if _n4 < 128:
-                pos += 1
-            else:
-                _n4, pos = read_uvarint(data, pos)
-            _n4 -= 1
-            if _n4 < 0:
-                raise DecodeError("invalid or null length for name")
-            if _n4 > 0x7FFF:
-                raise DecodeError("name is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s3_name = data[pos:_end5].decode()
-            pos = _end5
+        _a3: list[ListPartitionReassignmentsTopics] = []
+        for _ in range(_n2):
+            _o5 = _new(ListPartitionReassignmentsTopics)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -249,22 +238,37 @@ def _r_ListPartitionReassignmentsRequest_v0(
                 _n6, pos = read_uvarint(data, pos)
             _n6 -= 1
             if _n6 < 0:
+                raise DecodeError("invalid or null length for name")
+            if _n6 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o5.name = data[pos:_end7].decode()
+            pos = _end7
+            _n8 = data[pos]
+            if _n8 < 128:
+                pos += 1
+            else:
+                _n8, pos = read_uvarint(data, pos)
+            _n8 -= 1
+            if _n8 < 0:
                 raise DecodeError("invalid or null array length for partition_indexes")
-            if _n6 > _len - pos:
+            if _n8 > _len - pos:
                 raise DecodeError("array count of partition_indexes exceeds the bytes left")
-            _s3_partition_indexes = list(struct.unpack_from(f">{_n6}i", data, pos))
-            pos += 4 * _n6
+            _o5.partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
+            pos += 4 * _n8
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a2.append(ListPartitionReassignmentsTopics(_s3_name, _s3_partition_indexes))
-        _topics = _a2
+            _a3.append(_o5)
+        _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListPartitionReassignmentsRequest(_timeout_ms, _topics), pos
+    return _o1, pos
 
 
 def _w_OngoingPartitionReassignment_v0(buf: bytearray, o: OngoingPartitionReassignment) -> None:
@@ -283,20 +287,9 @@ def _w_OngoingPartitionReassignment_v0(buf: bytearray, o: OngoingPartitionReassi
 
 def _r_OngoingPartitionReassignment_v0(data: bytes, pos: int) -> tuple[OngoingPartitionReassignment, int]:
     _len = len(data)
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OngoingPartitionReassignment)
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for replicas")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -304,10 +297,10 @@ def _r_OngoingPartitionReassignment_v0(data: bytes, pos: int) -> tuple[OngoingPa
         _n2, pos = read_uvarint(data, pos)
     _n2 -= 1
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for adding_replicas")
+        raise DecodeError("invalid or null array length for replicas")
     if _n2 > _len - pos:
-        raise DecodeError("array count of adding_replicas exceeds the bytes left")
-    _adding_replicas = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
     _n3 = data[pos]
     if _n3 < 128:
@@ -316,18 +309,28 @@ def _r_OngoingPartitionReassignment_v0(data: bytes, pos: int) -> tuple[OngoingPa
         _n3, pos = read_uvarint(data, pos)
     _n3 -= 1
     if _n3 < 0:
-        raise DecodeError("invalid or null array length for removing_replicas")
+        raise DecodeError("invalid or null array length for adding_replicas")
     if _n3 > _len - pos:
-        raise DecodeError("array count of removing_replicas exceeds the bytes left")
-    _removing_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+        raise DecodeError("array count of adding_replicas exceeds the bytes left")
+    _o1.adding_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
     pos += 4 * _n3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for removing_replicas")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of removing_replicas exceeds the bytes left")
+    _o1.removing_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OngoingPartitionReassignment(
-        _partition_index, _replicas, _adding_replicas, _removing_replicas
-    ), pos
+    return _o1, pos
 
 
 def _w_OngoingTopicReassignment_v0(buf: bytearray, o: OngoingTopicReassignment) -> None:
@@ -345,59 +348,37 @@ def _w_OngoingTopicReassignment_v0(buf: bytearray, o: OngoingTopicReassignment) 
 
 def _r_OngoingTopicReassignment_v0(data: bytes, pos: int) -> tuple[OngoingTopicReassignment, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OngoingTopicReassignment)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OngoingPartitionReassignment] = []
-    for _ in range(_n3):
-        (_s5_partition_index,) = _S_i.unpack_from(data, pos)
+    _a5: list[OngoingPartitionReassignment] = []
+    for _ in range(_n4):
+        _o7 = _new(OngoingPartitionReassignment)
+        (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s5_replicas = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for adding_replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of adding_replicas exceeds the bytes left")
-        _s5_adding_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -405,26 +386,46 @@ def _r_OngoingTopicReassignment_v0(data: bytes, pos: int) -> tuple[OngoingTopicR
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for removing_replicas")
+            raise DecodeError("invalid or null array length for replicas")
         if _n8 > _len - pos:
-            raise DecodeError("array count of removing_replicas exceeds the bytes left")
-        _s5_removing_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o7.replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        _n9 = data[pos]
+        if _n9 < 128:
+            pos += 1
+        else:
+            _n9, pos = read_uvarint(data, pos)
+        _n9 -= 1
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for adding_replicas")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of adding_replicas exceeds the bytes left")
+        _o7.adding_replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for removing_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of removing_replicas exceeds the bytes left")
+        _o7.removing_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            OngoingPartitionReassignment(
-                _s5_partition_index, _s5_replicas, _s5_adding_replicas, _s5_removing_replicas
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OngoingTopicReassignment(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_ListPartitionReassignmentsResponse_v0(buf: bytearray, o: ListPartitionReassignmentsResponse) -> None:
@@ -448,53 +449,40 @@ def _r_ListPartitionReassignmentsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[ListPartitionReassignmentsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ListPartitionReassignmentsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[OngoingTopicReassignment] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[OngoingTopicReassignment] = []
+    for _ in range(_n4):
+        _o7 = _new(OngoingTopicReassignment)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -502,70 +490,82 @@ def _r_ListPartitionReassignmentsResponse_v0(
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[OngoingPartitionReassignment] = []
-        for _ in range(_n8):
-            (_s10_partition_index,) = _S_i.unpack_from(data, pos)
+        _a11: list[OngoingPartitionReassignment] = []
+        for _ in range(_n10):
+            _o13 = _new(OngoingPartitionReassignment)
+            (_o13.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n11 = data[pos]
-            if _n11 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for replicas")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of replicas exceeds the bytes left")
-            _s10_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
-            _n12 = data[pos]
-            if _n12 < 128:
+            _o13.replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _n15 = data[pos]
+            if _n15 < 128:
                 pos += 1
             else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
                 raise DecodeError("invalid or null array length for adding_replicas")
-            if _n12 > _len - pos:
+            if _n15 > _len - pos:
                 raise DecodeError("array count of adding_replicas exceeds the bytes left")
-            _s10_adding_replicas = list(struct.unpack_from(f">{_n12}i", data, pos))
-            pos += 4 * _n12
-            _n13 = data[pos]
-            if _n13 < 128:
+            _o13.adding_replicas = list(struct.unpack_from(f">{_n15}i", data, pos))
+            pos += 4 * _n15
+            _n16 = data[pos]
+            if _n16 < 128:
                 pos += 1
             else:
-                _n13, pos = read_uvarint(data, pos)
-            _n13 -= 1
-            if _n13 < 0:
+                _n16, pos = read_uvarint(data, pos)
+            _n16 -= 1
+            if _n16 < 0:
                 raise DecodeError("invalid or null array length for removing_replicas")
-            if _n13 > _len - pos:
+            if _n16 > _len - pos:
                 raise DecodeError("array count of removing_replicas exceeds the bytes left")
-            _s10_removing_replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
-            pos += 4 * _n13
+            _o13.removing_replicas = list(struct.unpack_from(f">{_n16}i", data, pos))
+            pos += 4 * _n16
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                OngoingPartitionReassignment(
-                    _s10_partition_index, _s10_replicas, _s10_adding_replicas, _s10_removing_replicas
-                )
-            )
-        _s5_partitions = _a9
+            _a11.append(_o13)
+        _o7.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(OngoingTopicReassignment(_s5_name, _s5_partitions))
-    _topics = _a4
+        _a5.append(_o7)
+    _o1.topics = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListPartitionReassignmentsResponse(_throttle_time_ms, _error_code, _error_message, _topics), pos
+    return _o1, pos
 
 
 ListPartitionReassignmentsTopics._WRITERS = {0: _w_ListPartitionReassignmentsTopics_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -150,104 +151,107 @@ def _w_ListTransactionsRequest_v1(buf: bytearray, o: ListTransactionsRequest) ->
 
 def _r_ListTransactionsRequest_v0(data: bytes, pos: int) -> tuple[ListTransactionsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListTransactionsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for state_filters")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of state_filters exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for state_filters")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("state_filters is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("state_filters overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _state_filters = _a2
-    _n6 = data[pos]
-    if _n6 < 128:
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.state_filters = _a3
+    _n7 = data[pos]
+    if _n7 < 128:
         pos += 1
     else:
-        _n6, pos = read_uvarint(data, pos)
-    _n6 -= 1
-    if _n6 < 0:
+        _n7, pos = read_uvarint(data, pos)
+    _n7 -= 1
+    if _n7 < 0:
         raise DecodeError("invalid or null array length for producer_id_filters")
-    if _n6 > _len - pos:
+    if _n7 > _len - pos:
         raise DecodeError("array count of producer_id_filters exceeds the bytes left")
-    _producer_id_filters = list(struct.unpack_from(f">{_n6}q", data, pos))
-    pos += 8 * _n6
+    _o1.producer_id_filters = list(struct.unpack_from(f">{_n7}q", data, pos))
+    pos += 8 * _n7
+    _o1.duration_filter = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListTransactionsRequest(_state_filters, _producer_id_filters, -1), pos
+    return _o1, pos
 
 
 def _r_ListTransactionsRequest_v1(data: bytes, pos: int) -> tuple[ListTransactionsRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ListTransactionsRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for state_filters")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of state_filters exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for state_filters")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("state_filters is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("state_filters overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _state_filters = _a2
-    _n6 = data[pos]
-    if _n6 < 128:
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.state_filters = _a3
+    _n7 = data[pos]
+    if _n7 < 128:
         pos += 1
     else:
-        _n6, pos = read_uvarint(data, pos)
-    _n6 -= 1
-    if _n6 < 0:
+        _n7, pos = read_uvarint(data, pos)
+    _n7 -= 1
+    if _n7 < 0:
         raise DecodeError("invalid or null array length for producer_id_filters")
-    if _n6 > _len - pos:
+    if _n7 > _len - pos:
         raise DecodeError("array count of producer_id_filters exceeds the bytes left")
-    _producer_id_filters = list(struct.unpack_from(f">{_n6}q", data, pos))
-    pos += 8 * _n6
-    (_duration_filter,) = _S_q.unpack_from(data, pos)
+    _o1.producer_id_filters = list(struct.unpack_from(f">{_n7}q", data, pos))
+    pos += 8 * _n7
+    (_o1.duration_filter,) = _S_q.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListTransactionsRequest(_state_filters, _producer_id_filters, _duration_filter), pos
+    return _o1, pos
 
 
 def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
@@ -267,43 +271,44 @@ def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
 
 def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TransactionState)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("transactional_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    (_producer_id,) = _S_q.unpack_from(data, pos)
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.producer_id,) = _S_q.unpack_from(data, pos)
     pos += 8
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for transaction_state")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("transaction_state is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("transaction_state overruns the buffer")
-    _transaction_state = data[pos:_end4].decode()
-    pos = _end4
+    _o1.transaction_state = data[pos:_end5].decode()
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TransactionState(_transactional_id, _producer_id, _transaction_state), pos
+    return _o1, pos
 
 
 def _w_ListTransactionsResponse_v0(buf: bytearray, o: ListTransactionsResponse) -> None:
@@ -325,66 +330,51 @@ def _w_ListTransactionsResponse_v0(buf: bytearray, o: ListTransactionsResponse) 
 
 def _r_ListTransactionsResponse_v0(data: bytes, pos: int) -> tuple[ListTransactionsResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ListTransactionsResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for unknown_state_filters")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of unknown_state_filters exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for unknown_state_filters")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("unknown_state_filters is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("unknown_state_filters overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _unknown_state_filters = _a2
-    _n6 = data[pos]
-    if _n6 < 128:
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.unknown_state_filters = _a3
+    _n7 = data[pos]
+    if _n7 < 128:
         pos += 1
     else:
-        _n6, pos = read_uvarint(data, pos)
-    _n6 -= 1
-    if _n6 < 0:
+        _n7, pos = read_uvarint(data, pos)
+    _n7 -= 1
+    if _n7 < 0:
         raise DecodeError("invalid or null array length for transaction_states")
-    if _n6 > _len - pos:
+    if _n7 > _len - pos:
         raise DecodeError("array count of transaction_states exceeds the bytes left")
-    _a7: list[TransactionState] = []
-    for _ in range(_n6):
-        _n9 = data[pos]
-        if _n9 < 128:
-            pos += 1
-        else:
-            _n9, pos = read_uvarint(data, pos)
-        _n9 -= 1
-        if _n9 < 0:
-            raise DecodeError("invalid or null length for transactional_id")
-        if _n9 > 0x7FFF:
-            raise DecodeError("transactional_id is longer than 32767 bytes")
-        _end10 = pos + _n9
-        if _end10 > _len:
-            raise DecodeError("transactional_id overruns the buffer")
-        _s8_transactional_id = data[pos:_end10].decode()
-        pos = _end10
-        (_s8_producer_id,) = _S_q.unpack_from(data, pos)
-        pos += 8
+    _a8: list[TransactionState] = []
+    for _ in range(_n7):
+        _o10 = _new(TransactionState)
         _n11 = data[pos]
         if _n11 < 128:
             pos += 1
@@ -392,27 +382,42 @@ def _r_ListTransactionsResponse_v0(data: bytes, pos: int) -> tuple[ListTransacti
             _n11, pos = read_uvarint(data, pos)
         _n11 -= 1
         if _n11 < 0:
-            raise DecodeError("invalid or null length for transaction_state")
+            raise DecodeError("invalid or null length for transactional_id")
         if _n11 > 0x7FFF:
-            raise DecodeError("transaction_state is longer than 32767 bytes")
+            raise DecodeError("transactional_id is longer than 32767 bytes")
         _end12 = pos + _n11
         if _end12 > _len:
-            raise DecodeError("transaction_state overruns the buffer")
-        _s8_transaction_state = data[pos:_end12].decode()
+            raise DecodeError("transactional_id overruns the buffer")
+        _o10.transactional_id = data[pos:_end12].decode()
         pos = _end12
+        (_o10.producer_id,) = _S_q.unpack_from(data, pos)
+        pos += 8
+        _n13 = data[pos]
+        if _n13 < 128:
+            pos += 1
+        else:
+            _n13, pos = read_uvarint(data, pos)
+        _n13 -= 1
+        if _n13 < 0:
+            raise DecodeError("invalid or null length for transaction_state")
+        if _n13 > 0x7FFF:
+            raise DecodeError("transaction_state is longer than 32767 bytes")
+        _end14 = pos + _n13
+        if _end14 > _len:
+            raise DecodeError("transaction_state overruns the buffer")
+        _o10.transaction_state = data[pos:_end14].decode()
+        pos = _end14
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a7.append(TransactionState(_s8_transactional_id, _s8_producer_id, _s8_transaction_state))
-    _transaction_states = _a7
+        _a8.append(_o10)
+    _o1.transaction_states = _a8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ListTransactionsResponse(
-        _throttle_time_ms, _error_code, _unknown_state_filters, _transaction_states
-    ), pos
+    return _o1, pos
 
 
 ListTransactionsRequest._WRITERS = {0: _w_ListTransactionsRequest_v0, 1: _w_ListTransactionsRequest_v1}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -261,70 +262,75 @@ def _w_MetadataRequestTopic_v10(buf: bytearray, o: MetadataRequestTopic) -> None
 
 def _r_MetadataRequestTopic_v0(data: bytes, pos: int) -> tuple[MetadataRequestTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(MetadataRequestTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    return MetadataRequestTopic(ZERO_UUID, _name), pos
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_MetadataRequestTopic_v9(data: bytes, pos: int) -> tuple[MetadataRequestTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(MetadataRequestTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.topic_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataRequestTopic(ZERO_UUID, _name), pos
+    return _o1, pos
 
 
 def _r_MetadataRequestTopic_v10(data: bytes, pos: int) -> tuple[MetadataRequestTopic, int]:
     _len = len(data)
+    _o1 = _new(MetadataRequestTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for name")
-        _name = None
+        _o1.name = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("name overruns the buffer")
-        _name = data[pos:_end2].decode()
-        pos = _end2
+        _o1.name = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataRequestTopic(_topic_id, _name), pos
+    return _o1, pos
 
 
 def _w_MetadataRequest_v0(buf: bytearray, o: MetadataRequest) -> None:
@@ -474,293 +480,304 @@ def _w_MetadataRequest_v11(buf: bytearray, o: MetadataRequest) -> None:
 
 def _r_MetadataRequest_v0(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(MetadataRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[MetadataRequestTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[MetadataRequestTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataRequestTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(MetadataRequestTopic(ZERO_UUID, _s3_name))
-    _topics = _a2
-    return MetadataRequest(_topics, True, False, False), pos
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.allow_auto_topic_creation = True
+    _o1.include_cluster_authorized_operations = False
+    _o1.include_topic_authorized_operations = False
+    return _o1, pos
 
 
 def _r_MetadataRequest_v1(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(MetadataRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n1 > _len - pos:
+        _o1.topics = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a2: list[MetadataRequestTopic] = []
-        for _ in range(_n1):
-            (_n4,) = _I16.unpack_from(data, pos)
+        _a3: list[MetadataRequestTopic] = []
+        for _ in range(_n2):
+            _o5 = _new(MetadataRequestTopic)
+            (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n4 < 0:
+            if _n6 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s3_name = data[pos:_end5].decode()
-            pos = _end5
-            _a2.append(MetadataRequestTopic(ZERO_UUID, _s3_name))
-        _topics = _a2
-    return MetadataRequest(_topics, True, False, False), pos
+            _o5.name = data[pos:_end7].decode()
+            pos = _end7
+            _o5.topic_id = ZERO_UUID
+            _a3.append(_o5)
+        _o1.topics = _a3
+    _o1.allow_auto_topic_creation = True
+    _o1.include_cluster_authorized_operations = False
+    _o1.include_topic_authorized_operations = False
+    return _o1, pos
 
 
 def _r_MetadataRequest_v4(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(MetadataRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n1 > _len - pos:
+        _o1.topics = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a2: list[MetadataRequestTopic] = []
-        for _ in range(_n1):
-            (_n4,) = _I16.unpack_from(data, pos)
+        _a3: list[MetadataRequestTopic] = []
+        for _ in range(_n2):
+            _o5 = _new(MetadataRequestTopic)
+            (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n4 < 0:
+            if _n6 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s3_name = data[pos:_end5].decode()
-            pos = _end5
-            _a2.append(MetadataRequestTopic(ZERO_UUID, _s3_name))
-        _topics = _a2
-    (_allow_auto_topic_creation,) = _S_o.unpack_from(data, pos)
+            _o5.name = data[pos:_end7].decode()
+            pos = _end7
+            _o5.topic_id = ZERO_UUID
+            _a3.append(_o5)
+        _o1.topics = _a3
+    (_o1.allow_auto_topic_creation,) = _S_o.unpack_from(data, pos)
     pos += 1
-    return MetadataRequest(_topics, _allow_auto_topic_creation, False, False), pos
+    _o1.include_cluster_authorized_operations = False
+    _o1.include_topic_authorized_operations = False
+    return _o1, pos
 
 
 def _r_MetadataRequest_v8(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(MetadataRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n1 > _len - pos:
+        _o1.topics = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a2: list[MetadataRequestTopic] = []
-        for _ in range(_n1):
-            (_n4,) = _I16.unpack_from(data, pos)
+        _a3: list[MetadataRequestTopic] = []
+        for _ in range(_n2):
+            _o5 = _new(MetadataRequestTopic)
+            (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n4 < 0:
+            if _n6 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s3_name = data[pos:_end5].decode()
-            pos = _end5
-            _a2.append(MetadataRequestTopic(ZERO_UUID, _s3_name))
-        _topics = _a2
+            _o5.name = data[pos:_end7].decode()
+            pos = _end7
+            _o5.topic_id = ZERO_UUID
+            _a3.append(_o5)
+        _o1.topics = _a3
     (
-        _allow_auto_topic_creation,
-        _include_cluster_authorized_operations,
-        _include_topic_authorized_operations,
+        _o1.allow_auto_topic_creation,
+        _o1.include_cluster_authorized_operations,
+        _o1.include_topic_authorized_operations,
     ) = _S_ooo.unpack_from(data, pos)
     pos += 3
-    return MetadataRequest(
-        _topics,
-        _allow_auto_topic_creation,
-        _include_cluster_authorized_operations,
-        _include_topic_authorized_operations,
-    ), pos
+    return _o1, pos
 
 
 def _r_MetadataRequest_v9(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(MetadataRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n1 > _len - pos:
+        _o1.topics = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a2: list[MetadataRequestTopic] = []
-        for _ in range(_n1):
-            _n4 = data[pos]
-            if _n4 < 128:
+        _a3: list[MetadataRequestTopic] = []
+        for _ in range(_n2):
+            _o5 = _new(MetadataRequestTopic)
+            _n6 = data[pos]
+            if _n6 < 128:
                 pos += 1
             else:
-                _n4, pos = read_uvarint(data, pos)
-            _n4 -= 1
-            if _n4 < 0:
+                _n6, pos = read_uvarint(data, pos)
+            _n6 -= 1
+            if _n6 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n4 > 0x7FFF:
+            if _n6 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s3_name = data[pos:_end5].decode()
-            pos = _end5
+            _o5.name = data[pos:_end7].decode()
+            pos = _end7
+            _o5.topic_id = ZERO_UUID
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a2.append(MetadataRequestTopic(ZERO_UUID, _s3_name))
-        _topics = _a2
+            _a3.append(_o5)
+        _o1.topics = _a3
     (
-        _allow_auto_topic_creation,
-        _include_cluster_authorized_operations,
-        _include_topic_authorized_operations,
+        _o1.allow_auto_topic_creation,
+        _o1.include_cluster_authorized_operations,
+        _o1.include_topic_authorized_operations,
     ) = _S_ooo.unpack_from(data, pos)
     pos += 3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataRequest(
-        _topics,
-        _allow_auto_topic_creation,
-        _include_cluster_authorized_operations,
-        _include_topic_authorized_operations,
-    ), pos
+    return _o1, pos
 
 
 def _r_MetadataRequest_v10(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(MetadataRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n1 > _len - pos:
+        _o1.topics = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a2: list[MetadataRequestTopic] = []
-        for _ in range(_n1):
-            (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a3: list[MetadataRequestTopic] = []
+        for _ in range(_n2):
+            _o5 = _new(MetadataRequestTopic)
+            (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-            _n4 = data[pos]
-            if _n4 < 128:
+            _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+            _n6 = data[pos]
+            if _n6 < 128:
                 pos += 1
             else:
-                _n4, pos = read_uvarint(data, pos)
-            _n4 -= 1
-            if _n4 < 0:
-                if _n4 != -1:
+                _n6, pos = read_uvarint(data, pos)
+            _n6 -= 1
+            if _n6 < 0:
+                if _n6 != -1:
                     raise DecodeError("invalid length for name")
-                _s3_name = None
+                _o5.name = None
             else:
-                if _n4 > 0x7FFF:
+                if _n6 > 0x7FFF:
                     raise DecodeError("name is longer than 32767 bytes")
-                _end5 = pos + _n4
-                if _end5 > _len:
+                _end7 = pos + _n6
+                if _end7 > _len:
                     raise DecodeError("name overruns the buffer")
-                _s3_name = data[pos:_end5].decode()
-                pos = _end5
+                _o5.name = data[pos:_end7].decode()
+                pos = _end7
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a2.append(MetadataRequestTopic(_s3_topic_id, _s3_name))
-        _topics = _a2
+            _a3.append(_o5)
+        _o1.topics = _a3
     (
-        _allow_auto_topic_creation,
-        _include_cluster_authorized_operations,
-        _include_topic_authorized_operations,
+        _o1.allow_auto_topic_creation,
+        _o1.include_cluster_authorized_operations,
+        _o1.include_topic_authorized_operations,
     ) = _S_ooo.unpack_from(data, pos)
     pos += 3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataRequest(
-        _topics,
-        _allow_auto_topic_creation,
-        _include_cluster_authorized_operations,
-        _include_topic_authorized_operations,
-    ), pos
+    return _o1, pos
 
 
 def _r_MetadataRequest_v11(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(MetadataRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n1 > _len - pos:
+        _o1.topics = None
+    elif _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a2: list[MetadataRequestTopic] = []
-        for _ in range(_n1):
-            (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a3: list[MetadataRequestTopic] = []
+        for _ in range(_n2):
+            _o5 = _new(MetadataRequestTopic)
+            (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-            _n4 = data[pos]
-            if _n4 < 128:
+            _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+            _n6 = data[pos]
+            if _n6 < 128:
                 pos += 1
             else:
-                _n4, pos = read_uvarint(data, pos)
-            _n4 -= 1
-            if _n4 < 0:
-                if _n4 != -1:
+                _n6, pos = read_uvarint(data, pos)
+            _n6 -= 1
+            if _n6 < 0:
+                if _n6 != -1:
                     raise DecodeError("invalid length for name")
-                _s3_name = None
+                _o5.name = None
             else:
-                if _n4 > 0x7FFF:
+                if _n6 > 0x7FFF:
                     raise DecodeError("name is longer than 32767 bytes")
-                _end5 = pos + _n4
-                if _end5 > _len:
+                _end7 = pos + _n6
+                if _end7 > _len:
                     raise DecodeError("name overruns the buffer")
-                _s3_name = data[pos:_end5].decode()
-                pos = _end5
+                _o5.name = data[pos:_end7].decode()
+                pos = _end7
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a2.append(MetadataRequestTopic(_s3_topic_id, _s3_name))
-        _topics = _a2
-    _allow_auto_topic_creation, _include_topic_authorized_operations = _S_oo.unpack_from(data, pos)
+            _a3.append(_o5)
+        _o1.topics = _a3
+    _o1.allow_auto_topic_creation, _o1.include_topic_authorized_operations = _S_oo.unpack_from(data, pos)
     pos += 2
+    _o1.include_cluster_authorized_operations = False
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataRequest(
-        _topics, _allow_auto_topic_creation, False, _include_topic_authorized_operations
-    ), pos
+    return _o1, pos
 
 
 def _w_MetadataResponseBroker_v0(buf: bytearray, o: MetadataResponseBroker) -> None:
@@ -806,96 +823,100 @@ def _w_MetadataResponseBroker_v9(buf: bytearray, o: MetadataResponseBroker) -> N
 
 def _r_MetadataResponseBroker_v0(data: bytes, pos: int) -> tuple[MetadataResponseBroker, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseBroker)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return MetadataResponseBroker(_node_id, _host, _port, None), pos
+    _o1.rack = None
+    return _o1, pos
 
 
 def _r_MetadataResponseBroker_v1(data: bytes, pos: int) -> tuple[MetadataResponseBroker, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseBroker)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end4].decode()
-        pos = _end4
-    return MetadataResponseBroker(_node_id, _host, _port, _rack), pos
+        _o1.rack = data[pos:_end5].decode()
+        pos = _end5
+    return _o1, pos
 
 
 def _r_MetadataResponseBroker_v9(data: bytes, pos: int) -> tuple[MetadataResponseBroker, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseBroker)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end4].decode()
-        pos = _end4
+        _o1.rack = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataResponseBroker(_node_id, _host, _port, _rack), pos
+    return _o1, pos
 
 
 def _w_MetadataResponsePartition_v0(buf: bytearray, o: MetadataResponsePartition) -> None:
@@ -950,117 +971,100 @@ def _w_MetadataResponsePartition_v9(buf: bytearray, o: MetadataResponsePartition
 
 def _r_MetadataResponsePartition_v0(data: bytes, pos: int) -> tuple[MetadataResponsePartition, int]:
     _len = len(data)
-    _error_code, _partition_index, _leader_id = _S_hii.unpack_from(data, pos)
+    _o1 = _new(MetadataResponsePartition)
+    _o1.error_code, _o1.partition_index, _o1.leader_id = _S_hii.unpack_from(data, pos)
     pos += 10
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for replica_nodes")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of replica_nodes exceeds the bytes left")
-    _replica_nodes = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for isr_nodes")
+        raise DecodeError("invalid or null array length for replica_nodes")
     if _n2 > _len - pos:
-        raise DecodeError("array count of isr_nodes exceeds the bytes left")
-    _isr_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of replica_nodes exceeds the bytes left")
+    _o1.replica_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
-    return MetadataResponsePartition(
-        _error_code, _partition_index, _leader_id, -1, _replica_nodes, _isr_nodes, []
-    ), pos
+    (_n3,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n3 < 0:
+        raise DecodeError("invalid or null array length for isr_nodes")
+    if _n3 > _len - pos:
+        raise DecodeError("array count of isr_nodes exceeds the bytes left")
+    _o1.isr_nodes = list(struct.unpack_from(f">{_n3}i", data, pos))
+    pos += 4 * _n3
+    _o1.leader_epoch = -1
+    _o1.offline_replicas = []
+    return _o1, pos
 
 
 def _r_MetadataResponsePartition_v5(data: bytes, pos: int) -> tuple[MetadataResponsePartition, int]:
     _len = len(data)
-    _error_code, _partition_index, _leader_id = _S_hii.unpack_from(data, pos)
+    _o1 = _new(MetadataResponsePartition)
+    _o1.error_code, _o1.partition_index, _o1.leader_id = _S_hii.unpack_from(data, pos)
     pos += 10
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for replica_nodes")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of replica_nodes exceeds the bytes left")
-    _replica_nodes = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for isr_nodes")
+        raise DecodeError("invalid or null array length for replica_nodes")
     if _n2 > _len - pos:
-        raise DecodeError("array count of isr_nodes exceeds the bytes left")
-    _isr_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of replica_nodes exceeds the bytes left")
+    _o1.replica_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
     (_n3,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n3 < 0:
-        raise DecodeError("invalid or null array length for offline_replicas")
+        raise DecodeError("invalid or null array length for isr_nodes")
     if _n3 > _len - pos:
-        raise DecodeError("array count of offline_replicas exceeds the bytes left")
-    _offline_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+        raise DecodeError("array count of isr_nodes exceeds the bytes left")
+    _o1.isr_nodes = list(struct.unpack_from(f">{_n3}i", data, pos))
     pos += 4 * _n3
-    return MetadataResponsePartition(
-        _error_code, _partition_index, _leader_id, -1, _replica_nodes, _isr_nodes, _offline_replicas
-    ), pos
+    (_n4,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for offline_replicas")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of offline_replicas exceeds the bytes left")
+    _o1.offline_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    _o1.leader_epoch = -1
+    return _o1, pos
 
 
 def _r_MetadataResponsePartition_v7(data: bytes, pos: int) -> tuple[MetadataResponsePartition, int]:
     _len = len(data)
-    _error_code, _partition_index, _leader_id, _leader_epoch = _S_hiii.unpack_from(data, pos)
+    _o1 = _new(MetadataResponsePartition)
+    _o1.error_code, _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_hiii.unpack_from(data, pos)
     pos += 14
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for replica_nodes")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of replica_nodes exceeds the bytes left")
-    _replica_nodes = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for isr_nodes")
+        raise DecodeError("invalid or null array length for replica_nodes")
     if _n2 > _len - pos:
-        raise DecodeError("array count of isr_nodes exceeds the bytes left")
-    _isr_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of replica_nodes exceeds the bytes left")
+    _o1.replica_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
     (_n3,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n3 < 0:
-        raise DecodeError("invalid or null array length for offline_replicas")
+        raise DecodeError("invalid or null array length for isr_nodes")
     if _n3 > _len - pos:
-        raise DecodeError("array count of offline_replicas exceeds the bytes left")
-    _offline_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+        raise DecodeError("array count of isr_nodes exceeds the bytes left")
+    _o1.isr_nodes = list(struct.unpack_from(f">{_n3}i", data, pos))
     pos += 4 * _n3
-    return MetadataResponsePartition(
-        _error_code,
-        _partition_index,
-        _leader_id,
-        _leader_epoch,
-        _replica_nodes,
-        _isr_nodes,
-        _offline_replicas,
-    ), pos
+    (_n4,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for offline_replicas")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of offline_replicas exceeds the bytes left")
+    _o1.offline_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _r_MetadataResponsePartition_v9(data: bytes, pos: int) -> tuple[MetadataResponsePartition, int]:
     _len = len(data)
-    _error_code, _partition_index, _leader_id, _leader_epoch = _S_hiii.unpack_from(data, pos)
+    _o1 = _new(MetadataResponsePartition)
+    _o1.error_code, _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_hiii.unpack_from(data, pos)
     pos += 14
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for replica_nodes")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of replica_nodes exceeds the bytes left")
-    _replica_nodes = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1068,10 +1072,10 @@ def _r_MetadataResponsePartition_v9(data: bytes, pos: int) -> tuple[MetadataResp
         _n2, pos = read_uvarint(data, pos)
     _n2 -= 1
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for isr_nodes")
+        raise DecodeError("invalid or null array length for replica_nodes")
     if _n2 > _len - pos:
-        raise DecodeError("array count of isr_nodes exceeds the bytes left")
-    _isr_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of replica_nodes exceeds the bytes left")
+    _o1.replica_nodes = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
     _n3 = data[pos]
     if _n3 < 128:
@@ -1080,24 +1084,28 @@ def _r_MetadataResponsePartition_v9(data: bytes, pos: int) -> tuple[MetadataResp
         _n3, pos = read_uvarint(data, pos)
     _n3 -= 1
     if _n3 < 0:
-        raise DecodeError("invalid or null array length for offline_replicas")
+        raise DecodeError("invalid or null array length for isr_nodes")
     if _n3 > _len - pos:
-        raise DecodeError("array count of offline_replicas exceeds the bytes left")
-    _offline_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+        raise DecodeError("array count of isr_nodes exceeds the bytes left")
+    _o1.isr_nodes = list(struct.unpack_from(f">{_n3}i", data, pos))
     pos += 4 * _n3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for offline_replicas")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of offline_replicas exceeds the bytes left")
+    _o1.offline_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataResponsePartition(
-        _error_code,
-        _partition_index,
-        _leader_id,
-        _leader_epoch,
-        _replica_nodes,
-        _isr_nodes,
-        _offline_replicas,
-    ), pos
+    return _o1, pos
 
 
 def _w_MetadataResponseTopic_v0(buf: bytearray, o: MetadataResponseTopic) -> None:
@@ -1257,357 +1265,320 @@ def _w_MetadataResponseTopic_v12(buf: bytearray, o: MetadataResponseTopic) -> No
 
 def _r_MetadataResponseTopic_v0(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseTopic)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[MetadataResponsePartition] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition_index, _s5_leader_id = _S_hii.unpack_from(data, pos)
+    _a5: list[MetadataResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(MetadataResponsePartition)
+        _o7.error_code, _o7.partition_index, _o7.leader_id = _S_hii.unpack_from(data, pos)
         pos += 10
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for replica_nodes")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of replica_nodes exceeds the bytes left")
-        _s5_replica_nodes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_n7,) = _I32.unpack_from(data, pos)
+        _o7.replica_nodes = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_n9,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n7 < 0:
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for isr_nodes")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of isr_nodes exceeds the bytes left")
-        _s5_isr_nodes = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
-        _a4.append(
-            MetadataResponsePartition(
-                _s5_error_code, _s5_partition_index, _s5_leader_id, -1, _s5_replica_nodes, _s5_isr_nodes, []
-            )
-        )
-    _partitions = _a4
-    return MetadataResponseTopic(_error_code, _name, ZERO_UUID, False, _partitions, -2147483648), pos
+        _o7.isr_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _o7.leader_epoch = -1
+        _o7.offline_replicas = []
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    _o1.is_internal = False
+    _o1.topic_authorized_operations = -2147483648
+    return _o1, pos
 
 
 def _r_MetadataResponseTopic_v1(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseTopic)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_is_internal,) = _S_o.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.is_internal,) = _S_o.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I32.unpack_from(data, pos)
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[MetadataResponsePartition] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition_index, _s5_leader_id = _S_hii.unpack_from(data, pos)
+    _a5: list[MetadataResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(MetadataResponsePartition)
+        _o7.error_code, _o7.partition_index, _o7.leader_id = _S_hii.unpack_from(data, pos)
         pos += 10
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for replica_nodes")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of replica_nodes exceeds the bytes left")
-        _s5_replica_nodes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_n7,) = _I32.unpack_from(data, pos)
+        _o7.replica_nodes = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_n9,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n7 < 0:
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for isr_nodes")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of isr_nodes exceeds the bytes left")
-        _s5_isr_nodes = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
-        _a4.append(
-            MetadataResponsePartition(
-                _s5_error_code, _s5_partition_index, _s5_leader_id, -1, _s5_replica_nodes, _s5_isr_nodes, []
-            )
-        )
-    _partitions = _a4
-    return MetadataResponseTopic(_error_code, _name, ZERO_UUID, _is_internal, _partitions, -2147483648), pos
+        _o7.isr_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _o7.leader_epoch = -1
+        _o7.offline_replicas = []
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    _o1.topic_authorized_operations = -2147483648
+    return _o1, pos
 
 
 def _r_MetadataResponseTopic_v5(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseTopic)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_is_internal,) = _S_o.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.is_internal,) = _S_o.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I32.unpack_from(data, pos)
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[MetadataResponsePartition] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition_index, _s5_leader_id = _S_hii.unpack_from(data, pos)
+    _a5: list[MetadataResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(MetadataResponsePartition)
+        _o7.error_code, _o7.partition_index, _o7.leader_id = _S_hii.unpack_from(data, pos)
         pos += 10
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for replica_nodes")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of replica_nodes exceeds the bytes left")
-        _s5_replica_nodes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_n7,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for isr_nodes")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of isr_nodes exceeds the bytes left")
-        _s5_isr_nodes = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for replica_nodes")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of replica_nodes exceeds the bytes left")
+        _o7.replica_nodes = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
-        _a4.append(
-            MetadataResponsePartition(
-                _s5_error_code,
-                _s5_partition_index,
-                _s5_leader_id,
-                -1,
-                _s5_replica_nodes,
-                _s5_isr_nodes,
-                _s5_offline_replicas,
-            )
-        )
-    _partitions = _a4
-    return MetadataResponseTopic(_error_code, _name, ZERO_UUID, _is_internal, _partitions, -2147483648), pos
+        (_n9,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for isr_nodes")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of isr_nodes exceeds the bytes left")
+        _o7.isr_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _o7.leader_epoch = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    _o1.topic_authorized_operations = -2147483648
+    return _o1, pos
 
 
 def _r_MetadataResponseTopic_v7(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseTopic)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_is_internal,) = _S_o.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.is_internal,) = _S_o.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I32.unpack_from(data, pos)
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[MetadataResponsePartition] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition_index, _s5_leader_id, _s5_leader_epoch = _S_hiii.unpack_from(data, pos)
+    _a5: list[MetadataResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(MetadataResponsePartition)
+        _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for replica_nodes")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of replica_nodes exceeds the bytes left")
-        _s5_replica_nodes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_n7,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for isr_nodes")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of isr_nodes exceeds the bytes left")
-        _s5_isr_nodes = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for replica_nodes")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of replica_nodes exceeds the bytes left")
+        _o7.replica_nodes = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
-        _a4.append(
-            MetadataResponsePartition(
-                _s5_error_code,
-                _s5_partition_index,
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_replica_nodes,
-                _s5_isr_nodes,
-                _s5_offline_replicas,
-            )
-        )
-    _partitions = _a4
-    return MetadataResponseTopic(_error_code, _name, ZERO_UUID, _is_internal, _partitions, -2147483648), pos
+        (_n9,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for isr_nodes")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of isr_nodes exceeds the bytes left")
+        _o7.isr_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    _o1.topic_id = ZERO_UUID
+    _o1.topic_authorized_operations = -2147483648
+    return _o1, pos
 
 
 def _r_MetadataResponseTopic_v8(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseTopic)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_is_internal,) = _S_o.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.is_internal,) = _S_o.unpack_from(data, pos)
     pos += 1
-    (_n3,) = _I32.unpack_from(data, pos)
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[MetadataResponsePartition] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition_index, _s5_leader_id, _s5_leader_epoch = _S_hiii.unpack_from(data, pos)
+    _a5: list[MetadataResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(MetadataResponsePartition)
+        _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for replica_nodes")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of replica_nodes exceeds the bytes left")
-        _s5_replica_nodes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_n7,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for isr_nodes")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of isr_nodes exceeds the bytes left")
-        _s5_isr_nodes = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for replica_nodes")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of replica_nodes exceeds the bytes left")
+        _o7.replica_nodes = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
-        _a4.append(
-            MetadataResponsePartition(
-                _s5_error_code,
-                _s5_partition_index,
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_replica_nodes,
-                _s5_isr_nodes,
-                _s5_offline_replicas,
-            )
-        )
-    _partitions = _a4
-    (_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+        (_n9,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for isr_nodes")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of isr_nodes exceeds the bytes left")
+        _o7.isr_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    (_o1.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return MetadataResponseTopic(
-        _error_code, _name, ZERO_UUID, _is_internal, _partitions, _topic_authorized_operations
-    ), pos
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_MetadataResponseTopic_v9(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseTopic)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_is_internal,) = _S_o.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.is_internal,) = _S_o.unpack_from(data, pos)
     pos += 1
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[MetadataResponsePartition] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition_index, _s5_leader_id, _s5_leader_epoch = _S_hiii.unpack_from(data, pos)
+    _a5: list[MetadataResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(MetadataResponsePartition)
+        _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for replica_nodes")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of replica_nodes exceeds the bytes left")
-        _s5_replica_nodes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for isr_nodes")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of isr_nodes exceeds the bytes left")
-        _s5_isr_nodes = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1615,98 +1586,89 @@ def _r_MetadataResponseTopic_v9(data: bytes, pos: int) -> tuple[MetadataResponse
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for replica_nodes")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of replica_nodes exceeds the bytes left")
+        _o7.replica_nodes = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        _n9 = data[pos]
+        if _n9 < 128:
+            pos += 1
+        else:
+            _n9, pos = read_uvarint(data, pos)
+        _n9 -= 1
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for isr_nodes")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of isr_nodes exceeds the bytes left")
+        _o7.isr_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            MetadataResponsePartition(
-                _s5_error_code,
-                _s5_partition_index,
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_replica_nodes,
-                _s5_isr_nodes,
-                _s5_offline_replicas,
-            )
-        )
-    _partitions = _a4
-    (_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    (_o1.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.topic_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataResponseTopic(
-        _error_code, _name, ZERO_UUID, _is_internal, _partitions, _topic_authorized_operations
-    ), pos
+    return _o1, pos
 
 
 def _r_MetadataResponseTopic_v10(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseTopic)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _topic_id_raw, _is_internal = _S_16so.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _topic_id_raw, _o1.is_internal = _S_16so.unpack_from(data, pos)
     pos += 17
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[MetadataResponsePartition] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition_index, _s5_leader_id, _s5_leader_epoch = _S_hiii.unpack_from(data, pos)
+    _a5: list[MetadataResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(MetadataResponsePartition)
+        _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for replica_nodes")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of replica_nodes exceeds the bytes left")
-        _s5_replica_nodes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for isr_nodes")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of isr_nodes exceeds the bytes left")
-        _s5_isr_nodes = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1714,101 +1676,91 @@ def _r_MetadataResponseTopic_v10(data: bytes, pos: int) -> tuple[MetadataRespons
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for replica_nodes")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of replica_nodes exceeds the bytes left")
+        _o7.replica_nodes = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        _n9 = data[pos]
+        if _n9 < 128:
+            pos += 1
+        else:
+            _n9, pos = read_uvarint(data, pos)
+        _n9 -= 1
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for isr_nodes")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of isr_nodes exceeds the bytes left")
+        _o7.isr_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            MetadataResponsePartition(
-                _s5_error_code,
-                _s5_partition_index,
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_replica_nodes,
-                _s5_isr_nodes,
-                _s5_offline_replicas,
-            )
-        )
-    _partitions = _a4
-    (_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    (_o1.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataResponseTopic(
-        _error_code, _name, _topic_id, _is_internal, _partitions, _topic_authorized_operations
-    ), pos
+    return _o1, pos
 
 
 def _r_MetadataResponseTopic_v12(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(MetadataResponseTopic)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for name")
-        _name = None
+        _o1.name = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("name overruns the buffer")
-        _name = data[pos:_end2].decode()
-        pos = _end2
-    _topic_id_raw, _is_internal = _S_16so.unpack_from(data, pos)
+        _o1.name = data[pos:_end3].decode()
+        pos = _end3
+    _topic_id_raw, _o1.is_internal = _S_16so.unpack_from(data, pos)
     pos += 17
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[MetadataResponsePartition] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition_index, _s5_leader_id, _s5_leader_epoch = _S_hiii.unpack_from(data, pos)
+    _a5: list[MetadataResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(MetadataResponsePartition)
+        _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for replica_nodes")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of replica_nodes exceeds the bytes left")
-        _s5_replica_nodes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for isr_nodes")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of isr_nodes exceeds the bytes left")
-        _s5_isr_nodes = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1816,36 +1768,48 @@ def _r_MetadataResponseTopic_v12(data: bytes, pos: int) -> tuple[MetadataRespons
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for replica_nodes")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of replica_nodes exceeds the bytes left")
+        _o7.replica_nodes = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        _n9 = data[pos]
+        if _n9 < 128:
+            pos += 1
+        else:
+            _n9, pos = read_uvarint(data, pos)
+        _n9 -= 1
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for isr_nodes")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of isr_nodes exceeds the bytes left")
+        _o7.isr_nodes = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            MetadataResponsePartition(
-                _s5_error_code,
-                _s5_partition_index,
-                _s5_leader_id,
-                _s5_leader_epoch,
-                _s5_replica_nodes,
-                _s5_isr_nodes,
-                _s5_offline_replicas,
-            )
-        )
-    _partitions = _a4
-    (_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    (_o1.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataResponseTopic(
-        _error_code, _name, _topic_id, _is_internal, _partitions, _topic_authorized_operations
-    ), pos
+    return _o1, pos
 
 
 def _w_MetadataResponse_v0(buf: bytearray, o: MetadataResponse) -> None:
@@ -2090,132 +2054,32 @@ def _w_MetadataResponse_v12(buf: bytearray, o: MetadataResponse) -> None:
 
 def _r_MetadataResponse_v0(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, None))
-    _brokers = _a2
-    (_n6,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n6 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n6 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a7: list[MetadataResponseTopic] = []
-    for _ in range(_n6):
-        (_s8_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
-        (_n9,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n9 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end10 = pos + _n9
-        if _end10 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s8_name = data[pos:_end10].decode()
-        pos = _end10
-        (_n11,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n11 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n11 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a12: list[MetadataResponsePartition] = []
-        for _ in range(_n11):
-            _s13_error_code, _s13_partition_index, _s13_leader_id = _S_hii.unpack_from(data, pos)
-            pos += 10
-            (_n14,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n14 < 0:
-                raise DecodeError("invalid or null array length for replica_nodes")
-            if _n14 > _len - pos:
-                raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s13_replica_nodes = list(struct.unpack_from(f">{_n14}i", data, pos))
-            pos += 4 * _n14
-            (_n15,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n15 < 0:
-                raise DecodeError("invalid or null array length for isr_nodes")
-            if _n15 > _len - pos:
-                raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s13_isr_nodes = list(struct.unpack_from(f">{_n15}i", data, pos))
-            pos += 4 * _n15
-            _a12.append(
-                MetadataResponsePartition(
-                    _s13_error_code,
-                    _s13_partition_index,
-                    _s13_leader_id,
-                    -1,
-                    _s13_replica_nodes,
-                    _s13_isr_nodes,
-                    [],
-                )
-            )
-        _s8_partitions = _a12
-        _a7.append(
-            MetadataResponseTopic(_s8_error_code, _s8_name, ZERO_UUID, False, _s8_partitions, -2147483648)
-        )
-    _topics = _a7
-    return MetadataResponse(0, _brokers, None, -1, _topics, -2147483648), pos
-
-
-def _r_MetadataResponse_v1(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
-    _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
+            raise DecodeError("invalid or null length for host")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _o5.rack = None
+        _a3.append(_o5)
+    _o1.brokers = _a3
     (_n8,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n8 < 0:
@@ -2224,748 +2088,788 @@ def _r_MetadataResponse_v1(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a9: list[MetadataResponseTopic] = []
     for _ in range(_n8):
-        (_s10_error_code,) = _S_h.unpack_from(data, pos)
+        _o11 = _new(MetadataResponseTopic)
+        (_o11.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        (_n11,) = _I16.unpack_from(data, pos)
+        (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n11 < 0:
+        if _n12 < 0:
             raise DecodeError("invalid or null length for name")
-        _end12 = pos + _n11
-        if _end12 > _len:
+        _end13 = pos + _n12
+        if _end13 > _len:
             raise DecodeError("name overruns the buffer")
-        _s10_name = data[pos:_end12].decode()
-        pos = _end12
-        (_s10_is_internal,) = _S_o.unpack_from(data, pos)
-        pos += 1
-        (_n13,) = _I32.unpack_from(data, pos)
+        _o11.name = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n13 < 0:
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n13 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a14: list[MetadataResponsePartition] = []
-        for _ in range(_n13):
-            _s15_error_code, _s15_partition_index, _s15_leader_id = _S_hii.unpack_from(data, pos)
+        _a15: list[MetadataResponsePartition] = []
+        for _ in range(_n14):
+            _o17 = _new(MetadataResponsePartition)
+            _o17.error_code, _o17.partition_index, _o17.leader_id = _S_hii.unpack_from(data, pos)
             pos += 10
-            (_n16,) = _I32.unpack_from(data, pos)
+            (_n18,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n16 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n16 > _len - pos:
+            if _n18 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s15_replica_nodes = list(struct.unpack_from(f">{_n16}i", data, pos))
-            pos += 4 * _n16
-            (_n17,) = _I32.unpack_from(data, pos)
+            _o17.replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
+            pos += 4 * _n18
+            (_n19,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n17 < 0:
+            if _n19 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n17 > _len - pos:
+            if _n19 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s15_isr_nodes = list(struct.unpack_from(f">{_n17}i", data, pos))
-            pos += 4 * _n17
-            _a14.append(
-                MetadataResponsePartition(
-                    _s15_error_code,
-                    _s15_partition_index,
-                    _s15_leader_id,
-                    -1,
-                    _s15_replica_nodes,
-                    _s15_isr_nodes,
-                    [],
-                )
-            )
-        _s10_partitions = _a14
-        _a9.append(
-            MetadataResponseTopic(
-                _s10_error_code, _s10_name, ZERO_UUID, _s10_is_internal, _s10_partitions, -2147483648
-            )
-        )
-    _topics = _a9
-    return MetadataResponse(0, _brokers, None, _controller_id, _topics, -2147483648), pos
+            _o17.isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
+            pos += 4 * _n19
+            _o17.leader_epoch = -1
+            _o17.offline_replicas = []
+            _a15.append(_o17)
+        _o11.partitions = _a15
+        _o11.topic_id = ZERO_UUID
+        _o11.is_internal = False
+        _o11.topic_authorized_operations = -2147483648
+        _a9.append(_o11)
+    _o1.topics = _a9
+    _o1.throttle_time_ms = 0
+    _o1.cluster_id = None
+    _o1.controller_id = -1
+    _o1.cluster_authorized_operations = -2147483648
+    return _o1, pos
+
+
+def _r_MetadataResponse_v1(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
+    _len = len(data)
+    _o1 = _new(MetadataResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for brokers")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of brokers exceeds the bytes left")
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n6,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n6 < 0:
+            raise DecodeError("invalid or null length for host")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("rack overruns the buffer")
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.brokers = _a3
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n10,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n10 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n10 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a11: list[MetadataResponseTopic] = []
+    for _ in range(_n10):
+        _o13 = _new(MetadataResponseTopic)
+        (_o13.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o13.name = data[pos:_end15].decode()
+        pos = _end15
+        (_o13.is_internal,) = _S_o.unpack_from(data, pos)
+        pos += 1
+        (_n16,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n16 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n16 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a17: list[MetadataResponsePartition] = []
+        for _ in range(_n16):
+            _o19 = _new(MetadataResponsePartition)
+            _o19.error_code, _o19.partition_index, _o19.leader_id = _S_hii.unpack_from(data, pos)
+            pos += 10
+            (_n20,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n20 < 0:
+                raise DecodeError("invalid or null array length for replica_nodes")
+            if _n20 > _len - pos:
+                raise DecodeError("array count of replica_nodes exceeds the bytes left")
+            _o19.replica_nodes = list(struct.unpack_from(f">{_n20}i", data, pos))
+            pos += 4 * _n20
+            (_n21,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n21 < 0:
+                raise DecodeError("invalid or null array length for isr_nodes")
+            if _n21 > _len - pos:
+                raise DecodeError("array count of isr_nodes exceeds the bytes left")
+            _o19.isr_nodes = list(struct.unpack_from(f">{_n21}i", data, pos))
+            pos += 4 * _n21
+            _o19.leader_epoch = -1
+            _o19.offline_replicas = []
+            _a17.append(_o19)
+        _o13.partitions = _a17
+        _o13.topic_id = ZERO_UUID
+        _o13.topic_authorized_operations = -2147483648
+        _a11.append(_o13)
+    _o1.topics = _a11
+    _o1.throttle_time_ms = 0
+    _o1.cluster_id = None
+    _o1.cluster_authorized_operations = -2147483648
+    return _o1, pos
 
 
 def _r_MetadataResponse_v2(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    (_n8,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n8 < 0:
-        if _n8 != -1:
-            raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
-    else:
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end9].decode()
-        pos = _end9
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n10,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n10 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a11: list[MetadataResponseTopic] = []
-    for _ in range(_n10):
-        (_s12_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
-        (_n13,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end14 = pos + _n13
-        if _end14 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        (_s12_is_internal,) = _S_o.unpack_from(data, pos)
-        pos += 1
-        (_n15,) = _I32.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for host")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        if _n15 < 0:
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("rack overruns the buffer")
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.brokers = _a3
+    (_n10,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for cluster_id")
+        _o1.cluster_id = None
+    else:
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("cluster_id overruns the buffer")
+        _o1.cluster_id = data[pos:_end11].decode()
+        pos = _end11
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n12,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a13: list[MetadataResponseTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(MetadataResponseTopic)
+        (_o15.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        (_o15.is_internal,) = _S_o.unpack_from(data, pos)
+        pos += 1
+        (_n18,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n15 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a16: list[MetadataResponsePartition] = []
-        for _ in range(_n15):
-            _s17_error_code, _s17_partition_index, _s17_leader_id = _S_hii.unpack_from(data, pos)
+        _a19: list[MetadataResponsePartition] = []
+        for _ in range(_n18):
+            _o21 = _new(MetadataResponsePartition)
+            _o21.error_code, _o21.partition_index, _o21.leader_id = _S_hii.unpack_from(data, pos)
             pos += 10
-            (_n18,) = _I32.unpack_from(data, pos)
+            (_n22,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n18 < 0:
+            if _n22 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n18 > _len - pos:
+            if _n22 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s17_replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
-            pos += 4 * _n18
-            (_n19,) = _I32.unpack_from(data, pos)
+            _o21.replica_nodes = list(struct.unpack_from(f">{_n22}i", data, pos))
+            pos += 4 * _n22
+            (_n23,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n19 < 0:
+            if _n23 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n19 > _len - pos:
+            if _n23 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s17_isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            _a16.append(
-                MetadataResponsePartition(
-                    _s17_error_code,
-                    _s17_partition_index,
-                    _s17_leader_id,
-                    -1,
-                    _s17_replica_nodes,
-                    _s17_isr_nodes,
-                    [],
-                )
-            )
-        _s12_partitions = _a16
-        _a11.append(
-            MetadataResponseTopic(
-                _s12_error_code, _s12_name, ZERO_UUID, _s12_is_internal, _s12_partitions, -2147483648
-            )
-        )
-    _topics = _a11
-    return MetadataResponse(0, _brokers, _cluster_id, _controller_id, _topics, -2147483648), pos
+            _o21.isr_nodes = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            _o21.leader_epoch = -1
+            _o21.offline_replicas = []
+            _a19.append(_o21)
+        _o15.partitions = _a19
+        _o15.topic_id = ZERO_UUID
+        _o15.topic_authorized_operations = -2147483648
+        _a13.append(_o15)
+    _o1.topics = _a13
+    _o1.throttle_time_ms = 0
+    _o1.cluster_authorized_operations = -2147483648
+    return _o1, pos
 
 
 def _r_MetadataResponse_v3(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    (_n8,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n8 < 0:
-        if _n8 != -1:
-            raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
-    else:
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end9].decode()
-        pos = _end9
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n10,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n10 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a11: list[MetadataResponseTopic] = []
-    for _ in range(_n10):
-        (_s12_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
-        (_n13,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end14 = pos + _n13
-        if _end14 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        (_s12_is_internal,) = _S_o.unpack_from(data, pos)
-        pos += 1
-        (_n15,) = _I32.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for host")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        if _n15 < 0:
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("rack overruns the buffer")
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.brokers = _a3
+    (_n10,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for cluster_id")
+        _o1.cluster_id = None
+    else:
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("cluster_id overruns the buffer")
+        _o1.cluster_id = data[pos:_end11].decode()
+        pos = _end11
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n12,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a13: list[MetadataResponseTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(MetadataResponseTopic)
+        (_o15.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        (_o15.is_internal,) = _S_o.unpack_from(data, pos)
+        pos += 1
+        (_n18,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n15 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a16: list[MetadataResponsePartition] = []
-        for _ in range(_n15):
-            _s17_error_code, _s17_partition_index, _s17_leader_id = _S_hii.unpack_from(data, pos)
+        _a19: list[MetadataResponsePartition] = []
+        for _ in range(_n18):
+            _o21 = _new(MetadataResponsePartition)
+            _o21.error_code, _o21.partition_index, _o21.leader_id = _S_hii.unpack_from(data, pos)
             pos += 10
-            (_n18,) = _I32.unpack_from(data, pos)
+            (_n22,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n18 < 0:
+            if _n22 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n18 > _len - pos:
+            if _n22 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s17_replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
-            pos += 4 * _n18
-            (_n19,) = _I32.unpack_from(data, pos)
+            _o21.replica_nodes = list(struct.unpack_from(f">{_n22}i", data, pos))
+            pos += 4 * _n22
+            (_n23,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n19 < 0:
+            if _n23 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n19 > _len - pos:
+            if _n23 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s17_isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            _a16.append(
-                MetadataResponsePartition(
-                    _s17_error_code,
-                    _s17_partition_index,
-                    _s17_leader_id,
-                    -1,
-                    _s17_replica_nodes,
-                    _s17_isr_nodes,
-                    [],
-                )
-            )
-        _s12_partitions = _a16
-        _a11.append(
-            MetadataResponseTopic(
-                _s12_error_code, _s12_name, ZERO_UUID, _s12_is_internal, _s12_partitions, -2147483648
-            )
-        )
-    _topics = _a11
-    return MetadataResponse(
-        _throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, -2147483648
-    ), pos
+            _o21.isr_nodes = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            _o21.leader_epoch = -1
+            _o21.offline_replicas = []
+            _a19.append(_o21)
+        _o15.partitions = _a19
+        _o15.topic_id = ZERO_UUID
+        _o15.topic_authorized_operations = -2147483648
+        _a13.append(_o15)
+    _o1.topics = _a13
+    _o1.cluster_authorized_operations = -2147483648
+    return _o1, pos
 
 
 def _r_MetadataResponse_v5(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    (_n8,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n8 < 0:
-        if _n8 != -1:
-            raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
-    else:
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end9].decode()
-        pos = _end9
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n10,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n10 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a11: list[MetadataResponseTopic] = []
-    for _ in range(_n10):
-        (_s12_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
-        (_n13,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end14 = pos + _n13
-        if _end14 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        (_s12_is_internal,) = _S_o.unpack_from(data, pos)
-        pos += 1
-        (_n15,) = _I32.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for host")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        if _n15 < 0:
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("rack overruns the buffer")
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.brokers = _a3
+    (_n10,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for cluster_id")
+        _o1.cluster_id = None
+    else:
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("cluster_id overruns the buffer")
+        _o1.cluster_id = data[pos:_end11].decode()
+        pos = _end11
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n12,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a13: list[MetadataResponseTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(MetadataResponseTopic)
+        (_o15.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        (_o15.is_internal,) = _S_o.unpack_from(data, pos)
+        pos += 1
+        (_n18,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n15 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a16: list[MetadataResponsePartition] = []
-        for _ in range(_n15):
-            _s17_error_code, _s17_partition_index, _s17_leader_id = _S_hii.unpack_from(data, pos)
+        _a19: list[MetadataResponsePartition] = []
+        for _ in range(_n18):
+            _o21 = _new(MetadataResponsePartition)
+            _o21.error_code, _o21.partition_index, _o21.leader_id = _S_hii.unpack_from(data, pos)
             pos += 10
-            (_n18,) = _I32.unpack_from(data, pos)
+            (_n22,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n18 < 0:
+            if _n22 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n18 > _len - pos:
+            if _n22 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s17_replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
-            pos += 4 * _n18
-            (_n19,) = _I32.unpack_from(data, pos)
+            _o21.replica_nodes = list(struct.unpack_from(f">{_n22}i", data, pos))
+            pos += 4 * _n22
+            (_n23,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n19 < 0:
+            if _n23 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n19 > _len - pos:
+            if _n23 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s17_isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            (_n20,) = _I32.unpack_from(data, pos)
+            _o21.isr_nodes = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            (_n24,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n20 < 0:
+            if _n24 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n20 > _len - pos:
+            if _n24 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s17_offline_replicas = list(struct.unpack_from(f">{_n20}i", data, pos))
-            pos += 4 * _n20
-            _a16.append(
-                MetadataResponsePartition(
-                    _s17_error_code,
-                    _s17_partition_index,
-                    _s17_leader_id,
-                    -1,
-                    _s17_replica_nodes,
-                    _s17_isr_nodes,
-                    _s17_offline_replicas,
-                )
-            )
-        _s12_partitions = _a16
-        _a11.append(
-            MetadataResponseTopic(
-                _s12_error_code, _s12_name, ZERO_UUID, _s12_is_internal, _s12_partitions, -2147483648
-            )
-        )
-    _topics = _a11
-    return MetadataResponse(
-        _throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, -2147483648
-    ), pos
+            _o21.offline_replicas = list(struct.unpack_from(f">{_n24}i", data, pos))
+            pos += 4 * _n24
+            _o21.leader_epoch = -1
+            _a19.append(_o21)
+        _o15.partitions = _a19
+        _o15.topic_id = ZERO_UUID
+        _o15.topic_authorized_operations = -2147483648
+        _a13.append(_o15)
+    _o1.topics = _a13
+    _o1.cluster_authorized_operations = -2147483648
+    return _o1, pos
 
 
 def _r_MetadataResponse_v7(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    (_n8,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n8 < 0:
-        if _n8 != -1:
-            raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
-    else:
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end9].decode()
-        pos = _end9
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n10,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n10 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a11: list[MetadataResponseTopic] = []
-    for _ in range(_n10):
-        (_s12_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
-        (_n13,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end14 = pos + _n13
-        if _end14 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        (_s12_is_internal,) = _S_o.unpack_from(data, pos)
-        pos += 1
-        (_n15,) = _I32.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for host")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        if _n15 < 0:
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("rack overruns the buffer")
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.brokers = _a3
+    (_n10,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for cluster_id")
+        _o1.cluster_id = None
+    else:
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("cluster_id overruns the buffer")
+        _o1.cluster_id = data[pos:_end11].decode()
+        pos = _end11
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n12,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a13: list[MetadataResponseTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(MetadataResponseTopic)
+        (_o15.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        (_o15.is_internal,) = _S_o.unpack_from(data, pos)
+        pos += 1
+        (_n18,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n15 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a16: list[MetadataResponsePartition] = []
-        for _ in range(_n15):
-            _s17_error_code, _s17_partition_index, _s17_leader_id, _s17_leader_epoch = _S_hiii.unpack_from(
+        _a19: list[MetadataResponsePartition] = []
+        for _ in range(_n18):
+            _o21 = _new(MetadataResponsePartition)
+            _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
             pos += 14
-            (_n18,) = _I32.unpack_from(data, pos)
+            (_n22,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n18 < 0:
+            if _n22 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n18 > _len - pos:
+            if _n22 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s17_replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
-            pos += 4 * _n18
-            (_n19,) = _I32.unpack_from(data, pos)
+            _o21.replica_nodes = list(struct.unpack_from(f">{_n22}i", data, pos))
+            pos += 4 * _n22
+            (_n23,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n19 < 0:
+            if _n23 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n19 > _len - pos:
+            if _n23 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s17_isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            (_n20,) = _I32.unpack_from(data, pos)
+            _o21.isr_nodes = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            (_n24,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n20 < 0:
+            if _n24 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n20 > _len - pos:
+            if _n24 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s17_offline_replicas = list(struct.unpack_from(f">{_n20}i", data, pos))
-            pos += 4 * _n20
-            _a16.append(
-                MetadataResponsePartition(
-                    _s17_error_code,
-                    _s17_partition_index,
-                    _s17_leader_id,
-                    _s17_leader_epoch,
-                    _s17_replica_nodes,
-                    _s17_isr_nodes,
-                    _s17_offline_replicas,
-                )
-            )
-        _s12_partitions = _a16
-        _a11.append(
-            MetadataResponseTopic(
-                _s12_error_code, _s12_name, ZERO_UUID, _s12_is_internal, _s12_partitions, -2147483648
-            )
-        )
-    _topics = _a11
-    return MetadataResponse(
-        _throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, -2147483648
-    ), pos
+            _o21.offline_replicas = list(struct.unpack_from(f">{_n24}i", data, pos))
+            pos += 4 * _n24
+            _a19.append(_o21)
+        _o15.partitions = _a19
+        _o15.topic_id = ZERO_UUID
+        _o15.topic_authorized_operations = -2147483648
+        _a13.append(_o15)
+    _o1.topics = _a13
+    _o1.cluster_authorized_operations = -2147483648
+    return _o1, pos
 
 
 def _r_MetadataResponse_v8(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
-        else:
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    (_n8,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n8 < 0:
-        if _n8 != -1:
-            raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
-    else:
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end9].decode()
-        pos = _end9
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n10,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n10 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a11: list[MetadataResponseTopic] = []
-    for _ in range(_n10):
-        (_s12_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
-        (_n13,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end14 = pos + _n13
-        if _end14 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        (_s12_is_internal,) = _S_o.unpack_from(data, pos)
-        pos += 1
-        (_n15,) = _I32.unpack_from(data, pos)
+            raise DecodeError("invalid or null length for host")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        if _n15 < 0:
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("rack overruns the buffer")
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
+        _a3.append(_o5)
+    _o1.brokers = _a3
+    (_n10,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for cluster_id")
+        _o1.cluster_id = None
+    else:
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("cluster_id overruns the buffer")
+        _o1.cluster_id = data[pos:_end11].decode()
+        pos = _end11
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n12,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a13: list[MetadataResponseTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(MetadataResponseTopic)
+        (_o15.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        (_o15.is_internal,) = _S_o.unpack_from(data, pos)
+        pos += 1
+        (_n18,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n15 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a16: list[MetadataResponsePartition] = []
-        for _ in range(_n15):
-            _s17_error_code, _s17_partition_index, _s17_leader_id, _s17_leader_epoch = _S_hiii.unpack_from(
+        _a19: list[MetadataResponsePartition] = []
+        for _ in range(_n18):
+            _o21 = _new(MetadataResponsePartition)
+            _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
             pos += 14
-            (_n18,) = _I32.unpack_from(data, pos)
+            (_n22,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n18 < 0:
+            if _n22 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n18 > _len - pos:
+            if _n22 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s17_replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
-            pos += 4 * _n18
-            (_n19,) = _I32.unpack_from(data, pos)
+            _o21.replica_nodes = list(struct.unpack_from(f">{_n22}i", data, pos))
+            pos += 4 * _n22
+            (_n23,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n19 < 0:
+            if _n23 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n19 > _len - pos:
+            if _n23 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s17_isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            (_n20,) = _I32.unpack_from(data, pos)
+            _o21.isr_nodes = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            (_n24,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n20 < 0:
+            if _n24 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n20 > _len - pos:
+            if _n24 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s17_offline_replicas = list(struct.unpack_from(f">{_n20}i", data, pos))
-            pos += 4 * _n20
-            _a16.append(
-                MetadataResponsePartition(
-                    _s17_error_code,
-                    _s17_partition_index,
-                    _s17_leader_id,
-                    _s17_leader_epoch,
-                    _s17_replica_nodes,
-                    _s17_isr_nodes,
-                    _s17_offline_replicas,
-                )
-            )
-        _s12_partitions = _a16
-        (_s12_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+            _o21.offline_replicas = list(struct.unpack_from(f">{_n24}i", data, pos))
+            pos += 4 * _n24
+            _a19.append(_o21)
+        _o15.partitions = _a19
+        (_o15.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _a11.append(
-            MetadataResponseTopic(
-                _s12_error_code,
-                _s12_name,
-                ZERO_UUID,
-                _s12_is_internal,
-                _s12_partitions,
-                _s12_topic_authorized_operations,
-            )
-        )
-    _topics = _a11
-    (_cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _o15.topic_id = ZERO_UUID
+        _a13.append(_o15)
+    _o1.topics = _a13
+    (_o1.cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return MetadataResponse(
-        _throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, _cluster_authorized_operations
-    ), pos
+    return _o1, pos
 
 
 def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        if _n4 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
         if _n6 < 128:
@@ -2974,43 +2878,40 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
+            raise DecodeError("invalid or null length for host")
+        if _n6 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    _n8 = data[pos]
-    if _n8 < 128:
-        pos += 1
-    else:
-        _n8, pos = read_uvarint(data, pos)
-    _n8 -= 1
-    if _n8 < 0:
-        if _n8 != -1:
-            raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
-    else:
-        if _n8 > 0x7FFF:
-            raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end9].decode()
-        pos = _end9
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
+        _a3.append(_o5)
+    _o1.brokers = _a3
     _n10 = data[pos]
     if _n10 < 128:
         pos += 1
@@ -3018,160 +2919,147 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
         _n10, pos = read_uvarint(data, pos)
     _n10 -= 1
     if _n10 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n10 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a11: list[MetadataResponseTopic] = []
-    for _ in range(_n10):
-        (_s12_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
-        _n13 = data[pos]
-        if _n13 < 128:
-            pos += 1
-        else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n13 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end14 = pos + _n13
-        if _end14 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        (_s12_is_internal,) = _S_o.unpack_from(data, pos)
+        if _n10 != -1:
+            raise DecodeError("invalid length for cluster_id")
+        _o1.cluster_id = None
+    else:
+        if _n10 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("cluster_id overruns the buffer")
+        _o1.cluster_id = data[pos:_end11].decode()
+        pos = _end11
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    _n12 = data[pos]
+    if _n12 < 128:
         pos += 1
-        _n15 = data[pos]
-        if _n15 < 128:
+    else:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a13: list[MetadataResponseTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(MetadataResponseTopic)
+        (_o15.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        _n16 = data[pos]
+        if _n16 < 128:
             pos += 1
         else:
-            _n15, pos = read_uvarint(data, pos)
-        _n15 -= 1
-        if _n15 < 0:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n16 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        (_o15.is_internal,) = _S_o.unpack_from(data, pos)
+        pos += 1
+        _n18 = data[pos]
+        if _n18 < 128:
+            pos += 1
+        else:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n15 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a16: list[MetadataResponsePartition] = []
-        for _ in range(_n15):
-            _s17_error_code, _s17_partition_index, _s17_leader_id, _s17_leader_epoch = _S_hiii.unpack_from(
+        _a19: list[MetadataResponsePartition] = []
+        for _ in range(_n18):
+            _o21 = _new(MetadataResponsePartition)
+            _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
             pos += 14
-            _n18 = data[pos]
-            if _n18 < 128:
+            _n22 = data[pos]
+            if _n22 < 128:
                 pos += 1
             else:
-                _n18, pos = read_uvarint(data, pos)
-            _n18 -= 1
-            if _n18 < 0:
+                _n22, pos = read_uvarint(data, pos)
+            _n22 -= 1
+            if _n22 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n18 > _len - pos:
+            if _n22 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s17_replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
-            pos += 4 * _n18
-            _n19 = data[pos]
-            if _n19 < 128:
+            _o21.replica_nodes = list(struct.unpack_from(f">{_n22}i", data, pos))
+            pos += 4 * _n22
+            _n23 = data[pos]
+            if _n23 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
+                _n23, pos = read_uvarint(data, pos)
+            _n23 -= 1
+            if _n23 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n19 > _len - pos:
+            if _n23 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s17_isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            _n20 = data[pos]
-            if _n20 < 128:
+            _o21.isr_nodes = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            _n24 = data[pos]
+            if _n24 < 128:
                 pos += 1
             else:
-                _n20, pos = read_uvarint(data, pos)
-            _n20 -= 1
-            if _n20 < 0:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n20 > _len - pos:
+            if _n24 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s17_offline_replicas = list(struct.unpack_from(f">{_n20}i", data, pos))
-            pos += 4 * _n20
+            _o21.offline_replicas = list(struct.unpack_from(f">{_n24}i", data, pos))
+            pos += 4 * _n24
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a16.append(
-                MetadataResponsePartition(
-                    _s17_error_code,
-                    _s17_partition_index,
-                    _s17_leader_id,
-                    _s17_leader_epoch,
-                    _s17_replica_nodes,
-                    _s17_isr_nodes,
-                    _s17_offline_replicas,
-                )
-            )
-        _s12_partitions = _a16
-        (_s12_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+            _a19.append(_o21)
+        _o15.partitions = _a19
+        (_o15.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
         pos += 4
+        _o15.topic_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a11.append(
-            MetadataResponseTopic(
-                _s12_error_code,
-                _s12_name,
-                ZERO_UUID,
-                _s12_is_internal,
-                _s12_partitions,
-                _s12_topic_authorized_operations,
-            )
-        )
-    _topics = _a11
-    (_cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a13.append(_o15)
+    _o1.topics = _a13
+    (_o1.cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataResponse(
-        _throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, _cluster_authorized_operations
-    ), pos
+    return _o1, pos
 
 
 def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        if _n4 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
         if _n6 < 128:
@@ -3180,43 +3068,40 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
+            raise DecodeError("invalid or null length for host")
+        if _n6 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    _n8 = data[pos]
-    if _n8 < 128:
-        pos += 1
-    else:
-        _n8, pos = read_uvarint(data, pos)
-    _n8 -= 1
-    if _n8 < 0:
-        if _n8 != -1:
-            raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
-    else:
-        if _n8 > 0x7FFF:
-            raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end9].decode()
-        pos = _end9
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
+        _a3.append(_o5)
+    _o1.brokers = _a3
     _n10 = data[pos]
     if _n10 < 128:
         pos += 1
@@ -3224,161 +3109,147 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
         _n10, pos = read_uvarint(data, pos)
     _n10 -= 1
     if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for cluster_id")
+        _o1.cluster_id = None
+    else:
+        if _n10 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("cluster_id overruns the buffer")
+        _o1.cluster_id = data[pos:_end11].decode()
+        pos = _end11
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    _n12 = data[pos]
+    if _n12 < 128:
+        pos += 1
+    else:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n10 > _len - pos:
+    if _n12 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a11: list[MetadataResponseTopic] = []
-    for _ in range(_n10):
-        (_s12_error_code,) = _S_h.unpack_from(data, pos)
+    _a13: list[MetadataResponseTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(MetadataResponseTopic)
+        (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n13 = data[pos]
-        if _n13 < 128:
+        _n16 = data[pos]
+        if _n16 < 128:
             pos += 1
         else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n13 > 0x7FFF:
+        if _n16 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end14 = pos + _n13
-        if _end14 > _len:
+        _end17 = pos + _n16
+        if _end17 > _len:
             raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        _s12_topic_id_raw, _s12_is_internal = _S_16so.unpack_from(data, pos)
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        _s14_topic_id_raw, _o15.is_internal = _S_16so.unpack_from(data, pos)
         pos += 17
-        _s12_topic_id = uuid.UUID(bytes=_s12_topic_id_raw)
-        _n15 = data[pos]
-        if _n15 < 128:
+        _o15.topic_id = uuid.UUID(bytes=_s14_topic_id_raw)
+        _n18 = data[pos]
+        if _n18 < 128:
             pos += 1
         else:
-            _n15, pos = read_uvarint(data, pos)
-        _n15 -= 1
-        if _n15 < 0:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n15 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a16: list[MetadataResponsePartition] = []
-        for _ in range(_n15):
-            _s17_error_code, _s17_partition_index, _s17_leader_id, _s17_leader_epoch = _S_hiii.unpack_from(
+        _a19: list[MetadataResponsePartition] = []
+        for _ in range(_n18):
+            _o21 = _new(MetadataResponsePartition)
+            _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
             pos += 14
-            _n18 = data[pos]
-            if _n18 < 128:
+            _n22 = data[pos]
+            if _n22 < 128:
                 pos += 1
             else:
-                _n18, pos = read_uvarint(data, pos)
-            _n18 -= 1
-            if _n18 < 0:
+                _n22, pos = read_uvarint(data, pos)
+            _n22 -= 1
+            if _n22 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n18 > _len - pos:
+            if _n22 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s17_replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
-            pos += 4 * _n18
-            _n19 = data[pos]
-            if _n19 < 128:
+            _o21.replica_nodes = list(struct.unpack_from(f">{_n22}i", data, pos))
+            pos += 4 * _n22
+            _n23 = data[pos]
+            if _n23 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
+                _n23, pos = read_uvarint(data, pos)
+            _n23 -= 1
+            if _n23 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n19 > _len - pos:
+            if _n23 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s17_isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            _n20 = data[pos]
-            if _n20 < 128:
+            _o21.isr_nodes = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            _n24 = data[pos]
+            if _n24 < 128:
                 pos += 1
             else:
-                _n20, pos = read_uvarint(data, pos)
-            _n20 -= 1
-            if _n20 < 0:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n20 > _len - pos:
+            if _n24 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s17_offline_replicas = list(struct.unpack_from(f">{_n20}i", data, pos))
-            pos += 4 * _n20
+            _o21.offline_replicas = list(struct.unpack_from(f">{_n24}i", data, pos))
+            pos += 4 * _n24
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a16.append(
-                MetadataResponsePartition(
-                    _s17_error_code,
-                    _s17_partition_index,
-                    _s17_leader_id,
-                    _s17_leader_epoch,
-                    _s17_replica_nodes,
-                    _s17_isr_nodes,
-                    _s17_offline_replicas,
-                )
-            )
-        _s12_partitions = _a16
-        (_s12_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+            _a19.append(_o21)
+        _o15.partitions = _a19
+        (_o15.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a11.append(
-            MetadataResponseTopic(
-                _s12_error_code,
-                _s12_name,
-                _s12_topic_id,
-                _s12_is_internal,
-                _s12_partitions,
-                _s12_topic_authorized_operations,
-            )
-        )
-    _topics = _a11
-    (_cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a13.append(_o15)
+    _o1.topics = _a13
+    (_o1.cluster_authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataResponse(
-        _throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, _cluster_authorized_operations
-    ), pos
+    return _o1, pos
 
 
 def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        if _n4 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
         if _n6 < 128:
@@ -3387,43 +3258,40 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
+            raise DecodeError("invalid or null length for host")
+        if _n6 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    _n8 = data[pos]
-    if _n8 < 128:
-        pos += 1
-    else:
-        _n8, pos = read_uvarint(data, pos)
-    _n8 -= 1
-    if _n8 < 0:
-        if _n8 != -1:
-            raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
-    else:
-        if _n8 > 0x7FFF:
-            raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end9].decode()
-        pos = _end9
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
+        _a3.append(_o5)
+    _o1.brokers = _a3
     _n10 = data[pos]
     if _n10 < 128:
         pos += 1
@@ -3431,159 +3299,146 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
         _n10, pos = read_uvarint(data, pos)
     _n10 -= 1
     if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for cluster_id")
+        _o1.cluster_id = None
+    else:
+        if _n10 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("cluster_id overruns the buffer")
+        _o1.cluster_id = data[pos:_end11].decode()
+        pos = _end11
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    _n12 = data[pos]
+    if _n12 < 128:
+        pos += 1
+    else:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n10 > _len - pos:
+    if _n12 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a11: list[MetadataResponseTopic] = []
-    for _ in range(_n10):
-        (_s12_error_code,) = _S_h.unpack_from(data, pos)
+    _a13: list[MetadataResponseTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(MetadataResponseTopic)
+        (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n13 = data[pos]
-        if _n13 < 128:
+        _n16 = data[pos]
+        if _n16 < 128:
             pos += 1
         else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
             raise DecodeError("invalid or null length for name")
-        if _n13 > 0x7FFF:
+        if _n16 > 0x7FFF:
             raise DecodeError("name is longer than 32767 bytes")
-        _end14 = pos + _n13
-        if _end14 > _len:
+        _end17 = pos + _n16
+        if _end17 > _len:
             raise DecodeError("name overruns the buffer")
-        _s12_name = data[pos:_end14].decode()
-        pos = _end14
-        _s12_topic_id_raw, _s12_is_internal = _S_16so.unpack_from(data, pos)
+        _o15.name = data[pos:_end17].decode()
+        pos = _end17
+        _s14_topic_id_raw, _o15.is_internal = _S_16so.unpack_from(data, pos)
         pos += 17
-        _s12_topic_id = uuid.UUID(bytes=_s12_topic_id_raw)
-        _n15 = data[pos]
-        if _n15 < 128:
+        _o15.topic_id = uuid.UUID(bytes=_s14_topic_id_raw)
+        _n18 = data[pos]
+        if _n18 < 128:
             pos += 1
         else:
-            _n15, pos = read_uvarint(data, pos)
-        _n15 -= 1
-        if _n15 < 0:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n15 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a16: list[MetadataResponsePartition] = []
-        for _ in range(_n15):
-            _s17_error_code, _s17_partition_index, _s17_leader_id, _s17_leader_epoch = _S_hiii.unpack_from(
+        _a19: list[MetadataResponsePartition] = []
+        for _ in range(_n18):
+            _o21 = _new(MetadataResponsePartition)
+            _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
             pos += 14
-            _n18 = data[pos]
-            if _n18 < 128:
+            _n22 = data[pos]
+            if _n22 < 128:
                 pos += 1
             else:
-                _n18, pos = read_uvarint(data, pos)
-            _n18 -= 1
-            if _n18 < 0:
+                _n22, pos = read_uvarint(data, pos)
+            _n22 -= 1
+            if _n22 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n18 > _len - pos:
+            if _n22 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s17_replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
-            pos += 4 * _n18
-            _n19 = data[pos]
-            if _n19 < 128:
+            _o21.replica_nodes = list(struct.unpack_from(f">{_n22}i", data, pos))
+            pos += 4 * _n22
+            _n23 = data[pos]
+            if _n23 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
+                _n23, pos = read_uvarint(data, pos)
+            _n23 -= 1
+            if _n23 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n19 > _len - pos:
+            if _n23 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s17_isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            _n20 = data[pos]
-            if _n20 < 128:
+            _o21.isr_nodes = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            _n24 = data[pos]
+            if _n24 < 128:
                 pos += 1
             else:
-                _n20, pos = read_uvarint(data, pos)
-            _n20 -= 1
-            if _n20 < 0:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n20 > _len - pos:
+            if _n24 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s17_offline_replicas = list(struct.unpack_from(f">{_n20}i", data, pos))
-            pos += 4 * _n20
+            _o21.offline_replicas = list(struct.unpack_from(f">{_n24}i", data, pos))
+            pos += 4 * _n24
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a16.append(
-                MetadataResponsePartition(
-                    _s17_error_code,
-                    _s17_partition_index,
-                    _s17_leader_id,
-                    _s17_leader_epoch,
-                    _s17_replica_nodes,
-                    _s17_isr_nodes,
-                    _s17_offline_replicas,
-                )
-            )
-        _s12_partitions = _a16
-        (_s12_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+            _a19.append(_o21)
+        _o15.partitions = _a19
+        (_o15.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a11.append(
-            MetadataResponseTopic(
-                _s12_error_code,
-                _s12_name,
-                _s12_topic_id,
-                _s12_is_internal,
-                _s12_partitions,
-                _s12_topic_authorized_operations,
-            )
-        )
-    _topics = _a11
+        _a13.append(_o15)
+    _o1.topics = _a13
+    _o1.cluster_authorized_operations = -2147483648
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataResponse(
-        _throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, -2147483648
-    ), pos
+    return _o1, pos
 
 
 def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(MetadataResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for brokers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of brokers exceeds the bytes left")
-    _a2: list[MetadataResponseBroker] = []
-    for _ in range(_n1):
-        (_s3_node_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        if _n4 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[MetadataResponseBroker] = []
+    for _ in range(_n2):
+        _o5 = _new(MetadataResponseBroker)
+        (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
         if _n6 < 128:
@@ -3592,43 +3447,40 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for rack")
-            _s3_rack = None
+            raise DecodeError("invalid or null length for host")
+        if _n6 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
         else:
-            if _n6 > 0x7FFF:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for rack")
+            _o5.rack = None
+        else:
+            if _n8 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s3_rack = data[pos:_end7].decode()
-            pos = _end7
+            _o5.rack = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(MetadataResponseBroker(_s3_node_id, _s3_host, _s3_port, _s3_rack))
-    _brokers = _a2
-    _n8 = data[pos]
-    if _n8 < 128:
-        pos += 1
-    else:
-        _n8, pos = read_uvarint(data, pos)
-    _n8 -= 1
-    if _n8 < 0:
-        if _n8 != -1:
-            raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
-    else:
-        if _n8 > 0x7FFF:
-            raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end9].decode()
-        pos = _end9
-    (_controller_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
+        _a3.append(_o5)
+    _o1.brokers = _a3
     _n10 = data[pos]
     if _n10 < 128:
         pos += 1
@@ -3636,126 +3488,128 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
         _n10, pos = read_uvarint(data, pos)
     _n10 -= 1
     if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for cluster_id")
+        _o1.cluster_id = None
+    else:
+        if _n10 > 0x7FFF:
+            raise DecodeError("cluster_id is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("cluster_id overruns the buffer")
+        _o1.cluster_id = data[pos:_end11].decode()
+        pos = _end11
+    (_o1.controller_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    _n12 = data[pos]
+    if _n12 < 128:
+        pos += 1
+    else:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n10 > _len - pos:
+    if _n12 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a11: list[MetadataResponseTopic] = []
-    for _ in range(_n10):
-        (_s12_error_code,) = _S_h.unpack_from(data, pos)
+    _a13: list[MetadataResponseTopic] = []
+    for _ in range(_n12):
+        _o15 = _new(MetadataResponseTopic)
+        (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n13 = data[pos]
-        if _n13 < 128:
+        _n16 = data[pos]
+        if _n16 < 128:
             pos += 1
         else:
-            _n13, pos = read_uvarint(data, pos)
-        _n13 -= 1
-        if _n13 < 0:
-            if _n13 != -1:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
+            if _n16 != -1:
                 raise DecodeError("invalid length for name")
-            _s12_name = None
+            _o15.name = None
         else:
-            if _n13 > 0x7FFF:
+            if _n16 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end14 = pos + _n13
-            if _end14 > _len:
+            _end17 = pos + _n16
+            if _end17 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s12_name = data[pos:_end14].decode()
-            pos = _end14
-        _s12_topic_id_raw, _s12_is_internal = _S_16so.unpack_from(data, pos)
+            _o15.name = data[pos:_end17].decode()
+            pos = _end17
+        _s14_topic_id_raw, _o15.is_internal = _S_16so.unpack_from(data, pos)
         pos += 17
-        _s12_topic_id = uuid.UUID(bytes=_s12_topic_id_raw)
-        _n15 = data[pos]
-        if _n15 < 128:
+        _o15.topic_id = uuid.UUID(bytes=_s14_topic_id_raw)
+        _n18 = data[pos]
+        if _n18 < 128:
             pos += 1
         else:
-            _n15, pos = read_uvarint(data, pos)
-        _n15 -= 1
-        if _n15 < 0:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n15 > _len - pos:
+        if _n18 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a16: list[MetadataResponsePartition] = []
-        for _ in range(_n15):
-            _s17_error_code, _s17_partition_index, _s17_leader_id, _s17_leader_epoch = _S_hiii.unpack_from(
+        _a19: list[MetadataResponsePartition] = []
+        for _ in range(_n18):
+            _o21 = _new(MetadataResponsePartition)
+            _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
             pos += 14
-            _n18 = data[pos]
-            if _n18 < 128:
+            _n22 = data[pos]
+            if _n22 < 128:
                 pos += 1
             else:
-                _n18, pos = read_uvarint(data, pos)
-            _n18 -= 1
-            if _n18 < 0:
+                _n22, pos = read_uvarint(data, pos)
+            _n22 -= 1
+            if _n22 < 0:
                 raise DecodeError("invalid or null array length for replica_nodes")
-            if _n18 > _len - pos:
+            if _n22 > _len - pos:
                 raise DecodeError("array count of replica_nodes exceeds the bytes left")
-            _s17_replica_nodes = list(struct.unpack_from(f">{_n18}i", data, pos))
-            pos += 4 * _n18
-            _n19 = data[pos]
-            if _n19 < 128:
+            _o21.replica_nodes = list(struct.unpack_from(f">{_n22}i", data, pos))
+            pos += 4 * _n22
+            _n23 = data[pos]
+            if _n23 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
+                _n23, pos = read_uvarint(data, pos)
+            _n23 -= 1
+            if _n23 < 0:
                 raise DecodeError("invalid or null array length for isr_nodes")
-            if _n19 > _len - pos:
+            if _n23 > _len - pos:
                 raise DecodeError("array count of isr_nodes exceeds the bytes left")
-            _s17_isr_nodes = list(struct.unpack_from(f">{_n19}i", data, pos))
-            pos += 4 * _n19
-            _n20 = data[pos]
-            if _n20 < 128:
+            _o21.isr_nodes = list(struct.unpack_from(f">{_n23}i", data, pos))
+            pos += 4 * _n23
+            _n24 = data[pos]
+            if _n24 < 128:
                 pos += 1
             else:
-                _n20, pos = read_uvarint(data, pos)
-            _n20 -= 1
-            if _n20 < 0:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n20 > _len - pos:
+            if _n24 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s17_offline_replicas = list(struct.unpack_from(f">{_n20}i", data, pos))
-            pos += 4 * _n20
+            _o21.offline_replicas = list(struct.unpack_from(f">{_n24}i", data, pos))
+            pos += 4 * _n24
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a16.append(
-                MetadataResponsePartition(
-                    _s17_error_code,
-                    _s17_partition_index,
-                    _s17_leader_id,
-                    _s17_leader_epoch,
-                    _s17_replica_nodes,
-                    _s17_isr_nodes,
-                    _s17_offline_replicas,
-                )
-            )
-        _s12_partitions = _a16
-        (_s12_topic_authorized_operations,) = _S_i.unpack_from(data, pos)
+            _a19.append(_o21)
+        _o15.partitions = _a19
+        (_o15.topic_authorized_operations,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a11.append(
-            MetadataResponseTopic(
-                _s12_error_code,
-                _s12_name,
-                _s12_topic_id,
-                _s12_is_internal,
-                _s12_partitions,
-                _s12_topic_authorized_operations,
-            )
-        )
-    _topics = _a11
+        _a13.append(_o15)
+    _o1.topics = _a13
+    _o1.cluster_authorized_operations = -2147483648
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MetadataResponse(
-        _throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, -2147483648
-    ), pos
+    return _o1, pos
 
 
 MetadataRequestTopic._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -276,94 +277,97 @@ def _w_OffsetCommitRequestPartition_v8(buf: bytearray, o: OffsetCommitRequestPar
 
 def _r_OffsetCommitRequestPartition_v0(data: bytes, pos: int) -> tuple[OffsetCommitRequestPartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset = _S_iq.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitRequestPartition)
+    _o1.partition_index, _o1.committed_offset = _S_iq.unpack_from(data, pos)
     pos += 12
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for committed_metadata")
-        _committed_metadata = None
+        _o1.committed_metadata = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("committed_metadata overruns the buffer")
-        _committed_metadata = data[pos:_end2].decode()
-        pos = _end2
-    return OffsetCommitRequestPartition(_partition_index, _committed_offset, -1, -1, _committed_metadata), pos
+        _o1.committed_metadata = data[pos:_end3].decode()
+        pos = _end3
+    _o1.committed_leader_epoch = -1
+    _o1.commit_timestamp = -1
+    return _o1, pos
 
 
 def _r_OffsetCommitRequestPartition_v1(data: bytes, pos: int) -> tuple[OffsetCommitRequestPartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset, _commit_timestamp = _S_iqq.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitRequestPartition)
+    _o1.partition_index, _o1.committed_offset, _o1.commit_timestamp = _S_iqq.unpack_from(data, pos)
     pos += 20
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for committed_metadata")
-        _committed_metadata = None
+        _o1.committed_metadata = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("committed_metadata overruns the buffer")
-        _committed_metadata = data[pos:_end2].decode()
-        pos = _end2
-    return OffsetCommitRequestPartition(
-        _partition_index, _committed_offset, -1, _commit_timestamp, _committed_metadata
-    ), pos
+        _o1.committed_metadata = data[pos:_end3].decode()
+        pos = _end3
+    _o1.committed_leader_epoch = -1
+    return _o1, pos
 
 
 def _r_OffsetCommitRequestPartition_v6(data: bytes, pos: int) -> tuple[OffsetCommitRequestPartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset, _committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitRequestPartition)
+    _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for committed_metadata")
-        _committed_metadata = None
+        _o1.committed_metadata = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("committed_metadata overruns the buffer")
-        _committed_metadata = data[pos:_end2].decode()
-        pos = _end2
-    return OffsetCommitRequestPartition(
-        _partition_index, _committed_offset, _committed_leader_epoch, -1, _committed_metadata
-    ), pos
+        _o1.committed_metadata = data[pos:_end3].decode()
+        pos = _end3
+    _o1.commit_timestamp = -1
+    return _o1, pos
 
 
 def _r_OffsetCommitRequestPartition_v8(data: bytes, pos: int) -> tuple[OffsetCommitRequestPartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset, _committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitRequestPartition)
+    _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for committed_metadata")
-        _committed_metadata = None
+        _o1.committed_metadata = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("committed_metadata is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("committed_metadata overruns the buffer")
-        _committed_metadata = data[pos:_end2].decode()
-        pos = _end2
+        _o1.committed_metadata = data[pos:_end3].decode()
+        pos = _end3
+    _o1.commit_timestamp = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetCommitRequestPartition(
-        _partition_index, _committed_offset, _committed_leader_epoch, -1, _committed_metadata
-    ), pos
+    return _o1, pos
 
 
 def _w_OffsetCommitRequestTopic_v0(buf: bytearray, o: OffsetCommitRequestTopic) -> None:
@@ -411,202 +415,191 @@ def _w_OffsetCommitRequestTopic_v8(buf: bytearray, o: OffsetCommitRequestTopic) 
 
 def _r_OffsetCommitRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitRequestTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetCommitRequestPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset = _S_iq.unpack_from(data, pos)
+    _a5: list[OffsetCommitRequestPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetCommitRequestPartition)
+        _o7.partition_index, _o7.committed_offset = _S_iq.unpack_from(data, pos)
         pos += 12
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for committed_metadata")
-            _s5_committed_metadata = None
+            _o7.committed_metadata = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("committed_metadata overruns the buffer")
-            _s5_committed_metadata = data[pos:_end7].decode()
-            pos = _end7
-        _a4.append(
-            OffsetCommitRequestPartition(
-                _s5_partition_index, _s5_committed_offset, -1, -1, _s5_committed_metadata
-            )
-        )
-    _partitions = _a4
-    return OffsetCommitRequestTopic(_name, _partitions), pos
+            _o7.committed_metadata = data[pos:_end9].decode()
+            pos = _end9
+        _o7.committed_leader_epoch = -1
+        _o7.commit_timestamp = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetCommitRequestTopic_v1(data: bytes, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitRequestTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetCommitRequestPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset, _s5_commit_timestamp = _S_iqq.unpack_from(data, pos)
+    _a5: list[OffsetCommitRequestPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetCommitRequestPartition)
+        _o7.partition_index, _o7.committed_offset, _o7.commit_timestamp = _S_iqq.unpack_from(data, pos)
         pos += 20
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for committed_metadata")
-            _s5_committed_metadata = None
+            _o7.committed_metadata = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("committed_metadata overruns the buffer")
-            _s5_committed_metadata = data[pos:_end7].decode()
-            pos = _end7
-        _a4.append(
-            OffsetCommitRequestPartition(
-                _s5_partition_index, _s5_committed_offset, -1, _s5_commit_timestamp, _s5_committed_metadata
-            )
-        )
-    _partitions = _a4
-    return OffsetCommitRequestTopic(_name, _partitions), pos
+            _o7.committed_metadata = data[pos:_end9].decode()
+            pos = _end9
+        _o7.committed_leader_epoch = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetCommitRequestTopic_v6(data: bytes, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitRequestTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetCommitRequestPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset, _s5_committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _a5: list[OffsetCommitRequestPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetCommitRequestPartition)
+        _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for committed_metadata")
-            _s5_committed_metadata = None
+            _o7.committed_metadata = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("committed_metadata overruns the buffer")
-            _s5_committed_metadata = data[pos:_end7].decode()
-            pos = _end7
-        _a4.append(
-            OffsetCommitRequestPartition(
-                _s5_partition_index,
-                _s5_committed_offset,
-                _s5_committed_leader_epoch,
-                -1,
-                _s5_committed_metadata,
-            )
-        )
-    _partitions = _a4
-    return OffsetCommitRequestTopic(_name, _partitions), pos
+            _o7.committed_metadata = data[pos:_end9].decode()
+            pos = _end9
+        _o7.commit_timestamp = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetCommitRequestTopic_v8(data: bytes, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetCommitRequestTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetCommitRequestPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset, _s5_committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _a5: list[OffsetCommitRequestPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetCommitRequestPartition)
+        _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for committed_metadata")
-            _s5_committed_metadata = None
+            _o7.committed_metadata = None
         else:
-            if _n6 > 0x7FFF:
+            if _n8 > 0x7FFF:
                 raise DecodeError("committed_metadata is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("committed_metadata overruns the buffer")
-            _s5_committed_metadata = data[pos:_end7].decode()
-            pos = _end7
+            _o7.committed_metadata = data[pos:_end9].decode()
+            pos = _end9
+        _o7.commit_timestamp = -1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            OffsetCommitRequestPartition(
-                _s5_partition_index,
-                _s5_committed_offset,
-                _s5_committed_leader_epoch,
-                -1,
-                _s5_committed_metadata,
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetCommitRequestTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_OffsetCommitRequest_v0(buf: bytearray, o: OffsetCommitRequest) -> None:
@@ -735,409 +728,102 @@ def _w_OffsetCommitRequest_v8(buf: bytearray, o: OffsetCommitRequest) -> None:
 
 def _r_OffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[OffsetCommitRequestTopic] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
+    _a5: list[OffsetCommitRequestTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetCommitRequestTopic)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[OffsetCommitRequestPartition] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_committed_offset = _S_iq.unpack_from(data, pos)
+        _a11: list[OffsetCommitRequestPartition] = []
+        for _ in range(_n10):
+            _o13 = _new(OffsetCommitRequestPartition)
+            _o13.partition_index, _o13.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
-            (_n11,) = _I16.unpack_from(data, pos)
+            (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n11 < 0:
-                if _n11 != -1:
+            if _n14 < 0:
+                if _n14 != -1:
                     raise DecodeError("invalid length for committed_metadata")
-                _s10_committed_metadata = None
+                _o13.committed_metadata = None
             else:
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("committed_metadata overruns the buffer")
-                _s10_committed_metadata = data[pos:_end12].decode()
-                pos = _end12
-            _a9.append(
-                OffsetCommitRequestPartition(
-                    _s10_partition_index, _s10_committed_offset, -1, -1, _s10_committed_metadata
-                )
-            )
-        _s5_partitions = _a9
-        _a4.append(OffsetCommitRequestTopic(_s5_name, _s5_partitions))
-    _topics = _a4
-    return OffsetCommitRequest(_group_id, -1, "", None, -1, _topics), pos
+                _o13.committed_metadata = data[pos:_end15].decode()
+                pos = _end15
+            _o13.committed_leader_epoch = -1
+            _o13.commit_timestamp = -1
+            _a11.append(_o13)
+        _o7.partitions = _a11
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _o1.generation_id_or_member_epoch = -1
+    _o1.member_id = ""
+    _o1.group_instance_id = None
+    _o1.retention_time_ms = -1
+    return _o1, pos
 
 
 def _r_OffsetCommitRequest_v1(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I32.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a6: list[OffsetCommitRequestTopic] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
-        (_n10,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n10 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n10 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a11: list[OffsetCommitRequestPartition] = []
-        for _ in range(_n10):
-            _s12_partition_index, _s12_committed_offset, _s12_commit_timestamp = _S_iqq.unpack_from(data, pos)
-            pos += 20
-            (_n13,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n13 < 0:
-                if _n13 != -1:
-                    raise DecodeError("invalid length for committed_metadata")
-                _s12_committed_metadata = None
-            else:
-                _end14 = pos + _n13
-                if _end14 > _len:
-                    raise DecodeError("committed_metadata overruns the buffer")
-                _s12_committed_metadata = data[pos:_end14].decode()
-                pos = _end14
-            _a11.append(
-                OffsetCommitRequestPartition(
-                    _s12_partition_index,
-                    _s12_committed_offset,
-                    -1,
-                    _s12_commit_timestamp,
-                    _s12_committed_metadata,
-                )
-            )
-        _s7_partitions = _a11
-        _a6.append(OffsetCommitRequestTopic(_s7_name, _s7_partitions))
-    _topics = _a6
-    return OffsetCommitRequest(_group_id, _generation_id_or_member_epoch, _member_id, None, -1, _topics), pos
-
-
-def _r_OffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_retention_time_ms,) = _S_q.unpack_from(data, pos)
-    pos += 8
-    (_n5,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n5 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n5 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a6: list[OffsetCommitRequestTopic] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
-        (_n10,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n10 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n10 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a11: list[OffsetCommitRequestPartition] = []
-        for _ in range(_n10):
-            _s12_partition_index, _s12_committed_offset = _S_iq.unpack_from(data, pos)
-            pos += 12
-            (_n13,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n13 < 0:
-                if _n13 != -1:
-                    raise DecodeError("invalid length for committed_metadata")
-                _s12_committed_metadata = None
-            else:
-                _end14 = pos + _n13
-                if _end14 > _len:
-                    raise DecodeError("committed_metadata overruns the buffer")
-                _s12_committed_metadata = data[pos:_end14].decode()
-                pos = _end14
-            _a11.append(
-                OffsetCommitRequestPartition(
-                    _s12_partition_index, _s12_committed_offset, -1, -1, _s12_committed_metadata
-                )
-            )
-        _s7_partitions = _a11
-        _a6.append(OffsetCommitRequestTopic(_s7_name, _s7_partitions))
-    _topics = _a6
-    return OffsetCommitRequest(
-        _group_id, _generation_id_or_member_epoch, _member_id, None, _retention_time_ms, _topics
-    ), pos
-
-
-def _r_OffsetCommitRequest_v5(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n5 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n5 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a6: list[OffsetCommitRequestTopic] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
-        (_n10,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n10 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n10 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a11: list[OffsetCommitRequestPartition] = []
-        for _ in range(_n10):
-            _s12_partition_index, _s12_committed_offset = _S_iq.unpack_from(data, pos)
-            pos += 12
-            (_n13,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n13 < 0:
-                if _n13 != -1:
-                    raise DecodeError("invalid length for committed_metadata")
-                _s12_committed_metadata = None
-            else:
-                _end14 = pos + _n13
-                if _end14 > _len:
-                    raise DecodeError("committed_metadata overruns the buffer")
-                _s12_committed_metadata = data[pos:_end14].decode()
-                pos = _end14
-            _a11.append(
-                OffsetCommitRequestPartition(
-                    _s12_partition_index, _s12_committed_offset, -1, -1, _s12_committed_metadata
-                )
-            )
-        _s7_partitions = _a11
-        _a6.append(OffsetCommitRequestTopic(_s7_name, _s7_partitions))
-    _topics = _a6
-    return OffsetCommitRequest(_group_id, _generation_id_or_member_epoch, _member_id, None, -1, _topics), pos
-
-
-def _r_OffsetCommitRequest_v6(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n5 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n5 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a6: list[OffsetCommitRequestTopic] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
-        (_n10,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n10 < 0:
-            raise DecodeError("invalid or null array length for partitions")
-        if _n10 > _len - pos:
-            raise DecodeError("array count of partitions exceeds the bytes left")
-        _a11: list[OffsetCommitRequestPartition] = []
-        for _ in range(_n10):
-            _s12_partition_index, _s12_committed_offset, _s12_committed_leader_epoch = _S_iqi.unpack_from(
-                data, pos
-            )
-            pos += 16
-            (_n13,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n13 < 0:
-                if _n13 != -1:
-                    raise DecodeError("invalid length for committed_metadata")
-                _s12_committed_metadata = None
-            else:
-                _end14 = pos + _n13
-                if _end14 > _len:
-                    raise DecodeError("committed_metadata overruns the buffer")
-                _s12_committed_metadata = data[pos:_end14].decode()
-                pos = _end14
-            _a11.append(
-                OffsetCommitRequestPartition(
-                    _s12_partition_index,
-                    _s12_committed_offset,
-                    _s12_committed_leader_epoch,
-                    -1,
-                    _s12_committed_metadata,
-                )
-            )
-        _s7_partitions = _a11
-        _a6.append(OffsetCommitRequestTopic(_s7_name, _s7_partitions))
-    _topics = _a6
-    return OffsetCommitRequest(_group_id, _generation_id_or_member_epoch, _member_id, None, -1, _topics), pos
-
-
-def _r_OffsetCommitRequest_v7(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
-            raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
-    else:
-        _end6 = pos + _n5
-        if _end6 > _len:
-            raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end6].decode()
-        pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for topics")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    _a8: list[OffsetCommitRequestTopic] = []
-    for _ in range(_n7):
+    _a7: list[OffsetCommitRequestTopic] = []
+    for _ in range(_n6):
+        _o9 = _new(OffsetCommitRequestTopic)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -1145,7 +831,7 @@ def _r_OffsetCommitRequest_v7(data: bytes, pos: int) -> tuple[OffsetCommitReques
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("name overruns the buffer")
-        _s9_name = data[pos:_end11].decode()
+        _o9.name = data[pos:_end11].decode()
         pos = _end11
         (_n12,) = _I32.unpack_from(data, pos)
         pos += 4
@@ -1155,118 +841,411 @@ def _r_OffsetCommitRequest_v7(data: bytes, pos: int) -> tuple[OffsetCommitReques
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a13: list[OffsetCommitRequestPartition] = []
         for _ in range(_n12):
-            _s14_partition_index, _s14_committed_offset, _s14_committed_leader_epoch = _S_iqi.unpack_from(
+            _o15 = _new(OffsetCommitRequestPartition)
+            _o15.partition_index, _o15.committed_offset, _o15.commit_timestamp = _S_iqq.unpack_from(data, pos)
+            pos += 20
+            (_n16,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n16 < 0:
+                if _n16 != -1:
+                    raise DecodeError("invalid length for committed_metadata")
+                _o15.committed_metadata = None
+            else:
+                _end17 = pos + _n16
+                if _end17 > _len:
+                    raise DecodeError("committed_metadata overruns the buffer")
+                _o15.committed_metadata = data[pos:_end17].decode()
+                pos = _end17
+            _o15.committed_leader_epoch = -1
+            _a13.append(_o15)
+        _o9.partitions = _a13
+        _a7.append(_o9)
+    _o1.topics = _a7
+    _o1.group_instance_id = None
+    _o1.retention_time_ms = -1
+    return _o1, pos
+
+
+def _r_OffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
+    _len = len(data)
+    _o1 = _new(OffsetCommitRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.retention_time_ms,) = _S_q.unpack_from(data, pos)
+    pos += 8
+    (_n6,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n6 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n6 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a7: list[OffsetCommitRequestTopic] = []
+    for _ in range(_n6):
+        _o9 = _new(OffsetCommitRequestTopic)
+        (_n10,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n12 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n12 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a13: list[OffsetCommitRequestPartition] = []
+        for _ in range(_n12):
+            _o15 = _new(OffsetCommitRequestPartition)
+            _o15.partition_index, _o15.committed_offset = _S_iq.unpack_from(data, pos)
+            pos += 12
+            (_n16,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n16 < 0:
+                if _n16 != -1:
+                    raise DecodeError("invalid length for committed_metadata")
+                _o15.committed_metadata = None
+            else:
+                _end17 = pos + _n16
+                if _end17 > _len:
+                    raise DecodeError("committed_metadata overruns the buffer")
+                _o15.committed_metadata = data[pos:_end17].decode()
+                pos = _end17
+            _o15.committed_leader_epoch = -1
+            _o15.commit_timestamp = -1
+            _a13.append(_o15)
+        _o9.partitions = _a13
+        _a7.append(_o9)
+    _o1.topics = _a7
+    _o1.group_instance_id = None
+    return _o1, pos
+
+
+def _r_OffsetCommitRequest_v5(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
+    _len = len(data)
+    _o1 = _new(OffsetCommitRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n6 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n6 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a7: list[OffsetCommitRequestTopic] = []
+    for _ in range(_n6):
+        _o9 = _new(OffsetCommitRequestTopic)
+        (_n10,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n12 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n12 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a13: list[OffsetCommitRequestPartition] = []
+        for _ in range(_n12):
+            _o15 = _new(OffsetCommitRequestPartition)
+            _o15.partition_index, _o15.committed_offset = _S_iq.unpack_from(data, pos)
+            pos += 12
+            (_n16,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n16 < 0:
+                if _n16 != -1:
+                    raise DecodeError("invalid length for committed_metadata")
+                _o15.committed_metadata = None
+            else:
+                _end17 = pos + _n16
+                if _end17 > _len:
+                    raise DecodeError("committed_metadata overruns the buffer")
+                _o15.committed_metadata = data[pos:_end17].decode()
+                pos = _end17
+            _o15.committed_leader_epoch = -1
+            _o15.commit_timestamp = -1
+            _a13.append(_o15)
+        _o9.partitions = _a13
+        _a7.append(_o9)
+    _o1.topics = _a7
+    _o1.group_instance_id = None
+    _o1.retention_time_ms = -1
+    return _o1, pos
+
+
+def _r_OffsetCommitRequest_v6(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
+    _len = len(data)
+    _o1 = _new(OffsetCommitRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n6 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n6 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a7: list[OffsetCommitRequestTopic] = []
+    for _ in range(_n6):
+        _o9 = _new(OffsetCommitRequestTopic)
+        (_n10,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n12 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n12 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a13: list[OffsetCommitRequestPartition] = []
+        for _ in range(_n12):
+            _o15 = _new(OffsetCommitRequestPartition)
+            _o15.partition_index, _o15.committed_offset, _o15.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
             pos += 16
-            (_n15,) = _I16.unpack_from(data, pos)
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n15 < 0:
-                if _n15 != -1:
+            if _n16 < 0:
+                if _n16 != -1:
                     raise DecodeError("invalid length for committed_metadata")
-                _s14_committed_metadata = None
+                _o15.committed_metadata = None
             else:
-                _end16 = pos + _n15
-                if _end16 > _len:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("committed_metadata overruns the buffer")
-                _s14_committed_metadata = data[pos:_end16].decode()
-                pos = _end16
-            _a13.append(
-                OffsetCommitRequestPartition(
-                    _s14_partition_index,
-                    _s14_committed_offset,
-                    _s14_committed_leader_epoch,
-                    -1,
-                    _s14_committed_metadata,
-                )
+                _o15.committed_metadata = data[pos:_end17].decode()
+                pos = _end17
+            _o15.commit_timestamp = -1
+            _a13.append(_o15)
+        _o9.partitions = _a13
+        _a7.append(_o9)
+    _o1.topics = _a7
+    _o1.group_instance_id = None
+    _o1.retention_time_ms = -1
+    return _o1, pos
+
+
+def _r_OffsetCommitRequest_v7(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
+    _len = len(data)
+    _o1 = _new(OffsetCommitRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        if _n6 != -1:
+            raise DecodeError("invalid length for group_instance_id")
+        _o1.group_instance_id = None
+    else:
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("group_instance_id overruns the buffer")
+        _o1.group_instance_id = data[pos:_end7].decode()
+        pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n8 < 0:
+        raise DecodeError("invalid or null array length for topics")
+    if _n8 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    _a9: list[OffsetCommitRequestTopic] = []
+    for _ in range(_n8):
+        _o11 = _new(OffsetCommitRequestTopic)
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o11.name = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n14 < 0:
+            raise DecodeError("invalid or null array length for partitions")
+        if _n14 > _len - pos:
+            raise DecodeError("array count of partitions exceeds the bytes left")
+        _a15: list[OffsetCommitRequestPartition] = []
+        for _ in range(_n14):
+            _o17 = _new(OffsetCommitRequestPartition)
+            _o17.partition_index, _o17.committed_offset, _o17.committed_leader_epoch = _S_iqi.unpack_from(
+                data, pos
             )
-        _s9_partitions = _a13
-        _a8.append(OffsetCommitRequestTopic(_s9_name, _s9_partitions))
-    _topics = _a8
-    return OffsetCommitRequest(
-        _group_id, _generation_id_or_member_epoch, _member_id, _group_instance_id, -1, _topics
-    ), pos
+            pos += 16
+            (_n18,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n18 < 0:
+                if _n18 != -1:
+                    raise DecodeError("invalid length for committed_metadata")
+                _o17.committed_metadata = None
+            else:
+                _end19 = pos + _n18
+                if _end19 > _len:
+                    raise DecodeError("committed_metadata overruns the buffer")
+                _o17.committed_metadata = data[pos:_end19].decode()
+                pos = _end19
+            _o17.commit_timestamp = -1
+            _a15.append(_o17)
+        _o11.partitions = _a15
+        _a9.append(_o11)
+    _o1.topics = _a9
+    _o1.retention_time_ms = -1
+    return _o1, pos
 
 
 def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetCommitRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id_or_member_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end6].decode()
-        pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+        _o1.group_instance_id = data[pos:_end7].decode()
+        pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n7 > _len - pos:
+    if _n8 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a8: list[OffsetCommitRequestTopic] = []
-    for _ in range(_n7):
-        _n10 = data[pos]
-        if _n10 < 128:
-            pos += 1
-        else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n10 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s9_name = data[pos:_end11].decode()
-        pos = _end11
+    _a9: list[OffsetCommitRequestTopic] = []
+    for _ in range(_n8):
+        _o11 = _new(OffsetCommitRequestTopic)
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -1274,60 +1253,68 @@ def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitReques
             _n12, pos = read_uvarint(data, pos)
         _n12 -= 1
         if _n12 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n12 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o11.name = data[pos:_end13].decode()
+        pos = _end13
+        _n14 = data[pos]
+        if _n14 < 128:
+            pos += 1
+        else:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n12 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a13: list[OffsetCommitRequestPartition] = []
-        for _ in range(_n12):
-            _s14_partition_index, _s14_committed_offset, _s14_committed_leader_epoch = _S_iqi.unpack_from(
+        _a15: list[OffsetCommitRequestPartition] = []
+        for _ in range(_n14):
+            _o17 = _new(OffsetCommitRequestPartition)
+            _o17.partition_index, _o17.committed_offset, _o17.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
             pos += 16
-            _n15 = data[pos]
-            if _n15 < 128:
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n15, pos = read_uvarint(data, pos)
-            _n15 -= 1
-            if _n15 < 0:
-                if _n15 != -1:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
+                if _n18 != -1:
                     raise DecodeError("invalid length for committed_metadata")
-                _s14_committed_metadata = None
+                _o17.committed_metadata = None
             else:
-                if _n15 > 0x7FFF:
+                if _n18 > 0x7FFF:
                     raise DecodeError("committed_metadata is longer than 32767 bytes")
-                _end16 = pos + _n15
-                if _end16 > _len:
+                _end19 = pos + _n18
+                if _end19 > _len:
                     raise DecodeError("committed_metadata overruns the buffer")
-                _s14_committed_metadata = data[pos:_end16].decode()
-                pos = _end16
+                _o17.committed_metadata = data[pos:_end19].decode()
+                pos = _end19
+            _o17.commit_timestamp = -1
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a13.append(
-                OffsetCommitRequestPartition(
-                    _s14_partition_index,
-                    _s14_committed_offset,
-                    _s14_committed_leader_epoch,
-                    -1,
-                    _s14_committed_metadata,
-                )
-            )
-        _s9_partitions = _a13
+            _a15.append(_o17)
+        _o11.partitions = _a15
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a8.append(OffsetCommitRequestTopic(_s9_name, _s9_partitions))
-    _topics = _a8
+        _a9.append(_o11)
+    _o1.topics = _a9
+    _o1.retention_time_ms = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetCommitRequest(
-        _group_id, _generation_id_or_member_epoch, _member_id, _group_instance_id, -1, _topics
-    ), pos
+    return _o1, pos
 
 
 def _w_OffsetCommitResponsePartition_v0(buf: bytearray, o: OffsetCommitResponsePartition) -> None:
@@ -1341,20 +1328,22 @@ def _w_OffsetCommitResponsePartition_v8(buf: bytearray, o: OffsetCommitResponseP
 
 def _r_OffsetCommitResponsePartition_v0(data: bytes, pos: int) -> tuple[OffsetCommitResponsePartition, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitResponsePartition)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return OffsetCommitResponsePartition(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _r_OffsetCommitResponsePartition_v8(data: bytes, pos: int) -> tuple[OffsetCommitResponsePartition, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitResponsePartition)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetCommitResponsePartition(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _w_OffsetCommitResponseTopic_v0(buf: bytearray, o: OffsetCommitResponseTopic) -> None:
@@ -1382,72 +1371,76 @@ def _w_OffsetCommitResponseTopic_v8(buf: bytearray, o: OffsetCommitResponseTopic
 
 def _r_OffsetCommitResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetCommitResponseTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitResponseTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetCommitResponsePartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[OffsetCommitResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetCommitResponsePartition)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _a4.append(OffsetCommitResponsePartition(_s5_partition_index, _s5_error_code))
-    _partitions = _a4
-    return OffsetCommitResponseTopic(_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetCommitResponseTopic_v8(data: bytes, pos: int) -> tuple[OffsetCommitResponseTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetCommitResponseTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetCommitResponsePartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[OffsetCommitResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetCommitResponsePartition)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(OffsetCommitResponsePartition(_s5_partition_index, _s5_error_code))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetCommitResponseTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_OffsetCommitResponse_v0(buf: bytearray, o: OffsetCommitResponse) -> None:
@@ -1476,109 +1469,103 @@ def _w_OffsetCommitResponse_v8(buf: bytearray, o: OffsetCommitResponse) -> None:
 
 def _r_OffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[OffsetCommitResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetCommitResponseTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetCommitResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetCommitResponseTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetCommitResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[OffsetCommitResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetCommitResponsePartition)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _a7.append(OffsetCommitResponsePartition(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
-        _a2.append(OffsetCommitResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    return OffsetCommitResponse(0, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_OffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[OffsetCommitResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetCommitResponseTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetCommitResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetCommitResponseTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetCommitResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[OffsetCommitResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetCommitResponsePartition)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _a7.append(OffsetCommitResponsePartition(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
-        _a2.append(OffsetCommitResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    return OffsetCommitResponse(_throttle_time_ms, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_OffsetCommitResponse_v8(data: bytes, pos: int) -> tuple[OffsetCommitResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetCommitResponseTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[OffsetCommitResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetCommitResponseTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1586,30 +1573,46 @@ def _r_OffsetCommitResponse_v8(data: bytes, pos: int) -> tuple[OffsetCommitRespo
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetCommitResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[OffsetCommitResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetCommitResponsePartition)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(OffsetCommitResponsePartition(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(OffsetCommitResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetCommitResponse(_throttle_time_ms, _topics), pos
+    return _o1, pos
 
 
 OffsetCommitRequestPartition._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -162,9 +163,10 @@ def _w_OffsetDeleteRequestPartition_v0(buf: bytearray, o: OffsetDeleteRequestPar
 
 def _r_OffsetDeleteRequestPartition_v0(data: bytes, pos: int) -> tuple[OffsetDeleteRequestPartition, int]:
     _len = len(data)
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetDeleteRequestPartition)
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return OffsetDeleteRequestPartition(_partition_index), pos
+    return _o1, pos
 
 
 def _w_OffsetDeleteRequestTopic_v0(buf: bytearray, o: OffsetDeleteRequestTopic) -> None:
@@ -179,28 +181,30 @@ def _w_OffsetDeleteRequestTopic_v0(buf: bytearray, o: OffsetDeleteRequestTopic) 
 
 def _r_OffsetDeleteRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetDeleteRequestTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetDeleteRequestTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetDeleteRequestPartition] = []
-    for _ in range(_n3):
-        (_s5_partition_index,) = _S_i.unpack_from(data, pos)
+    _a5: list[OffsetDeleteRequestPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetDeleteRequestPartition)
+        (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _a4.append(OffsetDeleteRequestPartition(_s5_partition_index))
-    _partitions = _a4
-    return OffsetDeleteRequestTopic(_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _w_OffsetDeleteRequest_v0(buf: bytearray, o: OffsetDeleteRequest) -> None:
@@ -215,47 +219,50 @@ def _w_OffsetDeleteRequest_v0(buf: bytearray, o: OffsetDeleteRequest) -> None:
 
 def _r_OffsetDeleteRequest_v0(data: bytes, pos: int) -> tuple[OffsetDeleteRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetDeleteRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[OffsetDeleteRequestTopic] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
+    _a5: list[OffsetDeleteRequestTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetDeleteRequestTopic)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[OffsetDeleteRequestPartition] = []
-        for _ in range(_n8):
-            (_s10_partition_index,) = _S_i.unpack_from(data, pos)
+        _a11: list[OffsetDeleteRequestPartition] = []
+        for _ in range(_n10):
+            _o13 = _new(OffsetDeleteRequestPartition)
+            (_o13.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _a9.append(OffsetDeleteRequestPartition(_s10_partition_index))
-        _s5_partitions = _a9
-        _a4.append(OffsetDeleteRequestTopic(_s5_name, _s5_partitions))
-    _topics = _a4
-    return OffsetDeleteRequest(_group_id, _topics), pos
+            _a11.append(_o13)
+        _o7.partitions = _a11
+        _a5.append(_o7)
+    _o1.topics = _a5
+    return _o1, pos
 
 
 def _w_OffsetDeleteResponsePartition_v0(buf: bytearray, o: OffsetDeleteResponsePartition) -> None:
@@ -264,9 +271,10 @@ def _w_OffsetDeleteResponsePartition_v0(buf: bytearray, o: OffsetDeleteResponseP
 
 def _r_OffsetDeleteResponsePartition_v0(data: bytes, pos: int) -> tuple[OffsetDeleteResponsePartition, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(OffsetDeleteResponsePartition)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return OffsetDeleteResponsePartition(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _w_OffsetDeleteResponseTopic_v0(buf: bytearray, o: OffsetDeleteResponseTopic) -> None:
@@ -281,28 +289,30 @@ def _w_OffsetDeleteResponseTopic_v0(buf: bytearray, o: OffsetDeleteResponseTopic
 
 def _r_OffsetDeleteResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetDeleteResponseTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetDeleteResponseTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetDeleteResponsePartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[OffsetDeleteResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetDeleteResponsePartition)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _a4.append(OffsetDeleteResponsePartition(_s5_partition_index, _s5_error_code))
-    _partitions = _a4
-    return OffsetDeleteResponseTopic(_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _w_OffsetDeleteResponse_v0(buf: bytearray, o: OffsetDeleteResponse) -> None:
@@ -315,40 +325,43 @@ def _w_OffsetDeleteResponse_v0(buf: bytearray, o: OffsetDeleteResponse) -> None:
 
 def _r_OffsetDeleteResponse_v0(data: bytes, pos: int) -> tuple[OffsetDeleteResponse, int]:
     _len = len(data)
-    _error_code, _throttle_time_ms = _S_hi.unpack_from(data, pos)
+    _o1 = _new(OffsetDeleteResponse)
+    _o1.error_code, _o1.throttle_time_ms = _S_hi.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetDeleteResponseTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetDeleteResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetDeleteResponseTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetDeleteResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[OffsetDeleteResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetDeleteResponsePartition)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _a7.append(OffsetDeleteResponsePartition(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
-        _a2.append(OffsetDeleteResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    return OffsetDeleteResponse(_error_code, _throttle_time_ms, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 OffsetDeleteRequestPartition._WRITERS = {0: _w_OffsetDeleteRequestPartition_v0}

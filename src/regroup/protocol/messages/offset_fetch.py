@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -335,60 +336,62 @@ def _w_OffsetFetchRequestTopic_v6(buf: bytearray, o: OffsetFetchRequestTopic) ->
 
 def _r_OffsetFetchRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetFetchRequestTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchRequestTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_indexes")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_indexes exceeds the bytes left")
-    _partition_indexes = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return OffsetFetchRequestTopic(_name, _partition_indexes), pos
+    _o1.partition_indexes = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _r_OffsetFetchRequestTopic_v6(data: bytes, pos: int) -> tuple[OffsetFetchRequestTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetFetchRequestTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_indexes")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_indexes exceeds the bytes left")
-    _partition_indexes = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partition_indexes = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchRequestTopic(_name, _partition_indexes), pos
+    return _o1, pos
 
 
 def _w_OffsetFetchRequestTopics_v8(buf: bytearray, o: OffsetFetchRequestTopics) -> None:
@@ -405,38 +408,39 @@ def _w_OffsetFetchRequestTopics_v8(buf: bytearray, o: OffsetFetchRequestTopics) 
 
 def _r_OffsetFetchRequestTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequestTopics, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetFetchRequestTopics)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_indexes")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_indexes exceeds the bytes left")
-    _partition_indexes = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partition_indexes = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchRequestTopics(_name, _partition_indexes), pos
+    return _o1, pos
 
 
 def _w_OffsetFetchRequestGroup_v8(buf: bytearray, o: OffsetFetchRequestGroup) -> None:
@@ -482,128 +486,38 @@ def _w_OffsetFetchRequestGroup_v9(buf: bytearray, o: OffsetFetchRequestGroup) ->
 
 def _r_OffsetFetchRequestGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequestGroup, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetFetchRequestGroup)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n3 > _len - pos:
+        _o1.topics = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a4: list[OffsetFetchRequestTopics] = []
-        for _ in range(_n3):
-            _n6 = data[pos]
-            if _n6 < 128:
-                pos += 1
-            else:
-                _n6, pos = read_uvarint(data, pos)
-            _n6 -= 1
-            if _n6 < 0:
-                raise DecodeError("invalid or null length for name")
-            if _n6 > 0x7FFF:
-                raise DecodeError("name is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s5_name = data[pos:_end7].decode()
-            pos = _end7
-            _n8 = data[pos]
-            if _n8 < 128:
-                pos += 1
-            else:
-                _n8, pos = read_uvarint(data, pos)
-            _n8 -= 1
-            if _n8 < 0:
-                raise DecodeError("invalid or null array length for partition_indexes")
-            if _n8 > _len - pos:
-                raise DecodeError("array count of partition_indexes exceeds the bytes left")
-            _s5_partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
-            pos += 4 * _n8
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _a4.append(OffsetFetchRequestTopics(_s5_name, _s5_partition_indexes))
-        _topics = _a4
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return OffsetFetchRequestGroup(_group_id, None, -1, _topics), pos
-
-
-def _r_OffsetFetchRequestGroup_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequestGroup, int]:
-    _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
-        raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
-            raise DecodeError("invalid length for member_id")
-        _member_id = None
-    else:
-        if _n3 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _member_id = data[pos:_end4].decode()
-        pos = _end4
-    (_member_epoch,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    _n5 = data[pos]
-    if _n5 < 128:
-        pos += 1
-    else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
-            raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n5 > _len - pos:
-        raise DecodeError("array count of topics exceeds the bytes left")
-    else:
-        _a6: list[OffsetFetchRequestTopics] = []
-        for _ in range(_n5):
+        _a5: list[OffsetFetchRequestTopics] = []
+        for _ in range(_n4):
+            _o7 = _new(OffsetFetchRequestTopics)
             _n8 = data[pos]
             if _n8 < 128:
                 pos += 1
@@ -617,7 +531,7 @@ def _r_OffsetFetchRequestGroup_v9(data: bytes, pos: int) -> tuple[OffsetFetchReq
             _end9 = pos + _n8
             if _end9 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s7_name = data[pos:_end9].decode()
+            _o7.name = data[pos:_end9].decode()
             pos = _end9
             _n10 = data[pos]
             if _n10 < 128:
@@ -629,19 +543,115 @@ def _r_OffsetFetchRequestGroup_v9(data: bytes, pos: int) -> tuple[OffsetFetchReq
                 raise DecodeError("invalid or null array length for partition_indexes")
             if _n10 > _len - pos:
                 raise DecodeError("array count of partition_indexes exceeds the bytes left")
-            _s7_partition_indexes = list(struct.unpack_from(f">{_n10}i", data, pos))
+            _o7.partition_indexes = list(struct.unpack_from(f">{_n10}i", data, pos))
             pos += 4 * _n10
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a6.append(OffsetFetchRequestTopics(_s7_name, _s7_partition_indexes))
-        _topics = _a6
+            _a5.append(_o7)
+        _o1.topics = _a5
+    _o1.member_id = None
+    _o1.member_epoch = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchRequestGroup(_group_id, _member_id, _member_epoch, _topics), pos
+    return _o1, pos
+
+
+def _r_OffsetFetchRequestGroup_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequestGroup, int]:
+    _len = len(data)
+    _o1 = _new(OffsetFetchRequestGroup)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    if _n2 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
+            raise DecodeError("invalid length for member_id")
+        _o1.member_id = None
+    else:
+        if _n4 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end5 = pos + _n4
+        if _end5 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o1.member_id = data[pos:_end5].decode()
+        pos = _end5
+    (_o1.member_epoch,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    _n6 = data[pos]
+    if _n6 < 128:
+        pos += 1
+    else:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
+            raise DecodeError("invalid array length for topics")
+        _o1.topics = None
+    elif _n6 > _len - pos:
+        raise DecodeError("array count of topics exceeds the bytes left")
+    else:
+        _a7: list[OffsetFetchRequestTopics] = []
+        for _ in range(_n6):
+            _o9 = _new(OffsetFetchRequestTopics)
+            _n10 = data[pos]
+            if _n10 < 128:
+                pos += 1
+            else:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
+                raise DecodeError("invalid or null length for name")
+            if _n10 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
+            _end11 = pos + _n10
+            if _end11 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o9.name = data[pos:_end11].decode()
+            pos = _end11
+            _n12 = data[pos]
+            if _n12 < 128:
+                pos += 1
+            else:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                raise DecodeError("invalid or null array length for partition_indexes")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of partition_indexes exceeds the bytes left")
+            _o9.partition_indexes = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _a7.append(_o9)
+        _o1.topics = _a7
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
 
 
 def _w_OffsetFetchRequest_v0(buf: bytearray, o: OffsetFetchRequest) -> None:
@@ -750,136 +760,131 @@ def _w_OffsetFetchRequest_v9(buf: bytearray, o: OffsetFetchRequest) -> None:
 
 def _r_OffsetFetchRequest_v0(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[OffsetFetchRequestTopic] = []
-    for _ in range(_n3):
-        (_n6,) = _I16.unpack_from(data, pos)
+    _a5: list[OffsetFetchRequestTopic] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetFetchRequestTopic)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
-        (_n8,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partition_indexes")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partition_indexes exceeds the bytes left")
-        _s5_partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
-        pos += 4 * _n8
-        _a4.append(OffsetFetchRequestTopic(_s5_name, _s5_partition_indexes))
-    _topics = _a4
-    return OffsetFetchRequest(_group_id, _topics, [], False), pos
+        _o7.partition_indexes = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _o1.groups = []
+    _o1.require_stable = False
+    return _o1, pos
 
 
 def _r_OffsetFetchRequest_v2(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n3 > _len - pos:
+        _o1.topics = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a4: list[OffsetFetchRequestTopic] = []
-        for _ in range(_n3):
-            (_n6,) = _I16.unpack_from(data, pos)
+        _a5: list[OffsetFetchRequestTopic] = []
+        for _ in range(_n4):
+            _o7 = _new(OffsetFetchRequestTopic)
+            (_n8,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n6 < 0:
-                raise DecodeError("invalid or null length for name")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s5_name = data[pos:_end7].decode()
-            pos = _end7
-            (_n8,) = _I32.unpack_from(data, pos)
-            pos += 4
             if _n8 < 0:
+                raise DecodeError("invalid or null length for name")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o7.name = data[pos:_end9].decode()
+            pos = _end9
+            (_n10,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for partition_indexes")
-            if _n8 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of partition_indexes exceeds the bytes left")
-            _s5_partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
-            pos += 4 * _n8
-            _a4.append(OffsetFetchRequestTopic(_s5_name, _s5_partition_indexes))
-        _topics = _a4
-    return OffsetFetchRequest(_group_id, _topics, [], False), pos
+            _o7.partition_indexes = list(struct.unpack_from(f">{_n10}i", data, pos))
+            pos += 4 * _n10
+            _a5.append(_o7)
+        _o1.topics = _a5
+    _o1.groups = []
+    _o1.require_stable = False
+    return _o1, pos
 
 
 def _r_OffsetFetchRequest_v6(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetFetchRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n3 > _len - pos:
+        _o1.topics = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a4: list[OffsetFetchRequestTopic] = []
-        for _ in range(_n3):
-            _n6 = data[pos]
-            if _n6 < 128:
-                pos += 1
-            else:
-                _n6, pos = read_uvarint(data, pos)
-            _n6 -= 1
-            if _n6 < 0:
-                raise DecodeError("invalid or null length for name")
-            if _n6 > 0x7FFF:
-                raise DecodeError("name is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s5_name = data[pos:_end7].decode()
-            pos = _end7
+        _a5: list[OffsetFetchRequestTopic] = []
+        for _ in range(_n4):
+            _o7 = _new(OffsetFetchRequestTopic)
             _n8 = data[pos]
             if _n8 < 128:
                 pos += 1
@@ -887,71 +892,75 @@ def _r_OffsetFetchRequest_v6(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
                 _n8, pos = read_uvarint(data, pos)
             _n8 -= 1
             if _n8 < 0:
+                raise DecodeError("invalid or null length for name")
+            if _n8 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o7.name = data[pos:_end9].decode()
+            pos = _end9
+            _n10 = data[pos]
+            if _n10 < 128:
+                pos += 1
+            else:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for partition_indexes")
-            if _n8 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of partition_indexes exceeds the bytes left")
-            _s5_partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
-            pos += 4 * _n8
+            _o7.partition_indexes = list(struct.unpack_from(f">{_n10}i", data, pos))
+            pos += 4 * _n10
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a4.append(OffsetFetchRequestTopic(_s5_name, _s5_partition_indexes))
-        _topics = _a4
+            _a5.append(_o7)
+        _o1.topics = _a5
+    _o1.groups = []
+    _o1.require_stable = False
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchRequest(_group_id, _topics, [], False), pos
+    return _o1, pos
 
 
 def _r_OffsetFetchRequest_v7(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetFetchRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid array length for topics")
-        _topics = None
-    elif _n3 > _len - pos:
+        _o1.topics = None
+    elif _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
     else:
-        _a4: list[OffsetFetchRequestTopic] = []
-        for _ in range(_n3):
-            _n6 = data[pos]
-            if _n6 < 128:
-                pos += 1
-            else:
-                _n6, pos = read_uvarint(data, pos)
-            _n6 -= 1
-            if _n6 < 0:
-                raise DecodeError("invalid or null length for name")
-            if _n6 > 0x7FFF:
-                raise DecodeError("name is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("name overruns the buffer")
-            _s5_name = data[pos:_end7].decode()
-            pos = _end7
+        _a5: list[OffsetFetchRequestTopic] = []
+        for _ in range(_n4):
+            _o7 = _new(OffsetFetchRequestTopic)
             _n8 = data[pos]
             if _n8 < 128:
                 pos += 1
@@ -959,55 +968,58 @@ def _r_OffsetFetchRequest_v7(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
                 _n8, pos = read_uvarint(data, pos)
             _n8 -= 1
             if _n8 < 0:
+                raise DecodeError("invalid or null length for name")
+            if _n8 > 0x7FFF:
+                raise DecodeError("name is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("name overruns the buffer")
+            _o7.name = data[pos:_end9].decode()
+            pos = _end9
+            _n10 = data[pos]
+            if _n10 < 128:
+                pos += 1
+            else:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for partition_indexes")
-            if _n8 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of partition_indexes exceeds the bytes left")
-            _s5_partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
-            pos += 4 * _n8
+            _o7.partition_indexes = list(struct.unpack_from(f">{_n10}i", data, pos))
+            pos += 4 * _n10
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a4.append(OffsetFetchRequestTopic(_s5_name, _s5_partition_indexes))
-        _topics = _a4
-    (_require_stable,) = _S_o.unpack_from(data, pos)
+            _a5.append(_o7)
+        _o1.topics = _a5
+    (_o1.require_stable,) = _S_o.unpack_from(data, pos)
     pos += 1
+    _o1.groups = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchRequest(_group_id, _topics, [], _require_stable), pos
+    return _o1, pos
 
 
 def _r_OffsetFetchRequest_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetFetchRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[OffsetFetchRequestGroup] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("group_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[OffsetFetchRequestGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetFetchRequestGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1015,111 +1027,14 @@ def _r_OffsetFetchRequest_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid array length for topics")
-            _s3_topics = None
-        elif _n6 > _len - pos:
-            raise DecodeError("array count of topics exceeds the bytes left")
-        else:
-            _a7: list[OffsetFetchRequestTopics] = []
-            for _ in range(_n6):
-                _n9 = data[pos]
-                if _n9 < 128:
-                    pos += 1
-                else:
-                    _n9, pos = read_uvarint(data, pos)
-                _n9 -= 1
-                if _n9 < 0:
-                    raise DecodeError("invalid or null length for name")
-                if _n9 > 0x7FFF:
-                    raise DecodeError("name is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
-                    raise DecodeError("name overruns the buffer")
-                _s8_name = data[pos:_end10].decode()
-                pos = _end10
-                _n11 = data[pos]
-                if _n11 < 128:
-                    pos += 1
-                else:
-                    _n11, pos = read_uvarint(data, pos)
-                _n11 -= 1
-                if _n11 < 0:
-                    raise DecodeError("invalid or null array length for partition_indexes")
-                if _n11 > _len - pos:
-                    raise DecodeError("array count of partition_indexes exceeds the bytes left")
-                _s8_partition_indexes = list(struct.unpack_from(f">{_n11}i", data, pos))
-                pos += 4 * _n11
-                if data[pos]:
-                    pos = skip_tagged_fields(data, pos)
-                else:
-                    pos += 1
-                _a7.append(OffsetFetchRequestTopics(_s8_name, _s8_partition_indexes))
-            _s3_topics = _a7
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a2.append(OffsetFetchRequestGroup(_s3_group_id, None, -1, _s3_topics))
-    _groups = _a2
-    (_require_stable,) = _S_o.unpack_from(data, pos)
-    pos += 1
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return OffsetFetchRequest("", [], _groups, _require_stable), pos
-
-
-def _r_OffsetFetchRequest_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
-    _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[OffsetFetchRequestGroup] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
             raise DecodeError("invalid or null length for group_id")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("group_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
-                raise DecodeError("invalid length for member_id")
-            _s3_member_id = None
-        else:
-            if _n6 > 0x7FFF:
-                raise DecodeError("member_id is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
-                raise DecodeError("member_id overruns the buffer")
-            _s3_member_id = data[pos:_end7].decode()
-            pos = _end7
-        (_s3_member_epoch,) = _S_i.unpack_from(data, pos)
-        pos += 4
+        _o5.group_id = data[pos:_end7].decode()
+        pos = _end7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1129,58 +1044,180 @@ def _r_OffsetFetchRequest_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
         if _n8 < 0:
             if _n8 != -1:
                 raise DecodeError("invalid array length for topics")
-            _s3_topics = None
+            _o5.topics = None
         elif _n8 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
         else:
             _a9: list[OffsetFetchRequestTopics] = []
             for _ in range(_n8):
-                _n11 = data[pos]
-                if _n11 < 128:
+                _o11 = _new(OffsetFetchRequestTopics)
+                _n12 = data[pos]
+                if _n12 < 128:
                     pos += 1
                 else:
-                    _n11, pos = read_uvarint(data, pos)
-                _n11 -= 1
-                if _n11 < 0:
+                    _n12, pos = read_uvarint(data, pos)
+                _n12 -= 1
+                if _n12 < 0:
                     raise DecodeError("invalid or null length for name")
-                if _n11 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("name is longer than 32767 bytes")
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("name overruns the buffer")
-                _s10_name = data[pos:_end12].decode()
-                pos = _end12
-                _n13 = data[pos]
-                if _n13 < 128:
+                _o11.name = data[pos:_end13].decode()
+                pos = _end13
+                _n14 = data[pos]
+                if _n14 < 128:
                     pos += 1
                 else:
-                    _n13, pos = read_uvarint(data, pos)
-                _n13 -= 1
-                if _n13 < 0:
+                    _n14, pos = read_uvarint(data, pos)
+                _n14 -= 1
+                if _n14 < 0:
                     raise DecodeError("invalid or null array length for partition_indexes")
-                if _n13 > _len - pos:
+                if _n14 > _len - pos:
                     raise DecodeError("array count of partition_indexes exceeds the bytes left")
-                _s10_partition_indexes = list(struct.unpack_from(f">{_n13}i", data, pos))
-                pos += 4 * _n13
+                _o11.partition_indexes = list(struct.unpack_from(f">{_n14}i", data, pos))
+                pos += 4 * _n14
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a9.append(OffsetFetchRequestTopics(_s10_name, _s10_partition_indexes))
-            _s3_topics = _a9
+                _a9.append(_o11)
+            _o5.topics = _a9
+        _o5.member_id = None
+        _o5.member_epoch = -1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(OffsetFetchRequestGroup(_s3_group_id, _s3_member_id, _s3_member_epoch, _s3_topics))
-    _groups = _a2
-    (_require_stable,) = _S_o.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.groups = _a3
+    (_o1.require_stable,) = _S_o.unpack_from(data, pos)
     pos += 1
+    _o1.group_id = ""
+    _o1.topics = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchRequest("", [], _groups, _require_stable), pos
+    return _o1, pos
+
+
+def _r_OffsetFetchRequest_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
+    _len = len(data)
+    _o1 = _new(OffsetFetchRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for groups")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of groups exceeds the bytes left")
+    _a3: list[OffsetFetchRequestGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetFetchRequestGroup)
+        _n6 = data[pos]
+        if _n6 < 128:
+            pos += 1
+        else:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            raise DecodeError("invalid or null length for group_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for member_id")
+            _o5.member_id = None
+        else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("member_id is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("member_id overruns the buffer")
+            _o5.member_id = data[pos:_end9].decode()
+            pos = _end9
+        (_o5.member_epoch,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid array length for topics")
+            _o5.topics = None
+        elif _n10 > _len - pos:
+            raise DecodeError("array count of topics exceeds the bytes left")
+        else:
+            _a11: list[OffsetFetchRequestTopics] = []
+            for _ in range(_n10):
+                _o13 = _new(OffsetFetchRequestTopics)
+                _n14 = data[pos]
+                if _n14 < 128:
+                    pos += 1
+                else:
+                    _n14, pos = read_uvarint(data, pos)
+                _n14 -= 1
+                if _n14 < 0:
+                    raise DecodeError("invalid or null length for name")
+                if _n14 > 0x7FFF:
+                    raise DecodeError("name is longer than 32767 bytes")
+                _end15 = pos + _n14
+                if _end15 > _len:
+                    raise DecodeError("name overruns the buffer")
+                _o13.name = data[pos:_end15].decode()
+                pos = _end15
+                _n16 = data[pos]
+                if _n16 < 128:
+                    pos += 1
+                else:
+                    _n16, pos = read_uvarint(data, pos)
+                _n16 -= 1
+                if _n16 < 0:
+                    raise DecodeError("invalid or null array length for partition_indexes")
+                if _n16 > _len - pos:
+                    raise DecodeError("array count of partition_indexes exceeds the bytes left")
+                _o13.partition_indexes = list(struct.unpack_from(f">{_n16}i", data, pos))
+                pos += 4 * _n16
+                if data[pos]:
+                    pos = skip_tagged_fields(data, pos)
+                else:
+                    pos += 1
+                _a11.append(_o13)
+            _o5.topics = _a11
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a3.append(_o5)
+    _o1.groups = _a3
+    (_o1.require_stable,) = _S_o.unpack_from(data, pos)
+    pos += 1
+    _o1.group_id = ""
+    _o1.topics = []
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
 
 
 def _w_OffsetFetchResponsePartition_v0(buf: bytearray, o: OffsetFetchResponsePartition) -> None:
@@ -1221,79 +1258,79 @@ def _w_OffsetFetchResponsePartition_v6(buf: bytearray, o: OffsetFetchResponsePar
 
 def _r_OffsetFetchResponsePartition_v0(data: bytes, pos: int) -> tuple[OffsetFetchResponsePartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset = _S_iq.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponsePartition)
+    _o1.partition_index, _o1.committed_offset = _S_iq.unpack_from(data, pos)
     pos += 12
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for metadata")
-        _metadata = None
+        _o1.metadata = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("metadata overruns the buffer")
-        _metadata = data[pos:_end2].decode()
-        pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+        _o1.metadata = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return OffsetFetchResponsePartition(_partition_index, _committed_offset, -1, _metadata, _error_code), pos
+    _o1.committed_leader_epoch = -1
+    return _o1, pos
 
 
 def _r_OffsetFetchResponsePartition_v5(data: bytes, pos: int) -> tuple[OffsetFetchResponsePartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset, _committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponsePartition)
+    _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for metadata")
-        _metadata = None
+        _o1.metadata = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("metadata overruns the buffer")
-        _metadata = data[pos:_end2].decode()
-        pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+        _o1.metadata = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return OffsetFetchResponsePartition(
-        _partition_index, _committed_offset, _committed_leader_epoch, _metadata, _error_code
-    ), pos
+    return _o1, pos
 
 
 def _r_OffsetFetchResponsePartition_v6(data: bytes, pos: int) -> tuple[OffsetFetchResponsePartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset, _committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponsePartition)
+    _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for metadata")
-        _metadata = None
+        _o1.metadata = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("metadata is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("metadata overruns the buffer")
-        _metadata = data[pos:_end2].decode()
-        pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+        _o1.metadata = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchResponsePartition(
-        _partition_index, _committed_offset, _committed_leader_epoch, _metadata, _error_code
-    ), pos
+    return _o1, pos
 
 
 def _w_OffsetFetchResponseTopic_v0(buf: bytearray, o: OffsetFetchResponseTopic) -> None:
@@ -1331,166 +1368,153 @@ def _w_OffsetFetchResponseTopic_v6(buf: bytearray, o: OffsetFetchResponseTopic) 
 
 def _r_OffsetFetchResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponseTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetFetchResponsePartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset = _S_iq.unpack_from(data, pos)
+    _a5: list[OffsetFetchResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetFetchResponsePartition)
+        _o7.partition_index, _o7.committed_offset = _S_iq.unpack_from(data, pos)
         pos += 12
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for metadata")
-            _s5_metadata = None
+            _o7.metadata = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("metadata overruns the buffer")
-            _s5_metadata = data[pos:_end7].decode()
-            pos = _end7
-        (_s5_error_code,) = _S_h.unpack_from(data, pos)
+            _o7.metadata = data[pos:_end9].decode()
+            pos = _end9
+        (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _a4.append(
-            OffsetFetchResponsePartition(
-                _s5_partition_index, _s5_committed_offset, -1, _s5_metadata, _s5_error_code
-            )
-        )
-    _partitions = _a4
-    return OffsetFetchResponseTopic(_name, _partitions), pos
+        _o7.committed_leader_epoch = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetFetchResponseTopic_v5(data: bytes, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponseTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetFetchResponsePartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset, _s5_committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _a5: list[OffsetFetchResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetFetchResponsePartition)
+        _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for metadata")
-            _s5_metadata = None
+            _o7.metadata = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("metadata overruns the buffer")
-            _s5_metadata = data[pos:_end7].decode()
-            pos = _end7
-        (_s5_error_code,) = _S_h.unpack_from(data, pos)
+            _o7.metadata = data[pos:_end9].decode()
+            pos = _end9
+        (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _a4.append(
-            OffsetFetchResponsePartition(
-                _s5_partition_index,
-                _s5_committed_offset,
-                _s5_committed_leader_epoch,
-                _s5_metadata,
-                _s5_error_code,
-            )
-        )
-    _partitions = _a4
-    return OffsetFetchResponseTopic(_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetFetchResponseTopic_v6(data: bytes, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetFetchResponseTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetFetchResponsePartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset, _s5_committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _a5: list[OffsetFetchResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetFetchResponsePartition)
+        _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for metadata")
-            _s5_metadata = None
+            _o7.metadata = None
         else:
-            if _n6 > 0x7FFF:
+            if _n8 > 0x7FFF:
                 raise DecodeError("metadata is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("metadata overruns the buffer")
-            _s5_metadata = data[pos:_end7].decode()
-            pos = _end7
-        (_s5_error_code,) = _S_h.unpack_from(data, pos)
+            _o7.metadata = data[pos:_end9].decode()
+            pos = _end9
+        (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            OffsetFetchResponsePartition(
-                _s5_partition_index,
-                _s5_committed_offset,
-                _s5_committed_leader_epoch,
-                _s5_metadata,
-                _s5_error_code,
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchResponseTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_OffsetFetchResponsePartitions_v8(buf: bytearray, o: OffsetFetchResponsePartitions) -> None:
@@ -1509,35 +1533,34 @@ def _w_OffsetFetchResponsePartitions_v8(buf: bytearray, o: OffsetFetchResponsePa
 
 def _r_OffsetFetchResponsePartitions_v8(data: bytes, pos: int) -> tuple[OffsetFetchResponsePartitions, int]:
     _len = len(data)
-    _partition_index, _committed_offset, _committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponsePartitions)
+    _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for metadata")
-        _metadata = None
+        _o1.metadata = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("metadata is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("metadata overruns the buffer")
-        _metadata = data[pos:_end2].decode()
-        pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+        _o1.metadata = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchResponsePartitions(
-        _partition_index, _committed_offset, _committed_leader_epoch, _metadata, _error_code
-    ), pos
+    return _o1, pos
 
 
 def _w_OffsetFetchResponseTopics_v8(buf: bytearray, o: OffsetFetchResponseTopics) -> None:
@@ -1555,74 +1578,68 @@ def _w_OffsetFetchResponseTopics_v8(buf: bytearray, o: OffsetFetchResponseTopics
 
 def _r_OffsetFetchResponseTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchResponseTopics, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetFetchResponseTopics)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetFetchResponsePartitions] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset, _s5_committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _a5: list[OffsetFetchResponsePartitions] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetFetchResponsePartitions)
+        _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for metadata")
-            _s5_metadata = None
+            _o7.metadata = None
         else:
-            if _n6 > 0x7FFF:
+            if _n8 > 0x7FFF:
                 raise DecodeError("metadata is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("metadata overruns the buffer")
-            _s5_metadata = data[pos:_end7].decode()
-            pos = _end7
-        (_s5_error_code,) = _S_h.unpack_from(data, pos)
+            _o7.metadata = data[pos:_end9].decode()
+            pos = _end9
+        (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            OffsetFetchResponsePartitions(
-                _s5_partition_index,
-                _s5_committed_offset,
-                _s5_committed_leader_epoch,
-                _s5_metadata,
-                _s5_error_code,
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchResponseTopics(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_OffsetFetchResponseGroup_v8(buf: bytearray, o: OffsetFetchResponseGroup) -> None:
@@ -1641,48 +1658,35 @@ def _w_OffsetFetchResponseGroup_v8(buf: bytearray, o: OffsetFetchResponseGroup) 
 
 def _r_OffsetFetchResponseGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchResponseGroup, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetFetchResponseGroup)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[OffsetFetchResponseTopics] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[OffsetFetchResponseTopics] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetFetchResponseTopics)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1690,62 +1694,70 @@ def _r_OffsetFetchResponseGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchRe
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[OffsetFetchResponsePartitions] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_committed_offset, _s10_committed_leader_epoch = _S_iqi.unpack_from(
+        _a11: list[OffsetFetchResponsePartitions] = []
+        for _ in range(_n10):
+            _o13 = _new(OffsetFetchResponsePartitions)
+            _o13.partition_index, _o13.committed_offset, _o13.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
             pos += 16
-            _n11 = data[pos]
-            if _n11 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                if _n11 != -1:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                if _n14 != -1:
                     raise DecodeError("invalid length for metadata")
-                _s10_metadata = None
+                _o13.metadata = None
             else:
-                if _n11 > 0x7FFF:
+                if _n14 > 0x7FFF:
                     raise DecodeError("metadata is longer than 32767 bytes")
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("metadata overruns the buffer")
-                _s10_metadata = data[pos:_end12].decode()
-                pos = _end12
-            (_s10_error_code,) = _S_h.unpack_from(data, pos)
+                _o13.metadata = data[pos:_end15].decode()
+                pos = _end15
+            (_o13.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                OffsetFetchResponsePartitions(
-                    _s10_partition_index,
-                    _s10_committed_offset,
-                    _s10_committed_leader_epoch,
-                    _s10_metadata,
-                    _s10_error_code,
-                )
-            )
-        _s5_partitions = _a9
+            _a11.append(_o13)
+        _o7.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(OffsetFetchResponseTopics(_s5_name, _s5_partitions))
-    _topics = _a4
-    (_error_code,) = _S_h.unpack_from(data, pos)
+        _a5.append(_o7)
+    _o1.topics = _a5
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchResponseGroup(_group_id, _topics, _error_code), pos
+    return _o1, pos
 
 
 def _w_OffsetFetchResponse_v0(buf: bytearray, o: OffsetFetchResponse) -> None:
@@ -1814,267 +1826,256 @@ def _w_OffsetFetchResponse_v8(buf: bytearray, o: OffsetFetchResponse) -> None:
 
 def _r_OffsetFetchResponse_v0(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetFetchResponseTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetFetchResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetFetchResponseTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetFetchResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_committed_offset = _S_iq.unpack_from(data, pos)
+        _a9: list[OffsetFetchResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetFetchResponsePartition)
+            _o11.partition_index, _o11.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
-            (_n9,) = _I16.unpack_from(data, pos)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for metadata")
-                _s8_metadata = None
+                _o11.metadata = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("metadata overruns the buffer")
-                _s8_metadata = data[pos:_end10].decode()
-                pos = _end10
-            (_s8_error_code,) = _S_h.unpack_from(data, pos)
+                _o11.metadata = data[pos:_end13].decode()
+                pos = _end13
+            (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            _a7.append(
-                OffsetFetchResponsePartition(
-                    _s8_partition_index, _s8_committed_offset, -1, _s8_metadata, _s8_error_code
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(OffsetFetchResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    return OffsetFetchResponse(0, _topics, 0, []), pos
+            _o11.committed_leader_epoch = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.throttle_time_ms = 0
+    _o1.error_code = 0
+    _o1.groups = []
+    return _o1, pos
 
 
 def _r_OffsetFetchResponse_v2(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetFetchResponseTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetFetchResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetFetchResponseTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetFetchResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_committed_offset = _S_iq.unpack_from(data, pos)
+        _a9: list[OffsetFetchResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetFetchResponsePartition)
+            _o11.partition_index, _o11.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
-            (_n9,) = _I16.unpack_from(data, pos)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for metadata")
-                _s8_metadata = None
+                _o11.metadata = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("metadata overruns the buffer")
-                _s8_metadata = data[pos:_end10].decode()
-                pos = _end10
-            (_s8_error_code,) = _S_h.unpack_from(data, pos)
+                _o11.metadata = data[pos:_end13].decode()
+                pos = _end13
+            (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            _a7.append(
-                OffsetFetchResponsePartition(
-                    _s8_partition_index, _s8_committed_offset, -1, _s8_metadata, _s8_error_code
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(OffsetFetchResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+            _o11.committed_leader_epoch = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return OffsetFetchResponse(0, _topics, _error_code, []), pos
+    _o1.throttle_time_ms = 0
+    _o1.groups = []
+    return _o1, pos
 
 
 def _r_OffsetFetchResponse_v3(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetFetchResponseTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetFetchResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetFetchResponseTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetFetchResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_committed_offset = _S_iq.unpack_from(data, pos)
+        _a9: list[OffsetFetchResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetFetchResponsePartition)
+            _o11.partition_index, _o11.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
-            (_n9,) = _I16.unpack_from(data, pos)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for metadata")
-                _s8_metadata = None
+                _o11.metadata = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("metadata overruns the buffer")
-                _s8_metadata = data[pos:_end10].decode()
-                pos = _end10
-            (_s8_error_code,) = _S_h.unpack_from(data, pos)
+                _o11.metadata = data[pos:_end13].decode()
+                pos = _end13
+            (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            _a7.append(
-                OffsetFetchResponsePartition(
-                    _s8_partition_index, _s8_committed_offset, -1, _s8_metadata, _s8_error_code
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(OffsetFetchResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+            _o11.committed_leader_epoch = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return OffsetFetchResponse(_throttle_time_ms, _topics, _error_code, []), pos
+    _o1.groups = []
+    return _o1, pos
 
 
 def _r_OffsetFetchResponse_v5(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetFetchResponseTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetFetchResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetFetchResponseTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetFetchResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_committed_offset, _s8_committed_leader_epoch = _S_iqi.unpack_from(
+        _a9: list[OffsetFetchResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetFetchResponsePartition)
+            _o11.partition_index, _o11.committed_offset, _o11.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
             pos += 16
-            (_n9,) = _I16.unpack_from(data, pos)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for metadata")
-                _s8_metadata = None
+                _o11.metadata = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("metadata overruns the buffer")
-                _s8_metadata = data[pos:_end10].decode()
-                pos = _end10
-            (_s8_error_code,) = _S_h.unpack_from(data, pos)
+                _o11.metadata = data[pos:_end13].decode()
+                pos = _end13
+            (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            _a7.append(
-                OffsetFetchResponsePartition(
-                    _s8_partition_index,
-                    _s8_committed_offset,
-                    _s8_committed_leader_epoch,
-                    _s8_metadata,
-                    _s8_error_code,
-                )
-            )
-        _s3_partitions = _a7
-        _a2.append(OffsetFetchResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return OffsetFetchResponse(_throttle_time_ms, _topics, _error_code, []), pos
+    _o1.groups = []
+    return _o1, pos
 
 
 def _r_OffsetFetchResponse_v6(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetFetchResponseTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[OffsetFetchResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetFetchResponseTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2082,95 +2083,91 @@ def _r_OffsetFetchResponse_v6(data: bytes, pos: int) -> tuple[OffsetFetchRespons
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetFetchResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_committed_offset, _s8_committed_leader_epoch = _S_iqi.unpack_from(
+        _a9: list[OffsetFetchResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetFetchResponsePartition)
+            _o11.partition_index, _o11.committed_offset, _o11.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
             pos += 16
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for metadata")
-                _s8_metadata = None
+                _o11.metadata = None
             else:
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("metadata is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("metadata overruns the buffer")
-                _s8_metadata = data[pos:_end10].decode()
-                pos = _end10
-            (_s8_error_code,) = _S_h.unpack_from(data, pos)
+                _o11.metadata = data[pos:_end13].decode()
+                pos = _end13
+            (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                OffsetFetchResponsePartition(
-                    _s8_partition_index,
-                    _s8_committed_offset,
-                    _s8_committed_leader_epoch,
-                    _s8_metadata,
-                    _s8_error_code,
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(OffsetFetchResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
+    _o1.groups = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchResponse(_throttle_time_ms, _topics, _error_code, []), pos
+    return _o1, pos
 
 
 def _r_OffsetFetchResponse_v8(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetFetchResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[OffsetFetchResponseGroup] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        if _n4 > 0x7FFF:
-            raise DecodeError("group_id is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[OffsetFetchResponseGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetFetchResponseGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2178,95 +2175,106 @@ def _r_OffsetFetchResponse_v8(data: bytes, pos: int) -> tuple[OffsetFetchRespons
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for group_id")
+        if _n6 > 0x7FFF:
+            raise DecodeError("group_id is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a7: list[OffsetFetchResponseTopics] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[OffsetFetchResponseTopics] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetFetchResponseTopics)
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n9 > 0x7FFF:
+            if _n12 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s8_name = data[pos:_end10].decode()
-            pos = _end10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.name = data[pos:_end13].decode()
+            pos = _end13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _a12: list[OffsetFetchResponsePartitions] = []
-            for _ in range(_n11):
-                _s13_partition_index, _s13_committed_offset, _s13_committed_leader_epoch = _S_iqi.unpack_from(
+            _a15: list[OffsetFetchResponsePartitions] = []
+            for _ in range(_n14):
+                _o17 = _new(OffsetFetchResponsePartitions)
+                _o17.partition_index, _o17.committed_offset, _o17.committed_leader_epoch = _S_iqi.unpack_from(
                     data, pos
                 )
                 pos += 16
-                _n14 = data[pos]
-                if _n14 < 128:
+                _n18 = data[pos]
+                if _n18 < 128:
                     pos += 1
                 else:
-                    _n14, pos = read_uvarint(data, pos)
-                _n14 -= 1
-                if _n14 < 0:
-                    if _n14 != -1:
+                    _n18, pos = read_uvarint(data, pos)
+                _n18 -= 1
+                if _n18 < 0:
+                    if _n18 != -1:
                         raise DecodeError("invalid length for metadata")
-                    _s13_metadata = None
+                    _o17.metadata = None
                 else:
-                    if _n14 > 0x7FFF:
+                    if _n18 > 0x7FFF:
                         raise DecodeError("metadata is longer than 32767 bytes")
-                    _end15 = pos + _n14
-                    if _end15 > _len:
+                    _end19 = pos + _n18
+                    if _end19 > _len:
                         raise DecodeError("metadata overruns the buffer")
-                    _s13_metadata = data[pos:_end15].decode()
-                    pos = _end15
-                (_s13_error_code,) = _S_h.unpack_from(data, pos)
+                    _o17.metadata = data[pos:_end19].decode()
+                    pos = _end19
+                (_o17.error_code,) = _S_h.unpack_from(data, pos)
                 pos += 2
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a12.append(
-                    OffsetFetchResponsePartitions(
-                        _s13_partition_index,
-                        _s13_committed_offset,
-                        _s13_committed_leader_epoch,
-                        _s13_metadata,
-                        _s13_error_code,
-                    )
-                )
-            _s8_partitions = _a12
+                _a15.append(_o17)
+            _o11.partitions = _a15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(OffsetFetchResponseTopics(_s8_name, _s8_partitions))
-        _s3_topics = _a7
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+            _a9.append(_o11)
+        _o5.topics = _a9
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(OffsetFetchResponseGroup(_s3_group_id, _s3_topics, _s3_error_code))
-    _groups = _a2
+        _a3.append(_o5)
+    _o1.groups = _a3
+    _o1.topics = []
+    _o1.error_code = 0
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetFetchResponse(_throttle_time_ms, [], 0, _groups), pos
+    return _o1, pos
 
 
 OffsetFetchRequestTopic._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -200,27 +201,31 @@ def _w_OffsetForLeaderPartition_v4(buf: bytearray, o: OffsetForLeaderPartition) 
 
 def _r_OffsetForLeaderPartition_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderPartition, int]:
     _len = len(data)
-    _partition, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderPartition)
+    _o1.partition, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    return OffsetForLeaderPartition(_partition, -1, _leader_epoch), pos
+    _o1.current_leader_epoch = -1
+    return _o1, pos
 
 
 def _r_OffsetForLeaderPartition_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderPartition, int]:
     _len = len(data)
-    _partition, _current_leader_epoch, _leader_epoch = _S_iii.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderPartition)
+    _o1.partition, _o1.current_leader_epoch, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
-    return OffsetForLeaderPartition(_partition, _current_leader_epoch, _leader_epoch), pos
+    return _o1, pos
 
 
 def _r_OffsetForLeaderPartition_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderPartition, int]:
     _len = len(data)
-    _partition, _current_leader_epoch, _leader_epoch = _S_iii.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderPartition)
+    _o1.partition, _o1.current_leader_epoch, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetForLeaderPartition(_partition, _current_leader_epoch, _leader_epoch), pos
+    return _o1, pos
 
 
 def _w_OffsetForLeaderTopic_v0(buf: bytearray, o: OffsetForLeaderTopic) -> None:
@@ -258,98 +263,105 @@ def _w_OffsetForLeaderTopic_v4(buf: bytearray, o: OffsetForLeaderTopic) -> None:
 
 def _r_OffsetForLeaderTopic_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetForLeaderPartition] = []
-    for _ in range(_n3):
-        _s5_partition, _s5_leader_epoch = _S_ii.unpack_from(data, pos)
+    _a5: list[OffsetForLeaderPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetForLeaderPartition)
+        _o7.partition, _o7.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
-        _a4.append(OffsetForLeaderPartition(_s5_partition, -1, _s5_leader_epoch))
-    _partitions = _a4
-    return OffsetForLeaderTopic(_topic, _partitions), pos
+        _o7.current_leader_epoch = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetForLeaderTopic_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetForLeaderPartition] = []
-    for _ in range(_n3):
-        _s5_partition, _s5_current_leader_epoch, _s5_leader_epoch = _S_iii.unpack_from(data, pos)
+    _a5: list[OffsetForLeaderPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetForLeaderPartition)
+        _o7.partition, _o7.current_leader_epoch, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
-        _a4.append(OffsetForLeaderPartition(_s5_partition, _s5_current_leader_epoch, _s5_leader_epoch))
-    _partitions = _a4
-    return OffsetForLeaderTopic(_topic, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetForLeaderTopic_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetForLeaderTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[OffsetForLeaderPartition] = []
-    for _ in range(_n3):
-        _s5_partition, _s5_current_leader_epoch, _s5_leader_epoch = _S_iii.unpack_from(data, pos)
+    _a5: list[OffsetForLeaderPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(OffsetForLeaderPartition)
+        _o7.partition, _o7.current_leader_epoch, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(OffsetForLeaderPartition(_s5_partition, _s5_current_leader_epoch, _s5_leader_epoch))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetForLeaderTopic(_topic, _partitions), pos
+    return _o1, pos
 
 
 def _w_OffsetForLeaderEpochRequest_v0(buf: bytearray, o: OffsetForLeaderEpochRequest) -> None:
@@ -385,145 +397,144 @@ def _w_OffsetForLeaderEpochRequest_v4(buf: bytearray, o: OffsetForLeaderEpochReq
 
 def _r_OffsetForLeaderEpochRequest_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderEpochRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetForLeaderTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetForLeaderTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetForLeaderTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetForLeaderPartition] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_leader_epoch = _S_ii.unpack_from(data, pos)
+        _a9: list[OffsetForLeaderPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetForLeaderPartition)
+            _o11.partition, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
-            _a7.append(OffsetForLeaderPartition(_s8_partition, -1, _s8_leader_epoch))
-        _s3_partitions = _a7
-        _a2.append(OffsetForLeaderTopic(_s3_topic, _s3_partitions))
-    _topics = _a2
-    return OffsetForLeaderEpochRequest(-2, _topics), pos
+            _o11.current_leader_epoch = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.replica_id = -2
+    return _o1, pos
 
 
 def _r_OffsetForLeaderEpochRequest_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderEpochRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetForLeaderTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetForLeaderTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetForLeaderTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetForLeaderPartition] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_current_leader_epoch, _s8_leader_epoch = _S_iii.unpack_from(data, pos)
+        _a9: list[OffsetForLeaderPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetForLeaderPartition)
+            _o11.partition, _o11.current_leader_epoch, _o11.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
-            _a7.append(OffsetForLeaderPartition(_s8_partition, _s8_current_leader_epoch, _s8_leader_epoch))
-        _s3_partitions = _a7
-        _a2.append(OffsetForLeaderTopic(_s3_topic, _s3_partitions))
-    _topics = _a2
-    return OffsetForLeaderEpochRequest(-2, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.replica_id = -2
+    return _o1, pos
 
 
 def _r_OffsetForLeaderEpochRequest_v3(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     _len = len(data)
-    (_replica_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderEpochRequest)
+    (_o1.replica_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetForLeaderTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetForLeaderTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetForLeaderTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetForLeaderPartition] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_current_leader_epoch, _s8_leader_epoch = _S_iii.unpack_from(data, pos)
+        _a9: list[OffsetForLeaderPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetForLeaderPartition)
+            _o11.partition, _o11.current_leader_epoch, _o11.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
-            _a7.append(OffsetForLeaderPartition(_s8_partition, _s8_current_leader_epoch, _s8_leader_epoch))
-        _s3_partitions = _a7
-        _a2.append(OffsetForLeaderTopic(_s3_topic, _s3_partitions))
-    _topics = _a2
-    return OffsetForLeaderEpochRequest(_replica_id, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_OffsetForLeaderEpochRequest_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     _len = len(data)
-    (_replica_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderEpochRequest)
+    (_o1.replica_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetForLeaderTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[OffsetForLeaderTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetForLeaderTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -531,30 +542,46 @@ def _r_OffsetForLeaderEpochRequest_v4(data: bytes, pos: int) -> tuple[OffsetForL
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[OffsetForLeaderPartition] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_current_leader_epoch, _s8_leader_epoch = _S_iii.unpack_from(data, pos)
+        _a9: list[OffsetForLeaderPartition] = []
+        for _ in range(_n8):
+            _o11 = _new(OffsetForLeaderPartition)
+            _o11.partition, _o11.current_leader_epoch, _o11.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(OffsetForLeaderPartition(_s8_partition, _s8_current_leader_epoch, _s8_leader_epoch))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(OffsetForLeaderTopic(_s3_topic, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetForLeaderEpochRequest(_replica_id, _topics), pos
+    return _o1, pos
 
 
 def _w_EpochEndOffset_v0(buf: bytearray, o: EpochEndOffset) -> None:
@@ -572,27 +599,31 @@ def _w_EpochEndOffset_v4(buf: bytearray, o: EpochEndOffset) -> None:
 
 def _r_EpochEndOffset_v0(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
     _len = len(data)
-    _error_code, _partition, _end_offset = _S_hiq.unpack_from(data, pos)
+    _o1 = _new(EpochEndOffset)
+    _o1.error_code, _o1.partition, _o1.end_offset = _S_hiq.unpack_from(data, pos)
     pos += 14
-    return EpochEndOffset(_error_code, _partition, -1, _end_offset), pos
+    _o1.leader_epoch = -1
+    return _o1, pos
 
 
 def _r_EpochEndOffset_v1(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
     _len = len(data)
-    _error_code, _partition, _leader_epoch, _end_offset = _S_hiiq.unpack_from(data, pos)
+    _o1 = _new(EpochEndOffset)
+    _o1.error_code, _o1.partition, _o1.leader_epoch, _o1.end_offset = _S_hiiq.unpack_from(data, pos)
     pos += 18
-    return EpochEndOffset(_error_code, _partition, _leader_epoch, _end_offset), pos
+    return _o1, pos
 
 
 def _r_EpochEndOffset_v4(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
     _len = len(data)
-    _error_code, _partition, _leader_epoch, _end_offset = _S_hiiq.unpack_from(data, pos)
+    _o1 = _new(EpochEndOffset)
+    _o1.error_code, _o1.partition, _o1.leader_epoch, _o1.end_offset = _S_hiiq.unpack_from(data, pos)
     pos += 18
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return EpochEndOffset(_error_code, _partition, _leader_epoch, _end_offset), pos
+    return _o1, pos
 
 
 def _w_OffsetForLeaderTopicResult_v0(buf: bytearray, o: OffsetForLeaderTopicResult) -> None:
@@ -630,98 +661,105 @@ def _w_OffsetForLeaderTopicResult_v4(buf: bytearray, o: OffsetForLeaderTopicResu
 
 def _r_OffsetForLeaderTopicResult_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[EpochEndOffset] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition, _s5_end_offset = _S_hiq.unpack_from(data, pos)
+    _a5: list[EpochEndOffset] = []
+    for _ in range(_n4):
+        _o7 = _new(EpochEndOffset)
+        _o7.error_code, _o7.partition, _o7.end_offset = _S_hiq.unpack_from(data, pos)
         pos += 14
-        _a4.append(EpochEndOffset(_s5_error_code, _s5_partition, -1, _s5_end_offset))
-    _partitions = _a4
-    return OffsetForLeaderTopicResult(_topic, _partitions), pos
+        _o7.leader_epoch = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetForLeaderTopicResult_v1(data: bytes, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[EpochEndOffset] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition, _s5_leader_epoch, _s5_end_offset = _S_hiiq.unpack_from(data, pos)
+    _a5: list[EpochEndOffset] = []
+    for _ in range(_n4):
+        _o7 = _new(EpochEndOffset)
+        _o7.error_code, _o7.partition, _o7.leader_epoch, _o7.end_offset = _S_hiiq.unpack_from(data, pos)
         pos += 18
-        _a4.append(EpochEndOffset(_s5_error_code, _s5_partition, _s5_leader_epoch, _s5_end_offset))
-    _partitions = _a4
-    return OffsetForLeaderTopicResult(_topic, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_OffsetForLeaderTopicResult_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(OffsetForLeaderTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[EpochEndOffset] = []
-    for _ in range(_n3):
-        _s5_error_code, _s5_partition, _s5_leader_epoch, _s5_end_offset = _S_hiiq.unpack_from(data, pos)
+    _a5: list[EpochEndOffset] = []
+    for _ in range(_n4):
+        _o7 = _new(EpochEndOffset)
+        _o7.error_code, _o7.partition, _o7.leader_epoch, _o7.end_offset = _S_hiiq.unpack_from(data, pos)
         pos += 18
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(EpochEndOffset(_s5_error_code, _s5_partition, _s5_leader_epoch, _s5_end_offset))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetForLeaderTopicResult(_topic, _partitions), pos
+    return _o1, pos
 
 
 def _w_OffsetForLeaderEpochResponse_v0(buf: bytearray, o: OffsetForLeaderEpochResponse) -> None:
@@ -757,145 +795,148 @@ def _w_OffsetForLeaderEpochResponse_v4(buf: bytearray, o: OffsetForLeaderEpochRe
 
 def _r_OffsetForLeaderEpochResponse_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderEpochResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetForLeaderTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetForLeaderTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetForLeaderTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[EpochEndOffset] = []
-        for _ in range(_n6):
-            _s8_error_code, _s8_partition, _s8_end_offset = _S_hiq.unpack_from(data, pos)
+        _a9: list[EpochEndOffset] = []
+        for _ in range(_n8):
+            _o11 = _new(EpochEndOffset)
+            _o11.error_code, _o11.partition, _o11.end_offset = _S_hiq.unpack_from(data, pos)
             pos += 14
-            _a7.append(EpochEndOffset(_s8_error_code, _s8_partition, -1, _s8_end_offset))
-        _s3_partitions = _a7
-        _a2.append(OffsetForLeaderTopicResult(_s3_topic, _s3_partitions))
-    _topics = _a2
-    return OffsetForLeaderEpochResponse(0, _topics), pos
+            _o11.leader_epoch = -1
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_OffsetForLeaderEpochResponse_v1(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderEpochResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetForLeaderTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetForLeaderTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetForLeaderTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[EpochEndOffset] = []
-        for _ in range(_n6):
-            _s8_error_code, _s8_partition, _s8_leader_epoch, _s8_end_offset = _S_hiiq.unpack_from(data, pos)
+        _a9: list[EpochEndOffset] = []
+        for _ in range(_n8):
+            _o11 = _new(EpochEndOffset)
+            _o11.error_code, _o11.partition, _o11.leader_epoch, _o11.end_offset = _S_hiiq.unpack_from(
+                data, pos
+            )
             pos += 18
-            _a7.append(EpochEndOffset(_s8_error_code, _s8_partition, _s8_leader_epoch, _s8_end_offset))
-        _s3_partitions = _a7
-        _a2.append(OffsetForLeaderTopicResult(_s3_topic, _s3_partitions))
-    _topics = _a2
-    return OffsetForLeaderEpochResponse(0, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.throttle_time_ms = 0
+    return _o1, pos
 
 
 def _r_OffsetForLeaderEpochResponse_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderEpochResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetForLeaderTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[OffsetForLeaderTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetForLeaderTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[EpochEndOffset] = []
-        for _ in range(_n6):
-            _s8_error_code, _s8_partition, _s8_leader_epoch, _s8_end_offset = _S_hiiq.unpack_from(data, pos)
+        _a9: list[EpochEndOffset] = []
+        for _ in range(_n8):
+            _o11 = _new(EpochEndOffset)
+            _o11.error_code, _o11.partition, _o11.leader_epoch, _o11.end_offset = _S_hiiq.unpack_from(
+                data, pos
+            )
             pos += 18
-            _a7.append(EpochEndOffset(_s8_error_code, _s8_partition, _s8_leader_epoch, _s8_end_offset))
-        _s3_partitions = _a7
-        _a2.append(OffsetForLeaderTopicResult(_s3_topic, _s3_partitions))
-    _topics = _a2
-    return OffsetForLeaderEpochResponse(_throttle_time_ms, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_OffsetForLeaderEpochResponse_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(OffsetForLeaderEpochResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[OffsetForLeaderTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[OffsetForLeaderTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(OffsetForLeaderTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -903,30 +944,48 @@ def _r_OffsetForLeaderEpochResponse_v4(data: bytes, pos: int) -> tuple[OffsetFor
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[EpochEndOffset] = []
-        for _ in range(_n6):
-            _s8_error_code, _s8_partition, _s8_leader_epoch, _s8_end_offset = _S_hiiq.unpack_from(data, pos)
+        _a9: list[EpochEndOffset] = []
+        for _ in range(_n8):
+            _o11 = _new(EpochEndOffset)
+            _o11.error_code, _o11.partition, _o11.leader_epoch, _o11.end_offset = _S_hiiq.unpack_from(
+                data, pos
+            )
             pos += 18
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(EpochEndOffset(_s8_error_code, _s8_partition, _s8_leader_epoch, _s8_end_offset))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(OffsetForLeaderTopicResult(_s3_topic, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetForLeaderEpochResponse(_throttle_time_ms, _topics), pos
+    return _o1, pos
 
 
 OffsetForLeaderPartition._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -307,48 +308,50 @@ def _w_PartitionProduceData_v9(buf: bytearray, o: PartitionProduceData) -> None:
 
 def _r_PartitionProduceData_v0(data: bytes, pos: int) -> tuple[PartitionProduceData, int]:
     _len = len(data)
-    (_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(PartitionProduceData)
+    (_o1.index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for records")
-        _records = None
+        _o1.records = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("records overruns the buffer")
-        _records = data[pos:_end2]
-        pos = _end2
-    return PartitionProduceData(_index, _records), pos
+        _o1.records = data[pos:_end3]
+        pos = _end3
+    return _o1, pos
 
 
 def _r_PartitionProduceData_v9(data: bytes, pos: int) -> tuple[PartitionProduceData, int]:
     _len = len(data)
-    (_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(PartitionProduceData)
+    (_o1.index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for records")
-        _records = None
+        _o1.records = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("records overruns the buffer")
-        _records = data[pos:_end2]
-        pos = _end2
+        _o1.records = data[pos:_end3]
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionProduceData(_index, _records), pos
+    return _o1, pos
 
 
 def _w_TopicProduceData_v0(buf: bytearray, o: TopicProduceData) -> None:
@@ -376,100 +379,104 @@ def _w_TopicProduceData_v9(buf: bytearray, o: TopicProduceData) -> None:
 
 def _r_TopicProduceData_v0(data: bytes, pos: int) -> tuple[TopicProduceData, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TopicProduceData)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_data")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_data exceeds the bytes left")
-    _a4: list[PartitionProduceData] = []
-    for _ in range(_n3):
-        (_s5_index,) = _S_i.unpack_from(data, pos)
+    _a5: list[PartitionProduceData] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionProduceData)
+        (_o7.index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for records")
-            _s5_records = None
+            _o7.records = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("records overruns the buffer")
-            _s5_records = data[pos:_end7]
-            pos = _end7
-        _a4.append(PartitionProduceData(_s5_index, _s5_records))
-    _partition_data = _a4
-    return TopicProduceData(_name, _partition_data), pos
+            _o7.records = data[pos:_end9]
+            pos = _end9
+        _a5.append(_o7)
+    _o1.partition_data = _a5
+    return _o1, pos
 
 
 def _r_TopicProduceData_v9(data: bytes, pos: int) -> tuple[TopicProduceData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TopicProduceData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_data")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_data exceeds the bytes left")
-    _a4: list[PartitionProduceData] = []
-    for _ in range(_n3):
-        (_s5_index,) = _S_i.unpack_from(data, pos)
+    _a5: list[PartitionProduceData] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionProduceData)
+        (_o7.index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for records")
-            _s5_records = None
+            _o7.records = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("records overruns the buffer")
-            _s5_records = data[pos:_end7]
-            pos = _end7
+            _o7.records = data[pos:_end9]
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(PartitionProduceData(_s5_index, _s5_records))
-    _partition_data = _a4
+        _a5.append(_o7)
+    _o1.partition_data = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicProduceData(_name, _partition_data), pos
+    return _o1, pos
 
 
 def _w_ProduceRequest_v0(buf: bytearray, o: ProduceRequest) -> None:
@@ -515,78 +522,18 @@ def _w_ProduceRequest_v9(buf: bytearray, o: ProduceRequest) -> None:
 
 def _r_ProduceRequest_v0(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
     _len = len(data)
-    _acks, _timeout_ms = _S_hi.unpack_from(data, pos)
+    _o1 = _new(ProduceRequest)
+    _o1.acks, _o1.timeout_ms = _S_hi.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_data")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_data exceeds the bytes left")
-    _a2: list[TopicProduceData] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for partition_data")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of partition_data exceeds the bytes left")
-        _a7: list[PartitionProduceData] = []
-        for _ in range(_n6):
-            (_s8_index,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                if _n9 != -1:
-                    raise DecodeError("invalid length for records")
-                _s8_records = None
-            else:
-                _end10 = pos + _n9
-                if _end10 > _len:
-                    raise DecodeError("records overruns the buffer")
-                _s8_records = data[pos:_end10]
-                pos = _end10
-            _a7.append(PartitionProduceData(_s8_index, _s8_records))
-        _s3_partition_data = _a7
-        _a2.append(TopicProduceData(_s3_name, _s3_partition_data))
-    _topic_data = _a2
-    return ProduceRequest(None, _acks, _timeout_ms, _topic_data), pos
-
-
-def _r_ProduceRequest_v3(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
-            raise DecodeError("invalid length for transactional_id")
-        _transactional_id = None
-    else:
-        _end2 = pos + _n1
-        if _end2 > _len:
-            raise DecodeError("transactional_id overruns the buffer")
-        _transactional_id = data[pos:_end2].decode()
-        pos = _end2
-    _acks, _timeout_ms = _S_hi.unpack_from(data, pos)
-    pos += 6
-    (_n3,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for topic_data")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of topic_data exceeds the bytes left")
-    _a4: list[TopicProduceData] = []
-    for _ in range(_n3):
+    _a3: list[TopicProduceData] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicProduceData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -594,7 +541,7 @@ def _r_ProduceRequest_v3(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
         _end7 = pos + _n6
         if _end7 > _len:
             raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
+        _o5.name = data[pos:_end7].decode()
         pos = _end7
         (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
@@ -604,76 +551,130 @@ def _r_ProduceRequest_v3(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
             raise DecodeError("array count of partition_data exceeds the bytes left")
         _a9: list[PartitionProduceData] = []
         for _ in range(_n8):
-            (_s10_index,) = _S_i.unpack_from(data, pos)
+            _o11 = _new(PartitionProduceData)
+            (_o11.index,) = _S_i.unpack_from(data, pos)
             pos += 4
-            (_n11,) = _I32.unpack_from(data, pos)
+            (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n11 < 0:
-                if _n11 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for records")
-                _s10_records = None
+                _o11.records = None
             else:
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s10_records = data[pos:_end12]
-                pos = _end12
-            _a9.append(PartitionProduceData(_s10_index, _s10_records))
-        _s5_partition_data = _a9
-        _a4.append(TopicProduceData(_s5_name, _s5_partition_data))
-    _topic_data = _a4
-    return ProduceRequest(_transactional_id, _acks, _timeout_ms, _topic_data), pos
+                _o11.records = data[pos:_end13]
+                pos = _end13
+            _a9.append(_o11)
+        _o5.partition_data = _a9
+        _a3.append(_o5)
+    _o1.topic_data = _a3
+    _o1.transactional_id = None
+    return _o1, pos
+
+
+def _r_ProduceRequest_v3(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
+    _len = len(data)
+    _o1 = _new(ProduceRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        if _n2 != -1:
+            raise DecodeError("invalid length for transactional_id")
+        _o1.transactional_id = None
+    else:
+        _end3 = pos + _n2
+        if _end3 > _len:
+            raise DecodeError("transactional_id overruns the buffer")
+        _o1.transactional_id = data[pos:_end3].decode()
+        pos = _end3
+    _o1.acks, _o1.timeout_ms = _S_hi.unpack_from(data, pos)
+    pos += 6
+    (_n4,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for topic_data")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of topic_data exceeds the bytes left")
+    _a5: list[TopicProduceData] = []
+    for _ in range(_n4):
+        _o7 = _new(TopicProduceData)
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for partition_data")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of partition_data exceeds the bytes left")
+        _a11: list[PartitionProduceData] = []
+        for _ in range(_n10):
+            _o13 = _new(PartitionProduceData)
+            (_o13.index,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            (_n14,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n14 < 0:
+                if _n14 != -1:
+                    raise DecodeError("invalid length for records")
+                _o13.records = None
+            else:
+                _end15 = pos + _n14
+                if _end15 > _len:
+                    raise DecodeError("records overruns the buffer")
+                _o13.records = data[pos:_end15]
+                pos = _end15
+            _a11.append(_o13)
+        _o7.partition_data = _a11
+        _a5.append(_o7)
+    _o1.topic_data = _a5
+    return _o1, pos
 
 
 def _r_ProduceRequest_v9(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ProduceRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for transactional_id")
-        _transactional_id = None
+        _o1.transactional_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("transactional_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("transactional_id overruns the buffer")
-        _transactional_id = data[pos:_end2].decode()
-        pos = _end2
-    _acks, _timeout_ms = _S_hi.unpack_from(data, pos)
+        _o1.transactional_id = data[pos:_end3].decode()
+        pos = _end3
+    _o1.acks, _o1.timeout_ms = _S_hi.unpack_from(data, pos)
     pos += 6
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topic_data")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topic_data exceeds the bytes left")
-    _a4: list[TopicProduceData] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[TopicProduceData] = []
+    for _ in range(_n4):
+        _o7 = _new(TopicProduceData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -681,46 +682,62 @@ def _r_ProduceRequest_v9(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partition_data")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partition_data exceeds the bytes left")
-        _a9: list[PartitionProduceData] = []
-        for _ in range(_n8):
-            (_s10_index,) = _S_i.unpack_from(data, pos)
+        _a11: list[PartitionProduceData] = []
+        for _ in range(_n10):
+            _o13 = _new(PartitionProduceData)
+            (_o13.index,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n11 = data[pos]
-            if _n11 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                if _n11 != -1:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
+                if _n14 != -1:
                     raise DecodeError("invalid length for records")
-                _s10_records = None
+                _o13.records = None
             else:
-                _end12 = pos + _n11
-                if _end12 > _len:
+                _end15 = pos + _n14
+                if _end15 > _len:
                     raise DecodeError("records overruns the buffer")
-                _s10_records = data[pos:_end12]
-                pos = _end12
+                _o13.records = data[pos:_end15]
+                pos = _end15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(PartitionProduceData(_s10_index, _s10_records))
-        _s5_partition_data = _a9
+            _a11.append(_o13)
+        _o7.partition_data = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(TopicProduceData(_s5_name, _s5_partition_data))
-    _topic_data = _a4
+        _a5.append(_o7)
+    _o1.topic_data = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ProduceRequest(_transactional_id, _acks, _timeout_ms, _topic_data), pos
+    return _o1, pos
 
 
 def _w_BatchIndexAndErrorMessage_v8(buf: bytearray, o: BatchIndexAndErrorMessage) -> None:
@@ -748,50 +765,52 @@ def _w_BatchIndexAndErrorMessage_v9(buf: bytearray, o: BatchIndexAndErrorMessage
 
 def _r_BatchIndexAndErrorMessage_v8(data: bytes, pos: int) -> tuple[BatchIndexAndErrorMessage, int]:
     _len = len(data)
-    (_batch_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(BatchIndexAndErrorMessage)
+    (_o1.batch_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for batch_index_error_message")
-        _batch_index_error_message = None
+        _o1.batch_index_error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("batch_index_error_message overruns the buffer")
-        _batch_index_error_message = data[pos:_end2].decode()
-        pos = _end2
-    return BatchIndexAndErrorMessage(_batch_index, _batch_index_error_message), pos
+        _o1.batch_index_error_message = data[pos:_end3].decode()
+        pos = _end3
+    return _o1, pos
 
 
 def _r_BatchIndexAndErrorMessage_v9(data: bytes, pos: int) -> tuple[BatchIndexAndErrorMessage, int]:
     _len = len(data)
-    (_batch_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(BatchIndexAndErrorMessage)
+    (_o1.batch_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for batch_index_error_message")
-        _batch_index_error_message = None
+        _o1.batch_index_error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("batch_index_error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("batch_index_error_message overruns the buffer")
-        _batch_index_error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.batch_index_error_message = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return BatchIndexAndErrorMessage(_batch_index, _batch_index_error_message), pos
+    return _o1, pos
 
 
 def _w_LeaderIdAndEpoch_v10(buf: bytearray, o: LeaderIdAndEpoch) -> None:
@@ -801,13 +820,14 @@ def _w_LeaderIdAndEpoch_v10(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v10(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _leader_id, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(LeaderIdAndEpoch)
+    _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderIdAndEpoch(_leader_id, _leader_epoch), pos
+    return _o1, pos
 
 
 def _w_PartitionProduceResponse_v0(buf: bytearray, o: PartitionProduceResponse) -> None:
@@ -891,263 +911,247 @@ def _w_PartitionProduceResponse_v10(buf: bytearray, o: PartitionProduceResponse)
 
 def _r_PartitionProduceResponse_v0(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _index, _error_code, _base_offset = _S_ihq.unpack_from(data, pos)
+    _o1 = _new(PartitionProduceResponse)
+    _o1.index, _o1.error_code, _o1.base_offset = _S_ihq.unpack_from(data, pos)
     pos += 14
-    return PartitionProduceResponse(
-        _index, _error_code, _base_offset, -1, -1, [], None, LeaderIdAndEpoch()
-    ), pos
+    _o1.log_append_time_ms = -1
+    _o1.log_start_offset = -1
+    _o1.record_errors = []
+    _o1.error_message = None
+    _o1.current_leader = LeaderIdAndEpoch()
+    return _o1, pos
 
 
 def _r_PartitionProduceResponse_v2(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _index, _error_code, _base_offset, _log_append_time_ms = _S_ihqq.unpack_from(data, pos)
+    _o1 = _new(PartitionProduceResponse)
+    _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms = _S_ihqq.unpack_from(data, pos)
     pos += 22
-    return PartitionProduceResponse(
-        _index, _error_code, _base_offset, _log_append_time_ms, -1, [], None, LeaderIdAndEpoch()
-    ), pos
+    _o1.log_start_offset = -1
+    _o1.record_errors = []
+    _o1.error_message = None
+    _o1.current_leader = LeaderIdAndEpoch()
+    return _o1, pos
 
 
 def _r_PartitionProduceResponse_v5(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _index, _error_code, _base_offset, _log_append_time_ms, _log_start_offset = _S_ihqqq.unpack_from(
-        data, pos
+    _o1 = _new(PartitionProduceResponse)
+    _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms, _o1.log_start_offset = (
+        _S_ihqqq.unpack_from(data, pos)
     )
     pos += 30
-    return PartitionProduceResponse(
-        _index,
-        _error_code,
-        _base_offset,
-        _log_append_time_ms,
-        _log_start_offset,
-        [],
-        None,
-        LeaderIdAndEpoch(),
-    ), pos
+    _o1.record_errors = []
+    _o1.error_message = None
+    _o1.current_leader = LeaderIdAndEpoch()
+    return _o1, pos
 
 
 def _r_PartitionProduceResponse_v8(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _index, _error_code, _base_offset, _log_append_time_ms, _log_start_offset = _S_ihqqq.unpack_from(
-        data, pos
+    _o1 = _new(PartitionProduceResponse)
+    _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms, _o1.log_start_offset = (
+        _S_ihqqq.unpack_from(data, pos)
     )
     pos += 30
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for record_errors")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of record_errors exceeds the bytes left")
-    _a2: list[BatchIndexAndErrorMessage] = []
-    for _ in range(_n1):
-        (_s3_batch_index,) = _S_i.unpack_from(data, pos)
+    _a3: list[BatchIndexAndErrorMessage] = []
+    for _ in range(_n2):
+        _o5 = _new(BatchIndexAndErrorMessage)
+        (_o5.batch_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            if _n4 != -1:
+        if _n6 < 0:
+            if _n6 != -1:
                 raise DecodeError("invalid length for batch_index_error_message")
-            _s3_batch_index_error_message = None
+            _o5.batch_index_error_message = None
         else:
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("batch_index_error_message overruns the buffer")
-            _s3_batch_index_error_message = data[pos:_end5].decode()
-            pos = _end5
-        _a2.append(BatchIndexAndErrorMessage(_s3_batch_index, _s3_batch_index_error_message))
-    _record_errors = _a2
-    (_n6,) = _I16.unpack_from(data, pos)
+            _o5.batch_index_error_message = data[pos:_end7].decode()
+            pos = _end7
+        _a3.append(_o5)
+    _o1.record_errors = _a3
+    (_n8,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n6 < 0:
-        if _n6 != -1:
+    if _n8 < 0:
+        if _n8 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end9 = pos + _n8
+        if _end9 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end7].decode()
-        pos = _end7
-    return PartitionProduceResponse(
-        _index,
-        _error_code,
-        _base_offset,
-        _log_append_time_ms,
-        _log_start_offset,
-        _record_errors,
-        _error_message,
-        LeaderIdAndEpoch(),
-    ), pos
+        _o1.error_message = data[pos:_end9].decode()
+        pos = _end9
+    _o1.current_leader = LeaderIdAndEpoch()
+    return _o1, pos
 
 
 def _r_PartitionProduceResponse_v9(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _index, _error_code, _base_offset, _log_append_time_ms, _log_start_offset = _S_ihqqq.unpack_from(
-        data, pos
+    _o1 = _new(PartitionProduceResponse)
+    _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms, _o1.log_start_offset = (
+        _S_ihqqq.unpack_from(data, pos)
     )
     pos += 30
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for record_errors")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of record_errors exceeds the bytes left")
-    _a2: list[BatchIndexAndErrorMessage] = []
-    for _ in range(_n1):
-        (_s3_batch_index,) = _S_i.unpack_from(data, pos)
+    _a3: list[BatchIndexAndErrorMessage] = []
+    for _ in range(_n2):
+        _o5 = _new(BatchIndexAndErrorMessage)
+        (_o5.batch_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            if _n6 != -1:
                 raise DecodeError("invalid length for batch_index_error_message")
-            _s3_batch_index_error_message = None
+            _o5.batch_index_error_message = None
         else:
-            if _n4 > 0x7FFF:
+            if _n6 > 0x7FFF:
                 raise DecodeError("batch_index_error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("batch_index_error_message overruns the buffer")
-            _s3_batch_index_error_message = data[pos:_end5].decode()
-            pos = _end5
+            _o5.batch_index_error_message = data[pos:_end7].decode()
+            pos = _end7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(BatchIndexAndErrorMessage(_s3_batch_index, _s3_batch_index_error_message))
-    _record_errors = _a2
-    _n6 = data[pos]
-    if _n6 < 128:
+        _a3.append(_o5)
+    _o1.record_errors = _a3
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n6, pos = read_uvarint(data, pos)
-    _n6 -= 1
-    if _n6 < 0:
-        if _n6 != -1:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        if _n8 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n6 > 0x7FFF:
+        if _n8 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end9 = pos + _n8
+        if _end9 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end7].decode()
-        pos = _end7
+        _o1.error_message = data[pos:_end9].decode()
+        pos = _end9
+    _o1.current_leader = LeaderIdAndEpoch()
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionProduceResponse(
-        _index,
-        _error_code,
-        _base_offset,
-        _log_append_time_ms,
-        _log_start_offset,
-        _record_errors,
-        _error_message,
-        LeaderIdAndEpoch(),
-    ), pos
+    return _o1, pos
 
 
 def _r_PartitionProduceResponse_v10(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _index, _error_code, _base_offset, _log_append_time_ms, _log_start_offset = _S_ihqqq.unpack_from(
-        data, pos
+    _o1 = _new(PartitionProduceResponse)
+    _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms, _o1.log_start_offset = (
+        _S_ihqqq.unpack_from(data, pos)
     )
     pos += 30
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for record_errors")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of record_errors exceeds the bytes left")
-    _a2: list[BatchIndexAndErrorMessage] = []
-    for _ in range(_n1):
-        (_s3_batch_index,) = _S_i.unpack_from(data, pos)
+    _a3: list[BatchIndexAndErrorMessage] = []
+    for _ in range(_n2):
+        _o5 = _new(BatchIndexAndErrorMessage)
+        (_o5.batch_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            if _n6 != -1:
                 raise DecodeError("invalid length for batch_index_error_message")
-            _s3_batch_index_error_message = None
+            _o5.batch_index_error_message = None
         else:
-            if _n4 > 0x7FFF:
+            if _n6 > 0x7FFF:
                 raise DecodeError("batch_index_error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("batch_index_error_message overruns the buffer")
-            _s3_batch_index_error_message = data[pos:_end5].decode()
-            pos = _end5
+            _o5.batch_index_error_message = data[pos:_end7].decode()
+            pos = _end7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(BatchIndexAndErrorMessage(_s3_batch_index, _s3_batch_index_error_message))
-    _record_errors = _a2
-    _n6 = data[pos]
-    if _n6 < 128:
+        _a3.append(_o5)
+    _o1.record_errors = _a3
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n6, pos = read_uvarint(data, pos)
-    _n6 -= 1
-    if _n6 < 0:
-        if _n6 != -1:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        if _n8 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n6 > 0x7FFF:
+        if _n8 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end9 = pos + _n8
+        if _end9 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end7].decode()
-        pos = _end7
-    _current_leader = LeaderIdAndEpoch()
-    _ntags8, pos = read_uvarint(data, pos)
-    for _ in range(_ntags8):
-        _tag9, pos = read_uvarint(data, pos)
-        _tend10, pos = read_uvarint(data, pos)
-        _tend10 += pos
-        if _tend10 > _len:
+        _o1.error_message = data[pos:_end9].decode()
+        pos = _end9
+    _o1.current_leader = LeaderIdAndEpoch()
+    _ntags10, pos = read_uvarint(data, pos)
+    for _ in range(_ntags10):
+        _tag11, pos = read_uvarint(data, pos)
+        _tend12, pos = read_uvarint(data, pos)
+        _tend12 += pos
+        if _tend12 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag9 == 0:
-            _s11_leader_id, _s11_leader_epoch = _S_ii.unpack_from(data, pos)
+        if _tag11 == 0:
+            _o14 = _new(LeaderIdAndEpoch)
+            _o14.leader_id, _o14.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _current_leader = LeaderIdAndEpoch(_s11_leader_id, _s11_leader_epoch)
-            if pos != _tend10:
+            _o1.current_leader = _o14
+            if pos != _tend12:
                 raise DecodeError("tagged field current_leader has the wrong size")
-        pos = _tend10
-    return PartitionProduceResponse(
-        _index,
-        _error_code,
-        _base_offset,
-        _log_append_time_ms,
-        _log_start_offset,
-        _record_errors,
-        _error_message,
-        _current_leader,
-    ), pos
+        pos = _tend12
+    return _o1, pos
 
 
 def _w_TopicProduceResponse_v0(buf: bytearray, o: TopicProduceResponse) -> None:
@@ -1218,424 +1222,395 @@ def _w_TopicProduceResponse_v10(buf: bytearray, o: TopicProduceResponse) -> None
 
 def _r_TopicProduceResponse_v0(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TopicProduceResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_responses")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_responses exceeds the bytes left")
-    _a4: list[PartitionProduceResponse] = []
-    for _ in range(_n3):
-        _s5_index, _s5_error_code, _s5_base_offset = _S_ihq.unpack_from(data, pos)
+    _a5: list[PartitionProduceResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionProduceResponse)
+        _o7.index, _o7.error_code, _o7.base_offset = _S_ihq.unpack_from(data, pos)
         pos += 14
-        _a4.append(
-            PartitionProduceResponse(
-                _s5_index, _s5_error_code, _s5_base_offset, -1, -1, [], None, LeaderIdAndEpoch()
-            )
-        )
-    _partition_responses = _a4
-    return TopicProduceResponse(_name, _partition_responses), pos
+        _o7.log_append_time_ms = -1
+        _o7.log_start_offset = -1
+        _o7.record_errors = []
+        _o7.error_message = None
+        _o7.current_leader = LeaderIdAndEpoch()
+        _a5.append(_o7)
+    _o1.partition_responses = _a5
+    return _o1, pos
 
 
 def _r_TopicProduceResponse_v2(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TopicProduceResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_responses")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_responses exceeds the bytes left")
-    _a4: list[PartitionProduceResponse] = []
-    for _ in range(_n3):
-        _s5_index, _s5_error_code, _s5_base_offset, _s5_log_append_time_ms = _S_ihqq.unpack_from(data, pos)
+    _a5: list[PartitionProduceResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionProduceResponse)
+        _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms = _S_ihqq.unpack_from(data, pos)
         pos += 22
-        _a4.append(
-            PartitionProduceResponse(
-                _s5_index,
-                _s5_error_code,
-                _s5_base_offset,
-                _s5_log_append_time_ms,
-                -1,
-                [],
-                None,
-                LeaderIdAndEpoch(),
-            )
-        )
-    _partition_responses = _a4
-    return TopicProduceResponse(_name, _partition_responses), pos
+        _o7.log_start_offset = -1
+        _o7.record_errors = []
+        _o7.error_message = None
+        _o7.current_leader = LeaderIdAndEpoch()
+        _a5.append(_o7)
+    _o1.partition_responses = _a5
+    return _o1, pos
 
 
 def _r_TopicProduceResponse_v5(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TopicProduceResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_responses")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_responses exceeds the bytes left")
-    _a4: list[PartitionProduceResponse] = []
-    for _ in range(_n3):
-        _s5_index, _s5_error_code, _s5_base_offset, _s5_log_append_time_ms, _s5_log_start_offset = (
+    _a5: list[PartitionProduceResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionProduceResponse)
+        _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms, _o7.log_start_offset = (
             _S_ihqqq.unpack_from(data, pos)
         )
         pos += 30
-        _a4.append(
-            PartitionProduceResponse(
-                _s5_index,
-                _s5_error_code,
-                _s5_base_offset,
-                _s5_log_append_time_ms,
-                _s5_log_start_offset,
-                [],
-                None,
-                LeaderIdAndEpoch(),
-            )
-        )
-    _partition_responses = _a4
-    return TopicProduceResponse(_name, _partition_responses), pos
+        _o7.record_errors = []
+        _o7.error_message = None
+        _o7.current_leader = LeaderIdAndEpoch()
+        _a5.append(_o7)
+    _o1.partition_responses = _a5
+    return _o1, pos
 
 
 def _r_TopicProduceResponse_v8(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TopicProduceResponse)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_responses")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_responses exceeds the bytes left")
-    _a4: list[PartitionProduceResponse] = []
-    for _ in range(_n3):
-        _s5_index, _s5_error_code, _s5_base_offset, _s5_log_append_time_ms, _s5_log_start_offset = (
+    _a5: list[PartitionProduceResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionProduceResponse)
+        _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms, _o7.log_start_offset = (
             _S_ihqqq.unpack_from(data, pos)
         )
         pos += 30
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for record_errors")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of record_errors exceeds the bytes left")
-        _a7: list[BatchIndexAndErrorMessage] = []
-        for _ in range(_n6):
-            (_s8_batch_index,) = _S_i.unpack_from(data, pos)
+        _a9: list[BatchIndexAndErrorMessage] = []
+        for _ in range(_n8):
+            _o11 = _new(BatchIndexAndErrorMessage)
+            (_o11.batch_index,) = _S_i.unpack_from(data, pos)
             pos += 4
-            (_n9,) = _I16.unpack_from(data, pos)
+            (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n9 < 0:
-                if _n9 != -1:
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for batch_index_error_message")
-                _s8_batch_index_error_message = None
+                _o11.batch_index_error_message = None
             else:
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("batch_index_error_message overruns the buffer")
-                _s8_batch_index_error_message = data[pos:_end10].decode()
-                pos = _end10
-            _a7.append(BatchIndexAndErrorMessage(_s8_batch_index, _s8_batch_index_error_message))
-        _s5_record_errors = _a7
-        (_n11,) = _I16.unpack_from(data, pos)
+                _o11.batch_index_error_message = data[pos:_end13].decode()
+                pos = _end13
+            _a9.append(_o11)
+        _o7.record_errors = _a9
+        (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n11 < 0:
-            if _n11 != -1:
+        if _n14 < 0:
+            if _n14 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
+            _o7.error_message = None
         else:
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end12].decode()
-            pos = _end12
-        _a4.append(
-            PartitionProduceResponse(
-                _s5_index,
-                _s5_error_code,
-                _s5_base_offset,
-                _s5_log_append_time_ms,
-                _s5_log_start_offset,
-                _s5_record_errors,
-                _s5_error_message,
-                LeaderIdAndEpoch(),
-            )
-        )
-    _partition_responses = _a4
-    return TopicProduceResponse(_name, _partition_responses), pos
+            _o7.error_message = data[pos:_end15].decode()
+            pos = _end15
+        _o7.current_leader = LeaderIdAndEpoch()
+        _a5.append(_o7)
+    _o1.partition_responses = _a5
+    return _o1, pos
 
 
 def _r_TopicProduceResponse_v9(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TopicProduceResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_responses")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_responses exceeds the bytes left")
-    _a4: list[PartitionProduceResponse] = []
-    for _ in range(_n3):
-        _s5_index, _s5_error_code, _s5_base_offset, _s5_log_append_time_ms, _s5_log_start_offset = (
+    _a5: list[PartitionProduceResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionProduceResponse)
+        _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms, _o7.log_start_offset = (
             _S_ihqqq.unpack_from(data, pos)
         )
         pos += 30
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for record_errors")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of record_errors exceeds the bytes left")
-        _a7: list[BatchIndexAndErrorMessage] = []
-        for _ in range(_n6):
-            (_s8_batch_index,) = _S_i.unpack_from(data, pos)
+        _a9: list[BatchIndexAndErrorMessage] = []
+        for _ in range(_n8):
+            _o11 = _new(BatchIndexAndErrorMessage)
+            (_o11.batch_index,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for batch_index_error_message")
-                _s8_batch_index_error_message = None
+                _o11.batch_index_error_message = None
             else:
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("batch_index_error_message is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("batch_index_error_message overruns the buffer")
-                _s8_batch_index_error_message = data[pos:_end10].decode()
-                pos = _end10
+                _o11.batch_index_error_message = data[pos:_end13].decode()
+                pos = _end13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(BatchIndexAndErrorMessage(_s8_batch_index, _s8_batch_index_error_message))
-        _s5_record_errors = _a7
-        _n11 = data[pos]
-        if _n11 < 128:
+            _a9.append(_o11)
+        _o7.record_errors = _a9
+        _n14 = data[pos]
+        if _n14 < 128:
             pos += 1
         else:
-            _n11, pos = read_uvarint(data, pos)
-        _n11 -= 1
-        if _n11 < 0:
-            if _n11 != -1:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
+            if _n14 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
+            _o7.error_message = None
         else:
-            if _n11 > 0x7FFF:
+            if _n14 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end12].decode()
-            pos = _end12
+            _o7.error_message = data[pos:_end15].decode()
+            pos = _end15
+        _o7.current_leader = LeaderIdAndEpoch()
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            PartitionProduceResponse(
-                _s5_index,
-                _s5_error_code,
-                _s5_base_offset,
-                _s5_log_append_time_ms,
-                _s5_log_start_offset,
-                _s5_record_errors,
-                _s5_error_message,
-                LeaderIdAndEpoch(),
-            )
-        )
-    _partition_responses = _a4
+        _a5.append(_o7)
+    _o1.partition_responses = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicProduceResponse(_name, _partition_responses), pos
+    return _o1, pos
 
 
 def _r_TopicProduceResponse_v10(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TopicProduceResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_responses")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_responses exceeds the bytes left")
-    _a4: list[PartitionProduceResponse] = []
-    for _ in range(_n3):
-        _s5_index, _s5_error_code, _s5_base_offset, _s5_log_append_time_ms, _s5_log_start_offset = (
+    _a5: list[PartitionProduceResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionProduceResponse)
+        _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms, _o7.log_start_offset = (
             _S_ihqqq.unpack_from(data, pos)
         )
         pos += 30
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for record_errors")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of record_errors exceeds the bytes left")
-        _a7: list[BatchIndexAndErrorMessage] = []
-        for _ in range(_n6):
-            (_s8_batch_index,) = _S_i.unpack_from(data, pos)
+        _a9: list[BatchIndexAndErrorMessage] = []
+        for _ in range(_n8):
+            _o11 = _new(BatchIndexAndErrorMessage)
+            (_o11.batch_index,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for batch_index_error_message")
-                _s8_batch_index_error_message = None
+                _o11.batch_index_error_message = None
             else:
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("batch_index_error_message is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("batch_index_error_message overruns the buffer")
-                _s8_batch_index_error_message = data[pos:_end10].decode()
-                pos = _end10
+                _o11.batch_index_error_message = data[pos:_end13].decode()
+                pos = _end13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(BatchIndexAndErrorMessage(_s8_batch_index, _s8_batch_index_error_message))
-        _s5_record_errors = _a7
-        _n11 = data[pos]
-        if _n11 < 128:
+            _a9.append(_o11)
+        _o7.record_errors = _a9
+        _n14 = data[pos]
+        if _n14 < 128:
             pos += 1
         else:
-            _n11, pos = read_uvarint(data, pos)
-        _n11 -= 1
-        if _n11 < 0:
-            if _n11 != -1:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
+            if _n14 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
+            _o7.error_message = None
         else:
-            if _n11 > 0x7FFF:
+            if _n14 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end12 = pos + _n11
-            if _end12 > _len:
+            _end15 = pos + _n14
+            if _end15 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end12].decode()
-            pos = _end12
-        _s5_current_leader = LeaderIdAndEpoch()
-        _ntags13, pos = read_uvarint(data, pos)
-        for _ in range(_ntags13):
-            _tag14, pos = read_uvarint(data, pos)
-            _tend15, pos = read_uvarint(data, pos)
-            _tend15 += pos
-            if _tend15 > _len:
+            _o7.error_message = data[pos:_end15].decode()
+            pos = _end15
+        _o7.current_leader = LeaderIdAndEpoch()
+        _ntags16, pos = read_uvarint(data, pos)
+        for _ in range(_ntags16):
+            _tag17, pos = read_uvarint(data, pos)
+            _tend18, pos = read_uvarint(data, pos)
+            _tend18 += pos
+            if _tend18 > _len:
                 raise DecodeError("tagged field overruns its buffer")
-            if _tag14 == 0:
-                _s16_leader_id, _s16_leader_epoch = _S_ii.unpack_from(data, pos)
+            if _tag17 == 0:
+                _o20 = _new(LeaderIdAndEpoch)
+                _o20.leader_id, _o20.leader_epoch = _S_ii.unpack_from(data, pos)
                 pos += 8
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _s5_current_leader = LeaderIdAndEpoch(_s16_leader_id, _s16_leader_epoch)
-                if pos != _tend15:
+                _o7.current_leader = _o20
+                if pos != _tend18:
                     raise DecodeError("tagged field current_leader has the wrong size")
-            pos = _tend15
-        _a4.append(
-            PartitionProduceResponse(
-                _s5_index,
-                _s5_error_code,
-                _s5_base_offset,
-                _s5_log_append_time_ms,
-                _s5_log_start_offset,
-                _s5_record_errors,
-                _s5_error_message,
-                _s5_current_leader,
-            )
-        )
-    _partition_responses = _a4
+            pos = _tend18
+        _a5.append(_o7)
+    _o1.partition_responses = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicProduceResponse(_name, _partition_responses), pos
+    return _o1, pos
 
 
 def _w_NodeEndpoint_v10(buf: bytearray, o: NodeEndpoint) -> None:
@@ -1659,48 +1634,49 @@ def _w_NodeEndpoint_v10(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v10(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(NodeEndpoint)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end4].decode()
-        pos = _end4
+        _o1.rack = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return NodeEndpoint(_node_id, _host, _port, _rack), pos
+    return _o1, pos
 
 
 def _w_ProduceResponse_v0(buf: bytearray, o: ProduceResponse) -> None:
@@ -1786,304 +1762,290 @@ def _w_ProduceResponse_v10(buf: bytearray, o: ProduceResponse) -> None:
 
 def _r_ProduceResponse_v0(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ProduceResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[TopicProduceResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[TopicProduceResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicProduceResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_responses")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
-        _a7: list[PartitionProduceResponse] = []
-        for _ in range(_n6):
-            _s8_index, _s8_error_code, _s8_base_offset = _S_ihq.unpack_from(data, pos)
+        _a9: list[PartitionProduceResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionProduceResponse)
+            _o11.index, _o11.error_code, _o11.base_offset = _S_ihq.unpack_from(data, pos)
             pos += 14
-            _a7.append(
-                PartitionProduceResponse(
-                    _s8_index, _s8_error_code, _s8_base_offset, -1, -1, [], None, LeaderIdAndEpoch()
-                )
-            )
-        _s3_partition_responses = _a7
-        _a2.append(TopicProduceResponse(_s3_name, _s3_partition_responses))
-    _responses = _a2
-    return ProduceResponse(_responses, 0, []), pos
+            _o11.log_append_time_ms = -1
+            _o11.log_start_offset = -1
+            _o11.record_errors = []
+            _o11.error_message = None
+            _o11.current_leader = LeaderIdAndEpoch()
+            _a9.append(_o11)
+        _o5.partition_responses = _a9
+        _a3.append(_o5)
+    _o1.responses = _a3
+    _o1.throttle_time_ms = 0
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_ProduceResponse_v1(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ProduceResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[TopicProduceResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[TopicProduceResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicProduceResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_responses")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
-        _a7: list[PartitionProduceResponse] = []
-        for _ in range(_n6):
-            _s8_index, _s8_error_code, _s8_base_offset = _S_ihq.unpack_from(data, pos)
+        _a9: list[PartitionProduceResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionProduceResponse)
+            _o11.index, _o11.error_code, _o11.base_offset = _S_ihq.unpack_from(data, pos)
             pos += 14
-            _a7.append(
-                PartitionProduceResponse(
-                    _s8_index, _s8_error_code, _s8_base_offset, -1, -1, [], None, LeaderIdAndEpoch()
-                )
-            )
-        _s3_partition_responses = _a7
-        _a2.append(TopicProduceResponse(_s3_name, _s3_partition_responses))
-    _responses = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+            _o11.log_append_time_ms = -1
+            _o11.log_start_offset = -1
+            _o11.record_errors = []
+            _o11.error_message = None
+            _o11.current_leader = LeaderIdAndEpoch()
+            _a9.append(_o11)
+        _o5.partition_responses = _a9
+        _a3.append(_o5)
+    _o1.responses = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ProduceResponse(_responses, _throttle_time_ms, []), pos
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_ProduceResponse_v2(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ProduceResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[TopicProduceResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[TopicProduceResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicProduceResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_responses")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
-        _a7: list[PartitionProduceResponse] = []
-        for _ in range(_n6):
-            _s8_index, _s8_error_code, _s8_base_offset, _s8_log_append_time_ms = _S_ihqq.unpack_from(
+        _a9: list[PartitionProduceResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionProduceResponse)
+            _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms = _S_ihqq.unpack_from(
                 data, pos
             )
             pos += 22
-            _a7.append(
-                PartitionProduceResponse(
-                    _s8_index,
-                    _s8_error_code,
-                    _s8_base_offset,
-                    _s8_log_append_time_ms,
-                    -1,
-                    [],
-                    None,
-                    LeaderIdAndEpoch(),
-                )
-            )
-        _s3_partition_responses = _a7
-        _a2.append(TopicProduceResponse(_s3_name, _s3_partition_responses))
-    _responses = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+            _o11.log_start_offset = -1
+            _o11.record_errors = []
+            _o11.error_message = None
+            _o11.current_leader = LeaderIdAndEpoch()
+            _a9.append(_o11)
+        _o5.partition_responses = _a9
+        _a3.append(_o5)
+    _o1.responses = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ProduceResponse(_responses, _throttle_time_ms, []), pos
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_ProduceResponse_v5(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ProduceResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[TopicProduceResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[TopicProduceResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicProduceResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_responses")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
-        _a7: list[PartitionProduceResponse] = []
-        for _ in range(_n6):
-            _s8_index, _s8_error_code, _s8_base_offset, _s8_log_append_time_ms, _s8_log_start_offset = (
+        _a9: list[PartitionProduceResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionProduceResponse)
+            _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms, _o11.log_start_offset = (
                 _S_ihqqq.unpack_from(data, pos)
             )
             pos += 30
-            _a7.append(
-                PartitionProduceResponse(
-                    _s8_index,
-                    _s8_error_code,
-                    _s8_base_offset,
-                    _s8_log_append_time_ms,
-                    _s8_log_start_offset,
-                    [],
-                    None,
-                    LeaderIdAndEpoch(),
-                )
-            )
-        _s3_partition_responses = _a7
-        _a2.append(TopicProduceResponse(_s3_name, _s3_partition_responses))
-    _responses = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+            _o11.record_errors = []
+            _o11.error_message = None
+            _o11.current_leader = LeaderIdAndEpoch()
+            _a9.append(_o11)
+        _o5.partition_responses = _a9
+        _a3.append(_o5)
+    _o1.responses = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ProduceResponse(_responses, _throttle_time_ms, []), pos
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_ProduceResponse_v8(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ProduceResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[TopicProduceResponse] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[TopicProduceResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicProduceResponse)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_responses")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
-        _a7: list[PartitionProduceResponse] = []
-        for _ in range(_n6):
-            _s8_index, _s8_error_code, _s8_base_offset, _s8_log_append_time_ms, _s8_log_start_offset = (
+        _a9: list[PartitionProduceResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionProduceResponse)
+            _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms, _o11.log_start_offset = (
                 _S_ihqqq.unpack_from(data, pos)
             )
             pos += 30
-            (_n9,) = _I32.unpack_from(data, pos)
+            (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n9 < 0:
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for record_errors")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of record_errors exceeds the bytes left")
-            _a10: list[BatchIndexAndErrorMessage] = []
-            for _ in range(_n9):
-                (_s11_batch_index,) = _S_i.unpack_from(data, pos)
+            _a13: list[BatchIndexAndErrorMessage] = []
+            for _ in range(_n12):
+                _o15 = _new(BatchIndexAndErrorMessage)
+                (_o15.batch_index,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                (_n12,) = _I16.unpack_from(data, pos)
+                (_n16,) = _I16.unpack_from(data, pos)
                 pos += 2
-                if _n12 < 0:
-                    if _n12 != -1:
+                if _n16 < 0:
+                    if _n16 != -1:
                         raise DecodeError("invalid length for batch_index_error_message")
-                    _s11_batch_index_error_message = None
+                    _o15.batch_index_error_message = None
                 else:
-                    _end13 = pos + _n12
-                    if _end13 > _len:
+                    _end17 = pos + _n16
+                    if _end17 > _len:
                         raise DecodeError("batch_index_error_message overruns the buffer")
-                    _s11_batch_index_error_message = data[pos:_end13].decode()
-                    pos = _end13
-                _a10.append(BatchIndexAndErrorMessage(_s11_batch_index, _s11_batch_index_error_message))
-            _s8_record_errors = _a10
-            (_n14,) = _I16.unpack_from(data, pos)
+                    _o15.batch_index_error_message = data[pos:_end17].decode()
+                    pos = _end17
+                _a13.append(_o15)
+            _o11.record_errors = _a13
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n14 < 0:
-                if _n14 != -1:
+            if _n18 < 0:
+                if _n18 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                _end15 = pos + _n14
-                if _end15 > _len:
+                _end19 = pos + _n18
+                if _end19 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end15].decode()
-                pos = _end15
-            _a7.append(
-                PartitionProduceResponse(
-                    _s8_index,
-                    _s8_error_code,
-                    _s8_base_offset,
-                    _s8_log_append_time_ms,
-                    _s8_log_start_offset,
-                    _s8_record_errors,
-                    _s8_error_message,
-                    LeaderIdAndEpoch(),
-                )
-            )
-        _s3_partition_responses = _a7
-        _a2.append(TopicProduceResponse(_s3_name, _s3_partition_responses))
-    _responses = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+                _o11.error_message = data[pos:_end19].decode()
+                pos = _end19
+            _o11.current_leader = LeaderIdAndEpoch()
+            _a9.append(_o11)
+        _o5.partition_responses = _a9
+        _a3.append(_o5)
+    _o1.responses = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ProduceResponse(_responses, _throttle_time_ms, []), pos
+    _o1.node_endpoints = []
+    return _o1, pos
 
 
 def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ProduceResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[TopicProduceResponse] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[TopicProduceResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicProduceResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2091,132 +2053,127 @@ def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_responses")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
-        _a7: list[PartitionProduceResponse] = []
-        for _ in range(_n6):
-            _s8_index, _s8_error_code, _s8_base_offset, _s8_log_append_time_ms, _s8_log_start_offset = (
+        _a9: list[PartitionProduceResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionProduceResponse)
+            _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms, _o11.log_start_offset = (
                 _S_ihqqq.unpack_from(data, pos)
             )
             pos += 30
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for record_errors")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of record_errors exceeds the bytes left")
-            _a10: list[BatchIndexAndErrorMessage] = []
-            for _ in range(_n9):
-                (_s11_batch_index,) = _S_i.unpack_from(data, pos)
+            _a13: list[BatchIndexAndErrorMessage] = []
+            for _ in range(_n12):
+                _o15 = _new(BatchIndexAndErrorMessage)
+                (_o15.batch_index,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n12 = data[pos]
-                if _n12 < 128:
+                _n16 = data[pos]
+                if _n16 < 128:
                     pos += 1
                 else:
-                    _n12, pos = read_uvarint(data, pos)
-                _n12 -= 1
-                if _n12 < 0:
-                    if _n12 != -1:
+                    _n16, pos = read_uvarint(data, pos)
+                _n16 -= 1
+                if _n16 < 0:
+                    if _n16 != -1:
                         raise DecodeError("invalid length for batch_index_error_message")
-                    _s11_batch_index_error_message = None
+                    _o15.batch_index_error_message = None
                 else:
-                    if _n12 > 0x7FFF:
+                    if _n16 > 0x7FFF:
                         raise DecodeError("batch_index_error_message is longer than 32767 bytes")
-                    _end13 = pos + _n12
-                    if _end13 > _len:
+                    _end17 = pos + _n16
+                    if _end17 > _len:
                         raise DecodeError("batch_index_error_message overruns the buffer")
-                    _s11_batch_index_error_message = data[pos:_end13].decode()
-                    pos = _end13
+                    _o15.batch_index_error_message = data[pos:_end17].decode()
+                    pos = _end17
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a10.append(BatchIndexAndErrorMessage(_s11_batch_index, _s11_batch_index_error_message))
-            _s8_record_errors = _a10
-            _n14 = data[pos]
-            if _n14 < 128:
+                _a13.append(_o15)
+            _o11.record_errors = _a13
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n14, pos = read_uvarint(data, pos)
-            _n14 -= 1
-            if _n14 < 0:
-                if _n14 != -1:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
+                if _n18 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                if _n14 > 0x7FFF:
+                if _n18 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end15 = pos + _n14
-                if _end15 > _len:
+                _end19 = pos + _n18
+                if _end19 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end15].decode()
-                pos = _end15
+                _o11.error_message = data[pos:_end19].decode()
+                pos = _end19
+            _o11.current_leader = LeaderIdAndEpoch()
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                PartitionProduceResponse(
-                    _s8_index,
-                    _s8_error_code,
-                    _s8_base_offset,
-                    _s8_log_append_time_ms,
-                    _s8_log_start_offset,
-                    _s8_record_errors,
-                    _s8_error_message,
-                    LeaderIdAndEpoch(),
-                )
-            )
-        _s3_partition_responses = _a7
+            _a9.append(_o11)
+        _o5.partition_responses = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicProduceResponse(_s3_name, _s3_partition_responses))
-    _responses = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.responses = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
+    _o1.node_endpoints = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ProduceResponse(_responses, _throttle_time_ms, []), pos
+    return _o1, pos
 
 
 def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ProduceResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a2: list[TopicProduceResponse] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[TopicProduceResponse] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicProduceResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2224,179 +2181,187 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_responses")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
-        _a7: list[PartitionProduceResponse] = []
-        for _ in range(_n6):
-            _s8_index, _s8_error_code, _s8_base_offset, _s8_log_append_time_ms, _s8_log_start_offset = (
+        _a9: list[PartitionProduceResponse] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionProduceResponse)
+            _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms, _o11.log_start_offset = (
                 _S_ihqqq.unpack_from(data, pos)
             )
             pos += 30
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for record_errors")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of record_errors exceeds the bytes left")
-            _a10: list[BatchIndexAndErrorMessage] = []
-            for _ in range(_n9):
-                (_s11_batch_index,) = _S_i.unpack_from(data, pos)
+            _a13: list[BatchIndexAndErrorMessage] = []
+            for _ in range(_n12):
+                _o15 = _new(BatchIndexAndErrorMessage)
+                (_o15.batch_index,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n12 = data[pos]
-                if _n12 < 128:
+                _n16 = data[pos]
+                if _n16 < 128:
                     pos += 1
                 else:
-                    _n12, pos = read_uvarint(data, pos)
-                _n12 -= 1
-                if _n12 < 0:
-                    if _n12 != -1:
+                    _n16, pos = read_uvarint(data, pos)
+                _n16 -= 1
+                if _n16 < 0:
+                    if _n16 != -1:
                         raise DecodeError("invalid length for batch_index_error_message")
-                    _s11_batch_index_error_message = None
+                    _o15.batch_index_error_message = None
                 else:
-                    if _n12 > 0x7FFF:
+                    if _n16 > 0x7FFF:
                         raise DecodeError("batch_index_error_message is longer than 32767 bytes")
-                    _end13 = pos + _n12
-                    if _end13 > _len:
+                    _end17 = pos + _n16
+                    if _end17 > _len:
                         raise DecodeError("batch_index_error_message overruns the buffer")
-                    _s11_batch_index_error_message = data[pos:_end13].decode()
-                    pos = _end13
+                    _o15.batch_index_error_message = data[pos:_end17].decode()
+                    pos = _end17
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a10.append(BatchIndexAndErrorMessage(_s11_batch_index, _s11_batch_index_error_message))
-            _s8_record_errors = _a10
-            _n14 = data[pos]
-            if _n14 < 128:
+                _a13.append(_o15)
+            _o11.record_errors = _a13
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n14, pos = read_uvarint(data, pos)
-            _n14 -= 1
-            if _n14 < 0:
-                if _n14 != -1:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
+                if _n18 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                if _n14 > 0x7FFF:
+                if _n18 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end15 = pos + _n14
-                if _end15 > _len:
+                _end19 = pos + _n18
+                if _end19 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end15].decode()
-                pos = _end15
-            _s8_current_leader = LeaderIdAndEpoch()
-            _ntags16, pos = read_uvarint(data, pos)
-            for _ in range(_ntags16):
-                _tag17, pos = read_uvarint(data, pos)
-                _tend18, pos = read_uvarint(data, pos)
-                _tend18 += pos
-                if _tend18 > _len:
+                _o11.error_message = data[pos:_end19].decode()
+                pos = _end19
+            _o11.current_leader = LeaderIdAndEpoch()
+            _ntags20, pos = read_uvarint(data, pos)
+            for _ in range(_ntags20):
+                _tag21, pos = read_uvarint(data, pos)
+                _tend22, pos = read_uvarint(data, pos)
+                _tend22 += pos
+                if _tend22 > _len:
                     raise DecodeError("tagged field overruns its buffer")
-                if _tag17 == 0:
-                    _s19_leader_id, _s19_leader_epoch = _S_ii.unpack_from(data, pos)
+                if _tag21 == 0:
+                    _o24 = _new(LeaderIdAndEpoch)
+                    _o24.leader_id, _o24.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _s8_current_leader = LeaderIdAndEpoch(_s19_leader_id, _s19_leader_epoch)
-                    if pos != _tend18:
+                    _o11.current_leader = _o24
+                    if pos != _tend22:
                         raise DecodeError("tagged field current_leader has the wrong size")
-                pos = _tend18
-            _a7.append(
-                PartitionProduceResponse(
-                    _s8_index,
-                    _s8_error_code,
-                    _s8_base_offset,
-                    _s8_log_append_time_ms,
-                    _s8_log_start_offset,
-                    _s8_record_errors,
-                    _s8_error_message,
-                    _s8_current_leader,
-                )
-            )
-        _s3_partition_responses = _a7
+                pos = _tend22
+            _a9.append(_o11)
+        _o5.partition_responses = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicProduceResponse(_s3_name, _s3_partition_responses))
-    _responses = _a2
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.responses = _a3
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _node_endpoints = []
-    _ntags20, pos = read_uvarint(data, pos)
-    for _ in range(_ntags20):
-        _tag21, pos = read_uvarint(data, pos)
-        _tend22, pos = read_uvarint(data, pos)
-        _tend22 += pos
-        if _tend22 > _len:
+    _o1.node_endpoints = []
+    _ntags25, pos = read_uvarint(data, pos)
+    for _ in range(_ntags25):
+        _tag26, pos = read_uvarint(data, pos)
+        _tend27, pos = read_uvarint(data, pos)
+        _tend27 += pos
+        if _tend27 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag21 == 0:
-            _n23 = data[pos]
-            if _n23 < 128:
+        if _tag26 == 0:
+            _n28 = data[pos]
+            if _n28 < 128:
                 pos += 1
             else:
-                _n23, pos = read_uvarint(data, pos)
-            _n23 -= 1
-            if _n23 < 0:
+                _n28, pos = read_uvarint(data, pos)
+            _n28 -= 1
+            if _n28 < 0:
                 raise DecodeError("invalid or null array length for node_endpoints")
-            if _n23 > _len - pos:
+            if _n28 > _len - pos:
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
-            _a24: list[NodeEndpoint] = []
-            for _ in range(_n23):
-                (_s25_node_id,) = _S_i.unpack_from(data, pos)
+            _a29: list[NodeEndpoint] = []
+            for _ in range(_n28):
+                _o31 = _new(NodeEndpoint)
+                (_o31.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n26 = data[pos]
-                if _n26 < 128:
+                _n32 = data[pos]
+                if _n32 < 128:
                     pos += 1
                 else:
-                    _n26, pos = read_uvarint(data, pos)
-                _n26 -= 1
-                if _n26 < 0:
+                    _n32, pos = read_uvarint(data, pos)
+                _n32 -= 1
+                if _n32 < 0:
                     raise DecodeError("invalid or null length for host")
-                if _n26 > 0x7FFF:
+                if _n32 > 0x7FFF:
                     raise DecodeError("host is longer than 32767 bytes")
-                _end27 = pos + _n26
-                if _end27 > _len:
+                _end33 = pos + _n32
+                if _end33 > _len:
                     raise DecodeError("host overruns the buffer")
-                _s25_host = data[pos:_end27].decode()
-                pos = _end27
-                (_s25_port,) = _S_i.unpack_from(data, pos)
+                _o31.host = data[pos:_end33].decode()
+                pos = _end33
+                (_o31.port,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n28 = data[pos]
-                if _n28 < 128:
+                _n34 = data[pos]
+                if _n34 < 128:
                     pos += 1
                 else:
-                    _n28, pos = read_uvarint(data, pos)
-                _n28 -= 1
-                if _n28 < 0:
-                    if _n28 != -1:
+                    _n34, pos = read_uvarint(data, pos)
+                _n34 -= 1
+                if _n34 < 0:
+                    if _n34 != -1:
                         raise DecodeError("invalid length for rack")
-                    _s25_rack = None
+                    _o31.rack = None
                 else:
-                    if _n28 > 0x7FFF:
+                    if _n34 > 0x7FFF:
                         raise DecodeError("rack is longer than 32767 bytes")
-                    _end29 = pos + _n28
-                    if _end29 > _len:
+                    _end35 = pos + _n34
+                    if _end35 > _len:
                         raise DecodeError("rack overruns the buffer")
-                    _s25_rack = data[pos:_end29].decode()
-                    pos = _end29
+                    _o31.rack = data[pos:_end35].decode()
+                    pos = _end35
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a24.append(NodeEndpoint(_s25_node_id, _s25_host, _s25_port, _s25_rack))
-            _node_endpoints = _a24
-            if pos != _tend22:
+                _a29.append(_o31)
+            _o1.node_endpoints = _a29
+            if pos != _tend27:
                 raise DecodeError("tagged field node_endpoints has the wrong size")
-        pos = _tend22
-    return ProduceResponse(_responses, _throttle_time_ms, _node_endpoints), pos
+        pos = _tend27
+    return _o1, pos
 
 
 PartitionProduceData._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -96,31 +97,30 @@ def _w_PushTelemetryRequest_v0(buf: bytearray, o: PushTelemetryRequest) -> None:
 
 def _r_PushTelemetryRequest_v0(data: bytes, pos: int) -> tuple[PushTelemetryRequest, int]:
     _len = len(data)
-    _client_instance_id_raw, _subscription_id, _terminating, _compression_type = _S_16siob.unpack_from(
-        data, pos
+    _o1 = _new(PushTelemetryRequest)
+    _client_instance_id_raw, _o1.subscription_id, _o1.terminating, _o1.compression_type = (
+        _S_16siob.unpack_from(data, pos)
     )
     pos += 22
-    _client_instance_id = uuid.UUID(bytes=_client_instance_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.client_instance_id = uuid.UUID(bytes=_client_instance_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for metrics")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("metrics overruns the buffer")
-    _metrics = data[pos:_end2]
-    pos = _end2
+    _o1.metrics = data[pos:_end3]
+    pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PushTelemetryRequest(
-        _client_instance_id, _subscription_id, _terminating, _compression_type, _metrics
-    ), pos
+    return _o1, pos
 
 
 def _w_PushTelemetryResponse_v0(buf: bytearray, o: PushTelemetryResponse) -> None:
@@ -130,13 +130,14 @@ def _w_PushTelemetryResponse_v0(buf: bytearray, o: PushTelemetryResponse) -> Non
 
 def _r_PushTelemetryResponse_v0(data: bytes, pos: int) -> tuple[PushTelemetryResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(PushTelemetryResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PushTelemetryResponse(_throttle_time_ms, _error_code), pos
+    return _o1, pos
 
 
 PushTelemetryRequest._WRITERS = {0: _w_PushTelemetryRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -200,13 +201,14 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _partition, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(PartitionData)
+    _o1.partition, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionData(_partition, _leader_epoch), pos
+    return _o1, pos
 
 
 def _w_ReadStateData_v0(buf: bytearray, o: ReadStateData) -> None:
@@ -220,34 +222,36 @@ def _w_ReadStateData_v0(buf: bytearray, o: ReadStateData) -> None:
 
 def _r_ReadStateData_v0(data: bytes, pos: int) -> tuple[ReadStateData, int]:
     _len = len(data)
+    _o1 = _new(ReadStateData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[PartitionData] = []
-    for _ in range(_n1):
-        _s3_partition, _s3_leader_epoch = _S_ii.unpack_from(data, pos)
+    _a3: list[PartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(PartitionData)
+        _o5.partition, _o5.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(PartitionData(_s3_partition, _s3_leader_epoch))
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReadStateData(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_ReadShareGroupStateRequest_v0(buf: bytearray, o: ReadShareGroupStateRequest) -> None:
@@ -265,67 +269,70 @@ def _w_ReadShareGroupStateRequest_v0(buf: bytearray, o: ReadShareGroupStateReque
 
 def _r_ReadShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[ReadShareGroupStateRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ReadShareGroupStateRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[ReadStateData] = []
-    for _ in range(_n3):
-        (_s5_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a5: list[ReadStateData] = []
+    for _ in range(_n4):
+        _o7 = _new(ReadStateData)
+        (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s5_topic_id = uuid.UUID(bytes=_s5_topic_id_raw)
-        _n6 = data[pos]
-        if _n6 < 128:
+        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_leader_epoch = _S_ii.unpack_from(data, pos)
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
+            _o11.partition, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(PartitionData(_s8_partition, _s8_leader_epoch))
-        _s5_partitions = _a7
+            _a9.append(_o11)
+        _o7.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(ReadStateData(_s5_topic_id, _s5_partitions))
-    _topics = _a4
+        _a5.append(_o7)
+    _o1.topics = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReadShareGroupStateRequest(_group_id, _topics), pos
+    return _o1, pos
 
 
 def _w_StateBatch_v0(buf: bytearray, o: StateBatch) -> None:
@@ -335,13 +342,14 @@ def _w_StateBatch_v0(buf: bytearray, o: StateBatch) -> None:
 
 def _r_StateBatch_v0(data: bytes, pos: int) -> tuple[StateBatch, int]:
     _len = len(data)
-    _first_offset, _last_offset, _delivery_state, _delivery_count = _S_qqbh.unpack_from(data, pos)
+    _o1 = _new(StateBatch)
+    _o1.first_offset, _o1.last_offset, _o1.delivery_state, _o1.delivery_count = _S_qqbh.unpack_from(data, pos)
     pos += 19
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StateBatch(_first_offset, _last_offset, _delivery_state, _delivery_count), pos
+    return _o1, pos
 
 
 def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
@@ -364,41 +372,43 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
 
 def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _partition, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(PartitionResult)
+    _o1.partition, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _state_epoch, _start_offset = _S_iq.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _o1.state_epoch, _o1.start_offset = _S_iq.unpack_from(data, pos)
     pos += 12
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for state_batches")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of state_batches exceeds the bytes left")
-    _a4: list[StateBatch] = []
-    for _ in range(_n3):
-        _s5_first_offset, _s5_last_offset, _s5_delivery_state, _s5_delivery_count = _S_qqbh.unpack_from(
+    _a5: list[StateBatch] = []
+    for _ in range(_n4):
+        _o7 = _new(StateBatch)
+        _o7.first_offset, _o7.last_offset, _o7.delivery_state, _o7.delivery_count = _S_qqbh.unpack_from(
             data, pos
         )
         pos += 19
@@ -406,15 +416,13 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(StateBatch(_s5_first_offset, _s5_last_offset, _s5_delivery_state, _s5_delivery_count))
-    _state_batches = _a4
+        _a5.append(_o7)
+    _o1.state_batches = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionResult(
-        _partition, _error_code, _error_message, _state_epoch, _start_offset, _state_batches
-    ), pos
+    return _o1, pos
 
 
 def _w_ReadStateResult_v0(buf: bytearray, o: ReadStateResult) -> None:
@@ -428,43 +436,25 @@ def _w_ReadStateResult_v0(buf: bytearray, o: ReadStateResult) -> None:
 
 def _r_ReadStateResult_v0(data: bytes, pos: int) -> tuple[ReadStateResult, int]:
     _len = len(data)
+    _o1 = _new(ReadStateResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[PartitionResult] = []
-    for _ in range(_n1):
-        _s3_partition, _s3_error_code = _S_ih.unpack_from(data, pos)
+    _a3: list[PartitionResult] = []
+    for _ in range(_n2):
+        _o5 = _new(PartitionResult)
+        _o5.partition, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        _s3_state_epoch, _s3_start_offset = _S_iq.unpack_from(data, pos)
-        pos += 12
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -472,41 +462,53 @@ def _r_ReadStateResult_v0(data: bytes, pos: int) -> tuple[ReadStateResult, int]:
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        _o5.state_epoch, _o5.start_offset = _S_iq.unpack_from(data, pos)
+        pos += 12
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for state_batches")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of state_batches exceeds the bytes left")
-        _a7: list[StateBatch] = []
-        for _ in range(_n6):
-            _s8_first_offset, _s8_last_offset, _s8_delivery_state, _s8_delivery_count = _S_qqbh.unpack_from(
-                data, pos
+        _a9: list[StateBatch] = []
+        for _ in range(_n8):
+            _o11 = _new(StateBatch)
+            _o11.first_offset, _o11.last_offset, _o11.delivery_state, _o11.delivery_count = (
+                _S_qqbh.unpack_from(data, pos)
             )
             pos += 19
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(StateBatch(_s8_first_offset, _s8_last_offset, _s8_delivery_state, _s8_delivery_count))
-        _s3_state_batches = _a7
+            _a9.append(_o11)
+        _o5.state_batches = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            PartitionResult(
-                _s3_partition,
-                _s3_error_code,
-                _s3_error_message,
-                _s3_state_epoch,
-                _s3_start_offset,
-                _s3_state_batches,
-            )
-        )
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReadStateResult(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_ReadShareGroupStateResponse_v0(buf: bytearray, o: ReadShareGroupStateResponse) -> None:
@@ -519,68 +521,72 @@ def _w_ReadShareGroupStateResponse_v0(buf: bytearray, o: ReadShareGroupStateResp
 
 def _r_ReadShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[ReadShareGroupStateResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ReadShareGroupStateResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[ReadStateResult] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[ReadStateResult] = []
+    for _ in range(_n2):
+        _o5 = _new(ReadStateResult)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[PartitionResult] = []
-        for _ in range(_n4):
-            _s6_partition, _s6_error_code = _S_ih.unpack_from(data, pos)
+        _a7: list[PartitionResult] = []
+        for _ in range(_n6):
+            _o9 = _new(PartitionResult)
+            _o9.partition, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _n7 = data[pos]
-            if _n7 < 128:
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
-                if _n7 != -1:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
+                if _n10 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s6_error_message = None
+                _o9.error_message = None
             else:
-                if _n7 > 0x7FFF:
+                if _n10 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end8 = pos + _n7
-                if _end8 > _len:
+                _end11 = pos + _n10
+                if _end11 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s6_error_message = data[pos:_end8].decode()
-                pos = _end8
-            _s6_state_epoch, _s6_start_offset = _S_iq.unpack_from(data, pos)
+                _o9.error_message = data[pos:_end11].decode()
+                pos = _end11
+            _o9.state_epoch, _o9.start_offset = _S_iq.unpack_from(data, pos)
             pos += 12
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for state_batches")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of state_batches exceeds the bytes left")
-            _a10: list[StateBatch] = []
-            for _ in range(_n9):
-                _s11_first_offset, _s11_last_offset, _s11_delivery_state, _s11_delivery_count = (
+            _a13: list[StateBatch] = []
+            for _ in range(_n12):
+                _o15 = _new(StateBatch)
+                _o15.first_offset, _o15.last_offset, _o15.delivery_state, _o15.delivery_count = (
                     _S_qqbh.unpack_from(data, pos)
                 )
                 pos += 19
@@ -588,36 +594,25 @@ def _r_ReadShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[ReadShareG
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a10.append(
-                    StateBatch(_s11_first_offset, _s11_last_offset, _s11_delivery_state, _s11_delivery_count)
-                )
-            _s6_state_batches = _a10
+                _a13.append(_o15)
+            _o9.state_batches = _a13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(
-                PartitionResult(
-                    _s6_partition,
-                    _s6_error_code,
-                    _s6_error_message,
-                    _s6_state_epoch,
-                    _s6_start_offset,
-                    _s6_state_batches,
-                )
-            )
-        _s3_partitions = _a5
+            _a7.append(_o9)
+        _o5.partitions = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ReadStateResult(_s3_topic_id, _s3_partitions))
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ReadShareGroupStateResponse(_results), pos
+    return _o1, pos
 
 
 PartitionData._WRITERS = {0: _w_PartitionData_v0}

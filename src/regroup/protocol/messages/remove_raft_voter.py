@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -98,32 +99,33 @@ def _w_RemoveRaftVoterRequest_v0(buf: bytearray, o: RemoveRaftVoterRequest) -> N
 
 def _r_RemoveRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[RemoveRaftVoterRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(RemoveRaftVoterRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
+        _o1.cluster_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end2].decode()
-        pos = _end2
-    _voter_id, _voter_directory_id_raw = _S_i16s.unpack_from(data, pos)
+        _o1.cluster_id = data[pos:_end3].decode()
+        pos = _end3
+    _o1.voter_id, _voter_directory_id_raw = _S_i16s.unpack_from(data, pos)
     pos += 20
-    _voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
+    _o1.voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return RemoveRaftVoterRequest(_cluster_id, _voter_id, _voter_directory_id), pos
+    return _o1, pos
 
 
 def _w_RemoveRaftVoterResponse_v0(buf: bytearray, o: RemoveRaftVoterResponse) -> None:
@@ -141,31 +143,32 @@ def _w_RemoveRaftVoterResponse_v0(buf: bytearray, o: RemoveRaftVoterResponse) ->
 
 def _r_RemoveRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[RemoveRaftVoterResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(RemoveRaftVoterResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return RemoveRaftVoterResponse(_throttle_time_ms, _error_code, _error_message), pos
+    return _o1, pos
 
 
 RemoveRaftVoterRequest._WRITERS = {0: _w_RemoveRaftVoterRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -102,42 +103,44 @@ def _w_RenewDelegationTokenRequest_v2(buf: bytearray, o: RenewDelegationTokenReq
 
 def _r_RenewDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[RenewDelegationTokenRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(RenewDelegationTokenRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for hmac")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("hmac overruns the buffer")
-    _hmac = data[pos:_end2]
-    pos = _end2
-    (_renew_period_ms,) = _S_q.unpack_from(data, pos)
+    _o1.hmac = data[pos:_end3]
+    pos = _end3
+    (_o1.renew_period_ms,) = _S_q.unpack_from(data, pos)
     pos += 8
-    return RenewDelegationTokenRequest(_hmac, _renew_period_ms), pos
+    return _o1, pos
 
 
 def _r_RenewDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[RenewDelegationTokenRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(RenewDelegationTokenRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for hmac")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("hmac overruns the buffer")
-    _hmac = data[pos:_end2]
-    pos = _end2
-    (_renew_period_ms,) = _S_q.unpack_from(data, pos)
+    _o1.hmac = data[pos:_end3]
+    pos = _end3
+    (_o1.renew_period_ms,) = _S_q.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return RenewDelegationTokenRequest(_hmac, _renew_period_ms), pos
+    return _o1, pos
 
 
 def _w_RenewDelegationTokenResponse_v0(buf: bytearray, o: RenewDelegationTokenResponse) -> None:
@@ -151,20 +154,22 @@ def _w_RenewDelegationTokenResponse_v2(buf: bytearray, o: RenewDelegationTokenRe
 
 def _r_RenewDelegationTokenResponse_v0(data: bytes, pos: int) -> tuple[RenewDelegationTokenResponse, int]:
     _len = len(data)
-    _error_code, _expiry_timestamp_ms, _throttle_time_ms = _S_hqi.unpack_from(data, pos)
+    _o1 = _new(RenewDelegationTokenResponse)
+    _o1.error_code, _o1.expiry_timestamp_ms, _o1.throttle_time_ms = _S_hqi.unpack_from(data, pos)
     pos += 14
-    return RenewDelegationTokenResponse(_error_code, _expiry_timestamp_ms, _throttle_time_ms), pos
+    return _o1, pos
 
 
 def _r_RenewDelegationTokenResponse_v2(data: bytes, pos: int) -> tuple[RenewDelegationTokenResponse, int]:
     _len = len(data)
-    _error_code, _expiry_timestamp_ms, _throttle_time_ms = _S_hqi.unpack_from(data, pos)
+    _o1 = _new(RenewDelegationTokenResponse)
+    _o1.error_code, _o1.expiry_timestamp_ms, _o1.throttle_time_ms = _S_hqi.unpack_from(data, pos)
     pos += 14
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return RenewDelegationTokenResponse(_error_code, _expiry_timestamp_ms, _throttle_time_ms), pos
+    return _o1, pos
 
 
 RenewDelegationTokenRequest._WRITERS = {

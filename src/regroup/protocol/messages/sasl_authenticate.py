@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -100,38 +101,40 @@ def _w_SaslAuthenticateRequest_v2(buf: bytearray, o: SaslAuthenticateRequest) ->
 
 def _r_SaslAuthenticateRequest_v0(data: bytes, pos: int) -> tuple[SaslAuthenticateRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(SaslAuthenticateRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for auth_bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("auth_bytes overruns the buffer")
-    _auth_bytes = data[pos:_end2]
-    pos = _end2
-    return SaslAuthenticateRequest(_auth_bytes), pos
+    _o1.auth_bytes = data[pos:_end3]
+    pos = _end3
+    return _o1, pos
 
 
 def _r_SaslAuthenticateRequest_v2(data: bytes, pos: int) -> tuple[SaslAuthenticateRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(SaslAuthenticateRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for auth_bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("auth_bytes overruns the buffer")
-    _auth_bytes = data[pos:_end2]
-    pos = _end2
+    _o1.auth_bytes = data[pos:_end3]
+    pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return SaslAuthenticateRequest(_auth_bytes), pos
+    return _o1, pos
 
 
 def _w_SaslAuthenticateResponse_v0(buf: bytearray, o: SaslAuthenticateResponse) -> None:
@@ -177,104 +180,108 @@ def _w_SaslAuthenticateResponse_v2(buf: bytearray, o: SaslAuthenticateResponse) 
 
 def _r_SaslAuthenticateResponse_v0(data: bytes, pos: int) -> tuple[SaslAuthenticateResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(SaslAuthenticateResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for auth_bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("auth_bytes overruns the buffer")
-    _auth_bytes = data[pos:_end4]
-    pos = _end4
-    return SaslAuthenticateResponse(_error_code, _error_message, _auth_bytes, 0), pos
+    _o1.auth_bytes = data[pos:_end5]
+    pos = _end5
+    _o1.session_lifetime_ms = 0
+    return _o1, pos
 
 
 def _r_SaslAuthenticateResponse_v1(data: bytes, pos: int) -> tuple[SaslAuthenticateResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(SaslAuthenticateResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for auth_bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("auth_bytes overruns the buffer")
-    _auth_bytes = data[pos:_end4]
-    pos = _end4
-    (_session_lifetime_ms,) = _S_q.unpack_from(data, pos)
+    _o1.auth_bytes = data[pos:_end5]
+    pos = _end5
+    (_o1.session_lifetime_ms,) = _S_q.unpack_from(data, pos)
     pos += 8
-    return SaslAuthenticateResponse(_error_code, _error_message, _auth_bytes, _session_lifetime_ms), pos
+    return _o1, pos
 
 
 def _r_SaslAuthenticateResponse_v2(data: bytes, pos: int) -> tuple[SaslAuthenticateResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(SaslAuthenticateResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for auth_bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("auth_bytes overruns the buffer")
-    _auth_bytes = data[pos:_end4]
-    pos = _end4
-    (_session_lifetime_ms,) = _S_q.unpack_from(data, pos)
+    _o1.auth_bytes = data[pos:_end5]
+    pos = _end5
+    (_o1.session_lifetime_ms,) = _S_q.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return SaslAuthenticateResponse(_error_code, _error_message, _auth_bytes, _session_lifetime_ms), pos
+    return _o1, pos
 
 
 SaslAuthenticateRequest._WRITERS = {

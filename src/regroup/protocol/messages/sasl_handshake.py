@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -93,16 +94,17 @@ def _w_SaslHandshakeRequest_v0(buf: bytearray, o: SaslHandshakeRequest) -> None:
 
 def _r_SaslHandshakeRequest_v0(data: bytes, pos: int) -> tuple[SaslHandshakeRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(SaslHandshakeRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for mechanism")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("mechanism overruns the buffer")
-    _mechanism = data[pos:_end2].decode()
-    pos = _end2
-    return SaslHandshakeRequest(_mechanism), pos
+    _o1.mechanism = data[pos:_end3].decode()
+    pos = _end3
+    return _o1, pos
 
 
 def _w_SaslHandshakeResponse_v0(buf: bytearray, o: SaslHandshakeResponse) -> None:
@@ -117,28 +119,29 @@ def _w_SaslHandshakeResponse_v0(buf: bytearray, o: SaslHandshakeResponse) -> Non
 
 def _r_SaslHandshakeResponse_v0(data: bytes, pos: int) -> tuple[SaslHandshakeResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(SaslHandshakeResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for mechanisms")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of mechanisms exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[str] = []
+    for _ in range(_n2):
+        (_n5,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n5 < 0:
             raise DecodeError("invalid or null length for mechanisms")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("mechanisms overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _mechanisms = _a2
-    return SaslHandshakeResponse(_error_code, _mechanisms), pos
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.mechanisms = _a3
+    return _o1, pos
 
 
 SaslHandshakeRequest._WRITERS = {0: _w_SaslHandshakeRequest_v0, 1: _w_SaslHandshakeRequest_v0}

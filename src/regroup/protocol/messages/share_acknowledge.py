@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -264,25 +265,26 @@ def _w_AcknowledgementBatch_v0(buf: bytearray, o: AcknowledgementBatch) -> None:
 
 def _r_AcknowledgementBatch_v0(data: bytes, pos: int) -> tuple[AcknowledgementBatch, int]:
     _len = len(data)
-    _first_offset, _last_offset = _S_qq.unpack_from(data, pos)
+    _o1 = _new(AcknowledgementBatch)
+    _o1.first_offset, _o1.last_offset = _S_qq.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for acknowledge_types")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of acknowledge_types exceeds the bytes left")
-    _acknowledge_types = list(struct.unpack_from(f">{_n1}b", data, pos))
-    pos += 1 * _n1
+    _o1.acknowledge_types = list(struct.unpack_from(f">{_n2}b", data, pos))
+    pos += 1 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AcknowledgementBatch(_first_offset, _last_offset, _acknowledge_types), pos
+    return _o1, pos
 
 
 def _w_AcknowledgePartition_v0(buf: bytearray, o: AcknowledgePartition) -> None:
@@ -296,45 +298,47 @@ def _w_AcknowledgePartition_v0(buf: bytearray, o: AcknowledgePartition) -> None:
 
 def _r_AcknowledgePartition_v0(data: bytes, pos: int) -> tuple[AcknowledgePartition, int]:
     _len = len(data)
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(AcknowledgePartition)
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for acknowledgement_batches")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
-    _a2: list[AcknowledgementBatch] = []
-    for _ in range(_n1):
-        _s3_first_offset, _s3_last_offset = _S_qq.unpack_from(data, pos)
+    _a3: list[AcknowledgementBatch] = []
+    for _ in range(_n2):
+        _o5 = _new(AcknowledgementBatch)
+        _o5.first_offset, _o5.last_offset = _S_qq.unpack_from(data, pos)
         pos += 16
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for acknowledge_types")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of acknowledge_types exceeds the bytes left")
-        _s3_acknowledge_types = list(struct.unpack_from(f">{_n4}b", data, pos))
-        pos += 1 * _n4
+        _o5.acknowledge_types = list(struct.unpack_from(f">{_n6}b", data, pos))
+        pos += 1 * _n6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AcknowledgementBatch(_s3_first_offset, _s3_last_offset, _s3_acknowledge_types))
-    _acknowledgement_batches = _a2
+        _a3.append(_o5)
+    _o1.acknowledgement_batches = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AcknowledgePartition(_partition_index, _acknowledgement_batches), pos
+    return _o1, pos
 
 
 def _w_AcknowledgeTopic_v0(buf: bytearray, o: AcknowledgeTopic) -> None:
@@ -348,66 +352,69 @@ def _w_AcknowledgeTopic_v0(buf: bytearray, o: AcknowledgeTopic) -> None:
 
 def _r_AcknowledgeTopic_v0(data: bytes, pos: int) -> tuple[AcknowledgeTopic, int]:
     _len = len(data)
+    _o1 = _new(AcknowledgeTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[AcknowledgePartition] = []
-    for _ in range(_n1):
-        (_s3_partition_index,) = _S_i.unpack_from(data, pos)
+    _a3: list[AcknowledgePartition] = []
+    for _ in range(_n2):
+        _o5 = _new(AcknowledgePartition)
+        (_o5.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for acknowledgement_batches")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
-        _a5: list[AcknowledgementBatch] = []
-        for _ in range(_n4):
-            _s6_first_offset, _s6_last_offset = _S_qq.unpack_from(data, pos)
+        _a7: list[AcknowledgementBatch] = []
+        for _ in range(_n6):
+            _o9 = _new(AcknowledgementBatch)
+            _o9.first_offset, _o9.last_offset = _S_qq.unpack_from(data, pos)
             pos += 16
-            _n7 = data[pos]
-            if _n7 < 128:
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for acknowledge_types")
-            if _n7 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of acknowledge_types exceeds the bytes left")
-            _s6_acknowledge_types = list(struct.unpack_from(f">{_n7}b", data, pos))
-            pos += 1 * _n7
+            _o9.acknowledge_types = list(struct.unpack_from(f">{_n10}b", data, pos))
+            pos += 1 * _n10
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(AcknowledgementBatch(_s6_first_offset, _s6_last_offset, _s6_acknowledge_types))
-        _s3_acknowledgement_batches = _a5
+            _a7.append(_o9)
+        _o5.acknowledgement_batches = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AcknowledgePartition(_s3_partition_index, _s3_acknowledgement_batches))
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AcknowledgeTopic(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_ShareAcknowledgeRequest_v0(buf: bytearray, o: ShareAcknowledgeRequest) -> None:
@@ -437,122 +444,126 @@ def _w_ShareAcknowledgeRequest_v0(buf: bytearray, o: ShareAcknowledgeRequest) ->
 
 def _r_ShareAcknowledgeRequest_v0(data: bytes, pos: int) -> tuple[ShareAcknowledgeRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ShareAcknowledgeRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for group_id")
-        _group_id = None
+        _o1.group_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("group_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("group_id overruns the buffer")
-        _group_id = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.group_id = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for member_id")
-        _member_id = None
+        _o1.member_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("member_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("member_id overruns the buffer")
-        _member_id = data[pos:_end4].decode()
-        pos = _end4
-    (_share_session_epoch,) = _S_i.unpack_from(data, pos)
+        _o1.member_id = data[pos:_end5].decode()
+        pos = _end5
+    (_o1.share_session_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a6: list[AcknowledgeTopic] = []
-    for _ in range(_n5):
-        (_s7_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a7: list[AcknowledgeTopic] = []
+    for _ in range(_n6):
+        _o9 = _new(AcknowledgeTopic)
+        (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s7_topic_id = uuid.UUID(bytes=_s7_topic_id_raw)
-        _n8 = data[pos]
-        if _n8 < 128:
+        _o9.topic_id = uuid.UUID(bytes=_s8_topic_id_raw)
+        _n10 = data[pos]
+        if _n10 < 128:
             pos += 1
         else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[AcknowledgePartition] = []
-        for _ in range(_n8):
-            (_s10_partition_index,) = _S_i.unpack_from(data, pos)
+        _a11: list[AcknowledgePartition] = []
+        for _ in range(_n10):
+            _o13 = _new(AcknowledgePartition)
+            (_o13.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n11 = data[pos]
-            if _n11 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for acknowledgement_batches")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
-            _a12: list[AcknowledgementBatch] = []
-            for _ in range(_n11):
-                _s13_first_offset, _s13_last_offset = _S_qq.unpack_from(data, pos)
+            _a15: list[AcknowledgementBatch] = []
+            for _ in range(_n14):
+                _o17 = _new(AcknowledgementBatch)
+                _o17.first_offset, _o17.last_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
-                _n14 = data[pos]
-                if _n14 < 128:
+                _n18 = data[pos]
+                if _n18 < 128:
                     pos += 1
                 else:
-                    _n14, pos = read_uvarint(data, pos)
-                _n14 -= 1
-                if _n14 < 0:
+                    _n18, pos = read_uvarint(data, pos)
+                _n18 -= 1
+                if _n18 < 0:
                     raise DecodeError("invalid or null array length for acknowledge_types")
-                if _n14 > _len - pos:
+                if _n18 > _len - pos:
                     raise DecodeError("array count of acknowledge_types exceeds the bytes left")
-                _s13_acknowledge_types = list(struct.unpack_from(f">{_n14}b", data, pos))
-                pos += 1 * _n14
+                _o17.acknowledge_types = list(struct.unpack_from(f">{_n18}b", data, pos))
+                pos += 1 * _n18
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a12.append(AcknowledgementBatch(_s13_first_offset, _s13_last_offset, _s13_acknowledge_types))
-            _s10_acknowledgement_batches = _a12
+                _a15.append(_o17)
+            _o13.acknowledgement_batches = _a15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(AcknowledgePartition(_s10_partition_index, _s10_acknowledgement_batches))
-        _s7_partitions = _a9
+            _a11.append(_o13)
+        _o9.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(AcknowledgeTopic(_s7_topic_id, _s7_partitions))
-    _topics = _a6
+        _a7.append(_o9)
+    _o1.topics = _a7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareAcknowledgeRequest(_group_id, _member_id, _share_session_epoch, _topics), pos
+    return _o1, pos
 
 
 def _w_LeaderIdAndEpoch_v0(buf: bytearray, o: LeaderIdAndEpoch) -> None:
@@ -562,13 +573,14 @@ def _w_LeaderIdAndEpoch_v0(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v0(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _leader_id, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(LeaderIdAndEpoch)
+    _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderIdAndEpoch(_leader_id, _leader_epoch), pos
+    return _o1, pos
 
 
 def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
@@ -587,38 +599,40 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(PartitionData)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _s3_leader_id, _s3_leader_epoch = _S_ii.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _o5 = _new(LeaderIdAndEpoch)
+    _o5.leader_id, _o5.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    _current_leader = LeaderIdAndEpoch(_s3_leader_id, _s3_leader_epoch)
+    _o1.current_leader = _o5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionData(_partition_index, _error_code, _error_message, _current_leader), pos
+    return _o1, pos
 
 
 def _w_ShareAcknowledgeTopicResponse_v0(buf: bytearray, o: ShareAcknowledgeTopicResponse) -> None:
@@ -632,59 +646,62 @@ def _w_ShareAcknowledgeTopicResponse_v0(buf: bytearray, o: ShareAcknowledgeTopic
 
 def _r_ShareAcknowledgeTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowledgeTopicResponse, int]:
     _len = len(data)
+    _o1 = _new(ShareAcknowledgeTopicResponse)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[PartitionData] = []
-    for _ in range(_n1):
-        _s3_partition_index, _s3_error_code = _S_ih.unpack_from(data, pos)
+    _a3: list[PartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(PartitionData)
+        _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            if _n6 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            _o5.error_message = None
         else:
-            if _n4 > 0x7FFF:
+            if _n6 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        _s6_leader_id, _s6_leader_epoch = _S_ii.unpack_from(data, pos)
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
+        _o9 = _new(LeaderIdAndEpoch)
+        _o9.leader_id, _o9.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _s3_current_leader = LeaderIdAndEpoch(_s6_leader_id, _s6_leader_epoch)
+        _o5.current_leader = _o9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(PartitionData(_s3_partition_index, _s3_error_code, _s3_error_message, _s3_current_leader))
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareAcknowledgeTopicResponse(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
@@ -708,48 +725,49 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v0(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(NodeEndpoint)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end4].decode()
-        pos = _end4
+        _o1.rack = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return NodeEndpoint(_node_id, _host, _port, _rack), pos
+    return _o1, pos
 
 
 def _w_ShareAcknowledgeResponse_v0(buf: bytearray, o: ShareAcknowledgeResponse) -> None:
@@ -775,156 +793,157 @@ def _w_ShareAcknowledgeResponse_v0(buf: bytearray, o: ShareAcknowledgeResponse) 
 
 def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowledgeResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ShareAcknowledgeResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a4: list[ShareAcknowledgeTopicResponse] = []
-    for _ in range(_n3):
-        (_s5_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a5: list[ShareAcknowledgeTopicResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(ShareAcknowledgeTopicResponse)
+        (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s5_topic_id = uuid.UUID(bytes=_s5_topic_id_raw)
-        _n6 = data[pos]
-        if _n6 < 128:
+        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end10].decode()
-                pos = _end10
-            _s11_leader_id, _s11_leader_epoch = _S_ii.unpack_from(data, pos)
+                _o11.error_message = data[pos:_end13].decode()
+                pos = _end13
+            _o15 = _new(LeaderIdAndEpoch)
+            _o15.leader_id, _o15.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _s8_current_leader = LeaderIdAndEpoch(_s11_leader_id, _s11_leader_epoch)
+            _o11.current_leader = _o15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                PartitionData(_s8_partition_index, _s8_error_code, _s8_error_message, _s8_current_leader)
-            )
-        _s5_partitions = _a7
+            _a9.append(_o11)
+        _o7.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(ShareAcknowledgeTopicResponse(_s5_topic_id, _s5_partitions))
-    _responses = _a4
-    _n12 = data[pos]
-    if _n12 < 128:
+        _a5.append(_o7)
+    _o1.responses = _a5
+    _n16 = data[pos]
+    if _n16 < 128:
         pos += 1
     else:
-        _n12, pos = read_uvarint(data, pos)
-    _n12 -= 1
-    if _n12 < 0:
+        _n16, pos = read_uvarint(data, pos)
+    _n16 -= 1
+    if _n16 < 0:
         raise DecodeError("invalid or null array length for node_endpoints")
-    if _n12 > _len - pos:
+    if _n16 > _len - pos:
         raise DecodeError("array count of node_endpoints exceeds the bytes left")
-    _a13: list[NodeEndpoint] = []
-    for _ in range(_n12):
-        (_s14_node_id,) = _S_i.unpack_from(data, pos)
+    _a17: list[NodeEndpoint] = []
+    for _ in range(_n16):
+        _o19 = _new(NodeEndpoint)
+        (_o19.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n15 = data[pos]
-        if _n15 < 128:
+        _n20 = data[pos]
+        if _n20 < 128:
             pos += 1
         else:
-            _n15, pos = read_uvarint(data, pos)
-        _n15 -= 1
-        if _n15 < 0:
+            _n20, pos = read_uvarint(data, pos)
+        _n20 -= 1
+        if _n20 < 0:
             raise DecodeError("invalid or null length for host")
-        if _n15 > 0x7FFF:
+        if _n20 > 0x7FFF:
             raise DecodeError("host is longer than 32767 bytes")
-        _end16 = pos + _n15
-        if _end16 > _len:
+        _end21 = pos + _n20
+        if _end21 > _len:
             raise DecodeError("host overruns the buffer")
-        _s14_host = data[pos:_end16].decode()
-        pos = _end16
-        (_s14_port,) = _S_i.unpack_from(data, pos)
+        _o19.host = data[pos:_end21].decode()
+        pos = _end21
+        (_o19.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n17 = data[pos]
-        if _n17 < 128:
+        _n22 = data[pos]
+        if _n22 < 128:
             pos += 1
         else:
-            _n17, pos = read_uvarint(data, pos)
-        _n17 -= 1
-        if _n17 < 0:
-            if _n17 != -1:
+            _n22, pos = read_uvarint(data, pos)
+        _n22 -= 1
+        if _n22 < 0:
+            if _n22 != -1:
                 raise DecodeError("invalid length for rack")
-            _s14_rack = None
+            _o19.rack = None
         else:
-            if _n17 > 0x7FFF:
+            if _n22 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end18 = pos + _n17
-            if _end18 > _len:
+            _end23 = pos + _n22
+            if _end23 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s14_rack = data[pos:_end18].decode()
-            pos = _end18
+            _o19.rack = data[pos:_end23].decode()
+            pos = _end23
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a13.append(NodeEndpoint(_s14_node_id, _s14_host, _s14_port, _s14_rack))
-    _node_endpoints = _a13
+        _a17.append(_o19)
+    _o1.node_endpoints = _a17
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareAcknowledgeResponse(
-        _throttle_time_ms, _error_code, _error_message, _responses, _node_endpoints
-    ), pos
+    return _o1, pos
 
 
 AcknowledgementBatch._WRITERS = {0: _w_AcknowledgementBatch_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -330,25 +331,26 @@ def _w_AcknowledgementBatch_v0(buf: bytearray, o: AcknowledgementBatch) -> None:
 
 def _r_AcknowledgementBatch_v0(data: bytes, pos: int) -> tuple[AcknowledgementBatch, int]:
     _len = len(data)
-    _first_offset, _last_offset = _S_qq.unpack_from(data, pos)
+    _o1 = _new(AcknowledgementBatch)
+    _o1.first_offset, _o1.last_offset = _S_qq.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for acknowledge_types")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of acknowledge_types exceeds the bytes left")
-    _acknowledge_types = list(struct.unpack_from(f">{_n1}b", data, pos))
-    pos += 1 * _n1
+    _o1.acknowledge_types = list(struct.unpack_from(f">{_n2}b", data, pos))
+    pos += 1 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AcknowledgementBatch(_first_offset, _last_offset, _acknowledge_types), pos
+    return _o1, pos
 
 
 def _w_FetchPartition_v0(buf: bytearray, o: FetchPartition) -> None:
@@ -362,45 +364,47 @@ def _w_FetchPartition_v0(buf: bytearray, o: FetchPartition) -> None:
 
 def _r_FetchPartition_v0(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _partition_index, _partition_max_bytes = _S_ii.unpack_from(data, pos)
+    _o1 = _new(FetchPartition)
+    _o1.partition_index, _o1.partition_max_bytes = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for acknowledgement_batches")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
-    _a2: list[AcknowledgementBatch] = []
-    for _ in range(_n1):
-        _s3_first_offset, _s3_last_offset = _S_qq.unpack_from(data, pos)
+    _a3: list[AcknowledgementBatch] = []
+    for _ in range(_n2):
+        _o5 = _new(AcknowledgementBatch)
+        _o5.first_offset, _o5.last_offset = _S_qq.unpack_from(data, pos)
         pos += 16
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for acknowledge_types")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of acknowledge_types exceeds the bytes left")
-        _s3_acknowledge_types = list(struct.unpack_from(f">{_n4}b", data, pos))
-        pos += 1 * _n4
+        _o5.acknowledge_types = list(struct.unpack_from(f">{_n6}b", data, pos))
+        pos += 1 * _n6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(AcknowledgementBatch(_s3_first_offset, _s3_last_offset, _s3_acknowledge_types))
-    _acknowledgement_batches = _a2
+        _a3.append(_o5)
+    _o1.acknowledgement_batches = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchPartition(_partition_index, _partition_max_bytes, _acknowledgement_batches), pos
+    return _o1, pos
 
 
 def _w_FetchTopic_v0(buf: bytearray, o: FetchTopic) -> None:
@@ -414,66 +418,69 @@ def _w_FetchTopic_v0(buf: bytearray, o: FetchTopic) -> None:
 
 def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
+    _o1 = _new(FetchTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[FetchPartition] = []
-    for _ in range(_n1):
-        _s3_partition_index, _s3_partition_max_bytes = _S_ii.unpack_from(data, pos)
+    _a3: list[FetchPartition] = []
+    for _ in range(_n2):
+        _o5 = _new(FetchPartition)
+        _o5.partition_index, _o5.partition_max_bytes = _S_ii.unpack_from(data, pos)
         pos += 8
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for acknowledgement_batches")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
-        _a5: list[AcknowledgementBatch] = []
-        for _ in range(_n4):
-            _s6_first_offset, _s6_last_offset = _S_qq.unpack_from(data, pos)
+        _a7: list[AcknowledgementBatch] = []
+        for _ in range(_n6):
+            _o9 = _new(AcknowledgementBatch)
+            _o9.first_offset, _o9.last_offset = _S_qq.unpack_from(data, pos)
             pos += 16
-            _n7 = data[pos]
-            if _n7 < 128:
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null array length for acknowledge_types")
-            if _n7 > _len - pos:
+            if _n10 > _len - pos:
                 raise DecodeError("array count of acknowledge_types exceeds the bytes left")
-            _s6_acknowledge_types = list(struct.unpack_from(f">{_n7}b", data, pos))
-            pos += 1 * _n7
+            _o9.acknowledge_types = list(struct.unpack_from(f">{_n10}b", data, pos))
+            pos += 1 * _n10
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(AcknowledgementBatch(_s6_first_offset, _s6_last_offset, _s6_acknowledge_types))
-        _s3_acknowledgement_batches = _a5
+            _a7.append(_o9)
+        _o5.acknowledgement_batches = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FetchPartition(_s3_partition_index, _s3_partition_max_bytes, _s3_acknowledgement_batches))
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FetchTopic(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_ForgottenTopic_v0(buf: bytearray, o: ForgottenTopic) -> None:
@@ -486,26 +493,27 @@ def _w_ForgottenTopic_v0(buf: bytearray, o: ForgottenTopic) -> None:
 
 def _r_ForgottenTopic_v0(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _len = len(data)
+    _o1 = _new(ForgottenTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
+    _o1.partitions = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ForgottenTopic(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_ShareFetchRequest_v0(buf: bytearray, o: ShareFetchRequest) -> None:
@@ -539,166 +547,160 @@ def _w_ShareFetchRequest_v0(buf: bytearray, o: ShareFetchRequest) -> None:
 
 def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ShareFetchRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for group_id")
-        _group_id = None
+        _o1.group_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("group_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("group_id overruns the buffer")
-        _group_id = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.group_id = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for member_id")
-        _member_id = None
+        _o1.member_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("member_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("member_id overruns the buffer")
-        _member_id = data[pos:_end4].decode()
-        pos = _end4
-    _share_session_epoch, _max_wait_ms, _min_bytes, _max_bytes = _S_iiii.unpack_from(data, pos)
+        _o1.member_id = data[pos:_end5].decode()
+        pos = _end5
+    _o1.share_session_epoch, _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes = _S_iiii.unpack_from(data, pos)
     pos += 16
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a6: list[FetchTopic] = []
-    for _ in range(_n5):
-        (_s7_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a7: list[FetchTopic] = []
+    for _ in range(_n6):
+        _o9 = _new(FetchTopic)
+        (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s7_topic_id = uuid.UUID(bytes=_s7_topic_id_raw)
-        _n8 = data[pos]
-        if _n8 < 128:
+        _o9.topic_id = uuid.UUID(bytes=_s8_topic_id_raw)
+        _n10 = data[pos]
+        if _n10 < 128:
             pos += 1
         else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[FetchPartition] = []
-        for _ in range(_n8):
-            _s10_partition_index, _s10_partition_max_bytes = _S_ii.unpack_from(data, pos)
+        _a11: list[FetchPartition] = []
+        for _ in range(_n10):
+            _o13 = _new(FetchPartition)
+            _o13.partition_index, _o13.partition_max_bytes = _S_ii.unpack_from(data, pos)
             pos += 8
-            _n11 = data[pos]
-            if _n11 < 128:
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for acknowledgement_batches")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
-            _a12: list[AcknowledgementBatch] = []
-            for _ in range(_n11):
-                _s13_first_offset, _s13_last_offset = _S_qq.unpack_from(data, pos)
+            _a15: list[AcknowledgementBatch] = []
+            for _ in range(_n14):
+                _o17 = _new(AcknowledgementBatch)
+                _o17.first_offset, _o17.last_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
-                _n14 = data[pos]
-                if _n14 < 128:
+                _n18 = data[pos]
+                if _n18 < 128:
                     pos += 1
                 else:
-                    _n14, pos = read_uvarint(data, pos)
-                _n14 -= 1
-                if _n14 < 0:
+                    _n18, pos = read_uvarint(data, pos)
+                _n18 -= 1
+                if _n18 < 0:
                     raise DecodeError("invalid or null array length for acknowledge_types")
-                if _n14 > _len - pos:
+                if _n18 > _len - pos:
                     raise DecodeError("array count of acknowledge_types exceeds the bytes left")
-                _s13_acknowledge_types = list(struct.unpack_from(f">{_n14}b", data, pos))
-                pos += 1 * _n14
+                _o17.acknowledge_types = list(struct.unpack_from(f">{_n18}b", data, pos))
+                pos += 1 * _n18
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a12.append(AcknowledgementBatch(_s13_first_offset, _s13_last_offset, _s13_acknowledge_types))
-            _s10_acknowledgement_batches = _a12
+                _a15.append(_o17)
+            _o13.acknowledgement_batches = _a15
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                FetchPartition(_s10_partition_index, _s10_partition_max_bytes, _s10_acknowledgement_batches)
-            )
-        _s7_partitions = _a9
+            _a11.append(_o13)
+        _o9.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(FetchTopic(_s7_topic_id, _s7_partitions))
-    _topics = _a6
-    _n15 = data[pos]
-    if _n15 < 128:
+        _a7.append(_o9)
+    _o1.topics = _a7
+    _n19 = data[pos]
+    if _n19 < 128:
         pos += 1
     else:
-        _n15, pos = read_uvarint(data, pos)
-    _n15 -= 1
-    if _n15 < 0:
+        _n19, pos = read_uvarint(data, pos)
+    _n19 -= 1
+    if _n19 < 0:
         raise DecodeError("invalid or null array length for forgotten_topics_data")
-    if _n15 > _len - pos:
+    if _n19 > _len - pos:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
-    _a16: list[ForgottenTopic] = []
-    for _ in range(_n15):
-        (_s17_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a20: list[ForgottenTopic] = []
+    for _ in range(_n19):
+        _o22 = _new(ForgottenTopic)
+        (_s21_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s17_topic_id = uuid.UUID(bytes=_s17_topic_id_raw)
-        _n18 = data[pos]
-        if _n18 < 128:
+        _o22.topic_id = uuid.UUID(bytes=_s21_topic_id_raw)
+        _n23 = data[pos]
+        if _n23 < 128:
             pos += 1
         else:
-            _n18, pos = read_uvarint(data, pos)
-        _n18 -= 1
-        if _n18 < 0:
+            _n23, pos = read_uvarint(data, pos)
+        _n23 -= 1
+        if _n23 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n18 > _len - pos:
+        if _n23 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s17_partitions = list(struct.unpack_from(f">{_n18}i", data, pos))
-        pos += 4 * _n18
+        _o22.partitions = list(struct.unpack_from(f">{_n23}i", data, pos))
+        pos += 4 * _n23
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a16.append(ForgottenTopic(_s17_topic_id, _s17_partitions))
-    _forgotten_topics_data = _a16
+        _a20.append(_o22)
+    _o1.forgotten_topics_data = _a20
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareFetchRequest(
-        _group_id,
-        _member_id,
-        _share_session_epoch,
-        _max_wait_ms,
-        _min_bytes,
-        _max_bytes,
-        _topics,
-        _forgotten_topics_data,
-    ), pos
+    return _o1, pos
 
 
 def _w_LeaderIdAndEpoch_v0(buf: bytearray, o: LeaderIdAndEpoch) -> None:
@@ -708,13 +710,14 @@ def _w_LeaderIdAndEpoch_v0(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v0(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _leader_id, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(LeaderIdAndEpoch)
+    _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return LeaderIdAndEpoch(_leader_id, _leader_epoch), pos
+    return _o1, pos
 
 
 def _w_AcquiredRecords_v0(buf: bytearray, o: AcquiredRecords) -> None:
@@ -724,13 +727,14 @@ def _w_AcquiredRecords_v0(buf: bytearray, o: AcquiredRecords) -> None:
 
 def _r_AcquiredRecords_v0(data: bytes, pos: int) -> tuple[AcquiredRecords, int]:
     _len = len(data)
-    _first_offset, _last_offset, _delivery_count = _S_qqh.unpack_from(data, pos)
+    _o1 = _new(AcquiredRecords)
+    _o1.first_offset, _o1.last_offset, _o1.delivery_count = _S_qqh.unpack_from(data, pos)
     pos += 18
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return AcquiredRecords(_first_offset, _last_offset, _delivery_count), pos
+    return _o1, pos
 
 
 def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
@@ -767,69 +771,55 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(PartitionData)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    (_acknowledge_error_code,) = _S_h.unpack_from(data, pos)
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.acknowledge_error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for acknowledge_error_message")
-        _acknowledge_error_message = None
+        _o1.acknowledge_error_message = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("acknowledge_error_message is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("acknowledge_error_message overruns the buffer")
-        _acknowledge_error_message = data[pos:_end4].decode()
-        pos = _end4
-    _s5_leader_id, _s5_leader_epoch = _S_ii.unpack_from(data, pos)
+        _o1.acknowledge_error_message = data[pos:_end5].decode()
+        pos = _end5
+    _o7 = _new(LeaderIdAndEpoch)
+    _o7.leader_id, _o7.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    _current_leader = LeaderIdAndEpoch(_s5_leader_id, _s5_leader_epoch)
-    _n6 = data[pos]
-    if _n6 < 128:
-        pos += 1
-    else:
-        _n6, pos = read_uvarint(data, pos)
-    _n6 -= 1
-    if _n6 < 0:
-        if _n6 != -1:
-            raise DecodeError("invalid length for records")
-        _records = None
-    else:
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("records overruns the buffer")
-        _records = data[pos:_end7]
-        pos = _end7
+    _o1.current_leader = _o7
     _n8 = data[pos]
     if _n8 < 128:
         pos += 1
@@ -837,33 +827,41 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
         _n8, pos = read_uvarint(data, pos)
     _n8 -= 1
     if _n8 < 0:
+        if _n8 != -1:
+            raise DecodeError("invalid length for records")
+        _o1.records = None
+    else:
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("records overruns the buffer")
+        _o1.records = data[pos:_end9]
+        pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
+        pos += 1
+    else:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for acquired_records")
-    if _n8 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of acquired_records exceeds the bytes left")
-    _a9: list[AcquiredRecords] = []
-    for _ in range(_n8):
-        _s10_first_offset, _s10_last_offset, _s10_delivery_count = _S_qqh.unpack_from(data, pos)
+    _a11: list[AcquiredRecords] = []
+    for _ in range(_n10):
+        _o13 = _new(AcquiredRecords)
+        _o13.first_offset, _o13.last_offset, _o13.delivery_count = _S_qqh.unpack_from(data, pos)
         pos += 18
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a9.append(AcquiredRecords(_s10_first_offset, _s10_last_offset, _s10_delivery_count))
-    _acquired_records = _a9
+        _a11.append(_o13)
+    _o1.acquired_records = _a11
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionData(
-        _partition_index,
-        _error_code,
-        _error_message,
-        _acknowledge_error_code,
-        _acknowledge_error_message,
-        _current_leader,
-        _records,
-        _acquired_records,
-    ), pos
+    return _o1, pos
 
 
 def _w_ShareFetchableTopicResponse_v0(buf: bytearray, o: ShareFetchableTopicResponse) -> None:
@@ -877,43 +875,25 @@ def _w_ShareFetchableTopicResponse_v0(buf: bytearray, o: ShareFetchableTopicResp
 
 def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchableTopicResponse, int]:
     _len = len(data)
+    _o1 = _new(ShareFetchableTopicResponse)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[PartitionData] = []
-    for _ in range(_n1):
-        _s3_partition_index, _s3_error_code = _S_ih.unpack_from(data, pos)
+    _a3: list[PartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(PartitionData)
+        _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
-        (_s3_acknowledge_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -922,81 +902,92 @@ def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetch
         _n6 -= 1
         if _n6 < 0:
             if _n6 != -1:
-                raise DecodeError("invalid length for acknowledge_error_message")
-            _s3_acknowledge_error_message = None
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
         else:
             if _n6 > 0x7FFF:
-                raise DecodeError("acknowledge_error_message is longer than 32767 bytes")
+                raise DecodeError("error_message is longer than 32767 bytes")
             _end7 = pos + _n6
             if _end7 > _len:
-                raise DecodeError("acknowledge_error_message overruns the buffer")
-            _s3_acknowledge_error_message = data[pos:_end7].decode()
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
             pos = _end7
-        _s8_leader_id, _s8_leader_epoch = _S_ii.unpack_from(data, pos)
+        (_o5.acknowledge_error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
+                raise DecodeError("invalid length for acknowledge_error_message")
+            _o5.acknowledge_error_message = None
+        else:
+            if _n8 > 0x7FFF:
+                raise DecodeError("acknowledge_error_message is longer than 32767 bytes")
+            _end9 = pos + _n8
+            if _end9 > _len:
+                raise DecodeError("acknowledge_error_message overruns the buffer")
+            _o5.acknowledge_error_message = data[pos:_end9].decode()
+            pos = _end9
+        _o11 = _new(LeaderIdAndEpoch)
+        _o11.leader_id, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _s3_current_leader = LeaderIdAndEpoch(_s8_leader_id, _s8_leader_epoch)
-        _n9 = data[pos]
-        if _n9 < 128:
+        _o5.current_leader = _o11
+        _n12 = data[pos]
+        if _n12 < 128:
             pos += 1
         else:
-            _n9, pos = read_uvarint(data, pos)
-        _n9 -= 1
-        if _n9 < 0:
-            if _n9 != -1:
+            _n12, pos = read_uvarint(data, pos)
+        _n12 -= 1
+        if _n12 < 0:
+            if _n12 != -1:
                 raise DecodeError("invalid length for records")
-            _s3_records = None
+            _o5.records = None
         else:
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end13 = pos + _n12
+            if _end13 > _len:
                 raise DecodeError("records overruns the buffer")
-            _s3_records = data[pos:_end10]
-            pos = _end10
-        _n11 = data[pos]
-        if _n11 < 128:
+            _o5.records = data[pos:_end13]
+            pos = _end13
+        _n14 = data[pos]
+        if _n14 < 128:
             pos += 1
         else:
-            _n11, pos = read_uvarint(data, pos)
-        _n11 -= 1
-        if _n11 < 0:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for acquired_records")
-        if _n11 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of acquired_records exceeds the bytes left")
-        _a12: list[AcquiredRecords] = []
-        for _ in range(_n11):
-            _s13_first_offset, _s13_last_offset, _s13_delivery_count = _S_qqh.unpack_from(data, pos)
+        _a15: list[AcquiredRecords] = []
+        for _ in range(_n14):
+            _o17 = _new(AcquiredRecords)
+            _o17.first_offset, _o17.last_offset, _o17.delivery_count = _S_qqh.unpack_from(data, pos)
             pos += 18
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a12.append(AcquiredRecords(_s13_first_offset, _s13_last_offset, _s13_delivery_count))
-        _s3_acquired_records = _a12
+            _a15.append(_o17)
+        _o5.acquired_records = _a15
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            PartitionData(
-                _s3_partition_index,
-                _s3_error_code,
-                _s3_error_message,
-                _s3_acknowledge_error_code,
-                _s3_acknowledge_error_message,
-                _s3_current_leader,
-                _s3_records,
-                _s3_acquired_records,
-            )
-        )
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareFetchableTopicResponse(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
@@ -1020,48 +1011,49 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v0(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(NodeEndpoint)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end4].decode()
-        pos = _end4
+        _o1.rack = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return NodeEndpoint(_node_id, _host, _port, _rack), pos
+    return _o1, pos
 
 
 def _w_ShareFetchResponse_v0(buf: bytearray, o: ShareFetchResponse) -> None:
@@ -1087,100 +1079,78 @@ def _w_ShareFetchResponse_v0(buf: bytearray, o: ShareFetchResponse) -> None:
 
 def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ShareFetchResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for responses")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of responses exceeds the bytes left")
-    _a4: list[ShareFetchableTopicResponse] = []
-    for _ in range(_n3):
-        (_s5_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a5: list[ShareFetchableTopicResponse] = []
+    for _ in range(_n4):
+        _o7 = _new(ShareFetchableTopicResponse)
+        (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s5_topic_id = uuid.UUID(bytes=_s5_topic_id_raw)
-        _n6 = data[pos]
-        if _n6 < 128:
+        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
-                if _n9 != -1:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
+                if _n12 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s8_error_message = None
+                _o11.error_message = None
             else:
-                if _n9 > 0x7FFF:
+                if _n12 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end10 = pos + _n9
-                if _end10 > _len:
+                _end13 = pos + _n12
+                if _end13 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s8_error_message = data[pos:_end10].decode()
-                pos = _end10
-            (_s8_acknowledge_error_code,) = _S_h.unpack_from(data, pos)
+                _o11.error_message = data[pos:_end13].decode()
+                pos = _end13
+            (_o11.acknowledge_error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
-            _n11 = data[pos]
-            if _n11 < 128:
-                pos += 1
-            else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
-                if _n11 != -1:
-                    raise DecodeError("invalid length for acknowledge_error_message")
-                _s8_acknowledge_error_message = None
-            else:
-                if _n11 > 0x7FFF:
-                    raise DecodeError("acknowledge_error_message is longer than 32767 bytes")
-                _end12 = pos + _n11
-                if _end12 > _len:
-                    raise DecodeError("acknowledge_error_message overruns the buffer")
-                _s8_acknowledge_error_message = data[pos:_end12].decode()
-                pos = _end12
-            _s13_leader_id, _s13_leader_epoch = _S_ii.unpack_from(data, pos)
-            pos += 8
-            if data[pos]:
-                pos = skip_tagged_fields(data, pos)
-            else:
-                pos += 1
-            _s8_current_leader = LeaderIdAndEpoch(_s13_leader_id, _s13_leader_epoch)
             _n14 = data[pos]
             if _n14 < 128:
                 pos += 1
@@ -1189,119 +1159,134 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
             _n14 -= 1
             if _n14 < 0:
                 if _n14 != -1:
-                    raise DecodeError("invalid length for records")
-                _s8_records = None
+                    raise DecodeError("invalid length for acknowledge_error_message")
+                _o11.acknowledge_error_message = None
             else:
+                if _n14 > 0x7FFF:
+                    raise DecodeError("acknowledge_error_message is longer than 32767 bytes")
                 _end15 = pos + _n14
                 if _end15 > _len:
-                    raise DecodeError("records overruns the buffer")
-                _s8_records = data[pos:_end15]
+                    raise DecodeError("acknowledge_error_message overruns the buffer")
+                _o11.acknowledge_error_message = data[pos:_end15].decode()
                 pos = _end15
-            _n16 = data[pos]
-            if _n16 < 128:
+            _o17 = _new(LeaderIdAndEpoch)
+            _o17.leader_id, _o17.leader_epoch = _S_ii.unpack_from(data, pos)
+            pos += 8
+            if data[pos]:
+                pos = skip_tagged_fields(data, pos)
+            else:
+                pos += 1
+            _o11.current_leader = _o17
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n16, pos = read_uvarint(data, pos)
-            _n16 -= 1
-            if _n16 < 0:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
+                if _n18 != -1:
+                    raise DecodeError("invalid length for records")
+                _o11.records = None
+            else:
+                _end19 = pos + _n18
+                if _end19 > _len:
+                    raise DecodeError("records overruns the buffer")
+                _o11.records = data[pos:_end19]
+                pos = _end19
+            _n20 = data[pos]
+            if _n20 < 128:
+                pos += 1
+            else:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
                 raise DecodeError("invalid or null array length for acquired_records")
-            if _n16 > _len - pos:
+            if _n20 > _len - pos:
                 raise DecodeError("array count of acquired_records exceeds the bytes left")
-            _a17: list[AcquiredRecords] = []
-            for _ in range(_n16):
-                _s18_first_offset, _s18_last_offset, _s18_delivery_count = _S_qqh.unpack_from(data, pos)
+            _a21: list[AcquiredRecords] = []
+            for _ in range(_n20):
+                _o23 = _new(AcquiredRecords)
+                _o23.first_offset, _o23.last_offset, _o23.delivery_count = _S_qqh.unpack_from(data, pos)
                 pos += 18
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a17.append(AcquiredRecords(_s18_first_offset, _s18_last_offset, _s18_delivery_count))
-            _s8_acquired_records = _a17
+                _a21.append(_o23)
+            _o11.acquired_records = _a21
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                PartitionData(
-                    _s8_partition_index,
-                    _s8_error_code,
-                    _s8_error_message,
-                    _s8_acknowledge_error_code,
-                    _s8_acknowledge_error_message,
-                    _s8_current_leader,
-                    _s8_records,
-                    _s8_acquired_records,
-                )
-            )
-        _s5_partitions = _a7
+            _a9.append(_o11)
+        _o7.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(ShareFetchableTopicResponse(_s5_topic_id, _s5_partitions))
-    _responses = _a4
-    _n19 = data[pos]
-    if _n19 < 128:
+        _a5.append(_o7)
+    _o1.responses = _a5
+    _n24 = data[pos]
+    if _n24 < 128:
         pos += 1
     else:
-        _n19, pos = read_uvarint(data, pos)
-    _n19 -= 1
-    if _n19 < 0:
+        _n24, pos = read_uvarint(data, pos)
+    _n24 -= 1
+    if _n24 < 0:
         raise DecodeError("invalid or null array length for node_endpoints")
-    if _n19 > _len - pos:
+    if _n24 > _len - pos:
         raise DecodeError("array count of node_endpoints exceeds the bytes left")
-    _a20: list[NodeEndpoint] = []
-    for _ in range(_n19):
-        (_s21_node_id,) = _S_i.unpack_from(data, pos)
+    _a25: list[NodeEndpoint] = []
+    for _ in range(_n24):
+        _o27 = _new(NodeEndpoint)
+        (_o27.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n22 = data[pos]
-        if _n22 < 128:
+        _n28 = data[pos]
+        if _n28 < 128:
             pos += 1
         else:
-            _n22, pos = read_uvarint(data, pos)
-        _n22 -= 1
-        if _n22 < 0:
+            _n28, pos = read_uvarint(data, pos)
+        _n28 -= 1
+        if _n28 < 0:
             raise DecodeError("invalid or null length for host")
-        if _n22 > 0x7FFF:
+        if _n28 > 0x7FFF:
             raise DecodeError("host is longer than 32767 bytes")
-        _end23 = pos + _n22
-        if _end23 > _len:
+        _end29 = pos + _n28
+        if _end29 > _len:
             raise DecodeError("host overruns the buffer")
-        _s21_host = data[pos:_end23].decode()
-        pos = _end23
-        (_s21_port,) = _S_i.unpack_from(data, pos)
+        _o27.host = data[pos:_end29].decode()
+        pos = _end29
+        (_o27.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n24 = data[pos]
-        if _n24 < 128:
+        _n30 = data[pos]
+        if _n30 < 128:
             pos += 1
         else:
-            _n24, pos = read_uvarint(data, pos)
-        _n24 -= 1
-        if _n24 < 0:
-            if _n24 != -1:
+            _n30, pos = read_uvarint(data, pos)
+        _n30 -= 1
+        if _n30 < 0:
+            if _n30 != -1:
                 raise DecodeError("invalid length for rack")
-            _s21_rack = None
+            _o27.rack = None
         else:
-            if _n24 > 0x7FFF:
+            if _n30 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end25 = pos + _n24
-            if _end25 > _len:
+            _end31 = pos + _n30
+            if _end31 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s21_rack = data[pos:_end25].decode()
-            pos = _end25
+            _o27.rack = data[pos:_end31].decode()
+            pos = _end31
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a20.append(NodeEndpoint(_s21_node_id, _s21_host, _s21_port, _s21_rack))
-    _node_endpoints = _a20
+        _a25.append(_o27)
+    _o1.node_endpoints = _a25
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareFetchResponse(
-        _throttle_time_ms, _error_code, _error_message, _responses, _node_endpoints
-    ), pos
+    return _o1, pos
 
 
 AcknowledgementBatch._WRITERS = {0: _w_AcknowledgementBatch_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -212,42 +213,43 @@ def _w_ShareGroupDescribeRequest_v0(buf: bytearray, o: ShareGroupDescribeRequest
 
 def _r_ShareGroupDescribeRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupDescribeRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ShareGroupDescribeRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for group_ids")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of group_ids exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for group_ids")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("group_ids is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("group_ids overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _group_ids = _a2
-    (_include_authorized_operations,) = _S_o.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.group_ids = _a3
+    (_o1.include_authorized_operations,) = _S_o.unpack_from(data, pos)
     pos += 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareGroupDescribeRequest(_group_ids, _include_authorized_operations), pos
+    return _o1, pos
 
 
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
@@ -265,41 +267,42 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
+    _o1 = _new(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicPartitions(_topic_id, _topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
@@ -312,36 +315,23 @@ def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
 
 def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Assignment)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
-    _a2: list[TopicPartitions] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[TopicPartitions] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicPartitions)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -349,22 +339,37 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s3_partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
+        _o5.partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicPartitions(_s3_topic_id, _s3_topic_name, _s3_partitions))
-    _topic_partitions = _a2
+        _a3.append(_o5)
+    _o1.topic_partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Assignment(_topic_partitions), pos
+    return _o1, pos
 
 
 def _w_Member_v0(buf: bytearray, o: Member) -> None:
@@ -406,160 +411,161 @@ def _w_Member_v0(buf: bytearray, o: Member) -> None:
 
 def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Member)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for rack_id")
-        _rack_id = None
+        _o1.rack_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("rack_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("rack_id overruns the buffer")
-        _rack_id = data[pos:_end4].decode()
-        pos = _end4
-    (_member_epoch,) = _S_i.unpack_from(data, pos)
+        _o1.rack_id = data[pos:_end5].decode()
+        pos = _end5
+    (_o1.member_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_id")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("client_id is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.client_id = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for client_host")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("client_host is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.client_host = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for subscribed_topic_names")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
-    _a10: list[str] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
+    _a11: list[str] = []
+    for _ in range(_n10):
+        _n13 = data[pos]
+        if _n13 < 128:
             pos += 1
         else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
+            _n13, pos = read_uvarint(data, pos)
+        _n13 -= 1
+        if _n13 < 0:
             raise DecodeError("invalid or null length for subscribed_topic_names")
-        if _n12 > 0x7FFF:
+        if _n13 > 0x7FFF:
             raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
+        _end14 = pos + _n13
+        if _end14 > _len:
             raise DecodeError("subscribed_topic_names overruns the buffer")
-        _e11 = data[pos:_end13].decode()
-        pos = _end13
-        _a10.append(_e11)
-    _subscribed_topic_names = _a10
-    _n15 = data[pos]
-    if _n15 < 128:
+        _e12 = data[pos:_end14].decode()
+        pos = _end14
+        _a11.append(_e12)
+    _o1.subscribed_topic_names = _a11
+    _o16 = _new(Assignment)
+    _n17 = data[pos]
+    if _n17 < 128:
         pos += 1
     else:
-        _n15, pos = read_uvarint(data, pos)
-    _n15 -= 1
-    if _n15 < 0:
+        _n17, pos = read_uvarint(data, pos)
+    _n17 -= 1
+    if _n17 < 0:
         raise DecodeError("invalid or null array length for topic_partitions")
-    if _n15 > _len - pos:
+    if _n17 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
-    _a16: list[TopicPartitions] = []
-    for _ in range(_n15):
-        (_s17_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a18: list[TopicPartitions] = []
+    for _ in range(_n17):
+        _o20 = _new(TopicPartitions)
+        (_s19_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s17_topic_id = uuid.UUID(bytes=_s17_topic_id_raw)
-        _n18 = data[pos]
-        if _n18 < 128:
+        _o20.topic_id = uuid.UUID(bytes=_s19_topic_id_raw)
+        _n21 = data[pos]
+        if _n21 < 128:
             pos += 1
         else:
-            _n18, pos = read_uvarint(data, pos)
-        _n18 -= 1
-        if _n18 < 0:
+            _n21, pos = read_uvarint(data, pos)
+        _n21 -= 1
+        if _n21 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n18 > 0x7FFF:
+        if _n21 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end19 = pos + _n18
-        if _end19 > _len:
+        _end22 = pos + _n21
+        if _end22 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s17_topic_name = data[pos:_end19].decode()
-        pos = _end19
-        _n20 = data[pos]
-        if _n20 < 128:
+        _o20.topic_name = data[pos:_end22].decode()
+        pos = _end22
+        _n23 = data[pos]
+        if _n23 < 128:
             pos += 1
         else:
-            _n20, pos = read_uvarint(data, pos)
-        _n20 -= 1
-        if _n20 < 0:
+            _n23, pos = read_uvarint(data, pos)
+        _n23 -= 1
+        if _n23 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n20 > _len - pos:
+        if _n23 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s17_partitions = list(struct.unpack_from(f">{_n20}i", data, pos))
-        pos += 4 * _n20
+        _o20.partitions = list(struct.unpack_from(f">{_n23}i", data, pos))
+        pos += 4 * _n23
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a16.append(TopicPartitions(_s17_topic_id, _s17_topic_name, _s17_partitions))
-    _s14_topic_partitions = _a16
+        _a18.append(_o20)
+    _o16.topic_partitions = _a18
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    _assignment = Assignment(_s14_topic_partitions)
+    _o1.assignment = _o16
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Member(
-        _member_id, _rack_id, _member_epoch, _client_id, _client_host, _subscribed_topic_names, _assignment
-    ), pos
+    return _o1, pos
 
 
 def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
@@ -598,100 +604,87 @@ def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
 
 def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(DescribedGroup)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.group_id = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for group_state")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("group_state is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("group_state overruns the buffer")
-    _group_state = data[pos:_end6].decode()
-    pos = _end6
-    _group_epoch, _assignment_epoch = _S_ii.unpack_from(data, pos)
+    _o1.group_state = data[pos:_end7].decode()
+    pos = _end7
+    _o1.group_epoch, _o1.assignment_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n7 = data[pos]
-    if _n7 < 128:
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for assignor_name")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("assignor_name is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("assignor_name overruns the buffer")
-    _assignor_name = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.assignor_name = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a10: list[Member] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n12 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s11_member_id = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[Member] = []
+    for _ in range(_n10):
+        _o13 = _new(Member)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -699,19 +692,14 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            if _n14 != -1:
-                raise DecodeError("invalid length for rack_id")
-            _s11_rack_id = None
-        else:
-            if _n14 > 0x7FFF:
-                raise DecodeError("rack_id is longer than 32767 bytes")
-            _end15 = pos + _n14
-            if _end15 > _len:
-                raise DecodeError("rack_id overruns the buffer")
-            _s11_rack_id = data[pos:_end15].decode()
-            pos = _end15
-        (_s11_member_epoch,) = _S_i.unpack_from(data, pos)
-        pos += 4
+            raise DecodeError("invalid or null length for member_id")
+        if _n14 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o13.member_id = data[pos:_end15].decode()
+        pos = _end15
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -719,14 +707,19 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n16, pos = read_uvarint(data, pos)
         _n16 -= 1
         if _n16 < 0:
-            raise DecodeError("invalid or null length for client_id")
-        if _n16 > 0x7FFF:
-            raise DecodeError("client_id is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
-            raise DecodeError("client_id overruns the buffer")
-        _s11_client_id = data[pos:_end17].decode()
-        pos = _end17
+            if _n16 != -1:
+                raise DecodeError("invalid length for rack_id")
+            _o13.rack_id = None
+        else:
+            if _n16 > 0x7FFF:
+                raise DecodeError("rack_id is longer than 32767 bytes")
+            _end17 = pos + _n16
+            if _end17 > _len:
+                raise DecodeError("rack_id overruns the buffer")
+            _o13.rack_id = data[pos:_end17].decode()
+            pos = _end17
+        (_o13.member_epoch,) = _S_i.unpack_from(data, pos)
+        pos += 4
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1
@@ -734,13 +727,13 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n18, pos = read_uvarint(data, pos)
         _n18 -= 1
         if _n18 < 0:
-            raise DecodeError("invalid or null length for client_host")
+            raise DecodeError("invalid or null length for client_id")
         if _n18 > 0x7FFF:
-            raise DecodeError("client_host is longer than 32767 bytes")
+            raise DecodeError("client_id is longer than 32767 bytes")
         _end19 = pos + _n18
         if _end19 > _len:
-            raise DecodeError("client_host overruns the buffer")
-        _s11_client_host = data[pos:_end19].decode()
+            raise DecodeError("client_id overruns the buffer")
+        _o13.client_id = data[pos:_end19].decode()
         pos = _end19
         _n20 = data[pos]
         if _n20 < 128:
@@ -749,114 +742,111 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _n20, pos = read_uvarint(data, pos)
         _n20 -= 1
         if _n20 < 0:
-            raise DecodeError("invalid or null array length for subscribed_topic_names")
-        if _n20 > _len - pos:
-            raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
-        _a21: list[str] = []
-        for _ in range(_n20):
-            _n23 = data[pos]
-            if _n23 < 128:
-                pos += 1
-            else:
-                _n23, pos = read_uvarint(data, pos)
-            _n23 -= 1
-            if _n23 < 0:
-                raise DecodeError("invalid or null length for subscribed_topic_names")
-            if _n23 > 0x7FFF:
-                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-            _end24 = pos + _n23
-            if _end24 > _len:
-                raise DecodeError("subscribed_topic_names overruns the buffer")
-            _e22 = data[pos:_end24].decode()
-            pos = _end24
-            _a21.append(_e22)
-        _s11_subscribed_topic_names = _a21
-        _n26 = data[pos]
-        if _n26 < 128:
+            raise DecodeError("invalid or null length for client_host")
+        if _n20 > 0x7FFF:
+            raise DecodeError("client_host is longer than 32767 bytes")
+        _end21 = pos + _n20
+        if _end21 > _len:
+            raise DecodeError("client_host overruns the buffer")
+        _o13.client_host = data[pos:_end21].decode()
+        pos = _end21
+        _n22 = data[pos]
+        if _n22 < 128:
             pos += 1
         else:
-            _n26, pos = read_uvarint(data, pos)
-        _n26 -= 1
-        if _n26 < 0:
+            _n22, pos = read_uvarint(data, pos)
+        _n22 -= 1
+        if _n22 < 0:
+            raise DecodeError("invalid or null array length for subscribed_topic_names")
+        if _n22 > _len - pos:
+            raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
+        _a23: list[str] = []
+        for _ in range(_n22):
+            _n25 = data[pos]
+            if _n25 < 128:
+                pos += 1
+            else:
+                _n25, pos = read_uvarint(data, pos)
+            _n25 -= 1
+            if _n25 < 0:
+                raise DecodeError("invalid or null length for subscribed_topic_names")
+            if _n25 > 0x7FFF:
+                raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
+            _end26 = pos + _n25
+            if _end26 > _len:
+                raise DecodeError("subscribed_topic_names overruns the buffer")
+            _e24 = data[pos:_end26].decode()
+            pos = _end26
+            _a23.append(_e24)
+        _o13.subscribed_topic_names = _a23
+        _o28 = _new(Assignment)
+        _n29 = data[pos]
+        if _n29 < 128:
+            pos += 1
+        else:
+            _n29, pos = read_uvarint(data, pos)
+        _n29 -= 1
+        if _n29 < 0:
             raise DecodeError("invalid or null array length for topic_partitions")
-        if _n26 > _len - pos:
+        if _n29 > _len - pos:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
-        _a27: list[TopicPartitions] = []
-        for _ in range(_n26):
-            (_s28_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a30: list[TopicPartitions] = []
+        for _ in range(_n29):
+            _o32 = _new(TopicPartitions)
+            (_s31_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s28_topic_id = uuid.UUID(bytes=_s28_topic_id_raw)
-            _n29 = data[pos]
-            if _n29 < 128:
+            _o32.topic_id = uuid.UUID(bytes=_s31_topic_id_raw)
+            _n33 = data[pos]
+            if _n33 < 128:
                 pos += 1
             else:
-                _n29, pos = read_uvarint(data, pos)
-            _n29 -= 1
-            if _n29 < 0:
+                _n33, pos = read_uvarint(data, pos)
+            _n33 -= 1
+            if _n33 < 0:
                 raise DecodeError("invalid or null length for topic_name")
-            if _n29 > 0x7FFF:
+            if _n33 > 0x7FFF:
                 raise DecodeError("topic_name is longer than 32767 bytes")
-            _end30 = pos + _n29
-            if _end30 > _len:
+            _end34 = pos + _n33
+            if _end34 > _len:
                 raise DecodeError("topic_name overruns the buffer")
-            _s28_topic_name = data[pos:_end30].decode()
-            pos = _end30
-            _n31 = data[pos]
-            if _n31 < 128:
+            _o32.topic_name = data[pos:_end34].decode()
+            pos = _end34
+            _n35 = data[pos]
+            if _n35 < 128:
                 pos += 1
             else:
-                _n31, pos = read_uvarint(data, pos)
-            _n31 -= 1
-            if _n31 < 0:
+                _n35, pos = read_uvarint(data, pos)
+            _n35 -= 1
+            if _n35 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n31 > _len - pos:
+            if _n35 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s28_partitions = list(struct.unpack_from(f">{_n31}i", data, pos))
-            pos += 4 * _n31
+            _o32.partitions = list(struct.unpack_from(f">{_n35}i", data, pos))
+            pos += 4 * _n35
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a27.append(TopicPartitions(_s28_topic_id, _s28_topic_name, _s28_partitions))
-        _s25_topic_partitions = _a27
+            _a30.append(_o32)
+        _o28.topic_partitions = _a30
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _s11_assignment = Assignment(_s25_topic_partitions)
+        _o13.assignment = _o28
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a10.append(
-            Member(
-                _s11_member_id,
-                _s11_rack_id,
-                _s11_member_epoch,
-                _s11_client_id,
-                _s11_client_host,
-                _s11_subscribed_topic_names,
-                _s11_assignment,
-            )
-        )
-    _members = _a10
-    (_authorized_operations,) = _S_i.unpack_from(data, pos)
+        _a11.append(_o13)
+    _o1.members = _a11
+    (_o1.authorized_operations,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return DescribedGroup(
-        _error_code,
-        _error_message,
-        _group_id,
-        _group_state,
-        _group_epoch,
-        _assignment_epoch,
-        _assignor_name,
-        _members,
-        _authorized_operations,
-    ), pos
+    return _o1, pos
 
 
 def _w_ShareGroupDescribeResponse_v0(buf: bytearray, o: ShareGroupDescribeResponse) -> None:
@@ -870,40 +860,24 @@ def _w_ShareGroupDescribeResponse_v0(buf: bytearray, o: ShareGroupDescribeRespon
 
 def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupDescribeResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ShareGroupDescribeResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for groups")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of groups exceeds the bytes left")
-    _a2: list[DescribedGroup] = []
-    for _ in range(_n1):
-        (_s3_error_code,) = _S_h.unpack_from(data, pos)
+    _a3: list[DescribedGroup] = []
+    for _ in range(_n2):
+        _o5 = _new(DescribedGroup)
+        (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
-        else:
-            if _n4 > 0x7FFF:
-                raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
-                raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -911,14 +885,17 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for group_id")
-        if _n6 > 0x7FFF:
-            raise DecodeError("group_id is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("group_id overruns the buffer")
-        _s3_group_id = data[pos:_end7].decode()
-        pos = _end7
+            if _n6 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o5.error_message = None
+        else:
+            if _n6 > 0x7FFF:
+                raise DecodeError("error_message is longer than 32767 bytes")
+            _end7 = pos + _n6
+            if _end7 > _len:
+                raise DecodeError("error_message overruns the buffer")
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -926,16 +903,14 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for group_state")
+            raise DecodeError("invalid or null length for group_id")
         if _n8 > 0x7FFF:
-            raise DecodeError("group_state is longer than 32767 bytes")
+            raise DecodeError("group_id is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("group_state overruns the buffer")
-        _s3_group_state = data[pos:_end9].decode()
+            raise DecodeError("group_id overruns the buffer")
+        _o5.group_id = data[pos:_end9].decode()
         pos = _end9
-        _s3_group_epoch, _s3_assignment_epoch = _S_ii.unpack_from(data, pos)
-        pos += 8
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -943,14 +918,16 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
             _n10, pos = read_uvarint(data, pos)
         _n10 -= 1
         if _n10 < 0:
-            raise DecodeError("invalid or null length for assignor_name")
+            raise DecodeError("invalid or null length for group_state")
         if _n10 > 0x7FFF:
-            raise DecodeError("assignor_name is longer than 32767 bytes")
+            raise DecodeError("group_state is longer than 32767 bytes")
         _end11 = pos + _n10
         if _end11 > _len:
-            raise DecodeError("assignor_name overruns the buffer")
-        _s3_assignor_name = data[pos:_end11].decode()
+            raise DecodeError("group_state overruns the buffer")
+        _o5.group_state = data[pos:_end11].decode()
         pos = _end11
+        _o5.group_epoch, _o5.assignment_epoch = _S_ii.unpack_from(data, pos)
+        pos += 8
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -958,199 +935,195 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
             _n12, pos = read_uvarint(data, pos)
         _n12 -= 1
         if _n12 < 0:
+            raise DecodeError("invalid or null length for assignor_name")
+        if _n12 > 0x7FFF:
+            raise DecodeError("assignor_name is longer than 32767 bytes")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("assignor_name overruns the buffer")
+        _o5.assignor_name = data[pos:_end13].decode()
+        pos = _end13
+        _n14 = data[pos]
+        if _n14 < 128:
+            pos += 1
+        else:
+            _n14, pos = read_uvarint(data, pos)
+        _n14 -= 1
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for members")
-        if _n12 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of members exceeds the bytes left")
-        _a13: list[Member] = []
-        for _ in range(_n12):
-            _n15 = data[pos]
-            if _n15 < 128:
+        _a15: list[Member] = []
+        for _ in range(_n14):
+            _o17 = _new(Member)
+            _n18 = data[pos]
+            if _n18 < 128:
                 pos += 1
             else:
-                _n15, pos = read_uvarint(data, pos)
-            _n15 -= 1
-            if _n15 < 0:
+                _n18, pos = read_uvarint(data, pos)
+            _n18 -= 1
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for member_id")
-            if _n15 > 0x7FFF:
+            if _n18 > 0x7FFF:
                 raise DecodeError("member_id is longer than 32767 bytes")
-            _end16 = pos + _n15
-            if _end16 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("member_id overruns the buffer")
-            _s14_member_id = data[pos:_end16].decode()
-            pos = _end16
-            _n17 = data[pos]
-            if _n17 < 128:
+            _o17.member_id = data[pos:_end19].decode()
+            pos = _end19
+            _n20 = data[pos]
+            if _n20 < 128:
                 pos += 1
             else:
-                _n17, pos = read_uvarint(data, pos)
-            _n17 -= 1
-            if _n17 < 0:
-                if _n17 != -1:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
+                if _n20 != -1:
                     raise DecodeError("invalid length for rack_id")
-                _s14_rack_id = None
+                _o17.rack_id = None
             else:
-                if _n17 > 0x7FFF:
+                if _n20 > 0x7FFF:
                     raise DecodeError("rack_id is longer than 32767 bytes")
-                _end18 = pos + _n17
-                if _end18 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("rack_id overruns the buffer")
-                _s14_rack_id = data[pos:_end18].decode()
-                pos = _end18
-            (_s14_member_epoch,) = _S_i.unpack_from(data, pos)
+                _o17.rack_id = data[pos:_end21].decode()
+                pos = _end21
+            (_o17.member_epoch,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n19 = data[pos]
-            if _n19 < 128:
+            _n22 = data[pos]
+            if _n22 < 128:
                 pos += 1
             else:
-                _n19, pos = read_uvarint(data, pos)
-            _n19 -= 1
-            if _n19 < 0:
+                _n22, pos = read_uvarint(data, pos)
+            _n22 -= 1
+            if _n22 < 0:
                 raise DecodeError("invalid or null length for client_id")
-            if _n19 > 0x7FFF:
+            if _n22 > 0x7FFF:
                 raise DecodeError("client_id is longer than 32767 bytes")
-            _end20 = pos + _n19
-            if _end20 > _len:
+            _end23 = pos + _n22
+            if _end23 > _len:
                 raise DecodeError("client_id overruns the buffer")
-            _s14_client_id = data[pos:_end20].decode()
-            pos = _end20
-            _n21 = data[pos]
-            if _n21 < 128:
+            _o17.client_id = data[pos:_end23].decode()
+            pos = _end23
+            _n24 = data[pos]
+            if _n24 < 128:
                 pos += 1
             else:
-                _n21, pos = read_uvarint(data, pos)
-            _n21 -= 1
-            if _n21 < 0:
+                _n24, pos = read_uvarint(data, pos)
+            _n24 -= 1
+            if _n24 < 0:
                 raise DecodeError("invalid or null length for client_host")
-            if _n21 > 0x7FFF:
+            if _n24 > 0x7FFF:
                 raise DecodeError("client_host is longer than 32767 bytes")
-            _end22 = pos + _n21
-            if _end22 > _len:
+            _end25 = pos + _n24
+            if _end25 > _len:
                 raise DecodeError("client_host overruns the buffer")
-            _s14_client_host = data[pos:_end22].decode()
-            pos = _end22
-            _n23 = data[pos]
-            if _n23 < 128:
+            _o17.client_host = data[pos:_end25].decode()
+            pos = _end25
+            _n26 = data[pos]
+            if _n26 < 128:
                 pos += 1
             else:
-                _n23, pos = read_uvarint(data, pos)
-            _n23 -= 1
-            if _n23 < 0:
+                _n26, pos = read_uvarint(data, pos)
+            _n26 -= 1
+            if _n26 < 0:
                 raise DecodeError("invalid or null array length for subscribed_topic_names")
-            if _n23 > _len - pos:
+            if _n26 > _len - pos:
                 raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
-            _a24: list[str] = []
-            for _ in range(_n23):
-                _n26 = data[pos]
-                if _n26 < 128:
+            _a27: list[str] = []
+            for _ in range(_n26):
+                _n29 = data[pos]
+                if _n29 < 128:
                     pos += 1
                 else:
-                    _n26, pos = read_uvarint(data, pos)
-                _n26 -= 1
-                if _n26 < 0:
+                    _n29, pos = read_uvarint(data, pos)
+                _n29 -= 1
+                if _n29 < 0:
                     raise DecodeError("invalid or null length for subscribed_topic_names")
-                if _n26 > 0x7FFF:
+                if _n29 > 0x7FFF:
                     raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-                _end27 = pos + _n26
-                if _end27 > _len:
+                _end30 = pos + _n29
+                if _end30 > _len:
                     raise DecodeError("subscribed_topic_names overruns the buffer")
-                _e25 = data[pos:_end27].decode()
-                pos = _end27
-                _a24.append(_e25)
-            _s14_subscribed_topic_names = _a24
-            _n29 = data[pos]
-            if _n29 < 128:
+                _e28 = data[pos:_end30].decode()
+                pos = _end30
+                _a27.append(_e28)
+            _o17.subscribed_topic_names = _a27
+            _o32 = _new(Assignment)
+            _n33 = data[pos]
+            if _n33 < 128:
                 pos += 1
             else:
-                _n29, pos = read_uvarint(data, pos)
-            _n29 -= 1
-            if _n29 < 0:
+                _n33, pos = read_uvarint(data, pos)
+            _n33 -= 1
+            if _n33 < 0:
                 raise DecodeError("invalid or null array length for topic_partitions")
-            if _n29 > _len - pos:
+            if _n33 > _len - pos:
                 raise DecodeError("array count of topic_partitions exceeds the bytes left")
-            _a30: list[TopicPartitions] = []
-            for _ in range(_n29):
-                (_s31_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+            _a34: list[TopicPartitions] = []
+            for _ in range(_n33):
+                _o36 = _new(TopicPartitions)
+                (_s35_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
-                _s31_topic_id = uuid.UUID(bytes=_s31_topic_id_raw)
-                _n32 = data[pos]
-                if _n32 < 128:
+                _o36.topic_id = uuid.UUID(bytes=_s35_topic_id_raw)
+                _n37 = data[pos]
+                if _n37 < 128:
                     pos += 1
                 else:
-                    _n32, pos = read_uvarint(data, pos)
-                _n32 -= 1
-                if _n32 < 0:
+                    _n37, pos = read_uvarint(data, pos)
+                _n37 -= 1
+                if _n37 < 0:
                     raise DecodeError("invalid or null length for topic_name")
-                if _n32 > 0x7FFF:
+                if _n37 > 0x7FFF:
                     raise DecodeError("topic_name is longer than 32767 bytes")
-                _end33 = pos + _n32
-                if _end33 > _len:
+                _end38 = pos + _n37
+                if _end38 > _len:
                     raise DecodeError("topic_name overruns the buffer")
-                _s31_topic_name = data[pos:_end33].decode()
-                pos = _end33
-                _n34 = data[pos]
-                if _n34 < 128:
+                _o36.topic_name = data[pos:_end38].decode()
+                pos = _end38
+                _n39 = data[pos]
+                if _n39 < 128:
                     pos += 1
                 else:
-                    _n34, pos = read_uvarint(data, pos)
-                _n34 -= 1
-                if _n34 < 0:
+                    _n39, pos = read_uvarint(data, pos)
+                _n39 -= 1
+                if _n39 < 0:
                     raise DecodeError("invalid or null array length for partitions")
-                if _n34 > _len - pos:
+                if _n39 > _len - pos:
                     raise DecodeError("array count of partitions exceeds the bytes left")
-                _s31_partitions = list(struct.unpack_from(f">{_n34}i", data, pos))
-                pos += 4 * _n34
+                _o36.partitions = list(struct.unpack_from(f">{_n39}i", data, pos))
+                pos += 4 * _n39
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a30.append(TopicPartitions(_s31_topic_id, _s31_topic_name, _s31_partitions))
-            _s28_topic_partitions = _a30
+                _a34.append(_o36)
+            _o32.topic_partitions = _a34
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _s14_assignment = Assignment(_s28_topic_partitions)
+            _o17.assignment = _o32
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a13.append(
-                Member(
-                    _s14_member_id,
-                    _s14_rack_id,
-                    _s14_member_epoch,
-                    _s14_client_id,
-                    _s14_client_host,
-                    _s14_subscribed_topic_names,
-                    _s14_assignment,
-                )
-            )
-        _s3_members = _a13
-        (_s3_authorized_operations,) = _S_i.unpack_from(data, pos)
+            _a15.append(_o17)
+        _o5.members = _a15
+        (_o5.authorized_operations,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            DescribedGroup(
-                _s3_error_code,
-                _s3_error_message,
-                _s3_group_id,
-                _s3_group_state,
-                _s3_group_epoch,
-                _s3_assignment_epoch,
-                _s3_assignor_name,
-                _s3_members,
-                _s3_authorized_operations,
-            )
-        )
-    _groups = _a2
+        _a3.append(_o5)
+    _o1.groups = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareGroupDescribeResponse(_throttle_time_ms, _groups), pos
+    return _o1, pos
 
 
 ShareGroupDescribeRequest._WRITERS = {0: _w_ShareGroupDescribeRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -186,95 +187,94 @@ def _w_ShareGroupHeartbeatRequest_v0(buf: bytearray, o: ShareGroupHeartbeatReque
 
 def _r_ShareGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupHeartbeatRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ShareGroupHeartbeatRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_member_epoch,) = _S_i.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.member_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for rack_id")
-        _rack_id = None
+        _o1.rack_id = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("rack_id is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("rack_id overruns the buffer")
-        _rack_id = data[pos:_end6].decode()
-        pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+        _o1.rack_id = data[pos:_end7].decode()
+        pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
-        if _n7 != -1:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        if _n8 != -1:
             raise DecodeError("invalid array length for subscribed_topic_names")
-        _subscribed_topic_names = None
-    elif _n7 > _len - pos:
+        _o1.subscribed_topic_names = None
+    elif _n8 > _len - pos:
         raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
     else:
-        _a8: list[str] = []
-        for _ in range(_n7):
-            _n10 = data[pos]
-            if _n10 < 128:
+        _a9: list[str] = []
+        for _ in range(_n8):
+            _n11 = data[pos]
+            if _n11 < 128:
                 pos += 1
             else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
+                _n11, pos = read_uvarint(data, pos)
+            _n11 -= 1
+            if _n11 < 0:
                 raise DecodeError("invalid or null length for subscribed_topic_names")
-            if _n10 > 0x7FFF:
+            if _n11 > 0x7FFF:
                 raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-            _end11 = pos + _n10
-            if _end11 > _len:
+            _end12 = pos + _n11
+            if _end12 > _len:
                 raise DecodeError("subscribed_topic_names overruns the buffer")
-            _e9 = data[pos:_end11].decode()
-            pos = _end11
-            _a8.append(_e9)
-        _subscribed_topic_names = _a8
+            _e10 = data[pos:_end12].decode()
+            pos = _end12
+            _a9.append(_e10)
+        _o1.subscribed_topic_names = _a9
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareGroupHeartbeatRequest(
-        _group_id, _member_id, _member_epoch, _rack_id, _subscribed_topic_names
-    ), pos
+    return _o1, pos
 
 
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
@@ -287,26 +287,27 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
+    _o1 = _new(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
+    _o1.partitions = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicPartitions(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
@@ -319,44 +320,46 @@ def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
 
 def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Assignment)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
-    _a2: list[TopicPartitions] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[TopicPartitions] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicPartitions)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s3_partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
-        pos += 4 * _n4
+        _o5.partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
+        pos += 4 * _n6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicPartitions(_s3_topic_id, _s3_partitions))
-    _topic_partitions = _a2
+        _a3.append(_o5)
+    _o1.topic_partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Assignment(_topic_partitions), pos
+    return _o1, pos
 
 
 def _w_ShareGroupHeartbeatResponse_v0(buf: bytearray, o: ShareGroupHeartbeatResponse) -> None:
@@ -388,102 +391,97 @@ def _w_ShareGroupHeartbeatResponse_v0(buf: bytearray, o: ShareGroupHeartbeatResp
 
 def _r_ShareGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupHeartbeatResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(ShareGroupHeartbeatResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for member_id")
-        _member_id = None
+        _o1.member_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("member_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("member_id overruns the buffer")
-        _member_id = data[pos:_end4].decode()
-        pos = _end4
-    _member_epoch, _heartbeat_interval_ms = _S_ii.unpack_from(data, pos)
+        _o1.member_id = data[pos:_end5].decode()
+        pos = _end5
+    _o1.member_epoch, _o1.heartbeat_interval_ms = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_m5,) = _I8.unpack_from(data, pos)
+    (_m6,) = _I8.unpack_from(data, pos)
     pos += 1
-    if _m5 < 0:
-        _assignment = None
+    if _m6 < 0:
+        _o1.assignment = None
     else:
-        _n7 = data[pos]
-        if _n7 < 128:
+        _o8 = _new(Assignment)
+        _n9 = data[pos]
+        if _n9 < 128:
             pos += 1
         else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
+            _n9, pos = read_uvarint(data, pos)
+        _n9 -= 1
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for topic_partitions")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
-        _a8: list[TopicPartitions] = []
-        for _ in range(_n7):
-            (_s9_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        _a10: list[TopicPartitions] = []
+        for _ in range(_n9):
+            _o12 = _new(TopicPartitions)
+            (_s11_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _s9_topic_id = uuid.UUID(bytes=_s9_topic_id_raw)
-            _n10 = data[pos]
-            if _n10 < 128:
+            _o12.topic_id = uuid.UUID(bytes=_s11_topic_id_raw)
+            _n13 = data[pos]
+            if _n13 < 128:
                 pos += 1
             else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n10 > _len - pos:
+            if _n13 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _s9_partitions = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
+            _o12.partitions = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a8.append(TopicPartitions(_s9_topic_id, _s9_partitions))
-        _s6_topic_partitions = _a8
+            _a10.append(_o12)
+        _o8.topic_partitions = _a10
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _assignment = Assignment(_s6_topic_partitions)
+        _o1.assignment = _o8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareGroupHeartbeatResponse(
-        _throttle_time_ms,
-        _error_code,
-        _error_message,
-        _member_id,
-        _member_epoch,
-        _heartbeat_interval_ms,
-        _assignment,
-    ), pos
+    return _o1, pos
 
 
 ShareGroupHeartbeatRequest._WRITERS = {0: _w_ShareGroupHeartbeatRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -218,18 +219,19 @@ def _w_StopReplicaPartitionV0_v0(buf: bytearray, o: StopReplicaPartitionV0) -> N
 
 def _r_StopReplicaPartitionV0_v0(data: bytes, pos: int) -> tuple[StopReplicaPartitionV0, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(StopReplicaPartitionV0)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_partition_index,) = _S_i.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return StopReplicaPartitionV0(_topic_name, _partition_index), pos
+    return _o1, pos
 
 
 def _w_StopReplicaTopicV1_v1(buf: bytearray, o: StopReplicaTopicV1) -> None:
@@ -255,60 +257,62 @@ def _w_StopReplicaTopicV1_v2(buf: bytearray, o: StopReplicaTopicV1) -> None:
 
 def _r_StopReplicaTopicV1_v1(data: bytes, pos: int) -> tuple[StopReplicaTopicV1, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(StopReplicaTopicV1)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_indexes")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_indexes exceeds the bytes left")
-    _partition_indexes = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return StopReplicaTopicV1(_name, _partition_indexes), pos
+    _o1.partition_indexes = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _r_StopReplicaTopicV1_v2(data: bytes, pos: int) -> tuple[StopReplicaTopicV1, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(StopReplicaTopicV1)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_indexes")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_indexes exceeds the bytes left")
-    _partition_indexes = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partition_indexes = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StopReplicaTopicV1(_name, _partition_indexes), pos
+    return _o1, pos
 
 
 def _w_StopReplicaPartitionState_v3(buf: bytearray, o: StopReplicaPartitionState) -> None:
@@ -320,13 +324,14 @@ def _w_StopReplicaPartitionState_v3(buf: bytearray, o: StopReplicaPartitionState
 
 def _r_StopReplicaPartitionState_v3(data: bytes, pos: int) -> tuple[StopReplicaPartitionState, int]:
     _len = len(data)
-    _partition_index, _leader_epoch, _delete_partition = _S_iio.unpack_from(data, pos)
+    _o1 = _new(StopReplicaPartitionState)
+    _o1.partition_index, _o1.leader_epoch, _o1.delete_partition = _S_iio.unpack_from(data, pos)
     pos += 9
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StopReplicaPartitionState(_partition_index, _leader_epoch, _delete_partition), pos
+    return _o1, pos
 
 
 def _w_StopReplicaTopicState_v3(buf: bytearray, o: StopReplicaTopicState) -> None:
@@ -344,46 +349,48 @@ def _w_StopReplicaTopicState_v3(buf: bytearray, o: StopReplicaTopicState) -> Non
 
 def _r_StopReplicaTopicState_v3(data: bytes, pos: int) -> tuple[StopReplicaTopicState, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(StopReplicaTopicState)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_states")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_states exceeds the bytes left")
-    _a4: list[StopReplicaPartitionState] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_leader_epoch, _s5_delete_partition = _S_iio.unpack_from(data, pos)
+    _a5: list[StopReplicaPartitionState] = []
+    for _ in range(_n4):
+        _o7 = _new(StopReplicaPartitionState)
+        _o7.partition_index, _o7.leader_epoch, _o7.delete_partition = _S_iio.unpack_from(data, pos)
         pos += 9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(StopReplicaPartitionState(_s5_partition_index, _s5_leader_epoch, _s5_delete_partition))
-    _partition_states = _a4
+        _a5.append(_o7)
+    _o1.partition_states = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StopReplicaTopicState(_topic_name, _partition_states), pos
+    return _o1, pos
 
 
 def _w_StopReplicaRequest_v0(buf: bytearray, o: StopReplicaRequest) -> None:
@@ -471,101 +478,99 @@ def _w_StopReplicaRequest_v4(buf: bytearray, o: StopReplicaRequest) -> None:
 
 def _r_StopReplicaRequest_v0(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _delete_partitions = _S_iio.unpack_from(data, pos)
+    _o1 = _new(StopReplicaRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.delete_partitions = _S_iio.unpack_from(data, pos)
     pos += 9
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for ungrouped_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of ungrouped_partitions exceeds the bytes left")
-    _a2: list[StopReplicaPartitionV0] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[StopReplicaPartitionV0] = []
+    for _ in range(_n2):
+        _o5 = _new(StopReplicaPartitionV0)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_partition_index,) = _S_i.unpack_from(data, pos)
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _a2.append(StopReplicaPartitionV0(_s3_topic_name, _s3_partition_index))
-    _ungrouped_partitions = _a2
-    return StopReplicaRequest(
-        _controller_id, False, _controller_epoch, -1, _delete_partitions, _ungrouped_partitions, [], []
-    ), pos
+        _a3.append(_o5)
+    _o1.ungrouped_partitions = _a3
+    _o1.is_k_raft_controller = False
+    _o1.broker_epoch = -1
+    _o1.topics = []
+    _o1.topic_states = []
+    return _o1, pos
 
 
 def _r_StopReplicaRequest_v1(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch, _delete_partitions = _S_iiqo.unpack_from(data, pos)
+    _o1 = _new(StopReplicaRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch, _o1.delete_partitions = _S_iiqo.unpack_from(
+        data, pos
+    )
     pos += 17
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[StopReplicaTopicV1] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[StopReplicaTopicV1] = []
+    for _ in range(_n2):
+        _o5 = _new(StopReplicaTopicV1)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_indexes")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_indexes exceeds the bytes left")
-        _s3_partition_indexes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _a2.append(StopReplicaTopicV1(_s3_name, _s3_partition_indexes))
-    _topics = _a2
-    return StopReplicaRequest(
-        _controller_id, False, _controller_epoch, _broker_epoch, _delete_partitions, [], _topics, []
-    ), pos
+        _o5.partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.is_k_raft_controller = False
+    _o1.ungrouped_partitions = []
+    _o1.topic_states = []
+    return _o1, pos
 
 
 def _r_StopReplicaRequest_v2(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch, _delete_partitions = _S_iiqo.unpack_from(data, pos)
+    _o1 = _new(StopReplicaRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch, _o1.delete_partitions = _S_iiqo.unpack_from(
+        data, pos
+    )
     pos += 17
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[StopReplicaTopicV1] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[StopReplicaTopicV1] = []
+    for _ in range(_n2):
+        _o5 = _new(StopReplicaTopicV1)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -573,57 +578,60 @@ def _r_StopReplicaRequest_v2(data: bytes, pos: int) -> tuple[StopReplicaRequest,
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_indexes")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_indexes exceeds the bytes left")
-        _s3_partition_indexes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
+        _o5.partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(StopReplicaTopicV1(_s3_name, _s3_partition_indexes))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.is_k_raft_controller = False
+    _o1.ungrouped_partitions = []
+    _o1.topic_states = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StopReplicaRequest(
-        _controller_id, False, _controller_epoch, _broker_epoch, _delete_partitions, [], _topics, []
-    ), pos
+    return _o1, pos
 
 
 def _r_StopReplicaRequest_v3(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch = _S_iiq.unpack_from(data, pos)
+    _o1 = _new(StopReplicaRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[StopReplicaTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[StopReplicaTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(StopReplicaTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -631,65 +639,72 @@ def _r_StopReplicaRequest_v3(data: bytes, pos: int) -> tuple[StopReplicaRequest,
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[StopReplicaPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_leader_epoch, _s8_delete_partition = _S_iio.unpack_from(data, pos)
+        _a9: list[StopReplicaPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(StopReplicaPartitionState)
+            _o11.partition_index, _o11.leader_epoch, _o11.delete_partition = _S_iio.unpack_from(data, pos)
             pos += 9
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(StopReplicaPartitionState(_s8_partition_index, _s8_leader_epoch, _s8_delete_partition))
-        _s3_partition_states = _a7
+            _a9.append(_o11)
+        _o5.partition_states = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(StopReplicaTopicState(_s3_topic_name, _s3_partition_states))
-    _topic_states = _a2
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    _o1.is_k_raft_controller = False
+    _o1.delete_partitions = False
+    _o1.ungrouped_partitions = []
+    _o1.topics = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StopReplicaRequest(
-        _controller_id, False, _controller_epoch, _broker_epoch, False, [], [], _topic_states
-    ), pos
+    return _o1, pos
 
 
 def _r_StopReplicaRequest_v4(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _controller_id, _is_k_raft_controller, _controller_epoch, _broker_epoch = _S_ioiq.unpack_from(data, pos)
+    _o1 = _new(StopReplicaRequest)
+    _o1.controller_id, _o1.is_k_raft_controller, _o1.controller_epoch, _o1.broker_epoch = _S_ioiq.unpack_from(
+        data, pos
+    )
     pos += 17
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[StopReplicaTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[StopReplicaTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(StopReplicaTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -697,32 +712,49 @@ def _r_StopReplicaRequest_v4(data: bytes, pos: int) -> tuple[StopReplicaRequest,
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[StopReplicaPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_leader_epoch, _s8_delete_partition = _S_iio.unpack_from(data, pos)
+        _a9: list[StopReplicaPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(StopReplicaPartitionState)
+            _o11.partition_index, _o11.leader_epoch, _o11.delete_partition = _S_iio.unpack_from(data, pos)
             pos += 9
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(StopReplicaPartitionState(_s8_partition_index, _s8_leader_epoch, _s8_delete_partition))
-        _s3_partition_states = _a7
+            _a9.append(_o11)
+        _o5.partition_states = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(StopReplicaTopicState(_s3_topic_name, _s3_partition_states))
-    _topic_states = _a2
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    _o1.delete_partitions = False
+    _o1.ungrouped_partitions = []
+    _o1.topics = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StopReplicaRequest(
-        _controller_id, _is_k_raft_controller, _controller_epoch, _broker_epoch, False, [], [], _topic_states
-    ), pos
+    return _o1, pos
 
 
 def _w_StopReplicaPartitionError_v0(buf: bytearray, o: StopReplicaPartitionError) -> None:
@@ -744,44 +776,46 @@ def _w_StopReplicaPartitionError_v2(buf: bytearray, o: StopReplicaPartitionError
 
 def _r_StopReplicaPartitionError_v0(data: bytes, pos: int) -> tuple[StopReplicaPartitionError, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(StopReplicaPartitionError)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return StopReplicaPartitionError(_topic_name, _partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _r_StopReplicaPartitionError_v2(data: bytes, pos: int) -> tuple[StopReplicaPartitionError, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(StopReplicaPartitionError)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StopReplicaPartitionError(_topic_name, _partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _w_StopReplicaResponse_v0(buf: bytearray, o: StopReplicaResponse) -> None:
@@ -803,76 +837,80 @@ def _w_StopReplicaResponse_v2(buf: bytearray, o: StopReplicaResponse) -> None:
 
 def _r_StopReplicaResponse_v0(data: bytes, pos: int) -> tuple[StopReplicaResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(StopReplicaResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partition_errors")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partition_errors exceeds the bytes left")
-    _a2: list[StopReplicaPartitionError] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[StopReplicaPartitionError] = []
+    for _ in range(_n2):
+        _o5 = _new(StopReplicaPartitionError)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_error_code = _S_ih.unpack_from(data, pos)
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _a2.append(StopReplicaPartitionError(_s3_topic_name, _s3_partition_index, _s3_error_code))
-    _partition_errors = _a2
-    return StopReplicaResponse(_error_code, _partition_errors), pos
+        _a3.append(_o5)
+    _o1.partition_errors = _a3
+    return _o1, pos
 
 
 def _r_StopReplicaResponse_v2(data: bytes, pos: int) -> tuple[StopReplicaResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(StopReplicaResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partition_errors")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partition_errors exceeds the bytes left")
-    _a2: list[StopReplicaPartitionError] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[StopReplicaPartitionError] = []
+    for _ in range(_n2):
+        _o5 = _new(StopReplicaPartitionError)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_error_code = _S_ih.unpack_from(data, pos)
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(StopReplicaPartitionError(_s3_topic_name, _s3_partition_index, _s3_error_code))
-    _partition_errors = _a2
+        _a3.append(_o5)
+    _o1.partition_errors = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StopReplicaResponse(_error_code, _partition_errors), pos
+    return _o1, pos
 
 
 StopReplicaPartitionV0._WRITERS = {0: _w_StopReplicaPartitionV0_v0}

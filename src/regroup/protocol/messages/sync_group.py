@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -158,62 +159,64 @@ def _w_SyncGroupRequestAssignment_v4(buf: bytearray, o: SyncGroupRequestAssignme
 
 def _r_SyncGroupRequestAssignment_v0(data: bytes, pos: int) -> tuple[SyncGroupRequestAssignment, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(SyncGroupRequestAssignment)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end4]
-    pos = _end4
-    return SyncGroupRequestAssignment(_member_id, _assignment), pos
+    _o1.assignment = data[pos:_end5]
+    pos = _end5
+    return _o1, pos
 
 
 def _r_SyncGroupRequestAssignment_v4(data: bytes, pos: int) -> tuple[SyncGroupRequestAssignment, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(SyncGroupRequestAssignment)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end4]
-    pos = _end4
+    _o1.assignment = data[pos:_end5]
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return SyncGroupRequestAssignment(_member_id, _assignment), pos
+    return _o1, pos
 
 
 def _w_SyncGroupRequest_v0(buf: bytearray, o: SyncGroupRequest) -> None:
@@ -324,99 +327,36 @@ def _w_SyncGroupRequest_v5(buf: bytearray, o: SyncGroupRequest) -> None:
 
 def _r_SyncGroupRequest_v0(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(SyncGroupRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id,) = _S_i.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I32.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for assignments")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of assignments exceeds the bytes left")
-    _a6: list[SyncGroupRequestAssignment] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s7_member_id = data[pos:_end9].decode()
-        pos = _end9
-        (_n10,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for assignment")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("assignment overruns the buffer")
-        _s7_assignment = data[pos:_end11]
-        pos = _end11
-        _a6.append(SyncGroupRequestAssignment(_s7_member_id, _s7_assignment))
-    _assignments = _a6
-    return SyncGroupRequest(_group_id, _generation_id, _member_id, None, None, None, _assignments), pos
-
-
-def _r_SyncGroupRequest_v3(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
-            raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
-    else:
-        _end6 = pos + _n5
-        if _end6 > _len:
-            raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end6].decode()
-        pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for assignments")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of assignments exceeds the bytes left")
-    _a8: list[SyncGroupRequestAssignment] = []
-    for _ in range(_n7):
+    _a7: list[SyncGroupRequestAssignment] = []
+    for _ in range(_n6):
+        _o9 = _new(SyncGroupRequestAssignment)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -424,7 +364,7 @@ def _r_SyncGroupRequest_v3(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
         _end11 = pos + _n10
         if _end11 > _len:
             raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
+        _o9.member_id = data[pos:_end11].decode()
         pos = _end11
         (_n12,) = _I32.unpack_from(data, pos)
         pos += 4
@@ -433,94 +373,151 @@ def _r_SyncGroupRequest_v3(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
         _end13 = pos + _n12
         if _end13 > _len:
             raise DecodeError("assignment overruns the buffer")
-        _s9_assignment = data[pos:_end13]
+        _o9.assignment = data[pos:_end13]
         pos = _end13
-        _a8.append(SyncGroupRequestAssignment(_s9_member_id, _s9_assignment))
-    _assignments = _a8
-    return SyncGroupRequest(
-        _group_id, _generation_id, _member_id, _group_instance_id, None, None, _assignments
-    ), pos
+        _a7.append(_o9)
+    _o1.assignments = _a7
+    _o1.group_instance_id = None
+    _o1.protocol_type = None
+    _o1.protocol_name = None
+    return _o1, pos
+
+
+def _r_SyncGroupRequest_v3(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
+    _len = len(data)
+    _o1 = _new(SyncGroupRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        if _n6 != -1:
+            raise DecodeError("invalid length for group_instance_id")
+        _o1.group_instance_id = None
+    else:
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("group_instance_id overruns the buffer")
+        _o1.group_instance_id = data[pos:_end7].decode()
+        pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n8 < 0:
+        raise DecodeError("invalid or null array length for assignments")
+    if _n8 > _len - pos:
+        raise DecodeError("array count of assignments exceeds the bytes left")
+    _a9: list[SyncGroupRequestAssignment] = []
+    for _ in range(_n8):
+        _o11 = _new(SyncGroupRequestAssignment)
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for member_id")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for assignment")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("assignment overruns the buffer")
+        _o11.assignment = data[pos:_end15]
+        pos = _end15
+        _a9.append(_o11)
+    _o1.assignments = _a9
+    _o1.protocol_type = None
+    _o1.protocol_name = None
+    return _o1, pos
 
 
 def _r_SyncGroupRequest_v4(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(SyncGroupRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id,) = _S_i.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end6].decode()
-        pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+        _o1.group_instance_id = data[pos:_end7].decode()
+        pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null array length for assignments")
-    if _n7 > _len - pos:
+    if _n8 > _len - pos:
         raise DecodeError("array count of assignments exceeds the bytes left")
-    _a8: list[SyncGroupRequestAssignment] = []
-    for _ in range(_n7):
-        _n10 = data[pos]
-        if _n10 < 128:
-            pos += 1
-        else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n10 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
+    _a9: list[SyncGroupRequestAssignment] = []
+    for _ in range(_n8):
+        _o11 = _new(SyncGroupRequestAssignment)
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -528,127 +525,14 @@ def _r_SyncGroupRequest_v4(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
             _n12, pos = read_uvarint(data, pos)
         _n12 -= 1
         if _n12 < 0:
-            raise DecodeError("invalid or null length for assignment")
+            raise DecodeError("invalid or null length for member_id")
+        if _n12 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end13 = pos + _n12
         if _end13 > _len:
-            raise DecodeError("assignment overruns the buffer")
-        _s9_assignment = data[pos:_end13]
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
         pos = _end13
-        if data[pos]:
-            pos = skip_tagged_fields(data, pos)
-        else:
-            pos += 1
-        _a8.append(SyncGroupRequestAssignment(_s9_member_id, _s9_assignment))
-    _assignments = _a8
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
-    return SyncGroupRequest(
-        _group_id, _generation_id, _member_id, _group_instance_id, None, None, _assignments
-    ), pos
-
-
-def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
-    _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
-        raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_generation_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
-        pos += 1
-    else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        raise DecodeError("invalid or null length for member_id")
-    if _n3 > 0x7FFF:
-        raise DecodeError("member_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
-        raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
-        pos += 1
-    else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
-            raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
-    else:
-        if _n5 > 0x7FFF:
-            raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
-            raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end6].decode()
-        pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
-        pos += 1
-    else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
-        if _n7 != -1:
-            raise DecodeError("invalid length for protocol_type")
-        _protocol_type = None
-    else:
-        if _n7 > 0x7FFF:
-            raise DecodeError("protocol_type is longer than 32767 bytes")
-        _end8 = pos + _n7
-        if _end8 > _len:
-            raise DecodeError("protocol_type overruns the buffer")
-        _protocol_type = data[pos:_end8].decode()
-        pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
-        pos += 1
-    else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
-        if _n9 != -1:
-            raise DecodeError("invalid length for protocol_name")
-        _protocol_name = None
-    else:
-        if _n9 > 0x7FFF:
-            raise DecodeError("protocol_name is longer than 32767 bytes")
-        _end10 = pos + _n9
-        if _end10 > _len:
-            raise DecodeError("protocol_name overruns the buffer")
-        _protocol_name = data[pos:_end10].decode()
-        pos = _end10
-    _n11 = data[pos]
-    if _n11 < 128:
-        pos += 1
-    else:
-        _n11, pos = read_uvarint(data, pos)
-    _n11 -= 1
-    if _n11 < 0:
-        raise DecodeError("invalid or null array length for assignments")
-    if _n11 > _len - pos:
-        raise DecodeError("array count of assignments exceeds the bytes left")
-    _a12: list[SyncGroupRequestAssignment] = []
-    for _ in range(_n11):
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -656,14 +540,129 @@ def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n14 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
+            raise DecodeError("invalid or null length for assignment")
         _end15 = pos + _n14
         if _end15 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s13_member_id = data[pos:_end15].decode()
+            raise DecodeError("assignment overruns the buffer")
+        _o11.assignment = data[pos:_end15]
         pos = _end15
+        if data[pos]:
+            pos = skip_tagged_fields(data, pos)
+        else:
+            pos += 1
+        _a9.append(_o11)
+    _o1.assignments = _a9
+    _o1.protocol_type = None
+    _o1.protocol_name = None
+    if data[pos]:
+        pos = skip_tagged_fields(data, pos)
+    else:
+        pos += 1
+    return _o1, pos
+
+
+def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
+    _len = len(data)
+    _o1 = _new(SyncGroupRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
+        pos += 1
+    else:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for group_id")
+    if _n2 > 0x7FFF:
+        raise DecodeError("group_id is longer than 32767 bytes")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("group_id overruns the buffer")
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation_id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null length for member_id")
+    if _n4 > 0x7FFF:
+        raise DecodeError("member_id is longer than 32767 bytes")
+    _end5 = pos + _n4
+    if _end5 > _len:
+        raise DecodeError("member_id overruns the buffer")
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
+        pos += 1
+    else:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
+            raise DecodeError("invalid length for group_instance_id")
+        _o1.group_instance_id = None
+    else:
+        if _n6 > 0x7FFF:
+            raise DecodeError("group_instance_id is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("group_instance_id overruns the buffer")
+        _o1.group_instance_id = data[pos:_end7].decode()
+        pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
+        pos += 1
+    else:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        if _n8 != -1:
+            raise DecodeError("invalid length for protocol_type")
+        _o1.protocol_type = None
+    else:
+        if _n8 > 0x7FFF:
+            raise DecodeError("protocol_type is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("protocol_type overruns the buffer")
+        _o1.protocol_type = data[pos:_end9].decode()
+        pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
+        pos += 1
+    else:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for protocol_name")
+        _o1.protocol_name = None
+    else:
+        if _n10 > 0x7FFF:
+            raise DecodeError("protocol_name is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("protocol_name overruns the buffer")
+        _o1.protocol_name = data[pos:_end11].decode()
+        pos = _end11
+    _n12 = data[pos]
+    if _n12 < 128:
+        pos += 1
+    else:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
+        raise DecodeError("invalid or null array length for assignments")
+    if _n12 > _len - pos:
+        raise DecodeError("array count of assignments exceeds the bytes left")
+    _a13: list[SyncGroupRequestAssignment] = []
+    for _ in range(_n12):
+        _o15 = _new(SyncGroupRequestAssignment)
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -671,31 +670,38 @@ def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
             _n16, pos = read_uvarint(data, pos)
         _n16 -= 1
         if _n16 < 0:
-            raise DecodeError("invalid or null length for assignment")
+            raise DecodeError("invalid or null length for member_id")
+        if _n16 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
-            raise DecodeError("assignment overruns the buffer")
-        _s13_assignment = data[pos:_end17]
+            raise DecodeError("member_id overruns the buffer")
+        _o15.member_id = data[pos:_end17].decode()
         pos = _end17
+        _n18 = data[pos]
+        if _n18 < 128:
+            pos += 1
+        else:
+            _n18, pos = read_uvarint(data, pos)
+        _n18 -= 1
+        if _n18 < 0:
+            raise DecodeError("invalid or null length for assignment")
+        _end19 = pos + _n18
+        if _end19 > _len:
+            raise DecodeError("assignment overruns the buffer")
+        _o15.assignment = data[pos:_end19]
+        pos = _end19
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a12.append(SyncGroupRequestAssignment(_s13_member_id, _s13_assignment))
-    _assignments = _a12
+        _a13.append(_o15)
+    _o1.assignments = _a13
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return SyncGroupRequest(
-        _group_id,
-        _generation_id,
-        _member_id,
-        _group_instance_id,
-        _protocol_type,
-        _protocol_name,
-        _assignments,
-    ), pos
+    return _o1, pos
 
 
 def _w_SyncGroupResponse_v0(buf: bytearray, o: SyncGroupResponse) -> None:
@@ -742,118 +748,129 @@ def _w_SyncGroupResponse_v5(buf: bytearray, o: SyncGroupResponse) -> None:
 
 def _r_SyncGroupResponse_v0(data: bytes, pos: int) -> tuple[SyncGroupResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(SyncGroupResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end2]
-    pos = _end2
-    return SyncGroupResponse(0, _error_code, None, None, _assignment), pos
+    _o1.assignment = data[pos:_end3]
+    pos = _end3
+    _o1.throttle_time_ms = 0
+    _o1.protocol_type = None
+    _o1.protocol_name = None
+    return _o1, pos
 
 
 def _r_SyncGroupResponse_v1(data: bytes, pos: int) -> tuple[SyncGroupResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(SyncGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end2]
-    pos = _end2
-    return SyncGroupResponse(_throttle_time_ms, _error_code, None, None, _assignment), pos
+    _o1.assignment = data[pos:_end3]
+    pos = _end3
+    _o1.protocol_type = None
+    _o1.protocol_name = None
+    return _o1, pos
 
 
 def _r_SyncGroupResponse_v4(data: bytes, pos: int) -> tuple[SyncGroupResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(SyncGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end2]
-    pos = _end2
+    _o1.assignment = data[pos:_end3]
+    pos = _end3
+    _o1.protocol_type = None
+    _o1.protocol_name = None
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return SyncGroupResponse(_throttle_time_ms, _error_code, None, None, _assignment), pos
+    return _o1, pos
 
 
 def _r_SyncGroupResponse_v5(data: bytes, pos: int) -> tuple[SyncGroupResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(SyncGroupResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for protocol_type")
-        _protocol_type = None
+        _o1.protocol_type = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("protocol_type is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("protocol_type overruns the buffer")
-        _protocol_type = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.protocol_type = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for protocol_name")
-        _protocol_name = None
+        _o1.protocol_name = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("protocol_name is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("protocol_name overruns the buffer")
-        _protocol_name = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.protocol_name = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end6]
-    pos = _end6
+    _o1.assignment = data[pos:_end7]
+    pos = _end7
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return SyncGroupResponse(_throttle_time_ms, _error_code, _protocol_type, _protocol_name, _assignment), pos
+    return _o1, pos
 
 
 SyncGroupRequestAssignment._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -229,77 +230,77 @@ def _r_TxnOffsetCommitRequestPartition_v0(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitRequestPartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset = _S_iq.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitRequestPartition)
+    _o1.partition_index, _o1.committed_offset = _S_iq.unpack_from(data, pos)
     pos += 12
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for committed_metadata")
-        _committed_metadata = None
+        _o1.committed_metadata = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("committed_metadata overruns the buffer")
-        _committed_metadata = data[pos:_end2].decode()
-        pos = _end2
-    return TxnOffsetCommitRequestPartition(_partition_index, _committed_offset, -1, _committed_metadata), pos
+        _o1.committed_metadata = data[pos:_end3].decode()
+        pos = _end3
+    _o1.committed_leader_epoch = -1
+    return _o1, pos
 
 
 def _r_TxnOffsetCommitRequestPartition_v2(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitRequestPartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset, _committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitRequestPartition)
+    _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
-        if _n1 != -1:
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for committed_metadata")
-        _committed_metadata = None
+        _o1.committed_metadata = None
     else:
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("committed_metadata overruns the buffer")
-        _committed_metadata = data[pos:_end2].decode()
-        pos = _end2
-    return TxnOffsetCommitRequestPartition(
-        _partition_index, _committed_offset, _committed_leader_epoch, _committed_metadata
-    ), pos
+        _o1.committed_metadata = data[pos:_end3].decode()
+        pos = _end3
+    return _o1, pos
 
 
 def _r_TxnOffsetCommitRequestPartition_v3(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitRequestPartition, int]:
     _len = len(data)
-    _partition_index, _committed_offset, _committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitRequestPartition)
+    _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for committed_metadata")
-        _committed_metadata = None
+        _o1.committed_metadata = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("committed_metadata is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("committed_metadata overruns the buffer")
-        _committed_metadata = data[pos:_end2].decode()
-        pos = _end2
+        _o1.committed_metadata = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TxnOffsetCommitRequestPartition(
-        _partition_index, _committed_offset, _committed_leader_epoch, _committed_metadata
-    ), pos
+    return _o1, pos
 
 
 def _w_TxnOffsetCommitRequestTopic_v0(buf: bytearray, o: TxnOffsetCommitRequestTopic) -> None:
@@ -337,152 +338,147 @@ def _w_TxnOffsetCommitRequestTopic_v3(buf: bytearray, o: TxnOffsetCommitRequestT
 
 def _r_TxnOffsetCommitRequestTopic_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitRequestTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[TxnOffsetCommitRequestPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset = _S_iq.unpack_from(data, pos)
+    _a5: list[TxnOffsetCommitRequestPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(TxnOffsetCommitRequestPartition)
+        _o7.partition_index, _o7.committed_offset = _S_iq.unpack_from(data, pos)
         pos += 12
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for committed_metadata")
-            _s5_committed_metadata = None
+            _o7.committed_metadata = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("committed_metadata overruns the buffer")
-            _s5_committed_metadata = data[pos:_end7].decode()
-            pos = _end7
-        _a4.append(
-            TxnOffsetCommitRequestPartition(
-                _s5_partition_index, _s5_committed_offset, -1, _s5_committed_metadata
-            )
-        )
-    _partitions = _a4
-    return TxnOffsetCommitRequestTopic(_name, _partitions), pos
+            _o7.committed_metadata = data[pos:_end9].decode()
+            pos = _end9
+        _o7.committed_leader_epoch = -1
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_TxnOffsetCommitRequestTopic_v2(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitRequestTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[TxnOffsetCommitRequestPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset, _s5_committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _a5: list[TxnOffsetCommitRequestPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(TxnOffsetCommitRequestPartition)
+        _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
-        (_n6,) = _I16.unpack_from(data, pos)
+        (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n6 < 0:
-            if _n6 != -1:
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for committed_metadata")
-            _s5_committed_metadata = None
+            _o7.committed_metadata = None
         else:
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("committed_metadata overruns the buffer")
-            _s5_committed_metadata = data[pos:_end7].decode()
-            pos = _end7
-        _a4.append(
-            TxnOffsetCommitRequestPartition(
-                _s5_partition_index, _s5_committed_offset, _s5_committed_leader_epoch, _s5_committed_metadata
-            )
-        )
-    _partitions = _a4
-    return TxnOffsetCommitRequestTopic(_name, _partitions), pos
+            _o7.committed_metadata = data[pos:_end9].decode()
+            pos = _end9
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_TxnOffsetCommitRequestTopic_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TxnOffsetCommitRequestTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[TxnOffsetCommitRequestPartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_committed_offset, _s5_committed_leader_epoch = _S_iqi.unpack_from(data, pos)
+    _a5: list[TxnOffsetCommitRequestPartition] = []
+    for _ in range(_n4):
+        _o7 = _new(TxnOffsetCommitRequestPartition)
+        _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            if _n6 != -1:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            if _n8 != -1:
                 raise DecodeError("invalid length for committed_metadata")
-            _s5_committed_metadata = None
+            _o7.committed_metadata = None
         else:
-            if _n6 > 0x7FFF:
+            if _n8 > 0x7FFF:
                 raise DecodeError("committed_metadata is longer than 32767 bytes")
-            _end7 = pos + _n6
-            if _end7 > _len:
+            _end9 = pos + _n8
+            if _end9 > _len:
                 raise DecodeError("committed_metadata overruns the buffer")
-            _s5_committed_metadata = data[pos:_end7].decode()
-            pos = _end7
+            _o7.committed_metadata = data[pos:_end9].decode()
+            pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            TxnOffsetCommitRequestPartition(
-                _s5_partition_index, _s5_committed_offset, _s5_committed_leader_epoch, _s5_committed_metadata
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TxnOffsetCommitRequestTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_TxnOffsetCommitRequest_v0(buf: bytearray, o: TxnOffsetCommitRequest) -> None:
@@ -559,251 +555,236 @@ def _w_TxnOffsetCommitRequest_v3(buf: bytearray, o: TxnOffsetCommitRequest) -> N
 
 def _r_TxnOffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end4].decode()
-    pos = _end4
-    _producer_id, _producer_epoch = _S_qh.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end5].decode()
+    pos = _end5
+    _o1.producer_id, _o1.producer_epoch = _S_qh.unpack_from(data, pos)
     pos += 10
-    (_n5,) = _I32.unpack_from(data, pos)
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a6: list[TxnOffsetCommitRequestTopic] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
+    _a7: list[TxnOffsetCommitRequestTopic] = []
+    for _ in range(_n6):
+        _o9 = _new(TxnOffsetCommitRequestTopic)
+        (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
-        (_n10,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n10 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n12 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n10 > _len - pos:
+        if _n12 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a11: list[TxnOffsetCommitRequestPartition] = []
-        for _ in range(_n10):
-            _s12_partition_index, _s12_committed_offset = _S_iq.unpack_from(data, pos)
+        _a13: list[TxnOffsetCommitRequestPartition] = []
+        for _ in range(_n12):
+            _o15 = _new(TxnOffsetCommitRequestPartition)
+            _o15.partition_index, _o15.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
-            (_n13,) = _I16.unpack_from(data, pos)
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
-                if _n13 != -1:
+            if _n16 < 0:
+                if _n16 != -1:
                     raise DecodeError("invalid length for committed_metadata")
-                _s12_committed_metadata = None
+                _o15.committed_metadata = None
             else:
-                _end14 = pos + _n13
-                if _end14 > _len:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("committed_metadata overruns the buffer")
-                _s12_committed_metadata = data[pos:_end14].decode()
-                pos = _end14
-            _a11.append(
-                TxnOffsetCommitRequestPartition(
-                    _s12_partition_index, _s12_committed_offset, -1, _s12_committed_metadata
-                )
-            )
-        _s7_partitions = _a11
-        _a6.append(TxnOffsetCommitRequestTopic(_s7_name, _s7_partitions))
-    _topics = _a6
-    return TxnOffsetCommitRequest(
-        _transactional_id, _group_id, _producer_id, _producer_epoch, -1, "", None, _topics
-    ), pos
+                _o15.committed_metadata = data[pos:_end17].decode()
+                pos = _end17
+            _o15.committed_leader_epoch = -1
+            _a13.append(_o15)
+        _o9.partitions = _a13
+        _a7.append(_o9)
+    _o1.topics = _a7
+    _o1.generation_id = -1
+    _o1.member_id = ""
+    _o1.group_instance_id = None
+    return _o1, pos
 
 
 def _r_TxnOffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitRequest)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end4].decode()
-    pos = _end4
-    _producer_id, _producer_epoch = _S_qh.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end5].decode()
+    pos = _end5
+    _o1.producer_id, _o1.producer_epoch = _S_qh.unpack_from(data, pos)
     pos += 10
-    (_n5,) = _I32.unpack_from(data, pos)
+    (_n6,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n5 > _len - pos:
+    if _n6 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a6: list[TxnOffsetCommitRequestTopic] = []
-    for _ in range(_n5):
-        (_n8,) = _I16.unpack_from(data, pos)
+    _a7: list[TxnOffsetCommitRequestTopic] = []
+    for _ in range(_n6):
+        _o9 = _new(TxnOffsetCommitRequestTopic)
+        (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n8 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end9 = pos + _n8
-        if _end9 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s7_name = data[pos:_end9].decode()
-        pos = _end9
-        (_n10,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n10 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o9.name = data[pos:_end11].decode()
+        pos = _end11
+        (_n12,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n12 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n10 > _len - pos:
+        if _n12 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a11: list[TxnOffsetCommitRequestPartition] = []
-        for _ in range(_n10):
-            _s12_partition_index, _s12_committed_offset, _s12_committed_leader_epoch = _S_iqi.unpack_from(
+        _a13: list[TxnOffsetCommitRequestPartition] = []
+        for _ in range(_n12):
+            _o15 = _new(TxnOffsetCommitRequestPartition)
+            _o15.partition_index, _o15.committed_offset, _o15.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
             pos += 16
-            (_n13,) = _I16.unpack_from(data, pos)
+            (_n16,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n13 < 0:
-                if _n13 != -1:
+            if _n16 < 0:
+                if _n16 != -1:
                     raise DecodeError("invalid length for committed_metadata")
-                _s12_committed_metadata = None
+                _o15.committed_metadata = None
             else:
-                _end14 = pos + _n13
-                if _end14 > _len:
+                _end17 = pos + _n16
+                if _end17 > _len:
                     raise DecodeError("committed_metadata overruns the buffer")
-                _s12_committed_metadata = data[pos:_end14].decode()
-                pos = _end14
-            _a11.append(
-                TxnOffsetCommitRequestPartition(
-                    _s12_partition_index,
-                    _s12_committed_offset,
-                    _s12_committed_leader_epoch,
-                    _s12_committed_metadata,
-                )
-            )
-        _s7_partitions = _a11
-        _a6.append(TxnOffsetCommitRequestTopic(_s7_name, _s7_partitions))
-    _topics = _a6
-    return TxnOffsetCommitRequest(
-        _transactional_id, _group_id, _producer_id, _producer_epoch, -1, "", None, _topics
-    ), pos
+                _o15.committed_metadata = data[pos:_end17].decode()
+                pos = _end17
+            _a13.append(_o15)
+        _o9.partitions = _a13
+        _a7.append(_o9)
+    _o1.topics = _a7
+    _o1.generation_id = -1
+    _o1.member_id = ""
+    _o1.group_instance_id = None
+    return _o1, pos
 
 
 def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TxnOffsetCommitRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for transactional_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("transactional_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("transactional_id overruns the buffer")
-    _transactional_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.transactional_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end4].decode()
-    pos = _end4
-    _producer_id, _producer_epoch, _generation_id = _S_qhi.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end5].decode()
+    pos = _end5
+    _o1.producer_id, _o1.producer_epoch, _o1.generation_id = _S_qhi.unpack_from(data, pos)
     pos += 14
-    _n5 = data[pos]
-    if _n5 < 128:
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.member_id = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
-        if _n7 != -1:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
+        if _n8 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n7 > 0x7FFF:
+        if _n8 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end8 = pos + _n7
-        if _end8 > _len:
+        _end9 = pos + _n8
+        if _end9 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end8].decode()
-        pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+        _o1.group_instance_id = data[pos:_end9].decode()
+        pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a10: list[TxnOffsetCommitRequestTopic] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
-            pos += 1
-        else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n12 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s11_name = data[pos:_end13].decode()
-        pos = _end13
+    _a11: list[TxnOffsetCommitRequestTopic] = []
+    for _ in range(_n10):
+        _o13 = _new(TxnOffsetCommitRequestTopic)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -811,66 +792,66 @@ def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommit
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n14 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o13.name = data[pos:_end15].decode()
+        pos = _end15
+        _n16 = data[pos]
+        if _n16 < 128:
+            pos += 1
+        else:
+            _n16, pos = read_uvarint(data, pos)
+        _n16 -= 1
+        if _n16 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n14 > _len - pos:
+        if _n16 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a15: list[TxnOffsetCommitRequestPartition] = []
-        for _ in range(_n14):
-            _s16_partition_index, _s16_committed_offset, _s16_committed_leader_epoch = _S_iqi.unpack_from(
+        _a17: list[TxnOffsetCommitRequestPartition] = []
+        for _ in range(_n16):
+            _o19 = _new(TxnOffsetCommitRequestPartition)
+            _o19.partition_index, _o19.committed_offset, _o19.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
             pos += 16
-            _n17 = data[pos]
-            if _n17 < 128:
+            _n20 = data[pos]
+            if _n20 < 128:
                 pos += 1
             else:
-                _n17, pos = read_uvarint(data, pos)
-            _n17 -= 1
-            if _n17 < 0:
-                if _n17 != -1:
+                _n20, pos = read_uvarint(data, pos)
+            _n20 -= 1
+            if _n20 < 0:
+                if _n20 != -1:
                     raise DecodeError("invalid length for committed_metadata")
-                _s16_committed_metadata = None
+                _o19.committed_metadata = None
             else:
-                if _n17 > 0x7FFF:
+                if _n20 > 0x7FFF:
                     raise DecodeError("committed_metadata is longer than 32767 bytes")
-                _end18 = pos + _n17
-                if _end18 > _len:
+                _end21 = pos + _n20
+                if _end21 > _len:
                     raise DecodeError("committed_metadata overruns the buffer")
-                _s16_committed_metadata = data[pos:_end18].decode()
-                pos = _end18
+                _o19.committed_metadata = data[pos:_end21].decode()
+                pos = _end21
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a15.append(
-                TxnOffsetCommitRequestPartition(
-                    _s16_partition_index,
-                    _s16_committed_offset,
-                    _s16_committed_leader_epoch,
-                    _s16_committed_metadata,
-                )
-            )
-        _s11_partitions = _a15
+            _a17.append(_o19)
+        _o13.partitions = _a17
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a10.append(TxnOffsetCommitRequestTopic(_s11_name, _s11_partitions))
-    _topics = _a10
+        _a11.append(_o13)
+    _o1.topics = _a11
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TxnOffsetCommitRequest(
-        _transactional_id,
-        _group_id,
-        _producer_id,
-        _producer_epoch,
-        _generation_id,
-        _member_id,
-        _group_instance_id,
-        _topics,
-    ), pos
+    return _o1, pos
 
 
 def _w_TxnOffsetCommitResponsePartition_v0(buf: bytearray, o: TxnOffsetCommitResponsePartition) -> None:
@@ -886,22 +867,24 @@ def _r_TxnOffsetCommitResponsePartition_v0(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitResponsePartition, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitResponsePartition)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return TxnOffsetCommitResponsePartition(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _r_TxnOffsetCommitResponsePartition_v3(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitResponsePartition, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitResponsePartition)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TxnOffsetCommitResponsePartition(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _w_TxnOffsetCommitResponseTopic_v0(buf: bytearray, o: TxnOffsetCommitResponseTopic) -> None:
@@ -929,72 +912,76 @@ def _w_TxnOffsetCommitResponseTopic_v3(buf: bytearray, o: TxnOffsetCommitRespons
 
 def _r_TxnOffsetCommitResponseTopic_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommitResponseTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitResponseTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[TxnOffsetCommitResponsePartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[TxnOffsetCommitResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(TxnOffsetCommitResponsePartition)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _a4.append(TxnOffsetCommitResponsePartition(_s5_partition_index, _s5_error_code))
-    _partitions = _a4
-    return TxnOffsetCommitResponseTopic(_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_TxnOffsetCommitResponseTopic_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommitResponseTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(TxnOffsetCommitResponseTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[TxnOffsetCommitResponsePartition] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[TxnOffsetCommitResponsePartition] = []
+    for _ in range(_n4):
+        _o7 = _new(TxnOffsetCommitResponsePartition)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(TxnOffsetCommitResponsePartition(_s5_partition_index, _s5_error_code))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TxnOffsetCommitResponseTopic(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_TxnOffsetCommitResponse_v0(buf: bytearray, o: TxnOffsetCommitResponse) -> None:
@@ -1016,73 +1003,63 @@ def _w_TxnOffsetCommitResponse_v3(buf: bytearray, o: TxnOffsetCommitResponse) ->
 
 def _r_TxnOffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommitResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[TxnOffsetCommitResponseTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[TxnOffsetCommitResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(TxnOffsetCommitResponseTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[TxnOffsetCommitResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[TxnOffsetCommitResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(TxnOffsetCommitResponsePartition)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _a7.append(TxnOffsetCommitResponsePartition(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
-        _a2.append(TxnOffsetCommitResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
-    return TxnOffsetCommitResponse(_throttle_time_ms, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_TxnOffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommitResponse, int]:
     _len = len(data)
-    (_throttle_time_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(TxnOffsetCommitResponse)
+    (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[TxnOffsetCommitResponseTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[TxnOffsetCommitResponseTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(TxnOffsetCommitResponseTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1090,30 +1067,46 @@ def _r_TxnOffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommi
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[TxnOffsetCommitResponsePartition] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[TxnOffsetCommitResponsePartition] = []
+        for _ in range(_n8):
+            _o11 = _new(TxnOffsetCommitResponsePartition)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(TxnOffsetCommitResponsePartition(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TxnOffsetCommitResponseTopic(_s3_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TxnOffsetCommitResponse(_throttle_time_ms, _topics), pos
+    return _o1, pos
 
 
 TxnOffsetCommitRequestPartition._WRITERS = {

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -87,13 +88,14 @@ def _w_UnregisterBrokerRequest_v0(buf: bytearray, o: UnregisterBrokerRequest) ->
 
 def _r_UnregisterBrokerRequest_v0(data: bytes, pos: int) -> tuple[UnregisterBrokerRequest, int]:
     _len = len(data)
-    (_broker_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UnregisterBrokerRequest)
+    (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UnregisterBrokerRequest(_broker_id), pos
+    return _o1, pos
 
 
 def _w_UnregisterBrokerResponse_v0(buf: bytearray, o: UnregisterBrokerResponse) -> None:
@@ -111,31 +113,32 @@ def _w_UnregisterBrokerResponse_v0(buf: bytearray, o: UnregisterBrokerResponse) 
 
 def _r_UnregisterBrokerResponse_v0(data: bytes, pos: int) -> tuple[UnregisterBrokerResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(UnregisterBrokerResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UnregisterBrokerResponse(_throttle_time_ms, _error_code, _error_message), pos
+    return _o1, pos
 
 
 UnregisterBrokerRequest._WRITERS = {0: _w_UnregisterBrokerRequest_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -173,54 +174,58 @@ def _w_FeatureUpdateKey_v1(buf: bytearray, o: FeatureUpdateKey) -> None:
 
 def _r_FeatureUpdateKey_v0(data: bytes, pos: int) -> tuple[FeatureUpdateKey, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(FeatureUpdateKey)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for feature")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("feature is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("feature overruns the buffer")
-    _feature = data[pos:_end2].decode()
-    pos = _end2
-    _max_version_level, _allow_downgrade = _S_ho.unpack_from(data, pos)
+    _o1.feature = data[pos:_end3].decode()
+    pos = _end3
+    _o1.max_version_level, _o1.allow_downgrade = _S_ho.unpack_from(data, pos)
     pos += 3
+    _o1.upgrade_type = 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FeatureUpdateKey(_feature, _max_version_level, _allow_downgrade, 1), pos
+    return _o1, pos
 
 
 def _r_FeatureUpdateKey_v1(data: bytes, pos: int) -> tuple[FeatureUpdateKey, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(FeatureUpdateKey)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for feature")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("feature is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("feature overruns the buffer")
-    _feature = data[pos:_end2].decode()
-    pos = _end2
-    _max_version_level, _upgrade_type = _S_hb.unpack_from(data, pos)
+    _o1.feature = data[pos:_end3].decode()
+    pos = _end3
+    _o1.max_version_level, _o1.upgrade_type = _S_hb.unpack_from(data, pos)
     pos += 3
+    _o1.allow_downgrade = False
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return FeatureUpdateKey(_feature, _max_version_level, False, _upgrade_type), pos
+    return _o1, pos
 
 
 def _w_UpdateFeaturesRequest_v0(buf: bytearray, o: UpdateFeaturesRequest) -> None:
@@ -248,96 +253,103 @@ def _w_UpdateFeaturesRequest_v1(buf: bytearray, o: UpdateFeaturesRequest) -> Non
 
 def _r_UpdateFeaturesRequest_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesRequest, int]:
     _len = len(data)
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UpdateFeaturesRequest)
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for feature_updates")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of feature_updates exceeds the bytes left")
-    _a2: list[FeatureUpdateKey] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[FeatureUpdateKey] = []
+    for _ in range(_n2):
+        _o5 = _new(FeatureUpdateKey)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for feature")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("feature is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("feature overruns the buffer")
-        _s3_feature = data[pos:_end5].decode()
-        pos = _end5
-        _s3_max_version_level, _s3_allow_downgrade = _S_ho.unpack_from(data, pos)
+        _o5.feature = data[pos:_end7].decode()
+        pos = _end7
+        _o5.max_version_level, _o5.allow_downgrade = _S_ho.unpack_from(data, pos)
         pos += 3
+        _o5.upgrade_type = 1
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FeatureUpdateKey(_s3_feature, _s3_max_version_level, _s3_allow_downgrade, 1))
-    _feature_updates = _a2
+        _a3.append(_o5)
+    _o1.feature_updates = _a3
+    _o1.validate_only = False
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateFeaturesRequest(_timeout_ms, _feature_updates, False), pos
+    return _o1, pos
 
 
 def _r_UpdateFeaturesRequest_v1(data: bytes, pos: int) -> tuple[UpdateFeaturesRequest, int]:
     _len = len(data)
-    (_timeout_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UpdateFeaturesRequest)
+    (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for feature_updates")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of feature_updates exceeds the bytes left")
-    _a2: list[FeatureUpdateKey] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[FeatureUpdateKey] = []
+    for _ in range(_n2):
+        _o5 = _new(FeatureUpdateKey)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null length for feature")
-        if _n4 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("feature is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("feature overruns the buffer")
-        _s3_feature = data[pos:_end5].decode()
-        pos = _end5
-        _s3_max_version_level, _s3_upgrade_type = _S_hb.unpack_from(data, pos)
+        _o5.feature = data[pos:_end7].decode()
+        pos = _end7
+        _o5.max_version_level, _o5.upgrade_type = _S_hb.unpack_from(data, pos)
         pos += 3
+        _o5.allow_downgrade = False
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(FeatureUpdateKey(_s3_feature, _s3_max_version_level, False, _s3_upgrade_type))
-    _feature_updates = _a2
-    (_validate_only,) = _S_o.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.feature_updates = _a3
+    (_o1.validate_only,) = _S_o.unpack_from(data, pos)
     pos += 1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateFeaturesRequest(_timeout_ms, _feature_updates, _validate_only), pos
+    return _o1, pos
 
 
 def _w_UpdatableFeatureResult_v0(buf: bytearray, o: UpdatableFeatureResult) -> None:
@@ -360,46 +372,47 @@ def _w_UpdatableFeatureResult_v0(buf: bytearray, o: UpdatableFeatureResult) -> N
 
 def _r_UpdatableFeatureResult_v0(data: bytes, pos: int) -> tuple[UpdatableFeatureResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(UpdatableFeatureResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for feature")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("feature is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("feature overruns the buffer")
-    _feature = data[pos:_end2].decode()
-    pos = _end2
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1.feature = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end4].decode()
-        pos = _end4
+        _o1.error_message = data[pos:_end5].decode()
+        pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdatableFeatureResult(_feature, _error_code, _error_message), pos
+    return _o1, pos
 
 
 def _w_UpdateFeaturesResponse_v0(buf: bytearray, o: UpdateFeaturesResponse) -> None:
@@ -434,55 +447,40 @@ def _w_UpdateFeaturesResponse_v2(buf: bytearray, o: UpdateFeaturesResponse) -> N
 
 def _r_UpdateFeaturesResponse_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(UpdateFeaturesResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a4: list[UpdatableFeatureResult] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for feature")
-        if _n6 > 0x7FFF:
-            raise DecodeError("feature is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("feature overruns the buffer")
-        _s5_feature = data[pos:_end7].decode()
-        pos = _end7
-        (_s5_error_code,) = _S_h.unpack_from(data, pos)
-        pos += 2
+    _a5: list[UpdatableFeatureResult] = []
+    for _ in range(_n4):
+        _o7 = _new(UpdatableFeatureResult)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -490,57 +488,76 @@ def _r_UpdateFeaturesResponse_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesR
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            if _n8 != -1:
-                raise DecodeError("invalid length for error_message")
-            _s5_error_message = None
+            raise DecodeError("invalid or null length for feature")
+        if _n8 > 0x7FFF:
+            raise DecodeError("feature is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("feature overruns the buffer")
+        _o7.feature = data[pos:_end9].decode()
+        pos = _end9
+        (_o7.error_code,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
         else:
-            if _n8 > 0x7FFF:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            if _n10 != -1:
+                raise DecodeError("invalid length for error_message")
+            _o7.error_message = None
+        else:
+            if _n10 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end9 = pos + _n8
-            if _end9 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s5_error_message = data[pos:_end9].decode()
-            pos = _end9
+            _o7.error_message = data[pos:_end11].decode()
+            pos = _end11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(UpdatableFeatureResult(_s5_feature, _s5_error_code, _s5_error_message))
-    _results = _a4
+        _a5.append(_o7)
+    _o1.results = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateFeaturesResponse(_throttle_time_ms, _error_code, _error_message, _results), pos
+    return _o1, pos
 
 
 def _r_UpdateFeaturesResponse_v2(data: bytes, pos: int) -> tuple[UpdateFeaturesResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(UpdateFeaturesResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
+    _o1.results = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateFeaturesResponse(_throttle_time_ms, _error_code, _error_message, []), pos
+    return _o1, pos
 
 
 FeatureUpdateKey._WRITERS = {0: _w_FeatureUpdateKey_v0, 1: _w_FeatureUpdateKey_v1, 2: _w_FeatureUpdateKey_v1}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -276,161 +277,123 @@ def _w_UpdateMetadataPartitionState_v6(buf: bytearray, o: UpdateMetadataPartitio
 
 def _r_UpdateMetadataPartitionState_v0(data: bytes, pos: int) -> tuple[UpdateMetadataPartitionState, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataPartitionState)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    (_n3,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    (_zk_version,) = _S_i.unpack_from(data, pos)
-    pos += 4
     (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n4 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n4 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n4}i", data, pos))
     pos += 4 * _n4
-    return UpdateMetadataPartitionState(
-        _topic_name,
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _zk_version,
-        _replicas,
-        [],
-    ), pos
+    (_o1.zk_version,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n5,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n5 < 0:
+        raise DecodeError("invalid or null array length for replicas")
+    if _n5 > _len - pos:
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n5}i", data, pos))
+    pos += 4 * _n5
+    _o1.offline_replicas = []
+    return _o1, pos
 
 
 def _r_UpdateMetadataPartitionState_v4(data: bytes, pos: int) -> tuple[UpdateMetadataPartitionState, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataPartitionState)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    (_n3,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n3 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n3 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    (_zk_version,) = _S_i.unpack_from(data, pos)
-    pos += 4
     (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n4 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n4 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n4}i", data, pos))
     pos += 4 * _n4
+    (_o1.zk_version,) = _S_i.unpack_from(data, pos)
+    pos += 4
     (_n5,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n5 < 0:
-        raise DecodeError("invalid or null array length for offline_replicas")
+        raise DecodeError("invalid or null array length for replicas")
     if _n5 > _len - pos:
-        raise DecodeError("array count of offline_replicas exceeds the bytes left")
-    _offline_replicas = list(struct.unpack_from(f">{_n5}i", data, pos))
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n5}i", data, pos))
     pos += 4 * _n5
-    return UpdateMetadataPartitionState(
-        _topic_name,
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _zk_version,
-        _replicas,
-        _offline_replicas,
-    ), pos
+    (_n6,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n6 < 0:
+        raise DecodeError("invalid or null array length for offline_replicas")
+    if _n6 > _len - pos:
+        raise DecodeError("array count of offline_replicas exceeds the bytes left")
+    _o1.offline_replicas = list(struct.unpack_from(f">{_n6}i", data, pos))
+    pos += 4 * _n6
+    return _o1, pos
 
 
 def _r_UpdateMetadataPartitionState_v5(data: bytes, pos: int) -> tuple[UpdateMetadataPartitionState, int]:
     _len = len(data)
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataPartitionState)
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    (_zk_version,) = _S_i.unpack_from(data, pos)
-    pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n2 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
+    (_o1.zk_version,) = _S_i.unpack_from(data, pos)
+    pos += 4
     (_n3,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n3 < 0:
-        raise DecodeError("invalid or null array length for offline_replicas")
+        raise DecodeError("invalid or null array length for replicas")
     if _n3 > _len - pos:
-        raise DecodeError("array count of offline_replicas exceeds the bytes left")
-    _offline_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
     pos += 4 * _n3
-    return UpdateMetadataPartitionState(
-        "",
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _zk_version,
-        _replicas,
-        _offline_replicas,
-    ), pos
+    (_n4,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for offline_replicas")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of offline_replicas exceeds the bytes left")
+    _o1.offline_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    _o1.topic_name = ""
+    return _o1, pos
 
 
 def _r_UpdateMetadataPartitionState_v6(data: bytes, pos: int) -> tuple[UpdateMetadataPartitionState, int]:
     _len = len(data)
-    _partition_index, _controller_epoch, _leader, _leader_epoch = _S_iiii.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataPartitionState)
+    _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
-        pos += 1
-    else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for isr")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of isr exceeds the bytes left")
-    _isr = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
-    (_zk_version,) = _S_i.unpack_from(data, pos)
-    pos += 4
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -438,11 +401,13 @@ def _r_UpdateMetadataPartitionState_v6(data: bytes, pos: int) -> tuple[UpdateMet
         _n2, pos = read_uvarint(data, pos)
     _n2 -= 1
     if _n2 < 0:
-        raise DecodeError("invalid or null array length for replicas")
+        raise DecodeError("invalid or null array length for isr")
     if _n2 > _len - pos:
-        raise DecodeError("array count of replicas exceeds the bytes left")
-    _replicas = list(struct.unpack_from(f">{_n2}i", data, pos))
+        raise DecodeError("array count of isr exceeds the bytes left")
+    _o1.isr = list(struct.unpack_from(f">{_n2}i", data, pos))
     pos += 4 * _n2
+    (_o1.zk_version,) = _S_i.unpack_from(data, pos)
+    pos += 4
     _n3 = data[pos]
     if _n3 < 128:
         pos += 1
@@ -450,26 +415,29 @@ def _r_UpdateMetadataPartitionState_v6(data: bytes, pos: int) -> tuple[UpdateMet
         _n3, pos = read_uvarint(data, pos)
     _n3 -= 1
     if _n3 < 0:
-        raise DecodeError("invalid or null array length for offline_replicas")
+        raise DecodeError("invalid or null array length for replicas")
     if _n3 > _len - pos:
-        raise DecodeError("array count of offline_replicas exceeds the bytes left")
-    _offline_replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
+        raise DecodeError("array count of replicas exceeds the bytes left")
+    _o1.replicas = list(struct.unpack_from(f">{_n3}i", data, pos))
     pos += 4 * _n3
+    _n4 = data[pos]
+    if _n4 < 128:
+        pos += 1
+    else:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        raise DecodeError("invalid or null array length for offline_replicas")
+    if _n4 > _len - pos:
+        raise DecodeError("array count of offline_replicas exceeds the bytes left")
+    _o1.offline_replicas = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    _o1.topic_name = ""
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateMetadataPartitionState(
-        "",
-        _partition_index,
-        _controller_epoch,
-        _leader,
-        _leader_epoch,
-        _isr,
-        _zk_version,
-        _replicas,
-        _offline_replicas,
-    ), pos
+    return _o1, pos
 
 
 def _w_UpdateMetadataTopicState_v5(buf: bytearray, o: UpdateMetadataTopicState) -> None:
@@ -511,129 +479,97 @@ def _w_UpdateMetadataTopicState_v7(buf: bytearray, o: UpdateMetadataTopicState) 
 
 def _r_UpdateMetadataTopicState_v5(data: bytes, pos: int) -> tuple[UpdateMetadataTopicState, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataTopicState)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_states")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_states exceeds the bytes left")
-    _a4: list[UpdateMetadataPartitionState] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_controller_epoch, _s5_leader, _s5_leader_epoch = _S_iiii.unpack_from(
+    _a5: list[UpdateMetadataPartitionState] = []
+    for _ in range(_n4):
+        _o7 = _new(UpdateMetadataPartitionState)
+        _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_zk_version,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s5_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for isr")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
-        _a4.append(
-            UpdateMetadataPartitionState(
-                "",
-                _s5_partition_index,
-                _s5_controller_epoch,
-                _s5_leader,
-                _s5_leader_epoch,
-                _s5_isr,
-                _s5_zk_version,
-                _s5_replicas,
-                _s5_offline_replicas,
-            )
-        )
-    _partition_states = _a4
-    return UpdateMetadataTopicState(_topic_name, ZERO_UUID, _partition_states), pos
+        (_o7.zk_version,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n9,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for replicas")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o7.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _o7.topic_name = ""
+        _a5.append(_o7)
+    _o1.partition_states = _a5
+    _o1.topic_id = ZERO_UUID
+    return _o1, pos
 
 
 def _r_UpdateMetadataTopicState_v6(data: bytes, pos: int) -> tuple[UpdateMetadataTopicState, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(UpdateMetadataTopicState)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_states")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_states exceeds the bytes left")
-    _a4: list[UpdateMetadataPartitionState] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_controller_epoch, _s5_leader, _s5_leader_epoch = _S_iiii.unpack_from(
+    _a5: list[UpdateMetadataPartitionState] = []
+    for _ in range(_n4):
+        _o7 = _new(UpdateMetadataPartitionState)
+        _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_zk_version,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s5_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -641,98 +577,90 @@ def _r_UpdateMetadataTopicState_v6(data: bytes, pos: int) -> tuple[UpdateMetadat
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for isr")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        (_o7.zk_version,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n9 = data[pos]
+        if _n9 < 128:
+            pos += 1
+        else:
+            _n9, pos = read_uvarint(data, pos)
+        _n9 -= 1
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for replicas")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o7.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _o7.topic_name = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            UpdateMetadataPartitionState(
-                "",
-                _s5_partition_index,
-                _s5_controller_epoch,
-                _s5_leader,
-                _s5_leader_epoch,
-                _s5_isr,
-                _s5_zk_version,
-                _s5_replicas,
-                _s5_offline_replicas,
-            )
-        )
-    _partition_states = _a4
+        _a5.append(_o7)
+    _o1.partition_states = _a5
+    _o1.topic_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateMetadataTopicState(_topic_name, ZERO_UUID, _partition_states), pos
+    return _o1, pos
 
 
 def _r_UpdateMetadataTopicState_v7(data: bytes, pos: int) -> tuple[UpdateMetadataTopicState, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(UpdateMetadataTopicState)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_states")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_states exceeds the bytes left")
-    _a4: list[UpdateMetadataPartitionState] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_controller_epoch, _s5_leader, _s5_leader_epoch = _S_iiii.unpack_from(
+    _a5: list[UpdateMetadataPartitionState] = []
+    for _ in range(_n4):
+        _o7 = _new(UpdateMetadataPartitionState)
+        _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s5_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s5_zk_version,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        _n7 = data[pos]
-        if _n7 < 128:
-            pos += 1
-        else:
-            _n7, pos = read_uvarint(data, pos)
-        _n7 -= 1
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s5_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -740,34 +668,49 @@ def _r_UpdateMetadataTopicState_v7(data: bytes, pos: int) -> tuple[UpdateMetadat
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for isr")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s5_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o7.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
+        (_o7.zk_version,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n9 = data[pos]
+        if _n9 < 128:
+            pos += 1
+        else:
+            _n9, pos = read_uvarint(data, pos)
+        _n9 -= 1
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for replicas")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o7.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o7.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _o7.topic_name = ""
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            UpdateMetadataPartitionState(
-                "",
-                _s5_partition_index,
-                _s5_controller_epoch,
-                _s5_leader,
-                _s5_leader_epoch,
-                _s5_isr,
-                _s5_zk_version,
-                _s5_replicas,
-                _s5_offline_replicas,
-            )
-        )
-    _partition_states = _a4
+        _a5.append(_o7)
+    _o1.partition_states = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateMetadataTopicState(_topic_name, _topic_id, _partition_states), pos
+    return _o1, pos
 
 
 def _w_UpdateMetadataEndpoint_v1(buf: bytearray, o: UpdateMetadataEndpoint) -> None:
@@ -807,90 +750,94 @@ def _w_UpdateMetadataEndpoint_v6(buf: bytearray, o: UpdateMetadataEndpoint) -> N
 
 def _r_UpdateMetadataEndpoint_v1(data: bytes, pos: int) -> tuple[UpdateMetadataEndpoint, int]:
     _len = len(data)
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataEndpoint)
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_security_protocol,) = _S_h.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.security_protocol,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return UpdateMetadataEndpoint(_port, _host, "", _security_protocol), pos
+    _o1.listener = ""
+    return _o1, pos
 
 
 def _r_UpdateMetadataEndpoint_v3(data: bytes, pos: int) -> tuple[UpdateMetadataEndpoint, int]:
     _len = len(data)
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataEndpoint)
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for listener")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("listener overruns the buffer")
-    _listener = data[pos:_end4].decode()
-    pos = _end4
-    (_security_protocol,) = _S_h.unpack_from(data, pos)
+    _o1.listener = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.security_protocol,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return UpdateMetadataEndpoint(_port, _host, _listener, _security_protocol), pos
+    return _o1, pos
 
 
 def _r_UpdateMetadataEndpoint_v6(data: bytes, pos: int) -> tuple[UpdateMetadataEndpoint, int]:
     _len = len(data)
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataEndpoint)
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for listener")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("listener is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("listener overruns the buffer")
-    _listener = data[pos:_end4].decode()
-    pos = _end4
-    (_security_protocol,) = _S_h.unpack_from(data, pos)
+    _o1.listener = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.security_protocol,) = _S_h.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateMetadataEndpoint(_port, _host, _listener, _security_protocol), pos
+    return _o1, pos
 
 
 def _w_UpdateMetadataBroker_v0(buf: bytearray, o: UpdateMetadataBroker) -> None:
@@ -956,178 +903,183 @@ def _w_UpdateMetadataBroker_v6(buf: bytearray, o: UpdateMetadataBroker) -> None:
 
 def _r_UpdateMetadataBroker_v0(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
     _len = len(data)
-    (_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataBroker)
+    (_o1.id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for v0_host")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("v0_host overruns the buffer")
-    _v0_host = data[pos:_end2].decode()
-    pos = _end2
-    (_v0_port,) = _S_i.unpack_from(data, pos)
+    _o1.v0_host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.v0_port,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return UpdateMetadataBroker(_id, _v0_host, _v0_port, [], ""), pos
+    _o1.endpoints = []
+    _o1.rack = ""
+    return _o1, pos
 
 
 def _r_UpdateMetadataBroker_v1(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
     _len = len(data)
-    (_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataBroker)
+    (_o1.id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for endpoints")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of endpoints exceeds the bytes left")
-    _a2: list[UpdateMetadataEndpoint] = []
-    for _ in range(_n1):
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[UpdateMetadataEndpoint] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataEndpoint)
+        (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_security_protocol,) = _S_h.unpack_from(data, pos)
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.security_protocol,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _a2.append(UpdateMetadataEndpoint(_s3_port, _s3_host, "", _s3_security_protocol))
-    _endpoints = _a2
-    return UpdateMetadataBroker(_id, "", 0, _endpoints, ""), pos
+        _o5.listener = ""
+        _a3.append(_o5)
+    _o1.endpoints = _a3
+    _o1.v0_host = ""
+    _o1.v0_port = 0
+    _o1.rack = ""
+    return _o1, pos
 
 
 def _r_UpdateMetadataBroker_v2(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
     _len = len(data)
-    (_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataBroker)
+    (_o1.id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for endpoints")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of endpoints exceeds the bytes left")
-    _a2: list[UpdateMetadataEndpoint] = []
-    for _ in range(_n1):
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[UpdateMetadataEndpoint] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataEndpoint)
+        (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_security_protocol,) = _S_h.unpack_from(data, pos)
-        pos += 2
-        _a2.append(UpdateMetadataEndpoint(_s3_port, _s3_host, "", _s3_security_protocol))
-    _endpoints = _a2
-    (_n6,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n6 < 0:
-        if _n6 != -1:
-            raise DecodeError("invalid length for rack")
-        _rack = None
-    else:
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end7].decode()
-        pos = _end7
-    return UpdateMetadataBroker(_id, "", 0, _endpoints, _rack), pos
-
-
-def _r_UpdateMetadataBroker_v3(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
-    _len = len(data)
-    (_id,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for endpoints")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of endpoints exceeds the bytes left")
-    _a2: list[UpdateMetadataEndpoint] = []
-    for _ in range(_n1):
-        (_s3_port,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
-            raise DecodeError("invalid or null length for listener")
+            raise DecodeError("invalid or null length for host")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("listener overruns the buffer")
-        _s3_listener = data[pos:_end7].decode()
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
         pos = _end7
-        (_s3_security_protocol,) = _S_h.unpack_from(data, pos)
+        (_o5.security_protocol,) = _S_h.unpack_from(data, pos)
         pos += 2
-        _a2.append(UpdateMetadataEndpoint(_s3_port, _s3_host, _s3_listener, _s3_security_protocol))
-    _endpoints = _a2
+        _o5.listener = ""
+        _a3.append(_o5)
+    _o1.endpoints = _a3
     (_n8,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n8 < 0:
         if _n8 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
         _end9 = pos + _n8
         if _end9 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end9].decode()
+        _o1.rack = data[pos:_end9].decode()
         pos = _end9
-    return UpdateMetadataBroker(_id, "", 0, _endpoints, _rack), pos
+    _o1.v0_host = ""
+    _o1.v0_port = 0
+    return _o1, pos
+
+
+def _r_UpdateMetadataBroker_v3(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
+    _len = len(data)
+    _o1 = _new(UpdateMetadataBroker)
+    (_o1.id,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n2,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for endpoints")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of endpoints exceeds the bytes left")
+    _a3: list[UpdateMetadataEndpoint] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataEndpoint)
+        (_o5.port,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n6,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n6 < 0:
+            raise DecodeError("invalid or null length for host")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for listener")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("listener overruns the buffer")
+        _o5.listener = data[pos:_end9].decode()
+        pos = _end9
+        (_o5.security_protocol,) = _S_h.unpack_from(data, pos)
+        pos += 2
+        _a3.append(_o5)
+    _o1.endpoints = _a3
+    (_n10,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n10 < 0:
+        if _n10 != -1:
+            raise DecodeError("invalid length for rack")
+        _o1.rack = None
+    else:
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("rack overruns the buffer")
+        _o1.rack = data[pos:_end11].decode()
+        pos = _end11
+    _o1.v0_host = ""
+    _o1.v0_port = 0
+    return _o1, pos
 
 
 def _r_UpdateMetadataBroker_v6(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
     _len = len(data)
-    (_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataBroker)
+    (_o1.id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for endpoints")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of endpoints exceeds the bytes left")
-    _a2: list[UpdateMetadataEndpoint] = []
-    for _ in range(_n1):
-        (_s3_port,) = _S_i.unpack_from(data, pos)
+    _a3: list[UpdateMetadataEndpoint] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataEndpoint)
+        (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for host")
-        if _n4 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s3_host = data[pos:_end5].decode()
-        pos = _end5
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1135,45 +1087,62 @@ def _r_UpdateMetadataBroker_v6(data: bytes, pos: int) -> tuple[UpdateMetadataBro
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for listener")
+            raise DecodeError("invalid or null length for host")
         if _n6 > 0x7FFF:
-            raise DecodeError("listener is longer than 32767 bytes")
+            raise DecodeError("host is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("listener overruns the buffer")
-        _s3_listener = data[pos:_end7].decode()
+            raise DecodeError("host overruns the buffer")
+        _o5.host = data[pos:_end7].decode()
         pos = _end7
-        (_s3_security_protocol,) = _S_h.unpack_from(data, pos)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for listener")
+        if _n8 > 0x7FFF:
+            raise DecodeError("listener is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("listener overruns the buffer")
+        _o5.listener = data[pos:_end9].decode()
+        pos = _end9
+        (_o5.security_protocol,) = _S_h.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(UpdateMetadataEndpoint(_s3_port, _s3_host, _s3_listener, _s3_security_protocol))
-    _endpoints = _a2
-    _n8 = data[pos]
-    if _n8 < 128:
+        _a3.append(_o5)
+    _o1.endpoints = _a3
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n8, pos = read_uvarint(data, pos)
-    _n8 -= 1
-    if _n8 < 0:
-        if _n8 != -1:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
+        if _n10 != -1:
             raise DecodeError("invalid length for rack")
-        _rack = None
+        _o1.rack = None
     else:
-        if _n8 > 0x7FFF:
+        if _n10 > 0x7FFF:
             raise DecodeError("rack is longer than 32767 bytes")
-        _end9 = pos + _n8
-        if _end9 > _len:
+        _end11 = pos + _n10
+        if _end11 > _len:
             raise DecodeError("rack overruns the buffer")
-        _rack = data[pos:_end9].decode()
-        pos = _end9
+        _o1.rack = data[pos:_end11].decode()
+        pos = _end11
+    _o1.v0_host = ""
+    _o1.v0_port = 0
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateMetadataBroker(_id, "", 0, _endpoints, _rack), pos
+    return _o1, pos
 
 
 def _w_UpdateMetadataRequest_v0(buf: bytearray, o: UpdateMetadataRequest) -> None:
@@ -1374,623 +1343,468 @@ def _w_UpdateMetadataRequest_v8(buf: bytearray, o: UpdateMetadataRequest) -> Non
 
 def _r_UpdateMetadataRequest_v0(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataRequest)
+    _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for ungrouped_partition_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
-    _a2: list[UpdateMetadataPartitionState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[UpdateMetadataPartitionState] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataPartitionState)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_controller_epoch, _s3_leader, _s3_leader_epoch = _S_iiii.unpack_from(
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.controller_epoch, _o5.leader, _o5.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of isr exceeds the bytes left")
-        _s3_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s3_zk_version,) = _S_i.unpack_from(data, pos)
+        _o5.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_o5.zk_version,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
+        (_n9,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n7 < 0:
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of replicas exceeds the bytes left")
-        _s3_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
-        _a2.append(
-            UpdateMetadataPartitionState(
-                _s3_topic_name,
-                _s3_partition_index,
-                _s3_controller_epoch,
-                _s3_leader,
-                _s3_leader_epoch,
-                _s3_isr,
-                _s3_zk_version,
-                _s3_replicas,
-                [],
-            )
-        )
-    _ungrouped_partition_states = _a2
-    (_n8,) = _I32.unpack_from(data, pos)
+        _o5.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _o5.offline_replicas = []
+        _a3.append(_o5)
+    _o1.ungrouped_partition_states = _a3
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n8 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for live_brokers")
-    if _n8 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of live_brokers exceeds the bytes left")
-    _a9: list[UpdateMetadataBroker] = []
-    for _ in range(_n8):
-        (_s10_id,) = _S_i.unpack_from(data, pos)
+    _a11: list[UpdateMetadataBroker] = []
+    for _ in range(_n10):
+        _o13 = _new(UpdateMetadataBroker)
+        (_o13.id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n11,) = _I16.unpack_from(data, pos)
+        (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n11 < 0:
+        if _n14 < 0:
             raise DecodeError("invalid or null length for v0_host")
-        _end12 = pos + _n11
-        if _end12 > _len:
+        _end15 = pos + _n14
+        if _end15 > _len:
             raise DecodeError("v0_host overruns the buffer")
-        _s10_v0_host = data[pos:_end12].decode()
-        pos = _end12
-        (_s10_v0_port,) = _S_i.unpack_from(data, pos)
+        _o13.v0_host = data[pos:_end15].decode()
+        pos = _end15
+        (_o13.v0_port,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _a9.append(UpdateMetadataBroker(_s10_id, _s10_v0_host, _s10_v0_port, [], ""))
-    _live_brokers = _a9
-    return UpdateMetadataRequest(
-        _controller_id, False, 0, _controller_epoch, -1, _ungrouped_partition_states, [], _live_brokers
-    ), pos
+        _o13.endpoints = []
+        _o13.rack = ""
+        _a11.append(_o13)
+    _o1.live_brokers = _a11
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.broker_epoch = -1
+    _o1.topic_states = []
+    return _o1, pos
 
 
 def _r_UpdateMetadataRequest_v1(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataRequest)
+    _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for ungrouped_partition_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
-    _a2: list[UpdateMetadataPartitionState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[UpdateMetadataPartitionState] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataPartitionState)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_controller_epoch, _s3_leader, _s3_leader_epoch = _S_iiii.unpack_from(
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.controller_epoch, _o5.leader, _o5.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of isr exceeds the bytes left")
-        _s3_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s3_zk_version,) = _S_i.unpack_from(data, pos)
+        _o5.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_o5.zk_version,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
+        (_n9,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n7 < 0:
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of replicas exceeds the bytes left")
-        _s3_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
-        _a2.append(
-            UpdateMetadataPartitionState(
-                _s3_topic_name,
-                _s3_partition_index,
-                _s3_controller_epoch,
-                _s3_leader,
-                _s3_leader_epoch,
-                _s3_isr,
-                _s3_zk_version,
-                _s3_replicas,
-                [],
-            )
-        )
-    _ungrouped_partition_states = _a2
-    (_n8,) = _I32.unpack_from(data, pos)
+        _o5.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _o5.offline_replicas = []
+        _a3.append(_o5)
+    _o1.ungrouped_partition_states = _a3
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n8 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for live_brokers")
-    if _n8 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of live_brokers exceeds the bytes left")
-    _a9: list[UpdateMetadataBroker] = []
-    for _ in range(_n8):
-        (_s10_id,) = _S_i.unpack_from(data, pos)
+    _a11: list[UpdateMetadataBroker] = []
+    for _ in range(_n10):
+        _o13 = _new(UpdateMetadataBroker)
+        (_o13.id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n11,) = _I32.unpack_from(data, pos)
+        (_n14,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n11 < 0:
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for endpoints")
-        if _n11 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of endpoints exceeds the bytes left")
-        _a12: list[UpdateMetadataEndpoint] = []
-        for _ in range(_n11):
-            (_s13_port,) = _S_i.unpack_from(data, pos)
+        _a15: list[UpdateMetadataEndpoint] = []
+        for _ in range(_n14):
+            _o17 = _new(UpdateMetadataEndpoint)
+            (_o17.port,) = _S_i.unpack_from(data, pos)
             pos += 4
-            (_n14,) = _I16.unpack_from(data, pos)
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n14 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for host")
-            _end15 = pos + _n14
-            if _end15 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s13_host = data[pos:_end15].decode()
-            pos = _end15
-            (_s13_security_protocol,) = _S_h.unpack_from(data, pos)
+            _o17.host = data[pos:_end19].decode()
+            pos = _end19
+            (_o17.security_protocol,) = _S_h.unpack_from(data, pos)
             pos += 2
-            _a12.append(UpdateMetadataEndpoint(_s13_port, _s13_host, "", _s13_security_protocol))
-        _s10_endpoints = _a12
-        _a9.append(UpdateMetadataBroker(_s10_id, "", 0, _s10_endpoints, ""))
-    _live_brokers = _a9
-    return UpdateMetadataRequest(
-        _controller_id, False, 0, _controller_epoch, -1, _ungrouped_partition_states, [], _live_brokers
-    ), pos
+            _o17.listener = ""
+            _a15.append(_o17)
+        _o13.endpoints = _a15
+        _o13.v0_host = ""
+        _o13.v0_port = 0
+        _o13.rack = ""
+        _a11.append(_o13)
+    _o1.live_brokers = _a11
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.broker_epoch = -1
+    _o1.topic_states = []
+    return _o1, pos
 
 
 def _r_UpdateMetadataRequest_v2(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataRequest)
+    _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for ungrouped_partition_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
-    _a2: list[UpdateMetadataPartitionState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[UpdateMetadataPartitionState] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataPartitionState)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_controller_epoch, _s3_leader, _s3_leader_epoch = _S_iiii.unpack_from(
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.controller_epoch, _o5.leader, _o5.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of isr exceeds the bytes left")
-        _s3_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s3_zk_version,) = _S_i.unpack_from(data, pos)
+        _o5.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_o5.zk_version,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
+        (_n9,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n7 < 0:
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of replicas exceeds the bytes left")
-        _s3_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
-        _a2.append(
-            UpdateMetadataPartitionState(
-                _s3_topic_name,
-                _s3_partition_index,
-                _s3_controller_epoch,
-                _s3_leader,
-                _s3_leader_epoch,
-                _s3_isr,
-                _s3_zk_version,
-                _s3_replicas,
-                [],
-            )
-        )
-    _ungrouped_partition_states = _a2
-    (_n8,) = _I32.unpack_from(data, pos)
+        _o5.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _o5.offline_replicas = []
+        _a3.append(_o5)
+    _o1.ungrouped_partition_states = _a3
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n8 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for live_brokers")
-    if _n8 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of live_brokers exceeds the bytes left")
-    _a9: list[UpdateMetadataBroker] = []
-    for _ in range(_n8):
-        (_s10_id,) = _S_i.unpack_from(data, pos)
+    _a11: list[UpdateMetadataBroker] = []
+    for _ in range(_n10):
+        _o13 = _new(UpdateMetadataBroker)
+        (_o13.id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n11,) = _I32.unpack_from(data, pos)
+        (_n14,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n11 < 0:
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for endpoints")
-        if _n11 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of endpoints exceeds the bytes left")
-        _a12: list[UpdateMetadataEndpoint] = []
-        for _ in range(_n11):
-            (_s13_port,) = _S_i.unpack_from(data, pos)
+        _a15: list[UpdateMetadataEndpoint] = []
+        for _ in range(_n14):
+            _o17 = _new(UpdateMetadataEndpoint)
+            (_o17.port,) = _S_i.unpack_from(data, pos)
             pos += 4
-            (_n14,) = _I16.unpack_from(data, pos)
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n14 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for host")
-            _end15 = pos + _n14
-            if _end15 > _len:
+            _end19 = pos + _n18
+            if _end19 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s13_host = data[pos:_end15].decode()
-            pos = _end15
-            (_s13_security_protocol,) = _S_h.unpack_from(data, pos)
+            _o17.host = data[pos:_end19].decode()
+            pos = _end19
+            (_o17.security_protocol,) = _S_h.unpack_from(data, pos)
             pos += 2
-            _a12.append(UpdateMetadataEndpoint(_s13_port, _s13_host, "", _s13_security_protocol))
-        _s10_endpoints = _a12
-        (_n16,) = _I16.unpack_from(data, pos)
+            _o17.listener = ""
+            _a15.append(_o17)
+        _o13.endpoints = _a15
+        (_n20,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n16 < 0:
-            if _n16 != -1:
+        if _n20 < 0:
+            if _n20 != -1:
                 raise DecodeError("invalid length for rack")
-            _s10_rack = None
+            _o13.rack = None
         else:
-            _end17 = pos + _n16
-            if _end17 > _len:
+            _end21 = pos + _n20
+            if _end21 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s10_rack = data[pos:_end17].decode()
-            pos = _end17
-        _a9.append(UpdateMetadataBroker(_s10_id, "", 0, _s10_endpoints, _s10_rack))
-    _live_brokers = _a9
-    return UpdateMetadataRequest(
-        _controller_id, False, 0, _controller_epoch, -1, _ungrouped_partition_states, [], _live_brokers
-    ), pos
+            _o13.rack = data[pos:_end21].decode()
+            pos = _end21
+        _o13.v0_host = ""
+        _o13.v0_port = 0
+        _a11.append(_o13)
+    _o1.live_brokers = _a11
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.broker_epoch = -1
+    _o1.topic_states = []
+    return _o1, pos
 
 
 def _r_UpdateMetadataRequest_v3(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataRequest)
+    _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for ungrouped_partition_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
-    _a2: list[UpdateMetadataPartitionState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[UpdateMetadataPartitionState] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataPartitionState)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_controller_epoch, _s3_leader, _s3_leader_epoch = _S_iiii.unpack_from(
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.controller_epoch, _o5.leader, _o5.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
+        (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n6 < 0:
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of isr exceeds the bytes left")
-        _s3_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s3_zk_version,) = _S_i.unpack_from(data, pos)
+        _o5.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        (_o5.zk_version,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
+        (_n9,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n7 < 0:
+        if _n9 < 0:
             raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
+        if _n9 > _len - pos:
             raise DecodeError("array count of replicas exceeds the bytes left")
-        _s3_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
-        _a2.append(
-            UpdateMetadataPartitionState(
-                _s3_topic_name,
-                _s3_partition_index,
-                _s3_controller_epoch,
-                _s3_leader,
-                _s3_leader_epoch,
-                _s3_isr,
-                _s3_zk_version,
-                _s3_replicas,
-                [],
-            )
-        )
-    _ungrouped_partition_states = _a2
-    (_n8,) = _I32.unpack_from(data, pos)
+        _o5.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        _o5.offline_replicas = []
+        _a3.append(_o5)
+    _o1.ungrouped_partition_states = _a3
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n8 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for live_brokers")
-    if _n8 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of live_brokers exceeds the bytes left")
-    _a9: list[UpdateMetadataBroker] = []
-    for _ in range(_n8):
-        (_s10_id,) = _S_i.unpack_from(data, pos)
+    _a11: list[UpdateMetadataBroker] = []
+    for _ in range(_n10):
+        _o13 = _new(UpdateMetadataBroker)
+        (_o13.id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        (_n11,) = _I32.unpack_from(data, pos)
+        (_n14,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n11 < 0:
+        if _n14 < 0:
             raise DecodeError("invalid or null array length for endpoints")
-        if _n11 > _len - pos:
+        if _n14 > _len - pos:
             raise DecodeError("array count of endpoints exceeds the bytes left")
-        _a12: list[UpdateMetadataEndpoint] = []
-        for _ in range(_n11):
-            (_s13_port,) = _S_i.unpack_from(data, pos)
+        _a15: list[UpdateMetadataEndpoint] = []
+        for _ in range(_n14):
+            _o17 = _new(UpdateMetadataEndpoint)
+            (_o17.port,) = _S_i.unpack_from(data, pos)
             pos += 4
-            (_n14,) = _I16.unpack_from(data, pos)
+            (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n14 < 0:
+            if _n18 < 0:
                 raise DecodeError("invalid or null length for host")
-            _end15 = pos + _n14
-            if _end15 > _len:
-                raise DecodeError("host overruns the buffer")
-            _s13_host = data[pos:_end15].decode()
-            pos = _end15
-            (_n16,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n16 < 0:
-                raise DecodeError("invalid or null length for listener")
-            _end17 = pos + _n16
-            if _end17 > _len:
-                raise DecodeError("listener overruns the buffer")
-            _s13_listener = data[pos:_end17].decode()
-            pos = _end17
-            (_s13_security_protocol,) = _S_h.unpack_from(data, pos)
-            pos += 2
-            _a12.append(UpdateMetadataEndpoint(_s13_port, _s13_host, _s13_listener, _s13_security_protocol))
-        _s10_endpoints = _a12
-        (_n18,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n18 < 0:
-            if _n18 != -1:
-                raise DecodeError("invalid length for rack")
-            _s10_rack = None
-        else:
             _end19 = pos + _n18
             if _end19 > _len:
-                raise DecodeError("rack overruns the buffer")
-            _s10_rack = data[pos:_end19].decode()
+                raise DecodeError("host overruns the buffer")
+            _o17.host = data[pos:_end19].decode()
             pos = _end19
-        _a9.append(UpdateMetadataBroker(_s10_id, "", 0, _s10_endpoints, _s10_rack))
-    _live_brokers = _a9
-    return UpdateMetadataRequest(
-        _controller_id, False, 0, _controller_epoch, -1, _ungrouped_partition_states, [], _live_brokers
-    ), pos
+            (_n20,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n20 < 0:
+                raise DecodeError("invalid or null length for listener")
+            _end21 = pos + _n20
+            if _end21 > _len:
+                raise DecodeError("listener overruns the buffer")
+            _o17.listener = data[pos:_end21].decode()
+            pos = _end21
+            (_o17.security_protocol,) = _S_h.unpack_from(data, pos)
+            pos += 2
+            _a15.append(_o17)
+        _o13.endpoints = _a15
+        (_n22,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n22 < 0:
+            if _n22 != -1:
+                raise DecodeError("invalid length for rack")
+            _o13.rack = None
+        else:
+            _end23 = pos + _n22
+            if _end23 > _len:
+                raise DecodeError("rack overruns the buffer")
+            _o13.rack = data[pos:_end23].decode()
+            pos = _end23
+        _o13.v0_host = ""
+        _o13.v0_port = 0
+        _a11.append(_o13)
+    _o1.live_brokers = _a11
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.broker_epoch = -1
+    _o1.topic_states = []
+    return _o1, pos
 
 
 def _r_UpdateMetadataRequest_v4(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataRequest)
+    _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for ungrouped_partition_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
-    _a2: list[UpdateMetadataPartitionState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[UpdateMetadataPartitionState] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataPartitionState)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        _s3_partition_index, _s3_controller_epoch, _s3_leader, _s3_leader_epoch = _S_iiii.unpack_from(
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _o5.partition_index, _o5.controller_epoch, _o5.leader, _o5.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
         pos += 16
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for isr")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of isr exceeds the bytes left")
-        _s3_isr = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        (_s3_zk_version,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n7,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n7 < 0:
-            raise DecodeError("invalid or null array length for replicas")
-        if _n7 > _len - pos:
-            raise DecodeError("array count of replicas exceeds the bytes left")
-        _s3_replicas = list(struct.unpack_from(f">{_n7}i", data, pos))
-        pos += 4 * _n7
         (_n8,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n8 < 0:
-            raise DecodeError("invalid or null array length for offline_replicas")
+            raise DecodeError("invalid or null array length for isr")
         if _n8 > _len - pos:
-            raise DecodeError("array count of offline_replicas exceeds the bytes left")
-        _s3_offline_replicas = list(struct.unpack_from(f">{_n8}i", data, pos))
+            raise DecodeError("array count of isr exceeds the bytes left")
+        _o5.isr = list(struct.unpack_from(f">{_n8}i", data, pos))
         pos += 4 * _n8
-        _a2.append(
-            UpdateMetadataPartitionState(
-                _s3_topic_name,
-                _s3_partition_index,
-                _s3_controller_epoch,
-                _s3_leader,
-                _s3_leader_epoch,
-                _s3_isr,
-                _s3_zk_version,
-                _s3_replicas,
-                _s3_offline_replicas,
-            )
-        )
-    _ungrouped_partition_states = _a2
-    (_n9,) = _I32.unpack_from(data, pos)
+        (_o5.zk_version,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n9,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n9 < 0:
+            raise DecodeError("invalid or null array length for replicas")
+        if _n9 > _len - pos:
+            raise DecodeError("array count of replicas exceeds the bytes left")
+        _o5.replicas = list(struct.unpack_from(f">{_n9}i", data, pos))
+        pos += 4 * _n9
+        (_n10,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n10 < 0:
+            raise DecodeError("invalid or null array length for offline_replicas")
+        if _n10 > _len - pos:
+            raise DecodeError("array count of offline_replicas exceeds the bytes left")
+        _o5.offline_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
+        pos += 4 * _n10
+        _a3.append(_o5)
+    _o1.ungrouped_partition_states = _a3
+    (_n11,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n11 < 0:
         raise DecodeError("invalid or null array length for live_brokers")
-    if _n9 > _len - pos:
+    if _n11 > _len - pos:
         raise DecodeError("array count of live_brokers exceeds the bytes left")
-    _a10: list[UpdateMetadataBroker] = []
-    for _ in range(_n9):
-        (_s11_id,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n12,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n12 < 0:
-            raise DecodeError("invalid or null array length for endpoints")
-        if _n12 > _len - pos:
-            raise DecodeError("array count of endpoints exceeds the bytes left")
-        _a13: list[UpdateMetadataEndpoint] = []
-        for _ in range(_n12):
-            (_s14_port,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            (_n15,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n15 < 0:
-                raise DecodeError("invalid or null length for host")
-            _end16 = pos + _n15
-            if _end16 > _len:
-                raise DecodeError("host overruns the buffer")
-            _s14_host = data[pos:_end16].decode()
-            pos = _end16
-            (_n17,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if _n17 < 0:
-                raise DecodeError("invalid or null length for listener")
-            _end18 = pos + _n17
-            if _end18 > _len:
-                raise DecodeError("listener overruns the buffer")
-            _s14_listener = data[pos:_end18].decode()
-            pos = _end18
-            (_s14_security_protocol,) = _S_h.unpack_from(data, pos)
-            pos += 2
-            _a13.append(UpdateMetadataEndpoint(_s14_port, _s14_host, _s14_listener, _s14_security_protocol))
-        _s11_endpoints = _a13
-        (_n19,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n19 < 0:
-            if _n19 != -1:
-                raise DecodeError("invalid length for rack")
-            _s11_rack = None
-        else:
-            _end20 = pos + _n19
-            if _end20 > _len:
-                raise DecodeError("rack overruns the buffer")
-            _s11_rack = data[pos:_end20].decode()
-            pos = _end20
-        _a10.append(UpdateMetadataBroker(_s11_id, "", 0, _s11_endpoints, _s11_rack))
-    _live_brokers = _a10
-    return UpdateMetadataRequest(
-        _controller_id, False, 0, _controller_epoch, -1, _ungrouped_partition_states, [], _live_brokers
-    ), pos
-
-
-def _r_UpdateMetadataRequest_v5(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
-    _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch = _S_iiq.unpack_from(data, pos)
-    pos += 16
-    (_n1,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n1 < 0:
-        raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
-        raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[UpdateMetadataTopicState] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n6 < 0:
-            raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
-            raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[UpdateMetadataPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
-                data, pos
-            )
-            pos += 16
-            (_n9,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n9 < 0:
-                raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
-                raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_zk_version,) = _S_i.unpack_from(data, pos)
-            pos += 4
-            (_n10,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n10 < 0:
-                raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
-                raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            (_n11,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if _n11 < 0:
-                raise DecodeError("invalid or null array length for offline_replicas")
-            if _n11 > _len - pos:
-                raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s8_offline_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
-            _a7.append(
-                UpdateMetadataPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_zk_version,
-                    _s8_replicas,
-                    _s8_offline_replicas,
-                )
-            )
-        _s3_partition_states = _a7
-        _a2.append(UpdateMetadataTopicState(_s3_topic_name, ZERO_UUID, _s3_partition_states))
-    _topic_states = _a2
-    (_n12,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n12 < 0:
-        raise DecodeError("invalid or null array length for live_brokers")
-    if _n12 > _len - pos:
-        raise DecodeError("array count of live_brokers exceeds the bytes left")
-    _a13: list[UpdateMetadataBroker] = []
-    for _ in range(_n12):
-        (_s14_id,) = _S_i.unpack_from(data, pos)
+    _a12: list[UpdateMetadataBroker] = []
+    for _ in range(_n11):
+        _o14 = _new(UpdateMetadataBroker)
+        (_o14.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n15,) = _I32.unpack_from(data, pos)
         pos += 4
@@ -2000,80 +1814,206 @@ def _r_UpdateMetadataRequest_v5(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of endpoints exceeds the bytes left")
         _a16: list[UpdateMetadataEndpoint] = []
         for _ in range(_n15):
-            (_s17_port,) = _S_i.unpack_from(data, pos)
+            _o18 = _new(UpdateMetadataEndpoint)
+            (_o18.port,) = _S_i.unpack_from(data, pos)
             pos += 4
-            (_n18,) = _I16.unpack_from(data, pos)
+            (_n19,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n18 < 0:
+            if _n19 < 0:
                 raise DecodeError("invalid or null length for host")
-            _end19 = pos + _n18
-            if _end19 > _len:
+            _end20 = pos + _n19
+            if _end20 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s17_host = data[pos:_end19].decode()
-            pos = _end19
-            (_n20,) = _I16.unpack_from(data, pos)
+            _o18.host = data[pos:_end20].decode()
+            pos = _end20
+            (_n21,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n20 < 0:
+            if _n21 < 0:
                 raise DecodeError("invalid or null length for listener")
-            _end21 = pos + _n20
-            if _end21 > _len:
+            _end22 = pos + _n21
+            if _end22 > _len:
                 raise DecodeError("listener overruns the buffer")
-            _s17_listener = data[pos:_end21].decode()
-            pos = _end21
-            (_s17_security_protocol,) = _S_h.unpack_from(data, pos)
+            _o18.listener = data[pos:_end22].decode()
+            pos = _end22
+            (_o18.security_protocol,) = _S_h.unpack_from(data, pos)
             pos += 2
-            _a16.append(UpdateMetadataEndpoint(_s17_port, _s17_host, _s17_listener, _s17_security_protocol))
-        _s14_endpoints = _a16
-        (_n22,) = _I16.unpack_from(data, pos)
+            _a16.append(_o18)
+        _o14.endpoints = _a16
+        (_n23,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n22 < 0:
-            if _n22 != -1:
+        if _n23 < 0:
+            if _n23 != -1:
                 raise DecodeError("invalid length for rack")
-            _s14_rack = None
+            _o14.rack = None
         else:
-            _end23 = pos + _n22
-            if _end23 > _len:
+            _end24 = pos + _n23
+            if _end24 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s14_rack = data[pos:_end23].decode()
-            pos = _end23
-        _a13.append(UpdateMetadataBroker(_s14_id, "", 0, _s14_endpoints, _s14_rack))
-    _live_brokers = _a13
-    return UpdateMetadataRequest(
-        _controller_id, False, 0, _controller_epoch, _broker_epoch, [], _topic_states, _live_brokers
-    ), pos
+            _o14.rack = data[pos:_end24].decode()
+            pos = _end24
+        _o14.v0_host = ""
+        _o14.v0_port = 0
+        _a12.append(_o14)
+    _o1.live_brokers = _a12
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.broker_epoch = -1
+    _o1.topic_states = []
+    return _o1, pos
+
+
+def _r_UpdateMetadataRequest_v5(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
+    _len = len(data)
+    _o1 = _new(UpdateMetadataRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
+    pos += 16
+    (_n2,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n2 < 0:
+        raise DecodeError("invalid or null array length for topic_states")
+    if _n2 > _len - pos:
+        raise DecodeError("array count of topic_states exceeds the bytes left")
+    _a3: list[UpdateMetadataTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataTopicState)
+        (_n6,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
+            raise DecodeError("invalid or null array length for partition_states")
+        if _n8 > _len - pos:
+            raise DecodeError("array count of partition_states exceeds the bytes left")
+        _a9: list[UpdateMetadataPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(UpdateMetadataPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
+                data, pos
+            )
+            pos += 16
+            (_n12,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n12 < 0:
+                raise DecodeError("invalid or null array length for isr")
+            if _n12 > _len - pos:
+                raise DecodeError("array count of isr exceeds the bytes left")
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            (_o11.zk_version,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            (_n13,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n13 < 0:
+                raise DecodeError("invalid or null array length for replicas")
+            if _n13 > _len - pos:
+                raise DecodeError("array count of replicas exceeds the bytes left")
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            (_n14,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if _n14 < 0:
+                raise DecodeError("invalid or null array length for offline_replicas")
+            if _n14 > _len - pos:
+                raise DecodeError("array count of offline_replicas exceeds the bytes left")
+            _o11.offline_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _o11.topic_name = ""
+            _a9.append(_o11)
+        _o5.partition_states = _a9
+        _o5.topic_id = ZERO_UUID
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    (_n15,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n15 < 0:
+        raise DecodeError("invalid or null array length for live_brokers")
+    if _n15 > _len - pos:
+        raise DecodeError("array count of live_brokers exceeds the bytes left")
+    _a16: list[UpdateMetadataBroker] = []
+    for _ in range(_n15):
+        _o18 = _new(UpdateMetadataBroker)
+        (_o18.id,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        (_n19,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n19 < 0:
+            raise DecodeError("invalid or null array length for endpoints")
+        if _n19 > _len - pos:
+            raise DecodeError("array count of endpoints exceeds the bytes left")
+        _a20: list[UpdateMetadataEndpoint] = []
+        for _ in range(_n19):
+            _o22 = _new(UpdateMetadataEndpoint)
+            (_o22.port,) = _S_i.unpack_from(data, pos)
+            pos += 4
+            (_n23,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n23 < 0:
+                raise DecodeError("invalid or null length for host")
+            _end24 = pos + _n23
+            if _end24 > _len:
+                raise DecodeError("host overruns the buffer")
+            _o22.host = data[pos:_end24].decode()
+            pos = _end24
+            (_n25,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if _n25 < 0:
+                raise DecodeError("invalid or null length for listener")
+            _end26 = pos + _n25
+            if _end26 > _len:
+                raise DecodeError("listener overruns the buffer")
+            _o22.listener = data[pos:_end26].decode()
+            pos = _end26
+            (_o22.security_protocol,) = _S_h.unpack_from(data, pos)
+            pos += 2
+            _a20.append(_o22)
+        _o18.endpoints = _a20
+        (_n27,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n27 < 0:
+            if _n27 != -1:
+                raise DecodeError("invalid length for rack")
+            _o18.rack = None
+        else:
+            _end28 = pos + _n27
+            if _end28 > _len:
+                raise DecodeError("rack overruns the buffer")
+            _o18.rack = data[pos:_end28].decode()
+            pos = _end28
+        _o18.v0_host = ""
+        _o18.v0_port = 0
+        _a16.append(_o18)
+    _o1.live_brokers = _a16
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.ungrouped_partition_states = []
+    return _o1, pos
 
 
 def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch = _S_iiq.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[UpdateMetadataTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[UpdateMetadataTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2081,210 +2021,205 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[UpdateMetadataPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
+        _a9: list[UpdateMetadataPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(UpdateMetadataPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
             pos += 16
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_zk_version,) = _S_i.unpack_from(data, pos)
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            (_o11.zk_version,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n10 = data[pos]
-            if _n10 < 128:
+            _n13 = data[pos]
+            if _n13 < 128:
                 pos += 1
             else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
                 raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
+            if _n13 > _len - pos:
                 raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s8_offline_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
+            _o11.offline_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _o11.topic_name = ""
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                UpdateMetadataPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_zk_version,
-                    _s8_replicas,
-                    _s8_offline_replicas,
-                )
-            )
-        _s3_partition_states = _a7
+            _a9.append(_o11)
+        _o5.partition_states = _a9
+        _o5.topic_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(UpdateMetadataTopicState(_s3_topic_name, ZERO_UUID, _s3_partition_states))
-    _topic_states = _a2
-    _n12 = data[pos]
-    if _n12 < 128:
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    _n15 = data[pos]
+    if _n15 < 128:
         pos += 1
     else:
-        _n12, pos = read_uvarint(data, pos)
-    _n12 -= 1
-    if _n12 < 0:
+        _n15, pos = read_uvarint(data, pos)
+    _n15 -= 1
+    if _n15 < 0:
         raise DecodeError("invalid or null array length for live_brokers")
-    if _n12 > _len - pos:
+    if _n15 > _len - pos:
         raise DecodeError("array count of live_brokers exceeds the bytes left")
-    _a13: list[UpdateMetadataBroker] = []
-    for _ in range(_n12):
-        (_s14_id,) = _S_i.unpack_from(data, pos)
+    _a16: list[UpdateMetadataBroker] = []
+    for _ in range(_n15):
+        _o18 = _new(UpdateMetadataBroker)
+        (_o18.id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n15 = data[pos]
-        if _n15 < 128:
+        _n19 = data[pos]
+        if _n19 < 128:
             pos += 1
         else:
-            _n15, pos = read_uvarint(data, pos)
-        _n15 -= 1
-        if _n15 < 0:
+            _n19, pos = read_uvarint(data, pos)
+        _n19 -= 1
+        if _n19 < 0:
             raise DecodeError("invalid or null array length for endpoints")
-        if _n15 > _len - pos:
+        if _n19 > _len - pos:
             raise DecodeError("array count of endpoints exceeds the bytes left")
-        _a16: list[UpdateMetadataEndpoint] = []
-        for _ in range(_n15):
-            (_s17_port,) = _S_i.unpack_from(data, pos)
+        _a20: list[UpdateMetadataEndpoint] = []
+        for _ in range(_n19):
+            _o22 = _new(UpdateMetadataEndpoint)
+            (_o22.port,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n18 = data[pos]
-            if _n18 < 128:
+            _n23 = data[pos]
+            if _n23 < 128:
                 pos += 1
             else:
-                _n18, pos = read_uvarint(data, pos)
-            _n18 -= 1
-            if _n18 < 0:
+                _n23, pos = read_uvarint(data, pos)
+            _n23 -= 1
+            if _n23 < 0:
                 raise DecodeError("invalid or null length for host")
-            if _n18 > 0x7FFF:
+            if _n23 > 0x7FFF:
                 raise DecodeError("host is longer than 32767 bytes")
-            _end19 = pos + _n18
-            if _end19 > _len:
+            _end24 = pos + _n23
+            if _end24 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s17_host = data[pos:_end19].decode()
-            pos = _end19
-            _n20 = data[pos]
-            if _n20 < 128:
+            _o22.host = data[pos:_end24].decode()
+            pos = _end24
+            _n25 = data[pos]
+            if _n25 < 128:
                 pos += 1
             else:
-                _n20, pos = read_uvarint(data, pos)
-            _n20 -= 1
-            if _n20 < 0:
+                _n25, pos = read_uvarint(data, pos)
+            _n25 -= 1
+            if _n25 < 0:
                 raise DecodeError("invalid or null length for listener")
-            if _n20 > 0x7FFF:
+            if _n25 > 0x7FFF:
                 raise DecodeError("listener is longer than 32767 bytes")
-            _end21 = pos + _n20
-            if _end21 > _len:
+            _end26 = pos + _n25
+            if _end26 > _len:
                 raise DecodeError("listener overruns the buffer")
-            _s17_listener = data[pos:_end21].decode()
-            pos = _end21
-            (_s17_security_protocol,) = _S_h.unpack_from(data, pos)
+            _o22.listener = data[pos:_end26].decode()
+            pos = _end26
+            (_o22.security_protocol,) = _S_h.unpack_from(data, pos)
             pos += 2
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a16.append(UpdateMetadataEndpoint(_s17_port, _s17_host, _s17_listener, _s17_security_protocol))
-        _s14_endpoints = _a16
-        _n22 = data[pos]
-        if _n22 < 128:
+            _a20.append(_o22)
+        _o18.endpoints = _a20
+        _n27 = data[pos]
+        if _n27 < 128:
             pos += 1
         else:
-            _n22, pos = read_uvarint(data, pos)
-        _n22 -= 1
-        if _n22 < 0:
-            if _n22 != -1:
+            _n27, pos = read_uvarint(data, pos)
+        _n27 -= 1
+        if _n27 < 0:
+            if _n27 != -1:
                 raise DecodeError("invalid length for rack")
-            _s14_rack = None
+            _o18.rack = None
         else:
-            if _n22 > 0x7FFF:
+            if _n27 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end23 = pos + _n22
-            if _end23 > _len:
+            _end28 = pos + _n27
+            if _end28 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s14_rack = data[pos:_end23].decode()
-            pos = _end23
+            _o18.rack = data[pos:_end28].decode()
+            pos = _end28
+        _o18.v0_host = ""
+        _o18.v0_port = 0
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a13.append(UpdateMetadataBroker(_s14_id, "", 0, _s14_endpoints, _s14_rack))
-    _live_brokers = _a13
+        _a16.append(_o18)
+    _o1.live_brokers = _a16
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.ungrouped_partition_states = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateMetadataRequest(
-        _controller_id, False, 0, _controller_epoch, _broker_epoch, [], _topic_states, _live_brokers
-    ), pos
+    return _o1, pos
 
 
 def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _controller_id, _controller_epoch, _broker_epoch = _S_iiq.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataRequest)
+    _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[UpdateMetadataTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
+    _a3: list[UpdateMetadataTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2292,210 +2227,209 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[UpdateMetadataPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
+        _a9: list[UpdateMetadataPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(UpdateMetadataPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
             pos += 16
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_zk_version,) = _S_i.unpack_from(data, pos)
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            (_o11.zk_version,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n10 = data[pos]
-            if _n10 < 128:
+            _n13 = data[pos]
+            if _n13 < 128:
                 pos += 1
             else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
                 raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
+            if _n13 > _len - pos:
                 raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s8_offline_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
+            _o11.offline_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _o11.topic_name = ""
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                UpdateMetadataPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_zk_version,
-                    _s8_replicas,
-                    _s8_offline_replicas,
-                )
-            )
-        _s3_partition_states = _a7
+            _a9.append(_o11)
+        _o5.partition_states = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(UpdateMetadataTopicState(_s3_topic_name, _s3_topic_id, _s3_partition_states))
-    _topic_states = _a2
-    _n12 = data[pos]
-    if _n12 < 128:
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    _n15 = data[pos]
+    if _n15 < 128:
         pos += 1
     else:
-        _n12, pos = read_uvarint(data, pos)
-    _n12 -= 1
-    if _n12 < 0:
+        _n15, pos = read_uvarint(data, pos)
+    _n15 -= 1
+    if _n15 < 0:
         raise DecodeError("invalid or null array length for live_brokers")
-    if _n12 > _len - pos:
+    if _n15 > _len - pos:
         raise DecodeError("array count of live_brokers exceeds the bytes left")
-    _a13: list[UpdateMetadataBroker] = []
-    for _ in range(_n12):
-        (_s14_id,) = _S_i.unpack_from(data, pos)
+    _a16: list[UpdateMetadataBroker] = []
+    for _ in range(_n15):
+        _o18 = _new(UpdateMetadataBroker)
+        (_o18.id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n15 = data[pos]
-        if _n15 < 128:
+        _n19 = data[pos]
+        if _n19 < 128:
             pos += 1
         else:
-            _n15, pos = read_uvarint(data, pos)
-        _n15 -= 1
-        if _n15 < 0:
+            _n19, pos = read_uvarint(data, pos)
+        _n19 -= 1
+        if _n19 < 0:
             raise DecodeError("invalid or null array length for endpoints")
-        if _n15 > _len - pos:
+        if _n19 > _len - pos:
             raise DecodeError("array count of endpoints exceeds the bytes left")
-        _a16: list[UpdateMetadataEndpoint] = []
-        for _ in range(_n15):
-            (_s17_port,) = _S_i.unpack_from(data, pos)
+        _a20: list[UpdateMetadataEndpoint] = []
+        for _ in range(_n19):
+            _o22 = _new(UpdateMetadataEndpoint)
+            (_o22.port,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n18 = data[pos]
-            if _n18 < 128:
+            _n23 = data[pos]
+            if _n23 < 128:
                 pos += 1
             else:
-                _n18, pos = read_uvarint(data, pos)
-            _n18 -= 1
-            if _n18 < 0:
+                _n23, pos = read_uvarint(data, pos)
+            _n23 -= 1
+            if _n23 < 0:
                 raise DecodeError("invalid or null length for host")
-            if _n18 > 0x7FFF:
+            if _n23 > 0x7FFF:
                 raise DecodeError("host is longer than 32767 bytes")
-            _end19 = pos + _n18
-            if _end19 > _len:
+            _end24 = pos + _n23
+            if _end24 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s17_host = data[pos:_end19].decode()
-            pos = _end19
-            _n20 = data[pos]
-            if _n20 < 128:
+            _o22.host = data[pos:_end24].decode()
+            pos = _end24
+            _n25 = data[pos]
+            if _n25 < 128:
                 pos += 1
             else:
-                _n20, pos = read_uvarint(data, pos)
-            _n20 -= 1
-            if _n20 < 0:
+                _n25, pos = read_uvarint(data, pos)
+            _n25 -= 1
+            if _n25 < 0:
                 raise DecodeError("invalid or null length for listener")
-            if _n20 > 0x7FFF:
+            if _n25 > 0x7FFF:
                 raise DecodeError("listener is longer than 32767 bytes")
-            _end21 = pos + _n20
-            if _end21 > _len:
+            _end26 = pos + _n25
+            if _end26 > _len:
                 raise DecodeError("listener overruns the buffer")
-            _s17_listener = data[pos:_end21].decode()
-            pos = _end21
-            (_s17_security_protocol,) = _S_h.unpack_from(data, pos)
+            _o22.listener = data[pos:_end26].decode()
+            pos = _end26
+            (_o22.security_protocol,) = _S_h.unpack_from(data, pos)
             pos += 2
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a16.append(UpdateMetadataEndpoint(_s17_port, _s17_host, _s17_listener, _s17_security_protocol))
-        _s14_endpoints = _a16
-        _n22 = data[pos]
-        if _n22 < 128:
+            _a20.append(_o22)
+        _o18.endpoints = _a20
+        _n27 = data[pos]
+        if _n27 < 128:
             pos += 1
         else:
-            _n22, pos = read_uvarint(data, pos)
-        _n22 -= 1
-        if _n22 < 0:
-            if _n22 != -1:
+            _n27, pos = read_uvarint(data, pos)
+        _n27 -= 1
+        if _n27 < 0:
+            if _n27 != -1:
                 raise DecodeError("invalid length for rack")
-            _s14_rack = None
+            _o18.rack = None
         else:
-            if _n22 > 0x7FFF:
+            if _n27 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end23 = pos + _n22
-            if _end23 > _len:
+            _end28 = pos + _n27
+            if _end28 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s14_rack = data[pos:_end23].decode()
-            pos = _end23
+            _o18.rack = data[pos:_end28].decode()
+            pos = _end28
+        _o18.v0_host = ""
+        _o18.v0_port = 0
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a13.append(UpdateMetadataBroker(_s14_id, "", 0, _s14_endpoints, _s14_rack))
-    _live_brokers = _a13
+        _a16.append(_o18)
+    _o1.live_brokers = _a16
+    _o1.is_k_raft_controller = False
+    _o1.type = 0
+    _o1.ungrouped_partition_states = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateMetadataRequest(
-        _controller_id, False, 0, _controller_epoch, _broker_epoch, [], _topic_states, _live_brokers
-    ), pos
+    return _o1, pos
 
 
 def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _controller_id, _is_k_raft_controller, _controller_epoch, _broker_epoch = _S_ioiq.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataRequest)
+    _o1.controller_id, _o1.is_k_raft_controller, _o1.controller_epoch, _o1.broker_epoch = _S_ioiq.unpack_from(
+        data, pos
+    )
     pos += 17
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topic_states")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topic_states exceeds the bytes left")
-    _a2: list[UpdateMetadataTopicState] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
-        pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
+    _a3: list[UpdateMetadataTopicState] = []
+    for _ in range(_n2):
+        _o5 = _new(UpdateMetadataTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2503,191 +2437,195 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+        pos += 16
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_states")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_states exceeds the bytes left")
-        _a7: list[UpdateMetadataPartitionState] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_controller_epoch, _s8_leader, _s8_leader_epoch = _S_iiii.unpack_from(
+        _a9: list[UpdateMetadataPartitionState] = []
+        for _ in range(_n8):
+            _o11 = _new(UpdateMetadataPartitionState)
+            _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
             pos += 16
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for isr")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of isr exceeds the bytes left")
-            _s8_isr = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            (_s8_zk_version,) = _S_i.unpack_from(data, pos)
+            _o11.isr = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            (_o11.zk_version,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n10 = data[pos]
-            if _n10 < 128:
+            _n13 = data[pos]
+            if _n13 < 128:
                 pos += 1
             else:
-                _n10, pos = read_uvarint(data, pos)
-            _n10 -= 1
-            if _n10 < 0:
+                _n13, pos = read_uvarint(data, pos)
+            _n13 -= 1
+            if _n13 < 0:
                 raise DecodeError("invalid or null array length for replicas")
-            if _n10 > _len - pos:
+            if _n13 > _len - pos:
                 raise DecodeError("array count of replicas exceeds the bytes left")
-            _s8_replicas = list(struct.unpack_from(f">{_n10}i", data, pos))
-            pos += 4 * _n10
-            _n11 = data[pos]
-            if _n11 < 128:
+            _o11.replicas = list(struct.unpack_from(f">{_n13}i", data, pos))
+            pos += 4 * _n13
+            _n14 = data[pos]
+            if _n14 < 128:
                 pos += 1
             else:
-                _n11, pos = read_uvarint(data, pos)
-            _n11 -= 1
-            if _n11 < 0:
+                _n14, pos = read_uvarint(data, pos)
+            _n14 -= 1
+            if _n14 < 0:
                 raise DecodeError("invalid or null array length for offline_replicas")
-            if _n11 > _len - pos:
+            if _n14 > _len - pos:
                 raise DecodeError("array count of offline_replicas exceeds the bytes left")
-            _s8_offline_replicas = list(struct.unpack_from(f">{_n11}i", data, pos))
-            pos += 4 * _n11
+            _o11.offline_replicas = list(struct.unpack_from(f">{_n14}i", data, pos))
+            pos += 4 * _n14
+            _o11.topic_name = ""
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                UpdateMetadataPartitionState(
-                    "",
-                    _s8_partition_index,
-                    _s8_controller_epoch,
-                    _s8_leader,
-                    _s8_leader_epoch,
-                    _s8_isr,
-                    _s8_zk_version,
-                    _s8_replicas,
-                    _s8_offline_replicas,
-                )
-            )
-        _s3_partition_states = _a7
+            _a9.append(_o11)
+        _o5.partition_states = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(UpdateMetadataTopicState(_s3_topic_name, _s3_topic_id, _s3_partition_states))
-    _topic_states = _a2
-    _n12 = data[pos]
-    if _n12 < 128:
+        _a3.append(_o5)
+    _o1.topic_states = _a3
+    _n15 = data[pos]
+    if _n15 < 128:
         pos += 1
     else:
-        _n12, pos = read_uvarint(data, pos)
-    _n12 -= 1
-    if _n12 < 0:
+        _n15, pos = read_uvarint(data, pos)
+    _n15 -= 1
+    if _n15 < 0:
         raise DecodeError("invalid or null array length for live_brokers")
-    if _n12 > _len - pos:
+    if _n15 > _len - pos:
         raise DecodeError("array count of live_brokers exceeds the bytes left")
-    _a13: list[UpdateMetadataBroker] = []
-    for _ in range(_n12):
-        (_s14_id,) = _S_i.unpack_from(data, pos)
+    _a16: list[UpdateMetadataBroker] = []
+    for _ in range(_n15):
+        _o18 = _new(UpdateMetadataBroker)
+        (_o18.id,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n15 = data[pos]
-        if _n15 < 128:
+        _n19 = data[pos]
+        if _n19 < 128:
             pos += 1
         else:
-            _n15, pos = read_uvarint(data, pos)
-        _n15 -= 1
-        if _n15 < 0:
+            _n19, pos = read_uvarint(data, pos)
+        _n19 -= 1
+        if _n19 < 0:
             raise DecodeError("invalid or null array length for endpoints")
-        if _n15 > _len - pos:
+        if _n19 > _len - pos:
             raise DecodeError("array count of endpoints exceeds the bytes left")
-        _a16: list[UpdateMetadataEndpoint] = []
-        for _ in range(_n15):
-            (_s17_port,) = _S_i.unpack_from(data, pos)
+        _a20: list[UpdateMetadataEndpoint] = []
+        for _ in range(_n19):
+            _o22 = _new(UpdateMetadataEndpoint)
+            (_o22.port,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n18 = data[pos]
-            if _n18 < 128:
+            _n23 = data[pos]
+            if _n23 < 128:
                 pos += 1
             else:
-                _n18, pos = read_uvarint(data, pos)
-            _n18 -= 1
-            if _n18 < 0:
+                _n23, pos = read_uvarint(data, pos)
+            _n23 -= 1
+            if _n23 < 0:
                 raise DecodeError("invalid or null length for host")
-            if _n18 > 0x7FFF:
+            if _n23 > 0x7FFF:
                 raise DecodeError("host is longer than 32767 bytes")
-            _end19 = pos + _n18
-            if _end19 > _len:
+            _end24 = pos + _n23
+            if _end24 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s17_host = data[pos:_end19].decode()
-            pos = _end19
-            _n20 = data[pos]
-            if _n20 < 128:
+            _o22.host = data[pos:_end24].decode()
+            pos = _end24
+            _n25 = data[pos]
+            if _n25 < 128:
                 pos += 1
             else:
-                _n20, pos = read_uvarint(data, pos)
-            _n20 -= 1
-            if _n20 < 0:
+                _n25, pos = read_uvarint(data, pos)
+            _n25 -= 1
+            if _n25 < 0:
                 raise DecodeError("invalid or null length for listener")
-            if _n20 > 0x7FFF:
+            if _n25 > 0x7FFF:
                 raise DecodeError("listener is longer than 32767 bytes")
-            _end21 = pos + _n20
-            if _end21 > _len:
+            _end26 = pos + _n25
+            if _end26 > _len:
                 raise DecodeError("listener overruns the buffer")
-            _s17_listener = data[pos:_end21].decode()
-            pos = _end21
-            (_s17_security_protocol,) = _S_h.unpack_from(data, pos)
+            _o22.listener = data[pos:_end26].decode()
+            pos = _end26
+            (_o22.security_protocol,) = _S_h.unpack_from(data, pos)
             pos += 2
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a16.append(UpdateMetadataEndpoint(_s17_port, _s17_host, _s17_listener, _s17_security_protocol))
-        _s14_endpoints = _a16
-        _n22 = data[pos]
-        if _n22 < 128:
+            _a20.append(_o22)
+        _o18.endpoints = _a20
+        _n27 = data[pos]
+        if _n27 < 128:
             pos += 1
         else:
-            _n22, pos = read_uvarint(data, pos)
-        _n22 -= 1
-        if _n22 < 0:
-            if _n22 != -1:
+            _n27, pos = read_uvarint(data, pos)
+        _n27 -= 1
+        if _n27 < 0:
+            if _n27 != -1:
                 raise DecodeError("invalid length for rack")
-            _s14_rack = None
+            _o18.rack = None
         else:
-            if _n22 > 0x7FFF:
+            if _n27 > 0x7FFF:
                 raise DecodeError("rack is longer than 32767 bytes")
-            _end23 = pos + _n22
-            if _end23 > _len:
+            _end28 = pos + _n27
+            if _end28 > _len:
                 raise DecodeError("rack overruns the buffer")
-            _s14_rack = data[pos:_end23].decode()
-            pos = _end23
+            _o18.rack = data[pos:_end28].decode()
+            pos = _end28
+        _o18.v0_host = ""
+        _o18.v0_port = 0
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a13.append(UpdateMetadataBroker(_s14_id, "", 0, _s14_endpoints, _s14_rack))
-    _live_brokers = _a13
-    _type = 0
-    _ntags24, pos = read_uvarint(data, pos)
-    for _ in range(_ntags24):
-        _tag25, pos = read_uvarint(data, pos)
-        _tend26, pos = read_uvarint(data, pos)
-        _tend26 += pos
-        if _tend26 > _len:
+        _a16.append(_o18)
+    _o1.live_brokers = _a16
+    _o1.type = 0
+    _o1.ungrouped_partition_states = []
+    _ntags29, pos = read_uvarint(data, pos)
+    for _ in range(_ntags29):
+        _tag30, pos = read_uvarint(data, pos)
+        _tend31, pos = read_uvarint(data, pos)
+        _tend31 += pos
+        if _tend31 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag25 == 0:
-            (_type,) = _S_b.unpack_from(data, pos)
+        if _tag30 == 0:
+            (_o1.type,) = _S_b.unpack_from(data, pos)
             pos += 1
-            if pos != _tend26:
+            if pos != _tend31:
                 raise DecodeError("tagged field type has the wrong size")
-        pos = _tend26
-    return UpdateMetadataRequest(
-        _controller_id,
-        _is_k_raft_controller,
-        _type,
-        _controller_epoch,
-        _broker_epoch,
-        [],
-        _topic_states,
-        _live_brokers,
-    ), pos
+        pos = _tend31
+    return _o1, pos
 
 
 def _w_UpdateMetadataResponse_v0(buf: bytearray, o: UpdateMetadataResponse) -> None:
@@ -2701,20 +2639,22 @@ def _w_UpdateMetadataResponse_v6(buf: bytearray, o: UpdateMetadataResponse) -> N
 
 def _r_UpdateMetadataResponse_v0(data: bytes, pos: int) -> tuple[UpdateMetadataResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    return UpdateMetadataResponse(_error_code), pos
+    return _o1, pos
 
 
 def _r_UpdateMetadataResponse_v6(data: bytes, pos: int) -> tuple[UpdateMetadataResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(UpdateMetadataResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateMetadataResponse(_error_code), pos
+    return _o1, pos
 
 
 UpdateMetadataPartitionState._WRITERS = {

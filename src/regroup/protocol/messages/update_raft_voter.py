@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -173,43 +174,44 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(Listener)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end4].decode()
-    pos = _end4
-    (_port,) = _S_H.unpack_from(data, pos)
+    _o1.host = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.port,) = _S_H.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return Listener(_name, _host, _port), pos
+    return _o1, pos
 
 
 def _w_KRaftVersionFeature_v0(buf: bytearray, o: KRaftVersionFeature) -> None:
@@ -219,13 +221,14 @@ def _w_KRaftVersionFeature_v0(buf: bytearray, o: KRaftVersionFeature) -> None:
 
 def _r_KRaftVersionFeature_v0(data: bytes, pos: int) -> tuple[KRaftVersionFeature, int]:
     _len = len(data)
-    _min_supported_version, _max_supported_version = _S_hh.unpack_from(data, pos)
+    _o1 = _new(KRaftVersionFeature)
+    _o1.min_supported_version, _o1.max_supported_version = _S_hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return KRaftVersionFeature(_min_supported_version, _max_supported_version), pos
+    return _o1, pos
 
 
 def _w_UpdateRaftVoterRequest_v0(buf: bytearray, o: UpdateRaftVoterRequest) -> None:
@@ -248,54 +251,41 @@ def _w_UpdateRaftVoterRequest_v0(buf: bytearray, o: UpdateRaftVoterRequest) -> N
 
 def _r_UpdateRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoterRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(UpdateRaftVoterRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
+        _o1.cluster_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end2].decode()
-        pos = _end2
-    _current_leader_epoch, _voter_id, _voter_directory_id_raw = _S_ii16s.unpack_from(data, pos)
+        _o1.cluster_id = data[pos:_end3].decode()
+        pos = _end3
+    _o1.current_leader_epoch, _o1.voter_id, _voter_directory_id_raw = _S_ii16s.unpack_from(data, pos)
     pos += 24
-    _voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for listeners")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of listeners exceeds the bytes left")
-    _a4: list[Listener] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s5_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[Listener] = []
+    for _ in range(_n4):
+        _o7 = _new(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -303,41 +293,50 @@ def _r_UpdateRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoter
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
-            raise DecodeError("invalid or null length for host")
+            raise DecodeError("invalid or null length for name")
         if _n8 > 0x7FFF:
-            raise DecodeError("host is longer than 32767 bytes")
+            raise DecodeError("name is longer than 32767 bytes")
         _end9 = pos + _n8
         if _end9 > _len:
-            raise DecodeError("host overruns the buffer")
-        _s5_host = data[pos:_end9].decode()
+            raise DecodeError("name overruns the buffer")
+        _o7.name = data[pos:_end9].decode()
         pos = _end9
-        (_s5_port,) = _S_H.unpack_from(data, pos)
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
+            raise DecodeError("invalid or null length for host")
+        if _n10 > 0x7FFF:
+            raise DecodeError("host is longer than 32767 bytes")
+        _end11 = pos + _n10
+        if _end11 > _len:
+            raise DecodeError("host overruns the buffer")
+        _o7.host = data[pos:_end11].decode()
+        pos = _end11
+        (_o7.port,) = _S_H.unpack_from(data, pos)
         pos += 2
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(Listener(_s5_name, _s5_host, _s5_port))
-    _listeners = _a4
-    _s10_min_supported_version, _s10_max_supported_version = _S_hh.unpack_from(data, pos)
+        _a5.append(_o7)
+    _o1.listeners = _a5
+    _o13 = _new(KRaftVersionFeature)
+    _o13.min_supported_version, _o13.max_supported_version = _S_hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    _k_raft_version_feature = KRaftVersionFeature(_s10_min_supported_version, _s10_max_supported_version)
+    _o1.k_raft_version_feature = _o13
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return UpdateRaftVoterRequest(
-        _cluster_id,
-        _current_leader_epoch,
-        _voter_id,
-        _voter_directory_id,
-        _listeners,
-        _k_raft_version_feature,
-    ), pos
+    return _o1, pos
 
 
 def _w_CurrentLeader_v0(buf: bytearray, o: CurrentLeader) -> None:
@@ -353,30 +352,31 @@ def _w_CurrentLeader_v0(buf: bytearray, o: CurrentLeader) -> None:
 
 def _r_CurrentLeader_v0(data: bytes, pos: int) -> tuple[CurrentLeader, int]:
     _len = len(data)
-    _leader_id, _leader_epoch = _S_ii.unpack_from(data, pos)
+    _o1 = _new(CurrentLeader)
+    _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_i.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return CurrentLeader(_leader_id, _leader_epoch, _host, _port), pos
+    return _o1, pos
 
 
 def _w_UpdateRaftVoterResponse_v0(buf: bytearray, o: UpdateRaftVoterResponse) -> None:
@@ -395,45 +395,47 @@ def _w_UpdateRaftVoterResponse_v0(buf: bytearray, o: UpdateRaftVoterResponse) ->
 
 def _r_UpdateRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoterResponse, int]:
     _len = len(data)
-    _throttle_time_ms, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(UpdateRaftVoterResponse)
+    _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _current_leader = CurrentLeader()
-    _ntags1, pos = read_uvarint(data, pos)
-    for _ in range(_ntags1):
-        _tag2, pos = read_uvarint(data, pos)
-        _tend3, pos = read_uvarint(data, pos)
-        _tend3 += pos
-        if _tend3 > _len:
+    _o1.current_leader = CurrentLeader()
+    _ntags2, pos = read_uvarint(data, pos)
+    for _ in range(_ntags2):
+        _tag3, pos = read_uvarint(data, pos)
+        _tend4, pos = read_uvarint(data, pos)
+        _tend4 += pos
+        if _tend4 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag2 == 0:
-            _s4_leader_id, _s4_leader_epoch = _S_ii.unpack_from(data, pos)
+        if _tag3 == 0:
+            _o6 = _new(CurrentLeader)
+            _o6.leader_id, _o6.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
-            _n5 = data[pos]
-            if _n5 < 128:
+            _n7 = data[pos]
+            if _n7 < 128:
                 pos += 1
             else:
-                _n5, pos = read_uvarint(data, pos)
-            _n5 -= 1
-            if _n5 < 0:
+                _n7, pos = read_uvarint(data, pos)
+            _n7 -= 1
+            if _n7 < 0:
                 raise DecodeError("invalid or null length for host")
-            if _n5 > 0x7FFF:
+            if _n7 > 0x7FFF:
                 raise DecodeError("host is longer than 32767 bytes")
-            _end6 = pos + _n5
-            if _end6 > _len:
+            _end8 = pos + _n7
+            if _end8 > _len:
                 raise DecodeError("host overruns the buffer")
-            _s4_host = data[pos:_end6].decode()
-            pos = _end6
-            (_s4_port,) = _S_i.unpack_from(data, pos)
+            _o6.host = data[pos:_end8].decode()
+            pos = _end8
+            (_o6.port,) = _S_i.unpack_from(data, pos)
             pos += 4
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _current_leader = CurrentLeader(_s4_leader_id, _s4_leader_epoch, _s4_host, _s4_port)
-            if pos != _tend3:
+            _o1.current_leader = _o6
+            if pos != _tend4:
                 raise DecodeError("tagged field current_leader has the wrong size")
-        pos = _tend3
-    return UpdateRaftVoterResponse(_throttle_time_ms, _error_code, _current_leader), pos
+        pos = _tend4
+    return _o1, pos
 
 
 Listener._WRITERS = {0: _w_Listener_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -225,52 +226,40 @@ def _w_VoteRequestPartitionData_v1(buf: bytearray, o: VoteRequestPartitionData) 
 
 def _r_VoteRequestPartitionData_v0(data: bytes, pos: int) -> tuple[VoteRequestPartitionData, int]:
     _len = len(data)
-    _partition_index, _candidate_epoch, _candidate_id, _last_offset_epoch, _last_offset = (
+    _o1 = _new(VoteRequestPartitionData)
+    _o1.partition_index, _o1.candidate_epoch, _o1.candidate_id, _o1.last_offset_epoch, _o1.last_offset = (
         _S_iiiiq.unpack_from(data, pos)
     )
     pos += 24
+    _o1.candidate_directory_id = ZERO_UUID
+    _o1.voter_directory_id = ZERO_UUID
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return VoteRequestPartitionData(
-        _partition_index,
-        _candidate_epoch,
-        _candidate_id,
-        ZERO_UUID,
-        ZERO_UUID,
-        _last_offset_epoch,
-        _last_offset,
-    ), pos
+    return _o1, pos
 
 
 def _r_VoteRequestPartitionData_v1(data: bytes, pos: int) -> tuple[VoteRequestPartitionData, int]:
     _len = len(data)
+    _o1 = _new(VoteRequestPartitionData)
     (
-        _partition_index,
-        _candidate_epoch,
-        _candidate_id,
+        _o1.partition_index,
+        _o1.candidate_epoch,
+        _o1.candidate_id,
         _candidate_directory_id_raw,
         _voter_directory_id_raw,
-        _last_offset_epoch,
-        _last_offset,
+        _o1.last_offset_epoch,
+        _o1.last_offset,
     ) = _S_iii16s16siq.unpack_from(data, pos)
     pos += 56
-    _candidate_directory_id = uuid.UUID(bytes=_candidate_directory_id_raw)
-    _voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
+    _o1.candidate_directory_id = uuid.UUID(bytes=_candidate_directory_id_raw)
+    _o1.voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return VoteRequestPartitionData(
-        _partition_index,
-        _candidate_epoch,
-        _candidate_id,
-        _candidate_directory_id,
-        _voter_directory_id,
-        _last_offset_epoch,
-        _last_offset,
-    ), pos
+    return _o1, pos
 
 
 def _w_VoteRequestTopicData_v0(buf: bytearray, o: VoteRequestTopicData) -> None:
@@ -301,122 +290,108 @@ def _w_VoteRequestTopicData_v1(buf: bytearray, o: VoteRequestTopicData) -> None:
 
 def _r_VoteRequestTopicData_v0(data: bytes, pos: int) -> tuple[VoteRequestTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(VoteRequestTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[VoteRequestPartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_candidate_epoch, _s5_candidate_id, _s5_last_offset_epoch, _s5_last_offset = (
+    _a5: list[VoteRequestPartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(VoteRequestPartitionData)
+        _o7.partition_index, _o7.candidate_epoch, _o7.candidate_id, _o7.last_offset_epoch, _o7.last_offset = (
             _S_iiiiq.unpack_from(data, pos)
         )
         pos += 24
+        _o7.candidate_directory_id = ZERO_UUID
+        _o7.voter_directory_id = ZERO_UUID
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            VoteRequestPartitionData(
-                _s5_partition_index,
-                _s5_candidate_epoch,
-                _s5_candidate_id,
-                ZERO_UUID,
-                ZERO_UUID,
-                _s5_last_offset_epoch,
-                _s5_last_offset,
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return VoteRequestTopicData(_topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _r_VoteRequestTopicData_v1(data: bytes, pos: int) -> tuple[VoteRequestTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(VoteRequestTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[VoteRequestPartitionData] = []
-    for _ in range(_n3):
+    _a5: list[VoteRequestPartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(VoteRequestPartitionData)
         (
-            _s5_partition_index,
-            _s5_candidate_epoch,
-            _s5_candidate_id,
-            _s5_candidate_directory_id_raw,
-            _s5_voter_directory_id_raw,
-            _s5_last_offset_epoch,
-            _s5_last_offset,
+            _o7.partition_index,
+            _o7.candidate_epoch,
+            _o7.candidate_id,
+            _s6_candidate_directory_id_raw,
+            _s6_voter_directory_id_raw,
+            _o7.last_offset_epoch,
+            _o7.last_offset,
         ) = _S_iii16s16siq.unpack_from(data, pos)
         pos += 56
-        _s5_candidate_directory_id = uuid.UUID(bytes=_s5_candidate_directory_id_raw)
-        _s5_voter_directory_id = uuid.UUID(bytes=_s5_voter_directory_id_raw)
+        _o7.candidate_directory_id = uuid.UUID(bytes=_s6_candidate_directory_id_raw)
+        _o7.voter_directory_id = uuid.UUID(bytes=_s6_voter_directory_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            VoteRequestPartitionData(
-                _s5_partition_index,
-                _s5_candidate_epoch,
-                _s5_candidate_id,
-                _s5_candidate_directory_id,
-                _s5_voter_directory_id,
-                _s5_last_offset_epoch,
-                _s5_last_offset,
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return VoteRequestTopicData(_topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_VoteRequest_v0(buf: bytearray, o: VoteRequest) -> None:
@@ -454,51 +429,38 @@ def _w_VoteRequest_v1(buf: bytearray, o: VoteRequest) -> None:
 
 def _r_VoteRequest_v0(data: bytes, pos: int) -> tuple[VoteRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(VoteRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
+        _o1.cluster_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.cluster_id = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[VoteRequestTopicData] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s5_topic_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[VoteRequestTopicData] = []
+    for _ in range(_n4):
+        _o7 = _new(VoteRequestTopicData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -506,97 +468,93 @@ def _r_VoteRequest_v0(data: bytes, pos: int) -> tuple[VoteRequest, int]:
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o7.topic_name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[VoteRequestPartitionData] = []
-        for _ in range(_n8):
+        _a11: list[VoteRequestPartitionData] = []
+        for _ in range(_n10):
+            _o13 = _new(VoteRequestPartitionData)
             (
-                _s10_partition_index,
-                _s10_candidate_epoch,
-                _s10_candidate_id,
-                _s10_last_offset_epoch,
-                _s10_last_offset,
+                _o13.partition_index,
+                _o13.candidate_epoch,
+                _o13.candidate_id,
+                _o13.last_offset_epoch,
+                _o13.last_offset,
             ) = _S_iiiiq.unpack_from(data, pos)
             pos += 24
+            _o13.candidate_directory_id = ZERO_UUID
+            _o13.voter_directory_id = ZERO_UUID
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                VoteRequestPartitionData(
-                    _s10_partition_index,
-                    _s10_candidate_epoch,
-                    _s10_candidate_id,
-                    ZERO_UUID,
-                    ZERO_UUID,
-                    _s10_last_offset_epoch,
-                    _s10_last_offset,
-                )
-            )
-        _s5_partitions = _a9
+            _a11.append(_o13)
+        _o7.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(VoteRequestTopicData(_s5_topic_name, _s5_partitions))
-    _topics = _a4
+        _a5.append(_o7)
+    _o1.topics = _a5
+    _o1.voter_id = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return VoteRequest(_cluster_id, -1, _topics), pos
+    return _o1, pos
 
 
 def _r_VoteRequest_v1(data: bytes, pos: int) -> tuple[VoteRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(VoteRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for cluster_id")
-        _cluster_id = None
+        _o1.cluster_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("cluster_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("cluster_id overruns the buffer")
-        _cluster_id = data[pos:_end2].decode()
-        pos = _end2
-    (_voter_id,) = _S_i.unpack_from(data, pos)
+        _o1.cluster_id = data[pos:_end3].decode()
+        pos = _end3
+    (_o1.voter_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[VoteRequestTopicData] = []
-    for _ in range(_n3):
-        _n6 = data[pos]
-        if _n6 < 128:
-            pos += 1
-        else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n6 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end7 = pos + _n6
-        if _end7 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s5_topic_name = data[pos:_end7].decode()
-        pos = _end7
+    _a5: list[VoteRequestTopicData] = []
+    for _ in range(_n4):
+        _o7 = _new(VoteRequestTopicData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -604,50 +562,56 @@ def _r_VoteRequest_v1(data: bytes, pos: int) -> tuple[VoteRequest, int]:
             _n8, pos = read_uvarint(data, pos)
         _n8 -= 1
         if _n8 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n8 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o7.topic_name = data[pos:_end9].decode()
+        pos = _end9
+        _n10 = data[pos]
+        if _n10 < 128:
+            pos += 1
+        else:
+            _n10, pos = read_uvarint(data, pos)
+        _n10 -= 1
+        if _n10 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n10 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a9: list[VoteRequestPartitionData] = []
-        for _ in range(_n8):
+        _a11: list[VoteRequestPartitionData] = []
+        for _ in range(_n10):
+            _o13 = _new(VoteRequestPartitionData)
             (
-                _s10_partition_index,
-                _s10_candidate_epoch,
-                _s10_candidate_id,
-                _s10_candidate_directory_id_raw,
-                _s10_voter_directory_id_raw,
-                _s10_last_offset_epoch,
-                _s10_last_offset,
+                _o13.partition_index,
+                _o13.candidate_epoch,
+                _o13.candidate_id,
+                _s12_candidate_directory_id_raw,
+                _s12_voter_directory_id_raw,
+                _o13.last_offset_epoch,
+                _o13.last_offset,
             ) = _S_iii16s16siq.unpack_from(data, pos)
             pos += 56
-            _s10_candidate_directory_id = uuid.UUID(bytes=_s10_candidate_directory_id_raw)
-            _s10_voter_directory_id = uuid.UUID(bytes=_s10_voter_directory_id_raw)
+            _o13.candidate_directory_id = uuid.UUID(bytes=_s12_candidate_directory_id_raw)
+            _o13.voter_directory_id = uuid.UUID(bytes=_s12_voter_directory_id_raw)
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a9.append(
-                VoteRequestPartitionData(
-                    _s10_partition_index,
-                    _s10_candidate_epoch,
-                    _s10_candidate_id,
-                    _s10_candidate_directory_id,
-                    _s10_voter_directory_id,
-                    _s10_last_offset_epoch,
-                    _s10_last_offset,
-                )
-            )
-        _s5_partitions = _a9
+            _a11.append(_o13)
+        _o7.partitions = _a11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(VoteRequestTopicData(_s5_topic_name, _s5_partitions))
-    _topics = _a4
+        _a5.append(_o7)
+    _o1.topics = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return VoteRequest(_cluster_id, _voter_id, _topics), pos
+    return _o1, pos
 
 
 def _w_VoteResponsePartitionData_v0(buf: bytearray, o: VoteResponsePartitionData) -> None:
@@ -659,15 +623,16 @@ def _w_VoteResponsePartitionData_v0(buf: bytearray, o: VoteResponsePartitionData
 
 def _r_VoteResponsePartitionData_v0(data: bytes, pos: int) -> tuple[VoteResponsePartitionData, int]:
     _len = len(data)
-    _partition_index, _error_code, _leader_id, _leader_epoch, _vote_granted = _S_ihiio.unpack_from(data, pos)
+    _o1 = _new(VoteResponsePartitionData)
+    _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch, _o1.vote_granted = (
+        _S_ihiio.unpack_from(data, pos)
+    )
     pos += 15
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return VoteResponsePartitionData(
-        _partition_index, _error_code, _leader_id, _leader_epoch, _vote_granted
-    ), pos
+    return _o1, pos
 
 
 def _w_VoteResponseTopicData_v0(buf: bytearray, o: VoteResponseTopicData) -> None:
@@ -685,34 +650,36 @@ def _w_VoteResponseTopicData_v0(buf: bytearray, o: VoteResponseTopicData) -> Non
 
 def _r_VoteResponseTopicData_v0(data: bytes, pos: int) -> tuple[VoteResponseTopicData, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(VoteResponseTopicData)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[VoteResponsePartitionData] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch, _s5_vote_granted = (
+    _a5: list[VoteResponsePartitionData] = []
+    for _ in range(_n4):
+        _o7 = _new(VoteResponsePartitionData)
+        _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch, _o7.vote_granted = (
             _S_ihiio.unpack_from(data, pos)
         )
         pos += 15
@@ -720,17 +687,13 @@ def _r_VoteResponseTopicData_v0(data: bytes, pos: int) -> tuple[VoteResponseTopi
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(
-            VoteResponsePartitionData(
-                _s5_partition_index, _s5_error_code, _s5_leader_id, _s5_leader_epoch, _s5_vote_granted
-            )
-        )
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return VoteResponseTopicData(_topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
@@ -746,30 +709,31 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    (_node_id,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(NodeEndpoint)
+    (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for host")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("host is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("host overruns the buffer")
-    _host = data[pos:_end2].decode()
-    pos = _end2
-    (_port,) = _S_H.unpack_from(data, pos)
+    _o1.host = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.port,) = _S_H.unpack_from(data, pos)
     pos += 2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return NodeEndpoint(_node_id, _host, _port), pos
+    return _o1, pos
 
 
 def _w_VoteResponse_v0(buf: bytearray, o: VoteResponse) -> None:
@@ -806,35 +770,22 @@ def _w_VoteResponse_v1(buf: bytearray, o: VoteResponse) -> None:
 
 def _r_VoteResponse_v0(data: bytes, pos: int) -> tuple[VoteResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(VoteResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[VoteResponseTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[VoteResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(VoteResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -842,12 +793,28 @@ def _r_VoteResponse_v0(data: bytes, pos: int) -> tuple[VoteResponse, int]:
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[VoteResponsePartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch, _s8_vote_granted = (
+        _a9: list[VoteResponsePartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(VoteResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch, _o11.vote_granted = (
                 _S_ihiio.unpack_from(data, pos)
             )
             pos += 15
@@ -855,56 +822,40 @@ def _r_VoteResponse_v0(data: bytes, pos: int) -> tuple[VoteResponse, int]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                VoteResponsePartitionData(
-                    _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch, _s8_vote_granted
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(VoteResponseTopicData(_s3_topic_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.node_endpoints = []
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return VoteResponse(_error_code, _topics, []), pos
+    return _o1, pos
 
 
 def _r_VoteResponse_v1(data: bytes, pos: int) -> tuple[VoteResponse, int]:
     _len = len(data)
-    (_error_code,) = _S_h.unpack_from(data, pos)
+    _o1 = _new(VoteResponse)
+    (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[VoteResponseTopicData] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[VoteResponseTopicData] = []
+    for _ in range(_n2):
+        _o5 = _new(VoteResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -912,12 +863,28 @@ def _r_VoteResponse_v1(data: bytes, pos: int) -> tuple[VoteResponse, int]:
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[VoteResponsePartitionData] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch, _s8_vote_granted = (
+        _a9: list[VoteResponsePartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(VoteResponsePartitionData)
+            _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch, _o11.vote_granted = (
                 _S_ihiio.unpack_from(data, pos)
             )
             pos += 15
@@ -925,68 +892,65 @@ def _r_VoteResponse_v1(data: bytes, pos: int) -> tuple[VoteResponse, int]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                VoteResponsePartitionData(
-                    _s8_partition_index, _s8_error_code, _s8_leader_id, _s8_leader_epoch, _s8_vote_granted
-                )
-            )
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(VoteResponseTopicData(_s3_topic_name, _s3_partitions))
-    _topics = _a2
-    _node_endpoints = []
-    _ntags9, pos = read_uvarint(data, pos)
-    for _ in range(_ntags9):
-        _tag10, pos = read_uvarint(data, pos)
-        _tend11, pos = read_uvarint(data, pos)
-        _tend11 += pos
-        if _tend11 > _len:
+        _a3.append(_o5)
+    _o1.topics = _a3
+    _o1.node_endpoints = []
+    _ntags12, pos = read_uvarint(data, pos)
+    for _ in range(_ntags12):
+        _tag13, pos = read_uvarint(data, pos)
+        _tend14, pos = read_uvarint(data, pos)
+        _tend14 += pos
+        if _tend14 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag10 == 0:
-            _n12 = data[pos]
-            if _n12 < 128:
+        if _tag13 == 0:
+            _n15 = data[pos]
+            if _n15 < 128:
                 pos += 1
             else:
-                _n12, pos = read_uvarint(data, pos)
-            _n12 -= 1
-            if _n12 < 0:
+                _n15, pos = read_uvarint(data, pos)
+            _n15 -= 1
+            if _n15 < 0:
                 raise DecodeError("invalid or null array length for node_endpoints")
-            if _n12 > _len - pos:
+            if _n15 > _len - pos:
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
-            _a13: list[NodeEndpoint] = []
-            for _ in range(_n12):
-                (_s14_node_id,) = _S_i.unpack_from(data, pos)
+            _a16: list[NodeEndpoint] = []
+            for _ in range(_n15):
+                _o18 = _new(NodeEndpoint)
+                (_o18.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n15 = data[pos]
-                if _n15 < 128:
+                _n19 = data[pos]
+                if _n19 < 128:
                     pos += 1
                 else:
-                    _n15, pos = read_uvarint(data, pos)
-                _n15 -= 1
-                if _n15 < 0:
+                    _n19, pos = read_uvarint(data, pos)
+                _n19 -= 1
+                if _n19 < 0:
                     raise DecodeError("invalid or null length for host")
-                if _n15 > 0x7FFF:
+                if _n19 > 0x7FFF:
                     raise DecodeError("host is longer than 32767 bytes")
-                _end16 = pos + _n15
-                if _end16 > _len:
+                _end20 = pos + _n19
+                if _end20 > _len:
                     raise DecodeError("host overruns the buffer")
-                _s14_host = data[pos:_end16].decode()
-                pos = _end16
-                (_s14_port,) = _S_H.unpack_from(data, pos)
+                _o18.host = data[pos:_end20].decode()
+                pos = _end20
+                (_o18.port,) = _S_H.unpack_from(data, pos)
                 pos += 2
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a13.append(NodeEndpoint(_s14_node_id, _s14_host, _s14_port))
-            _node_endpoints = _a13
-            if pos != _tend11:
+                _a16.append(_o18)
+            _o1.node_endpoints = _a16
+            if pos != _tend14:
                 raise DecodeError("tagged field node_endpoints has the wrong size")
-        pos = _tend11
-    return VoteResponse(_error_code, _topics, _node_endpoints), pos
+        pos = _tend14
+    return _o1, pos
 
 
 VoteRequestPartitionData._WRITERS = {0: _w_VoteRequestPartitionData_v0, 1: _w_VoteRequestPartitionData_v1}

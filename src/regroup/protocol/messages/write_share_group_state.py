@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -201,13 +202,14 @@ def _w_StateBatch_v0(buf: bytearray, o: StateBatch) -> None:
 
 def _r_StateBatch_v0(data: bytes, pos: int) -> tuple[StateBatch, int]:
     _len = len(data)
-    _first_offset, _last_offset, _delivery_state, _delivery_count = _S_qqbh.unpack_from(data, pos)
+    _o1 = _new(StateBatch)
+    _o1.first_offset, _o1.last_offset, _o1.delivery_state, _o1.delivery_count = _S_qqbh.unpack_from(data, pos)
     pos += 19
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return StateBatch(_first_offset, _last_offset, _delivery_state, _delivery_count), pos
+    return _o1, pos
 
 
 def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
@@ -221,21 +223,23 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _partition, _state_epoch, _leader_epoch, _start_offset = _S_iiiq.unpack_from(data, pos)
+    _o1 = _new(PartitionData)
+    _o1.partition, _o1.state_epoch, _o1.leader_epoch, _o1.start_offset = _S_iiiq.unpack_from(data, pos)
     pos += 20
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for state_batches")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of state_batches exceeds the bytes left")
-    _a2: list[StateBatch] = []
-    for _ in range(_n1):
-        _s3_first_offset, _s3_last_offset, _s3_delivery_state, _s3_delivery_count = _S_qqbh.unpack_from(
+    _a3: list[StateBatch] = []
+    for _ in range(_n2):
+        _o5 = _new(StateBatch)
+        _o5.first_offset, _o5.last_offset, _o5.delivery_state, _o5.delivery_count = _S_qqbh.unpack_from(
             data, pos
         )
         pos += 19
@@ -243,13 +247,13 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(StateBatch(_s3_first_offset, _s3_last_offset, _s3_delivery_state, _s3_delivery_count))
-    _state_batches = _a2
+        _a3.append(_o5)
+    _o1.state_batches = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionData(_partition, _state_epoch, _leader_epoch, _start_offset, _state_batches), pos
+    return _o1, pos
 
 
 def _w_WriteStateData_v0(buf: bytearray, o: WriteStateData) -> None:
@@ -263,36 +267,39 @@ def _w_WriteStateData_v0(buf: bytearray, o: WriteStateData) -> None:
 
 def _r_WriteStateData_v0(data: bytes, pos: int) -> tuple[WriteStateData, int]:
     _len = len(data)
+    _o1 = _new(WriteStateData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[PartitionData] = []
-    for _ in range(_n1):
-        _s3_partition, _s3_state_epoch, _s3_leader_epoch, _s3_start_offset = _S_iiiq.unpack_from(data, pos)
+    _a3: list[PartitionData] = []
+    for _ in range(_n2):
+        _o5 = _new(PartitionData)
+        _o5.partition, _o5.state_epoch, _o5.leader_epoch, _o5.start_offset = _S_iiiq.unpack_from(data, pos)
         pos += 20
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for state_batches")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of state_batches exceeds the bytes left")
-        _a5: list[StateBatch] = []
-        for _ in range(_n4):
-            _s6_first_offset, _s6_last_offset, _s6_delivery_state, _s6_delivery_count = _S_qqbh.unpack_from(
+        _a7: list[StateBatch] = []
+        for _ in range(_n6):
+            _o9 = _new(StateBatch)
+            _o9.first_offset, _o9.last_offset, _o9.delivery_state, _o9.delivery_count = _S_qqbh.unpack_from(
                 data, pos
             )
             pos += 19
@@ -300,23 +307,19 @@ def _r_WriteStateData_v0(data: bytes, pos: int) -> tuple[WriteStateData, int]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(StateBatch(_s6_first_offset, _s6_last_offset, _s6_delivery_state, _s6_delivery_count))
-        _s3_state_batches = _a5
+            _a7.append(_o9)
+        _o5.state_batches = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            PartitionData(
-                _s3_partition, _s3_state_epoch, _s3_leader_epoch, _s3_start_offset, _s3_state_batches
-            )
-        )
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WriteStateData(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_WriteShareGroupStateRequest_v0(buf: bytearray, o: WriteShareGroupStateRequest) -> None:
@@ -334,65 +337,69 @@ def _w_WriteShareGroupStateRequest_v0(buf: bytearray, o: WriteShareGroupStateReq
 
 def _r_WriteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[WriteShareGroupStateRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(WriteShareGroupStateRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("group_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a4: list[WriteStateData] = []
-    for _ in range(_n3):
-        (_s5_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a5: list[WriteStateData] = []
+    for _ in range(_n4):
+        _o7 = _new(WriteStateData)
+        (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s5_topic_id = uuid.UUID(bytes=_s5_topic_id_raw)
-        _n6 = data[pos]
-        if _n6 < 128:
+        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[PartitionData] = []
-        for _ in range(_n6):
-            _s8_partition, _s8_state_epoch, _s8_leader_epoch, _s8_start_offset = _S_iiiq.unpack_from(
+        _a9: list[PartitionData] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionData)
+            _o11.partition, _o11.state_epoch, _o11.leader_epoch, _o11.start_offset = _S_iiiq.unpack_from(
                 data, pos
             )
             pos += 20
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for state_batches")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of state_batches exceeds the bytes left")
-            _a10: list[StateBatch] = []
-            for _ in range(_n9):
-                _s11_first_offset, _s11_last_offset, _s11_delivery_state, _s11_delivery_count = (
+            _a13: list[StateBatch] = []
+            for _ in range(_n12):
+                _o15 = _new(StateBatch)
+                _o15.first_offset, _o15.last_offset, _o15.delivery_state, _o15.delivery_count = (
                     _S_qqbh.unpack_from(data, pos)
                 )
                 pos += 19
@@ -400,31 +407,25 @@ def _r_WriteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[WriteShare
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a10.append(
-                    StateBatch(_s11_first_offset, _s11_last_offset, _s11_delivery_state, _s11_delivery_count)
-                )
-            _s8_state_batches = _a10
+                _a13.append(_o15)
+            _o11.state_batches = _a13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(
-                PartitionData(
-                    _s8_partition, _s8_state_epoch, _s8_leader_epoch, _s8_start_offset, _s8_state_batches
-                )
-            )
-        _s5_partitions = _a7
+            _a9.append(_o11)
+        _o7.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(WriteStateData(_s5_topic_id, _s5_partitions))
-    _topics = _a4
+        _a5.append(_o7)
+    _o1.topics = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WriteShareGroupStateRequest(_group_id, _topics), pos
+    return _o1, pos
 
 
 def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
@@ -442,31 +443,32 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
 
 def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _partition, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(PartitionResult)
+    _o1.partition, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for error_message")
-        _error_message = None
+        _o1.error_message = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("error_message is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("error_message overruns the buffer")
-        _error_message = data[pos:_end2].decode()
-        pos = _end2
+        _o1.error_message = data[pos:_end3].decode()
+        pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionResult(_partition, _error_code, _error_message), pos
+    return _o1, pos
 
 
 def _w_WriteStateResult_v0(buf: bytearray, o: WriteStateResult) -> None:
@@ -480,52 +482,54 @@ def _w_WriteStateResult_v0(buf: bytearray, o: WriteStateResult) -> None:
 
 def _r_WriteStateResult_v0(data: bytes, pos: int) -> tuple[WriteStateResult, int]:
     _len = len(data)
+    _o1 = _new(WriteStateResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a2: list[PartitionResult] = []
-    for _ in range(_n1):
-        _s3_partition, _s3_error_code = _S_ih.unpack_from(data, pos)
+    _a3: list[PartitionResult] = []
+    for _ in range(_n2):
+        _o5 = _new(PartitionResult)
+        _o5.partition, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            if _n4 != -1:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
+            if _n6 != -1:
                 raise DecodeError("invalid length for error_message")
-            _s3_error_message = None
+            _o5.error_message = None
         else:
-            if _n4 > 0x7FFF:
+            if _n6 > 0x7FFF:
                 raise DecodeError("error_message is longer than 32767 bytes")
-            _end5 = pos + _n4
-            if _end5 > _len:
+            _end7 = pos + _n6
+            if _end7 > _len:
                 raise DecodeError("error_message overruns the buffer")
-            _s3_error_message = data[pos:_end5].decode()
-            pos = _end5
+            _o5.error_message = data[pos:_end7].decode()
+            pos = _end7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(PartitionResult(_s3_partition, _s3_error_code, _s3_error_message))
-    _partitions = _a2
+        _a3.append(_o5)
+    _o1.partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WriteStateResult(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_WriteShareGroupStateResponse_v0(buf: bytearray, o: WriteShareGroupStateResponse) -> None:
@@ -538,70 +542,73 @@ def _w_WriteShareGroupStateResponse_v0(buf: bytearray, o: WriteShareGroupStateRe
 
 def _r_WriteShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[WriteShareGroupStateResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(WriteShareGroupStateResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for results")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of results exceeds the bytes left")
-    _a2: list[WriteStateResult] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[WriteStateResult] = []
+    for _ in range(_n2):
+        _o5 = _new(WriteStateResult)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a5: list[PartitionResult] = []
-        for _ in range(_n4):
-            _s6_partition, _s6_error_code = _S_ih.unpack_from(data, pos)
+        _a7: list[PartitionResult] = []
+        for _ in range(_n6):
+            _o9 = _new(PartitionResult)
+            _o9.partition, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _n7 = data[pos]
-            if _n7 < 128:
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
-                if _n7 != -1:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
+                if _n10 != -1:
                     raise DecodeError("invalid length for error_message")
-                _s6_error_message = None
+                _o9.error_message = None
             else:
-                if _n7 > 0x7FFF:
+                if _n10 > 0x7FFF:
                     raise DecodeError("error_message is longer than 32767 bytes")
-                _end8 = pos + _n7
-                if _end8 > _len:
+                _end11 = pos + _n10
+                if _end11 > _len:
                     raise DecodeError("error_message overruns the buffer")
-                _s6_error_message = data[pos:_end8].decode()
-                pos = _end8
+                _o9.error_message = data[pos:_end11].decode()
+                pos = _end11
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(PartitionResult(_s6_partition, _s6_error_code, _s6_error_message))
-        _s3_partitions = _a5
+            _a7.append(_o9)
+        _o5.partitions = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(WriteStateResult(_s3_topic_id, _s3_partitions))
-    _results = _a2
+        _a3.append(_o5)
+    _o1.results = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WriteShareGroupStateResponse(_results), pos
+    return _o1, pos
 
 
 StateBatch._WRITERS = {0: _w_StateBatch_v0}

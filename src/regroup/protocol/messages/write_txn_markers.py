@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -206,60 +207,62 @@ def _w_WritableTxnMarkerTopic_v1(buf: bytearray, o: WritableTxnMarkerTopic) -> N
 
 def _r_WritableTxnMarkerTopic_v0(data: bytes, pos: int) -> tuple[WritableTxnMarkerTopic, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(WritableTxnMarkerTopic)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_indexes")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_indexes exceeds the bytes left")
-    _partition_indexes = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return WritableTxnMarkerTopic(_name, _partition_indexes), pos
+    _o1.partition_indexes = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _r_WritableTxnMarkerTopic_v1(data: bytes, pos: int) -> tuple[WritableTxnMarkerTopic, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(WritableTxnMarkerTopic)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_indexes")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_indexes exceeds the bytes left")
-    _partition_indexes = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partition_indexes = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WritableTxnMarkerTopic(_name, _partition_indexes), pos
+    return _o1, pos
 
 
 def _w_WritableTxnMarker_v0(buf: bytearray, o: WritableTxnMarker) -> None:
@@ -287,73 +290,60 @@ def _w_WritableTxnMarker_v1(buf: bytearray, o: WritableTxnMarker) -> None:
 
 def _r_WritableTxnMarker_v0(data: bytes, pos: int) -> tuple[WritableTxnMarker, int]:
     _len = len(data)
-    _producer_id, _producer_epoch, _transaction_result = _S_qho.unpack_from(data, pos)
+    _o1 = _new(WritableTxnMarker)
+    _o1.producer_id, _o1.producer_epoch, _o1.transaction_result = _S_qho.unpack_from(data, pos)
     pos += 11
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[WritableTxnMarkerTopic] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[WritableTxnMarkerTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(WritableTxnMarkerTopic)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_indexes")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_indexes exceeds the bytes left")
-        _s3_partition_indexes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _a2.append(WritableTxnMarkerTopic(_s3_name, _s3_partition_indexes))
-    _topics = _a2
-    (_coordinator_epoch,) = _S_i.unpack_from(data, pos)
+        _o5.partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.coordinator_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return WritableTxnMarker(
-        _producer_id, _producer_epoch, _transaction_result, _topics, _coordinator_epoch
-    ), pos
+    return _o1, pos
 
 
 def _r_WritableTxnMarker_v1(data: bytes, pos: int) -> tuple[WritableTxnMarker, int]:
     _len = len(data)
-    _producer_id, _producer_epoch, _transaction_result = _S_qho.unpack_from(data, pos)
+    _o1 = _new(WritableTxnMarker)
+    _o1.producer_id, _o1.producer_epoch, _o1.transaction_result = _S_qho.unpack_from(data, pos)
     pos += 11
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[WritableTxnMarkerTopic] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[WritableTxnMarkerTopic] = []
+    for _ in range(_n2):
+        _o5 = _new(WritableTxnMarkerTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -361,26 +351,39 @@ def _r_WritableTxnMarker_v1(data: bytes, pos: int) -> tuple[WritableTxnMarker, i
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_indexes")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_indexes exceeds the bytes left")
-        _s3_partition_indexes = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
+        _o5.partition_indexes = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(WritableTxnMarkerTopic(_s3_name, _s3_partition_indexes))
-    _topics = _a2
-    (_coordinator_epoch,) = _S_i.unpack_from(data, pos)
+        _a3.append(_o5)
+    _o1.topics = _a3
+    (_o1.coordinator_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WritableTxnMarker(
-        _producer_id, _producer_epoch, _transaction_result, _topics, _coordinator_epoch
-    ), pos
+    return _o1, pos
 
 
 def _w_WriteTxnMarkersRequest_v0(buf: bytearray, o: WriteTxnMarkersRequest) -> None:
@@ -400,132 +403,130 @@ def _w_WriteTxnMarkersRequest_v1(buf: bytearray, o: WriteTxnMarkersRequest) -> N
 
 def _r_WriteTxnMarkersRequest_v0(data: bytes, pos: int) -> tuple[WriteTxnMarkersRequest, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(WriteTxnMarkersRequest)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for markers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of markers exceeds the bytes left")
-    _a2: list[WritableTxnMarker] = []
-    for _ in range(_n1):
-        _s3_producer_id, _s3_producer_epoch, _s3_transaction_result = _S_qho.unpack_from(data, pos)
+    _a3: list[WritableTxnMarker] = []
+    for _ in range(_n2):
+        _o5 = _new(WritableTxnMarker)
+        _o5.producer_id, _o5.producer_epoch, _o5.transaction_result = _S_qho.unpack_from(data, pos)
         pos += 11
-        (_n4,) = _I32.unpack_from(data, pos)
+        (_n6,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a5: list[WritableTxnMarkerTopic] = []
-        for _ in range(_n4):
-            (_n7,) = _I16.unpack_from(data, pos)
+        _a7: list[WritableTxnMarkerTopic] = []
+        for _ in range(_n6):
+            _o9 = _new(WritableTxnMarkerTopic)
+            (_n10,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n7 < 0:
+            if _n10 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end8 = pos + _n7
-            if _end8 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s6_name = data[pos:_end8].decode()
-            pos = _end8
-            (_n9,) = _I32.unpack_from(data, pos)
+            _o9.name = data[pos:_end11].decode()
+            pos = _end11
+            (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n9 < 0:
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for partition_indexes")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of partition_indexes exceeds the bytes left")
-            _s6_partition_indexes = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
-            _a5.append(WritableTxnMarkerTopic(_s6_name, _s6_partition_indexes))
-        _s3_topics = _a5
-        (_s3_coordinator_epoch,) = _S_i.unpack_from(data, pos)
+            _o9.partition_indexes = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
+            _a7.append(_o9)
+        _o5.topics = _a7
+        (_o5.coordinator_epoch,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _a2.append(
-            WritableTxnMarker(
-                _s3_producer_id, _s3_producer_epoch, _s3_transaction_result, _s3_topics, _s3_coordinator_epoch
-            )
-        )
-    _markers = _a2
-    return WriteTxnMarkersRequest(_markers), pos
+        _a3.append(_o5)
+    _o1.markers = _a3
+    return _o1, pos
 
 
 def _r_WriteTxnMarkersRequest_v1(data: bytes, pos: int) -> tuple[WriteTxnMarkersRequest, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(WriteTxnMarkersRequest)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for markers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of markers exceeds the bytes left")
-    _a2: list[WritableTxnMarker] = []
-    for _ in range(_n1):
-        _s3_producer_id, _s3_producer_epoch, _s3_transaction_result = _S_qho.unpack_from(data, pos)
+    _a3: list[WritableTxnMarker] = []
+    for _ in range(_n2):
+        _o5 = _new(WritableTxnMarker)
+        _o5.producer_id, _o5.producer_epoch, _o5.transaction_result = _S_qho.unpack_from(data, pos)
         pos += 11
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a5: list[WritableTxnMarkerTopic] = []
-        for _ in range(_n4):
-            _n7 = data[pos]
-            if _n7 < 128:
+        _a7: list[WritableTxnMarkerTopic] = []
+        for _ in range(_n6):
+            _o9 = _new(WritableTxnMarkerTopic)
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n7 > 0x7FFF:
+            if _n10 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end8 = pos + _n7
-            if _end8 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s6_name = data[pos:_end8].decode()
-            pos = _end8
-            _n9 = data[pos]
-            if _n9 < 128:
+            _o9.name = data[pos:_end11].decode()
+            pos = _end11
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for partition_indexes")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of partition_indexes exceeds the bytes left")
-            _s6_partition_indexes = list(struct.unpack_from(f">{_n9}i", data, pos))
-            pos += 4 * _n9
+            _o9.partition_indexes = list(struct.unpack_from(f">{_n12}i", data, pos))
+            pos += 4 * _n12
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(WritableTxnMarkerTopic(_s6_name, _s6_partition_indexes))
-        _s3_topics = _a5
-        (_s3_coordinator_epoch,) = _S_i.unpack_from(data, pos)
+            _a7.append(_o9)
+        _o5.topics = _a7
+        (_o5.coordinator_epoch,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(
-            WritableTxnMarker(
-                _s3_producer_id, _s3_producer_epoch, _s3_transaction_result, _s3_topics, _s3_coordinator_epoch
-            )
-        )
-    _markers = _a2
+        _a3.append(_o5)
+    _o1.markers = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WriteTxnMarkersRequest(_markers), pos
+    return _o1, pos
 
 
 def _w_WritableTxnMarkerPartitionResult_v0(buf: bytearray, o: WritableTxnMarkerPartitionResult) -> None:
@@ -541,22 +542,24 @@ def _r_WritableTxnMarkerPartitionResult_v0(
     data: bytes, pos: int
 ) -> tuple[WritableTxnMarkerPartitionResult, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(WritableTxnMarkerPartitionResult)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    return WritableTxnMarkerPartitionResult(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _r_WritableTxnMarkerPartitionResult_v1(
     data: bytes, pos: int
 ) -> tuple[WritableTxnMarkerPartitionResult, int]:
     _len = len(data)
-    _partition_index, _error_code = _S_ih.unpack_from(data, pos)
+    _o1 = _new(WritableTxnMarkerPartitionResult)
+    _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WritableTxnMarkerPartitionResult(_partition_index, _error_code), pos
+    return _o1, pos
 
 
 def _w_WritableTxnMarkerTopicResult_v0(buf: bytearray, o: WritableTxnMarkerTopicResult) -> None:
@@ -584,72 +587,76 @@ def _w_WritableTxnMarkerTopicResult_v1(buf: bytearray, o: WritableTxnMarkerTopic
 
 def _r_WritableTxnMarkerTopicResult_v0(data: bytes, pos: int) -> tuple[WritableTxnMarkerTopicResult, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(WritableTxnMarkerTopicResult)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[WritableTxnMarkerPartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[WritableTxnMarkerPartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(WritableTxnMarkerPartitionResult)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _a4.append(WritableTxnMarkerPartitionResult(_s5_partition_index, _s5_error_code))
-    _partitions = _a4
-    return WritableTxnMarkerTopicResult(_name, _partitions), pos
+        _a5.append(_o7)
+    _o1.partitions = _a5
+    return _o1, pos
 
 
 def _r_WritableTxnMarkerTopicResult_v1(data: bytes, pos: int) -> tuple[WritableTxnMarkerTopicResult, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(WritableTxnMarkerTopicResult)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _a4: list[WritableTxnMarkerPartitionResult] = []
-    for _ in range(_n3):
-        _s5_partition_index, _s5_error_code = _S_ih.unpack_from(data, pos)
+    _a5: list[WritableTxnMarkerPartitionResult] = []
+    for _ in range(_n4):
+        _o7 = _new(WritableTxnMarkerPartitionResult)
+        _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(WritableTxnMarkerPartitionResult(_s5_partition_index, _s5_error_code))
-    _partitions = _a4
+        _a5.append(_o7)
+    _o1.partitions = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WritableTxnMarkerTopicResult(_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_WritableTxnMarkerResult_v0(buf: bytearray, o: WritableTxnMarkerResult) -> None:
@@ -671,73 +678,63 @@ def _w_WritableTxnMarkerResult_v1(buf: bytearray, o: WritableTxnMarkerResult) ->
 
 def _r_WritableTxnMarkerResult_v0(data: bytes, pos: int) -> tuple[WritableTxnMarkerResult, int]:
     _len = len(data)
-    (_producer_id,) = _S_q.unpack_from(data, pos)
+    _o1 = _new(WritableTxnMarkerResult)
+    (_o1.producer_id,) = _S_q.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I32.unpack_from(data, pos)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[WritableTxnMarkerTopicResult] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[WritableTxnMarkerTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(WritableTxnMarkerTopicResult)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[WritableTxnMarkerPartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[WritableTxnMarkerPartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(WritableTxnMarkerPartitionResult)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _a7.append(WritableTxnMarkerPartitionResult(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
-        _a2.append(WritableTxnMarkerTopicResult(_s3_name, _s3_partitions))
-    _topics = _a2
-    return WritableTxnMarkerResult(_producer_id, _topics), pos
+            _a9.append(_o11)
+        _o5.partitions = _a9
+        _a3.append(_o5)
+    _o1.topics = _a3
+    return _o1, pos
 
 
 def _r_WritableTxnMarkerResult_v1(data: bytes, pos: int) -> tuple[WritableTxnMarkerResult, int]:
     _len = len(data)
-    (_producer_id,) = _S_q.unpack_from(data, pos)
+    _o1 = _new(WritableTxnMarkerResult)
+    (_o1.producer_id,) = _S_q.unpack_from(data, pos)
     pos += 8
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[WritableTxnMarkerTopicResult] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[WritableTxnMarkerTopicResult] = []
+    for _ in range(_n2):
+        _o5 = _new(WritableTxnMarkerTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -745,30 +742,46 @@ def _r_WritableTxnMarkerResult_v1(data: bytes, pos: int) -> tuple[WritableTxnMar
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _a7: list[WritableTxnMarkerPartitionResult] = []
-        for _ in range(_n6):
-            _s8_partition_index, _s8_error_code = _S_ih.unpack_from(data, pos)
+        _a9: list[WritableTxnMarkerPartitionResult] = []
+        for _ in range(_n8):
+            _o11 = _new(WritableTxnMarkerPartitionResult)
+            _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(WritableTxnMarkerPartitionResult(_s8_partition_index, _s8_error_code))
-        _s3_partitions = _a7
+            _a9.append(_o11)
+        _o5.partitions = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(WritableTxnMarkerTopicResult(_s3_name, _s3_partitions))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WritableTxnMarkerResult(_producer_id, _topics), pos
+    return _o1, pos
 
 
 def _w_WriteTxnMarkersResponse_v0(buf: bytearray, o: WriteTxnMarkersResponse) -> None:
@@ -788,132 +801,140 @@ def _w_WriteTxnMarkersResponse_v1(buf: bytearray, o: WriteTxnMarkersResponse) ->
 
 def _r_WriteTxnMarkersResponse_v0(data: bytes, pos: int) -> tuple[WriteTxnMarkersResponse, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(WriteTxnMarkersResponse)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for markers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of markers exceeds the bytes left")
-    _a2: list[WritableTxnMarkerResult] = []
-    for _ in range(_n1):
-        (_s3_producer_id,) = _S_q.unpack_from(data, pos)
+    _a3: list[WritableTxnMarkerResult] = []
+    for _ in range(_n2):
+        _o5 = _new(WritableTxnMarkerResult)
+        (_o5.producer_id,) = _S_q.unpack_from(data, pos)
         pos += 8
-        (_n4,) = _I32.unpack_from(data, pos)
+        (_n6,) = _I32.unpack_from(data, pos)
         pos += 4
-        if _n4 < 0:
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a5: list[WritableTxnMarkerTopicResult] = []
-        for _ in range(_n4):
-            (_n7,) = _I16.unpack_from(data, pos)
+        _a7: list[WritableTxnMarkerTopicResult] = []
+        for _ in range(_n6):
+            _o9 = _new(WritableTxnMarkerTopicResult)
+            (_n10,) = _I16.unpack_from(data, pos)
             pos += 2
-            if _n7 < 0:
+            if _n10 < 0:
                 raise DecodeError("invalid or null length for name")
-            _end8 = pos + _n7
-            if _end8 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s6_name = data[pos:_end8].decode()
-            pos = _end8
-            (_n9,) = _I32.unpack_from(data, pos)
+            _o9.name = data[pos:_end11].decode()
+            pos = _end11
+            (_n12,) = _I32.unpack_from(data, pos)
             pos += 4
-            if _n9 < 0:
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _a10: list[WritableTxnMarkerPartitionResult] = []
-            for _ in range(_n9):
-                _s11_partition_index, _s11_error_code = _S_ih.unpack_from(data, pos)
+            _a13: list[WritableTxnMarkerPartitionResult] = []
+            for _ in range(_n12):
+                _o15 = _new(WritableTxnMarkerPartitionResult)
+                _o15.partition_index, _o15.error_code = _S_ih.unpack_from(data, pos)
                 pos += 6
-                _a10.append(WritableTxnMarkerPartitionResult(_s11_partition_index, _s11_error_code))
-            _s6_partitions = _a10
-            _a5.append(WritableTxnMarkerTopicResult(_s6_name, _s6_partitions))
-        _s3_topics = _a5
-        _a2.append(WritableTxnMarkerResult(_s3_producer_id, _s3_topics))
-    _markers = _a2
-    return WriteTxnMarkersResponse(_markers), pos
+                _a13.append(_o15)
+            _o9.partitions = _a13
+            _a7.append(_o9)
+        _o5.topics = _a7
+        _a3.append(_o5)
+    _o1.markers = _a3
+    return _o1, pos
 
 
 def _r_WriteTxnMarkersResponse_v1(data: bytes, pos: int) -> tuple[WriteTxnMarkersResponse, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(WriteTxnMarkersResponse)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for markers")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of markers exceeds the bytes left")
-    _a2: list[WritableTxnMarkerResult] = []
-    for _ in range(_n1):
-        (_s3_producer_id,) = _S_q.unpack_from(data, pos)
+    _a3: list[WritableTxnMarkerResult] = []
+    for _ in range(_n2):
+        _o5 = _new(WritableTxnMarkerResult)
+        (_o5.producer_id,) = _S_q.unpack_from(data, pos)
         pos += 8
-        _n4 = data[pos]
-        if _n4 < 128:
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for topics")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of topics exceeds the bytes left")
-        _a5: list[WritableTxnMarkerTopicResult] = []
-        for _ in range(_n4):
-            _n7 = data[pos]
-            if _n7 < 128:
+        _a7: list[WritableTxnMarkerTopicResult] = []
+        for _ in range(_n6):
+            _o9 = _new(WritableTxnMarkerTopicResult)
+            _n10 = data[pos]
+            if _n10 < 128:
                 pos += 1
             else:
-                _n7, pos = read_uvarint(data, pos)
-            _n7 -= 1
-            if _n7 < 0:
+                _n10, pos = read_uvarint(data, pos)
+            _n10 -= 1
+            if _n10 < 0:
                 raise DecodeError("invalid or null length for name")
-            if _n7 > 0x7FFF:
+            if _n10 > 0x7FFF:
                 raise DecodeError("name is longer than 32767 bytes")
-            _end8 = pos + _n7
-            if _end8 > _len:
+            _end11 = pos + _n10
+            if _end11 > _len:
                 raise DecodeError("name overruns the buffer")
-            _s6_name = data[pos:_end8].decode()
-            pos = _end8
-            _n9 = data[pos]
-            if _n9 < 128:
+            _o9.name = data[pos:_end11].decode()
+            pos = _end11
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for partitions")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of partitions exceeds the bytes left")
-            _a10: list[WritableTxnMarkerPartitionResult] = []
-            for _ in range(_n9):
-                _s11_partition_index, _s11_error_code = _S_ih.unpack_from(data, pos)
+            _a13: list[WritableTxnMarkerPartitionResult] = []
+            for _ in range(_n12):
+                _o15 = _new(WritableTxnMarkerPartitionResult)
+                _o15.partition_index, _o15.error_code = _S_ih.unpack_from(data, pos)
                 pos += 6
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _a10.append(WritableTxnMarkerPartitionResult(_s11_partition_index, _s11_error_code))
-            _s6_partitions = _a10
+                _a13.append(_o15)
+            _o9.partitions = _a13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a5.append(WritableTxnMarkerTopicResult(_s6_name, _s6_partitions))
-        _s3_topics = _a5
+            _a7.append(_o9)
+        _o5.topics = _a7
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(WritableTxnMarkerResult(_s3_producer_id, _s3_topics))
-    _markers = _a2
+        _a3.append(_o5)
+    _o1.markers = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return WriteTxnMarkersResponse(_markers), pos
+    return _o1, pos
 
 
 WritableTxnMarkerTopic._WRITERS = {0: _w_WritableTxnMarkerTopic_v0, 1: _w_WritableTxnMarkerTopic_v1}

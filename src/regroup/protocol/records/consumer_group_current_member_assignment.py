@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -114,25 +115,26 @@ def _r_ConsumerGroupCurrentMemberAssignmentKey_v8(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupCurrentMemberAssignmentKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ConsumerGroupCurrentMemberAssignmentKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    return ConsumerGroupCurrentMemberAssignmentKey(_group_id, _member_id), pos
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    return _o1, pos
 
 
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
@@ -145,26 +147,27 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
+    _o1 = _new(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
+    _o1.partitions = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicPartitions(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_ConsumerGroupCurrentMemberAssignmentValue_v0(
@@ -186,81 +189,82 @@ def _r_ConsumerGroupCurrentMemberAssignmentValue_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupCurrentMemberAssignmentValue, int]:
     _len = len(data)
-    _member_epoch, _previous_member_epoch, _state = _S_iib.unpack_from(data, pos)
+    _o1 = _new(ConsumerGroupCurrentMemberAssignmentValue)
+    _o1.member_epoch, _o1.previous_member_epoch, _o1.state = _S_iib.unpack_from(data, pos)
     pos += 9
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for assigned_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of assigned_partitions exceeds the bytes left")
-    _a2: list[TopicPartitions] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[TopicPartitions] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicPartitions)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s3_partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
-        pos += 4 * _n4
+        _o5.partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
+        pos += 4 * _n6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicPartitions(_s3_topic_id, _s3_partitions))
-    _assigned_partitions = _a2
-    _n5 = data[pos]
-    if _n5 < 128:
+        _a3.append(_o5)
+    _o1.assigned_partitions = _a3
+    _n7 = data[pos]
+    if _n7 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n7, pos = read_uvarint(data, pos)
+    _n7 -= 1
+    if _n7 < 0:
         raise DecodeError("invalid or null array length for partitions_pending_revocation")
-    if _n5 > _len - pos:
+    if _n7 > _len - pos:
         raise DecodeError("array count of partitions_pending_revocation exceeds the bytes left")
-    _a6: list[TopicPartitions] = []
-    for _ in range(_n5):
-        (_s7_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a8: list[TopicPartitions] = []
+    for _ in range(_n7):
+        _o10 = _new(TopicPartitions)
+        (_s9_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s7_topic_id = uuid.UUID(bytes=_s7_topic_id_raw)
-        _n8 = data[pos]
-        if _n8 < 128:
+        _o10.topic_id = uuid.UUID(bytes=_s9_topic_id_raw)
+        _n11 = data[pos]
+        if _n11 < 128:
             pos += 1
         else:
-            _n8, pos = read_uvarint(data, pos)
-        _n8 -= 1
-        if _n8 < 0:
+            _n11, pos = read_uvarint(data, pos)
+        _n11 -= 1
+        if _n11 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n8 > _len - pos:
+        if _n11 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s7_partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
-        pos += 4 * _n8
+        _o10.partitions = list(struct.unpack_from(f">{_n11}i", data, pos))
+        pos += 4 * _n11
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a6.append(TopicPartitions(_s7_topic_id, _s7_partitions))
-    _partitions_pending_revocation = _a6
+        _a8.append(_o10)
+    _o1.partitions_pending_revocation = _a8
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ConsumerGroupCurrentMemberAssignmentValue(
-        _member_epoch, _previous_member_epoch, _state, _assigned_partitions, _partitions_pending_revocation
-    ), pos
+    return _o1, pos
 
 
 ConsumerGroupCurrentMemberAssignmentKey._WRITERS = {8: _w_ConsumerGroupCurrentMemberAssignmentKey_v8}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -137,25 +138,26 @@ def _w_ConsumerGroupMemberMetadataKey_v5(buf: bytearray, o: ConsumerGroupMemberM
 
 def _r_ConsumerGroupMemberMetadataKey_v5(data: bytes, pos: int) -> tuple[ConsumerGroupMemberMetadataKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ConsumerGroupMemberMetadataKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    return ConsumerGroupMemberMetadataKey(_group_id, _member_id), pos
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    return _o1, pos
 
 
 def _w_ClassicProtocol_v0(buf: bytearray, o: ClassicProtocol) -> None:
@@ -171,39 +173,40 @@ def _w_ClassicProtocol_v0(buf: bytearray, o: ClassicProtocol) -> None:
 
 def _r_ClassicProtocol_v0(data: bytes, pos: int) -> tuple[ClassicProtocol, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ClassicProtocol)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("name overruns the buffer")
-    _name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for metadata")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end4]
-    pos = _end4
+    _o1.metadata = data[pos:_end5]
+    pos = _end5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ClassicProtocol(_name, _metadata), pos
+    return _o1, pos
 
 
 def _w_ClassicMemberMetadata_v0(buf: bytearray, o: ClassicMemberMetadata) -> None:
@@ -217,35 +220,22 @@ def _w_ClassicMemberMetadata_v0(buf: bytearray, o: ClassicMemberMetadata) -> Non
 
 def _r_ClassicMemberMetadata_v0(data: bytes, pos: int) -> tuple[ClassicMemberMetadata, int]:
     _len = len(data)
-    (_session_timeout_ms,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ClassicMemberMetadata)
+    (_o1.session_timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for supported_protocols")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of supported_protocols exceeds the bytes left")
-    _a2: list[ClassicProtocol] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("name overruns the buffer")
-        _s3_name = data[pos:_end5].decode()
-        pos = _end5
+    _a3: list[ClassicProtocol] = []
+    for _ in range(_n2):
+        _o5 = _new(ClassicProtocol)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -253,23 +243,38 @@ def _r_ClassicMemberMetadata_v0(data: bytes, pos: int) -> tuple[ClassicMemberMet
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
-            raise DecodeError("invalid or null length for metadata")
+            raise DecodeError("invalid or null length for name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("name is longer than 32767 bytes")
         _end7 = pos + _n6
         if _end7 > _len:
-            raise DecodeError("metadata overruns the buffer")
-        _s3_metadata = data[pos:_end7]
+            raise DecodeError("name overruns the buffer")
+        _o5.name = data[pos:_end7].decode()
         pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
+            raise DecodeError("invalid or null length for metadata")
+        _end9 = pos + _n8
+        if _end9 > _len:
+            raise DecodeError("metadata overruns the buffer")
+        _o5.metadata = data[pos:_end9]
+        pos = _end9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(ClassicProtocol(_s3_name, _s3_metadata))
-    _supported_protocols = _a2
+        _a3.append(_o5)
+    _o1.supported_protocols = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ClassicMemberMetadata(_session_timeout_ms, _supported_protocols), pos
+    return _o1, pos
 
 
 def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMemberMetadataValue) -> None:
@@ -341,221 +346,212 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupMemberMetadataValue, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ConsumerGroupMemberMetadataValue)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for instance_id")
-        _instance_id = None
+        _o1.instance_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("instance_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("instance_id overruns the buffer")
-        _instance_id = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.instance_id = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for rack_id")
-        _rack_id = None
+        _o1.rack_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("rack_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("rack_id overruns the buffer")
-        _rack_id = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.rack_id = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_id")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("client_id is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.client_id = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for client_host")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("client_host is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end8].decode()
-    pos = _end8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _o1.client_host = data[pos:_end9].decode()
+    pos = _end9
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null array length for subscribed_topic_names")
-    if _n9 > _len - pos:
+    if _n10 > _len - pos:
         raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
-    _a10: list[str] = []
-    for _ in range(_n9):
-        _n12 = data[pos]
-        if _n12 < 128:
+    _a11: list[str] = []
+    for _ in range(_n10):
+        _n13 = data[pos]
+        if _n13 < 128:
             pos += 1
         else:
-            _n12, pos = read_uvarint(data, pos)
-        _n12 -= 1
-        if _n12 < 0:
+            _n13, pos = read_uvarint(data, pos)
+        _n13 -= 1
+        if _n13 < 0:
             raise DecodeError("invalid or null length for subscribed_topic_names")
-        if _n12 > 0x7FFF:
+        if _n13 > 0x7FFF:
             raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-        _end13 = pos + _n12
-        if _end13 > _len:
+        _end14 = pos + _n13
+        if _end14 > _len:
             raise DecodeError("subscribed_topic_names overruns the buffer")
-        _e11 = data[pos:_end13].decode()
-        pos = _end13
-        _a10.append(_e11)
-    _subscribed_topic_names = _a10
-    _n14 = data[pos]
-    if _n14 < 128:
+        _e12 = data[pos:_end14].decode()
+        pos = _end14
+        _a11.append(_e12)
+    _o1.subscribed_topic_names = _a11
+    _n15 = data[pos]
+    if _n15 < 128:
         pos += 1
     else:
-        _n14, pos = read_uvarint(data, pos)
-    _n14 -= 1
-    if _n14 < 0:
-        if _n14 != -1:
+        _n15, pos = read_uvarint(data, pos)
+    _n15 -= 1
+    if _n15 < 0:
+        if _n15 != -1:
             raise DecodeError("invalid length for subscribed_topic_regex")
-        _subscribed_topic_regex = None
+        _o1.subscribed_topic_regex = None
     else:
-        if _n14 > 0x7FFF:
+        if _n15 > 0x7FFF:
             raise DecodeError("subscribed_topic_regex is longer than 32767 bytes")
-        _end15 = pos + _n14
-        if _end15 > _len:
+        _end16 = pos + _n15
+        if _end16 > _len:
             raise DecodeError("subscribed_topic_regex overruns the buffer")
-        _subscribed_topic_regex = data[pos:_end15].decode()
-        pos = _end15
-    (_rebalance_timeout_ms,) = _S_i.unpack_from(data, pos)
+        _o1.subscribed_topic_regex = data[pos:_end16].decode()
+        pos = _end16
+    (_o1.rebalance_timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n16 = data[pos]
-    if _n16 < 128:
+    _n17 = data[pos]
+    if _n17 < 128:
         pos += 1
     else:
-        _n16, pos = read_uvarint(data, pos)
-    _n16 -= 1
-    if _n16 < 0:
-        if _n16 != -1:
+        _n17, pos = read_uvarint(data, pos)
+    _n17 -= 1
+    if _n17 < 0:
+        if _n17 != -1:
             raise DecodeError("invalid length for server_assignor")
-        _server_assignor = None
+        _o1.server_assignor = None
     else:
-        if _n16 > 0x7FFF:
+        if _n17 > 0x7FFF:
             raise DecodeError("server_assignor is longer than 32767 bytes")
-        _end17 = pos + _n16
-        if _end17 > _len:
+        _end18 = pos + _n17
+        if _end18 > _len:
             raise DecodeError("server_assignor overruns the buffer")
-        _server_assignor = data[pos:_end17].decode()
-        pos = _end17
-    _classic_member_metadata = None
-    _ntags18, pos = read_uvarint(data, pos)
-    for _ in range(_ntags18):
-        _tag19, pos = read_uvarint(data, pos)
-        _tend20, pos = read_uvarint(data, pos)
-        _tend20 += pos
-        if _tend20 > _len:
+        _o1.server_assignor = data[pos:_end18].decode()
+        pos = _end18
+    _o1.classic_member_metadata = None
+    _ntags19, pos = read_uvarint(data, pos)
+    for _ in range(_ntags19):
+        _tag20, pos = read_uvarint(data, pos)
+        _tend21, pos = read_uvarint(data, pos)
+        _tend21 += pos
+        if _tend21 > _len:
             raise DecodeError("tagged field overruns its buffer")
-        if _tag19 == 0:
-            _m21, pos = read_uvarint(data, pos)
-            if _m21 <= 0:
-                _classic_member_metadata = None
+        if _tag20 == 0:
+            _m22, pos = read_uvarint(data, pos)
+            if _m22 <= 0:
+                _o1.classic_member_metadata = None
             else:
-                (_s22_session_timeout_ms,) = _S_i.unpack_from(data, pos)
+                _o24 = _new(ClassicMemberMetadata)
+                (_o24.session_timeout_ms,) = _S_i.unpack_from(data, pos)
                 pos += 4
-                _n23 = data[pos]
-                if _n23 < 128:
+                _n25 = data[pos]
+                if _n25 < 128:
                     pos += 1
                 else:
-                    _n23, pos = read_uvarint(data, pos)
-                _n23 -= 1
-                if _n23 < 0:
+                    _n25, pos = read_uvarint(data, pos)
+                _n25 -= 1
+                if _n25 < 0:
                     raise DecodeError("invalid or null array length for supported_protocols")
-                if _n23 > _len - pos:
+                if _n25 > _len - pos:
                     raise DecodeError("array count of supported_protocols exceeds the bytes left")
-                _a24: list[ClassicProtocol] = []
-                for _ in range(_n23):
-                    _n26 = data[pos]
-                    if _n26 < 128:
+                _a26: list[ClassicProtocol] = []
+                for _ in range(_n25):
+                    _o28 = _new(ClassicProtocol)
+                    _n29 = data[pos]
+                    if _n29 < 128:
                         pos += 1
                     else:
-                        _n26, pos = read_uvarint(data, pos)
-                    _n26 -= 1
-                    if _n26 < 0:
+                        _n29, pos = read_uvarint(data, pos)
+                    _n29 -= 1
+                    if _n29 < 0:
                         raise DecodeError("invalid or null length for name")
-                    if _n26 > 0x7FFF:
+                    if _n29 > 0x7FFF:
                         raise DecodeError("name is longer than 32767 bytes")
-                    _end27 = pos + _n26
-                    if _end27 > _len:
+                    _end30 = pos + _n29
+                    if _end30 > _len:
                         raise DecodeError("name overruns the buffer")
-                    _s25_name = data[pos:_end27].decode()
-                    pos = _end27
-                    _n28 = data[pos]
-                    if _n28 < 128:
+                    _o28.name = data[pos:_end30].decode()
+                    pos = _end30
+                    _n31 = data[pos]
+                    if _n31 < 128:
                         pos += 1
                     else:
-                        _n28, pos = read_uvarint(data, pos)
-                    _n28 -= 1
-                    if _n28 < 0:
+                        _n31, pos = read_uvarint(data, pos)
+                    _n31 -= 1
+                    if _n31 < 0:
                         raise DecodeError("invalid or null length for metadata")
-                    _end29 = pos + _n28
-                    if _end29 > _len:
+                    _end32 = pos + _n31
+                    if _end32 > _len:
                         raise DecodeError("metadata overruns the buffer")
-                    _s25_metadata = data[pos:_end29]
-                    pos = _end29
+                    _o28.metadata = data[pos:_end32]
+                    pos = _end32
                     if data[pos]:
                         pos = skip_tagged_fields(data, pos)
                     else:
                         pos += 1
-                    _a24.append(ClassicProtocol(_s25_name, _s25_metadata))
-                _s22_supported_protocols = _a24
+                    _a26.append(_o28)
+                _o24.supported_protocols = _a26
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
                     pos += 1
-                _classic_member_metadata = ClassicMemberMetadata(
-                    _s22_session_timeout_ms, _s22_supported_protocols
-                )
-            if pos != _tend20:
+                _o1.classic_member_metadata = _o24
+            if pos != _tend21:
                 raise DecodeError("tagged field classic_member_metadata has the wrong size")
-        pos = _tend20
-    return ConsumerGroupMemberMetadataValue(
-        _instance_id,
-        _rack_id,
-        _client_id,
-        _client_host,
-        _subscribed_topic_names,
-        _subscribed_topic_regex,
-        _rebalance_timeout_ms,
-        _server_assignor,
-        _classic_member_metadata,
-    ), pos
+        pos = _tend21
+    return _o1, pos
 
 
 ConsumerGroupMemberMetadataKey._WRITERS = {5: _w_ConsumerGroupMemberMetadataKey_v5}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -79,16 +80,17 @@ def _r_ConsumerGroupTargetAssignmentMetadataKey_v6(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupTargetAssignmentMetadataKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ConsumerGroupTargetAssignmentMetadataKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    return ConsumerGroupTargetAssignmentMetadataKey(_group_id), pos
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    return _o1, pos
 
 
 def _w_ConsumerGroupTargetAssignmentMetadataValue_v0(
@@ -102,13 +104,14 @@ def _r_ConsumerGroupTargetAssignmentMetadataValue_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupTargetAssignmentMetadataValue, int]:
     _len = len(data)
-    (_assignment_epoch,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ConsumerGroupTargetAssignmentMetadataValue)
+    (_o1.assignment_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ConsumerGroupTargetAssignmentMetadataValue(_assignment_epoch), pos
+    return _o1, pos
 
 
 ConsumerGroupTargetAssignmentMetadataKey._WRITERS = {6: _w_ConsumerGroupTargetAssignmentMetadataKey_v6}

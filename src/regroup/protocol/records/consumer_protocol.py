@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -148,24 +149,25 @@ def _r_ConsumerProtocolSubscriptionTopicPartition_v1(
     data: bytes, pos: int
 ) -> tuple[ConsumerProtocolSubscriptionTopicPartition, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ConsumerProtocolSubscriptionTopicPartition)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return ConsumerProtocolSubscriptionTopicPartition(_topic, _partitions), pos
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _w_ConsumerProtocolSubscription_v0(buf: bytearray, o: ConsumerProtocolSubscription) -> None:
@@ -246,243 +248,256 @@ def _w_ConsumerProtocolSubscription_v3(buf: bytearray, o: ConsumerProtocolSubscr
 
 def _r_ConsumerProtocolSubscription_v0(data: bytes, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ConsumerProtocolSubscription)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[str] = []
+    for _ in range(_n2):
+        (_n5,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n5 < 0:
             raise DecodeError("invalid or null length for topics")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("topics overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _topics = _a2
-    (_n6,) = _I32.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.topics = _a3
+    (_n7,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n6 < 0:
-        if _n6 != -1:
+    if _n7 < 0:
+        if _n7 != -1:
             raise DecodeError("invalid length for user_data")
-        _user_data = None
+        _o1.user_data = None
     else:
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end8 = pos + _n7
+        if _end8 > _len:
             raise DecodeError("user_data overruns the buffer")
-        _user_data = data[pos:_end7]
-        pos = _end7
-    return ConsumerProtocolSubscription(_topics, _user_data, [], -1, None), pos
+        _o1.user_data = data[pos:_end8]
+        pos = _end8
+    _o1.owned_partitions = []
+    _o1.generation_id = -1
+    _o1.rack_id = None
+    return _o1, pos
 
 
 def _r_ConsumerProtocolSubscription_v1(data: bytes, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ConsumerProtocolSubscription)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[str] = []
+    for _ in range(_n2):
+        (_n5,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n5 < 0:
             raise DecodeError("invalid or null length for topics")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("topics overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _topics = _a2
-    (_n6,) = _I32.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.topics = _a3
+    (_n7,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n6 < 0:
-        if _n6 != -1:
+    if _n7 < 0:
+        if _n7 != -1:
             raise DecodeError("invalid length for user_data")
-        _user_data = None
+        _o1.user_data = None
     else:
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end8 = pos + _n7
+        if _end8 > _len:
             raise DecodeError("user_data overruns the buffer")
-        _user_data = data[pos:_end7]
-        pos = _end7
-    (_n8,) = _I32.unpack_from(data, pos)
+        _o1.user_data = data[pos:_end8]
+        pos = _end8
+    (_n9,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n8 < 0:
+    if _n9 < 0:
         raise DecodeError("invalid or null array length for owned_partitions")
-    if _n8 > _len - pos:
+    if _n9 > _len - pos:
         raise DecodeError("array count of owned_partitions exceeds the bytes left")
-    _a9: list[ConsumerProtocolSubscriptionTopicPartition] = []
-    for _ in range(_n8):
-        (_n11,) = _I16.unpack_from(data, pos)
+    _a10: list[ConsumerProtocolSubscriptionTopicPartition] = []
+    for _ in range(_n9):
+        _o12 = _new(ConsumerProtocolSubscriptionTopicPartition)
+        (_n13,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n11 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end12 = pos + _n11
-        if _end12 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s10_topic = data[pos:_end12].decode()
-        pos = _end12
-        (_n13,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n13 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end14 = pos + _n13
+        if _end14 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o12.topic = data[pos:_end14].decode()
+        pos = _end14
+        (_n15,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n15 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n13 > _len - pos:
+        if _n15 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s10_partitions = list(struct.unpack_from(f">{_n13}i", data, pos))
-        pos += 4 * _n13
-        _a9.append(ConsumerProtocolSubscriptionTopicPartition(_s10_topic, _s10_partitions))
-    _owned_partitions = _a9
-    return ConsumerProtocolSubscription(_topics, _user_data, _owned_partitions, -1, None), pos
+        _o12.partitions = list(struct.unpack_from(f">{_n15}i", data, pos))
+        pos += 4 * _n15
+        _a10.append(_o12)
+    _o1.owned_partitions = _a10
+    _o1.generation_id = -1
+    _o1.rack_id = None
+    return _o1, pos
 
 
 def _r_ConsumerProtocolSubscription_v2(data: bytes, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ConsumerProtocolSubscription)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[str] = []
+    for _ in range(_n2):
+        (_n5,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n5 < 0:
             raise DecodeError("invalid or null length for topics")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("topics overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _topics = _a2
-    (_n6,) = _I32.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.topics = _a3
+    (_n7,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n6 < 0:
-        if _n6 != -1:
+    if _n7 < 0:
+        if _n7 != -1:
             raise DecodeError("invalid length for user_data")
-        _user_data = None
+        _o1.user_data = None
     else:
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end8 = pos + _n7
+        if _end8 > _len:
             raise DecodeError("user_data overruns the buffer")
-        _user_data = data[pos:_end7]
-        pos = _end7
-    (_n8,) = _I32.unpack_from(data, pos)
+        _o1.user_data = data[pos:_end8]
+        pos = _end8
+    (_n9,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n8 < 0:
+    if _n9 < 0:
         raise DecodeError("invalid or null array length for owned_partitions")
-    if _n8 > _len - pos:
+    if _n9 > _len - pos:
         raise DecodeError("array count of owned_partitions exceeds the bytes left")
-    _a9: list[ConsumerProtocolSubscriptionTopicPartition] = []
-    for _ in range(_n8):
-        (_n11,) = _I16.unpack_from(data, pos)
+    _a10: list[ConsumerProtocolSubscriptionTopicPartition] = []
+    for _ in range(_n9):
+        _o12 = _new(ConsumerProtocolSubscriptionTopicPartition)
+        (_n13,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n11 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end12 = pos + _n11
-        if _end12 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s10_topic = data[pos:_end12].decode()
-        pos = _end12
-        (_n13,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n13 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end14 = pos + _n13
+        if _end14 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o12.topic = data[pos:_end14].decode()
+        pos = _end14
+        (_n15,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n15 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n13 > _len - pos:
+        if _n15 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s10_partitions = list(struct.unpack_from(f">{_n13}i", data, pos))
-        pos += 4 * _n13
-        _a9.append(ConsumerProtocolSubscriptionTopicPartition(_s10_topic, _s10_partitions))
-    _owned_partitions = _a9
-    (_generation_id,) = _S_i.unpack_from(data, pos)
+        _o12.partitions = list(struct.unpack_from(f">{_n15}i", data, pos))
+        pos += 4 * _n15
+        _a10.append(_o12)
+    _o1.owned_partitions = _a10
+    (_o1.generation_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return ConsumerProtocolSubscription(_topics, _user_data, _owned_partitions, _generation_id, None), pos
+    _o1.rack_id = None
+    return _o1, pos
 
 
 def _r_ConsumerProtocolSubscription_v3(data: bytes, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ConsumerProtocolSubscription)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[str] = []
+    for _ in range(_n2):
+        (_n5,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
+        if _n5 < 0:
             raise DecodeError("invalid or null length for topics")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("topics overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _topics = _a2
-    (_n6,) = _I32.unpack_from(data, pos)
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.topics = _a3
+    (_n7,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n6 < 0:
-        if _n6 != -1:
+    if _n7 < 0:
+        if _n7 != -1:
             raise DecodeError("invalid length for user_data")
-        _user_data = None
+        _o1.user_data = None
     else:
-        _end7 = pos + _n6
-        if _end7 > _len:
+        _end8 = pos + _n7
+        if _end8 > _len:
             raise DecodeError("user_data overruns the buffer")
-        _user_data = data[pos:_end7]
-        pos = _end7
-    (_n8,) = _I32.unpack_from(data, pos)
+        _o1.user_data = data[pos:_end8]
+        pos = _end8
+    (_n9,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n8 < 0:
+    if _n9 < 0:
         raise DecodeError("invalid or null array length for owned_partitions")
-    if _n8 > _len - pos:
+    if _n9 > _len - pos:
         raise DecodeError("array count of owned_partitions exceeds the bytes left")
-    _a9: list[ConsumerProtocolSubscriptionTopicPartition] = []
-    for _ in range(_n8):
-        (_n11,) = _I16.unpack_from(data, pos)
+    _a10: list[ConsumerProtocolSubscriptionTopicPartition] = []
+    for _ in range(_n9):
+        _o12 = _new(ConsumerProtocolSubscriptionTopicPartition)
+        (_n13,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n11 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end12 = pos + _n11
-        if _end12 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s10_topic = data[pos:_end12].decode()
-        pos = _end12
-        (_n13,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n13 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end14 = pos + _n13
+        if _end14 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o12.topic = data[pos:_end14].decode()
+        pos = _end14
+        (_n15,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n15 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n13 > _len - pos:
+        if _n15 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s10_partitions = list(struct.unpack_from(f">{_n13}i", data, pos))
-        pos += 4 * _n13
-        _a9.append(ConsumerProtocolSubscriptionTopicPartition(_s10_topic, _s10_partitions))
-    _owned_partitions = _a9
-    (_generation_id,) = _S_i.unpack_from(data, pos)
+        _o12.partitions = list(struct.unpack_from(f">{_n15}i", data, pos))
+        pos += 4 * _n15
+        _a10.append(_o12)
+    _o1.owned_partitions = _a10
+    (_o1.generation_id,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n14,) = _I16.unpack_from(data, pos)
+    (_n16,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n14 < 0:
-        if _n14 != -1:
+    if _n16 < 0:
+        if _n16 != -1:
             raise DecodeError("invalid length for rack_id")
-        _rack_id = None
+        _o1.rack_id = None
     else:
-        _end15 = pos + _n14
-        if _end15 > _len:
+        _end17 = pos + _n16
+        if _end17 > _len:
             raise DecodeError("rack_id overruns the buffer")
-        _rack_id = data[pos:_end15].decode()
-        pos = _end15
-    return ConsumerProtocolSubscription(_topics, _user_data, _owned_partitions, _generation_id, _rack_id), pos
+        _o1.rack_id = data[pos:_end17].decode()
+        pos = _end17
+    return _o1, pos
 
 
 def _w_ConsumerProtocolAssignmentTopicPartition_v0(
@@ -500,24 +515,25 @@ def _r_ConsumerProtocolAssignmentTopicPartition_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerProtocolAssignmentTopicPartition, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ConsumerProtocolAssignmentTopicPartition)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I32.unpack_from(data, pos)
+    _o1.topic = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
-    return ConsumerProtocolAssignmentTopicPartition(_topic, _partitions), pos
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
+    return _o1, pos
 
 
 def _w_ConsumerProtocolAssignment_v0(buf: bytearray, o: ConsumerProtocolAssignment) -> None:
@@ -534,46 +550,48 @@ def _w_ConsumerProtocolAssignment_v0(buf: bytearray, o: ConsumerProtocolAssignme
 
 def _r_ConsumerProtocolAssignment_v0(data: bytes, pos: int) -> tuple[ConsumerProtocolAssignment, int]:
     _len = len(data)
-    (_n1,) = _I32.unpack_from(data, pos)
+    _o1 = _new(ConsumerProtocolAssignment)
+    (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for assigned_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of assigned_partitions exceeds the bytes left")
-    _a2: list[ConsumerProtocolAssignmentTopicPartition] = []
-    for _ in range(_n1):
-        (_n4,) = _I16.unpack_from(data, pos)
+    _a3: list[ConsumerProtocolAssignmentTopicPartition] = []
+    for _ in range(_n2):
+        _o5 = _new(ConsumerProtocolAssignmentTopicPartition)
+        (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic overruns the buffer")
-        _s3_topic = data[pos:_end5].decode()
-        pos = _end5
-        (_n6,) = _I32.unpack_from(data, pos)
-        pos += 4
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic overruns the buffer")
+        _o5.topic = data[pos:_end7].decode()
+        pos = _end7
+        (_n8,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s3_partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
-        _a2.append(ConsumerProtocolAssignmentTopicPartition(_s3_topic, _s3_partitions))
-    _assigned_partitions = _a2
-    (_n7,) = _I32.unpack_from(data, pos)
+        _o5.partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
+        _a3.append(_o5)
+    _o1.assigned_partitions = _a3
+    (_n9,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
-        if _n7 != -1:
+    if _n9 < 0:
+        if _n9 != -1:
             raise DecodeError("invalid length for user_data")
-        _user_data = None
+        _o1.user_data = None
     else:
-        _end8 = pos + _n7
-        if _end8 > _len:
+        _end10 = pos + _n9
+        if _end10 > _len:
             raise DecodeError("user_data overruns the buffer")
-        _user_data = data[pos:_end8]
-        pos = _end8
-    return ConsumerProtocolAssignment(_assigned_partitions, _user_data), pos
+        _o1.user_data = data[pos:_end10]
+        pos = _end10
+    return _o1, pos
 
 
 ConsumerProtocolSubscriptionTopicPartition._WRITERS = {

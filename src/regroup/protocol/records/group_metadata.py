@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -122,16 +123,17 @@ def _w_GroupMetadataKey_v2(buf: bytearray, o: GroupMetadataKey) -> None:
 
 def _r_GroupMetadataKey_v2(data: bytes, pos: int) -> tuple[GroupMetadataKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(GroupMetadataKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group overruns the buffer")
-    _group = data[pos:_end2].decode()
-    pos = _end2
-    return GroupMetadataKey(_group), pos
+    _o1.group = data[pos:_end3].decode()
+    pos = _end3
+    return _o1, pos
 
 
 def _w_MemberMetadata_v0(buf: bytearray, o: MemberMetadata) -> None:
@@ -225,299 +227,277 @@ def _w_MemberMetadata_v4(buf: bytearray, o: MemberMetadata) -> None:
 
 def _r_MemberMetadata_v0(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(MemberMetadata)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for client_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+    _o1.client_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_host")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end6].decode()
-    pos = _end6
-    (_session_timeout,) = _S_i.unpack_from(data, pos)
+    _o1.client_host = data[pos:_end7].decode()
+    pos = _end7
+    (_o1.session_timeout,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n7,) = _I32.unpack_from(data, pos)
+    (_n8,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for subscription")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("subscription overruns the buffer")
-    _subscription = data[pos:_end8]
-    pos = _end8
-    (_n9,) = _I32.unpack_from(data, pos)
+    _o1.subscription = data[pos:_end9]
+    pos = _end9
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end10 = pos + _n9
-    if _end10 > _len:
+    _end11 = pos + _n10
+    if _end11 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end10]
-    pos = _end10
-    return MemberMetadata(
-        _member_id, None, _client_id, _client_host, -1, _session_timeout, _subscription, _assignment
-    ), pos
+    _o1.assignment = data[pos:_end11]
+    pos = _end11
+    _o1.group_instance_id = None
+    _o1.rebalance_timeout = -1
+    return _o1, pos
 
 
 def _r_MemberMetadata_v1(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(MemberMetadata)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for client_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end4].decode()
-    pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+    _o1.client_id = data[pos:_end5].decode()
+    pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_host")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end6].decode()
-    pos = _end6
-    _rebalance_timeout, _session_timeout = _S_ii.unpack_from(data, pos)
+    _o1.client_host = data[pos:_end7].decode()
+    pos = _end7
+    _o1.rebalance_timeout, _o1.session_timeout = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_n7,) = _I32.unpack_from(data, pos)
+    (_n8,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for subscription")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("subscription overruns the buffer")
-    _subscription = data[pos:_end8]
-    pos = _end8
-    (_n9,) = _I32.unpack_from(data, pos)
+    _o1.subscription = data[pos:_end9]
+    pos = _end9
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end10 = pos + _n9
-    if _end10 > _len:
+    _end11 = pos + _n10
+    if _end11 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end10]
-    pos = _end10
-    return MemberMetadata(
-        _member_id,
-        None,
-        _client_id,
-        _client_host,
-        _rebalance_timeout,
-        _session_timeout,
-        _subscription,
-        _assignment,
-    ), pos
+    _o1.assignment = data[pos:_end11]
+    pos = _end11
+    _o1.group_instance_id = None
+    return _o1, pos
 
 
 def _r_MemberMetadata_v3(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(MemberMetadata)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_id")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end6].decode()
-    pos = _end6
-    (_n7,) = _I16.unpack_from(data, pos)
+    _o1.client_id = data[pos:_end7].decode()
+    pos = _end7
+    (_n8,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null length for client_host")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end8].decode()
-    pos = _end8
-    _rebalance_timeout, _session_timeout = _S_ii.unpack_from(data, pos)
+    _o1.client_host = data[pos:_end9].decode()
+    pos = _end9
+    _o1.rebalance_timeout, _o1.session_timeout = _S_ii.unpack_from(data, pos)
     pos += 8
-    (_n9,) = _I32.unpack_from(data, pos)
+    (_n10,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n9 < 0:
+    if _n10 < 0:
         raise DecodeError("invalid or null length for subscription")
-    _end10 = pos + _n9
-    if _end10 > _len:
+    _end11 = pos + _n10
+    if _end11 > _len:
         raise DecodeError("subscription overruns the buffer")
-    _subscription = data[pos:_end10]
-    pos = _end10
-    (_n11,) = _I32.unpack_from(data, pos)
+    _o1.subscription = data[pos:_end11]
+    pos = _end11
+    (_n12,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n11 < 0:
+    if _n12 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end12 = pos + _n11
-    if _end12 > _len:
+    _end13 = pos + _n12
+    if _end13 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end12]
-    pos = _end12
-    return MemberMetadata(
-        _member_id,
-        _group_instance_id,
-        _client_id,
-        _client_host,
-        _rebalance_timeout,
-        _session_timeout,
-        _subscription,
-        _assignment,
-    ), pos
+    _o1.assignment = data[pos:_end13]
+    pos = _end13
+    return _o1, pos
 
 
 def _r_MemberMetadata_v4(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(MemberMetadata)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for member_id")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("member_id is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.member_id = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for group_instance_id")
-        _group_instance_id = None
+        _o1.group_instance_id = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("group_instance_id is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("group_instance_id overruns the buffer")
-        _group_instance_id = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.group_instance_id = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_id")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("client_id is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.client_id = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null length for client_host")
-    if _n7 > 0x7FFF:
+    if _n8 > 0x7FFF:
         raise DecodeError("client_host is longer than 32767 bytes")
-    _end8 = pos + _n7
-    if _end8 > _len:
+    _end9 = pos + _n8
+    if _end9 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end8].decode()
-    pos = _end8
-    _rebalance_timeout, _session_timeout = _S_ii.unpack_from(data, pos)
+    _o1.client_host = data[pos:_end9].decode()
+    pos = _end9
+    _o1.rebalance_timeout, _o1.session_timeout = _S_ii.unpack_from(data, pos)
     pos += 8
-    _n9 = data[pos]
-    if _n9 < 128:
+    _n10 = data[pos]
+    if _n10 < 128:
         pos += 1
     else:
-        _n9, pos = read_uvarint(data, pos)
-    _n9 -= 1
-    if _n9 < 0:
+        _n10, pos = read_uvarint(data, pos)
+    _n10 -= 1
+    if _n10 < 0:
         raise DecodeError("invalid or null length for subscription")
-    _end10 = pos + _n9
-    if _end10 > _len:
+    _end11 = pos + _n10
+    if _end11 > _len:
         raise DecodeError("subscription overruns the buffer")
-    _subscription = data[pos:_end10]
-    pos = _end10
-    _n11 = data[pos]
-    if _n11 < 128:
+    _o1.subscription = data[pos:_end11]
+    pos = _end11
+    _n12 = data[pos]
+    if _n12 < 128:
         pos += 1
     else:
-        _n11, pos = read_uvarint(data, pos)
-    _n11 -= 1
-    if _n11 < 0:
+        _n12, pos = read_uvarint(data, pos)
+    _n12 -= 1
+    if _n12 < 0:
         raise DecodeError("invalid or null length for assignment")
-    _end12 = pos + _n11
-    if _end12 > _len:
+    _end13 = pos + _n12
+    if _end13 > _len:
         raise DecodeError("assignment overruns the buffer")
-    _assignment = data[pos:_end12]
-    pos = _end12
+    _o1.assignment = data[pos:_end13]
+    pos = _end13
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return MemberMetadata(
-        _member_id,
-        _group_instance_id,
-        _client_id,
-        _client_host,
-        _rebalance_timeout,
-        _session_timeout,
-        _subscription,
-        _assignment,
-    ), pos
+    return _o1, pos
 
 
 def _w_GroupMetadataValue_v0(buf: bytearray, o: GroupMetadataValue) -> None:
@@ -647,408 +627,68 @@ def _w_GroupMetadataValue_v4(buf: bytearray, o: GroupMetadataValue) -> None:
 
 def _r_GroupMetadataValue_v0(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(GroupMetadataValue)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end2].decode()
-    pos = _end2
-    (_generation,) = _S_i.unpack_from(data, pos)
+    _o1.protocol_type = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation,) = _S_i.unpack_from(data, pos)
     pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for protocol")
-        _protocol = None
+        _o1.protocol = None
     else:
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("protocol overruns the buffer")
-        _protocol = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
+        _o1.protocol = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for leader")
-        _leader = None
+        _o1.leader = None
     else:
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("leader overruns the buffer")
-        _leader = data[pos:_end6].decode()
-        pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
+        _o1.leader = data[pos:_end7].decode()
+        pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
     pos += 4
-    if _n7 < 0:
+    if _n8 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n7 > _len - pos:
+    if _n8 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a8: list[MemberMetadata] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
+    _a9: list[MemberMetadata] = []
+    for _ in range(_n8):
+        _o11 = _new(MemberMetadata)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
-            raise DecodeError("invalid or null length for client_id")
+            raise DecodeError("invalid or null length for member_id")
         _end13 = pos + _n12
         if _end13 > _len:
-            raise DecodeError("client_id overruns the buffer")
-        _s9_client_id = data[pos:_end13].decode()
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
         pos = _end13
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
-            raise DecodeError("invalid or null length for client_host")
-        _end15 = pos + _n14
-        if _end15 > _len:
-            raise DecodeError("client_host overruns the buffer")
-        _s9_client_host = data[pos:_end15].decode()
-        pos = _end15
-        (_s9_session_timeout,) = _S_i.unpack_from(data, pos)
-        pos += 4
-        (_n16,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n16 < 0:
-            raise DecodeError("invalid or null length for subscription")
-        _end17 = pos + _n16
-        if _end17 > _len:
-            raise DecodeError("subscription overruns the buffer")
-        _s9_subscription = data[pos:_end17]
-        pos = _end17
-        (_n18,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n18 < 0:
-            raise DecodeError("invalid or null length for assignment")
-        _end19 = pos + _n18
-        if _end19 > _len:
-            raise DecodeError("assignment overruns the buffer")
-        _s9_assignment = data[pos:_end19]
-        pos = _end19
-        _a8.append(
-            MemberMetadata(
-                _s9_member_id,
-                None,
-                _s9_client_id,
-                _s9_client_host,
-                -1,
-                _s9_session_timeout,
-                _s9_subscription,
-                _s9_assignment,
-            )
-        )
-    _members = _a8
-    return GroupMetadataValue(_protocol_type, _generation, _protocol, _leader, -1, _members), pos
-
-
-def _r_GroupMetadataValue_v1(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for protocol_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end2].decode()
-    pos = _end2
-    (_generation,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
-            raise DecodeError("invalid length for protocol")
-        _protocol = None
-    else:
-        _end4 = pos + _n3
-        if _end4 > _len:
-            raise DecodeError("protocol overruns the buffer")
-        _protocol = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
-            raise DecodeError("invalid length for leader")
-        _leader = None
-    else:
-        _end6 = pos + _n5
-        if _end6 > _len:
-            raise DecodeError("leader overruns the buffer")
-        _leader = data[pos:_end6].decode()
-        pos = _end6
-    (_n7,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for members")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of members exceeds the bytes left")
-    _a8: list[MemberMetadata] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
-        (_n12,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for client_id")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("client_id overruns the buffer")
-        _s9_client_id = data[pos:_end13].decode()
-        pos = _end13
-        (_n14,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n14 < 0:
-            raise DecodeError("invalid or null length for client_host")
-        _end15 = pos + _n14
-        if _end15 > _len:
-            raise DecodeError("client_host overruns the buffer")
-        _s9_client_host = data[pos:_end15].decode()
-        pos = _end15
-        _s9_rebalance_timeout, _s9_session_timeout = _S_ii.unpack_from(data, pos)
-        pos += 8
-        (_n16,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n16 < 0:
-            raise DecodeError("invalid or null length for subscription")
-        _end17 = pos + _n16
-        if _end17 > _len:
-            raise DecodeError("subscription overruns the buffer")
-        _s9_subscription = data[pos:_end17]
-        pos = _end17
-        (_n18,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n18 < 0:
-            raise DecodeError("invalid or null length for assignment")
-        _end19 = pos + _n18
-        if _end19 > _len:
-            raise DecodeError("assignment overruns the buffer")
-        _s9_assignment = data[pos:_end19]
-        pos = _end19
-        _a8.append(
-            MemberMetadata(
-                _s9_member_id,
-                None,
-                _s9_client_id,
-                _s9_client_host,
-                _s9_rebalance_timeout,
-                _s9_session_timeout,
-                _s9_subscription,
-                _s9_assignment,
-            )
-        )
-    _members = _a8
-    return GroupMetadataValue(_protocol_type, _generation, _protocol, _leader, -1, _members), pos
-
-
-def _r_GroupMetadataValue_v2(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for protocol_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end2].decode()
-    pos = _end2
-    (_generation,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
-            raise DecodeError("invalid length for protocol")
-        _protocol = None
-    else:
-        _end4 = pos + _n3
-        if _end4 > _len:
-            raise DecodeError("protocol overruns the buffer")
-        _protocol = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
-            raise DecodeError("invalid length for leader")
-        _leader = None
-    else:
-        _end6 = pos + _n5
-        if _end6 > _len:
-            raise DecodeError("leader overruns the buffer")
-        _leader = data[pos:_end6].decode()
-        pos = _end6
-    (_current_state_timestamp,) = _S_q.unpack_from(data, pos)
-    pos += 8
-    (_n7,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for members")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of members exceeds the bytes left")
-    _a8: list[MemberMetadata] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
-        (_n12,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n12 < 0:
-            raise DecodeError("invalid or null length for client_id")
-        _end13 = pos + _n12
-        if _end13 > _len:
-            raise DecodeError("client_id overruns the buffer")
-        _s9_client_id = data[pos:_end13].decode()
-        pos = _end13
-        (_n14,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n14 < 0:
-            raise DecodeError("invalid or null length for client_host")
-        _end15 = pos + _n14
-        if _end15 > _len:
-            raise DecodeError("client_host overruns the buffer")
-        _s9_client_host = data[pos:_end15].decode()
-        pos = _end15
-        _s9_rebalance_timeout, _s9_session_timeout = _S_ii.unpack_from(data, pos)
-        pos += 8
-        (_n16,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n16 < 0:
-            raise DecodeError("invalid or null length for subscription")
-        _end17 = pos + _n16
-        if _end17 > _len:
-            raise DecodeError("subscription overruns the buffer")
-        _s9_subscription = data[pos:_end17]
-        pos = _end17
-        (_n18,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if _n18 < 0:
-            raise DecodeError("invalid or null length for assignment")
-        _end19 = pos + _n18
-        if _end19 > _len:
-            raise DecodeError("assignment overruns the buffer")
-        _s9_assignment = data[pos:_end19]
-        pos = _end19
-        _a8.append(
-            MemberMetadata(
-                _s9_member_id,
-                None,
-                _s9_client_id,
-                _s9_client_host,
-                _s9_rebalance_timeout,
-                _s9_session_timeout,
-                _s9_subscription,
-                _s9_assignment,
-            )
-        )
-    _members = _a8
-    return GroupMetadataValue(
-        _protocol_type, _generation, _protocol, _leader, _current_state_timestamp, _members
-    ), pos
-
-
-def _r_GroupMetadataValue_v3(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
-    _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n1 < 0:
-        raise DecodeError("invalid or null length for protocol_type")
-    _end2 = pos + _n1
-    if _end2 > _len:
-        raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end2].decode()
-    pos = _end2
-    (_generation,) = _S_i.unpack_from(data, pos)
-    pos += 4
-    (_n3,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n3 < 0:
-        if _n3 != -1:
-            raise DecodeError("invalid length for protocol")
-        _protocol = None
-    else:
-        _end4 = pos + _n3
-        if _end4 > _len:
-            raise DecodeError("protocol overruns the buffer")
-        _protocol = data[pos:_end4].decode()
-        pos = _end4
-    (_n5,) = _I16.unpack_from(data, pos)
-    pos += 2
-    if _n5 < 0:
-        if _n5 != -1:
-            raise DecodeError("invalid length for leader")
-        _leader = None
-    else:
-        _end6 = pos + _n5
-        if _end6 > _len:
-            raise DecodeError("leader overruns the buffer")
-        _leader = data[pos:_end6].decode()
-        pos = _end6
-    (_current_state_timestamp,) = _S_q.unpack_from(data, pos)
-    pos += 8
-    (_n7,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if _n7 < 0:
-        raise DecodeError("invalid or null array length for members")
-    if _n7 > _len - pos:
-        raise DecodeError("array count of members exceeds the bytes left")
-    _a8: list[MemberMetadata] = []
-    for _ in range(_n7):
-        (_n10,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
-        (_n12,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n12 < 0:
-            if _n12 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s9_group_instance_id = None
-        else:
-            _end13 = pos + _n12
-            if _end13 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s9_group_instance_id = data[pos:_end13].decode()
-            pos = _end13
-        (_n14,) = _I16.unpack_from(data, pos)
-        pos += 2
-        if _n14 < 0:
             raise DecodeError("invalid or null length for client_id")
         _end15 = pos + _n14
         if _end15 > _len:
             raise DecodeError("client_id overruns the buffer")
-        _s9_client_id = data[pos:_end15].decode()
+        _o11.client_id = data[pos:_end15].decode()
         pos = _end15
         (_n16,) = _I16.unpack_from(data, pos)
         pos += 2
@@ -1057,10 +697,10 @@ def _r_GroupMetadataValue_v3(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         _end17 = pos + _n16
         if _end17 > _len:
             raise DecodeError("client_host overruns the buffer")
-        _s9_client_host = data[pos:_end17].decode()
+        _o11.client_host = data[pos:_end17].decode()
         pos = _end17
-        _s9_rebalance_timeout, _s9_session_timeout = _S_ii.unpack_from(data, pos)
-        pos += 8
+        (_o11.session_timeout,) = _S_i.unpack_from(data, pos)
+        pos += 4
         (_n18,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n18 < 0:
@@ -1068,7 +708,7 @@ def _r_GroupMetadataValue_v3(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         _end19 = pos + _n18
         if _end19 > _len:
             raise DecodeError("subscription overruns the buffer")
-        _s9_subscription = data[pos:_end19]
+        _o11.subscription = data[pos:_end19]
         pos = _end19
         (_n20,) = _I32.unpack_from(data, pos)
         pos += 4
@@ -1077,110 +717,403 @@ def _r_GroupMetadataValue_v3(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         _end21 = pos + _n20
         if _end21 > _len:
             raise DecodeError("assignment overruns the buffer")
-        _s9_assignment = data[pos:_end21]
+        _o11.assignment = data[pos:_end21]
         pos = _end21
-        _a8.append(
-            MemberMetadata(
-                _s9_member_id,
-                _s9_group_instance_id,
-                _s9_client_id,
-                _s9_client_host,
-                _s9_rebalance_timeout,
-                _s9_session_timeout,
-                _s9_subscription,
-                _s9_assignment,
-            )
-        )
-    _members = _a8
-    return GroupMetadataValue(
-        _protocol_type, _generation, _protocol, _leader, _current_state_timestamp, _members
-    ), pos
+        _o11.group_instance_id = None
+        _o11.rebalance_timeout = -1
+        _a9.append(_o11)
+    _o1.members = _a9
+    _o1.current_state_timestamp = -1
+    return _o1, pos
+
+
+def _r_GroupMetadataValue_v1(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
+    _len = len(data)
+    _o1 = _new(GroupMetadataValue)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for protocol_type")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("protocol_type overruns the buffer")
+    _o1.protocol_type = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        if _n4 != -1:
+            raise DecodeError("invalid length for protocol")
+        _o1.protocol = None
+    else:
+        _end5 = pos + _n4
+        if _end5 > _len:
+            raise DecodeError("protocol overruns the buffer")
+        _o1.protocol = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        if _n6 != -1:
+            raise DecodeError("invalid length for leader")
+        _o1.leader = None
+    else:
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("leader overruns the buffer")
+        _o1.leader = data[pos:_end7].decode()
+        pos = _end7
+    (_n8,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n8 < 0:
+        raise DecodeError("invalid or null array length for members")
+    if _n8 > _len - pos:
+        raise DecodeError("array count of members exceeds the bytes left")
+    _a9: list[MemberMetadata] = []
+    for _ in range(_n8):
+        _o11 = _new(MemberMetadata)
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for member_id")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for client_id")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("client_id overruns the buffer")
+        _o11.client_id = data[pos:_end15].decode()
+        pos = _end15
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for client_host")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("client_host overruns the buffer")
+        _o11.client_host = data[pos:_end17].decode()
+        pos = _end17
+        _o11.rebalance_timeout, _o11.session_timeout = _S_ii.unpack_from(data, pos)
+        pos += 8
+        (_n18,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n18 < 0:
+            raise DecodeError("invalid or null length for subscription")
+        _end19 = pos + _n18
+        if _end19 > _len:
+            raise DecodeError("subscription overruns the buffer")
+        _o11.subscription = data[pos:_end19]
+        pos = _end19
+        (_n20,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n20 < 0:
+            raise DecodeError("invalid or null length for assignment")
+        _end21 = pos + _n20
+        if _end21 > _len:
+            raise DecodeError("assignment overruns the buffer")
+        _o11.assignment = data[pos:_end21]
+        pos = _end21
+        _o11.group_instance_id = None
+        _a9.append(_o11)
+    _o1.members = _a9
+    _o1.current_state_timestamp = -1
+    return _o1, pos
+
+
+def _r_GroupMetadataValue_v2(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
+    _len = len(data)
+    _o1 = _new(GroupMetadataValue)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for protocol_type")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("protocol_type overruns the buffer")
+    _o1.protocol_type = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        if _n4 != -1:
+            raise DecodeError("invalid length for protocol")
+        _o1.protocol = None
+    else:
+        _end5 = pos + _n4
+        if _end5 > _len:
+            raise DecodeError("protocol overruns the buffer")
+        _o1.protocol = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        if _n6 != -1:
+            raise DecodeError("invalid length for leader")
+        _o1.leader = None
+    else:
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("leader overruns the buffer")
+        _o1.leader = data[pos:_end7].decode()
+        pos = _end7
+    (_o1.current_state_timestamp,) = _S_q.unpack_from(data, pos)
+    pos += 8
+    (_n8,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n8 < 0:
+        raise DecodeError("invalid or null array length for members")
+    if _n8 > _len - pos:
+        raise DecodeError("array count of members exceeds the bytes left")
+    _a9: list[MemberMetadata] = []
+    for _ in range(_n8):
+        _o11 = _new(MemberMetadata)
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for member_id")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
+            raise DecodeError("invalid or null length for client_id")
+        _end15 = pos + _n14
+        if _end15 > _len:
+            raise DecodeError("client_id overruns the buffer")
+        _o11.client_id = data[pos:_end15].decode()
+        pos = _end15
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for client_host")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("client_host overruns the buffer")
+        _o11.client_host = data[pos:_end17].decode()
+        pos = _end17
+        _o11.rebalance_timeout, _o11.session_timeout = _S_ii.unpack_from(data, pos)
+        pos += 8
+        (_n18,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n18 < 0:
+            raise DecodeError("invalid or null length for subscription")
+        _end19 = pos + _n18
+        if _end19 > _len:
+            raise DecodeError("subscription overruns the buffer")
+        _o11.subscription = data[pos:_end19]
+        pos = _end19
+        (_n20,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n20 < 0:
+            raise DecodeError("invalid or null length for assignment")
+        _end21 = pos + _n20
+        if _end21 > _len:
+            raise DecodeError("assignment overruns the buffer")
+        _o11.assignment = data[pos:_end21]
+        pos = _end21
+        _o11.group_instance_id = None
+        _a9.append(_o11)
+    _o1.members = _a9
+    return _o1, pos
+
+
+def _r_GroupMetadataValue_v3(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
+    _len = len(data)
+    _o1 = _new(GroupMetadataValue)
+    (_n2,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n2 < 0:
+        raise DecodeError("invalid or null length for protocol_type")
+    _end3 = pos + _n2
+    if _end3 > _len:
+        raise DecodeError("protocol_type overruns the buffer")
+    _o1.protocol_type = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation,) = _S_i.unpack_from(data, pos)
+    pos += 4
+    (_n4,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n4 < 0:
+        if _n4 != -1:
+            raise DecodeError("invalid length for protocol")
+        _o1.protocol = None
+    else:
+        _end5 = pos + _n4
+        if _end5 > _len:
+            raise DecodeError("protocol overruns the buffer")
+        _o1.protocol = data[pos:_end5].decode()
+        pos = _end5
+    (_n6,) = _I16.unpack_from(data, pos)
+    pos += 2
+    if _n6 < 0:
+        if _n6 != -1:
+            raise DecodeError("invalid length for leader")
+        _o1.leader = None
+    else:
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("leader overruns the buffer")
+        _o1.leader = data[pos:_end7].decode()
+        pos = _end7
+    (_o1.current_state_timestamp,) = _S_q.unpack_from(data, pos)
+    pos += 8
+    (_n8,) = _I32.unpack_from(data, pos)
+    pos += 4
+    if _n8 < 0:
+        raise DecodeError("invalid or null array length for members")
+    if _n8 > _len - pos:
+        raise DecodeError("array count of members exceeds the bytes left")
+    _a9: list[MemberMetadata] = []
+    for _ in range(_n8):
+        _o11 = _new(MemberMetadata)
+        (_n12,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n12 < 0:
+            raise DecodeError("invalid or null length for member_id")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
+        pos = _end13
+        (_n14,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n14 < 0:
+            if _n14 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o11.group_instance_id = None
+        else:
+            _end15 = pos + _n14
+            if _end15 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o11.group_instance_id = data[pos:_end15].decode()
+            pos = _end15
+        (_n16,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n16 < 0:
+            raise DecodeError("invalid or null length for client_id")
+        _end17 = pos + _n16
+        if _end17 > _len:
+            raise DecodeError("client_id overruns the buffer")
+        _o11.client_id = data[pos:_end17].decode()
+        pos = _end17
+        (_n18,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if _n18 < 0:
+            raise DecodeError("invalid or null length for client_host")
+        _end19 = pos + _n18
+        if _end19 > _len:
+            raise DecodeError("client_host overruns the buffer")
+        _o11.client_host = data[pos:_end19].decode()
+        pos = _end19
+        _o11.rebalance_timeout, _o11.session_timeout = _S_ii.unpack_from(data, pos)
+        pos += 8
+        (_n20,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n20 < 0:
+            raise DecodeError("invalid or null length for subscription")
+        _end21 = pos + _n20
+        if _end21 > _len:
+            raise DecodeError("subscription overruns the buffer")
+        _o11.subscription = data[pos:_end21]
+        pos = _end21
+        (_n22,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if _n22 < 0:
+            raise DecodeError("invalid or null length for assignment")
+        _end23 = pos + _n22
+        if _end23 > _len:
+            raise DecodeError("assignment overruns the buffer")
+        _o11.assignment = data[pos:_end23]
+        pos = _end23
+        _a9.append(_o11)
+    _o1.members = _a9
+    return _o1, pos
 
 
 def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(GroupMetadataValue)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for protocol_type")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("protocol_type is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("protocol_type overruns the buffer")
-    _protocol_type = data[pos:_end2].decode()
-    pos = _end2
-    (_generation,) = _S_i.unpack_from(data, pos)
+    _o1.protocol_type = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.generation,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
-        if _n3 != -1:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
+        if _n4 != -1:
             raise DecodeError("invalid length for protocol")
-        _protocol = None
+        _o1.protocol = None
     else:
-        if _n3 > 0x7FFF:
+        if _n4 > 0x7FFF:
             raise DecodeError("protocol is longer than 32767 bytes")
-        _end4 = pos + _n3
-        if _end4 > _len:
+        _end5 = pos + _n4
+        if _end5 > _len:
             raise DecodeError("protocol overruns the buffer")
-        _protocol = data[pos:_end4].decode()
-        pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+        _o1.protocol = data[pos:_end5].decode()
+        pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
-        if _n5 != -1:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
+        if _n6 != -1:
             raise DecodeError("invalid length for leader")
-        _leader = None
+        _o1.leader = None
     else:
-        if _n5 > 0x7FFF:
+        if _n6 > 0x7FFF:
             raise DecodeError("leader is longer than 32767 bytes")
-        _end6 = pos + _n5
-        if _end6 > _len:
+        _end7 = pos + _n6
+        if _end7 > _len:
             raise DecodeError("leader overruns the buffer")
-        _leader = data[pos:_end6].decode()
-        pos = _end6
-    (_current_state_timestamp,) = _S_q.unpack_from(data, pos)
+        _o1.leader = data[pos:_end7].decode()
+        pos = _end7
+    (_o1.current_state_timestamp,) = _S_q.unpack_from(data, pos)
     pos += 8
-    _n7 = data[pos]
-    if _n7 < 128:
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null array length for members")
-    if _n7 > _len - pos:
+    if _n8 > _len - pos:
         raise DecodeError("array count of members exceeds the bytes left")
-    _a8: list[MemberMetadata] = []
-    for _ in range(_n7):
-        _n10 = data[pos]
-        if _n10 < 128:
-            pos += 1
-        else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
-            raise DecodeError("invalid or null length for member_id")
-        if _n10 > 0x7FFF:
-            raise DecodeError("member_id is longer than 32767 bytes")
-        _end11 = pos + _n10
-        if _end11 > _len:
-            raise DecodeError("member_id overruns the buffer")
-        _s9_member_id = data[pos:_end11].decode()
-        pos = _end11
+    _a9: list[MemberMetadata] = []
+    for _ in range(_n8):
+        _o11 = _new(MemberMetadata)
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -1188,17 +1121,14 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
             _n12, pos = read_uvarint(data, pos)
         _n12 -= 1
         if _n12 < 0:
-            if _n12 != -1:
-                raise DecodeError("invalid length for group_instance_id")
-            _s9_group_instance_id = None
-        else:
-            if _n12 > 0x7FFF:
-                raise DecodeError("group_instance_id is longer than 32767 bytes")
-            _end13 = pos + _n12
-            if _end13 > _len:
-                raise DecodeError("group_instance_id overruns the buffer")
-            _s9_group_instance_id = data[pos:_end13].decode()
-            pos = _end13
+            raise DecodeError("invalid or null length for member_id")
+        if _n12 > 0x7FFF:
+            raise DecodeError("member_id is longer than 32767 bytes")
+        _end13 = pos + _n12
+        if _end13 > _len:
+            raise DecodeError("member_id overruns the buffer")
+        _o11.member_id = data[pos:_end13].decode()
+        pos = _end13
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -1206,14 +1136,17 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
             _n14, pos = read_uvarint(data, pos)
         _n14 -= 1
         if _n14 < 0:
-            raise DecodeError("invalid or null length for client_id")
-        if _n14 > 0x7FFF:
-            raise DecodeError("client_id is longer than 32767 bytes")
-        _end15 = pos + _n14
-        if _end15 > _len:
-            raise DecodeError("client_id overruns the buffer")
-        _s9_client_id = data[pos:_end15].decode()
-        pos = _end15
+            if _n14 != -1:
+                raise DecodeError("invalid length for group_instance_id")
+            _o11.group_instance_id = None
+        else:
+            if _n14 > 0x7FFF:
+                raise DecodeError("group_instance_id is longer than 32767 bytes")
+            _end15 = pos + _n14
+            if _end15 > _len:
+                raise DecodeError("group_instance_id overruns the buffer")
+            _o11.group_instance_id = data[pos:_end15].decode()
+            pos = _end15
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -1221,16 +1154,14 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
             _n16, pos = read_uvarint(data, pos)
         _n16 -= 1
         if _n16 < 0:
-            raise DecodeError("invalid or null length for client_host")
+            raise DecodeError("invalid or null length for client_id")
         if _n16 > 0x7FFF:
-            raise DecodeError("client_host is longer than 32767 bytes")
+            raise DecodeError("client_id is longer than 32767 bytes")
         _end17 = pos + _n16
         if _end17 > _len:
-            raise DecodeError("client_host overruns the buffer")
-        _s9_client_host = data[pos:_end17].decode()
+            raise DecodeError("client_id overruns the buffer")
+        _o11.client_id = data[pos:_end17].decode()
         pos = _end17
-        _s9_rebalance_timeout, _s9_session_timeout = _S_ii.unpack_from(data, pos)
-        pos += 8
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1
@@ -1238,12 +1169,16 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
             _n18, pos = read_uvarint(data, pos)
         _n18 -= 1
         if _n18 < 0:
-            raise DecodeError("invalid or null length for subscription")
+            raise DecodeError("invalid or null length for client_host")
+        if _n18 > 0x7FFF:
+            raise DecodeError("client_host is longer than 32767 bytes")
         _end19 = pos + _n18
         if _end19 > _len:
-            raise DecodeError("subscription overruns the buffer")
-        _s9_subscription = data[pos:_end19]
+            raise DecodeError("client_host overruns the buffer")
+        _o11.client_host = data[pos:_end19].decode()
         pos = _end19
+        _o11.rebalance_timeout, _o11.session_timeout = _S_ii.unpack_from(data, pos)
+        pos += 8
         _n20 = data[pos]
         if _n20 < 128:
             pos += 1
@@ -1251,36 +1186,36 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
             _n20, pos = read_uvarint(data, pos)
         _n20 -= 1
         if _n20 < 0:
-            raise DecodeError("invalid or null length for assignment")
+            raise DecodeError("invalid or null length for subscription")
         _end21 = pos + _n20
         if _end21 > _len:
-            raise DecodeError("assignment overruns the buffer")
-        _s9_assignment = data[pos:_end21]
+            raise DecodeError("subscription overruns the buffer")
+        _o11.subscription = data[pos:_end21]
         pos = _end21
+        _n22 = data[pos]
+        if _n22 < 128:
+            pos += 1
+        else:
+            _n22, pos = read_uvarint(data, pos)
+        _n22 -= 1
+        if _n22 < 0:
+            raise DecodeError("invalid or null length for assignment")
+        _end23 = pos + _n22
+        if _end23 > _len:
+            raise DecodeError("assignment overruns the buffer")
+        _o11.assignment = data[pos:_end23]
+        pos = _end23
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a8.append(
-            MemberMetadata(
-                _s9_member_id,
-                _s9_group_instance_id,
-                _s9_client_id,
-                _s9_client_host,
-                _s9_rebalance_timeout,
-                _s9_session_timeout,
-                _s9_subscription,
-                _s9_assignment,
-            )
-        )
-    _members = _a8
+        _a9.append(_o11)
+    _o1.members = _a9
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return GroupMetadataValue(
-        _protocol_type, _generation, _protocol, _leader, _current_state_timestamp, _members
-    ), pos
+    return _o1, pos
 
 
 GroupMetadataKey._WRITERS = {2: _w_GroupMetadataKey_v2}

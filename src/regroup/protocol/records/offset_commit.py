@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -98,27 +99,28 @@ def _w_OffsetCommitKey_v0(buf: bytearray, o: OffsetCommitKey) -> None:
 
 def _r_OffsetCommitKey_v0(data: bytes, pos: int) -> tuple[OffsetCommitKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group overruns the buffer")
-    _group = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.group = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for topic")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("topic overruns the buffer")
-    _topic = data[pos:_end4].decode()
-    pos = _end4
-    (_partition,) = _S_i.unpack_from(data, pos)
+    _o1.topic = data[pos:_end5].decode()
+    pos = _end5
+    (_o1.partition,) = _S_i.unpack_from(data, pos)
     pos += 4
-    return OffsetCommitKey(_group, _topic, _partition), pos
+    return _o1, pos
 
 
 def _w_OffsetCommitValue_v0(buf: bytearray, o: OffsetCommitValue) -> None:
@@ -158,84 +160,93 @@ def _w_OffsetCommitValue_v4(buf: bytearray, o: OffsetCommitValue) -> None:
 
 def _r_OffsetCommitValue_v0(data: bytes, pos: int) -> tuple[OffsetCommitValue, int]:
     _len = len(data)
-    (_offset,) = _S_q.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitValue)
+    (_o1.offset,) = _S_q.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for metadata")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end2].decode()
-    pos = _end2
-    (_commit_timestamp,) = _S_q.unpack_from(data, pos)
+    _o1.metadata = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.commit_timestamp,) = _S_q.unpack_from(data, pos)
     pos += 8
-    return OffsetCommitValue(_offset, -1, _metadata, _commit_timestamp, -1), pos
+    _o1.leader_epoch = -1
+    _o1.expire_timestamp = -1
+    return _o1, pos
 
 
 def _r_OffsetCommitValue_v1(data: bytes, pos: int) -> tuple[OffsetCommitValue, int]:
     _len = len(data)
-    (_offset,) = _S_q.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitValue)
+    (_o1.offset,) = _S_q.unpack_from(data, pos)
     pos += 8
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for metadata")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end2].decode()
-    pos = _end2
-    _commit_timestamp, _expire_timestamp = _S_qq.unpack_from(data, pos)
+    _o1.metadata = data[pos:_end3].decode()
+    pos = _end3
+    _o1.commit_timestamp, _o1.expire_timestamp = _S_qq.unpack_from(data, pos)
     pos += 16
-    return OffsetCommitValue(_offset, -1, _metadata, _commit_timestamp, _expire_timestamp), pos
+    _o1.leader_epoch = -1
+    return _o1, pos
 
 
 def _r_OffsetCommitValue_v3(data: bytes, pos: int) -> tuple[OffsetCommitValue, int]:
     _len = len(data)
-    _offset, _leader_epoch = _S_qi.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitValue)
+    _o1.offset, _o1.leader_epoch = _S_qi.unpack_from(data, pos)
     pos += 12
-    (_n1,) = _I16.unpack_from(data, pos)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for metadata")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end2].decode()
-    pos = _end2
-    (_commit_timestamp,) = _S_q.unpack_from(data, pos)
+    _o1.metadata = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.commit_timestamp,) = _S_q.unpack_from(data, pos)
     pos += 8
-    return OffsetCommitValue(_offset, _leader_epoch, _metadata, _commit_timestamp, -1), pos
+    _o1.expire_timestamp = -1
+    return _o1, pos
 
 
 def _r_OffsetCommitValue_v4(data: bytes, pos: int) -> tuple[OffsetCommitValue, int]:
     _len = len(data)
-    _offset, _leader_epoch = _S_qi.unpack_from(data, pos)
+    _o1 = _new(OffsetCommitValue)
+    _o1.offset, _o1.leader_epoch = _S_qi.unpack_from(data, pos)
     pos += 12
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for metadata")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("metadata is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("metadata overruns the buffer")
-    _metadata = data[pos:_end2].decode()
-    pos = _end2
-    (_commit_timestamp,) = _S_q.unpack_from(data, pos)
+    _o1.metadata = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.commit_timestamp,) = _S_q.unpack_from(data, pos)
     pos += 8
+    _o1.expire_timestamp = -1
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return OffsetCommitValue(_offset, _leader_epoch, _metadata, _commit_timestamp, -1), pos
+    return _o1, pos
 
 
 OffsetCommitKey._WRITERS = {0: _w_OffsetCommitKey_v0, 1: _w_OffsetCommitKey_v0}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -112,25 +113,26 @@ def _r_ShareGroupCurrentMemberAssignmentKey_v14(
     data: bytes, pos: int
 ) -> tuple[ShareGroupCurrentMemberAssignmentKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ShareGroupCurrentMemberAssignmentKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    return ShareGroupCurrentMemberAssignmentKey(_group_id, _member_id), pos
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    return _o1, pos
 
 
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
@@ -143,26 +145,27 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
+    _o1 = _new(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n1}i", data, pos))
-    pos += 4 * _n1
+    _o1.partitions = list(struct.unpack_from(f">{_n2}i", data, pos))
+    pos += 4 * _n2
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicPartitions(_topic_id, _partitions), pos
+    return _o1, pos
 
 
 def _w_ShareGroupCurrentMemberAssignmentValue_v0(
@@ -180,48 +183,48 @@ def _r_ShareGroupCurrentMemberAssignmentValue_v0(
     data: bytes, pos: int
 ) -> tuple[ShareGroupCurrentMemberAssignmentValue, int]:
     _len = len(data)
-    _member_epoch, _previous_member_epoch, _state = _S_iib.unpack_from(data, pos)
+    _o1 = _new(ShareGroupCurrentMemberAssignmentValue)
+    _o1.member_epoch, _o1.previous_member_epoch, _o1.state = _S_iib.unpack_from(data, pos)
     pos += 9
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for assigned_partitions")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of assigned_partitions exceeds the bytes left")
-    _a2: list[TopicPartitions] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[TopicPartitions] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicPartitions)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _n6 = data[pos]
+        if _n6 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n6, pos = read_uvarint(data, pos)
+        _n6 -= 1
+        if _n6 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n4 > _len - pos:
+        if _n6 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s3_partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
-        pos += 4 * _n4
+        _o5.partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
+        pos += 4 * _n6
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicPartitions(_s3_topic_id, _s3_partitions))
-    _assigned_partitions = _a2
+        _a3.append(_o5)
+    _o1.assigned_partitions = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareGroupCurrentMemberAssignmentValue(
-        _member_epoch, _previous_member_epoch, _state, _assigned_partitions
-    ), pos
+    return _o1, pos
 
 
 ShareGroupCurrentMemberAssignmentKey._WRITERS = {14: _w_ShareGroupCurrentMemberAssignmentKey_v14}

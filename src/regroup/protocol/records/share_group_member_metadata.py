@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -84,25 +85,26 @@ def _w_ShareGroupMemberMetadataKey_v10(buf: bytearray, o: ShareGroupMemberMetada
 
 def _r_ShareGroupMemberMetadataKey_v10(data: bytes, pos: int) -> tuple[ShareGroupMemberMetadataKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ShareGroupMemberMetadataKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    (_n3,) = _I16.unpack_from(data, pos)
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    (_n4,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n3 < 0:
+    if _n4 < 0:
         raise DecodeError("invalid or null length for member_id")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("member_id overruns the buffer")
-    _member_id = data[pos:_end4].decode()
-    pos = _end4
-    return ShareGroupMemberMetadataKey(_group_id, _member_id), pos
+    _o1.member_id = data[pos:_end5].decode()
+    pos = _end5
+    return _o1, pos
 
 
 def _w_ShareGroupMemberMetadataValue_v0(buf: bytearray, o: ShareGroupMemberMetadataValue) -> None:
@@ -137,88 +139,89 @@ def _w_ShareGroupMemberMetadataValue_v0(buf: bytearray, o: ShareGroupMemberMetad
 
 def _r_ShareGroupMemberMetadataValue_v0(data: bytes, pos: int) -> tuple[ShareGroupMemberMetadataValue, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ShareGroupMemberMetadataValue)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
-        if _n1 != -1:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
+        if _n2 != -1:
             raise DecodeError("invalid length for rack_id")
-        _rack_id = None
+        _o1.rack_id = None
     else:
-        if _n1 > 0x7FFF:
+        if _n2 > 0x7FFF:
             raise DecodeError("rack_id is longer than 32767 bytes")
-        _end2 = pos + _n1
-        if _end2 > _len:
+        _end3 = pos + _n2
+        if _end3 > _len:
             raise DecodeError("rack_id overruns the buffer")
-        _rack_id = data[pos:_end2].decode()
-        pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+        _o1.rack_id = data[pos:_end3].decode()
+        pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null length for client_id")
-    if _n3 > 0x7FFF:
+    if _n4 > 0x7FFF:
         raise DecodeError("client_id is longer than 32767 bytes")
-    _end4 = pos + _n3
-    if _end4 > _len:
+    _end5 = pos + _n4
+    if _end5 > _len:
         raise DecodeError("client_id overruns the buffer")
-    _client_id = data[pos:_end4].decode()
-    pos = _end4
-    _n5 = data[pos]
-    if _n5 < 128:
+    _o1.client_id = data[pos:_end5].decode()
+    pos = _end5
+    _n6 = data[pos]
+    if _n6 < 128:
         pos += 1
     else:
-        _n5, pos = read_uvarint(data, pos)
-    _n5 -= 1
-    if _n5 < 0:
+        _n6, pos = read_uvarint(data, pos)
+    _n6 -= 1
+    if _n6 < 0:
         raise DecodeError("invalid or null length for client_host")
-    if _n5 > 0x7FFF:
+    if _n6 > 0x7FFF:
         raise DecodeError("client_host is longer than 32767 bytes")
-    _end6 = pos + _n5
-    if _end6 > _len:
+    _end7 = pos + _n6
+    if _end7 > _len:
         raise DecodeError("client_host overruns the buffer")
-    _client_host = data[pos:_end6].decode()
-    pos = _end6
-    _n7 = data[pos]
-    if _n7 < 128:
+    _o1.client_host = data[pos:_end7].decode()
+    pos = _end7
+    _n8 = data[pos]
+    if _n8 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n8, pos = read_uvarint(data, pos)
+    _n8 -= 1
+    if _n8 < 0:
         raise DecodeError("invalid or null array length for subscribed_topic_names")
-    if _n7 > _len - pos:
+    if _n8 > _len - pos:
         raise DecodeError("array count of subscribed_topic_names exceeds the bytes left")
-    _a8: list[str] = []
-    for _ in range(_n7):
-        _n10 = data[pos]
-        if _n10 < 128:
+    _a9: list[str] = []
+    for _ in range(_n8):
+        _n11 = data[pos]
+        if _n11 < 128:
             pos += 1
         else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
+            _n11, pos = read_uvarint(data, pos)
+        _n11 -= 1
+        if _n11 < 0:
             raise DecodeError("invalid or null length for subscribed_topic_names")
-        if _n10 > 0x7FFF:
+        if _n11 > 0x7FFF:
             raise DecodeError("subscribed_topic_names is longer than 32767 bytes")
-        _end11 = pos + _n10
-        if _end11 > _len:
+        _end12 = pos + _n11
+        if _end12 > _len:
             raise DecodeError("subscribed_topic_names overruns the buffer")
-        _e9 = data[pos:_end11].decode()
-        pos = _end11
-        _a8.append(_e9)
-    _subscribed_topic_names = _a8
+        _e10 = data[pos:_end12].decode()
+        pos = _end12
+        _a9.append(_e10)
+    _o1.subscribed_topic_names = _a9
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareGroupMemberMetadataValue(_rack_id, _client_id, _client_host, _subscribed_topic_names), pos
+    return _o1, pos
 
 
 ShareGroupMemberMetadataKey._WRITERS = {10: _w_ShareGroupMemberMetadataKey_v10}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -75,16 +76,17 @@ def _w_ShareGroupMetadataKey_v11(buf: bytearray, o: ShareGroupMetadataKey) -> No
 
 def _r_ShareGroupMetadataKey_v11(data: bytes, pos: int) -> tuple[ShareGroupMetadataKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ShareGroupMetadataKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    return ShareGroupMetadataKey(_group_id), pos
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    return _o1, pos
 
 
 def _w_ShareGroupMetadataValue_v0(buf: bytearray, o: ShareGroupMetadataValue) -> None:
@@ -94,13 +96,14 @@ def _w_ShareGroupMetadataValue_v0(buf: bytearray, o: ShareGroupMetadataValue) ->
 
 def _r_ShareGroupMetadataValue_v0(data: bytes, pos: int) -> tuple[ShareGroupMetadataValue, int]:
     _len = len(data)
-    (_epoch,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(ShareGroupMetadataValue)
+    (_o1.epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareGroupMetadataValue(_epoch), pos
+    return _o1, pos
 
 
 ShareGroupMetadataKey._WRITERS = {11: _w_ShareGroupMetadataKey_v11}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -119,16 +120,17 @@ def _w_ShareGroupPartitionMetadataKey_v9(buf: bytearray, o: ShareGroupPartitionM
 
 def _r_ShareGroupPartitionMetadataKey_v9(data: bytes, pos: int) -> tuple[ShareGroupPartitionMetadataKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ShareGroupPartitionMetadataKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    return ShareGroupPartitionMetadataKey(_group_id), pos
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    return _o1, pos
 
 
 def _w_PartitionMetadata_v0(buf: bytearray, o: PartitionMetadata) -> None:
@@ -146,42 +148,43 @@ def _w_PartitionMetadata_v0(buf: bytearray, o: PartitionMetadata) -> None:
 
 def _r_PartitionMetadata_v0(data: bytes, pos: int) -> tuple[PartitionMetadata, int]:
     _len = len(data)
-    (_partition,) = _S_i.unpack_from(data, pos)
+    _o1 = _new(PartitionMetadata)
+    (_o1.partition,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n1 = data[pos]
-    if _n1 < 128:
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for racks")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of racks exceeds the bytes left")
-    _a2: list[str] = []
-    for _ in range(_n1):
-        _n4 = data[pos]
-        if _n4 < 128:
+    _a3: list[str] = []
+    for _ in range(_n2):
+        _n5 = data[pos]
+        if _n5 < 128:
             pos += 1
         else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
+            _n5, pos = read_uvarint(data, pos)
+        _n5 -= 1
+        if _n5 < 0:
             raise DecodeError("invalid or null length for racks")
-        if _n4 > 0x7FFF:
+        if _n5 > 0x7FFF:
             raise DecodeError("racks is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
+        _end6 = pos + _n5
+        if _end6 > _len:
             raise DecodeError("racks overruns the buffer")
-        _e3 = data[pos:_end5].decode()
-        pos = _end5
-        _a2.append(_e3)
-    _racks = _a2
+        _e4 = data[pos:_end6].decode()
+        pos = _end6
+        _a3.append(_e4)
+    _o1.racks = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return PartitionMetadata(_partition, _racks), pos
+    return _o1, pos
 
 
 def _w_TopicMetadata_v0(buf: bytearray, o: TopicMetadata) -> None:
@@ -201,80 +204,82 @@ def _w_TopicMetadata_v0(buf: bytearray, o: TopicMetadata) -> None:
 
 def _r_TopicMetadata_v0(data: bytes, pos: int) -> tuple[TopicMetadata, int]:
     _len = len(data)
+    _o1 = _new(TopicMetadata)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    (_num_partitions,) = _S_i.unpack_from(data, pos)
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    (_o1.num_partitions,) = _S_i.unpack_from(data, pos)
     pos += 4
-    _n3 = data[pos]
-    if _n3 < 128:
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partition_metadata")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partition_metadata exceeds the bytes left")
-    _a4: list[PartitionMetadata] = []
-    for _ in range(_n3):
-        (_s5_partition,) = _S_i.unpack_from(data, pos)
+    _a5: list[PartitionMetadata] = []
+    for _ in range(_n4):
+        _o7 = _new(PartitionMetadata)
+        (_o7.partition,) = _S_i.unpack_from(data, pos)
         pos += 4
-        _n6 = data[pos]
-        if _n6 < 128:
+        _n8 = data[pos]
+        if _n8 < 128:
             pos += 1
         else:
-            _n6, pos = read_uvarint(data, pos)
-        _n6 -= 1
-        if _n6 < 0:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for racks")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of racks exceeds the bytes left")
-        _a7: list[str] = []
-        for _ in range(_n6):
-            _n9 = data[pos]
-            if _n9 < 128:
+        _a9: list[str] = []
+        for _ in range(_n8):
+            _n11 = data[pos]
+            if _n11 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n11, pos = read_uvarint(data, pos)
+            _n11 -= 1
+            if _n11 < 0:
                 raise DecodeError("invalid or null length for racks")
-            if _n9 > 0x7FFF:
+            if _n11 > 0x7FFF:
                 raise DecodeError("racks is longer than 32767 bytes")
-            _end10 = pos + _n9
-            if _end10 > _len:
+            _end12 = pos + _n11
+            if _end12 > _len:
                 raise DecodeError("racks overruns the buffer")
-            _e8 = data[pos:_end10].decode()
-            pos = _end10
-            _a7.append(_e8)
-        _s5_racks = _a7
+            _e10 = data[pos:_end12].decode()
+            pos = _end12
+            _a9.append(_e10)
+        _o7.racks = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a4.append(PartitionMetadata(_s5_partition, _s5_racks))
-    _partition_metadata = _a4
+        _a5.append(_o7)
+    _o1.partition_metadata = _a5
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicMetadata(_topic_id, _topic_name, _num_partitions, _partition_metadata), pos
+    return _o1, pos
 
 
 def _w_ShareGroupPartitionMetadataValue_v0(buf: bytearray, o: ShareGroupPartitionMetadataValue) -> None:
@@ -289,38 +294,23 @@ def _r_ShareGroupPartitionMetadataValue_v0(
     data: bytes, pos: int
 ) -> tuple[ShareGroupPartitionMetadataValue, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ShareGroupPartitionMetadataValue)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of topics exceeds the bytes left")
-    _a2: list[TopicMetadata] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[TopicMetadata] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicMetadata)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
-        (_s3_num_partitions,) = _S_i.unpack_from(data, pos)
-        pos += 4
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -328,59 +318,77 @@ def _r_ShareGroupPartitionMetadataValue_v0(
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        (_o5.num_partitions,) = _S_i.unpack_from(data, pos)
+        pos += 4
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partition_metadata")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partition_metadata exceeds the bytes left")
-        _a7: list[PartitionMetadata] = []
-        for _ in range(_n6):
-            (_s8_partition,) = _S_i.unpack_from(data, pos)
+        _a9: list[PartitionMetadata] = []
+        for _ in range(_n8):
+            _o11 = _new(PartitionMetadata)
+            (_o11.partition,) = _S_i.unpack_from(data, pos)
             pos += 4
-            _n9 = data[pos]
-            if _n9 < 128:
+            _n12 = data[pos]
+            if _n12 < 128:
                 pos += 1
             else:
-                _n9, pos = read_uvarint(data, pos)
-            _n9 -= 1
-            if _n9 < 0:
+                _n12, pos = read_uvarint(data, pos)
+            _n12 -= 1
+            if _n12 < 0:
                 raise DecodeError("invalid or null array length for racks")
-            if _n9 > _len - pos:
+            if _n12 > _len - pos:
                 raise DecodeError("array count of racks exceeds the bytes left")
-            _a10: list[str] = []
-            for _ in range(_n9):
-                _n12 = data[pos]
-                if _n12 < 128:
+            _a13: list[str] = []
+            for _ in range(_n12):
+                _n15 = data[pos]
+                if _n15 < 128:
                     pos += 1
                 else:
-                    _n12, pos = read_uvarint(data, pos)
-                _n12 -= 1
-                if _n12 < 0:
+                    _n15, pos = read_uvarint(data, pos)
+                _n15 -= 1
+                if _n15 < 0:
                     raise DecodeError("invalid or null length for racks")
-                if _n12 > 0x7FFF:
+                if _n15 > 0x7FFF:
                     raise DecodeError("racks is longer than 32767 bytes")
-                _end13 = pos + _n12
-                if _end13 > _len:
+                _end16 = pos + _n15
+                if _end16 > _len:
                     raise DecodeError("racks overruns the buffer")
-                _e11 = data[pos:_end13].decode()
-                pos = _end13
-                _a10.append(_e11)
-            _s8_racks = _a10
+                _e14 = data[pos:_end16].decode()
+                pos = _end16
+                _a13.append(_e14)
+            _o11.racks = _a13
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
                 pos += 1
-            _a7.append(PartitionMetadata(_s8_partition, _s8_racks))
-        _s3_partition_metadata = _a7
+            _a9.append(_o11)
+        _o5.partition_metadata = _a9
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicMetadata(_s3_topic_id, _s3_topic_name, _s3_num_partitions, _s3_partition_metadata))
-    _topics = _a2
+        _a3.append(_o5)
+    _o1.topics = _a3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareGroupPartitionMetadataValue(_topics), pos
+    return _o1, pos
 
 
 ShareGroupPartitionMetadataKey._WRITERS = {9: _w_ShareGroupPartitionMetadataKey_v9}

@@ -24,6 +24,7 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -121,16 +122,17 @@ def _r_ShareGroupStatePartitionMetadataKey_v15(
     data: bytes, pos: int
 ) -> tuple[ShareGroupStatePartitionMetadataKey, int]:
     _len = len(data)
-    (_n1,) = _I16.unpack_from(data, pos)
+    _o1 = _new(ShareGroupStatePartitionMetadataKey)
+    (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
-    if _n1 < 0:
+    if _n2 < 0:
         raise DecodeError("invalid or null length for group_id")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("group_id overruns the buffer")
-    _group_id = data[pos:_end2].decode()
-    pos = _end2
-    return ShareGroupStatePartitionMetadataKey(_group_id), pos
+    _o1.group_id = data[pos:_end3].decode()
+    pos = _end3
+    return _o1, pos
 
 
 def _w_TopicPartitionsInfo_v0(buf: bytearray, o: TopicPartitionsInfo) -> None:
@@ -148,41 +150,42 @@ def _w_TopicPartitionsInfo_v0(buf: bytearray, o: TopicPartitionsInfo) -> None:
 
 def _r_TopicPartitionsInfo_v0(data: bytes, pos: int) -> tuple[TopicPartitionsInfo, int]:
     _len = len(data)
+    _o1 = _new(TopicPartitionsInfo)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
-    _n3 = data[pos]
-    if _n3 < 128:
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
+    _n4 = data[pos]
+    if _n4 < 128:
         pos += 1
     else:
-        _n3, pos = read_uvarint(data, pos)
-    _n3 -= 1
-    if _n3 < 0:
+        _n4, pos = read_uvarint(data, pos)
+    _n4 -= 1
+    if _n4 < 0:
         raise DecodeError("invalid or null array length for partitions")
-    if _n3 > _len - pos:
+    if _n4 > _len - pos:
         raise DecodeError("array count of partitions exceeds the bytes left")
-    _partitions = list(struct.unpack_from(f">{_n3}i", data, pos))
-    pos += 4 * _n3
+    _o1.partitions = list(struct.unpack_from(f">{_n4}i", data, pos))
+    pos += 4 * _n4
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicPartitionsInfo(_topic_id, _topic_name, _partitions), pos
+    return _o1, pos
 
 
 def _w_TopicInfo_v0(buf: bytearray, o: TopicInfo) -> None:
@@ -197,29 +200,30 @@ def _w_TopicInfo_v0(buf: bytearray, o: TopicInfo) -> None:
 
 def _r_TopicInfo_v0(data: bytes, pos: int) -> tuple[TopicInfo, int]:
     _len = len(data)
+    _o1 = _new(TopicInfo)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _topic_id = uuid.UUID(bytes=_topic_id_raw)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null length for topic_name")
-    if _n1 > 0x7FFF:
+    if _n2 > 0x7FFF:
         raise DecodeError("topic_name is longer than 32767 bytes")
-    _end2 = pos + _n1
-    if _end2 > _len:
+    _end3 = pos + _n2
+    if _end3 > _len:
         raise DecodeError("topic_name overruns the buffer")
-    _topic_name = data[pos:_end2].decode()
-    pos = _end2
+    _o1.topic_name = data[pos:_end3].decode()
+    pos = _end3
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return TopicInfo(_topic_id, _topic_name), pos
+    return _o1, pos
 
 
 def _w_ShareGroupStatePartitionMetadataValue_v0(
@@ -240,36 +244,23 @@ def _r_ShareGroupStatePartitionMetadataValue_v0(
     data: bytes, pos: int
 ) -> tuple[ShareGroupStatePartitionMetadataValue, int]:
     _len = len(data)
-    _n1 = data[pos]
-    if _n1 < 128:
+    _o1 = _new(ShareGroupStatePartitionMetadataValue)
+    _n2 = data[pos]
+    if _n2 < 128:
         pos += 1
     else:
-        _n1, pos = read_uvarint(data, pos)
-    _n1 -= 1
-    if _n1 < 0:
+        _n2, pos = read_uvarint(data, pos)
+    _n2 -= 1
+    if _n2 < 0:
         raise DecodeError("invalid or null array length for initialized_topics")
-    if _n1 > _len - pos:
+    if _n2 > _len - pos:
         raise DecodeError("array count of initialized_topics exceeds the bytes left")
-    _a2: list[TopicPartitionsInfo] = []
-    for _ in range(_n1):
-        (_s3_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a3: list[TopicPartitionsInfo] = []
+    for _ in range(_n2):
+        _o5 = _new(TopicPartitionsInfo)
+        (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s3_topic_id = uuid.UUID(bytes=_s3_topic_id_raw)
-        _n4 = data[pos]
-        if _n4 < 128:
-            pos += 1
-        else:
-            _n4, pos = read_uvarint(data, pos)
-        _n4 -= 1
-        if _n4 < 0:
-            raise DecodeError("invalid or null length for topic_name")
-        if _n4 > 0x7FFF:
-            raise DecodeError("topic_name is longer than 32767 bytes")
-        _end5 = pos + _n4
-        if _end5 > _len:
-            raise DecodeError("topic_name overruns the buffer")
-        _s3_topic_name = data[pos:_end5].decode()
-        pos = _end5
+        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -277,58 +268,74 @@ def _r_ShareGroupStatePartitionMetadataValue_v0(
             _n6, pos = read_uvarint(data, pos)
         _n6 -= 1
         if _n6 < 0:
+            raise DecodeError("invalid or null length for topic_name")
+        if _n6 > 0x7FFF:
+            raise DecodeError("topic_name is longer than 32767 bytes")
+        _end7 = pos + _n6
+        if _end7 > _len:
+            raise DecodeError("topic_name overruns the buffer")
+        _o5.topic_name = data[pos:_end7].decode()
+        pos = _end7
+        _n8 = data[pos]
+        if _n8 < 128:
+            pos += 1
+        else:
+            _n8, pos = read_uvarint(data, pos)
+        _n8 -= 1
+        if _n8 < 0:
             raise DecodeError("invalid or null array length for partitions")
-        if _n6 > _len - pos:
+        if _n8 > _len - pos:
             raise DecodeError("array count of partitions exceeds the bytes left")
-        _s3_partitions = list(struct.unpack_from(f">{_n6}i", data, pos))
-        pos += 4 * _n6
+        _o5.partitions = list(struct.unpack_from(f">{_n8}i", data, pos))
+        pos += 4 * _n8
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a2.append(TopicPartitionsInfo(_s3_topic_id, _s3_topic_name, _s3_partitions))
-    _initialized_topics = _a2
-    _n7 = data[pos]
-    if _n7 < 128:
+        _a3.append(_o5)
+    _o1.initialized_topics = _a3
+    _n9 = data[pos]
+    if _n9 < 128:
         pos += 1
     else:
-        _n7, pos = read_uvarint(data, pos)
-    _n7 -= 1
-    if _n7 < 0:
+        _n9, pos = read_uvarint(data, pos)
+    _n9 -= 1
+    if _n9 < 0:
         raise DecodeError("invalid or null array length for deleting_topics")
-    if _n7 > _len - pos:
+    if _n9 > _len - pos:
         raise DecodeError("array count of deleting_topics exceeds the bytes left")
-    _a8: list[TopicInfo] = []
-    for _ in range(_n7):
-        (_s9_topic_id_raw,) = _S_16s.unpack_from(data, pos)
+    _a10: list[TopicInfo] = []
+    for _ in range(_n9):
+        _o12 = _new(TopicInfo)
+        (_s11_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _s9_topic_id = uuid.UUID(bytes=_s9_topic_id_raw)
-        _n10 = data[pos]
-        if _n10 < 128:
+        _o12.topic_id = uuid.UUID(bytes=_s11_topic_id_raw)
+        _n13 = data[pos]
+        if _n13 < 128:
             pos += 1
         else:
-            _n10, pos = read_uvarint(data, pos)
-        _n10 -= 1
-        if _n10 < 0:
+            _n13, pos = read_uvarint(data, pos)
+        _n13 -= 1
+        if _n13 < 0:
             raise DecodeError("invalid or null length for topic_name")
-        if _n10 > 0x7FFF:
+        if _n13 > 0x7FFF:
             raise DecodeError("topic_name is longer than 32767 bytes")
-        _end11 = pos + _n10
-        if _end11 > _len:
+        _end14 = pos + _n13
+        if _end14 > _len:
             raise DecodeError("topic_name overruns the buffer")
-        _s9_topic_name = data[pos:_end11].decode()
-        pos = _end11
+        _o12.topic_name = data[pos:_end14].decode()
+        pos = _end14
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
             pos += 1
-        _a8.append(TopicInfo(_s9_topic_id, _s9_topic_name))
-    _deleting_topics = _a8
+        _a10.append(_o12)
+    _o1.deleting_topics = _a10
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
         pos += 1
-    return ShareGroupStatePartitionMetadataValue(_initialized_topics, _deleting_topics), pos
+    return _o1, pos
 
 
 ShareGroupStatePartitionMetadataKey._WRITERS = {15: _w_ShareGroupStatePartitionMetadataKey_v15}
