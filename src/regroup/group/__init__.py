@@ -1,1 +1,8 @@
-"""regroup.group."""
+"""The pure classic consumer-group coordinator core: groups, offsets and their records, one shard per
+``__consumer_offsets`` partition (see :mod:`regroup.group.shard` for the surface the runtime drives)."""
+
+from regroup.group.config import GroupConfig, partition_for
+from regroup.group.context import MemberIdFactory, RequestContext
+from regroup.group.shard import GroupShard
+
+__all__ = ["GroupConfig", "GroupShard", "MemberIdFactory", "RequestContext", "partition_for"]

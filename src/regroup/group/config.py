@@ -1,0 +1,64 @@
+"""Coordinator settings the core needs (Kafka's names and defaults) and the group → partition mapping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "NEW_MEMBER_JOIN_TIMEOUT_MS",
+    "GroupConfig",
+    "java_string_hash",
+    "partition_for",
+]
+
+NEW_MEMBER_JOIN_TIMEOUT_MS: Final = 5 * 60 * 1000
+"""Kafka's fixed (not configurable) join timeout of a brand-new member with a parked JoinGroup."""
+
+_INT32_MIN: Final = -(2**31)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """The ``group.*`` / ``offsets.*`` settings of one coordinator (defaults are Kafka's)."""
+
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_max_size: int = 2**31 - 1
+    offsets_retention_ms: int = 10080 * 60_000  # offsets.retention.minutes = 7 days
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    offsets_topic_num_partitions: int = 50
+    new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    rebalance_history_size: int = 32
+    """How many generation records :meth:`GroupShard.group_history` keeps per group (regroup-only)."""
+
+    def __post_init__(self) -> None:
+        if self.group_max_size < 1:
+            raise ValueError("group.max.size must be at least 1")
+        if self.offsets_topic_num_partitions < 1:
+            raise ValueError("offsets.topic.num.partitions must be at least 1")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+        if self.rebalance_history_size < 1:
+            raise ValueError("rebalance_history_size must be at least 1")
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.offsets_topic_num_partitions)
+
+
+def java_string_hash(value: str) -> int:
+    """Java's ``String.hashCode``: Σ s[i]·31^(n−1−i) over UTF-16 code units, with int32 overflow."""
+    units = value.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """The ``__consumer_offsets`` partition owning ``group_id`` (Kafka's ``Utils.abs(hash) % n``, where
+    ``abs(Integer.MIN_VALUE)`` is 0)."""
+    h = java_string_hash(group_id)
+    return (0 if h == _INT32_MIN else abs(h)) % num_partitions

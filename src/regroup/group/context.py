@@ -1,0 +1,30 @@
+"""What the core needs to know about the request being handled, besides the request itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from regroup.group.effects import Ticket
+
+__all__ = ["MemberIdFactory", "RequestContext"]
+
+MemberIdFactory = Callable[[str], str]
+"""``factory(prefix) -> f"{prefix}-{uuid}"``. Kafka builds member ids as ``<client.id>-<uuid4>`` for
+dynamic members and ``<group.instance.id>-<uuid4>`` for static ones; the runtime passes a uuid4-based
+factory, tests a counter."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Per-request facts from the request header and the connection.
+
+    ``client_host`` is stored and reported verbatim (DescribeGroups, GroupMetadata records); Kafka renders
+    the peer address as ``InetAddress.toString()``, i.e. ``"/1.2.3.4"`` — the runtime should pass it in
+    that form. ``ticket`` identifies the request if the core parks it (JoinGroup, SyncGroup).
+    """
+
+    client_id: str
+    client_host: str
+    api_version: int
+    ticket: Ticket = 0

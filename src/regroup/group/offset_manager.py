@@ -1,0 +1,457 @@
+"""Committed offsets: OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, and retention/expiry.
+
+Offsets become visible only once their records are durable (they are stored from the append
+continuation), never before. Mirrors Kafka 4.x's ``OffsetMetadataManager`` for classic groups.
+
+TxnOffsetCommit: regroup has no transaction coordinator, so no producer can hold a transaction. A Kafka
+4.x broker (``transaction.partition.verification.enable=true``, the default) first verifies the producer
+with the transaction coordinator, which answers INVALID_PRODUCER_ID_MAPPING for a transactional id it has
+no state for; the coordinator never sees the commit. regroup answers every partition that way (after the
+INVALID_GROUP_ID check Kafka's service does first), writes nothing and creates no group. Hence there are
+never pending transactional offsets: RequireStable fetches never see UNSTABLE_OFFSET_COMMIT and nothing
+blocks expiration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from regroup.group.classic_group import ClassicGroup
+from regroup.group.config import GroupConfig
+from regroup.group.context import RequestContext
+from regroup.group.effects import Result
+from regroup.group.group_manager import GroupManager
+from regroup.group.outcome import Outcome
+from regroup.group.records import (
+    OffsetAndMetadata,
+    group_metadata_tombstone,
+    offset_commit_record,
+    offset_commit_tombstone,
+)
+from regroup.group.state import GroupState
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.messages.offset_commit import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
+from regroup.protocol.messages.offset_delete import (
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
+)
+from regroup.protocol.messages.offset_fetch import (
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopics,
+)
+from regroup.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
+
+__all__ = ["TXN_OFFSET_COMMIT_ERROR", "OffsetManager", "OffsetStore", "metadata_length"]
+
+TXN_OFFSET_COMMIT_ERROR = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+_NO_RETENTION = -1
+_NO_TIMESTAMP = -1
+
+
+def metadata_length(metadata: str | None) -> int:
+    """Length as Java's ``String.length()`` counts it (UTF-16 code units); null counts as empty."""
+    if not metadata:
+        return 0
+    return len(metadata.encode("utf-16-le", "surrogatepass")) // 2
+
+
+class OffsetStore:
+    """group id → topic → partition → committed offset; empty maps are dropped."""
+
+    def __init__(self) -> None:
+        self._by_group: dict[str, dict[str, dict[int, OffsetAndMetadata]]] = {}
+
+    def get(self, group_id: str, topic: str, partition: int) -> OffsetAndMetadata | None:
+        return self._by_group.get(group_id, {}).get(topic, {}).get(partition)
+
+    def put(self, group_id: str, topic: str, partition: int, offset: OffsetAndMetadata) -> None:
+        self._by_group.setdefault(group_id, {}).setdefault(topic, {})[partition] = offset
+
+    def remove(self, group_id: str, topic: str, partition: int) -> None:
+        topics = self._by_group.get(group_id)
+        if topics is None:
+            return
+        partitions = topics.get(topic)
+        if partitions is None:
+            return
+        partitions.pop(partition, None)
+        if not partitions:
+            del topics[topic]
+        if not topics:
+            del self._by_group[group_id]
+
+    def has_offsets(self, group_id: str) -> bool:
+        return group_id in self._by_group
+
+    def group_offsets(self, group_id: str) -> Iterator[tuple[str, int, OffsetAndMetadata]]:
+        for topic, partitions in self._by_group.get(group_id, {}).items():
+            for partition, offset in partitions.items():
+                yield topic, partition, offset
+
+    def topics(self, group_id: str) -> dict[str, dict[int, OffsetAndMetadata]]:
+        return self._by_group.get(group_id, {})
+
+
+class OffsetManager:
+    def __init__(self, config: GroupConfig, groups: GroupManager) -> None:
+        self.config = config
+        self.store = OffsetStore()
+        self._groups = groups
+
+    # ------------------------------------------------------------------------------------------ commit
+
+    def offset_commit(
+        self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int
+    ) -> Result[OffsetCommitResponse]:
+        version = ctx.api_version
+        generation_id = req.generation_id_or_member_epoch if version >= 1 else -1
+        member_id = req.member_id if version >= 1 else ""
+        instance_id = req.group_instance_id if version >= 7 else None
+        group_id = req.group_id
+        out = Outcome()
+
+        group = self._groups.groups.get(group_id)
+        created: ClassicGroup | None = None
+        if group is None:
+            if generation_id < 0:
+                # An admin client or a consumer without group management: a "simple" group is created.
+                group = created = self._groups.create_simple_group(group_id, now_ms)
+            else:
+                # v9 says so plainly; older versions keep their historical answer.
+                unknown = ErrorCode.GROUP_ID_NOT_FOUND if version >= 9 else ErrorCode.ILLEGAL_GENERATION
+                return Result(reply=_commit_error_response(req, unknown))
+        invalid = _validate_offset_commit(group, member_id, instance_id, generation_id, transactional=False)
+        if invalid is not None:
+            return Result(reply=_commit_error_response(req, invalid))
+        if group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # A commit keeps the member's session alive in these states.
+            self._groups.reschedule_session(out, group, member_id, now_ms)
+
+        expire_ms = (
+            now_ms + req.retention_time_ms
+            if 2 <= version <= 4 and req.retention_time_ms != _NO_RETENTION
+            else None
+        )
+        response = OffsetCommitResponse()
+        accepted: list[tuple[str, int, OffsetAndMetadata]] = []
+        for topic in req.topics:
+            topic_response = OffsetCommitResponseTopic(name=topic.name)
+            response.topics.append(topic_response)
+            for partition in topic.partitions:
+                partition_error = ErrorCode.NONE
+                if metadata_length(partition.committed_metadata) > self.config.offset_metadata_max_bytes:
+                    partition_error = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                else:
+                    commit_timestamp = (
+                        partition.commit_timestamp
+                        if version == 1 and partition.commit_timestamp != _NO_TIMESTAMP
+                        else now_ms
+                    )
+                    epoch = partition.committed_leader_epoch if version >= 6 else -1
+                    offset = OffsetAndMetadata(
+                        offset=partition.committed_offset,
+                        leader_epoch=None if epoch == -1 else epoch,
+                        metadata=partition.committed_metadata or "",
+                        commit_timestamp_ms=commit_timestamp,
+                        expire_timestamp_ms=expire_ms,
+                    )
+                    accepted.append((topic.name, partition.partition_index, offset))
+                    out.records.append(
+                        offset_commit_record(group_id, topic.name, partition.partition_index, offset)
+                    )
+                topic_response.partitions.append(
+                    OffsetCommitResponsePartition(
+                        partition_index=partition.partition_index, error_code=partition_error.value
+                    )
+                )
+
+        def stored(error: ErrorCode | None, _after: Outcome) -> None:
+            if error is None:
+                for topic_name, partition_index, offset in accepted:
+                    self.store.put(group_id, topic_name, partition_index, offset)
+            elif (
+                created is not None
+                and self._groups.groups.get(group_id) is created
+                and not self.store.has_offsets(group_id)
+            ):
+                del self._groups.groups[group_id]
+
+        out.after_append(stored)
+
+        def failure(error: ErrorCode) -> OffsetCommitResponse:
+            return _commit_error_response(req, error)
+
+        return out.result(response, failure)
+
+    def txn_offset_commit(
+        self, ctx: RequestContext, req: TxnOffsetCommitRequest, now_ms: int
+    ) -> Result[TxnOffsetCommitResponse]:
+        error = ErrorCode.INVALID_GROUP_ID if not req.group_id else TXN_OFFSET_COMMIT_ERROR
+        return Result(
+            reply=TxnOffsetCommitResponse(
+                topics=[
+                    TxnOffsetCommitResponseTopic(
+                        name=topic.name,
+                        partitions=[
+                            TxnOffsetCommitResponsePartition(
+                                partition_index=p.partition_index, error_code=error.value
+                            )
+                            for p in topic.partitions
+                        ],
+                    )
+                    for topic in req.topics
+                ]
+            )
+        )
+
+    # ------------------------------------------------------------------------------------------ fetch
+
+    def offset_fetch(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None
+    ) -> OffsetFetchResponseGroup:
+        group = self._groups.groups.get(group_id)
+        # Unknown and Dead groups are not errors for classic groups: every partition is "no offset".
+        known = group is not None and not group.is_in(GroupState.DEAD)
+        result = OffsetFetchResponseGroup(group_id=group_id)
+        if topics is None:
+            if known:
+                for topic, partitions in self.store.topics(group_id).items():
+                    result.topics.append(
+                        OffsetFetchResponseTopics(
+                            name=topic, partitions=[_fetched(p, o) for p, o in partitions.items()]
+                        )
+                    )
+            return result
+        for topic, partition_ids in topics:
+            result.topics.append(
+                OffsetFetchResponseTopics(
+                    name=topic,
+                    partitions=[
+                        _fetched(p, self.store.get(group_id, topic, p) if known else None)
+                        for p in partition_ids
+                    ],
+                )
+            )
+        return result
+
+    # ------------------------------------------------------------------------------------------ delete
+
+    def offset_delete(self, req: OffsetDeleteRequest) -> Result[OffsetDeleteResponse]:
+        group_id = req.group_id
+        if not group_id:
+            return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.INVALID_GROUP_ID.value))
+        group = self._groups.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND.value))
+        if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol:
+            return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP.value))
+        out = Outcome()
+        response = OffsetDeleteResponse()
+        deleted: list[tuple[str, int]] = []
+        for topic in req.topics:
+            subscribed = group.is_subscribed_to_topic(topic.name)
+            partitions = []
+            for p in topic.partitions:
+                if subscribed:
+                    partitions.append(
+                        OffsetDeleteResponsePartition(
+                            partition_index=p.partition_index,
+                            error_code=ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC.value,
+                        )
+                    )
+                    continue
+                partitions.append(OffsetDeleteResponsePartition(partition_index=p.partition_index))
+                if self.store.get(group_id, topic.name, p.partition_index) is not None:
+                    out.records.append(offset_commit_tombstone(group_id, topic.name, p.partition_index))
+                    deleted.append((topic.name, p.partition_index))
+            response.topics.append(OffsetDeleteResponseTopic(name=topic.name, partitions=partitions))
+
+        def applied(error: ErrorCode | None, _after: Outcome) -> None:
+            if error is None:
+                for topic_name, partition_index in deleted:
+                    self.store.remove(group_id, topic_name, partition_index)
+
+        out.after_append(applied)
+
+        def failure(error: ErrorCode) -> OffsetDeleteResponse:
+            return OffsetDeleteResponse(error_code=error.value)
+
+        return out.result(response, failure)
+
+    def delete_all_offsets(self, out: Outcome, group_id: str) -> list[tuple[str, int]]:
+        """Tombstones for every committed offset of the group; returns what to drop once durable."""
+        doomed = [(topic, partition) for topic, partition, _ in self.store.group_offsets(group_id)]
+        for topic, partition in doomed:
+            out.records.append(offset_commit_tombstone(group_id, topic, partition))
+        return doomed
+
+    def on_partitions_deleted(self, out: Outcome, partitions: Sequence[tuple[str, int]]) -> None:
+        """Tombstone every group's offsets of deleted topic partitions (Kafka's ``onPartitionsDeleted``)."""
+        wanted: dict[str, set[int]] = {}
+        for topic, partition in partitions:
+            wanted.setdefault(topic, set()).add(partition)
+        doomed: list[tuple[str, str, int]] = []
+        for group_id in list(self._groups.groups):
+            for topic, by_partition in self.store.topics(group_id).items():
+                for partition in sorted(wanted.get(topic, set()) & by_partition.keys()):
+                    out.records.append(offset_commit_tombstone(group_id, topic, partition))
+                    doomed.append((group_id, topic, partition))
+
+        def applied(error: ErrorCode | None, _after: Outcome) -> None:
+            if error is None:
+                for group_id, topic, partition in doomed:
+                    self.store.remove(group_id, topic, partition)
+
+        out.after_append(applied)
+
+    # ------------------------------------------------------------------------------------------ expiry
+
+    def expire(self, out: Outcome, now_ms: int) -> Callable[[ErrorCode | None, Outcome], None]:
+        """One pass of the offset/group expiration job; returns the continuation applying it."""
+        expired_offsets: list[tuple[str, str, int]] = []
+        expired_groups: list[str] = []
+        for group_id, group in list(self._groups.groups.items()):
+            all_expired = self._expire_group_offsets(out, group, now_ms, expired_offsets)
+            if all_expired and group.is_in(GroupState.EMPTY):
+                # No offsets left (or never any): the Empty group goes too.
+                out.records.append(group_metadata_tombstone(group_id))
+                expired_groups.append(group_id)
+
+        def applied(error: ErrorCode | None, after: Outcome) -> None:
+            if error is not None:
+                return  # retried at the next pass
+            for group_id, topic, partition in expired_offsets:
+                self.store.remove(group_id, topic, partition)
+            for group_id in expired_groups:
+                self._groups.remove_group(after, group_id)
+
+        return applied
+
+    def _expire_group_offsets(
+        self, out: Outcome, group: ClassicGroup, now_ms: int, expired: list[tuple[str, str, int]]
+    ) -> bool:
+        """Tombstone the group's expired offsets; True when the group has no offsets left afterwards."""
+        group_id = group.group_id
+        if not self.store.has_offsets(group_id):
+            return True
+        base = _expiration_base(group)
+        if base is None:
+            return False
+        retention_ms = self.config.offsets_retention_ms
+        all_expired = True
+        for topic, partitions in self.store.topics(group_id).items():
+            if group.is_subscribed_to_topic(topic):
+                all_expired = False
+                continue
+            for partition, offset in partitions.items():
+                if offset.expire_timestamp_ms is not None:
+                    # Explicit expire timestamp (OffsetCommit v2-v4 retention): old semantics.
+                    is_expired = now_ms >= offset.expire_timestamp_ms
+                else:
+                    is_expired = now_ms - base(offset) >= retention_ms
+                if is_expired:
+                    out.records.append(offset_commit_tombstone(group_id, topic, partition))
+                    expired.append((group_id, topic, partition))
+                else:
+                    all_expired = False
+        return all_expired
+
+    # ------------------------------------------------------------------------------------------ load
+
+    def replay(self, group_id: str, topic: str, partition: int, offset: OffsetAndMetadata | None) -> None:
+        if offset is None:
+            self.store.remove(group_id, topic, partition)
+            return
+        if group_id not in self._groups.groups:
+            # Offsets without group metadata: a simple group (its creation time is not in the log).
+            self._groups.create_simple_group(group_id, None)
+        self.store.put(group_id, topic, partition, offset)
+
+
+def _expiration_base(group: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
+    """The timestamp retention counts from, per offset, or None when the group's offsets do not expire
+    (Kafka's ``ClassicGroup.offsetExpirationCondition``)."""
+    if group.protocol_type is None:
+        return lambda offset: offset.commit_timestamp_ms  # simple group
+    if group.is_in(GroupState.EMPTY):
+        # Retention runs from when the group became Empty (unknown for old records: commit time).
+        became_empty = group.current_state_timestamp_ms
+        if became_empty is None:
+            return lambda offset: offset.commit_timestamp_ms
+        return lambda offset: became_empty
+    if (
+        group.uses_consumer_protocol
+        and group.subscribed_topics is not None
+        and group.is_in(GroupState.STABLE)
+    ):
+        return lambda offset: offset.commit_timestamp_ms  # only unsubscribed topics are considered
+    return None
+
+
+def _validate_offset_commit(
+    group: ClassicGroup,
+    member_id: str,
+    instance_id: str | None,
+    generation_id: int,
+    *,
+    transactional: bool,
+) -> ErrorCode | None:
+    """Kafka's ``ClassicGroup.validateOffsetCommit``."""
+    if group.is_in(GroupState.DEAD):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if generation_id < 0 and group.is_in(GroupState.EMPTY):
+        return None  # admin client / manual assignment committing to an empty group
+    if generation_id >= 0 or member_id or instance_id is not None:
+        error = group.validate_member(member_id, instance_id)
+        if error is not None:
+            return error
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+    elif not transactional and not group.is_in(GroupState.EMPTY):
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if not transactional and group.is_in(GroupState.COMPLETING_REBALANCE):
+        # The member knows the new generation but has no assignment yet.
+        return ErrorCode.REBALANCE_IN_PROGRESS
+    return None
+
+
+def _commit_error_response(req: OffsetCommitRequest, error: ErrorCode) -> OffsetCommitResponse:
+    return OffsetCommitResponse(
+        topics=[
+            OffsetCommitResponseTopic(
+                name=topic.name,
+                partitions=[
+                    OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error.value)
+                    for p in topic.partitions
+                ],
+            )
+            for topic in req.topics
+        ]
+    )
+
+
+def _fetched(partition: int, offset: OffsetAndMetadata | None) -> OffsetFetchResponsePartitions:
+    if offset is None:
+        return OffsetFetchResponsePartitions(
+            partition_index=partition, committed_offset=-1, committed_leader_epoch=-1, metadata=""
+        )
+    return OffsetFetchResponsePartitions(
+        partition_index=partition,
+        committed_offset=offset.offset,
+        committed_leader_epoch=-1 if offset.leader_epoch is None else offset.leader_epoch,
+        metadata=offset.metadata,
+    )

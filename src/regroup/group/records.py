@@ -1,0 +1,258 @@
+"""``__consumer_offsets`` records of classic groups: building them (byte-identical to Kafka's) and reading
+them back on load.
+
+Keys are an int16 record type followed by the key struct: type 1 (0 also readable) for offset commits,
+type 2 for group metadata. Values are an int16 version followed by the value struct; a ``None`` value is a
+tombstone. Written versions follow Kafka 4.x (``MetadataVersion`` ≥ 2.3): GroupMetadataValue v3;
+OffsetCommitValue v3, or v1 when the commit carries an explicit expire timestamp. Every readable version
+is accepted on load (offset values v0–v4, group metadata values v0–v4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
+from regroup.group.effects import Record
+from regroup.group.state import GroupState
+from regroup.protocol.primitives import I16, DecodeError
+from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue, MemberMetadata
+from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
+
+__all__ = [
+    "GROUP_METADATA_RECORD_TYPE",
+    "GROUP_METADATA_VALUE_VERSION",
+    "OFFSET_COMMIT_RECORD_TYPE",
+    "DecodedGroupMetadata",
+    "DecodedOffsetCommit",
+    "IgnoredRecord",
+    "OffsetAndMetadata",
+    "RecordError",
+    "decode_record",
+    "empty_group_metadata_record",
+    "group_from_value",
+    "group_metadata_key",
+    "group_metadata_record",
+    "group_metadata_tombstone",
+    "offset_commit_key",
+    "offset_commit_record",
+    "offset_commit_tombstone",
+    "offset_commit_value_version",
+]
+
+OFFSET_COMMIT_RECORD_TYPE = 1
+GROUP_METADATA_RECORD_TYPE = 2
+GROUP_METADATA_VALUE_VERSION = 3
+_OFFSET_COMMIT_VALUE_VERSION = 3
+_OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
+_LAST_KNOWN_RECORD_TYPE = 15  # KIP-848 consumer-group and KIP-932 share-group records: 3..15
+
+
+class RecordError(ValueError):
+    """A record that cannot be loaded (unknown type, malformed key or value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed offset as stored (Kafka's ``OffsetAndMetadata``)."""
+
+    offset: int
+    leader_epoch: int | None
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------- builders
+
+
+def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
+    return OffsetCommitKey(group=group_id, topic=topic, partition=partition).encode_versioned(
+        OFFSET_COMMIT_RECORD_TYPE
+    )
+
+
+def offset_commit_value_version(offset: OffsetAndMetadata) -> int:
+    return (
+        _OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
+        if offset.expire_timestamp_ms is not None
+        else _OFFSET_COMMIT_VALUE_VERSION
+    )
+
+
+def offset_commit_record(group_id: str, topic: str, partition: int, offset: OffsetAndMetadata) -> Record:
+    version = offset_commit_value_version(offset)
+    value = OffsetCommitValue(
+        offset=offset.offset,
+        # v1 has no leader epoch: Kafka drops it (the field is ignorable)
+        leader_epoch=-1 if version == 1 or offset.leader_epoch is None else offset.leader_epoch,
+        metadata=offset.metadata,
+        commit_timestamp=offset.commit_timestamp_ms,
+        expire_timestamp=-1 if offset.expire_timestamp_ms is None else offset.expire_timestamp_ms,
+    )
+    return Record(offset_commit_key(group_id, topic, partition), value.encode_versioned(version))
+
+
+def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> Record:
+    return Record(offset_commit_key(group_id, topic, partition), None)
+
+
+def group_metadata_key(group_id: str) -> bytes:
+    return GroupMetadataKey(group=group_id).encode_versioned(GROUP_METADATA_RECORD_TYPE)
+
+
+def group_metadata_record(group: ClassicGroup, assignment: Mapping[str, bytes]) -> Record:
+    """A full snapshot of ``group`` with each member's subscription = its metadata for the selected
+    protocol and the given assignment (Kafka's ``newGroupMetadataRecord``)."""
+    members: list[MemberMetadata] = []
+    for member in group.members.values():
+        if group.protocol_name is None:
+            raise ValueError(f"group {group.group_id} has members but no selected protocol")
+        members.append(
+            MemberMetadata(
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                client_id=member.client_id,
+                client_host=member.client_host,
+                rebalance_timeout=member.rebalance_timeout_ms,
+                session_timeout=member.session_timeout_ms,
+                subscription=member.metadata(group.protocol_name),
+                assignment=assignment[member.member_id],
+            )
+        )
+    value = GroupMetadataValue(
+        protocol_type=group.protocol_type or "",
+        generation=group.generation_id,
+        protocol=group.protocol_name,
+        leader=group.leader_id,
+        current_state_timestamp=(
+            -1 if group.current_state_timestamp_ms is None else group.current_state_timestamp_ms
+        ),
+        members=members,
+    )
+    return Record(group_metadata_key(group.group_id), value.encode_versioned(GROUP_METADATA_VALUE_VERSION))
+
+
+def empty_group_metadata_record(group_id: str, current_state_timestamp_ms: int | None) -> Record:
+    """What a JoinGroup that creates a group writes: generation 0, no protocol type, no members."""
+    value = GroupMetadataValue(
+        protocol_type="",
+        generation=0,
+        protocol=None,
+        leader=None,
+        current_state_timestamp=-1 if current_state_timestamp_ms is None else current_state_timestamp_ms,
+        members=[],
+    )
+    return Record(group_metadata_key(group_id), value.encode_versioned(GROUP_METADATA_VALUE_VERSION))
+
+
+def group_metadata_tombstone(group_id: str) -> Record:
+    return Record(group_metadata_key(group_id), None)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedOffsetCommit:
+    group_id: str
+    topic: str
+    partition: int
+    value: OffsetAndMetadata | None  # None: tombstone
+    value_version: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedGroupMetadata:
+    group_id: str
+    value: GroupMetadataValue | None  # None: tombstone
+    value_version: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class IgnoredRecord:
+    """A record of a group type regroup does not implement (KIP-848 consumer groups, share groups)."""
+
+    record_type: int
+
+
+DecodedRecord = DecodedOffsetCommit | DecodedGroupMetadata | IgnoredRecord
+
+
+def decode_record(record: Record) -> DecodedRecord:
+    key = record.key
+    if len(key) < 2:
+        raise RecordError("record key without a type")
+    (record_type,) = I16.unpack_from(key, 0)
+    try:
+        if record_type in (0, OFFSET_COMMIT_RECORD_TYPE):
+            okey, end = OffsetCommitKey.read(key, 2, record_type)
+            _no_trailing(key, end)
+            if record.value is None:
+                return DecodedOffsetCommit(okey.group, okey.topic, okey.partition, None, None)
+            ovalue, version = OffsetCommitValue.decode_versioned(record.value)
+            return DecodedOffsetCommit(
+                okey.group,
+                okey.topic,
+                okey.partition,
+                OffsetAndMetadata(
+                    offset=ovalue.offset,
+                    leader_epoch=None if ovalue.leader_epoch == -1 else ovalue.leader_epoch,
+                    metadata=ovalue.metadata,
+                    commit_timestamp_ms=ovalue.commit_timestamp,
+                    expire_timestamp_ms=None if ovalue.expire_timestamp == -1 else ovalue.expire_timestamp,
+                ),
+                version,
+            )
+        if record_type == GROUP_METADATA_RECORD_TYPE:
+            gkey, end = GroupMetadataKey.read(key, 2, record_type)
+            _no_trailing(key, end)
+            if record.value is None:
+                return DecodedGroupMetadata(gkey.group, None, None)
+            gvalue, version = GroupMetadataValue.decode_versioned(record.value)
+            return DecodedGroupMetadata(gkey.group, gvalue, version)
+    except DecodeError as exc:
+        raise RecordError(f"malformed record of type {record_type}: {exc}") from exc
+    if 0 <= record_type <= _LAST_KNOWN_RECORD_TYPE:
+        return IgnoredRecord(record_type)
+    raise RecordError(f"unknown record type {record_type}")
+
+
+def _no_trailing(data: bytes, end: int) -> None:
+    if end != len(data):
+        raise DecodeError(f"{len(data) - end} trailing bytes after the record key")
+
+
+def group_from_value(group_id: str, value: GroupMetadataValue) -> ClassicGroup:
+    """Rebuild a group from its GroupMetadata value: Stable with members, else Empty; each member's
+    protocol list is the selected protocol with its stored subscription; a rebalance timeout of −1 (v0)
+    means the session timeout; a state timestamp of −1 (v0–v1) means unknown."""
+    if value.members and value.protocol is None:
+        raise RecordError(f"group {group_id}: members without a selected protocol")
+    group = ClassicGroup(
+        group_id,
+        GroupState.STABLE if value.members else GroupState.EMPTY,
+        None if value.current_state_timestamp == -1 else value.current_state_timestamp,
+        generation_id=value.generation,
+        protocol_type=value.protocol_type or None,
+        protocol_name=value.protocol,
+        leader_id=value.leader,
+    )
+    for m in value.members:
+        assert value.protocol is not None
+        group.add(
+            ClassicGroupMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout_ms=m.session_timeout if m.rebalance_timeout == -1 else m.rebalance_timeout,
+                session_timeout_ms=m.session_timeout,
+                protocol_type=value.protocol_type,
+                protocols=((value.protocol, m.subscription),),
+                assignment=m.assignment,
+            )
+        )
+    group.subscribed_topics = group.compute_subscribed_topics()
+    return group

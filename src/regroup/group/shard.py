@@ -1,0 +1,299 @@
+"""One coordinator shard per ``__consumer_offsets`` partition: the runtime's only entry point into the core.
+
+Every method runs on the shard's serial lane; none blocks, reads a clock or does I/O. Time comes in as
+``now_ms``; member ids come from the injected ``member_id_factory(prefix) -> f"{prefix}-{uuid}"`` (prefix =
+``client.id`` for dynamic members, ``group.instance.id`` for static ones, as Kafka does).
+
+Public surface (stable)::
+
+    GroupShard(partition: int, config: GroupConfig, member_id_factory: Callable[[str], str])
+
+    # writes: return a Result (records to append, reply, effects, on_append)
+    join_group(ctx, req: JoinGroupRequest, now_ms) -> Result[JoinGroupResponse]
+    sync_group(ctx, req: SyncGroupRequest, now_ms) -> Result[SyncGroupResponse]
+    heartbeat(ctx, req: HeartbeatRequest, now_ms) -> Result[HeartbeatResponse]
+    leave_group(ctx, req: LeaveGroupRequest, now_ms) -> Result[LeaveGroupResponse]
+    offset_commit(ctx, req: OffsetCommitRequest, now_ms) -> Result[OffsetCommitResponse]
+    txn_offset_commit(ctx, req: TxnOffsetCommitRequest, now_ms) -> Result[TxnOffsetCommitResponse]
+    offset_delete(ctx, req: OffsetDeleteRequest, now_ms) -> Result[OffsetDeleteResponse]
+    delete_groups(group_ids: Sequence[str], now_ms) -> Result[list[DeletableGroupResult]]
+    on_timer(key: TimerKey, now_ms) -> Result[None]
+    on_partitions_deleted(partitions: Sequence[tuple[str, int]], now_ms) -> Result[None]
+
+    # reads: plain values, no Result
+    offset_fetch(group_id, topics: Sequence[tuple[str, Sequence[int]]] | None, require_stable, api_version)
+        -> OffsetFetchResponseGroup
+    describe_group(group_id, api_version) -> DescribedGroup
+    list_groups(states_filter=(), types_filter=()) -> list[ListedGroup]
+
+    # load / unload
+    replay(record: Record) -> None          # every record of the partition, in log order, before on_loaded
+    on_loaded(now_ms) -> Result[None]       # arms session timers and the expiration job, rebalances
+                                            # groups over group.max.size
+    on_unloaded() -> Result[None]           # parked requests answered NOT_COORDINATOR, groups Dead
+
+    # observability (read-only snapshots)
+    groups() -> list[GroupSnapshot];  group(group_id) -> GroupSnapshot | None
+    group_history(group_id) -> tuple[GenerationRecord, ...]
+    offsets(group_id) -> dict[tuple[str, int], OffsetAndMetadata]
+    armed_timers() -> dict[TimerKey, int]
+
+Runtime obligations:
+
+* ``ctx`` is a :class:`RequestContext` (client id, client host as ``"/1.2.3.4"``, api version, ticket). A
+  JoinGroup/SyncGroup whose ``Result.reply`` is ``None`` is parked under ``ctx.ticket`` and answered later by
+  a ``Reply(ticket, response)`` effect of some later Result.
+* Responses are the generated classes, filled for the request's api version; the runtime only stamps
+  throttle time and encodes.
+* Append ``Result.records`` in order, then call ``Result.on_append`` (if set) with ``None`` or the mapped
+  append error *before* handing the shard anything else; its Result replaces ``reply`` and may carry more
+  records, effects and its own ``on_append``. Release the reply and every ``Reply`` effect only after the
+  append attempt finished (a failed append never retracts an effect reply: whatever must change on
+  failure comes from ``on_append``).
+* Apply ``Schedule``/``Cancel`` in order; a fired timer comes back as ``on_timer(key, now_ms)`` with
+  ``now_ms`` ≥ the deadline it was scheduled for. Stale fires (the key was cancelled, or re-armed for a later
+  deadline) are recognised and ignored by the shard, so the runtime may deliver them.
+* Keys: ``TimerKey(HEARTBEAT, group, member)`` (member session, new-member join timeout, pending member),
+  ``TimerKey(JOIN, group)``, ``TimerKey(SYNC, group)``, ``TimerKey(EXPIRATION)`` (one per shard, armed by
+  ``on_loaded`` every ``offsets.retention.check.interval.ms``). ``on_unloaded`` cancels every key it armed.
+* ``Notify`` events are :class:`~regroup.group.history.GenerationCompleted` (join phase done) and
+  :class:`~regroup.group.history.GenerationStable` (assignment durable); each has ``message()``, one line
+  saying which generation, who leads, and why the rebalance happened.
+* Group-id checks that Kafka does before the coordinator are done here too (empty group id →
+  INVALID_GROUP_ID for Join/Sync/Heartbeat/Leave/TxnOffsetCommit/OffsetDelete); coordinator-level
+  COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS (and the heartbeat-while-loading
+  quirk: NONE) are the runtime's.
+* OffsetCommit / OffsetDelete / TxnOffsetCommit: the broker has already answered partitions of unknown
+  topics (UNKNOWN_TOPIC_OR_PARTITION) or unauthorized ones and removed them from ``req``; the shard answers
+  exactly the topics/partitions left in ``req``, in request order, and the broker merges its own entries
+  back. As in Kafka, an OffsetCommit with no partition left is answered by the broker without calling the
+  shard (OffsetDelete is always passed through).
+* ``offset_fetch`` returns the v8+ per-group struct; the broker converts to the v0–v7 layout (top-level
+  topics and error; for v0–v1 a group-level error is copied into every partition).
+* ``delete_groups`` gets this shard's (deduplicated) group ids; the broker answers a null id with
+  INVALID_GROUP_ID itself and merges the per-shard results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from regroup.group.classic_group import GroupSnapshot
+from regroup.group.config import GroupConfig
+from regroup.group.context import MemberIdFactory, RequestContext
+from regroup.group.effects import Record, Result, TimerKey, TimerKind
+from regroup.group.group_manager import GroupManager
+from regroup.group.history import GenerationRecord, RebalanceHistory
+from regroup.group.offset_manager import OffsetManager
+from regroup.group.outcome import STALE, Outcome, TimerTable
+from regroup.group.records import (
+    DecodedGroupMetadata,
+    DecodedOffsetCommit,
+    OffsetAndMetadata,
+    decode_record,
+    group_from_value,
+    group_metadata_tombstone,
+)
+from regroup.group.state import GroupState
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.messages.delete_groups import DeletableGroupResult
+from regroup.protocol.messages.describe_groups import DescribedGroup
+from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from regroup.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from regroup.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from regroup.protocol.messages.list_groups import ListedGroup
+from regroup.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from regroup.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from regroup.protocol.messages.offset_fetch import OffsetFetchResponseGroup
+from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+
+__all__ = ["GroupShard", "RequestContext"]
+
+EXPIRATION_KEY = TimerKey(TimerKind.EXPIRATION)
+
+
+class GroupShard:
+    """The classic groups and committed offsets of one ``__consumer_offsets`` partition."""
+
+    def __init__(self, partition: int, config: GroupConfig, member_id_factory: MemberIdFactory) -> None:
+        self.partition = partition
+        self.config = config
+        self._now_ms = 0
+        self._timers = TimerTable()
+        self._history = RebalanceHistory(config.rebalance_history_size)
+        self._groups = GroupManager(config, member_id_factory, self._timers, self._history)
+        self._offsets = OffsetManager(config, self._groups)
+
+    def _tick(self, now_ms: int) -> int:
+        self._now_ms = max(self._now_ms, now_ms)
+        return now_ms
+
+    # ------------------------------------------------------------------------------------------ writes
+
+    def join_group(
+        self, ctx: RequestContext, req: JoinGroupRequest, now_ms: int
+    ) -> Result[JoinGroupResponse]:
+        return self._groups.join_group(ctx, req, self._tick(now_ms))
+
+    def sync_group(
+        self, ctx: RequestContext, req: SyncGroupRequest, now_ms: int
+    ) -> Result[SyncGroupResponse]:
+        return self._groups.sync_group(ctx, req, self._tick(now_ms))
+
+    def heartbeat(self, ctx: RequestContext, req: HeartbeatRequest, now_ms: int) -> Result[HeartbeatResponse]:
+        return self._groups.heartbeat(ctx, req, self._tick(now_ms))
+
+    def leave_group(
+        self, ctx: RequestContext, req: LeaveGroupRequest, now_ms: int
+    ) -> Result[LeaveGroupResponse]:
+        return self._groups.leave_group(ctx, req, self._tick(now_ms))
+
+    def offset_commit(
+        self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int
+    ) -> Result[OffsetCommitResponse]:
+        return self._offsets.offset_commit(ctx, req, self._tick(now_ms))
+
+    def txn_offset_commit(
+        self, ctx: RequestContext, req: TxnOffsetCommitRequest, now_ms: int
+    ) -> Result[TxnOffsetCommitResponse]:
+        return self._offsets.txn_offset_commit(ctx, req, self._tick(now_ms))
+
+    def offset_delete(
+        self, ctx: RequestContext, req: OffsetDeleteRequest, now_ms: int
+    ) -> Result[OffsetDeleteResponse]:
+        self._tick(now_ms)
+        return self._offsets.offset_delete(req)
+
+    def delete_groups(self, group_ids: Sequence[str], now_ms: int) -> Result[list[DeletableGroupResult]]:
+        self._tick(now_ms)
+        out = Outcome()
+        ids = list(dict.fromkeys(group_ids))
+        results: list[DeletableGroupResult] = []
+        doomed: list[tuple[str, list[tuple[str, int]]]] = []
+        for group_id in ids:
+            group = self._groups.groups.get(group_id)
+            if group is None or group.is_in(GroupState.DEAD):
+                error = ErrorCode.GROUP_ID_NOT_FOUND
+            elif not group.is_in(GroupState.EMPTY):
+                error = ErrorCode.NON_EMPTY_GROUP
+            else:
+                error = ErrorCode.NONE
+                offsets = self._offsets.delete_all_offsets(out, group_id)
+                out.records.append(group_metadata_tombstone(group_id))
+                doomed.append((group_id, offsets))
+            results.append(DeletableGroupResult(group_id=group_id, error_code=error.value))
+
+        def applied(error: ErrorCode | None, after: Outcome) -> None:
+            if error is not None:
+                return
+            for group_id, offsets in doomed:
+                for topic, partition in offsets:
+                    self._offsets.store.remove(group_id, topic, partition)
+                self._groups.remove_group(after, group_id)
+
+        out.after_append(applied)
+
+        def failure(error: ErrorCode) -> list[DeletableGroupResult]:
+            return [DeletableGroupResult(group_id=group_id, error_code=error.value) for group_id in ids]
+
+        return out.result(results, failure)
+
+    def on_timer(self, key: TimerKey, now_ms: int) -> Result[None]:
+        now_ms = self._tick(now_ms)
+        payload = self._timers.claim(key, now_ms)
+        if payload is STALE:
+            return Result()
+        out = Outcome()
+        if key.kind is TimerKind.HEARTBEAT:
+            self._groups.on_heartbeat_expired(out, key.group_id, key.member_id, now_ms)
+        elif key.kind is TimerKind.JOIN:
+            self._groups.on_join_timer(out, key.group_id, payload, now_ms)
+        elif key.kind is TimerKind.SYNC:
+            self._groups.on_sync_timer(out, key.group_id, payload, now_ms)
+        else:
+            out.after_append(self._offsets.expire(out, now_ms))
+            self._schedule_expiration(out, now_ms)
+        return out.result(None)
+
+    def on_partitions_deleted(self, partitions: Sequence[tuple[str, int]], now_ms: int) -> Result[None]:
+        """Topic partitions were deleted: their committed offsets go, in every group of this shard."""
+        self._tick(now_ms)
+        out = Outcome()
+        self._offsets.on_partitions_deleted(out, partitions)
+        return out.result(None)
+
+    def _schedule_expiration(self, out: Outcome, now_ms: int) -> None:
+        self._timers.schedule(out, EXPIRATION_KEY, now_ms + self.config.offsets_retention_check_interval_ms)
+
+    # ------------------------------------------------------------------------------------------ reads
+
+    def offset_fetch(
+        self,
+        group_id: str,
+        topics: Sequence[tuple[str, Sequence[int]]] | None,
+        require_stable: bool,
+        api_version: int,
+    ) -> OffsetFetchResponseGroup:
+        # Offsets are stored only once durable and no transactional offsets exist, so a require-stable
+        # fetch needs nothing more than a plain one.
+        return self._offsets.offset_fetch(group_id, topics)
+
+    def describe_group(self, group_id: str, api_version: int) -> DescribedGroup:
+        return self._groups.describe_group(group_id, api_version)
+
+    def list_groups(
+        self, states_filter: Sequence[str] = (), types_filter: Sequence[str] = ()
+    ) -> list[ListedGroup]:
+        return self._groups.list_groups(states_filter, types_filter)
+
+    # ------------------------------------------------------------------------------------------ load
+
+    def replay(self, record: Record) -> None:
+        """Apply one record of the partition's log (load path). Raises ``RecordError`` on an unreadable
+        record; records of KIP-848 / share groups are ignored."""
+        decoded = decode_record(record)
+        if isinstance(decoded, DecodedOffsetCommit):
+            self._offsets.replay(decoded.group_id, decoded.topic, decoded.partition, decoded.value)
+        elif isinstance(decoded, DecodedGroupMetadata):
+            if decoded.value is None:
+                self._groups.groups.pop(decoded.group_id, None)
+                self._history.forget(decoded.group_id)
+            else:
+                self._groups.groups[decoded.group_id] = group_from_value(decoded.group_id, decoded.value)
+
+    def on_loaded(self, now_ms: int) -> Result[None]:
+        now_ms = self._tick(now_ms)
+        out = Outcome()
+        self._groups.on_loaded(out, now_ms)
+        self._schedule_expiration(out, now_ms)
+        return out.result(None)
+
+    def on_unloaded(self) -> Result[None]:
+        out = Outcome()
+        self._groups.on_unloaded(out, self._now_ms)
+        self._timers.cancel_all(out)
+        return out.result(None)
+
+    # ------------------------------------------------------------------------------------------ observability
+
+    def groups(self) -> list[GroupSnapshot]:
+        return [group.snapshot() for group in self._groups.groups.values()]
+
+    def group(self, group_id: str) -> GroupSnapshot | None:
+        group = self._groups.groups.get(group_id)
+        return None if group is None else group.snapshot()
+
+    def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]:
+        return self._history.records(group_id)
+
+    def offsets(self, group_id: str) -> dict[tuple[str, int], OffsetAndMetadata]:
+        return {(t, p): o for t, p, o in self._offsets.store.group_offsets(group_id)}
+
+    def armed_timers(self) -> dict[TimerKey, int]:
+        return self._timers.snapshot()
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when a group's bookkeeping is inconsistent (a test aid)."""
+        for group in self._groups.groups.values():
+            group.check_invariants()

@@ -1,0 +1,115 @@
+"""Every rebalance has a recorded cause; generation records and their Notify events."""
+
+from __future__ import annotations
+
+from regroup.group.config import GroupConfig
+from regroup.group.history import (
+    GenerationCompleted,
+    GenerationStable,
+    LeftMember,
+    MemberJoined,
+    MemberLeft,
+    MemberMetadataChanged,
+    PendingSyncExpired,
+    SessionExpired,
+    StaticMemberReplaced,
+)
+from regroup.protocol.errors import ErrorCode
+
+from .harness import Harness, subscription
+from .states import completing
+
+
+def test_generation_record_contents_and_events(h: Harness) -> None:
+    a = h.join("g", version=3)
+    h.advance(1000)
+    b = h.join("g", version=3)
+    h.advance(5000)
+    gen = a.response.generation_id
+    h.advance(250)
+    h.sync("g", b.response.member_id, gen)
+    h.sync("g", a.response.member_id, gen, {})
+    (record,) = h.shard.group_history("g")
+    assert record.generation_id == gen == 1
+    assert record.cause == MemberJoined(a.response.member_id)
+    assert record.events == (MemberJoined(b.response.member_id),)
+    assert record.members == ((a.response.member_id, None), (b.response.member_id, None))
+    assert (record.protocol_type, record.protocol_name, record.leader_id) == (
+        "consumer",
+        "range",
+        a.response.member_id,
+    )
+    assert record.join_phase_ms == 6000
+    assert record.sync_phase_ms == 250
+    assert record.joined == (a.response.member_id, b.response.member_id)
+    assert record.left == ()
+    completed = [n for n in h.notifications if isinstance(n, GenerationCompleted)]
+    stable = [n for n in h.notifications if isinstance(n, GenerationStable)]
+    assert len(completed) == len(stable) == 1
+    assert completed[0].record.stable_ms is None
+    assert stable[0].record == record
+    assert "cause: new member client-1 joined" in stable[0].message()
+    assert "sync phase 250 ms" in stable[0].message()
+
+
+def test_causes(h: Harness) -> None:
+    ids, gen = h.form_group("g", 3, static=True, session_timeout_ms=10_000)
+    h.join("g", ids[1], instance_id="i1", protocols=(("range", subscription("t", "new")),), reason="r")
+    h.join("g", ids[0], instance_id="i0")
+    h.join("g", ids[2], instance_id="i2")
+    assert h.shard.group_history("g")[-1].cause == MemberMetadataChanged(ids[1], "r")
+    gen += 1
+    # replacement during CompletingRebalance: always a rebalance
+    replaced = h.join("g", instance_id="i2")
+    h.join("g", ids[0], instance_id="i0")
+    h.join("g", ids[1], instance_id="i1", protocols=(("range", subscription("t", "new")),))
+    record = h.shard.group_history("g")[-1]
+    assert record.cause == StaticMemberReplaced("i2", ids[2], replaced.response.member_id)
+    assert record.joined == (replaced.response.member_id,)
+    assert record.left == (ids[2],)
+    members = [m for m, _ in record.members]
+    gen = record.generation_id
+    # leave
+    h.leave("g", ("", "i1"), version=5, reason="bye")
+    for m in members:
+        h.join("g", m, instance_id={ids[0]: "i0", replaced.response.member_id: "i2"}.get(m))
+    assert h.shard.group_history("g")[-1].cause == MemberLeft((LeftMember(ids[1], "i1", "bye"),))
+
+
+def test_session_expiry_and_pending_sync_causes(h: Harness) -> None:
+    ids, gen = h.form_group("g", 2)
+    h.advance(10_000)
+    h.join("g", ids[0])
+    assert h.shard.group_history("g")[-1].cause == SessionExpired(ids[0], 10_000) or h.shard.group_history(
+        "g"
+    )[-1].cause == SessionExpired(ids[1], 10_000)
+    h2 = Harness()
+    c = completing(h2, n=2)
+    h2.sync("g", c.members[0], c.generation, {})
+    for _ in range(7):  # both stay alive, the follower never syncs
+        h2.advance(4500)
+        for m in c.members:
+            h2.heartbeat("g", m, c.generation)
+    h2.join("g", c.members[0])
+    assert h2.shard.group_history("g")[-1].cause == PendingSyncExpired((c.members[1],), 30_000)
+    del gen
+
+
+def test_history_is_bounded() -> None:
+    h = Harness(GroupConfig(rebalance_history_size=3))
+    ids, _ = h.form_group("g", 1)
+    for _ in range(5):
+        call = h.join("g", ids[0])
+        assert call.error is ErrorCode.NONE
+        h.sync("g", ids[0], call.response.generation_id, {})
+    history = h.shard.group_history("g")
+    assert [r.generation_id for r in history] == [4, 5, 6]
+    assert h.shard.group_history("unknown") == ()
+
+
+def test_history_forgotten_with_the_group(h: Harness) -> None:
+    ids, _ = h.form_group("g", 1)
+    h.leave("g", ids[0])
+    assert h.shard.group_history("g")
+    h.delete_groups("g")
+    assert h.shard.group_history("g") == ()

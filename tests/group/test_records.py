@@ -1,0 +1,394 @@
+"""``__consumer_offsets`` records (§9): the exact bytes Kafka writes, when they are written, and loading
+every readable version."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
+from regroup.group.effects import Record
+from regroup.group.records import (
+    DecodedGroupMetadata,
+    DecodedOffsetCommit,
+    IgnoredRecord,
+    OffsetAndMetadata,
+    RecordError,
+    decode_record,
+    empty_group_metadata_record,
+    group_metadata_record,
+    group_metadata_tombstone,
+    offset_commit_record,
+    offset_commit_tombstone,
+)
+from regroup.group.state import GroupState
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue, MemberMetadata
+from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
+
+from .harness import HOST, Harness, assignment, subscription
+
+S = GroupState
+
+
+# The layout of the spec, written out by hand: int16-length strings (-1 = null), int32-length bytes and
+# arrays, big-endian integers.
+def i16(v: int) -> bytes:
+    return struct.pack(">h", v)
+
+
+def i32(v: int) -> bytes:
+    return struct.pack(">i", v)
+
+
+def i64(v: int) -> bytes:
+    return struct.pack(">q", v)
+
+
+def s(v: str | None) -> bytes:
+    if v is None:
+        return i16(-1)
+    raw = v.encode()
+    return i16(len(raw)) + raw
+
+
+def b(v: bytes) -> bytes:
+    return i32(len(v)) + v
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return i16(1) + s(group) + s(topic) + i32(partition)
+
+
+def group_key(group: str) -> bytes:
+    return i16(2) + s(group)
+
+
+def member_v3(
+    member_id: str,
+    instance: str | None,
+    client_id: str,
+    host: str,
+    rebalance: int,
+    session: int,
+    sub: bytes,
+    assign: bytes,
+) -> bytes:
+    return (
+        s(member_id)
+        + s(instance)
+        + s(client_id)
+        + s(host)
+        + i32(rebalance)
+        + i32(session)
+        + b(sub)
+        + b(assign)
+    )
+
+
+# -------------------------------------------------------------------------------------------- bytes
+
+
+def test_offset_commit_record_v3_bytes() -> None:
+    record = offset_commit_record(
+        "grp", "topic", 7, OffsetAndMetadata(123456789012, 5, "meta", 1700000000000)
+    )
+    assert record.key == offset_key("grp", "topic", 7)
+    assert record.value == i16(3) + i64(123456789012) + i32(5) + s("meta") + i64(1700000000000)
+    no_epoch = offset_commit_record("g", "t", 0, OffsetAndMetadata(1, None, "", 2))
+    assert no_epoch.value == i16(3) + i64(1) + i32(-1) + s("") + i64(2)
+
+
+def test_offset_commit_record_v1_with_expire_timestamp() -> None:
+    record = offset_commit_record("g", "t", 0, OffsetAndMetadata(9, None, "m", 1000, 6000))
+    assert record.value == i16(1) + i64(9) + s("m") + i64(1000) + i64(6000)
+
+
+def test_offset_tombstone_bytes() -> None:
+    assert offset_commit_tombstone("g", "t", 3) == Record(offset_key("g", "t", 3), None)
+    assert group_metadata_tombstone("g") == Record(group_key("g"), None)
+
+
+def test_empty_group_record_bytes() -> None:
+    record = empty_group_metadata_record("grp", 1234)
+    assert record.key == group_key("grp")
+    assert record.value == i16(3) + s("") + i32(0) + s(None) + s(None) + i64(1234) + i32(0)
+
+
+def test_group_metadata_record_v3_bytes() -> None:
+    group = ClassicGroup("grp", GroupState.PREPARING_REBALANCE, 0)
+    for mid, iid in (("m1", None), ("m2", "inst")):
+        group.add(
+            ClassicGroupMember(
+                member_id=mid,
+                group_instance_id=iid,
+                client_id="cid",
+                client_host="/10.0.0.1",
+                rebalance_timeout_ms=60000,
+                session_timeout_ms=10000,
+                protocol_type="consumer",
+                protocols=(("range", b"R-" + mid.encode()), ("rr", b"X")),
+            ),
+        )
+    group.init_next_generation(5555)
+    record = group_metadata_record(group, {"m1": b"A1", "m2": b""})
+    assert record.value == (
+        i16(3)
+        + s("consumer")
+        + i32(1)
+        + s("range")
+        + s("m1")
+        + i64(5555)
+        + i32(2)
+        + member_v3("m1", None, "cid", "/10.0.0.1", 60000, 10000, b"R-m1", b"A1")
+        + member_v3("m2", "inst", "cid", "/10.0.0.1", 60000, 10000, b"R-m2", b"")
+    )
+    # and what the generated codec decodes from Kafka's layout is the same record
+    value, version = GroupMetadataValue.decode_versioned(record.value or b"")
+    assert version == 3
+    assert value.members[1].group_instance_id == "inst"
+
+
+# --------------------------------------------------------------------------------------------- when
+
+
+def group_value(record: Record) -> GroupMetadataValue:
+    decoded = decode_record(record)
+    assert isinstance(decoded, DecodedGroupMetadata)
+    assert decoded.value is not None
+    assert decoded.value_version == 3
+    return decoded.value
+
+
+def test_join_creating_group_writes_empty_record(h: Harness) -> None:
+    h.advance(777)
+    h.join("g")
+    assert h.log == [empty_group_metadata_record("g", 777)]
+    h.join("g")  # the group exists now: a second MEMBER_ID_REQUIRED writes nothing
+    assert len(h.log) == 1
+
+
+def test_no_record_at_join_completion_heartbeat_or_pending(h: Harness) -> None:
+    call = h.join("g", version=3)
+    h.advance(3000)
+    assert call.done
+    assert len(h.log) == 1
+    h.heartbeat("g", call.response.member_id, call.response.generation_id)
+    h.join("g")
+    assert len(h.log) == 1
+
+
+def test_leader_sync_record(h: Harness) -> None:
+    a = h.join("g", version=3, client_id="ca")
+    b_ = h.join("g", version=3, client_id="cb", session_timeout_ms=20_000, rebalance_timeout_ms=40_000)
+    h.advance(6000)
+    completing_since = h.now
+    gen = a.response.generation_id
+    h.advance(500)
+    plan = {a.response.member_id: assignment({"t": [0]})}
+    h.sync("g", a.response.member_id, gen, plan)
+    value = group_value(h.log[-1])
+    assert (value.protocol_type, value.generation, value.protocol, value.leader) == (
+        "consumer",
+        gen,
+        "range",
+        a.response.member_id,
+    )
+    assert value.current_state_timestamp == completing_since
+    assert [
+        (
+            m.member_id,
+            m.client_id,
+            m.client_host,
+            m.session_timeout,
+            m.rebalance_timeout,
+            m.subscription,
+            m.assignment,
+        )
+        for m in value.members
+    ] == [
+        (a.response.member_id, "ca", HOST, 10_000, 30_000, subscription("t"), plan[a.response.member_id]),
+        (b_.response.member_id, "cb", HOST, 20_000, 40_000, subscription("t"), b""),
+    ]
+
+
+def test_group_becoming_empty_record(h: Harness) -> None:
+    ids, gen = h.form_group("g", 1)
+    h.advance(100)
+    h.leave("g", ids[0])
+    value = group_value(h.log[-1])
+    assert (value.protocol_type, value.generation, value.protocol, value.leader, value.members) == (
+        "consumer",
+        gen + 1,
+        None,
+        None,
+        [],
+    )
+    assert value.current_state_timestamp == h.now
+
+
+def test_static_replacement_record(h: Harness) -> None:
+    ids, gen = h.form_group("g", 2, static=True)
+    call = h.join("g", instance_id="i1")
+    value = group_value(h.log[-1])
+    assert value.generation == gen
+    assert [(m.member_id, m.group_instance_id, m.assignment) for m in value.members] == [
+        (ids[0], "i0", assignment({"t": [0]})),
+        (call.response.member_id, "i1", assignment({"t": [1]})),
+    ]
+
+
+def test_commit_writes_one_record_per_accepted_partition(h: Harness) -> None:
+    h.advance(42)
+    h.commit("g", {("t", 0): 1, ("t", 1): 2}, metadata="x", leader_epoch=3)
+    assert h.log == [
+        offset_commit_record("g", "t", 0, OffsetAndMetadata(1, 3, "x", 42)),
+        offset_commit_record("g", "t", 1, OffsetAndMetadata(2, 3, "x", 42)),
+    ]
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+
+@pytest.mark.parametrize("key_version", [0, 1])
+@pytest.mark.parametrize("value_version", [0, 1, 2, 3, 4])
+def test_replay_every_offset_version(key_version: int, value_version: int) -> None:
+    key = OffsetCommitKey(group="g", topic="t", partition=2).encode_versioned(key_version)
+    value = OffsetCommitValue(
+        offset=99,
+        leader_epoch=6 if value_version >= 3 else -1,
+        metadata="md",
+        commit_timestamp=1000,
+        expire_timestamp=5000 if value_version == 1 else -1,
+    ).encode_versioned(value_version)
+    h = Harness()
+    shard = h.replayed_shard([Record(key, value)])
+    assert shard.offsets("g") == {
+        ("t", 2): OffsetAndMetadata(
+            99, 6 if value_version >= 3 else None, "md", 1000, 5000 if value_version == 1 else None
+        )
+    }
+    snap = shard.group("g")
+    assert snap is not None
+    assert snap.state is S.EMPTY
+    assert snap.protocol_type is None
+    shard.replay(Record(key, None))
+    assert shard.offsets("g") == {}
+    assert shard.group("g") is not None  # an offset tombstone does not remove the group
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_replay_every_group_metadata_version(version: int) -> None:
+    value = GroupMetadataValue(
+        protocol_type="consumer",
+        generation=7,
+        protocol="range",
+        leader="m1",
+        current_state_timestamp=4242 if version >= 2 else -1,
+        members=[
+            MemberMetadata(
+                member_id="m1",
+                group_instance_id="i1" if version >= 3 else None,
+                client_id="c",
+                client_host="/h",
+                rebalance_timeout=50_000 if version >= 1 else -1,
+                session_timeout=11_000,
+                subscription=subscription("a", "b"),
+                assignment=b"as",
+            )
+        ],
+    )
+    record = Record(GroupMetadataKey(group="g").encode_versioned(2), value.encode_versioned(version))
+    shard = Harness().replayed_shard([record])
+    snap = shard.group("g")
+    assert snap is not None
+    assert (snap.state, snap.generation_id, snap.protocol_type, snap.protocol_name, snap.leader_id) == (
+        S.STABLE,
+        7,
+        "consumer",
+        "range",
+        "m1",
+    )
+    assert snap.current_state_timestamp_ms == (4242 if version >= 2 else None)
+    (member,) = snap.members
+    assert member.group_instance_id == ("i1" if version >= 3 else None)
+    assert member.rebalance_timeout_ms == (50_000 if version >= 1 else 11_000)
+    assert member.protocols == (("range", subscription("a", "b")),)
+    assert member.assignment == b"as"
+    assert snap.subscribed_topics == frozenset({"a", "b"})
+
+
+def test_replay_empty_group_and_tombstone() -> None:
+    shard = Harness().replayed_shard([empty_group_metadata_record("g", 5)])
+    snap = shard.group("g")
+    assert snap is not None
+    assert snap.state is S.EMPTY
+    assert snap.protocol_type is None
+    assert snap.current_state_timestamp_ms == 5
+    shard.replay(group_metadata_tombstone("g"))
+    assert shard.group("g") is None
+
+
+def test_replay_rejects_unknown_and_malformed_records() -> None:
+    shard = Harness().replayed_shard([])
+    with pytest.raises(RecordError):
+        shard.replay(Record(i16(99) + b"x", b""))
+    with pytest.raises(RecordError):
+        shard.replay(Record(group_key("g") + b"trailing", None))
+    with pytest.raises(RecordError):
+        shard.replay(Record(group_key("g"), i16(9) + b"future"))
+    with pytest.raises(RecordError):
+        shard.replay(Record(b"\x00", None))
+    assert isinstance(decode_record(Record(i16(3) + s("g"), None)), IgnoredRecord)
+    shard.replay(Record(i16(5) + s("g") + s("m"), None))  # KIP-848 records are skipped
+
+
+def test_decode_tombstones() -> None:
+    assert decode_record(offset_commit_tombstone("g", "t", 1)) == DecodedOffsetCommit("g", "t", 1, None, None)
+    assert decode_record(group_metadata_tombstone("g")) == DecodedGroupMetadata("g", None, None)
+
+
+def test_load_arms_sessions_and_answers_nothing(h: Harness) -> None:
+    ids, gen = h.form_group("g", 2, session_timeout_ms=15_000)
+    h.advance(1000)
+    h.reload()
+    snap = h.shard.group("g")
+    assert snap is not None
+    assert snap.state is S.STABLE
+    assert snap.generation_id == gen
+    assert {k.member_id: d for k, (d, _) in h.timers.items() if k.member_id} == dict.fromkeys(
+        ids, h.now + 15000
+    )
+    assert h.heartbeat("g", ids[1], gen).error is ErrorCode.NONE
+    assert h.sync("g", ids[1], gen).response.assignment == assignment({"t": [1]})
+
+
+def test_unload_answers_parked_requests_not_coordinator(h: Harness) -> None:
+    ids, gen = h.form_group("g", 3)
+    parked_join = h.join("g", ids[0])
+    h2 = Harness()
+    ids2, _ = h2.form_group("g", 2)
+    h2.join("g", ids2[0])
+    h2.join("g", ids2[1])
+    parked_sync = h2.sync("g", ids2[1], 2)
+    h.apply(h.shard.on_unloaded())
+    h2.apply(h2.shard.on_unloaded())
+    assert parked_join.error is ErrorCode.NOT_COORDINATOR
+    assert parked_join.response.member_id == ids[0]
+    assert parked_sync.error is ErrorCode.NOT_COORDINATOR
+    assert h.timers == {}
+    assert h2.timers == {}
+    assert h.shard.group("g").state is S.DEAD  # type: ignore[union-attr]
+    del gen
+
+
+def test_reload_after_rebalance_comes_back_at_last_persisted_generation(h: Harness) -> None:
+    ids, gen = h.form_group("g", 2)
+    h.join("g", ids[0])
+    h.join("g", ids[1])  # generation gen+1, CompletingRebalance, not persisted
+    h.reload()
+    snap = h.shard.group("g")
+    assert snap is not None
+    assert snap.state is S.STABLE
+    assert snap.generation_id == gen
