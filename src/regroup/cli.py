@@ -20,6 +20,27 @@ def _bench_codec(args: argparse.Namespace) -> int:
     return codec_main(json_output=args.json, iterations=args.iterations)
 
 
+def _bench_produce_fetch(args: argparse.Namespace) -> int:
+    from regroup.bench.produce_fetch import main as produce_fetch_main
+
+    return produce_fetch_main(
+        json_output=args.json,
+        bootstrap=args.bootstrap,
+        records=args.records,
+        record_bytes=args.record_bytes,
+        partitions=args.partitions,
+        compression=args.compression,
+        linger_ms=args.linger_ms,
+        broker_overrides=args.broker_override,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from regroup.broker.serve import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="regroup",
@@ -31,7 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"regroup {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    bench = sub.add_parser("bench", help="measure regroup (codec speed now; broker scenarios later)")
+    from regroup.broker.serve import add_serve_command
+
+    add_serve_command(sub, lambda serve: serve.set_defaults(handler=_serve))
+
+    from regroup.admin.cli import add_parser as add_groups_command
+
+    add_groups_command(sub)
+
+    bench = sub.add_parser("bench", help="measure regroup (codec speed, produce-fetch through a broker)")
     bench_sub = bench.add_subparsers(dest="scenario", metavar="SCENARIO", required=True)
     codec = bench_sub.add_parser(
         "codec", help="µs per encode/decode of hot-path messages, regroup vs kafka-python side by side"
@@ -39,6 +68,32 @@ def build_parser() -> argparse.ArgumentParser:
     codec.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
     codec.add_argument("--iterations", type=int, default=0, help="iterations per measurement (0: auto)")
     codec.set_defaults(handler=_bench_codec)
+    pf = bench_sub.add_parser(
+        "produce-fetch",
+        help="confluent-kafka producer (acks=all) and consumer through a broker: MB/s, p50/p99 latencies",
+    )
+    pf.add_argument(
+        "--bootstrap", default=None, help="host:port of a running broker (default: start regroup serve)"
+    )
+    pf.add_argument("--records", type=int, default=100_000, help="records to produce (default: 100000)")
+    pf.add_argument("--record-bytes", type=int, default=1024, help="value size in bytes (default: 1024)")
+    pf.add_argument("--partitions", type=int, default=6, help="partitions of the topic (default: 6)")
+    pf.add_argument(
+        "--compression",
+        default="none",
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="producer compression (default: none)",
+    )
+    pf.add_argument("--linger-ms", type=int, default=5, help="producer linger.ms (default: 5)")
+    pf.add_argument(
+        "--broker-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="setting for the broker the benchmark starts (repeatable), e.g. log.flush.interval.messages=1",
+    )
+    pf.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    pf.set_defaults(handler=_bench_produce_fetch)
     return parser
 
 

@@ -16,11 +16,12 @@ A core handler takes a decoded request and ``now_ms`` and returns a :class:`Resu
   turn. This is how writes that must be undone on failure (static member replacement, the leader's
   assignment, group creation) restore the previous state.
 
-Effects are applied in order. Replies inside ``effects`` are subject to the same durability rule as
-``reply``: they are released once the append attempt has finished, whether it succeeded or failed (what must
-change on failure comes from ``on_append``). The core never returns ``on_append`` without records. Timers are keyed: scheduling a key again replaces the previous deadline; a fired timer comes back
-to the shard as ``on_timer(key, now_ms)`` through the shard's serial lane, and the core ignores stale fires
-by comparing what the key captured (ids and generation) with the current state.
+Effects are applied in order. Replies inside ``effects`` are subject to the same durability rule as ``reply``:
+they are released once the append attempt has finished, whether it succeeded or failed (what must change on
+failure comes from ``on_append``). The core never returns ``on_append`` without records. Timers are keyed:
+scheduling a key again replaces the previous deadline; a fired timer comes back to the shard as
+``on_timer(key, now_ms)`` through the shard's serial lane, and the core ignores stale fires by comparing what
+the key captured (ids and generation) with the current state.
 """
 
 from __future__ import annotations

@@ -1,0 +1,117 @@
+"""The request handler registry: one module per API, each registering the versions it serves.
+
+A handler module defines ``register(registry)`` and calls :meth:`HandlerRegistry.register` with
+``(api_key, min_version, max_version, handler)``. :func:`default_registry` imports every module of this
+package and calls its ``register``; registering an API twice is a startup error. ApiVersions advertises
+exactly what is registered, so a version works if and only if it is advertised.
+
+A handler takes ``(ctx, request)`` and returns the response, ``None`` for no response (acks=0 produce), or
+an awaitable of either. Handlers that never wait should return the response directly: the server then
+answers without creating a task. A module that needs a long-lived service (the group coordinator) adds
+startup/shutdown hooks with :meth:`HandlerRegistry.on_start` / :meth:`HandlerRegistry.on_stop`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from regroup.protocol.api_keys import API_INFO, ApiKey, request_class
+from regroup.protocol.message import Message
+
+if TYPE_CHECKING:
+    from regroup.broker.context import Broker, RequestContext
+
+__all__ = [
+    "DuplicateHandlerError",
+    "Handler",
+    "HandlerRegistry",
+    "HandlerResult",
+    "HandlerSpec",
+    "Hook",
+    "default_registry",
+]
+
+HandlerResult = Message | None | Awaitable[Message | None]
+Handler = Callable[["RequestContext", Any], HandlerResult]
+Hook = Callable[["Broker"], Awaitable[None]]
+M = TypeVar("M", bound=Message)
+
+
+class DuplicateHandlerError(RuntimeError):
+    """Two modules registered the same API."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    api_key: ApiKey
+    min_version: int
+    max_version: int
+    handler: Handler
+    request_class: type[Message]
+    module: str
+
+
+class HandlerRegistry:
+    """API key → handler and the version range it serves."""
+
+    def __init__(self) -> None:
+        self._specs: dict[int, HandlerSpec] = {}
+        self.start_hooks: list[Hook] = []
+        self.stop_hooks: list[Hook] = []
+
+    def register(
+        self,
+        api_key: ApiKey,
+        min_version: int,
+        max_version: int,
+        handler: Callable[[RequestContext, M], HandlerResult],
+    ) -> None:
+        info = API_INFO[api_key]
+        if not info.min_version <= min_version <= max_version <= info.max_version:
+            raise ValueError(
+                f"{info.name} versions {min_version}-{max_version} are outside the codec's "
+                f"{info.min_version}-{info.max_version}"
+            )
+        module = getattr(handler, "__module__", "?")
+        existing = self._specs.get(int(api_key))
+        if existing is not None:
+            raise DuplicateHandlerError(
+                f"{info.name} is registered twice: by {existing.module} and by {module}"
+            )
+        self._specs[int(api_key)] = HandlerSpec(
+            api_key, min_version, max_version, handler, request_class(api_key), module
+        )
+
+    def on_start(self, hook: Hook) -> None:
+        self.start_hooks.append(hook)
+
+    def on_stop(self, hook: Hook) -> None:
+        self.stop_hooks.append(hook)
+
+    def get(self, api_key: int) -> HandlerSpec | None:
+        return self._specs.get(api_key)
+
+    def ranges(self) -> list[tuple[int, int, int]]:
+        """``(api_key, min_version, max_version)`` of every registered API, by key."""
+        return [(k, s.min_version, s.max_version) for k, s in sorted(self._specs.items())]
+
+    def __contains__(self, api_key: int) -> bool:
+        return api_key in self._specs
+
+
+def default_registry() -> HandlerRegistry:
+    """A registry filled by every handler module of this package."""
+    registry = HandlerRegistry()
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if module_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        register = getattr(module, "register", None)
+        if register is None:
+            raise RuntimeError(f"handler module {module.__name__} has no register(registry) function")
+        register(registry)
+    return registry

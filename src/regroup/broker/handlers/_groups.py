@@ -1,0 +1,90 @@
+"""Shared by the group API handlers: the coordinator service, its lifecycle hooks and its settings."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Final
+
+from regroup.broker.config import BrokerConfig
+from regroup.broker.context import RequestContext
+from regroup.broker.handlers import HandlerRegistry
+from regroup.group.config import GroupConfig
+from regroup.runtime.coordinator import CoordinatorConfig, GroupCoordinator
+
+if TYPE_CHECKING:
+    from regroup.broker.state import Broker
+
+__all__ = ["SERVICE", "coordinator", "coordinator_config", "install"]
+
+SERVICE: Final = "group_coordinator"
+
+_installed: weakref.WeakSet[HandlerRegistry] = weakref.WeakSet()
+
+
+def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
+    """The coordinator's settings from the broker's (Kafka's names)."""
+    return CoordinatorConfig(
+        group=GroupConfig(
+            group_min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
+            group_max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
+            group_initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+            group_max_size=config.get_int("group.max.size"),
+            offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
+            offsets_retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
+            offset_metadata_max_bytes=config.get_int("offset.metadata.max.bytes"),
+            offsets_topic_num_partitions=config.get_int("offsets.topic.num.partitions"),
+        ),
+        offsets_topic_segment_bytes=config.get_int("offsets.topic.segment.bytes"),
+        offsets_topic_compression_codec=config.get_int("offsets.topic.compression.codec"),
+        offsets_load_buffer_size=config.get_int("offsets.load.buffer.size"),
+        offsets_commit_timeout_ms=config.get_int("offsets.commit.timeout.ms"),
+        # The broker's log cleaner compacts every cleanup.policy=compact partition, this one included.
+        compaction_interval_ms=None,
+    )
+
+
+async def _start(broker: Broker) -> None:
+    coord = GroupCoordinator(
+        broker.logs, coordinator_config(broker.config), clock=broker.clock, gate_for=broker.gate
+    )
+    broker.services[SERVICE] = coord
+    await coord.start()
+
+    def shutting_down(_: object) -> None:
+        # Resign at once so parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) while the
+        # server waits for in-flight requests, instead of holding the shutdown for its grace period.
+        coord.begin_shutdown()
+
+    broker.stopping.add_done_callback(shutting_down)
+
+
+async def _stop(broker: Broker) -> None:
+    coord = broker.services.get(SERVICE)
+    if isinstance(coord, GroupCoordinator):
+        await coord.stop()
+
+
+def install(registry: HandlerRegistry) -> None:
+    """Add the coordinator's start/stop hooks to ``registry`` (once, whichever group module asks first)."""
+    if registry in _installed:
+        return
+    _installed.add(registry)
+    registry.on_start(_start)
+    registry.on_stop(_stop)
+
+
+def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
+    coord = ctx.broker.services.get(SERVICE)
+    return coord if isinstance(coord, GroupCoordinator) and coord.running else None
+
+
+def known_partitions(ctx: RequestContext, topics: list[tuple[str, list[int]]]) -> list[list[bool]]:
+    """For each requested (topic, partitions): which partitions exist. Kafka's broker answers the others
+    UNKNOWN_TOPIC_OR_PARTITION itself before consulting the coordinator."""
+    logs = ctx.broker.logs
+    masks: list[list[bool]] = []
+    for name, partitions in topics:
+        info = logs.topic(name)
+        count = -1 if info is None else info.partitions
+        masks.append([0 <= p < count for p in partitions])
+    return masks

@@ -1,0 +1,445 @@
+"""Listeners and connections: framing, dispatch, and responses in request order per connection.
+
+Each connection is an :class:`asyncio.Protocol` (cheaper per request than streams). Requests are decoded
+and dispatched as soon as their bytes arrive, so a slow request (a long-polling Fetch) never delays the
+decoding of the ones behind it; responses are still written in request order, as Kafka clients require.
+A handler that answers synchronously costs no task. Reading pauses while ``queued.max.requests`` requests
+are in flight or the socket's write buffer is full.
+
+Connection-level rules mirror Kafka's ``SocketServer`` / ``RequestContext``: a size prefix above
+``socket.request.max.bytes`` closes the connection before allocating; an unknown API key, an unsupported
+version or an undecodable request closes the connection, except an ApiVersions request of an unsupported
+version, which is answered in v0 with UNSUPPORTED_VERSION and the supported ranges; a connection idle for
+``connections.max.idle.ms`` is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+import struct
+from collections import deque
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Final, cast
+
+from regroup.broker.context import RequestContext
+from regroup.broker.handlers import HandlerRegistry
+from regroup.broker.wire import Chunk, encode_response_chunks
+from regroup.protocol.api_keys import API_INFO, ApiKey
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.framing import FrameReader, FrameTooLargeError, decode_request_header
+from regroup.protocol.message import Message
+from regroup.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
+from regroup.protocol.primitives import DecodeError, EncodeError, UnsupportedVersionError
+
+if TYPE_CHECKING:
+    from regroup.broker.config import Listener
+    from regroup.broker.state import Broker
+
+__all__ = ["BrokerServer", "Connection"]
+
+log = logging.getLogger("regroup.broker.server")
+
+_KEY_VERSION: Final = struct.Struct(">hh")
+_CORRELATION: Final = struct.Struct(">i")
+_API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
+
+
+class _Slot:
+    """A response that is not written yet because an earlier one is still pending."""
+
+    __slots__ = ("data", "task")
+
+    def __init__(self, data: list[Chunk] | None, task: asyncio.Future[Message | None] | None) -> None:
+        self.data = data
+        self.task = task
+
+
+class Connection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, server: BrokerServer, listener: str) -> None:
+        self._server = server
+        self._broker = server.broker
+        self._registry = server.registry
+        self._listener = listener
+        self._loop = asyncio.get_running_loop()
+        self._reader = FrameReader(server.max_request_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._pending: deque[_Slot] = deque()
+        self._output: list[Chunk] = []  # encoded responses not yet handed to the transport
+        self._corked = False
+        self._closing = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._stopped = False  # no more requests (shutdown)
+        self._last_active = self._loop.time()
+        self._idle_handle: asyncio.TimerHandle | None = None
+        self.peer = ("?", 0)
+        self.local = ("?", 0)
+        self.idle_drained: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCPTransport implements asyncio.Transport without subclassing it.
+        transport = cast(asyncio.Transport, transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        if peer:
+            self.peer = (str(peer[0]), int(peer[1]))
+        if local:
+            self.local = (str(local[0]), int(local[1]))
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        refusal = self._server.accept(self)
+        if refusal is not None:
+            log.warning("Closing connection from %s: %s", self._describe(), refusal)
+            self._closing = True
+            transport.abort()
+            return
+        self._arm_idle(self._server.idle_seconds)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+        for slot in self._pending:
+            if slot.task is not None and not slot.task.done():
+                slot.task.cancel()
+        self._pending.clear()
+        self._server.forget(self)
+        self._notify_drained()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    def close(self, reason: str | None = None, *, abort: bool = False) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if reason:
+            log.info("Closing connection from %s: %s", self._describe(), reason)
+        if self._transport is not None:
+            if abort:
+                self._transport.abort()
+            else:
+                self._transport.close()
+
+    def stop_reading(self) -> None:
+        """Shutdown: take no more requests; pending ones finish."""
+        self._stopped = True
+        self._update_reading()
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._pending)
+
+    def _describe(self) -> str:
+        return f"{self.peer[0]}:{self.peer[1]} on listener {self._listener}"
+
+    # ------------------------------------------------------------------------------------ idle timeout
+
+    def _arm_idle(self, delay: float) -> None:
+        if delay > 0:
+            self._idle_handle = self._loop.call_later(delay, self._check_idle)
+
+    def _check_idle(self) -> None:
+        self._idle_handle = None
+        if self._closing:
+            return
+        idle = self._server.idle_seconds
+        remaining = self._last_active + idle - self._loop.time()
+        if self._pending or remaining > 0:
+            self._arm_idle(max(remaining, idle if self._pending else 0.001))
+            return
+        self.close(f"idle for more than connections.max.idle.ms={int(idle * 1000)}")
+
+    # ------------------------------------------------------------------------------------ reading
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self._last_active = self._loop.time()
+        try:
+            frames = self._reader.feed(data)
+        except FrameTooLargeError as exc:
+            log.warning("Closing connection from %s: %s (socket.request.max.bytes)", self._describe(), exc)
+            self.close(abort=True)
+            return
+        # Responses produced while this batch of frames is dispatched go out in one writev.
+        self._corked = True
+        try:
+            for frame in frames:
+                if self.closed:
+                    return
+                self._dispatch(frame)
+        finally:
+            self._corked = False
+            self._flush_output()
+        self._update_reading()
+
+    def eof_received(self) -> bool | None:
+        # The client half-closed: finish what is in flight, then close (as Kafka does on a clean EOF).
+        if not self._pending:
+            self.close()
+        else:
+            self._stopped = True
+        return True
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        want_pause = self._stopped or self._writing_paused or len(self._pending) >= self._server.max_in_flight
+        if want_pause and not self._reading_paused:
+            self._reading_paused = True
+            transport.pause_reading()
+        elif not want_pause and self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+
+    def _dispatch(self, frame: bytes) -> None:
+        if len(frame) < 8:
+            self.close("request shorter than its header")
+            return
+        api_key, api_version = _KEY_VERSION.unpack_from(frame, 0)
+        spec = self._registry.get(api_key)
+        if spec is None or not spec.min_version <= api_version <= spec.max_version:
+            if api_key == _API_VERSIONS:
+                (correlation_id,) = _CORRELATION.unpack_from(frame, 4)
+                self._respond_unsupported_api_versions(correlation_id)
+                return
+            try:
+                name = API_INFO[ApiKey(api_key)].name
+            except ValueError:
+                name = None
+            if name is None:
+                self.close(f"unknown API key {api_key}")
+            elif spec is None:
+                self.close(f"unsupported API {name} (key {api_key})")
+            else:
+                self.close(
+                    f"unsupported {name} version {api_version} "
+                    f"(supported {spec.min_version}-{spec.max_version})"
+                )
+            return
+        try:
+            header = decode_request_header(frame)
+            # Bytes after the body are ignored, as Kafka's request parser does: librdkafka 2.x sends
+            # Metadata v12 with a field that version no longer has.
+            request, _ = spec.request_class.read(frame, header.body_offset, api_version)
+        except (DecodeError, UnsupportedVersionError) as exc:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("Undecodable request frame (%d bytes): %s", len(frame), frame[:256].hex())
+            self.close(f"malformed {spec.request_class.NAME} v{api_version}: {exc}")
+            return
+        ctx = RequestContext(
+            self._broker,
+            api_key,
+            api_version,
+            header.correlation_id,
+            header.client_id,
+            self.peer[0],
+            self.peer[1],
+            self._listener,
+            self.local[0],
+            self.local[1],
+        )
+        try:
+            result = spec.handler(ctx, request)
+        except Exception:
+            log.exception(
+                "Error handling %s v%d from %s; closing the connection",
+                spec.request_class.NAME,
+                api_version,
+                self._describe(),
+            )
+            self.close()
+            return
+        if result is None:
+            if ctx.close_connection:
+                self.close(f"{spec.request_class.NAME} failed and the client expects no response")
+            return
+        if isinstance(result, Message):
+            self._send(self._encode(result, api_version, header.correlation_id))
+            return
+        task = asyncio.ensure_future(_await(result))
+        slot = _Slot(None, task)
+        self._pending.append(slot)
+
+        def done(fut: asyncio.Future[Message | None], slot: _Slot = slot) -> None:
+            if fut.cancelled() or self._closing:
+                return
+            exc = fut.exception()
+            if exc is not None:
+                log.error(
+                    "Error handling %s v%d from %s; closing the connection",
+                    spec.request_class.NAME,
+                    api_version,
+                    self._describe(),
+                    exc_info=exc,
+                )
+                self.close()
+                return
+            response = fut.result()
+            if response is None:
+                if ctx.close_connection:
+                    self.close(f"{spec.request_class.NAME} failed and the client expects no response")
+                    return
+                slot.data = []
+            else:
+                slot.data = self._encode(response, api_version, header.correlation_id)
+            slot.task = None
+            self._drain()
+
+        task.add_done_callback(done)
+
+    # ------------------------------------------------------------------------------------ writing
+
+    def _encode(self, response: Message, version: int, correlation_id: int) -> list[Chunk] | None:
+        try:
+            return encode_response_chunks(response, version, correlation_id)
+        except EncodeError:
+            log.exception("Cannot encode %s v%d; closing the connection", response.NAME, version)
+            self.close()
+            return None
+
+    def _send(self, data: list[Chunk] | None) -> None:
+        if data is None or self._closing:
+            return
+        if self._pending:
+            self._pending.append(_Slot(data, None))
+            return
+        assert self._transport is not None
+        self._write(data)
+
+    def _write(self, data: list[Chunk]) -> None:
+        self._output.extend(data)
+        if not self._corked:
+            self._flush_output()
+
+    def _flush_output(self) -> None:
+        output = self._output
+        if not output or self._closing:
+            output.clear()
+            return
+        assert self._transport is not None
+        if len(output) == 1:
+            self._transport.write(output[0])
+        else:
+            self._transport.writelines(output)
+        self._output = []
+        self._last_active = self._loop.time()
+
+    def _drain(self) -> None:
+        pending = self._pending
+        while pending and pending[0].task is None:
+            data = pending.popleft().data
+            if data:
+                self._write(data)
+        if not pending:
+            self._notify_drained()
+            if self._stopped and not self._server.stopping:
+                self.close()
+        self._update_reading()
+
+    def _notify_drained(self) -> None:
+        waiter = self.idle_drained
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _respond_unsupported_api_versions(self, correlation_id: int) -> None:
+        response = ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION,
+            api_keys=[ApiVersion(k, lo, hi) for k, lo, hi in self._registry.ranges()],
+        )
+        self._send(self._encode(response, 0, correlation_id))
+
+
+async def _await(awaitable: Awaitable[Message | None]) -> Message | None:
+    return await awaitable
+
+
+_HOST_ANY: Final = re.compile(r"^(0\.0\.0\.0|::|)$")
+
+
+class BrokerServer:
+    """All listeners of a broker and their connections."""
+
+    def __init__(self, broker: Broker, registry: HandlerRegistry) -> None:
+        self.broker = broker
+        self.registry = registry
+        config = broker.config
+        self.max_request_bytes = config.get_int("socket.request.max.bytes")
+        self.idle_seconds = config.get_int("connections.max.idle.ms") / 1000
+        self.max_in_flight = config.get_int("queued.max.requests")
+        self.max_connections = config.get_int("max.connections")
+        self.connections: set[Connection] = set()
+        self.bound: dict[str, tuple[str, int]] = {}
+        self.stopping = False
+        self._servers: list[asyncio.Server] = []
+
+    async def start(self, listeners: list[Listener]) -> None:
+        loop = asyncio.get_running_loop()
+        for listener in listeners:
+            host = None if _HOST_ANY.match(listener.host) else listener.host
+            name = listener.name
+            server = await loop.create_server(
+                lambda name=name: Connection(self, name),
+                host,
+                listener.port,
+                reuse_address=True,
+                backlog=1024,
+            )
+            self._servers.append(server)
+            sockname = server.sockets[0].getsockname()
+            self.bound[name] = (str(sockname[0]), int(sockname[1]))
+
+    def accept(self, conn: Connection) -> str | None:
+        """Track a new connection, or say why it is refused."""
+        if self.stopping:
+            return "the broker is shutting down"
+        if len(self.connections) >= self.max_connections:
+            return f"max.connections={self.max_connections} reached"
+        self.connections.add(conn)
+        return None
+
+    def forget(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Stop accepting, let in-flight requests finish (bounded), then close every connection."""
+        self.stopping = True
+        for server in self._servers:
+            server.close()
+        loop = asyncio.get_running_loop()
+        waiters: list[asyncio.Future[None]] = []
+        for conn in list(self.connections):
+            conn.stop_reading()
+            if conn.busy:
+                conn.idle_drained = loop.create_future()
+                waiters.append(conn.idle_drained)
+        if waiters:
+            _, still = await asyncio.wait(waiters, timeout=grace_seconds)
+            if still:
+                log.warning("%d connections still had requests in flight at shutdown", len(still))
+        for conn in list(self.connections):
+            conn.close()
+        for server in self._servers:
+            await server.wait_closed()
+        # Give transports a moment to flush what they were asked to write.
+        await asyncio.sleep(0)

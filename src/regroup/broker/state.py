@@ -1,0 +1,222 @@
+"""The broker: configuration, storage, identity, listeners and background maintenance, with a lifecycle.
+
+``start()`` resolves the cluster id (``meta.properties``), loads the logs, runs handler start hooks and binds
+the listeners; ``stop()`` stops accepting, lets in-flight requests finish (bounded), stops the handlers'
+services, waits for running fsyncs, flushes every log and closes them (clean-shutdown markers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, Final
+
+from regroup import __version__
+from regroup.broker.config import BROKER_CONFIGS, BrokerConfig, ConfigError, render
+from regroup.broker.durability import GateRegistry, PartitionGate
+from regroup.broker.handlers import HandlerRegistry, default_registry
+from regroup.broker.meta import ProducerIdAllocator, load_identity
+from regroup.broker.server import BrokerServer
+from regroup.log import LogDefaults, LogManager, PartitionLog
+from regroup.protocol.errors import KafkaError
+from regroup.runtime.clock import Clock, SystemClock
+
+__all__ = ["Broker"]
+
+log = logging.getLogger("regroup.broker")
+
+# asyncio cannot sleep for Kafka's "never" (Long.MAX_VALUE ms); anything beyond this is treated as never.
+_NEVER_MS: Final = 10**12
+
+
+class Broker:
+    """One regroup node."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        registry: HandlerRegistry | None = None,
+        clock: Clock | None = None,
+        shutdown_grace_seconds: float = 10.0,
+    ) -> None:
+        self.config = config
+        self.version = __version__
+        self.node_id = config.node_id
+        self.data_dir = Path(config.log_dir)
+        self.clock: Clock = clock or SystemClock()
+        self.registry = registry or default_registry()
+        self.cluster_id = ""
+        self.gates = GateRegistry(self.clock.now_ms)
+        self.server = BrokerServer(self, self.registry)
+        self.services: dict[str, Any] = {}
+        self.shutdown_grace_seconds = shutdown_grace_seconds
+        self.fetch_max_bytes = config.get_int("fetch.max.bytes")
+        self._advertised = config.advertised_listeners()
+        self._logs: LogManager | None = None
+        self._producer_ids: ProducerIdAllocator | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------------------------ accessors
+
+    @property
+    def logs(self) -> LogManager:
+        if self._logs is None:
+            raise RuntimeError("the broker has not been started")
+        return self._logs
+
+    @property
+    def producer_ids(self) -> ProducerIdAllocator:
+        if self._producer_ids is None:
+            raise RuntimeError("the broker has not been started")
+        return self._producer_ids
+
+    @property
+    def stopping(self) -> asyncio.Future[None]:
+        """Completed when shutdown begins (long polls return early)."""
+        if self._stopping is None:
+            self._stopping = asyncio.get_running_loop().create_future()
+        return self._stopping
+
+    def advertised_endpoint(self, listener: str, local_host: str, local_port: int) -> tuple[str, int]:
+        adv = self._advertised.get(listener)
+        if adv is None:
+            return local_host, local_port
+        host = adv.host
+        if host in ("", "0.0.0.0", "::"):
+            host = local_host
+        return host, adv.port or local_port
+
+    def gate(self, plog: PartitionLog) -> PartitionGate:
+        return self.gates.gate(plog)
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        config = self.config
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = load_identity(self.data_dir, self.node_id, config.get("cluster.id"))
+        self._producer_ids = ProducerIdAllocator(self.data_dir)
+        try:
+            defaults = LogDefaults.from_properties(_log_properties(config))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        logs = LogManager(self.data_dir, defaults)
+        await asyncio.to_thread(logs.load, self.clock.now_ms())
+        self._logs = logs
+        for hook in self.registry.start_hooks:
+            await hook(self)
+        await self.server.start(config.listeners())
+        # Kafka checks flush.ms only every log.flush.scheduler.interval.ms (default: never); a configured
+        # log.flush.interval.ms is honoured on its own here, so the two need not be set together.
+        flush_check = min(config.get_int("log.flush.scheduler.interval.ms"), config.flush_interval_ms)
+        self._schedule("log flusher", flush_check, self._flush_due)
+        self._schedule("log retention", config.get_int("log.retention.check.interval.ms"), self._retention)
+        if config.get("log.cleaner.enable"):
+            self._schedule("log cleaner", config.get_int("log.cleaner.backoff.ms"), self._compaction)
+
+    def bound_addresses(self) -> dict[str, tuple[str, int]]:
+        return dict(self.server.bound)
+
+    async def stop(self) -> None:
+        if not self.stopping.done():
+            self.stopping.set_result(None)
+        log.info("Shutting down: no new connections; finishing in-flight requests")
+        await self.server.stop(self.shutdown_grace_seconds)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        for hook in reversed(self.registry.stop_hooks):
+            try:
+                await hook(self)
+            except Exception:
+                log.exception("Error in a shutdown hook")
+        if self._logs is not None:
+            await self.gates.quiesce()
+            logs = self._logs
+            await asyncio.to_thread(logs.flush_all, self.clock.now_ms())
+            logs.close()
+            self._logs = None
+            log.info("Logs flushed and closed")
+
+    # ------------------------------------------------------------------------------------ maintenance
+
+    def _schedule(self, name: str, interval_ms: int, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        if interval_ms <= 0 or interval_ms >= _NEVER_MS:
+            return
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000)
+                try:
+                    await job()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("Error in the %s", name)
+
+        self._tasks.append(asyncio.create_task(loop(), name=f"regroup {name}"))
+
+    async def _flush_due(self) -> None:
+        now = self.clock.now_ms()
+        waiters = [self.gate(plog).request_flush() for plog in self.logs.flush_due(now)]
+        if waiters:
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _mutate_each(
+        self, partitions: list[PartitionLog], mutate: Callable[[PartitionLog], bool]
+    ) -> int:
+        """Run ``mutate`` on each partition in its gate's turn; returns how many reported a change."""
+        changed = 0
+        for plog in partitions:
+            gate = self.gate(plog)
+            if not gate.try_acquire():
+                await gate.turn()
+            try:
+                if not plog.closed and mutate(plog):  # closed: its topic was deleted meanwhile
+                    changed += 1
+            finally:
+                gate.release()
+            await asyncio.sleep(0)  # keep the loop responsive between partitions
+        return changed
+
+    async def _retention(self) -> None:
+        now = self.clock.now_ms()
+        plogs = [plog for _, _, plog in self.logs.partitions()]
+        if await self._mutate_each(plogs, lambda plog: plog.apply_retention(now) > 0):
+            self.logs.checkpoint()
+
+    async def _compaction(self) -> None:
+        now = self.clock.now_ms()
+
+        def compact(plog: PartitionLog) -> bool:
+            try:
+                return plog.compact(now) is not None
+            except (OSError, KafkaError):
+                log.exception("Compaction of %s failed", plog.name)
+                return False
+
+        plogs = [plog for _, _, plog in self.logs.partitions() if plog.config.compact]
+        if await self._mutate_each(plogs, compact):
+            self.logs.checkpoint()
+
+
+def _log_properties(config: BrokerConfig) -> dict[str, str]:
+    """Broker settings the log layer reads, rendered as Kafka property strings."""
+    props: dict[str, str] = {}
+    for name in BROKER_CONFIGS:
+        value = render(config.get(name))
+        if value is not None:
+            props[name] = value
+    if config.get("log.retention.ms") is None:
+        props["log.retention.ms"] = str(config.retention_ms)
+    if config.get("log.flush.interval.ms") is None:
+        props["log.flush.interval.ms"] = str(config.flush_interval_ms)
+    return props

@@ -1,0 +1,574 @@
+"""The group coordinator service: ``__consumer_offsets`` partitions, their shards and their lanes.
+
+``GroupCoordinator`` creates ``__consumer_offsets`` when it is missing (compacted, internal,
+``offsets.topic.num.partitions`` partitions), maps a group to its partition (Kafka's ``partitionFor``), and
+runs one :class:`~regroup.runtime.shard_runner.ShardRunner` per partition. Every partition is loaded at
+:meth:`GroupCoordinator.start` by replaying its records; :meth:`unload` / :meth:`load` resign and re-elect a
+partition on demand (the admin hook Kafka exercises through leadership changes).
+
+The request methods answer coordinator-level errors the way Kafka's ``GroupCoordinatorService`` does:
+COORDINATOR_NOT_AVAILABLE when the service is not running, COORDINATOR_LOAD_IN_PROGRESS while the
+partition loads (a heartbeat gets NONE then, as in Kafka), NOT_COORDINATOR once it is unloaded. Everything
+else comes from the shard. Multi-group requests are split by partition and merged in request order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, TypeVar
+
+from regroup.group.classic_group import GroupSnapshot
+from regroup.group.config import GroupConfig
+from regroup.group.context import MemberIdFactory, RequestContext
+from regroup.group.effects import Result
+from regroup.group.history import GenerationRecord
+from regroup.group.shard import GroupShard
+from regroup.log import LogManager, PartitionLog
+from regroup.protocol.errors import ErrorCode, KafkaError
+from regroup.protocol.messages.delete_groups import DeletableGroupResult
+from regroup.protocol.messages.describe_groups import DescribedGroup
+from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from regroup.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from regroup.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from regroup.protocol.messages.list_groups import ListedGroup
+from regroup.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from regroup.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from regroup.protocol.messages.offset_fetch import OffsetFetchResponseGroup
+from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from regroup.runtime.clock import Clock, SystemClock
+from regroup.runtime.durability import FlushGate, WriteGate
+from regroup.runtime.responses import (
+    deletable_group_error,
+    described_group_error,
+    heartbeat_error,
+    join_group_error,
+    leave_group_error,
+    offset_commit_error,
+    offset_delete_error,
+    offset_fetch_group_error,
+    sync_group_error,
+    txn_offset_commit_error,
+)
+from regroup.runtime.shard_runner import LoadStats, OffsetsLog, RunnerState, ShardRunner
+
+__all__ = [
+    "OFFSETS_TOPIC",
+    "CoordinatorConfig",
+    "GroupCoordinator",
+    "PartitionState",
+    "uuid_member_id",
+]
+
+log = logging.getLogger("regroup.coordinator")
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+T = TypeVar("T")
+
+PartitionState = RunnerState
+"""LOADING, ACTIVE, UNLOADING, UNLOADED or FAILED (a partition never loaded reads as UNLOADED)."""
+
+Observer = Callable[[int, object], None]
+
+
+def uuid_member_id(prefix: str) -> str:
+    """Kafka's member ids: ``<client.id or group.instance.id>-<random UUID>``."""
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    """Settings of the coordinator runtime (Kafka's ``group.*`` / ``offsets.*``)."""
+
+    group: GroupConfig = field(default_factory=GroupConfig)
+    offsets_topic_segment_bytes: int = 104_857_600
+    offsets_topic_compression_codec: int = 0  # 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
+    offsets_load_buffer_size: int = 5_242_880
+    compaction_interval_ms: int | None = None
+    """Compact ``__consumer_offsets`` this often; None when something else (the broker's log cleaner) does."""
+    max_flush_batch: int = 256
+    """At most this many events share one fsync when requests keep arriving."""
+    offsets_commit_timeout_ms: int | None = 5000
+    """A reply still waiting for its fsync after this long gets COORDINATOR_NOT_AVAILABLE."""
+    recent_events: int = 1000
+    """How many Notify events :attr:`GroupCoordinator.events` keeps."""
+
+    def topic_configs(self) -> dict[str, str]:
+        return {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(self.offsets_topic_segment_bytes),
+        }
+
+
+class GroupCoordinator:
+    """Classic groups and committed offsets, one shard per ``__consumer_offsets`` partition."""
+
+    def __init__(
+        self,
+        logs: LogManager,
+        config: CoordinatorConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        gate_for: Callable[[PartitionLog], WriteGate] | None = None,
+        member_id_factory: MemberIdFactory = uuid_member_id,
+        wrap_log: Callable[[int, PartitionLog], OffsetsLog] | None = None,
+    ) -> None:
+        self.config = config or CoordinatorConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.events: deque[tuple[int, object]] = deque(maxlen=self.config.recent_events)
+        self._logs = logs
+        self._gate_for = gate_for
+        self._gates: dict[int, WriteGate] = {}
+        self._member_id_factory = member_id_factory
+        self._wrap_log = wrap_log
+        self._group_config = self.config.group
+        self._runners: dict[int, ShardRunner] = {}
+        self._observers: list[Observer] = []
+        self._tickets = 0
+        self._running = False
+        self._stopping: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    @property
+    def num_partitions(self) -> int:
+        return self._group_config.offsets_topic_num_partitions
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def partition_for(self, group_id: str) -> int:
+        return self._group_config.partition_for(group_id)
+
+    async def start(self) -> None:
+        """Create ``__consumer_offsets`` if needed and start loading every partition (in the background:
+        requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile; :meth:`wait_loaded` waits for it)."""
+        info = self._logs.topic(OFFSETS_TOPIC)
+        if info is None:
+            info = self._logs.create_topic(
+                OFFSETS_TOPIC,
+                self._group_config.offsets_topic_num_partitions,
+                self.config.topic_configs(),
+                internal=True,
+                now_ms=self.clock.now_ms(),
+            )
+            log.info("Created %s with %d partitions", OFFSETS_TOPIC, info.partitions)
+        elif info.partitions != self._group_config.offsets_topic_num_partitions:
+            # As Kafka: the topic's actual partition count decides where groups live.
+            log.warning(
+                "%s has %d partitions but offsets.topic.num.partitions is %d; using %d",
+                OFFSETS_TOPIC,
+                info.partitions,
+                self._group_config.offsets_topic_num_partitions,
+                info.partitions,
+            )
+            self._group_config = _with_partitions(self._group_config, info.partitions)
+        self._running = True
+        for partition in range(self.num_partitions):
+            self._start_runner(partition)
+        self._spawn(self._log_loaded())
+        interval = self.config.compaction_interval_ms
+        if interval:
+            self._spawn(self._compaction_loop(interval))
+
+    async def _log_loaded(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        stats = await self.wait_loaded()
+        log.info(
+            "Loaded %d/%d partitions of %s (%d records, %d skipped) in %.3f s",
+            len(stats),
+            self.num_partitions,
+            OFFSETS_TOPIC,
+            sum(s.records for s in stats),
+            sum(s.skipped for s in stats),
+            loop.time() - started,
+        )
+
+    async def wait_loaded(self) -> list[LoadStats]:
+        """Wait for every partition being loaded; returns the stats of those that loaded."""
+        stats: list[LoadStats] = []
+        for partition, runner in list(self._runners.items()):
+            try:
+                result = await asyncio.shield(runner.start())
+            except Exception:
+                log.error("Loading %s-%d failed; it answers NOT_COORDINATOR", OFFSETS_TOPIC, partition)
+                continue
+            if result is not None:
+                stats.append(result)
+        return stats
+
+    async def load(self, partition: int) -> LoadStats | None:
+        """Become the coordinator of ``partition`` again: replay its log into a fresh shard."""
+        self._check_partition(partition)
+        if not self._running:
+            raise RuntimeError("the coordinator is not running")
+        runner = self._runners.get(partition)
+        if runner is not None and runner.state in (RunnerState.UNLOADING, RunnerState.FAILED):
+            await runner.unload()
+        if runner is None or runner.state not in (RunnerState.LOADING, RunnerState.ACTIVE):
+            runner = self._start_runner(partition)
+        stats = await asyncio.shield(runner.start())
+        if stats is not None:
+            log.info(
+                "Loaded %s-%d: %d records in %.3f s", OFFSETS_TOPIC, partition, stats.records, stats.seconds
+            )
+        return stats
+
+    async def unload(self, partition: int) -> None:
+        """Resign ``partition``: its groups become Dead, parked requests get NOT_COORDINATOR, and every
+        later request for its groups gets NOT_COORDINATOR until :meth:`load`."""
+        self._check_partition(partition)
+        runner = self._runners.get(partition)
+        if runner is not None:
+            await runner.unload()
+            log.info("Unloaded %s-%d", OFFSETS_TOPIC, partition)
+
+    def state(self, partition: int) -> PartitionState:
+        runner = self._runners.get(partition)
+        return RunnerState.UNLOADED if runner is None else runner.state
+
+    def runner(self, partition: int) -> ShardRunner | None:
+        return self._runners.get(partition)
+
+    def begin_shutdown(self) -> asyncio.Task[None]:
+        """Start resigning every partition (parked requests are answered NOT_COORDINATOR at once)."""
+        if self._stopping is None:
+            self._stopping = asyncio.create_task(self._stop(), name="regroup coordinator shutdown")
+        return self._stopping
+
+    async def stop(self) -> None:
+        """Drain every lane (queued requests are handled, parked ones answered NOT_COORDINATOR), wait for
+        their replies to be released, cancel timers and background jobs."""
+        await self.begin_shutdown()
+
+    async def _stop(self) -> None:
+        self._running = False
+        runners = list(self._runners.values())
+        results = await asyncio.gather(*(r.unload() for r in runners), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                log.error("Error unloading a coordinator partition", exc_info=result)
+        for runner in runners:
+            runner.cancel()
+        # Gates this coordinator created itself (no broker around): let running fsyncs finish, so the
+        # caller may flush and close the logs.
+        deadline = asyncio.get_running_loop().time() + 30
+        for gate in self._gates.values():
+            while isinstance(gate, FlushGate) and gate.busy and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.005)
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def idle(self) -> None:
+        """Wait until every lane is idle with all replies released (a test aid)."""
+        for runner in list(self._runners.values()):
+            await runner.idle()
+
+    def _check_partition(self, partition: int) -> None:
+        if not 0 <= partition < self.num_partitions:
+            raise ValueError(f"{OFFSETS_TOPIC} has no partition {partition}")
+
+    def _start_runner(self, partition: int) -> ShardRunner:
+        plog = self._logs.partition(OFFSETS_TOPIC, partition)
+        if plog is None:
+            raise RuntimeError(f"{OFFSETS_TOPIC}-{partition} does not exist")
+        gate = self._gates.get(partition)
+        if gate is None:
+            gate = self._gate_for(plog) if self._gate_for is not None else FlushGate(plog, self.clock.now_ms)
+            self._gates[partition] = gate
+        offsets_log: OffsetsLog = plog if self._wrap_log is None else self._wrap_log(partition, plog)
+        runner = ShardRunner(
+            partition,
+            GroupShard(partition, self._group_config, self._member_id_factory),
+            offsets_log,
+            gate,
+            self.clock,
+            compression=self.config.offsets_topic_compression_codec,
+            load_buffer_size=self.config.offsets_load_buffer_size,
+            max_flush_batch=self.config.max_flush_batch,
+            commit_timeout_ms=self.config.offsets_commit_timeout_ms,
+            on_notify=self._notify,
+            on_failure=self._failed,
+        )
+        self._runners[partition] = runner
+        loaded = runner.start()
+        loaded.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        return runner
+
+    def _failed(self, partition: int) -> None:
+        log.error("%s-%d failed; unloading it (NOT_COORDINATOR until reloaded)", OFFSETS_TOPIC, partition)
+        runner = self._runners.get(partition)
+        if runner is not None:
+            self._spawn(runner.unload())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _compaction_loop(self, interval_ms: int) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            for partition in range(self.num_partitions):
+                plog = self._logs.partition(OFFSETS_TOPIC, partition)
+                gate = self._gates.get(partition)
+                if plog is None or gate is None:
+                    continue
+                turn = gate.reserve()
+                if not turn.done():
+                    await gate.wait(turn)
+                try:
+                    if not plog.closed:
+                        plog.compact(self.clock.now_ms())
+                except (OSError, KafkaError):
+                    log.exception("Compaction of %s-%d failed", OFFSETS_TOPIC, partition)
+                finally:
+                    gate.release()
+                await asyncio.sleep(0)
+
+    # ------------------------------------------------------------------------------------ observability
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer(partition, event)`` for every Notify event (generation completed/stable, ...)."""
+        self._observers.append(observer)
+
+    def _notify(self, partition: int, event: object) -> None:
+        self.events.append((partition, event))
+        for observer in self._observers:
+            observer(partition, event)
+
+    def shard(self, group_id: str) -> GroupShard | None:
+        runner = self._runners.get(self.partition_for(group_id))
+        return None if runner is None or runner.state is not RunnerState.ACTIVE else runner.shard
+
+    def group(self, group_id: str) -> GroupSnapshot | None:
+        shard = self.shard(group_id)
+        return None if shard is None else shard.group(group_id)
+
+    def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]:
+        shard = self.shard(group_id)
+        return () if shard is None else shard.group_history(group_id)
+
+    # ------------------------------------------------------------------------------------ routing
+
+    def _call(
+        self,
+        group_id: str,
+        run: Callable[[GroupShard, int], Result[T]],
+        error_reply: Callable[[ErrorCode], T],
+        *,
+        ticket: int | None = None,
+    ) -> asyncio.Future[T]:
+        runner = self._runners.get(self.partition_for(group_id)) if self._running else None
+        if runner is None:
+            fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE if not self._running else ErrorCode.NOT_COORDINATOR
+            fut.set_result(error_reply(code))
+            return fut
+        return runner.call(run, error_reply, ticket=ticket)
+
+    def _read(
+        self, partition: int, fn: Callable[[GroupShard], T], error_reply: Callable[[ErrorCode], T]
+    ) -> asyncio.Future[T]:
+        runner = self._runners.get(partition) if self._running else None
+        if runner is None:
+            fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE if not self._running else ErrorCode.NOT_COORDINATOR
+            fut.set_result(error_reply(code))
+            return fut
+        return runner.read(fn, error_reply)
+
+    def _ctx(
+        self, client_id: str | None, client_host: str, api_version: int, parkable: bool
+    ) -> RequestContext:
+        ticket = 0
+        if parkable:
+            self._tickets += 1
+            ticket = self._tickets
+        return RequestContext(client_id or "", client_host, api_version, ticket)
+
+    def _by_partition(self, group_ids: Sequence[str]) -> dict[int, list[int]]:
+        """Indexes of ``group_ids`` grouped by partition, in request order."""
+        out: dict[int, list[int]] = {}
+        for i, group_id in enumerate(group_ids):
+            out.setdefault(self.partition_for(group_id), []).append(i)
+        return out
+
+    # ------------------------------------------------------------------------------------ group APIs
+
+    async def join_group(
+        self, client_id: str | None, client_host: str, api_version: int, req: JoinGroupRequest
+    ) -> JoinGroupResponse:
+        ctx = self._ctx(client_id, client_host, api_version, True)
+        return await self._call(
+            req.group_id,
+            lambda s, now: s.join_group(ctx, req, now),
+            lambda code: join_group_error(req, api_version, code),
+            ticket=ctx.ticket,
+        )
+
+    async def sync_group(
+        self, client_id: str | None, client_host: str, api_version: int, req: SyncGroupRequest
+    ) -> SyncGroupResponse:
+        ctx = self._ctx(client_id, client_host, api_version, True)
+        return await self._call(
+            req.group_id, lambda s, now: s.sync_group(ctx, req, now), sync_group_error, ticket=ctx.ticket
+        )
+
+    async def heartbeat(
+        self, client_id: str | None, client_host: str, api_version: int, req: HeartbeatRequest
+    ) -> HeartbeatResponse:
+        ctx = self._ctx(client_id, client_host, api_version, False)
+
+        def error(code: ErrorCode) -> HeartbeatResponse:
+            # Kafka's GroupCoordinatorService answers a heartbeat to a loading partition with NONE.
+            if code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                code = ErrorCode.NONE
+            return heartbeat_error(code)
+
+        return await self._call(req.group_id, lambda s, now: s.heartbeat(ctx, req, now), error)
+
+    async def leave_group(
+        self, client_id: str | None, client_host: str, api_version: int, req: LeaveGroupRequest
+    ) -> LeaveGroupResponse:
+        ctx = self._ctx(client_id, client_host, api_version, False)
+        return await self._call(req.group_id, lambda s, now: s.leave_group(ctx, req, now), leave_group_error)
+
+    async def offset_commit(
+        self, client_id: str | None, client_host: str, api_version: int, req: OffsetCommitRequest
+    ) -> OffsetCommitResponse:
+        """``req`` holds only the partitions that passed the broker's checks."""
+        ctx = self._ctx(client_id, client_host, api_version, False)
+        return await self._call(
+            req.group_id,
+            lambda s, now: s.offset_commit(ctx, req, now),
+            lambda code: offset_commit_error(req, code),
+        )
+
+    async def txn_offset_commit(
+        self, client_id: str | None, client_host: str, api_version: int, req: TxnOffsetCommitRequest
+    ) -> TxnOffsetCommitResponse:
+        ctx = self._ctx(client_id, client_host, api_version, False)
+        return await self._call(
+            req.group_id,
+            lambda s, now: s.txn_offset_commit(ctx, req, now),
+            lambda code: txn_offset_commit_error(req, api_version, code),
+        )
+
+    async def offset_delete(self, api_version: int, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        ctx = self._ctx(None, "", api_version, False)
+        return await self._call(
+            req.group_id, lambda s, now: s.offset_delete(ctx, req, now), offset_delete_error
+        )
+
+    async def offset_fetch(
+        self,
+        groups: Sequence[tuple[str, Sequence[tuple[str, Sequence[int]]] | None]],
+        require_stable: bool,
+        api_version: int,
+    ) -> list[OffsetFetchResponseGroup]:
+        """One v8+ group struct per requested group, in request order (``None`` topics: all committed)."""
+        ids = [g for g, _ in groups]
+        out: list[OffsetFetchResponseGroup | None] = [None] * len(groups)
+        waits: list[tuple[list[int], asyncio.Future[list[OffsetFetchResponseGroup]]]] = []
+        for partition, indexes in self._by_partition(ids).items():
+            wanted = [groups[i] for i in indexes]
+
+            def fetch(
+                shard: GroupShard,
+                wanted: list[tuple[str, Sequence[tuple[str, Sequence[int]]] | None]] = wanted,
+            ) -> list[OffsetFetchResponseGroup]:
+                return [shard.offset_fetch(g, t, require_stable, api_version) for g, t in wanted]
+
+            def error(
+                code: ErrorCode, wanted: list[tuple[str, Sequence[tuple[str, Sequence[int]]] | None]] = wanted
+            ) -> list[OffsetFetchResponseGroup]:
+                return [offset_fetch_group_error(g, code) for g, _ in wanted]
+
+            waits.append((indexes, self._read(partition, fetch, error)))
+        for indexes, fut in waits:
+            for i, group in zip(indexes, await fut, strict=True):
+                out[i] = group
+        return [g for g in out if g is not None]
+
+    async def describe_groups(self, group_ids: Sequence[str], api_version: int) -> list[DescribedGroup]:
+        out: list[DescribedGroup | None] = [None] * len(group_ids)
+        waits: list[tuple[list[int], asyncio.Future[list[DescribedGroup]]]] = []
+        for partition, indexes in self._by_partition(group_ids).items():
+            wanted = [group_ids[i] for i in indexes]
+
+            def describe(shard: GroupShard, wanted: list[str] = wanted) -> list[DescribedGroup]:
+                return [shard.describe_group(g, api_version) for g in wanted]
+
+            def error(code: ErrorCode, wanted: list[str] = wanted) -> list[DescribedGroup]:
+                return [described_group_error(g, code) for g in wanted]
+
+            waits.append((indexes, self._read(partition, describe, error)))
+        for indexes, fut in waits:
+            for i, group in zip(indexes, await fut, strict=True):
+                out[i] = group
+        return [g for g in out if g is not None]
+
+    async def list_groups(
+        self, states_filter: Sequence[str] = (), types_filter: Sequence[str] = ()
+    ) -> tuple[ErrorCode, list[ListedGroup]]:
+        """Every group of every partition this coordinator leads; COORDINATOR_LOAD_IN_PROGRESS (and no
+        groups) while any partition loads, as Kafka fails the whole request then."""
+        if not self._running:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        runners = [self._runners[p] for p in sorted(self._runners)]
+        if any(r.state is RunnerState.LOADING for r in runners):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []
+        waits = [
+            r.read(
+                lambda shard: (ErrorCode.NONE, shard.list_groups(states_filter, types_filter)),
+                lambda code: (code, []),
+            )
+            for r in runners
+            if r.state is RunnerState.ACTIVE
+        ]
+        groups: list[ListedGroup] = []
+        for fut in waits:
+            code, listed = await fut
+            if code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                return code, []
+            groups.extend(listed)  # NOT_COORDINATOR: resigned meanwhile, skipped as Kafka does
+        return ErrorCode.NONE, groups
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> list[DeletableGroupResult]:
+        """``group_ids`` deduplicated by the caller; results in request order."""
+        out: list[DeletableGroupResult | None] = [None] * len(group_ids)
+        waits: list[tuple[list[int], asyncio.Future[list[DeletableGroupResult]]]] = []
+        for indexes in self._by_partition(group_ids).values():
+            wanted = [group_ids[i] for i in indexes]
+
+            def delete(
+                shard: GroupShard, now: int, wanted: list[str] = wanted
+            ) -> Result[list[DeletableGroupResult]]:
+                return shard.delete_groups(wanted, now)
+
+            def error(code: ErrorCode, wanted: list[str] = wanted) -> list[DeletableGroupResult]:
+                return [deletable_group_error(g, code) for g in wanted]
+
+            waits.append((indexes, self._call(wanted[0], delete, error)))
+        for indexes, fut in waits:
+            for i, result in zip(indexes, await fut, strict=True):
+                out[i] = result
+        return [r for r in out if r is not None]
+
+
+def _with_partitions(config: GroupConfig, partitions: int) -> GroupConfig:
+    return replace(config, offsets_topic_num_partitions=partitions)

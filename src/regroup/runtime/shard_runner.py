@@ -1,0 +1,697 @@
+"""One serial lane per coordinator shard: the only code that calls a :class:`GroupShard`.
+
+A runner owns one ``__consumer_offsets`` partition. :meth:`ShardRunner.start` replays the partition's log
+into a fresh shard (``replay`` per record in log order, then ``on_loaded``), then an asyncio task takes events
+off a queue one at a time — requests, reads, timer fires, unload — and for each:
+
+1. calls the shard with ``now_ms`` from the injected clock;
+2. applies the effects in order (``Schedule``/``Cancel`` on a keyed :class:`TimerService` whose fires come
+   back as events; ``Reply`` answers a parked ticket; ``Notify`` is logged and handed to observers);
+3. appends ``Result.records`` to the partition as one record batch (CreateTime = now) and calls
+   ``on_append`` with ``None`` or the mapped error before taking the next event (its Result is applied the
+   same way);
+4. queues the event's replies for release. Replies leave in event order, each once everything appended up
+   to its event is durable under the partition's flush policy: when ``needs_flush`` says so the runner
+   requests a thread fsync through the partition's :class:`WriteGate`, coalescing consecutive events into
+   one fsync, and goes on with the next event meanwhile. Reads travel the lane too, so they never observe a
+   half-applied event and are never answered ahead of a write they saw.
+
+An append must wait while a thread fsync of the partition runs (the log forbids overlapping them); waiting
+for durability never blocks the lane. A reply still waiting after ``offsets.commit.timeout.ms`` is answered
+COORDINATOR_NOT_AVAILABLE (Kafka's timed-out write; the write itself may still land). A failed fsync fails
+the partition: unreleased replies become NOT_COORDINATOR (the state that produced them may not survive)
+and ``on_failure`` asks for an unload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, TypeVar
+
+from regroup.group.effects import Cancel, Effect, Notify, Record, Reply, Result, Schedule, TimerKey
+from regroup.group.records import RecordError
+from regroup.group.shard import GroupShard
+from regroup.log import LogConfig, ReadResult
+from regroup.protocol.errors import ErrorCode, KafkaError
+from regroup.protocol.primitives import DecodeError
+from regroup.protocol.record_batch import Record as BatchRecord
+from regroup.protocol.record_batch import build_batch, decode_batches
+from regroup.runtime.clock import Clock
+from regroup.runtime.durability import WriteGate
+from regroup.runtime.timers import Fired, TimerService
+
+__all__ = [
+    "ErrorReply",
+    "LoadStats",
+    "OffsetsLog",
+    "RunnerState",
+    "RunnerStats",
+    "ShardRunner",
+    "append_error",
+]
+
+log = logging.getLogger("regroup.coordinator")
+
+T = TypeVar("T")
+ErrorReply = Callable[[ErrorCode], Any]
+"""Builds the response of a request answered with a coordinator-level error."""
+NotifyObserver = Callable[[int, object], None]
+
+
+class OffsetsLog(Protocol):
+    """The part of :class:`~regroup.log.PartitionLog` the runner uses (a wrapper can inject faults)."""
+
+    @property
+    def config(self) -> LogConfig: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def append(self, data: bytes, *, now_ms: int, validate: bool = True) -> object: ...
+
+    def read(self, offset: int, max_bytes: int) -> ReadResult: ...
+
+    def needs_flush(self, now_ms: int) -> bool: ...
+
+
+class RunnerState(enum.Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+    UNLOADING = "unloading"
+    UNLOADED = "unloaded"
+    FAILED = "failed"
+
+
+# Kafka's CoordinatorOperationExceptionHelper: how a failed write surfaces to clients.
+_APPEND_ERRORS: Final = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.NETWORK_EXCEPTION: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+def append_error(exc: BaseException) -> ErrorCode:
+    """The error a client sees when the append behind its write failed with ``exc``."""
+    if isinstance(exc, KafkaError):
+        return _APPEND_ERRORS.get(exc.code, exc.code)
+    if isinstance(exc, OSError):
+        return ErrorCode.NOT_COORDINATOR  # a storage error, as KAFKA_STORAGE_ERROR
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class LoadStats:
+    partition: int
+    records: int
+    skipped: int
+    end_offset: int
+    seconds: float
+
+
+@dataclass(slots=True)
+class RunnerStats:
+    events: int = 0
+    appends: int = 0
+    append_failures: int = 0
+    flushes: int = 0
+    flush_timeouts: int = 0
+    stale_timer_fires: int = 0
+
+
+# ---------------------------------------------------------------------------------------------- events
+
+
+@dataclass(slots=True)
+class _Call:
+    run: Callable[[GroupShard, int], Result[Any]]
+    future: asyncio.Future[Any]
+    error_reply: ErrorReply
+    ticket: int | None = None
+    read: bool = False
+
+
+@dataclass(slots=True)
+class _Timer:
+    fired: Fired[TimerKey]
+
+
+@dataclass(slots=True)
+class _Unload:
+    pass
+
+
+_Event = _Call | _Timer | _Unload
+
+
+@dataclass(slots=True)
+class _Parked:
+    future: asyncio.Future[Any]
+    error_reply: ErrorReply
+
+
+@dataclass(slots=True)
+class _Item:
+    future: asyncio.Future[Any]
+    value: Any
+    error_reply: ErrorReply
+
+
+class _NextFlush:
+    __slots__ = ()
+
+
+_NEXT_FLUSH: Final = _NextFlush()
+
+
+@dataclass(slots=True)
+class _Release:
+    """Replies of one event, released once ``waiting`` (the fsync covering the event) completed."""
+
+    items: list[_Item]
+    waiting: asyncio.Future[None] | _NextFlush | None = None
+
+
+# ---------------------------------------------------------------------------------------------- runner
+
+
+class ShardRunner:
+    """Drives one :class:`GroupShard` over one partition log."""
+
+    def __init__(
+        self,
+        partition: int,
+        shard: GroupShard,
+        offsets_log: OffsetsLog,
+        gate: WriteGate,
+        clock: Clock,
+        *,
+        compression: int = 0,
+        load_buffer_size: int = 5 * 1024 * 1024,
+        max_flush_batch: int = 256,
+        commit_timeout_ms: int | None = 5000,
+        on_notify: NotifyObserver | None = None,
+        on_failure: Callable[[int], None] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.shard = shard
+        self.stats = RunnerStats()
+        self._log = offsets_log
+        self._gate = gate
+        self._clock = clock
+        self._compression = compression
+        self._load_buffer_size = load_buffer_size
+        self._max_flush_batch = max_flush_batch
+        self._on_notify = on_notify
+        self._on_failure = on_failure
+        self._state = RunnerState.LOADING
+        self._queue: asyncio.Queue[_Event] = asyncio.Queue()
+        self._timers: TimerService[TimerKey] = TimerService(clock, self._on_fire)
+        self._parked: dict[int, _Parked] = {}
+        self._releases: deque[_Release] = deque()
+        self._awaiting_flush: list[_Release] = []
+        self._flush_needed = False
+        self._events_since_flush = 0
+        self._processing = False
+        self._failed = False
+        self._abort_load = False
+        self._task: asyncio.Task[None] | None = None
+        self._loaded: asyncio.Future[LoadStats | None] = asyncio.get_running_loop().create_future()
+        self._stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._commit_timeout_ms = commit_timeout_ms
+        self._flush_deadlines: dict[asyncio.Future[None], asyncio.TimerHandle] = {}
+        self._timed_out: set[asyncio.Future[None]] = set()
+        self._drained_callbacks: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    @property
+    def state(self) -> RunnerState:
+        return self._state
+
+    @property
+    def timers(self) -> TimerService[TimerKey]:
+        return self._timers
+
+    def start(self) -> asyncio.Future[LoadStats | None]:
+        """Load the partition and start the lane; the future gives the load stats (None if aborted)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"regroup coordinator shard {self.partition}")
+        return self._loaded
+
+    async def unload(self) -> None:
+        """Resign: events already queued are handled, then ``on_unloaded`` answers the parked requests;
+        later requests get NOT_COORDINATOR. Returns once every reply has been released."""
+        if self._state is RunnerState.LOADING:
+            self._abort_load = True
+            self._state = RunnerState.UNLOADING
+        elif self._state in (RunnerState.ACTIVE, RunnerState.FAILED):
+            self._state = RunnerState.UNLOADING
+            self._queue.put_nowait(_Unload())
+        elif self._task is None:
+            self._finish_unload()
+        await asyncio.shield(self._stopped)
+
+    async def idle(self) -> None:
+        """Wait until no event is queued or running and every reply has been released (a test aid)."""
+        while self._processing or not self._queue.empty() or self._releases:
+            await asyncio.sleep(0.001)
+
+    def cancel(self) -> None:
+        """Stop the lane at once (the event loop is shutting down); pending requests are dropped."""
+        if self._task is not None:
+            self._task.cancel()
+        self._timers.close()
+
+    # ------------------------------------------------------------------------------------ submitting
+
+    def call(
+        self,
+        run: Callable[[GroupShard, int], Result[T]],
+        error_reply: Callable[[ErrorCode], T],
+        *,
+        ticket: int | None = None,
+    ) -> asyncio.Future[T]:
+        """Queue a write; the future gives its reply (released once durable) or ``error_reply(code)`` for a
+        coordinator-level error (loading, unloaded, failed). ``ticket`` is set for requests the shard may
+        park (JoinGroup, SyncGroup)."""
+        return self._submit(_Call(run, asyncio.get_running_loop().create_future(), error_reply, ticket))
+
+    def read(self, fn: Callable[[GroupShard], T], error_reply: Callable[[ErrorCode], T]) -> asyncio.Future[T]:
+        """Queue a read; answered in lane order, after the writes it observed are durable."""
+
+        def run(shard: GroupShard, _now: int) -> Result[Any]:
+            return Result(reply=(fn(shard),))
+
+        fut: asyncio.Future[tuple[T]] = asyncio.get_running_loop().create_future()
+        self._submit(_Call(run, fut, lambda code: (error_reply(code),), read=True))
+        out: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def unwrap(f: asyncio.Future[tuple[T]]) -> None:
+            if out.done():
+                return
+            if f.cancelled():
+                out.cancel()
+            else:
+                out.set_result(f.result()[0])
+
+        fut.add_done_callback(unwrap)
+        return out
+
+    def _submit(self, call: _Call) -> asyncio.Future[Any]:
+        state = self._state
+        if state is RunnerState.ACTIVE:
+            self._queue.put_nowait(call)
+        else:
+            code = (
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                if state is RunnerState.LOADING
+                else ErrorCode.NOT_COORDINATOR
+            )
+            call.future.set_result(call.error_reply(code))
+        return call.future
+
+    def _on_fire(self, fired: Fired[TimerKey]) -> None:
+        if self._state in (RunnerState.ACTIVE, RunnerState.LOADING, RunnerState.UNLOADING):
+            self._queue.put_nowait(_Timer(fired))
+
+    # ------------------------------------------------------------------------------------ the lane
+
+    async def _run(self) -> None:
+        try:
+            stats = await self._replay()
+            if stats is None:
+                self._finish_unload()
+                self._loaded.set_result(None)
+                return
+            self._processing = True
+            now = self._clock.now_ms()
+            items: list[_Item] = []
+            await self._apply(self.shard.on_loaded(now), now, items)
+            self._push(items)
+            self._processing = False
+            if self._state is RunnerState.LOADING:
+                self._state = RunnerState.ACTIVE
+            elif self._state is RunnerState.UNLOADING:
+                self._queue.put_nowait(_Unload())
+            self._loaded.set_result(stats)
+            log.debug(
+                "Loaded __consumer_offsets-%d: %d records (%d skipped) in %.3f s",
+                self.partition,
+                stats.records,
+                stats.skipped,
+                stats.seconds,
+            )
+            while True:
+                event = await self._queue.get()
+                self._processing = True
+                try:
+                    if isinstance(event, _Unload):
+                        await self._handle_unload()
+                        return
+                    if self._failed:
+                        # After a failed fsync nothing more is written; the unload is on its way.
+                        if isinstance(event, _Call):
+                            error = event.error_reply(ErrorCode.NOT_COORDINATOR)
+                            self._push([_Item(event.future, error, event.error_reply)])
+                    elif isinstance(event, _Call):
+                        await self._handle_call(event)
+                    else:
+                        await self._handle_timer(event)
+                finally:
+                    self._processing = False
+                self.stats.events += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("The lane of __consumer_offsets-%d failed", self.partition)
+            if not self._loaded.done():
+                self._loaded.set_exception(exc)
+            self._fail()
+            self._finish_unload()
+
+    async def _replay(self) -> LoadStats | None:
+        started = asyncio.get_running_loop().time()
+        offsets_log = self._log
+        offset = offsets_log.log_start_offset
+        end = offsets_log.log_end_offset
+        records = skipped = 0
+        shard = self.shard
+        while offset < end:
+            if self._abort_load:
+                return None
+            try:
+                data = offsets_log.read(offset, self._load_buffer_size).data
+            except KafkaError as exc:
+                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise
+                offset = offsets_log.log_start_offset  # retention/compaction moved the start meanwhile
+                continue
+            if not data:
+                break
+            for batch in decode_batches(data, check_crc=False):
+                if batch.next_offset <= offset:
+                    continue
+                if batch.is_control or batch.is_transactional:
+                    # regroup writes no transactional offsets; Kafka's would need their markers.
+                    skipped += len(batch.records)
+                else:
+                    for rec in batch.records:
+                        if rec.offset < offset:
+                            continue
+                        if rec.key is None:
+                            skipped += 1
+                            continue
+                        try:
+                            shard.replay(Record(rec.key, rec.value))
+                        except (RecordError, DecodeError) as exc:
+                            skipped += 1
+                            log.warning(
+                                "Skipping record at offset %d of __consumer_offsets-%d: %s",
+                                rec.offset,
+                                self.partition,
+                                exc,
+                            )
+                        else:
+                            records += 1
+                offset = batch.next_offset
+            await asyncio.sleep(0)  # let requests be answered (COORDINATOR_LOAD_IN_PROGRESS) meanwhile
+        if self._abort_load:
+            return None
+        seconds = asyncio.get_running_loop().time() - started
+        return LoadStats(self.partition, records, skipped, offset, seconds)
+
+    async def _handle_call(self, event: _Call) -> None:
+        now = self._clock.now_ms()
+        items: list[_Item] = []
+        ticket = event.ticket
+        if ticket is not None:
+            self._parked[ticket] = _Parked(event.future, event.error_reply)
+        try:
+            reply = await self._apply(event.run(self.shard, now), now, items)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Error handling a request on __consumer_offsets-%d", self.partition)
+            if ticket is not None:
+                self._parked.pop(ticket, None)
+            items.append(
+                _Item(event.future, event.error_reply(ErrorCode.UNKNOWN_SERVER_ERROR), event.error_reply)
+            )
+        else:
+            if reply is not None:
+                if ticket is not None:
+                    self._parked.pop(ticket, None)
+                items.append(_Item(event.future, reply, event.error_reply))
+            elif ticket is None:
+                log.error(
+                    "The shard answered a request of __consumer_offsets-%d with no reply", self.partition
+                )
+                items.append(
+                    _Item(event.future, event.error_reply(ErrorCode.UNKNOWN_SERVER_ERROR), event.error_reply)
+                )
+        self._push(items)
+
+    async def _handle_timer(self, event: _Timer) -> None:
+        fired = event.fired
+        if not self._timers.claim(fired):
+            self.stats.stale_timer_fires += 1
+            return
+        # An event-loop timer may wake a hair before the wall clock reaches the deadline.
+        now = max(self._clock.now_ms(), fired.deadline_ms)
+        items: list[_Item] = []
+        try:
+            await self._apply(self.shard.on_timer(fired.key, now), now, items)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Error handling timer %s on __consumer_offsets-%d", fired.key, self.partition)
+        self._push(items)
+
+    async def _handle_unload(self) -> None:
+        now = self._clock.now_ms()
+        items: list[_Item] = []
+        try:
+            await self._apply(self.shard.on_unloaded(), now, items)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Error unloading __consumer_offsets-%d", self.partition)
+        self._push(items)
+        self._finish_unload()
+        log.debug("Unloaded __consumer_offsets-%d", self.partition)
+
+    def _finish_unload(self) -> None:
+        """Answer whatever is left with NOT_COORDINATOR and stop taking events."""
+        if self._state is not RunnerState.FAILED:
+            self._state = RunnerState.UNLOADED
+        self._timers.close()
+        leftovers: list[_Item] = []
+        for parked in self._parked.values():
+            leftovers.append(
+                _Item(parked.future, parked.error_reply(ErrorCode.NOT_COORDINATOR), parked.error_reply)
+            )
+        self._parked.clear()
+        while not self._queue.empty():
+            event = self._queue.get_nowait()
+            if isinstance(event, _Call):
+                leftovers.append(
+                    _Item(event.future, event.error_reply(ErrorCode.NOT_COORDINATOR), event.error_reply)
+                )
+        if leftovers:
+            self._push(leftovers)
+        if self._flush_needed:
+            self._request_flush()
+        if self._releases:
+            self._whenever_drained(self._stop)
+        else:
+            self._stop()
+
+    def _stop(self) -> None:
+        if not self._stopped.done():
+            self._stopped.set_result(None)
+
+    # ------------------------------------------------------------------------------------ results
+
+    async def _apply(self, result: Result[Any], now: int, items: list[_Item]) -> Any:
+        """Effects, then append and ``on_append`` until no continuation is left; returns the final reply."""
+        self._effects(result.effects, items)
+        reply = result.reply
+        current = result
+        while True:
+            error: ErrorCode | None = None
+            if current.records:
+                error = await self._append(current.records, now)
+            if current.on_append is None:
+                return reply
+            current = current.on_append(error)
+            self._effects(current.effects, items)
+            reply = current.reply
+
+    def _effects(self, effects: tuple[Effect, ...], items: list[_Item]) -> None:
+        for effect in effects:
+            if isinstance(effect, Schedule):
+                self._timers.schedule(effect.key, effect.deadline_ms)
+            elif isinstance(effect, Cancel):
+                self._timers.cancel(effect.key)
+            elif isinstance(effect, Reply):
+                parked = self._parked.pop(effect.ticket, None)
+                if parked is None:
+                    log.debug("Reply to ticket %d, which is not parked", effect.ticket)
+                else:
+                    items.append(_Item(parked.future, effect.response, parked.error_reply))
+            elif isinstance(effect, Notify):
+                self._notify(effect.event)
+
+    def _notify(self, event: object) -> None:
+        message = getattr(event, "message", None)
+        if callable(message):
+            # GenerationCompleted marks a new generation (one INFO line each); the rest is detail.
+            level = logging.INFO if type(event).__name__ == "GenerationCompleted" else logging.DEBUG
+            if log.isEnabledFor(level):
+                log.log(level, "%s", message())
+        if self._on_notify is not None:
+            try:
+                self._on_notify(self.partition, event)
+            except Exception:
+                log.exception("A coordinator observer failed")
+
+    async def _append(self, records: tuple[Record, ...], now: int) -> ErrorCode | None:
+        self.stats.appends += 1
+        try:
+            data = build_batch(
+                [
+                    BatchRecord(offset=i, timestamp=now, key=r.key, value=r.value)
+                    for i, r in enumerate(records)
+                ],
+                compression=self._compression,
+            )
+            if len(data) > self._log.config.max_message_bytes:
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"A coordinator batch of {len(data)} bytes exceeds max.message.bytes",
+                )
+        except Exception as exc:
+            return self._append_failed(exc)
+        turn = self._gate.reserve()
+        if not turn.done():
+            await self._gate.wait(turn)
+        try:
+            self._log.append(data, now_ms=now, validate=False)
+        except Exception as exc:
+            return self._append_failed(exc)
+        finally:
+            self._gate.release()
+        if self._log.needs_flush(now):
+            self._flush_needed = True
+        return None
+
+    def _append_failed(self, exc: Exception) -> ErrorCode:
+        self.stats.append_failures += 1
+        error = append_error(exc)
+        log.warning(
+            "Append to __consumer_offsets-%d failed (%s); answering %s", self.partition, exc, error.name
+        )
+        return error
+
+    # ------------------------------------------------------------------------------------ durability
+
+    def _push(self, items: list[_Item]) -> None:
+        if self._flush_needed:
+            self._events_since_flush += 1
+        if items:
+            entry = _Release(items)
+            if self._flush_needed:
+                entry.waiting = _NEXT_FLUSH
+                self._awaiting_flush.append(entry)
+            self._releases.append(entry)
+        if self._flush_needed and (self._queue.empty() or self._events_since_flush >= self._max_flush_batch):
+            self._request_flush()
+        self._drain()
+
+    def _request_flush(self) -> None:
+        self._flush_needed = False
+        self._events_since_flush = 0
+        self.stats.flushes += 1
+        fut = self._gate.request_flush()
+        awaiting, self._awaiting_flush = self._awaiting_flush, []
+        for entry in awaiting:
+            entry.waiting = fut
+        if self._commit_timeout_ms is not None:
+            self._flush_deadlines[fut] = asyncio.get_running_loop().call_later(
+                self._commit_timeout_ms / 1000, self._flush_timed_out, fut
+            )
+        fut.add_done_callback(self._flushed)
+
+    def _flush_timed_out(self, fut: asyncio.Future[None]) -> None:
+        # offsets.commit.timeout.ms: Kafka answers a write whose records are not committed in time with
+        # REQUEST_TIMED_OUT, which clients see as COORDINATOR_NOT_AVAILABLE (the write may still land).
+        self._flush_deadlines.pop(fut, None)
+        if not fut.done():
+            self.stats.flush_timeouts += 1
+            self._timed_out.add(fut)
+            log.warning(
+                "fsync of __consumer_offsets-%d is taking more than offsets.commit.timeout.ms", self.partition
+            )
+            self._drain()
+
+    def _flushed(self, fut: asyncio.Future[None]) -> None:
+        handle = self._flush_deadlines.pop(fut, None)
+        if handle is not None:
+            handle.cancel()
+        self._timed_out.discard(fut)
+        if (fut.cancelled() or fut.exception() is not None) and not self._failed:
+            log.error(
+                "fsync of __consumer_offsets-%d failed; its unreleased replies become NOT_COORDINATOR",
+                self.partition,
+            )
+            self._fail()
+        self._drain()
+
+    def _fail(self) -> None:
+        self._failed = True
+        if self._state in (RunnerState.ACTIVE, RunnerState.LOADING):
+            self._state = RunnerState.FAILED
+            if self._on_failure is not None:
+                self._on_failure(self.partition)
+
+    def _drain(self) -> None:
+        releases = self._releases
+        while releases:
+            entry = releases[0]
+            waiting = entry.waiting
+            if isinstance(waiting, _NextFlush):
+                break
+            error: ErrorCode | None = ErrorCode.NOT_COORDINATOR if self._failed else None
+            if waiting is not None:
+                if not waiting.done():
+                    if waiting not in self._timed_out:
+                        break
+                    error = error or ErrorCode.COORDINATOR_NOT_AVAILABLE
+                elif waiting.cancelled() or waiting.exception() is not None:
+                    error = ErrorCode.NOT_COORDINATOR
+            releases.popleft()
+            for item in entry.items:
+                if item.future.done():
+                    continue  # the client went away
+                item.future.set_result(item.value if error is None else item.error_reply(error))
+        if not releases:
+            callbacks, self._drained_callbacks = self._drained_callbacks, []
+            for callback in callbacks:
+                callback()
+
+    def _whenever_drained(self, callback: Callable[[], None]) -> None:
+        self._drained_callbacks.append(callback)

@@ -1,0 +1,232 @@
+"""Test support: an in-process broker on its own event-loop thread, a subprocess broker, and a blocking
+Kafka wire client built on regroup's codecs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import uvloop
+
+from regroup.broker.config import BrokerConfig
+from regroup.broker.state import Broker
+from regroup.protocol.api_keys import ApiKey
+from regroup.protocol.framing import decode_response, encode_request
+from regroup.protocol.message import Message
+
+M = TypeVar("M", bound=Message)
+READY = re.compile(r"ready on (\S+):(\d+) \(node (\d+), cluster (\S+), data (.+)\)")
+
+
+class BrokerThread:
+    """A real :class:`Broker` bound to 127.0.0.1 on a free port, served from a background thread."""
+
+    def __init__(self, data_dir: Path, **overrides: Any) -> None:
+        settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(data_dir)}
+        settings.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
+        self.config = BrokerConfig.load([], {}, list(settings.items()))
+        self.loop = uvloop.new_event_loop()
+        self.broker = Broker(self.config, shutdown_grace_seconds=5)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self.broker.start())
+        except BaseException as exc:
+            self._error = exc
+            self._started.set()
+            return
+        self._started.set()
+        self.loop.run_forever()
+
+    def start(self) -> BrokerThread:
+        self._thread.start()
+        self._started.wait(30)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = next(iter(self.broker.bound_addresses().values()))
+        return host, port
+
+    @property
+    def bootstrap(self) -> str:
+        host, port = self.address
+        return f"{host}:{port}"
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` on the broker's loop thread and return its result."""
+
+        async def run() -> Any:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self.broker.stop(), self.loop).result(60)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(30)
+        if not self.loop.is_closed():
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
+            self.loop.close()
+
+
+@contextlib.contextmanager
+def running_broker(data_dir: Path, **overrides: Any) -> Iterator[BrokerThread]:
+    b = BrokerThread(data_dir, **overrides).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+class KafkaConnection:
+    """A blocking client connection speaking the Kafka protocol with regroup's codecs."""
+
+    def __init__(self, address: tuple[str, int], timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection(address, timeout=timeout)
+        self._correlation = 0
+        self._buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> KafkaConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, message: Message, version: int, client_id: str | None = "regroup-tests") -> int:
+        self._correlation += 1
+        self.sock.sendall(encode_request(message, version, self._correlation, client_id))
+        return self._correlation
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_frame(self) -> bytes:
+        header = self._recv_exact(4)
+        (size,) = struct.unpack(">i", header)
+        return self._recv_exact(size)
+
+    def _recv_exact(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            self._buf += chunk
+        out, self._buf = self._buf[:n], self._buf[n:]
+        return out
+
+    def receive(self, api_key: int, version: int, response_class: type[M]) -> tuple[int, M]:
+        correlation, message = decode_response(self.recv_frame(), api_key, version)
+        assert isinstance(message, response_class)
+        return correlation, message
+
+    def request(self, message: Message, version: int, response_class: type[M]) -> M:
+        correlation = self.send(message, version)
+        got, response = self.receive(message.API_KEY, version, response_class)
+        assert got == correlation
+        return response
+
+    def is_closed(self, timeout: float = 5.0) -> bool:
+        """True once the broker has closed the connection (EOF or reset) within ``timeout``."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+
+def api_key_of(message: Message) -> ApiKey:
+    return ApiKey(message.API_KEY)
+
+
+class ServeProcess:
+    """``regroup serve`` as a subprocess; waits for the readiness line on stdout."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        properties: Path | None = None,
+        port: int = 0,
+    ) -> None:
+        cmd = [sys.executable, "-m", "regroup.cli", "serve"]
+        if properties is not None:
+            cmd.append(str(properties))
+        cmd += [
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override",
+            f"log.dirs={data_dir}",
+            *args,
+        ]
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("REGROUP_")}
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, text=True
+        )
+        self.ready_line = ""
+        self.host = ""
+        self.port = 0
+        self.cluster_id = ""
+
+    def wait_ready(self, timeout: float = 30.0) -> ServeProcess:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            match = READY.search(line)
+            if match:
+                self.ready_line = line.strip()
+                self.host, self.port, self.cluster_id = match.group(1), int(match.group(2)), match.group(4)
+                return self
+        _, err = self.proc.communicate(timeout=10)
+        raise AssertionError(f"broker did not become ready: {line!r}\n{err}")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def terminate(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> tuple[int, str]:
+        self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate(timeout=30)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
