@@ -22,6 +22,9 @@ from broker.support import READY, free_port
 WORKER = Path(__file__).with_name("interop_worker.py")
 PARTITIONS = 12
 GENERATION_LINE = re.compile(r"join phase completed: group (\S+) generation (\d+)")
+# Members the coordinator removed without a LeaveGroup, as its generation lines report them.
+_EXPIRED = re.compile(r"member (\S+)'s session expired")
+_EVICTED = re.compile(r"evicted ([^;(]+)")
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -59,6 +62,14 @@ class Serve:
 
     def log(self) -> str:
         return self.log_path.read_text()
+
+    def expelled(self) -> set[str]:
+        """Member ids whose session expired or that a rebalance deadline evicted."""
+        text = self.log()
+        out = set(_EXPIRED.findall(text))
+        for ids in _EVICTED.findall(text):
+            out.update(i.strip() for i in ids.split(",") if i.strip())
+        return out
 
     def generations(self, group: str) -> list[int]:
         """Generations whose join phase completed, from the coordinator's one INFO line per generation."""
@@ -143,6 +154,7 @@ class Member:
 
     name: str
     proc: subprocess.Popen[str]
+    prefix: str = ""  # what its member ids start with: client.id, or group.instance.id for static members
     records: list[Record] = field(default_factory=list)
     commits: dict[int, int] = field(default_factory=dict)  # partition -> acknowledged next offset
     assignment: set[int] = field(default_factory=set)
@@ -221,7 +233,7 @@ def start_member(
         cmd += ["--instance-id", instance_id]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    member = Member(name, proc)
+    member = Member(name, proc, instance_id or f"interop-{name}")
 
     def on_line(line: str) -> None:
         try:
@@ -290,7 +302,7 @@ def start_kcat(
         topic,
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    member = Member(name, proc)
+    member = Member(name, proc, instance_id or f"kcat-{name}")
     member.ready.set()
 
     def on_stdout(line: str) -> None:
@@ -357,13 +369,17 @@ def check_exactly_once(
     *,
     exact_commit_window: bool = True,
     may_miss: frozenset[tuple[int, int]] = frozenset(),
+    expelled: Iterable[str] = (),
 ) -> dict[str, int]:
     """Every produced record consumed with its value; a record consumed twice must have been consumed by a
-    member that was SIGKILLed, at or after that member's last acknowledged commit on the partition (its
-    uncommitted window). With ``exact_commit_window`` False (auto-committing clients such as kcat, whose
-    commits the test cannot observe) only the first condition is checked for duplicates. ``may_miss``:
-    records a client is known to drop (see :func:`kcat_dropped_at_exit`)."""
+    member that was SIGKILLed (or that the coordinator expelled: ``expelled`` member ids, e.g. a process
+    starved past its session timeout on a loaded machine), at or after that member's last acknowledged
+    commit on the partition (its uncommitted window). With ``exact_commit_window`` False (auto-committing
+    clients such as kcat, whose commits the test cannot observe) only the first condition is checked for
+    duplicates. ``may_miss``: records a client is known to drop (see :func:`kcat_dropped_at_exit`)."""
     expected = {(p, o): v for p, o, v in produced}
+    expelled_ids = list(expelled)
+    lost_session = {m.name for m in members for i in expelled_ids if i.startswith(m.prefix + "-")}
     consumers: dict[tuple[int, int], list[Member]] = {}
     for m in members:
         for r in m.records:
@@ -378,13 +394,17 @@ def check_exactly_once(
         if (partition, offset) not in expected or len(by) == 1:
             continue
         duplicates += len(by) - 1
-        killed = [m for m in by if m.killed]
+        killed = [m for m in by if m.killed or m.name in lost_session]
         assert killed, f"record {partition}/{offset} consumed by {[m.name for m in by]}, none of them killed"
         if exact_commit_window:
             assert any(offset >= m.commits.get(partition, 0) for m in killed), (
                 f"record {partition}/{offset} redelivered though {[m.name for m in killed]} had committed it"
             )
-    return {"records": len(expected), "duplicates": duplicates}
+    return {
+        "records": len(expected),
+        "duplicates": duplicates,
+        "expelled_live": len(lost_session - {m.name for m in members if m.killed}),
+    }
 
 
 def kcat_dropped_at_exit(members: Sequence[Member]) -> frozenset[tuple[int, int]]:
@@ -440,7 +460,11 @@ def run_scenario(
             if m.alive:
                 m.terminate()
         stats = check_exactly_once(
-            produced, members, exact_commit_window=exact_commit_window, may_miss=skipped
+            produced,
+            members,
+            exact_commit_window=exact_commit_window,
+            may_miss=skipped,
+            expelled=serve.expelled(),
         )
         stats["skipped"] = len(skipped - {(r.partition, r.offset) for m in members for r in m.records})
         stats["generations"] = len(serve.generations("g"))
@@ -522,7 +546,9 @@ def run_static_scenario(
         for m in members:
             if m.alive:
                 m.terminate()
-        stats = check_exactly_once(produced, members, exact_commit_window=exact_commit_window)
+        stats = check_exactly_once(
+            produced, members, exact_commit_window=exact_commit_window, expelled=serve.expelled()
+        )
         stats["generations"] = len(generations)
         return stats
     except BaseException:
