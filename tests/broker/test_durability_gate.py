@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from regroup.broker.durability import GateRegistry, PartitionGate
+from regroup.runtime.durability import GateRegistry, PartitionGate
 
 
 class SlowLog:

@@ -30,7 +30,7 @@ from regroup.protocol.messages.sync_group import (
 from regroup.protocol.records.consumer_protocol import ConsumerProtocolSubscription
 from regroup.runtime.clock import ManualClock
 from regroup.runtime.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
-from regroup.runtime.durability import FlushGate, WriteGate
+from regroup.runtime.durability import PartitionGate, WriteGate
 
 HOST = "/127.0.0.1"
 
@@ -147,10 +147,10 @@ async def coordinator_env(
 
     def gate_for(plog: PartitionLog) -> WriteGate:
         if not slow_flush:
-            return FlushGate(plog, clock.now_ms)
+            return PartitionGate(plog, clock.now_ms)
         slow = SlowFlush(plog)
         env.slow[int(plog.name.rsplit("-", 1)[1])] = slow
-        return FlushGate(slow, clock.now_ms)
+        return PartitionGate(slow, clock.now_ms)
 
     def wrap(partition: int, plog: PartitionLog) -> FaultyLog:
         env.faulty[partition] = wrapper = env.faulty.get(partition) or FaultyLog(plog)

@@ -16,13 +16,13 @@ from typing import Any, Final
 
 from regroup import __version__
 from regroup.broker.config import BROKER_CONFIGS, BrokerConfig, ConfigError, render
-from regroup.broker.durability import GateRegistry, PartitionGate
 from regroup.broker.handlers import HandlerRegistry, default_registry
 from regroup.broker.meta import ProducerIdAllocator, load_identity
 from regroup.broker.server import BrokerServer
 from regroup.log import LogDefaults, LogManager, PartitionLog
 from regroup.protocol.errors import KafkaError
 from regroup.runtime.clock import Clock, SystemClock
+from regroup.runtime.durability import GateRegistry, PartitionGate
 
 __all__ = ["Broker"]
 

@@ -43,7 +43,7 @@ from regroup.protocol.messages.offset_fetch import OffsetFetchResponseGroup
 from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from regroup.runtime.clock import Clock, SystemClock
-from regroup.runtime.durability import FlushGate, WriteGate
+from regroup.runtime.durability import PartitionGate, WriteGate
 from regroup.runtime.responses import (
     deletable_group_error,
     described_group_error,
@@ -126,6 +126,7 @@ class GroupCoordinator:
         self._logs = logs
         self._gate_for = gate_for
         self._gates: dict[int, WriteGate] = {}
+        self._own_gates: list[PartitionGate] = []  # gates created here (no broker): drained at stop
         self._member_id_factory = member_id_factory
         self._wrap_log = wrap_log
         self._group_config = self.config.group
@@ -263,8 +264,8 @@ class GroupCoordinator:
         # Gates this coordinator created itself (no broker around): let running fsyncs finish, so the
         # caller may flush and close the logs.
         deadline = asyncio.get_running_loop().time() + 30
-        for gate in self._gates.values():
-            while isinstance(gate, FlushGate) and gate.busy and asyncio.get_running_loop().time() < deadline:
+        for gate in self._own_gates:
+            while gate.busy and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.005)
         for task in list(self._tasks):
             task.cancel()
@@ -287,7 +288,12 @@ class GroupCoordinator:
             raise RuntimeError(f"{OFFSETS_TOPIC}-{partition} does not exist")
         gate = self._gates.get(partition)
         if gate is None:
-            gate = self._gate_for(plog) if self._gate_for is not None else FlushGate(plog, self.clock.now_ms)
+            if self._gate_for is not None:
+                gate = self._gate_for(plog)
+            else:
+                own = PartitionGate(plog, self.clock.now_ms)
+                self._own_gates.append(own)
+                gate = own
             self._gates[partition] = gate
         offsets_log: OffsetsLog = plog if self._wrap_log is None else self._wrap_log(partition, plog)
         runner = ShardRunner(

@@ -1,11 +1,16 @@
-"""Ordering coordinator appends against fsyncs that run in worker threads.
+"""Per-partition ordering of mutations against fsyncs that run in worker threads.
 
-``PartitionLog.flush`` may run in a thread only while nothing mutates the partition. A :class:`WriteGate`
-serialises the two: a mutation takes a turn (``reserve`` / ``wait`` / ``release``), ``request_flush`` returns
-a future completed once everything appended before the call is on disk, and flush requests made while one
-runs are coalesced into the next (group commit). Inside a broker the runner uses the broker's gate of the
-partition, so coordinator appends, the periodic flusher, retention and compaction share one queue;
-:class:`FlushGate` is the same discipline for a runtime used on its own (tests, benchmarks).
+A partition's ``flush()`` may run in a thread only while nothing else mutates that partition, so each
+partition has a :class:`PartitionGate`. A mutation (append, retention, compaction, delete) runs at once when
+the gate is idle; otherwise it reserves a turn, synchronously, so mutations keep the order in which requests
+arrived (an idempotent producer's pipelined batches must reach the log in order). Flush requests are
+coalesced: one thread flush covers every request made before it starts, and mutations that queued up
+meanwhile are acknowledged together by the next one (group commit). A flush waits only for the mutations
+reserved before it was requested, so a steady stream of appends cannot starve it.
+
+Inside a broker every partition has one gate (from :class:`GateRegistry`), so produce appends, coordinator
+appends, the periodic flusher, retention and compaction share one queue; the coordinator runtime used on
+its own (tests, benchmarks) creates gates the same way.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["FlushGate", "Flushable", "WriteGate"]
+__all__ = ["Flushable", "GateRegistry", "PartitionGate", "WriteGate"]
 
 log = logging.getLogger("regroup.runtime.durability")
+
+_SEQ = itertools.count()
 
 
 class Flushable(Protocol):
@@ -40,47 +47,82 @@ class WriteGate(Protocol):
     def request_flush(self) -> asyncio.Future[None]: ...
 
 
-class FlushGate:
-    """Mutations in arrival order; thread flushes between them, each covering every request made before it
-    started. A flush waits only for the mutations reserved before it was requested."""
+class PartitionGate:
+    """Serialises mutations of one partition with its thread flushes."""
+
+    __slots__ = (
+        "_flush_waiters",
+        "_flushing",
+        "_holder",
+        "_kick_scheduled",
+        "_loop",
+        "_now_ms",
+        "_queue",
+        "_target",
+    )
 
     def __init__(self, target: Flushable, now_ms: Callable[[], int]) -> None:
         self._target = target
         self._now_ms = now_ms
-        self._seq = itertools.count()
+        self._loop = asyncio.get_running_loop()
         self._queue: deque[tuple[int, asyncio.Future[None]]] = deque()
-        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._holder = False
         self._flushing = False
+        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._kick_scheduled = False
+
+    @property
+    def idle(self) -> bool:
+        """True when a mutation may run right now, synchronously."""
+        return not (self._flushing or self._holder or self._queue)
 
     @property
     def busy(self) -> bool:
-        return self._holder or self._flushing or bool(self._queue) or bool(self._flush_waiters)
+        """True while a flush runs or anything is queued (shutdown waits for this to clear)."""
+        return not self.idle or bool(self._flush_waiters)
 
     def reserve(self) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((next(self._seq), fut))
+        """Take a place in line; the future completes when it is this caller's turn. The caller must then
+        mutate and call :meth:`release` (or pass the future to :meth:`wait`, which handles cancellation)."""
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._queue.append((next(_SEQ), fut))
         self._pump()
         return fut
 
     async def wait(self, fut: asyncio.Future[None]) -> None:
+        """Await a reserved turn; if the waiter is cancelled, the turn is given up (passed on if granted)."""
         try:
             await fut
         except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.release()
-            else:
-                fut.cancel()
-                self._pump()
+            self.abandon(fut)
             raise
+
+    def abandon(self, fut: asyncio.Future[None]) -> None:
+        """Give up a reserved turn that will not be used."""
+        if fut.done() and not fut.cancelled():
+            self.release()
+        else:
+            fut.cancel()
+            self._pump()
+
+    async def turn(self) -> None:
+        await self.wait(self.reserve())
 
     def release(self) -> None:
         self._holder = False
         self._pump()
 
+    def try_acquire(self) -> bool:
+        """Take the turn at once if the partition is idle; the caller must then :meth:`release` it."""
+        if not self.idle:
+            return False
+        self._holder = True
+        return True
+
     def request_flush(self) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._flush_waiters.append((next(self._seq), fut))
+        """A future completed once everything appended before this call is durable."""
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._flush_waiters.append((next(_SEQ), fut))
         self._pump()
         return fut
 
@@ -88,14 +130,30 @@ class FlushGate:
         if self._flushing or self._holder:
             return
         queue = self._queue
-        while queue and queue[0][1].done():
+        while queue and queue[0][1].done():  # cancelled reservations
             queue.popleft()
         first_flush = self._flush_waiters[0][0] if self._flush_waiters else None
         if queue and (first_flush is None or queue[0][0] < first_flush):
             self._holder = True
             queue.popleft()[1].set_result(None)
-        elif first_flush is not None:
-            self._start_flush()
+            return
+        if first_flush is not None and not self._kick_scheduled:
+            # Start at the end of this loop step, so flush requests made right after a release (the
+            # releasing request's own) join this flush.
+            self._kick_scheduled = True
+            self._loop.call_soon(self._kick)
+
+    def _kick(self) -> None:
+        self._kick_scheduled = False
+        if self._flushing or self._holder or not self._flush_waiters:
+            return
+        queue = self._queue
+        while queue and queue[0][1].done():
+            queue.popleft()
+        if queue and queue[0][0] < self._flush_waiters[0][0]:
+            self._pump()
+            return
+        self._start_flush()
 
     def _start_flush(self) -> None:
         batch = [fut for _, fut in self._flush_waiters]
@@ -107,12 +165,13 @@ class FlushGate:
             self._flushing = False
             exc = None if t.cancelled() else t.exception()
             if exc is not None:
-                log.error("fsync failed", exc_info=exc)
+                log.error("Flush failed", exc_info=exc)
             for waiter in batch:
                 if waiter.done():
                     continue
                 if exc is not None:
                     waiter.set_exception(exc)
+                    waiter.exception()  # logged above; an abandoned waiter must not log it again
                 elif t.cancelled():
                     waiter.cancel()
                 else:
@@ -120,3 +179,29 @@ class FlushGate:
             self._pump()
 
         task.add_done_callback(done)
+
+
+class GateRegistry:
+    """The gate of each live partition log, keyed by the log object."""
+
+    def __init__(self, now_ms: Callable[[], int]) -> None:
+        self._now_ms = now_ms
+        self._gates: dict[int, tuple[object, PartitionGate]] = {}
+
+    def gate(self, target: Flushable) -> PartitionGate:
+        entry = self._gates.get(id(target))
+        if entry is not None and entry[0] is target:
+            return entry[1]
+        gate = PartitionGate(target, self._now_ms)
+        self._gates[id(target)] = (target, gate)
+        return gate
+
+    def forget(self, target: object) -> None:
+        entry = self._gates.get(id(target))
+        if entry is not None and entry[0] is target:
+            del self._gates[id(target)]
+
+    async def quiesce(self, poll_seconds: float = 0.005) -> None:
+        """Wait until no flush or mutation is running or queued on any partition."""
+        while any(gate.busy for _, gate in self._gates.values()):
+            await asyncio.sleep(poll_seconds)
