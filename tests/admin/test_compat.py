@@ -188,12 +188,26 @@ def _create_and_fill(bootstrap: str) -> int:
     return base
 
 
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+_COORDINATOR_NOT_READY = {14, 15, 16}
+
+
 def commit(bootstrap: str, group: str, offsets: Sequence[tuple[str, int, int]]) -> None:
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + 60
     try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False)
+        while True:
+            try:
+                consumer.commit(offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False)
+                return
+            except KafkaException as exc:
+                # A broker that has just started may still be creating or loading __consumer_offsets:
+                # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS are retriable, as for any client.
+                if exc.args[0].code() not in _COORDINATOR_NOT_READY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()
 

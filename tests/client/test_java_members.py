@@ -28,10 +28,10 @@ PARTITIONS = 6
 def _java_consumer(
     bootstrap: str, topic: str, group: str, client_id: str
 ) -> subprocess.CompletedProcess[str]:
-    """Runs until it has seen no record for 15 s, then closes (leaving the group)."""
+    """Runs until it has seen no record for 30 s, then closes (leaving the group)."""
     return refkafka.run_tool(
         CONSOLE_CONSUMER,
-        "--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--timeout-ms", "15000",
+        "--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--timeout-ms", "30000",
         "--consumer-property", f"partition.assignment.strategy={COOPERATIVE_STICKY}",
         "--consumer-property", "session.timeout.ms=6000",
         "--consumer-property", "heartbeat.interval.ms=500",
@@ -102,7 +102,7 @@ def test_group_with_java_consumers(bootstrap: str, run: asyncio.Runner) -> None:
             return len(owned) == len(set(owned)) and all(len(m.assignment) == count for m in ours)
 
         async def java_in_group(client_id: str, our_share: int) -> None:
-            await wait_for(lambda: ours_hold(our_share), 30, step=step)
+            await wait_for(lambda: ours_hold(our_share), 90, step=step)
             described = await asyncio.to_thread(_describe, bootstrap, group)
             java = described.pop(client_id)
             assert len(java) == PARTITIONS - our_share * len(ours)
@@ -112,12 +112,12 @@ def test_group_with_java_consumers(bootstrap: str, run: asyncio.Runner) -> None:
         try:
             # A Java consumer leads: it decodes our subscriptions and we decode its assignments.
             java_a = asyncio.create_task(asyncio.to_thread(_java_consumer, bootstrap, topic, group, "java-a"))
-            await wait_for(lambda: "java-a" in _describe(bootstrap, group), 30)
+            await wait_for(lambda: "java-a" in _describe(bootstrap, group), 90)
             ours += [_member(bootstrap, group, topic, f"rg-{i}") for i in range(2)]
             await java_in_group("java-a", 2)
             assert not any(m.is_leader for m in ours)
             assert (await java_a).returncode == 0
-            await wait_for(lambda: ours_hold(3), 30, step=step)
+            await wait_for(lambda: ours_hold(3), 90, step=step)
             assert any(m.is_leader for m in ours)
 
             # One of ours leads: a new Java consumer gets its partitions from our assignor.
@@ -125,7 +125,7 @@ def test_group_with_java_consumers(bootstrap: str, run: asyncio.Runner) -> None:
             await java_in_group("java-b", 2)
             assert any(m.is_leader for m in ours)
             assert (await java_b).returncode == 0
-            await wait_for(lambda: ours_hold(3), 30, step=step)
+            await wait_for(lambda: ours_hold(3), 90, step=step)
         finally:
             for m in ours:
                 await m.close()
