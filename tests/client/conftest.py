@@ -13,14 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from broker.support import ServeProcess
 from regroup import refkafka
 
 # Each kind carries the marker selecting it (``-m kafka`` runs the Apache Kafka ones).
-BROKER_KINDS = [pytest.param("kafka", marks=pytest.mark.kafka)]
+BROKER_KINDS = [
+    pytest.param("kafka", marks=pytest.mark.kafka),
+    pytest.param("regroup", marks=pytest.mark.interop),
+]
 # A broker someone else started (e.g. ``regroup serve``): REGROUP_TEST_BOOTSTRAP=host:port.
 EXTERNAL_BOOTSTRAP = os.environ.get("REGROUP_TEST_BOOTSTRAP")
 if EXTERNAL_BOOTSTRAP:
@@ -35,6 +41,22 @@ def _start_broker(kind: str) -> Iterator[str]:
             pytest.skip(reason)
         with refkafka.KafkaReference() as ref:
             yield ref.bootstrap_servers
+        return
+    if kind == "regroup":
+        # The same settings the reference broker runs with, so both see the same timeouts and delays.
+        overrides = [
+            arg
+            for key, value in refkafka.TEST_BROKER_CONFIG.items()
+            if key.startswith(("group.", "offsets.", "num.partitions", "auto.create"))
+            for arg in ("--override", f"{key}={value}")
+        ]
+        with tempfile.TemporaryDirectory(prefix="regroup-client-") as tmp:
+            proc = ServeProcess(Path(tmp) / "data", *overrides).wait_ready()
+            try:
+                yield proc.bootstrap
+            finally:
+                if proc.proc.poll() is None:
+                    proc.terminate()
         return
     if kind == "external" and EXTERNAL_BOOTSTRAP:
         yield EXTERNAL_BOOTSTRAP
