@@ -60,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_groups_command(sub)
 
-    bench = sub.add_parser("bench", help="measure regroup (codec speed, produce-fetch through a broker)")
+    bench = sub.add_parser(
+        "bench",
+        help="measure regroup: codecs, produce-fetch, and group-coordinator scenarios beside Apache Kafka",
+    )
     bench_sub = bench.add_subparsers(dest="scenario", metavar="SCENARIO", required=True)
     codec = bench_sub.add_parser(
         "codec", help="µs per encode/decode of hot-path messages, regroup vs kafka-python side by side"
@@ -94,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pf.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
     pf.set_defaults(handler=_bench_produce_fetch)
+
+    from regroup.bench.cli import add_scenarios
+
+    add_scenarios(bench_sub)
     return parser
 
 

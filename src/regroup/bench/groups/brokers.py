@@ -1,0 +1,452 @@
+"""The brokers a group benchmark runs against: ``regroup serve`` in a subprocess, the Apache Kafka reference
+broker, the trivially fast fake responder, or a broker someone else started.
+
+Brokers the benchmark starts get the same coordinator settings (:data:`FAIR_CONFIG` plus any
+``--broker-config``), keep their data in a temporary directory, and can be restarted on that data for the
+failover scenario. Their CPU time is read from ``/proc`` so every phase reports how busy the broker and
+the load generator were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Final
+
+from regroup.bench.groups.wire import Wire
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.messages.describe_configs import (
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResponse,
+)
+from regroup.protocol.messages.metadata import MetadataRequest, MetadataResponse
+
+__all__ = [
+    "FAIR_CONFIG",
+    "REPORTED_SETTINGS",
+    "Broker",
+    "BrokerError",
+    "ExternalBroker",
+    "FakeBroker",
+    "KafkaBroker",
+    "RegroupBroker",
+    "cpu_seconds",
+    "describe_settings",
+    "start_broker",
+]
+
+# Applied to every broker the benchmark starts, regroup and Kafka alike.
+FAIR_CONFIG: Final[dict[str, str]] = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "group.max.session.timeout.ms": "1800000",
+    "offsets.topic.num.partitions": "50",
+    "offsets.topic.replication.factor": "1",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "false",
+}
+
+# What the report shows of each broker's effective configuration (as DescribeConfigs returns it).
+REPORTED_SETTINGS: Final = (
+    "group.initial.rebalance.delay.ms",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "offsets.topic.num.partitions",
+    "group.coordinator.append.linger.ms",
+    "log.flush.interval.messages",
+)
+
+_READY = re.compile(r"ready on (\S+):(\d+) ")
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class BrokerError(RuntimeError):
+    """A broker could not be started or restarted; the message carries its log tail."""
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of process ``pid`` (all its threads), or None when unknown."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` giving the child SIGKILL when this process dies, so that even a killed benchmark
+    leaves no broker behind (Linux, main thread only: the signal follows the thread that forked)."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    return preexec
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class Broker:
+    """A broker to run a scenario against."""
+
+    kind = "external"
+    restartable = False
+
+    def __init__(self) -> None:
+        self.bootstrap = ""
+        self.version = ""
+        # Settings the benchmark gave the broker (empty for one it did not start).
+        self.overrides: dict[str, str] = {}
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def offsets_partition_bytes(self, partition: int) -> int | None:
+        """On-disk size of ``__consumer_offsets-<partition>`` when the benchmark owns the data."""
+        return None
+
+    def stop(self) -> None:
+        """Stop the broker (gracefully) and keep its data for :meth:`relaunch`."""
+
+    async def relaunch(self) -> float:
+        """Start the stopped broker again on the same data; returns the ``perf_counter`` time its process
+        was launched, possibly before it serves requests."""
+        raise BrokerError(f"a {self.kind} broker cannot be restarted by the benchmark")
+
+    async def wait_serving(self, timeout: float) -> None:
+        """After :meth:`relaunch`: wait until the broker is ready by its own standard."""
+
+    def close(self) -> None:
+        """Stop the broker and remove its data."""
+
+
+class ExternalBroker(Broker):
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__()
+        self.bootstrap = bootstrap
+
+
+class _SubprocessBroker(Broker):
+    """A Python subprocess printing a readiness line ``… ready on host:port …`` on stdout."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__()
+        self.workdir = workdir
+        self._proc: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "broker.log"
+
+    def _launch(self) -> float:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REGROUP_")}
+        launched = time.perf_counter()
+        with self.log_path.open("a") as log:
+            self._proc = subprocess.Popen(
+                self._command(),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+                start_new_session=True,
+                # Only a prctl call: safe despite the general preexec_fn caveats.
+                preexec_fn=_die_with_parent(),  # noqa: PLW1509
+            )
+        return launched
+
+    def _read_ready(self, timeout: float = 60.0) -> None:
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            raise BrokerError(f"{self.kind} is not running")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            match = _READY.search(line)
+            if match is not None:
+                self.bootstrap = f"{match.group(1)}:{match.group(2)}"
+                self.port = int(match.group(2))
+                return
+        self._kill()
+        raise BrokerError(f"{self.kind} did not start:\n{_tail(self.log_path)}")
+
+    def start(self) -> None:
+        self._launch()
+        self._read_ready()
+
+    def _kill(self, timeout: float = 30.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def stop(self) -> None:
+        self._kill()
+
+    async def relaunch(self) -> float:
+        return self._launch()
+
+    async def wait_serving(self, timeout: float) -> None:
+        await asyncio.to_thread(self._read_ready, timeout)
+
+    def close(self) -> None:
+        self._kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class RegroupBroker(_SubprocessBroker):
+    """``regroup serve`` on 127.0.0.1 with its data in a temporary directory."""
+
+    kind = "regroup"
+    restartable = True
+
+    def __init__(self, overrides: Mapping[str, str]) -> None:
+        super().__init__(Path(tempfile.mkdtemp(prefix="regroup-bench-")))
+        self.overrides = {**FAIR_CONFIG, **overrides}
+        from regroup import __version__
+
+        self.version = __version__
+
+    def _command(self) -> list[str]:
+        settings = {
+            **self.overrides,
+            # The same port after a restart, so clients (and the failover poller) find it again.
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(self.workdir / "data"),
+        }
+        cmd = [sys.executable, "-m", "regroup.cli", "serve", "--log-level", "WARNING"]
+        for key, value in settings.items():
+            cmd += ["--override", f"{key}={value}"]
+        return cmd
+
+    def offsets_partition_bytes(self, partition: int) -> int | None:
+        return _dir_bytes(self.workdir / "data" / f"__consumer_offsets-{partition}")
+
+
+class FakeBroker(_SubprocessBroker):
+    """:mod:`regroup.bench.groups.fake`: answers at once, to measure the load generator's own ceiling."""
+
+    kind = "fake"
+
+    def __init__(self) -> None:
+        super().__init__(Path(tempfile.mkdtemp(prefix="regroup-bench-fake-")))
+        self.version = "fake"
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "regroup.bench.groups.fake", "--port", str(self.port)]
+
+
+class KafkaBroker(Broker):
+    """The Apache Kafka reference broker (:mod:`regroup.refkafka`), its log dirs kept across restarts.
+
+    The first start goes through :class:`~regroup.refkafka.KafkaReference`, which formats fresh KRaft
+    storage. A restart must not format again (a new cluster and directory id would leave the partitions
+    without a leader), so it runs the same JVM command on the same ``server.properties``: same ports, same
+    log dirs, same ids — what an operator's restart does.
+    """
+
+    kind = "kafka"
+    restartable = True
+    # As regroup.refkafka runs the broker, with the heap Kafka's own start script sets.
+    HEAP = "1g"
+    JVM_OPTIONS = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError")
+
+    def __init__(self, overrides: Mapping[str, str]) -> None:
+        super().__init__()
+        from regroup import refkafka
+
+        reason = refkafka.skip_reason()
+        if reason is not None:
+            raise BrokerError(reason)
+        self.workdir = Path(tempfile.mkdtemp(prefix="regroup-bench-kafka-"))
+        self.logs = self.workdir / "logs"
+        self.overrides = {**FAIR_CONFIG, **overrides, "log.dirs": str(self.logs)}
+        self.ref = refkafka.KafkaReference(self.overrides, self.workdir / "work", heap=self.HEAP)
+        self.version = f"Apache Kafka {self.ref.version}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        from regroup.refkafka import RefKafkaError
+
+        try:
+            self.ref.start()
+        except RefKafkaError as exc:
+            raise BrokerError(str(exc)) from exc
+        self.bootstrap = self.ref.bootstrap_servers
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else self.ref.pid
+
+    def offsets_partition_bytes(self, partition: int) -> int | None:
+        return _dir_bytes(self.logs / f"__consumer_offsets-{partition}")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            self.ref.stop()
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def _command(self) -> list[str]:
+        from regroup.refkafka import resolve_jars
+
+        java_home = os.environ.get("JAVA_HOME")
+        java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java") or "java"
+        work = self.ref.workdir
+        return [
+            java, f"-Xms{self.HEAP}", f"-Xmx{self.HEAP}", *self.JVM_OPTIONS, "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={work / 'log4j2.xml'}", f"-Dkafka.logs.dir={work}",
+            "-cp", str(resolve_jars(self.ref.version) / "*"), "kafka.Kafka", str(work / "server.properties"),
+        ]  # fmt: skip
+
+    async def relaunch(self) -> float:
+        command = self._command()
+        launched = time.perf_counter()
+        with (self.ref.workdir / "kafka-restart.log").open("ab") as log:
+            self._proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.ref.workdir,
+                start_new_session=True,
+                preexec_fn=_die_with_parent(),  # noqa: PLW1509
+            )
+        return launched
+
+    async def wait_serving(self, timeout: float) -> None:
+        from regroup.refkafka import api_versions
+
+        host, _, port = self.bootstrap.rpartition(":")
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise BrokerError(
+                    f"the restarted Kafka broker exited:\n{_tail(self.ref.workdir / 'kafka-restart.log')}"
+                )
+            try:
+                await asyncio.to_thread(api_versions, host, int(port), 2.0)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise BrokerError("the restarted Kafka broker does not answer") from None
+                await asyncio.sleep(0.05)
+            else:
+                return
+
+    def close(self) -> None:
+        self.stop()
+        self.ref.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _dir_bytes(path: Path) -> int | None:
+    if not path.is_dir():
+        return None
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix == ".log")
+
+
+def start_broker(kind: str, overrides: Mapping[str, str]) -> Broker:
+    """Start a ``regroup``, ``kafka`` or ``fake`` broker."""
+    broker: RegroupBroker | KafkaBroker | FakeBroker
+    if kind == "regroup":
+        broker = RegroupBroker(overrides)
+    elif kind == "kafka":
+        broker = KafkaBroker(overrides)
+    elif kind == "fake":
+        broker = FakeBroker()
+    else:
+        raise ValueError(f"unknown broker kind {kind!r}")
+    try:
+        broker.start()
+    except BaseException:
+        broker.close()
+        raise
+    return broker
+
+
+async def describe_settings(wire: Wire, keys: tuple[str, ...] = REPORTED_SETTINGS) -> dict[str, str]:
+    """The broker's effective values of ``keys`` (DescribeConfigs); empty when it will not say."""
+    with contextlib.suppress(ValueError, ConnectionError, TypeError):
+        metadata = await wire.call(MetadataRequest(topics=[]), MetadataResponse)
+        if not metadata.brokers:
+            return {}
+        request = DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsResource(
+                    resource_type=4,
+                    resource_name=str(metadata.brokers[0].node_id),
+                    configuration_keys=list(keys),
+                )
+            ]
+        )
+        resp = await wire.call(request, DescribeConfigsResponse)
+        out: dict[str, str] = {}
+        for result in resp.results:
+            if result.error_code != ErrorCode.NONE:
+                continue
+            for config in result.configs:
+                if config.value is not None:
+                    out[config.name] = config.value
+        return {k: out[k] for k in keys if k in out}
+    return {}

@@ -1,0 +1,868 @@
+"""The group-coordinator scenarios of ``regroup bench``.
+
+Each scenario is a coroutine that drives one broker and appends :class:`~regroup.bench.groups.report.Metric`
+rows to a :class:`~regroup.bench.groups.report.RunResult`. :func:`run` starts the broker(s), runs the
+scenario on each in turn (one broker alive at a time, so they never compete for CPU) on a uvloop event
+loop when available, and prints the table or JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from regroup.bench.groups.brokers import (
+    FAIR_CONFIG,
+    Broker,
+    BrokerError,
+    ExternalBroker,
+    describe_settings,
+    start_broker,
+)
+from regroup.bench.groups.load import (
+    CpuMeter,
+    PhaseStats,
+    Progress,
+    SendFn,
+    closed_loop,
+    open_loop,
+    percentile,
+)
+from regroup.bench.groups.members import TOPIC, Fleet, GenerationRecord, SimMember, open_fleet
+from regroup.bench.groups.report import RunResult, payload, render
+from regroup.bench.groups.wire import Wire, connect
+from regroup.client.membership import MembershipConfig
+from regroup.client.requests import (
+    offset_commit_request,
+    offset_fetch_request,
+    read_offset_commit,
+    read_offset_fetch,
+)
+from regroup.client.types import OffsetAndMetadata, TopicPartition
+from regroup.protocol.api_keys import ApiKey
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.message import Message
+from regroup.protocol.messages.create_topics import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
+from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from regroup.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic, MetadataResponse
+from regroup.protocol.messages.offset_commit import OffsetCommitResponse
+from regroup.protocol.messages.offset_fetch import OffsetFetchResponse
+
+__all__ = ["FAKE_SCENARIOS", "SCENARIOS", "Params", "ScenarioError", "params_from", "run", "run_scenario"]
+
+_LOADING = (
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+)
+
+
+class ScenarioError(RuntimeError):
+    """The scenario could not complete (e.g. a group did not form in time)."""
+
+
+@dataclass(slots=True)
+class Params:
+    """Every knob of every scenario; each scenario reads the ones it needs."""
+
+    members: int = 100
+    groups: int = 1
+    # Partitions of the subscribed topic per group (0: one per member); for commit, per committer.
+    partitions: int = 0
+    rates: list[float] = field(default_factory=list)
+    duration: float = 5.0
+    warmup: float = 2.0
+    connections: int = 8
+    session_timeout_ms: int = 45000
+    heartbeat_interval_ms: int = 3000
+    rebalance_timeout_ms: int = 300000
+    offsets: int = 100_000
+    rounds: int = 1
+    churn_interval_ms: int = 1000
+    baseline: bool = True  # failover: also restart with one offset, to separate the replay from startup
+    bounce_ms: int = 0
+    timeout: float = 300.0
+    progress: bool = True
+
+    def membership(self, group_id: str, topic: str, instance_id: str | None = None) -> MembershipConfig:
+        return MembershipConfig(
+            group_id=group_id,
+            topics=frozenset({topic}),
+            group_instance_id=instance_id,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+        )
+
+
+@dataclass(slots=True)
+class Ctx:
+    broker: Broker
+    params: Params
+    result: RunResult
+    progress: Progress
+    prefix: str = field(default_factory=lambda: f"bench-{os.getpid()}-{time.time_ns() // 1_000_000 % 10**9}")
+
+    def group_ids(self, count: int, tag: str) -> list[str]:
+        return [f"{self.prefix}-{tag}-{g}" for g in range(count)]
+
+    @property
+    def topic(self) -> str:
+        """A topic of this run's own, for the scenarios that must create one (Kafka refuses commits to
+        unknown topics)."""
+        return f"{self.prefix}-topic"
+
+
+def _check(params: Params) -> None:
+    if params.members < 1 or params.groups < 1 or params.groups > params.members:
+        raise ScenarioError("need 1 ≤ groups ≤ members")
+    if params.connections < 1:
+        raise ScenarioError("need at least one connection")
+
+
+def _spread(count: int, groups: Sequence[str]) -> list[str]:
+    """Member index → group, round-robin."""
+    return [groups[i % len(groups)] for i in range(count)]
+
+
+async def _fleet(ctx: Ctx, join_lanes: int) -> Fleet:
+    ctx.progress.note(
+        f"connecting {ctx.params.connections} pipelined connections and {join_lanes} join lanes"
+    )
+    fleet = await open_fleet(ctx.broker.bootstrap, ctx.params.connections, join_lanes)
+    ctx.result.settings = await describe_settings(fleet.fast[0])
+    return fleet
+
+
+def _members(
+    ctx: Ctx, fleet: Fleet, group_of: Sequence[str], instance: str | None = None, topic: str = TOPIC
+) -> list[SimMember]:
+    sizes: dict[str, int] = {}
+    for g in group_of:
+        sizes[g] = sizes.get(g, 0) + 1
+    partitions = ctx.params.partitions
+    out = []
+    for i, group_id in enumerate(group_of):
+        config = ctx.params.membership(group_id, topic, f"{instance}-{i}" if instance else None)
+        out.append(SimMember(fleet, len(fleet.members), config, partitions or sizes[group_id]))
+    return out
+
+
+async def _form(
+    ctx: Ctx, fleet: Fleet, members: Sequence[SimMember], what: str
+) -> dict[str, GenerationRecord]:
+    """Start ``members`` at once and wait until every group has completed a generation holding all of
+    its members; returns that generation per group."""
+    sizes: dict[str, int] = {}
+    for m in members:
+        sizes[m.group_id] = sizes.get(m.group_id, 0) + 1
+    formed: dict[str, GenerationRecord] = {}
+    done = asyncio.Event()
+
+    def listener(rec: GenerationRecord) -> None:
+        if rec.group_id in sizes and rec.size == sizes[rec.group_id] and rec.group_id not in formed:
+            formed[rec.group_id] = rec
+            if len(formed) == len(sizes):
+                done.set()
+
+    fleet.tracker.listeners.append(listener)
+    await fleet.find_coordinators(sizes)
+    for m in members:
+        m.start()
+
+    def status() -> str:
+        stable = sum(1 for m in members if m.stable)
+        return (
+            f"{what}: {stable}/{len(members)} members stable, {len(formed)}/{len(sizes)} groups formed, "
+            f"{len(fleet.tracker.generations)} generations"
+        )
+
+    async def all_stable() -> None:
+        while not all(m.stable for m in members):
+            await asyncio.sleep(0.01)
+
+    try:
+        async with ctx.progress.watch(status):
+            # The fake responder keeps no groups: each member leads a group of its own.
+            waiting = all_stable() if ctx.broker.kind == "fake" else done.wait()
+            await asyncio.wait_for(waiting, ctx.params.timeout)
+    except TimeoutError:
+        raise ScenarioError(f"{status()} after {ctx.params.timeout:g} s") from None
+    finally:
+        fleet.tracker.listeners.remove(listener)
+    return formed
+
+
+def _errors(ctx: Ctx, fleet: Fleet, stage: str) -> None:
+    """Move the error responses counted so far into the result, under ``stage``."""
+    for name, count in sorted(fleet.errors.items()):
+        key = f"{stage}: {name}"
+        ctx.result.errors[key] = ctx.result.errors.get(key, 0) + count
+    fleet.errors.clear()
+
+
+def _phase_metrics(
+    ctx: Ctx,
+    phase: str,
+    stats: PhaseStats,
+    unit: str,
+    offered: float | None,
+    per_request: tuple[str, int] | None,
+) -> None:
+    r = ctx.result
+    if offered is not None:
+        r.add(phase, "offered", offered, unit, compare=False)
+    r.add(phase, "achieved", stats.rate, unit)
+    if per_request is not None:
+        what, n = per_request
+        r.add(phase, f"achieved ({what})", stats.rate * n, f"{what}/s")
+    r.add(phase, "latency p50", stats.latency_ms(0.50), "ms")
+    r.add(phase, "latency p99", stats.latency_ms(0.99), "ms")
+    if stats.failed:
+        r.add(phase, "failed requests", stats.failed, "count", compare=False)
+    if stats.skipped:
+        r.add(phase, "skipped (member still waiting)", stats.skipped, "count", compare=False)
+    r.add(phase, "generator CPU", stats.generator_cpu_pct, "% of a core", compare=False)
+    r.add(phase, "broker CPU", stats.broker_cpu_pct, "% of a core")
+    # CPU time per answered request does not depend on how busy the machine is: 10^6 / (generator µs per
+    # request) is the most this generator could drive on one core.
+    generator_us = stats.cpu_us_per_request(stats.generator_cpu_seconds)
+    r.add(phase, "generator CPU per request", generator_us, "µs", compare=False)
+    r.add(phase, "broker CPU per request", stats.cpu_us_per_request(stats.broker_cpu_seconds), "µs")
+
+
+async def _phases(
+    ctx: Ctx, slots: int, send: SendFn, unit: str, what: str, per_request: tuple[str, int] | None = None
+) -> None:
+    """Warm-up at saturation (not reported), then each fixed rate, then saturation."""
+    p = ctx.params
+    pid = ctx.broker.pid
+    if p.warmup > 0:
+        ctx.progress.note(f"warm-up: {p.warmup:g} s at saturation")
+        await closed_loop(slots, p.warmup, send, pid)
+    for rate in p.rates:
+        ctx.progress.note(f"{what} at {rate:g}/s for {p.duration:g} s")
+        stats = await open_loop(slots, rate, p.duration, send, pid)
+        _phase_metrics(ctx, f"{rate:g}/s", stats, unit, rate, per_request)
+    ctx.progress.note(f"{what} at saturation for {p.duration:g} s")
+    stats = await closed_loop(slots, p.duration, send, pid)
+    _phase_metrics(ctx, "saturation", stats, unit, None, per_request)
+
+
+# ------------------------------------------------------------------------------------------ formation
+
+
+async def formation(ctx: Ctx) -> None:
+    """N members start at once; time from the first JoinGroup sent to the last SyncGroup response of the
+    generation that holds every member (per group; the slowest group counts)."""
+    p = ctx.params
+    _check(p)
+    fleet = await _fleet(ctx, p.members)
+    try:
+        members = _members(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "formation")))
+        with CpuMeter(ctx.broker.pid) as cpu:
+            formed = await _form(ctx, fleet, members, "formation")
+        assert fleet.first_join_sent is not None
+        end = max(rec.completed_at or 0.0 for rec in formed.values())
+        elapsed = end - fleet.first_join_sent
+        per_group = [
+            sum(1 for (g, _gen) in fleet.tracker.generations if g == group_id) for group_id in formed
+        ]
+        r = ctx.result
+        r.add("formation", "first JoinGroup → last SyncGroup", elapsed, "s")
+        # The slowest group's final generation, split at the leader's JoinGroup response.
+        last = max(formed.values(), key=lambda rec: rec.completed_at or 0.0)
+        if last.leader_joined_at is not None and last.completed_at is not None:
+            r.add(
+                "formation",
+                "first JoinGroup → leader's last JoinGroup response",
+                last.leader_joined_at - fleet.first_join_sent,
+                "s",
+            )
+            r.add(
+                "formation",
+                "leader's last JoinGroup response → last SyncGroup",
+                last.completed_at - last.leader_joined_at,
+                "s",
+            )
+        r.add("formation", "generations per group (mean)", statistics.fmean(per_group), "count")
+        r.add("formation", "generations per group (max)", max(per_group), "count")
+        r.add("formation", "generator CPU", cpu.generator_pct, "% of a core", compare=False)
+        r.add("formation", "broker CPU", cpu.broker_pct, "% of a core")
+        _errors(ctx, fleet, "formation")
+    finally:
+        fleet.close()
+
+
+# ------------------------------------------------------------------------------------------ heartbeat
+
+
+async def heartbeat(ctx: Ctx) -> None:
+    """N members in G groups, formed first; then heartbeats at each fixed rate and at saturation, sent by
+    the benchmark on behalf of the members (their own heartbeat timers are stopped)."""
+    p = ctx.params
+    _check(p)
+    for rate in p.rates:
+        # Each member is heartbeated every members/rate seconds; keep that well inside the session.
+        if p.members / rate > p.session_timeout_ms / 2000:
+            raise ScenarioError(
+                f"rate {rate:g}/s heartbeats each of {p.members} members every {p.members / rate:.1f} s, "
+                f"more than half the session timeout ({p.session_timeout_ms} ms)"
+            )
+    fleet = await _fleet(ctx, p.members)
+    try:
+        members = _members(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "heartbeat")))
+        await _form(ctx, fleet, members, "forming groups")
+        _errors(ctx, fleet, "setup")
+        for m in members:
+            m.set_heartbeats(False)
+        await asyncio.sleep(0.2)
+        requests = [
+            HeartbeatRequest(
+                group_id=m.group_id,
+                generation_id=m.generation_id,
+                member_id=m.member_id,
+                group_instance_id=m.membership.config.group_instance_id,
+            )
+            for m in members
+        ]
+        wires = [m.wire for m in members]
+        errors = fleet.errors
+
+        def send(i: int, done: Callable[[bool, float], None]) -> None:
+            def answered(result: Message | BaseException, rtt: float) -> None:
+                if isinstance(result, HeartbeatResponse):
+                    if result.error_code == 0:
+                        done(True, rtt)
+                        return
+                    errors[ErrorCode.from_code(result.error_code).name] += 1
+                else:
+                    errors[type(result).__name__] += 1
+                done(False, rtt)
+
+            wires[i].send(requests[i], answered)
+
+        await _phases(ctx, len(members), send, "heartbeats/s", "heartbeats")
+        _errors(ctx, fleet, "measured")
+    finally:
+        fleet.close()
+
+
+# --------------------------------------------------------------------------------------------- commit
+
+
+async def _create_topic(wire: Wire, name: str, partitions: int, timeout: float = 120.0) -> None:
+    """Create ``name`` and wait until every partition has a leader (Kafka refuses commits to topics it
+    does not know)."""
+    request = CreateTopicsRequest(
+        topics=[CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)], timeout_ms=60000
+    )
+    resp = await wire.call(request, CreateTopicsResponse)
+    for topic in resp.topics:
+        if topic.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            raise ScenarioError(
+                f"creating {name}: {ErrorCode.from_code(topic.error_code).name} {topic.error_message or ''}"
+            )
+    if wire.versions.get(ApiKey.METADATA) is None:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        meta = await wire.call(
+            MetadataRequest(topics=[MetadataRequestTopic(name=name)], allow_auto_topic_creation=False),
+            MetadataResponse,
+        )
+        ready = [
+            t
+            for t in meta.topics
+            if t.name == name
+            and t.error_code == ErrorCode.NONE
+            and len(t.partitions) == partitions
+            and all(pt.leader_id >= 0 for pt in t.partitions)
+        ]
+        if ready:
+            return
+        await asyncio.sleep(0.1)
+    raise ScenarioError(f"topic {name} got no leaders within {timeout:g} s")
+
+
+async def commit(ctx: Ctx) -> None:
+    """C committers (members of G groups) each commit offsets for their P partitions: commits/s and
+    latency at each fixed rate and at saturation. Members keep heartbeating on their own meanwhile."""
+    p = ctx.params
+    _check(p)
+    per_committer = p.partitions or 10
+    group_size = math.ceil(p.members / p.groups)
+    fleet = await _fleet(ctx, p.members)
+    try:
+        topic_partitions = group_size * per_committer
+        ctx.progress.note(f"creating topic {ctx.topic} with {topic_partitions} partitions")
+        await _create_topic(fleet.fast[0], ctx.topic, topic_partitions, p.timeout)
+        saved, p.partitions = p.partitions, topic_partitions
+        try:
+            members = _members(
+                ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "commit")), topic=ctx.topic
+            )
+        finally:
+            p.partitions = saved
+        await _form(ctx, fleet, members, "forming groups")
+        _errors(ctx, fleet, "setup")
+        version = fleet.versions[ApiKey.OFFSET_COMMIT]
+        # One request per committer, built once; each send only bumps its offsets. (The fake responder
+        # hands every member all partitions, hence the cut to P.)
+        requests = []
+        for m in members:
+            gen = m.membership.generation
+            owned = sorted(m.membership.assigned, key=TopicPartition.sort_key)[:per_committer]
+            requests.append(
+                offset_commit_request(
+                    version,
+                    m.group_id,
+                    gen.generation_id,
+                    gen.member_id,
+                    m.membership.config.group_instance_id,
+                    {tp: OffsetAndMetadata(0) for tp in owned},
+                )
+            )
+        errors = fleet.errors
+
+        def send(i: int, done: Callable[[bool, float], None]) -> None:
+            request = requests[i]
+            for topic in request.topics:
+                for partition in topic.partitions:
+                    partition.committed_offset += 1
+
+            def answered(result: Message | BaseException, rtt: float) -> None:
+                if isinstance(result, OffsetCommitResponse):
+                    ok = True
+                    for topic in result.topics:
+                        for partition in topic.partitions:
+                            if partition.error_code:
+                                ok = False
+                                errors[ErrorCode.from_code(partition.error_code).name] += 1
+                    done(ok, rtt)
+                    return
+                errors[type(result).__name__] += 1
+                done(False, rtt)
+
+            members[i].wire.send(request, answered)
+
+        await _phases(ctx, len(members), send, "commits/s", "commits", per_request=("offsets", per_committer))
+        _errors(ctx, fleet, "measured")
+    finally:
+        fleet.close()
+
+
+# ------------------------------------------------------------------------------------------- failover
+
+
+def _java_hash(value: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units, int32 overflow)."""
+    units = value.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def offsets_partition(group_id: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``."""
+    h = _java_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+async def failover(ctx: Ctx) -> None:
+    """Commit Y offsets for X groups that all live in ``__consumer_offsets`` partition 0, restart the broker
+    on the same data, and time the first successful OffsetFetch of one of those groups.
+
+    The broker is restarted twice: first with a single offset in the partition (the baseline: process
+    start, listeners, metadata), then with all of them; the difference is the replay, which gives the
+    replay rate without relying on when each broker starts answering other requests."""
+    p = ctx.params
+    broker = ctx.broker
+    if not broker.restartable:
+        raise ScenarioError(
+            f"failover restarts the broker, which the benchmark cannot do for a {broker.kind} broker"
+        )
+    fleet = await _fleet(ctx, 0)
+    num_partitions = int(
+        ctx.result.settings.get("offsets.topic.num.partitions")
+        or {**FAIR_CONFIG, **broker.overrides}["offsets.topic.num.partitions"]
+    )
+    groups: list[str] = []
+    n = 0
+    while len(groups) < p.groups:
+        candidate = f"{ctx.prefix}-failover-{n}"
+        n += 1
+        if offsets_partition(candidate, num_partitions) == 0:
+            groups.append(candidate)
+    per_group = max(1, math.ceil(p.offsets / p.groups))
+    probe = groups[0]
+    topic = ctx.topic
+    try:
+        ctx.progress.note(f"creating topic {topic} with {per_group} partitions")
+        await _create_topic(fleet.fast[0], topic, per_group, p.timeout)
+        await fleet.find_coordinators([probe])
+        await _commit_simple(fleet, probe, {TopicPartition(topic, 0): 7})
+    finally:
+        fleet.close()
+    base = None
+    if p.baseline:
+        base = await _restart(ctx, probe, {TopicPartition(topic, 0): 7}, "baseline restart (one offset)")
+
+    fleet = await open_fleet(broker.bootstrap, p.connections, 0)
+    try:
+        await fleet.find_coordinators(groups)
+        written = 0
+        sem = asyncio.Semaphore(64 * len(fleet.fast))
+
+        async def commit_one(i: int, group_id: str, round_: int) -> None:
+            nonlocal written
+            offsets = {TopicPartition(topic, q): round_ * 1_000_000 + q for q in range(per_group)}
+            async with sem:
+                await _commit_simple(fleet, group_id, offsets, i)
+            written += per_group
+
+        total = per_group * len(groups) * p.rounds
+        with CpuMeter(broker.pid) as cpu:
+            async with ctx.progress.watch(lambda: f"committing: {written}/{total} offsets"):
+                for round_ in range(p.rounds):
+                    await asyncio.gather(*(commit_one(i, g, round_) for i, g in enumerate(groups)))
+    finally:
+        fleet.close()
+    expect = {TopicPartition(topic, q): (p.rounds - 1) * 1_000_000 + q for q in range(per_group)}
+    full = await _restart(ctx, probe, expect, f"restart with {written} offsets", sized=True)
+    size = full.size_bytes
+    r = ctx.result
+    r.add("load", "groups in the partition", len(groups), "count", compare=False)
+    r.add("load", "offset commit records in the partition", written + 1, "count", compare=False)
+    if size is not None:
+        r.add("load", "__consumer_offsets-0 size", size / 1e6, "MB", compare=False)
+    r.add(
+        "load", "commit throughput (offsets)", written / cpu.wall if cpu.wall else None, "1/s", compare=False
+    )
+    if base is not None:
+        r.add("baseline restart", "launch → first response", base.first_answer, "s")
+        r.add("baseline restart", "launch → first OffsetFetch", base.fetched, "s")
+    r.add("full restart", "launch → first response", full.first_answer, "s")
+    r.add("full restart", "launch → first OffsetFetch", full.fetched, "s")
+    r.add("full restart", "first response → first OffsetFetch", full.fetched - full.first_answer, "s")
+    if base is not None:
+        replay = full.fetched - base.fetched
+        r.add("replay", "time (full − baseline)", replay, "s")
+        r.add("replay", "rate (offset records)", written / replay if replay > 0 else None, "1/s")
+
+
+async def _commit_simple(
+    fleet: Fleet, group_id: str, offsets: Mapping[TopicPartition, int], i: int = 0
+) -> None:
+    """OffsetCommit outside any generation (as an admin client or a standalone consumer does)."""
+    version = fleet.versions[ApiKey.OFFSET_COMMIT]
+    request = offset_commit_request(
+        version, group_id, -1, "", None, {tp: OffsetAndMetadata(o) for tp, o in offsets.items()}
+    )
+    resp = await fleet.wire_for(i).call(request, OffsetCommitResponse)
+    bad = {c for c in read_offset_commit(resp).values() if c is not ErrorCode.NONE}
+    if bad:
+        raise ScenarioError(f"commit for {group_id} failed: {sorted(c.name for c in bad)}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Restart:
+    first_answer: float  # seconds from the process launch
+    fetched: float
+    size_bytes: int | None
+
+
+async def _restart(
+    ctx: Ctx, group_id: str, expect: Mapping[TopicPartition, int], what: str, *, sized: bool = False
+) -> _Restart:
+    broker = ctx.broker
+    ctx.progress.note(what)
+    await asyncio.to_thread(broker.stop)
+    size = broker.offsets_partition_bytes(0) if sized else None
+    launched = await broker.relaunch()
+    first_answer, fetched = await _poll_offsets(broker, group_id, expect, ctx.params.timeout)
+    await broker.wait_serving(ctx.params.timeout)
+    return _Restart(first_answer - launched, fetched - launched, size)
+
+
+async def _poll_offsets(
+    broker: Broker, group_id: str, expect: Mapping[TopicPartition, int], timeout: float
+) -> tuple[float, float]:
+    """(first time the restarted broker answered anything, first time OffsetFetch returned ``expect``)."""
+    deadline = time.monotonic() + timeout
+    first_answer: float | None = None
+    wire: Wire | None = None
+    while time.monotonic() < deadline:
+        if wire is None or wire.closed:
+            try:
+                host, _, port = broker.bootstrap.rpartition(":")
+                wire = await connect(host, int(port), timeout=2.0)
+            except (OSError, TimeoutError, ValueError):
+                await asyncio.sleep(0.005)
+                continue
+            if first_answer is None:
+                first_answer = time.perf_counter()
+        version = wire.versions[ApiKey.OFFSET_FETCH]
+        try:
+            resp = await wire.call(
+                offset_fetch_request(version, group_id, expect, False), OffsetFetchResponse
+            )
+        except ConnectionError:
+            continue
+        error, results = read_offset_fetch(version, resp, group_id)
+        if error is ErrorCode.NONE and all(
+            (f := results.get(tp)) is not None and f.offset is not None and f.offset.offset == o
+            for tp, o in expect.items()
+        ):
+            now = time.perf_counter()
+            wire.close()
+            assert first_answer is not None
+            return first_answer, now
+        if error is not ErrorCode.NONE and error not in _LOADING:
+            raise ScenarioError(f"OffsetFetch after restart: {error.name}")
+        await asyncio.sleep(0.005)
+    raise ScenarioError(f"no successful OffsetFetch within {timeout:g} s of the restart")
+
+
+# ---------------------------------------------------------------------------------------------- churn
+
+
+def _settled(members: Iterable[SimMember]) -> bool:
+    ms = list(members)
+    return bool(ms) and all(m.stable for m in ms) and len({m.generation_id for m in ms}) == 1
+
+
+async def churn(ctx: Ctx) -> None:
+    """A group of M members; every churn interval one new member joins and the oldest leaves (LeaveGroup),
+    for ``duration`` seconds, then the group settles. Reports the rebalances completed and their
+    durations (first JoinGroup answered with the generation → its last SyncGroup response)."""
+    p = ctx.params
+    _check(p)
+    fleet = await _fleet(ctx, p.members * 2 + 16)
+    group_id = ctx.group_ids(1, "churn")[0]
+    try:
+        live = _members(ctx, fleet, [group_id] * p.members)
+        formed = await _form(ctx, fleet, live, "forming the group")
+        _errors(ctx, fleet, "setup")
+        start_gen = formed[group_id].generation_id
+        completed: list[GenerationRecord] = []
+        fleet.tracker.listeners.append(
+            lambda rec: completed.append(rec) if rec.generation_id > start_gen else None
+        )
+        joins = leaves = 0
+        interval = p.churn_interval_ms / 1000
+        with CpuMeter(ctx.broker.pid) as cpu:
+            async with ctx.progress.watch(
+                lambda: f"churn: {joins} joins, {leaves} leaves, {len(completed)} rebalances"
+            ):
+                t0 = time.perf_counter()
+                tick = 0
+                while True:
+                    newcomer = SimMember(
+                        fleet, len(fleet.members), p.membership(group_id, TOPIC), p.partitions or p.members
+                    )
+                    newcomer.start()
+                    joins += 1
+                    leaver = live.pop(0)
+                    live.append(newcomer)
+                    await leaver.leave()
+                    leaves += 1
+                    tick += 1
+                    if tick * interval >= p.duration:
+                        break
+                    await asyncio.sleep(max(0.0, t0 + tick * interval - time.perf_counter()))
+                churn_end = time.perf_counter()
+                deadline = churn_end + p.timeout
+                while not _settled(live) and time.perf_counter() < deadline:
+                    await asyncio.sleep(0.01)
+                settled = time.perf_counter()
+        if not _settled(live):
+            raise ScenarioError(f"the group did not settle within {p.timeout:g} s after the churn")
+        durations = [rec.duration for rec in completed if rec.duration is not None]
+        generations = {g for (gid, g) in fleet.tracker.generations if gid == group_id and g > start_gen}
+        r = ctx.result
+        r.add("churn", "joins", joins, "count", compare=False)
+        r.add("churn", "leaves", leaves, "count", compare=False)
+        r.add("churn", "rebalances completed", len(completed), "count")
+        r.add("churn", "generations abandoned", len(generations) - len(completed), "count")
+        r.add("churn", "rebalances completed per second", len(completed) / (settled - t0), "1/s")
+        r.add("churn", "rebalance duration p50", _ms(percentile(durations, 0.5)), "ms")
+        r.add("churn", "rebalance duration p99", _ms(percentile(durations, 0.99)), "ms")
+        r.add("churn", "rebalance duration max", _ms(max(durations, default=None)), "ms")
+        r.add("churn", "settle time after the last change", settled - churn_end, "s")
+        r.add("churn", "generator CPU", cpu.generator_pct, "% of a core", compare=False)
+        r.add("churn", "broker CPU", cpu.broker_pct, "% of a core")
+        _errors(ctx, fleet, "churn")
+    finally:
+        fleet.close()
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+# ---------------------------------------------------------------------------------------- static-roll
+
+
+async def static_roll(ctx: Ctx) -> None:
+    """A group of S static members (group.instance.id); restart them one by one — the old incarnation
+    vanishes without LeaveGroup, as a static member's shutdown does, and the new one joins with the same
+    instance id — and count the rebalances the roll caused (a faithful coordinator causes none)."""
+    p = ctx.params
+    _check(p)
+    fleet = await _fleet(ctx, p.members + 1)
+    group_id = ctx.group_ids(1, "static")[0]
+    try:
+        live = _members(ctx, fleet, [group_id] * p.members, instance="inst")
+        formed = await _form(ctx, fleet, live, "forming the group")
+        _errors(ctx, fleet, "setup")
+        start_gen = formed[group_id].generation_id
+        restarts: list[float] = []
+        async with ctx.progress.watch(lambda: f"static roll: {len(restarts)}/{p.members} members restarted"):
+            with CpuMeter(ctx.broker.pid) as cpu:
+                t0 = time.perf_counter()
+                for i in range(p.members):
+                    old = live[i]
+                    old.stop()
+                    if p.bounce_ms:
+                        await asyncio.sleep(p.bounce_ms / 1000)
+                    new = SimMember(fleet, old.index, old.membership.config, old.partition_count)
+                    live[i] = new
+                    # A restarted consumer looks its coordinator up again; that round trip is not timed.
+                    new.know_coordinator(old)
+                    began = time.perf_counter()
+                    new.start()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(new.synced.wait(), p.timeout)
+                    if not new.stable:
+                        raise ScenarioError(f"restarted member {i} did not rejoin: {new.fatal}")
+                    restarts.append(time.perf_counter() - began)
+                rolled = time.perf_counter() - t0
+        ctx.progress.note("waiting one heartbeat round for any rebalance the roll caused")
+        await asyncio.sleep(p.heartbeat_interval_ms / 1000 * 1.5)
+        deadline = time.perf_counter() + p.timeout
+        while not _settled(live) and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
+        end_gen = max(m.generation_id for m in live)
+        r = ctx.result
+        r.add("static-roll", "members restarted", len(restarts), "count", compare=False)
+        r.add("static-roll", "rebalances caused", end_gen - start_gen, "count")
+        r.add("static-roll", "roll duration", rolled, "s")
+        r.add("static-roll", "rejoin (JoinGroup → SyncGroup) p50", _ms(percentile(restarts, 0.5)), "ms")
+        r.add("static-roll", "rejoin (JoinGroup → SyncGroup) p99", _ms(percentile(restarts, 0.99)), "ms")
+        r.add("static-roll", "generator CPU", cpu.generator_pct, "% of a core", compare=False)
+        r.add("static-roll", "broker CPU", cpu.broker_pct, "% of a core")
+        _errors(ctx, fleet, "roll")
+    finally:
+        fleet.close()
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+SCENARIOS: dict[str, Callable[[Ctx], Coroutine[Any, Any, None]]] = {
+    "formation": formation,
+    "heartbeat": heartbeat,
+    "commit": commit,
+    "failover": failover,
+    "churn": churn,
+    "static-roll": static_roll,
+}
+
+_MEMBERS = ("session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms", "connections")
+# The parameters each scenario reads (and so reports).
+SCENARIO_PARAMS: dict[str, tuple[str, ...]] = {
+    "formation": ("members", "groups", "partitions", *_MEMBERS),
+    "heartbeat": ("members", "groups", "rates", "duration", "warmup", *_MEMBERS),
+    "commit": ("members", "groups", "partitions", "rates", "duration", "warmup", *_MEMBERS),
+    "failover": ("groups", "offsets", "rounds", "baseline", "connections"),
+    "churn": ("members", "duration", "churn_interval_ms", "partitions", *_MEMBERS),
+    "static-roll": ("members", "bounce_ms", "partitions", *_MEMBERS),
+}
+
+# What the fake responder can stand in for: the throughput scenarios, to measure the load generator.
+FAKE_SCENARIOS = ("heartbeat", "commit")
+
+
+def _runner(use_uvloop: bool) -> asyncio.Runner:
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+            pass
+        else:
+            return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    return asyncio.Runner()
+
+
+def run_scenario(scenario: str, broker: Broker, params: Params, *, use_uvloop: bool = True) -> RunResult:
+    """Run ``scenario`` against a started ``broker``; failures are reported in the result."""
+    result = RunResult(broker.kind, broker.version, broker.bootstrap)
+    if broker.kind == "fake" and scenario not in FAKE_SCENARIOS:
+        result.error = f"the fake responder keeps no groups; {scenario} needs a real coordinator"
+        return result
+    ctx = Ctx(broker, params, result, Progress(f"{scenario} on {broker.kind}", params.progress))
+    with _runner(use_uvloop) as runner:
+        try:
+            runner.run(SCENARIOS[scenario](ctx))
+        except (ScenarioError, BrokerError, ConnectionError, TimeoutError, ValueError) as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+def run(
+    scenario: str,
+    params: Params,
+    *,
+    broker: str = "regroup",
+    bootstrap_server: str | None = None,
+    against: str | None = None,
+    broker_config: Mapping[str, str] | None = None,
+    json_output: bool = False,
+    use_uvloop: bool = True,
+) -> int:
+    """``regroup bench <scenario>``: run on ``broker`` (or ``bootstrap_server``) and, with ``against``, on
+    a second broker; print the table or JSON. Exit code 1 if any run failed."""
+    kinds = [broker] + ([against] if against and against != broker else [])
+    runs: list[RunResult] = []
+    progress = Progress(scenario, params.progress)
+    for n, kind in enumerate(kinds):
+        target: Broker
+        if n == 0 and bootstrap_server:
+            target = ExternalBroker(bootstrap_server)
+        else:
+            progress.note(f"starting a {kind} broker")
+            try:
+                target = start_broker(kind, broker_config or {})
+            except BrokerError as exc:
+                runs.append(RunResult(kind, "", "", error=f"BrokerError: {exc}"))
+                continue
+        try:
+            runs.append(run_scenario(scenario, target, params, use_uvloop=use_uvloop))
+        finally:
+            target.close()
+    shown = {k: v for k, v in asdict(params).items() if k in SCENARIO_PARAMS[scenario]}
+    if json_output:
+        doc = payload(scenario, shown, runs)
+        doc["broker_config"] = {**FAIR_CONFIG, **(broker_config or {})}
+        doc["python"] = sys.version.split()[0]
+        print(json.dumps(doc, indent=2))
+    else:
+        fair = ", ".join(f"{k}={v}" for k, v in {**FAIR_CONFIG, **(broker_config or {})}.items())
+        print(render(f"regroup bench {scenario}", shown, runs))
+        print(f"\nbroker settings applied to started brokers: {fair}")
+    return 1 if any(r.error for r in runs) else 0
+
+
+def params_from(values: Mapping[str, Any]) -> Params:
+    known = set(Params.__dataclass_fields__)
+    return Params(**{k: v for k, v in values.items() if k in known and v is not None})

@@ -1,0 +1,31 @@
+"""Brokers for the group-benchmark smoke tests: the fake responder and the Apache Kafka reference broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from regroup import refkafka
+from regroup.bench.groups.brokers import Broker, start_broker
+
+
+@pytest.fixture(scope="module")
+def fake_broker() -> Iterator[Broker]:
+    broker = start_broker("fake", {})
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="module")
+def kafka_broker() -> Iterator[Broker]:
+    reason = refkafka.skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    broker = start_broker("kafka", {})
+    try:
+        yield broker
+    finally:
+        broker.close()
