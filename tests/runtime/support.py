@@ -145,12 +145,17 @@ async def coordinator_env(
     logs.load(clock.now_ms())
     env = Env(tmp, clock, logs, coord=None)  # type: ignore[arg-type]
 
+    gates: list[PartitionGate] = []
+
     def gate_for(plog: PartitionLog) -> WriteGate:
         if not slow_flush:
-            return PartitionGate(plog, clock.now_ms)
-        slow = SlowFlush(plog)
-        env.slow[int(plog.name.rsplit("-", 1)[1])] = slow
-        return PartitionGate(slow, clock.now_ms)
+            gate = PartitionGate(plog, clock.now_ms)
+        else:
+            slow = SlowFlush(plog)
+            env.slow[int(plog.name.rsplit("-", 1)[1])] = slow
+            gate = PartitionGate(slow, clock.now_ms)
+        gates.append(gate)
+        return gate
 
     def wrap(partition: int, plog: PartitionLog) -> FaultyLog:
         env.faulty[partition] = wrapper = env.faulty.get(partition) or FaultyLog(plog)
@@ -177,6 +182,11 @@ async def coordinator_env(
         for slow in env.slow.values():
             slow.release.set()
         await env.coord.stop()
+        # These gates belong to the caller (as a broker's do): let their thread flushes finish before the
+        # logs are flushed and closed here.
+        deadline = asyncio.get_running_loop().time() + 30
+        while any(gate.busy for gate in gates) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
         logs.flush_all()
         logs.close()
 
