@@ -18,6 +18,7 @@ from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from regroup.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from regroup.protocol.messages.delete_topics import DeleteTopicsRequest
 from regroup.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from regroup.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from regroup.protocol.messages.join_group import JoinGroupResponse
@@ -392,6 +393,19 @@ def test_commit_v1_and_v9_store_what_fetch_v1_and_v9_return(client: GroupClient)
     )
     assert errors(raw) == [0]
     assert client.fetch("simple", [("t", 0)], version=1) == {("t", 0): (8, 0)}
+
+
+def test_deleting_a_topic_drops_its_committed_offsets_in_every_group(client: GroupClient) -> None:
+    client.create_topic("gone", 2)
+    client.create_topic("kept", 1)
+    for group in ("g1", "g2"):
+        assert errors(client.commit(group, {("gone", 0): 3, ("gone", 1): 4, ("kept", 0): 5})) == [0, 0, 0]
+    response = client.call(DeleteTopicsRequest(topic_names=["gone"]), 4)
+    assert [r.error_code for r in response.responses] == [0]
+    for group in ("g1", "g2"):
+        assert client.fetch(group, None, version=7) == {("kept", 0): (5, 0)}
+    client.create_topic("gone", 2)  # a new topic of the same name starts without committed offsets
+    assert client.fetch("g1", [("gone", 0)], version=7) == {("gone", 0): (-1, 0)}
 
 
 # ------------------------------------------------------------------------------------------- lifecycle

@@ -9,6 +9,7 @@ the test that produced it.
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -333,6 +334,7 @@ class Harness:
         retention_time_ms: int = -1,
         leader_epoch: int = -1,
         commit_timestamp: int = -1,
+        topic_ids: Mapping[str, uuid.UUID] | None = None,
     ) -> Call[OffsetCommitResponse]:
         topics: dict[str, list[OffsetCommitRequestPartition]] = {}
         for (topic, partition), offset in offsets.items():
@@ -355,7 +357,13 @@ class Harness:
             retention_time_ms=retention_time_ms if 2 <= version <= 4 else -1,
             topics=[OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()],
         )
-        return self._call("commit", version, "client", self.shard.offset_commit, req)
+        return self._call(
+            "commit",
+            version,
+            "client",
+            lambda ctx, r, now: self.shard.offset_commit(ctx, r, now, topic_ids),
+            req,
+        )
 
     def txn_commit(
         self, group_id: str, offsets: Mapping[tuple[str, int], int], *, version: int = 4

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from regroup.group.config import GroupConfig
-from regroup.group.records import DecodedGroupMetadata, OffsetAndMetadata, decode_record
+from regroup.group.records import DecodedGroupMetadata, DecodedOffsetCommit, OffsetAndMetadata, decode_record
 from regroup.group.shard import RequestContext
 from regroup.group.state import GroupState
 from regroup.protocol.errors import ErrorCode
@@ -86,6 +88,26 @@ def test_commit_mixed_partitions() -> None:
     assert errors(call) == [0, 12, 0]
     assert sorted(h.shard.offsets("g")) == [("t", 0), ("u", 0)]
     assert len(h.log) == 2
+
+
+def test_commit_stores_the_topic_id_in_an_offset_commit_value_v4(h: Harness) -> None:
+    topic_id = uuid.uuid4()
+    h.commit("g", {("t", 0): 5, ("u", 0): 6}, topic_ids={"t": topic_id})
+    assert h.shard.offsets("g")[("t", 0)].topic_id == topic_id
+    assert h.shard.offsets("g")[("u", 0)].topic_id.int == 0  # unknown to the broker: no tagged field
+    decoded = [decode_record(r) for r in h.log]
+    assert [(d.value.topic_id, d.value_version) for d in decoded if isinstance(d, DecodedOffsetCommit)] == [
+        (topic_id, 4),
+        (uuid.UUID(int=0), 4),
+    ]
+    assert h.replayed_shard().offsets("g") == h.shard.offsets("g")
+
+
+def test_offsets_commit_value_version_3_writes_what_kafka_4_2_writes() -> None:
+    h = Harness(config=GroupConfig(offsets_commit_value_version=3))
+    h.commit("g", {("t", 0): 5}, topic_ids={"t": uuid.uuid4()})
+    (record,) = h.log
+    assert (record.value or b"")[:2] == b"\x00\x03"
 
 
 def test_commit_values_and_timestamps(h: Harness) -> None:

@@ -4,6 +4,7 @@ every readable version."""
 from __future__ import annotations
 
 import struct
+import uuid
 
 import pytest
 
@@ -90,13 +91,36 @@ def member_v3(
 # -------------------------------------------------------------------------------------------- bytes
 
 
-def test_offset_commit_record_v3_bytes() -> None:
+def test_offset_commit_record_v4_bytes() -> None:
+    """Kafka 4.3: flexible v4, compact metadata string, the topic id in tagged field 0 when known."""
+    topic_id = uuid.UUID("0b7e3c4a-1f2d-4e5f-8a9b-0c1d2e3f4a5b")
     record = offset_commit_record(
-        "grp", "topic", 7, OffsetAndMetadata(123456789012, 5, "meta", 1700000000000)
+        "grp", "topic", 7, OffsetAndMetadata(123456789012, 5, "meta", 1700000000000, topic_id=topic_id)
     )
     assert record.key == offset_key("grp", "topic", 7)
+    assert record.value == (
+        i16(4)
+        + i64(123456789012)
+        + i32(5)
+        + b"\x05meta"
+        + i64(1700000000000)
+        + b"\x01\x00\x10"
+        + topic_id.bytes
+    )
+    no_topic_id = offset_commit_record("g", "t", 0, OffsetAndMetadata(1, None, "", 2))
+    assert no_topic_id.value == i16(4) + i64(1) + i32(-1) + b"\x01" + i64(2) + b"\x00"
+    decoded = decode_record(record)
+    assert isinstance(decoded, DecodedOffsetCommit)
+    assert decoded.value is not None
+    assert decoded.value.topic_id == topic_id
+
+
+def test_offset_commit_record_v3_bytes() -> None:
+    """``offsets.commit.value.version=3`` (Kafka up to 4.2): no topic id."""
+    offset = OffsetAndMetadata(123456789012, 5, "meta", 1700000000000, topic_id=uuid.uuid4())
+    record = offset_commit_record("grp", "topic", 7, offset, 3)
     assert record.value == i16(3) + i64(123456789012) + i32(5) + s("meta") + i64(1700000000000)
-    no_epoch = offset_commit_record("g", "t", 0, OffsetAndMetadata(1, None, "", 2))
+    no_epoch = offset_commit_record("g", "t", 0, OffsetAndMetadata(1, None, "", 2), 3)
     assert no_epoch.value == i16(3) + i64(1) + i32(-1) + s("") + i64(2)
 
 

@@ -8,6 +8,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Fields Kafka added after the pinned specs in ../shared were taken: ``overlays/<dir>/<Spec>.json`` lists
+# them under ``addFields`` and they are appended to that spec's top-level fields.
+OVERLAYS = Path(__file__).resolve().parent / "overlays"
+
 PRIMITIVES = {
     "int8",
     "int16",
@@ -137,6 +141,9 @@ def _strip_comments(text: str) -> tuple[str, list[str]]:
 def load(path: Path) -> MessageSpec:
     text, notes = _strip_comments(path.read_text())
     raw = json.loads(text)
+    overlay = OVERLAYS / path.parent.name / path.name
+    if overlay.exists():
+        raw["fields"] = [*raw["fields"], *json.loads(overlay.read_text())["addFields"]]
     valid = Versions.parse(raw["validVersions"])
     flexible = Versions.parse(raw.get("flexibleVersions", "none"))
     common: dict[str, StructSpec] = {}

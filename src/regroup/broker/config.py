@@ -225,6 +225,25 @@ def _listeners_validator(value: Any) -> str | None:
     return None
 
 
+def parse_admin_listener(value: str) -> tuple[str, int] | None:
+    """``admin.listener``: ``host:port`` (``[v6]:port``), or None when empty (disabled)."""
+    text = value.strip()
+    if not text:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected host:port (e.g. 127.0.0.1:9644), or an empty value to disable")
+    return host.strip("[]"), int(port)
+
+
+def _admin_listener_validator(value: Any) -> str | None:
+    try:
+        parse_admin_listener(str(value))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- registries
 
 _B = ConfigType
@@ -712,6 +731,46 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
         5000,
         "How long an offset commit may wait for its write.",
         at_least(1),
+    ),
+    ConfigDef(
+        "offsets.commit.value.version",
+        _B.INT,
+        4,
+        "regroup-only: OffsetCommitValue version written to __consumer_offsets. 4 (with the topic id) as "
+        "Apache Kafka 4.3; 3 as Kafka up to 4.2, for tools that read the topic themselves and skip v4 "
+        "(e.g. Burrow 1.2.1).",
+        between(3, 4),
+    ),
+    ConfigDef(
+        "group.events.enable",
+        _B.BOOLEAN,
+        True,
+        "regroup-only: record every group's rebalance timeline in the internal topic __group_events "
+        "(regroup groups --history).",
+    ),
+    ConfigDef(
+        "group.events.retention.ms",
+        _B.LONG,
+        604800000,
+        "regroup-only: retention.ms of __group_events when the broker creates it (7 days).",
+        at_least(1),
+    ),
+    ConfigDef(
+        "group.events.retention.bytes",
+        _B.LONG,
+        16777216,
+        "regroup-only: retention.bytes (per partition) of __group_events when the broker creates it.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "admin.listener",
+        _B.STRING,
+        "127.0.0.1:9644",
+        "regroup-only: host:port of the operator HTTP port (/metrics in Prometheus format, a web view of the "
+        "groups at /, JSON under /api/). Port 0 picks a free port; an empty value disables it. When the "
+        "default port is taken the broker logs a warning and runs without it; an explicitly configured "
+        "port that cannot be bound stops the start-up.",
+        _admin_listener_validator,
     ),
     # -------------------------------------------------------------------------------- accepted, no effect
     *(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 __all__ = [
@@ -31,6 +32,9 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_topic_num_partitions: int = 50
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    offsets_commit_value_version: int = 4
+    """OffsetCommitValue version written for commits without an expire timestamp (regroup-only: 4 as
+    Kafka 4.3, or 3 as Kafka up to 4.2)."""
     rebalance_history_size: int = 32
     """How many generation records :meth:`GroupShard.group_history` keeps per group (regroup-only)."""
 
@@ -41,6 +45,8 @@ class GroupConfig:
             raise ValueError("offsets.topic.num.partitions must be at least 1")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+        if self.offsets_commit_value_version not in (3, 4):
+            raise ValueError("offsets.commit.value.version must be 3 or 4")
         if self.rebalance_history_size < 1:
             raise ValueError("rebalance_history_size must be at least 1")
 
@@ -57,6 +63,8 @@ def java_string_hash(value: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+# Every group request routes through this; hashing the id in Python costs more than the cache lookup.
+@lru_cache(maxsize=65536)
 def partition_for(group_id: str, num_partitions: int) -> int:
     """The ``__consumer_offsets`` partition owning ``group_id`` (Kafka's ``Utils.abs(hash) % n``, where
     ``abs(Integer.MIN_VALUE)`` is 0)."""

@@ -14,7 +14,8 @@ blocks expiration.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from regroup.group.classic_group import ClassicGroup
 from regroup.group.config import GroupConfig
@@ -53,10 +54,20 @@ from regroup.protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponsePartition,
     TxnOffsetCommitResponseTopic,
 )
+from regroup.protocol.primitives import ZERO_UUID, Uuid
 
-__all__ = ["TXN_OFFSET_COMMIT_ERROR", "OffsetManager", "OffsetStore", "metadata_length"]
+__all__ = ["TXN_OFFSET_COMMIT_ERROR", "OffsetManager", "OffsetStore", "OffsetsExpired", "metadata_length"]
 
 TXN_OFFSET_COMMIT_ERROR = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsExpired:
+    """Notify event: one expiration pass removed ``count`` committed offsets (Kafka's offset-expiration
+    metric); emitted only when the tombstones are durable and ``count`` is positive."""
+
+    count: int
+
 
 _NO_RETENTION = -1
 _NO_TIMESTAMP = -1
@@ -115,8 +126,13 @@ class OffsetManager:
     # ------------------------------------------------------------------------------------------ commit
 
     def offset_commit(
-        self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int
+        self,
+        ctx: RequestContext,
+        req: OffsetCommitRequest,
+        now_ms: int,
+        topic_ids: Mapping[str, Uuid] | None = None,
     ) -> Result[OffsetCommitResponse]:
+        """``topic_ids`` resolves committed topic names to ids: Kafka 4.3 stores the id with the offset."""
         version = ctx.api_version
         generation_id = req.generation_id_or_member_epoch if version >= 1 else -1
         member_id = req.member_id if version >= 1 else ""
@@ -150,6 +166,7 @@ class OffsetManager:
         accepted: list[tuple[str, int, OffsetAndMetadata]] = []
         for topic in req.topics:
             topic_response = OffsetCommitResponseTopic(name=topic.name)
+            topic_id = ZERO_UUID if topic_ids is None else topic_ids.get(topic.name, ZERO_UUID)
             response.topics.append(topic_response)
             for partition in topic.partitions:
                 partition_error = ErrorCode.NONE
@@ -168,10 +185,17 @@ class OffsetManager:
                         metadata=partition.committed_metadata or "",
                         commit_timestamp_ms=commit_timestamp,
                         expire_timestamp_ms=expire_ms,
+                        topic_id=topic_id,
                     )
                     accepted.append((topic.name, partition.partition_index, offset))
                     out.records.append(
-                        offset_commit_record(group_id, topic.name, partition.partition_index, offset)
+                        offset_commit_record(
+                            group_id,
+                            topic.name,
+                            partition.partition_index,
+                            offset,
+                            self.config.offsets_commit_value_version,
+                        )
                     )
                 topic_response.partitions.append(
                     OffsetCommitResponsePartition(
@@ -336,6 +360,8 @@ class OffsetManager:
                 return  # retried at the next pass
             for group_id, topic, partition in expired_offsets:
                 self.store.remove(group_id, topic, partition)
+            if expired_offsets:
+                after.notify(OffsetsExpired(len(expired_offsets)))
             for group_id in expired_groups:
                 self._groups.remove_group(after, group_id)
 

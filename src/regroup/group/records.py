@@ -3,9 +3,11 @@ them back on load.
 
 Keys are an int16 record type followed by the key struct: type 1 (0 also readable) for offset commits,
 type 2 for group metadata. Values are an int16 version followed by the value struct; a ``None`` value is a
-tombstone. Written versions follow Kafka 4.x (``MetadataVersion`` ≥ 2.3): GroupMetadataValue v3;
-OffsetCommitValue v3, or v1 when the commit carries an explicit expire timestamp. Every readable version
-is accepted on load (offset values v0–v4, group metadata values v0–v4).
+tombstone. Written versions follow Kafka 4.3: GroupMetadataValue v3; OffsetCommitValue v4 (flexible, the
+committed topic's id in tagged field 0 when the topic is known), or v1 when the commit carries an explicit
+expire timestamp. ``offsets.commit.value.version=3`` writes v3 instead, as Kafka up to 4.2 does, for tools
+that read ``__consumer_offsets`` themselves and skip v4 (v3 has no topic id). Every readable version is
+accepted on load (offset values v0–v4, group metadata values v0–v4).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
 from regroup.group.effects import Record
 from regroup.group.state import GroupState
-from regroup.protocol.primitives import I16, DecodeError
+from regroup.protocol.primitives import I16, ZERO_UUID, DecodeError, Uuid
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
 
@@ -24,6 +26,7 @@ __all__ = [
     "GROUP_METADATA_RECORD_TYPE",
     "GROUP_METADATA_VALUE_VERSION",
     "OFFSET_COMMIT_RECORD_TYPE",
+    "OFFSET_COMMIT_VALUE_VERSIONS",
     "DecodedGroupMetadata",
     "DecodedOffsetCommit",
     "IgnoredRecord",
@@ -44,7 +47,9 @@ __all__ = [
 OFFSET_COMMIT_RECORD_TYPE = 1
 GROUP_METADATA_RECORD_TYPE = 2
 GROUP_METADATA_VALUE_VERSION = 3
-_OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_VALUE_VERSIONS = (3, 4)
+"""The versions ``offsets.commit.value.version`` may choose for commits without an expire timestamp."""
+_OFFSET_COMMIT_VALUE_VERSION = 4
 _OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 _LAST_KNOWN_RECORD_TYPE = 15  # KIP-848 consumer-group and KIP-932 share-group records: 3..15
 
@@ -62,6 +67,8 @@ class OffsetAndMetadata:
     metadata: str
     commit_timestamp_ms: int
     expire_timestamp_ms: int | None = None
+    topic_id: Uuid = ZERO_UUID
+    """The committed topic's id (Kafka 4.3 stores it from the commit); zero when unknown."""
 
 
 # ---------------------------------------------------------------------------------------------- builders
@@ -73,16 +80,20 @@ def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
     )
 
 
-def offset_commit_value_version(offset: OffsetAndMetadata) -> int:
-    return (
-        _OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
-        if offset.expire_timestamp_ms is not None
-        else _OFFSET_COMMIT_VALUE_VERSION
-    )
+def offset_commit_value_version(
+    offset: OffsetAndMetadata, preferred: int = _OFFSET_COMMIT_VALUE_VERSION
+) -> int:
+    return _OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY if offset.expire_timestamp_ms is not None else preferred
 
 
-def offset_commit_record(group_id: str, topic: str, partition: int, offset: OffsetAndMetadata) -> Record:
-    version = offset_commit_value_version(offset)
+def offset_commit_record(
+    group_id: str,
+    topic: str,
+    partition: int,
+    offset: OffsetAndMetadata,
+    value_version: int = _OFFSET_COMMIT_VALUE_VERSION,
+) -> Record:
+    version = offset_commit_value_version(offset, value_version)
     value = OffsetCommitValue(
         offset=offset.offset,
         # v1 has no leader epoch: Kafka drops it (the field is ignorable)
@@ -90,6 +101,7 @@ def offset_commit_record(group_id: str, topic: str, partition: int, offset: Offs
         metadata=offset.metadata,
         commit_timestamp=offset.commit_timestamp_ms,
         expire_timestamp=-1 if offset.expire_timestamp_ms is None else offset.expire_timestamp_ms,
+        topic_id=offset.topic_id,
     )
     return Record(offset_commit_key(group_id, topic, partition), value.encode_versioned(version))
 
@@ -202,6 +214,7 @@ def decode_record(record: Record) -> DecodedRecord:
                     metadata=ovalue.metadata,
                     commit_timestamp_ms=ovalue.commit_timestamp,
                     expire_timestamp_ms=None if ovalue.expire_timestamp == -1 else ovalue.expire_timestamp,
+                    topic_id=ovalue.topic_id,
                 ),
                 version,
             )

@@ -27,6 +27,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "UnsupportedVersionError",
+    "Uuid",
     "read_array_len",
     "read_bytes",
     "read_compact_array_len",
@@ -89,6 +90,8 @@ F64: Final = struct.Struct(">d")
 BOOL: Final = struct.Struct(">?")
 
 ZERO_UUID: Final = uuid.UUID(int=0)
+Uuid = uuid.UUID
+"""Kafka's ``uuid`` field type (topic ids), for layers that must not import :mod:`uuid` themselves."""
 
 # Single-byte unsigned varints are by far the most common (lengths and counts below 128).
 _SMALL_UVARINT: Final = tuple(bytes((i,)) for i in range(128))

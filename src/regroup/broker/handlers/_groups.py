@@ -10,6 +10,7 @@ from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
 from regroup.group.config import GroupConfig
 from regroup.runtime.coordinator import CoordinatorConfig, GroupCoordinator
+from regroup.runtime.events import GroupEventsConfig
 
 if TYPE_CHECKING:
     from regroup.broker.state import Broker
@@ -33,6 +34,7 @@ def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
             offsets_retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
             offset_metadata_max_bytes=config.get_int("offset.metadata.max.bytes"),
             offsets_topic_num_partitions=config.get_int("offsets.topic.num.partitions"),
+            offsets_commit_value_version=config.get_int("offsets.commit.value.version"),
         ),
         offsets_topic_segment_bytes=config.get_int("offsets.topic.segment.bytes"),
         offsets_topic_compression_codec=config.get_int("offsets.topic.compression.codec"),
@@ -40,12 +42,17 @@ def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
         offsets_commit_timeout_ms=config.get_int("offsets.commit.timeout.ms"),
         # The broker's log cleaner compacts every cleanup.policy=compact partition, this one included.
         compaction_interval_ms=None,
+        group_events=GroupEventsConfig(
+            enabled=bool(config.get("group.events.enable")),
+            retention_ms=config.get_int("group.events.retention.ms"),
+            retention_bytes=config.get_int("group.events.retention.bytes"),
+        ),
     )
 
 
 async def _start(broker: Broker) -> None:
     coord = GroupCoordinator(
-        broker.logs, coordinator_config(broker.config), clock=broker.clock, gate_for=broker.gate
+        broker.logs, coordinator_config(broker.config), clock=broker.coordinator_clock, gate_for=broker.gate
     )
     broker.services[SERVICE] = coord
     await coord.start()

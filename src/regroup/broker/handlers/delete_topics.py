@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
+from regroup.broker.handlers._groups import coordinator
 from regroup.broker.state import Broker
 from regroup.broker.topics import INTERNAL_TOPICS
 from regroup.log import PartitionLog
@@ -107,7 +108,8 @@ def handle(
             f"Topic {name} is a kafka internal topic and is not allowed to be deleted.",
         )
 
-    if all(broker.gate(plog).idle for plog in _partition_logs(broker, targets)):
+    coord = coordinator(ctx)
+    if coord is None and all(broker.gate(plog).idle for plog in _partition_logs(broker, targets)):
         _delete_all(broker, targets, add)
         return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
@@ -116,7 +118,9 @@ def handle(
             gate = broker.gate(plog)
             await gate.turn()
             gate.release()
-        _delete_all(broker, targets, add)
+        deleted = _delete_all(broker, targets, add)
+        if coord is not None and deleted:
+            await coord.on_partitions_deleted(deleted)
         return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
     return later()
@@ -148,18 +152,22 @@ def _partition_logs(broker: Broker, targets: dict[str, uuid.UUID]) -> list[Parti
     return plogs
 
 
-def _delete_all(broker: Broker, targets: dict[str, uuid.UUID], add: Add) -> None:
+def _delete_all(broker: Broker, targets: dict[str, uuid.UUID], add: Add) -> list[tuple[str, int]]:
+    """Delete the topics; the deleted partitions."""
+    deleted: list[tuple[str, int]] = []
     for name, topic_id in targets.items():
         info = broker.logs.topic(name)
         if info is None or info.topic_id != topic_id:
             add(name, topic_id, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
             continue
         plogs = _partition_logs(broker, {name: topic_id})
+        deleted += [(name, p) for p in range(info.partitions)]
         broker.logs.delete_topic(name)
         for plog in plogs:
             broker.gates.forget(plog)
         log.info("Deleted topic %s", name)
         add(name, topic_id, ErrorCode.NONE, None)
+    return deleted
 
 
 def register(registry: HandlerRegistry) -> None:

@@ -45,7 +45,9 @@ def handle(
     coord = coordinator(ctx)
     if coord is None:
         return _merge(request, masks, offset_commit_error(filtered, ErrorCode.COORDINATOR_NOT_AVAILABLE))
-    pending = coord.offset_commit(ctx.client_id, ctx.client_address, ctx.api_version, filtered)
+    # Kafka 4.3 resolves each committed topic's id from its metadata and stores it in the offset record.
+    topic_ids = {t.name: info.topic_id for t in kept if (info := ctx.broker.logs.topic(t.name)) is not None}
+    pending = coord.offset_commit(ctx.client_id, ctx.client_address, ctx.api_version, filtered, topic_ids)
 
     async def finish() -> OffsetCommitResponse:
         return _merge(request, masks, await pending)

@@ -69,6 +69,7 @@ class OffsetCommitValue(Data):
     metadata (v0+):
     commit_timestamp (v0+):
     expire_timestamp (v1-1):
+    topic_id (v4+, tag 0): The topic id of the committed offset.
     """
 
     offset: int = 0
@@ -76,6 +77,7 @@ class OffsetCommitValue(Data):
     metadata: str = ""
     commit_timestamp: int = 0
     expire_timestamp: int = -1
+    topic_id: uuid.UUID = ZERO_UUID
 
     NAME: ClassVar[str] = "OffsetCommitValue"
     SPEC_NAME: ClassVar[str] = "OffsetCommitValue"
@@ -155,7 +157,16 @@ def _w_OffsetCommitValue_v4(buf: bytearray, o: OffsetCommitValue) -> None:
     buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_q.pack(o.commit_timestamp)
-    buf.append(0)
+    _tags: list[tuple[int, bytearray]] = []
+    if o.topic_id != ZERO_UUID:
+        _t = bytearray()
+        _t += o.topic_id.bytes
+        _tags.append((0, _t))
+    buf += uvarint_bytes(len(_tags))
+    for _tag, _t in _tags:
+        buf += uvarint_bytes(_tag)
+        buf += uvarint_bytes(len(_t))
+        buf += _t
 
 
 def _r_OffsetCommitValue_v0(data: bytes, pos: int) -> tuple[OffsetCommitValue, int]:
@@ -176,6 +187,7 @@ def _r_OffsetCommitValue_v0(data: bytes, pos: int) -> tuple[OffsetCommitValue, i
     pos += 8
     _o1.leader_epoch = -1
     _o1.expire_timestamp = -1
+    _o1.topic_id = ZERO_UUID
     return _o1, pos
 
 
@@ -196,6 +208,7 @@ def _r_OffsetCommitValue_v1(data: bytes, pos: int) -> tuple[OffsetCommitValue, i
     _o1.commit_timestamp, _o1.expire_timestamp = _S_qq.unpack_from(data, pos)
     pos += 16
     _o1.leader_epoch = -1
+    _o1.topic_id = ZERO_UUID
     return _o1, pos
 
 
@@ -216,6 +229,7 @@ def _r_OffsetCommitValue_v3(data: bytes, pos: int) -> tuple[OffsetCommitValue, i
     (_o1.commit_timestamp,) = _S_q.unpack_from(data, pos)
     pos += 8
     _o1.expire_timestamp = -1
+    _o1.topic_id = ZERO_UUID
     return _o1, pos
 
 
@@ -242,10 +256,22 @@ def _r_OffsetCommitValue_v4(data: bytes, pos: int) -> tuple[OffsetCommitValue, i
     (_o1.commit_timestamp,) = _S_q.unpack_from(data, pos)
     pos += 8
     _o1.expire_timestamp = -1
-    if data[pos]:
-        pos = skip_tagged_fields(data, pos)
-    else:
-        pos += 1
+    _o1.topic_id = ZERO_UUID
+    _ntags4, pos = read_uvarint(data, pos)
+    for _ in range(_ntags4):
+        _tag5, pos = read_uvarint(data, pos)
+        _tend6, pos = read_uvarint(data, pos)
+        _tend6 += pos
+        if _tend6 > _len:
+            raise DecodeError("tagged field overruns its buffer")
+        if _tag5 == 0:
+            if pos + 16 > _len:
+                raise DecodeError("truncated uuid")
+            _o1.topic_id = uuid.UUID(bytes=data[pos : pos + 16])
+            pos += 16
+            if pos != _tend6:
+                raise DecodeError("tagged field topic_id has the wrong size")
+        pos = _tend6
     return _o1, pos
 
 
@@ -276,6 +302,7 @@ OffsetCommitValue.FIELDS = (
     FieldSpec("metadata", "metadata", "string", False, None, (0, 32767), None, None, False),
     FieldSpec("commit_timestamp", "commitTimestamp", "int64", False, None, (0, 32767), None, None, False),
     FieldSpec("expire_timestamp", "expireTimestamp", "int64", False, None, (1, 1), None, None, True),
+    FieldSpec("topic_id", "topicId", "uuid", False, None, (4, 32767), None, 0, True),
 )
 
 __all__ = ["OffsetCommitKey", "OffsetCommitValue"]

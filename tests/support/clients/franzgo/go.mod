@@ -1,0 +1,11 @@
+module regroup.test/franzgo
+
+go 1.21
+
+require github.com/twmb/franz-go v1.18.1
+
+require (
+	github.com/klauspost/compress v1.17.11 // indirect
+	github.com/pierrec/lz4/v4 v4.1.22 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.9.0 // indirect
+)
