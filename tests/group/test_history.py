@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from regroup.group.config import GroupConfig
+from regroup.group.effects import TimerKey, TimerKind
 from regroup.group.history import (
+    AwaitedMember,
     GenerationCompleted,
     GenerationStable,
+    JoinDeadlineEvicted,
+    LeaderRejoined,
     LeftMember,
     MemberJoined,
     MemberLeft,
     MemberMetadataChanged,
     PendingSyncExpired,
+    RebalanceStarted,
     SessionExpired,
     StaticMemberReplaced,
+    StaticMemberSwapped,
+    membership_reasons,
 )
 from regroup.protocol.errors import ErrorCode
 
@@ -113,3 +120,88 @@ def test_history_forgotten_with_the_group(h: Harness) -> None:
     assert h.shard.group_history("g")
     h.delete_groups("g")
     assert h.shard.group_history("g") == ()
+
+
+def test_a_rebalance_that_waits_names_whom_and_until_when(h: Harness) -> None:
+    ids, gen = h.form_group("g", 3, session_timeout_ms=10_000, rebalance_timeout_ms=30_000)
+    h.advance(4000)
+    h.heartbeat("g", ids[1], gen)  # ids[1]'s session now ends at now + 10 s
+    h.notifications.clear()
+    start = h.now
+    third_deadline = h.deadline(TimerKey(TimerKind.HEARTBEAT, "g", ids[2]))
+    assert third_deadline is not None
+    assert third_deadline < start + 10_000
+    h.join("g", ids[0])  # the leader rejoins: a rebalance waiting for ids[1] and ids[2]
+    (started,) = [n for n in h.notifications if isinstance(n, RebalanceStarted)]
+    assert started.cause == LeaderRejoined(ids[0])
+    assert started.rebalance_started_ms == start
+    assert started.join_deadline_ms == start + 30_000
+    assert started.awaiting == (
+        AwaitedMember(ids[1], None, start + 10_000, "session timeout"),
+        AwaitedMember(ids[2], None, third_deadline, "session timeout"),
+    )
+    assert h.shard.rebalance_progress("g") == started
+    assert f"waiting for {ids[1]}" in started.message()
+    h.join("g", ids[1])
+    progress = h.shard.rebalance_progress("g")
+    assert progress is not None
+    assert [m.member_id for m in progress.awaiting] == [ids[2]]
+
+
+def test_a_dynamic_member_is_awaited_until_the_rebalance_timeout_when_that_comes_first(h: Harness) -> None:
+    ids, _ = h.form_group("r", 2, session_timeout_ms=30_000, rebalance_timeout_ms=5_000)
+    static_ids, _ = h.form_group("s", 2, static=True, session_timeout_ms=30_000, rebalance_timeout_ms=5_000)
+    assert h.shard.rebalance_progress("r") is None  # Stable
+    start = h.now
+    h.join("r", ids[0], session_timeout_ms=30_000, rebalance_timeout_ms=5_000)
+    h.join("s", static_ids[0], instance_id="i0", session_timeout_ms=30_000, rebalance_timeout_ms=5_000)
+    progress = h.shard.rebalance_progress("r")
+    assert progress is not None
+    assert progress.awaiting == (AwaitedMember(ids[1], None, start + 5_000, "rebalance timeout"),)
+    # a static member is not evicted when the join phase ends: only its session counts
+    static = h.shard.rebalance_progress("s")
+    assert static is not None
+    (awaited,) = static.awaiting
+    assert (awaited.member_id, awaited.group_instance_id, awaited.evicted_by) == (
+        static_ids[1],
+        "i1",
+        "session timeout",
+    )
+    assert awaited.deadline_ms is not None
+    assert awaited.deadline_ms > start + 5_000
+
+
+def test_a_static_member_swapped_without_a_rebalance_is_reported_and_not_counted_as_joined(
+    h: Harness,
+) -> None:
+    ids, gen = h.form_group("g", 2, static=True)
+    h.notifications.clear()
+    new = h.join("g", instance_id="i1")
+    new_id = new.response.member_id
+    (swapped,) = [n for n in h.notifications if isinstance(n, StaticMemberSwapped)]
+    assert (swapped.generation_id, swapped.replaced) == (gen, StaticMemberReplaced("i1", ids[1], new_id))
+    assert "without a rebalance" in swapped.message()
+    h.leave("g", ("", "i0"), version=5)
+    h.join("g", new_id, instance_id="i1")
+    record = h.shard.group_history("g")[-1]
+    assert record.left == (ids[0],)
+    assert record.joined == ()
+
+
+def test_membership_reasons() -> None:
+    joined, left = membership_reasons(
+        (
+            MemberJoined("n", None, "hello"),
+            MemberLeft((LeftMember("l", "i", "bye"),)),
+            SessionExpired("e", 6000),
+            StaticMemberReplaced("s", "old", "new"),
+            JoinDeadlineEvicted(("j",), 30_000),
+        )
+    )
+    assert joined == {"n": "new member (reason: hello)", "new": "replaced old (static member s)"}
+    assert left == {
+        "l": "left the group (LeaveGroup) (reason: bye)",
+        "e": "session expired (6000 ms without a heartbeat)",
+        "old": "replaced by new (static member s)",
+        "j": "did not rejoin within the rebalance timeout (30000 ms)",
+    }

@@ -98,6 +98,7 @@ async def execute(opts: Options, admin: AdminClient, out: TextIO, err: TextIO) -
     """Run the parsed command and map its outcome to Kafka's output and exit code."""
     from regroup.admin.client import AdminError, BrokerUnreachableError
     from regroup.admin.command import CommandFailed, GroupsCommand
+    from regroup.admin.history import HistoryUnavailable
     from regroup.admin.options import UsageError
 
     try:
@@ -109,7 +110,7 @@ async def execute(opts: Options, admin: AdminClient, out: TextIO, err: TextIO) -
         out.write(f"\nError: Executing consumer group command failed due to {exc}\n")
     except AdminError as exc:
         out.write(f"\nError: Executing consumer group command failed due to {exc.java}\n")
-    except BrokerUnreachableError as exc:
+    except (BrokerUnreachableError, HistoryUnavailable) as exc:
         err.write(f"Error: {exc}\n")
         return 1
     return 0

@@ -28,6 +28,7 @@ from regroup.protocol.messages.consumer_group_describe import (
 )
 from regroup.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from regroup.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from regroup.protocol.messages.fetch import FetchPartition, FetchRequest, FetchResponse, FetchTopic
 from regroup.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from regroup.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from regroup.protocol.messages.list_offsets import (
@@ -164,6 +165,9 @@ class MemberDescription:
     assignment: tuple[TopicPartition, ...]
     target_assignment: tuple[TopicPartition, ...] | None = None
     member_epoch: int | None = None
+    # Classic groups: the raw consumer-protocol subscription and assignment (for --describe --state --health).
+    metadata: bytes = b""
+    raw_assignment: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -661,6 +665,8 @@ class AdminClient:
                             client_id=m.client_id,
                             host=m.client_host,
                             assignment=decode_consumer_assignment(m.member_assignment),
+                            metadata=m.member_metadata,
+                            raw_assignment=m.member_assignment,
                         )
                         for m in g.members
                     ),
@@ -889,6 +895,73 @@ class AdminClient:
             for tp in wanted:
                 out.setdefault(tp, exc)
         return {tp: out[tp] for tp in wanted}
+
+    async def fetch_log(self, tp: TopicPartition, start: int, end: int, max_bytes: int = 1 << 20) -> bytes:
+        """The record batches of ``tp`` from offset ``start`` up to ``end`` (exclusive), read with Fetch
+        (read-uncommitted) at the partition's leader, concatenated as the broker sent them."""
+        meta = await self._refresh_metadata([tp.topic])
+        topic = next((t for t in meta.topics if t.name == tp.topic), None)
+        if topic is None:
+            raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if topic.error_code:
+            raise AdminError(ErrorCode.from_code(topic.error_code))
+        leader = next((p.leader_id for p in topic.partitions if p.partition_index == tp.partition), None)
+        if leader is None or leader not in self._nodes:
+            raise AdminError(ErrorCode.LEADER_NOT_AVAILABLE)
+        conn = await self._node_connection(self._nodes[leader])
+        self._version(conn, ApiKey.FETCH, 4)  # record batches (magic 2) need Fetch v4+
+        deadline = self._deadline()
+        chunks: list[bytes] = []
+        offset = start
+        while offset < end:
+            request = FetchRequest(
+                replica_id=-1,
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=max_bytes,
+                topics=[
+                    FetchTopic(
+                        topic=tp.topic,
+                        topic_id=topic.topic_id,
+                        partitions=[
+                            FetchPartition(
+                                partition=tp.partition, fetch_offset=offset, partition_max_bytes=max_bytes
+                            )
+                        ],
+                    )
+                ],
+            )
+            response = await self._send(conn, request, FetchResponse, deadline)
+            if response.error_code:
+                raise AdminError(ErrorCode.from_code(response.error_code))
+            data = next((p for r in response.responses for p in r.partitions), None)
+            if data is None:
+                raise AdminError(ErrorCode.UNKNOWN_SERVER_ERROR, "the Fetch response has no partition")
+            if data.error_code:
+                raise AdminError(ErrorCode.from_code(data.error_code))
+            records = data.records or b""
+            next_offset = _next_offset(records)
+            if next_offset is None or next_offset <= offset:
+                break
+            chunks.append(records)
+            offset = next_offset
+            if deadline.expired():
+                raise AdminError(ErrorCode.REQUEST_TIMED_OUT, f"Timed out reading {tp.topic}-{tp.partition}")
+        return b"".join(chunks)
+
+
+def _next_offset(records: bytes) -> int | None:
+    """The offset after the last complete record batch of ``records`` (None when there is none)."""
+    pos, last = 0, None
+    while pos + 12 <= len(records):
+        base = int.from_bytes(records[pos : pos + 8], "big", signed=True)
+        length = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True)
+        if length <= 0 or pos + 12 + length > len(records) or length < 49:
+            break
+        last_offset_delta = int.from_bytes(records[pos + 23 : pos + 27], "big", signed=True)
+        last = base + last_offset_delta + 1
+        pos += 12 + length
+    return last
 
 
 def metadata_request(topics: Sequence[str] | None, version: int) -> MetadataRequest:

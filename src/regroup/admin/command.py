@@ -55,6 +55,7 @@ from regroup.admin.javacompat import (
 )
 from regroup.admin.options import Options, UsageError
 from regroup.client.types import TopicPartition, java_order
+from regroup.protocol.assignment_health import CONSUMER_PROTOCOL_TYPE, check_assignment, decode_member
 from regroup.protocol.errors import ErrorCode
 
 __all__ = [
@@ -285,6 +286,10 @@ class GroupsCommand:
             await self.delete()
         elif action == "reset-offsets":
             await self.reset_offsets()
+        elif action == "history":
+            from regroup.admin.history import show_history
+
+            await show_history(self.admin, self.opts.group, self.out, json=self.json, now_ms=self._clock_ms)
         else:
             await self.delete_offsets()
 
@@ -414,12 +419,27 @@ class GroupsCommand:
                     group_epoch=d.group_epoch,
                     target_assignment_epoch=d.target_assignment_epoch,
                 )
+                health = await self._assignment_health(d) if o.health else None
                 if self.json:
-                    docs.append(_state_json(d, info))
+                    doc = _state_json(d, info)
+                    if health is not None:
+                        doc["assignment_health"] = health
+                    docs.append(doc)
                 elif self._should_print(group, d.state, 1):
-                    self.out.write(format_state(info, o.verbose))
+                    self.out.write(format_state(info, o.verbose, health))
         if self.json:
             self._emit(jsonout.document("describe", view=view, groups=docs))
+
+    async def _assignment_health(self, d: GroupDescription) -> str:
+        """regroup's ``--health``, judged here from DescribeGroups and Metadata (so it works against any
+        Kafka broker): ``-`` unless the group is a Stable consumer-protocol group."""
+        if d.state != "Stable" or d.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return "-"
+        members = [decode_member(m.member_id, m.metadata, m.raw_assignment) for m in d.members]
+        topics = sorted({t for m in members for t in m.topics})
+        described = await self.admin.describe_topics(topics) if topics else {}
+        counts = {t: len(ps) for t, ps in described.items() if not isinstance(ps, AdminError)}
+        return check_assignment(members, counts).summary()
 
     async def _offset_rows(self, descriptions: Sequence[GroupDescription]) -> dict[str, list[OffsetRow]]:
         """Kafka's ``collectGroupsOffsets``: assigned partitions (members with the most partitions first),

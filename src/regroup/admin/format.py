@@ -203,17 +203,20 @@ class GroupInformation:
         return f"{self.coordinator_host}:{self.coordinator_port}  ({self.coordinator_id})"
 
 
-def format_state(info: GroupInformation, verbose: bool) -> str:
+def format_state(info: GroupInformation, verbose: bool, health: str | None = None) -> str:
+    """Kafka's state table; ``health`` (regroup's ``--health``) adds an ASSIGNMENT-HEALTH column last."""
     coordinator_w = max(25, len(info.coordinator))
     group_w = max(15, len(info.group))
     strategy = info.assignment_strategy or MISSING
 
-    def line(cells: Sequence[str]) -> str:
+    def line(cells: Sequence[str], extra: str | None = None) -> str:
         group, coordinator, assignor, state, *rest, members = cells
         out = f"\n{_pad(group, group_w)} {_pad(coordinator, coordinator_w)} "
         out += f"{_pad(assignor, 20)} {_pad(state, 20)}"
         if rest:
             out += f" {_pad(rest[0], 15)} {_pad(rest[1], 25)}"
+        if extra is not None:
+            return out + f" {_pad(members, 10)} {extra}"
         return out + f" {members}"
 
     if verbose:
@@ -224,6 +227,8 @@ def format_state(info: GroupInformation, verbose: bool) -> str:
     else:
         header = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
         row = [info.group, info.coordinator, strategy, info.state, str(info.num_members)]
+    if health is not None:
+        return line(header, "ASSIGNMENT-HEALTH") + line(row, health) + "\n"
     return line(header) + line(row) + "\n"
 
 

@@ -1,5 +1,6 @@
 """Command-line options of ``regroup groups``: kafka-consumer-groups.sh's, validated in the same order
-with the same messages (``ConsumerGroupCommandOptions.checkArgs`` of Kafka 4.3), plus ``--output``.
+with the same messages (``ConsumerGroupCommandOptions.checkArgs`` of Kafka 4.3), plus the regroup extensions
+``--output`` and ``--history`` (an action of its own, outside Kafka's list of actions).
 
 Values keep their raw text here; numbers are converted when the command starts, which is also when
 Kafka's tool reports a malformed number.
@@ -89,6 +90,8 @@ class Options:
     state: list[str] = field(default_factory=list)
     type: list[str] = field(default_factory=list)
     output: list[str] = field(default_factory=list)
+    history: bool = False
+    health: bool = False
 
     def has(self, name: str) -> bool:
         """Whether option ``--name`` was given."""
@@ -97,6 +100,8 @@ class Options:
 
     @property
     def action(self) -> str:
+        if self.history:
+            return "history"
         return next(a for a in ACTIONS if self.has(a))
 
 
@@ -204,6 +209,15 @@ def build_parser(prog: str = "regroup groups") -> argparse.ArgumentParser:
     ap("--output", action="append", default=[], metavar="{table,json}",
        help="regroup extension: 'json' prints one JSON document on stdout instead of the tables "
        "(default: table).")  # fmt: skip
+    ap("--history", action="store_true",
+       help="regroup extension: print the rebalance timeline of the --group(s) (each generation with its "
+       "cause, who joined and left, join/sync phase durations, awaited members), read from the broker's "
+       "__group_events topic.")  # fmt: skip
+    ap("--health", action="store_true",
+       help="regroup extension, with '--describe --state': add an ASSIGNMENT-HEALTH column judging each "
+       "Stable consumer group's assignment from DescribeGroups and Metadata: OK, or how many subscribed "
+       "partitions no member owns (UNOWNED) and how many are assigned to two members "
+       "(DUPLICATED).")  # fmt: skip
     ap("--help", action="store_true", help="Print usage information.")
     ap("--version", action="store_true", help="Display the regroup version.")
     return p
@@ -248,8 +262,18 @@ def parse_options(argv: Sequence[str], warnings: TextIO | None = None) -> Option
     _check_args(o, warnings)
 
     actions = [a for a in ACTIONS if o.has(a)]
-    if len(actions) != 1:
+    if o.history:
+        if actions:
+            raise UsageError(f'Option "{_opt("history")}" can\'t be used with option "{_opt(actions[0])}"')
+        if not o.group:
+            raise UsageError(f"Option {_opt('history')} takes the following options: {_opt('group')}")
+        if o.all_groups:
+            raise UsageError(f'Option "{_opt("history")}" can\'t be used with option "{_opt("all-groups")}"')
+    elif len(actions) != 1:
         raise UsageError("Command must include exactly one action: " + ", ".join(f"--{a}" for a in ACTIONS))
+    if o.health and not (o.describe and o.state):
+        needs = f"{_opt('describe')}, {_opt('state')}"
+        raise UsageError(f"Option {_opt('health')} takes the following options: {needs}")
     if o.output and o.output[-1] not in ("table", "json"):
         raise UsageError(f"Option {_opt('output')} takes 'table' or 'json', not '{o.output[-1]}'")
     if o.export and o.output and o.output[-1] == "json":

@@ -21,11 +21,11 @@ import re
 import socket
 import struct
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, cast
 
 from regroup.broker.context import RequestContext
-from regroup.broker.handlers import HandlerRegistry
+from regroup.broker.handlers import Handler, HandlerRegistry, HandlerResult
 from regroup.broker.wire import Chunk, encode_response_chunks
 from regroup.protocol.api_keys import API_INFO, ApiKey
 from regroup.protocol.errors import ErrorCode
@@ -38,7 +38,13 @@ if TYPE_CHECKING:
     from regroup.broker.config import Listener
     from regroup.broker.state import Broker
 
-__all__ = ["BrokerServer", "Connection"]
+__all__ = ["BrokerServer", "Connection", "Interceptor", "RequestObserver"]
+
+Interceptor = Callable[[RequestContext, Message, Handler], HandlerResult]
+"""Called instead of a request's handler: ``(ctx, request, handler)`` → what the handler would return."""
+
+RequestObserver = Callable[[int, int, float, "Message | None"], None]
+"""``(api key, api version, loop time at dispatch, response or None)`` for every handled request."""
 
 log = logging.getLogger("regroup.broker.server")
 
@@ -247,6 +253,8 @@ class Connection(asyncio.Protocol):
                 log.debug("Undecodable request frame (%d bytes): %s", len(frame), frame[:256].hex())
             self.close(f"malformed {spec.request_class.NAME} v{api_version}: {exc}")
             return
+        observer = self._server.request_observer
+        started = self._loop.time()
         ctx = RequestContext(
             self._broker,
             api_key,
@@ -260,7 +268,11 @@ class Connection(asyncio.Protocol):
             self.local[1],
         )
         try:
-            result = spec.handler(ctx, request)
+            interceptor = self._server.interceptor
+            if interceptor is None:
+                result = spec.handler(ctx, request)
+            else:
+                result = interceptor(ctx, request, spec.handler)
         except Exception:
             log.exception(
                 "Error handling %s v%d from %s; closing the connection",
@@ -270,6 +282,8 @@ class Connection(asyncio.Protocol):
             )
             self.close()
             return
+        if observer is not None and (result is None or isinstance(result, Message)):
+            observer(api_key, api_version, started, result)
         if result is None:
             if ctx.close_connection:
                 self.close(f"{spec.request_class.NAME} failed and the client expects no response")
@@ -277,7 +291,8 @@ class Connection(asyncio.Protocol):
         if isinstance(result, Message):
             self._send(self._encode(result, api_version, header.correlation_id))
             return
-        task = asyncio.ensure_future(_await(result))
+        # A coroutine becomes a task of its own (no wrapper coroutine per request); a future is used as is.
+        task = asyncio.ensure_future(result)
         slot = _Slot(None, task)
         self._pending.append(slot)
 
@@ -296,6 +311,8 @@ class Connection(asyncio.Protocol):
                 self.close()
                 return
             response = fut.result()
+            if observer is not None:
+                observer(api_key, api_version, started, response)
             if response is None:
                 if ctx.close_connection:
                     self.close(f"{spec.request_class.NAME} failed and the client expects no response")
@@ -370,10 +387,6 @@ class Connection(asyncio.Protocol):
         self._send(self._encode(response, 0, correlation_id))
 
 
-async def _await(awaitable: Awaitable[Message | None]) -> Message | None:
-    return await awaitable
-
-
 _HOST_ANY: Final = re.compile(r"^(0\.0\.0\.0|::|)$")
 
 
@@ -389,7 +402,11 @@ class BrokerServer:
         self.max_in_flight = config.get_int("queued.max.requests")
         self.max_connections = config.get_int("max.connections")
         self.connections: set[Connection] = set()
+        # Wraps every handler call when set (regroup.testing's fault injection); None costs one check.
+        self.interceptor: Interceptor | None = None
         self.bound: dict[str, tuple[str, int]] = {}
+        # Told of every handled request when set (the admin port's request metrics).
+        self.request_observer: RequestObserver | None = None
         self.stopping = False
         self._servers: list[asyncio.Server] = []
 

@@ -18,6 +18,7 @@ from regroup import __version__
 from regroup.broker.config import BROKER_CONFIGS, BrokerConfig, ConfigError, render
 from regroup.broker.handlers import HandlerRegistry, default_registry
 from regroup.broker.meta import ProducerIdAllocator, load_identity
+from regroup.broker.ops.http import AdminServer
 from regroup.broker.server import BrokerServer
 from regroup.log import LogDefaults, LogManager, PartitionLog
 from regroup.protocol.errors import KafkaError
@@ -41,6 +42,7 @@ class Broker:
         *,
         registry: HandlerRegistry | None = None,
         clock: Clock | None = None,
+        coordinator_clock: Clock | None = None,
         shutdown_grace_seconds: float = 10.0,
     ) -> None:
         self.config = config
@@ -48,10 +50,14 @@ class Broker:
         self.node_id = config.node_id
         self.data_dir = Path(config.log_dir)
         self.clock: Clock = clock or SystemClock()
+        # The group coordinator's time (its timers, commit timestamps); regroup.testing makes it virtual
+        # while the network and the logs keep real time.
+        self.coordinator_clock: Clock = coordinator_clock or self.clock
         self.registry = registry or default_registry()
         self.cluster_id = ""
         self.gates = GateRegistry(self.clock.now_ms)
         self.server = BrokerServer(self, self.registry)
+        self.admin = AdminServer(self)
         self.services: dict[str, Any] = {}
         self.shutdown_grace_seconds = shutdown_grace_seconds
         self.fetch_max_bytes = config.get_int("fetch.max.bytes")
@@ -111,6 +117,7 @@ class Broker:
         for hook in self.registry.start_hooks:
             await hook(self)
         await self.server.start(config.listeners())
+        await self.admin.start()
         # Kafka checks flush.ms only every log.flush.scheduler.interval.ms (default: never); a configured
         # log.flush.interval.ms is honoured on its own here, so the two need not be set together.
         flush_check = min(config.get_int("log.flush.scheduler.interval.ms"), config.flush_interval_ms)
@@ -122,11 +129,17 @@ class Broker:
     def bound_addresses(self) -> dict[str, tuple[str, int]]:
         return dict(self.server.bound)
 
+    @property
+    def admin_address(self) -> tuple[str, int] | None:
+        """The admin HTTP port's bound (host, port); None when it is disabled or not started."""
+        return self.admin.address
+
     async def stop(self) -> None:
         if not self.stopping.done():
             self.stopping.set_result(None)
         log.info("Shutting down: no new connections; finishing in-flight requests")
         await self.server.stop(self.shutdown_grace_seconds)
+        await self.admin.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -17,6 +17,7 @@ from regroup.broker.handlers._common import topic_name_error
 from regroup.log import TopicInfo, topic_id_to_str
 from regroup.log.config import validate_topic_configs
 from regroup.protocol.errors import ErrorCode, KafkaError
+from regroup.protocol.group_events import GROUP_EVENTS_TOPIC
 
 if TYPE_CHECKING:
     from regroup.broker.state import Broker
@@ -36,7 +37,8 @@ log = logging.getLogger("regroup.broker.topics")
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 TRANSACTION_TOPIC: Final = "__transaction_state"
 SHARE_STATE_TOPIC: Final = "__share_group_state"
-INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC, SHARE_STATE_TOPIC})
+# __group_events is regroup's rebalance timeline (written by the coordinator, readable by anyone).
+INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC, SHARE_STATE_TOPIC, GROUP_EVENTS_TOPIC})
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from regroup.group.context import MemberIdFactory, RequestContext
 from regroup.group.effects import Result, TimerKey, TimerKind
 from regroup.group.history import (
     AssignmentAppendFailed,
+    AwaitedMember,
     GenerationCompleted,
     GenerationStable,
     JoinDeadlineEvicted,
@@ -33,9 +34,12 @@ from regroup.group.history import (
     PendingMemberExpired,
     PendingSyncExpired,
     RebalanceCause,
+    RebalanceForced,
     RebalanceHistory,
+    RebalanceStarted,
     SessionExpired,
     StaticMemberReplaced,
+    StaticMemberSwapped,
 )
 from regroup.group.outcome import AppendCallback, Outcome, TimerTable
 from regroup.group.records import empty_group_metadata_record, group_metadata_record
@@ -476,6 +480,8 @@ class GroupManager:
                         now_ms + restored.session_timeout_ms,
                     )
                     return
+                self._history.replaced(group.group_id, old_member_id, new_member_id)
+                after.notify(StaticMemberSwapped(group.group_id, group.generation_id, cause, now_ms))
                 parked = group.take_join(new)
                 if parked is None:
                     return
@@ -561,6 +567,42 @@ class GroupManager:
         self._history.started(group.group_id, cause, now_ms, waited_for)
         if not initial:
             self._maybe_complete_join_else_schedule(out, group, now_ms)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            started = self.rebalance_progress(group.group_id)
+            if started is not None:
+                out.notify(started)
+
+    def rebalance_progress(self, group_id: str) -> RebalanceStarted | None:
+        """The rebalance ``group_id`` is preparing: whom the join phase waits for and when each is evicted
+        (None unless the group is in PreparingRebalance)."""
+        group = self.groups.get(group_id)
+        pending = self._history.pending(group_id)
+        if group is None or pending is None or not group.is_in(GroupState.PREPARING_REBALANCE):
+            return None
+        cause, started_ms, events = pending
+        join_deadline = self._timers.deadline(join_key(group_id))
+        awaiting: list[AwaitedMember] = []
+        for member in group.not_yet_rejoined():
+            session = self._timers.deadline(heartbeat_key(group_id, member.member_id))
+            deadline, by = session, "session timeout"
+            # A dynamic member that misses the join deadline is evicted when the join phase completes;
+            # a static one stays until its session expires (Kafka's completeClassicGroupJoin).
+            by_join = join_deadline is not None and (deadline is None or join_deadline < deadline)
+            if by_join and not member.is_static:
+                deadline, by = join_deadline, "rebalance timeout"
+            awaiting.append(AwaitedMember(member.member_id, member.group_instance_id, deadline, by))
+        for member_id in group.pending_members:
+            deadline = self._timers.deadline(heartbeat_key(group_id, member_id))
+            awaiting.append(AwaitedMember(member_id, None, deadline, "join timeout"))
+        return RebalanceStarted(
+            group_id=group_id,
+            generation_id=group.generation_id,
+            cause=cause,
+            events=events,
+            rebalance_started_ms=started_ms,
+            join_deadline_ms=join_deadline,
+            awaiting=tuple(awaiting),
+        )
 
     def _maybe_complete_join_else_schedule(self, out: Outcome, group: ClassicGroup, now_ms: int) -> None:
         if group.has_all_members_joined():
@@ -702,20 +744,30 @@ class GroupManager:
     # ------------------------------------------------------------------------------------------ timers
 
     def on_heartbeat_expired(self, out: Outcome, group_id: str, member_id: str, now_ms: int) -> None:
+        self._expire(out, group_id, member_id, now_ms, force=False)
+
+    def expire_member(self, out: Outcome, group_id: str, member_id: str, now_ms: int) -> bool:
+        """End a member's (or pending member's) session now, through the session-expiry path, even while it
+        has a JoinGroup/SyncGroup parked (which a real expiry spares). False when there is no such member."""
+        return self._expire(out, group_id, member_id, now_ms, force=True)
+
+    def _expire(self, out: Outcome, group_id: str, member_id: str, now_ms: int, *, force: bool) -> bool:
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
-            return
+            return False
         if group.is_pending_member(member_id):
             timeout = group.pending_members[member_id]
             group.remove(member_id)
+            if force:
+                self._timers.cancel(out, heartbeat_key(group_id, member_id))
             if group.is_in(GroupState.PREPARING_REBALANCE):
                 self._history.event(group_id, PendingMemberExpired(member_id, timeout), now_ms)
                 if group.has_all_members_joined():
                     self._complete_join(out, group, now_ms)
-            return
+            return True
         member = group.members.get(member_id)
-        if member is None or member.has_satisfied_heartbeat():
-            return
+        if member is None or (not force and member.has_satisfied_heartbeat()):
+            return False
         timeout = self.config.new_member_join_timeout_ms if member.is_new else member.session_timeout_ms
         cause = SessionExpired(member_id, timeout, member.is_new)
         self._remove(out, group, member, ErrorCode.UNKNOWN_MEMBER_ID)
@@ -726,6 +778,21 @@ class GroupManager:
             # Unlike LeaveGroup, an expiry completes the join phase even during an initial rebalance (Kafka).
             if group.has_all_members_joined():
                 self._complete_join(out, group, now_ms)
+        return True
+
+    def force_rebalance(self, out: Outcome, group_id: str, reason: str, now_ms: int) -> bool:
+        """Start a rebalance of a Stable or CompletingRebalance group with :class:`RebalanceForced` as its
+        cause; in PreparingRebalance the request joins the running rebalance as an event. False when the
+        group does not exist or is Empty or Dead (there is nobody to rebalance)."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.EMPTY, GroupState.DEAD):
+            return False
+        cause = RebalanceForced(reason)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._history.event(group_id, cause, now_ms)
+        else:
+            self._prepare_rebalance(out, group, cause, now_ms)
+        return True
 
     def on_join_timer(self, out: Outcome, group_id: str, payload: object, now_ms: int) -> None:
         group = self.groups.get(group_id)
@@ -993,6 +1060,7 @@ class GroupManager:
 
     def on_loaded(self, out: Outcome, now_ms: int) -> None:
         for group in self.groups.values():
+            self._history.seed(group.group_id, group.members)
             for member in group.members.values():
                 self._schedule_session(out, group, member, now_ms)
             if len(group.members) > self.config.group_max_size:

@@ -1,10 +1,12 @@
 """Why every rebalance happened: typed causes, one record per generation, and the Notify events.
 
 A rebalance starts with exactly one :data:`RebalanceCause` (the event that moved the group to
-PreparingRebalance); whatever else changes membership during the join phase is kept as ``events``. When
-the join phase completes a :class:`GenerationRecord` is appended to the group's bounded history and a
-:class:`GenerationCompleted` event is emitted; when the leader's assignment is durable the record gets its
-sync-phase duration and a :class:`GenerationStable` event follows.
+PreparingRebalance); whatever else changes membership during the join phase is kept as ``events``. When the
+rebalance has to wait for members a :class:`RebalanceStarted` event names them with the time each is
+evicted if it does not rejoin. When the join phase completes a :class:`GenerationRecord` is appended to the
+group's bounded history and a :class:`GenerationCompleted` event is emitted; when the leader's assignment
+is durable the record gets its sync-phase duration and a :class:`GenerationStable` event follows. A static
+member replaced without a rebalance is reported as :class:`StaticMemberSwapped`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 __all__ = [
     "AssignmentAppendFailed",
+    "AwaitedMember",
     "GenerationCompleted",
     "GenerationRecord",
     "GenerationStable",
@@ -29,9 +32,13 @@ __all__ = [
     "PendingMemberExpired",
     "PendingSyncExpired",
     "RebalanceCause",
+    "RebalanceForced",
     "RebalanceHistory",
+    "RebalanceStarted",
     "SessionExpired",
     "StaticMemberReplaced",
+    "StaticMemberSwapped",
+    "membership_reasons",
 ]
 
 
@@ -176,6 +183,16 @@ class AssignmentAppendFailed:
         return f"storing leader {self.leader_id}'s assignment failed with {self.error}"
 
 
+@dataclass(frozen=True, slots=True)
+class RebalanceForced:
+    """A rebalance requested from outside the protocol (``regroup.testing``'s ``force_rebalance``)."""
+
+    reason: str
+
+    def describe(self) -> str:
+        return f"rebalance forced: {self.reason}"
+
+
 RebalanceCause = (
     MemberJoined
     | MemberLeft
@@ -189,6 +206,7 @@ RebalanceCause = (
     | MemberRejected
     | LoadedOverCapacity
     | AssignmentAppendFailed
+    | RebalanceForced
 )
 
 
@@ -257,6 +275,93 @@ class GenerationStable:
 
     def message(self) -> str:
         return "group stable: " + self.record.describe()
+
+
+@dataclass(frozen=True, slots=True)
+class StaticMemberSwapped:
+    """A static member was replaced in a Stable group without a rebalance (the selected protocol stays):
+    the generation goes on under the new member id."""
+
+    group_id: str
+    generation_id: int
+    replaced: StaticMemberReplaced
+    time_ms: int
+
+    def message(self) -> str:
+        return (
+            f"group {self.group_id} generation {self.generation_id}: {self.replaced.describe()} "
+            "without a rebalance"
+        )
+
+
+def membership_reasons(causes: Iterable[RebalanceCause]) -> tuple[dict[str, str], dict[str, str]]:
+    """Why members joined and why members left, from a rebalance's cause and events: two maps of member
+    id -> reason (members not named by any cause are absent)."""
+    joined: dict[str, str] = {}
+    left: dict[str, str] = {}
+    for cause in causes:
+        if isinstance(cause, MemberJoined):
+            joined[cause.member_id] = "new member" + _reason(cause.reason)
+        elif isinstance(cause, MemberLeft):
+            for m in cause.members:
+                left[m.member_id] = "left the group (LeaveGroup)" + _reason(m.reason)
+        elif isinstance(cause, SessionExpired):
+            left[cause.member_id] = (
+                f"did not complete its join within {cause.timeout_ms} ms"
+                if cause.new_member
+                else f"session expired ({cause.timeout_ms} ms without a heartbeat)"
+            )
+        elif isinstance(cause, PendingMemberExpired):
+            left[cause.member_id] = f"pending member did not rejoin within {cause.timeout_ms} ms"
+        elif isinstance(cause, StaticMemberReplaced):
+            instance = cause.group_instance_id
+            left[cause.old_member_id] = f"replaced by {cause.new_member_id} (static member {instance})"
+            joined[cause.new_member_id] = (
+                f"replaced {cause.old_member_id} (static member {instance})" + _reason(cause.reason)
+            )
+        elif isinstance(cause, PendingSyncExpired):
+            for member_id in cause.member_ids:
+                left[member_id] = f"no SyncGroup within {cause.timeout_ms} ms"
+        elif isinstance(cause, JoinDeadlineEvicted):
+            for member_id in cause.member_ids:
+                left[member_id] = f"did not rejoin within the rebalance timeout ({cause.timeout_ms} ms)"
+        elif isinstance(cause, MemberRejected):
+            left[cause.member_id] = f"turned away: group.max.size {cause.max_size} reached"
+    return joined, left
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitedMember:
+    """A member the join phase is waiting for, and when it is evicted if it does not rejoin."""
+
+    member_id: str
+    group_instance_id: str | None
+    deadline_ms: int | None  # None: no timer armed (it is not evicted while the join phase lasts)
+    evicted_by: str  # "session timeout", "rebalance timeout" or "join timeout" (pending member)
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceStarted:
+    """The group entered (or is in) PreparingRebalance and waits for ``awaiting`` to (re)join."""
+
+    group_id: str
+    generation_id: int  # the generation being replaced
+    cause: RebalanceCause
+    events: tuple[RebalanceCause, ...]
+    rebalance_started_ms: int
+    join_deadline_ms: int | None  # the join phase completes at the latest then (evicting laggards)
+    awaiting: tuple[AwaitedMember, ...]
+
+    def message(self) -> str:
+        waiting = ", ".join(
+            f"{m.member_id}{_instance(m.group_instance_id)}"
+            + (f" (evicted by {m.evicted_by} at {m.deadline_ms})" if m.deadline_ms is not None else "")
+            for m in self.awaiting
+        )
+        return (
+            f"group {self.group_id} preparing rebalance from generation {self.generation_id}: "
+            f"cause: {self.cause.describe()}" + (f"; waiting for {waiting}" if waiting else "")
+        )
 
 
 @dataclass(slots=True)
@@ -338,6 +443,23 @@ class RebalanceHistory:
     def in_progress(self, group_id: str) -> RebalanceCause | None:
         pending = self._pending.get(group_id)
         return None if pending is None else pending.cause
+
+    def pending(self, group_id: str) -> tuple[RebalanceCause, int, tuple[RebalanceCause, ...]] | None:
+        """The running rebalance's cause, start time and later events, or None."""
+        pending = self._pending.get(group_id)
+        return None if pending is None else (pending.cause, pending.started_ms, tuple(pending.events))
+
+    def replaced(self, group_id: str, old_member_id: str, new_member_id: str) -> None:
+        """A static member goes on under a new id without a rebalance: it is not "joined" next time."""
+        previous = self._previous_members.get(group_id)
+        if previous is not None:
+            self._previous_members[group_id] = tuple(
+                new_member_id if m == old_member_id else m for m in previous
+            )
+
+    def seed(self, group_id: str, member_ids: Iterable[str]) -> None:
+        """The members of a loaded generation, so the next record's joined/left compare against them."""
+        self._previous_members.setdefault(group_id, tuple(member_ids))
 
     def records(self, group_id: str) -> tuple[GenerationRecord, ...]:
         return tuple(self._records.get(group_id, ()))

@@ -20,6 +20,10 @@ Public surface (stable)::
     on_timer(key: TimerKey, now_ms) -> Result[None]
     on_partitions_deleted(partitions: Sequence[tuple[str, int]], now_ms) -> Result[None]
 
+    # forcing (test tooling): the same paths as a session expiry / a membership change
+    expire_member(group_id, member_id, now_ms) -> Result[bool]
+    force_rebalance(group_id, reason, now_ms) -> Result[bool]
+
     # reads: plain values, no Result
     offset_fetch(group_id, topics: Sequence[tuple[str, Sequence[int]]] | None, require_stable, api_version)
         -> OffsetFetchResponseGroup
@@ -35,6 +39,7 @@ Public surface (stable)::
     # observability (read-only snapshots)
     groups() -> list[GroupSnapshot];  group(group_id) -> GroupSnapshot | None
     group_history(group_id) -> tuple[GenerationRecord, ...]
+    rebalance_progress(group_id) -> RebalanceStarted | None   # whom a PreparingRebalance group waits for
     offsets(group_id) -> dict[tuple[str, int], OffsetAndMetadata]
     armed_timers() -> dict[TimerKey, int]
 
@@ -56,9 +61,10 @@ Runtime obligations:
 * Keys: ``TimerKey(HEARTBEAT, group, member)`` (member session, new-member join timeout, pending member),
   ``TimerKey(JOIN, group)``, ``TimerKey(SYNC, group)``, ``TimerKey(EXPIRATION)`` (one per shard, armed by
   ``on_loaded`` every ``offsets.retention.check.interval.ms``). ``on_unloaded`` cancels every key it armed.
-* ``Notify`` events are :class:`~regroup.group.history.GenerationCompleted` (join phase done) and
-  :class:`~regroup.group.history.GenerationStable` (assignment durable); each has ``message()``, one line
-  saying which generation, who leads, and why the rebalance happened.
+* ``Notify`` events are :class:`~regroup.group.history.RebalanceStarted` (a rebalance has to wait for
+  members: who, and when each is evicted), :class:`~regroup.group.history.GenerationCompleted` (join phase
+  done) and :class:`~regroup.group.history.GenerationStable` (assignment durable); each has ``message()``,
+  one line saying which generation, who leads, and why the rebalance happened.
 * Group-id checks that Kafka does before the coordinator are done here too (empty group id →
   INVALID_GROUP_ID for Join/Sync/Heartbeat/Leave/TxnOffsetCommit/OffsetDelete); coordinator-level
   COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS (and the heartbeat-while-loading
@@ -76,14 +82,14 @@ Runtime obligations:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from regroup.group.classic_group import GroupSnapshot
 from regroup.group.config import GroupConfig
 from regroup.group.context import MemberIdFactory, RequestContext
 from regroup.group.effects import Record, Result, TimerKey, TimerKind
 from regroup.group.group_manager import GroupManager
-from regroup.group.history import GenerationRecord, RebalanceHistory
+from regroup.group.history import GenerationRecord, RebalanceHistory, RebalanceStarted
 from regroup.group.offset_manager import OffsetManager
 from regroup.group.outcome import STALE, Outcome, TimerTable
 from regroup.group.records import (
@@ -107,6 +113,7 @@ from regroup.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetD
 from regroup.protocol.messages.offset_fetch import OffsetFetchResponseGroup
 from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from regroup.protocol.primitives import Uuid
 
 __all__ = ["GroupShard", "RequestContext"]
 
@@ -150,9 +157,13 @@ class GroupShard:
         return self._groups.leave_group(ctx, req, self._tick(now_ms))
 
     def offset_commit(
-        self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int
+        self,
+        ctx: RequestContext,
+        req: OffsetCommitRequest,
+        now_ms: int,
+        topic_ids: Mapping[str, Uuid] | None = None,
     ) -> Result[OffsetCommitResponse]:
-        return self._offsets.offset_commit(ctx, req, self._tick(now_ms))
+        return self._offsets.offset_commit(ctx, req, self._tick(now_ms), topic_ids)
 
     def txn_offset_commit(
         self, ctx: RequestContext, req: TxnOffsetCommitRequest, now_ms: int
@@ -223,6 +234,22 @@ class GroupShard:
         self._offsets.on_partitions_deleted(out, partitions)
         return out.result(None)
 
+    def expire_member(self, group_id: str, member_id: str, now_ms: int) -> Result[bool]:
+        """Expire a member's session now, as its session timer would (even with a request parked); the
+        reply is False when the group has no such member."""
+        now_ms = self._tick(now_ms)
+        out = Outcome()
+        found = self._groups.expire_member(out, group_id, member_id, now_ms)
+        return out.result(found)
+
+    def force_rebalance(self, group_id: str, reason: str, now_ms: int) -> Result[bool]:
+        """Rebalance a group with a :class:`~regroup.group.history.RebalanceForced` cause; the reply is False
+        when the group is missing, Empty or Dead."""
+        now_ms = self._tick(now_ms)
+        out = Outcome()
+        started = self._groups.force_rebalance(out, group_id, reason, now_ms)
+        return out.result(started)
+
     def _schedule_expiration(self, out: Outcome, now_ms: int) -> None:
         self._timers.schedule(out, EXPIRATION_KEY, now_ms + self.config.offsets_retention_check_interval_ms)
 
@@ -286,6 +313,10 @@ class GroupShard:
 
     def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]:
         return self._history.records(group_id)
+
+    def rebalance_progress(self, group_id: str) -> RebalanceStarted | None:
+        """The rebalance in progress (PreparingRebalance): awaited members and their eviction deadlines."""
+        return self._groups.rebalance_progress(group_id)
 
     def offsets(self, group_id: str) -> dict[tuple[str, int], OffsetAndMetadata]:
         return {(t, p): o for t, p, o in self._offsets.store.group_offsets(group_id)}

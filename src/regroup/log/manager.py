@@ -45,7 +45,9 @@ PARTITION_METADATA_FILE: Final = "partition.metadata"
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT: Final = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT: Final = "cleaner-offset-checkpoint"
-INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+INTERNAL_TOPICS: Final = frozenset(
+    {"__consumer_offsets", "__transaction_state", "__share_group_state", "__group_events"}
+)
 MAX_NAME_LENGTH: Final = 249
 _LEGAL_NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")
 _PARTITION_DIR: Final = re.compile(r"(.+)-(0|[1-9][0-9]*)")

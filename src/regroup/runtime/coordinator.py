@@ -4,7 +4,8 @@
 ``offsets.topic.num.partitions`` partitions), maps a group to its partition (Kafka's ``partitionFor``), and
 runs one :class:`~regroup.runtime.shard_runner.ShardRunner` per partition. Every partition is loaded at
 :meth:`GroupCoordinator.start` by replaying its records; :meth:`unload` / :meth:`load` resign and re-elect a
-partition on demand (the admin hook Kafka exercises through leadership changes).
+partition on demand (the admin hook Kafka exercises through leadership changes). The rebalance timeline
+goes to ``__group_events`` (:mod:`regroup.runtime.events`); :meth:`GroupCoordinator.history_view` serves it.
 
 The request methods answer coordinator-level errors the way Kafka's ``GroupCoordinatorService`` does:
 COORDINATOR_NOT_AVAILABLE when the service is not running, COORDINATOR_LOAD_IN_PROGRESS while the
@@ -19,7 +20,7 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar
 
@@ -31,6 +32,7 @@ from regroup.group.history import GenerationRecord
 from regroup.group.shard import GroupShard
 from regroup.log import LogManager, PartitionLog
 from regroup.protocol.errors import ErrorCode, KafkaError
+from regroup.protocol.group_events import assemble_timeline, in_progress_view
 from regroup.protocol.messages.delete_groups import DeletableGroupResult
 from regroup.protocol.messages.describe_groups import DescribedGroup
 from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -44,6 +46,7 @@ from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResp
 from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from regroup.runtime.clock import Clock, SystemClock
 from regroup.runtime.durability import PartitionGate, WriteGate
+from regroup.runtime.events import GroupEventLog, GroupEventsConfig, started_event
 from regroup.runtime.responses import (
     deletable_group_error,
     described_group_error,
@@ -98,6 +101,8 @@ class CoordinatorConfig:
     """A reply still waiting for its fsync after this long gets COORDINATOR_NOT_AVAILABLE."""
     recent_events: int = 1000
     """How many Notify events :attr:`GroupCoordinator.events` keeps."""
+    group_events: GroupEventsConfig = field(default_factory=GroupEventsConfig)
+    """The ``__group_events`` rebalance timeline (regroup-only)."""
 
     def topic_configs(self) -> dict[str, str]:
         return {
@@ -132,6 +137,7 @@ class GroupCoordinator:
         self._group_config = self.config.group
         self._runners: dict[int, ShardRunner] = {}
         self._observers: list[Observer] = []
+        self.group_events: GroupEventLog | None = None
         self._tickets = 0
         self._running = False
         self._stopping: asyncio.Task[None] | None = None
@@ -173,6 +179,11 @@ class GroupCoordinator:
                 info.partitions,
             )
             self._group_config = _with_partitions(self._group_config, info.partitions)
+        if self.config.group_events.enabled and self.group_events is None:
+            self.group_events = GroupEventLog(
+                self._logs, self.config.group_events, self.clock, self._new_gate
+            )
+            self.group_events.start(self.num_partitions)
         self._running = True
         for partition in range(self.num_partitions):
             self._start_runner(partition)
@@ -261,6 +272,8 @@ class GroupCoordinator:
                 log.error("Error unloading a coordinator partition", exc_info=result)
         for runner in runners:
             runner.cancel()
+        if self.group_events is not None:
+            await self.group_events.stop()
         # Gates this coordinator created itself (no broker around): let running fsyncs finish, so the
         # caller may flush and close the logs.
         deadline = asyncio.get_running_loop().time() + 30
@@ -288,13 +301,7 @@ class GroupCoordinator:
             raise RuntimeError(f"{OFFSETS_TOPIC}-{partition} does not exist")
         gate = self._gates.get(partition)
         if gate is None:
-            if self._gate_for is not None:
-                gate = self._gate_for(plog)
-            else:
-                own = PartitionGate(plog, self.clock.now_ms)
-                self._own_gates.append(own)
-                gate = own
-            self._gates[partition] = gate
+            gate = self._gates[partition] = self._new_gate(plog)
         offsets_log: OffsetsLog = plog if self._wrap_log is None else self._wrap_log(partition, plog)
         runner = ShardRunner(
             partition,
@@ -313,6 +320,13 @@ class GroupCoordinator:
         loaded = runner.start()
         loaded.add_done_callback(lambda f: None if f.cancelled() else f.exception())
         return runner
+
+    def _new_gate(self, plog: PartitionLog) -> WriteGate:
+        if self._gate_for is not None:
+            return self._gate_for(plog)
+        own = PartitionGate(plog, self.clock.now_ms)
+        self._own_gates.append(own)
+        return own
 
     def _failed(self, partition: int) -> None:
         log.error("%s-%d failed; unloading it (NOT_COORDINATOR until reloaded)", OFFSETS_TOPIC, partition)
@@ -353,6 +367,8 @@ class GroupCoordinator:
 
     def _notify(self, partition: int, event: object) -> None:
         self.events.append((partition, event))
+        if self.group_events is not None:
+            self.group_events.observe(event)
         for observer in self._observers:
             observer(partition, event)
 
@@ -367,6 +383,44 @@ class GroupCoordinator:
     def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]:
         shard = self.shard(group_id)
         return () if shard is None else shard.group_history(group_id)
+
+    def history_view(
+        self, group_id: str, now_ms: int | None = None, *, limit: int | None = None
+    ) -> dict[str, Any]:
+        """``group_id``'s rebalance timeline as a JSON-able dict (the shape of
+        :func:`regroup.protocol.group_events.assemble_timeline`, generations oldest first, the last
+        ``limit``), including what ``__group_events`` held at start. When this coordinator leads the group
+        ``in_progress`` is the live rebalance (awaited members with the time left before each is
+        evicted), ``state`` the group's state and ``live`` true; otherwise ``in_progress`` is the last
+        persisted unfinished rebalance and ``live`` false."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        events = [] if self.group_events is None else self.group_events.events(group_id)
+        view = assemble_timeline(group_id, events, now, limit=limit)
+        shard = self.shard(group_id)
+        view["live"] = shard is not None
+        view["state"] = None
+        if shard is not None:
+            snapshot = shard.group(group_id)
+            view["state"] = None if snapshot is None else snapshot.state.value
+            started = shard.rebalance_progress(group_id)
+            view["in_progress"] = None if started is None else in_progress_view(started_event(started), now)
+        return view
+
+    # ------------------------------------------------------------------------------------ forcing (tests)
+
+    async def expire_member(self, group_id: str, member_id: str) -> bool:
+        """Expire a member's session now, through the shard's session-expiry path; False when the group has
+        no such member or its partition is not active here."""
+        return await self._call(
+            group_id, lambda s, now: s.expire_member(group_id, member_id, now), lambda _code: False
+        )
+
+    async def force_rebalance(self, group_id: str, reason: str) -> bool:
+        """Rebalance a group now with a ``RebalanceForced(reason)`` cause; False when the group is missing,
+        Empty or Dead, or its partition is not active here."""
+        return await self._call(
+            group_id, lambda s, now: s.force_rebalance(group_id, reason, now), lambda _code: False
+        )
 
     # ------------------------------------------------------------------------------------ routing
 
@@ -454,13 +508,19 @@ class GroupCoordinator:
         return await self._call(req.group_id, lambda s, now: s.leave_group(ctx, req, now), leave_group_error)
 
     async def offset_commit(
-        self, client_id: str | None, client_host: str, api_version: int, req: OffsetCommitRequest
+        self,
+        client_id: str | None,
+        client_host: str,
+        api_version: int,
+        req: OffsetCommitRequest,
+        topic_ids: Mapping[str, uuid.UUID] | None = None,
     ) -> OffsetCommitResponse:
-        """``req`` holds only the partitions that passed the broker's checks."""
+        """``req`` holds only the partitions that passed the broker's checks; ``topic_ids`` maps their topic
+        names to ids (stored with the offsets, as Kafka 4.3 does)."""
         ctx = self._ctx(client_id, client_host, api_version, False)
         return await self._call(
             req.group_id,
-            lambda s, now: s.offset_commit(ctx, req, now),
+            lambda s, now: s.offset_commit(ctx, req, now, topic_ids),
             lambda code: offset_commit_error(req, code),
         )
 
@@ -553,6 +613,18 @@ class GroupCoordinator:
                 return code, []
             groups.extend(listed)  # NOT_COORDINATOR: resigned meanwhile, skipped as Kafka does
         return ErrorCode.NONE, groups
+
+    async def on_partitions_deleted(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Deleted topic partitions lose their committed offsets in every group, tombstones written (Kafka's
+        ``GroupCoordinator.onPartitionsDeleted``, run when a topic deletion reaches the metadata image)."""
+        calls = [
+            runner.call(lambda s, now: s.on_partitions_deleted(partitions, now), lambda _code: None)
+            for runner in list(self._runners.values())
+            if runner.state is RunnerState.ACTIVE
+        ]
+        for outcome in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.warning("dropping offsets of deleted partitions failed: %s", outcome)
 
     async def delete_groups(self, group_ids: Sequence[str]) -> list[DeletableGroupResult]:
         """``group_ids`` deduplicated by the caller; results in request order."""

@@ -1,0 +1,163 @@
+"""The admin HTTP server (aiohttp) on ``admin.listener``, started and stopped with the broker.
+
+Routes::
+
+    GET /                                the web view (one self-contained page, no external assets)
+    GET /metrics                         Prometheus text format
+    GET /api/broker                      node id, cluster id, version, listeners
+    GET /api/groups                      every group: state, protocol, members, lag, assignment health
+    GET /api/groups/<group>              members with their subscriptions and assignments, lag per
+                                         partition, assignment health
+    GET /api/groups/<group>/history      the rebalance timeline (generations, the rebalance in progress)
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import socket
+from typing import TYPE_CHECKING, Any
+
+from regroup.broker.config import parse_admin_listener
+from regroup.broker.ops.metrics import build_registry
+from regroup.broker.ops.view import coordinator, group_view, group_views, history_json
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
+
+    from regroup.broker.state import Broker
+
+__all__ = ["AdminServer"]
+
+log = logging.getLogger("regroup.broker.ops")
+
+
+def _page() -> bytes:
+    return importlib.resources.files("regroup.broker.ops").joinpath("static/index.html").read_bytes()
+
+
+class AdminServer:
+    """The broker's operator HTTP port; :attr:`address` is the bound (host, port) once started."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._runner: web.AppRunner | None = None
+        self._registry: CollectorRegistry | None = None
+        self.address: tuple[str, int] | None = None
+
+    @property
+    def url(self) -> str | None:
+        if self.address is None:
+            return None
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    async def start(self) -> None:
+        config = self._broker.config
+        endpoint = parse_admin_listener(str(config.get("admin.listener") or ""))
+        if endpoint is None:
+            log.info("The admin HTTP port is disabled (admin.listener is empty)")
+            return
+        host, port = endpoint
+        try:
+            sock = socket.create_server(
+                (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=128
+            )
+        except OSError as exc:
+            if not config.is_default("admin.listener"):
+                raise OSError(exc.errno, f"cannot bind admin.listener {host}:{port}: {exc.strerror}") from exc
+            log.warning(
+                "The admin HTTP port %s:%d is not available (%s); running without it "
+                "(set admin.listener to another host:port, or to an empty value to disable it)",
+                host,
+                port,
+                exc.strerror or exc,
+            )
+            return
+        try:
+            await self._serve(sock)
+        except BaseException:
+            sock.close()
+            raise
+        bound = sock.getsockname()
+        self.address = (str(bound[0]), int(bound[1]))
+        log.info("Admin HTTP port listening on %s (metrics at %s/metrics)", self.url, self.url)
+
+    async def _serve(self, sock: socket.socket) -> None:
+        from aiohttp import web
+
+        self._registry, requests, stats = build_registry(self._broker)
+        app = web.Application()
+        app.router.add_get("/", self._index)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/api/broker", self._broker_info)
+        app.router.add_get("/api/groups", self._groups)
+        app.router.add_get("/api/groups/{group:.+}/history", self._history)
+        app.router.add_get("/api/groups/{group:.+}", self._group)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.SockSite(runner, sock)
+        await site.start()
+        self._runner = runner
+        self._broker.server.request_observer = requests.observe
+        coord = coordinator(self._broker)
+        if coord is not None:
+            coord.add_observer(stats.on_event)
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            self._broker.server.request_observer = None
+            await runner.cleanup()
+
+    # ------------------------------------------------------------------------------------ handlers
+
+    async def _index(self, _request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+
+        return web.Response(body=_page(), content_type="text/html", charset="utf-8")
+
+    async def _metrics(self, _request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        assert self._registry is not None
+        body = generate_latest(self._registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _broker_info(self, _request: web.Request) -> web.StreamResponse:
+        broker = self._broker
+        listeners = {name: f"{h}:{p}" for name, (h, p) in broker.bound_addresses().items()}
+        return _json(
+            {
+                "node_id": broker.node_id,
+                "cluster_id": broker.cluster_id,
+                "version": broker.version,
+                "listeners": listeners,
+                "now_ms": broker.clock.now_ms(),
+            }
+        )
+
+    async def _groups(self, _request: web.Request) -> web.StreamResponse:
+        return _json({"groups": [v.to_json(detail=False) for v in group_views(self._broker)]})
+
+    async def _group(self, request: web.Request) -> web.StreamResponse:
+        group_id = request.match_info["group"]
+        view = group_view(self._broker, group_id)
+        if view is None:
+            return _json({"error": f"group {group_id} not found"}, status=404)
+        return _json(view.to_json(detail=True))
+
+    async def _history(self, request: web.Request) -> web.StreamResponse:
+        group_id = request.match_info["group"]
+        history = history_json(self._broker, group_id)
+        if history is None:
+            return _json({"error": f"group {group_id} not found"}, status=404)
+        return _json(history)
+
+
+def _json(data: Any, status: int = 200) -> web.StreamResponse:
+    from aiohttp import web
+
+    return web.json_response(data, status=status)

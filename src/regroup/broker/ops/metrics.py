@@ -1,0 +1,320 @@
+"""Prometheus metrics of the broker, named after Apache Kafka's JMX metrics (see docs/operations.md).
+
+Counters that events drive (requests, offset commits, completed rebalances, expirations) are plain integers
+updated by observers on the request path and the coordinator's Notify events; gauges (groups per state,
+committed offsets, lag, assignment health, connections, partition load times) are read from the broker's
+state when ``/metrics`` is scraped. :class:`BrokerCollector` turns both into metric families on a
+dedicated registry, so nothing is registered in prometheus-client's global one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Final
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from regroup.broker.ops.view import GroupView, coordinator, group_view, group_views
+from regroup.group.history import GenerationCompleted, GenerationStable
+from regroup.group.offset_manager import OffsetsExpired
+from regroup.group.state import GroupState
+from regroup.protocol.api_keys import API_INFO, ApiKey
+from regroup.protocol.message import Message
+from regroup.protocol.messages.offset_commit import OffsetCommitResponse
+from regroup.protocol.messages.offset_delete import OffsetDeleteResponse
+from regroup.runtime.shard_runner import RunnerState
+
+if TYPE_CHECKING:
+    from regroup.broker.state import Broker
+
+__all__ = ["BrokerCollector", "CoordinatorStats", "RequestStats", "build_registry"]
+
+log = logging.getLogger("regroup.broker.ops")
+
+# Upper bounds (seconds) of the request latency histogram: sub-millisecond answers up to long polls.
+LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+_STATE_GAUGES: Final = (
+    (GroupState.PREPARING_REBALANCE, "preparing_rebalance", "NumGroupsPreparingRebalance"),
+    (GroupState.COMPLETING_REBALANCE, "completing_rebalance", "NumGroupsCompletingRebalance"),
+    (GroupState.STABLE, "stable", "NumGroupsStable"),
+    (GroupState.DEAD, "dead", "NumGroupsDead"),
+    (GroupState.EMPTY, "empty", "NumGroupsEmpty"),
+)
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return API_INFO[ApiKey(api_key)].name
+    except ValueError:
+        return str(api_key)
+
+
+class RequestStats:
+    """Per-API request counts (by version) and latency histograms, plus the offset commits and deletions
+    the responses report; fed by :class:`~regroup.broker.server.BrokerServer`'s request observer."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self.requests: dict[tuple[int, int], int] = {}
+        self.latency: dict[int, list[float]] = {}  # api key -> bucket counts (+Inf last), then the sum
+        self.offset_commits = 0
+        self.offset_deletions = 0
+
+    def observe(self, api_key: int, api_version: int, started: float, response: Message | None) -> None:
+        elapsed = max(0.0, self._now() - started)
+        key = (api_key, api_version)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        hist = self.latency.get(api_key)
+        if hist is None:
+            hist = self.latency[api_key] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+        hist[bisect.bisect_left(LATENCY_BUCKETS, elapsed)] += 1
+        hist[-1] += elapsed
+        if isinstance(response, OffsetCommitResponse):
+            self.offset_commits += sum(1 for t in response.topics for p in t.partitions if p.error_code == 0)
+        elif isinstance(response, OffsetDeleteResponse) and response.error_code == 0:
+            self.offset_deletions += sum(
+                1 for t in response.topics for p in t.partitions if p.error_code == 0
+            )
+
+
+class CoordinatorStats:
+    """Counters driven by the coordinator's Notify events; also warns when a group becomes Stable with an
+    unhealthy assignment (unowned or doubly assigned partitions)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self.completed_rebalances = 0
+        self.generations = 0
+        self.offset_expirations = 0
+        self.unhealthy_generations = 0
+
+    def on_event(self, _partition: int, event: object) -> None:
+        if isinstance(event, GenerationStable):
+            self.completed_rebalances += 1
+            self._check_health(event.record.group_id, event.record.generation_id)
+        elif isinstance(event, GenerationCompleted):
+            self.generations += 1
+        elif isinstance(event, OffsetsExpired):
+            self.offset_expirations += event.count
+
+    def _check_health(self, group_id: str, generation_id: int) -> None:
+        view = group_view(self._broker, group_id)
+        if view is None or view.health is None or view.health.ok:
+            return
+        self.unhealthy_generations += 1
+        log.warning(
+            "Group %s generation %d is Stable with an unhealthy assignment (protocol %s): %s",
+            group_id,
+            generation_id,
+            view.snapshot.protocol_name,
+            view.health.describe(),
+        )
+
+
+class BrokerCollector(Collector):
+    """Every regroup metric family, read at scrape time."""
+
+    def __init__(self, broker: Broker, requests: RequestStats, coordinator_stats: CoordinatorStats) -> None:
+        self._broker = broker
+        self._requests = requests
+        self._coordinator = coordinator_stats
+
+    def collect(self) -> Iterator[Metric]:
+        views = group_views(self._broker)
+        yield from self._group_gauges(views)
+        yield from self._coordinator_metrics(views)
+        yield from self._request_metrics()
+        yield from self._connection_metrics()
+        yield from self._lag_metrics(views)
+        yield from self._health_metrics(views)
+
+    def _group_gauges(self, views: list[GroupView]) -> Iterator[Metric]:
+        prefix = "kafka_coordinator_group_groupmetadatamanager"
+        yield GaugeMetricFamily(
+            f"{prefix}_num_groups", "Classic groups in every state (NumGroups).", value=len(views)
+        )
+        for state, suffix, jmx in _STATE_GAUGES:
+            count = sum(1 for v in views if v.snapshot.state is state)
+            yield GaugeMetricFamily(
+                f"{prefix}_num_groups_{suffix}",
+                f"Classic groups in state {state.value} ({jmx}).",
+                value=count,
+            )
+        yield GaugeMetricFamily(
+            f"{prefix}_num_offsets",
+            "Committed offsets held by the coordinator (NumOffsets).",
+            value=sum(len(v.offsets) for v in views),
+        )
+
+    def _coordinator_metrics(self, views: list[GroupView]) -> Iterator[Metric]:
+        prefix = "kafka_server_group_coordinator_metrics"
+        stats = self._coordinator
+        count = GaugeMetricFamily(
+            f"{prefix}_group_count", "Groups by protocol (group-count).", labels=["protocol"]
+        )
+        count.add_metric(["classic"], len(views))
+        yield count
+        for name, doc, value in (
+            ("offset_commit", "Offsets committed (offset-commit-count).", self._requests.offset_commits),
+            (
+                "offset_expiration",
+                "Offsets removed by retention (offset-expiration-count).",
+                stats.offset_expirations,
+            ),
+            (
+                "offset_deletion",
+                "Offsets deleted by OffsetDelete (offset-deletion-count).",
+                self._requests.offset_deletions,
+            ),
+            (
+                "group_completed_rebalance",
+                "Classic group rebalances completed: assignment stored, group Stable "
+                "(group-completed-rebalance-count).",
+                stats.completed_rebalances,
+            ),
+        ):
+            yield CounterMetricFamily(f"{prefix}_{name}", doc, value=value)
+        loads = self._load_times_ms()
+        yield GaugeMetricFamily(
+            f"{prefix}_partition_load_time_max",
+            "Longest load of a __consumer_offsets partition, ms (partition-load-time-max).",
+            value=max(loads, default=0.0),
+        )
+        yield GaugeMetricFamily(
+            f"{prefix}_partition_load_time_avg",
+            "Mean load time of the __consumer_offsets partitions, ms (partition-load-time-avg).",
+            value=sum(loads) / len(loads) if loads else 0.0,
+        )
+
+    def _load_times_ms(self) -> list[float]:
+        coord = coordinator(self._broker)
+        if coord is None:
+            return []
+        times: list[float] = []
+        for partition in range(coord.num_partitions):
+            runner = coord.runner(partition)
+            if runner is None or runner.state is not RunnerState.ACTIVE:
+                continue
+            loaded = runner.start()  # the load's future (the runner is already started)
+            if loaded.done() and not loaded.cancelled() and loaded.exception() is None:
+                stats = loaded.result()
+                if stats is not None:
+                    times.append(stats.seconds * 1000)
+        return times
+
+    def _request_metrics(self) -> Iterator[Metric]:
+        prefix = "kafka_network_request_metrics"
+        requests = CounterMetricFamily(
+            f"{prefix}_requests",
+            "Requests handled, by API and version (RequestsPerSec).",
+            labels=["request", "version"],
+        )
+        for (api_key, version), n in sorted(self._requests.requests.items()):
+            requests.add_metric([_api_name(api_key), str(version)], n)
+        yield requests
+        latency = HistogramMetricFamily(
+            f"{prefix}_total_time_seconds",
+            "Time from dispatch until the response is ready, by API (TotalTimeMs, in seconds).",
+            labels=["request"],
+        )
+        for api_key, hist in sorted(self._requests.latency.items()):
+            cumulative = 0.0
+            buckets: list[tuple[str, float]] = []
+            for bound, hits in zip((*map(str, LATENCY_BUCKETS), "+Inf"), hist[:-1], strict=True):
+                cumulative += hits
+                buckets.append((bound, cumulative))
+            latency.add_metric([_api_name(api_key)], buckets, sum_value=hist[-1])
+        yield latency
+
+    def _connection_metrics(self) -> Iterator[Metric]:
+        per_listener: dict[str, int] = dict.fromkeys(self._broker.bound_addresses(), 0)
+        for conn in list(self._broker.server.connections):
+            name = getattr(conn, "_listener", "?")
+            per_listener[name] = per_listener.get(name, 0) + 1
+        gauge = GaugeMetricFamily(
+            "kafka_server_socket_server_metrics_connection_count",
+            "Open client connections, by listener (connection-count).",
+            labels=["listener"],
+        )
+        for name, n in sorted(per_listener.items()):
+            gauge.add_metric([name], n)
+        yield gauge
+
+    def _lag_metrics(self, views: list[GroupView]) -> Iterator[Metric]:
+        current = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset",
+            "Committed offset of a group on a partition.",
+            labels=["consumergroup", "topic", "partition"],
+        )
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_lag",
+            "Log end offset minus the committed offset.",
+            labels=["consumergroup", "topic", "partition"],
+        )
+        lag_sum = GaugeMetricFamily(
+            "kafka_consumergroup_lag_sum",
+            "Lag of a group summed over a topic's partitions.",
+            labels=["consumergroup", "topic"],
+        )
+        members = GaugeMetricFamily(
+            "kafka_consumergroup_members", "Members of a group.", labels=["consumergroup"]
+        )
+        end = GaugeMetricFamily(
+            "kafka_topic_partition_current_offset",
+            "Log end offset of a partition some group has committed offsets for.",
+            labels=["topic", "partition"],
+        )
+        ends: dict[tuple[str, int], int] = {}
+        for view in views:
+            members.add_metric([view.group_id], len(view.snapshot.members))
+            sums: dict[str, int] = {}
+            for p in view.offsets:
+                labels = [view.group_id, p.topic, str(p.partition)]
+                current.add_metric(labels, p.current_offset)
+                if p.lag is not None and p.log_end_offset is not None:
+                    lag.add_metric(labels, p.lag)
+                    sums[p.topic] = sums.get(p.topic, 0) + p.lag
+                    ends[(p.topic, p.partition)] = p.log_end_offset
+            for topic, total in sorted(sums.items()):
+                lag_sum.add_metric([view.group_id, topic], total)
+        for (topic, partition), offset in sorted(ends.items()):
+            end.add_metric([topic, str(partition)], offset)
+        yield from (current, lag, lag_sum, members, end)
+
+    def _health_metrics(self, views: list[GroupView]) -> Iterator[Metric]:
+        unowned = GaugeMetricFamily(
+            "regroup_group_assignment_unowned_partitions",
+            "Subscribed partitions no member owns, for Stable consumer-protocol groups.",
+            labels=["consumergroup"],
+        )
+        duplicated = GaugeMetricFamily(
+            "regroup_group_assignment_duplicated_partitions",
+            "Partitions assigned to more than one member, for Stable consumer-protocol groups.",
+            labels=["consumergroup"],
+        )
+        for view in views:
+            if view.health is not None:
+                unowned.add_metric([view.group_id], len(view.health.unowned))
+                duplicated.add_metric([view.group_id], len(view.health.duplicated))
+        yield unowned
+        yield duplicated
+        yield CounterMetricFamily(
+            "regroup_group_unhealthy_assignments",
+            "Generations that became Stable with unowned or doubly assigned partitions.",
+            value=self._coordinator.unhealthy_generations,
+        )
+
+
+def build_registry(broker: Broker) -> tuple[CollectorRegistry, RequestStats, CoordinatorStats]:
+    """A registry with regroup's collector; the stats objects are to be wired to their event sources."""
+    loop = asyncio.get_running_loop()
+    requests = RequestStats(loop.time)
+    stats = CoordinatorStats(broker)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker, requests, stats))
+    return registry, requests, stats
