@@ -3,7 +3,6 @@ Kafka wire client built on regroup's codecs."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -12,81 +11,32 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import uvloop
-
 from regroup.broker.config import BrokerConfig
-from regroup.broker.state import Broker
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.framing import decode_response, encode_request
 from regroup.protocol.message import Message
+from regroup.testing._runner import BrokerRunner
 
 M = TypeVar("M", bound=Message)
 READY = re.compile(r"ready on (\S+):(\d+) \(node (\d+), cluster (\S+), data (.+)\)")
 
 
-class BrokerThread:
+class BrokerThread(BrokerRunner):
     """A real :class:`Broker` bound to 127.0.0.1 on a free port, served from a background thread."""
 
     def __init__(self, data_dir: Path, **overrides: Any) -> None:
         settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(data_dir)}
         settings.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
-        self.config = BrokerConfig.load([], {}, list(settings.items()))
-        self.loop = uvloop.new_event_loop()
-        self.broker = Broker(self.config, shutdown_grace_seconds=5)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._started = threading.Event()
-        self._error: BaseException | None = None
+        super().__init__(BrokerConfig.load([], {}, list(settings.items())), shutdown_grace_seconds=5)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(self.broker.start())
-        except BaseException as exc:
-            self._error = exc
-            self._started.set()
-            return
-        self._started.set()
-        self.loop.run_forever()
-
-    def start(self) -> BrokerThread:
-        self._thread.start()
-        self._started.wait(30)
-        if self._error is not None:
-            raise self._error
+    def start(self, timeout: float = 30.0) -> BrokerThread:
+        super().start(timeout)
         return self
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = next(iter(self.broker.bound_addresses().values()))
-        return host, port
-
-    @property
-    def bootstrap(self) -> str:
-        host, port = self.address
-        return f"{host}:{port}"
-
-    def call(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn(*args)`` on the broker's loop thread and return its result."""
-
-        async def run() -> Any:
-            return fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self.broker.stop(), self.loop).result(60)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(30)
-        if not self.loop.is_closed():
-            self.loop.run_until_complete(self.loop.shutdown_default_executor())
-            self.loop.close()
 
 
 @contextlib.contextmanager

@@ -148,7 +148,7 @@ async def coordinator_env(
     gates: list[PartitionGate] = []
 
     def gate_for(plog: PartitionLog) -> WriteGate:
-        if not slow_flush:
+        if not slow_flush or not plog.name.startswith(OFFSETS_TOPIC):
             gate = PartitionGate(plog, clock.now_ms)
         else:
             slow = SlowFlush(plog)

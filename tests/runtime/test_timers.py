@@ -106,3 +106,15 @@ def test_real_clock_timers_fire_on_the_event_loop() -> None:
         return [f.key for f in fired]
 
     assert asyncio.run(run()) == ["fast", "slow"]
+
+
+def test_next_deadline_is_the_earliest_live_one() -> None:
+    clock = ManualClock(0)
+    timers, _ = make(clock)
+    assert timers.next_deadline() is None
+    timers.schedule("a", 300)
+    timers.schedule("b", 100)
+    timers.schedule("b", 500)  # replaced: its old deadline no longer counts
+    assert timers.next_deadline() == 300
+    timers.cancel("a")
+    assert timers.next_deadline() == 500

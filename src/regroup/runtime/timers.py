@@ -69,6 +69,11 @@ class TimerService(Generic[K]):
     def cancel(self, key: K) -> None:
         self._live.pop(key, None)
 
+    def next_deadline(self) -> int | None:
+        """The earliest live deadline (None when nothing is armed): how far a manual clock may jump before
+        a timer is due."""
+        return min((deadline for deadline, _ in self._live.values()), default=None)
+
     def claim(self, fired: Fired[K]) -> bool:
         """True (and the timer is consumed) when ``fired`` is still the live schedule of its key."""
         live = self._live.get(fired.key)

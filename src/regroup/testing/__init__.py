@@ -1,0 +1,89 @@
+"""Test tooling for applications that use Kafka consumer groups: a real regroup broker in-process, a virtual
+coordinator clock, fault injection and forced rebalances, and observations of group state.
+
+    with regroup.testing.Broker() as b:
+        b.create_topic("orders", partitions=4)
+        ... point any Kafka client at b.bootstrap_servers ...
+        b.wait_for_stable("my-group", members=2)
+        b.force_rebalance("my-group")
+        b.clock.advance(45_000)            # session timeouts fire, without waiting
+
+pytest users get the ``regroup_broker`` fixture from the ``regroup`` plugin. See docs/testing.md.
+
+Names are imported on first use, so that loading the pytest plugin (a submodule) costs other test suites
+nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from regroup.group.history import (
+        GenerationRecord,
+        JoinDeadlineEvicted,
+        MemberJoined,
+        MemberLeft,
+        PendingSyncExpired,
+        RebalanceForced,
+        SessionExpired,
+        StaticMemberReplaced,
+    )
+    from regroup.protocol.api_keys import ApiKey
+    from regroup.protocol.errors import ErrorCode
+    from regroup.testing.broker import Broker, BrokerError, GroupView, MemberView
+    from regroup.testing.clock import VirtualClock
+    from regroup.testing.faults import Fault
+
+__all__ = [
+    "ApiKey",
+    "Broker",
+    "BrokerError",
+    "ErrorCode",
+    "Fault",
+    "GenerationRecord",
+    "GroupView",
+    "JoinDeadlineEvicted",
+    "MemberJoined",
+    "MemberLeft",
+    "MemberView",
+    "PendingSyncExpired",
+    "RebalanceForced",
+    "SessionExpired",
+    "StaticMemberReplaced",
+    "VirtualClock",
+]
+
+_HISTORY = "regroup.group.history"
+_SOURCES = {
+    "ApiKey": "regroup.protocol.api_keys",
+    "Broker": "regroup.testing.broker",
+    "BrokerError": "regroup.testing.broker",
+    "ErrorCode": "regroup.protocol.errors",
+    "Fault": "regroup.testing.faults",
+    "GenerationRecord": _HISTORY,
+    "GroupView": "regroup.testing.broker",
+    "JoinDeadlineEvicted": _HISTORY,
+    "MemberJoined": _HISTORY,
+    "MemberLeft": _HISTORY,
+    "MemberView": "regroup.testing.broker",
+    "PendingSyncExpired": _HISTORY,
+    "RebalanceForced": _HISTORY,
+    "SessionExpired": _HISTORY,
+    "StaticMemberReplaced": _HISTORY,
+    "VirtualClock": "regroup.testing.clock",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module 'regroup.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

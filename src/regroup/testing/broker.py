@@ -1,0 +1,506 @@
+"""``regroup.testing.Broker``: a real regroup broker for consumer-application tests.
+
+The broker runs in-process on a background event-loop thread, listens on a free loopback port and keeps its
+data in a temporary directory. Any Kafka client connects to :attr:`Broker.bootstrap_servers`. Test code
+controls it synchronously: every call is marshalled onto the broker's loop and waits for its effect.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+from regroup.broker.config import BrokerConfig
+from regroup.broker.handlers._groups import SERVICE
+from regroup.broker.topics import create_topic
+from regroup.group.classic_group import GroupSnapshot
+from regroup.group.history import GenerationRecord
+from regroup.group.shard import GroupShard
+from regroup.group.state import GroupState
+from regroup.protocol.api_keys import ApiKey
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.primitives import DecodeError
+from regroup.protocol.records.consumer_protocol import ConsumerProtocolAssignment
+from regroup.runtime.clock import ManualClock
+from regroup.runtime.coordinator import GroupCoordinator, PartitionState
+from regroup.testing._runner import BrokerRunner
+from regroup.testing.clock import VirtualClock
+from regroup.testing.faults import Fault, Faults, api_key, error_code
+
+__all__ = ["Broker", "BrokerError", "GroupView", "MemberView"]
+
+T = TypeVar("T")
+
+# Settings that make a broker quick to start and convenient for tests; a ``config`` entry overrides them.
+TEST_DEFAULTS: Mapping[str, str] = {
+    "admin.listener": "",  # no admin HTTP port: parallel test brokers would fight over it
+    "offsets.topic.num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "100",
+    "num.partitions": "1",
+}
+
+
+class BrokerError(RuntimeError):
+    """A control call could not do what it was asked (unknown member, group not rebalanceable, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    """One member of a group, as the coordinator sees it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    assignment: dict[str, tuple[int, ...]]
+    """The consumer-protocol assignment decoded to topic -> partitions (empty when none or not decodable)."""
+    raw_assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """A group's state for assertions: Kafka's state name, generation, leader, members and assignment."""
+
+    group_id: str
+    state: str  # "Empty", "PreparingRebalance", "CompletingRebalance", "Stable" or "Dead"
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader_id: str | None
+    members: tuple[MemberView, ...]
+    history: tuple[GenerationRecord, ...]
+    """Completed generations, oldest first, each with its ``cause`` (see ``regroup.group.history``)."""
+    committed: dict[tuple[str, int], int]
+    """Committed offsets: (topic, partition) -> offset."""
+
+    @property
+    def member_ids(self) -> tuple[str, ...]:
+        return tuple(m.member_id for m in self.members)
+
+    @property
+    def assignment(self) -> dict[str, dict[str, tuple[int, ...]]]:
+        """member id -> topic -> partitions."""
+        return {m.member_id: m.assignment for m in self.members}
+
+    def member(self, member_id: str) -> MemberView:
+        for m in self.members:
+            if m.member_id == member_id:
+                return m
+        raise KeyError(member_id)
+
+    def owner_of(self, topic: str, partition: int) -> str | None:
+        """The member assigned ``topic``-``partition``, if any."""
+        for m in self.members:
+            if partition in m.assignment.get(topic, ()):
+                return m.member_id
+        return None
+
+
+def _decode_assignment(data: bytes) -> dict[str, tuple[int, ...]]:
+    if len(data) < 2:
+        return {}
+    try:
+        asg, _ = ConsumerProtocolAssignment.decode_versioned(data, lenient=True)
+    except DecodeError:
+        return {}
+    out: dict[str, tuple[int, ...]] = {}
+    for tp in asg.assigned_partitions:
+        out[tp.topic] = tuple(sorted((*out.get(tp.topic, ()), *tp.partitions)))
+    return out
+
+
+def _view(
+    snapshot: GroupSnapshot, history: tuple[GenerationRecord, ...], committed: dict[tuple[str, int], int]
+) -> GroupView:
+    return GroupView(
+        group_id=snapshot.group_id,
+        state=snapshot.state.value,
+        generation_id=snapshot.generation_id,
+        protocol_type=snapshot.protocol_type,
+        protocol_name=snapshot.protocol_name,
+        leader_id=snapshot.leader_id,
+        members=tuple(
+            MemberView(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                session_timeout_ms=m.session_timeout_ms,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                assignment=_decode_assignment(m.assignment),
+                raw_assignment=m.assignment,
+            )
+            for m in snapshot.members
+        ),
+        history=history,
+        committed=committed,
+    )
+
+
+class Broker:
+    """A regroup broker for tests; use as ``with regroup.testing.Broker() as b: ...``.
+
+    ``virtual_clock`` (default True) puts the group coordinator on a :class:`VirtualClock` (``b.clock``)
+    that moves only when advanced. ``config`` takes broker settings by their Kafka names and overrides the
+    test defaults (one ``__consumer_offsets`` partition, no initial rebalance delay, session timeouts from
+    100 ms). ``data_dir`` keeps the data somewhere given (default: a temporary directory removed at stop).
+    """
+
+    def __init__(
+        self,
+        *,
+        config: Mapping[str, object] | None = None,
+        data_dir: str | Path | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        virtual_clock: bool = True,
+    ) -> None:
+        self._own_dir = data_dir is None
+        self.data_dir = Path(tempfile.mkdtemp(prefix="regroup-test-") if data_dir is None else data_dir)
+        settings = dict(TEST_DEFAULTS)
+        settings.update({k: _render(v) for k, v in (config or {}).items()})
+        settings["listeners"] = f"PLAINTEXT://{host}:{port}"
+        settings["log.dirs"] = str(self.data_dir)
+        self._settings = settings
+        self._manual = ManualClock() if virtual_clock else None
+        self.clock = VirtualClock(self, self._manual)
+        self.faults = Faults()
+        self._runner: BrokerRunner | None = None
+        self.startup_seconds: float | None = None
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Broker:
+        if self._runner is not None:
+            raise BrokerError("the broker is already running")
+        started = time.perf_counter()
+        config = BrokerConfig.load([], {}, list(self._settings.items()))
+        runner = BrokerRunner(config, coordinator_clock=self._manual)
+        try:
+            runner.start()
+        except BaseException:
+            self._cleanup_dir()
+            raise
+        self._runner = runner
+        self._install()
+        self.startup_seconds = time.perf_counter() - started
+        return self
+
+    def stop(self) -> None:
+        """Stop the broker (a clean shutdown) and remove its temporary data directory."""
+        runner, self._runner = self._runner, None
+        try:
+            if runner is not None:
+                runner.stop()
+        finally:
+            self._cleanup_dir()
+
+    def restart(self) -> None:
+        """Stop the broker cleanly and start a new one on the same port with the same data (and, with a
+        virtual clock, the same coordinator time); injected faults stay installed."""
+        runner = self.runner
+        host, port = runner.address
+        self._settings["listeners"] = f"PLAINTEXT://{host}:{port}"
+        runner.restart(BrokerConfig.load([], {}, list(self._settings.items())))
+        self._install()
+
+    def __enter__(self) -> Broker:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _install(self) -> None:
+        runner = self.runner
+
+        def install() -> None:
+            runner.broker.server.interceptor = self.faults
+
+        runner.call(install)
+        runner.run(self.coordinator.wait_loaded())
+
+    def _cleanup_dir(self) -> None:
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------------ access
+
+    @property
+    def runner(self) -> BrokerRunner:
+        if self._runner is None:
+            raise BrokerError("the broker is not running")
+        return self._runner
+
+    @property
+    def coordinator(self) -> GroupCoordinator:
+        coord = self.runner.broker.services.get(SERVICE)
+        if not isinstance(coord, GroupCoordinator):
+            raise BrokerError("the group coordinator is not running")
+        return coord
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` for the client's ``bootstrap.servers``."""
+        return self.runner.bootstrap
+
+    @property
+    def host(self) -> str:
+        return self.runner.address[0]
+
+    @property
+    def port(self) -> int:
+        return self.runner.address[1]
+
+    def create_topic(
+        self, name: str, partitions: int = 1, config: Mapping[str, object] | None = None
+    ) -> None:
+        """Create a topic (as CreateTopics would); raises :class:`BrokerError` when it cannot."""
+        configs = {k: _render(v) for k, v in (config or {}).items()}
+
+        def create() -> tuple[ErrorCode, str | None]:
+            outcome = create_topic(self.runner.broker, name, partitions, -1, configs)
+            return outcome.error, outcome.message
+
+        error, message = self.runner.call(create)
+        if error is not ErrorCode.NONE:
+            raise BrokerError(f"cannot create topic {name!r}: {error.name} {message or ''}".strip())
+
+    # ------------------------------------------------------------------------------------ observations
+
+    def coordinator_partition(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition whose shard coordinates ``group_id``."""
+        return self.coordinator.partition_for(group_id)
+
+    def coordinator_state(self, group_id: str) -> str:
+        """``"active"``, ``"loading"``, ``"unloading"``, ``"unloaded"`` or ``"failed"``."""
+        coord = self.coordinator
+        state: PartitionState = self.runner.call(coord.state, coord.partition_for(group_id))
+        return state.value
+
+    def group(self, group_id: str) -> GroupView | None:
+        """The group's current state, or None when the group does not exist (or its coordinator partition
+        is not loaded)."""
+        return self._read(group_id, lambda shard: _read_view(shard, group_id))
+
+    def history(self, group_id: str) -> tuple[GenerationRecord, ...]:
+        """The group's completed generations, oldest first, with their causes."""
+        found = self._read(group_id, lambda shard: shard.group_history(group_id))
+        return () if found is None else found
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets: (topic, partition) -> offset."""
+        found = self._read(group_id, lambda shard: _committed(shard, group_id))
+        return {} if found is None else found
+
+    def wait_for_stable(
+        self,
+        group_id: str,
+        members: int | None = None,
+        timeout: float = 10.0,
+        *,
+        generation_after: int | None = None,
+    ) -> GroupView:
+        """Wait until the group is Stable (with ``members`` members, and a generation above
+        ``generation_after`` when given) and return it; raises TimeoutError with the last state seen."""
+
+        def ready(view: GroupView | None) -> bool:
+            return (
+                view is not None
+                and view.state == GroupState.STABLE.value
+                and (members is None or len(view.members) == members)
+                and (generation_after is None or view.generation_id > generation_after)
+            )
+
+        view = self.wait_for(group_id, ready, timeout, what=f"Stable with {members} members")
+        assert view is not None
+        return view
+
+    def wait_for(
+        self,
+        group_id: str,
+        predicate: Callable[[GroupView | None], bool],
+        timeout: float = 10.0,
+        *,
+        what: str = "the condition",
+    ) -> GroupView | None:
+        """Wait until ``predicate(b.group(group_id))`` holds; returns that view."""
+        deadline = time.monotonic() + timeout
+        while True:
+            view = self.group(group_id)
+            if predicate(view):
+                return view
+            if time.monotonic() >= deadline:
+                seen = (
+                    "no such group"
+                    if view is None
+                    else (f"{view.state}, generation {view.generation_id}, {len(view.members)} members")
+                )
+                raise TimeoutError(f"group {group_id!r} not {what} within {timeout} s (last seen: {seen})")
+            time.sleep(0.01)
+
+    def _read(self, group_id: str, fn: Callable[[GroupShard], T]) -> T | None:
+        coord = self.coordinator
+        partition = coord.partition_for(group_id)
+
+        async def read() -> T | None:
+            runner = coord.runner(partition)
+            if runner is None:
+                return None
+            return await runner.read(fn, lambda _code: None)
+
+        return self.runner.run(read())
+
+    # ------------------------------------------------------------------------------------ forcing
+
+    def expire_member(self, group_id: str, member_id: str) -> None:
+        """End a member's session now, as a session timeout would (the group rebalances without it, its
+        parked requests and later heartbeats/commits get UNKNOWN_MEMBER_ID). The client is not told until
+        it next talks to the coordinator."""
+        self._require_active(group_id)
+        if not self.runner.run(self.coordinator.expire_member(group_id, member_id)):
+            raise BrokerError(f"group {group_id!r} has no member {member_id!r}")
+
+    def force_rebalance(self, group_id: str, reason: str = "forced by test") -> None:
+        """Start a rebalance of a Stable (or CompletingRebalance) group now; its history records
+        ``RebalanceForced(reason)`` as the cause. Members learn it from their next heartbeat
+        (REBALANCE_IN_PROGRESS) and rejoin."""
+        self._require_active(group_id)
+        if not self.runner.run(self.coordinator.force_rebalance(group_id, reason)):
+            view = self.group(group_id)
+            state = "does not exist" if view is None else f"is {view.state}"
+            raise BrokerError(f"cannot rebalance group {group_id!r}: it {state}")
+
+    def unload_coordinator(self, group_id: str) -> int:
+        """Resign the group's ``__consumer_offsets`` partition: parked requests and every later request for
+        its groups get NOT_COORDINATOR until :meth:`load_coordinator`. Returns the partition."""
+        partition = self.coordinator_partition(group_id)
+        self.runner.run(self.coordinator.unload(partition))
+        return partition
+
+    def load_coordinator(self, group_id: str) -> None:
+        """Load the group's partition again (replaying its log, re-arming member sessions)."""
+        partition = self.coordinator_partition(group_id)
+        self.runner.run(self.coordinator.load(partition))
+
+    def move_coordinator(self, group_id: str, *, unavailable_s: float = 0.2, loading_s: float = 0.2) -> None:
+        """Move the group's coordinator away and back, as a leadership change on a cluster does: the
+        partition is unloaded (NOT_COORDINATOR) for ``unavailable_s``, then coordinator requests for it are
+        answered COORDINATOR_LOAD_IN_PROGRESS (heartbeats NONE, as Kafka does) for ``loading_s`` while it
+        loads. Blocks until the partition is active again (real time: clients retry meanwhile)."""
+        partition = self.unload_coordinator(group_id)
+        time.sleep(unavailable_s)
+        loading = [
+            self.add_fault(
+                Fault(
+                    api,
+                    "fail",
+                    None,
+                    None,
+                    error=ErrorCode.NONE
+                    if api is ApiKey.HEARTBEAT
+                    else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                    matches=lambda g: self.coordinator.partition_for(g) == partition,
+                )
+            )
+            for api in _COORDINATOR_APIS
+        ]
+        try:
+            self.runner.run(self.coordinator.load(partition))
+            time.sleep(loading_s)
+        finally:
+            for fault in loading:
+                self.remove_fault(fault)
+
+    def _require_active(self, group_id: str) -> None:
+        state = self.coordinator_state(group_id)
+        if state != "active":
+            raise BrokerError(f"the coordinator partition of group {group_id!r} is {state}")
+
+    # ------------------------------------------------------------------------------------ faults
+
+    def fail_next(
+        self,
+        api: ApiKey | int | str,
+        error: ErrorCode | int | str,
+        count: int = 1,
+        *,
+        group: str | None = None,
+    ) -> Fault:
+        """Answer the next ``count`` requests of ``api`` (for ``group`` only, when given) with ``error``,
+        without handling them: e.g. ``fail_next("OffsetCommit", "REBALANCE_IN_PROGRESS")``. The returned
+        :class:`Fault`'s ``fired`` counts the requests it failed."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        return self.add_fault(Fault(api_key(api), "fail", group, count, error=error_code(error)))
+
+    def delay(
+        self,
+        api: ApiKey | int | str,
+        seconds: float,
+        count: int | None = None,
+        *,
+        group: str | None = None,
+    ) -> Fault:
+        """Hold the responses of ``api`` (the next ``count`` requests, or all until removed) for
+        ``seconds`` of real time; the requests themselves are handled at once. Responses behind a delayed
+        one on the same connection wait too (Kafka answers in request order)."""
+        return self.add_fault(Fault(api_key(api), "delay", group, count, seconds=seconds))
+
+    def drop_next(self, api: ApiKey | int | str, count: int = 1, *, group: str | None = None) -> Fault:
+        """Close the connection instead of answering the next ``count`` requests of ``api``."""
+        return self.add_fault(Fault(api_key(api), "drop", group, count))
+
+    def drop_connections(self, client_id: str | None = None) -> int:
+        """Abort the client connections of ``client_id`` (``client.id`` as the client sends it), or all;
+        returns how many were dropped. Clients see a disconnect and reconnect."""
+        return self.runner.call(self.faults.drop_connections, self.runner.broker.server, client_id)
+
+    def add_fault(self, fault: Fault) -> Fault:
+        return self.runner.call(self.faults.add, fault)
+
+    def remove_fault(self, fault: Fault) -> None:
+        self.runner.call(self.faults.remove, fault)
+
+    def clear_faults(self) -> None:
+        self.runner.call(self.faults.clear)
+
+
+# Kafka answers a heartbeat to a loading coordinator partition with NONE.
+_LOADING_ERRORS = {ApiKey.HEARTBEAT: ErrorCode.NONE}
+_COORDINATOR_APIS = (
+    ApiKey.JOIN_GROUP,
+    ApiKey.SYNC_GROUP,
+    ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP,
+    ApiKey.OFFSET_COMMIT,
+    ApiKey.OFFSET_FETCH,
+    ApiKey.DESCRIBE_GROUPS,
+)
+
+
+def _read_view(shard: GroupShard, group_id: str) -> GroupView | None:
+    snapshot = shard.group(group_id)
+    if snapshot is None:
+        return None
+    return _view(snapshot, shard.group_history(group_id), _committed(shard, group_id))
+
+
+def _committed(shard: GroupShard, group_id: str) -> dict[tuple[str, int], int]:
+    return {tp: o.offset for tp, o in shard.offsets(group_id).items()}
+
+
+def _render(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

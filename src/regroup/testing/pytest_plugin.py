@@ -1,0 +1,45 @@
+"""pytest plugin (entry point ``regroup``): the ``regroup_broker`` fixture and a factory for custom ones.
+
+Nothing is imported or started until a test asks for a fixture, so the plugin costs other suites nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from regroup.testing.broker import Broker
+
+__all__ = ["regroup_broker", "regroup_broker_factory"]
+
+
+@pytest.fixture
+def regroup_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Broker]]:
+    """``make(**kwargs)`` starts a :class:`regroup.testing.Broker` (same arguments); all are stopped at the
+    end of the test."""
+    from regroup.testing.broker import Broker
+
+    started: list[Broker] = []
+
+    def make(**kwargs: Any) -> Broker:
+        if "data_dir" not in kwargs:
+            kwargs["data_dir"] = Path(tmp_path_factory.mktemp("regroup")) / "data"
+        broker = Broker(**kwargs).start()
+        started.append(broker)
+        return broker
+
+    try:
+        yield make
+    finally:
+        for broker in reversed(started):
+            broker.stop()
+
+
+@pytest.fixture
+def regroup_broker(regroup_broker_factory: Callable[..., Broker]) -> Broker:
+    """A running regroup broker with a virtual coordinator clock, for one test."""
+    return regroup_broker_factory()
