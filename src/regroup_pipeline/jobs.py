@@ -1,0 +1,686 @@
+"""The analytics: Spark DataFrame functions from :class:`~regroup_pipeline.inputs.Inputs` to tables.
+
+- :func:`offsets` — every offset commit (and tombstone) with the interval it was in force;
+  :func:`offsets_as_of` gives the committed offsets at any instant.
+- :func:`lag` — log-end offset minus committed offset, and time lag, per group/topic/partition, on a time
+  grid and at the window's end; Empty groups included (anything with a committed offset).
+- :func:`rebalances` — one row per generation, with members, assignments, joins and leaves;
+  :func:`rebalance_frequency` — per group.
+- :func:`expiring_offsets` — offsets that ``offsets.retention.minutes`` removes within a horizon.
+- :func:`assignment_health` — per generation, subscribed partitions left unassigned or assigned twice.
+
+Group states come from the records: a generation with members is ``Stable``, one without is ``Empty``, a
+tombstone makes the group ``Dead``; groups known only from offset commits (simple groups) are ``Empty``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from regroup_pipeline.inputs import Inputs, TimeWindow
+
+__all__ = [
+    "DEFAULT_LAG_SAMPLES",
+    "DEFAULT_RETENTION_MINUTES",
+    "Tables",
+    "assignment_health",
+    "compute_all",
+    "expiring_offsets",
+    "group_states",
+    "lag",
+    "offsets",
+    "offsets_as_of",
+    "rebalance_frequency",
+    "rebalances",
+]
+
+DEFAULT_RETENTION_MINUTES: Final = 10080  # offsets.retention.minutes
+DEFAULT_HORIZON_MS: Final = 24 * 3600 * 1000
+DEFAULT_LAG_SAMPLES: Final = 60
+_TP: Final = ("topic", "partition")
+_GTP: Final = ("group", "topic", "partition")
+
+
+def _ms(col: str | Column) -> Column:
+    return F.unix_millis(F.col(col) if isinstance(col, str) else col)
+
+
+def _ts(ms: int | Column) -> Column:
+    return F.timestamp_millis(F.lit(ms) if isinstance(ms, int) else ms)
+
+
+def _since(df: DataFrame, column: str, window: TimeWindow) -> DataFrame:
+    if window.since_ms is None:
+        return df
+    return df.where(F.col(column) >= _ts(window.since_ms))
+
+
+# ------------------------------------------------------------------------------------------ offsets
+
+
+def _offset_history(inputs: Inputs) -> DataFrame:
+    """Every commit record with ``valid_until`` (the next record's time for the same key, else null)."""
+    order = Window.partitionBy(*_GTP).orderBy("record_partition", "record_offset")
+    return (
+        inputs.commits.withColumn("valid_until", F.lead("record_timestamp").over(order))
+        .withColumn("is_current", F.lead("record_offset").over(order).isNull())
+        .select(
+            *_GTP,
+            "committed_offset",
+            "leader_epoch",
+            "metadata",
+            "commit_timestamp",
+            "expire_timestamp",
+            "deleted",
+            "record_timestamp",
+            "valid_until",
+            "is_current",
+            "record_partition",
+            "record_offset",
+            "key_version",
+            "value_version",
+        )
+    )
+
+
+def offsets(inputs: Inputs, *, history: DataFrame | None = None) -> DataFrame:
+    """The full commit history: one row per offset-commit record in ``__consumer_offsets`` (tombstones
+    have ``deleted`` true and null offset fields). A row is in force from ``record_timestamp`` until
+    ``valid_until`` (null: still in force, ``is_current``)."""
+    return _since(
+        history if history is not None else _offset_history(inputs), "record_timestamp", inputs.window
+    )
+
+
+def offsets_as_of(offset_table: DataFrame, instant_ms: int) -> DataFrame:
+    """The committed offsets in force at ``instant_ms`` (epoch ms), from an :func:`offsets` table."""
+    t = _ts(instant_ms)
+    live = (F.col("record_timestamp") <= t) & (F.col("valid_until").isNull() | (F.col("valid_until") > t))
+    return offset_table.where(live & ~F.col("deleted"))
+
+
+def _current_offsets(history: DataFrame) -> DataFrame:
+    return history.where(F.col("is_current") & ~F.col("deleted"))
+
+
+# ------------------------------------------------------------------------------------------ group state
+
+
+def _group_records(inputs: Inputs) -> DataFrame:
+    """Group metadata records with their group incarnation (a tombstone starts a new one)."""
+    order = Window.partitionBy("group").orderBy("record_partition", "record_offset")
+    before = order.rowsBetween(Window.unboundedPreceding, -1)
+    return inputs.groups.withColumn(
+        "incarnation", F.coalesce(F.sum(F.col("deleted").cast("int")).over(before), F.lit(0))
+    )
+
+
+def group_states(inputs: Inputs, *, history: DataFrame | None = None) -> DataFrame:
+    """Current state of every group known from metadata records or offset commits: group, state
+    (Stable/Empty/Dead), protocol_type, generation, current_state_timestamp, members."""
+    last = (
+        inputs.groups.groupBy("group")
+        .agg(
+            F.max_by(
+                F.struct(*[c for c in inputs.groups.columns if c != "group"]),
+                F.struct("record_partition", "record_offset"),
+            ).alias("g")
+        )
+        .select("group", "g.*")
+    )
+    state = (
+        F.when(F.col("deleted"), F.lit("Dead"))
+        .when(F.size("members") > 0, F.lit("Stable"))
+        .otherwise(F.lit("Empty"))
+    )
+    with_state = last.select(
+        "group",
+        state.alias("state"),
+        "protocol_type",
+        "generation",
+        "current_state_timestamp",
+        "members",
+    )
+    committers = (history if history is not None else inputs.commits).select("group").distinct()
+    simple = committers.join(with_state.select("group"), "group", "left_anti").select(
+        "group",
+        F.lit("Empty").alias("state"),
+        F.lit(None).cast("string").alias("protocol_type"),
+        F.lit(None).cast("int").alias("generation"),
+        F.lit(None).cast("timestamp").alias("current_state_timestamp"),
+        F.lit(None).cast(with_state.schema["members"].dataType).alias("members"),
+    )
+    return with_state.unionByName(simple)
+
+
+# ------------------------------------------------------------------------------------------ lag
+
+
+def _grid(
+    inputs: Inputs, history: DataFrame, samples: int, interval_ms: int | None
+) -> tuple[int, int, int] | None:
+    """(start, step, count) of the lag sampling grid, which ends before the window's end."""
+    w = inputs.window
+    start = w.since_ms
+    if start is None:
+        first = history.agg(F.min(_ms("record_timestamp"))).first()
+        if first is None or first[0] is None:
+            return None
+        start = int(first[0])
+    span = w.as_of_ms - start
+    if span <= 0:
+        return None
+    step = interval_ms if interval_ms else max(1, -(-span // samples))
+    count = -(-span // step)  # samples at start + i*step < as_of
+    return start, step, count
+
+
+def lag(
+    inputs: Inputs,
+    *,
+    samples: int = DEFAULT_LAG_SAMPLES,
+    interval_ms: int | None = None,
+    history: DataFrame | None = None,
+    states: DataFrame | None = None,
+) -> DataFrame:
+    """Lag per group/topic/partition at ``samples`` evenly spaced instants (or every ``interval_ms``) from
+    ``since`` (default: the first commit) up to the window's end, plus one row at the end itself
+    (``is_current``). Columns: group, topic, partition, sample_time, is_current, committed_offset,
+    commit_timestamp, log_end_offset, lag (records), first_unconsumed_timestamp, time_lag_ms (sample time
+    minus the timestamp of the first unconsumed record; 0 when caught up), group_state (current).
+
+    At the end instant the log end offsets are the partitions table's; at earlier instants they are
+    max(offset)+1 of the records with a timestamp at or before the sample time.
+    """
+    w = inputs.window
+    if history is None:
+        history = _offset_history(inputs)
+    current = (
+        _current_offsets(history)
+        .select(
+            *_GTP,
+            _ts(w.as_of_ms).alias("sample_time"),
+            F.lit(True).alias("is_current"),
+            "committed_offset",
+            "commit_timestamp",
+        )
+        .join(F.broadcast(inputs.partitions.select(*_TP, "log_end_offset")), list(_TP), "left")
+    )
+    rows = current
+    grid = _grid(inputs, history, samples, interval_ms)
+    if grid is not None:
+        start, step, count = grid
+        interval_end = F.coalesce(_ms("valid_until"), F.lit(w.as_of_ms))
+        first_i = F.greatest(F.lit(0), F.ceil((_ms("record_timestamp") - start) / step))
+        last_i = F.least(F.lit(count - 1), F.ceil((interval_end - start) / step) - 1)
+        past = (
+            history.where(~F.col("deleted"))
+            .select(*_GTP, "committed_offset", "commit_timestamp", first_i.alias("i0"), last_i.alias("i1"))
+            .where(F.col("i0") <= F.col("i1"))
+            .select(
+                *_GTP,
+                F.explode(F.sequence(F.col("i0").cast("long"), F.col("i1").cast("long"))).alias("i"),
+                "committed_offset",
+                "commit_timestamp",
+            )
+            .select(
+                *_GTP,
+                _ts(F.lit(start) + F.col("i") * step).alias("sample_time"),
+                F.lit(False).alias("is_current"),
+                "committed_offset",
+                "commit_timestamp",
+                F.lit(None).cast("long").alias("log_end_offset"),
+            )
+        )
+        rows = past.unionByName(current)
+    rows = _lookup_records(rows, inputs.data, history.select(*_TP).distinct())
+    lag_records = F.col("log_end_offset") - F.col("committed_offset")
+    behind = F.col("committed_offset") < F.col("log_end_offset")
+    time_lag = F.when(
+        behind & F.col("first_unconsumed_timestamp").isNotNull(),
+        F.greatest(F.lit(0), _ms("sample_time") - _ms("first_unconsumed_timestamp")),
+    ).otherwise(F.when(F.col("log_end_offset").isNotNull(), F.lit(0)))
+    if states is None:
+        states = group_states(inputs, history=history)
+    out = rows.select(
+        *_GTP,
+        "sample_time",
+        "is_current",
+        "committed_offset",
+        "commit_timestamp",
+        "log_end_offset",
+        lag_records.alias("lag"),
+        F.when(behind, F.col("first_unconsumed_timestamp")).alias("first_unconsumed_timestamp"),
+        time_lag.cast("long").alias("time_lag_ms"),
+    ).join(F.broadcast(states.select("group", F.col("state").alias("group_state"))), "group", "left")
+    return _since(out, "sample_time", w)
+
+
+_LOOKUP_SCHEMA: Final = (
+    "group string, topic string, partition int, sample_time timestamp, is_current boolean, "
+    "committed_offset bigint, commit_timestamp timestamp, log_end_offset bigint, "
+    "first_unconsumed_timestamp timestamp"
+)
+
+
+def _lookup_records(rows: DataFrame, data: DataFrame, tps: DataFrame) -> DataFrame:
+    """Fill, from each partition's records: the log end offset at past sample times, and the timestamp of
+    the first unconsumed record (the smallest offset at or above the committed one). One shuffle of the
+    sampled partitions' records, then binary searches in numpy (:func:`lag_lookup`)."""
+    records = data.join(F.broadcast(tps), list(_TP), "left_semi").select(*_TP, "offset", "timestamp")
+    return rows.groupBy(*_TP).cogroup(records.groupBy(*_TP)).applyInArrow(lag_lookup, _LOOKUP_SCHEMA)
+
+
+def lag_lookup(samples: Any, records: Any) -> Any:
+    """``applyInArrow`` function for one partition: ``samples`` (lag rows) and ``records`` (offset,
+    timestamp) as Arrow tables → the lag rows with log_end_offset (when null) and
+    first_unconsumed_timestamp filled in."""
+    import numpy as np
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+
+    out_names = [n for n in samples.column_names if n not in ("log_end_offset",)]
+    n = samples.num_rows
+    if n == 0:
+        return (
+            samples.select(out_names)
+            .append_column("log_end_offset", pa.array([], pa.int64()))
+            .append_column("first_unconsumed_timestamp", pa.array([], pa.timestamp("us", tz="UTC")))
+        )
+    offsets = records.column("offset").to_numpy().astype(np.int64)
+    stamps = records.column("timestamp").cast(pa.int64()).to_numpy().astype(np.int64)
+    committed = samples.column("committed_offset").to_numpy().astype(np.int64)
+    sample_us = samples.column("sample_time").cast(pa.int64()).to_numpy().astype(np.int64)
+    known_end = samples.column("log_end_offset")
+    m = offsets.size
+    if m:
+        by_offset = np.argsort(offsets, kind="stable")
+        sorted_offsets = offsets[by_offset]
+        i = np.searchsorted(sorted_offsets, committed, "left")
+        found = i < m
+        first_ts = stamps[by_offset][np.minimum(i, m - 1)]
+        by_time = np.argsort(stamps, kind="stable")
+        running_end = np.maximum.accumulate(offsets[by_time] + 1)
+        j = np.searchsorted(stamps[by_time], sample_us, "right") - 1
+        # Before its first record a log ends where that record lands.
+        end_at = np.where(j >= 0, running_end[np.maximum(j, 0)], sorted_offsets[0])
+        end_null = np.zeros(n, bool)
+    else:
+        found = np.zeros(n, bool)
+        first_ts = np.zeros(n, np.int64)
+        end_at = np.zeros(n, np.int64)
+        end_null = np.ones(n, bool)
+    given = known_end.is_valid().to_numpy(zero_copy_only=False)
+    given_end = known_end.fill_null(0).to_numpy().astype(np.int64)
+    log_end = pa.array(np.where(given, given_end, end_at), pa.int64(), mask=~given & end_null)
+    first = pa.array(first_ts, pa.int64(), mask=~found).cast(pa.timestamp("us", tz="UTC"))
+    return (
+        samples.select(out_names)
+        .append_column("log_end_offset", log_end)
+        .append_column("first_unconsumed_timestamp", first)
+    )
+
+
+# ------------------------------------------------------------------------------------------ rebalances
+
+
+def _identity(member: Column) -> Column:
+    """A member's identity across generations: its static instance id, else its member id."""
+    return F.coalesce(member["group_instance_id"], member["member_id"])
+
+
+def rebalances(inputs: Inputs) -> DataFrame:
+    """One row per generation the coordinator completed (from the GroupMetadata records written at the
+    leader's SyncGroup, or when a join phase ends with no members), with its members (subscriptions and
+    assignments decoded), joins and leaves relative to the previous generation (by static instance id,
+    else member id) and the time since it. A generation re-recorded (static member replaced) keeps its
+    first time and its last member list. Generation 0 (the record of a group's creation) is not a
+    rebalance and is left out."""
+    recs = _group_records(inputs).where(~F.col("deleted") & (F.col("generation") > 0))
+    order_key = F.struct("record_partition", "record_offset")
+    per_gen = recs.groupBy("group", "incarnation", "generation").agg(
+        F.min_by("record_timestamp", order_key).alias("time"),
+        F.max_by(
+            F.struct(
+                "protocol_type",
+                "protocol",
+                "leader",
+                "current_state_timestamp",
+                "members",
+                "record_partition",
+                "record_offset",
+            ),
+            order_key,
+        ).alias("last"),
+        F.count(F.lit(1)).alias("records"),
+    )
+    flat = per_gen.select(
+        "group",
+        "incarnation",
+        "generation",
+        "time",
+        "last.protocol_type",
+        "last.protocol",
+        "last.leader",
+        "last.current_state_timestamp",
+        "last.members",
+        F.size("last.members").alias("member_count"),
+        F.when(F.size("last.members") > 0, F.lit("Stable")).otherwise(F.lit("Empty")).alias("state"),
+        (F.col("records") - 1).alias("static_replacements"),
+        "last.record_partition",
+        "last.record_offset",
+    ).withColumn("member_ids", F.transform("members", _identity))
+    order = Window.partitionBy("group").orderBy("incarnation", "generation")
+    prev_ids = F.lag("member_ids").over(order)
+    prev_time = F.lag("time").over(order)
+    prev_gen = F.lag("generation").over(order)
+    same_life = F.lag("incarnation").over(order) == F.col("incarnation")
+    out = flat.select(
+        "*",
+        F.when(same_life, prev_gen).alias("previous_generation"),
+        F.when(same_life, _ms("time") - _ms(prev_time)).alias("since_previous_ms"),
+        F.array_sort(
+            F.array_except(
+                "member_ids", F.coalesce(F.when(same_life, prev_ids), F.array().cast("array<string>"))
+            )
+        ).alias("joined"),
+        F.array_sort(
+            F.array_except(
+                F.coalesce(F.when(same_life, prev_ids), F.array().cast("array<string>")), "member_ids"
+            )
+        ).alias("left"),
+    ).drop("member_ids")
+    return _since(out, "time", inputs.window)
+
+
+def rebalance_frequency(rebalance_table: DataFrame) -> DataFrame:
+    """Per group: generations seen, first/last rebalance, mean and median time between generations,
+    rebalances per hour over the observed span, largest membership, and the latest generation's state."""
+    latest = F.max_by(F.struct("generation", "state", "member_count"), F.struct("incarnation", "generation"))
+    span_ms = _ms(F.max("time")) - _ms(F.min("time"))
+    return (
+        rebalance_table.groupBy("group")
+        .agg(
+            F.count(F.lit(1)).alias("generations"),
+            F.sum(F.when(F.col("state") == "Empty", 1).otherwise(0)).alias("empty_generations"),
+            F.min("time").alias("first_rebalance"),
+            F.max("time").alias("last_rebalance"),
+            F.avg("since_previous_ms").alias("mean_interval_ms"),
+            F.percentile_approx("since_previous_ms", 0.5).alias("median_interval_ms"),
+            F.when(span_ms > 0, (F.count(F.lit(1)) - 1) * 3_600_000.0 / span_ms).alias("rebalances_per_hour"),
+            F.max("member_count").alias("max_members"),
+            latest.alias("latest"),
+        )
+        .select(
+            "*",
+            F.col("latest.generation").alias("current_generation"),
+            F.col("latest.state").alias("current_state"),
+        )
+        .drop("latest")
+    )
+
+
+# ------------------------------------------------------------------------------------------ assignment health
+
+
+def _partition_counts(partitions: DataFrame) -> Column:
+    """A literal map topic → partition count (topics are few; this keeps the health check row-local)."""
+    rows = partitions.groupBy("topic").agg((F.max("partition") + 1).alias("n")).collect()
+    if not rows:
+        return F.create_map().cast("map<string,int>")
+    return F.create_map(*[F.lit(x) for r in rows for x in (r["topic"], int(r["n"]))])
+
+
+def assignment_health(rebalance_table: DataFrame, partitions: DataFrame) -> DataFrame:
+    """Per Stable generation of a ``consumer`` group: partitions of subscribed topics that no member was
+    assigned (``unassigned``), partitions assigned to more than one member (``multiply_assigned``), and
+    assignments of partitions that do not exist or whose topic the member did not subscribe to
+    (``unexpected``). Partition counts are today's. (Cooperative assignors leave partitions unassigned for
+    one generation on purpose while they move them.)"""
+    counts = _partition_counts(partitions)
+    no_topics = F.array().cast("array<string>")
+    subscribed = F.array_sort(
+        F.array_distinct(
+            F.flatten(F.transform("members", lambda m: F.coalesce(m["subscribed_topics"], no_topics)))
+        )
+    )
+    expected = F.flatten(
+        F.transform(
+            "subscribed",
+            lambda t: F.transform(
+                F.sequence(F.lit(0), F.coalesce(F.element_at(counts, t), F.lit(0)) - 1),
+                lambda p: F.struct(t.alias("topic"), p.alias("partition")),
+            ),
+        )
+    )
+    no_assignment = F.array().cast("array<struct<topic:string,partitions:array<int>>>")
+    assigned = F.flatten(
+        F.transform(
+            "members",
+            lambda m: F.flatten(
+                F.transform(
+                    F.coalesce(m["assignment"], no_assignment),
+                    lambda a: F.transform(
+                        a["partitions"],
+                        lambda p: F.struct(
+                            a["topic"].alias("topic"),
+                            p.alias("partition"),
+                            _identity(m).alias("member"),
+                            F.array_contains(F.coalesce(m["subscribed_topics"], no_topics), a["topic"]).alias(
+                                "subscribed"
+                            ),
+                        ),
+                    ),
+                )
+            ),
+        )
+    )
+    tps = F.array_sort(
+        F.transform(
+            "assigned", lambda x: F.struct(x["topic"].alias("topic"), x["partition"].alias("partition"))
+        )
+    )
+    # Sorted, a partition assigned twice sits next to itself.
+    twice = F.array_distinct(
+        F.transform(
+            F.filter(
+                F.sequence(F.lit(1), F.size("tps") - 1),
+                lambda i: F.element_at("tps", i) == F.element_at("tps", i + 1),
+            ),
+            lambda i: F.element_at("tps", i),
+        )
+    )
+    multiply = F.transform(
+        "twice",
+        lambda tp: F.struct(
+            tp["topic"].alias("topic"),
+            tp["partition"].alias("partition"),
+            F.array_sort(
+                F.transform(
+                    F.filter(
+                        "assigned",
+                        lambda x: (x["topic"] == tp["topic"]) & (x["partition"] == tp["partition"]),
+                    ),
+                    lambda x: x["member"],
+                )
+            ).alias("members"),
+        ),
+    )
+    unknown = F.array_except("tps", "expected")
+    unexpected = F.array_sort(
+        F.transform(
+            F.filter(
+                "assigned",
+                lambda x: (
+                    ~x["subscribed"]
+                    | F.array_contains(
+                        unknown, F.struct(x["topic"].alias("topic"), x["partition"].alias("partition"))
+                    )
+                ),
+            ),
+            lambda x: F.struct(
+                x["topic"].alias("topic"), x["partition"].alias("partition"), x["member"].alias("member")
+            ),
+        )
+    )
+    gens = rebalance_table.where((F.col("state") == "Stable") & (F.col("protocol_type") == "consumer"))
+    staged = (
+        gens.select("group", "incarnation", "generation", "time", "protocol", "member_count", "members")
+        .withColumn("subscribed", subscribed)
+        .withColumn("expected", expected)
+        .withColumn("assigned", assigned)
+        .withColumn("tps", tps)
+        .withColumn(
+            "twice",
+            F.when(F.size("tps") > 1, twice).otherwise(
+                F.array().cast("array<struct<topic:string,partition:int>>")
+            ),
+        )
+    )
+    out = staged.select(
+        "group",
+        "incarnation",
+        "generation",
+        "time",
+        "protocol",
+        "member_count",
+        F.size("expected").alias("subscribed_partitions"),
+        F.size(F.array_distinct("tps")).alias("assigned_partitions"),
+        F.array_sort(F.array_except("expected", "tps")).alias("unassigned"),
+        multiply.alias("multiply_assigned"),
+        unexpected.alias("unexpected"),
+    )
+    healthy = (F.size("unassigned") == 0) & (F.size("multiply_assigned") == 0) & (F.size("unexpected") == 0)
+    return out.withColumn("healthy", healthy)
+
+
+# ------------------------------------------------------------------------------------------ expiration
+
+
+def expiring_offsets(
+    inputs: Inputs,
+    *,
+    retention_minutes: int = DEFAULT_RETENTION_MINUTES,
+    horizon_ms: int = DEFAULT_HORIZON_MS,
+    history: DataFrame | None = None,
+    states: DataFrame | None = None,
+) -> DataFrame:
+    """Committed offsets that the coordinator's expiration removes by the window's end + ``horizon_ms``
+    under ``offsets.retention.minutes`` (group-semantics §10):
+
+    - simple groups (no protocol type): ``commit timestamp + retention``;
+    - Empty groups: retention counts from when the group became Empty (``current_state_timestamp``;
+      the commit timestamp for old record versions without it);
+    - Stable ``consumer`` groups: only offsets of topics no member subscribes to, from their commit
+      timestamp; other Stable groups, and consumer groups with an unparseable subscription, keep all;
+    - an explicit expire timestamp (OffsetCommitValue v1) replaces ``base + retention``.
+
+    Columns: group, topic, partition, committed_offset, commit_timestamp, expire_timestamp, group_state,
+    rule, base_timestamp, expires_at, expires_in_ms (negative: overdue, removed at the next check) and
+    group_deleted (the group is Empty and all its offsets go: the group record goes with them).
+    """
+    w = inputs.window
+    retention_ms = retention_minutes * 60_000
+    current = _current_offsets(history if history is not None else _offset_history(inputs))
+    if states is None:
+        states = group_states(inputs, history=history)
+    subscribed = F.flatten(
+        F.transform("members", lambda m: F.coalesce(m["subscribed_topics"], F.array().cast("array<string>")))
+    )
+    parseable = F.forall("members", lambda m: F.coalesce(m["subscription_valid"], F.lit(False)))
+    rule = (
+        F.when(F.col("protocol_type").isNull() | (F.col("protocol_type") == ""), F.lit("simple"))
+        .when(F.col("state") == "Empty", F.lit("empty"))
+        .when(
+            (F.col("state") == "Stable") & (F.col("protocol_type") == "consumer") & parseable, F.lit("stable")
+        )
+        .otherwise(F.lit("none"))
+    )
+    joined = current.join(states, "group", "left").withColumn("rule", rule)
+    base = F.when(F.col("rule") == "empty", F.coalesce("current_state_timestamp", "commit_timestamp")).when(
+        F.col("rule").isin("simple", "stable"), F.col("commit_timestamp")
+    )
+    exempt = (F.col("rule") == "none") | (
+        (F.col("rule") == "stable") & F.array_contains(subscribed, F.col("topic"))
+    )
+    expires_at = F.when(~exempt, F.coalesce(F.col("expire_timestamp"), _ts(_ms(base) + retention_ms)))
+    cutoff = w.as_of_ms + horizon_ms
+    rows = joined.select(
+        *_GTP,
+        "committed_offset",
+        "commit_timestamp",
+        "expire_timestamp",
+        F.col("state").alias("group_state"),
+        "rule",
+        F.when(~exempt, base).alias("base_timestamp"),
+        expires_at.alias("expires_at"),
+    )
+    rows = rows.withColumn("expires_in_ms", _ms("expires_at") - w.as_of_ms)
+    per_group = Window.partitionBy("group")
+    all_go = F.min(F.coalesce(_ms("expires_at") <= cutoff, F.lit(False))).over(per_group)
+    rows = rows.withColumn("group_deleted", (F.col("group_state") == "Empty") & all_go)
+    return rows.where(_ms("expires_at") <= cutoff)
+
+
+# ------------------------------------------------------------------------------------------ everything
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    offsets: DataFrame
+    lag: DataFrame
+    rebalances: DataFrame
+    rebalance_frequency: DataFrame
+    expiring_offsets: DataFrame
+    assignment_health: DataFrame
+    cached: tuple[DataFrame, ...] = ()  # intermediates kept in memory; release with unpersist()
+
+    def items(self) -> list[tuple[str, DataFrame]]:
+        return [
+            ("offsets", self.offsets),
+            ("lag", self.lag),
+            ("rebalances", self.rebalances),
+            ("rebalance_frequency", self.rebalance_frequency),
+            ("expiring_offsets", self.expiring_offsets),
+            ("assignment_health", self.assignment_health),
+        ]
+
+    def unpersist(self) -> None:
+        for df in self.cached:
+            df.unpersist()
+
+
+def compute_all(
+    inputs: Inputs,
+    *,
+    retention_minutes: int = DEFAULT_RETENTION_MINUTES,
+    horizon_ms: int = DEFAULT_HORIZON_MS,
+    lag_samples: int = DEFAULT_LAG_SAMPLES,
+    lag_interval_ms: int | None = None,
+) -> Tables:
+    """Every table. The commit history, group states and generations that several tables share are
+    computed once and kept in memory (``Tables.unpersist()`` releases them); the caller may also
+    ``persist()`` the inputs."""
+    level = StorageLevel.MEMORY_AND_DISK
+    history = _offset_history(inputs).persist(level)
+    states = group_states(inputs, history=history).persist(level)
+    reb = rebalances(inputs).persist(level)
+    # The report reads the lag table again after it is written (twice): keep it rather than recompute it.
+    lag_table = lag(
+        inputs, samples=lag_samples, interval_ms=lag_interval_ms, history=history, states=states
+    ).persist(level)
+    return Tables(
+        offsets=offsets(inputs, history=history),
+        lag=lag_table,
+        rebalances=reb,
+        rebalance_frequency=rebalance_frequency(reb),
+        expiring_offsets=expiring_offsets(
+            inputs, retention_minutes=retention_minutes, horizon_ms=horizon_ms, history=history, states=states
+        ),
+        assignment_health=assignment_health(reb, inputs.partitions),
+        cached=(history, states, reb, lag_table),
+    )

@@ -1,0 +1,178 @@
+"""The command line (``regroup pipeline <job>`` / ``python -m regroup_pipeline``) and the HTML report."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from regroup_pipeline.cli import JOBS, add_subparser, main, parse_duration, parse_time
+
+from .support import SPARK_SOCKETS
+
+pytestmark = [pytest.mark.spark, SPARK_SOCKETS]
+
+
+def test_durations_and_times() -> None:
+    assert parse_duration("1500") == 1500
+    assert parse_duration("1h30m") == 5_400_000
+    assert parse_duration("250ms") == 250
+    assert parse_duration("7d") == 7 * 86_400_000
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_duration("soon")
+    now = 1_795_000_000_000
+    assert parse_time("now", now_ms=now) == now
+    assert parse_time("now-2h", now_ms=now) == now - 7_200_000
+    assert parse_time("-15m", now_ms=now) == now - 900_000
+    assert parse_time("2026-11-21T10:00:00Z") == parse_time("2026-11-21T10:00:00") == 1_795_255_200_000
+    assert parse_time("2026-11-21T11:00:00+01:00") == 1_795_255_200_000
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_time("yesterday")
+
+
+def test_wires_into_a_parent_cli_in_one_call() -> None:
+    parser = argparse.ArgumentParser(prog="regroup")
+    sub = parser.add_subparsers(dest="command")
+    add_subparser(sub)
+    args = parser.parse_args(
+        ["pipeline", "lag", "--data-dir", "/d", "--since", "now-1h", "--master", "local[2]"]
+    )
+    assert args.command == "pipeline"
+    assert args.job == "lag"
+    assert args.data_dir == ["/d"]
+    assert callable(args.handler)
+    for job in JOBS:
+        assert job in parser.format_help() or job in sub.choices["pipeline"].format_help()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["pipeline", "lag"])  # an input is required
+
+
+def test_regroup_dispatches_pipeline_without_importing_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from regroup import cli as regroup_cli
+
+    # Building the broker's command line (every subcommand, `pipeline` included) loads neither.
+    script = (
+        "import sys, regroup.cli as c; c.build_parser(); "
+        "print(sorted(m for m in sys.modules if m.startswith(('regroup_pipeline', 'pyspark'))))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
+    assert "pipeline" in regroup_cli.build_parser().format_help()
+
+    seen: list[tuple[list[str], str]] = []
+
+    def fake_main(argv: list[str], *, prog: str) -> int:
+        seen.append((argv, prog))
+        return 7
+
+    import regroup_pipeline.cli
+
+    monkeypatch.setattr(regroup_pipeline.cli, "main", fake_main)
+    assert regroup_cli.main(["pipeline", "--help"]) == 7
+    assert regroup_cli.main(["pipeline", "lag", "--data-dir", "/d", "--since", "-1h"]) == 7
+    assert seen == [
+        (["--help"], "regroup pipeline"),
+        (["lag", "--data-dir", "/d", "--since", "-1h"], "regroup pipeline"),
+    ]
+    monkeypatch.undo()
+
+    # Without the 'spark' extra: one line saying how to install it, and a usage error status.
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    assert regroup_cli.main(["pipeline", "offsets", "--data-dir", "/d"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "regroup pipeline needs PySpark: install the 'spark' extra (pip install 'regroup[spark]')"
+
+
+def test_all_writes_every_table_and_a_self_contained_report(
+    spark: Any, scenario: Any, regroup_copy: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    until = str(scenario.snapshot_ms)
+    assert (
+        main(
+            [
+                "all",
+                "--data-dir",
+                str(regroup_copy),
+                "--output",
+                str(out),
+                "--until",
+                until,
+                "--lag-samples",
+                "5",
+            ]
+        )
+        == 0
+    )
+    for name in (
+        "offsets",
+        "lag",
+        "rebalances",
+        "rebalance_frequency",
+        "expiring_offsets",
+        "assignment_health",
+    ):
+        assert any((out / name).glob("*.parquet")), name
+    page = (out / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<svg" in page
+    assert "g-churn" in page
+    assert "g-rr" in page
+    # Self-contained: no scripts, and nothing loaded from elsewhere.
+    assert "<script" not in page.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page, re.IGNORECASE)
+    assert "@import" not in page
+    assert "url(" not in page
+
+    report = tmp_path / "again.html"
+    assert (
+        main(
+            [
+                "report",
+                "--data-dir",
+                str(regroup_copy),
+                "--output",
+                str(out),
+                "--from-tables",
+                "--report",
+                str(report),
+            ]
+        )
+        == 0
+    )
+    assert "g-churn" in report.read_text()
+
+
+def test_single_jobs_from_the_cluster(spark: Any, scenario: Any, settled: None, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    assert main(["rebalances", "--bootstrap-server", scenario.bootstrap, "--output", str(out)]) == 0
+    generations = pq.read_table(out / "rebalances").to_pylist()
+    assert {r["group"] for r in generations} >= {"g-churn", "g-rr"}
+    assert (out / "rebalance_frequency").is_dir()
+    assert (
+        main(
+            [
+                "expiring_offsets",
+                "--bootstrap-server",
+                scenario.bootstrap,
+                "--output",
+                str(out),
+                "--retention-minutes",
+                "1",
+                "--horizon",
+                "3650d",
+            ]
+        )
+        == 0
+    )
+    expiring = pq.read_table(out / "expiring_offsets").to_pylist()
+    assert {r["group"] for r in expiring} >= {"g-churn", "g-admin"}
