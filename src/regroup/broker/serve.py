@@ -160,6 +160,21 @@ def _run_loop(config: Any) -> int:
         return runner.run(_serve(config))
 
 
+def _tune_gc() -> None:
+    """Keep the cyclic GC off the request path. Requests in flight (thousands at a time under load) live
+    long enough to be promoted to the oldest generation, and each promotion wave triggers a full
+    collection whose cost grows with everything the broker holds (members, connections, loaded offsets):
+    with 5,000 members, pauses of 100-280 ms several times a second. A large first generation lets
+    requests die young; freezing what start-up built (modules, configuration, the opened logs) keeps it out of
+    every later collection (a cycle among those objects is then never reclaimed: at most what start-up
+    built, once)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 10)
+
+
 async def _serve(config: Any) -> int:
     import asyncio
     import signal
@@ -185,6 +200,7 @@ async def _serve(config: Any) -> int:
         log.error("Cannot start: %s", exc)
         await broker.stop()
         return 1
+    _tune_gc()
     addresses = ", ".join(_hostport(host, port) for host, port in broker.bound_addresses().values())
     log.info("[regroup node=%d] started (cluster %s)", broker.node_id, broker.cluster_id)
     print(

@@ -41,11 +41,15 @@ class UnknownApiError(DecodeError):
     """The request names an API key this codec has no schema for."""
 
 
+# Looked up by plain int: converting to ApiKey first (an Enum call) would cost more than the lookup itself.
+_INFO_BY_KEY: dict[int, ApiInfo] = {int(key): info for key, info in API_INFO.items()}
+
+
 def _info(api_key: int) -> ApiInfo:
-    try:
-        return API_INFO[ApiKey(api_key)]
-    except ValueError:
-        raise UnknownApiError(f"unknown API key {api_key}") from None
+    info = _INFO_BY_KEY.get(api_key)
+    if info is None:
+        raise UnknownApiError(f"unknown API key {api_key}")
+    return info
 
 
 def request_header_version(api_key: int, api_version: int) -> int:

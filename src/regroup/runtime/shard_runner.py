@@ -218,6 +218,7 @@ class ShardRunner:
         self._on_notify = on_notify
         self._on_failure = on_failure
         self._state = RunnerState.LOADING
+        self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
         self._timers: TimerService[TimerKey] = TimerService(clock, self._on_fire)
         self._parked: dict[int, _Parked] = {}
@@ -288,7 +289,7 @@ class ShardRunner:
         """Queue a write; the future gives its reply (released once durable) or ``error_reply(code)`` for a
         coordinator-level error (loading, unloaded, failed). ``ticket`` is set for requests the shard may
         park (JoinGroup, SyncGroup)."""
-        return self._submit(_Call(run, asyncio.get_running_loop().create_future(), error_reply, ticket))
+        return self._submit(_Call(run, self._loop.create_future(), error_reply, ticket))
 
     def read(self, fn: Callable[[GroupShard], T], error_reply: Callable[[ErrorCode], T]) -> asyncio.Future[T]:
         """Queue a read; answered in lane order, after the writes it observed are durable."""
