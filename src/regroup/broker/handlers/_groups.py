@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from regroup.broker.config import BrokerConfig
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
 from regroup.group.config import GroupConfig
+from regroup.protocol.errors import ErrorCode
 from regroup.runtime.coordinator import CoordinatorConfig, GroupCoordinator
 from regroup.runtime.events import GroupEventsConfig
 
 if TYPE_CHECKING:
     from regroup.broker.state import Broker
 
-__all__ = ["SERVICE", "coordinator", "coordinator_config", "install"]
+__all__ = ["SERVICE", "coordinator", "coordinator_config", "install", "merge_partitions", "split_known"]
+
+_Topic = TypeVar("_Topic", bound=Any)  # a request topic: ``name`` and ``partitions`` with ``partition_index``
+_Answer = TypeVar("_Answer")
 
 SERVICE: Final = "group_coordinator"
 
@@ -85,13 +91,44 @@ def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     return coord if isinstance(coord, GroupCoordinator) and coord.running else None
 
 
-def known_partitions(ctx: RequestContext, topics: list[tuple[str, list[int]]]) -> list[list[bool]]:
-    """For each requested (topic, partitions): which partitions exist. Kafka's broker answers the others
-    UNKNOWN_TOPIC_OR_PARTITION itself before consulting the coordinator."""
+def split_known(ctx: RequestContext, topics: Sequence[_Topic]) -> tuple[list[list[bool]], list[_Topic]]:
+    """Which requested partitions exist (one mask per topic) and the request topics cut down to them
+    (topics left without a partition dropped). Kafka's broker answers the others
+    UNKNOWN_TOPIC_OR_PARTITION itself before consulting the coordinator (OffsetCommit, TxnOffsetCommit,
+    OffsetDelete)."""
     logs = ctx.broker.logs
     masks: list[list[bool]] = []
-    for name, partitions in topics:
-        info = logs.topic(name)
+    kept: list[_Topic] = []
+    for topic in topics:
+        info = logs.topic(topic.name)
         count = -1 if info is None else info.partitions
-        masks.append([0 <= p < count for p in partitions])
-    return masks
+        mask = [0 <= p.partition_index < count for p in topic.partitions]
+        masks.append(mask)
+        if any(mask):
+            partitions = [p for p, ok in zip(topic.partitions, mask, strict=True) if ok]
+            kept.append(replace(topic, partitions=partitions))
+    return masks, kept
+
+
+def merge_partitions(
+    topics: Sequence[_Topic],
+    masks: list[list[bool]],
+    answered: Iterable[_Answer],
+    unanswered: Callable[[int, ErrorCode], _Answer],
+) -> list[list[_Answer]]:
+    """Per requested topic, its partitions' answers in request order: the coordinator's ``answered`` ones
+    (in the order :func:`split_known` kept them) for known partitions, ``unanswered(partition_index,
+    code)`` for the rest — UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_SERVER_ERROR should the coordinator
+    have left one out."""
+    results = iter(answered)
+    merged: list[list[_Answer]] = []
+    for topic, mask in zip(topics, masks, strict=True):
+        partitions: list[_Answer] = []
+        for p, ok in zip(topic.partitions, mask, strict=True):
+            result = next(results, None) if ok else None
+            if result is None:
+                code = ErrorCode.UNKNOWN_SERVER_ERROR if ok else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result = unanswered(p.partition_index, code)
+            partitions.append(result)
+        merged.append(partitions)
+    return merged

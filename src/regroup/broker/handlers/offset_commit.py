@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install, known_partitions
+from regroup.broker.handlers._groups import coordinator, install, merge_partitions, split_known
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.offset_commit import (
@@ -31,14 +31,7 @@ from regroup.runtime.responses import offset_commit_error
 def handle(
     ctx: RequestContext, request: OffsetCommitRequest
 ) -> OffsetCommitResponse | Awaitable[OffsetCommitResponse]:
-    masks = known_partitions(
-        ctx, [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
-    )
-    kept = [
-        replace(t, partitions=[p for p, ok in zip(t.partitions, mask, strict=True) if ok])
-        for t, mask in zip(request.topics, masks, strict=True)
-        if any(mask)
-    ]
+    masks, kept = split_known(ctx, request.topics)
     if not kept:
         return _merge(request, masks, None)
     filtered = replace(request, topics=kept)
@@ -58,18 +51,19 @@ def handle(
 def _merge(
     request: OffsetCommitRequest, masks: list[list[bool]], answered: OffsetCommitResponse | None
 ) -> OffsetCommitResponse:
-    results = iter([p for t in answered.topics for p in t.partitions] if answered is not None else [])
-    topics: list[OffsetCommitResponseTopic] = []
-    for topic, mask in zip(request.topics, masks, strict=True):
-        partitions: list[OffsetCommitResponsePartition] = []
-        for p, ok in zip(topic.partitions, mask, strict=True):
-            result = next(results, None) if ok else None
-            if result is None:
-                code = ErrorCode.UNKNOWN_SERVER_ERROR if ok else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                result = OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
-            partitions.append(result)
-        topics.append(OffsetCommitResponseTopic(name=topic.name, partitions=partitions))
-    return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
+    merged = merge_partitions(
+        request.topics,
+        masks,
+        [p for t in answered.topics for p in t.partitions] if answered is not None else [],
+        lambda index, code: OffsetCommitResponsePartition(partition_index=index, error_code=code),
+    )
+    return OffsetCommitResponse(
+        throttle_time_ms=0,
+        topics=[
+            OffsetCommitResponseTopic(name=t.name, partitions=ps)
+            for t, ps in zip(request.topics, merged, strict=True)
+        ],
+    )
 
 
 def register(registry: HandlerRegistry) -> None:

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install, known_partitions
+from regroup.broker.handlers._groups import coordinator, install, merge_partitions, split_known
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.txn_offset_commit import (
@@ -30,14 +30,7 @@ from regroup.runtime.responses import txn_offset_commit_error
 def handle(
     ctx: RequestContext, request: TxnOffsetCommitRequest
 ) -> TxnOffsetCommitResponse | Awaitable[TxnOffsetCommitResponse]:
-    masks = known_partitions(
-        ctx, [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
-    )
-    kept = [
-        replace(t, partitions=[p for p, ok in zip(t.partitions, mask, strict=True) if ok])
-        for t, mask in zip(request.topics, masks, strict=True)
-        if any(mask)
-    ]
+    masks, kept = split_known(ctx, request.topics)
     if not kept:
         return _merge(request, masks, None)
     filtered = replace(request, topics=kept)
@@ -56,18 +49,19 @@ def handle(
 def _merge(
     request: TxnOffsetCommitRequest, masks: list[list[bool]], answered: TxnOffsetCommitResponse | None
 ) -> TxnOffsetCommitResponse:
-    results = iter([p for t in answered.topics for p in t.partitions] if answered is not None else [])
-    topics: list[TxnOffsetCommitResponseTopic] = []
-    for topic, mask in zip(request.topics, masks, strict=True):
-        partitions: list[TxnOffsetCommitResponsePartition] = []
-        for p, ok in zip(topic.partitions, mask, strict=True):
-            result = next(results, None) if ok else None
-            if result is None:
-                code = ErrorCode.UNKNOWN_SERVER_ERROR if ok else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                result = TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
-            partitions.append(result)
-        topics.append(TxnOffsetCommitResponseTopic(name=topic.name, partitions=partitions))
-    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)
+    merged = merge_partitions(
+        request.topics,
+        masks,
+        [p for t in answered.topics for p in t.partitions] if answered is not None else [],
+        lambda index, code: TxnOffsetCommitResponsePartition(partition_index=index, error_code=code),
+    )
+    return TxnOffsetCommitResponse(
+        throttle_time_ms=0,
+        topics=[
+            TxnOffsetCommitResponseTopic(name=t.name, partitions=ps)
+            for t, ps in zip(request.topics, merged, strict=True)
+        ],
+    )
 
 
 def register(registry: HandlerRegistry) -> None:
