@@ -24,9 +24,8 @@ from regroup.group.history import GenerationRecord
 from regroup.group.shard import GroupShard
 from regroup.group.state import GroupState
 from regroup.protocol.api_keys import ApiKey
+from regroup.protocol.assignment_health import decode_member
 from regroup.protocol.errors import ErrorCode
-from regroup.protocol.primitives import DecodeError
-from regroup.protocol.records.consumer_protocol import ConsumerProtocolAssignment
 from regroup.runtime.clock import ManualClock
 from regroup.runtime.coordinator import GroupCoordinator, PartitionState
 from regroup.testing._runner import BrokerRunner
@@ -105,16 +104,10 @@ class GroupView:
         return None
 
 
-def _decode_assignment(data: bytes) -> dict[str, tuple[int, ...]]:
-    if len(data) < 2:
-        return {}
-    try:
-        asg, _ = ConsumerProtocolAssignment.decode_versioned(data, lenient=True)
-    except DecodeError:
-        return {}
+def _decode_assignment(member_id: str, data: bytes) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
-    for tp in asg.assigned_partitions:
-        out[tp.topic] = tuple(sorted((*out.get(tp.topic, ()), *tp.partitions)))
+    for topic, partition in decode_member(member_id, b"", data).partitions:
+        out[topic] = tuple(sorted((*out.get(topic, ()), partition)))
     return out
 
 
@@ -136,7 +129,7 @@ def _view(
                 client_host=m.client_host,
                 session_timeout_ms=m.session_timeout_ms,
                 rebalance_timeout_ms=m.rebalance_timeout_ms,
-                assignment=_decode_assignment(m.assignment),
+                assignment=_decode_assignment(m.member_id, m.assignment),
                 raw_assignment=m.assignment,
             )
             for m in snapshot.members
