@@ -2,16 +2,42 @@
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
-# No per-example deadline: timings on shared 2-core CI machines are too noisy for one to mean anything.
-# HYPOTHESIS_PROFILE=ci also fixes the seed so that a CI failure reproduces exactly.
-settings.register_profile("dev", deadline=None)
-settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+from support.kafka_python_join import patch_kafka_python_join
+
+# No per-example deadline and no "too slow" health check: timings on shared 2-core CI machines are too
+# noisy for either to mean anything. HYPOTHESIS_PROFILE=ci also fixes the seed so that a CI failure
+# reproduces exactly.
+_UNTIMED: dict[str, Any] = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("dev", **_UNTIMED)
+settings.register_profile("ci", **_UNTIMED, derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# kafka-python group members run in this process too (support.admin_port, the pipeline scenario, the
+# regroup.testing examples).
+patch_kafka_python_join()
+
+
+# Tests driving real clients and servers leave cyclic garbage (client objects, sockets and pipes kept alive
+# by a failed assertion's traceback, say). Collecting it in their own teardown keeps its ResourceWarnings
+# with the test that made it, rather than in whichever later test the garbage collector happens to run.
+_COLLECT_AFTER: Final = frozenset({"admin", "compat", "differential", "interop", "pipeline", "testing"})
+_TESTS: Final = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _collect_own_garbage(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if request.node.path.relative_to(_TESTS).parts[0] in _COLLECT_AFTER:
+        gc.collect()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,6 +140,8 @@ class ServeProcess:
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, text=True
         )
+        self._stderr: list[str] = []
+        self._stderr_reader: threading.Thread | None = None
         self.ready_line = ""
         self.host = ""
         self.port = 0
@@ -156,6 +159,7 @@ class ServeProcess:
             if match:
                 self.ready_line = line.strip()
                 self.host, self.port, self.cluster_id = match.group(1), int(match.group(2)), match.group(4)
+                self._drain_stderr()
                 return self
         _, err = self.proc.communicate(timeout=10)
         raise AssertionError(f"broker did not become ready: {line!r}\n{err}")
@@ -164,15 +168,36 @@ class ServeProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def _drain_stderr(self) -> None:
+        """Read the running broker's log as it comes: nobody else reads the pipe while tests run, and a
+        broker whose log fills the pipe buffer would block inside its event loop."""
+        assert self.proc.stderr is not None
+        stream = self.proc.stderr
+        self._stderr_reader = threading.Thread(
+            target=lambda: self._stderr.extend(stream), name="serve stderr", daemon=True
+        )
+        self._stderr_reader.start()
+
+    def _finish(self, timeout: float) -> str:
+        if self._stderr_reader is None:
+            _, err = self.proc.communicate(timeout=timeout)
+            return err
+        self.proc.wait(timeout)
+        self._stderr_reader.join(timeout)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return "".join(self._stderr)
+
     def terminate(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> tuple[int, str]:
         self.proc.send_signal(sig)
-        _, err = self.proc.communicate(timeout=timeout)
+        err = self._finish(timeout)
         return self.proc.returncode, err
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.communicate(timeout=30)
+        self._finish(30)
 
 
 def free_port() -> int:

@@ -332,7 +332,7 @@ def balanced(members: Sequence[Member], partitions: int = PARTITIONS) -> bool:
     return len(owned) == len(set(owned)) == partitions and set(owned) == set(range(partitions))
 
 
-def wait_balanced(members: Sequence[Member], what: str, timeout: float = 40) -> None:
+def wait_balanced(members: Sequence[Member], what: str, timeout: float = 90) -> None:
     live = [m for m in members if m.alive]
     wait_for(
         lambda: balanced(live) and all(m.assignment for m in live), timeout, f"a balanced group ({what})"
@@ -342,7 +342,7 @@ def wait_balanced(members: Sequence[Member], what: str, timeout: float = 40) -> 
 def wait_consumed(
     members: Sequence[Member],
     produced: Sequence[tuple[int, int, str]],
-    timeout: float = 60,
+    timeout: float = 120,
     may_miss: frozenset[tuple[int, int]] = frozenset(),
 ) -> None:
     wanted = {(p, o) for p, o, _ in produced} - may_miss
@@ -423,6 +423,21 @@ def kcat_dropped_at_exit(members: Sequence[Member]) -> frozenset[tuple[int, int]
     return frozenset(out)
 
 
+def dump_scenario(serve: Serve, members: Sequence[Member]) -> None:
+    """What a failed scenario leaves on stderr: each member's state and last stderr lines, then the
+    broker's log after its start-up configuration dump."""
+    for m in members:
+        state = (
+            f"ready={m.ready.is_set()} alive={m.alive} killed={m.killed} exit={m.proc.poll()} "
+            f"records={len(m.records)} assignments={[sorted(a) for a in m.assignments[-5:]]} "
+            f"failures={m.failures[-3:]}"
+        )
+        sys.stderr.write(f"--- {m.name}: {state}; stderr ---\n{''.join(m.stderr_lines[-30:])}\n")
+    lines = serve.log().splitlines()
+    after_config = [line for line in lines if not line.startswith("\t")]
+    sys.stderr.write("--- broker log ---\n" + "\n".join(after_config[-80:]) + "\n")
+
+
 def run_scenario(
     tmp: Path,
     start: Callable[[str, str], Member],
@@ -470,9 +485,7 @@ def run_scenario(
         stats["generations"] = len(serve.generations("g"))
         return stats
     except BaseException:
-        for m in members:
-            sys.stderr.write(f"--- {m.name} stderr ---\n{''.join(m.stderr_lines[-30:])}\n")
-        sys.stderr.write(f"--- broker log ---\n{serve.log()[-5000:]}\n")
+        dump_scenario(serve, members)
         raise
     finally:
         if producer is not None:
@@ -552,9 +565,7 @@ def run_static_scenario(
         stats["generations"] = len(generations)
         return stats
     except BaseException:
-        for m in members:
-            sys.stderr.write(f"--- {m.name} stderr ---\n{''.join(m.stderr_lines[-30:])}\n")
-        sys.stderr.write(f"--- broker log ---\n{serve.log()[-5000:]}\n")
+        dump_scenario(serve, members)
         raise
     finally:
         if producer is not None:

@@ -5,7 +5,8 @@ Usage: ``python interop_worker.py CLIENT BOOTSTRAP GROUP TOPIC [--assignor A] [-
 ``{"ev": "ready"}``, ``{"ev": "assignment", "parts": [...]}`` (the full current assignment, after every
 change), ``{"ev": "rec", "p": P, "o": O, "v": V}`` for each record processed, then
 ``{"ev": "commit", "p": P, "o": NEXT}`` once a synchronous commit of the batch succeeded. SIGTERM closes
-the consumer cleanly (commit, LeaveGroup for dynamic members) and exits 0.
+the consumer cleanly (commit, LeaveGroup for dynamic members) and exits 0. With REGROUP_INTEROP_DEBUG=DIR
+the client library's DEBUG log goes to DIR/NAME.log.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import os
 import signal
 import sys
 import threading
 import warnings
+from pathlib import Path
 from typing import Any
 
 stop = threading.Event()
@@ -86,6 +90,10 @@ def run_confluent(args: argparse.Namespace) -> None:
 
 
 def run_kafka_python(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from support.kafka_python_join import patch_kafka_python_join
+
+    patch_kafka_python_join()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
@@ -193,6 +201,13 @@ def main() -> None:
     parser.add_argument("--instance-id", default=None)
     parser.add_argument("--session-ms", type=int, default=6000)
     args = parser.parse_args()
+    debug_dir = os.environ.get("REGROUP_INTEROP_DEBUG")
+    if debug_dir:  # the client library's own DEBUG log, one file per member, for chasing a failure
+        logging.basicConfig(
+            filename=os.path.join(debug_dir, f"{args.name}.log"),
+            level=logging.DEBUG,
+            format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s",
+        )
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     runner = {"confluent": run_confluent, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka}
     runner[args.client](args)

@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,20 @@ if importlib.util.find_spec("pyspark") is None:
     collect_ignore_glob = ["test_*.py"]
 
 
+def _reap() -> None:
+    """Collect PySpark's abandoned result sockets now, silently (see ``support.SPARK_SOCKETS``), rather
+    than let the garbage collector close them during whatever test runs next."""
+    from .support import SPARK_SOCKET_REPR
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", f"unclosed {SPARK_SOCKET_REPR}", ResourceWarning)
+        gc.collect()
+
+
 @pytest.fixture(autouse=True)
 def _reap_spark_sockets() -> Iterator[None]:
-    """Collect PySpark's abandoned result sockets inside the pipeline tests, whose marks filter the
-    warning (see ``support.SPARK_SOCKETS``), rather than in whatever test runs next."""
     yield
-    gc.collect()
+    _reap()
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +48,7 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
+    _reap()
 
 
 @pytest.fixture(scope="session")

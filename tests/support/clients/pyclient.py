@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 STOP = False
@@ -150,6 +151,10 @@ def confluent_produce(a: argparse.Namespace) -> None:
 
 
 def kafka_python_consume(a: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from support.kafka_python_join import patch_kafka_python_join
+
+    patch_kafka_python_join()
     from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
     from kafka.coordinator.assignors.range import RangePartitionAssignor
     from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
