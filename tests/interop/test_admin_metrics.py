@@ -128,9 +128,11 @@ def test_metrics_match_the_kafka_apis_through_churn(broker: tuple[RegroupServer,
 
         # Another group commits and leaves: Empty with offsets, its lag still reported.
         lone = ConsumerThread(bootstrap, "churn-empty", [TOPIC_A], "e1")
+        members.append(lone)  # closed below; also on failure, so that its thread does not outlive the test
         wait_until(lambda: stable_with(server, "churn-empty", 1), 30)
         lone.commit({(TOPIC_A, 3): 11, (TOPIC_A, 0): 10})
         commits += 2
+        members.remove(lone)
         lone.close()
         wait_until(lambda: mismatches(server, admin), 15)
         assert list_groups(server.address)["churn-empty"] == "Empty"

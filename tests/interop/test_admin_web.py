@@ -80,12 +80,15 @@ def test_web_view_shows_groups_lag_and_timeline(browser: object) -> None:
             return None if ok else f"{group}: {desc.group_state} with {len(desc.members)} members"
 
         live = [ConsumerThread(bootstrap, "web-live", [TOPIC], "web-a")]
+        started = live.copy()  # every consumer thread, closed at the end even if the test fails
         try:
             wait_until(lambda: stable_with("web-live", 1), 30)
             live.append(ConsumerThread(bootstrap, "web-live", [TOPIC], "web-b"))
+            started.append(live[-1])
             wait_until(lambda: stable_with("web-live", 2), 30)
             live[0].commit({(TOPIC, 0): 2, (TOPIC, 1): 20, (TOPIC, 2): 5})
             idle = ConsumerThread(bootstrap, "web-idle", [TOPIC], "web-c")
+            started.append(idle)
             wait_until(lambda: stable_with("web-idle", 1), 30)
             idle.commit({(TOPIC, 2): 30})
             idle.close()
@@ -151,5 +154,5 @@ def test_web_view_shows_groups_lag_and_timeline(browser: object) -> None:
                 browser.save_screenshot(str(shot))
             assert shot.stat().st_size > 10_000
         finally:
-            for member in live:
+            for member in started:
                 member.close()
