@@ -6,7 +6,9 @@ coordinator writes one batch per OffsetCommit request, five generations per grou
 measures on one SparkSession:
 
 - decode: raw records (from Parquet) → offset commits with the vectorised ``mapInArrow`` decoder, and with a
-  plain row-at-a-time Python UDF (pickled rows, regroup's codecs) as the baseline;
+  plain row-at-a-time Python UDF (pickled rows, regroup's codecs) as the baseline; the data source reading
+  and decoding the segments; and, as the bound for the data source, Spark taking batches that are already
+  decoded from a Python data source (the transfer alone);
 - end to end: the ``all`` job over the data directory (Python Data Source read, decode, every table
   written as Parquet, the HTML report).
 
@@ -159,14 +161,53 @@ def _arrow_decode_only(batches: Iterator[Any]) -> int:
     return sum(decode_offset_commits(b).num_rows for b in batches)
 
 
+def _transfer_source(root: Path, rows: int, tasks: int) -> Any:
+    """A data source that yields already decoded offset commits — the first chunk of
+    ``__consumer_offsets-0``, decoded once per task and sent again until ``rows`` — in ``tasks`` tasks: what
+    moving decoded batches from Python into Spark costs on its own, the bound for the data source."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from regroup_pipeline.decode import COMMIT_ARROW_SCHEMA
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(tasks)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            from regroup_pipeline import logdir
+            from regroup_pipeline.commitscan import scan_offset_commits
+
+            part = logdir.list_partitions([str(root)], topics=["__consumer_offsets"])[0]
+            data, limit = next(logdir.read_split(logdir.plan_splits([part], 1 << 62)[0], 16 * 1024 * 1024))
+            batch = scan_offset_commits(data, limit, 0)
+            assert batch is not None
+            assert batch.num_rows
+            left = rows // tasks + (1 if partition.value < rows % tasks else 0)
+            while left > 0:
+                yield batch.slice(0, min(left, batch.num_rows))
+                left -= batch.num_rows
+
+    class Transfer(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "regroup_bench_transfer"
+
+        def schema(self) -> Any:
+            return from_arrow_schema(COMMIT_ARROW_SCHEMA)
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return Reader()
+
+    return Transfer
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-    from regroup_pipeline import jobs
     from regroup_pipeline.inputs import CONSUMER_OFFSETS, TimeWindow, decode_commits, from_datadir
-    from regroup_pipeline.report import write_report
-    from regroup_pipeline.runner import persist_inputs, write_table
+    from regroup_pipeline.runner import write_all
     from regroup_pipeline.session import build_session
 
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="regroup-bench-"))
@@ -211,6 +252,8 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     timed(in_source.limit(1000))  # start the data source's Python workers
     source_decode = timed(in_source)
+    spark.dataSource.register(_transfer_source(root, rows, spark.sparkContext.defaultParallelism))
+    transfer = timed(spark.read.format("regroup_bench_transfer").load())
     baseline_rows = min(args.baseline_records or rows, rows)
     baseline_input = raw.limit(baseline_rows) if baseline_rows < rows else raw
     out_type = StructType(
@@ -232,6 +275,8 @@ def run_bench(args: argparse.Namespace) -> int:
     results["vectorised_rows_per_s"] = round(rows / vectorised)
     results["data_source_decode_seconds"] = round(source_decode, 2)
     results["data_source_decode_rows_per_s"] = round(rows / source_decode)
+    results["transfer_seconds"] = round(transfer, 2)
+    results["transfer_rows_per_s"] = round(rows / transfer)
     results["baseline_rows"] = baseline_rows
     results["baseline_seconds"] = round(baseline, 2)
     results["baseline_rows_per_s"] = round(baseline_rows / baseline)
@@ -247,22 +292,9 @@ def run_bench(args: argparse.Namespace) -> int:
     out = workdir / "out"
     start = time.perf_counter()
     window = TimeWindow(now_ms=info["now_ms"])
-    inputs = persist_inputs(from_datadir(spark, [str(root)], window))
-    tables = jobs.compute_all(inputs, lag_samples=60)
-    # compute_all already runs the actions that plan the lag samples (reading and decoding the inputs,
-    # building the commit history); then tables are written one after the other, and the first one to
-    # need a shared intermediate (group states, generations) also pays for computing it.
-    stages: dict[str, float] = {"read, decode, history": round(time.perf_counter() - start, 1)}
-    for name, df in tables.items():
-        stage = time.perf_counter()
-        write_table(df, out, name)
-        stages[name] = round(time.perf_counter() - stage, 1)
-    stage = time.perf_counter()
-    write_report(tables, out / "report.html", window)
-    stages["report"] = round(time.perf_counter() - stage, 1)
+    stages = write_all(from_datadir(spark, [str(root)], window), out, out / "report.html", lag_samples=60)
     results["all_job_seconds"] = round(time.perf_counter() - start, 1)
-    results["all_job_stage_seconds"] = stages
-    tables.unpersist()
+    results["all_job_stage_seconds"] = {name: round(secs, 1) for name, secs in stages.items()}
     if own_session:
         spark.stop()
     if not args.workdir:
@@ -282,6 +314,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"{'  Parquet scan only':<34}{scan:>10.2f}{rows / scan:>14,.0f}")
         print(f"{'  vectorised (mapInArrow)':<34}{vectorised:>10.2f}{rows / vectorised:>14,.0f}")
         print(f"{'  data source reads + decodes':<34}{source_decode:>10.2f}{rows / source_decode:>14,.0f}")
+        print(f"{'  transfer alone (decoded batches)':<34}{transfer:>10.2f}{rows / transfer:>14,.0f}")
         print(
             f"{'  Python UDF baseline':<34}{baseline:>10.2f}{baseline_rows / baseline:>14,.0f}"
             + (f"  (on {baseline_rows:,} rows)" if baseline_rows < rows else "")

@@ -19,7 +19,9 @@ Options (all strings):
 - ``recordTypes``: comma-separated ``__consumer_offsets`` key types to keep, e.g. ``0,1``;
 - ``decode``: ``offset_commits`` or ``group_metadata``: ``__consumer_offsets`` records come out decoded,
   with the schemas of :mod:`regroup_pipeline.decode`, by the same vectorised decoders that ``mapInArrow``
-  runs, sparing a round trip between the JVM and Python.
+  runs, sparing a round trip between the JVM and Python; ``offset_history``: offset commits with the
+  interval each was in force (``valid_until``, ``is_current``), computed while each partition is read in
+  log order (a task reads whole partitions), sparing a shuffle and sort of every commit.
 
 Streaming (``spark.readStream.format("regroup")``) uses file-based micro-batches: offsets have the shape
 of the Kafka source's, ``{"topic": {"partition": next offset}}``, starting at each partition's log start
@@ -56,13 +58,25 @@ def _commit_schema() -> Any:
     return COMMIT_ARROW_SCHEMA
 
 
+def _history_schema() -> Any:
+    from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
+
+    return HISTORY_ARROW_SCHEMA
+
+
 def _group_schema() -> Any:
     from regroup_pipeline.decode import GROUP_ARROW_SCHEMA
 
     return GROUP_ARROW_SCHEMA
 
 
-DECODED: Final = {"offset_commits": _commit_schema, "group_metadata": _group_schema}
+DECODED: Final = {
+    "offset_commits": _commit_schema,
+    "offset_history": _history_schema,
+    "group_metadata": _group_schema,
+}
+# Modes that need each partition read whole, in order, by one task.
+_WHOLE_PARTITIONS: Final = frozenset({"offset_history"})
 
 
 def raw_schema() -> StructType:
@@ -150,19 +164,98 @@ def _pack(splits: Sequence[logdir.Split], target: int, bounds: Sequence[int] | N
     return tasks
 
 
+def _pack_partitions(splits: Sequence[logdir.Split], target: int) -> list[Any]:
+    """Tasks of whole partitions (their splits in log order), about ``target`` bytes each."""
+    tasks: list[Any] = []
+    current: list[logdir.Split] = []
+    size = 0
+    for split in splits:
+        if (
+            current
+            and size >= target
+            and (split.topic, split.partition)
+            != (
+                current[-1].topic,
+                current[-1].partition,
+            )
+        ):
+            tasks.append(_TaskPartition(_Task(tuple(current), None)))
+            current, size = [], 0
+        current.append(split)
+        size += split.end - split.start
+    if current:
+        tasks.append(_TaskPartition(_Task(tuple(current), None)))
+    return tasks
+
+
 def _read_task(task: _Task, opts: ReadOptions) -> Iterator[Any]:
+    if opts.decode not in _WHOLE_PARTITIONS:
+        return _read_splits(task, opts)
+    return _read_history(task, opts)
+
+
+def _read_history(task: _Task, opts: ReadOptions) -> Iterator[Any]:
+    from regroup_pipeline.decode import CommitHistory
+
+    history: CommitHistory | None = None
+    last: tuple[str, int] | None = None
+    for split, batch in _decoded_splits(task, opts):
+        if (split.topic, split.partition) != last:
+            if history is not None:
+                yield from _batches(history.finish())
+            history, last = CommitHistory(), (split.topic, split.partition)
+        assert history is not None
+        yield from _batches(history.feed(batch))
+    if history is not None:
+        yield from _batches(history.finish())
+
+
+def _batches(table: Any) -> Iterator[Any]:
+    if table is not None:
+        yield from table.to_batches()
+
+
+def _read_splits(task: _Task, opts: ReadOptions) -> Iterator[Any]:
+    for _split, batch in _decoded_splits(task, opts):
+        yield batch
+
+
+def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Split, Any]]:
     from regroup_pipeline.decode import decode_group_metadata, decode_offset_commits, record_types
 
-    decoder = {"offset_commits": decode_offset_commits, "group_metadata": decode_group_metadata}.get(
-        opts.decode or ""
-    )
+    decoder = {
+        "offset_commits": decode_offset_commits,
+        "offset_history": decode_offset_commits,
+        "group_metadata": decode_group_metadata,
+    }.get(opts.decode or "")
+
+    from regroup_pipeline.commitscan import scan_offset_commits, scan_records
+
+    # The compiled pass over segment bytes: offset commits straight to their columns, group metadata
+    # records picked out of the commits before the codecs decode them.
+    kinds = set(opts.record_types) if opts.record_types is not None else None
+    scan_commits = decoder is decode_offset_commits and (kinds is None or {0, 1} <= kinds)
+    scan_groups = decoder is decode_group_metadata and (kinds is None or 2 in kinds)
 
     for i, split in enumerate(task.splits):
         max_offset = task.max_offsets[i] if task.max_offsets is not None else None
         for data, limit in logdir.read_split(split, _CHUNK_BYTES):
-            idx = index_batches(data, 0, limit)
-            if max_offset is not None and idx.positions.size and int(idx.base_offset[0]) >= max_offset:
+            if max_offset is not None and int.from_bytes(data[:8], "big", signed=True) >= max_offset:
                 break
+            bounds = (split.min_offset, max_offset, opts.until_ms)
+            if scan_commits:
+                fast = scan_offset_commits(data, limit, split.partition, *bounds)
+            elif scan_groups:
+                fast = scan_records(data, limit, split.topic, split.partition, (2,), *bounds)
+                if fast is not None and fast.num_rows:
+                    fast = decode_group_metadata(fast)
+            else:
+                fast = None
+            if fast is not None:
+                if fast.num_rows:
+                    yield split, fast
+                continue
+            idx = index_batches(data, 0, limit)
             records = decode_records(data, idx)
             keep = records.offset >= split.min_offset
             if max_offset is not None:
@@ -187,7 +280,7 @@ def _read_task(task: _Task, opts: ReadOptions) -> Iterator[Any]:
                 batch = decoder(batch)
                 if batch.num_rows == 0:
                     continue
-            yield batch
+            yield split, batch
 
 
 class _BatchReader(DataSourceReader):
@@ -200,6 +293,9 @@ class _BatchReader(DataSourceReader):
         wanted = self.opts.min_partitions or os.cpu_count() or 1
         # At least ``minPartitions`` tasks when there is enough data, at most maxSplitBytes each.
         target = min(self.opts.max_split_bytes, max(_MIN_TASK_BYTES, -(-total // wanted)))
+        if self.opts.decode in _WHOLE_PARTITIONS:
+            splits = logdir.plan_splits(parts, total + 1)  # a split per segment
+            return _pack_partitions(splits, target) or [_TaskPartition(_Task((), None))]
         splits = logdir.plan_splits(parts, target)
         return _pack(splits, target) or [_TaskPartition(_Task((), None))]
 
@@ -271,7 +367,10 @@ class RegroupDataSource(DataSource):
         return _BatchReader(ReadOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # pyspark's name
-        return _StreamReader(ReadOptions.parse(self.options))
+        opts = ReadOptions.parse(self.options)
+        if opts.decode in _WHOLE_PARTITIONS:
+            raise ValueError(f"decode={opts.decode} needs whole partitions: it is for batch reads only")
+        return _StreamReader(opts)
 
 
 def register(spark: Any) -> None:

@@ -1,13 +1,12 @@
 """Decoding ``__consumer_offsets`` records into Arrow, one Arrow batch at a time.
 
-Offset commits (key types 0/1, values v0–v4, tombstones) are the bulk of the topic and are decoded with numpy
-over whole batches: every field is a fixed-layout big-endian integer or a length-prefixed string at a
-position computable from the lengths before it (v4's tagged fields, such as Kafka 4.3's topic id, are
-skipped). A batch holding anything unusual — an unknown value version, a malformed key or value — is
-decoded instead by regroup's generated codecs, which accept every valid encoding and raise
-:class:`DecodeError` on invalid ones. Group metadata (key type 2) is rare, nested and variable-length; it
-is decoded with the generated codecs, including each member's consumer-protocol subscription and
-assignment. Both are meant for ``DataFrame.mapInArrow``.
+Offset commits (key types 0/1, values v0–v4, tombstones) are the bulk of the topic and are decoded by one
+compiled pass over the batch's keys and values (:mod:`regroup_pipeline.commitscan`; v4's tagged fields,
+such as Kafka 4.3's topic id, are skipped). A batch holding anything unusual — an unknown value version, a
+malformed key or value — is decoded instead by regroup's generated codecs, which accept every valid
+encoding and raise :class:`DecodeError` on invalid ones. Group metadata (key type 2) is rare, nested and
+variable-length; it is decoded with the generated codecs, including each member's consumer-protocol
+subscription and assignment. Both are meant for ``DataFrame.mapInArrow``.
 """
 
 from __future__ import annotations
@@ -25,11 +24,14 @@ from regroup.protocol.records.consumer_protocol import (
 )
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue
 from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
-from regroup_pipeline.logformat import I64, U8, be_int, slice_binary, uvarint
+from regroup_pipeline.commitscan import scan_commit_pairs
+from regroup_pipeline.logformat import I64, U8, be_int
 
 __all__ = [
     "COMMIT_ARROW_SCHEMA",
     "GROUP_ARROW_SCHEMA",
+    "HISTORY_ARROW_SCHEMA",
+    "CommitHistory",
     "decode_group_metadata",
     "decode_offset_commits",
     "group_metadata_batches",
@@ -59,6 +61,12 @@ COMMIT_ARROW_SCHEMA: Final = pa.schema(
         pa.field("record_offset", pa.int64()),
         pa.field("record_timestamp", _TS),
     ]
+)
+
+# Offset commits with the interval each was in force: until the next record for the same group, topic and
+# partition (``valid_until``, null for the last one, which ``is_current``).
+HISTORY_ARROW_SCHEMA: Final = pa.schema(
+    [*COMMIT_ARROW_SCHEMA, pa.field("valid_until", _TS), pa.field("is_current", pa.bool_())]
 )
 
 MEMBER_TYPE: Final = pa.struct(
@@ -151,108 +159,20 @@ def _ts(ms: I64, null: Any) -> Any:
 def decode_offset_commits(batch: Any) -> Any:
     """Offset-commit records (and their tombstones) of a batch of raw ``__consumer_offsets`` records, as a
     ``pyarrow.RecordBatch`` with :data:`COMMIT_ARROW_SCHEMA`; other record types are dropped."""
-    keys = _column(batch, "key")
-    rtype = record_types(keys)
+    fast = scan_commit_pairs(batch)
+    if fast is not None:
+        return fast
+    rtype = record_types(_column(batch, "key"))
     rows = np.flatnonzero((rtype == _OFFSET_COMMIT_TYPES[0]) | (rtype == _OFFSET_COMMIT_TYPES[1]))
     if rows.size == 0:
         return _empty(COMMIT_ARROW_SCHEMA)
-    if rows.size != len(keys):
-        take = pa.array(rows)
-        batch = batch.take(take)
-        keys = _column(batch, "key")
-        rtype = rtype[rows]
-    fast = _offset_commits_fast(batch, rtype)
-    return fast if fast is not None else _offset_commits_codec(batch)
+    if rows.size != batch.num_rows:
+        batch = batch.take(pa.array(rows))
+    return _offset_commits_codec(batch)
 
 
 def _empty(schema: Any) -> Any:
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
-
-
-def _skip_tagged_fields(buf: U8, pos: I64) -> I64:
-    """Positions just past the tagged-field sections at ``pos`` (Kafka 4.x adds the topic id to
-    OffsetCommitValue v4 as tag 0; unknown tags are skipped as the generated codecs skip them)."""
-    limit = max(buf.size - 1, 0)
-    count, pos = uvarint(buf, np.clip(pos, 0, limit), 5)
-    active = np.flatnonzero(count > 0)
-    field = 0
-    while active.size:
-        p = np.clip(pos[active], 0, limit)
-        _tag, p = uvarint(buf, p, 5)
-        size, p = uvarint(buf, np.clip(p, 0, limit), 5)
-        pos[active] = p + size.astype(np.int64)
-        field += 1
-        active = active[count[active] > np.uint64(field)]
-    return pos
-
-
-def _offset_commits_fast(batch: Any, key_version: I64) -> Any | None:
-    """The vectorised decoder, or None when the batch holds anything it does not handle."""
-    try:
-        return _offset_commits_vectorised(batch, key_version)
-    except IndexError:
-        return None  # a length pointing outside the data: the codecs will say what is wrong
-
-
-def _offset_commits_vectorised(batch: Any, key_version: I64) -> Any | None:
-    kdata, ks, kl = _binary_parts(_column(batch, "key"))
-    vdata, vs, vl = _binary_parts(_column(batch, "value"))
-    kbuf, vbuf = kdata, vdata
-
-    glen = _safe_be(kbuf, ks + 2, 2)
-    tpos = ks + 4 + np.maximum(glen, 0)
-    tlen = _safe_be(kbuf, tpos, 2)
-    ppos = tpos + 2 + np.maximum(tlen, 0)
-    partition = _safe_be(kbuf, ppos, 4)
-    if not bool(((kl >= 10) & (glen >= 0) & (tlen >= 0) & (ppos + 4 == ks + kl)).all()):
-        return None
-
-    tomb = vl < 0
-    version = np.where(vl >= 2, _safe_be(vbuf, vs, 2), -1)
-    v3plus = version >= 3
-    offset = _safe_be(vbuf, vs + 2, 8)
-    epoch = np.where(v3plus, _safe_be(vbuf, vs + 10, 4), -1)
-    meta_len_pos = np.where(v3plus, vs + 14, vs + 10)
-    meta_len = _safe_be(vbuf, meta_len_pos, 2)
-    meta_start = meta_len_pos + 2
-    v4 = np.flatnonzero(version == 4)
-    if v4.size:
-        compact, after = uvarint(vbuf, np.clip(meta_len_pos[v4], 0, max(vbuf.size - 1, 0)), 5)
-        meta_len[v4] = compact.astype(np.int64) - 1
-        meta_start[v4] = after
-    ts_pos = meta_start + np.maximum(meta_len, 0)
-    commit_ts = _safe_be(vbuf, ts_pos, 8)
-    expire_ts = np.where(version == 1, _safe_be(vbuf, ts_pos + 8, 8), -1)
-    end = ts_pos + 8 + np.where(version == 1, 8, 0)
-    if v4.size:
-        end[v4] = _skip_tagged_fields(vbuf, end[v4])
-    ok = (version >= 0) & (version <= 4) & (meta_len >= 0) & (end == vs + vl)
-    if not bool((ok | tomb).all()):
-        return None
-
-    group = slice_binary(kdata, ks + 4, glen, string=True)
-    topic = slice_binary(kdata, tpos + 2, tlen, string=True)
-    metadata = slice_binary(vdata, np.where(tomb, vs, meta_start), np.where(tomb, -1, meta_len), string=True)
-    no_expire = tomb | (expire_ts < 0)
-    return pa.RecordBatch.from_arrays(
-        [
-            group,
-            topic,
-            pa.array(partition.astype(np.int32)),
-            pa.array(offset, mask=tomb),
-            pa.array(epoch.astype(np.int32), mask=tomb),
-            metadata,
-            _ts(commit_ts, tomb),
-            _ts(expire_ts, no_expire),
-            pa.array(tomb),
-            pa.array(key_version.astype(np.int32)),
-            pa.array(version.astype(np.int32), mask=tomb),
-            _column(batch, "partition").cast(pa.int32()),
-            _column(batch, "offset").cast(pa.int64()),
-            _column(batch, "timestamp").cast(_TS),
-        ],
-        schema=COMMIT_ARROW_SCHEMA,
-    )
 
 
 def _offset_commits_codec(batch: Any) -> Any:
@@ -403,6 +323,86 @@ def decode_group_metadata(batch: Any) -> Any:
         else:
             columns.append(pa.array(values, f.type))
     return pa.RecordBatch.from_arrays(columns, schema=GROUP_ARROW_SCHEMA)
+
+
+# ------------------------------------------------------------------------------------------ history
+
+
+class CommitHistory:
+    """Gives each offset commit of one ``__consumer_offsets`` partition its ``valid_until`` and
+    ``is_current`` (:data:`HISTORY_ARROW_SCHEMA`), from decoded batches fed in log order.
+
+    A group's records all live in the partition its name hashes to, so the partition's own order is the
+    order the coordinator wrote them in, and no shuffle is needed. Only the last commit seen of each key
+    waits for its successor; everything else comes out of the :meth:`feed` call that sees its successor.
+    """
+
+    def __init__(self) -> None:
+        self._pending: Any = None  # pa.RecordBatch: the latest row of each key seen so far
+
+    def feed(self, batch: Any) -> Any | None:
+        """The rows whose successor is now known (a ``pyarrow.Table``), or None."""
+        if batch.num_rows == 0:
+            return None
+        parts = [batch] if self._pending is None else [self._pending, batch]
+        key = _key_ids(parts)
+        stamps = np.concatenate([p.column("record_timestamp").cast(pa.int64()).to_numpy() for p in parts])
+        # A stable sort keeps each key's rows in log order: each row's successor is the next one.
+        order = np.argsort(key, kind="stable")
+        same = key[order[1:]] == key[order[:-1]]
+        successor = np.full(key.size, -1, np.int64)
+        successor[order[:-1][same]] = order[1:][same]
+        done = successor >= 0
+        until = stamps[np.maximum(successor, 0)]
+        out: list[Any] = []
+        pending: list[Any] = []
+        start = 0
+        for part in parts:
+            end = start + part.num_rows
+            part_done = done[start:end]
+            if part_done.any():
+                rows = part.filter(pa.array(part_done))
+                out.append(_with_interval(rows, pa.array(until[start:end][part_done], _TS), current=False))
+            if not part_done.all():
+                pending.append(part.filter(pa.array(~part_done)))
+            start = end
+        self._pending = pa.Table.from_batches(pending).combine_chunks().to_batches()[0] if pending else None
+        return pa.Table.from_batches(out) if out else None
+
+    def finish(self) -> Any | None:
+        """The last commit of every key (``is_current``), once the partition has been read to its end."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending.num_rows == 0:
+            return None
+        return pa.Table.from_batches([_with_interval(pending, pa.nulls(pending.num_rows, _TS), current=True)])
+
+
+def _key_ids(parts: list[Any]) -> I64:
+    """One integer per row, equal for rows with the same group, topic and partition."""
+
+    def codes(name: str) -> tuple[I64, int]:
+        # One dictionary for every chunk of a chunked array.
+        encoded = pa.chunked_array([p.column(name) for p in parts]).dictionary_encode()
+        ids = np.concatenate([np.asarray(c.indices, np.int64) for c in encoded.chunks])
+        return ids, max(len(encoded.chunks[0].dictionary), 1)
+
+    group, groups = codes("group")
+    topic, topics = codes("topic")
+    partition = np.concatenate([np.asarray(p.column("partition"), np.int64) for p in parts])
+    lowest, highest = int(partition.min()), int(partition.max())
+    span = highest - lowest + 1
+    if groups * topics * span < 2**62:
+        combined: I64 = (group * topics + topic) * span + (partition - lowest)
+        return combined
+    # Too many combinations for one int64: rank the (group, topic, partition) triples instead.
+    triples = np.stack([group, topic, partition], axis=1)
+    ranks: I64 = np.unique(triples, axis=0, return_inverse=True)[1].astype(np.int64).ravel()
+    return ranks
+
+
+def _with_interval(batch: Any, valid_until: Any, *, current: bool) -> Any:
+    flags = pa.array(np.full(batch.num_rows, current))
+    return pa.RecordBatch.from_arrays([*batch.columns, valid_until, flags], schema=HISTORY_ARROW_SCHEMA)
 
 
 # ------------------------------------------------------------------------------------------ mapInArrow

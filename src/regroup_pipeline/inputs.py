@@ -82,6 +82,9 @@ class Inputs:
     data: DataFrame  # topic, partition, offset, timestamp of data-topic records
     partitions: DataFrame  # topic, partition, log_end_offset (null when unknown)
     window: TimeWindow
+    # The commits with valid_until and is_current when the input computes them while reading (the data
+    # source does, per partition in log order); else the jobs derive them from ``commits``.
+    history: DataFrame | None = None
 
 
 def _key_type_in(types: Sequence[int]) -> Column:
@@ -174,8 +177,10 @@ def from_datadir(
     else:
         counts = {t: n for t, n in logdir.topic_partition_counts(paths).items() if _matches(topic_pattern, t)}
         partitions = _log_ends_from_data(spark, data, counts)
+    history = reader(topics=CONSUMER_OFFSETS, recordTypes="0,1", decode="offset_history").load()
     return Inputs(
-        commits=reader(topics=CONSUMER_OFFSETS, recordTypes="0,1", decode="offset_commits").load(),
+        commits=history.drop("valid_until", "is_current"),
+        history=history,
         groups=reader(topics=CONSUMER_OFFSETS, recordTypes="2", decode="group_metadata").load(),
         data=data,
         partitions=partitions,

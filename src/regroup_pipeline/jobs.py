@@ -65,26 +65,28 @@ def _since(df: DataFrame, column: str, window: TimeWindow) -> DataFrame:
 
 def _offset_history(inputs: Inputs) -> DataFrame:
     """Every commit record with ``valid_until`` (the next record's time for the same key, else null)."""
-    order = Window.partitionBy(*_GTP).orderBy("record_partition", "record_offset")
-    return (
-        inputs.commits.withColumn("valid_until", F.lead("record_timestamp").over(order))
-        .withColumn("is_current", F.lead("record_offset").over(order).isNull())
-        .select(
-            *_GTP,
-            "committed_offset",
-            "leader_epoch",
-            "metadata",
-            "commit_timestamp",
-            "expire_timestamp",
-            "deleted",
-            "record_timestamp",
-            "valid_until",
-            "is_current",
-            "record_partition",
-            "record_offset",
-            "key_version",
-            "value_version",
-        )
+    if inputs.history is not None:
+        with_interval = inputs.history
+    else:
+        order = Window.partitionBy(*_GTP).orderBy("record_partition", "record_offset")
+        with_interval = inputs.commits.withColumn(
+            "valid_until", F.lead("record_timestamp").over(order)
+        ).withColumn("is_current", F.lead("record_offset").over(order).isNull())
+    return with_interval.select(
+        *_GTP,
+        "committed_offset",
+        "leader_epoch",
+        "metadata",
+        "commit_timestamp",
+        "expire_timestamp",
+        "deleted",
+        "record_timestamp",
+        "valid_until",
+        "is_current",
+        "record_partition",
+        "record_offset",
+        "key_version",
+        "value_version",
     )
 
 
@@ -661,12 +663,16 @@ def compute_all(
     horizon_ms: int = DEFAULT_HORIZON_MS,
     lag_samples: int = DEFAULT_LAG_SAMPLES,
     lag_interval_ms: int | None = None,
+    history: DataFrame | None = None,
 ) -> Tables:
     """Every table. The commit history, group states and generations that several tables share are
     computed once and kept in memory (``Tables.unpersist()`` releases them); the caller may also
-    ``persist()`` the inputs."""
+    ``persist()`` the inputs. ``history``: an :func:`offsets` table computed before (without ``since``),
+    for instance written and read back, used instead of computing and caching the history again."""
     level = StorageLevel.MEMORY_AND_DISK
-    history = _offset_history(inputs).persist(level)
+    cached_history = history is None
+    if history is None:
+        history = _offset_history(inputs).persist(level)
     states = group_states(inputs, history=history).persist(level)
     reb = rebalances(inputs).persist(level)
     # The report reads the lag table again after it is written (twice): keep it rather than recompute it.
@@ -682,5 +688,5 @@ def compute_all(
             inputs, retention_minutes=retention_minutes, horizon_ms=horizon_ms, history=history, states=states
         ),
         assignment_health=assignment_health(reb, inputs.partitions),
-        cached=(history, states, reb, lag_table),
+        cached=((history,) if cached_history else ()) + (states, reb, lag_table),
     )

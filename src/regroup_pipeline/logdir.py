@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from regroup_pipeline.commitscan import whole_batches_end
+
 __all__ = [
     "CONSUMER_OFFSETS",
     "PartitionDir",
@@ -207,7 +209,7 @@ def read_split(split: Split, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
         while pos < end:
             f.seek(pos)
             data = f.read(min(chunk_bytes, size - pos))
-            cut = _last_whole_batch(data, end - pos)
+            cut = whole_batches_end(data, end - pos)
             if cut == 0:
                 # A batch bigger than the chunk: read it whole.
                 if len(data) < _LOG_OVERHEAD:
@@ -221,20 +223,6 @@ def read_split(split: Split, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
                 cut = need
             yield data[:cut], cut
             pos += cut
-
-
-def _last_whole_batch(data: bytes, limit: int) -> int:
-    """Length of the longest prefix of ``data`` made of whole batches that start before ``limit``."""
-    pos = 0
-    n = len(data)
-    unpack = _BATCH_PREFIX.unpack_from
-    while pos < limit and pos + _LOG_OVERHEAD <= n:
-        (_base, length) = unpack(data, pos)
-        nxt = pos + _LOG_OVERHEAD + length
-        if length <= 0 or nxt > n:
-            break
-        pos = nxt
-    return pos
 
 
 def partition_end(p: PartitionDir) -> PartitionEnd:

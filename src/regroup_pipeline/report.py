@@ -504,7 +504,14 @@ def write_report(
     )
 
 
-def write_report_from_tables(spark: SparkSession, directory: Path, target: Path, *, now_ms: int) -> None:
+def write_report_from_tables(
+    spark: SparkSession,
+    directory: Path,
+    target: Path,
+    window: TimeWindow,
+    *,
+    horizon_ms: int = 24 * 3600 * 1000,
+) -> None:
     """Render the report from Parquet tables an ``all`` run wrote to ``directory``."""
 
     def read(name: str) -> DataFrame:
@@ -518,4 +525,4 @@ def write_report_from_tables(spark: SparkSession, directory: Path, target: Path,
         expiring_offsets=read("expiring_offsets"),
         assignment_health=read("assignment_health"),
     )
-    write_report(tables, target, TimeWindow(now_ms=now_ms))
+    write_report(tables, target, window, horizon_ms=horizon_ms)

@@ -41,17 +41,70 @@ def persist_inputs(inputs: Inputs) -> Inputs:
     """Keep the inputs that jobs read more than once in memory (spilling to disk). Offset commits are
     read once, into the commit history that :func:`jobs.compute_all` keeps."""
     level = StorageLevel.MEMORY_AND_DISK
-    return Inputs(
-        commits=inputs.commits,
+    return dataclasses.replace(
+        inputs,
         groups=inputs.groups.persist(level),
         data=inputs.data.persist(level),
         partitions=inputs.partitions.persist(level),
-        window=inputs.window,
     )
 
 
 def write_table(df: DataFrame, output: Path, name: str) -> None:
     df.write.mode("overwrite").parquet(str(output / name))
+
+
+def write_all(
+    inputs: Inputs,
+    output: Path,
+    report: Path,
+    *,
+    retention_minutes: int = jobs.DEFAULT_RETENTION_MINUTES,
+    horizon_ms: int = jobs.DEFAULT_HORIZON_MS,
+    lag_samples: int = jobs.DEFAULT_LAG_SAMPLES,
+    lag_interval_ms: int | None = None,
+    show: int = 0,
+) -> dict[str, float]:
+    """The ``all`` job: every table written to ``output`` as Parquet, then the report drawn from them.
+    Returns the seconds each step took.
+
+    Without ``since`` the offsets table is the whole commit history, which the other tables derive from:
+    it is written first, straight from the input, and read back by the others (Parquet is columnar, so
+    each reads only the columns it needs) instead of being cached in memory.
+    """
+    spark = inputs.commits.sparkSession
+    seconds: dict[str, float] = {}
+    inputs = persist_inputs(inputs)
+    history = None
+    if inputs.window.since_ms is None:
+        start = time.perf_counter()
+        write_table(jobs.offsets(inputs), output, "offsets")
+        history = spark.read.parquet(str(output / "offsets"))
+        seconds["offsets"] = time.perf_counter() - start
+    start = time.perf_counter()
+    tables = jobs.compute_all(
+        inputs,
+        retention_minutes=retention_minutes,
+        horizon_ms=horizon_ms,
+        lag_samples=lag_samples,
+        lag_interval_ms=lag_interval_ms,
+        history=history,
+    )
+    seconds["plan"] = time.perf_counter() - start
+    for name, df in tables.items():
+        start = time.perf_counter()
+        if name != "offsets" or history is None:
+            write_table(df, output, name)
+            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+        _show(df, name, show)
+    tables.unpersist()
+    for df in (inputs.groups, inputs.data, inputs.partitions):
+        df.unpersist()
+    from regroup_pipeline.report import write_report_from_tables
+
+    start = time.perf_counter()
+    write_report_from_tables(spark, output, report, inputs.window, horizon_ms=horizon_ms)
+    seconds["report"] = time.perf_counter() - start
+    return seconds
 
 
 def run_job(args: argparse.Namespace) -> int:
@@ -62,16 +115,29 @@ def run_job(args: argparse.Namespace) -> int:
         from regroup_pipeline.streaming import run_stream
 
         return run_stream(spark, args)
+    window = window_from_args(args)
+    # Only the report-writing jobs have --report.
+    target = Path(args.report) if getattr(args, "report", None) else output / "report.html"
     if args.job == "report" and args.from_tables:
         from regroup_pipeline.report import write_report_from_tables
 
-        target = Path(args.report) if args.report else output / "report.html"
-        write_report_from_tables(spark, output, target, now_ms=window_from_args(args).as_of_ms)
+        write_report_from_tables(spark, output, target, window, horizon_ms=args.horizon)
         print(f"report: {target}")
         return 0
-    window = window_from_args(args)
     inputs = load_inputs(spark, args, window)
-    if args.job in ("all", "report"):
+    if args.job == "all":
+        write_all(
+            inputs,
+            output,
+            target,
+            retention_minutes=args.retention_minutes,
+            horizon_ms=args.horizon,
+            lag_samples=args.lag_samples,
+            lag_interval_ms=args.lag_interval,
+            show=args.show,
+        )
+        print(f"report: {target}", file=sys.stderr)
+    elif args.job == "report":
         inputs = persist_inputs(inputs)
         tables = jobs.compute_all(
             inputs,
@@ -80,16 +146,8 @@ def run_job(args: argparse.Namespace) -> int:
             lag_samples=args.lag_samples,
             lag_interval_ms=args.lag_interval,
         )
-        # The report reads the lag table again after it is written.
-        lag_table = tables.lag.persist(StorageLevel.MEMORY_AND_DISK)
-        tables = dataclasses.replace(tables, lag=lag_table, cached=(*tables.cached, lag_table))
-        if args.job == "all":
-            for name, df in tables.items():
-                write_table(df, output, name)
-                _show(df, name, args.show)
         from regroup_pipeline.report import write_report
 
-        target = Path(args.report) if args.report else output / "report.html"
         write_report(tables, target, window, horizon_ms=args.horizon)
         tables.unpersist()
         print(f"report: {target}", file=sys.stderr)

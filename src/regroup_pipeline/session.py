@@ -35,6 +35,16 @@ def _local_cores(master: str) -> int | None:
     return os.cpu_count() or 1 if cores == "*" else int(cores)
 
 
+def _local_driver_memory() -> str:
+    """A quarter of the machine's memory, 1–8 GiB: in local mode the driver's JVM runs every task, and
+    Spark's default of 1 GiB makes the cached commit history of a few million commits spill to disk."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "1g"
+    return f"{min(8, max(1, total // 4 // 2**30))}g"
+
+
 def build_session(
     master: str = DEFAULT_MASTER,
     *,
@@ -64,6 +74,7 @@ def build_session(
     if cores is not None:
         settings["spark.sql.shuffle.partitions"] = str(max(2, 2 * cores))
         settings["spark.ui.enabled"] = "false"
+        settings["spark.driver.memory"] = _local_driver_memory()
     user = dict(conf or {})
     if kafka:
         packages = [p for p in user.get("spark.jars.packages", "").split(",") if p]

@@ -51,11 +51,19 @@ class DataDir:
         return out
 
 
-def build(path: Path, topics: Mapping[str, int], writes: Sequence[Batch | Marker], now_ms: int) -> DataDir:
+def build(
+    path: Path,
+    topics: Mapping[str, int],
+    writes: Sequence[Batch | Marker],
+    now_ms: int,
+    *,
+    topic_configs: Mapping[str, Mapping[str, str]] | None = None,
+) -> DataDir:
     logs = LogManager(path)
     logs.load()
     for topic, partitions in topics.items():
         configs = {"cleanup.policy": "compact"} if topic == "__consumer_offsets" else {}
+        configs.update((topic_configs or {}).get(topic, {}))
         logs.create_topic(topic, partitions, configs, internal=topic.startswith("__"))
     for w in writes:
         plog = logs.partition(w.topic, w.partition)

@@ -176,3 +176,29 @@ def test_single_jobs_from_the_cluster(spark: Any, scenario: Any, settled: None, 
     )
     expiring = pq.read_table(out / "expiring_offsets").to_pylist()
     assert {r["group"] for r in expiring} >= {"g-churn", "g-admin"}
+
+
+def test_the_all_job_writes_the_same_tables_as_compute_all(
+    spark: Any, scenario: Any, regroup_copy: Path, datadir_tables: Any, tmp_path: Path
+) -> None:
+    # write_all derives the other tables from the offsets table it wrote and read back; compute_all keeps
+    # the history in memory instead.
+    from regroup_pipeline.inputs import TimeWindow, from_datadir
+    from regroup_pipeline.runner import write_all
+
+    from .support import SHORT_RETENTION, rows
+
+    out = tmp_path / "tables"
+    inputs = from_datadir(spark, [str(regroup_copy)], TimeWindow(now_ms=scenario.snapshot_ms))
+    seconds = write_all(inputs, out, out / "report.html", **SHORT_RETENTION)
+    assert set(seconds) >= {"offsets", "lag", "rebalances", "report"}
+    for name in (
+        "offsets",
+        "lag",
+        "rebalances",
+        "rebalance_frequency",
+        "expiring_offsets",
+        "assignment_health",
+    ):
+        assert rows(spark.read.parquet(str(out / name))) == datadir_tables[name], name
+    assert "g-churn" in (out / "report.html").read_text()

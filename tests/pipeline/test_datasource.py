@@ -173,3 +173,42 @@ def test_matches_the_kafka_source_record_for_record(spark: Any, scenario: Any, r
     assert any(r["headers"] for r in mine)
     # Spark's Kafka source gives records without headers null headers, as the data source does.
     assert any(r["headers"] is None for r in mine)
+
+
+def test_offset_history_is_computed_per_partition_across_segments(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rng = random.Random(3)
+    writes: list[Batch | Marker] = []
+    for i in range(300):
+        group = f"group-{rng.randint(0, 7)}"
+        # Coordinators place a group by its name; here two partitions take half the groups each.
+        partition = int(group[-1]) % 2
+        commits = [
+            offset_commit(group, rng.choice(["a", "b"]), p, i * 10 + p, commit_ts=NOW + i) for p in range(3)
+        ]
+        writes.append(Batch("__consumer_offsets", partition, [(NOW + i, k, v) for k, v in commits]))
+    data = build(
+        tmp_path_factory.mktemp("history") / "data",
+        {"__consumer_offsets": 2},
+        writes,
+        NOW,
+        topic_configs={"__consumer_offsets": {"internal.segment.bytes": "8192"}},
+    )
+    parts = logdir.list_partitions([data.path])
+    assert all(len(p.segments) > 3 for p in parts)
+
+    commits = _read(spark, data.path, decode="offset_commits")
+    order = Window.partitionBy("group", "topic", "partition").orderBy("record_partition", "record_offset")
+    expected = commits.withColumn("valid_until", F.lead("record_timestamp").over(order)).withColumn(
+        "is_current", F.lead("record_offset").over(order).isNull()
+    )
+    for split in ("8192", "67108864"):
+        history = _read(spark, data.path, decode="offset_history", maxSplitBytes=split, minPartitions="4")
+        assert history.columns == expected.columns
+        got = sorted(rows(history), key=lambda r: (r["record_partition"], r["record_offset"]))
+        assert got == sorted(rows(expected), key=lambda r: (r["record_partition"], r["record_offset"]))
+        assert len(got) == 900

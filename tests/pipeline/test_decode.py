@@ -3,10 +3,10 @@ embedded protocol inside group metadata; the vectorised path against regroup's g
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
-import numpy as np
 import pytest
 
 from regroup.protocol.primitives import DecodeError
@@ -15,6 +15,7 @@ from regroup.protocol.record_batch import Record, build_batch
 pa = pytest.importorskip("pyarrow")
 
 from regroup_pipeline import decode  # noqa: E402  # after the importorskip
+from regroup_pipeline.commitscan import scan_commit_pairs  # noqa: E402
 from regroup_pipeline.logformat import decode_records, index_batches, records_to_arrow  # noqa: E402
 from regroup_pipeline.synthetic import (  # noqa: E402
     MemberSpec,
@@ -78,7 +79,7 @@ def test_v4_values_with_tagged_fields_take_the_fast_path() -> None:
     # Kafka 4.x appends the topic id as tag 0 (16 bytes) to OffsetCommitValue v4.
     tagged = value[:-1] + bytes([1, 0, 16]) + bytes(range(16))
     batch = raw_batch([(key, tagged), (key, value)])
-    fast = decode._offset_commits_fast(batch, np.array([1, 1]))
+    fast = scan_commit_pairs(batch)
     assert fast is not None
     assert fast.column("committed_offset").to_pylist() == [42, 42]
     assert fast.to_pylist() == decode._offset_commits_codec(batch).to_pylist()
@@ -116,8 +117,7 @@ def test_fast_path_equals_codec_path_on_random_records() -> None:
             )
         )
     batch = raw_batch(rows)
-    types = decode.record_types(batch.column("key"))
-    fast = decode._offset_commits_fast(batch, types)
+    fast = scan_commit_pairs(batch)
     assert fast is not None
     assert fast.to_pylist() == decode._offset_commits_codec(batch).to_pylist()
 
@@ -170,3 +170,45 @@ def test_group_metadata_with_the_consumer_protocol_inside() -> None:
     assert broken["members"][0]["subscription_valid"] is False
     assert tomb["deleted"]
     assert tomb["members"] is None
+
+
+def _history_rows(batches: list[Any]) -> list[dict[str, Any]]:
+    history = decode.CommitHistory()
+    out: list[Any] = []
+    for batch in batches:
+        out.append(history.feed(batch))
+    out.append(history.finish())
+    rows = [r for table in out if table is not None for r in table.to_pylist()]
+    return sorted(rows, key=lambda r: r["record_offset"])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_commit_history_matches_the_next_record_of_each_key_whatever_the_chunks(seed: int) -> None:
+    rng = random.Random(seed)
+    rows: list[tuple[bytes, bytes | None]] = []
+    for i in range(600):
+        group, topic, partition = f"g{rng.randint(0, 6)}", rng.choice(["a", "b"]), rng.randint(0, 3)
+        if rng.random() < 0.1:
+            rows.append(offset_tombstone(group, topic, partition))
+        else:
+            rows.append(offset_commit(group, topic, partition, i, commit_ts=TS + i))
+    commits = decode.decode_offset_commits(raw_batch(rows))
+    # The same key can sit at very different places: chunks of random sizes, some of one row.
+    cuts = sorted(
+        {0, commits.num_rows, *(rng.randint(0, commits.num_rows) for _ in range(rng.randint(0, 30)))}
+    )
+    chunks = [commits.slice(a, b - a) for a, b in itertools.pairwise(cuts)]
+
+    got = _history_rows(chunks)
+
+    expected = commits.to_pylist()
+    following: dict[tuple[str, str, int], Any] = {}
+    for row in reversed(expected):
+        key = (row["group"], row["topic"], row["partition"])
+        nxt = following.get(key)
+        row["valid_until"] = nxt["record_timestamp"] if nxt is not None else None
+        row["is_current"] = nxt is None
+        following[key] = row
+    assert got == expected
+    assert decode.HISTORY_ARROW_SCHEMA.names == list(got[0])
+    assert sum(r["is_current"] for r in got) == len(following)

@@ -1,0 +1,512 @@
+"""Offset commits straight from ``__consumer_offsets`` segment bytes, in one compiled pass (numba).
+
+The data source's hot path: a chunk of whole record batches goes in, the columns of
+:data:`regroup_pipeline.decode.COMMIT_ARROW_SCHEMA` come out, without the intermediate batch of raw keys and
+values. It handles what coordinators write — uncompressed RecordBatch v2 with offset-commit keys v0/v1 and
+values v0–v4 (v4's tagged fields skipped), tombstones, other record types skipped — and answers None for
+anything else (a compressed batch, a value version it does not know, a malformed record), so that the
+caller decodes that chunk with the general numpy decoders, which also say what is wrong with bad input.
+
+The functions are compiled on first use and cached on disk (numba's ``cache=True``), so each Spark Python
+worker pays the compilation once per installation, not per task.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+from numba import njit  # type: ignore[import-untyped,unused-ignore]  # numba ships no type information
+
+__all__ = ["scan_commit_pairs", "scan_offset_commits", "scan_records", "whole_batches_end"]
+
+_NO_LIMIT: Final = np.iinfo(np.int64).max
+# Kafka RecordBatch v2 header: baseOffset 0, batchLength 8, magic 16, attributes 21, lastOffsetDelta 23,
+# baseTimestamp 27, maxTimestamp 35, recordCount 57, records from 61.
+_HEADER: Final = 61
+_MIN_RECORD: Final = 7  # length, attributes, timestamp delta, offset delta, key, value, header count
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _i16(buf: Any, pos: int) -> Any:
+    value = (np.int64(buf[pos]) << 8) | np.int64(buf[pos + 1])
+    return value - 0x10000 if value >= 0x8000 else value
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _i32(buf: Any, pos: int) -> Any:
+    value = (
+        (np.int64(buf[pos]) << 24)
+        | (np.int64(buf[pos + 1]) << 16)
+        | (np.int64(buf[pos + 2]) << 8)
+        | np.int64(buf[pos + 3])
+    )
+    return value - 0x100000000 if value >= 0x80000000 else value
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _i64(buf: Any, pos: int) -> Any:
+    value = np.int64(0)
+    for i in range(8):
+        value = (value << np.int64(8)) | np.int64(buf[pos + i])  # wraps into the sign bit
+    return value
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
+    """(value, position after) of an unsigned varint; position −1 when it is malformed or overruns."""
+    value = 0
+    shift = 0
+    while pos < end and shift < 64:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+    return 0, -1
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
+    z, pos = _uvarint(buf, pos, end)
+    return (z >> 1) ^ -(z & 1), pos
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _capacity(buf: Any, limit: int) -> int:
+    """The record count of the batches starting before ``limit``."""
+    capacity = 0
+    pos = 0
+    n = buf.size
+    while pos < limit and pos + _HEADER <= n:
+        length = _i32(buf, pos + 8)
+        if length < _HEADER - 12 or pos + 12 + length > n:
+            break
+        # A record takes at least 7 bytes: a corrupt count must not size the output (nor overrun it).
+        capacity += min(max(_i32(buf, pos + 57), 0), (length + 12 - _HEADER) // _MIN_RECORD)
+        pos += 12 + length
+    return capacity
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _whole_batches_end(buf: Any, limit: int) -> int:
+    pos = 0
+    n = buf.size
+    while pos < limit and pos + 12 <= n:
+        length = _i32(buf, pos + 8)
+        if length <= 0 or pos + 12 + length > n:
+            break
+        pos += 12 + length
+    return pos
+
+
+def whole_batches_end(data: bytes | bytearray | memoryview, limit: int) -> int:
+    """Length of the longest prefix of ``data`` made of whole batches that start before ``limit``."""
+    return int(_whole_batches_end(np.frombuffer(data, np.uint8), limit))
+
+
+# Rows of the scan's output matrix, one column per record kept.
+(GROUP_AT, GROUP_LEN, TOPIC_AT, TOPIC_LEN, META_AT, META_LEN, PARTITION, EPOCH, KEY_VERSION, VALUE_VERSION,
+ COMMITTED, COMMIT_TS, EXPIRE_TS, DELETED, ROW, _FIELDS) = range(16)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[misc,unused-ignore]
+def _commit_fields(
+    kbuf: Any, ks: int, kl: int, vbuf: Any, vs: int, vl: int, out: Any, c: int
+) -> int:  # one record's layout, checked field by field
+    """Decode one record's key ``kbuf[ks : ks + kl]`` and value ``vbuf[vs : vs + vl]`` (length −1: null)
+    into column ``c`` of ``out``: 1 for an offset commit or its tombstone, 0 for another record type, −1
+    for anything this pass does not handle."""
+    if kl < 2:
+        return 0
+    rtype = _i16(kbuf, ks)
+    if rtype != 0 and rtype != 1:  # noqa: PLR1714  # numba compiles comparisons, not set lookups
+        return 0  # group metadata and anything newer: not an offset commit
+    # OffsetCommitKey: group (string), topic (string), partition (int32)
+    if kl < 10:
+        return -1
+    glen = _i16(kbuf, ks + 2)
+    tpos = ks + 4 + glen
+    if glen < 0 or tpos + 6 > ks + kl:
+        return -1
+    tlen = _i16(kbuf, tpos)
+    if tlen < 0 or tpos + 2 + tlen + 4 != ks + kl:
+        return -1
+    out[KEY_VERSION, c] = rtype
+    out[GROUP_AT, c] = ks + 4
+    out[GROUP_LEN, c] = glen
+    out[TOPIC_AT, c] = tpos + 2
+    out[TOPIC_LEN, c] = tlen
+    out[PARTITION, c] = _i32(kbuf, tpos + 2 + tlen)
+    if vl < 0:  # tombstone
+        out[DELETED, c] = 1
+        out[META_LEN, c] = -1
+        out[META_AT, c] = 0
+        out[VALUE_VERSION, c] = -1
+        out[COMMITTED, c] = -1
+        out[EPOCH, c] = -1
+        out[COMMIT_TS, c] = -1
+        out[EXPIRE_TS, c] = -1
+        return 1
+    # OffsetCommitValue v0–v4: offset, [v3+ leader epoch], metadata, commit timestamp, [v1 expire
+    # timestamp], [v4 tagged fields]
+    v_end = vs + vl
+    if vl < 2:
+        return -1
+    version = _i16(vbuf, vs)
+    if version < 0 or version > 4 or vs + 12 > v_end:
+        return -1
+    r = vs + 2
+    out[COMMITTED, c] = _i64(vbuf, r)
+    r += 8
+    out[EPOCH, c] = -1
+    if version >= 3:
+        if r + 4 > v_end:
+            return -1
+        out[EPOCH, c] = _i32(vbuf, r)
+        r += 4
+    if version == 4:
+        compact, r = _uvarint(vbuf, r, v_end)
+        mlen = compact - 1
+    else:
+        mlen = _i16(vbuf, r) if r + 2 <= v_end else -1
+        r += 2
+    if r < 0 or mlen < 0 or r + mlen + 8 > v_end:
+        return -1
+    out[META_AT, c] = r
+    out[META_LEN, c] = mlen
+    r += mlen
+    out[COMMIT_TS, c] = _i64(vbuf, r)
+    r += 8
+    out[EXPIRE_TS, c] = -1
+    if version == 1:
+        if r + 8 > v_end:
+            return -1
+        out[EXPIRE_TS, c] = _i64(vbuf, r)
+        r += 8
+    if version == 4:
+        tags, r = _uvarint(vbuf, r, v_end)
+        for _t in range(tags):
+            if r < 0:
+                break
+            _tag, r = _uvarint(vbuf, r, v_end)
+            if r < 0:
+                break
+            size, r = _uvarint(vbuf, r, v_end)
+            if r < 0 or size > v_end - r:
+                r = -1
+                break
+            r += size
+    if r != v_end:
+        return -1
+    out[DELETED, c] = 0
+    out[VALUE_VERSION, c] = version
+    return 1
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _scan_pairs(kbuf: Any, koffsets: Any, knull: Any, vbuf: Any, voffsets: Any, vnull: Any, out: Any) -> int:
+    """:func:`_commit_fields` over rows of Arrow binary keys and values (offsets and null flags); the
+    offset commits' row numbers go to ``out[ROW]``."""
+    count = 0
+    for i in range(knull.size):
+        kl = -1 if knull[i] else koffsets[i + 1] - koffsets[i]
+        vl = -1 if vnull[i] else voffsets[i + 1] - voffsets[i]
+        status = _commit_fields(kbuf, koffsets[i], kl, vbuf, voffsets[i], vl, out, count)
+        if status < 0:
+            return -1
+        if status:
+            out[ROW, count] = i
+            count += 1
+    return count
+
+
+# Rows of the walk's output matrix: where each record kept is and what it is.
+(R_OFFSET, R_TIMESTAMP, R_TIMESTAMP_TYPE, R_KEY_AT, R_KEY_LEN, R_VALUE_AT, R_VALUE_LEN,
+ _RAW_FIELDS) = range(8)  # fmt: skip
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _walk(  # one pass over bytes reads best as one function
+    buf: Any, limit: int, min_offset: int, max_offset: int, until_ms: int, type_mask: int, raw: Any
+) -> int:
+    """Record positions of the batches starting before ``limit`` into ``raw`` (rows ``R_*``), for records
+    with an offset in ``[min_offset, max_offset)``, a timestamp at or before ``until_ms`` and a key whose
+    int16 type ``t`` has bit ``t`` set in ``type_mask``; returns how many, −1 when the chunk holds anything
+    this pass does not handle (a compressed batch, an old message format, a malformed record)."""
+    n = buf.size
+    count = 0
+    pos = 0
+    while pos < limit and pos + _HEADER <= n:
+        length = _i32(buf, pos + 8)
+        batch_end = pos + 12 + length
+        if length < _HEADER - 12 or batch_end > n:
+            break
+        if buf[pos + 16] != 2:
+            return -1
+        attributes = _i16(buf, pos + 21)
+        if attributes & 0x20:  # control batch: consumers skip it
+            pos = batch_end
+            continue
+        if attributes & 0x07:
+            return -1
+        base_offset = _i64(buf, pos + 0)
+        base_ts = _i64(buf, pos + 27)
+        log_append = (attributes & 0x08) != 0
+        max_ts = _i64(buf, pos + 35)
+        records = _i32(buf, pos + 57)
+        p = pos + _HEADER
+        for _ in range(records):
+            rec_len, p = _varint(buf, p, batch_end)
+            if p < 0 or rec_len < 6 or p + rec_len > batch_end:
+                return -1
+            rec_end = p + rec_len
+            q = p + 1  # attributes: unused, as in the Java client
+            ts_delta, q = _varint(buf, q, rec_end)
+            if q < 0:
+                return -1
+            off_delta, q = _varint(buf, q, rec_end)
+            if q < 0:
+                return -1
+            kl, q = _varint(buf, q, rec_end)
+            if q < 0 or kl > rec_end - q:
+                return -1
+            ks = q
+            q += max(kl, 0)
+            vl, q = _varint(buf, q, rec_end)
+            if q < 0 or vl > rec_end - q:
+                return -1
+            vs = q
+            q += max(vl, 0)
+            headers, q = _varint(buf, q, rec_end)
+            if q < 0 or headers < 0:
+                return -1
+            for _h in range(headers):
+                hk, q = _varint(buf, q, rec_end)
+                if q < 0 or hk < 0 or hk > rec_end - q:
+                    return -1
+                q += hk
+                hv, q = _varint(buf, q, rec_end)
+                if q < 0 or hv > rec_end - q:
+                    return -1
+                q += max(hv, 0)
+            if q != rec_end:
+                return -1
+            p = rec_end
+            rec_offset = base_offset + off_delta
+            rec_ts = max_ts if log_append else base_ts + ts_delta
+            if rec_offset < min_offset or rec_offset >= max_offset or rec_ts > until_ms:
+                continue
+            rtype = _i16(buf, ks) if kl >= 2 else -1
+            if rtype < 0 or rtype > 62 or not (type_mask >> rtype) & 1:
+                continue
+            raw[R_OFFSET, count] = rec_offset
+            raw[R_TIMESTAMP, count] = rec_ts
+            raw[R_TIMESTAMP_TYPE, count] = 1 if log_append else 0
+            raw[R_KEY_AT, count] = ks
+            raw[R_KEY_LEN, count] = kl
+            raw[R_VALUE_AT, count] = vs
+            raw[R_VALUE_LEN, count] = vl
+            count += 1
+        if p != batch_end:
+            return -1
+        pos = batch_end
+    return count
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _commits_at(buf: Any, raw: Any, count: int, out: Any) -> int:
+    """:func:`_commit_fields` for the first ``count`` records the walk kept (offset commits only);
+    −1 when one is unusual."""
+    for i in range(count):
+        key_at, key_len = raw[R_KEY_AT, i], raw[R_KEY_LEN, i]
+        if _commit_fields(buf, key_at, key_len, buf, raw[R_VALUE_AT, i], raw[R_VALUE_LEN, i], out, i) != 1:
+            return -1
+    return count
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _gather(buf: Any, at: Any, lengths: Any) -> tuple[Any, Any]:
+    """Arrow string buffers (int32 offsets, data) of ``buf[at[i] : at[i] + lengths[i]]`` (null: −1)."""
+    count = at.size
+    offsets = np.empty(count + 1, np.int32)
+    total = 0
+    offsets[0] = 0
+    for i in range(count):
+        total += max(lengths[i], 0)
+        offsets[i + 1] = total
+    data = np.empty(total, np.uint8)
+    for i in range(count):
+        start = offsets[i]
+        src = at[i]
+        for j in range(offsets[i + 1] - start):
+            data[start + j] = buf[src + j]
+    return offsets, data
+
+
+def _strings(buf: Any, at: Any, lengths: Any, null: Any = None, kind: Any = None) -> Any:
+    """An Arrow string (or ``kind``) array of ``buf[at[i] : at[i] + lengths[i]]``, null where ``null``."""
+    count = at.size
+    offsets, data = _gather(buf, at, lengths)
+    validity = None if null is None or not null.any() else pa.array(~null).buffers()[1]
+    return pa.Array.from_buffers(
+        kind or pa.string(), count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=-1
+    )
+
+
+def _binaries(buf: Any, at: Any, lengths: Any) -> Any:
+    return _strings(buf, at, lengths, lengths < 0, pa.binary())
+
+
+def _batch(out: Any, kbuf: Any, vbuf: Any, record_columns: list[Any]) -> Any:
+    """The commit columns decoded into ``out`` (cut to the records kept) and the record partition,
+    offset and timestamp columns, as a batch with ``COMMIT_ARROW_SCHEMA``."""
+    from regroup_pipeline.decode import COMMIT_ARROW_SCHEMA
+
+    tomb = out[DELETED] != 0
+    ts = COMMIT_ARROW_SCHEMA.field("commit_timestamp").type
+    no_expire = tomb | (out[EXPIRE_TS] < 0)
+    columns = [
+        _strings(kbuf, out[GROUP_AT], out[GROUP_LEN]),
+        _strings(kbuf, out[TOPIC_AT], out[TOPIC_LEN]),
+        pa.array(out[PARTITION].astype(np.int32)),
+        pa.array(out[COMMITTED], mask=tomb),
+        pa.array(out[EPOCH].astype(np.int32), mask=tomb),
+        _strings(vbuf, out[META_AT], out[META_LEN], tomb),
+        pa.array(out[COMMIT_TS] * 1000, ts, mask=tomb),
+        pa.array(out[EXPIRE_TS] * 1000, ts, mask=no_expire),
+        pa.array(tomb),
+        pa.array(out[KEY_VERSION].astype(np.int32)),
+        pa.array(out[VALUE_VERSION].astype(np.int32), mask=tomb),
+        *record_columns,
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=COMMIT_ARROW_SCHEMA)
+
+
+_COMMIT_TYPES: Final = 0b011  # key types 0 and 1
+
+
+def _walked(
+    data: bytes | bytearray | memoryview,
+    limit: int,
+    type_mask: int,
+    min_offset: int,
+    max_offset: int | None,
+    until_ms: int | None,
+) -> tuple[Any, Any | None]:
+    """(the chunk as uint8, the walk's positions cut to the records kept, or None)."""
+    buf = np.frombuffer(data, np.uint8)
+    raw = np.empty((_RAW_FIELDS, _capacity(buf, limit)), np.int64)
+    end = _NO_LIMIT
+    count = _walk(
+        buf,
+        limit,
+        min_offset,
+        end if max_offset is None else max_offset,
+        end if until_ms is None else until_ms,
+        type_mask,
+        raw,
+    )
+    return buf, (raw[:, :count] if count >= 0 else None)
+
+
+def scan_records(
+    data: bytes | bytearray | memoryview,
+    limit: int,
+    topic: str,
+    record_partition: int,
+    record_types: tuple[int, ...],
+    min_offset: int = 0,
+    max_offset: int | None = None,
+    until_ms: int | None = None,
+) -> Any | None:
+    """Like :func:`scan_offset_commits`, for raw records of the given key types (as
+    :data:`~regroup_pipeline.logformat.RAW_ARROW_SCHEMA`, headers null); None as there."""
+    from regroup_pipeline.logformat import RAW_ARROW_SCHEMA, repeat_string
+
+    mask = 0
+    for t in record_types:
+        if not 0 <= t <= 62:
+            return None
+        mask |= 1 << t
+    buf, raw = _walked(data, limit, mask, min_offset, max_offset, until_ms)
+    if raw is None:
+        return None
+    count = raw.shape[1]
+    columns = [
+        _binaries(buf, raw[R_KEY_AT], raw[R_KEY_LEN]),
+        _binaries(buf, raw[R_VALUE_AT], raw[R_VALUE_LEN]),
+        repeat_string(topic, count),
+        pa.array(np.full(count, record_partition, np.int32)),
+        pa.array(raw[R_OFFSET]),
+        pa.array(raw[R_TIMESTAMP] * 1000, RAW_ARROW_SCHEMA.field("timestamp").type),
+        pa.array(raw[R_TIMESTAMP_TYPE].astype(np.int32)),
+        pa.nulls(count, RAW_ARROW_SCHEMA.field("headers").type),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=RAW_ARROW_SCHEMA)
+
+
+def scan_offset_commits(
+    data: bytes | bytearray | memoryview,
+    limit: int,
+    record_partition: int,
+    min_offset: int = 0,
+    max_offset: int | None = None,
+    until_ms: int | None = None,
+) -> Any | None:
+    """The offset commits (and tombstones) of the batches starting before ``limit`` in ``data``, with
+    offsets in ``[min_offset, max_offset)`` and timestamps at or before ``until_ms``, as a
+    ``pyarrow.RecordBatch`` with :data:`~regroup_pipeline.decode.COMMIT_ARROW_SCHEMA`; None when the chunk
+    holds anything this pass does not handle (see the module docstring)."""
+    from regroup_pipeline.decode import COMMIT_ARROW_SCHEMA
+
+    buf, raw = _walked(data, limit, _COMMIT_TYPES, min_offset, max_offset, until_ms)
+    if raw is None:
+        return None
+    count = raw.shape[1]
+    out = np.empty((_FIELDS, count), np.int64)
+    if _commits_at(buf, raw, count, out) < 0:
+        return None
+    ts = COMMIT_ARROW_SCHEMA.field("record_timestamp").type
+    records = [
+        pa.array(np.full(count, record_partition, np.int32)),
+        pa.array(raw[R_OFFSET]),
+        pa.array(raw[R_TIMESTAMP] * 1000, ts),
+    ]
+    return _batch(out, buf, buf, records)
+
+
+def _binary(arr: Any) -> tuple[Any, Any, Any]:
+    """(data bytes, int64 offsets, null flags) of an Arrow binary array."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    offset_type: Any = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+    _validity, offsets_buf, data_buf = arr.buffers()
+    n = len(arr)
+    offsets = np.frombuffer(offsets_buf, offset_type, n + 1, arr.offset * np.dtype(offset_type).itemsize)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    nulls = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else np.zeros(n, np.bool_)
+    return data, offsets.astype(np.int64), nulls
+
+
+def scan_commit_pairs(batch: Any) -> Any | None:
+    """The offset commits (and tombstones) among raw ``__consumer_offsets`` records (columns ``key``,
+    ``value``, ``partition``, ``offset``, ``timestamp``, as Spark's Kafka source has them), as a batch with
+    ``COMMIT_ARROW_SCHEMA``; None when a record is one this pass does not handle."""
+    kbuf, koffsets, knull = _binary(batch.column("key"))
+    vbuf, voffsets, vnull = _binary(batch.column("value"))
+    out = np.empty((_FIELDS, batch.num_rows), np.int64)
+    count = _scan_pairs(kbuf, koffsets, knull, vbuf, voffsets, vnull, out)
+    if count < 0:
+        return None
+    out = out[:, :count]
+    rows = pa.array(out[ROW])
+    ts = pa.timestamp("us", tz="UTC")
+    records = [
+        batch.column("partition").take(rows).cast(pa.int32()),
+        batch.column("offset").take(rows).cast(pa.int64()),
+        batch.column("timestamp").take(rows).cast(ts),
+    ]
+    return _batch(out, kbuf, vbuf, records)
