@@ -8,7 +8,8 @@ measures on one SparkSession:
 - decode: raw records (from Parquet) → offset commits with the vectorised ``mapInArrow`` decoder, and with a
   plain row-at-a-time Python UDF (pickled rows, regroup's codecs) as the baseline; the data source reading
   and decoding the segments; and, as the bound for the data source, Spark taking batches that are already
-  decoded from a Python data source (the transfer alone);
+  decoded from a Python data source (the transfer alone); and the Spark tasks that decode the segments
+  writing the commit history to Parquet themselves (the first step of ``all``);
 - end to end: the ``all`` job over the data directory (Python Data Source read, decode, every table
   written as Parquet, the HTML report).
 
@@ -206,6 +207,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+    from regroup_pipeline.datasource import write_history
     from regroup_pipeline.inputs import CONSUMER_OFFSETS, TimeWindow, decode_commits, from_datadir
     from regroup_pipeline.runner import write_all
     from regroup_pipeline.session import build_session
@@ -254,6 +256,12 @@ def run_bench(args: argparse.Namespace) -> int:
     source_decode = timed(in_source)
     spark.dataSource.register(_transfer_source(root, rows, spark.sparkContext.defaultParallelism))
     transfer = timed(spark.read.format("regroup_bench_transfer").load())
+    start = time.perf_counter()
+    options = {"path": str(root), "topics": CONSUMER_OFFSETS, "recordTypes": "0,1"}
+    options["minPartitions"] = str(spark.sparkContext.defaultParallelism)
+    written = write_history(spark, options, str(workdir / "history"))
+    history_write = time.perf_counter() - start
+    shutil.rmtree(workdir / "history", ignore_errors=True)
     baseline_rows = min(args.baseline_records or rows, rows)
     baseline_input = raw.limit(baseline_rows) if baseline_rows < rows else raw
     out_type = StructType(
@@ -276,6 +284,9 @@ def run_bench(args: argparse.Namespace) -> int:
     results["data_source_decode_seconds"] = round(source_decode, 2)
     results["data_source_decode_rows_per_s"] = round(rows / source_decode)
     results["transfer_seconds"] = round(transfer, 2)
+    results["history_write_rows"] = written
+    results["history_write_seconds"] = round(history_write, 2)
+    results["history_write_rows_per_s"] = round(written / history_write)
     results["transfer_rows_per_s"] = round(rows / transfer)
     results["baseline_rows"] = baseline_rows
     results["baseline_seconds"] = round(baseline, 2)
@@ -315,6 +326,9 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"{'  vectorised (mapInArrow)':<34}{vectorised:>10.2f}{rows / vectorised:>14,.0f}")
         print(f"{'  data source reads + decodes':<34}{source_decode:>10.2f}{rows / source_decode:>14,.0f}")
         print(f"{'  transfer alone (decoded batches)':<34}{transfer:>10.2f}{rows / transfer:>14,.0f}")
+        print(
+            f"{'  tasks decode + write offsets':<34}{history_write:>10.2f}{written / history_write:>14,.0f}"
+        )
         print(
             f"{'  Python UDF baseline':<34}{baseline:>10.2f}{baseline_rows / baseline:>14,.0f}"
             + (f"  (on {baseline_rows:,} rows)" if baseline_rows < rows else "")

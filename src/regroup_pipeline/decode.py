@@ -65,8 +65,18 @@ COMMIT_ARROW_SCHEMA: Final = pa.schema(
 
 # Offset commits with the interval each was in force: until the next record for the same group, topic and
 # partition (``valid_until``, null for the last one, which ``is_current``).
+# (The columns and order of the ``offsets`` table.)
+_HISTORY_ORDER: Final = (
+    *("group", "topic", "partition", "committed_offset", "leader_epoch", "metadata", "commit_timestamp"),
+    *("expire_timestamp", "deleted", "record_timestamp", "valid_until", "is_current", "record_partition"),
+    *("record_offset", "key_version", "value_version"),
+)
+_INTERVAL: Final = {
+    "valid_until": pa.field("valid_until", _TS),
+    "is_current": pa.field("is_current", pa.bool_()),
+}
 HISTORY_ARROW_SCHEMA: Final = pa.schema(
-    [*COMMIT_ARROW_SCHEMA, pa.field("valid_until", _TS), pa.field("is_current", pa.bool_())]
+    [_INTERVAL[n] if n in _INTERVAL else COMMIT_ARROW_SCHEMA.field(n) for n in _HISTORY_ORDER]
 )
 
 MEMBER_TYPE: Final = pa.struct(
@@ -401,8 +411,11 @@ def _key_ids(parts: list[Any]) -> I64:
 
 
 def _with_interval(batch: Any, valid_until: Any, *, current: bool) -> Any:
-    flags = pa.array(np.full(batch.num_rows, current))
-    return pa.RecordBatch.from_arrays([*batch.columns, valid_until, flags], schema=HISTORY_ARROW_SCHEMA)
+    columns = {"valid_until": valid_until, "is_current": pa.array(np.full(batch.num_rows, current))}
+    return pa.RecordBatch.from_arrays(
+        [columns[n] if n in columns else batch.column(n) for n in HISTORY_ARROW_SCHEMA.names],
+        schema=HISTORY_ARROW_SCHEMA,
+    )
 
 
 # ------------------------------------------------------------------------------------------ mapInArrow

@@ -85,6 +85,9 @@ class Inputs:
     # The commits with valid_until and is_current when the input computes them while reading (the data
     # source does, per partition in log order); else the jobs derive them from ``commits``.
     history: DataFrame | None = None
+    # The data source options that read ``history`` (a data directory's), for writing it straight to
+    # Parquet (``datasource.write_history``).
+    history_options: Mapping[str, str] | None = None
 
 
 def _key_type_in(types: Sequence[int]) -> Column:
@@ -152,17 +155,15 @@ def from_datadir(
     set, in which case they are max(offset)+1 of the records up to ``until``."""
     window = window or TimeWindow()
 
+    common = {"path": ",".join(paths), "minPartitions": str(spark.sparkContext.defaultParallelism)}
+    if window.until_ms is not None:
+        common["until"] = str(window.until_ms)
+    if max_split_bytes is not None:
+        common["maxSplitBytes"] = str(max_split_bytes)
+
     def reader(**options: str) -> DataFrameReader:
         # A fresh reader each time: DataFrameReader.option mutates the reader it is called on.
-        r = spark.read.format(FORMAT).option("path", ",".join(paths))
-        r = r.option("minPartitions", str(spark.sparkContext.defaultParallelism))
-        if window.until_ms is not None:
-            r = r.option("until", str(window.until_ms))
-        if max_split_bytes is not None:
-            r = r.option("maxSplitBytes", str(max_split_bytes))
-        for key, value in options.items():
-            r = r.option(key, value)
-        return r
+        return spark.read.format(FORMAT).options(**common, **options)
 
     data = (
         reader(topicPattern=topic_pattern, payload="false")
@@ -177,10 +178,12 @@ def from_datadir(
     else:
         counts = {t: n for t, n in logdir.topic_partition_counts(paths).items() if _matches(topic_pattern, t)}
         partitions = _log_ends_from_data(spark, data, counts)
-    history = reader(topics=CONSUMER_OFFSETS, recordTypes="0,1", decode="offset_history").load()
+    commit_options = {"topics": CONSUMER_OFFSETS, "recordTypes": "0,1"}
+    history = reader(**commit_options, decode="offset_history").load()
     return Inputs(
         commits=history.drop("valid_until", "is_current"),
         history=history,
+        history_options={**common, **commit_options},
         groups=reader(topics=CONSUMER_OFFSETS, recordTypes="2", decode="group_metadata").load(),
         data=data,
         partitions=partitions,

@@ -22,6 +22,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
 from regroup_pipeline.inputs import Inputs, TimeWindow
 
 __all__ = [
@@ -72,22 +73,7 @@ def _offset_history(inputs: Inputs) -> DataFrame:
         with_interval = inputs.commits.withColumn(
             "valid_until", F.lead("record_timestamp").over(order)
         ).withColumn("is_current", F.lead("record_offset").over(order).isNull())
-    return with_interval.select(
-        *_GTP,
-        "committed_offset",
-        "leader_epoch",
-        "metadata",
-        "commit_timestamp",
-        "expire_timestamp",
-        "deleted",
-        "record_timestamp",
-        "valid_until",
-        "is_current",
-        "record_partition",
-        "record_offset",
-        "key_version",
-        "value_version",
-    )
+    return with_interval.select(*HISTORY_ARROW_SCHEMA.names)
 
 
 def offsets(inputs: Inputs, *, history: DataFrame | None = None) -> DataFrame:
@@ -106,8 +92,13 @@ def offsets_as_of(offset_table: DataFrame, instant_ms: int) -> DataFrame:
     return offset_table.where(live & ~F.col("deleted"))
 
 
+def _latest(history: DataFrame) -> DataFrame:
+    """The last record of every group/topic/partition (tombstones included)."""
+    return history.where(F.col("is_current"))
+
+
 def _current_offsets(history: DataFrame) -> DataFrame:
-    return history.where(F.col("is_current") & ~F.col("deleted"))
+    return _latest(history).where(~F.col("deleted"))
 
 
 # ------------------------------------------------------------------------------------------ group state
@@ -124,7 +115,8 @@ def _group_records(inputs: Inputs) -> DataFrame:
 
 def group_states(inputs: Inputs, *, history: DataFrame | None = None) -> DataFrame:
     """Current state of every group known from metadata records or offset commits: group, state
-    (Stable/Empty/Dead), protocol_type, generation, current_state_timestamp, members."""
+    (Stable/Empty/Dead), protocol_type, generation, current_state_timestamp, members. ``history`` may be
+    an :func:`offsets` table or only its latest rows."""
     last = (
         inputs.groups.groupBy("group")
         .agg(
@@ -148,7 +140,7 @@ def group_states(inputs: Inputs, *, history: DataFrame | None = None) -> DataFra
         "current_state_timestamp",
         "members",
     )
-    committers = (history if history is not None else inputs.commits).select("group").distinct()
+    committers = (_latest(history) if history is not None else inputs.commits).select("group").distinct()
     simple = committers.join(with_state.select("group"), "group", "left_anti").select(
         "group",
         F.lit("Empty").alias("state"),
@@ -189,6 +181,7 @@ def lag(
     interval_ms: int | None = None,
     history: DataFrame | None = None,
     states: DataFrame | None = None,
+    latest: DataFrame | None = None,
 ) -> DataFrame:
     """Lag per group/topic/partition at ``samples`` evenly spaced instants (or every ``interval_ms``) from
     ``since`` (default: the first commit) up to the window's end, plus one row at the end itself
@@ -202,8 +195,10 @@ def lag(
     w = inputs.window
     if history is None:
         history = _offset_history(inputs)
+    if latest is None:
+        latest = _latest(history)
     current = (
-        _current_offsets(history)
+        _current_offsets(latest)
         .select(
             *_GTP,
             _ts(w.as_of_ms).alias("sample_time"),
@@ -240,7 +235,7 @@ def lag(
             )
         )
         rows = past.unionByName(current)
-    rows = _lookup_records(rows, inputs.data, history.select(*_TP).distinct())
+    rows = _lookup_records(rows, inputs.data, latest.select(*_TP).distinct())
     lag_records = F.col("log_end_offset") - F.col("committed_offset")
     behind = F.col("committed_offset") < F.col("log_end_offset")
     time_lag = F.when(
@@ -673,11 +668,18 @@ def compute_all(
     cached_history = history is None
     if history is None:
         history = _offset_history(inputs).persist(level)
-    states = group_states(inputs, history=history).persist(level)
+    # States, current lag and expiration need only each key's last record: one pass over the history.
+    latest = _latest(history).persist(level)
+    states = group_states(inputs, history=latest).persist(level)
     reb = rebalances(inputs).persist(level)
     # The report reads the lag table again after it is written (twice): keep it rather than recompute it.
     lag_table = lag(
-        inputs, samples=lag_samples, interval_ms=lag_interval_ms, history=history, states=states
+        inputs,
+        samples=lag_samples,
+        interval_ms=lag_interval_ms,
+        history=history,
+        states=states,
+        latest=latest,
     ).persist(level)
     return Tables(
         offsets=offsets(inputs, history=history),
@@ -685,8 +687,8 @@ def compute_all(
         rebalances=reb,
         rebalance_frequency=rebalance_frequency(reb),
         expiring_offsets=expiring_offsets(
-            inputs, retention_minutes=retention_minutes, horizon_ms=horizon_ms, history=history, states=states
+            inputs, retention_minutes=retention_minutes, horizon_ms=horizon_ms, history=latest, states=states
         ),
         assignment_health=assignment_health(reb, inputs.partitions),
-        cached=((history,) if cached_history else ()) + (states, reb, lag_table),
+        cached=((history,) if cached_history else ()) + (latest, states, reb, lag_table),
     )

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from regroup_pipeline import jobs
 from regroup_pipeline.cli import parse_time
+from regroup_pipeline.datasource import write_history
 from regroup_pipeline.inputs import DATA_TOPICS_PATTERN, Inputs, TimeWindow, from_datadir, from_kafka
 from regroup_pipeline.session import build_session
 
@@ -68,8 +69,9 @@ def write_all(
     Returns the seconds each step took.
 
     Without ``since`` the offsets table is the whole commit history, which the other tables derive from:
-    it is written first, straight from the input, and read back by the others (Parquet is columnar, so
-    each reads only the columns it needs) instead of being cached in memory.
+    it is written first, straight from the input (from a data directory by the tasks that decode it, see
+    :func:`~regroup_pipeline.datasource.write_history`), and read back by the others (Parquet is
+    columnar, so each reads only the columns it needs) instead of being cached in memory.
     """
     spark = inputs.commits.sparkSession
     seconds: dict[str, float] = {}
@@ -77,7 +79,10 @@ def write_all(
     history = None
     if inputs.window.since_ms is None:
         start = time.perf_counter()
-        write_table(jobs.offsets(inputs), output, "offsets")
+        if inputs.history_options is not None:
+            write_history(spark, dict(inputs.history_options), str(output / "offsets"))
+        else:
+            write_table(jobs.offsets(inputs), output, "offsets")
         history = spark.read.parquet(str(output / "offsets"))
         seconds["offsets"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -90,6 +95,7 @@ def write_all(
         history=history,
     )
     seconds["plan"] = time.perf_counter() - start
+    tables.lag.unpersist()  # kept for readers of the DataFrame; the report here reads the written table
     for name, df in tables.items():
         start = time.perf_counter()
         if name != "offsets" or history is None:
