@@ -193,7 +193,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                 "--baseline-records",
                 type=int,
                 default=None,
-                help="records for the plain Python UDF baseline (default: same as --records)",
+                help="records for the plain Python UDF baseline, a sample of about that many (default: all)",
             )
             p.add_argument(
                 "--workdir", default=None, help="where to keep the synthetic data (default: a temp dir)"

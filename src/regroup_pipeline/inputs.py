@@ -40,6 +40,7 @@ __all__ = [
     "from_kafka",
     "from_raw",
     "kafka_raw",
+    "kafka_source_options",
 ]
 
 CONSUMER_OFFSETS: Final = logdir.CONSUMER_OFFSETS
@@ -195,6 +196,32 @@ def _matches(pattern: str, topic: str) -> bool:
     return re.fullmatch(pattern, topic) is not None
 
 
+def kafka_source_options(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    partitions: Mapping[str, int],
+    options: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Options of Spark's Kafka source (batch or streaming) for every record of the given topics
+    (``{topic: partition count}``); ``options`` come last and override.
+
+    The source is given the partitions explicitly (``assign``) and uses the consumer-based offset
+    reader (a session setting, made here): Spark's default, AdminClient-based reader drops internal topics
+    such as ``__consumer_offsets``, and a subscription would make the driver join a consumer group (which
+    would then show up in the very group analytics being computed).
+    """
+    spark.conf.set(DEPRECATED_OFFSET_FETCHING, "true")
+    return {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        "assign": json.dumps({t: list(range(n)) for t, n in sorted(partitions.items())}),
+        "startingOffsets": "earliest",
+        "includeHeaders": "true",
+        # Retention may delete records between planning and reading; analytics should not fail on it.
+        "failOnDataLoss": "false",
+        **(options or {}),
+    }
+
+
 def kafka_raw(
     spark: SparkSession,
     bootstrap_servers: str,
@@ -203,27 +230,10 @@ def kafka_raw(
     options: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """A batch read of every record of the given topics (``{topic: partition count}``) through Spark's
-    Kafka source, with the raw columns in the standard order.
-
-    The source is given the partitions explicitly (``assign``) and uses the consumer-based offset
-    reader: Spark's default, AdminClient-based reader drops internal topics such as
-    ``__consumer_offsets``, and a subscription would make the driver join a consumer group (which would
-    then show up in the very group analytics being computed).
-    """
-    spark.conf.set(DEPRECATED_OFFSET_FETCHING, "true")
-    reader = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
-        .option("assign", json.dumps({t: list(range(n)) for t, n in sorted(partitions.items())}))
-        .option("startingOffsets", "earliest")
-        .option("endingOffsets", "latest")
-        .option("includeHeaders", "true")
-        # Retention may delete records between planning and reading; analytics should not fail on it.
-        .option("failOnDataLoss", "false")
-    )
-    for key, value in (options or {}).items():
-        reader = reader.option(key, value)
-    return reader.load().select(*RAW_COLUMNS)
+    Kafka source, with the raw columns in the standard order (see :func:`kafka_source_options`)."""
+    batch = {"endingOffsets": "latest", **(options or {})}
+    every = kafka_source_options(spark, bootstrap_servers, partitions, batch)
+    return spark.read.format("kafka").options(**every).load().select(*RAW_COLUMNS)
 
 
 def from_kafka(

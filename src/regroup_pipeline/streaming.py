@@ -10,7 +10,6 @@ by their log position when read.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -72,26 +71,16 @@ def stream_source(
         )
     if not bootstrap_servers:
         raise ValueError("a stream needs data directories or bootstrap servers")
-    from regroup_pipeline.inputs import DEPRECATED_OFFSET_FETCHING
+    from regroup_pipeline.inputs import kafka_source_options
     from regroup_pipeline.kafka_client import SimpleKafkaClient
 
     with SimpleKafkaClient(bootstrap_servers) as client:
         counts = client.partition_counts()
     wanted = {t: n for t, n in counts.items() if re.fullmatch(pattern, t)}
-    # Explicit partitions and the consumer-based offset reader, as in batch (see inputs.kafka_raw): topics
-    # and partitions created later are picked up when the stream restarts.
-    spark.conf.set(DEPRECATED_OFFSET_FETCHING, "true")
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
-        .option("assign", json.dumps({t: list(range(n)) for t, n in sorted(wanted.items())}))
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
-        .option("failOnDataLoss", "false")
-    )
-    for key, value in (kafka_options or {}).items():
-        reader = reader.option(key, value)
-    return reader.load().select(*RAW_COLUMNS)
+    # Explicit partitions, as in batch: topics and partitions created later are picked up when the stream
+    # restarts.
+    options = kafka_source_options(spark, bootstrap_servers, wanted, kafka_options)
+    return spark.readStream.format("kafka").options(**options).load().select(*RAW_COLUMNS)
 
 
 def datadir_partitions(paths: Sequence[str], topic_pattern: str) -> PartitionsFn:

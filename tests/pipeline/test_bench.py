@@ -31,7 +31,7 @@ def test_bench_runs_on_a_tiny_data_set(
     assert results["dataset"]["group_metadata"] == 20 * bench.GENERATIONS
     assert results["dataset"]["data_records"] == 2 * 10 * 20
     assert results["decode_rows"] == 2000
-    assert results["baseline_rows"] == 500
+    assert 250 <= results["baseline_rows"] <= 750  # a sample of about 500
     assert results["history_write_rows"] == 2000
     for key in ("vectorised_rows_per_s", "data_source_decode_rows_per_s", "baseline_rows_per_s"):
         assert results[key] > 0
