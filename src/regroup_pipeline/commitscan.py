@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
 from numba import njit  # type: ignore[import-untyped,unused-ignore]  # numba ships no type information
 
+from regroup_pipeline.logformat import RAW_ARROW_SCHEMA, binary_parts, repeat_string
+
 __all__ = ["scan_commit_pairs", "scan_offset_commits", "scan_records", "whole_batches_end"]
 
 _NO_LIMIT: Final = np.iinfo(np.int64).max
@@ -207,14 +209,12 @@ def _commit_fields(
 
 
 @njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
-def _scan_pairs(kbuf: Any, koffsets: Any, knull: Any, vbuf: Any, voffsets: Any, vnull: Any, out: Any) -> int:
-    """:func:`_commit_fields` over rows of Arrow binary keys and values (offsets and null flags); the
-    offset commits' row numbers go to ``out[ROW]``."""
+def _scan_pairs(kbuf: Any, kstarts: Any, klens: Any, vbuf: Any, vstarts: Any, vlens: Any, out: Any) -> int:
+    """:func:`_commit_fields` over rows of keys and values (starts and lengths, −1 for null, as
+    ``logformat.binary_parts`` gives them); the offset commits' row numbers go to ``out[ROW]``."""
     count = 0
-    for i in range(knull.size):
-        kl = -1 if knull[i] else koffsets[i + 1] - koffsets[i]
-        vl = -1 if vnull[i] else voffsets[i + 1] - voffsets[i]
-        status = _commit_fields(kbuf, koffsets[i], kl, vbuf, voffsets[i], vl, out, count)
+    for i in range(klens.size):
+        status = _commit_fields(kbuf, kstarts[i], klens[i], vbuf, vstarts[i], vlens[i], out, count)
         if status < 0:
             return -1
         if status:
@@ -424,8 +424,6 @@ def scan_records(
 ) -> Any | None:
     """Like :func:`scan_offset_commits`, for raw records of the given key types (as
     :data:`~regroup_pipeline.logformat.RAW_ARROW_SCHEMA`, headers null); None as there."""
-    from regroup_pipeline.logformat import RAW_ARROW_SCHEMA, repeat_string
-
     mask = 0
     for t in record_types:
         if not 0 <= t <= 62:
@@ -478,27 +476,14 @@ def scan_offset_commits(
     return _batch(out, buf, buf, records)
 
 
-def _binary(arr: Any) -> tuple[Any, Any, Any]:
-    """(data bytes, int64 offsets, null flags) of an Arrow binary array."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    offset_type: Any = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-    _validity, offsets_buf, data_buf = arr.buffers()
-    n = len(arr)
-    offsets = np.frombuffer(offsets_buf, offset_type, n + 1, arr.offset * np.dtype(offset_type).itemsize)
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    nulls = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else np.zeros(n, np.bool_)
-    return data, offsets.astype(np.int64), nulls
-
-
 def scan_commit_pairs(batch: Any) -> Any | None:
     """The offset commits (and tombstones) among raw ``__consumer_offsets`` records (columns ``key``,
     ``value``, ``partition``, ``offset``, ``timestamp``, as Spark's Kafka source has them), as a batch with
     ``COMMIT_ARROW_SCHEMA``; None when a record is one this pass does not handle."""
-    kbuf, koffsets, knull = _binary(batch.column("key"))
-    vbuf, voffsets, vnull = _binary(batch.column("value"))
+    kbuf, kstarts, klens = binary_parts(batch.column("key"))
+    vbuf, vstarts, vlens = binary_parts(batch.column("value"))
     out = np.empty((_FIELDS, batch.num_rows), np.int64)
-    count = _scan_pairs(kbuf, koffsets, knull, vbuf, voffsets, vnull, out)
+    count = _scan_pairs(kbuf, kstarts, klens, vbuf, vstarts, vlens, out)
     if count < 0:
         return None
     out = out[:, :count]

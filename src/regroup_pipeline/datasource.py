@@ -170,15 +170,11 @@ def _pack_partitions(splits: Sequence[logdir.Split], target: int) -> list[Any]:
     current: list[logdir.Split] = []
     size = 0
     for split in splits:
-        if (
-            current
-            and size >= target
-            and (split.topic, split.partition)
-            != (
-                current[-1].topic,
-                current[-1].partition,
-            )
-        ):
+        new_partition = bool(current) and (split.topic, split.partition) != (
+            current[-1].topic,
+            current[-1].partition,
+        )
+        if new_partition and size >= target:
             tasks.append(_TaskPartition(_Task(tuple(current), None)))
             current, size = [], 0
         current.append(split)
@@ -221,6 +217,7 @@ def _read_splits(task: _Task, opts: ReadOptions) -> Iterator[Any]:
 
 
 def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Split, Any]]:
+    from regroup_pipeline.commitscan import scan_offset_commits, scan_records
     from regroup_pipeline.decode import decode_group_metadata, decode_offset_commits, record_types
 
     decoder = {
@@ -228,9 +225,6 @@ def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Spl
         "offset_history": decode_offset_commits,
         "group_metadata": decode_group_metadata,
     }.get(opts.decode or "")
-
-    from regroup_pipeline.commitscan import scan_offset_commits, scan_records
-
     # The compiled pass over segment bytes: offset commits straight to their columns, group metadata
     # records picked out of the commits before the codecs decode them.
     kinds = set(opts.record_types) if opts.record_types is not None else None

@@ -25,7 +25,7 @@ from regroup.protocol.records.consumer_protocol import (
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue
 from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
 from regroup_pipeline.commitscan import scan_commit_pairs
-from regroup_pipeline.logformat import I64, U8, be_int
+from regroup_pipeline.logformat import I64, U8, be_int, binary_parts
 
 __all__ = [
     "COMMIT_ARROW_SCHEMA",
@@ -67,9 +67,22 @@ COMMIT_ARROW_SCHEMA: Final = pa.schema(
 # partition (``valid_until``, null for the last one, which ``is_current``).
 # (The columns and order of the ``offsets`` table.)
 _HISTORY_ORDER: Final = (
-    *("group", "topic", "partition", "committed_offset", "leader_epoch", "metadata", "commit_timestamp"),
-    *("expire_timestamp", "deleted", "record_timestamp", "valid_until", "is_current", "record_partition"),
-    *("record_offset", "key_version", "value_version"),
+    "group",
+    "topic",
+    "partition",
+    "committed_offset",
+    "leader_epoch",
+    "metadata",
+    "commit_timestamp",
+    "expire_timestamp",
+    "deleted",
+    "record_timestamp",
+    "valid_until",
+    "is_current",
+    "record_partition",
+    "record_offset",
+    "key_version",
+    "value_version",
 )
 _INTERVAL: Final = {
     "valid_until": pa.field("valid_until", _TS),
@@ -119,28 +132,6 @@ _OFFSET_COMMIT_TYPES: Final = (0, 1)
 _GROUP_METADATA_TYPE: Final = 2
 
 
-def _binary_parts(arr: Any) -> tuple[U8, I64, I64]:
-    """(data bytes, value starts, value lengths with −1 for null) of an Arrow binary array; the data is
-    cut to the bytes the array uses (a slice of a bigger array shares its whole buffer)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    offset_type: Any = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-    _validity, offsets_buf, data_buf = arr.buffers()
-    n = len(arr)
-    offsets = np.frombuffer(offsets_buf, offset_type, n + 1, arr.offset * np.dtype(offset_type).itemsize)
-    offsets = offsets.astype(np.int64)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    data = np.frombuffer(data_buf, np.uint8, hi - lo, lo) if data_buf is not None and hi > lo else _EMPTY
-    starts = offsets[:-1] - lo
-    lengths = np.diff(offsets)
-    if arr.null_count:
-        lengths = np.where(arr.is_null().to_numpy(zero_copy_only=False), -1, lengths)
-    return data, starts, lengths
-
-
-_EMPTY: Final = np.zeros(0, np.uint8)
-
-
 def _safe_be(buf: U8, pos: I64, width: int) -> I64:
     """``be_int`` tolerating positions past the end, for rows that validation rejects afterwards."""
     if buf.size < width:
@@ -150,7 +141,7 @@ def _safe_be(buf: U8, pos: I64, width: int) -> I64:
 
 def record_types(keys: Any) -> I64:
     """The int16 record type of each key (−1 for a null or too short key)."""
-    data, starts, lengths = _binary_parts(keys)
+    data, starts, lengths = binary_parts(keys)
     return np.where(lengths >= 2, _safe_be(data, starts, 2), -1)
 
 

@@ -672,7 +672,6 @@ def compute_all(
     latest = _latest(history).persist(level)
     states = group_states(inputs, history=latest).persist(level)
     reb = rebalances(inputs).persist(level)
-    # The report reads the lag table again after it is written (twice): keep it rather than recompute it.
     lag_table = lag(
         inputs,
         samples=lag_samples,
@@ -680,7 +679,7 @@ def compute_all(
         history=history,
         states=states,
         latest=latest,
-    ).persist(level)
+    )
     return Tables(
         offsets=offsets(inputs, history=history),
         lag=lag_table,
@@ -690,5 +689,5 @@ def compute_all(
             inputs, retention_minutes=retention_minutes, horizon_ms=horizon_ms, history=latest, states=states
         ),
         assignment_health=assignment_health(reb, inputs.partitions),
-        cached=((history,) if cached_history else ()) + (latest, states, reb, lag_table),
+        cached=((history,) if cached_history else ()) + (latest, states, reb),
     )

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from regroup_pipeline.commitscan import whole_batches_end
-
 __all__ = [
     "CONSUMER_OFFSETS",
     "PartitionDir",
@@ -202,6 +200,9 @@ def plan_splits(partitions: Iterable[PartitionDir], max_split_bytes: int) -> lis
 def read_split(split: Split, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
     """The split's bytes in pieces of whole batches (about ``chunk_bytes`` each, more for a bigger batch):
     ``(data, limit)`` where batches start before ``limit``. Stops at a torn tail."""
+    # Imported here: the driver plans splits without numba; only the tasks that read need it.
+    from regroup_pipeline.commitscan import whole_batches_end
+
     with open(split.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         pos = split.start

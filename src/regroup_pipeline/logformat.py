@@ -24,6 +24,7 @@ __all__ = [
     "RAW_ARROW_SCHEMA",
     "BatchIndex",
     "Records",
+    "binary_parts",
     "decode_records",
     "index_batches",
     "records_to_arrow",
@@ -103,6 +104,28 @@ def varint(buf: U8, pos: I64, max_bytes: int = 5) -> tuple[I64, I64]:
 
 
 # ------------------------------------------------------------------------------------------ byte slices
+
+
+def binary_parts(arr: Any) -> tuple[U8, I64, I64]:
+    """(data bytes, value starts, value lengths with −1 for null) of an Arrow binary array; the data is
+    cut to the bytes the array uses (a slice of a bigger array shares its whole buffer)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    offset_type: Any = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+    _validity, offsets_buf, data_buf = arr.buffers()
+    n = len(arr)
+    offsets = np.frombuffer(offsets_buf, offset_type, n + 1, arr.offset * np.dtype(offset_type).itemsize)
+    offsets = offsets.astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(data_buf, np.uint8, hi - lo, lo) if data_buf is not None and hi > lo else _EMPTY
+    starts = offsets[:-1] - lo
+    lengths = np.diff(offsets)
+    if arr.null_count:
+        lengths = np.where(arr.is_null().to_numpy(zero_copy_only=False), -1, lengths)
+    return data, starts, lengths
+
+
+_EMPTY: Final = np.zeros(0, np.uint8)
 
 
 def slice_binary(data: Any, starts: I64, lengths: I64, *, string: bool = False) -> Any:

@@ -50,6 +50,12 @@ def persist_inputs(inputs: Inputs) -> Inputs:
     )
 
 
+def unpersist_inputs(inputs: Inputs) -> None:
+    """Release what :func:`persist_inputs` kept."""
+    for df in (inputs.groups, inputs.data, inputs.partitions):
+        df.unpersist()
+
+
 def write_table(df: DataFrame, output: Path, name: str) -> None:
     df.write.mode("overwrite").parquet(str(output / name))
 
@@ -95,7 +101,6 @@ def write_all(
         history=history,
     )
     seconds["plan"] = time.perf_counter() - start
-    tables.lag.unpersist()  # kept for readers of the DataFrame; the report here reads the written table
     for name, df in tables.items():
         start = time.perf_counter()
         if name != "offsets" or history is None:
@@ -103,8 +108,7 @@ def write_all(
             seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
         _show(df, name, show)
     tables.unpersist()
-    for df in (inputs.groups, inputs.data, inputs.partitions):
-        df.unpersist()
+    unpersist_inputs(inputs)
     from regroup_pipeline.report import write_report_from_tables
 
     start = time.perf_counter()
@@ -152,6 +156,9 @@ def run_job(args: argparse.Namespace) -> int:
             lag_samples=args.lag_samples,
             lag_interval_ms=args.lag_interval,
         )
+        # The report reads the lag table twice: keep it rather than compute it again.
+        lag_table = tables.lag.persist(StorageLevel.MEMORY_AND_DISK)
+        tables = dataclasses.replace(tables, lag=lag_table, cached=(*tables.cached, lag_table))
         from regroup_pipeline.report import write_report
 
         write_report(tables, target, window, horizon_ms=args.horizon)

@@ -11,7 +11,7 @@ from pyspark.sql.types import TimestampType
 
 from regroup_pipeline import jobs
 from regroup_pipeline.inputs import Inputs
-from regroup_pipeline.runner import persist_inputs
+from regroup_pipeline.runner import persist_inputs, unpersist_inputs
 
 # PySpark reads collected results from a local socket it leaves to the garbage collector ("The socket
 # will be automatically closed when garbage-collected", pyspark/util.py); the ResourceWarning that
@@ -49,8 +49,7 @@ def compute_tables(inputs: Inputs) -> dict[str, list[dict[str, Any]]]:
     out = {name: rows(df) for name, df in tables.items()}
     out["expiring_offsets_default"] = rows(jobs.expiring_offsets(inputs))
     tables.unpersist()
-    for df in (inputs.groups, inputs.data, inputs.partitions):
-        df.unpersist()
+    unpersist_inputs(inputs)
     return out
 
 

@@ -17,6 +17,8 @@ from .support import SPARK_SOCKETS
 
 pytestmark = [pytest.mark.spark, SPARK_SOCKETS]
 
+TABLES = ("offsets", "lag", "rebalances", "rebalance_frequency", "expiring_offsets", "assignment_health")
+
 
 def test_durations_and_times() -> None:
     assert parse_duration("1500") == 1500
@@ -111,14 +113,7 @@ def test_all_writes_every_table_and_a_self_contained_report(
         )
         == 0
     )
-    for name in (
-        "offsets",
-        "lag",
-        "rebalances",
-        "rebalance_frequency",
-        "expiring_offsets",
-        "assignment_health",
-    ):
+    for name in TABLES:
         assert any((out / name).glob("*.parquet")), name
     page = (out / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>")
@@ -192,13 +187,6 @@ def test_the_all_job_writes_the_same_tables_as_compute_all(
     inputs = from_datadir(spark, [str(regroup_copy)], TimeWindow(now_ms=scenario.snapshot_ms))
     seconds = write_all(inputs, out, out / "report.html", **SHORT_RETENTION)
     assert set(seconds) >= {"offsets", "lag", "rebalances", "report"}
-    for name in (
-        "offsets",
-        "lag",
-        "rebalances",
-        "rebalance_frequency",
-        "expiring_offsets",
-        "assignment_health",
-    ):
+    for name in TABLES:
         assert rows(spark.read.parquet(str(out / name))) == datadir_tables[name], name
     assert "g-churn" in (out / "report.html").read_text()
