@@ -740,10 +740,12 @@ def form_group(
     rebalance: int | Mapping[str, int] | None = None,
     static: bool = False,
     assign: Mapping[str, Mapping[str, Sequence[int]]] | None = None,
+    founder_v: int | None = None,
 ) -> list[Step]:
     """Steps that bring ``actors`` into a Stable group (first actor leader), one join phase per newcomer
     as real consumers would. ``session``/``rebalance`` may be per actor. The final assignment is
-    ``assign`` or round-robin over topic t."""
+    ``assign`` or round-robin over topic t. ``founder_v`` is the JoinGroup version of the first actor's
+    first join (default ``v``)."""
     protos = tuple(protocols)
     steps: list[Step] = []
     joined: list[str] = []
@@ -753,16 +755,17 @@ def form_group(
         r = rebalance if rebalance is None or isinstance(rebalance, int) else rebalance.get(name)
         return s, r
 
-    def rejoin(name: str, **kw: Any) -> Step:
+    def rejoin(name: str, version: int = v, **kw: Any) -> Step:
         s, r = timeouts(name)
-        return join(name, v, protocols=protos, session=s, rebalance=r, **kw)
+        return join(name, version, protocols=protos, session=s, rebalance=r, **kw)
 
     def member_join(name: str, park: bool) -> list[Step]:
         inst: object = name if static else AUTO
+        version = founder_v if founder_v is not None and not joined else v
         out = []
-        if v >= 4 and not static and name not in joined:
-            out.append(rejoin(name, member="", expect=E.MEMBER_ID_REQUIRED))
-        out.append(rejoin(name, instance=inst, park=park))
+        if version >= 4 and not static and name not in joined:
+            out.append(rejoin(name, version, member="", expect=E.MEMBER_ID_REQUIRED))
+        out.append(rejoin(name, version, instance=inst, park=park))
         return out
 
     for name in actors:

@@ -56,37 +56,37 @@ def test_expired_member_loses_partitions_and_its_late_commit(regroup_broker: Bro
     producer.close()
 
     slow_events, healthy_events = Recorder(), Recorder()
-    slow = consumer(b, "slow", slow_events)
-    healthy = consumer(b, "healthy", healthy_events)
+    with consumer(b, "slow", slow_events) as slow, consumer(b, "healthy", healthy_events) as healthy:
 
-    def stable(members):
+        def stable(members, *consumers):
+            # The coordinator is Stable once the leader's assignment arrives; each member also has to have
+            # read its own SyncGroup answer before it stops counting itself as rebalancing.
+            view = b.group(GROUP)
+            in_sync = all(c.assignment() for c in consumers)
+            return view is not None and view.state == "Stable" and len(view.members) == members and in_sync
+
+        poll_until(lambda: stable(2, slow, healthy), slow, healthy)
         view = b.group(GROUP)
-        return view is not None and view.state == "Stable" and len(view.members) == members
+        slow_member = next(m for m in view.members if m.client_id == "slow")
+        (slow_partition,) = slow_member.assignment[TOPIC]
+        tp = TopicPartition(TOPIC, slow_partition)
+        slow.commit({tp: OffsetAndMetadata(3, "", -1)})
 
-    poll_until(lambda: stable(2), slow, healthy)
-    view = b.group(GROUP)
-    slow_member = next(m for m in view.members if m.client_id == "slow")
-    (slow_partition,) = slow_member.assignment[TOPIC]
-    tp = TopicPartition(TOPIC, slow_partition)
-    slow.commit({tp: OffsetAndMetadata(3, "", -1)})
+        b.expire_member(GROUP, slow_member.member_id)  # as if its session timed out
 
-    b.expire_member(GROUP, slow_member.member_id)  # as if its session timed out
+        # The group rebalances without it: the healthy member now owns every partition.
+        poll_until(lambda: stable(1, healthy), healthy)
+        after = b.group(GROUP)
+        assert after.member_ids != view.member_ids
+        assert after.members[0].client_id == "healthy"
+        assert after.members[0].assignment[TOPIC] == (0, 1)
+        assert after.history[-1].cause.member_id == slow_member.member_id  # SessionExpired
 
-    # The group rebalances without it: the healthy member now owns every partition.
-    poll_until(lambda: stable(1), healthy)
-    after = b.group(GROUP)
-    assert after.member_ids != view.member_ids
-    assert after.members[0].client_id == "healthy"
-    assert after.members[0].assignment[TOPIC] == (0, 1)
-    assert after.history[-1].cause.member_id == slow_member.member_id  # SessionExpired
+        # The expired member's late commit is rejected, and nothing it committed late is stored.
+        with pytest.raises(CommitFailedError):
+            slow.commit({tp: OffsetAndMetadata(5, "", -1)})
+        assert b.committed(GROUP)[(TOPIC, slow_partition)] == 3
 
-    # The expired member's late commit is rejected, and nothing it committed late is stored.
-    with pytest.raises(CommitFailedError):
-        slow.commit({tp: OffsetAndMetadata(5, "", -1)})
-    assert b.committed(GROUP)[(TOPIC, slow_partition)] == 3
-
-    # When it polls again it learns its partitions are lost (not revoked: it cannot commit them).
-    poll_until(lambda: slow_events.lost, slow, healthy)
-    assert slow_events.lost == [slow_partition]
-    slow.close()
-    healthy.close()
+        # When it polls again it learns its partitions are lost (not revoked: it cannot commit them).
+        poll_until(lambda: slow_events.lost, slow, healthy)
+        assert slow_events.lost == [slow_partition]
