@@ -1,4 +1,6 @@
-"""A consumer-group member for the rebalance-history scenario: run as a subprocess, killed or stopped."""
+"""A consumer-group member for the rebalance-history scenario: run as a subprocess, killed or stopped.
+With a seventh argument ``hold`` it prints "ready" once its consumer exists and joins only when a line
+arrives on stdin, so that the scenario can time its join without waiting for the interpreter to start."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from confluent_kafka import Consumer
 
 def main() -> int:
     bootstrap, group, topic, client_id, instance, session_ms = sys.argv[1:7]
+    hold = sys.argv[7:] == ["hold"]
     conf = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -31,6 +34,9 @@ def main() -> int:
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
+    if hold:
+        print("ready", flush=True)
+        sys.stdin.readline()
     consumer.subscribe([topic], on_assign=lambda _c, parts: print(f"assigned {len(parts)}", flush=True))
     print("started", flush=True)
     while not stopping:

@@ -160,8 +160,9 @@ class Members:
         self.bootstrap = bootstrap
         self.procs: dict[str, subprocess.Popen[str]] = {}
 
-    def start(self, name: str, instance: str | None, session_ms: int) -> None:
-        self.procs[name] = subprocess.Popen(
+    def start(self, name: str, instance: str | None, session_ms: int, *, hold: bool = False) -> None:
+        """Start a member; with ``hold`` it is started up to its first join, which :meth:`release` sends."""
+        self.procs[name] = proc = subprocess.Popen(
             [
                 sys.executable,
                 str(MEMBER_SCRIPT),
@@ -171,22 +172,33 @@ class Members:
                 name,
                 instance or "-",
                 str(session_ms),
+                *(["hold"] if hold else []),
             ],
-            stdout=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if hold else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if hold else subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        if hold:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "ready\n"
+
+    def release(self, name: str) -> None:
+        stdin = self.procs[name].stdin
+        assert stdin is not None
+        stdin.write("go\n")
+        stdin.close()
 
     def kill(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        proc.kill()
-        proc.wait(10)
+        with self.procs.pop(name) as proc:  # closes a held member's pipes
+            proc.kill()
+            proc.wait(10)
 
     def stop(self, name: str) -> None:
         """SIGTERM: the member closes its consumer (a dynamic member sends LeaveGroup)."""
-        proc = self.procs.pop(name)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(20) == 0
+        with self.procs.pop(name) as proc:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(20) == 0
 
     def kill_all(self) -> None:
         for name in list(self.procs):
@@ -275,9 +287,11 @@ def test_scripted_scenario_history_survives_a_restart(tmp_path: Path) -> None:
         ]
         s_id = member_of(gen4, "s1-")
 
-        # static member replaced (same group.instance.id) within its session: no rebalance
+        # static member replaced (same group.instance.id) within its session: no rebalance. The replacement
+        # starts before the old member dies, so that slow interpreter start-up cannot outlast the session.
+        members.start("s2", "s1", 6000, hold=True)
         members.kill("s")
-        members.start("s2", "s1", 6000)
+        members.release("s2")
         view = wait_for(bootstrap, lambda v: bool(v["generations"][3]["static_replacements"]))
         (replacement,) = view["generations"][3]["static_replacements"]
         assert (replacement["group_instance_id"], replacement["old_member_id"]) == ("s1", s_id)
@@ -285,8 +299,9 @@ def test_scripted_scenario_history_survives_a_restart(tmp_path: Path) -> None:
         assert len(view["generations"]) == 4
 
         # the replacement dies too, then a new member joins: the rebalance waits for the dead static member
+        members.start("n", None, 3000, hold=True)
         members.kill("s2")
-        members.start("n", None, 3000)
+        members.release("n")
         view = wait_for(
             bootstrap,
             lambda v: (

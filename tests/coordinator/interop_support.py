@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from broker.support import READY, free_port
 
@@ -495,6 +495,11 @@ def run_scenario(
         serve.stop()
 
 
+# The static members' session timeout: the restarted member (a new process: interpreter, client library,
+# first join) must be back before it ends, which took over 6 s on a loaded CI machine.
+STATIC_SESSION_MS: Final = 20000
+
+
 def run_static_scenario(
     tmp: Path, start: Callable[[str, str, str], Member], *, exact_commit_window: bool = True
 ) -> dict[str, int]:
@@ -502,7 +507,8 @@ def run_static_scenario(
     restarted within its session timeout: it must get its partitions back with no rebalance (no new
     generation in the coordinator's log, no assignment change seen by the others, the same assignment
     under a new member id in DescribeGroups), and every record is consumed exactly once outside the killed
-    incarnation's uncommitted window. ``start(bootstrap, name, instance_id)`` starts one member."""
+    incarnation's uncommitted window. ``start(bootstrap, name, instance_id)`` starts one member, with a
+    session timeout of :data:`STATIC_SESSION_MS`."""
     from coordinator.wire import GroupClient
     from regroup.protocol.messages.describe_groups import DescribeGroupsRequest
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.interop_support import run_scenario, run_static_scenario, start_member
+from coordinator.interop_support import STATIC_SESSION_MS, run_scenario, run_static_scenario, start_member
 
 pytestmark = pytest.mark.interop
 
@@ -26,7 +26,7 @@ def test_static_member_restarted_within_its_session_keeps_its_partitions(tmp_pat
     stats = run_static_scenario(
         tmp_path,
         lambda bootstrap, name, instance: start_member(
-            "aiokafka", bootstrap, "g", "events", name, instance_id=instance
+            "aiokafka", bootstrap, "g", "events", name, instance_id=instance, session_ms=STATIC_SESSION_MS
         ),
     )
     assert stats["records"] > 500

@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.interop_support import kcat_dropped_at_exit, run_scenario, run_static_scenario, start_kcat
+from coordinator.interop_support import (
+    STATIC_SESSION_MS,
+    kcat_dropped_at_exit,
+    run_scenario,
+    run_static_scenario,
+    start_kcat,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -38,7 +44,7 @@ def test_static_kcat_member_restarted_within_its_session_keeps_its_partitions(
     stats = run_static_scenario(
         tmp_path,
         lambda bootstrap, name, instance: start_kcat(
-            kcat, bootstrap, "g", "events", name, instance_id=instance
+            kcat, bootstrap, "g", "events", name, instance_id=instance, session_ms=STATIC_SESSION_MS
         ),
         exact_commit_window=False,
     )
