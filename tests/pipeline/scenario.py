@@ -253,6 +253,18 @@ def _produce(
     return out
 
 
+def _explain(bootstrap: str, group: str, members: list[Member], log: list[Observed]) -> None:
+    """What a group that would not settle looked like: to stderr, which the test shows on failure."""
+    from regroup.admin.cli import main as groups_main
+
+    out = sys.stderr
+    for m in members:
+        print(f"{m.member}: generation {m.generation}, assignment {m.assignment}, {m.error!r}", file=out)
+    for o in log[-12:]:
+        print(f"  observed {o}", file=out)
+    groups_main(["--bootstrap-server", bootstrap, "--history", "--group", group], out=out, err=out)
+
+
 def run(bootstrap: str, data_dir: Path) -> Scenario:
     started = int(time.time() * 1000)
     base_ts, late_ts = started - BASE_AGE_MS, started - LATE_AGE_MS
@@ -342,7 +354,11 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
     wait_for(caught_up("g-rr", ["orders"]), 30, "g-rr to consume the late records")
     # kafka-python rejoins once more when its metadata catches up with the new subscription; pause only
     # when the generation has stayed the same for a while, so that the group stays Stable.
-    wait_for(quiet(rr, observed["g-rr"], 3), 60, "g-rr to stay in one generation")
+    try:
+        wait_for(quiet(rr, observed["g-rr"], 3), 60, "g-rr to stay in one generation")
+    except AssertionError:
+        _explain(bootstrap, "g-rr", rr, observed["g-rr"])
+        raise
     for m in rr:
         m.pause()
 
