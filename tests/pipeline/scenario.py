@@ -502,6 +502,9 @@ def main() -> None:
     """Run the scenario against ``argv[1]`` (bootstrap servers) whose data lives in ``argv[2]``, print it
     as one JSON line, keep the still-running members in their groups until stdin closes, then close
     them. A subprocess keeps the clients' threads and sockets out of the test process."""
+    from support.kafka_python_join import patch_kafka_python_join
+
+    patch_kafka_python_join()  # this process is not the pytest process, which patched its own kafka-python
     scenario = run(sys.argv[1], Path(sys.argv[2]))
     print(scenario.to_json(), flush=True)
     sys.stdin.read()
