@@ -166,7 +166,7 @@ def test_group_lifecycle_at_the_lowest_versions(client: GroupClient, broker: Bro
 def test_unloaded_partition_answers_not_coordinator_and_fetch_v1_puts_it_on_every_partition(
     client: GroupClient, broker: BrokerThread
 ) -> None:
-    coord = broker.broker.services["group_coordinator"]
+    coord = broker.broker.group_coordinator
     asyncio.run_coroutine_threadsafe(coord.unload(coord.partition_for("g")), broker.loop).result(10)
     response = client.call(OffsetFetchRequest(group_id="g", topics=[OffsetFetchRequestTopic("t", [0, 1])]), 1)
     assert [

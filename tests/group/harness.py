@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from regroup.group.config import GroupConfig
-from regroup.group.effects import Cancel, Effect, Notify, Record, Reply, Result, Schedule, TimerKey
-from regroup.group.shard import GroupShard, RequestContext
+from regroup.group.effects import Cancel, CoordinatorRecord, Effect, Notify, Reply, Result, Schedule, TimerKey
+from regroup.group.shard import CoordinatorShard, GroupRequestContext, GroupShard
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.message import Message
 from regroup.protocol.messages.delete_groups import DeletableGroupResult
@@ -116,10 +116,10 @@ class Harness:
         self._ids = itertools.count(1)
         self._tickets = itertools.count(1)
         self._seq = itertools.count()
-        self.shard = GroupShard(self.partition, self.config, self.member_id_factory)
+        self.shard: CoordinatorShard = GroupShard(self.partition, self.config, self.member_id_factory)
         self.timers: dict[TimerKey, tuple[int, int]] = {}
-        self.log: list[Record] = []
-        self.failed_appends: list[tuple[tuple[Record, ...], ErrorCode]] = []
+        self.log: list[CoordinatorRecord] = []
+        self.failed_appends: list[tuple[tuple[CoordinatorRecord, ...], ErrorCode]] = []
         self.replies: dict[int, Any] = {}
         self.parked: dict[int, tuple[str, int]] = {}
         self.notifications: list[object] = []
@@ -204,7 +204,7 @@ class Harness:
         armed = self.timers.get(key)
         return None if armed is None else armed[0]
 
-    def replayed_shard(self, records: Iterable[Record] | None = None) -> GroupShard:
+    def replayed_shard(self, records: Iterable[CoordinatorRecord] | None = None) -> CoordinatorShard:
         shard = GroupShard(self.partition, self.config, self.member_id_factory)
         for record in self.log if records is None else records:
             shard.replay(record)
@@ -219,8 +219,8 @@ class Harness:
         self.shard = self.replayed_shard()
         return self.apply(self.shard.on_loaded(self.now))
 
-    def _ctx(self, version: int, client_id: str) -> RequestContext:
-        return RequestContext(
+    def _ctx(self, version: int, client_id: str) -> GroupRequestContext:
+        return GroupRequestContext(
             client_id=client_id, client_host=HOST, api_version=version, ticket=next(self._tickets)
         )
 
@@ -361,7 +361,7 @@ class Harness:
             "commit",
             version,
             "client",
-            lambda ctx, r, now: self.shard.offset_commit(ctx, r, now, topic_ids),
+            lambda ctx, r, now: self.shard.offset_commit(ctx, r, topic_ids or {}, now),
             req,
         )
 

@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from regroup.group.config import GroupConfig
-from regroup.group.records import DecodedGroupMetadata, DecodedOffsetCommit, OffsetAndMetadata, decode_record
-from regroup.group.shard import RequestContext
+from regroup.group.records import DecodedGroupMetadata, DecodedOffsetCommit, StoredOffset, decode_record
+from regroup.group.shard import GroupRequestContext
 from regroup.group.state import GroupState
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.offset_commit import (
@@ -113,15 +113,15 @@ def test_offsets_commit_value_version_3_writes_what_kafka_4_2_writes() -> None:
 def test_commit_values_and_timestamps(h: Harness) -> None:
     h.advance(1000)
     h.commit("g", {("t", 0): 7}, leader_epoch=4, metadata="m", version=9)
-    assert h.shard.offsets("g")[("t", 0)] == OffsetAndMetadata(7, 4, "m", 1000, None)
+    assert h.shard.offsets("g")[("t", 0)] == StoredOffset(7, 4, "m", 1000, None)
     h.commit("g", {("t", 0): 8}, leader_epoch=4, version=5)  # no leader epoch before v6
-    assert h.shard.offsets("g")[("t", 0)] == OffsetAndMetadata(8, None, "", 1000, None)
+    assert h.shard.offsets("g")[("t", 0)] == StoredOffset(8, None, "", 1000, None)
     h.commit("g", {("t", 0): 9}, version=1, commit_timestamp=555)
     assert h.shard.offsets("g")[("t", 0)].commit_timestamp_ms == 555
     h.commit("g", {("t", 0): 9}, version=1)
     assert h.shard.offsets("g")[("t", 0)].commit_timestamp_ms == 1000
     h.commit("g", {("t", 0): 10}, version=3, retention_time_ms=5000)
-    assert h.shard.offsets("g")[("t", 0)] == OffsetAndMetadata(10, None, "", 1000, 6000)
+    assert h.shard.offsets("g")[("t", 0)] == StoredOffset(10, None, "", 1000, 6000)
     h.commit("g", {("t", 0): 11}, version=4, retention_time_ms=-1)
     assert h.shard.offsets("g")[("t", 0)].expire_timestamp_ms is None
     # no range check on offsets
@@ -152,7 +152,7 @@ def test_offsets_not_visible_before_on_append(h: Harness) -> None:
             )
         ],
     )
-    result = h.shard.offset_commit(RequestContext("c", "/h", 9, 1), req, 0)
+    result = h.shard.offset_commit(GroupRequestContext("c", "/h", 9, 1), req, {}, 0)
     assert len(result.records) == 1
     assert h.fetched("g", "t", 0) == (-1, -1, "")
     assert result.on_append is not None
@@ -384,14 +384,14 @@ def test_expiration_failure_retries_next_pass(r: Harness) -> None:
 
 
 def test_old_group_record_without_state_timestamp_uses_commit_time(r: Harness) -> None:
-    from regroup.group.effects import Record
+    from regroup.group.effects import CoordinatorRecord
     from regroup.group.records import group_metadata_key, offset_commit_record
     from regroup.protocol.records.group_metadata import GroupMetadataValue
 
     value = GroupMetadataValue(protocol_type="consumer", generation=3, protocol=None, leader=None, members=[])
     records = [
-        Record(group_metadata_key("g"), value.encode_versioned(1)),
-        offset_commit_record("g", "t", 0, OffsetAndMetadata(5, None, "", 50_000)),
+        CoordinatorRecord(group_metadata_key("g"), value.encode_versioned(1)),
+        offset_commit_record("g", "t", 0, StoredOffset(5, None, "", 50_000)),
     ]
     h = Harness(RETENTION)
     h.shard = h.replayed_shard(records)

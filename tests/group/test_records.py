@@ -9,13 +9,13 @@ import uuid
 import pytest
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
-from regroup.group.effects import Record
+from regroup.group.effects import CoordinatorRecord
 from regroup.group.records import (
     DecodedGroupMetadata,
     DecodedOffsetCommit,
     IgnoredRecord,
-    OffsetAndMetadata,
     RecordError,
+    StoredOffset,
     decode_record,
     empty_group_metadata_record,
     group_metadata_record,
@@ -95,7 +95,7 @@ def test_offset_commit_record_v4_bytes() -> None:
     """Kafka 4.3: flexible v4, compact metadata string, the topic id in tagged field 0 when known."""
     topic_id = uuid.UUID("0b7e3c4a-1f2d-4e5f-8a9b-0c1d2e3f4a5b")
     record = offset_commit_record(
-        "grp", "topic", 7, OffsetAndMetadata(123456789012, 5, "meta", 1700000000000, topic_id=topic_id)
+        "grp", "topic", 7, StoredOffset(123456789012, 5, "meta", 1700000000000, topic_id=topic_id)
     )
     assert record.key == offset_key("grp", "topic", 7)
     assert record.value == (
@@ -107,7 +107,7 @@ def test_offset_commit_record_v4_bytes() -> None:
         + b"\x01\x00\x10"
         + topic_id.bytes
     )
-    no_topic_id = offset_commit_record("g", "t", 0, OffsetAndMetadata(1, None, "", 2))
+    no_topic_id = offset_commit_record("g", "t", 0, StoredOffset(1, None, "", 2))
     assert no_topic_id.value == i16(4) + i64(1) + i32(-1) + b"\x01" + i64(2) + b"\x00"
     decoded = decode_record(record)
     assert isinstance(decoded, DecodedOffsetCommit)
@@ -117,21 +117,21 @@ def test_offset_commit_record_v4_bytes() -> None:
 
 def test_offset_commit_record_v3_bytes() -> None:
     """``offsets.commit.value.version=3`` (Kafka up to 4.2): no topic id."""
-    offset = OffsetAndMetadata(123456789012, 5, "meta", 1700000000000, topic_id=uuid.uuid4())
+    offset = StoredOffset(123456789012, 5, "meta", 1700000000000, topic_id=uuid.uuid4())
     record = offset_commit_record("grp", "topic", 7, offset, 3)
     assert record.value == i16(3) + i64(123456789012) + i32(5) + s("meta") + i64(1700000000000)
-    no_epoch = offset_commit_record("g", "t", 0, OffsetAndMetadata(1, None, "", 2), 3)
+    no_epoch = offset_commit_record("g", "t", 0, StoredOffset(1, None, "", 2), 3)
     assert no_epoch.value == i16(3) + i64(1) + i32(-1) + s("") + i64(2)
 
 
 def test_offset_commit_record_v1_with_expire_timestamp() -> None:
-    record = offset_commit_record("g", "t", 0, OffsetAndMetadata(9, None, "m", 1000, 6000))
+    record = offset_commit_record("g", "t", 0, StoredOffset(9, None, "m", 1000, 6000))
     assert record.value == i16(1) + i64(9) + s("m") + i64(1000) + i64(6000)
 
 
 def test_offset_tombstone_bytes() -> None:
-    assert offset_commit_tombstone("g", "t", 3) == Record(offset_key("g", "t", 3), None)
-    assert group_metadata_tombstone("g") == Record(group_key("g"), None)
+    assert offset_commit_tombstone("g", "t", 3) == CoordinatorRecord(offset_key("g", "t", 3), None)
+    assert group_metadata_tombstone("g") == CoordinatorRecord(group_key("g"), None)
 
 
 def test_empty_group_record_bytes() -> None:
@@ -177,7 +177,7 @@ def test_group_metadata_record_v3_bytes() -> None:
 # --------------------------------------------------------------------------------------------- when
 
 
-def group_value(record: Record) -> GroupMetadataValue:
+def group_value(record: CoordinatorRecord) -> GroupMetadataValue:
     decoded = decode_record(record)
     assert isinstance(decoded, DecodedGroupMetadata)
     assert decoded.value is not None
@@ -267,8 +267,8 @@ def test_commit_writes_one_record_per_accepted_partition(h: Harness) -> None:
     h.advance(42)
     h.commit("g", {("t", 0): 1, ("t", 1): 2}, metadata="x", leader_epoch=3)
     assert h.log == [
-        offset_commit_record("g", "t", 0, OffsetAndMetadata(1, 3, "x", 42)),
-        offset_commit_record("g", "t", 1, OffsetAndMetadata(2, 3, "x", 42)),
+        offset_commit_record("g", "t", 0, StoredOffset(1, 3, "x", 42)),
+        offset_commit_record("g", "t", 1, StoredOffset(2, 3, "x", 42)),
     ]
 
 
@@ -287,9 +287,9 @@ def test_replay_every_offset_version(key_version: int, value_version: int) -> No
         expire_timestamp=5000 if value_version == 1 else -1,
     ).encode_versioned(value_version)
     h = Harness()
-    shard = h.replayed_shard([Record(key, value)])
+    shard = h.replayed_shard([CoordinatorRecord(key, value)])
     assert shard.offsets("g") == {
-        ("t", 2): OffsetAndMetadata(
+        ("t", 2): StoredOffset(
             99, 6 if value_version >= 3 else None, "md", 1000, 5000 if value_version == 1 else None
         )
     }
@@ -297,7 +297,7 @@ def test_replay_every_offset_version(key_version: int, value_version: int) -> No
     assert snap is not None
     assert snap.state is S.EMPTY
     assert snap.protocol_type is None
-    shard.replay(Record(key, None))
+    shard.replay(CoordinatorRecord(key, None))
     assert shard.offsets("g") == {}
     assert shard.group("g") is not None  # an offset tombstone does not remove the group
 
@@ -323,7 +323,9 @@ def test_replay_every_group_metadata_version(version: int) -> None:
             )
         ],
     )
-    record = Record(GroupMetadataKey(group="g").encode_versioned(2), value.encode_versioned(version))
+    record = CoordinatorRecord(
+        GroupMetadataKey(group="g").encode_versioned(2), value.encode_versioned(version)
+    )
     shard = Harness().replayed_shard([record])
     snap = shard.group("g")
     assert snap is not None
@@ -357,15 +359,15 @@ def test_replay_empty_group_and_tombstone() -> None:
 def test_replay_rejects_unknown_and_malformed_records() -> None:
     shard = Harness().replayed_shard([])
     with pytest.raises(RecordError):
-        shard.replay(Record(i16(99) + b"x", b""))
+        shard.replay(CoordinatorRecord(i16(99) + b"x", b""))
     with pytest.raises(RecordError):
-        shard.replay(Record(group_key("g") + b"trailing", None))
+        shard.replay(CoordinatorRecord(group_key("g") + b"trailing", None))
     with pytest.raises(RecordError):
-        shard.replay(Record(group_key("g"), i16(9) + b"future"))
+        shard.replay(CoordinatorRecord(group_key("g"), i16(9) + b"future"))
     with pytest.raises(RecordError):
-        shard.replay(Record(b"\x00", None))
-    assert isinstance(decode_record(Record(i16(3) + s("g"), None)), IgnoredRecord)
-    shard.replay(Record(i16(5) + s("g") + s("m"), None))  # KIP-848 records are skipped
+        shard.replay(CoordinatorRecord(b"\x00", None))
+    assert isinstance(decode_record(CoordinatorRecord(i16(3) + s("g"), None)), IgnoredRecord)
+    shard.replay(CoordinatorRecord(i16(5) + s("g") + s("m"), None))  # KIP-848 records are skipped
 
 
 def test_decode_tombstones() -> None:

@@ -309,14 +309,12 @@ def test_a_timer_fire_overtaken_by_a_heartbeat_is_dropped(tmp_path: Path) -> Non
             # The heartbeat is queued first; then the session deadline passes and the fire is queued behind
             # it. The heartbeat re-arms the key, so the fire is stale when the lane reaches it.
             hb = runner.call(
-                lambda s, now: s.heartbeat(
-                    _ctx(),
-                    HeartbeatRequest(
-                        group_id=GROUP, generation_id=member.generation_id, member_id=member.member_id
-                    ),
-                    now,
-                ),
                 lambda code: HeartbeatResponse(error_code=code),
+                runner.shard.heartbeat,
+                _ctx(),
+                HeartbeatRequest(
+                    group_id=GROUP, generation_id=member.generation_id, member_id=member.member_id
+                ),
             )
             env.clock.advance(2)
             await env.settle()
@@ -480,9 +478,9 @@ def test_records_are_written_as_one_create_time_batch_per_event(tmp_path: Path) 
 
 
 def _ctx() -> object:
-    from regroup.group.context import RequestContext
+    from regroup.group.context import GroupRequestContext
 
-    return RequestContext("client", HOST, 4)
+    return GroupRequestContext("client", HOST, 4)
 
 
 def _never() -> object:

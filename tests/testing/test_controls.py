@@ -1,4 +1,4 @@
-"""Each control of ``regroup.testing.Broker`` has the effect it promises, seen by a wire-level client."""
+"""Each control of ``regroup.testing.TestBroker`` has the effect it promises, seen by a wire-level client."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ from regroup.protocol.messages.offset_fetch import (
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
 )
-from regroup.testing import Broker, BrokerError
+from regroup.testing import BrokerError, TestBroker
 
 G = "g"
 
 
 @pytest.fixture
-def client(regroup_broker: Broker) -> Iterator[GroupClient]:
+def client(regroup_broker: TestBroker) -> Iterator[GroupClient]:
     regroup_broker.create_topic("t", partitions=2)
     with GroupClient((regroup_broker.host, regroup_broker.port)) as c:
         yield c
@@ -68,7 +68,7 @@ def form_two(a: GroupClient, b: GroupClient, **timeouts: int) -> tuple[str, str,
 # ------------------------------------------------------------------------------------------ lifecycle
 
 
-def test_start_is_fast_and_clients_connect(regroup_broker_factory: Callable[..., Broker]) -> None:
+def test_start_is_fast_and_clients_connect(regroup_broker_factory: Callable[..., TestBroker]) -> None:
     regroup_broker_factory()  # the first broker of a process also pays for importing the handlers
     b = regroup_broker_factory()
     assert b.startup_seconds is not None
@@ -79,19 +79,19 @@ def test_start_is_fast_and_clients_connect(regroup_broker_factory: Callable[...,
 
 
 def test_context_manager_removes_its_temporary_data_dir() -> None:
-    with Broker() as b:
+    with TestBroker() as b:
         data = b.data_dir
         assert data.is_dir()
     assert not data.exists()
 
 
-def test_create_topic_twice_fails(regroup_broker: Broker) -> None:
+def test_create_topic_twice_fails(regroup_broker: TestBroker) -> None:
     regroup_broker.create_topic("dup", partitions=3)
     with pytest.raises(BrokerError, match="TOPIC_ALREADY_EXISTS"):
         regroup_broker.create_topic("dup")
 
 
-def test_restart_keeps_data_port_and_virtual_time(regroup_broker: Broker, client: GroupClient) -> None:
+def test_restart_keeps_data_port_and_virtual_time(regroup_broker: TestBroker, client: GroupClient) -> None:
     b = regroup_broker
     member, gen = form(client)
     assert (
@@ -117,7 +117,7 @@ def test_restart_keeps_data_port_and_virtual_time(regroup_broker: Broker, client
 # ------------------------------------------------------------------------------------------ clock
 
 
-def test_advance_fires_session_expiry_only_when_due(regroup_broker: Broker, client: GroupClient) -> None:
+def test_advance_fires_session_expiry_only_when_due(regroup_broker: TestBroker, client: GroupClient) -> None:
     b = regroup_broker
     member, gen = form(client, session_timeout_ms=6000)
     b.clock.advance(5999)
@@ -133,13 +133,15 @@ def test_advance_fires_session_expiry_only_when_due(regroup_broker: Broker, clie
     assert b.group(G).generation_id == gen + 1  # type: ignore[union-attr]
 
 
-def test_real_time_does_not_expire_sessions(regroup_broker: Broker, client: GroupClient) -> None:
+def test_real_time_does_not_expire_sessions(regroup_broker: TestBroker, client: GroupClient) -> None:
     form(client, session_timeout_ms=100)
     time.sleep(0.3)  # three sessions of real time: nothing happens on a virtual clock
     assert regroup_broker.group(G).state == "Stable"  # type: ignore[union-attr]
 
 
-def test_advance_completes_the_initial_rebalance_delay(regroup_broker_factory: Callable[..., Broker]) -> None:
+def test_advance_completes_the_initial_rebalance_delay(
+    regroup_broker_factory: Callable[..., TestBroker],
+) -> None:
     b = regroup_broker_factory(config={"group.initial.rebalance.delay.ms": 3000})
     b.create_topic("t")
     with GroupClient((b.host, b.port)) as c:
@@ -154,7 +156,7 @@ def test_advance_completes_the_initial_rebalance_delay(regroup_broker_factory: C
         assert joined.generation_id == 1
 
 
-def test_advance_fires_the_rebalance_timeout(regroup_broker: Broker) -> None:
+def test_advance_fires_the_rebalance_timeout(regroup_broker: TestBroker) -> None:
     b = regroup_broker
     b.create_topic("t")
     with GroupClient((b.host, b.port)) as a, GroupClient((b.host, b.port)) as c:
@@ -172,7 +174,7 @@ def test_advance_fires_the_rebalance_timeout(regroup_broker: Broker) -> None:
         assert record.events == (JoinDeadlineEvicted((c_id,), 5000),)
 
 
-def test_advance_expires_offsets(regroup_broker_factory: Callable[..., Broker]) -> None:
+def test_advance_expires_offsets(regroup_broker_factory: Callable[..., TestBroker]) -> None:
     b = regroup_broker_factory(
         config={"offsets.retention.minutes": 1, "offsets.retention.check.interval.ms": 1000}
     )
@@ -188,7 +190,7 @@ def test_advance_expires_offsets(regroup_broker_factory: Callable[..., Broker]) 
 
 
 def test_one_large_advance_fires_timers_in_deadline_order(
-    regroup_broker: Broker, client: GroupClient
+    regroup_broker: TestBroker, client: GroupClient
 ) -> None:
     member, _ = form(client, session_timeout_ms=6000)
     regroup_broker.clock.advance(300_000)  # below offsets.retention.check.interval.ms: the group stays
@@ -199,7 +201,7 @@ def test_one_large_advance_fires_timers_in_deadline_order(
     assert regroup_broker.clock.now_ms() - record.join_completed_ms == 300_000 - 6000
 
 
-def test_real_clock_mode_cannot_be_advanced(regroup_broker_factory: Callable[..., Broker]) -> None:
+def test_real_clock_mode_cannot_be_advanced(regroup_broker_factory: Callable[..., TestBroker]) -> None:
     b = regroup_broker_factory(virtual_clock=False)
     assert not b.clock.virtual
     with pytest.raises(RuntimeError, match="real time"):
@@ -209,7 +211,7 @@ def test_real_clock_mode_cannot_be_advanced(regroup_broker_factory: Callable[...
 # ------------------------------------------------------------------------------------------ forcing
 
 
-def test_expire_member(regroup_broker: Broker) -> None:
+def test_expire_member(regroup_broker: TestBroker) -> None:
     b = regroup_broker
     b.create_topic("t")
     with GroupClient((b.host, b.port)) as a, GroupClient((b.host, b.port)) as c:
@@ -224,7 +226,7 @@ def test_expire_member(regroup_broker: Broker) -> None:
             b.expire_member(G, c_id)
 
 
-def test_force_rebalance_records_its_cause(regroup_broker: Broker, client: GroupClient) -> None:
+def test_force_rebalance_records_its_cause(regroup_broker: TestBroker, client: GroupClient) -> None:
     b = regroup_broker
     member, gen = form(client)
     b.force_rebalance(G, reason="chaos")
@@ -236,12 +238,12 @@ def test_force_rebalance_records_its_cause(regroup_broker: Broker, client: Group
     assert "rebalance forced: chaos" in view.history[-1].describe()
 
 
-def test_force_rebalance_of_an_empty_or_unknown_group_fails(regroup_broker: Broker) -> None:
+def test_force_rebalance_of_an_empty_or_unknown_group_fails(regroup_broker: TestBroker) -> None:
     with pytest.raises(BrokerError, match="does not exist"):
         regroup_broker.force_rebalance("nobody")
 
 
-def test_unload_and_load_coordinator(regroup_broker: Broker, client: GroupClient) -> None:
+def test_unload_and_load_coordinator(regroup_broker: TestBroker, client: GroupClient) -> None:
     b = regroup_broker
     member, gen = form(client)
     assert b.unload_coordinator(G) == b.coordinator_partition(G)
@@ -254,7 +256,7 @@ def test_unload_and_load_coordinator(regroup_broker: Broker, client: GroupClient
 
 
 def test_move_coordinator_shows_not_coordinator_then_load_in_progress(
-    regroup_broker: Broker, client: GroupClient
+    regroup_broker: TestBroker, client: GroupClient
 ) -> None:
     b = regroup_broker
     member, gen = form(client)
@@ -290,7 +292,7 @@ def test_move_coordinator_shows_not_coordinator_then_load_in_progress(
 
 
 def test_fail_next_commit_fails_only_that_group_and_count(
-    regroup_broker: Broker, client: GroupClient
+    regroup_broker: TestBroker, client: GroupClient
 ) -> None:
     b = regroup_broker
     member, gen = form(client)
@@ -306,7 +308,7 @@ def test_fail_next_commit_fails_only_that_group_and_count(
     assert fault.exhausted
 
 
-def test_fail_next_heartbeat_not_coordinator(regroup_broker: Broker, client: GroupClient) -> None:
+def test_fail_next_heartbeat_not_coordinator(regroup_broker: TestBroker, client: GroupClient) -> None:
     member, gen = form(client)
     regroup_broker.fail_next(ApiKey.HEARTBEAT, ErrorCode.NOT_COORDINATOR, count=2)
     codes = [client.heartbeat(G, member, gen).error_code for _ in range(3)]
@@ -315,7 +317,7 @@ def test_fail_next_heartbeat_not_coordinator(regroup_broker: Broker, client: Gro
 
 @pytest.mark.parametrize("version", [1, 5, 8])
 def test_fail_next_offset_fetch_puts_the_error_where_the_version_has_it(
-    regroup_broker: Broker, client: GroupClient, version: int
+    regroup_broker: TestBroker, client: GroupClient, version: int
 ) -> None:
     regroup_broker.fail_next("OffsetFetch", "NOT_COORDINATOR", group=G)
     if version >= 8:
@@ -335,7 +337,9 @@ def test_fail_next_offset_fetch_puts_the_error_where_the_version_has_it(
     assert client.fetch(G, [("t", 0)], version=version) == {("t", 0): (-1, ErrorCode.NONE)}
 
 
-def test_fail_next_describe_groups_and_find_coordinator(regroup_broker: Broker, client: GroupClient) -> None:
+def test_fail_next_describe_groups_and_find_coordinator(
+    regroup_broker: TestBroker, client: GroupClient
+) -> None:
     b = regroup_broker
     b.fail_next("DescribeGroups", "COORDINATOR_NOT_AVAILABLE", group=G)
     described = client.call(DescribeGroupsRequest(groups=[G]), 5)
@@ -352,14 +356,14 @@ def test_fail_next_describe_groups_and_find_coordinator(regroup_broker: Broker, 
     assert found.coordinators[0].error_code == ErrorCode.NONE
 
 
-def test_fail_next_rejects_unknown_names(regroup_broker: Broker) -> None:
+def test_fail_next_rejects_unknown_names(regroup_broker: TestBroker) -> None:
     with pytest.raises(ValueError, match="unknown Kafka API"):
         regroup_broker.fail_next("OffsetCommitt", "NONE")
     with pytest.raises(ValueError, match="unknown Kafka error"):
         regroup_broker.fail_next("OffsetCommit", "NOT_A_CODE")
 
 
-def test_delay_holds_responses(regroup_broker: Broker, client: GroupClient) -> None:
+def test_delay_holds_responses(regroup_broker: TestBroker, client: GroupClient) -> None:
     member, gen = form(client)
     regroup_broker.delay("Heartbeat", 0.3, count=1)
     started = time.monotonic()
@@ -370,7 +374,7 @@ def test_delay_holds_responses(regroup_broker: Broker, client: GroupClient) -> N
     assert time.monotonic() - started < 0.3
 
 
-def test_drop_next_closes_the_connection(regroup_broker: Broker, client: GroupClient) -> None:
+def test_drop_next_closes_the_connection(regroup_broker: TestBroker, client: GroupClient) -> None:
     member, gen = form(client)
     fault = regroup_broker.drop_next("Heartbeat")
     client.send(HeartbeatRequest(group_id=G, generation_id=gen, member_id=member), 4)
@@ -378,7 +382,7 @@ def test_drop_next_closes_the_connection(regroup_broker: Broker, client: GroupCl
     assert fault.fired == 1
 
 
-def test_drop_connections_of_one_client_id(regroup_broker: Broker) -> None:
+def test_drop_connections_of_one_client_id(regroup_broker: TestBroker) -> None:
     b = regroup_broker
     b.create_topic("t")
     with GroupClient((b.host, b.port), client_id="a") as a, GroupClient((b.host, b.port), client_id="c") as c:

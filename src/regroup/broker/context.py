@@ -1,19 +1,65 @@
-"""What a request handler sees: the request's header fields, the client and the broker."""
+"""What a request handler sees: the request's header fields, the client, and the broker as
+:class:`BrokerPort` — the part of :class:`~regroup.broker.state.Broker` handlers, the server and the admin
+port may use. Typing them against this interface (rather than the ``Broker`` class, which creates them)
+keeps the broker package free of import cycles; mypy checks that ``Broker`` provides it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from regroup.broker.state import Broker
+from regroup.broker.config import BrokerConfig
+from regroup.broker.meta import ProducerIdAllocator
+from regroup.log import LogManager, PartitionLog
+from regroup.runtime.clock import Clock
+from regroup.runtime.coordinator import GroupCoordinator
+from regroup.runtime.durability import GateRegistry, PartitionGate
 
-__all__ = ["Broker", "RequestContext"]
+__all__ = ["BrokerPort", "RequestContext"]
+
+
+class BrokerPort(Protocol):
+    """One regroup node, as its handlers see it."""
+
+    config: BrokerConfig
+    version: str
+    node_id: int
+    cluster_id: str
+    data_dir: Path
+    clock: Clock
+    coordinator_clock: Clock
+    logs: LogManager
+    gates: GateRegistry
+    group_coordinator: GroupCoordinator
+    fetch_max_bytes: int
+
+    @property
+    def producer_ids(self) -> ProducerIdAllocator: ...
+
+    @property
+    def stopping(self) -> asyncio.Future[None]:
+        """Completed when shutdown begins (long polls return early)."""
+        ...
+
+    def gate(self, plog: PartitionLog) -> PartitionGate:
+        """The partition's write gate: appends take turns, fsyncs run in a thread between them."""
+        ...
+
+    def advertised_endpoint(self, listener: str, local_host: str, local_port: int) -> tuple[str, int]:
+        """Host and port to give clients of ``listener`` for this node."""
+        ...
+
+    def bound_addresses(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> the (host, port) it is bound to."""
+        ...
 
 
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    broker: BrokerPort
     api_key: int
     api_version: int
     correlation_id: int

@@ -21,11 +21,11 @@ import re
 import socket
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, cast
 
-from regroup.broker.context import RequestContext
-from regroup.broker.handlers import Handler, HandlerRegistry, HandlerResult
+from regroup.broker.context import BrokerPort, RequestContext
+from regroup.broker.handlers import Handler, HandlerRegistry, HandlerResult, HandlerSpec
 from regroup.broker.wire import Chunk, encode_response_chunks
 from regroup.protocol.api_keys import API_INFO, ApiKey
 from regroup.protocol.errors import ErrorCode
@@ -36,9 +36,8 @@ from regroup.protocol.primitives import DecodeError, EncodeError, UnsupportedVer
 
 if TYPE_CHECKING:
     from regroup.broker.config import Listener
-    from regroup.broker.state import Broker
 
-__all__ = ["BrokerServer", "Connection", "Interceptor", "RequestObserver"]
+__all__ = ["BrokerServer", "Interceptor", "RequestObserver", "ServerConnection"]
 
 Interceptor = Callable[[RequestContext, Message, Handler], HandlerResult]
 """Called instead of a request's handler: ``(ctx, request, handler)`` → what the handler would return."""
@@ -63,8 +62,9 @@ class _Slot:
         self.task = task
 
 
-class Connection(asyncio.Protocol):
-    """One client connection."""
+class ServerConnection(asyncio.Protocol):
+    """One client connection, as the broker serves it (the client's side is
+    :class:`regroup.client.connection.Connection`)."""
 
     def __init__(self, server: BrokerServer, listener: str) -> None:
         self._server = server
@@ -219,29 +219,15 @@ class Connection(asyncio.Protocol):
             transport.resume_reading()
 
     def _dispatch(self, frame: bytes) -> None:
+        """Decode one request frame and hand it to its handler; a synchronous answer is written at once, an
+        awaitable one takes its place in the response order."""
         if len(frame) < 8:
             self.close("request shorter than its header")
             return
         api_key, api_version = _KEY_VERSION.unpack_from(frame, 0)
         spec = self._registry.get(api_key)
         if spec is None or not spec.min_version <= api_version <= spec.max_version:
-            if api_key == _API_VERSIONS:
-                (correlation_id,) = _CORRELATION.unpack_from(frame, 4)
-                self._respond_unsupported_api_versions(correlation_id)
-                return
-            try:
-                name = API_INFO[ApiKey(api_key)].name
-            except ValueError:
-                name = None
-            if name is None:
-                self.close(f"unknown API key {api_key}")
-            elif spec is None:
-                self.close(f"unsupported API {name} (key {api_key})")
-            else:
-                self.close(
-                    f"unsupported {name} version {api_version} "
-                    f"(supported {spec.min_version}-{spec.max_version})"
-                )
+            self._refuse(frame, api_key, api_version, spec)
             return
         try:
             header = decode_request_header(frame)
@@ -253,7 +239,6 @@ class Connection(asyncio.Protocol):
                 log.debug("Undecodable request frame (%d bytes): %s", len(frame), frame[:256].hex())
             self.close(f"malformed {spec.request_class.NAME} v{api_version}: {exc}")
             return
-        observer = self._server.request_observer
         started = self._loop.time()
         ctx = RequestContext(
             self._broker,
@@ -282,19 +267,50 @@ class Connection(asyncio.Protocol):
             )
             self.close()
             return
-        if observer is not None and (result is None or isinstance(result, Message)):
-            observer(api_key, api_version, started, result)
-        if result is None:
-            if ctx.close_connection:
+        if result is None or isinstance(result, Message):
+            observer = self._server.request_observer
+            if observer is not None:
+                observer(api_key, api_version, started, result)
+            if result is not None:
+                self._send(self._encode(result, api_version, header.correlation_id))
+            elif ctx.close_connection:
                 self.close(f"{spec.request_class.NAME} failed and the client expects no response")
             return
-        if isinstance(result, Message):
-            self._send(self._encode(result, api_version, header.correlation_id))
+        self._answer_later(spec, ctx, started, result)
+
+    def _refuse(self, frame: bytes, api_key: int, api_version: int, spec: HandlerSpec | None) -> None:
+        """A request of an API or version this broker does not serve: ApiVersions is answered in v0 with
+        UNSUPPORTED_VERSION and the supported ranges (as Kafka does), anything else closes the connection."""
+        if api_key == _API_VERSIONS:
+            (correlation_id,) = _CORRELATION.unpack_from(frame, 4)
+            self._respond_unsupported_api_versions(correlation_id)
             return
+        try:
+            name = API_INFO[ApiKey(api_key)].name
+        except ValueError:
+            name = None
+        if name is None:
+            self.close(f"unknown API key {api_key}")
+        elif spec is None:
+            self.close(f"unsupported API {name} (key {api_key})")
+        else:
+            self.close(
+                f"unsupported {name} version {api_version} (supported {spec.min_version}-{spec.max_version})"
+            )
+
+    def _answer_later(
+        self,
+        spec: HandlerSpec,
+        ctx: RequestContext,
+        started: float,
+        result: Awaitable[Message | None],
+    ) -> None:
+        """Hold this request's place in the response order until its handler's awaitable completes."""
         # A coroutine becomes a task of its own (no wrapper coroutine per request); a future is used as is.
         task = asyncio.ensure_future(result)
         slot = _Slot(None, task)
         self._pending.append(slot)
+        api_version = ctx.api_version
 
         def done(fut: asyncio.Future[Message | None], slot: _Slot = slot) -> None:
             if fut.cancelled() or self._closing:
@@ -311,15 +327,16 @@ class Connection(asyncio.Protocol):
                 self.close()
                 return
             response = fut.result()
+            observer = self._server.request_observer
             if observer is not None:
-                observer(api_key, api_version, started, response)
+                observer(ctx.api_key, api_version, started, response)
             if response is None:
                 if ctx.close_connection:
                     self.close(f"{spec.request_class.NAME} failed and the client expects no response")
                     return
                 slot.data = []
             else:
-                slot.data = self._encode(response, api_version, header.correlation_id)
+                slot.data = self._encode(response, api_version, ctx.correlation_id)
             slot.task = None
             self._drain()
 
@@ -393,7 +410,7 @@ _HOST_ANY: Final = re.compile(r"^(0\.0\.0\.0|::|)$")
 class BrokerServer:
     """All listeners of a broker and their connections."""
 
-    def __init__(self, broker: Broker, registry: HandlerRegistry) -> None:
+    def __init__(self, broker: BrokerPort, registry: HandlerRegistry) -> None:
         self.broker = broker
         self.registry = registry
         config = broker.config
@@ -401,7 +418,7 @@ class BrokerServer:
         self.idle_seconds = config.get_int("connections.max.idle.ms") / 1000
         self.max_in_flight = config.get_int("queued.max.requests")
         self.max_connections = config.get_int("max.connections")
-        self.connections: set[Connection] = set()
+        self.connections: set[ServerConnection] = set()
         # Wraps every handler call when set (regroup.testing's fault injection); None costs one check.
         self.interceptor: Interceptor | None = None
         self.bound: dict[str, tuple[str, int]] = {}
@@ -416,7 +433,7 @@ class BrokerServer:
             host = None if _HOST_ANY.match(listener.host) else listener.host
             name = listener.name
             server = await loop.create_server(
-                lambda name=name: Connection(self, name),
+                lambda name=name: ServerConnection(self, name),
                 host,
                 listener.port,
                 reuse_address=True,
@@ -426,7 +443,7 @@ class BrokerServer:
             sockname = server.sockets[0].getsockname()
             self.bound[name] = (str(sockname[0]), int(sockname[1]))
 
-    def accept(self, conn: Connection) -> str | None:
+    def accept(self, conn: ServerConnection) -> str | None:
         """Track a new connection, or say why it is refused."""
         if self.stopping:
             return "the broker is shutting down"
@@ -435,7 +452,7 @@ class BrokerServer:
         self.connections.add(conn)
         return None
 
-    def forget(self, conn: Connection) -> None:
+    def forget(self, conn: ServerConnection) -> None:
         self.connections.discard(conn)
 
     async def stop(self, grace_seconds: float) -> None:

@@ -1,8 +1,12 @@
-"""The broker: configuration, storage, identity, listeners and background maintenance, with a lifecycle.
+"""The broker: configuration, storage, identity, the group coordinator, listeners and background
+maintenance, with a lifecycle.
 
-``start()`` resolves the cluster id (``meta.properties``), loads the logs, runs handler start hooks and binds
-the listeners; ``stop()`` stops accepting, lets in-flight requests finish (bounded), stops the handlers'
-services, waits for running fsyncs, flushes every log and closes them (clean-shutdown markers).
+:class:`Broker` creates its parts in one place (``__init__``): the partition logs (:attr:`Broker.logs`), the
+group coordinator (:attr:`Broker.group_coordinator`), the listeners (:attr:`Broker.server`) and the admin
+port. ``start()`` resolves the cluster id (``meta.properties``), loads the logs, starts the coordinator
+(which loads ``__consumer_offsets``) and binds the listeners; ``stop()`` stops accepting, lets in-flight
+requests finish (bounded), stops the coordinator, waits for running fsyncs, flushes every log and closes
+them (clean-shutdown markers).
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ from regroup.broker.handlers import HandlerRegistry, default_registry
 from regroup.broker.meta import ProducerIdAllocator, load_identity
 from regroup.broker.ops.http import AdminServer
 from regroup.broker.server import BrokerServer
+from regroup.group.config import GroupConfig
 from regroup.log import LogDefaults, LogManager, PartitionLog
 from regroup.protocol.errors import KafkaError
 from regroup.runtime.clock import Clock, SystemClock
+from regroup.runtime.coordinator import CoordinatorConfig, GroupCoordinator
 from regroup.runtime.durability import GateRegistry, PartitionGate
+from regroup.runtime.events import GroupEventsConfig
 
 __all__ = ["Broker"]
 
@@ -56,24 +63,27 @@ class Broker:
         self.registry = registry or default_registry()
         self.cluster_id = ""
         self.gates = GateRegistry(self.clock.now_ms)
+        try:
+            log_defaults = LogDefaults.from_properties(_log_properties(config))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        self.logs = LogManager(self.data_dir, log_defaults)
+        """Every partition log of this node (loaded by :meth:`start`)."""
+        self.group_coordinator = GroupCoordinator(
+            self.logs, coordinator_config(config), clock=self.coordinator_clock, gate_for=self.gate
+        )
+        """Classic groups and committed offsets, one shard per ``__consumer_offsets`` partition."""
         self.server = BrokerServer(self, self.registry)
-        self.admin = AdminServer(self)
-        self.services: dict[str, Any] = {}
+        self.admin = AdminServer(self, self.server)
         self.shutdown_grace_seconds = shutdown_grace_seconds
         self.fetch_max_bytes = config.get_int("fetch.max.bytes")
         self._advertised = config.advertised_listeners()
-        self._logs: LogManager | None = None
         self._producer_ids: ProducerIdAllocator | None = None
+        self._logs_loaded = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------------------------ accessors
-
-    @property
-    def logs(self) -> LogManager:
-        if self._logs is None:
-            raise RuntimeError("the broker has not been started")
-        return self._logs
 
     @property
     def producer_ids(self) -> ProducerIdAllocator:
@@ -107,15 +117,10 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = load_identity(self.data_dir, self.node_id, config.get("cluster.id"))
         self._producer_ids = ProducerIdAllocator(self.data_dir)
-        try:
-            defaults = LogDefaults.from_properties(_log_properties(config))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        logs = LogManager(self.data_dir, defaults)
-        await asyncio.to_thread(logs.load, self.clock.now_ms())
-        self._logs = logs
-        for hook in self.registry.start_hooks:
-            await hook(self)
+        await asyncio.to_thread(self.logs.load, self.clock.now_ms())
+        self._logs_loaded = True
+        await self.group_coordinator.start()
+        self.stopping.add_done_callback(self._resign_coordinator)
         await self.server.start(config.listeners())
         await self.admin.start()
         # Kafka checks flush.ms only every log.flush.scheduler.interval.ms (default: never); a configured
@@ -125,6 +130,12 @@ class Broker:
         self._schedule("log retention", config.get_int("log.retention.check.interval.ms"), self._retention)
         if config.get("log.cleaner.enable"):
             self._schedule("log cleaner", config.get_int("log.cleaner.backoff.ms"), self._compaction)
+
+    def _resign_coordinator(self, _stopping: asyncio.Future[None]) -> None:
+        # Resign at once when shutdown begins, so parked JoinGroup/SyncGroup requests are answered
+        # (NOT_COORDINATOR) while the server waits for in-flight requests, instead of holding the shutdown
+        # for its grace period.
+        self.group_coordinator.begin_shutdown()
 
     def bound_addresses(self) -> dict[str, tuple[str, int]]:
         return dict(self.server.bound)
@@ -146,17 +157,15 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        for hook in reversed(self.registry.stop_hooks):
-            try:
-                await hook(self)
-            except Exception:
-                log.exception("Error in a shutdown hook")
-        if self._logs is not None:
+        try:
+            await self.group_coordinator.stop()
+        except Exception:
+            log.exception("Error stopping the group coordinator")
+        if self._logs_loaded:
+            self._logs_loaded = False
             await self.gates.quiesce()
-            logs = self._logs
-            await asyncio.to_thread(logs.flush_all, self.clock.now_ms())
-            logs.close()
-            self._logs = None
+            await asyncio.to_thread(self.logs.flush_all, self.clock.now_ms())
+            self.logs.close()
             log.info("Logs flushed and closed")
 
     # ------------------------------------------------------------------------------------ maintenance
@@ -219,6 +228,34 @@ class Broker:
         plogs = [plog for _, _, plog in self.logs.partitions() if plog.config.compact]
         if await self._mutate_each(plogs, compact):
             self.logs.checkpoint()
+
+
+def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
+    """The group coordinator's settings from the broker's (Kafka's names)."""
+    return CoordinatorConfig(
+        group=GroupConfig(
+            group_min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
+            group_max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
+            group_initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+            group_max_size=config.get_int("group.max.size"),
+            offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
+            offsets_retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
+            offset_metadata_max_bytes=config.get_int("offset.metadata.max.bytes"),
+            offsets_topic_num_partitions=config.get_int("offsets.topic.num.partitions"),
+            offsets_commit_value_version=config.get_int("offsets.commit.value.version"),
+        ),
+        offsets_topic_segment_bytes=config.get_int("offsets.topic.segment.bytes"),
+        offsets_topic_compression_codec=config.get_int("offsets.topic.compression.codec"),
+        offsets_load_buffer_size=config.get_int("offsets.load.buffer.size"),
+        offsets_commit_timeout_ms=config.get_int("offsets.commit.timeout.ms"),
+        # The broker's log cleaner compacts every cleanup.policy=compact partition, this one included.
+        compaction_interval_ms=None,
+        group_events=GroupEventsConfig(
+            enabled=bool(config.get("group.events.enable")),
+            retention_ms=config.get_int("group.events.retention.ms"),
+            retention_bytes=config.get_int("group.events.retention.bytes"),
+        ),
+    )
 
 
 def _log_properties(config: BrokerConfig) -> dict[str, str]:

@@ -11,16 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from regroup.broker.context import BrokerPort
 from regroup.broker.handlers._common import topic_name_error
 from regroup.log import TopicInfo, topic_id_to_str
 from regroup.log.config import validate_topic_configs
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.group_events import GROUP_EVENTS_TOPIC
-
-if TYPE_CHECKING:
-    from regroup.broker.state import Broker
 
 __all__ = [
     "INTERNAL_TOPICS",
@@ -51,7 +49,7 @@ class CreateOutcome:
     configs: dict[str, str] = field(default_factory=dict)  # the topic's overrides
 
 
-def collision(broker: Broker, name: str) -> str | None:
+def collision(broker: BrokerPort, name: str) -> str | None:
     """The existing topic whose name collides with ``name`` ('.' and '_' are interchangeable in metric
     names, so Kafka refuses such pairs), or None."""
     if "." not in name and "_" not in name:
@@ -63,7 +61,7 @@ def collision(broker: Broker, name: str) -> str | None:
     return None
 
 
-def internal_topic_configs(broker: Broker, name: str) -> tuple[int, dict[str, str]]:
+def internal_topic_configs(broker: BrokerPort, name: str) -> tuple[int, dict[str, str]]:
     """Partitions and configs Kafka gives an internal topic it creates itself."""
     config = broker.config
     if name == OFFSETS_TOPIC:
@@ -76,7 +74,7 @@ def internal_topic_configs(broker: Broker, name: str) -> tuple[int, dict[str, st
 
 
 def create_topic(
-    broker: Broker,
+    broker: BrokerPort,
     name: str,
     num_partitions: int,
     replication_factor: int,
@@ -150,7 +148,7 @@ def create_topic(
     return CreateOutcome(ErrorCode.NONE, None, info, num_partitions, replication_factor, overrides)
 
 
-def auto_create_topic(broker: Broker, name: str) -> CreateOutcome:
+def auto_create_topic(broker: BrokerPort, name: str) -> CreateOutcome:
     """Auto-creation on a Metadata request (Kafka's ``AutoTopicCreationManager``)."""
     if name == OFFSETS_TOPIC:
         partitions, configs = internal_topic_configs(broker, name)

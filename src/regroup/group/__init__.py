@@ -2,7 +2,7 @@
 ``__consumer_offsets`` partition (see :mod:`regroup.group.shard` for the surface the runtime drives)."""
 
 from regroup.group.config import GroupConfig, partition_for
-from regroup.group.context import MemberIdFactory, RequestContext
+from regroup.group.context import GroupRequestContext, MemberIdFactory
 from regroup.group.shard import GroupShard
 
-__all__ = ["GroupConfig", "GroupShard", "MemberIdFactory", "RequestContext", "partition_for"]
+__all__ = ["GroupConfig", "GroupRequestContext", "GroupShard", "MemberIdFactory", "partition_for"]

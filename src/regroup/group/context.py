@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from regroup.group.effects import Ticket
 
-__all__ = ["MemberIdFactory", "RequestContext"]
+__all__ = ["GroupRequestContext", "MemberIdFactory"]
 
 MemberIdFactory = Callable[[str], str]
 """``factory(prefix) -> f"{prefix}-{uuid}"``. Kafka builds member ids as ``<client.id>-<uuid4>`` for
@@ -16,7 +16,7 @@ factory, tests a counter."""
 
 
 @dataclass(frozen=True, slots=True)
-class RequestContext:
+class GroupRequestContext:
     """Per-request facts from the request header and the connection.
 
     ``client_host`` is stored and reported verbatim (DescribeGroups, GroupMetadata records); Kafka renders

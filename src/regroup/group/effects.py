@@ -35,9 +35,9 @@ from regroup.protocol.errors import ErrorCode
 
 __all__ = [
     "Cancel",
+    "CoordinatorRecord",
     "Effect",
     "Notify",
-    "Record",
     "Reply",
     "Result",
     "Schedule",
@@ -53,7 +53,7 @@ Ticket = int
 
 
 @dataclass(frozen=True, slots=True)
-class Record:
+class CoordinatorRecord:
     """One ``__consumer_offsets`` record: serialized key and value (``None`` = tombstone)."""
 
     key: bytes
@@ -108,7 +108,7 @@ Effect = Reply | Schedule | Cancel | Notify
 
 @dataclass(frozen=True, slots=True)
 class Result(Generic[R]):
-    records: tuple[Record, ...] = ()
+    records: tuple[CoordinatorRecord, ...] = ()
     reply: R | None = None
     effects: tuple[Effect, ...] = ()
     on_append: Callable[[ErrorCode | None], Result[R]] | None = None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember, Parked, Protocol
 from regroup.group.config import GroupConfig
-from regroup.group.context import MemberIdFactory, RequestContext
+from regroup.group.context import GroupRequestContext, MemberIdFactory
 from regroup.group.effects import Result, TimerKey, TimerKind
 from regroup.group.history import (
     AssignmentAppendFailed,
@@ -42,7 +42,7 @@ from regroup.group.history import (
     StaticMemberSwapped,
 )
 from regroup.group.outcome import AppendCallback, Outcome, TimerTable
-from regroup.group.records import empty_group_metadata_record, group_metadata_record
+from regroup.group.records import empty_group_metadata_record, group_from_value, group_metadata_record
 from regroup.group.state import GroupState
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.describe_groups import DescribedGroup, DescribedGroupMember
@@ -51,6 +51,7 @@ from regroup.protocol.messages.join_group import JoinGroupRequest, JoinGroupResp
 from regroup.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse, MemberResponse
 from regroup.protocol.messages.list_groups import ListedGroup
 from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from regroup.protocol.records.group_metadata import GroupMetadataValue
 
 __all__ = [
     "GroupManager",
@@ -166,7 +167,7 @@ def sync_key(group_id: str) -> TimerKey:
 class _Join:
     """A JoinGroup request, normalized for its version."""
 
-    ctx: RequestContext
+    ctx: GroupRequestContext
     group_id: str
     member_id: str
     group_instance_id: str | None
@@ -201,7 +202,7 @@ class GroupManager:
         history: RebalanceHistory,
     ) -> None:
         self.config = config
-        self.groups: dict[str, ClassicGroup] = {}
+        self._groups: dict[str, ClassicGroup] = {}
         self._new_member_id = member_id_factory
         self._timers = timers
         self._history = history
@@ -209,7 +210,7 @@ class GroupManager:
     # ------------------------------------------------------------------------------------------ JoinGroup
 
     def join_group(
-        self, ctx: RequestContext, req: JoinGroupRequest, now_ms: int
+        self, ctx: GroupRequestContext, req: JoinGroupRequest, now_ms: int
     ) -> Result[JoinGroupResponse]:
         version = ctx.api_version
         member_id = req.member_id
@@ -233,7 +234,7 @@ class GroupManager:
             reason=req.reason if version >= 8 else None,
             now_ms=now_ms,
         )
-        group = self.groups.get(req.group_id)
+        group = self._groups.get(req.group_id)
         created = group is None
         if group is None:
             if member_id != "":
@@ -241,7 +242,7 @@ class GroupManager:
                     reply=join_response(version, error=ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
                 )
             group = ClassicGroup(req.group_id, GroupState.EMPTY, now_ms)
-            self.groups[req.group_id] = group
+            self._groups[req.group_id] = group
 
         out = Outcome()
         failure: _FailureReply | None = None
@@ -268,12 +269,8 @@ class GroupManager:
 
     def _rollback_created_group(self, group: ClassicGroup) -> AppendCallback:
         def callback(error: ErrorCode | None, out: Outcome) -> None:
-            if error is None or self.groups.get(group.group_id) is not group:
-                return
-            del self.groups[group.group_id]
-            for key in self._timers.keys_for_group(group.group_id):
-                self._timers.cancel(out, key)
-            self._history.forget(group.group_id)
+            if error is not None:
+                self.forget_created_group(out, group)
 
         return callback
 
@@ -422,12 +419,49 @@ class GroupManager:
     def _replace_static_member(
         self, out: Outcome, group: ClassicGroup, join: _Join, old_member_id: str, new_member_id: str
     ) -> tuple[JoinGroupResponse | None, _FailureReply | None]:
+        """A static member rejoined under a new member id (Kafka's
+        ``updateStaticMemberThenRebalanceOrCompleteJoin``): the old id is fenced and its session moves to the
+        new one; what follows depends on the group's state."""
         instance_id = join.group_instance_id
         assert instance_id is not None
         now_ms = join.now_ms
         leader_before = group.leader_id
         old, new = group.replace_static_member(instance_id, old_member_id, new_member_id)
-        # Fence whoever still waits under the old id.
+        self._fence_replaced_member(out, old, old_member_id)
+        self._timers.cancel(out, heartbeat_key(group.group_id, old_member_id))
+        self._timers.schedule(
+            out, heartbeat_key(group.group_id, new_member_id), now_ms + new.session_timeout_ms
+        )
+        # Captured before the update so that a failed append restores them (the KAFKA-13581 fix).
+        before = _MemberSettings(
+            new.protocols, new.rebalance_timeout_ms, new.session_timeout_ms, leader_before
+        )
+        group.update_member(
+            new, join.protocols, join.rebalance_timeout_ms, join.session_timeout_ms, join.parked
+        )
+        cause = StaticMemberReplaced(instance_id, old_member_id, new_member_id, join.reason)
+
+        if group.is_in(GroupState.STABLE):
+            if (group.protocol_name or "") != group.select_protocol():
+                self._maybe_prepare_rebalance_or_complete_join(out, group, cause, now_ms)
+                return None, None
+            # The selected protocol stays: persist the new member id, no rebalance.
+            return None, self._persist_static_replacement(out, group, new, join, cause, before)
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            # The leader may already be computing an assignment for the old id: always rebalance.
+            self._prepare_rebalance(out, group, cause, now_ms)
+            return None, None
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._history.event(group.group_id, cause, now_ms)
+            self._maybe_complete_join_phase(out, group, now_ms)
+            return None, None
+        raise AssertionError(
+            f"static member {instance_id} rejoined group {group.group_id} in state {group.state}"
+        )
+
+    @staticmethod
+    def _fence_replaced_member(out: Outcome, old: ClassicGroupMember, old_member_id: str) -> None:
+        """Answer whoever still waits under the replaced member id with FENCED_INSTANCE_ID."""
         if old.awaiting_join is not None:
             out.reply(
                 old.awaiting_join.ticket,
@@ -445,95 +479,60 @@ class GroupManager:
                 sync_response(old.awaiting_sync.api_version, error=ErrorCode.FENCED_INSTANCE_ID),
             )
             old.awaiting_sync = None
-        self._timers.cancel(out, heartbeat_key(group.group_id, old_member_id))
-        self._timers.schedule(
-            out, heartbeat_key(group.group_id, new_member_id), now_ms + new.session_timeout_ms
-        )
 
-        # Captured before the update so that a failed append restores them (the KAFKA-13581 fix).
-        old_protocols = new.protocols
-        old_rebalance_timeout_ms = new.rebalance_timeout_ms
-        old_session_timeout_ms = new.session_timeout_ms
-        group.update_member(
-            new, join.protocols, join.rebalance_timeout_ms, join.session_timeout_ms, join.parked
-        )
-        cause = StaticMemberReplaced(instance_id, old_member_id, new_member_id, join.reason)
+    def _persist_static_replacement(
+        self,
+        out: Outcome,
+        group: ClassicGroup,
+        new: ClassicGroupMember,
+        join: _Join,
+        cause: StaticMemberReplaced,
+        before: _MemberSettings,
+    ) -> _FailureReply:
+        """A Stable group keeps its assignment: write the group with the new member id and answer the
+        parked join once durable; a failed append swaps the old member back."""
+        now_ms = join.now_ms
+        old_member_id, new_member_id = cause.old_member_id, cause.new_member_id
+        version = join.version
+        leader_before = before.leader_id
+        out.records.append(group_metadata_record(group, group.assignments()))
 
-        if group.is_in(GroupState.STABLE):
-            if (group.protocol_name or "") != group.select_protocol():
-                self._maybe_prepare_rebalance_or_complete_join(out, group, cause, now_ms)
-                return None, None
-            # The selected protocol stays: persist the new member id, no rebalance.
-            out.records.append(group_metadata_record(group, group.assignments()))
-            version = join.version
-
-            def callback(error: ErrorCode | None, after: Outcome) -> None:
-                if error is not None:
-                    group.update_member(
-                        new, old_protocols, old_rebalance_timeout_ms, old_session_timeout_ms, None
-                    )
-                    _, restored = group.replace_static_member(instance_id, new_member_id, old_member_id)
-                    self._timers.cancel(after, heartbeat_key(group.group_id, new_member_id))
-                    self._timers.schedule(
-                        after,
-                        heartbeat_key(group.group_id, old_member_id),
-                        now_ms + restored.session_timeout_ms,
-                    )
-                    return
-                self._history.replaced(group.group_id, old_member_id, new_member_id)
-                after.notify(StaticMemberSwapped(group.group_id, group.generation_id, cause, now_ms))
-                parked = group.take_join(new)
-                if parked is None:
-                    return
-                if version >= 9:
-                    is_leader = group.is_leader(new_member_id)
-                    response = join_response(
-                        version,
-                        member_id=new_member_id,
-                        generation_id=group.generation_id,
-                        protocol_type=group.protocol_type,
-                        protocol_name=group.protocol_name,
-                        leader=group.leader_id,
-                        members=group.current_members_for_join_response() if is_leader else (),
-                        skip_assignment=is_leader,
-                    )
-                else:
-                    # Before v9 the old leader id is returned, so a replaced leader does not see its own id
-                    # and does not run the assignor.
-                    response = join_response(
-                        version,
-                        member_id=new_member_id,
-                        generation_id=group.generation_id,
-                        protocol_type=group.protocol_type,
-                        protocol_name=group.protocol_name,
-                        leader=leader_before,
-                    )
-                after.reply(parked.ticket, response)
-
-            out.after_append(callback)
-
-            def failure(error: ErrorCode) -> JoinGroupResponse:
-                return join_response(
-                    version,
-                    error=error,
-                    generation_id=group.generation_id,
-                    protocol_type=group.protocol_type,
-                    protocol_name=group.protocol_name,
-                    leader=leader_before,
+        def callback(error: ErrorCode | None, after: Outcome) -> None:
+            if error is not None:
+                group.update_member(
+                    new, before.protocols, before.rebalance_timeout_ms, before.session_timeout_ms, None
+                )
+                _, restored = group.replace_static_member(
+                    cause.group_instance_id, new_member_id, old_member_id
+                )
+                self._timers.cancel(after, heartbeat_key(group.group_id, new_member_id))
+                self._timers.schedule(
+                    after,
+                    heartbeat_key(group.group_id, old_member_id),
+                    now_ms + restored.session_timeout_ms,
+                )
+                return
+            self._history.replaced(group.group_id, old_member_id, new_member_id)
+            after.notify(StaticMemberSwapped(group.group_id, group.generation_id, cause, now_ms))
+            parked = group.take_join(new)
+            if parked is not None:
+                after.reply(
+                    parked.ticket, _static_rejoin_response(group, version, new_member_id, leader_before)
                 )
 
-            return None, failure
-        if group.is_in(GroupState.COMPLETING_REBALANCE):
-            # The leader may already be computing an assignment for the old id: always rebalance.
-            self._prepare_rebalance(out, group, cause, now_ms)
-            return None, None
-        if group.is_in(GroupState.PREPARING_REBALANCE):
-            self._history.event(group.group_id, cause, now_ms)
-            self._maybe_complete_join_phase(out, group, now_ms)
-            return None, None
-        raise AssertionError(
-            f"static member {instance_id} rejoined group {group.group_id} in state {group.state}"
-        )
+        out.after_append(callback)
+
+        def failure(error: ErrorCode) -> JoinGroupResponse:
+            return join_response(
+                version,
+                error=error,
+                generation_id=group.generation_id,
+                protocol_type=group.protocol_type,
+                protocol_name=group.protocol_name,
+                leader=leader_before,
+            )
+
+        return failure
 
     # ------------------------------------------------------------------------------------------ rebalance
 
@@ -575,7 +574,7 @@ class GroupManager:
     def rebalance_progress(self, group_id: str) -> RebalanceStarted | None:
         """The rebalance ``group_id`` is preparing: whom the join phase waits for and when each is evicted
         (None unless the group is in PreparingRebalance)."""
-        group = self.groups.get(group_id)
+        group = self._groups.get(group_id)
         pending = self._history.pending(group_id)
         if group is None or pending is None or not group.is_in(GroupState.PREPARING_REBALANCE):
             return None
@@ -752,7 +751,7 @@ class GroupManager:
         return self._expire(out, group_id, member_id, now_ms, force=True)
 
     def _expire(self, out: Outcome, group_id: str, member_id: str, now_ms: int, *, force: bool) -> bool:
-        group = self.groups.get(group_id)
+        group = self._groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return False
         if group.is_pending_member(member_id):
@@ -784,7 +783,7 @@ class GroupManager:
         """Start a rebalance of a Stable or CompletingRebalance group with :class:`RebalanceForced` as its
         cause; in PreparingRebalance the request joins the running rebalance as an event. False when the
         group does not exist or is Empty or Dead (there is nobody to rebalance)."""
-        group = self.groups.get(group_id)
+        group = self._groups.get(group_id)
         if group is None or group.is_in(GroupState.EMPTY, GroupState.DEAD):
             return False
         cause = RebalanceForced(reason)
@@ -795,7 +794,7 @@ class GroupManager:
         return True
 
     def on_join_timer(self, out: Outcome, group_id: str, payload: object, now_ms: int) -> None:
-        group = self.groups.get(group_id)
+        group = self._groups.get(group_id)
         if group is None or not group.is_in(GroupState.PREPARING_REBALANCE):
             return
         if isinstance(payload, InitialDelay) and group.new_member_added and payload.remaining_ms != 0:
@@ -809,7 +808,7 @@ class GroupManager:
         self._complete_join(out, group, now_ms)
 
     def on_sync_timer(self, out: Outcome, group_id: str, payload: object, now_ms: int) -> None:
-        group = self.groups.get(group_id)
+        group = self._groups.get(group_id)
         if group is None or not isinstance(payload, _SyncDeadline):
             return
         if payload.generation_id != group.generation_id:
@@ -833,7 +832,7 @@ class GroupManager:
     # ------------------------------------------------------------------------------------------ SyncGroup
 
     def sync_group(
-        self, ctx: RequestContext, req: SyncGroupRequest, now_ms: int
+        self, ctx: GroupRequestContext, req: SyncGroupRequest, now_ms: int
     ) -> Result[SyncGroupResponse]:
         version = ctx.api_version
         if version >= 5 and (req.protocol_type is None or req.protocol_name is None):
@@ -841,7 +840,7 @@ class GroupManager:
             return Result(reply=sync_response(version, error=ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
         if not req.group_id:
             return Result(reply=sync_response(version, error=ErrorCode.INVALID_GROUP_ID))
-        group = self.groups.get(req.group_id)
+        group = self._groups.get(req.group_id)
         if group is None or group.is_in(GroupState.EMPTY):
             return Result(reply=sync_response(version, error=ErrorCode.UNKNOWN_MEMBER_ID))
         if group.is_in(GroupState.DEAD):
@@ -889,7 +888,7 @@ class GroupManager:
 
             def callback(error: ErrorCode | None, after: Outcome) -> None:
                 if (
-                    self.groups.get(group.group_id) is not group
+                    self._groups.get(group.group_id) is not group
                     or not group.is_in(GroupState.COMPLETING_REBALANCE)
                     or group.generation_id != generation_id
                 ):
@@ -913,10 +912,12 @@ class GroupManager:
 
     # ------------------------------------------------------------------------------------------ Heartbeat
 
-    def heartbeat(self, ctx: RequestContext, req: HeartbeatRequest, now_ms: int) -> Result[HeartbeatResponse]:
+    def heartbeat(
+        self, ctx: GroupRequestContext, req: HeartbeatRequest, now_ms: int
+    ) -> Result[HeartbeatResponse]:
         if not req.group_id:
             return Result(reply=HeartbeatResponse(error_code=ErrorCode.INVALID_GROUP_ID.value))
-        group = self.groups.get(req.group_id)
+        group = self._groups.get(req.group_id)
         if group is None:
             return Result(reply=HeartbeatResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID.value))
         if group.is_in(GroupState.DEAD):
@@ -945,7 +946,7 @@ class GroupManager:
     # ------------------------------------------------------------------------------------------ LeaveGroup
 
     def leave_group(
-        self, ctx: RequestContext, req: LeaveGroupRequest, now_ms: int
+        self, ctx: GroupRequestContext, req: LeaveGroupRequest, now_ms: int
     ) -> Result[LeaveGroupResponse]:
         version = ctx.api_version
         if not req.group_id:
@@ -956,7 +957,7 @@ class GroupManager:
             ]
         else:
             identities = [(req.member_id, None, None)]
-        group = self.groups.get(req.group_id)
+        group = self._groups.get(req.group_id)
         if group is None:
             results = [
                 MemberResponse(
@@ -1016,7 +1017,7 @@ class GroupManager:
     # ------------------------------------------------------------------------------------------ reads
 
     def describe_group(self, group_id: str, api_version: int) -> DescribedGroup:
-        group = self.groups.get(group_id)
+        group = self._groups.get(group_id)
         if group is None:
             return DescribedGroup(group_id=group_id, group_state=GroupState.DEAD.value)
         stable = group.is_in(GroupState.STABLE) and group.protocol_name is not None
@@ -1052,14 +1053,14 @@ class GroupManager:
                 group_state=group.state.value,
                 group_type=_CLASSIC_GROUP_TYPE,
             )
-            for group in self.groups.values()
+            for group in self._groups.values()
             if not states or group.state.value.lower() in states
         ]
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
     def on_loaded(self, out: Outcome, now_ms: int) -> None:
-        for group in self.groups.values():
+        for group in self._groups.values():
             self._history.seed(group.group_id, group.members)
             for member in group.members.values():
                 self._schedule_session(out, group, member, now_ms)
@@ -1069,7 +1070,7 @@ class GroupManager:
                 self._prepare_rebalance(out, group, cause, now_ms)
 
     def on_unloaded(self, out: Outcome, now_ms: int) -> None:
-        for group in self.groups.values():
+        for group in self._groups.values():
             group.transition_to(GroupState.DEAD, now_ms)
             for member in group.members.values():
                 parked = group.take_join(member)
@@ -1086,18 +1087,89 @@ class GroupManager:
                         parked.ticket, sync_response(parked.api_version, error=ErrorCode.NOT_COORDINATOR)
                     )
 
+    # ------------------------------------------------------------------------------------------ the store
+
+    def group(self, group_id: str) -> ClassicGroup | None:
+        return self._groups.get(group_id)
+
+    def groups(self) -> list[ClassicGroup]:
+        """Every group of the shard (a copy: callers may remove groups while iterating)."""
+        return list(self._groups.values())
+
     def create_simple_group(self, group_id: str, now_ms: int | None) -> ClassicGroup:
         group = ClassicGroup(group_id, GroupState.EMPTY, now_ms)
-        self.groups[group_id] = group
+        self._groups[group_id] = group
         return group
 
+    def forget_created_group(self, out: Outcome, group: ClassicGroup) -> None:
+        """Undo the creation of ``group`` whose first record failed to append, unless something replaced
+        it meanwhile."""
+        if self._groups.get(group.group_id) is group:
+            self.remove_group(out, group.group_id)
+
+    def delete_error(self, group_id: str) -> ErrorCode:
+        """Whether DeleteGroups may delete ``group_id`` (Kafka's ``validateDeleteGroup``)."""
+        group = self._groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if not group.is_in(GroupState.EMPTY):
+            return ErrorCode.NON_EMPTY_GROUP
+        return ErrorCode.NONE
+
+    def replay(self, group_id: str, value: GroupMetadataValue | None) -> None:
+        """Apply a GroupMetadata record (load path); a tombstone removes the group and its history."""
+        if value is None:
+            self._groups.pop(group_id, None)
+            self._history.forget(group_id)
+        else:
+            self._groups[group_id] = group_from_value(group_id, value)
+
     def remove_group(self, out: Outcome, group_id: str) -> None:
-        group = self.groups.pop(group_id, None)
+        group = self._groups.pop(group_id, None)
         if group is None:
             return
         for key in self._timers.keys_for_group(group_id):
             self._timers.cancel(out, key)
         self._history.forget(group_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _MemberSettings:
+    """What a static member's replacement changes, kept to restore it when the append fails, and to answer
+    pre-v9 joins with the leader as it was."""
+
+    protocols: tuple[Protocol, ...]
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    leader_id: str | None
+
+
+def _static_rejoin_response(
+    group: ClassicGroup, version: int, new_member_id: str, leader_before: str | None
+) -> JoinGroupResponse:
+    """The JoinGroup answer of a static member replaced in a Stable group (no rebalance)."""
+    if version >= 9:
+        is_leader = group.is_leader(new_member_id)
+        return join_response(
+            version,
+            member_id=new_member_id,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader_id,
+            members=group.current_members_for_join_response() if is_leader else (),
+            skip_assignment=is_leader,
+        )
+    # Before v9 the old leader id is returned, so a replaced leader does not see its own id and does not
+    # run the assignor.
+    return join_response(
+        version,
+        member_id=new_member_id,
+        generation_id=group.generation_id,
+        protocol_type=group.protocol_type,
+        protocol_name=group.protocol_name,
+        leader=leader_before,
+    )
 
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:

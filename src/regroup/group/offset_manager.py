@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 from regroup.group.classic_group import ClassicGroup
 from regroup.group.config import GroupConfig
-from regroup.group.context import RequestContext
+from regroup.group.context import GroupRequestContext
 from regroup.group.effects import Result
 from regroup.group.group_manager import GroupManager
 from regroup.group.outcome import Outcome
 from regroup.group.records import (
-    OffsetAndMetadata,
+    StoredOffset,
     group_metadata_tombstone,
     offset_commit_record,
     offset_commit_tombstone,
@@ -84,12 +84,12 @@ class OffsetStore:
     """group id → topic → partition → committed offset; empty maps are dropped."""
 
     def __init__(self) -> None:
-        self._by_group: dict[str, dict[str, dict[int, OffsetAndMetadata]]] = {}
+        self._by_group: dict[str, dict[str, dict[int, StoredOffset]]] = {}
 
-    def get(self, group_id: str, topic: str, partition: int) -> OffsetAndMetadata | None:
+    def get(self, group_id: str, topic: str, partition: int) -> StoredOffset | None:
         return self._by_group.get(group_id, {}).get(topic, {}).get(partition)
 
-    def put(self, group_id: str, topic: str, partition: int, offset: OffsetAndMetadata) -> None:
+    def put(self, group_id: str, topic: str, partition: int, offset: StoredOffset) -> None:
         self._by_group.setdefault(group_id, {}).setdefault(topic, {})[partition] = offset
 
     def remove(self, group_id: str, topic: str, partition: int) -> None:
@@ -108,29 +108,29 @@ class OffsetStore:
     def has_offsets(self, group_id: str) -> bool:
         return group_id in self._by_group
 
-    def group_offsets(self, group_id: str) -> Iterator[tuple[str, int, OffsetAndMetadata]]:
+    def group_offsets(self, group_id: str) -> Iterator[tuple[str, int, StoredOffset]]:
         for topic, partitions in self._by_group.get(group_id, {}).items():
             for partition, offset in partitions.items():
                 yield topic, partition, offset
 
-    def topics(self, group_id: str) -> dict[str, dict[int, OffsetAndMetadata]]:
+    def topics(self, group_id: str) -> dict[str, dict[int, StoredOffset]]:
         return self._by_group.get(group_id, {})
 
 
 class OffsetManager:
     def __init__(self, config: GroupConfig, groups: GroupManager) -> None:
         self.config = config
-        self.store = OffsetStore()
+        self._store = OffsetStore()
         self._groups = groups
 
     # ------------------------------------------------------------------------------------------ commit
 
     def offset_commit(
         self,
-        ctx: RequestContext,
+        ctx: GroupRequestContext,
         req: OffsetCommitRequest,
+        topic_ids: Mapping[str, Uuid],
         now_ms: int,
-        topic_ids: Mapping[str, Uuid] | None = None,
     ) -> Result[OffsetCommitResponse]:
         """``topic_ids`` resolves committed topic names to ids: Kafka 4.3 stores the id with the offset."""
         version = ctx.api_version
@@ -140,7 +140,7 @@ class OffsetManager:
         group_id = req.group_id
         out = Outcome()
 
-        group = self._groups.groups.get(group_id)
+        group = self._groups.group(group_id)
         created: ClassicGroup | None = None
         if group is None:
             if generation_id < 0:
@@ -163,10 +163,10 @@ class OffsetManager:
             else None
         )
         response = OffsetCommitResponse()
-        accepted: list[tuple[str, int, OffsetAndMetadata]] = []
+        accepted: list[tuple[str, int, StoredOffset]] = []
         for topic in req.topics:
             topic_response = OffsetCommitResponseTopic(name=topic.name)
-            topic_id = ZERO_UUID if topic_ids is None else topic_ids.get(topic.name, ZERO_UUID)
+            topic_id = topic_ids.get(topic.name, ZERO_UUID)
             response.topics.append(topic_response)
             for partition in topic.partitions:
                 partition_error = ErrorCode.NONE
@@ -179,7 +179,7 @@ class OffsetManager:
                         else now_ms
                     )
                     epoch = partition.committed_leader_epoch if version >= 6 else -1
-                    offset = OffsetAndMetadata(
+                    offset = StoredOffset(
                         offset=partition.committed_offset,
                         leader_epoch=None if epoch == -1 else epoch,
                         metadata=partition.committed_metadata or "",
@@ -203,16 +203,12 @@ class OffsetManager:
                     )
                 )
 
-        def stored(error: ErrorCode | None, _after: Outcome) -> None:
+        def stored(error: ErrorCode | None, after: Outcome) -> None:
             if error is None:
                 for topic_name, partition_index, offset in accepted:
-                    self.store.put(group_id, topic_name, partition_index, offset)
-            elif (
-                created is not None
-                and self._groups.groups.get(group_id) is created
-                and not self.store.has_offsets(group_id)
-            ):
-                del self._groups.groups[group_id]
+                    self._store.put(group_id, topic_name, partition_index, offset)
+            elif created is not None and not self._store.has_offsets(group_id):
+                self._groups.forget_created_group(after, created)
 
         out.after_append(stored)
 
@@ -222,7 +218,7 @@ class OffsetManager:
         return out.result(response, failure)
 
     def txn_offset_commit(
-        self, ctx: RequestContext, req: TxnOffsetCommitRequest, now_ms: int
+        self, ctx: GroupRequestContext, req: TxnOffsetCommitRequest, now_ms: int
     ) -> Result[TxnOffsetCommitResponse]:
         error = ErrorCode.INVALID_GROUP_ID if not req.group_id else TXN_OFFSET_COMMIT_ERROR
         return Result(
@@ -247,13 +243,13 @@ class OffsetManager:
     def offset_fetch(
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None
     ) -> OffsetFetchResponseGroup:
-        group = self._groups.groups.get(group_id)
+        group = self._groups.group(group_id)
         # Unknown and Dead groups are not errors for classic groups: every partition is "no offset".
         known = group is not None and not group.is_in(GroupState.DEAD)
         result = OffsetFetchResponseGroup(group_id=group_id)
         if topics is None:
             if known:
-                for topic, partitions in self.store.topics(group_id).items():
+                for topic, partitions in self._store.topics(group_id).items():
                     result.topics.append(
                         OffsetFetchResponseTopics(
                             name=topic, partitions=[_fetched(p, o) for p, o in partitions.items()]
@@ -265,7 +261,7 @@ class OffsetManager:
                 OffsetFetchResponseTopics(
                     name=topic,
                     partitions=[
-                        _fetched(p, self.store.get(group_id, topic, p) if known else None)
+                        _fetched(p, self._store.get(group_id, topic, p) if known else None)
                         for p in partition_ids
                     ],
                 )
@@ -278,7 +274,7 @@ class OffsetManager:
         group_id = req.group_id
         if not group_id:
             return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.INVALID_GROUP_ID.value))
-        group = self._groups.groups.get(group_id)
+        group = self._groups.group(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND.value))
         if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol:
@@ -299,7 +295,7 @@ class OffsetManager:
                     )
                     continue
                 partitions.append(OffsetDeleteResponsePartition(partition_index=p.partition_index))
-                if self.store.get(group_id, topic.name, p.partition_index) is not None:
+                if self._store.get(group_id, topic.name, p.partition_index) is not None:
                     out.records.append(offset_commit_tombstone(group_id, topic.name, p.partition_index))
                     deleted.append((topic.name, p.partition_index))
             response.topics.append(OffsetDeleteResponseTopic(name=topic.name, partitions=partitions))
@@ -307,7 +303,7 @@ class OffsetManager:
         def applied(error: ErrorCode | None, _after: Outcome) -> None:
             if error is None:
                 for topic_name, partition_index in deleted:
-                    self.store.remove(group_id, topic_name, partition_index)
+                    self._store.remove(group_id, topic_name, partition_index)
 
         out.after_append(applied)
 
@@ -316,12 +312,21 @@ class OffsetManager:
 
         return out.result(response, failure)
 
-    def delete_all_offsets(self, out: Outcome, group_id: str) -> list[tuple[str, int]]:
-        """Tombstones for every committed offset of the group; returns what to drop once durable."""
-        doomed = [(topic, partition) for topic, partition, _ in self.store.group_offsets(group_id)]
+    def delete_all_offsets(self, out: Outcome, group_id: str) -> None:
+        """Tombstones for every committed offset of the group, dropped from the store once durable."""
+        doomed = [(topic, partition) for topic, partition, _ in self._store.group_offsets(group_id)]
         for topic, partition in doomed:
             out.records.append(offset_commit_tombstone(group_id, topic, partition))
-        return doomed
+
+        def applied(error: ErrorCode | None, _after: Outcome) -> None:
+            if error is None:
+                for topic, partition in doomed:
+                    self._store.remove(group_id, topic, partition)
+
+        out.after_append(applied)
+
+    def offsets(self, group_id: str) -> dict[tuple[str, int], StoredOffset]:
+        return {(t, p): o for t, p, o in self._store.group_offsets(group_id)}
 
     def on_partitions_deleted(self, out: Outcome, partitions: Sequence[tuple[str, int]]) -> None:
         """Tombstone every group's offsets of deleted topic partitions (Kafka's ``onPartitionsDeleted``)."""
@@ -329,8 +334,9 @@ class OffsetManager:
         for topic, partition in partitions:
             wanted.setdefault(topic, set()).add(partition)
         doomed: list[tuple[str, str, int]] = []
-        for group_id in list(self._groups.groups):
-            for topic, by_partition in self.store.topics(group_id).items():
+        for group in self._groups.groups():
+            group_id = group.group_id
+            for topic, by_partition in self._store.topics(group_id).items():
                 for partition in sorted(wanted.get(topic, set()) & by_partition.keys()):
                     out.records.append(offset_commit_tombstone(group_id, topic, partition))
                     doomed.append((group_id, topic, partition))
@@ -338,7 +344,7 @@ class OffsetManager:
         def applied(error: ErrorCode | None, _after: Outcome) -> None:
             if error is None:
                 for group_id, topic, partition in doomed:
-                    self.store.remove(group_id, topic, partition)
+                    self._store.remove(group_id, topic, partition)
 
         out.after_append(applied)
 
@@ -348,7 +354,8 @@ class OffsetManager:
         """One pass of the offset/group expiration job; returns the continuation applying it."""
         expired_offsets: list[tuple[str, str, int]] = []
         expired_groups: list[str] = []
-        for group_id, group in list(self._groups.groups.items()):
+        for group in self._groups.groups():
+            group_id = group.group_id
             all_expired = self._expire_group_offsets(out, group, now_ms, expired_offsets)
             if all_expired and group.is_in(GroupState.EMPTY):
                 # No offsets left (or never any): the Empty group goes too.
@@ -359,7 +366,7 @@ class OffsetManager:
             if error is not None:
                 return  # retried at the next pass
             for group_id, topic, partition in expired_offsets:
-                self.store.remove(group_id, topic, partition)
+                self._store.remove(group_id, topic, partition)
             if expired_offsets:
                 after.notify(OffsetsExpired(len(expired_offsets)))
             for group_id in expired_groups:
@@ -372,14 +379,14 @@ class OffsetManager:
     ) -> bool:
         """Tombstone the group's expired offsets; True when the group has no offsets left afterwards."""
         group_id = group.group_id
-        if not self.store.has_offsets(group_id):
+        if not self._store.has_offsets(group_id):
             return True
         base = _expiration_base(group)
         if base is None:
             return False
         retention_ms = self.config.offsets_retention_ms
         all_expired = True
-        for topic, partitions in self.store.topics(group_id).items():
+        for topic, partitions in self._store.topics(group_id).items():
             if group.is_subscribed_to_topic(topic):
                 all_expired = False
                 continue
@@ -398,17 +405,17 @@ class OffsetManager:
 
     # ------------------------------------------------------------------------------------------ load
 
-    def replay(self, group_id: str, topic: str, partition: int, offset: OffsetAndMetadata | None) -> None:
+    def replay(self, group_id: str, topic: str, partition: int, offset: StoredOffset | None) -> None:
         if offset is None:
-            self.store.remove(group_id, topic, partition)
+            self._store.remove(group_id, topic, partition)
             return
-        if group_id not in self._groups.groups:
+        if self._groups.group(group_id) is None:
             # Offsets without group metadata: a simple group (its creation time is not in the log).
             self._groups.create_simple_group(group_id, None)
-        self.store.put(group_id, topic, partition, offset)
+        self._store.put(group_id, topic, partition, offset)
 
 
-def _expiration_base(group: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
+def _expiration_base(group: ClassicGroup) -> Callable[[StoredOffset], int] | None:
     """The timestamp retention counts from, per offset, or None when the group's offsets do not expire
     (Kafka's ``ClassicGroup.offsetExpirationCondition``)."""
     if group.protocol_type is None:
@@ -470,7 +477,7 @@ def _commit_error_response(req: OffsetCommitRequest, error: ErrorCode) -> Offset
     )
 
 
-def _fetched(partition: int, offset: OffsetAndMetadata | None) -> OffsetFetchResponsePartitions:
+def _fetched(partition: int, offset: StoredOffset | None) -> OffsetFetchResponsePartitions:
     if offset is None:
         return OffsetFetchResponsePartitions(
             partition_index=partition, committed_offset=-1, committed_leader_epoch=-1, metadata=""

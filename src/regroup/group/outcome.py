@@ -13,7 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from regroup.group.effects import Cancel, Effect, Notify, Record, Reply, Result, Schedule, TimerKey, TimerKind
+from regroup.group.effects import (
+    Cancel,
+    CoordinatorRecord,
+    Effect,
+    Notify,
+    Reply,
+    Result,
+    Schedule,
+    TimerKey,
+    TimerKind,
+)
 from regroup.protocol.errors import ErrorCode
 
 __all__ = ["STALE", "AppendCallback", "Outcome", "TimerTable"]
@@ -30,7 +40,7 @@ class Outcome:
     __slots__ = ("callbacks", "effects", "records")
 
     def __init__(self) -> None:
-        self.records: list[Record] = []
+        self.records: list[CoordinatorRecord] = []
         self.effects: list[Effect] = []
         self.callbacks: list[AppendCallback] = []
 

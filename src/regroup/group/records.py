@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
-from regroup.group.effects import Record
+from regroup.group.effects import CoordinatorRecord
 from regroup.group.state import GroupState
 from regroup.protocol.primitives import I16, ZERO_UUID, DecodeError, Uuid
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue, MemberMetadata
@@ -30,8 +30,8 @@ __all__ = [
     "DecodedGroupMetadata",
     "DecodedOffsetCommit",
     "IgnoredRecord",
-    "OffsetAndMetadata",
     "RecordError",
+    "StoredOffset",
     "decode_record",
     "empty_group_metadata_record",
     "group_from_value",
@@ -59,8 +59,9 @@ class RecordError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetAndMetadata:
-    """A committed offset as stored (Kafka's ``OffsetAndMetadata``)."""
+class StoredOffset:
+    """A committed offset as the coordinator stores it (Kafka's coordinator-side ``OffsetAndMetadata``; the
+    client's ``OffsetAndMetadata`` is :class:`regroup.client.types.OffsetAndMetadata`)."""
 
     offset: int
     leader_epoch: int | None
@@ -80,9 +81,7 @@ def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
     )
 
 
-def offset_commit_value_version(
-    offset: OffsetAndMetadata, preferred: int = _OFFSET_COMMIT_VALUE_VERSION
-) -> int:
+def offset_commit_value_version(offset: StoredOffset, preferred: int = _OFFSET_COMMIT_VALUE_VERSION) -> int:
     return _OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY if offset.expire_timestamp_ms is not None else preferred
 
 
@@ -90,9 +89,9 @@ def offset_commit_record(
     group_id: str,
     topic: str,
     partition: int,
-    offset: OffsetAndMetadata,
+    offset: StoredOffset,
     value_version: int = _OFFSET_COMMIT_VALUE_VERSION,
-) -> Record:
+) -> CoordinatorRecord:
     version = offset_commit_value_version(offset, value_version)
     value = OffsetCommitValue(
         offset=offset.offset,
@@ -103,18 +102,18 @@ def offset_commit_record(
         expire_timestamp=-1 if offset.expire_timestamp_ms is None else offset.expire_timestamp_ms,
         topic_id=offset.topic_id,
     )
-    return Record(offset_commit_key(group_id, topic, partition), value.encode_versioned(version))
+    return CoordinatorRecord(offset_commit_key(group_id, topic, partition), value.encode_versioned(version))
 
 
-def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> Record:
-    return Record(offset_commit_key(group_id, topic, partition), None)
+def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> CoordinatorRecord:
+    return CoordinatorRecord(offset_commit_key(group_id, topic, partition), None)
 
 
 def group_metadata_key(group_id: str) -> bytes:
     return GroupMetadataKey(group=group_id).encode_versioned(GROUP_METADATA_RECORD_TYPE)
 
 
-def group_metadata_record(group: ClassicGroup, assignment: Mapping[str, bytes]) -> Record:
+def group_metadata_record(group: ClassicGroup, assignment: Mapping[str, bytes]) -> CoordinatorRecord:
     """A full snapshot of ``group`` with each member's subscription = its metadata for the selected
     protocol and the given assignment (Kafka's ``newGroupMetadataRecord``)."""
     members: list[MemberMetadata] = []
@@ -143,10 +142,12 @@ def group_metadata_record(group: ClassicGroup, assignment: Mapping[str, bytes]) 
         ),
         members=members,
     )
-    return Record(group_metadata_key(group.group_id), value.encode_versioned(GROUP_METADATA_VALUE_VERSION))
+    return CoordinatorRecord(
+        group_metadata_key(group.group_id), value.encode_versioned(GROUP_METADATA_VALUE_VERSION)
+    )
 
 
-def empty_group_metadata_record(group_id: str, current_state_timestamp_ms: int | None) -> Record:
+def empty_group_metadata_record(group_id: str, current_state_timestamp_ms: int | None) -> CoordinatorRecord:
     """What a JoinGroup that creates a group writes: generation 0, no protocol type, no members."""
     value = GroupMetadataValue(
         protocol_type="",
@@ -156,11 +157,13 @@ def empty_group_metadata_record(group_id: str, current_state_timestamp_ms: int |
         current_state_timestamp=-1 if current_state_timestamp_ms is None else current_state_timestamp_ms,
         members=[],
     )
-    return Record(group_metadata_key(group_id), value.encode_versioned(GROUP_METADATA_VALUE_VERSION))
+    return CoordinatorRecord(
+        group_metadata_key(group_id), value.encode_versioned(GROUP_METADATA_VALUE_VERSION)
+    )
 
 
-def group_metadata_tombstone(group_id: str) -> Record:
-    return Record(group_metadata_key(group_id), None)
+def group_metadata_tombstone(group_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(group_metadata_key(group_id), None)
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -171,7 +174,7 @@ class DecodedOffsetCommit:
     group_id: str
     topic: str
     partition: int
-    value: OffsetAndMetadata | None  # None: tombstone
+    value: StoredOffset | None  # None: tombstone
     value_version: int | None
 
 
@@ -192,7 +195,7 @@ class IgnoredRecord:
 DecodedRecord = DecodedOffsetCommit | DecodedGroupMetadata | IgnoredRecord
 
 
-def decode_record(record: Record) -> DecodedRecord:
+def decode_record(record: CoordinatorRecord) -> DecodedRecord:
     key = record.key
     if len(key) < 2:
         raise RecordError("record key without a type")
@@ -208,7 +211,7 @@ def decode_record(record: Record) -> DecodedRecord:
                 okey.group,
                 okey.topic,
                 okey.partition,
-                OffsetAndMetadata(
+                StoredOffset(
                     offset=ovalue.offset,
                     leader_epoch=None if ovalue.leader_epoch == -1 else ovalue.leader_epoch,
                     metadata=ovalue.metadata,

@@ -4,48 +4,15 @@ Every method runs on the shard's serial lane; none blocks, reads a clock or does
 ``now_ms``; member ids come from the injected ``member_id_factory(prefix) -> f"{prefix}-{uuid}"`` (prefix =
 ``client.id`` for dynamic members, ``group.instance.id`` for static ones, as Kafka does).
 
-Public surface (stable)::
-
-    GroupShard(partition: int, config: GroupConfig, member_id_factory: Callable[[str], str])
-
-    # writes: return a Result (records to append, reply, effects, on_append)
-    join_group(ctx, req: JoinGroupRequest, now_ms) -> Result[JoinGroupResponse]
-    sync_group(ctx, req: SyncGroupRequest, now_ms) -> Result[SyncGroupResponse]
-    heartbeat(ctx, req: HeartbeatRequest, now_ms) -> Result[HeartbeatResponse]
-    leave_group(ctx, req: LeaveGroupRequest, now_ms) -> Result[LeaveGroupResponse]
-    offset_commit(ctx, req: OffsetCommitRequest, now_ms) -> Result[OffsetCommitResponse]
-    txn_offset_commit(ctx, req: TxnOffsetCommitRequest, now_ms) -> Result[TxnOffsetCommitResponse]
-    offset_delete(ctx, req: OffsetDeleteRequest, now_ms) -> Result[OffsetDeleteResponse]
-    delete_groups(group_ids: Sequence[str], now_ms) -> Result[list[DeletableGroupResult]]
-    on_timer(key: TimerKey, now_ms) -> Result[None]
-    on_partitions_deleted(partitions: Sequence[tuple[str, int]], now_ms) -> Result[None]
-
-    # forcing (test tooling): the same paths as a session expiry / a membership change
-    expire_member(group_id, member_id, now_ms) -> Result[bool]
-    force_rebalance(group_id, reason, now_ms) -> Result[bool]
-
-    # reads: plain values, no Result
-    offset_fetch(group_id, topics: Sequence[tuple[str, Sequence[int]]] | None, require_stable, api_version)
-        -> OffsetFetchResponseGroup
-    describe_group(group_id, api_version) -> DescribedGroup
-    list_groups(states_filter=(), types_filter=()) -> list[ListedGroup]
-
-    # load / unload
-    replay(record: Record) -> None          # every record of the partition, in log order, before on_loaded
-    on_loaded(now_ms) -> Result[None]       # arms session timers and the expiration job, rebalances
-                                            # groups over group.max.size
-    on_unloaded() -> Result[None]           # parked requests answered NOT_COORDINATOR, groups Dead
-
-    # observability (read-only snapshots)
-    groups() -> list[GroupSnapshot];  group(group_id) -> GroupSnapshot | None
-    group_history(group_id) -> tuple[GenerationRecord, ...]
-    rebalance_progress(group_id) -> RebalanceStarted | None   # whom a PreparingRebalance group waits for
-    offsets(group_id) -> dict[tuple[str, int], OffsetAndMetadata]
-    armed_timers() -> dict[TimerKey, int]
+The surface the runtime relies on is :class:`CoordinatorShard`, a :class:`typing.Protocol`: the runtime
+(:mod:`regroup.runtime.shard_runner`) and the core's test harness drive a shard only through it, and mypy
+checks :class:`GroupShard` against it. The shard delegates to its managers — :class:`GroupManager` (groups,
+membership, rebalances) and :class:`OffsetManager` (committed offsets) — and each manager replays its own
+records, as Kafka's ``GroupCoordinatorShard`` delegates ``replay`` to its metadata managers.
 
 Runtime obligations:
 
-* ``ctx`` is a :class:`RequestContext` (client id, client host as ``"/1.2.3.4"``, api version, ticket). A
+* ``ctx`` is a :class:`GroupRequestContext` (client id, client host as ``"/1.2.3.4"``, api version, ticket). A
   JoinGroup/SyncGroup whose ``Result.reply`` is ``None`` is parked under ``ctx.ticket`` and answered later by
   a ``Reply(ticket, response)`` effect of some later Result.
 * Responses are the generated classes, filled for the request's api version; the runtime only stamps
@@ -83,11 +50,12 @@ Runtime obligations:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from regroup.group.classic_group import GroupSnapshot
 from regroup.group.config import GroupConfig
-from regroup.group.context import MemberIdFactory, RequestContext
-from regroup.group.effects import Record, Result, TimerKey, TimerKind
+from regroup.group.context import GroupRequestContext, MemberIdFactory
+from regroup.group.effects import CoordinatorRecord, Result, TimerKey, TimerKind
 from regroup.group.group_manager import GroupManager
 from regroup.group.history import GenerationRecord, RebalanceHistory, RebalanceStarted
 from regroup.group.offset_manager import OffsetManager
@@ -95,12 +63,10 @@ from regroup.group.outcome import STALE, Outcome, TimerTable
 from regroup.group.records import (
     DecodedGroupMetadata,
     DecodedOffsetCommit,
-    OffsetAndMetadata,
+    StoredOffset,
     decode_record,
-    group_from_value,
     group_metadata_tombstone,
 )
-from regroup.group.state import GroupState
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.delete_groups import DeletableGroupResult
 from regroup.protocol.messages.describe_groups import DescribedGroup
@@ -115,12 +81,128 @@ from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResp
 from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from regroup.protocol.primitives import Uuid
 
-__all__ = ["GroupShard", "RequestContext"]
+__all__ = ["GroupRequestContext", "GroupShard"]
 
 EXPIRATION_KEY = TimerKey(TimerKind.EXPIRATION)
 
 
-class GroupShard:
+class CoordinatorShard(Protocol):
+    """What the runtime may ask of a coordinator shard. Writes return a :class:`Result` (records to append,
+    reply, effects, ``on_append``); reads return plain values; nothing blocks, reads a clock or does I/O."""
+
+    # ------------------------------------------------------------------------------------------ writes
+
+    def join_group(
+        self, ctx: GroupRequestContext, req: JoinGroupRequest, now_ms: int
+    ) -> Result[JoinGroupResponse]: ...
+
+    def sync_group(
+        self, ctx: GroupRequestContext, req: SyncGroupRequest, now_ms: int
+    ) -> Result[SyncGroupResponse]: ...
+
+    def heartbeat(
+        self, ctx: GroupRequestContext, req: HeartbeatRequest, now_ms: int
+    ) -> Result[HeartbeatResponse]: ...
+
+    def leave_group(
+        self, ctx: GroupRequestContext, req: LeaveGroupRequest, now_ms: int
+    ) -> Result[LeaveGroupResponse]: ...
+
+    def offset_commit(
+        self,
+        ctx: GroupRequestContext,
+        req: OffsetCommitRequest,
+        topic_ids: Mapping[str, Uuid],
+        now_ms: int,
+    ) -> Result[OffsetCommitResponse]:
+        """``topic_ids`` maps committed topic names to their ids (stored with the offsets, as Kafka 4.3)."""
+        ...
+
+    def txn_offset_commit(
+        self, ctx: GroupRequestContext, req: TxnOffsetCommitRequest, now_ms: int
+    ) -> Result[TxnOffsetCommitResponse]: ...
+
+    def offset_delete(
+        self, ctx: GroupRequestContext, req: OffsetDeleteRequest, now_ms: int
+    ) -> Result[OffsetDeleteResponse]: ...
+
+    def delete_groups(self, group_ids: Sequence[str], now_ms: int) -> Result[list[DeletableGroupResult]]: ...
+
+    def on_timer(self, key: TimerKey, now_ms: int) -> Result[None]:
+        """A timer the shard scheduled fired (stale fires are recognised and ignored)."""
+        ...
+
+    def on_partitions_deleted(self, partitions: Sequence[tuple[str, int]], now_ms: int) -> Result[None]:
+        """Topic partitions were deleted: their committed offsets go, in every group of this shard."""
+        ...
+
+    # forcing (test tooling): the same paths as a session expiry / a membership change
+
+    def expire_member(self, group_id: str, member_id: str, now_ms: int) -> Result[bool]:
+        """Expire a member's session now, as its session timer would; False when there is no such member."""
+        ...
+
+    def force_rebalance(self, group_id: str, reason: str, now_ms: int) -> Result[bool]:
+        """Rebalance a group with a ``RebalanceForced(reason)`` cause; False when the group is missing, Empty
+        or Dead."""
+        ...
+
+    # ------------------------------------------------------------------------------------------ reads
+
+    def offset_fetch(
+        self,
+        group_id: str,
+        topics: Sequence[tuple[str, Sequence[int]]] | None,
+        require_stable: bool,
+        api_version: int,
+    ) -> OffsetFetchResponseGroup:
+        """The v8+ per-group struct (``topics`` None: every committed offset of the group)."""
+        ...
+
+    def describe_group(self, group_id: str, api_version: int) -> DescribedGroup: ...
+
+    def list_groups(
+        self, states_filter: Sequence[str] = (), types_filter: Sequence[str] = ()
+    ) -> list[ListedGroup]: ...
+
+    # ------------------------------------------------------------------------------------------ load
+
+    def replay(self, record: CoordinatorRecord) -> None:
+        """Apply one record of the partition's log, in log order, before ``on_loaded``; raises
+        ``RecordError`` on an unreadable record."""
+        ...
+
+    def on_loaded(self, now_ms: int) -> Result[None]:
+        """The log is replayed: arm session timers and the expiration job, rebalance groups over
+        ``group.max.size``."""
+        ...
+
+    def on_unloaded(self) -> Result[None]:
+        """Resignation: parked requests are answered NOT_COORDINATOR, groups become Dead, timers cancelled."""
+        ...
+
+    # ------------------------------------------------------------------------------------------ observability
+
+    def groups(self) -> list[GroupSnapshot]: ...
+
+    def group(self, group_id: str) -> GroupSnapshot | None: ...
+
+    def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]: ...
+
+    def rebalance_progress(self, group_id: str) -> RebalanceStarted | None:
+        """Whom a PreparingRebalance group waits for, and when each is evicted."""
+        ...
+
+    def offsets(self, group_id: str) -> dict[tuple[str, int], StoredOffset]: ...
+
+    def armed_timers(self) -> dict[TimerKey, int]: ...
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when a group's bookkeeping is inconsistent (a test aid)."""
+        ...
+
+
+class GroupShard(CoordinatorShard):
     """The classic groups and committed offsets of one ``__consumer_offsets`` partition."""
 
     def __init__(self, partition: int, config: GroupConfig, member_id_factory: MemberIdFactory) -> None:
@@ -139,39 +221,41 @@ class GroupShard:
     # ------------------------------------------------------------------------------------------ writes
 
     def join_group(
-        self, ctx: RequestContext, req: JoinGroupRequest, now_ms: int
+        self, ctx: GroupRequestContext, req: JoinGroupRequest, now_ms: int
     ) -> Result[JoinGroupResponse]:
         return self._groups.join_group(ctx, req, self._tick(now_ms))
 
     def sync_group(
-        self, ctx: RequestContext, req: SyncGroupRequest, now_ms: int
+        self, ctx: GroupRequestContext, req: SyncGroupRequest, now_ms: int
     ) -> Result[SyncGroupResponse]:
         return self._groups.sync_group(ctx, req, self._tick(now_ms))
 
-    def heartbeat(self, ctx: RequestContext, req: HeartbeatRequest, now_ms: int) -> Result[HeartbeatResponse]:
+    def heartbeat(
+        self, ctx: GroupRequestContext, req: HeartbeatRequest, now_ms: int
+    ) -> Result[HeartbeatResponse]:
         return self._groups.heartbeat(ctx, req, self._tick(now_ms))
 
     def leave_group(
-        self, ctx: RequestContext, req: LeaveGroupRequest, now_ms: int
+        self, ctx: GroupRequestContext, req: LeaveGroupRequest, now_ms: int
     ) -> Result[LeaveGroupResponse]:
         return self._groups.leave_group(ctx, req, self._tick(now_ms))
 
     def offset_commit(
         self,
-        ctx: RequestContext,
+        ctx: GroupRequestContext,
         req: OffsetCommitRequest,
+        topic_ids: Mapping[str, Uuid],
         now_ms: int,
-        topic_ids: Mapping[str, Uuid] | None = None,
     ) -> Result[OffsetCommitResponse]:
-        return self._offsets.offset_commit(ctx, req, self._tick(now_ms), topic_ids)
+        return self._offsets.offset_commit(ctx, req, topic_ids, self._tick(now_ms))
 
     def txn_offset_commit(
-        self, ctx: RequestContext, req: TxnOffsetCommitRequest, now_ms: int
+        self, ctx: GroupRequestContext, req: TxnOffsetCommitRequest, now_ms: int
     ) -> Result[TxnOffsetCommitResponse]:
         return self._offsets.txn_offset_commit(ctx, req, self._tick(now_ms))
 
     def offset_delete(
-        self, ctx: RequestContext, req: OffsetDeleteRequest, now_ms: int
+        self, ctx: GroupRequestContext, req: OffsetDeleteRequest, now_ms: int
     ) -> Result[OffsetDeleteResponse]:
         self._tick(now_ms)
         return self._offsets.offset_delete(req)
@@ -181,27 +265,19 @@ class GroupShard:
         out = Outcome()
         ids = list(dict.fromkeys(group_ids))
         results: list[DeletableGroupResult] = []
-        doomed: list[tuple[str, list[tuple[str, int]]]] = []
+        doomed: list[str] = []
         for group_id in ids:
-            group = self._groups.groups.get(group_id)
-            if group is None or group.is_in(GroupState.DEAD):
-                error = ErrorCode.GROUP_ID_NOT_FOUND
-            elif not group.is_in(GroupState.EMPTY):
-                error = ErrorCode.NON_EMPTY_GROUP
-            else:
-                error = ErrorCode.NONE
-                offsets = self._offsets.delete_all_offsets(out, group_id)
+            error = self._groups.delete_error(group_id)
+            if error is ErrorCode.NONE:
+                self._offsets.delete_all_offsets(out, group_id)
                 out.records.append(group_metadata_tombstone(group_id))
-                doomed.append((group_id, offsets))
+                doomed.append(group_id)
             results.append(DeletableGroupResult(group_id=group_id, error_code=error.value))
 
         def applied(error: ErrorCode | None, after: Outcome) -> None:
-            if error is not None:
-                return
-            for group_id, offsets in doomed:
-                for topic, partition in offsets:
-                    self._offsets.store.remove(group_id, topic, partition)
-                self._groups.remove_group(after, group_id)
+            if error is None:
+                for group_id in doomed:
+                    self._groups.remove_group(after, group_id)
 
         out.after_append(applied)
 
@@ -276,18 +352,14 @@ class GroupShard:
 
     # ------------------------------------------------------------------------------------------ load
 
-    def replay(self, record: Record) -> None:
+    def replay(self, record: CoordinatorRecord) -> None:
         """Apply one record of the partition's log (load path). Raises ``RecordError`` on an unreadable
         record; records of KIP-848 / share groups are ignored."""
         decoded = decode_record(record)
         if isinstance(decoded, DecodedOffsetCommit):
             self._offsets.replay(decoded.group_id, decoded.topic, decoded.partition, decoded.value)
         elif isinstance(decoded, DecodedGroupMetadata):
-            if decoded.value is None:
-                self._groups.groups.pop(decoded.group_id, None)
-                self._history.forget(decoded.group_id)
-            else:
-                self._groups.groups[decoded.group_id] = group_from_value(decoded.group_id, decoded.value)
+            self._groups.replay(decoded.group_id, decoded.value)
 
     def on_loaded(self, now_ms: int) -> Result[None]:
         now_ms = self._tick(now_ms)
@@ -305,10 +377,10 @@ class GroupShard:
     # ------------------------------------------------------------------------------------------ observability
 
     def groups(self) -> list[GroupSnapshot]:
-        return [group.snapshot() for group in self._groups.groups.values()]
+        return [group.snapshot() for group in self._groups.groups()]
 
     def group(self, group_id: str) -> GroupSnapshot | None:
-        group = self._groups.groups.get(group_id)
+        group = self._groups.group(group_id)
         return None if group is None else group.snapshot()
 
     def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]:
@@ -318,13 +390,13 @@ class GroupShard:
         """The rebalance in progress (PreparingRebalance): awaited members and their eviction deadlines."""
         return self._groups.rebalance_progress(group_id)
 
-    def offsets(self, group_id: str) -> dict[tuple[str, int], OffsetAndMetadata]:
-        return {(t, p): o for t, p, o in self._offsets.store.group_offsets(group_id)}
+    def offsets(self, group_id: str) -> dict[tuple[str, int], StoredOffset]:
+        return self._offsets.offsets(group_id)
 
     def armed_timers(self) -> dict[TimerKey, int]:
         return self._timers.snapshot()
 
     def check_invariants(self) -> None:
         """Raise AssertionError when a group's bookkeeping is inconsistent (a test aid)."""
-        for group in self._groups.groups.values():
+        for group in self._groups.groups():
             group.check_invariants()

@@ -22,14 +22,14 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Final, TypeVar
 
 from regroup.group.classic_group import GroupSnapshot
 from regroup.group.config import GroupConfig
-from regroup.group.context import MemberIdFactory, RequestContext
-from regroup.group.effects import Result
+from regroup.group.context import GroupRequestContext, MemberIdFactory
 from regroup.group.history import GenerationRecord
-from regroup.group.shard import GroupShard
+from regroup.group.shard import CoordinatorShard, GroupShard
 from regroup.log import LogManager, PartitionLog
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.group_events import assemble_timeline, in_progress_view
@@ -47,6 +47,7 @@ from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, 
 from regroup.runtime.clock import Clock, SystemClock
 from regroup.runtime.durability import PartitionGate, WriteGate
 from regroup.runtime.events import GroupEventLog, GroupEventsConfig, started_event
+from regroup.runtime.group_view import GroupView, build_group_view
 from regroup.runtime.responses import (
     deletable_group_error,
     described_group_error,
@@ -59,7 +60,7 @@ from regroup.runtime.responses import (
     sync_group_error,
     txn_offset_commit_error,
 )
-from regroup.runtime.shard_runner import LoadStats, OffsetsLog, RunnerState, ShardRunner
+from regroup.runtime.shard_runner import LoadSummary, OffsetsLog, RunnerState, ShardRunner
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -206,9 +207,9 @@ class GroupCoordinator:
             loop.time() - started,
         )
 
-    async def wait_loaded(self) -> list[LoadStats]:
+    async def wait_loaded(self) -> list[LoadSummary]:
         """Wait for every partition being loaded; returns the stats of those that loaded."""
-        stats: list[LoadStats] = []
+        stats: list[LoadSummary] = []
         for partition, runner in list(self._runners.items()):
             try:
                 result = await asyncio.shield(runner.start())
@@ -219,7 +220,7 @@ class GroupCoordinator:
                 stats.append(result)
         return stats
 
-    async def load(self, partition: int) -> LoadStats | None:
+    async def load(self, partition: int) -> LoadSummary | None:
         """Become the coordinator of ``partition`` again: replay its log into a fresh shard."""
         self._check_partition(partition)
         if not self._running:
@@ -372,9 +373,44 @@ class GroupCoordinator:
         for observer in self._observers:
             observer(partition, event)
 
-    def shard(self, group_id: str) -> GroupShard | None:
+    def shard(self, group_id: str) -> CoordinatorShard | None:
         runner = self._runners.get(self.partition_for(group_id))
         return None if runner is None or runner.state is not RunnerState.ACTIVE else runner.shard
+
+    def group_view(self, group_id: str) -> GroupView | None:
+        """The group as its shard holds it after the last event the lane handled (None when the group does
+        not exist or its partition is not active here)."""
+        partition = self.partition_for(group_id)
+        runner = self._runners.get(partition)
+        if runner is None or runner.state is not RunnerState.ACTIVE:
+            return None
+        snapshot = runner.shard.group(group_id)
+        return None if snapshot is None else build_group_view(partition, runner.shard, snapshot, self._logs)
+
+    def group_views(self) -> list[GroupView]:
+        """Every group of every active partition, sorted by group id."""
+        views = [
+            build_group_view(partition, runner.shard, snapshot, self._logs)
+            for partition, runner in sorted(self._runners.items())
+            if runner.state is RunnerState.ACTIVE
+            for snapshot in runner.shard.groups()
+        ]
+        views.sort(key=lambda v: v.group_id)
+        return views
+
+    async def read_group_view(self, group_id: str) -> GroupView | None:
+        """:meth:`group_view`, read in the lane's turn: after every event queued before it, with their
+        replies released."""
+        partition = self.partition_for(group_id)
+        runner = self._runners.get(partition) if self._running else None
+        if runner is None:
+            return None
+
+        def view(shard: CoordinatorShard) -> GroupView | None:
+            snapshot = shard.group(group_id)
+            return None if snapshot is None else build_group_view(partition, shard, snapshot, self._logs)
+
+        return await runner.read(_none, view)
 
     def group(self, group_id: str) -> GroupSnapshot | None:
         shard = self.shard(group_id)
@@ -411,37 +447,30 @@ class GroupCoordinator:
     async def expire_member(self, group_id: str, member_id: str) -> bool:
         """Expire a member's session now, through the shard's session-expiry path; False when the group has
         no such member or its partition is not active here."""
-        return await self._call(
-            group_id, lambda s, now: s.expire_member(group_id, member_id, now), lambda _code: False
-        )
+        runner = self._route(group_id)
+        if isinstance(runner, ErrorCode):
+            return False
+        return await runner.call(_false, runner.shard.expire_member, group_id, member_id)
 
     async def force_rebalance(self, group_id: str, reason: str) -> bool:
         """Rebalance a group now with a ``RebalanceForced(reason)`` cause; False when the group is missing,
         Empty or Dead, or its partition is not active here."""
-        return await self._call(
-            group_id, lambda s, now: s.force_rebalance(group_id, reason, now), lambda _code: False
-        )
+        runner = self._route(group_id)
+        if isinstance(runner, ErrorCode):
+            return False
+        return await runner.call(_false, runner.shard.force_rebalance, group_id, reason)
 
     # ------------------------------------------------------------------------------------ routing
 
-    def _call(
-        self,
-        group_id: str,
-        run: Callable[[GroupShard, int], Result[T]],
-        error_reply: Callable[[ErrorCode], T],
-        *,
-        ticket: int | None = None,
-    ) -> asyncio.Future[T]:
-        runner = self._runners.get(self.partition_for(group_id)) if self._running else None
-        if runner is None:
-            fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-            code = ErrorCode.COORDINATOR_NOT_AVAILABLE if not self._running else ErrorCode.NOT_COORDINATOR
-            fut.set_result(error_reply(code))
-            return fut
-        return runner.call(run, error_reply, ticket=ticket)
+    def _route(self, group_id: str) -> ShardRunner | ErrorCode:
+        """The lane of ``group_id``'s partition, or the coordinator-level error to answer instead."""
+        if not self._running:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        runner = self._runners.get(self.partition_for(group_id))
+        return ErrorCode.NOT_COORDINATOR if runner is None else runner
 
     def _read(
-        self, partition: int, fn: Callable[[GroupShard], T], error_reply: Callable[[ErrorCode], T]
+        self, partition: int, reader: Callable[[CoordinatorShard], T], error_reply: Callable[[ErrorCode], T]
     ) -> asyncio.Future[T]:
         runner = self._runners.get(partition) if self._running else None
         if runner is None:
@@ -449,16 +478,16 @@ class GroupCoordinator:
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE if not self._running else ErrorCode.NOT_COORDINATOR
             fut.set_result(error_reply(code))
             return fut
-        return runner.read(fn, error_reply)
+        return runner.read(error_reply, reader)
 
     def _ctx(
         self, client_id: str | None, client_host: str, api_version: int, parkable: bool
-    ) -> RequestContext:
+    ) -> GroupRequestContext:
         ticket = 0
         if parkable:
             self._tickets += 1
             ticket = self._tickets
-        return RequestContext(client_id or "", client_host, api_version, ticket)
+        return GroupRequestContext(client_id or "", client_host, api_version, ticket)
 
     def _by_partition(self, group_ids: Sequence[str]) -> dict[int, list[int]]:
         """Indexes of ``group_ids`` grouped by partition, in request order."""
@@ -468,44 +497,45 @@ class GroupCoordinator:
         return out
 
     # ------------------------------------------------------------------------------------ group APIs
+    # Each routes the request to the lane of its group's partition, where the shard method named in the
+    # ``runner.call`` handles it (``runner.shard`` is a :class:`~regroup.group.shard.CoordinatorShard`).
 
     async def join_group(
         self, client_id: str | None, client_host: str, api_version: int, req: JoinGroupRequest
     ) -> JoinGroupResponse:
+        error = partial(join_group_error, req, api_version)
+        runner = self._route(req.group_id)
+        if isinstance(runner, ErrorCode):
+            return error(runner)
         ctx = self._ctx(client_id, client_host, api_version, True)
-        return await self._call(
-            req.group_id,
-            lambda s, now: s.join_group(ctx, req, now),
-            lambda code: join_group_error(req, api_version, code),
-            ticket=ctx.ticket,
-        )
+        return await runner.call(error, runner.shard.join_group, ctx, req, ticket=ctx.ticket)
 
     async def sync_group(
         self, client_id: str | None, client_host: str, api_version: int, req: SyncGroupRequest
     ) -> SyncGroupResponse:
+        runner = self._route(req.group_id)
+        if isinstance(runner, ErrorCode):
+            return sync_group_error(runner)
         ctx = self._ctx(client_id, client_host, api_version, True)
-        return await self._call(
-            req.group_id, lambda s, now: s.sync_group(ctx, req, now), sync_group_error, ticket=ctx.ticket
-        )
+        return await runner.call(sync_group_error, runner.shard.sync_group, ctx, req, ticket=ctx.ticket)
 
     async def heartbeat(
         self, client_id: str | None, client_host: str, api_version: int, req: HeartbeatRequest
     ) -> HeartbeatResponse:
+        runner = self._route(req.group_id)
+        if isinstance(runner, ErrorCode):
+            return heartbeat_error(runner)
         ctx = self._ctx(client_id, client_host, api_version, False)
-
-        def error(code: ErrorCode) -> HeartbeatResponse:
-            # Kafka's GroupCoordinatorService answers a heartbeat to a loading partition with NONE.
-            if code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                code = ErrorCode.NONE
-            return heartbeat_error(code)
-
-        return await self._call(req.group_id, lambda s, now: s.heartbeat(ctx, req, now), error)
+        return await runner.call(_heartbeat_error, runner.shard.heartbeat, ctx, req)
 
     async def leave_group(
         self, client_id: str | None, client_host: str, api_version: int, req: LeaveGroupRequest
     ) -> LeaveGroupResponse:
+        runner = self._route(req.group_id)
+        if isinstance(runner, ErrorCode):
+            return leave_group_error(runner)
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await self._call(req.group_id, lambda s, now: s.leave_group(ctx, req, now), leave_group_error)
+        return await runner.call(leave_group_error, runner.shard.leave_group, ctx, req)
 
     async def offset_commit(
         self,
@@ -517,28 +547,29 @@ class GroupCoordinator:
     ) -> OffsetCommitResponse:
         """``req`` holds only the partitions that passed the broker's checks; ``topic_ids`` maps their topic
         names to ids (stored with the offsets, as Kafka 4.3 does)."""
+        error = partial(offset_commit_error, req)
+        runner = self._route(req.group_id)
+        if isinstance(runner, ErrorCode):
+            return error(runner)
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await self._call(
-            req.group_id,
-            lambda s, now: s.offset_commit(ctx, req, now, topic_ids),
-            lambda code: offset_commit_error(req, code),
-        )
+        return await runner.call(error, runner.shard.offset_commit, ctx, req, topic_ids or {})
 
     async def txn_offset_commit(
         self, client_id: str | None, client_host: str, api_version: int, req: TxnOffsetCommitRequest
     ) -> TxnOffsetCommitResponse:
+        error = partial(txn_offset_commit_error, req, api_version)
+        runner = self._route(req.group_id)
+        if isinstance(runner, ErrorCode):
+            return error(runner)
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await self._call(
-            req.group_id,
-            lambda s, now: s.txn_offset_commit(ctx, req, now),
-            lambda code: txn_offset_commit_error(req, api_version, code),
-        )
+        return await runner.call(error, runner.shard.txn_offset_commit, ctx, req)
 
     async def offset_delete(self, api_version: int, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        runner = self._route(req.group_id)
+        if isinstance(runner, ErrorCode):
+            return offset_delete_error(runner)
         ctx = self._ctx(None, "", api_version, False)
-        return await self._call(
-            req.group_id, lambda s, now: s.offset_delete(ctx, req, now), offset_delete_error
-        )
+        return await runner.call(offset_delete_error, runner.shard.offset_delete, ctx, req)
 
     async def offset_fetch(
         self,
@@ -554,7 +585,7 @@ class GroupCoordinator:
             wanted = [groups[i] for i in indexes]
 
             def fetch(
-                shard: GroupShard,
+                shard: CoordinatorShard,
                 wanted: list[tuple[str, Sequence[tuple[str, Sequence[int]]] | None]] = wanted,
             ) -> list[OffsetFetchResponseGroup]:
                 return [shard.offset_fetch(g, t, require_stable, api_version) for g, t in wanted]
@@ -576,7 +607,7 @@ class GroupCoordinator:
         for partition, indexes in self._by_partition(group_ids).items():
             wanted = [group_ids[i] for i in indexes]
 
-            def describe(shard: GroupShard, wanted: list[str] = wanted) -> list[DescribedGroup]:
+            def describe(shard: CoordinatorShard, wanted: list[str] = wanted) -> list[DescribedGroup]:
                 return [shard.describe_group(g, api_version) for g in wanted]
 
             def error(code: ErrorCode, wanted: list[str] = wanted) -> list[DescribedGroup]:
@@ -598,14 +629,14 @@ class GroupCoordinator:
         runners = [self._runners[p] for p in sorted(self._runners)]
         if any(r.state is RunnerState.LOADING for r in runners):
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []
-        waits = [
-            r.read(
-                lambda shard: (ErrorCode.NONE, shard.list_groups(states_filter, types_filter)),
-                lambda code: (code, []),
-            )
-            for r in runners
-            if r.state is RunnerState.ACTIVE
-        ]
+
+        def list_shard(shard: CoordinatorShard) -> tuple[ErrorCode, list[ListedGroup]]:
+            return ErrorCode.NONE, shard.list_groups(states_filter, types_filter)
+
+        def not_listed(code: ErrorCode) -> tuple[ErrorCode, list[ListedGroup]]:
+            return code, []
+
+        waits = [r.read(not_listed, list_shard) for r in runners if r.state is RunnerState.ACTIVE]
         groups: list[ListedGroup] = []
         for fut in waits:
             code, listed = await fut
@@ -618,7 +649,7 @@ class GroupCoordinator:
         """Deleted topic partitions lose their committed offsets in every group, tombstones written (Kafka's
         ``GroupCoordinator.onPartitionsDeleted``, run when a topic deletion reaches the metadata image)."""
         calls = [
-            runner.call(lambda s, now: s.on_partitions_deleted(partitions, now), lambda _code: None)
+            runner.call(_none, runner.shard.on_partitions_deleted, partitions)
             for runner in list(self._runners.values())
             if runner.state is RunnerState.ACTIVE
         ]
@@ -633,19 +664,35 @@ class GroupCoordinator:
         for indexes in self._by_partition(group_ids).values():
             wanted = [group_ids[i] for i in indexes]
 
-            def delete(
-                shard: GroupShard, now: int, wanted: list[str] = wanted
-            ) -> Result[list[DeletableGroupResult]]:
-                return shard.delete_groups(wanted, now)
-
             def error(code: ErrorCode, wanted: list[str] = wanted) -> list[DeletableGroupResult]:
                 return [deletable_group_error(g, code) for g in wanted]
 
-            waits.append((indexes, self._call(wanted[0], delete, error)))
+            runner = self._route(wanted[0])
+            if isinstance(runner, ErrorCode):
+                fut: asyncio.Future[list[DeletableGroupResult]] = asyncio.get_running_loop().create_future()
+                fut.set_result(error(runner))
+            else:
+                fut = runner.call(error, runner.shard.delete_groups, wanted)
+            waits.append((indexes, fut))
         for indexes, fut in waits:
             for i, result in zip(indexes, await fut, strict=True):
                 out[i] = result
         return [r for r in out if r is not None]
+
+
+def _heartbeat_error(code: ErrorCode) -> HeartbeatResponse:
+    # Kafka's GroupCoordinatorService answers a heartbeat to a loading partition with NONE.
+    if code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        code = ErrorCode.NONE
+    return heartbeat_error(code)
+
+
+def _false(_code: ErrorCode) -> bool:
+    return False
+
+
+def _none(_code: ErrorCode) -> None:
+    return None
 
 
 def _with_partitions(config: GroupConfig, partitions: int) -> GroupConfig:

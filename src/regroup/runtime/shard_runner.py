@@ -31,11 +31,11 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar, TypeVarTuple
 
-from regroup.group.effects import Cancel, Effect, Notify, Record, Reply, Result, Schedule, TimerKey
+from regroup.group.effects import Cancel, CoordinatorRecord, Effect, Notify, Reply, Result, Schedule, TimerKey
 from regroup.group.records import RecordError
-from regroup.group.shard import GroupShard
+from regroup.group.shard import CoordinatorShard
 from regroup.log import LogConfig, ReadResult
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.primitives import DecodeError
@@ -47,7 +47,7 @@ from regroup.runtime.timers import Fired, TimerService
 
 __all__ = [
     "ErrorReply",
-    "LoadStats",
+    "LoadSummary",
     "OffsetsLog",
     "RunnerState",
     "RunnerStats",
@@ -58,6 +58,7 @@ __all__ = [
 log = logging.getLogger("regroup.coordinator")
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 ErrorReply = Callable[[ErrorCode], Any]
 """Builds the response of a request answered with a coordinator-level error."""
 NotifyObserver = Callable[[int, object], None]
@@ -114,7 +115,7 @@ def append_error(exc: BaseException) -> ErrorCode:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadStats:
+class LoadSummary:
     partition: int
     records: int
     skipped: int
@@ -137,11 +138,22 @@ class RunnerStats:
 
 @dataclass(slots=True)
 class _Call:
-    run: Callable[[GroupShard, int], Result[Any]]
+    """A write: ``handler(*args, now_ms)`` on the shard, returning a :class:`Result`."""
+
+    handler: Callable[..., Result[Any]]
+    args: tuple[Any, ...]
     future: asyncio.Future[Any]
     error_reply: ErrorReply
     ticket: int | None = None
-    read: bool = False
+
+
+@dataclass(slots=True)
+class _Read:
+    """A read: ``reader(shard)``, a plain value."""
+
+    reader: Callable[[CoordinatorShard], Any]
+    future: asyncio.Future[Any]
+    error_reply: ErrorReply
 
 
 @dataclass(slots=True)
@@ -154,7 +166,8 @@ class _Unload:
     pass
 
 
-_Event = _Call | _Timer | _Unload
+_Request = _Call | _Read
+_Event = _Call | _Read | _Timer | _Unload
 
 
 @dataclass(slots=True)
@@ -189,12 +202,12 @@ class _Release:
 
 
 class ShardRunner:
-    """Drives one :class:`GroupShard` over one partition log."""
+    """Drives one coordinator shard over one partition log."""
 
     def __init__(
         self,
         partition: int,
-        shard: GroupShard,
+        shard: CoordinatorShard,
         offsets_log: OffsetsLog,
         gate: WriteGate,
         clock: Clock,
@@ -230,7 +243,7 @@ class ShardRunner:
         self._failed = False
         self._abort_load = False
         self._task: asyncio.Task[None] | None = None
-        self._loaded: asyncio.Future[LoadStats | None] = asyncio.get_running_loop().create_future()
+        self._loaded: asyncio.Future[LoadSummary | None] = asyncio.get_running_loop().create_future()
         self._stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._commit_timeout_ms = commit_timeout_ms
         self._flush_deadlines: dict[asyncio.Future[None], asyncio.TimerHandle] = {}
@@ -247,7 +260,7 @@ class ShardRunner:
     def timers(self) -> TimerService[TimerKey]:
         return self._timers
 
-    def start(self) -> asyncio.Future[LoadStats | None]:
+    def start(self) -> asyncio.Future[LoadSummary | None]:
         """Load the partition and start the lane; the future gives the load stats (None if aborted)."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"regroup coordinator shard {self.partition}")
@@ -281,49 +294,35 @@ class ShardRunner:
 
     def call(
         self,
-        run: Callable[[GroupShard, int], Result[T]],
         error_reply: Callable[[ErrorCode], T],
-        *,
+        handler: Callable[[*Ts, int], Result[T]],
+        *args: *Ts,
         ticket: int | None = None,
     ) -> asyncio.Future[T]:
-        """Queue a write; the future gives its reply (released once durable) or ``error_reply(code)`` for a
-        coordinator-level error (loading, unloaded, failed). ``ticket`` is set for requests the shard may
-        park (JoinGroup, SyncGroup)."""
-        return self._submit(_Call(run, self._loop.create_future(), error_reply, ticket))
+        """Queue a write: ``handler(*args, now_ms)``, a method of :attr:`shard` (``runner.shard.join_group``).
+        The future gives its reply (released once durable) or ``error_reply(code)`` for a coordinator-level
+        error (loading, unloaded, failed). ``ticket`` is set for requests the shard may park (JoinGroup,
+        SyncGroup)."""
+        return self._submit(_Call(handler, args, self._loop.create_future(), error_reply, ticket))
 
-    def read(self, fn: Callable[[GroupShard], T], error_reply: Callable[[ErrorCode], T]) -> asyncio.Future[T]:
-        """Queue a read; answered in lane order, after the writes it observed are durable."""
+    def read(
+        self, error_reply: Callable[[ErrorCode], T], reader: Callable[[CoordinatorShard], T]
+    ) -> asyncio.Future[T]:
+        """Queue a read of the shard; answered in lane order, after the writes it observed are durable."""
+        return self._submit(_Read(reader, self._loop.create_future(), error_reply))
 
-        def run(shard: GroupShard, _now: int) -> Result[Any]:
-            return Result(reply=(fn(shard),))
-
-        fut: asyncio.Future[tuple[T]] = asyncio.get_running_loop().create_future()
-        self._submit(_Call(run, fut, lambda code: (error_reply(code),), read=True))
-        out: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-
-        def unwrap(f: asyncio.Future[tuple[T]]) -> None:
-            if out.done():
-                return
-            if f.cancelled():
-                out.cancel()
-            else:
-                out.set_result(f.result()[0])
-
-        fut.add_done_callback(unwrap)
-        return out
-
-    def _submit(self, call: _Call) -> asyncio.Future[Any]:
+    def _submit(self, request: _Request) -> asyncio.Future[Any]:
         state = self._state
         if state is RunnerState.ACTIVE:
-            self._queue.put_nowait(call)
+            self._queue.put_nowait(request)
         else:
             code = (
                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
                 if state is RunnerState.LOADING
                 else ErrorCode.NOT_COORDINATOR
             )
-            call.future.set_result(call.error_reply(code))
-        return call.future
+            request.future.set_result(request.error_reply(code))
+        return request.future
 
     def _on_fire(self, fired: Fired[TimerKey]) -> None:
         if self._state in (RunnerState.ACTIVE, RunnerState.LOADING, RunnerState.UNLOADING):
@@ -365,11 +364,13 @@ class ShardRunner:
                         return
                     if self._failed:
                         # After a failed fsync nothing more is written; the unload is on its way.
-                        if isinstance(event, _Call):
+                        if isinstance(event, _Call | _Read):
                             error = event.error_reply(ErrorCode.NOT_COORDINATOR)
                             self._push([_Item(event.future, error, event.error_reply)])
                     elif isinstance(event, _Call):
                         await self._handle_call(event)
+                    elif isinstance(event, _Read):
+                        self._handle_read(event)
                     else:
                         await self._handle_timer(event)
                 finally:
@@ -384,7 +385,7 @@ class ShardRunner:
             self._fail()
             self._finish_unload()
 
-    async def _replay(self) -> LoadStats | None:
+    async def _replay(self) -> LoadSummary | None:
         started = asyncio.get_running_loop().time()
         offsets_log = self._log
         offset = offsets_log.log_start_offset
@@ -417,7 +418,7 @@ class ShardRunner:
                             skipped += 1
                             continue
                         try:
-                            shard.replay(Record(rec.key, rec.value))
+                            shard.replay(CoordinatorRecord(rec.key, rec.value))
                         except (RecordError, DecodeError) as exc:
                             skipped += 1
                             log.warning(
@@ -433,7 +434,7 @@ class ShardRunner:
         if self._abort_load:
             return None
         seconds = asyncio.get_running_loop().time() - started
-        return LoadStats(self.partition, records, skipped, offset, seconds)
+        return LoadSummary(self.partition, records, skipped, offset, seconds)
 
     async def _handle_call(self, event: _Call) -> None:
         now = self._clock.now_ms()
@@ -442,7 +443,7 @@ class ShardRunner:
         if ticket is not None:
             self._parked[ticket] = _Parked(event.future, event.error_reply)
         try:
-            reply = await self._apply(event.run(self.shard, now), now, items)
+            reply = await self._apply(event.handler(*event.args, now), now, items)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -465,6 +466,14 @@ class ShardRunner:
                     _Item(event.future, event.error_reply(ErrorCode.UNKNOWN_SERVER_ERROR), event.error_reply)
                 )
         self._push(items)
+
+    def _handle_read(self, event: _Read) -> None:
+        try:
+            value = event.reader(self.shard)
+        except Exception:
+            log.exception("Error reading __consumer_offsets-%d", self.partition)
+            value = event.error_reply(ErrorCode.UNKNOWN_SERVER_ERROR)
+        self._push([_Item(event.future, value, event.error_reply)])
 
     async def _handle_timer(self, event: _Timer) -> None:
         fired = event.fired
@@ -508,7 +517,7 @@ class ShardRunner:
         self._parked.clear()
         while not self._queue.empty():
             event = self._queue.get_nowait()
-            if isinstance(event, _Call):
+            if isinstance(event, _Call | _Read):
                 leftovers.append(
                     _Item(event.future, event.error_reply(ErrorCode.NOT_COORDINATOR), event.error_reply)
                 )
@@ -570,7 +579,7 @@ class ShardRunner:
             except Exception:
                 log.exception("A coordinator observer failed")
 
-    async def _append(self, records: tuple[Record, ...], now: int) -> ErrorCode | None:
+    async def _append(self, records: tuple[CoordinatorRecord, ...], now: int) -> ErrorCode | None:
         self.stats.appends += 1
         try:
             data = build_batch(

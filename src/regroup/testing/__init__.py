@@ -1,7 +1,7 @@
 """Test tooling for applications that use Kafka consumer groups: a real regroup broker in-process, a virtual
 coordinator clock, fault injection and forced rebalances, and observations of group state.
 
-    with regroup.testing.Broker() as b:
+    with regroup.testing.TestBroker() as b:
         b.create_topic("orders", partitions=4)
         ... point any Kafka client at b.bootstrap_servers ...
         b.wait_for_stable("my-group", members=2)
@@ -32,13 +32,13 @@ if TYPE_CHECKING:
     )
     from regroup.protocol.api_keys import ApiKey
     from regroup.protocol.errors import ErrorCode
-    from regroup.testing.broker import Broker, BrokerError, GroupView, MemberView
+    from regroup.runtime.group_view import GroupView, MemberView
+    from regroup.testing.broker import BrokerError, TestBroker
     from regroup.testing.clock import VirtualClock
     from regroup.testing.faults import Fault
 
 __all__ = [
     "ApiKey",
-    "Broker",
     "BrokerError",
     "ErrorCode",
     "Fault",
@@ -52,26 +52,27 @@ __all__ = [
     "RebalanceForced",
     "SessionExpired",
     "StaticMemberReplaced",
+    "TestBroker",
     "VirtualClock",
 ]
 
 _HISTORY = "regroup.group.history"
 _SOURCES = {
     "ApiKey": "regroup.protocol.api_keys",
-    "Broker": "regroup.testing.broker",
     "BrokerError": "regroup.testing.broker",
     "ErrorCode": "regroup.protocol.errors",
     "Fault": "regroup.testing.faults",
     "GenerationRecord": _HISTORY,
-    "GroupView": "regroup.testing.broker",
+    "GroupView": "regroup.runtime.group_view",
     "JoinDeadlineEvicted": _HISTORY,
     "MemberJoined": _HISTORY,
     "MemberLeft": _HISTORY,
-    "MemberView": "regroup.testing.broker",
+    "MemberView": "regroup.runtime.group_view",
     "PendingSyncExpired": _HISTORY,
     "RebalanceForced": _HISTORY,
     "SessionExpired": _HISTORY,
     "StaticMemberReplaced": _HISTORY,
+    "TestBroker": "regroup.testing.broker",
     "VirtualClock": "regroup.testing.clock",
 }
 

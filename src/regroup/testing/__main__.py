@@ -15,12 +15,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m regroup.testing", description=__doc__)
     parser.add_argument("--runs", type=int, default=20, help="brokers to start and stop (default: 20)")
     args = parser.parse_args()
-    from regroup.testing import Broker
+    from regroup.testing import TestBroker
 
     starts: list[float] = []
     stops: list[float] = []
     for _ in range(max(args.runs, 2)):
-        broker = Broker().start()
+        broker = TestBroker().start()
         assert broker.startup_seconds is not None
         starts.append(broker.startup_seconds)
         began = time.perf_counter()

@@ -1,8 +1,9 @@
-"""``regroup.testing.Broker``: a real regroup broker for consumer-application tests.
+"""``regroup.testing.TestBroker``: a real regroup broker for consumer-application tests.
 
 The broker runs in-process on a background event-loop thread, listens on a free loopback port and keeps its
-data in a temporary directory. Any Kafka client connects to :attr:`Broker.bootstrap_servers`. Test code
-controls it synchronously: every call is marshalled onto the broker's loop and waits for its effect.
+data in a temporary directory. Any Kafka client connects to :attr:`TestBroker.bootstrap_servers`. Test code
+controls it synchronously: every call is marshalled onto the broker's loop and waits for its effect. Groups
+are observed as :class:`~regroup.runtime.group_view.GroupView`, the view the admin port shows too.
 """
 
 from __future__ import annotations
@@ -11,28 +12,24 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
 from regroup.broker.config import BrokerConfig
-from regroup.broker.handlers._groups import SERVICE
 from regroup.broker.topics import create_topic
-from regroup.group.classic_group import GroupSnapshot
 from regroup.group.history import GenerationRecord
-from regroup.group.shard import GroupShard
 from regroup.group.state import GroupState
 from regroup.protocol.api_keys import ApiKey
-from regroup.protocol.assignment_health import decode_member
 from regroup.protocol.errors import ErrorCode
 from regroup.runtime.clock import ManualClock
 from regroup.runtime.coordinator import GroupCoordinator, PartitionState
+from regroup.runtime.group_view import GroupView, MemberView
 from regroup.testing._runner import BrokerRunner
 from regroup.testing.clock import VirtualClock
 from regroup.testing.faults import Fault, Faults, api_key, error_code
 
-__all__ = ["Broker", "BrokerError", "GroupView", "MemberView"]
+__all__ = ["BrokerError", "GroupView", "MemberView", "TestBroker"]
 
 T = TypeVar("T")
 
@@ -50,103 +47,16 @@ class BrokerError(RuntimeError):
     """A control call could not do what it was asked (unknown member, group not rebalanceable, ...)."""
 
 
-@dataclass(frozen=True, slots=True)
-class MemberView:
-    """One member of a group, as the coordinator sees it."""
-
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    assignment: dict[str, tuple[int, ...]]
-    """The consumer-protocol assignment decoded to topic -> partitions (empty when none or not decodable)."""
-    raw_assignment: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class GroupView:
-    """A group's state for assertions: Kafka's state name, generation, leader, members and assignment."""
-
-    group_id: str
-    state: str  # "Empty", "PreparingRebalance", "CompletingRebalance", "Stable" or "Dead"
-    generation_id: int
-    protocol_type: str | None
-    protocol_name: str | None
-    leader_id: str | None
-    members: tuple[MemberView, ...]
-    history: tuple[GenerationRecord, ...]
-    """Completed generations, oldest first, each with its ``cause`` (see ``regroup.group.history``)."""
-    committed: dict[tuple[str, int], int]
-    """Committed offsets: (topic, partition) -> offset."""
-
-    @property
-    def member_ids(self) -> tuple[str, ...]:
-        return tuple(m.member_id for m in self.members)
-
-    @property
-    def assignment(self) -> dict[str, dict[str, tuple[int, ...]]]:
-        """member id -> topic -> partitions."""
-        return {m.member_id: m.assignment for m in self.members}
-
-    def member(self, member_id: str) -> MemberView:
-        for m in self.members:
-            if m.member_id == member_id:
-                return m
-        raise KeyError(member_id)
-
-    def owner_of(self, topic: str, partition: int) -> str | None:
-        """The member assigned ``topic``-``partition``, if any."""
-        for m in self.members:
-            if partition in m.assignment.get(topic, ()):
-                return m.member_id
-        return None
-
-
-def _decode_assignment(member_id: str, data: bytes) -> dict[str, tuple[int, ...]]:
-    out: dict[str, tuple[int, ...]] = {}
-    for topic, partition in decode_member(member_id, b"", data).partitions:
-        out[topic] = tuple(sorted((*out.get(topic, ()), partition)))
-    return out
-
-
-def _view(
-    snapshot: GroupSnapshot, history: tuple[GenerationRecord, ...], committed: dict[tuple[str, int], int]
-) -> GroupView:
-    return GroupView(
-        group_id=snapshot.group_id,
-        state=snapshot.state.value,
-        generation_id=snapshot.generation_id,
-        protocol_type=snapshot.protocol_type,
-        protocol_name=snapshot.protocol_name,
-        leader_id=snapshot.leader_id,
-        members=tuple(
-            MemberView(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                session_timeout_ms=m.session_timeout_ms,
-                rebalance_timeout_ms=m.rebalance_timeout_ms,
-                assignment=_decode_assignment(m.member_id, m.assignment),
-                raw_assignment=m.assignment,
-            )
-            for m in snapshot.members
-        ),
-        history=history,
-        committed=committed,
-    )
-
-
-class Broker:
-    """A regroup broker for tests; use as ``with regroup.testing.Broker() as b: ...``.
+class TestBroker:
+    """A regroup broker for tests; use as ``with regroup.testing.TestBroker() as b: ...``.
 
     ``virtual_clock`` (default True) puts the group coordinator on a :class:`VirtualClock` (``b.clock``)
     that moves only when advanced. ``config`` takes broker settings by their Kafka names and overrides the
     test defaults (one ``__consumer_offsets`` partition, no initial rebalance delay, session timeouts from
     100 ms). ``data_dir`` keeps the data somewhere given (default: a temporary directory removed at stop).
     """
+
+    __test__ = False  # a fixture, not a test class, for pytest modules that import it
 
     def __init__(
         self,
@@ -165,14 +75,14 @@ class Broker:
         settings["log.dirs"] = str(self.data_dir)
         self._settings = settings
         self._manual = ManualClock() if virtual_clock else None
-        self.clock = VirtualClock(self, self._manual)
+        self.clock = VirtualClock(lambda: self.runner, self._manual)
         self.faults = Faults()
         self._runner: BrokerRunner | None = None
         self.startup_seconds: float | None = None
 
     # ------------------------------------------------------------------------------------ lifecycle
 
-    def start(self) -> Broker:
+    def start(self) -> TestBroker:
         if self._runner is not None:
             raise BrokerError("the broker is already running")
         started = time.perf_counter()
@@ -206,7 +116,7 @@ class Broker:
         runner.restart(BrokerConfig.load([], {}, list(self._settings.items())))
         self._install()
 
-    def __enter__(self) -> Broker:
+    def __enter__(self) -> TestBroker:
         return self.start()
 
     def __exit__(
@@ -237,8 +147,8 @@ class Broker:
 
     @property
     def coordinator(self) -> GroupCoordinator:
-        coord = self.runner.broker.services.get(SERVICE)
-        if not isinstance(coord, GroupCoordinator):
+        coord = self.runner.broker.group_coordinator
+        if not coord.running:
             raise BrokerError("the group coordinator is not running")
         return coord
 
@@ -284,17 +194,17 @@ class Broker:
     def group(self, group_id: str) -> GroupView | None:
         """The group's current state, or None when the group does not exist (or its coordinator partition
         is not loaded)."""
-        return self._read(group_id, lambda shard: _read_view(shard, group_id))
+        return self.runner.run(self.coordinator.read_group_view(group_id))
 
     def history(self, group_id: str) -> tuple[GenerationRecord, ...]:
         """The group's completed generations, oldest first, with their causes."""
-        found = self._read(group_id, lambda shard: shard.group_history(group_id))
-        return () if found is None else found
+        view = self.group(group_id)
+        return () if view is None else view.history
 
     def committed(self, group_id: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets: (topic, partition) -> offset."""
-        found = self._read(group_id, lambda shard: _committed(shard, group_id))
-        return {} if found is None else found
+        view = self.group(group_id)
+        return {} if view is None else view.committed
 
     def wait_for_stable(
         self,
@@ -341,18 +251,6 @@ class Broker:
                 )
                 raise TimeoutError(f"group {group_id!r} not {what} within {timeout} s (last seen: {seen})")
             time.sleep(0.01)
-
-    def _read(self, group_id: str, fn: Callable[[GroupShard], T]) -> T | None:
-        coord = self.coordinator
-        partition = coord.partition_for(group_id)
-
-        async def read() -> T | None:
-            runner = coord.runner(partition)
-            if runner is None:
-                return None
-            return await runner.read(fn, lambda _code: None)
-
-        return self.runner.run(read())
 
     # ------------------------------------------------------------------------------------ forcing
 
@@ -480,17 +378,6 @@ _COORDINATOR_APIS = (
     ApiKey.OFFSET_FETCH,
     ApiKey.DESCRIBE_GROUPS,
 )
-
-
-def _read_view(shard: GroupShard, group_id: str) -> GroupView | None:
-    snapshot = shard.group(group_id)
-    if snapshot is None:
-        return None
-    return _view(snapshot, shard.group_history(group_id), _committed(shard, group_id))
-
-
-def _committed(shard: GroupShard, group_id: str) -> dict[tuple[str, int], int]:
-    return {tp: o.offset for tp, o in shard.offsets(group_id).items()}
 
 
 def _render(value: object) -> str:

@@ -9,13 +9,11 @@ timers) settle before the next one — so one large jump behaves like the same t
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from regroup.runtime.clock import ManualClock
 from regroup.runtime.coordinator import GroupCoordinator
-
-if TYPE_CHECKING:
-    from regroup.testing.broker import Broker
+from regroup.testing._runner import BrokerRunner
 
 __all__ = ["VirtualClock"]
 
@@ -25,8 +23,9 @@ _MAX_STEPS = 100_000
 class VirtualClock:
     """``b.clock``: read and advance the coordinator's time."""
 
-    def __init__(self, broker: Broker, clock: ManualClock | None) -> None:
-        self._broker = broker
+    def __init__(self, runner: Callable[[], BrokerRunner], clock: ManualClock | None) -> None:
+        """``runner()`` gives the broker's current runner (a restart replaces it)."""
+        self._runner = runner
         self._clock = clock
 
     @property
@@ -37,7 +36,7 @@ class VirtualClock:
     def now_ms(self) -> int:
         """The coordinator's current time (epoch milliseconds)."""
         if self._clock is None:
-            runner = self._broker.runner
+            runner = self._runner()
             return runner.call(runner.broker.coordinator_clock.now_ms)
         return self._clock.now_ms()
 
@@ -47,7 +46,8 @@ class VirtualClock:
         if ms < 0:
             raise ValueError("the clock cannot go backwards")
         clock = self._manual()
-        self._broker.runner.run(_advance(clock, self._broker.coordinator, ms), timeout=60.0)
+        runner = self._runner()
+        runner.run(_advance(clock, runner.broker.group_coordinator, ms), timeout=60.0)
 
     def _manual(self) -> ManualClock:
         if self._clock is None:

@@ -12,23 +12,23 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from regroup.testing.broker import Broker
+    from regroup.testing.broker import TestBroker
 
 __all__ = ["regroup_broker", "regroup_broker_factory"]
 
 
 @pytest.fixture
-def regroup_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Broker]]:
-    """``make(**kwargs)`` starts a :class:`regroup.testing.Broker` (same arguments); all are stopped at the
-    end of the test."""
-    from regroup.testing.broker import Broker
+def regroup_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., TestBroker]]:
+    """``make(**kwargs)`` starts a :class:`regroup.testing.TestBroker` (same arguments); all are stopped at
+    the end of the test."""
+    from regroup.testing.broker import TestBroker
 
-    started: list[Broker] = []
+    started: list[TestBroker] = []
 
-    def make(**kwargs: Any) -> Broker:
+    def make(**kwargs: Any) -> TestBroker:
         if "data_dir" not in kwargs:
             kwargs["data_dir"] = Path(tmp_path_factory.mktemp("regroup")) / "data"
-        broker = Broker(**kwargs).start()
+        broker = TestBroker(**kwargs).start()
         started.append(broker)
         return broker
 
@@ -40,6 +40,6 @@ def regroup_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 @pytest.fixture
-def regroup_broker(regroup_broker_factory: Callable[..., Broker]) -> Broker:
+def regroup_broker(regroup_broker_factory: Callable[..., TestBroker]) -> TestBroker:
     """A running regroup broker with a virtual coordinator clock, for one test."""
     return regroup_broker_factory()

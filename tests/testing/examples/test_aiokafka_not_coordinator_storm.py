@@ -4,12 +4,12 @@ import asyncio
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from regroup.testing import Broker
+from regroup.testing import TestBroker
 
 TOPIC, GROUP = "clicks", "sessionizer"
 
 
-async def run_app(b: Broker) -> None:
+async def run_app(b: TestBroker) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=b.bootstrap_servers)
     await producer.start()
     for i in range(50):
@@ -53,6 +53,6 @@ async def run_app(b: Broker) -> None:
     await consumer.stop()
 
 
-def test_not_coordinator_storm_is_survived(regroup_broker: Broker) -> None:
+def test_not_coordinator_storm_is_survived(regroup_broker: TestBroker) -> None:
     regroup_broker.create_topic(TOPIC, partitions=2)
     asyncio.run(run_app(regroup_broker))

@@ -4,12 +4,12 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from regroup.testing import Broker, RebalanceForced
+from regroup.testing import RebalanceForced, TestBroker
 
 TOPIC, GROUP = "orders", "billing"
 
 
-def start_consumer(b: Broker, name: str, events: list) -> Consumer:
+def start_consumer(b: TestBroker, name: str, events: list) -> Consumer:
     consumer = Consumer(
         {
             "bootstrap.servers": b.bootstrap_servers,
@@ -47,19 +47,19 @@ def poll_until(condition, consumers, processed, timeout=20.0):
                 processed.append((name, msg.partition(), msg.offset()))
 
 
-def produce(b: Broker, first: int, count: int) -> None:
+def produce(b: TestBroker, first: int, count: int) -> None:
     producer = Producer({"bootstrap.servers": b.bootstrap_servers})
     for i in range(first, first + count):
         producer.produce(TOPIC, value=b"order-%d" % i, partition=i % 4)
     producer.flush(10)
 
 
-def stable_with(b: Broker, members: int) -> bool:
+def stable_with(b: TestBroker, members: int) -> bool:
     view = b.group(GROUP)  # a snapshot: never blocks the consumers, which must keep polling
     return view is not None and view.state == "Stable" and len(view.members) == members
 
 
-def test_commit_on_revoke_survives_forced_rebalance_and_scale_out(regroup_broker: Broker) -> None:
+def test_commit_on_revoke_survives_forced_rebalance_and_scale_out(regroup_broker: TestBroker) -> None:
     b = regroup_broker
     b.create_topic(TOPIC, partitions=4)
     produce(b, 0, 40)

@@ -4,12 +4,12 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from regroup.testing import Broker
+from regroup.testing import TestBroker
 
 TOPIC, GROUP = "events", "indexer"
 
 
-def static_consumer(b: Broker, name: str) -> Consumer:
+def static_consumer(b: TestBroker, name: str) -> Consumer:
     consumer = Consumer(
         {
             "bootstrap.servers": b.bootstrap_servers,
@@ -32,7 +32,7 @@ def poll_errors(consumer: Consumer) -> list[KafkaError]:
     return [msg.error()] if msg is not None and msg.error() else []
 
 
-def test_static_member_replaced_by_a_new_instance_is_fenced(regroup_broker: Broker) -> None:
+def test_static_member_replaced_by_a_new_instance_is_fenced(regroup_broker: TestBroker) -> None:
     b = regroup_broker
     b.create_topic(TOPIC, partitions=2)
     old = static_consumer(b, "old")

@@ -7,7 +7,7 @@ from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartitio
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import CommitFailedError, RebalanceInProgressError
 
-from regroup.testing import Broker, SessionExpired
+from regroup.testing import SessionExpired, TestBroker
 
 TOPIC, GROUP = "payments", "ledger"
 
@@ -26,7 +26,7 @@ class Recorder(ConsumerRebalanceListener):
         self.lost.extend(sorted(tp.partition for tp in lost))
 
 
-def consumer(b: Broker, name: str, listener: ConsumerRebalanceListener) -> KafkaConsumer:
+def consumer(b: TestBroker, name: str, listener: ConsumerRebalanceListener) -> KafkaConsumer:
     c = KafkaConsumer(
         bootstrap_servers=b.bootstrap_servers,
         group_id=GROUP,
@@ -61,7 +61,7 @@ def commit(c: KafkaConsumer, offsets: dict, *others: KafkaConsumer, timeout=20.0
                 x.poll(timeout_ms=50)
 
 
-def test_expired_member_loses_partitions_and_its_late_commit(regroup_broker: Broker) -> None:
+def test_expired_member_loses_partitions_and_its_late_commit(regroup_broker: TestBroker) -> None:
     b = regroup_broker
     b.create_topic(TOPIC, partitions=2)
     producer = KafkaProducer(bootstrap_servers=b.bootstrap_servers)

@@ -8,7 +8,7 @@ import regroup.testing
 
 
 def test_a_silent_member_is_expired_when_the_clock_says_so() -> None:
-    with regroup.testing.Broker() as b:
+    with regroup.testing.TestBroker() as b:
         b.create_topic("orders", partitions=3)
         consumer = Consumer(
             {

@@ -7,8 +7,8 @@ exactly what is registered, so a version works if and only if it is advertised.
 
 A handler takes ``(ctx, request)`` and returns the response, ``None`` for no response (acks=0 produce), or
 an awaitable of either. Handlers that never wait should return the response directly: the server then
-answers without creating a task. A module that needs a long-lived service (the group coordinator) adds
-startup/shutdown hooks with :meth:`HandlerRegistry.on_start` / :meth:`HandlerRegistry.on_stop`.
+answers without creating a task. What a handler may use of the broker (its logs, settings, group
+coordinator, ...) is :class:`~regroup.broker.context.BrokerPort`, reached as ``ctx.broker``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ import importlib
 import pkgutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from regroup.broker.context import RequestContext
 from regroup.protocol.api_keys import API_INFO, ApiKey, request_class
 from regroup.protocol.message import Message
-
-if TYPE_CHECKING:
-    from regroup.broker.context import Broker, RequestContext
 
 __all__ = [
     "DuplicateHandlerError",
@@ -31,13 +29,11 @@ __all__ = [
     "HandlerRegistry",
     "HandlerResult",
     "HandlerSpec",
-    "Hook",
     "default_registry",
 ]
 
 HandlerResult = Message | None | Awaitable[Message | None]
-Handler = Callable[["RequestContext", Any], HandlerResult]
-Hook = Callable[["Broker"], Awaitable[None]]
+Handler = Callable[[RequestContext, Any], HandlerResult]
 M = TypeVar("M", bound=Message)
 
 
@@ -60,8 +56,6 @@ class HandlerRegistry:
 
     def __init__(self) -> None:
         self._specs: dict[int, HandlerSpec] = {}
-        self.start_hooks: list[Hook] = []
-        self.stop_hooks: list[Hook] = []
 
     def register(
         self,
@@ -85,12 +79,6 @@ class HandlerRegistry:
         self._specs[int(api_key)] = HandlerSpec(
             api_key, min_version, max_version, handler, request_class(api_key), module
         )
-
-    def on_start(self, hook: Hook) -> None:
-        self.start_hooks.append(hook)
-
-    def on_stop(self, hook: Hook) -> None:
-        self.stop_hooks.append(hook)
 
     def get(self, api_key: int) -> HandlerSpec | None:
         return self._specs.get(api_key)

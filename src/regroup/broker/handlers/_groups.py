@@ -1,94 +1,37 @@
-"""Shared by the group API handlers: the coordinator service, its lifecycle hooks and its settings."""
+"""Shared by the group API handlers: the broker's group coordinator while it runs, and the split/merge of
+offset requests into the partitions the broker answers itself and those the coordinator answers."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from regroup.broker.config import BrokerConfig
 from regroup.broker.context import RequestContext
-from regroup.broker.handlers import HandlerRegistry
-from regroup.group.config import GroupConfig
 from regroup.protocol.errors import ErrorCode
-from regroup.runtime.coordinator import CoordinatorConfig, GroupCoordinator
-from regroup.runtime.events import GroupEventsConfig
+from regroup.runtime.coordinator import GroupCoordinator
 
-if TYPE_CHECKING:
-    from regroup.broker.state import Broker
-
-__all__ = ["SERVICE", "coordinator", "coordinator_config", "install", "merge_partitions", "split_known"]
+__all__ = ["coordinator", "merge_commit_response", "merge_partitions", "split_known"]
 
 _Topic = TypeVar("_Topic", bound=Any)  # a request topic: ``name`` and ``partitions`` with ``partition_index``
 _Answer = TypeVar("_Answer")
-
-SERVICE: Final = "group_coordinator"
-
-_installed: weakref.WeakSet[HandlerRegistry] = weakref.WeakSet()
+_Response = TypeVar("_Response")
 
 
-def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
-    """The coordinator's settings from the broker's (Kafka's names)."""
-    return CoordinatorConfig(
-        group=GroupConfig(
-            group_min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
-            group_max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
-            group_initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
-            group_max_size=config.get_int("group.max.size"),
-            offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
-            offsets_retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
-            offset_metadata_max_bytes=config.get_int("offset.metadata.max.bytes"),
-            offsets_topic_num_partitions=config.get_int("offsets.topic.num.partitions"),
-            offsets_commit_value_version=config.get_int("offsets.commit.value.version"),
-        ),
-        offsets_topic_segment_bytes=config.get_int("offsets.topic.segment.bytes"),
-        offsets_topic_compression_codec=config.get_int("offsets.topic.compression.codec"),
-        offsets_load_buffer_size=config.get_int("offsets.load.buffer.size"),
-        offsets_commit_timeout_ms=config.get_int("offsets.commit.timeout.ms"),
-        # The broker's log cleaner compacts every cleanup.policy=compact partition, this one included.
-        compaction_interval_ms=None,
-        group_events=GroupEventsConfig(
-            enabled=bool(config.get("group.events.enable")),
-            retention_ms=config.get_int("group.events.retention.ms"),
-            retention_bytes=config.get_int("group.events.retention.bytes"),
-        ),
-    )
+class _AnsweredTopic(Protocol):
+    @property
+    def partitions(self) -> Sequence[Any]: ...
 
 
-async def _start(broker: Broker) -> None:
-    coord = GroupCoordinator(
-        broker.logs, coordinator_config(broker.config), clock=broker.coordinator_clock, gate_for=broker.gate
-    )
-    broker.services[SERVICE] = coord
-    await coord.start()
-
-    def shutting_down(_: object) -> None:
-        # Resign at once so parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) while the
-        # server waits for in-flight requests, instead of holding the shutdown for its grace period.
-        coord.begin_shutdown()
-
-    broker.stopping.add_done_callback(shutting_down)
-
-
-async def _stop(broker: Broker) -> None:
-    coord = broker.services.get(SERVICE)
-    if isinstance(coord, GroupCoordinator):
-        await coord.stop()
-
-
-def install(registry: HandlerRegistry) -> None:
-    """Add the coordinator's start/stop hooks to ``registry`` (once, whichever group module asks first)."""
-    if registry in _installed:
-        return
-    _installed.add(registry)
-    registry.on_start(_start)
-    registry.on_stop(_stop)
+class _CommitResponse(Protocol):
+    @property
+    def topics(self) -> Sequence[_AnsweredTopic]: ...
 
 
 def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
-    coord = ctx.broker.services.get(SERVICE)
-    return coord if isinstance(coord, GroupCoordinator) and coord.running else None
+    """The broker's group coordinator, or None when it is not running (COORDINATOR_NOT_AVAILABLE)."""
+    coord = ctx.broker.group_coordinator
+    return coord if coord.running else None
 
 
 def split_known(ctx: RequestContext, topics: Sequence[_Topic]) -> tuple[list[list[bool]], list[_Topic]]:
@@ -132,3 +75,26 @@ def merge_partitions(
             partitions.append(result)
         merged.append(partitions)
     return merged
+
+
+def merge_commit_response(
+    response_type: Callable[..., _Response],
+    topic_type: Callable[..., Any],
+    partition_type: Callable[..., Any],
+    topics: Sequence[_Topic],
+    masks: list[list[bool]],
+    answered: _CommitResponse | None,
+) -> _Response:
+    """The whole answer to an OffsetCommit or TxnOffsetCommit (``*_type`` are the API's response, topic and
+    partition classes): the coordinator's ``answered`` partitions merged with the broker's own, in request
+    order (:func:`merge_partitions`)."""
+    merged = merge_partitions(
+        topics,
+        masks,
+        [] if answered is None else [p for t in answered.topics for p in t.partitions],
+        lambda index, code: partition_type(partition_index=index, error_code=code),
+    )
+    return response_type(
+        throttle_time_ms=0,
+        topics=[topic_type(name=t.name, partitions=ps) for t, ps in zip(topics, merged, strict=True)],
+    )

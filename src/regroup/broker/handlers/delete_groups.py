@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install
+from regroup.broker.handlers._groups import coordinator
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
@@ -23,5 +23,4 @@ async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGro
 
 
 def register(registry: HandlerRegistry) -> None:
-    install(registry)
     registry.register(ApiKey.DELETE_GROUPS, 0, 2, handle)

@@ -12,10 +12,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TypeVar
 
-from regroup.broker.context import RequestContext
+from regroup.broker.context import BrokerPort, RequestContext
 from regroup.broker.handlers import HandlerRegistry
 from regroup.broker.handlers._groups import coordinator
-from regroup.broker.state import Broker
 from regroup.broker.topics import INTERNAL_TOPICS
 from regroup.log import PartitionLog
 from regroup.protocol.api_keys import ApiKey
@@ -139,7 +138,7 @@ def _unique(items: list[_T], on_duplicate: Callable[[_T], None]) -> list[_T]:
     return out
 
 
-def _partition_logs(broker: Broker, targets: dict[str, uuid.UUID]) -> list[PartitionLog]:
+def _partition_logs(broker: BrokerPort, targets: dict[str, uuid.UUID]) -> list[PartitionLog]:
     plogs: list[PartitionLog] = []
     for name in targets:
         info = broker.logs.topic(name)
@@ -152,7 +151,7 @@ def _partition_logs(broker: Broker, targets: dict[str, uuid.UUID]) -> list[Parti
     return plogs
 
 
-def _delete_all(broker: Broker, targets: dict[str, uuid.UUID], add: Add) -> list[tuple[str, int]]:
+def _delete_all(broker: BrokerPort, targets: dict[str, uuid.UUID], add: Add) -> list[tuple[str, int]]:
     """Delete the topics; the deleted partitions."""
     deleted: list[tuple[str, int]] = []
     for name, topic_id in targets.items():

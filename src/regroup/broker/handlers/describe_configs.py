@@ -9,7 +9,7 @@ read-only. Documentation is included from v3 when asked for.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from regroup.broker.config import (
     BROKER_CONFIGS,
@@ -19,7 +19,7 @@ from regroup.broker.config import (
     broker_synonyms,
     render,
 )
-from regroup.broker.context import RequestContext
+from regroup.broker.context import BrokerPort, RequestContext
 from regroup.broker.handlers import HandlerRegistry
 from regroup.broker.handlers._common import topic_name_error
 from regroup.log import TopicInfo
@@ -32,9 +32,6 @@ from regroup.protocol.messages.describe_configs import (
     DescribeConfigsResult,
     DescribeConfigsSynonym,
 )
-
-if TYPE_CHECKING:
-    from regroup.broker.state import Broker
 
 __all__ = ["ConfigEntry", "broker_config_entries", "register", "topic_config_entries"]
 
@@ -55,7 +52,7 @@ class ConfigEntry:
     synonyms: list[tuple[str, str | None, ConfigSource]] = field(default_factory=list)
 
 
-def _broker_sources(broker: Broker, names: tuple[str, ...]) -> list[tuple[str, str | None, ConfigSource]]:
+def _broker_sources(broker: BrokerPort, names: tuple[str, ...]) -> list[tuple[str, str | None, ConfigSource]]:
     """Synonym entries of broker settings: configured ones (finest unit first), then the default one."""
     config = broker.config
     out: list[tuple[str, str | None, ConfigSource]] = []
@@ -71,7 +68,7 @@ def _broker_sources(broker: Broker, names: tuple[str, ...]) -> list[tuple[str, s
 
 
 def topic_config_entries(
-    broker: Broker, info: TopicInfo, *, overrides: dict[str, str] | None = None
+    broker: BrokerPort, info: TopicInfo, *, overrides: dict[str, str] | None = None
 ) -> list[ConfigEntry]:
     """Every topic setting of ``info`` with its effective value and source."""
     topic_overrides = dict(info.overrides) if overrides is None else overrides
@@ -87,7 +84,7 @@ def topic_config_entries(
     return entries
 
 
-def broker_config_entries(broker: Broker) -> list[ConfigEntry]:
+def broker_config_entries(broker: BrokerPort) -> list[ConfigEntry]:
     config = broker.config
     entries: list[ConfigEntry] = []
     for name in sorted(BROKER_CONFIGS):
@@ -137,7 +134,7 @@ def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConf
 
 
 def _describe(
-    broker: Broker, resource_type: int, name: str
+    broker: BrokerPort, resource_type: int, name: str
 ) -> tuple[ErrorCode, str | None, list[ConfigEntry] | None]:
     if resource_type == RESOURCE_TOPIC:
         problem = topic_name_error(name)

@@ -11,7 +11,7 @@ from typing import Final
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install
+from regroup.broker.handlers._groups import coordinator
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
@@ -36,5 +36,4 @@ async def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> Describ
 
 
 def register(registry: HandlerRegistry) -> None:
-    install(registry)
     registry.register(ApiKey.DESCRIBE_GROUPS, 0, 5, handle)

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from regroup.broker.context import RequestContext
+from regroup.broker.context import BrokerPort, RequestContext
 from regroup.broker.handlers import HandlerRegistry
 from regroup.log import PartitionLog, ReadResult
 from regroup.protocol.api_keys import ApiKey
@@ -32,9 +32,6 @@ from regroup.protocol.messages.fetch import (
     PartitionData,
 )
 from regroup.protocol.primitives import ZERO_UUID
-
-if TYPE_CHECKING:
-    from regroup.broker.state import Broker
 
 READ_COMMITTED: Final = 1
 INT32_MAX: Final = 2**31 - 1
@@ -152,7 +149,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
     return long_poll()
 
 
-def _grown(broker: Broker, wanted: list[_Wanted], committed: bool) -> bool:
+def _grown(broker: BrokerPort, wanted: list[_Wanted], committed: bool) -> bool:
     """Has any partition grown (or vanished) since it was last read?"""
     logs = broker.logs
     for w in wanted:
@@ -166,7 +163,7 @@ def _grown(broker: Broker, wanted: list[_Wanted], committed: bool) -> bool:
 
 
 def _read(
-    broker: Broker, wanted: list[_Wanted], limit: int, committed: bool, version: int
+    broker: BrokerPort, wanted: list[_Wanted], limit: int, committed: bool, version: int
 ) -> tuple[int, bool]:
     """Fill every response entry from the logs; returns (record bytes returned, whether any entry failed)."""
     logs = broker.logs

@@ -19,7 +19,7 @@ from typing import Final
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install
+from regroup.broker.handlers._groups import coordinator
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.find_coordinator import (
@@ -87,5 +87,4 @@ def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordina
 
 
 def register(registry: HandlerRegistry) -> None:
-    install(registry)
     registry.register(ApiKey.FIND_COORDINATOR, 0, 6, handle)

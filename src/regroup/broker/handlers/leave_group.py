@@ -6,7 +6,7 @@ from collections.abc import Awaitable
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install
+from regroup.broker.handlers._groups import coordinator
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
@@ -23,5 +23,4 @@ def handle(
 
 
 def register(registry: HandlerRegistry) -> None:
-    install(registry)
     registry.register(ApiKey.LEAVE_GROUP, 0, 5, handle)

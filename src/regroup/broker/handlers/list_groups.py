@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install
+from regroup.broker.handlers._groups import coordinator
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
@@ -26,5 +26,4 @@ async def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsR
 
 
 def register(registry: HandlerRegistry) -> None:
-    install(registry)
     registry.register(ApiKey.LIST_GROUPS, 0, 5, handle)

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install, merge_partitions, split_known
+from regroup.broker.handlers._groups import coordinator, merge_commit_response, split_known
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.offset_commit import (
@@ -51,21 +51,15 @@ def handle(
 def _merge(
     request: OffsetCommitRequest, masks: list[list[bool]], answered: OffsetCommitResponse | None
 ) -> OffsetCommitResponse:
-    merged = merge_partitions(
+    return merge_commit_response(
+        OffsetCommitResponse,
+        OffsetCommitResponseTopic,
+        OffsetCommitResponsePartition,
         request.topics,
         masks,
-        [p for t in answered.topics for p in t.partitions] if answered is not None else [],
-        lambda index, code: OffsetCommitResponsePartition(partition_index=index, error_code=code),
-    )
-    return OffsetCommitResponse(
-        throttle_time_ms=0,
-        topics=[
-            OffsetCommitResponseTopic(name=t.name, partitions=ps)
-            for t, ps in zip(request.topics, merged, strict=True)
-        ],
+        answered,
     )
 
 
 def register(registry: HandlerRegistry) -> None:
-    install(registry)
     registry.register(ApiKey.OFFSET_COMMIT, 1, 9, handle)

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install, merge_partitions, split_known
+from regroup.broker.handlers._groups import coordinator, merge_partitions, split_known
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.offset_delete import (
@@ -54,5 +54,4 @@ def handle(
 
 
 def register(registry: HandlerRegistry) -> None:
-    install(registry)
     registry.register(ApiKey.OFFSET_DELETE, 0, 0, handle)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install
+from regroup.broker.handlers._groups import coordinator
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.offset_fetch import (
@@ -92,5 +92,4 @@ def _single_group(
 
 
 def register(registry: HandlerRegistry) -> None:
-    install(registry)
     registry.register(ApiKey.OFFSET_FETCH, 1, 9, handle)

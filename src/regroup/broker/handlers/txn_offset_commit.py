@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, install, merge_partitions, split_known
+from regroup.broker.handlers._groups import coordinator, merge_commit_response, split_known
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.txn_offset_commit import (
@@ -49,21 +49,15 @@ def handle(
 def _merge(
     request: TxnOffsetCommitRequest, masks: list[list[bool]], answered: TxnOffsetCommitResponse | None
 ) -> TxnOffsetCommitResponse:
-    merged = merge_partitions(
+    return merge_commit_response(
+        TxnOffsetCommitResponse,
+        TxnOffsetCommitResponseTopic,
+        TxnOffsetCommitResponsePartition,
         request.topics,
         masks,
-        [p for t in answered.topics for p in t.partitions] if answered is not None else [],
-        lambda index, code: TxnOffsetCommitResponsePartition(partition_index=index, error_code=code),
-    )
-    return TxnOffsetCommitResponse(
-        throttle_time_ms=0,
-        topics=[
-            TxnOffsetCommitResponseTopic(name=t.name, partitions=ps)
-            for t, ps in zip(request.topics, merged, strict=True)
-        ],
+        answered,
     )
 
 
 def register(registry: HandlerRegistry) -> None:
-    install(registry)
     registry.register(ApiKey.TXN_OFFSET_COMMIT, 0, 4, handle)

@@ -19,14 +19,14 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from regroup.broker.config import parse_admin_listener
+from regroup.broker.context import BrokerPort
 from regroup.broker.ops.metrics import build_registry
-from regroup.broker.ops.view import coordinator, group_view, group_views, history_json
+from regroup.broker.server import BrokerServer
+from regroup.runtime.group_view import GroupView
 
 if TYPE_CHECKING:
     from aiohttp import web
     from prometheus_client import CollectorRegistry
-
-    from regroup.broker.state import Broker
 
 __all__ = ["AdminServer"]
 
@@ -40,8 +40,9 @@ def _page() -> bytes:
 class AdminServer:
     """The broker's operator HTTP port; :attr:`address` is the bound (host, port) once started."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerPort, server: BrokerServer) -> None:
         self._broker = broker
+        self._server = server
         self._runner: web.AppRunner | None = None
         self._registry: CollectorRegistry | None = None
         self.address: tuple[str, int] | None = None
@@ -87,7 +88,7 @@ class AdminServer:
     async def _serve(self, sock: socket.socket) -> None:
         from aiohttp import web
 
-        self._registry, requests, stats = build_registry(self._broker)
+        self._registry, requests, stats = build_registry(self._broker, self._server)
         app = web.Application()
         app.router.add_get("/", self._index)
         app.router.add_get("/metrics", self._metrics)
@@ -100,15 +101,13 @@ class AdminServer:
         site = web.SockSite(runner, sock)
         await site.start()
         self._runner = runner
-        self._broker.server.request_observer = requests.observe
-        coord = coordinator(self._broker)
-        if coord is not None:
-            coord.add_observer(stats.on_event)
+        self._server.request_observer = requests.observe
+        self._broker.group_coordinator.add_observer(stats.on_event)
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
         if runner is not None:
-            self._broker.server.request_observer = None
+            self._server.request_observer = None
             await runner.cleanup()
 
     # ------------------------------------------------------------------------------------ handlers
@@ -140,21 +139,33 @@ class AdminServer:
         )
 
     async def _groups(self, _request: web.Request) -> web.StreamResponse:
-        return _json({"groups": [v.to_json(detail=False) for v in group_views(self._broker)]})
+        return _json({"groups": [v.to_json(detail=False) for v in self._views()]})
 
     async def _group(self, request: web.Request) -> web.StreamResponse:
         group_id = request.match_info["group"]
-        view = group_view(self._broker, group_id)
+        coord = self._broker.group_coordinator
+        view = coord.group_view(group_id) if coord.running else None
         if view is None:
             return _json({"error": f"group {group_id} not found"}, status=404)
         return _json(view.to_json(detail=True))
 
     async def _history(self, request: web.Request) -> web.StreamResponse:
         group_id = request.match_info["group"]
-        history = history_json(self._broker, group_id)
-        if history is None:
+        coord = self._broker.group_coordinator
+        # The rebalance timeline as the coordinator serves it: generations oldest first from
+        # __group_events, and the live rebalance with the members it waits for.
+        history = coord.history_view(group_id) if coord.running else None
+        if history is None or (
+            history.get("state") is None
+            and not history.get("generations")
+            and history.get("in_progress") is None
+        ):
             return _json({"error": f"group {group_id} not found"}, status=404)
         return _json(history)
+
+    def _views(self) -> list[GroupView]:
+        coord = self._broker.group_coordinator
+        return coord.group_views() if coord.running else []
 
 
 def _json(data: Any, status: int = 200) -> web.StreamResponse:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from regroup.broker.ops.view import GroupView, coordinator, group_view, group_views
 from regroup.group.history import GenerationCompleted, GenerationStable
 from regroup.group.offset_manager import OffsetsExpired
 from regroup.group.state import GroupState
@@ -26,10 +25,12 @@ from regroup.protocol.api_keys import API_INFO, ApiKey
 from regroup.protocol.message import Message
 from regroup.protocol.messages.offset_commit import OffsetCommitResponse
 from regroup.protocol.messages.offset_delete import OffsetDeleteResponse
+from regroup.runtime.group_view import GroupView
 from regroup.runtime.shard_runner import RunnerState
 
 if TYPE_CHECKING:
-    from regroup.broker.state import Broker
+    from regroup.broker.context import BrokerPort
+    from regroup.broker.server import BrokerServer
 
 __all__ = ["BrokerCollector", "CoordinatorStats", "RequestStats", "build_registry"]
 
@@ -86,7 +87,7 @@ class CoordinatorStats:
     """Counters driven by the coordinator's Notify events; also warns when a group becomes Stable with an
     unhealthy assignment (unowned or doubly assigned partitions)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerPort) -> None:
         self._broker = broker
         self.completed_rebalances = 0
         self.generations = 0
@@ -103,7 +104,7 @@ class CoordinatorStats:
             self.offset_expirations += event.count
 
     def _check_health(self, group_id: str, generation_id: int) -> None:
-        view = group_view(self._broker, group_id)
+        view = self._broker.group_coordinator.group_view(group_id)
         if view is None or view.health is None or view.health.ok:
             return
         self.unhealthy_generations += 1
@@ -111,7 +112,7 @@ class CoordinatorStats:
             "Group %s generation %d is Stable with an unhealthy assignment (protocol %s): %s",
             group_id,
             generation_id,
-            view.snapshot.protocol_name,
+            view.protocol_name,
             view.health.describe(),
         )
 
@@ -119,13 +120,21 @@ class CoordinatorStats:
 class BrokerCollector(Collector):
     """Every regroup metric family, read at scrape time."""
 
-    def __init__(self, broker: Broker, requests: RequestStats, coordinator_stats: CoordinatorStats) -> None:
+    def __init__(
+        self,
+        broker: BrokerPort,
+        server: BrokerServer,
+        requests: RequestStats,
+        coordinator_stats: CoordinatorStats,
+    ) -> None:
         self._broker = broker
+        self._server = server
         self._requests = requests
         self._coordinator = coordinator_stats
 
     def collect(self) -> Iterator[Metric]:
-        views = group_views(self._broker)
+        coord = self._broker.group_coordinator
+        views = coord.group_views() if coord.running else []
         yield from self._group_gauges(views)
         yield from self._coordinator_metrics(views)
         yield from self._request_metrics()
@@ -139,7 +148,7 @@ class BrokerCollector(Collector):
             f"{prefix}_num_groups", "Classic groups in every state (NumGroups).", value=len(views)
         )
         for state, suffix, jmx in _STATE_GAUGES:
-            count = sum(1 for v in views if v.snapshot.state is state)
+            count = sum(1 for v in views if v.state == state.value)
             yield GaugeMetricFamily(
                 f"{prefix}_num_groups_{suffix}",
                 f"Classic groups in state {state.value} ({jmx}).",
@@ -192,8 +201,8 @@ class BrokerCollector(Collector):
         )
 
     def _load_times_ms(self) -> list[float]:
-        coord = coordinator(self._broker)
-        if coord is None:
+        coord = self._broker.group_coordinator
+        if not coord.running:
             return []
         times: list[float] = []
         for partition in range(coord.num_partitions):
@@ -233,7 +242,7 @@ class BrokerCollector(Collector):
 
     def _connection_metrics(self) -> Iterator[Metric]:
         per_listener: dict[str, int] = dict.fromkeys(self._broker.bound_addresses(), 0)
-        for conn in list(self._broker.server.connections):
+        for conn in list(self._server.connections):
             name = getattr(conn, "_listener", "?")
             per_listener[name] = per_listener.get(name, 0) + 1
         gauge = GaugeMetricFamily(
@@ -271,7 +280,7 @@ class BrokerCollector(Collector):
         )
         ends: dict[tuple[str, int], int] = {}
         for view in views:
-            members.add_metric([view.group_id], len(view.snapshot.members))
+            members.add_metric([view.group_id], len(view.members))
             sums: dict[str, int] = {}
             for p in view.offsets:
                 labels = [view.group_id, p.topic, str(p.partition)]
@@ -310,11 +319,13 @@ class BrokerCollector(Collector):
         )
 
 
-def build_registry(broker: Broker) -> tuple[CollectorRegistry, RequestStats, CoordinatorStats]:
+def build_registry(
+    broker: BrokerPort, server: BrokerServer
+) -> tuple[CollectorRegistry, RequestStats, CoordinatorStats]:
     """A registry with regroup's collector; the stats objects are to be wired to their event sources."""
     loop = asyncio.get_running_loop()
     requests = RequestStats(loop.time)
     stats = CoordinatorStats(broker)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker, requests, stats))
+    registry.register(BrokerCollector(broker, server, requests, stats))
     return registry, requests, stats
