@@ -334,8 +334,8 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
         "default.replication.factor",
         _B.INT,
         1,
-        "Default replication factor of a new topic. regroup keeps one copy; other values are ignored "
-        "with a warning.",
+        "Default replication factor of a new topic. A single node keeps one copy (other values are ignored "
+        "with a warning); a cluster places this many replicas.",
         at_least(1),
     ),
     ConfigDef("message.max.bytes", _B.INT, 1048588, "Largest record batch size allowed.", at_least(0)),
@@ -384,7 +384,8 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
         "min.insync.replicas",
         _B.INT,
         1,
-        "Accepted for compatibility; a single node always has one in-sync replica.",
+        "Fewest in-sync replicas an acks=all write needs (NOT_ENOUGH_REPLICAS otherwise); a single node "
+        "always has one.",
         at_least(1),
     ),
     ConfigDef(
@@ -681,7 +682,9 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
         "offsets.topic.replication.factor",
         _B.SHORT,
         3,
-        "Replication factor of __consumer_offsets; regroup keeps one copy whatever this says.",
+        "Replication factor of __consumer_offsets. A cluster creates the topic once this many nodes are "
+        "registered (until then FindCoordinator answers COORDINATOR_NOT_AVAILABLE); a single node keeps "
+        "one copy.",
         at_least(1),
     ),
     ConfigDef(
@@ -772,6 +775,106 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
         "port that cannot be bound stops the start-up.",
         _admin_listener_validator,
     ),
+    # -------------------------------------------------------------------------------- cluster
+    ConfigDef(
+        "cluster.metadata.endpoints",
+        _B.STRING,
+        None,
+        "regroup-only: etcd://host:port[,host:port...][/prefix] of the etcd cluster that holds the "
+        "cluster's metadata (nodes, controller, topics, partition leadership). Unset: a single node with "
+        "nothing else to run.",
+    ),
+    ConfigDef("broker.rack", _B.STRING, None, "The rack of this node (reported in Metadata)."),
+    ConfigDef(
+        "inter.broker.listener.name",
+        _B.STRING,
+        None,
+        "The listener other nodes use to reach this one (replica fetching); default: the first listener.",
+    ),
+    ConfigDef(
+        "broker.session.timeout.ms",
+        _B.INT,
+        9000,
+        "A node whose etcd lease is not kept alive for this long loses its registration: its leaderships "
+        "move to other in-sync replicas.",
+        at_least(1000),
+    ),
+    ConfigDef(
+        "broker.heartbeat.interval.ms",
+        _B.INT,
+        2000,
+        "How often a node keeps its etcd lease alive.",
+        at_least(100),
+    ),
+    ConfigDef(
+        "replica.lag.time.max.ms",
+        _B.LONG,
+        30000,
+        "A follower that has not caught up to the leader's log end for this long leaves the ISR.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "replica.fetch.wait.max.ms",
+        _B.INT,
+        500,
+        "Longest time a follower's fetch waits at the leader for new data.",
+        at_least(0),
+    ),
+    ConfigDef("replica.fetch.min.bytes", _B.INT, 1, "Bytes a follower's fetch waits for.", at_least(1)),
+    ConfigDef(
+        "replica.fetch.max.bytes",
+        _B.INT,
+        1048576,
+        "Bytes a follower fetches per partition (at least one batch is always returned).",
+        at_least(0),
+    ),
+    ConfigDef(
+        "replica.fetch.response.max.bytes",
+        _B.INT,
+        10485760,
+        "Bytes a follower fetches per request.",
+        at_least(0),
+    ),
+    ConfigDef(
+        "replica.fetch.backoff.ms",
+        _B.INT,
+        1000,
+        "How long a follower waits after a failed fetch before trying again.",
+        at_least(0),
+    ),
+    ConfigDef(
+        "num.replica.fetchers",
+        _B.INT,
+        1,
+        "Fetcher connections per leader node.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "unclean.leader.election.enable",
+        _B.BOOLEAN,
+        False,
+        "Elect a replica outside the ISR when no in-sync replica is alive (data loss possible).",
+    ),
+    ConfigDef(
+        "controlled.shutdown.enable",
+        _B.BOOLEAN,
+        True,
+        "On SIGTERM, move this node's leaderships to other in-sync replicas before stopping.",
+    ),
+    ConfigDef(
+        "controlled.shutdown.max.wait.ms",
+        _B.LONG,
+        30000,
+        "regroup-only: longest a controlled shutdown waits for leaderships to move away.",
+        at_least(0),
+    ),
+    ConfigDef(
+        "replica.high.watermark.checkpoint.interval.ms",
+        _B.LONG,
+        5000,
+        "How often high watermarks are written to replication-offset-checkpoint.",
+        at_least(1),
+    ),
     # -------------------------------------------------------------------------------- accepted, no effect
     *(
         ConfigDef(
@@ -781,7 +884,6 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
             ("process.roles", _B.LIST, None),
             ("controller.quorum.voters", _B.LIST, None),
             ("controller.quorum.bootstrap.servers", _B.LIST, None),
-            ("inter.broker.listener.name", _B.STRING, None),
             ("num.network.threads", _B.INT, 3),
             ("num.io.threads", _B.INT, 8),
             ("num.recovery.threads.per.data.dir", _B.INT, 2),
@@ -791,7 +893,6 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
             ("transaction.state.log.min.isr", _B.INT, 2),
             ("share.coordinator.state.topic.replication.factor", _B.SHORT, 3),
             ("share.coordinator.state.topic.min.isr", _B.INT, 2),
-            ("unclean.leader.election.enable", _B.BOOLEAN, False),
             ("auto.leader.rebalance.enable", _B.BOOLEAN, True),
         )
     ),
@@ -1214,6 +1315,8 @@ class BrokerConfig:
             f"Unknown configuration '{key}' (from {where}) was supplied but is not used by regroup"
             for key, (_, where) in self.unknown.items()
         ]
+        if self.get("cluster.metadata.endpoints"):
+            return notes
         if self.get_int("default.replication.factor") != 1:
             notes.append(
                 f"default.replication.factor={self.get('default.replication.factor')}: regroup is a "

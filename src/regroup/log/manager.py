@@ -44,6 +44,8 @@ CLEAN_SHUTDOWN_FILE: Final = ".clean_shutdown"
 PARTITION_METADATA_FILE: Final = "partition.metadata"
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT: Final = "log-start-offset-checkpoint"
+REPLICATION_CHECKPOINT: Final = "replication-offset-checkpoint"
+"""High watermarks (a replicated partition's HW is not its log end; a restarted follower starts from it)."""
 CLEANER_CHECKPOINT: Final = "cleaner-offset-checkpoint"
 INTERNAL_TOPICS: Final = frozenset(
     {"__consumer_offsets", "__transaction_state", "__share_group_state", "__group_events"}
@@ -172,6 +174,7 @@ class LogManager:
         recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
         log_starts = self._read_checkpoint(LOG_START_CHECKPOINT)
         cleaner_points = self._read_checkpoint(CLEANER_CHECKPOINT)
+        high_watermarks = self._read_checkpoint(REPLICATION_CHECKPOINT)
         registry = self._read_registry()
         wanted: dict[str, uuid.UUID] = {}
         for info in registry:
@@ -192,6 +195,9 @@ class LogManager:
                     cleaner_checkpoint=cleaner_points.get(key),
                     now_ms=now_ms,
                 )
+                hw = high_watermarks.get(key)
+                if hw is not None:
+                    plog.set_high_watermark(hw)
                 logs.append(plog)
                 partitions += 1
                 segments += plog.segment_count
@@ -565,6 +571,15 @@ class LogManager:
         self._write_checkpoint(
             CLEANER_CHECKPOINT,
             [(n, p, plog.cleaner_checkpoint) for n, p, plog in entries if plog.config.compact],
+        )
+        self.checkpoint_high_watermarks(entries)
+
+    def checkpoint_high_watermarks(self, entries: list[tuple[str, int, PartitionLog]] | None = None) -> None:
+        """Write ``replication-offset-checkpoint`` (Kafka's high watermark checkpoint)."""
+        if entries is None:
+            entries = list(self.partitions())
+        self._write_checkpoint(
+            REPLICATION_CHECKPOINT, [(n, p, plog.high_watermark) for n, p, plog in entries]
         )
 
     def close(self) -> None:

@@ -2,7 +2,12 @@
 idempotent-producer checks, reads for Fetch, timestamp lookups for ListOffsets, retention, compaction
 (delegated to :mod:`regroup.log.cleaner`), flushing and recovery at open.
 
-Single replica: the high watermark and the last stable offset are the log end offset.
+On a single node the high watermark and the last stable offset are the log end offset. A replicated
+partition (:attr:`PartitionLog.replicated`, cluster mode) keeps its high watermark apart — what every
+in-sync replica has, set by the replication layer — and consumers read only below it. Replication also
+uses the leader-epoch cache (``leader-epoch-checkpoint``), appends of batches as the leader wrote them
+(:meth:`PartitionLog.append_as_follower`) and truncation of a divergent tail
+(:meth:`PartitionLog.truncate_to`).
 
 Threading: every method runs on the owner's thread (the event loop), except :meth:`flush`, which may run in
 a worker thread provided no append, roll, retention, compaction, ``delete_records_before`` or close of this
@@ -21,6 +26,7 @@ from typing import Final, Literal, NamedTuple, NoReturn
 from regroup.log import cleaner
 from regroup.log._io import fsync_dir
 from regroup.log.config import LOG_APPEND_TIME, LONG_MAX, LogConfig
+from regroup.log.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
 from regroup.log.producer_state import BatchMetadata, ProducerEntry, ProducerStateManager
 from regroup.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, Segment, Truncation
 from regroup.protocol.errors import ErrorCode, KafkaError
@@ -85,6 +91,11 @@ class PartitionLog:
         self._log_start = min(max(log_start_offset, segments[0].base_offset), self._leo)
         self._producers = ProducerStateManager(self.name)
         self.append_listeners: list[Callable[[], None]] = []
+        self.replicated = False
+        """True in a cluster: the high watermark is set by replication, not the log end offset."""
+        self._hw = self._leo
+        self.high_watermark_listeners: list[Callable[[], None]] = []
+        self.epochs = LeaderEpochCache(directory / CHECKPOINT_FILE, label=self.name)
         # Kafka stamps every appended batch with the partition leader epoch; a single broker leads every
         # partition at epoch 0. None leaves the producer's value.
         self.leader_epoch: int | None = 0
@@ -203,20 +214,7 @@ class PartitionLog:
         snapshot = self._producers.load_latest_snapshot(self.directory, self._leo)
         start = max(snapshot if snapshot is not None else 0, self._log_start)
         for h in self._headers_from(start):
-            if h.producer_id < 0:
-                continue
-            if h.attributes & _CONTROL_BIT:
-                self._producers.replay_marker(h.producer_id, h.producer_epoch)
-            else:
-                self._producers.replay(
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_sequence,
-                    h.base_offset,
-                    h.base_offset + h.last_offset_delta,
-                    h.max_timestamp,
-                )
+            self._replay_producer(h)
 
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches ending at or after ``offset``."""
@@ -240,11 +238,11 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        return self._leo
+        return self._hw if self.replicated else self._leo
 
     @property
     def last_stable_offset(self) -> int:
-        return self._leo
+        return self._hw if self.replicated else self._leo
 
     @property
     def recovery_point(self) -> int:
@@ -498,28 +496,42 @@ class PartitionLog:
 
     # ------------------------------------------------------------------------------------------ reads
 
-    def read(self, offset: int, max_bytes: int, *, isolation_committed: bool = False) -> ReadResult:
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        isolation_committed: bool = False,
+        to_log_end: bool = False,
+    ) -> ReadResult:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` but at least one batch (Kafka's
-        ``minOneMessage``), from a single segment, never past the high watermark. ``isolation_committed``
-        reads up to the last stable offset, which equals the high watermark without transactions."""
+        ``minOneMessage``), from a single segment, never past the high watermark (``to_log_end``: up to the
+        log end, for a follower's fetch). ``isolation_committed`` reads up to the last stable offset, which
+        equals the high watermark without transactions."""
         leo = self._leo
         start = self._log_start
+        hw = self.high_watermark
+        end = leo if to_log_end else hw
         if offset == leo:
-            return ReadResult(b"", leo, start, leo)
+            return ReadResult(b"", hw, start, hw)
         if offset < start or offset > leo:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"Received request for offset {offset} for partition {self.name}, but we only have log "
                 f"segments in the range {start} to {leo}.",
             )
+        if offset >= end:
+            return ReadResult(b"", hw, start, hw)  # between the high watermark and the log end
         segments = self._segments
         i = bisect_right(self._bases, offset) - 1
         while i < len(segments):
             data = segments[i].read(offset, max_bytes)
             if data:
-                return ReadResult(data, leo, start, leo)
+                if end < leo:
+                    data = _batches_below(data, end)
+                return ReadResult(data, hw, start, hw)
             i += 1
-        return ReadResult(b"", leo, start, leo)
+        return ReadResult(b"", hw, start, hw)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets with a timestamp),
@@ -569,7 +581,13 @@ class PartitionLog:
     def _delete_oldest(self, predicate: Callable[[Segment, int], bool]) -> int:
         count = 0
         segments = self._segments
-        while len(segments) > 1 and predicate(segments[0], segments[1].base_offset):
+        # Kafka's UnifiedLog.deleteOldSegments: only segments wholly below the high watermark (replicated).
+        hw = self.high_watermark
+        while (
+            len(segments) > 1
+            and segments[1].base_offset <= hw
+            and predicate(segments[0], segments[1].base_offset)
+        ):
             seg = segments.pop(0)
             self._bases.pop(0)
             if seg in self._unflushed_segments:
@@ -581,22 +599,27 @@ class PartitionLog:
             self._cleaner_checkpoint = max(self._cleaner_checkpoint, self._log_start)
             self._dir_dirty = True
             ProducerStateManager.delete_snapshots(self.directory, keep=_SNAPSHOTS_KEPT, below=self._log_start)
+            if len(self.epochs):
+                self.epochs.truncate_from_start(self._log_start)
         return count
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (-1: the high watermark) and delete the
         segments wholly below it. Returns the new log start offset (the partition's low watermark)."""
+        hw = self.high_watermark
         if offset == -1:
-            offset = self._leo
-        if offset < 0 or offset > self._leo:
+            offset = hw
+        if offset < 0 or offset > hw:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"Cannot increment the log start offset to {offset} of partition {self.name} since it is "
-                f"larger than the high watermark {self._leo}",
+                f"larger than the high watermark {hw}",
             )
         if offset > self._log_start:
             self._log_start = offset
             self._delete_oldest(lambda _seg, next_base: next_base <= self._log_start)
+            if len(self.epochs):
+                self.epochs.truncate_from_start(self._log_start)
         return self._log_start
 
     # ------------------------------------------------------------------------------------------ compaction
@@ -654,6 +677,139 @@ class PartitionLog:
         self._cleaner_checkpoint = end_offset
         self._delete_horizon = stats.earliest_delete_horizon
         return stats
+
+    # ------------------------------------------------------------------------------------------ replication
+
+    def set_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark (a replicated partition's leader after its ISR fetched, a follower from
+        the leader's answer); it never passes the log end. Returns whether it moved; listeners hear of a
+        move (parked acks=all produces, consumer long polls, coordinator replies)."""
+        offset = min(offset, self._leo)
+        if offset == self._hw:
+            return False
+        self._hw = offset
+        for listener in self.high_watermark_listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("high watermark listener of %s failed", self.name)
+        return True
+
+    def become_leader(self, leader_epoch: int) -> None:
+        """This replica leads from now on at ``leader_epoch``: batches appended from here are stamped with it,
+        and the epoch starts at the log end (Kafka's ``Partition.makeLeader``)."""
+        self.leader_epoch = leader_epoch
+        self.epochs.assign(leader_epoch, self._leo)
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview, *, now_ms: int) -> AppendInfo:
+        """Append batches as the leader wrote them (offsets and partition leader epochs kept): the first must
+        start at the log end. Producer state follows without sequence checks; a batch with a newer epoch
+        adds an epoch entry (Kafka's ``UnifiedLog.appendAsFollower``). Raises KafkaError on data that does
+        not continue this log."""
+        if self._closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"The log of {self.name} is closed")
+        buf = bytearray(data)
+        n = len(buf)
+        batches: list[tuple[int, int, int, int]] = []
+        headers: list[BatchHeader] = []
+        next_offset = self._leo
+        max_ts = -1
+        records = 0
+        pos = 0
+        while pos < n:
+            h = self._parse_batch(buf, pos, True)
+            if h.base_offset != next_offset:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"Replicated batch of {self.name} starts at offset {h.base_offset}, "
+                    f"not at the log end {next_offset}",
+                )
+            size = h.batch_length + LOG_OVERHEAD
+            last = h.base_offset + h.last_offset_delta
+            batches.append((pos, size, last, h.max_timestamp))
+            headers.append(h)
+            max_ts = max(max_ts, h.max_timestamp)
+            records += h.record_count
+            next_offset = last + 1
+            pos += size
+        if not batches:
+            return AppendInfo(self._leo, self._leo - 1, -1, self._log_start, 0)
+        base_offset = self._leo
+        active = self._active
+        config = self.config
+        if active.size and (
+            active.size + n > config.segment_bytes
+            or active.time_waited_for_roll(now_ms, max_ts) > config.segment_ms
+            or active.index_full
+            or next_offset - 1 - active.base_offset > _INT32_MAX
+        ):
+            active = self._roll(now_ms)
+        try:
+            active.append(buf, batches)
+        except OSError as exc:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"Failed to append to {active.log_path}: {exc}"
+            ) from exc
+        for h in headers:
+            latest = self.epochs.latest_epoch
+            if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+            self._replay_producer(h)
+        self._leo = next_offset
+        self._unflushed_messages += records
+        if self._last_flush_ms is None:
+            self._last_flush_ms = now_ms
+        for listener in self.append_listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("append listener of %s failed", self.name)
+        return AppendInfo(base_offset, next_offset - 1, -1, self._log_start, records)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove everything at and after ``offset`` (the whole batch holding it): segments past it go,
+        producer state is rebuilt from the latest snapshot at or below the new end, the epoch cache and the
+        high watermark follow (Kafka's ``UnifiedLog.truncateTo``). Returns the new log end offset."""
+        if offset >= self._leo:
+            # A leader elected without writing leaves an epoch entry at its log end: drop entries from here on
+            # all the same, or the follower's OffsetForLeaderEpoch exchange would not converge.
+            self.epochs.truncate_from_end(self._leo)
+            return self._leo
+        offset = max(offset, self._log_start)
+        log.info("Truncating %s from log end %d to offset %d", self.name, self._leo, offset)
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            seg = self._segments.pop()
+            self._bases.pop()
+            if seg in self._unflushed_segments:
+                self._unflushed_segments.remove(seg)
+            seg.delete()
+            self._dir_dirty = True
+        self._active = self._segments[-1]
+        self._active.truncate_to(offset)
+        self._leo = self._active.next_offset
+        self._hw = min(self._hw, self._leo)
+        self._recovery_point = min(self._recovery_point, self._leo)
+        self._unflushed_messages = 0
+        self._producers = ProducerStateManager(self.name)
+        self._load_producer_state()
+        self.epochs.truncate_from_end(self._leo)
+        return self._leo
+
+    def _replay_producer(self, h: BatchHeader) -> None:
+        if h.producer_id < 0:
+            return
+        if h.attributes & _CONTROL_BIT:
+            self._producers.replay_marker(h.producer_id, h.producer_epoch)
+        else:
+            self._producers.replay(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.last_sequence,
+                h.base_offset,
+                h.base_offset + h.last_offset_delta,
+                h.max_timestamp,
+            )
 
     # ------------------------------------------------------------------------------------------ durability
 
@@ -713,3 +869,15 @@ class PartitionLog:
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.name}, start={self._log_start}, end={self._leo})"
+
+
+def _batches_below(data: bytes, end: int) -> bytes:
+    """``data`` (whole batches) cut before the first batch whose base offset is ``end`` or beyond."""
+    pos = 0
+    n = len(data)
+    while pos + LOG_OVERHEAD <= n:
+        base = int.from_bytes(data[pos : pos + 8], "big", signed=True)
+        if base >= end:
+            break
+        pos += LOG_OVERHEAD + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+    return data if pos >= n else data[:pos]

@@ -395,6 +395,26 @@ class Segment:
             self.first_batch_timestamp = -1
         return Truncation(self.log_path, valid_end, expected, truncated, reason or "invalid data")
 
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch that holds ``offset`` or a later offset (Kafka's ``LogSegment.truncateTo``: the
+        batch containing ``offset`` goes whole) and rebuild the indexes; returns the bytes removed."""
+        found = self.locate(offset)
+        if found is None:
+            return 0
+        position = found[0]
+        removed = self.size - position
+        os.ftruncate(self._fd, position)
+        self.size = position
+        self._unsynced = True
+        self._reset_indexes()
+        scan = FileScan(self._fd, 0, self.size, check_crc=False)
+        for pos, h in scan:
+            self._track(pos, h)
+        self._bytes_since_index = self.size - (self._idx_positions[-1] if self._idx_positions else 0)
+        if self.size == 0:
+            self.first_batch_timestamp = -1
+        return removed
+
     def _reset_indexes(self) -> None:
         self._idx_offsets = []
         self._idx_positions = []
