@@ -567,7 +567,7 @@ def expiring_offsets(
     states: DataFrame | None = None,
 ) -> DataFrame:
     """Committed offsets that the coordinator's expiration removes by the window's end + ``horizon_ms``
-    under ``offsets.retention.minutes`` (group-semantics §10):
+    under ``offsets.retention.minutes`` (docs/design/group-semantics.md §10):
 
     - simple groups (no protocol type): ``commit timestamp + retention``;
     - Empty groups: retention counts from when the group became Empty (``current_state_timestamp``;

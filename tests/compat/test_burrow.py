@@ -29,7 +29,7 @@ from support.fakezk import FakeZooKeeper
 from support.kafka_wire import WireConnection, create_topics, end_offsets, produce, wait_for
 from support.tools import require_executable, tool_version
 
-# What Burrow 1.2.1 sends (ecosystem notes §5.3); regroup must advertise these versions.
+# What Burrow 1.2.1 sends (docs/design/ecosystem.md §5.3); regroup must advertise these versions.
 BURROW_REQUESTS = {ApiKey.METADATA: 5, ApiKey.LIST_OFFSETS: 0, ApiKey.FETCH: 4}
 
 

@@ -8,7 +8,7 @@ by an *actor* (a named group member with its own connection) or by the admin con
         join("a", park=True),              # leader re-joins: PreparingRebalance
         join("b", park=True),              # everybody joined: CompletingRebalance
         wait("a"), wait("b"),
-        heartbeat("a", expect=E.NONE),     # pitfall §14.1: NONE, not REBALANCE_IN_PROGRESS
+        heartbeat("a", expect=E.NONE),     # NONE, by docs/design/group-semantics.md §14.1
     ])
 
 Actors remember their member id (from JoinGroup answers carrying one), generation, selected protocol,
@@ -349,7 +349,7 @@ def run(scenario: Scenario, address: Address, group: str) -> list[Observation]:
 class Scenario:
     name: str
     steps: Sequence[Step]
-    covers: tuple[str, ...] = ()  # group-semantics sections this scenario exercises, e.g. "8.2"
+    covers: tuple[str, ...] = ()  # sections of docs/design/group-semantics.md it exercises, e.g. "8.2"
     alt: bool = False  # runs on the alternative broker pair (initial delay, group.max.size, retention)
     bug: str | None = None  # a regroup coordinator bug this scenario demonstrates (strict xfail)
 

@@ -1,5 +1,5 @@
-"""FindCoordinator, DescribeGroups, ListGroups, DeleteGroups and ApiVersions (group-semantics §8.1,
-§8.10-§8.12, §14.11, §14.15)."""
+"""FindCoordinator, DescribeGroups, ListGroups, DeleteGroups and ApiVersions
+(docs/design/group-semantics.md §8.1, §8.10-§8.12, §14.11, §14.15)."""
 
 from __future__ import annotations
 

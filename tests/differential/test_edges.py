@@ -1,4 +1,5 @@
-"""Edge cases around the §8 checklists: unusual but legal inputs that real clients or tools send."""
+"""Edge cases around the §8 checklists of docs/design/group-semantics.md: unusual but legal inputs that real
+clients or tools send."""
 
 from __future__ import annotations
 

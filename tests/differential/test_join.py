@@ -1,6 +1,6 @@
-"""JoinGroup (group-semantics §8.2, §4, §5, §14.4, §14.9): validation order, the MEMBER_ID_REQUIRED
-round trip, known and new members in every state, protocol selection, and a full lifecycle at every
-version."""
+"""JoinGroup (docs/design/group-semantics.md §8.2, §4, §5, §14.4, §14.9): validation order, the
+MEMBER_ID_REQUIRED round trip, known and new members in every state, protocol selection, and a full
+lifecycle at every version."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""OffsetCommit, TxnOffsetCommit, OffsetFetch and OffsetDelete (group-semantics §8.6-§8.9, §10, §14.1,
-§14.10, §14.11, §14.14)."""
+"""OffsetCommit, TxnOffsetCommit, OffsetFetch and OffsetDelete (docs/design/group-semantics.md §8.6-§8.9, §10,
+§14.1, §14.10, §14.11, §14.14)."""
 
 from __future__ import annotations
 

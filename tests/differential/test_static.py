@@ -1,5 +1,6 @@
-"""Static membership (group-semantics §6, §14.8): joins without MEMBER_ID_REQUIRED, replacement of a
-member by a new process with the same instance id in every state, fencing of the old member id."""
+"""Static membership (docs/design/group-semantics.md §6, §14.8): joins without MEMBER_ID_REQUIRED,
+replacement of a member by a new process with the same instance id in every state, fencing of the old
+member id."""
 
 from __future__ import annotations
 

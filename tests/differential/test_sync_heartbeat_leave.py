@@ -1,4 +1,5 @@
-"""SyncGroup, Heartbeat and LeaveGroup (group-semantics §8.3, §8.4, §8.5, §14.1, §14.2, §14.9)."""
+"""SyncGroup, Heartbeat and LeaveGroup (docs/design/group-semantics.md §8.3, §8.4, §8.5, §14.1, §14.2,
+§14.9)."""
 
 from __future__ import annotations
 

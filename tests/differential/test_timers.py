@@ -1,7 +1,7 @@
-"""Timers on real time (group-semantics §3, §7, §10, §14.3-§14.7, §14.12): session expiry, pending
-members, the join-phase deadline, the pending-sync timeout, the initial rebalance delay, group.max.size and
-offset/group expiration. Timeouts are short (1.5-2.5 s) and every probe keeps a margin of at least half a
-second from the deadline it observes."""
+"""Timers on real time (docs/design/group-semantics.md §3, §7, §10, §14.3-§14.7, §14.12): session expiry,
+pending members, the join-phase deadline, the pending-sync timeout, the initial rebalance delay,
+group.max.size and offset/group expiration. Timeouts are short (1.5-2.5 s) and every probe keeps a margin
+of at least half a second from the deadline it observes."""
 
 from __future__ import annotations
 

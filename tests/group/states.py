@@ -1,4 +1,4 @@
-"""Drive a harness group into each state of §2."""
+"""Drive a harness group into each state of docs/design/group-semantics.md §2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DescribeGroups (§8.10), ListGroups (§8.11), DeleteGroups (§8.12)."""
+"""DescribeGroups (§8.10), ListGroups (§8.11) and DeleteGroups (§8.12) of docs/design/group-semantics.md."""
 
 from __future__ import annotations
 

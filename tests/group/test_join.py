@@ -1,4 +1,5 @@
-"""JoinGroup (§8.2), protocol selection (§4), leaders (§5), static membership (§6) and group.max.size (§7)."""
+"""JoinGroup (§8.2), protocol selection (§4), leaders (§5), static membership (§6) and group.max.size (§7)
+of docs/design/group-semantics.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""OffsetCommit (§8.6), TxnOffsetCommit (§8.7), OffsetFetch (§8.8), OffsetDelete (§8.9), retention (§10)."""
+"""OffsetCommit (§8.6), TxnOffsetCommit (§8.7), OffsetFetch (§8.8), OffsetDelete (§8.9) and retention (§10)
+of docs/design/group-semantics.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pitfalls of group-semantics §14, one test each."""
+"""The pitfalls of docs/design/group-semantics.md §14, one test each."""
 
 from __future__ import annotations
 

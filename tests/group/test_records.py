@@ -1,5 +1,5 @@
-"""``__consumer_offsets`` records (§9): the exact bytes Kafka writes, when they are written, and loading
-every readable version."""
+"""``__consumer_offsets`` records (docs/design/group-semantics.md §9): the exact bytes Kafka writes, when they
+are written, and loading every readable version."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every cell of the state × API table (group-semantics §2), plus the transition table itself."""
+"""Every cell of the state × API table (docs/design/group-semantics.md §2), plus the transition table
+itself."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SyncGroup (§8.3), Heartbeat (§8.4) and LeaveGroup (§8.5) checklists."""
+"""The SyncGroup (§8.3), Heartbeat (§8.4) and LeaveGroup (§8.5) checklists of
+docs/design/group-semantics.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Timer rules (group-semantics §3): member session / new-member join timeout / pending member; join phase
-(initial delay and its budget); pending sync; the expiration job; stale fires."""
+"""Timer rules (docs/design/group-semantics.md §3): member session / new-member join timeout / pending member;
+join phase (initial delay and its budget); pending sync; the expiration job; stale fires."""
 
 from __future__ import annotations
 

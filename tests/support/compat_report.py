@@ -35,6 +35,8 @@ __all__ = [
 
 ENV: Final = "REGROUP_WRITE_COMPAT"
 DOC: Final = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
+SEMANTICS_LINK: Final = "[group-semantics](design/group-semantics.md)"
+"""The coordinator rules the differential scenarios cover (``Scenario.covers``), linked from ``DOC``."""
 
 
 @dataclass
@@ -157,7 +159,7 @@ def render() -> str:
             f"{len(s.differential)} scenarios, {same} identical after normalisation "
             "(member-id UUIDs, throttle times, coordinator endpoints, unordered lists).",
             "",
-            "| scenario | covers (group-semantics §) | result |",
+            f"| scenario | covers ({SEMANTICS_LINK} §) | result |",
             "| --- | --- | --- |",
         ]
         for name, covers, outcome in sorted(s.differential):
@@ -168,7 +170,7 @@ def render() -> str:
             for section in covers:
                 by_section.setdefault(section, []).append(name)
         lines += [
-            "### Coverage by section of the group-semantics design",
+            f"### Coverage by section of {SEMANTICS_LINK}",
             "",
             "| § | scenarios |",
             "| --- | --- |",
