@@ -13,6 +13,8 @@ from typing import Protocol
 
 from regroup.broker.config import BrokerConfig
 from regroup.broker.meta import ProducerIdAllocator
+from regroup.cluster.member import ClusterMember
+from regroup.cluster.topology import Topology
 from regroup.log import LogManager, PartitionLog
 from regroup.runtime.clock import Clock
 from regroup.runtime.coordinator import GroupCoordinator
@@ -34,10 +36,16 @@ class BrokerPort(Protocol):
     logs: LogManager
     gates: GateRegistry
     group_coordinator: GroupCoordinator
+    topology: Topology
+    cluster: ClusterMember | None
     fetch_max_bytes: int
 
     @property
     def producer_ids(self) -> ProducerIdAllocator: ...
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before in this cluster (or by this single node)."""
+        ...
 
     @property
     def stopping(self) -> asyncio.Future[None]:

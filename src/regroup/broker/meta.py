@@ -17,7 +17,14 @@ from typing import Final
 
 from regroup.broker.config import ConfigError, parse_properties
 
-__all__ = ["META_FILE", "PRODUCER_ID_FILE", "ProducerIdAllocator", "generate_cluster_id", "load_identity"]
+__all__ = [
+    "META_FILE",
+    "PRODUCER_ID_FILE",
+    "ProducerIdAllocator",
+    "generate_cluster_id",
+    "load_identity",
+    "stored_cluster_id",
+]
 
 META_FILE: Final = "meta.properties"
 PRODUCER_ID_FILE: Final = "producer-id-block.properties"
@@ -48,6 +55,14 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def _read_properties(path: Path) -> dict[str, str]:
     return {k: v for k, v, _ in parse_properties(path.read_text(encoding="utf-8"))}
+
+
+def stored_cluster_id(data_dir: Path) -> str | None:
+    """The cluster id ``meta.properties`` records, if any."""
+    path = data_dir / META_FILE
+    if not path.exists():
+        return None
+    return _read_properties(path).get("cluster.id") or None
 
 
 def load_identity(data_dir: Path, node_id: int, configured_cluster_id: str | None) -> str:

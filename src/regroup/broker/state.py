@@ -21,16 +21,24 @@ from typing import Any, Final
 from regroup import __version__
 from regroup.broker.config import BROKER_CONFIGS, BrokerConfig, ConfigError, render
 from regroup.broker.handlers import HandlerRegistry, default_registry
-from regroup.broker.meta import ProducerIdAllocator, load_identity
+from regroup.broker.meta import ProducerIdAllocator, generate_cluster_id, load_identity, stored_cluster_id
 from regroup.broker.ops.http import AdminServer
 from regroup.broker.server import BrokerServer
+from regroup.cluster.etcd import DEFAULT_PREFIX, EtcdStore, parse_endpoints
+from regroup.cluster.member import ClusterMember
+from regroup.cluster.model import ClusterImage, Keys
+from regroup.cluster.node import NodeSettings
+from regroup.cluster.replica_manager import ReplicationSettings
+from regroup.cluster.store import MetadataStore
+from regroup.cluster.topology import LocalTopology, Topology
 from regroup.group.config import GroupConfig
 from regroup.log import LogDefaults, LogManager, PartitionLog
-from regroup.protocol.errors import KafkaError
+from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.runtime.clock import Clock, SystemClock
-from regroup.runtime.coordinator import CoordinatorConfig, GroupCoordinator
-from regroup.runtime.durability import GateRegistry, PartitionGate
+from regroup.runtime.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
+from regroup.runtime.durability import GateRegistry, PartitionGate, ReplicatedGate, WriteGate
 from regroup.runtime.events import GroupEventsConfig
+from regroup.runtime.shard_runner import OffsetsLog, ReplicatedOffsetsLog
 
 __all__ = ["Broker"]
 
@@ -51,7 +59,10 @@ class Broker:
         clock: Clock | None = None,
         coordinator_clock: Clock | None = None,
         shutdown_grace_seconds: float = 10.0,
+        metadata_store: MetadataStore | None = None,
     ) -> None:
+        """``metadata_store``: the cluster's store, for in-process clusters; by default a node whose
+        ``cluster.metadata.endpoints`` is set connects to that etcd."""
         self.config = config
         self.version = __version__
         self.node_id = config.node_id
@@ -69,10 +80,20 @@ class Broker:
             raise ConfigError(str(exc)) from None
         self.logs = LogManager(self.data_dir, log_defaults)
         """Every partition log of this node (loaded by :meth:`start`)."""
+        self.cluster = _cluster_member(config, self.logs, self.clock, metadata_store, self)
+        """This node's part in a cluster; None for a single node."""
         self.group_coordinator = GroupCoordinator(
-            self.logs, coordinator_config(config), clock=self.coordinator_clock, gate_for=self.gate
+            self.logs,
+            coordinator_config(config),
+            clock=self.coordinator_clock,
+            gate_for=self.gate if self.cluster is None else self._replicated_gate,
+            wrap_log=None if self.cluster is None else _replicated_offsets_log,
         )
         """Classic groups and committed offsets, one shard per ``__consumer_offsets`` partition."""
+        self.topology: Topology = (
+            LocalTopology(self.node_id, self.logs) if self.cluster is None else self.cluster.topology
+        )
+        """Who leads what: this node alone, or the cluster's metadata image."""
         self.server = BrokerServer(self, self.registry)
         self.admin = AdminServer(self, self.server)
         self.shutdown_grace_seconds = shutdown_grace_seconds
@@ -80,6 +101,8 @@ class Broker:
         self._advertised = config.advertised_listeners()
         self._producer_ids: ProducerIdAllocator | None = None
         self._logs_loaded = False
+        self._creating_offsets: asyncio.Task[None] | None = None
+        self._deletions: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping: asyncio.Future[None] | None = None
 
@@ -90,6 +113,12 @@ class Broker:
         if self._producer_ids is None:
             raise RuntimeError("the broker has not been started")
         return self._producer_ids
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before in this cluster (or by this single node)."""
+        if self.cluster is not None:
+            return await self.cluster.node.allocate_producer_id()
+        return self.producer_ids.next_id()
 
     @property
     def stopping(self) -> asyncio.Future[None]:
@@ -115,13 +144,25 @@ class Broker:
     async def start(self) -> None:
         config = self.config
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = load_identity(self.data_dir, self.node_id, config.get("cluster.id"))
+        cluster = self.cluster
+        configured = config.get("cluster.id")
+        if cluster is not None:
+            # The cluster's id wins for a new data directory; a directory of another cluster is refused.
+            candidate = configured or stored_cluster_id(self.data_dir) or generate_cluster_id()
+            configured = await cluster.join(candidate)
+        self.cluster_id = load_identity(self.data_dir, self.node_id, configured)
         self._producer_ids = ProducerIdAllocator(self.data_dir)
         await asyncio.to_thread(self.logs.load, self.clock.now_ms())
         self._logs_loaded = True
-        await self.group_coordinator.start()
+        await self.group_coordinator.start(load_all=cluster is None)
         self.stopping.add_done_callback(self._resign_coordinator)
         await self.server.start(config.listeners())
+        if cluster is not None:
+            cluster.node.settings.listeners = self._registered_listeners()
+            await cluster.start()
+            cluster.node.add_image_listener(self._image_changed)
+            cluster.node.add_session_listener(self._session_changed)
+            self._image_changed(cluster.node.image, cluster.node.image)
         await self.admin.start()
         # Kafka checks flush.ms only every log.flush.scheduler.interval.ms (default: never); a configured
         # log.flush.interval.ms is honoured on its own here, so the two need not be set together.
@@ -145,7 +186,21 @@ class Broker:
         """The admin HTTP port's bound (host, port); None when it is disabled or not started."""
         return self.admin.address
 
-    async def stop(self) -> None:
+    async def stop(self, *, leave_cluster: bool = True) -> None:
+        """Shut down. ``leave_cluster`` False (tests): no controlled shutdown and the session is left to
+        expire, as the cluster sees a crash."""
+        cluster = self.cluster
+        config = self.config
+        if (
+            cluster is not None
+            and leave_cluster
+            and self._logs_loaded
+            and not self.stopping.done()
+            and config.get("controlled.shutdown.enable")
+        ):
+            # Leaderships move to in-sync peers first, so clients see one NOT_LEADER_OR_FOLLOWER /
+            # NOT_COORDINATOR and carry on, instead of a session-long gap.
+            await cluster.controlled_shutdown(config.get_int("controlled.shutdown.max.wait.ms") / 1000)
         if not self.stopping.done():
             self.stopping.set_result(None)
         log.info("Shutting down: no new connections; finishing in-flight requests")
@@ -161,12 +216,102 @@ class Broker:
             await self.group_coordinator.stop()
         except Exception:
             log.exception("Error stopping the group coordinator")
+        if cluster is not None:
+            try:
+                await cluster.stop(end_session=leave_cluster)
+            except Exception:
+                log.exception("Error leaving the cluster")
         if self._logs_loaded:
             self._logs_loaded = False
             await self.gates.quiesce()
             await asyncio.to_thread(self.logs.flush_all, self.clock.now_ms())
             self.logs.close()
             log.info("Logs flushed and closed")
+
+    # ------------------------------------------------------------------------------------ cluster
+
+    def _registered_listeners(self) -> dict[str, tuple[str, int]]:
+        """The endpoint of each listener other nodes and clients are told (advertised, else bound)."""
+        out: dict[str, tuple[str, int]] = {}
+        for name, (bound_host, port) in self.server.bound.items():
+            host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bound_host, bound_host)
+            out[name] = self.advertised_endpoint(name, host, port)
+        return out
+
+    def _replicated_gate(self, plog: PartitionLog) -> WriteGate:
+        return ReplicatedGate(self.gate(plog), plog, self.clock.now_ms)
+
+    def _on_leader(self, topic: str, partition: int, leader_epoch: int) -> None:
+        if topic != OFFSETS_TOPIC:
+            return
+        cluster = self.cluster
+        plog = self.logs.partition(topic, partition)
+        if cluster is None or plog is None or cluster.node.self_fenced:
+            return
+        self.group_coordinator.on_election(partition, leader_epoch, ready=_replicated_to_end(plog))
+
+    def _on_resigned(self, topic: str, partition: int, leader_epoch: int) -> None:
+        if topic == OFFSETS_TOPIC:
+            self.group_coordinator.on_resignation(partition, leader_epoch)
+
+    def _delete_local_topic(self, name: str) -> None:
+        """The cluster deleted ``name``: remove this node's copy once no fsync of it runs."""
+        from regroup.broker.handlers.delete_topics import delete_local_topic
+
+        task = asyncio.get_running_loop().create_task(delete_local_topic(self, name))
+        self._deletions.add(task)
+        task.add_done_callback(self._deletions.discard)
+
+    def _session_changed(self, fenced: bool) -> None:
+        """Coordinators self-fence while the session may be lost: another node may own their groups."""
+        cluster = self.cluster
+        if cluster is None:
+            return
+        for topic, partition in cluster.node.image.led_by(self.node_id):
+            epoch = cluster.replicas.leading_epoch(topic, partition)
+            if epoch is None:
+                continue
+            if fenced:
+                self._on_resigned(topic, partition, epoch)
+            else:
+                self._on_leader(topic, partition, epoch)
+
+    def _image_changed(self, _old: ClusterImage, new: ClusterImage) -> None:
+        """Create ``__consumer_offsets`` once enough nodes run for its replication factor (Kafka creates it
+        on the first FindCoordinator; any node may, the store lets exactly one succeed)."""
+        cluster = self.cluster
+        if cluster is None or OFFSETS_TOPIC in new.topics or self._creating_offsets is not None:
+            return
+        rf = self.config.get_int("offsets.topic.replication.factor")
+        if len(new.running_nodes()) < rf:
+            return
+        self._creating_offsets = asyncio.get_running_loop().create_task(self._create_offsets_topic(rf))
+
+    async def _create_offsets_topic(self, replication_factor: int) -> None:
+        cluster = self.cluster
+        assert cluster is not None
+        partitions = self.config.get_int("offsets.topic.num.partitions")
+        try:
+            await cluster.node.create_topic(
+                OFFSETS_TOPIC,
+                partitions,
+                replication_factor,
+                self.group_coordinator.config.topic_configs(),
+                internal=True,
+            )
+            log.info(
+                "Created %s (%d partitions, replication factor %d)",
+                OFFSETS_TOPIC,
+                partitions,
+                replication_factor,
+            )
+        except KafkaError as exc:
+            if exc.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("Cannot create %s yet: %s", OFFSETS_TOPIC, exc)
+        except Exception as exc:
+            log.warning("Cannot create %s yet: %s", OFFSETS_TOPIC, exc)
+        finally:
+            self._creating_offsets = None
 
     # ------------------------------------------------------------------------------------ maintenance
 
@@ -228,6 +373,83 @@ class Broker:
         plogs = [plog for _, _, plog in self.logs.partitions() if plog.config.compact]
         if await self._mutate_each(plogs, compact):
             self.logs.checkpoint()
+
+
+def _cluster_member(
+    config: BrokerConfig,
+    logs: LogManager,
+    clock: Clock,
+    store: MetadataStore | None,
+    broker: Broker,
+) -> ClusterMember | None:
+    endpoints = config.get("cluster.metadata.endpoints")
+    if not endpoints and store is None:
+        return None
+    prefix = DEFAULT_PREFIX
+    shared = store is not None
+    if store is None:
+        try:
+            hosts, prefix = parse_endpoints(str(endpoints))
+        except ValueError as exc:
+            raise ConfigError(
+                f"Invalid value {endpoints} for configuration cluster.metadata.endpoints: {exc}"
+            ) from None
+        store = EtcdStore(hosts)
+    listeners = config.listeners()
+    inter_broker = config.get("inter.broker.listener.name") or (
+        listeners[0].name if listeners else "PLAINTEXT"
+    )
+    return ClusterMember(
+        store,
+        Keys(prefix),
+        NodeSettings(
+            config.node_id,
+            {},
+            rack=config.get("broker.rack"),
+            session_timeout_ms=config.get_int("broker.session.timeout.ms"),
+            heartbeat_interval_ms=config.get_int("broker.heartbeat.interval.ms"),
+        ),
+        ReplicationSettings(
+            min_insync_replicas=config.get_int("min.insync.replicas"),
+            replica_lag_time_max_ms=config.get_int("replica.lag.time.max.ms"),
+            replica_fetch_wait_max_ms=config.get_int("replica.fetch.wait.max.ms"),
+            replica_fetch_min_bytes=config.get_int("replica.fetch.min.bytes"),
+            replica_fetch_max_bytes=config.get_int("replica.fetch.max.bytes"),
+            replica_fetch_response_max_bytes=config.get_int("replica.fetch.response.max.bytes"),
+            replica_fetch_backoff_ms=config.get_int("replica.fetch.backoff.ms"),
+            high_watermark_checkpoint_interval_ms=config.get_int(
+                "replica.high.watermark.checkpoint.interval.ms"
+            ),
+            listener=str(inter_broker),
+        ),
+        logs,
+        clock.now_ms,
+        unclean_leader_election=bool(config.get("unclean.leader.election.enable")),
+        on_leader=broker._on_leader,
+        on_resigned=broker._on_resigned,
+        delete_topic=broker._delete_local_topic,
+        close_store=not shared,
+    )
+
+
+def _replicated_offsets_log(_partition: int, plog: PartitionLog) -> OffsetsLog:
+    return ReplicatedOffsetsLog(plog)
+
+
+def _replicated_to_end(plog: PartitionLog) -> asyncio.Future[None]:
+    """Completes once the high watermark reaches the log end as it is now (every in-sync replica has it)."""
+    target = plog.log_end_offset
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def check() -> None:
+        if not done.done() and plog.high_watermark >= target:
+            done.set_result(None)
+        if done.done() and check in plog.high_watermark_listeners:
+            plog.high_watermark_listeners.remove(check)
+
+    plog.high_watermark_listeners.append(check)
+    check()
+    return done
 
 
 def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:

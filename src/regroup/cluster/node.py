@@ -151,10 +151,16 @@ class ClusterNode:
     def add_session_listener(self, listener: SessionListener) -> None:
         self._session_listeners.append(listener)
 
-    async def start(self, cluster_id: str) -> str:
-        """Join: agree on the cluster id (``cluster_id`` is used when the cluster has none yet; the stored
-        one is returned), register, load the image and start the session, watch and campaign loops."""
+    async def join(self, cluster_id: str) -> str:
+        """Agree on the cluster id: ``cluster_id`` when the cluster has none yet, else the stored one."""
         self.cluster_id = await self._agree_cluster_id(cluster_id)
+        return self.cluster_id
+
+    async def start(self, cluster_id: str | None = None) -> str:
+        """Register, load the image and start the session and watch loops (after :meth:`join`, or joining
+        with ``cluster_id`` now); returns the cluster id."""
+        if cluster_id is not None:
+            await self.join(cluster_id)
         await self._register()
         revision, kvs = await self.store.range(self.keys.root, prefix=True)
         self._install(self._builder.build(revision, _entries(kvs)), kvs)

@@ -795,6 +795,30 @@ class PartitionLog:
         self.epochs.truncate_from_end(self._leo)
         return self._leo
 
+    def reset_to(self, offset: int) -> None:
+        """Empty the log and start it at ``offset`` (a follower behind its leader's log start: Kafka's
+        ``UnifiedLog.truncateFullyAndStartAt``)."""
+        log.warning("Emptying %s to restart it at offset %d", self.name, offset)
+        for seg in self._segments:
+            seg.delete()
+        self._unflushed_segments.clear()
+        active = Segment(
+            self.directory,
+            offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+        )
+        self._segments = [active]
+        self._bases = [offset]
+        self._active = active
+        self._dir_dirty = True
+        self._leo = self._log_start = self._hw = self._recovery_point = offset
+        self._cleaner_checkpoint = offset
+        self._unflushed_messages = 0
+        self._producers = ProducerStateManager(self.name)
+        ProducerStateManager.delete_snapshots(self.directory, keep=0)
+        self.epochs.clear()
+
     def _replay_producer(self, h: BatchHeader) -> None:
         if h.producer_id < 0:
             return

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Final, TypeVar
@@ -45,7 +45,7 @@ from regroup.protocol.messages.offset_fetch import OffsetFetchResponseGroup
 from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from regroup.runtime.clock import Clock, SystemClock
-from regroup.runtime.durability import PartitionGate, WriteGate
+from regroup.runtime.durability import PartitionGate, ReplicatedGate, WriteGate
 from regroup.runtime.events import GroupEventLog, GroupEventsConfig, started_event
 from regroup.runtime.group_view import GroupView, build_group_view
 from regroup.runtime.responses import (
@@ -137,6 +137,7 @@ class GroupCoordinator:
         self._wrap_log = wrap_log
         self._group_config = self.config.group
         self._runners: dict[int, ShardRunner] = {}
+        self._epochs: dict[int, int] = {}  # cluster: the leader epoch of each partition's last election
         self._observers: list[Observer] = []
         self.group_events: GroupEventLog | None = None
         self._tickets = 0
@@ -157,9 +158,19 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return self._group_config.partition_for(group_id)
 
-    async def start(self) -> None:
+    async def start(self, *, load_all: bool = True) -> None:
         """Create ``__consumer_offsets`` if needed and start loading every partition (in the background:
-        requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile; :meth:`wait_loaded` waits for it)."""
+        requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile; :meth:`wait_loaded` waits for it).
+
+        ``load_all=False`` (a cluster node): nothing is created or loaded here; partitions are loaded and
+        unloaded as this node gains and loses their leadership (:meth:`on_election`,
+        :meth:`on_resignation`)."""
+        if not load_all:
+            self._running = True
+            interval = self.config.compaction_interval_ms
+            if interval:
+                self._spawn(self._compaction_loop(interval))
+            return
         info = self._logs.topic(OFFSETS_TOPIC)
         if info is None:
             info = self._logs.create_topic(
@@ -246,6 +257,55 @@ class GroupCoordinator:
             await runner.unload()
             log.info("Unloaded %s-%d", OFFSETS_TOPIC, partition)
 
+    def on_election(
+        self, partition: int, leader_epoch: int, *, ready: Awaitable[object] | None = None
+    ) -> None:
+        """This node became the leader of ``__consumer_offsets-partition`` at ``leader_epoch``: load it
+        (once ``ready`` completes), unless a load for this or a newer epoch is under way or done (Kafka's
+        ``CoordinatorRuntime.scheduleLoadOperation``)."""
+        if not self._running:
+            return
+        info = self._logs.topic(OFFSETS_TOPIC)
+        if info is not None and info.partitions != self.num_partitions:
+            self._group_config = _with_partitions(self._group_config, info.partitions)
+        if leader_epoch <= self._epochs.get(partition, -1):
+            runner = self._runners.get(partition)
+            if runner is not None and runner.state in (RunnerState.LOADING, RunnerState.ACTIVE):
+                log.info(
+                    "Ignoring the election of %s-%d at epoch %d: already loaded",
+                    OFFSETS_TOPIC,
+                    partition,
+                    leader_epoch,
+                )
+                return
+        self._epochs[partition] = leader_epoch
+        self._spawn(self._elect(partition, leader_epoch, ready))
+
+    async def _elect(self, partition: int, leader_epoch: int, ready: Awaitable[object] | None) -> None:
+        runner = self._runners.get(partition)
+        if runner is not None and runner.state is not RunnerState.UNLOADED:
+            await runner.unload()
+        if self._epochs.get(partition) != leader_epoch or not self._running:
+            return  # resigned or re-elected meanwhile
+        log.info("Loading %s-%d (leader epoch %d)", OFFSETS_TOPIC, partition, leader_epoch)
+        self._start_runner(partition, ready)
+
+    def on_resignation(self, partition: int, leader_epoch: int | None) -> None:
+        """This node no longer leads ``__consumer_offsets-partition``: unload it unless it was elected again
+        at a newer epoch (``leader_epoch`` None: the topic is gone; Kafka's ``scheduleUnloadOperation``).
+        Writes still waiting for replication are answered NOT_COORDINATOR (their outcome is unknown)."""
+        current = self._epochs.get(partition)
+        if current is not None and leader_epoch is not None and leader_epoch < current:
+            return
+        self._epochs[partition] = leader_epoch if leader_epoch is not None else current or -1
+        gate = self._gates.get(partition)
+        if isinstance(gate, ReplicatedGate):
+            gate.fail_pending(f"{OFFSETS_TOPIC}-{partition} is now led by another node")
+        runner = self._runners.get(partition)
+        if runner is not None and runner.state is not RunnerState.UNLOADED:
+            log.info("Unloading %s-%d (resigned)", OFFSETS_TOPIC, partition)
+            self._spawn(runner.unload())
+
     def state(self, partition: int) -> PartitionState:
         runner = self._runners.get(partition)
         return RunnerState.UNLOADED if runner is None else runner.state
@@ -296,7 +356,7 @@ class GroupCoordinator:
         if not 0 <= partition < self.num_partitions:
             raise ValueError(f"{OFFSETS_TOPIC} has no partition {partition}")
 
-    def _start_runner(self, partition: int) -> ShardRunner:
+    def _start_runner(self, partition: int, ready: Awaitable[object] | None = None) -> ShardRunner:
         plog = self._logs.partition(OFFSETS_TOPIC, partition)
         if plog is None:
             raise RuntimeError(f"{OFFSETS_TOPIC}-{partition} does not exist")
@@ -318,7 +378,7 @@ class GroupCoordinator:
             on_failure=self._failed,
         )
         self._runners[partition] = runner
-        loaded = runner.start()
+        loaded = runner.start(ready)
         loaded.add_done_callback(lambda f: None if f.cancelled() else f.exception())
         return runner
 

@@ -22,7 +22,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["Flushable", "GateRegistry", "PartitionGate", "WriteGate"]
+__all__ = [
+    "Flushable",
+    "GateRegistry",
+    "NotReplicatedError",
+    "PartitionGate",
+    "ReplicatedGate",
+    "ReplicatedLog",
+    "WriteGate",
+]
 
 log = logging.getLogger("regroup.runtime.durability")
 
@@ -205,3 +213,100 @@ class GateRegistry:
         """Wait until no flush or mutation is running or queued on any partition."""
         while any(gate.busy for _, gate in self._gates.values()):
             await asyncio.sleep(poll_seconds)
+
+
+class ReplicatedLog(Protocol):
+    """What :class:`ReplicatedGate` reads of a replicated partition log."""
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    high_watermark_listeners: list[Callable[[], None]]
+
+    def needs_flush(self, now_ms: int) -> bool: ...
+
+
+class ReplicatedGate:
+    """A cluster partition's gate for the group coordinator: appends take turns through the partition's
+    :class:`PartitionGate`; a write counts as durable once every in-sync replica has it — the high watermark
+    passed what was appended before the request (Kafka answers coordinator writes at the HW:
+    ``CoordinatorRuntime``'s ``HighWatermarkListener``) — and, when the flush policy asks for one, once it
+    is fsynced. :meth:`fail_pending` fails the waiting requests when the partition stops being led here
+    (their outcome is unknown: NOT_COORDINATOR, as ``CoordinatorRuntime.unload`` fails them)."""
+
+    def __init__(self, gate: PartitionGate, plog: ReplicatedLog, now_ms: Callable[[], int]) -> None:
+        self._gate = gate
+        self._plog = plog
+        self._now_ms = now_ms
+        self._loop = asyncio.get_running_loop()
+        self._waiting: list[tuple[int, asyncio.Future[None]]] = []
+        plog.high_watermark_listeners.append(self._moved)
+
+    def reserve(self) -> asyncio.Future[None]:
+        return self._gate.reserve()
+
+    async def wait(self, fut: asyncio.Future[None]) -> None:
+        await self._gate.wait(fut)
+
+    def release(self) -> None:
+        self._gate.release()
+
+    def request_flush(self) -> asyncio.Future[None]:
+        target = self._plog.log_end_offset
+        replicated: asyncio.Future[None] = self._loop.create_future()
+        if self._plog.high_watermark >= target:
+            replicated.set_result(None)
+        else:
+            self._waiting.append((target, replicated))
+        if not self._plog.needs_flush(self._now_ms()):
+            return replicated
+        flushed = self._gate.request_flush()
+        both: asyncio.Future[None] = self._loop.create_future()
+
+        def settle(_: object = None) -> None:
+            if both.done():
+                return
+            for part in (replicated, flushed):
+                if part.done():
+                    failure = NotReplicatedError("cancelled") if part.cancelled() else part.exception()
+                    if failure is not None:
+                        both.set_exception(failure)
+                        both.exception()  # reported by the waiter
+                        return
+            if replicated.done() and flushed.done():
+                both.set_result(None)
+
+        replicated.add_done_callback(settle)
+        flushed.add_done_callback(settle)
+        return both
+
+    def _moved(self) -> None:
+        hw = self._plog.high_watermark
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for target, fut in self._waiting:
+            if fut.done():
+                continue
+            if hw >= target:
+                fut.set_result(None)
+            else:
+                still.append((target, fut))
+        self._waiting = still
+
+    def fail_pending(self, reason: str) -> None:
+        waiting, self._waiting = self._waiting, []
+        for _, fut in waiting:
+            if not fut.done():
+                fut.set_exception(NotReplicatedError(reason))
+                fut.exception()  # reported by the waiter; never "exception was never retrieved"
+
+    def close(self) -> None:
+        self.fail_pending("the partition is closed")
+        if self._moved in self._plog.high_watermark_listeners:
+            self._plog.high_watermark_listeners.remove(self._moved)
+
+
+class NotReplicatedError(RuntimeError):
+    """A write's replication can no longer be awaited here (leadership moved): its outcome is unknown."""

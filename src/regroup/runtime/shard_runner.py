@@ -29,14 +29,14 @@ import asyncio
 import enum
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple
 
 from regroup.group.effects import Cancel, CoordinatorRecord, Effect, Notify, Reply, Result, Schedule, TimerKey
 from regroup.group.records import RecordError
 from regroup.group.shard import CoordinatorShard
-from regroup.log import LogConfig, ReadResult
+from regroup.log import LogConfig, PartitionLog, ReadResult
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.primitives import DecodeError
 from regroup.protocol.record_batch import Record as BatchRecord
@@ -49,6 +49,7 @@ __all__ = [
     "ErrorReply",
     "LoadSummary",
     "OffsetsLog",
+    "ReplicatedOffsetsLog",
     "RunnerState",
     "RunnerStats",
     "ShardRunner",
@@ -81,6 +82,38 @@ class OffsetsLog(Protocol):
     def read(self, offset: int, max_bytes: int) -> ReadResult: ...
 
     def needs_flush(self, now_ms: int) -> bool: ...
+
+
+class ReplicatedOffsetsLog:
+    """A cluster node's ``__consumer_offsets`` partition as the runner sees it: a write needs a "flush" —
+    waiting through the partition's :class:`~regroup.runtime.durability.ReplicatedGate` — until every
+    in-sync replica has it, besides any fsync the flush policy asks for."""
+
+    def __init__(self, plog: PartitionLog) -> None:
+        self._plog = plog
+
+    @property
+    def config(self) -> LogConfig:
+        return self._plog.config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._plog.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._plog.log_end_offset
+
+    def append(self, data: bytes, *, now_ms: int, validate: bool = True) -> object:
+        return self._plog.append(data, now_ms=now_ms, validate=validate)
+
+    def read(self, offset: int, max_bytes: int) -> ReadResult:
+        # The leader loads everything it has (Kafka loads to the log end), once its ISR has it.
+        return self._plog.read(offset, max_bytes, to_log_end=True)
+
+    def needs_flush(self, now_ms: int) -> bool:
+        plog = self._plog
+        return plog.high_watermark < plog.log_end_offset or plog.needs_flush(now_ms)
 
 
 class RunnerState(enum.Enum):
@@ -242,6 +275,7 @@ class ShardRunner:
         self._processing = False
         self._failed = False
         self._abort_load = False
+        self._ready: asyncio.Future[object] | None = None
         self._task: asyncio.Task[None] | None = None
         self._loaded: asyncio.Future[LoadSummary | None] = asyncio.get_running_loop().create_future()
         self._stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -260,10 +294,15 @@ class ShardRunner:
     def timers(self) -> TimerService[TimerKey]:
         return self._timers
 
-    def start(self) -> asyncio.Future[LoadSummary | None]:
-        """Load the partition and start the lane; the future gives the load stats (None if aborted)."""
+    def start(self, ready: Awaitable[object] | None = None) -> asyncio.Future[LoadSummary | None]:
+        """Load the partition and start the lane; the future gives the load stats (None if aborted).
+        ``ready``: load only once it completes (in a cluster, once every in-sync replica has the log this
+        node leads, so no answer reflects a record a later failover could erase); requests get
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"regroup coordinator shard {self.partition}")
+            self._task = asyncio.create_task(
+                self._run(ready), name=f"regroup coordinator shard {self.partition}"
+            )
         return self._loaded
 
     async def unload(self) -> None:
@@ -272,6 +311,8 @@ class ShardRunner:
         if self._state is RunnerState.LOADING:
             self._abort_load = True
             self._state = RunnerState.UNLOADING
+            if self._ready is not None:
+                self._ready.cancel()
         elif self._state in (RunnerState.ACTIVE, RunnerState.FAILED):
             self._state = RunnerState.UNLOADING
             self._queue.put_nowait(_Unload())
@@ -330,8 +371,15 @@ class ShardRunner:
 
     # ------------------------------------------------------------------------------------ the lane
 
-    async def _run(self) -> None:
+    async def _run(self, ready: Awaitable[object] | None = None) -> None:
         try:
+            if ready is not None:
+                self._ready = asyncio.ensure_future(ready)
+                try:
+                    await self._ready
+                except asyncio.CancelledError:
+                    if not self._abort_load:
+                        raise
             stats = await self._replay()
             if stats is None:
                 self._finish_unload()

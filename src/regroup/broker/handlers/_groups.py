@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from regroup.broker.context import RequestContext
+from regroup.broker.context import BrokerPort, RequestContext
 from regroup.protocol.errors import ErrorCode
 from regroup.runtime.coordinator import GroupCoordinator
 
-__all__ = ["coordinator", "merge_commit_response", "merge_partitions", "split_known"]
+__all__ = ["coordinator", "coordinator_of", "merge_commit_response", "merge_partitions", "split_known"]
 
 _Topic = TypeVar("_Topic", bound=Any)  # a request topic: ``name`` and ``partitions`` with ``partition_index``
 _Answer = TypeVar("_Answer")
@@ -30,7 +30,11 @@ class _CommitResponse(Protocol):
 
 def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     """The broker's group coordinator, or None when it is not running (COORDINATOR_NOT_AVAILABLE)."""
-    coord = ctx.broker.group_coordinator
+    return coordinator_of(ctx.broker)
+
+
+def coordinator_of(broker: BrokerPort) -> GroupCoordinator | None:
+    coord = broker.group_coordinator
     return coord if coord.running else None
 
 

@@ -14,11 +14,11 @@ from typing import TypeVar
 
 from regroup.broker.context import BrokerPort, RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator
+from regroup.broker.handlers._groups import coordinator, coordinator_of
 from regroup.broker.topics import INTERNAL_TOPICS
 from regroup.log import PartitionLog
 from regroup.protocol.api_keys import ApiKey
-from regroup.protocol.errors import ErrorCode
+from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.messages.delete_topics import (
     DeletableTopicResult,
     DeleteTopicsRequest,
@@ -107,6 +107,23 @@ def handle(
             f"Topic {name} is a kafka internal topic and is not allowed to be deleted.",
         )
 
+    cluster = broker.cluster
+    if cluster is not None:
+
+        async def in_cluster() -> DeleteTopicsResponse:
+            # Removed from the metadata store; every replica then deletes its copy (delete_local_topic).
+            for name, topic_id in targets.items():
+                try:
+                    await cluster.node.delete_topic(name)
+                except KafkaError as exc:
+                    add(name, topic_id, exc.code, exc.message)
+                    continue
+                log.info("Deleted topic %s", name)
+                add(name, topic_id, ErrorCode.NONE, None)
+            return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+        return in_cluster()
+
     coord = coordinator(ctx)
     if coord is None and all(broker.gate(plog).idle for plog in _partition_logs(broker, targets)):
         _delete_all(broker, targets, add)
@@ -167,6 +184,23 @@ def _delete_all(broker: BrokerPort, targets: dict[str, uuid.UUID], add: Add) -> 
         log.info("Deleted topic %s", name)
         add(name, topic_id, ErrorCode.NONE, None)
     return deleted
+
+
+async def delete_local_topic(broker: BrokerPort, name: str) -> None:
+    """A cluster node's copy of a topic the cluster deleted: removed once no fsync of it runs; its
+    committed offsets go from every group this node coordinates."""
+    info = broker.logs.topic(name)
+    if info is None:
+        return
+    targets = {name: info.topic_id}
+    for plog in _partition_logs(broker, targets):
+        gate = broker.gate(plog)
+        await gate.turn()
+        gate.release()
+    deleted = _delete_all(broker, targets, lambda *_: None)
+    coord = coordinator_of(broker)
+    if coord is not None and deleted:
+        await coord.on_partitions_deleted(deleted)
 
 
 def register(registry: HandlerRegistry) -> None:

@@ -1,4 +1,4 @@
-"""DescribeCluster (key 60) v0-1: this node as the only broker and as the controller clients see."""
+"""DescribeCluster (key 60) v0-1: the registered nodes and the controller (a single node is both)."""
 
 from __future__ import annotations
 
@@ -28,14 +28,17 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
             controller_id=-1,
             brokers=[],
         )
-    host, port = ctx.advertised()
+    topology = broker.topology
     return DescribeClusterResponse(
         error_code=ErrorCode.NONE,
         error_message=None,
         endpoint_type=_ENDPOINT_BROKERS,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        brokers=[DescribeClusterBroker(broker.node_id, host, port, None)],
+        controller_id=topology.controller_id(),
+        brokers=[
+            DescribeClusterBroker(n.node_id, n.host, n.port, n.rack)
+            for n in topology.brokers(ctx.listener, ctx.advertised())
+        ],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS
             if request.include_cluster_authorized_operations

@@ -35,16 +35,16 @@ from regroup.protocol.primitives import ZERO_UUID
 
 READ_COMMITTED: Final = 1
 INT32_MAX: Final = 2**31 - 1
-LEADER_EPOCH: Final = 0
 
 
 class _Wanted:
     """One requested partition and its response entry (reused across reads of a long poll)."""
 
     __slots__ = (
+        "error",
         "fetch_offset",
+        "follower",
         "index",
-        "leader_epoch",
         "max_bytes",
         "name",
         "response",
@@ -53,14 +53,21 @@ class _Wanted:
     )
 
     def __init__(
-        self, name: str | None, topic_error: ErrorCode, index: int, offset: int, max_bytes: int, epoch: int
+        self,
+        name: str | None,
+        topic_error: ErrorCode,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        follower: bool,
     ) -> None:
         self.name = name
         self.topic_error = topic_error
         self.index = index
         self.fetch_offset = offset
         self.max_bytes = max_bytes
-        self.leader_epoch = epoch
+        self.follower = follower  # a replica's fetch: read to the log end
+        self.error = ErrorCode.NONE  # leadership or epoch refusal, decided once per request
         self.response = PartitionData(partition_index=index)
         self.seen_end = -1  # the partition's readable end at the last read
 
@@ -73,6 +80,9 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
         )
     broker = ctx.broker
     logs = broker.logs
+    topology = broker.topology
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+    follower = replica_id >= 0 and broker.cluster is not None
     committed = request.isolation_level == READ_COMMITTED
     topics: list[FetchableTopicResponse] = []
     wanted: list[_Wanted] = []
@@ -93,11 +103,23 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
             )
         )
         for p in topic.partitions:
-            w = _Wanted(
-                name, topic_error, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch
-            )
+            w = _Wanted(name, topic_error, p.partition, p.fetch_offset, p.partition_max_bytes, follower)
             wanted.append(w)
             entries.append(w.response)
+            if name is None:
+                continue
+            w.error = topology.leader_error(name, p.partition, p.current_leader_epoch)
+            if follower and w.error is ErrorCode.NONE and broker.cluster is not None:
+                # The follower's fetch offset is its log end: record its progress (it may join the ISR, the
+                # high watermark may advance) before reading (Partition.updateFollowerFetchState).
+                w.error = broker.cluster.replicas.follower_fetched(
+                    name,
+                    p.partition,
+                    replica_id,
+                    fetch_offset=p.fetch_offset,
+                    log_start_offset=p.log_start_offset,
+                    broker_epoch=request.replica_state.replica_epoch if version >= 15 else -1,
+                )
     response = FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
     limit = broker.fetch_max_bytes if version < 3 else min(request.max_bytes, broker.fetch_max_bytes)
 
@@ -126,6 +148,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
                 plog = logs.partition(w.name, w.index) if w.name is not None else None
                 if plog is not None:
                     plog.append_listeners.append(wake)
+                    plog.high_watermark_listeners.append(wake)
                     watched.append(plog)
             timer = loop.call_at(deadline, wake)
             broker.stopping.add_done_callback(wake)
@@ -139,6 +162,8 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
                 for plog in watched:
                     with contextlib.suppress(ValueError):
                         plog.append_listeners.remove(wake)
+                    with contextlib.suppress(ValueError):
+                        plog.high_watermark_listeners.remove(wake)
             expired = loop.time() >= deadline or broker.stopping.done()
             if not expired and not _grown(broker, wanted, committed):
                 continue
@@ -156,7 +181,7 @@ def _grown(broker: BrokerPort, wanted: list[_Wanted], committed: bool) -> bool:
         plog = logs.partition(w.name, w.index) if w.name is not None else None
         if plog is None:
             return True
-        end = plog.last_stable_offset if committed else plog.high_watermark
+        end = _readable_end(plog, w, committed)
         if end != w.seen_end:
             return True
     return False
@@ -177,12 +202,8 @@ def _read(
             _fail(r, w.topic_error if w.name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             errors = True
             continue
-        if w.leader_epoch > LEADER_EPOCH:
-            _fail(r, ErrorCode.UNKNOWN_LEADER_EPOCH)
-            errors = True
-            continue
-        if 0 <= w.leader_epoch < LEADER_EPOCH:
-            _fail(r, ErrorCode.FENCED_LEADER_EPOCH)
+        if w.error is not ErrorCode.NONE:
+            _fail(r, w.error)
             errors = True
             continue
         max_bytes = min(w.max_bytes, limit - total)
@@ -194,7 +215,9 @@ def _read(
                 result = ReadResult(b"", plog.high_watermark, plog.log_start_offset, plog.last_stable_offset)
                 result_data: bytes = b""
             else:
-                result = plog.read(w.fetch_offset, max(max_bytes, 1), isolation_committed=committed)
+                result = plog.read(
+                    w.fetch_offset, max(max_bytes, 1), isolation_committed=committed, to_log_end=w.follower
+                )
                 result_data = result.data
                 # The log always returns at least one batch; past the first non-empty partition Kafka
                 # returns nothing rather than exceed the limits.
@@ -206,7 +229,7 @@ def _read(
             continue
         data = result_data
         size = len(data)
-        w.seen_end = result.last_stable_offset if committed else result.high_watermark
+        w.seen_end = _readable_end(plog, w, committed)
         r.error_code = ErrorCode.NONE
         r.high_watermark = result.high_watermark
         r.last_stable_offset = result.last_stable_offset
@@ -218,6 +241,14 @@ def _read(
         if size:
             min_one = False
     return total, errors
+
+
+def _readable_end(plog: PartitionLog, w: _Wanted, committed: bool) -> int:
+    """How far this fetcher may read: a follower to the log end, a consumer to the high watermark (the last
+    stable offset under read_committed)."""
+    if w.follower:
+        return plog.log_end_offset
+    return plog.last_stable_offset if committed else plog.high_watermark
 
 
 def _fail(r: PartitionData, code: ErrorCode) -> None:

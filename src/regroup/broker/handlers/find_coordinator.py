@@ -1,14 +1,14 @@
-"""FindCoordinator (key 10) v0-6: this node coordinates every group; there is no transaction or share
-coordinator.
+"""FindCoordinator (key 10) v0-6: the coordinator of a group is the leader of its ``__consumer_offsets``
+partition (a single node coordinates every group); there is no transaction or share coordinator.
 
-Group keys (key type 0) are answered with this node and the advertised endpoint of the listener the client
-used, whether or not the group's ``__consumer_offsets`` partition has finished loading (as Kafka: the leader
-is the coordinator). Transaction keys get COORDINATOR_NOT_AVAILABLE (regroup has no transaction
-coordinator); share keys (``groupId:topicId:partition``) are INVALID_REQUEST before v6 or when malformed,
-else COORDINATOR_NOT_AVAILABLE. Unknown key types are INVALID_REQUEST. Batched from v4. Kafka's response
-quirks are kept: an error carries node -1, host "" and port -1; a v0-3 answer carries ``Errors.message()``
-as its error message, which is the literal "NONE" on success; v4+ entries leave it empty (except for an
-unknown key type, which fails the whole request through Kafka's error-response path, message included).
+Group keys (key type 0) are answered with that node and its endpoint on the listener the client used,
+whether or not the partition has finished loading (as Kafka: the leader is the coordinator). Transaction
+keys get COORDINATOR_NOT_AVAILABLE (regroup has no transaction coordinator); share keys
+(``groupId:topicId:partition``) are INVALID_REQUEST before v6 or when malformed, else
+COORDINATOR_NOT_AVAILABLE. Unknown key types are INVALID_REQUEST. Batched from v4. Kafka's response quirks
+are kept: an error carries node -1, host "" and port -1; a v0-3 answer carries ``Errors.message()`` as its
+error message, which is the literal "NONE" on success; v4+ entries leave it empty (except for an unknown key
+type, which fails the whole request through Kafka's error-response path, message included).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Final
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
 from regroup.broker.handlers._groups import coordinator
+from regroup.cluster.topology import NodeEndpoint
+from regroup.group.config import partition_for
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.find_coordinator import (
@@ -27,6 +29,7 @@ from regroup.protocol.messages.find_coordinator import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
 )
+from regroup.runtime.coordinator import OFFSETS_TOPIC
 
 GROUP: Final = 0
 TRANSACTION: Final = 1
@@ -46,10 +49,11 @@ def _valid_share_key(key: str) -> bool:
     return len(topic_id) == 16 and partition >= 0
 
 
-def _lookup(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
+def _lookup(ctx: RequestContext, key_type: int, key: str) -> ErrorCode | NodeEndpoint:
+    """The coordinator of ``key``, or the error to answer."""
     version = ctx.api_version
     if key_type == GROUP:
-        return ErrorCode.NONE if coordinator(ctx) is not None else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return _group_coordinator(ctx, key)
     if key_type == TRANSACTION:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if key_type == SHARE and version >= 6 and _valid_share_key(key):
@@ -57,26 +61,54 @@ def _lookup(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
     return ErrorCode.INVALID_REQUEST
 
 
+def _group_coordinator(ctx: RequestContext, group_id: str) -> ErrorCode | NodeEndpoint:
+    """The leader of the group's ``__consumer_offsets`` partition (Kafka names it even while it loads);
+    COORDINATOR_NOT_AVAILABLE without one, or while this node, its leader, has lost its session."""
+    broker = ctx.broker
+    advertised = ctx.advertised()
+    if broker.cluster is None:
+        if coordinator(ctx) is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return NodeEndpoint(broker.node_id, *advertised)
+    topology = broker.topology
+    offsets = topology.topic(OFFSETS_TOPIC)
+    if offsets is None or offsets.partitions <= 0:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    lead = topology.partition(OFFSETS_TOPIC, partition_for(group_id, offsets.partitions))
+    if lead is None or lead.leader < 0:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if lead.leader == broker.node_id and broker.cluster.node.self_fenced:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    endpoint = topology.node(lead.leader, ctx.listener, advertised)
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE if endpoint is None else endpoint
+
+
 def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     version = ctx.api_version
-    host, port = ctx.advertised()
-    node_id = ctx.broker.node_id
     key_type = request.key_type if version >= 1 else GROUP
     if version < 4:
-        error = _lookup(ctx, key_type, request.key)
-        if error is ErrorCode.NONE:
+        found = _lookup(ctx, key_type, request.key)
+        if isinstance(found, NodeEndpoint):
             return FindCoordinatorResponse(
-                throttle_time_ms=0, error_code=0, error_message="NONE", node_id=node_id, host=host, port=port
+                throttle_time_ms=0,
+                error_code=0,
+                error_message="NONE",
+                node_id=found.node_id,
+                host=found.host,
+                port=found.port,
             )
         return FindCoordinatorResponse(
-            throttle_time_ms=0, error_code=error, error_message=error.message, node_id=-1, host="", port=-1
+            throttle_time_ms=0, error_code=found, error_message=found.message, node_id=-1, host="", port=-1
         )
     coordinators: list[Coordinator] = []
     for key in request.coordinator_keys:
-        error = _lookup(ctx, key_type, key)
-        if error is ErrorCode.NONE:
-            coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=0))
+        found = _lookup(ctx, key_type, key)
+        if isinstance(found, NodeEndpoint):
+            coordinators.append(
+                Coordinator(key=key, node_id=found.node_id, host=found.host, port=found.port, error_code=0)
+            )
         else:
+            error = found
             # An unknown key type fails the whole request in Kafka (its error response carries the
             # message); per-key errors (a share key before v6 included) leave the message empty.
             message = "" if key_type in (GROUP, TRANSACTION, SHARE) else error.message

@@ -16,6 +16,7 @@ from typing import Final
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
+from regroup.log import PartitionLog
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.list_offsets import (
@@ -31,16 +32,15 @@ MAX_TIMESTAMP: Final = -3
 EARLIEST_LOCAL: Final = -4
 LATEST_TIERED: Final = -5
 READ_COMMITTED: Final = 1
-LEADER_EPOCH: Final = 0
 
 
 def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     logs = ctx.broker.logs
+    topology = ctx.broker.topology
     version = ctx.api_version
     committed = request.isolation_level == READ_COMMITTED
     topics: list[ListOffsetsTopicResponse] = []
     for topic in request.topics:
-        info = logs.topic(topic.name)
         seen: dict[int, int] = {}
         for p in topic.partitions:
             seen[p.partition_index] = seen.get(p.partition_index, 0) + 1
@@ -49,18 +49,14 @@ def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsRespo
         for p in topic.partitions:
             r = ListOffsetsPartitionResponse(partition_index=p.partition_index)
             partitions.append(r)
-            plog = logs.partition(topic.name, p.partition_index) if info is not None else None
             if version >= 1 and seen[p.partition_index] > 1:
                 r.error_code = ErrorCode.INVALID_REQUEST  # Kafka refuses duplicate partitions from v1
                 continue
+            requested_epoch = p.current_leader_epoch if version >= 4 else -1
+            error = topology.leader_error(topic.name, p.partition_index, requested_epoch)
+            plog = logs.partition(topic.name, p.partition_index) if error is ErrorCode.NONE else None
             if plog is None:
-                r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            if version >= 4 and p.current_leader_epoch > LEADER_EPOCH:
-                r.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
-                continue
-            if version >= 4 and 0 <= p.current_leader_epoch < LEADER_EPOCH:
-                r.error_code = ErrorCode.FENCED_LEADER_EPOCH
+                r.error_code = error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             ts = p.timestamp
             latest = plog.last_stable_offset if committed else plog.high_watermark
@@ -94,8 +90,20 @@ def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsRespo
             r.offset = offset
             r.timestamp = timestamp
             if version >= 4:
-                r.leader_epoch = LEADER_EPOCH if offset >= 0 else -1
+                r.leader_epoch = _epoch_of(plog, offset)
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+def _epoch_of(plog: PartitionLog, offset: int) -> int:
+    """The leader epoch of the batch holding ``offset`` (the log end: the latest epoch); -1 for none. A
+    single node, which records no epochs, leads at epoch 0."""
+    if offset < 0:
+        return -1
+    entry = plog.epochs.epoch_for_offset(offset)
+    if entry is not None:
+        return entry
+    latest = plog.epochs.latest_epoch
+    return latest if latest is not None else 0
 
 
 def register(registry: HandlerRegistry) -> None:

@@ -24,7 +24,8 @@ from typing import Final
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
 from regroup.broker.topics import INTERNAL_TOPICS
-from regroup.log import PartitionLog
+from regroup.cluster.replica_manager import ReplicaManager
+from regroup.log import AppendInfo, PartitionLog
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.messages.produce import (
@@ -80,22 +81,24 @@ def _check_records(data: bytes | None, version: int) -> tuple[ErrorCode, str | N
     return ErrorCode.NONE, None
 
 
-def _append(response: PartitionProduceResponse, plog: PartitionLog, data: bytes, now_ms: int) -> bool:
+def _append(
+    response: PartitionProduceResponse, plog: PartitionLog, data: bytes, now_ms: int
+) -> AppendInfo | None:
     try:
         info = plog.append(data, now_ms=now_ms)
     except KafkaError as exc:
         response.error_code = exc.code
         response.error_message = exc.message
-        return False
+        return None
     except OSError as exc:
         log.error("Append failed: %s", exc)
         response.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         response.error_message = str(exc)
-        return False
+        return None
     response.base_offset = info.base_offset
     response.log_append_time_ms = info.log_append_time
     response.log_start_offset = info.log_start_offset
-    return True
+    return info
 
 
 def handle(
@@ -103,6 +106,7 @@ def handle(
 ) -> ProduceResponse | Awaitable[ProduceResponse | None] | None:
     broker = ctx.broker
     logs = broker.logs
+    replicas = None if broker.cluster is None else broker.cluster.replicas
     version = ctx.api_version
     acks = request.acks
     now_ms = ctx.now_ms()
@@ -111,6 +115,9 @@ def handle(
     topics: list[TopicProduceResponse] = []
     deferred: list[tuple[PartitionProduceResponse, PartitionLog, bytes, asyncio.Future[None]]] = []
     flushes: list[tuple[PartitionProduceResponse, asyncio.Future[None]]] = []
+    # acks=all in a cluster: the partition's reply waits until its high watermark passes the batch.
+    replicated: list[tuple[PartitionProduceResponse, str, int, int]] = []
+    plog_keys: dict[int, tuple[str, int]] = {}
     for topic in request.topic_data:
         info = logs.topic(topic.name)
         partitions: list[PartitionProduceResponse] = []
@@ -129,6 +136,10 @@ def handle(
                 )
             else:
                 code, message = _check_records(pdata.records, version)
+            if replicas is not None and not code:
+                code = broker.topology.leader_error(topic.name, pdata.index)
+                if not code and acks == -1:
+                    code = replicas.check_enough_replicas(topic.name, pdata.index)
             plog = None if code else logs.partition(topic.name, pdata.index)
             if plog is None or pdata.records is None:
                 response.error_code = code or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -137,14 +148,19 @@ def handle(
                 continue
             gate = broker.gate(plog)
             if gate.idle:
-                if not _append(response, plog, pdata.records, now_ms):
+                appended = _append(response, plog, pdata.records, now_ms)
+                if appended is None:
                     failed = True
-                elif plog.needs_flush(now_ms):
+                    continue
+                if plog.needs_flush(now_ms):
                     flushes.append((response, gate.request_flush()))
+                if replicas is not None and acks == -1:
+                    replicated.append((response, topic.name, pdata.index, appended.last_offset))
             else:
                 deferred.append((response, plog, pdata.records, gate.reserve()))
+                plog_keys[id(plog)] = (topic.name, pdata.index)
 
-    if not deferred and not flushes:
+    if not deferred and not flushes and not replicated:
         if acks == 0:
             ctx.close_connection = failed
             return None
@@ -161,13 +177,17 @@ def handle(
                     broker.gate(later_plog).abandon(later_turn)
                 raise
             try:
-                ok = _append(response, plog, data, ctx.now_ms())
+                appended = _append(response, plog, data, ctx.now_ms())
             finally:
                 gate.release()
-            if not ok:
+            if appended is None:
                 failed = True
-            elif plog.needs_flush(ctx.now_ms()):
+                continue
+            if plog.needs_flush(ctx.now_ms()):
                 flushes.append((response, gate.request_flush()))
+            if replicas is not None and acks == -1:
+                topic_name, index = plog_keys[id(plog)]
+                replicated.append((response, topic_name, index, appended.last_offset))
         if acks == 0:
             # Nobody waits for the fsync; the flush still happens.
             ctx.close_connection = failed
@@ -178,9 +198,37 @@ def handle(
             except Exception as exc:
                 response.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 response.error_message = f"fsync failed: {exc}"
+        if replicated and replicas is not None:
+            await _await_replication(replicas, replicated, request.timeout_ms)
         return ProduceResponse(responses=topics, throttle_time_ms=0)
 
     return finish()
+
+
+async def _await_replication(
+    replicas: ReplicaManager,
+    waits: list[tuple[PartitionProduceResponse, str, int, int]],
+    timeout_ms: int,
+) -> None:
+    """acks=all: each partition's answer once its ISR has the batch (``DelayedProduce``): NONE, or
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell under ``min.insync.replicas`` meanwhile,
+    NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after the request's timeout."""
+    pending = [
+        (response, replicas.wait_replicated(topic, index, last))
+        for response, topic, index, last in waits
+        if response.error_code == ErrorCode.NONE
+    ]
+    if not pending:
+        return
+    await asyncio.wait([fut for _, fut in pending], timeout=max(timeout_ms, 0) / 1000)
+    for response, fut in pending:
+        if not fut.done():
+            fut.cancel()
+            response.error_code = ErrorCode.REQUEST_TIMED_OUT
+        else:
+            response.error_code = fut.result()
+        if response.error_code not in (ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+            response.base_offset = -1
 
 
 def register(registry: HandlerRegistry) -> None:

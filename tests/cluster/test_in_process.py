@@ -1,0 +1,150 @@
+"""Three regroup nodes in one process, a shared in-process metadata store, and a real client
+(confluent-kafka / librdkafka): replicated topics, acks=all, consumer groups coordinated by the leader of
+their ``__consumer_offsets`` partition, and leadership moving when a node stops or crashes."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from .inprocess import InProcessCluster, in_process_cluster
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+confluent_admin = pytest.importorskip("confluent_kafka.admin")
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str = "all") -> list[tuple[int, int]]:
+    """Produce ``values`` (one partition key each) and return the acknowledged (partition, offset)s."""
+    acked: list[tuple[int, int]] = []
+    errors: list[str] = []
+
+    def delivered(err: object, msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acked.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": True, "linger.ms": 5}
+    )
+    for value in values:
+        producer.produce(topic, value, key=value, on_delivery=delivered)
+    assert producer.flush(60) == 0
+    assert not errors, errors
+    return acked
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, group: str | None = None) -> list[bytes]:
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group or f"g-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    try:
+        for _ in range(600):
+            if len(values) >= expected:
+                break
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            values.append(msg.value())
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return values
+
+
+def create(cluster: InProcessCluster, topic: str, partitions: int, rf: int = 3) -> None:
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    futures = admin.create_topics([confluent_admin.NewTopic(topic, partitions, rf)])
+    futures[topic].result(30)
+    cluster.wait_for(
+        lambda image: (
+            topic in image.topics and all(image.leader_of(topic, p) >= 0 for p in range(partitions))
+        ),
+        what=f"{topic} created",
+    )
+
+
+def test_a_replicated_topic_takes_acks_all_writes_and_every_replica_has_them(tmp_path: Path) -> None:
+    with in_process_cluster(tmp_path) as cluster:
+        create(cluster, "orders", 3)
+        values = [f"v{i}".encode() for i in range(300)]
+        acked = produce(cluster.bootstrap_servers, "orders", values)
+        assert len(acked) == 300
+        assert sorted(consume_all(cluster.bootstrap_servers, "orders", 300)) == sorted(values)
+
+        def replicas_equal() -> bool:
+            ends = {
+                (n, p): b.logs.partition("orders", p).log_end_offset  # type: ignore[union-attr]
+                for n, b in cluster.brokers.items()
+                for p in range(3)
+            }
+            return all(len({ends[(n, p)] for n in cluster.brokers}) == 1 for p in range(3))
+
+        cluster.wait_until(replicas_equal, what="every replica at the same log end")
+
+
+def test_the_group_coordinator_is_the_offsets_partition_leader_and_commits_survive_its_loss(
+    tmp_path: Path,
+) -> None:
+    with in_process_cluster(tmp_path) as cluster:
+        create(cluster, "events", 2)
+        produce(cluster.bootstrap_servers, "events", [f"e{i}".encode() for i in range(50)])
+        assert len(consume_all(cluster.bootstrap_servers, "events", 50, group="readers")) == 50
+        image = cluster.image()
+        from regroup.group.config import partition_for
+
+        coordinator = image.leader_of("__consumer_offsets", partition_for("readers", 3))
+        assert coordinator in cluster.brokers
+        cluster.crash_node(coordinator)
+        cluster.wait_for(
+            lambda i: (
+                coordinator not in i.nodes
+                and i.leader_of("__consumer_offsets", partition_for("readers", 3)) not in (-1, coordinator)
+            ),
+            what="a new coordinator for the group",
+        )
+        # The committed position came back from the new coordinator: nothing is read twice.
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "group.id": "readers",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            parts = [confluent_kafka.TopicPartition("events", p) for p in range(2)]
+            committed = consumer.committed(parts, timeout=30)
+            assert sum(tp.offset for tp in committed) == 50
+        finally:
+            consumer.close()
+
+
+def test_leadership_moves_away_on_a_controlled_shutdown_and_writes_continue(tmp_path: Path) -> None:
+    with in_process_cluster(tmp_path) as cluster:
+        create(cluster, "t", 3)
+        produce(cluster.bootstrap_servers, "t", [b"a", b"b", b"c"])
+        leader = cluster.image().leader_of("t", 0)
+        cluster.stop_node(leader)
+        image = cluster.wait_for(lambda i: leader not in i.nodes, what=f"node {leader} gone")
+        assert all(image.leader_of("t", p) not in (-1, leader) for p in range(3))
+        acked = produce(cluster.bootstrap_servers, "t", [f"x{i}".encode() for i in range(20)])
+        assert len(acked) == 20
+        assert len(consume_all(cluster.bootstrap_servers, "t", 23)) == 23
+        cluster.start_node(leader)
+        cluster.wait_for(
+            lambda i: (
+                leader in i.nodes
+                and all((s := i.partition("t", p)) is not None and leader in s.isr for p in range(3))
+            ),
+            what=f"node {leader} back in every ISR",
+        )
