@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_groups_command(sub)
 
+    from regroup.cluster.cli import add_parser as add_cluster_command
+
+    add_cluster_command(sub)
+
     bench = sub.add_parser(
         "bench",
         help="measure regroup: codecs, produce-fetch, and group-coordinator scenarios beside Apache Kafka",

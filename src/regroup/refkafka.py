@@ -60,6 +60,7 @@ __all__ = [
     "maven_available",
     "resolve_jars",
     "run_tool",
+    "tool_command",
     "skip_reason",
 ]
 
@@ -338,6 +339,20 @@ def _require_java() -> str:
     return java
 
 
+def tool_command(main_class: str, *args: str, version: str | None = None) -> list[str]:
+    """The command line that runs a Kafka Java command-line class from the cached jars (its own logging to
+    stderr at WARN, so stdout stays parseable); for tools a caller runs in the background."""
+    java = _require_java()
+    jar_dir = resolve_jars(version)
+    log_config = jar_dir / _TOOLS_LOG_CONFIG
+    if not log_config.is_file():
+        _write_atomic(log_config, _LOG4J2_TEMPLATE.format(target="SYSTEM_ERR"))
+    return [
+        java, *_SHORT_JVM, "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log_config}",
+        "-cp", _classpath(jar_dir), main_class, *args,
+    ]  # fmt: skip
+
+
 def run_tool(
     main_class: str, *args: str, timeout: float = 120.0, version: str | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -346,17 +361,13 @@ def run_tool(
     Output is captured as text; the tool's own logging goes to stderr at WARN so stdout stays parseable.
     The exit code is not checked.
     """
-    java = _require_java()
-    jar_dir = resolve_jars(version)
-    log_config = jar_dir / _TOOLS_LOG_CONFIG
-    if not log_config.is_file():
-        _write_atomic(log_config, _LOG4J2_TEMPLATE.format(target="SYSTEM_ERR"))
-    cmd = [
-        java, *_SHORT_JVM, "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log_config}",
-        "-cp", _classpath(jar_dir), main_class, *args,
-    ]  # fmt: skip
     return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+        tool_command(main_class, *args, version=version),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
     )
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from support.etcd import EtcdProcess
+from support.etcd import EtcdProcess, start_etcd
 
 
 @pytest.fixture
 def etcd_server(tmp_path: Path) -> Iterator[EtcdProcess]:
     """A fresh one-member etcd on free loopback ports (revision 1, no auto-compaction), killed at teardown.
     Skips locally, fails in CI, when the ``etcd`` binary is missing."""
-    server = EtcdProcess(tmp_path / "etcd").start()
+    server = start_etcd(tmp_path / "etcd")
     try:
         yield server
     finally:

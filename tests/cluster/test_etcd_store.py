@@ -15,7 +15,7 @@ import uvloop
 
 from regroup.cluster.etcd import EtcdStore, parse_endpoints
 from regroup.cluster.store import Put, StoreUnavailable
-from support.etcd import EtcdProcess
+from support.etcd import EtcdProcess, start_etcd
 
 WAIT_S = 30.0
 
@@ -105,7 +105,7 @@ def test_no_endpoint_answering_raises_store_unavailable() -> None:
 def test_a_lost_etcd_raises_store_unavailable_then_the_next_endpoint_serves(
     etcd_server: EtcdProcess, tmp_path: Path
 ) -> None:
-    other = EtcdProcess(tmp_path / "other").start()
+    other = start_etcd(tmp_path / "other")
 
     async def body() -> None:
         store = EtcdStore([etcd_server.endpoint, other.endpoint], timeout_s=10.0)

@@ -35,11 +35,13 @@ if TYPE_CHECKING:
     from regroup.runtime.group_view import GroupView, MemberView
     from regroup.testing.broker import BrokerError, TestBroker
     from regroup.testing.clock import VirtualClock
+    from regroup.testing.cluster import Cluster
     from regroup.testing.faults import Fault
 
 __all__ = [
     "ApiKey",
     "BrokerError",
+    "Cluster",
     "ErrorCode",
     "Fault",
     "GenerationRecord",
@@ -60,6 +62,7 @@ _HISTORY = "regroup.group.history"
 _SOURCES = {
     "ApiKey": "regroup.protocol.api_keys",
     "BrokerError": "regroup.testing.broker",
+    "Cluster": "regroup.testing.cluster",
     "ErrorCode": "regroup.protocol.errors",
     "Fault": "regroup.testing.faults",
     "GenerationRecord": _HISTORY,

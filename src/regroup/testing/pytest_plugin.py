@@ -13,8 +13,9 @@ import pytest
 
 if TYPE_CHECKING:
     from regroup.testing.broker import TestBroker
+    from regroup.testing.cluster import Cluster
 
-__all__ = ["regroup_broker", "regroup_broker_factory"]
+__all__ = ["regroup_broker", "regroup_broker_factory", "regroup_cluster"]
 
 
 @pytest.fixture
@@ -43,3 +44,16 @@ def regroup_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def regroup_broker(regroup_broker_factory: Callable[..., TestBroker]) -> TestBroker:
     """A running regroup broker with a virtual coordinator clock, for one test."""
     return regroup_broker_factory()
+
+
+@pytest.fixture
+def regroup_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A running three-node regroup cluster (a private etcd and three ``regroup serve`` processes), for one
+    test; needs Debian's ``etcd-server``."""
+    from regroup.testing.cluster import Cluster
+
+    cluster = Cluster(3, data_dir=Path(tmp_path_factory.mktemp("regroup-cluster"))).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -1,0 +1,126 @@
+"""Three ``regroup serve`` processes on a real etcd, real clients, real faults: a partition leader killed
+with SIGKILL while librdkafka and Kafka's Java producer write with acks=all; a leader paused with SIGSTOP past
+its session; Kafka's own tools describing the cluster. After each, a checker reads the whole log back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from regroup import refkafka
+from regroup.testing import Cluster
+from support.etcd import require_etcd
+
+from .workloads import ConfluentProducer, JavaProducer, check_acknowledged, read_partitions
+
+pytestmark = [pytest.mark.interop]
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+confluent_admin = pytest.importorskip("confluent_kafka.admin")
+
+TOPIC = "ledger"
+PARTITIONS = 3
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    require_etcd()
+    with Cluster(3, config={"min.insync.replicas": 2}, data_dir=tmp_path / "cluster") as c:
+        yield c
+
+
+def create_topic(cluster: Cluster, name: str = TOPIC, partitions: int = PARTITIONS) -> None:
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([confluent_admin.NewTopic(name, partitions, 3)])[name].result(60)
+    for p in range(partitions):
+        cluster.wait_for_isr(name, p)
+
+
+def wait_for(check: object, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        time.sleep(0.1)
+
+
+def java_available() -> bool:
+    return refkafka.skip_reason() is None
+
+
+def test_acknowledged_writes_survive_a_leader_crash(cluster: Cluster) -> None:
+    create_topic(cluster)
+    producers: list[ConfluentProducer | JavaProducer] = [
+        ConfluentProducer(cluster.bootstrap_servers, TOPIC).start()
+    ]
+    if java_available():
+        producers.append(JavaProducer(cluster.bootstrap_servers, TOPIC))
+    wait_for(
+        lambda: all(p.history.count() >= 100 for p in producers), "every producer acknowledged 100 records"
+    )
+    victim = cluster.leader(TOPIC, 0)
+    before = [p.history.count() for p in producers]
+    cluster.node(victim).kill()
+    new_leader = cluster.wait_for_leader(TOPIC, 0, not_on=victim)
+    assert new_leader != victim
+    wait_for(
+        lambda: all(p.history.count() >= b + 200 for p, b in zip(producers, before, strict=True)),
+        "every producer acknowledged 200 more records after the crash",
+    )
+    histories = [p.stop() for p in producers]
+    assert all(not h.failed for h in histories), [h.failed[:3] for h in histories]
+    # The killed node comes back: it truncates what it alone had, catches up and rejoins every ISR.
+    cluster.node(victim).start()
+    for p in range(PARTITIONS):
+        cluster.wait_for_isr(TOPIC, p)
+    log = read_partitions(cluster.bootstrap_servers, TOPIC, PARTITIONS)
+    checked = check_acknowledged(histories, log)
+    assert checked == sum(len(h.acked) for h in histories) >= 600
+
+
+def test_a_paused_leader_loses_its_leadership_and_truncates_what_it_alone_had(cluster: Cluster) -> None:
+    create_topic(cluster, "paused", 1)
+    victim = cluster.leader("paused", 0)
+    producer = ConfluentProducer(cluster.bootstrap_servers, "paused", name="before").start()
+    wait_for(lambda: producer.history.count() >= 100, "100 records acknowledged")
+    before = producer.stop()
+    cluster.node(victim).pause()  # past its session: cut off from etcd and from the other nodes
+    try:
+        new_leader = cluster.wait_for_leader("paused", 0, not_on=victim)
+        after = ConfluentProducer(cluster.bootstrap_servers, "paused", name="after").start()
+        wait_for(lambda: after.history.count() >= 100, "100 records acknowledged by the new leader")
+        after_history = after.stop()
+    finally:
+        cluster.node(victim).resume()
+    assert new_leader != victim
+    cluster.wait_for_isr("paused", 0)
+    log = read_partitions(cluster.bootstrap_servers, "paused", 1)
+    check_acknowledged([before, after_history], log)
+
+
+def test_kafka_tools_describe_the_cluster(cluster: Cluster) -> None:
+    if not java_available():
+        pytest.skip(str(refkafka.skip_reason()))
+    create_topic(cluster, "described", 3)
+    for node_id in cluster.node_ids:
+        bootstrap = cluster.node(node_id).listener
+        result = refkafka.run_tool(
+            "org.apache.kafka.tools.TopicCommand",
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--topic",
+            "described",
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        lines = [line for line in result.stdout.splitlines() if "Partition:" in line]
+        assert len(lines) == 3
+        image = cluster.image()
+        for p, line in enumerate(sorted(lines)):
+            state = image.partition("described", p)
+            assert state is not None
+            assert f"Leader: {state.leader}" in line
+            assert f"Replicas: {','.join(map(str, image.replicas_of('described', p)))}" in line
+            assert f"Isr: {','.join(map(str, state.isr))}" in line
