@@ -60,8 +60,8 @@ __all__ = [
     "maven_available",
     "resolve_jars",
     "run_tool",
-    "tool_command",
     "skip_reason",
+    "tool_command",
 ]
 
 # 4.4.0 is listed on Maven Central but incomplete: kafka-tools-api and kafka-tools 4.4.0 (which the
