@@ -12,7 +12,11 @@ crash is noticed quickly.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -183,6 +187,28 @@ class Cluster:
                     return group
             time.sleep(0.2)
         raise TimeoutError(f"group {group_id!r} not Stable within {timeout} s (last: {last})")
+
+    def group_view(self, group_id: str) -> dict[str, Any] | None:
+        """The group as its coordinator's admin port shows it (``/api/groups/<group>``: state, generation,
+        members with their assignments, lag); None when the coordinator does not know it."""
+        coordinator = self.coordinator_of(group_id)
+        node = self._local.nodes.get(coordinator)
+        if node is None or not node.running:
+            return None
+        url = f"http://127.0.0.1:{node.admin_port}/api/groups/{urllib.parse.quote(group_id, safe='')}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                view: dict[str, Any] = json.loads(reply.read())
+                return view
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def generation(self, group_id: str) -> int:
+        """The group's generation at its coordinator (-1: unknown there)."""
+        view = self.group_view(group_id)
+        return -1 if view is None else int(view["generation"])
 
     def committed(self, group_id: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets, as OffsetFetch from its coordinator returns them."""

@@ -1,0 +1,213 @@
+"""Consumer-group members for the cluster's fault tests, each recording the commits its broker acknowledged:
+librdkafka (confluent-kafka) and kafka-python in threads, Kafka's Java ``VerifiableConsumer`` as a process.
+Every member consumes, commits synchronously after each batch, and keeps ``(partition, offset)`` of every
+commit the coordinator answered with success."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from regroup import refkafka
+
+
+@dataclass
+class CommitHistory:
+    name: str
+    acked: list[tuple[int, int]] = field(default_factory=list)  # (partition, next offset), in ack order
+    consumed: int = 0
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def commit_acked(self, partition: int, offset: int) -> None:
+        with self.lock:
+            self.acked.append((partition, offset))
+
+    def commits(self) -> int:
+        with self.lock:
+            return len(self.acked)
+
+
+class ConfluentMember:
+    def __init__(
+        self, bootstrap: str, topic: str, group: str, name: str, *, instance_id: str | None = None
+    ) -> None:
+        import confluent_kafka
+
+        self.history = CommitHistory(name)
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": name,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 1000,
+        }
+        if instance_id is not None:
+            config["group.instance.id"] = instance_id
+            config["session.timeout.ms"] = 30_000
+        self._topic = topic
+        self._consumer = confluent_kafka.Consumer(config)
+        self._consumer.subscribe([topic])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> ConfluentMember:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import confluent_kafka
+
+        while not self._stop.is_set():
+            msgs = self._consumer.consume(50, 0.2)
+            batch = [m for m in msgs if not m.error()]
+            if not batch:
+                continue
+            self.history.consumed += len(batch)
+            ends: dict[int, int] = {}
+            for m in batch:
+                ends[m.partition()] = m.offset() + 1
+            offsets = [confluent_kafka.TopicPartition(self._topic, p, o) for p, o in ends.items()]
+            try:
+                answered = self._consumer.commit(offsets=offsets, asynchronous=False)
+            except confluent_kafka.KafkaException as exc:
+                self.history.errors.append(str(exc))
+                continue
+            for tp in answered or []:
+                if tp.error is None:
+                    self.history.commit_acked(tp.partition, tp.offset)
+
+    def stop(self) -> CommitHistory:
+        self._stop.set()
+        self._thread.join(60)
+        self._consumer.close()
+        return self.history
+
+
+class KafkaPythonMember:
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
+        from support.kafka_python_join import patch_kafka_python_join
+
+        patch_kafka_python_join()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from kafka import KafkaConsumer
+
+        self.history = CommitHistory(name)
+        self._consumer = KafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap.split(","),
+            group_id=group,
+            client_id=name,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=1000,
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> KafkaPythonMember:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from kafka.errors import KafkaError
+        from kafka.structs import OffsetAndMetadata
+
+        while not self._stop.is_set():
+            try:
+                polled = self._consumer.poll(timeout_ms=200, max_records=50)
+            except KafkaError as exc:
+                self.history.errors.append(str(exc))
+                continue
+            if not polled:
+                continue
+            offsets = {}
+            for tp, records in polled.items():
+                self.history.consumed += len(records)
+                offsets[tp] = OffsetAndMetadata(records[-1].offset + 1, "", -1)
+            try:
+                self._consumer.commit(offsets)
+            except KafkaError as exc:
+                self.history.errors.append(str(exc))
+                continue
+            for tp, om in offsets.items():
+                self.history.commit_acked(tp.partition, om.offset)
+
+    def stop(self) -> CommitHistory:
+        self._stop.set()
+        self._thread.join(60)
+        self._consumer.close()
+        return self.history
+
+
+class JavaMember:
+    """Kafka's ``VerifiableConsumer``: commits after each poll (``offsets_committed`` events)."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
+        self.history = CommitHistory(name)
+        self._process = subprocess.Popen(
+            refkafka.tool_command(
+                "org.apache.kafka.tools.VerifiableConsumer",
+                "--topic",
+                topic,
+                "--group-id",
+                group,
+                "--bootstrap-server",
+                bootstrap,
+                "--session-timeout",
+                "10000",
+                "--reset-policy",
+                "earliest",
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, name=name, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            name = event.get("name")
+            if name == "records_consumed":
+                self.history.consumed += int(event.get("count", 0))
+            elif name == "offsets_committed":
+                if event.get("success"):
+                    for entry in event.get("offsets", []):
+                        self.history.commit_acked(int(entry["partition"]), int(entry["offset"]))
+                else:
+                    self.history.errors.append(str(event.get("error")))
+
+    def stop(self) -> CommitHistory:
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=30)
+        self._reader.join(30)
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+        return self.history
+
+
+def wait_for(check: Any, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        time.sleep(0.1)
