@@ -1,5 +1,5 @@
 """Consumer-group members for the cluster's fault tests, each recording the commits its broker acknowledged:
-librdkafka (confluent-kafka) and kafka-python in threads, Kafka's Java ``VerifiableConsumer`` as a process.
+librdkafka (confluent-kafka) in a thread, kafka-python and Kafka's Java ``VerifiableConsumer`` as processes.
 Every member consumes, commits synchronously after each batch, and keeps ``(partition, offset)`` of every
 commit the coordinator answered with success."""
 
@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from regroup import refkafka
@@ -91,70 +92,65 @@ class ConfluentMember:
         return self.history
 
 
-class KafkaPythonMember:
-    def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
-        from support.kafka_python_join import patch_kafka_python_join
+class _ProcessMember:
+    """A member running as its own process, reporting JSON events on its stdout."""
 
-        patch_kafka_python_join()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            from kafka import KafkaConsumer
-
+    def __init__(self, name: str, command: list[str]) -> None:
         self.history = CommitHistory(name)
-        self._consumer = KafkaConsumer(
-            topic,
-            bootstrap_servers=bootstrap.split(","),
-            group_id=group,
-            client_id=name,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            session_timeout_ms=10_000,
-            heartbeat_interval_ms=1000,
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._reader = threading.Thread(target=self._read, name=name, daemon=True)
+        self._reader.start()
 
-    def start(self) -> KafkaPythonMember:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        from kafka.errors import KafkaError
-        from kafka.structs import OffsetAndMetadata
-
-        while not self._stop.is_set():
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
             try:
-                polled = self._consumer.poll(timeout_ms=200, max_records=50)
-            except KafkaError as exc:
-                self.history.errors.append(str(exc))
+                event = json.loads(line)
+            except ValueError:
                 continue
-            if not polled:
-                continue
-            offsets = {}
-            for tp, records in polled.items():
-                self.history.consumed += len(records)
-                offsets[tp] = OffsetAndMetadata(records[-1].offset + 1, "", -1)
-            try:
-                self._consumer.commit(offsets)
-            except KafkaError as exc:
-                self.history.errors.append(str(exc))
-                continue
-            for tp, om in offsets.items():
-                self.history.commit_acked(tp.partition, om.offset)
+            self.on_event(event)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        raise NotImplementedError
 
     def stop(self) -> CommitHistory:
-        self._stop.set()
-        self._thread.join(60)
-        self._consumer.close()
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=30)
+        self._reader.join(30)
+        if self._process.stdout is not None:
+            self._process.stdout.close()
         return self.history
 
 
-class JavaMember:
+class KafkaPythonMember(_ProcessMember):
+    """kafka-python (``kafka_python_member.py``), committing after each poll."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
+        script = Path(__file__).with_name("kafka_python_member.py")
+        super().__init__(name, [sys.executable, str(script), bootstrap, topic, group, name])
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if "consumed" in event:
+            self.history.consumed += int(event["consumed"])
+        elif "committed" in event:
+            for partition, offset in event["committed"]:
+                self.history.commit_acked(int(partition), int(offset))
+        elif "error" in event:
+            self.history.errors.append(str(event["error"]))
+
+
+class JavaMember(_ProcessMember):
     """Kafka's ``VerifiableConsumer``: commits after each poll (``offsets_committed`` events)."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
-        self.history = CommitHistory(name)
-        self._process = subprocess.Popen(
+        super().__init__(
+            name,
             refkafka.tool_command(
                 "org.apache.kafka.tools.VerifiableConsumer",
                 "--topic",
@@ -168,42 +164,18 @@ class JavaMember:
                 "--reset-policy",
                 "earliest",
             ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
         )
-        self._reader = threading.Thread(target=self._read, name=name, daemon=True)
-        self._reader.start()
 
-    def _read(self) -> None:
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            name = event.get("name")
-            if name == "records_consumed":
-                self.history.consumed += int(event.get("count", 0))
-            elif name == "offsets_committed":
-                if event.get("success"):
-                    for entry in event.get("offsets", []):
-                        self.history.commit_acked(int(entry["partition"]), int(entry["offset"]))
-                else:
-                    self.history.errors.append(str(event.get("error")))
-
-    def stop(self) -> CommitHistory:
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait(timeout=30)
-        self._reader.join(30)
-        if self._process.stdout is not None:
-            self._process.stdout.close()
-        return self.history
+    def on_event(self, event: dict[str, Any]) -> None:
+        name = event.get("name")
+        if name == "records_consumed":
+            self.history.consumed += int(event.get("count", 0))
+        elif name == "offsets_committed":
+            if event.get("success"):
+                for entry in event.get("offsets", []):
+                    self.history.commit_acked(int(entry["partition"]), int(entry["offset"]))
+            else:
+                self.history.errors.append(str(event.get("error")))
 
 
 def wait_for(check: Any, what: str, timeout: float = 120.0) -> None:

@@ -56,7 +56,7 @@ def test_a_group_survives_its_coordinator_crash_and_keeps_every_acknowledged_com
     group = "workers"
     members: list[ConfluentMember | KafkaPythonMember | JavaMember] = [
         ConfluentMember(cluster.bootstrap_servers, TOPIC, group, "librdkafka").start(),
-        KafkaPythonMember(cluster.bootstrap_servers, TOPIC, group, "kafka-python").start(),
+        KafkaPythonMember(cluster.bootstrap_servers, TOPIC, group, "kafka-python"),
     ]
     if refkafka.skip_reason() is None:
         members.append(JavaMember(cluster.bootstrap_servers, TOPIC, group, "java"))

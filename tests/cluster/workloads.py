@@ -13,7 +13,9 @@ was acknowledged (partition, offset), what was consumed, what was committed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -112,9 +114,15 @@ class JavaProducer:
     ) -> None:
         # VerifiableProducer's values are "<integer prefix>.<n>"
         self.history = ProducerHistory(name, f"{value_prefix}.".encode())
+        # Retried as librdkafka retries (within delivery.timeout.ms), so a leader change is not a failed send.
+        self._config = tempfile.NamedTemporaryFile("w", suffix=".properties", delete=False)  # noqa: SIM115
+        self._config.write("enable.idempotence=true\nretries=2147483647\ndelivery.timeout.ms=120000\n")
+        self._config.close()
         self._process = subprocess.Popen(
             refkafka.tool_command(
                 "org.apache.kafka.tools.VerifiableProducer",
+                "--command-config",
+                self._config.name,
                 "--topic",
                 topic,
                 "--bootstrap-server",
@@ -161,6 +169,7 @@ class JavaProducer:
         self._reader.join(30)
         if self._process.stdout is not None:
             self._process.stdout.close()
+        os.unlink(self._config.name)
         return self.history
 
 
