@@ -14,7 +14,7 @@ from regroup import refkafka
 from regroup.testing import Cluster
 from support.etcd import require_etcd
 
-from .workloads import ConfluentProducer, JavaProducer, check_acknowledged, read_partitions
+from .workloads import ConfluentProducer, JavaProducer, check_acknowledged, read_partitions, replica_batches
 
 pytestmark = [pytest.mark.interop]
 
@@ -124,3 +124,48 @@ def test_kafka_tools_describe_the_cluster(cluster: Cluster) -> None:
             assert f"Leader: {state.leader}" in line
             assert f"Replicas: {','.join(map(str, image.replicas_of('described', p)))}" in line
             assert f"Isr: {','.join(map(str, state.isr))}" in line
+
+
+def test_a_deposed_leader_truncates_the_tail_only_it_had(cluster: Cluster) -> None:
+    """KIP-101: acks=1 records only the leader wrote are not committed; once another replica leads, the old
+    leader's log follows the new one's — its divergent tail is truncated, nothing acknowledged with acks=all
+    is lost."""
+    create_topic(cluster, "tail", 1)
+    leader = cluster.leader("tail", 0)
+    followers = [n for n in cluster.node_ids if n != leader]
+    committed = ConfluentProducer(cluster.bootstrap_servers, "tail", name="committed").start()
+    wait_for(lambda: committed.history.count() >= 50, "50 records acknowledged by the whole ISR")
+    committed_history = committed.stop()
+    for node_id in followers:
+        cluster.node(node_id).pause()
+    # A fetch a follower sent before it stopped may be parked at the leader for up to
+    # replica.fetch.wait.max.ms (200 ms here), and would carry what is written meanwhile into the stopped
+    # follower's socket; past that window nothing written can reach a follower.
+    time.sleep(1.0)
+    try:
+        # Written by the leader alone: acks=1 answers before any follower has them.
+        lonely = ConfluentProducer(cluster.bootstrap_servers, "tail", name="lonely", acks="1").start()
+        wait_for(lambda: lonely.history.count() >= 20, "20 records acknowledged by the leader alone")
+        lonely_history = lonely.stop()
+        cluster.node(leader).pause()
+    finally:
+        for node_id in followers:
+            cluster.node(node_id).resume()
+    try:
+        new_leader = cluster.wait_for_leader("tail", 0, not_on=leader)
+        after = ConfluentProducer(cluster.bootstrap_servers, "tail", name="after").start()
+        wait_for(lambda: after.history.count() >= 50, "50 records acknowledged by the new leader's ISR")
+        after_history = after.stop()
+    finally:
+        cluster.node(leader).resume()
+    cluster.wait_for_isr("tail", 0)
+    old_dir = cluster.node(leader).data_dir
+    new_dir = cluster.node(new_leader).data_dir
+    wait_for(
+        lambda: replica_batches(old_dir, "tail", 0) == replica_batches(new_dir, "tail", 0),
+        "the old leader's log byte for byte the new leader's",
+    )
+    log = read_partitions(cluster.bootstrap_servers, "tail", 1)
+    check_acknowledged([committed_history, after_history], log)
+    values = {value for records in log.values() for _, value in records}
+    assert not values & {a.value for a in lonely_history.acked}, "the unreplicated tail survived"

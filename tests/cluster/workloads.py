@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from regroup import refkafka
@@ -54,7 +55,9 @@ class ProducerHistory:
 class ConfluentProducer:
     """Produces ``<name>-<n>`` values (keyed by n) with acks=all until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str, name: str = "confluent", rate: float = 400.0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, name: str = "confluent", rate: float = 400.0, acks: str = "all"
+    ) -> None:
         import confluent_kafka
 
         self.history = ProducerHistory(name, f"{name}-".encode())
@@ -64,8 +67,8 @@ class ConfluentProducer:
         self._producer = confluent_kafka.Producer(
             {
                 "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
+                "acks": acks,
+                "enable.idempotence": acks == "all",
                 "linger.ms": 2,
                 "delivery.timeout.ms": 120_000,
                 "retry.backoff.ms": 100,
@@ -242,3 +245,17 @@ def check_acknowledged(histories: Iterable[ProducerHistory], log: dict[int, list
             mine = [int(v[len(prefix) :]) for _, v in records if v.startswith(prefix)]
             assert mine == sorted(mine), f"{history.name}: values out of order in partition {partition}"
     return checked
+
+
+def replica_batches(data_dir: Path, topic: str, partition: int) -> list[tuple[int, bytes]]:
+    """(base offset, raw batch bytes) of every whole batch in one replica's log files, read straight from
+    its data directory (the node may be running: segments are append-only)."""
+    from regroup.protocol.record_batch import iter_batches
+
+    directory = data_dir / f"{topic}-{partition}"
+    out: list[tuple[int, bytes]] = []
+    for segment in sorted(directory.glob("*.log")):
+        data = segment.read_bytes()
+        for pos, header in iter_batches(data):
+            out.append((header.base_offset, data[pos : pos + header.batch_length + 12]))
+    return out
