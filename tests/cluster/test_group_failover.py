@@ -6,8 +6,12 @@ without a rebalance."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,10 +78,28 @@ def test_a_group_survives_its_coordinator_crash_and_keeps_every_acknowledged_com
             "every member committed through the new coordinator",
         )
         cluster.wait_for_stable(group, members=len(members), timeout=120)
+        # __group_events is replicated: the timeline written before the crash is read from the new leader.
+        timeline = _history(cluster, group)
+        assert timeline["generations"], timeline
+        assert timeline["generations"][0]["generation_id"] >= 1
     finally:
         histories = [m.stop() for m in members]
         producer.stop()
     check_commits(cluster, group, histories)
+
+
+def _history(cluster: Cluster, group: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "regroup.cli", "groups", "--bootstrap-server", cluster.bootstrap_servers,
+            "--history", "--group", group, "--output", "json",
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    document = json.loads(result.stdout)
+    timeline: dict[str, Any] = document["groups"][0]
+    return timeline
 
 
 def test_static_members_ride_through_a_rolling_restart_without_a_rebalance(cluster: Cluster) -> None:

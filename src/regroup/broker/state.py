@@ -34,6 +34,7 @@ from regroup.cluster.topology import LocalTopology, Topology
 from regroup.group.config import GroupConfig
 from regroup.log import LogDefaults, LogManager, PartitionLog
 from regroup.protocol.errors import ErrorCode, KafkaError
+from regroup.protocol.group_events import GROUP_EVENTS_TOPIC
 from regroup.runtime.clock import Clock, SystemClock
 from regroup.runtime.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
 from regroup.runtime.durability import GateRegistry, PartitionGate, ReplicatedGate, WriteGate
@@ -154,6 +155,8 @@ class Broker:
         self._producer_ids = ProducerIdAllocator(self.data_dir)
         await asyncio.to_thread(self.logs.load, self.clock.now_ms())
         self._logs_loaded = True
+        if cluster is not None:
+            self.group_coordinator.events_leader = self._leads_events_partition
         await self.group_coordinator.start(load_all=cluster is None)
         self.stopping.add_done_callback(self._resign_coordinator)
         await self.server.start(config.listeners())
@@ -262,6 +265,12 @@ class Broker:
         self._deletions.add(task)
         task.add_done_callback(self._deletions.discard)
 
+    def _leads_events_partition(self, partition: int) -> bool:
+        cluster = self.cluster
+        return (
+            cluster is not None and cluster.replicas.leading_epoch(GROUP_EVENTS_TOPIC, partition) is not None
+        )
+
     def _session_changed(self, fenced: bool) -> None:
         """Coordinators self-fence while the session may be lost: another node may own their groups."""
         cluster = self.cluster
@@ -277,39 +286,53 @@ class Broker:
                 self._on_leader(topic, partition, epoch)
 
     def _image_changed(self, _old: ClusterImage, new: ClusterImage) -> None:
-        """Create ``__consumer_offsets`` once enough nodes run for its replication factor (Kafka creates it
-        on the first FindCoordinator; any node may, the store lets exactly one succeed)."""
+        """Create ``__consumer_offsets`` (and ``__group_events`` beside it) once enough nodes run for its
+        replication factor (Kafka creates it on the first FindCoordinator; any node may, the store lets
+        exactly one succeed)."""
         cluster = self.cluster
-        if cluster is None or OFFSETS_TOPIC in new.topics or self._creating_offsets is not None:
+        if cluster is None or self._creating_offsets is not None or not self._internal_topics_missing(new):
             return
         rf = self.config.get_int("offsets.topic.replication.factor")
         if len(new.running_nodes()) < rf:
             return
-        self._creating_offsets = asyncio.get_running_loop().create_task(self._create_offsets_topic(rf))
+        self._creating_offsets = asyncio.get_running_loop().create_task(self._create_internal_topics(rf))
 
-    async def _create_offsets_topic(self, replication_factor: int) -> None:
+    def _internal_topics_missing(self, image: ClusterImage) -> bool:
+        events = self.group_coordinator.config.group_events.enabled
+        return OFFSETS_TOPIC not in image.topics or (events and GROUP_EVENTS_TOPIC not in image.topics)
+
+    async def _create_internal_topics(self, replication_factor: int) -> None:
         cluster = self.cluster
         assert cluster is not None
+        coordinator = self.group_coordinator.config
         partitions = self.config.get_int("offsets.topic.num.partitions")
         try:
-            await cluster.node.create_topic(
-                OFFSETS_TOPIC,
-                partitions,
-                replication_factor,
-                self.group_coordinator.config.topic_configs(),
-                internal=True,
-            )
-            log.info(
-                "Created %s (%d partitions, replication factor %d)",
-                OFFSETS_TOPIC,
-                partitions,
-                replication_factor,
-            )
+            offsets = cluster.node.image.topic(OFFSETS_TOPIC)
+            if offsets is None:
+                offsets = await cluster.node.create_topic(
+                    OFFSETS_TOPIC, partitions, replication_factor, coordinator.topic_configs(), internal=True
+                )
+                log.info(
+                    "Created %s (%d partitions, replication factor %d)",
+                    OFFSETS_TOPIC,
+                    partitions,
+                    replication_factor,
+                )
+            if coordinator.group_events.enabled and GROUP_EVENTS_TOPIC not in cluster.node.image.topics:
+                # The replicas of __consumer_offsets, so a group's timeline is led where the group is.
+                await cluster.node.create_topic(
+                    GROUP_EVENTS_TOPIC,
+                    offsets.partitions,
+                    offsets.replication_factor,
+                    coordinator.group_events.topic_configs(),
+                    internal=True,
+                    assignment=offsets.replicas,
+                )
         except KafkaError as exc:
             if exc.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
-                log.warning("Cannot create %s yet: %s", OFFSETS_TOPIC, exc)
+                log.warning("Cannot create the internal topics yet: %s", exc)
         except Exception as exc:
-            log.warning("Cannot create %s yet: %s", OFFSETS_TOPIC, exc)
+            log.warning("Cannot create the internal topics yet: %s", exc)
         finally:
             self._creating_offsets = None
 

@@ -138,6 +138,8 @@ class GroupCoordinator:
         self._group_config = self.config.group
         self._runners: dict[int, ShardRunner] = {}
         self._epochs: dict[int, int] = {}  # cluster: the leader epoch of each partition's last election
+        self.events_leader: Callable[[int], bool] | None = None
+        """In a cluster: whether this node leads a ``__group_events`` partition (set by the broker)."""
         self._observers: list[Observer] = []
         self.group_events: GroupEventLog | None = None
         self._tickets = 0
@@ -166,6 +168,15 @@ class GroupCoordinator:
         unloaded as this node gains and loses their leadership (:meth:`on_election`,
         :meth:`on_resignation`)."""
         if not load_all:
+            if self.config.group_events.enabled and self.group_events is None:
+                self.group_events = GroupEventLog(
+                    self._logs,
+                    self.config.group_events,
+                    self.clock,
+                    self._new_gate,
+                    may_append=self._leads_events_partition,
+                )
+                self.group_events.start_replicated()
             self._running = True
             interval = self.config.compaction_interval_ms
             if interval:
@@ -287,8 +298,15 @@ class GroupCoordinator:
             await runner.unload()
         if self._epochs.get(partition) != leader_epoch or not self._running:
             return  # resigned or re-elected meanwhile
+        if self.group_events is not None:
+            await self.group_events.replay_partition(partition)
         log.info("Loading %s-%d (leader epoch %d)", OFFSETS_TOPIC, partition, leader_epoch)
         self._start_runner(partition, ready)
+
+    def _leads_events_partition(self, partition: int) -> bool:
+        """In a cluster the timeline is appended where ``__group_events-partition`` is led, which the
+        broker tells through ``events_leader``; by default (no such hook) everywhere."""
+        return self.events_leader is None or self.events_leader(partition)
 
     def on_resignation(self, partition: int, leader_epoch: int | None) -> None:
         """This node no longer leads ``__consumer_offsets-partition``: unload it unless it was elected again

@@ -239,8 +239,13 @@ class GroupEventLog:
         config: GroupEventsConfig,
         clock: Clock,
         gate_for: Callable[[PartitionLog], WriteGate],
+        *,
+        may_append: Callable[[int], bool] | None = None,
     ) -> None:
+        """``may_append(partition)``: whether this node may append to that partition now (in a cluster: it
+        leads it); by default always."""
         self.config = config
+        self._may_append = may_append
         self.stats = EventLogStats()
         self._logs = logs
         self._clock = clock
@@ -278,6 +283,30 @@ class GroupEventLog:
                 ends[partition] = plog.log_end_offset
         self._replay = asyncio.create_task(self._replay_all(ends), name="regroup group events replay")
         self._writer = asyncio.create_task(self._write_loop(), name="regroup group events writer")
+
+    def start_replicated(self) -> None:
+        """A cluster node: the topic is the cluster's (created with ``__consumer_offsets``, replicated like
+        any topic); start the writer, and replay a partition when this node becomes the coordinator of its
+        groups (:meth:`replay_partition`)."""
+        self._writer = asyncio.create_task(self._write_loop(), name="regroup group events writer")
+
+    async def replay_partition(self, partition: int) -> None:
+        """Read this node's copy of one partition (a coordinator just elected for its groups)."""
+        info = self._logs.topic(GROUP_EVENTS_TOPIC)
+        if info is None:
+            return
+        self._partitions = info.partitions
+        plog = self._logs.partition(GROUP_EVENTS_TOPIC, partition)
+        if plog is None:
+            return
+        # The log holds everything remembered of these groups (what this node appended when it led them
+        # before included): read afresh.
+        for group_id in [g for g in self._timelines if events_partition(g, self._partitions) == partition]:
+            del self._timelines[group_id]
+        try:
+            await self._replay_partition(partition, plog.log_end_offset, to_log_end=True)
+        except (KafkaError, OSError, DecodeError) as exc:
+            log.warning("Replaying %s-%d stopped: %s", GROUP_EVENTS_TOPIC, partition, exc)
 
     async def wait_replayed(self) -> None:
         if self._replay is not None:
@@ -322,6 +351,9 @@ class GroupEventLog:
         if doc is None:
             return
         self._remember(doc, replayed=False)
+        if not self._partitions:
+            info = self._logs.topic(GROUP_EVENTS_TOPIC)
+            self._partitions = 0 if info is None else info.partitions
         if self._closed or self._writer is None or not self._partitions:
             return
         try:
@@ -360,6 +392,10 @@ class GroupEventLog:
 
     async def _append(self, partition: int, records: list[tuple[bytes, bytes]]) -> None:
         plog = self._logs.partition(GROUP_EVENTS_TOPIC, partition)
+        if self._may_append is not None and not self._may_append(partition):
+            # Another node leads this partition now (the timeline is observability: counted, not retried).
+            self.stats.dropped += len(records)
+            return
         if plog is None or plog.closed:
             self.stats.failed += len(records)
             log.warning("%s-%d is gone; %d events lost", GROUP_EVENTS_TOPIC, partition, len(records))
@@ -407,14 +443,14 @@ class GroupEventLog:
             asyncio.get_running_loop().time() - started,
         )
 
-    async def _replay_partition(self, partition: int, end: int) -> None:
+    async def _replay_partition(self, partition: int, end: int, *, to_log_end: bool = False) -> None:
         plog = self._logs.partition(GROUP_EVENTS_TOPIC, partition)
         if plog is None:
             return
         offset = plog.log_start_offset
         while offset < end and not plog.closed:
             try:
-                data = plog.read(offset, 1 << 20).data
+                data = plog.read(offset, 1 << 20, to_log_end=to_log_end).data
             except KafkaError as exc:
                 if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
                     raise
