@@ -27,7 +27,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str = "all
             acked.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
 
     producer = confluent_kafka.Producer(
-        {"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": True, "linger.ms": 5}
+        {"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": acks == "all", "linger.ms": 5}
     )
     for value in values:
         producer.produce(topic, value, key=value, on_delivery=delivered)
@@ -148,3 +148,32 @@ def test_leadership_moves_away_on_a_controlled_shutdown_and_writes_continue(tmp_
             ),
             what=f"node {leader} back in every ISR",
         )
+
+
+def test_acks_all_needs_min_insync_replicas_and_acks_1_does_not(tmp_path: Path) -> None:
+    with in_process_cluster(tmp_path) as cluster:
+        create(cluster, "strict", 1)
+        leader = cluster.image().leader_of("strict", 0)
+        for node_id in [n for n in list(cluster.brokers) if n != leader]:
+            cluster.crash_node(node_id)
+        cluster.wait_for(
+            lambda i: (s := i.partition("strict", 0)) is not None and s.isr == (leader,),
+            what="the ISR down to the leader alone",
+        )
+        errors: list[str] = []
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "acks": "all",
+                "retries": 0,
+                "enable.idempotence": False,
+                "message.timeout.ms": 10_000,
+            }
+        )
+        producer.produce(
+            "strict", b"x", on_delivery=lambda err, _msg: errors.append(err.name() if err else "OK")
+        )
+        producer.flush(30)
+        assert errors == ["NOT_ENOUGH_REPLICAS"]
+        # acks=1 only needs the leader.
+        assert produce(cluster.bootstrap_servers, "strict", [b"y"], acks="1") == [(0, 0)]
