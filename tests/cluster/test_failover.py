@@ -169,3 +169,48 @@ def test_a_deposed_leader_truncates_the_tail_only_it_had(cluster: Cluster) -> No
     check_acknowledged([committed_history, after_history], log)
     values = {value for records in log.values() for _, value in records}
     assert not values & {a.value for a in lonely_history.acked}, "the unreplicated tail survived"
+
+
+def test_kafka_consumer_groups_describes_a_group_from_every_node(cluster: Cluster) -> None:
+    if not java_available():
+        pytest.skip(str(refkafka.skip_reason()))
+    create_topic(cluster, "grouped", 3)
+    producer = ConfluentProducer(cluster.bootstrap_servers, "grouped", name="g").start()
+    wait_for(lambda: producer.history.count() >= 60, "60 records")
+    produced = producer.stop().count()
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "described-group",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe(["grouped"])
+        read = 0
+        deadline = time.monotonic() + 60
+        while read < produced and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                read += 1
+        consumer.commit(asynchronous=False)
+        cluster.wait_for_stable("described-group", members=1)
+        outputs = []
+        for node_id in cluster.node_ids:
+            result = refkafka.run_tool(
+                refkafka.CONSUMER_GROUPS_COMMAND,
+                "--bootstrap-server", cluster.node(node_id).listener,
+                "--describe", "--group", "described-group",
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr[-2000:]
+            rows = sorted(
+                line.split()[:6] for line in result.stdout.splitlines() if line.startswith("described-group")
+            )
+            outputs.append(rows)
+        assert len(outputs[0]) == 3, outputs
+        assert all(rows == outputs[0] for rows in outputs), outputs
+        assert sum(int(row[3]) for row in outputs[0]) == produced, outputs  # CURRENT-OFFSET
+        assert all(row[3] == row[4] for row in outputs[0])  # no lag: CURRENT-OFFSET == LOG-END-OFFSET
+    finally:
+        consumer.close()

@@ -139,7 +139,7 @@ class AdminServer:
         )
 
     async def _groups(self, _request: web.Request) -> web.StreamResponse:
-        return _json({"groups": [v.to_json(detail=False) for v in self._views()]})
+        return _json({"groups": [self._group_json(v, detail=False) for v in self._views()]})
 
     async def _group(self, request: web.Request) -> web.StreamResponse:
         group_id = request.match_info["group"]
@@ -147,7 +147,14 @@ class AdminServer:
         view = coord.group_view(group_id) if coord.running else None
         if view is None:
             return _json({"error": f"group {group_id} not found"}, status=404)
-        return _json(view.to_json(detail=True))
+        return _json(self._group_json(view, detail=True))
+
+    def _group_json(self, view: GroupView, *, detail: bool) -> dict[str, Any]:
+        # The groups an admin port shows are the ones its node coordinates (in a cluster, each node's
+        # __consumer_offsets partitions): it names itself as their coordinator.
+        out = view.to_json(detail=detail)
+        out["coordinator"] = self._broker.node_id
+        return out
 
     async def _history(self, request: web.Request) -> web.StreamResponse:
         group_id = request.match_info["group"]
