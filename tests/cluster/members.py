@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from regroup import refkafka
+from regroup.testing import Cluster
 
 
 @dataclass
@@ -176,6 +177,19 @@ class JavaMember(_ProcessMember):
                     self.history.commit_acked(int(entry["partition"]), int(entry["offset"]))
             else:
                 self.history.errors.append(str(event.get("error")))
+
+
+def check_commits(cluster: Cluster, group: str, topic: str, histories: list[CommitHistory]) -> None:
+    """Every acknowledged commit is there: the group's committed offset of each partition is the latest
+    acknowledged one or a later attempt (offsets of a partition only grow here), never less."""
+    committed = cluster.committed(group)
+    latest: dict[int, int] = {}
+    for history in histories:
+        for partition, offset in history.acked:
+            latest[partition] = max(latest.get(partition, 0), offset)
+    assert latest, "no commit was acknowledged"
+    for partition, offset in latest.items():
+        assert committed.get((topic, partition), -1) >= offset, (partition, offset, committed)
 
 
 def wait_for(check: Any, what: str, timeout: float = 120.0) -> None:

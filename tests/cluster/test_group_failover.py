@@ -19,7 +19,7 @@ from regroup import refkafka
 from regroup.testing import Cluster
 from support.etcd import require_etcd
 
-from .members import CommitHistory, ConfluentMember, JavaMember, KafkaPythonMember, wait_for
+from .members import ConfluentMember, JavaMember, KafkaPythonMember, check_commits, wait_for
 from .workloads import ConfluentProducer
 
 pytestmark = [pytest.mark.interop]
@@ -40,19 +40,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         for p in range(PARTITIONS):
             c.wait_for_isr(TOPIC, p)
         yield c
-
-
-def check_commits(cluster: Cluster, group: str, histories: list[CommitHistory]) -> None:
-    """Every acknowledged commit is there: the group's committed offset of each partition is the latest
-    acknowledged one or a later attempt (offsets of a partition only grow here), never less."""
-    committed = cluster.committed(group)
-    latest: dict[int, int] = {}
-    for history in histories:
-        for partition, offset in history.acked:
-            latest[partition] = max(latest.get(partition, 0), offset)
-    assert latest, "no commit was acknowledged"
-    for partition, offset in latest.items():
-        assert committed.get((TOPIC, partition), -1) >= offset, (partition, offset, committed)
 
 
 def test_a_group_survives_its_coordinator_crash_and_keeps_every_acknowledged_commit(cluster: Cluster) -> None:
@@ -85,7 +72,7 @@ def test_a_group_survives_its_coordinator_crash_and_keeps_every_acknowledged_com
     finally:
         histories = [m.stop() for m in members]
         producer.stop()
-    check_commits(cluster, group, histories)
+    check_commits(cluster, group, TOPIC, histories)
 
 
 def _history(cluster: Cluster, group: str) -> dict[str, Any]:
@@ -139,7 +126,7 @@ def test_static_members_ride_through_a_rolling_restart_without_a_rebalance(clust
     finally:
         histories = [m.stop() for m in members]
         producer.stop()
-    check_commits(cluster, group, histories)
+    check_commits(cluster, group, TOPIC, histories)
 
 
 def _generation(cluster: Cluster, group: str) -> int:
