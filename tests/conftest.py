@@ -29,7 +29,9 @@ patch_kafka_python_join()
 # Tests driving real clients and servers leave cyclic garbage (client objects, sockets and pipes kept alive
 # by a failed assertion's traceback, say). Collecting it in their own teardown keeps its ResourceWarnings
 # with the test that made it, rather than in whichever later test the garbage collector happens to run.
-_COLLECT_AFTER: Final = frozenset({"admin", "cluster", "compat", "differential", "interop", "pipeline", "testing"})
+_COLLECT_AFTER: Final = frozenset(
+    {"admin", "cluster", "compat", "differential", "interop", "pipeline", "testing"}
+)
 _TESTS: Final = Path(__file__).parent
 
 

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 import pytest
 
 from regroup import refkafka
-from regroup.bench.groups.brokers import Broker, start_broker
+from regroup.bench.groups.brokers import BenchTarget, start_broker
 
 
 @pytest.fixture(scope="module")
-def fake_broker() -> Iterator[Broker]:
+def fake_broker() -> Iterator[BenchTarget]:
     broker = start_broker("fake", {})
     try:
         yield broker
@@ -20,7 +20,7 @@ def fake_broker() -> Iterator[Broker]:
 
 
 @pytest.fixture(scope="module")
-def kafka_broker() -> Iterator[Broker]:
+def kafka_broker() -> Iterator[BenchTarget]:
     reason = refkafka.skip_reason()
     if reason is not None:
         pytest.skip(reason)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.support import tiny
-from regroup.bench.groups.brokers import Broker
+from regroup.bench.groups.brokers import BenchTarget
 from regroup.bench.groups.report import RunResult
 from regroup.bench.groups.scenarios import run_scenario
 
@@ -21,7 +21,7 @@ def _ok(result: RunResult) -> dict[tuple[str, str], float | None]:
     return {m.key: m.value for m in result.metrics}
 
 
-def test_formation(kafka_broker: Broker) -> None:
+def test_formation(kafka_broker: BenchTarget) -> None:
     metrics = _ok(run_scenario("formation", kafka_broker, tiny(members=5, groups=1)))
     assert metrics[("formation", "first JoinGroup → last SyncGroup")] is not None
     generations = metrics[("formation", "generations per group (max)")]
@@ -29,7 +29,7 @@ def test_formation(kafka_broker: Broker) -> None:
     assert generations >= 1
 
 
-def test_heartbeat(kafka_broker: Broker) -> None:
+def test_heartbeat(kafka_broker: BenchTarget) -> None:
     result = run_scenario("heartbeat", kafka_broker, tiny(members=6, groups=2))
     metrics = _ok(result)
     assert metrics[("saturation", "achieved")]
@@ -37,7 +37,7 @@ def test_heartbeat(kafka_broker: Broker) -> None:
     assert not any(k.startswith("measured") for k in result.errors), result.errors
 
 
-def test_commit(kafka_broker: Broker) -> None:
+def test_commit(kafka_broker: BenchTarget) -> None:
     result = run_scenario("commit", kafka_broker, tiny(members=4, groups=2, partitions=2))
     metrics = _ok(result)
     assert metrics[("saturation", "achieved")]
@@ -45,7 +45,7 @@ def test_commit(kafka_broker: Broker) -> None:
     assert not any(k.startswith("measured") for k in result.errors), result.errors
 
 
-def test_churn(kafka_broker: Broker) -> None:
+def test_churn(kafka_broker: BenchTarget) -> None:
     params = tiny(members=3, groups=1, duration=0.6, churn_interval_ms=300, heartbeat_interval_ms=100)
     metrics = _ok(run_scenario("churn", kafka_broker, params))
     assert metrics[("churn", "joins")] == metrics[("churn", "leaves")] == 2
@@ -54,7 +54,7 @@ def test_churn(kafka_broker: Broker) -> None:
     assert completed >= 1
 
 
-def test_static_roll(kafka_broker: Broker) -> None:
+def test_static_roll(kafka_broker: BenchTarget) -> None:
     metrics = _ok(
         run_scenario("static-roll", kafka_broker, tiny(members=3, groups=1, heartbeat_interval_ms=200))
     )
@@ -63,7 +63,7 @@ def test_static_roll(kafka_broker: Broker) -> None:
     assert metrics[("static-roll", "rebalances caused")] == 0
 
 
-def test_failover_restarts_the_broker_on_its_data(kafka_broker: Broker) -> None:
+def test_failover_restarts_the_broker_on_its_data(kafka_broker: BenchTarget) -> None:
     # One restart (no baseline) keeps the test short; the replay rate needs the baseline.
     metrics = _ok(run_scenario("failover", kafka_broker, tiny(groups=3, offsets=30, baseline=False)))
     assert metrics[("load", "offset commit records in the partition")] == 31

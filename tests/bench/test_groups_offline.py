@@ -10,7 +10,7 @@ import pytest
 
 from bench.support import tiny
 from regroup.bench.cli import add_scenarios
-from regroup.bench.groups.brokers import Broker
+from regroup.bench.groups.brokers import BenchTarget
 from regroup.bench.groups.report import RunResult, payload, render
 from regroup.bench.groups.scenarios import SCENARIOS, offsets_partition, run, run_scenario
 from regroup.bench.groups.wire import _api_codec
@@ -173,7 +173,7 @@ def test_rates_parse_and_bad_rates_are_refused(capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.parametrize("scenario", ["heartbeat", "commit"])
-def test_throughput_scenarios_run_against_the_fake_responder(scenario: str, fake_broker: Broker) -> None:
+def test_throughput_scenarios_run_against_the_fake_responder(scenario: str, fake_broker: BenchTarget) -> None:
     result = run_scenario(scenario, fake_broker, tiny(partitions=2))
     assert result.error is None, result.error
     phases = {m.phase for m in result.metrics}
@@ -184,7 +184,7 @@ def test_throughput_scenarios_run_against_the_fake_responder(scenario: str, fake
 
 
 @pytest.mark.parametrize("scenario", ["formation", "churn", "static-roll", "failover"])
-def test_group_scenarios_refuse_the_fake_responder(scenario: str, fake_broker: Broker) -> None:
+def test_group_scenarios_refuse_the_fake_responder(scenario: str, fake_broker: BenchTarget) -> None:
     result = run_scenario(scenario, fake_broker, tiny())
     assert result.error is not None
 

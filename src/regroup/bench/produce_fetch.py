@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Result", "main", "run"]
+__all__ = ["ProduceFetchResult", "main", "run"]
 
 _STAMP = struct.Struct(">q")
 _WARMUP = b"regroup-bench-warmup"
@@ -30,7 +30,7 @@ _READY = re.compile(r"ready on (\S+) ")
 
 
 @dataclass(frozen=True)
-class Result:
+class ProduceFetchResult:
     records: int
     record_bytes: int
     partitions: int
@@ -100,7 +100,7 @@ def run(
     compression: str = "none",
     linger_ms: int = 5,
     broker_overrides: Sequence[str] = (),
-) -> Result:
+) -> ProduceFetchResult:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
@@ -192,7 +192,7 @@ def run(
         consume_seconds = (consume_times[-1] - started) if consume_times else float("nan")
         total_mb = records * record_bytes / 1e6
         del producer, admin  # disconnect before the broker goes away (no reconnect noise)
-        return Result(
+        return ProduceFetchResult(
             records=records,
             record_bytes=record_bytes,
             partitions=partitions,

@@ -111,7 +111,7 @@ def _rpc() -> Any:
 
 
 @dataclass(eq=False)
-class _Connection:
+class _EtcdConnection:
     endpoint: tuple[str, int]
     index: int
     client: Any
@@ -133,7 +133,7 @@ class EtcdStore:
             raise ValueError("no etcd endpoints")
         self.endpoints = list(endpoints)
         self._timeout_s = timeout_s
-        self._conn: _Connection | None = None
+        self._conn: _EtcdConnection | None = None
         self._next = 0
         self._connecting = asyncio.Lock()
         self._closed = False
@@ -273,7 +273,7 @@ class EtcdStore:
                 raise
             raise await self._unavailable(conn, "connection closed") from None
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> _EtcdConnection:
         if self._closed:
             raise StoreError("the metadata store is closed")
         if self._conn is not None:
@@ -283,14 +283,14 @@ class EtcdStore:
                 self._conn = await self._connect()
             return self._conn
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> _EtcdConnection:
         import aetcd
 
         rpc = aetcd.rpc
         failures: list[str] = []
         for step in range(len(self.endpoints)):
             index = (self._next + step) % len(self.endpoints)
-            conn = _Connection(self.endpoints[index], index, None)
+            conn = _EtcdConnection(self.endpoints[index], index, None)
             host, port = conn.endpoint
             conn.client = aetcd.Client(
                 f"[{host}]" if ":" in host else host,
@@ -311,7 +311,7 @@ class EtcdStore:
             return conn
         raise StoreUnavailable(f"no etcd endpoint answered: {'; '.join(failures)}")
 
-    async def _failed(self, conn: _Connection, exc: Any, lease_id: int) -> StoreError:
+    async def _failed(self, conn: _EtcdConnection, exc: Any, lease_id: int) -> StoreError:
         rpc = _rpc()
         code, details = exc.code(), exc.details() or ""
         if code in (rpc.StatusCode.UNAVAILABLE, rpc.StatusCode.DEADLINE_EXCEEDED):
@@ -324,11 +324,11 @@ class EtcdStore:
             return InvalidRequest(f"etcd {conn.name}: {details}")
         return StoreError(f"etcd {conn.name}: {code.name}: {details}")
 
-    async def _unavailable(self, conn: _Connection, reason: str) -> StoreUnavailable:
+    async def _unavailable(self, conn: _EtcdConnection, reason: str) -> StoreUnavailable:
         await self._drop(conn)
         return StoreUnavailable(f"etcd {conn.name}: {reason}")
 
-    async def _drop(self, conn: _Connection) -> None:
+    async def _drop(self, conn: _EtcdConnection) -> None:
         if conn.dropped:
             return
         conn.dropped = True

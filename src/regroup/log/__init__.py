@@ -4,7 +4,7 @@ API summary (names are stable; the broker builds Produce/Fetch/ListOffsets/Creat
 
     defaults = LogDefaults.from_properties(props)        # Kafka broker names: log.segment.bytes, ...
     logs = LogManager(data_dir: Path, defaults)
-    stats = logs.load(now_ms=None) -> LoadStats   # partitions, segments, bytes, seconds,
+    stats = logs.load(now_ms=None) -> LogRecoverySummary   # partitions, segments, bytes, seconds,
                                                   # recovered_segments, truncated_bytes, clean_shutdown
     logs.create_topic(name, partitions=-1, configs=None, *, internal=False, validate_only=False,
                       topic_id=None, now_ms=None) -> TopicInfo
@@ -41,17 +41,23 @@ partition runs meanwhile; reads may overlap it.
 """
 
 from regroup.log.config import FlushPolicy, LogConfig, LogDefaults, validate_topic_configs
-from regroup.log.manager import LoadStats, LogManager, TopicInfo, topic_id_to_str, validate_topic_name
+from regroup.log.manager import (
+    LogManager,
+    LogRecoverySummary,
+    TopicInfo,
+    topic_id_to_str,
+    validate_topic_name,
+)
 from regroup.log.partition import AppendInfo, CompactionStats, PartitionLog, ReadResult
 
 __all__ = [
     "AppendInfo",
     "CompactionStats",
     "FlushPolicy",
-    "LoadStats",
     "LogConfig",
     "LogDefaults",
     "LogManager",
+    "LogRecoverySummary",
     "PartitionLog",
     "ReadResult",
     "TopicInfo",

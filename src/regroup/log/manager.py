@@ -30,8 +30,8 @@ __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "INTERNAL_TOPICS",
     "TOPICS_FILE",
-    "LoadStats",
     "LogManager",
+    "LogRecoverySummary",
     "TopicInfo",
     "topic_id_to_str",
     "validate_topic_name",
@@ -126,7 +126,9 @@ class TopicInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadStats:
+class LogRecoverySummary:
+    """What :meth:`LogManager.load` found and repaired in the data directory."""
+
     partitions: int
     segments: int
     bytes: int
@@ -158,7 +160,7 @@ class LogManager:
 
     # ------------------------------------------------------------------------------------------ startup
 
-    def load(self, now_ms: int | None = None) -> LoadStats:
+    def load(self, now_ms: int | None = None) -> LogRecoverySummary:
         """Read the topic registry and open (recovering as needed) every partition. Directories of unknown
         or deleted topics are removed, as Kafka removes stray logs."""
         if self._loaded:
@@ -208,7 +210,7 @@ class LogManager:
             self._topics[info.name] = topic
             self._by_id[info.topic_id] = topic
         self._loaded = True
-        stats = LoadStats(
+        stats = LogRecoverySummary(
             partitions, segments, size, time.monotonic() - started, recovered, truncated, clean_shutdown=clean
         )
         log.info(

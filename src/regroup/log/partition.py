@@ -303,7 +303,6 @@ class PartitionLog:
         n = len(buf)
         if n == 0:
             raise KafkaError(ErrorCode.INVALID_RECORD, "The produce data holds no record batch")
-        producers = self._producers
         pending: dict[int, ProducerEntry] | None = None
         batches: list[tuple[int, int, int, int]] = []
         leader_epoch = self.leader_epoch
@@ -324,43 +323,19 @@ class PartitionLog:
                 or h.max_timestamp > ts_limit
             ):
                 self._reject_batch(h, size, max_bytes, ts_limit)
+            batch_ts = now_ms if lat else h.max_timestamp
             if h.producer_id >= 0:
                 if pending is None:
                     pending = {}
-                entry = pending.get(h.producer_id)
-                if entry is None:
-                    current = producers.entries.get(h.producer_id)
-                    if validate and current is not None:
-                        dup = current.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence)
-                        if dup is not None:
-                            return self._duplicate(dup, lat)
-                    entry = ProducerEntry(h.producer_id) if current is None else current.copy()
-                producers.check(
-                    entry,
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    next_offset,
-                    check_sequence=validate,
-                )
-                entry.add_batch(
-                    h.producer_epoch,
-                    BatchMetadata(
-                        h.base_sequence,
-                        h.last_sequence,
-                        next_offset,
-                        next_offset + h.last_offset_delta,
-                        now_ms if lat else h.max_timestamp,
-                    ),
-                )
-                pending[h.producer_id] = entry
+                duplicate = self._stage_producer_batch(pending, h, next_offset, batch_ts, validate)
+                if duplicate is not None:
+                    return self._duplicate(duplicate, lat)
             set_base_offset(buf, pos, next_offset)
             if leader_epoch is not None:
                 set_partition_leader_epoch(buf, pos, leader_epoch)
             if lat:
                 set_log_append_time(buf, pos, now_ms)
             last = next_offset + h.last_offset_delta
-            batch_ts = now_ms if lat else h.max_timestamp
             max_ts = max(max_ts, batch_ts)
             batches.append((pos, size, last, batch_ts))
             records += h.record_count
@@ -373,9 +348,58 @@ class PartitionLog:
                 f"maximum configured segment size of {config.segment_bytes}.",
             )
         base_offset = self._leo
+        self._write(buf, batches, next_offset, max_ts, records, now_ms)
+        if pending:
+            self._producers.entries.update(pending)
+        self._appended()
+        return AppendInfo(base_offset, next_offset - 1, now_ms if lat else -1, self._log_start, records)
+
+    def _stage_producer_batch(
+        self,
+        pending: dict[int, ProducerEntry],
+        h: BatchHeader,
+        base_offset: int,
+        timestamp: int,
+        validate: bool,
+    ) -> BatchMetadata | None:
+        """An idempotent producer's batch: check its epoch and sequence against the producer's state (as
+        changed by earlier batches of this append, kept in ``pending`` until the append succeeds) and
+        record it. Returns the original of a duplicate batch instead (Kafka acknowledges it again)."""
+        entry = pending.get(h.producer_id)
+        if entry is None:
+            current = self._producers.entries.get(h.producer_id)
+            if validate and current is not None:
+                dup = current.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence)
+                if dup is not None:
+                    return dup
+            entry = ProducerEntry(h.producer_id) if current is None else current.copy()
+        self._producers.check(
+            entry, h.producer_id, h.producer_epoch, h.base_sequence, base_offset, check_sequence=validate
+        )
+        entry.add_batch(
+            h.producer_epoch,
+            BatchMetadata(
+                h.base_sequence, h.last_sequence, base_offset, base_offset + h.last_offset_delta, timestamp
+            ),
+        )
+        pending[h.producer_id] = entry
+        return None
+
+    def _write(
+        self,
+        buf: bytearray,
+        batches: list[tuple[int, int, int, int]],
+        next_offset: int,
+        max_ts: int,
+        records: int,
+        now_ms: int,
+    ) -> None:
+        """Write validated batches at the log end (rolling the segment first when it is full or old) and
+        move the log end to ``next_offset``."""
+        config = self.config
         active = self._active
         if active.size and (
-            active.size + n > config.segment_bytes
+            active.size + len(buf) > config.segment_bytes
             or active.time_waited_for_roll(now_ms, max_ts) > config.segment_ms
             or active.index_full
             or next_offset - 1 - active.base_offset > _INT32_MAX
@@ -387,19 +411,17 @@ class PartitionLog:
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"Failed to append to {active.log_path}: {exc}"
             ) from exc
-        if pending:
-            producers.entries.update(pending)
         self._leo = next_offset
         self._unflushed_messages += records
         if self._last_flush_ms is None:
             self._last_flush_ms = now_ms
-        info = AppendInfo(base_offset, next_offset - 1, now_ms if lat else -1, self._log_start, records)
+
+    def _appended(self) -> None:
         for listener in self.append_listeners:
             try:
                 listener()
             except Exception:
                 log.exception("append listener of %s failed", self.name)
-        return info
 
     @staticmethod
     def _parse_batch(buf: bytearray, pos: int, validate: bool) -> BatchHeader:
@@ -735,35 +757,13 @@ class PartitionLog:
         if not batches:
             return AppendInfo(self._leo, self._leo - 1, -1, self._log_start, 0)
         base_offset = self._leo
-        active = self._active
-        config = self.config
-        if active.size and (
-            active.size + n > config.segment_bytes
-            or active.time_waited_for_roll(now_ms, max_ts) > config.segment_ms
-            or active.index_full
-            or next_offset - 1 - active.base_offset > _INT32_MAX
-        ):
-            active = self._roll(now_ms)
-        try:
-            active.append(buf, batches)
-        except OSError as exc:
-            raise KafkaError(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"Failed to append to {active.log_path}: {exc}"
-            ) from exc
+        self._write(buf, batches, next_offset, max_ts, records, now_ms)
         for h in headers:
             latest = self.epochs.latest_epoch
             if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
                 self.epochs.assign(h.partition_leader_epoch, h.base_offset)
             self._replay_producer(h)
-        self._leo = next_offset
-        self._unflushed_messages += records
-        if self._last_flush_ms is None:
-            self._last_flush_ms = now_ms
-        for listener in self.append_listeners:
-            try:
-                listener()
-            except Exception:
-                log.exception("append listener of %s failed", self.name)
+        self._appended()
         return AppendInfo(base_offset, next_offset - 1, -1, self._log_start, records)
 
     def truncate_to(self, offset: int) -> int:

@@ -38,8 +38,8 @@ from regroup.protocol.messages.metadata import MetadataRequest, MetadataResponse
 __all__ = [
     "FAIR_CONFIG",
     "REPORTED_SETTINGS",
-    "Broker",
-    "BrokerError",
+    "BenchTarget",
+    "BenchTargetError",
     "ExternalBroker",
     "FakeBroker",
     "KafkaBroker",
@@ -74,7 +74,7 @@ _READY = re.compile(r"ready on (\S+):(\d+) ")
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-class BrokerError(RuntimeError):
+class BenchTargetError(RuntimeError):
     """A broker could not be started or restarted; the message carries its log tail."""
 
 
@@ -121,7 +121,7 @@ def _tail(path: Path, lines: int = 30) -> str:
         return ""
 
 
-class Broker:
+class BenchTarget:
     """A broker to run a scenario against."""
 
     kind = "external"
@@ -147,7 +147,7 @@ class Broker:
     async def relaunch(self) -> float:
         """Start the stopped broker again on the same data; returns the ``perf_counter`` time its process
         was launched, possibly before it serves requests."""
-        raise BrokerError(f"a {self.kind} broker cannot be restarted by the benchmark")
+        raise BenchTargetError(f"a {self.kind} broker cannot be restarted by the benchmark")
 
     async def wait_serving(self, timeout: float) -> None:
         """After :meth:`relaunch`: wait until the broker is ready by its own standard."""
@@ -156,13 +156,13 @@ class Broker:
         """Stop the broker and remove its data."""
 
 
-class ExternalBroker(Broker):
+class ExternalBroker(BenchTarget):
     def __init__(self, bootstrap: str) -> None:
         super().__init__()
         self.bootstrap = bootstrap
 
 
-class _SubprocessBroker(Broker):
+class _SubprocessBroker(BenchTarget):
     """A Python subprocess printing a readiness line ``… ready on host:port …`` on stdout."""
 
     def __init__(self, workdir: Path) -> None:
@@ -202,7 +202,7 @@ class _SubprocessBroker(Broker):
     def _read_ready(self, timeout: float = 60.0) -> None:
         proc = self._proc
         if proc is None or proc.stdout is None:
-            raise BrokerError(f"{self.kind} is not running")
+            raise BenchTargetError(f"{self.kind} is not running")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
@@ -214,7 +214,7 @@ class _SubprocessBroker(Broker):
                 self.port = int(match.group(2))
                 return
         self._kill()
-        raise BrokerError(f"{self.kind} did not start:\n{_tail(self.log_path)}")
+        raise BenchTargetError(f"{self.kind} did not start:\n{_tail(self.log_path)}")
 
     def start(self) -> None:
         self._launch()
@@ -290,7 +290,7 @@ class FakeBroker(_SubprocessBroker):
         return [sys.executable, "-m", "regroup.bench.groups.fake", "--port", str(self.port)]
 
 
-class KafkaBroker(Broker):
+class KafkaBroker(BenchTarget):
     """The Apache Kafka reference broker (:mod:`regroup.refkafka`), its log dirs kept across restarts.
 
     The first start goes through :class:`~regroup.refkafka.KafkaReference`, which formats fresh KRaft
@@ -311,7 +311,7 @@ class KafkaBroker(Broker):
 
         reason = refkafka.skip_reason()
         if reason is not None:
-            raise BrokerError(reason)
+            raise BenchTargetError(reason)
         self.workdir = Path(tempfile.mkdtemp(prefix="regroup-bench-kafka-"))
         self.logs = self.workdir / "logs"
         self.overrides = {**FAIR_CONFIG, **overrides, "log.dirs": str(self.logs)}
@@ -325,7 +325,7 @@ class KafkaBroker(Broker):
         try:
             self.ref.start()
         except RefKafkaError as exc:
-            raise BrokerError(str(exc)) from exc
+            raise BenchTargetError(str(exc)) from exc
         self.bootstrap = self.ref.bootstrap_servers
 
     @property
@@ -382,14 +382,14 @@ class KafkaBroker(Broker):
         deadline = time.monotonic() + timeout
         while True:
             if self._proc is not None and self._proc.poll() is not None:
-                raise BrokerError(
+                raise BenchTargetError(
                     f"the restarted Kafka broker exited:\n{_tail(self.ref.workdir / 'kafka-restart.log')}"
                 )
             try:
                 await asyncio.to_thread(api_versions, host, int(port), 2.0)
             except OSError:
                 if time.monotonic() > deadline:
-                    raise BrokerError("the restarted Kafka broker does not answer") from None
+                    raise BenchTargetError("the restarted Kafka broker does not answer") from None
                 await asyncio.sleep(0.05)
             else:
                 return
@@ -406,7 +406,7 @@ def _dir_bytes(path: Path) -> int | None:
     return sum(p.stat().st_size for p in path.iterdir() if p.suffix == ".log")
 
 
-def start_broker(kind: str, overrides: Mapping[str, str]) -> Broker:
+def start_broker(kind: str, overrides: Mapping[str, str]) -> BenchTarget:
     """Start a ``regroup``, ``kafka`` or ``fake`` broker."""
     broker: RegroupBroker | KafkaBroker | FakeBroker
     if kind == "regroup":

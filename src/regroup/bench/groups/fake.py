@@ -251,7 +251,7 @@ class FakeCoordinator:
         )
 
 
-class _Connection(asyncio.Protocol):
+class _FakeConnection(asyncio.Protocol):
     def __init__(self, fake: FakeCoordinator) -> None:
         self._fake = fake
         self._reader = FrameReader(64 * 1024 * 1024)
@@ -274,7 +274,7 @@ class _Connection(asyncio.Protocol):
 async def serve(host: str = "127.0.0.1", port: int = 0) -> None:
     loop = asyncio.get_running_loop()
     fake = FakeCoordinator(host, port)
-    server = await loop.create_server(lambda: _Connection(fake), host, port, backlog=4096)
+    server = await loop.create_server(lambda: _FakeConnection(fake), host, port, backlog=4096)
     fake.port = server.sockets[0].getsockname()[1]
     print(f"fake ready on {host}:{fake.port} ", flush=True)
     async with server:

@@ -47,7 +47,7 @@ from regroup.protocol.messages.leave_group import LeaveGroupResponse
 from regroup.protocol.messages.offset_fetch import OffsetFetchResponse
 from regroup.protocol.messages.sync_group import SyncGroupResponse
 
-__all__ = ["TOPIC", "Fleet", "GenerationRecord", "RebalanceTracker", "SimMember", "open_fleet"]
+__all__ = ["TOPIC", "Fleet", "ObservedGeneration", "RebalanceTracker", "SimMember", "open_fleet"]
 
 TOPIC = "bench-topic"  # what members subscribe to unless a scenario creates a topic of its own
 _RETRY_COORDINATOR = (
@@ -58,7 +58,7 @@ _RETRY_COORDINATOR = (
 
 
 @dataclass(slots=True)
-class GenerationRecord:
+class ObservedGeneration:
     """What the members saw of one generation of one group (times on ``time.perf_counter``)."""
 
     group_id: str
@@ -84,14 +84,14 @@ class RebalanceTracker:
     """Generations per group; one is complete when every member the leader was given has synced it."""
 
     def __init__(self) -> None:
-        self.generations: dict[tuple[str, int], GenerationRecord] = {}
-        self.listeners: list[Callable[[GenerationRecord], None]] = []
+        self.generations: dict[tuple[str, int], ObservedGeneration] = {}
+        self.listeners: list[Callable[[ObservedGeneration], None]] = []
 
-    def _record(self, group_id: str, generation_id: int, sent: float) -> GenerationRecord:
+    def _record(self, group_id: str, generation_id: int, sent: float) -> ObservedGeneration:
         key = (group_id, generation_id)
         rec = self.generations.get(key)
         if rec is None:
-            rec = self.generations[key] = GenerationRecord(group_id, generation_id, sent)
+            rec = self.generations[key] = ObservedGeneration(group_id, generation_id, sent)
         elif sent < rec.first_join_sent:
             rec.first_join_sent = sent
         return rec
@@ -108,7 +108,7 @@ class RebalanceTracker:
         rec.synced[member_id] = time.perf_counter()
         self._check(rec)
 
-    def _check(self, rec: GenerationRecord) -> None:
+    def _check(self, rec: ObservedGeneration) -> None:
         if rec.completed_at is not None or rec.expected is None:
             return
         if rec.expected.issubset(rec.synced):

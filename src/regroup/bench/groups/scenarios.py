@@ -22,8 +22,8 @@ from typing import Any
 
 from regroup.bench.groups.brokers import (
     FAIR_CONFIG,
-    Broker,
-    BrokerError,
+    BenchTarget,
+    BenchTargetError,
     ExternalBroker,
     describe_settings,
     start_broker,
@@ -37,7 +37,7 @@ from regroup.bench.groups.load import (
     open_loop,
     percentile,
 )
-from regroup.bench.groups.members import TOPIC, Fleet, GenerationRecord, SimMember, open_fleet
+from regroup.bench.groups.members import TOPIC, Fleet, ObservedGeneration, SimMember, open_fleet
 from regroup.bench.groups.report import RunResult, payload, render
 from regroup.bench.groups.wire import Wire, connect
 from regroup.client.membership import MembershipConfig
@@ -106,7 +106,7 @@ class Params:
 
 @dataclass(slots=True)
 class Ctx:
-    broker: Broker
+    broker: BenchTarget
     params: Params
     result: RunResult
     progress: Progress
@@ -159,16 +159,16 @@ def _members(
 
 async def _form(
     ctx: Ctx, fleet: Fleet, members: Sequence[SimMember], what: str
-) -> dict[str, GenerationRecord]:
+) -> dict[str, ObservedGeneration]:
     """Start ``members`` at once and wait until every group has completed a generation holding all of
     its members; returns that generation per group."""
     sizes: dict[str, int] = {}
     for m in members:
         sizes[m.group_id] = sizes.get(m.group_id, 0) + 1
-    formed: dict[str, GenerationRecord] = {}
+    formed: dict[str, ObservedGeneration] = {}
     done = asyncio.Event()
 
-    def listener(rec: GenerationRecord) -> None:
+    def listener(rec: ObservedGeneration) -> None:
         if rec.group_id in sizes and rec.size == sizes[rec.group_id] and rec.group_id not in formed:
             formed[rec.group_id] = rec
             if len(formed) == len(sizes):
@@ -596,7 +596,7 @@ async def _restart(
 
 
 async def _poll_offsets(
-    broker: Broker, group_id: str, expect: Mapping[TopicPartition, int], timeout: float
+    broker: BenchTarget, group_id: str, expect: Mapping[TopicPartition, int], timeout: float
 ) -> tuple[float, float]:
     """(first time the restarted broker answered anything, first time OffsetFetch returned ``expect``)."""
     deadline = time.monotonic() + timeout
@@ -655,7 +655,7 @@ async def churn(ctx: Ctx) -> None:
         formed = await _form(ctx, fleet, live, "forming the group")
         _errors(ctx, fleet, "setup")
         start_gen = formed[group_id].generation_id
-        completed: list[GenerationRecord] = []
+        completed: list[ObservedGeneration] = []
         fleet.tracker.listeners.append(
             lambda rec: completed.append(rec) if rec.generation_id > start_gen else None
         )
@@ -804,7 +804,7 @@ def _runner(use_uvloop: bool) -> asyncio.Runner:
     return asyncio.Runner()
 
 
-def run_scenario(scenario: str, broker: Broker, params: Params, *, use_uvloop: bool = True) -> RunResult:
+def run_scenario(scenario: str, broker: BenchTarget, params: Params, *, use_uvloop: bool = True) -> RunResult:
     """Run ``scenario`` against a started ``broker``; failures are reported in the result."""
     result = RunResult(broker.kind, broker.version, broker.bootstrap)
     if broker.kind == "fake" and scenario not in FAKE_SCENARIOS:
@@ -814,7 +814,7 @@ def run_scenario(scenario: str, broker: Broker, params: Params, *, use_uvloop: b
     with _runner(use_uvloop) as runner:
         try:
             runner.run(SCENARIOS[scenario](ctx))
-        except (ScenarioError, BrokerError, ConnectionError, TimeoutError, ValueError) as exc:
+        except (ScenarioError, BenchTargetError, ConnectionError, TimeoutError, ValueError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"
     return result
 
@@ -836,15 +836,15 @@ def run(
     runs: list[RunResult] = []
     progress = Progress(scenario, params.progress)
     for n, kind in enumerate(kinds):
-        target: Broker
+        target: BenchTarget
         if n == 0 and bootstrap_server:
             target = ExternalBroker(bootstrap_server)
         else:
             progress.note(f"starting a {kind} broker")
             try:
                 target = start_broker(kind, broker_config or {})
-            except BrokerError as exc:
-                runs.append(RunResult(kind, "", "", error=f"BrokerError: {exc}"))
+            except BenchTargetError as exc:
+                runs.append(RunResult(kind, "", "", error=f"BenchTargetError: {exc}"))
                 continue
         try:
             runs.append(run_scenario(scenario, target, params, use_uvloop=use_uvloop))
