@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from regroup.admin.cli import add_parser, main
-from regroup.admin.command import load_properties
 
 
 def call(*args: str) -> tuple[int, str, str]:
@@ -153,21 +152,6 @@ def test_command_config_settings_and_warnings(tmp_path: Path) -> None:
     assert out.startswith(
         "\nError: Executing consumer group command failed due to cannot read the --command-config"
     )
-
-
-def test_java_properties_syntax() -> None:
-    text = (
-        "# comment\n! also a comment\n  key1 = value one  \nkey2:value2\nkey3 value3\n"
-        "multi = first \\\n    second\nesc\\ aped\\=key = a\\tb\\u0041\nempty=\n"
-    )
-    assert load_properties(text) == {
-        "key1": "value one  ",
-        "key2": "value2",
-        "key3": "value3",
-        "multi": "first second",
-        "esc aped=key": "a\tbA",
-        "empty": "",
-    }
 
 
 def test_add_parser_passes_every_argument_through(monkeypatch: pytest.MonkeyPatch) -> None:

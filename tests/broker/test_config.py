@@ -1,4 +1,4 @@
-"""Broker settings: registry, properties parsing, precedence, env mapping, validation."""
+"""Broker settings: registry, properties files, precedence, env mapping, validation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from regroup.broker.config import (
     ConfigType,
     env_to_key,
     key_to_env,
-    parse_properties,
 )
 from regroup.log.config import TOPIC_CONFIG_NAMES
 
@@ -171,34 +170,6 @@ def test_replication_factor_warning() -> None:
     c = BrokerConfig.load([], {}, [("default.replication.factor", "3")])
     assert any("default.replication.factor" in w for w in c.warnings())
     assert not BrokerConfig.load().warnings()
-
-
-def test_properties_syntax() -> None:
-    text = "\n".join(
-        [
-            "# comment",
-            "! another comment",
-            "a=1",
-            "b: 2",
-            "c 3",
-            "  d  =  spaced value  ",
-            "e=line\\",
-            "   continued",
-            "f=tab\\tand\\u0041",
-            "g\\=h=1",
-            "",
-        ]
-    )
-    entries = {k: v for k, v, _ in parse_properties(text)}
-    assert entries == {
-        "a": "1",
-        "b": "2",
-        "c": "3",
-        "d": "spaced value  ",
-        "e": "linecontinued",
-        "f": "tab\tandA",
-        "g=h": "1",
-    }
 
 
 def test_dump_lists_every_setting() -> None:

@@ -55,6 +55,7 @@ from regroup.admin.javacompat import (
 )
 from regroup.admin.options import Options, UsageError
 from regroup.client.types import TopicPartition, java_order
+from regroup.properties import load_properties
 from regroup.protocol.assignment_health import CONSUMER_PROTOCOL_TYPE, check_assignment, decode_member
 from regroup.protocol.errors import ErrorCode
 
@@ -64,7 +65,6 @@ __all__ = [
     "GroupsCommand",
     "Settings",
     "UnsupportedSecurityError",
-    "load_properties",
     "settings_from",
 ]
 
@@ -124,67 +124,6 @@ def _long(text: str, option: str) -> int:
     if _LONG.fullmatch(text) is None or not -(2**63) <= int(text) < 2**63:
         raise CommandFailed(f"Cannot parse argument '{text}' of option {option}")
     return int(text)
-
-
-_PROPERTY_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def load_properties(text: str) -> dict[str, str]:
-    """Parse ``java.util.Properties`` text: ``key=value``, ``key: value`` or ``key value`` lines, ``#``/``!``
-    comments, backslash line continuations and escapes (including ``\\uXXXX``)."""
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending += line[:-1]
-            continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-
-    out: dict[str, str] = {}
-    for line in logical:
-        key_chars: list[str] = []
-        i = 0
-        while i < len(line):
-            c = line[i]
-            if c == "\\" and i + 1 < len(line):
-                key_chars.append(line[i : i + 2])
-                i += 2
-                continue
-            if c in "=: \t\f":
-                break
-            key_chars.append(c)
-            i += 1
-        rest = line[i:].lstrip(" \t\f")
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:].lstrip(" \t\f")
-        out[_unescape("".join(key_chars))] = _unescape(rest)
-    return out
-
-
-def _unescape(s: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            nxt = s[i + 1]
-            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2 : i + 6]):
-                out.append(chr(int(s[i + 2 : i + 6], 16)))
-                i += 6
-                continue
-            out.append(_PROPERTY_ESCAPES.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
 
 
 def settings_from(opts: Options, warnings: TextIO) -> Settings:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from regroup.properties import parse_properties
+
 __all__ = [
     "BROKER_CONFIGS",
     "TOPIC_CONFIGS",
@@ -30,7 +32,6 @@ __all__ = [
     "env_to_key",
     "key_to_env",
     "load_file",
-    "parse_properties",
     "render",
 ]
 
@@ -1058,77 +1059,6 @@ def broker_synonyms(name: str) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------------------------------- sources
-
-
-def parse_properties(text: str) -> list[tuple[str, str, int]]:
-    """Parse Java ``.properties`` text into ``(key, value, line number)`` in file order.
-
-    Supports ``#``/``!`` comments, ``=``/``:``/whitespace separators, backslash line continuations and
-    the escapes ``\\t \\n \\r \\f \\uXXXX``.
-    """
-    entries: list[tuple[str, str, int]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        start = i
-        line = lines[i].lstrip()
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _ends_with_continuation(line) and i < len(lines):
-            line = line[:-1] + lines[i].lstrip()
-            i += 1
-        if _ends_with_continuation(line):
-            line = line[:-1]
-        key_chars: list[str] = []
-        pos = 0
-        while pos < len(line):
-            ch = line[pos]
-            if ch == "\\" and pos + 1 < len(line):
-                key_chars.append(line[pos : pos + 2])
-                pos += 2
-                continue
-            if ch in "=: \t\f":
-                break
-            key_chars.append(ch)
-            pos += 1
-        while pos < len(line) and line[pos] in " \t\f":
-            pos += 1
-        if pos < len(line) and line[pos] in "=:":
-            pos += 1
-            while pos < len(line) and line[pos] in " \t\f":
-                pos += 1
-        entries.append((_unescape("".join(key_chars)), _unescape(line[pos:]), start + 1))
-    return entries
-
-
-def _ends_with_continuation(line: str) -> bool:
-    count = len(line) - len(line.rstrip("\\"))
-    return count % 2 == 1
-
-
-_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    pos = 0
-    while pos < len(text):
-        ch = text[pos]
-        if ch != "\\" or pos + 1 >= len(text):
-            out.append(ch)
-            pos += 1
-            continue
-        nxt = text[pos + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9A-Fa-f]{4}", text[pos + 2 : pos + 6]):
-            out.append(chr(int(text[pos + 2 : pos + 6], 16)))
-            pos += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        pos += 2
-    return "".join(out)
 
 
 def env_to_key(name: str) -> str:

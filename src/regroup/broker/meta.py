@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Final
 
-from regroup.broker.config import ConfigError, parse_properties
+from regroup.broker.config import ConfigError
+from regroup.properties import parse_properties
 
 __all__ = [
     "META_FILE",
