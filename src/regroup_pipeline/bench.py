@@ -1,4 +1,4 @@
-"""``regroup pipeline bench`` / ``python -m regroup_pipeline.bench``: how fast the pipeline decodes
+"""``regroup pipeline bench``: how fast the pipeline decodes
 ``__consumer_offsets`` and runs the ``all`` job.
 
 It writes a synthetic data directory (offset commits of 1000 groups, 10 records per commit batch as a
@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["build_dataset", "main", "run_bench"]
+__all__ = ["build_dataset", "run_bench"]
 
 GROUPS: Final = 1000
 TOPICS: Final = 20
@@ -169,7 +168,7 @@ def _transfer_source(root: Path, rows: int, tasks: int) -> Any:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from regroup_pipeline.decode import COMMIT_ARROW_SCHEMA
+    from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA
 
     class Reader(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
@@ -204,12 +203,8 @@ def _transfer_source(root: Path, rows: int, tasks: int) -> Any:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+    from pyspark.sql import SparkSession
 
-    from regroup_pipeline.datasource import write_history
-    from regroup_pipeline.inputs import CONSUMER_OFFSETS, TimeWindow, decode_commits, from_datadir
-    from regroup_pipeline.runner import write_all
     from regroup_pipeline.session import build_session
 
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="regroup-bench-"))
@@ -220,30 +215,61 @@ def run_bench(args: argparse.Namespace) -> int:
     results["dataset"] = info
 
     t = time.perf_counter()
-    from pyspark.sql import SparkSession
-
     own_session = SparkSession.getActiveSession() is None  # else: run inside the caller's session
     spark = build_session(args.master, kafka=False, conf=dict(args.conf), log_level="ERROR")
     results["session_seconds"] = round(time.perf_counter() - t, 1)
 
-    raw_path = workdir / f"raw-{args.records}.parquet"
+    raw_path = _raw_commit_records(spark, root, workdir / f"raw-{args.records}.parquet")
+    raw = spark.read.parquet(str(raw_path))
+    rows = raw.count()
+    results["decode_rows"] = rows
+    results.update(_decode_timings(spark, raw, rows, root, workdir))
+    results.update(_baseline_timing(raw, rows, args.baseline_records))
+    results["decoder_only_rows_per_s"] = _decoder_only_rate(raw_path)
+    results.update(_all_job_timing(spark, root, workdir / "out", info["now_ms"]))
+    if own_session:
+        spark.stop()
+    if not args.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        _print_results(results)
+    return 0
+
+
+def _raw_commit_records(spark: Any, root: Path, raw_path: Path) -> Path:
+    """The offset-commit records of ``__consumer_offsets`` as raw key/value rows in Parquet (written once
+    per dataset size): the input of the decode timings."""
+    from pyspark.sql import functions as F
+
+    from regroup_pipeline.inputs import CONSUMER_OFFSETS
+
     if not (raw_path / "_SUCCESS").exists():
         raw = spark.read.format("regroup").option("path", str(root)).option("topics", CONSUMER_OFFSETS).load()
         raw.select("key", "value", "partition", "offset", "timestamp").where(
             F.expr("substring(key, 1, 2) IN (X'0000', X'0001')")
         ).write.mode("overwrite").parquet(str(raw_path))
-    raw = spark.read.parquet(str(raw_path))
-    rows = raw.count()
-    results["decode_rows"] = rows
+    return raw_path
 
-    def timed(df: Any) -> float:
-        start = time.perf_counter()
-        df.write.format("noop").mode("overwrite").save()
-        return time.perf_counter() - start
 
-    timed(raw)  # warm the Parquet read path and the JVM
-    scan = timed(raw)
-    vectorised = timed(decode_commits(raw))
+def _timed(df: Any) -> float:
+    """Seconds to run ``df`` to completion without writing anything."""
+    start = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start
+
+
+def _decode_timings(spark: Any, raw: Any, rows: int, root: Path, workdir: Path) -> dict[str, Any]:
+    """The Parquet scan alone, the vectorised decoder, the data source decoding segments, the transfer
+    bound, and the tasks writing the commit history themselves."""
+    from regroup_pipeline.datasource import write_history
+    from regroup_pipeline.inputs import CONSUMER_OFFSETS, decode_commits
+
+    _timed(raw)  # warm the Parquet read path and the JVM
+    scan = _timed(raw)
+    vectorised = _timed(decode_commits(raw))
     in_source = (
         spark.read.format("regroup")
         .option("path", str(root))
@@ -252,17 +278,37 @@ def run_bench(args: argparse.Namespace) -> int:
         .option("decode", "offset_commits")
         .load()
     )
-    timed(in_source.limit(1000))  # start the data source's Python workers
-    source_decode = timed(in_source)
+    _timed(in_source.limit(1000))  # start the data source's Python workers
+    source_decode = _timed(in_source)
     spark.dataSource.register(_transfer_source(root, rows, spark.sparkContext.defaultParallelism))
-    transfer = timed(spark.read.format("regroup_bench_transfer").load())
+    transfer = _timed(spark.read.format("regroup_bench_transfer").load())
     start = time.perf_counter()
     options = {"path": str(root), "topics": CONSUMER_OFFSETS, "recordTypes": "0,1"}
     options["minPartitions"] = str(spark.sparkContext.defaultParallelism)
     written = write_history(spark, options, str(workdir / "history"))
     history_write = time.perf_counter() - start
     shutil.rmtree(workdir / "history", ignore_errors=True)
-    baseline_rows = min(args.baseline_records or rows, rows)
+    return {
+        "scan_seconds": round(scan, 2),
+        "scan_rows_per_s": round(rows / scan),
+        "vectorised_seconds": round(vectorised, 2),
+        "vectorised_rows_per_s": round(rows / vectorised),
+        "data_source_decode_seconds": round(source_decode, 2),
+        "data_source_decode_rows_per_s": round(rows / source_decode),
+        "transfer_seconds": round(transfer, 2),
+        "transfer_rows_per_s": round(rows / transfer),
+        "history_write_rows": written,
+        "history_write_seconds": round(history_write, 2),
+        "history_write_rows_per_s": round(written / history_write),
+    }
+
+
+def _baseline_timing(raw: Any, rows: int, baseline_records: int | None) -> dict[str, Any]:
+    """A plain row-at-a-time Python UDF with regroup's codecs, on all rows or a sample of them."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    baseline_rows = min(baseline_records or rows, rows)
     baseline_input = raw
     if baseline_rows < rows:
         # A sample keeps every task busy (a limit would run in one task and use one core).
@@ -281,79 +327,62 @@ def run_bench(args: argparse.Namespace) -> int:
         ]
     )
     baseline_udf = F.udf(_baseline_decode, out_type, useArrow=False)
-    baseline = timed(baseline_input.select(baseline_udf("key", "value").alias("d")).select("d.*"))
+    baseline = _timed(baseline_input.select(baseline_udf("key", "value").alias("d")).select("d.*"))
     baseline_input.unpersist()
-    results["scan_seconds"] = round(scan, 2)
-    results["vectorised_seconds"] = round(vectorised, 2)
-    results["vectorised_rows_per_s"] = round(rows / vectorised)
-    results["data_source_decode_seconds"] = round(source_decode, 2)
-    results["data_source_decode_rows_per_s"] = round(rows / source_decode)
-    results["transfer_seconds"] = round(transfer, 2)
-    results["history_write_rows"] = written
-    results["history_write_seconds"] = round(history_write, 2)
-    results["history_write_rows_per_s"] = round(written / history_write)
-    results["transfer_rows_per_s"] = round(rows / transfer)
-    results["baseline_rows"] = baseline_rows
-    results["baseline_seconds"] = round(baseline, 2)
-    results["baseline_rows_per_s"] = round(baseline_rows / baseline)
+    return {
+        "baseline_rows": baseline_rows,
+        "baseline_seconds": round(baseline, 2),
+        "baseline_rows_per_s": round(baseline_rows / baseline),
+    }
 
-    # The decoder alone, outside Spark, on the same Arrow data.
+
+def _decoder_only_rate(raw_path: Path) -> int:
+    """Rows per second of the decoder alone, outside Spark, on the same Arrow data."""
     import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
 
     table = pq.read_table(raw_path)
     start = time.perf_counter()
     decoded = _arrow_decode_only(iter(table.to_batches(max_chunksize=65536)))
-    results["decoder_only_rows_per_s"] = round(decoded / (time.perf_counter() - start))
+    return round(decoded / (time.perf_counter() - start))
 
-    out = workdir / "out"
+
+def _all_job_timing(spark: Any, root: Path, out: Path, now_ms: int) -> dict[str, Any]:
+    """The ``all`` job end to end over the data directory, with the seconds of each stage."""
+    from regroup_pipeline.inputs import TimeWindow, from_datadir
+    from regroup_pipeline.runner import write_all
+
     start = time.perf_counter()
-    window = TimeWindow(now_ms=info["now_ms"])
+    window = TimeWindow(now_ms=now_ms)
     stages = write_all(from_datadir(spark, [str(root)], window), out, out / "report.html", lag_samples=60)
-    results["all_job_seconds"] = round(time.perf_counter() - start, 1)
-    results["all_job_stage_seconds"] = {name: round(secs, 1) for name, secs in stages.items()}
-    if own_session:
-        spark.stop()
-    if not args.workdir:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-    if args.json:
-        print(json.dumps(results, indent=2))
-    else:
-        d = results["dataset"]
-        print(
-            f"dataset: {d['offset_commits']:,} offset commits, "
-            f"{d['group_metadata']:,} group metadata records, "
-            f"{d['data_records']:,} data records (built in {results['dataset_seconds']}s)"
-        )
-        print(f"Spark {args.master}, session start {results['session_seconds']}s")
-        print(f"{'decode ' + format(rows, ','):<34}{'seconds':>10}{'rows/s':>14}")
-        print(f"{'  Parquet scan only':<34}{scan:>10.2f}{rows / scan:>14,.0f}")
-        print(f"{'  vectorised (mapInArrow)':<34}{vectorised:>10.2f}{rows / vectorised:>14,.0f}")
-        print(f"{'  data source reads + decodes':<34}{source_decode:>10.2f}{rows / source_decode:>14,.0f}")
-        print(f"{'  transfer alone (decoded batches)':<34}{transfer:>10.2f}{rows / transfer:>14,.0f}")
-        print(
-            f"{'  tasks decode + write offsets':<34}{history_write:>10.2f}{written / history_write:>14,.0f}"
-        )
-        print(
-            f"{'  Python UDF baseline':<34}{baseline:>10.2f}{baseline_rows / baseline:>14,.0f}"
-            + (f"  (on {baseline_rows:,} rows)" if baseline_rows < rows else "")
-        )
-        print(f"{'  decoder alone, no Spark':<34}{'':>10}{results['decoder_only_rows_per_s']:>14,}")
-        print(f"all job end to end (read, decode, 6 tables, report): {results['all_job_seconds']}s")
-        print("  " + ", ".join(f"{name} {secs}s" for name, secs in results["all_job_stage_seconds"].items()))
-    return 0
+    return {
+        "all_job_seconds": round(time.perf_counter() - start, 1),
+        "all_job_stage_seconds": {name: round(secs, 1) for name, secs in stages.items()},
+    }
 
 
-def main(argv: list[str] | None = None) -> int:
-    from regroup_pipeline.cli import configure_parser
-
-    parser = argparse.ArgumentParser(
-        prog="python -m regroup_pipeline.bench", description=__doc__.splitlines()[0]
+def _print_results(results: dict[str, Any]) -> None:
+    d = results["dataset"]
+    rows = results["decode_rows"]
+    print(
+        f"dataset: {d['offset_commits']:,} offset commits, "
+        f"{d['group_metadata']:,} group metadata records, "
+        f"{d['data_records']:,} data records (built in {results['dataset_seconds']}s)"
     )
-    configure_parser(parser)
-    args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])
-    return run_bench(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    print(f"Spark {results['master']}, session start {results['session_seconds']}s")
+    print(f"{'decode ' + format(rows, ','):<34}{'seconds':>10}{'rows/s':>14}")
+    timings = (
+        ("  Parquet scan only", "scan"),
+        ("  vectorised (mapInArrow)", "vectorised"),
+        ("  data source reads + decodes", "data_source_decode"),
+        ("  transfer alone (decoded batches)", "transfer"),
+        ("  tasks decode + write offsets", "history_write"),
+        ("  Python UDF baseline", "baseline"),
+    )
+    for label, key in timings:
+        print(f"{label:<34}{results[key + '_seconds']:>10.2f}{results[key + '_rows_per_s']:>14,}")
+    baseline_rows = results["baseline_rows"]
+    if baseline_rows < rows:
+        print(f"{'':<34}(baseline on {baseline_rows:,} rows)")
+    print(f"{'  decoder alone, no Spark':<34}{'':>10}{results['decoder_only_rows_per_s']:>14,}")
+    print(f"all job end to end (read, decode, 6 tables, report): {results['all_job_seconds']}s")
+    print("  " + ", ".join(f"{name} {secs}s" for name, secs in results["all_job_stage_seconds"].items()))

@@ -7,14 +7,13 @@ offer the subcommand whether or not the ``spark`` extra is installed.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any, Final
 
-__all__ = ["JOBS", "add_subparser", "configure_parser", "main", "parse_duration", "parse_time", "run"]
+from regroup_pipeline.timespec import parse_duration
+
+__all__ = ["JOBS", "add_subparser", "configure_parser", "main", "run"]
 
 JOBS: Final = {
     "offsets": "committed offset per group/topic/partition: the full commit history",
@@ -27,54 +26,12 @@ JOBS: Final = {
     "stream": "Structured Streaming: keep lag and rebalances current",
     "bench": "decode throughput and end-to-end time on synthetic __consumer_offsets records",
 }
-_UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DESCRIPTION: Final = (
     "Consumer-group analytics on Spark, from a data directory or any Kafka-compatible cluster."
 )
 _SPARK_MISSING: Final = (
     "regroup pipeline needs PySpark: install the 'spark' extra (pip install 'regroup[spark]')"
 )
-
-
-def parse_duration(text: str) -> int:
-    """``500ms``, ``30s``, ``15m``, ``2h``, ``7d``, combinations like ``1h30m``, or plain milliseconds."""
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
-    pos = 0
-    total = 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 500ms, 30s, 15m, 2h, 7d)")
-    return int(total)
-
-
-def parse_time(text: str, *, now_ms: int | None = None) -> int:
-    """An instant as epoch milliseconds: ISO 8601 (``2026-11-21T10:00:00Z``; no zone means UTC), epoch
-    milliseconds, ``now``, or ``now-<duration>`` / ``-<duration>`` (e.g. ``-2h``)."""
-    text = text.strip()
-    now = now_ms if now_ms is not None else int(time.time() * 1000)
-    if text == "now":
-        return now
-    for prefix in ("now-", "-"):
-        if text.startswith(prefix):
-            return now - parse_duration(text[len(prefix) :])
-    if text.isdigit():
-        return int(text)
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a time: {text!r} (ISO 8601, epoch ms, now, or -<duration>)"
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
 
 
 def _key_value(text: str) -> tuple[str, str]:

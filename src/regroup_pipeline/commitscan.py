@@ -1,11 +1,11 @@
 """Offset commits straight from ``__consumer_offsets`` segment bytes, in one compiled pass (numba).
 
 The data source's hot path: a chunk of whole record batches goes in, the columns of
-:data:`regroup_pipeline.decode.COMMIT_ARROW_SCHEMA` come out, without the intermediate batch of raw keys and
-values. It handles what coordinators write — uncompressed RecordBatch v2 with offset-commit keys v0/v1 and
-values v0–v4 (v4's tagged fields skipped), tombstones, other record types skipped — and answers None for
-anything else (a compressed batch, a value version it does not know, a malformed record), so that the
-caller decodes that chunk with the general numpy decoders, which also say what is wrong with bad input.
+:data:`~regroup_pipeline.logformat.COMMIT_ARROW_SCHEMA` come out, without the intermediate batch of raw keys
+and values. It handles what coordinators write — uncompressed RecordBatch v2 with offset-commit keys v0/v1
+and values v0–v4 (v4's tagged fields skipped), tombstones, other record types skipped — and answers None for
+anything else (a compressed batch, a value version it does not know, a malformed record), so that the caller
+decodes that chunk with the general numpy decoders, which also say what is wrong with bad input.
 
 The functions are compiled on first use and cached on disk (numba's ``cache=True``), so each Spark Python
 worker pays the compilation once per installation, not per task.
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
 from numba import njit  # type: ignore[import-untyped,unused-ignore]  # numba ships no type information
 
-from regroup_pipeline.logformat import RAW_ARROW_SCHEMA, binary_parts, repeat_string
+from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA, RAW_ARROW_SCHEMA, binary_parts, repeat_string
 
 __all__ = ["scan_commit_pairs", "scan_offset_commits", "scan_records", "whole_batches_end"]
 
@@ -363,8 +363,6 @@ def _binaries(buf: Any, at: Any, lengths: Any) -> Any:
 def _batch(out: Any, kbuf: Any, vbuf: Any, record_columns: list[Any]) -> Any:
     """The commit columns decoded into ``out`` (cut to the records kept) and the record partition,
     offset and timestamp columns, as a batch with ``COMMIT_ARROW_SCHEMA``."""
-    from regroup_pipeline.decode import COMMIT_ARROW_SCHEMA
-
     tomb = out[DELETED] != 0
     ts = COMMIT_ARROW_SCHEMA.field("commit_timestamp").type
     no_expire = tomb | (out[EXPIRE_TS] < 0)
@@ -456,10 +454,8 @@ def scan_offset_commits(
 ) -> Any | None:
     """The offset commits (and tombstones) of the batches starting before ``limit`` in ``data``, with
     offsets in ``[min_offset, max_offset)`` and timestamps at or before ``until_ms``, as a
-    ``pyarrow.RecordBatch`` with :data:`~regroup_pipeline.decode.COMMIT_ARROW_SCHEMA`; None when the chunk
+    ``pyarrow.RecordBatch`` with :data:`~regroup_pipeline.logformat.COMMIT_ARROW_SCHEMA`; None when the chunk
     holds anything this pass does not handle (see the module docstring)."""
-    from regroup_pipeline.decode import COMMIT_ARROW_SCHEMA
-
     buf, raw = _walked(data, limit, _COMMIT_TYPES, min_offset, max_offset, until_ms)
     if raw is None:
         return None

@@ -53,7 +53,7 @@ _MIN_TASK_BYTES: Final = 1024 * 1024
 
 
 def _commit_schema() -> Any:
-    from regroup_pipeline.decode import COMMIT_ARROW_SCHEMA
+    from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA
 
     return COMMIT_ARROW_SCHEMA
 

@@ -25,10 +25,9 @@ from regroup.protocol.records.consumer_protocol import (
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue
 from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
 from regroup_pipeline.commitscan import scan_commit_pairs
-from regroup_pipeline.logformat import I64, U8, be_int, binary_parts
+from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA, I64, TIMESTAMP, U8, be_int, binary_parts
 
 __all__ = [
-    "COMMIT_ARROW_SCHEMA",
     "GROUP_ARROW_SCHEMA",
     "HISTORY_ARROW_SCHEMA",
     "CommitHistory",
@@ -39,28 +38,8 @@ __all__ = [
     "record_types",
 ]
 
-_TS: Final = pa.timestamp("us", tz="UTC")
 _TOPIC_PARTITIONS: Final = pa.list_(
     pa.struct([pa.field("topic", pa.string()), pa.field("partitions", pa.list_(pa.int32()))])
-)
-
-COMMIT_ARROW_SCHEMA: Final = pa.schema(
-    [
-        pa.field("group", pa.string()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("committed_offset", pa.int64()),
-        pa.field("leader_epoch", pa.int32()),
-        pa.field("metadata", pa.string()),
-        pa.field("commit_timestamp", _TS),
-        pa.field("expire_timestamp", _TS),
-        pa.field("deleted", pa.bool_()),
-        pa.field("key_version", pa.int32()),
-        pa.field("value_version", pa.int32()),
-        pa.field("record_partition", pa.int32()),
-        pa.field("record_offset", pa.int64()),
-        pa.field("record_timestamp", _TS),
-    ]
 )
 
 # Offset commits with the interval each was in force: until the next record for the same group, topic and
@@ -85,7 +64,7 @@ _HISTORY_ORDER: Final = (
     "value_version",
 )
 _INTERVAL: Final = {
-    "valid_until": pa.field("valid_until", _TS),
+    "valid_until": pa.field("valid_until", TIMESTAMP),
     "is_current": pa.field("is_current", pa.bool_()),
 }
 HISTORY_ARROW_SCHEMA: Final = pa.schema(
@@ -120,11 +99,11 @@ GROUP_ARROW_SCHEMA: Final = pa.schema(
         pa.field("generation", pa.int32()),
         pa.field("protocol", pa.string()),
         pa.field("leader", pa.string()),
-        pa.field("current_state_timestamp", _TS),
+        pa.field("current_state_timestamp", TIMESTAMP),
         pa.field("members", pa.list_(MEMBER_TYPE)),
         pa.field("record_partition", pa.int32()),
         pa.field("record_offset", pa.int64()),
-        pa.field("record_timestamp", _TS),
+        pa.field("record_timestamp", TIMESTAMP),
     ]
 )
 
@@ -151,7 +130,7 @@ def _column(batch: Any, name: str) -> Any:
 
 
 def _ts(ms: I64, null: Any) -> Any:
-    return pa.array(ms * 1000, _TS, mask=null)
+    return pa.array(ms * 1000, TIMESTAMP, mask=null)
 
 
 # ------------------------------------------------------------------------------------------ offset commits
@@ -215,14 +194,14 @@ def _offset_commits_codec(batch: Any) -> Any:
         )
         cols["value_version"].append(version)
     arrays = [
-        pa.array(cols[f.name], pa.int64() if f.type == _TS else f.type)
+        pa.array(cols[f.name], pa.int64() if f.type == TIMESTAMP else f.type)
         for f in list(COMMIT_ARROW_SCHEMA)[:11]
     ]
     arrays = [a.cast(f.type) for a, f in zip(arrays, list(COMMIT_ARROW_SCHEMA)[:11], strict=True)]
     arrays += [
         _column(batch, "partition").cast(pa.int32()),
         _column(batch, "offset").cast(pa.int64()),
-        _column(batch, "timestamp").cast(_TS),
+        _column(batch, "timestamp").cast(TIMESTAMP),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=COMMIT_ARROW_SCHEMA)
 
@@ -320,7 +299,7 @@ def decode_group_metadata(batch: Any) -> Any:
     for f in GROUP_ARROW_SCHEMA:
         values = [r.get(f.name) for r in records]
         if f.name == "current_state_timestamp":
-            columns.append(pa.array(values, pa.int64()).cast(_TS))
+            columns.append(pa.array(values, pa.int64()).cast(TIMESTAMP))
         else:
             columns.append(pa.array(values, f.type))
     return pa.RecordBatch.from_arrays(columns, schema=GROUP_ARROW_SCHEMA)
@@ -363,7 +342,9 @@ class CommitHistory:
             part_done = done[start:end]
             if part_done.any():
                 rows = part.filter(pa.array(part_done))
-                out.append(_with_interval(rows, pa.array(until[start:end][part_done], _TS), current=False))
+                out.append(
+                    _with_interval(rows, pa.array(until[start:end][part_done], TIMESTAMP), current=False)
+                )
             if not part_done.all():
                 pending.append(part.filter(pa.array(~part_done)))
             start = end
@@ -375,7 +356,9 @@ class CommitHistory:
         pending, self._pending = self._pending, None
         if pending is None or pending.num_rows == 0:
             return None
-        return pa.Table.from_batches([_with_interval(pending, pa.nulls(pending.num_rows, _TS), current=True)])
+        return pa.Table.from_batches(
+            [_with_interval(pending, pa.nulls(pending.num_rows, TIMESTAMP), current=True)]
+        )
 
 
 def _key_ids(parts: list[Any]) -> I64:

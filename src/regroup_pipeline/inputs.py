@@ -21,12 +21,8 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from regroup_pipeline import logdir
 from regroup_pipeline.datasource import FORMAT
-from regroup_pipeline.decode import (
-    COMMIT_ARROW_SCHEMA,
-    GROUP_ARROW_SCHEMA,
-    group_metadata_batches,
-    offset_commit_batches,
-)
+from regroup_pipeline.decode import GROUP_ARROW_SCHEMA, group_metadata_batches, offset_commit_batches
+from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA
 
 __all__ = [
     "CONSUMER_OFFSETS",

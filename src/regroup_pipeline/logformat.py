@@ -21,7 +21,9 @@ from regroup.protocol.primitives import DecodeError
 from regroup.protocol.record_batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC, decompress
 
 __all__ = [
+    "COMMIT_ARROW_SCHEMA",
     "RAW_ARROW_SCHEMA",
+    "TIMESTAMP",
     "BatchIndex",
     "Records",
     "binary_parts",
@@ -42,6 +44,7 @@ _CONTROL_BIT: Final = 0x20
 _MIN_BATCH_LENGTH: Final = HEADER_SIZE - LOG_OVERHEAD
 _INT32_LIMIT: Final = 2**31 - 1
 
+TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 HEADER_TYPE: Final = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 # Same names, order and types as Spark's Kafka source with includeHeaders=true.
 RAW_ARROW_SCHEMA: Final = pa.schema(
@@ -51,9 +54,30 @@ RAW_ARROW_SCHEMA: Final = pa.schema(
         pa.field("topic", pa.string()),
         pa.field("partition", pa.int32()),
         pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestamp", TIMESTAMP),
         pa.field("timestampType", pa.int32()),
         pa.field("headers", HEADER_TYPE),
+    ]
+)
+
+# One offset commit per row: what both the compiled scan and the general decoders of ``__consumer_offsets``
+# produce.
+COMMIT_ARROW_SCHEMA: Final = pa.schema(
+    [
+        pa.field("group", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("committed_offset", pa.int64()),
+        pa.field("leader_epoch", pa.int32()),
+        pa.field("metadata", pa.string()),
+        pa.field("commit_timestamp", TIMESTAMP),
+        pa.field("expire_timestamp", TIMESTAMP),
+        pa.field("deleted", pa.bool_()),
+        pa.field("key_version", pa.int32()),
+        pa.field("value_version", pa.int32()),
+        pa.field("record_partition", pa.int32()),
+        pa.field("record_offset", pa.int64()),
+        pa.field("record_timestamp", TIMESTAMP),
     ]
 )
 

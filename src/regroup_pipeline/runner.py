@@ -13,10 +13,10 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from regroup_pipeline import jobs
-from regroup_pipeline.cli import parse_time
 from regroup_pipeline.datasource import write_history
 from regroup_pipeline.inputs import DATA_TOPICS_PATTERN, Inputs, TimeWindow, from_datadir, from_kafka
 from regroup_pipeline.session import build_session
+from regroup_pipeline.timespec import parse_time
 
 __all__ = ["load_inputs", "persist_inputs", "run_job", "window_from_args", "write_table"]
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from regroup_pipeline.cli import JOBS, add_subparser, main, parse_duration, parse_time
+from regroup_pipeline.cli import JOBS, add_subparser, main
+from regroup_pipeline.timespec import parse_duration, parse_time
 
 from .support import SPARK_SOCKETS
 

@@ -21,7 +21,12 @@ from regroup_pipeline.commitscan import (  # noqa: E402
     scan_records,
     whole_batches_end,
 )
-from regroup_pipeline.logformat import decode_records, index_batches, records_to_arrow  # noqa: E402
+from regroup_pipeline.logformat import (  # noqa: E402
+    COMMIT_ARROW_SCHEMA,
+    decode_records,
+    index_batches,
+    records_to_arrow,
+)
 from regroup_pipeline.synthetic import (  # noqa: E402
     MemberSpec,
     group_metadata,
@@ -108,7 +113,7 @@ def test_offset_commits_equal_the_general_decoders(seed: int) -> None:
         fast = scan_offset_commits(data, len(data), 4, **filters)
         assert fast is not None
         expected = decode.decode_offset_commits(_general(data, **filters))
-        assert fast.schema == decode.COMMIT_ARROW_SCHEMA
+        assert fast.schema == COMMIT_ARROW_SCHEMA
         assert fast.to_pylist() == expected.to_pylist()
         assert fast.num_rows > 0
 
