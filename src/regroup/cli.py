@@ -33,7 +33,36 @@ def _bench_produce_fetch(args: argparse.Namespace) -> int:
         compression=args.compression,
         linger_ms=args.linger_ms,
         broker_overrides=args.broker_override,
+        broker=args.broker,
+        against=args.against,
+        nodes=args.nodes,
+        replication_factor=args.replication_factor,
     )
+
+
+def _bench_cluster_failover(args: argparse.Namespace) -> int:
+    from regroup.bench.cluster_failover import main as cluster_failover_main
+
+    return cluster_failover_main(
+        nodes=args.nodes,
+        broker=args.broker,
+        against=args.against,
+        members=args.members,
+        partitions=args.partitions,
+        rounds=args.rounds,
+        commit_interval_ms=args.commit_interval_ms,
+        broker_config=dict(args.broker_config),
+        timeout=args.timeout,
+        json_output=args.json,
+        progress=not args.quiet,
+    )
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -110,14 +139,68 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pf.add_argument("--linger-ms", type=int, default=5, help="producer linger.ms (default: 5)")
     pf.add_argument(
+        "--broker",
+        choices=["regroup", "kafka"],
+        default="regroup",
+        help="the broker to start when no --bootstrap is given (default: regroup)",
+    )
+    pf.add_argument(
+        "--against", choices=["kafka", "regroup"], help="also run on this broker and print ratios"
+    )
+    pf.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="start a cluster of this many nodes (regroup: plus a private etcd; Kafka: plus one KRaft "
+        "controller) instead of one broker (default: 1)",
+    )
+    pf.add_argument(
+        "--replication-factor",
+        type=int,
+        default=-1,
+        help="replicas of the benchmark's topic (default: the broker's default.replication.factor, which "
+        "a started cluster sets to min(3, nodes))",
+    )
+    pf.add_argument(
         "--broker-override",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="setting for the broker the benchmark starts (repeatable), e.g. log.flush.interval.messages=1",
+        help="setting for the brokers the benchmark starts (repeatable), e.g. log.flush.interval.messages=1",
     )
     pf.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
     pf.set_defaults(handler=_bench_produce_fetch)
+
+    cf = bench_sub.add_parser(
+        "cluster-failover",
+        help="SIGKILL the node coordinating a committing group: time to a new coordinator, to Stable, to "
+        "the first commit",
+    )
+    cf.add_argument("--nodes", type=int, default=3, help="nodes of the cluster (default: 3)")
+    cf.add_argument(
+        "--broker", choices=["regroup", "kafka"], default="regroup", help="the cluster to start (regroup)"
+    )
+    cf.add_argument(
+        "--against", choices=["kafka", "regroup"], help="also run on this cluster and print ratios"
+    )
+    cf.add_argument("--members", type=int, default=3, help="confluent-kafka consumers in the group (3)")
+    cf.add_argument("--partitions", type=int, default=6, help="partitions of the group's topic (6)")
+    cf.add_argument("--rounds", type=int, default=3, help="coordinator kills per cluster (3)")
+    cf.add_argument(
+        "--commit-interval-ms", type=int, default=100, help="each member commits this often (100)"
+    )
+    cf.add_argument(
+        "--broker-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_key_value,
+        help="extra setting for every node (repeatable)",
+    )
+    cf.add_argument("--timeout", type=float, default=120.0, help="give up a step after this many s (120)")
+    cf.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    cf.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    cf.set_defaults(handler=_bench_cluster_failover)
 
     from regroup.bench.cli import add_scenarios
 

@@ -1,8 +1,9 @@
 """The Apache Kafka reference broker that regroup is tested and benchmarked against.
 
 Owns resolving the Kafka jars from Maven Central (cached per version, usable offline once cached), running a
-single-node KRaft broker+controller on loopback with regroup's test settings, waiting until it really
-serves requests, running Kafka's Java command-line tools, and never leaving a JVM behind.
+single-node KRaft broker+controller — or a cluster of brokers beside a KRaft controller — on loopback with
+regroup's test settings, waiting until it really serves requests, running Kafka's Java command-line tools,
+and never leaving a JVM behind.
 
 ``python -m regroup.refkafka fetch`` warms the jar cache; ``python -m regroup.refkafka run`` starts a broker
 and prints its bootstrap address until interrupted.
@@ -51,6 +52,7 @@ __all__ = [
     "KAFKA_VERSION",
     "TEST_BROKER_CONFIG",
     "KafkaReference",
+    "KafkaReferenceCluster",
     "RefKafkaError",
     "api_versions",
     "cache_dir",
@@ -497,7 +499,61 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-_LIVE: set[KafkaReference] = set()
+_LISTENER_NAMES: Final[dict[str, str]] = {
+    "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+}
+
+
+class _KafkaNode:
+    """One Kafka JVM's files and command: ``server.properties``, the log4j2 file, KRaft storage formatting,
+    and the broker process (stdout and stderr into one log)."""
+
+    def __init__(self, workdir: Path, jar_dir: Path, java: str, jvm_options: Sequence[str]) -> None:
+        self.workdir = workdir
+        self.java = java
+        self.jvm_options = list(jvm_options)
+        self.properties = workdir / "server.properties"
+        log_config = workdir / "log4j2.xml"
+        workdir.mkdir(parents=True, exist_ok=True)
+        log_config.write_text(_LOG4J2_TEMPLATE.format(target="SYSTEM_OUT"))
+        self.common = [
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log_config}",
+            f"-Dkafka.logs.dir={workdir}", "-cp", _classpath(jar_dir),
+        ]  # fmt: skip
+
+    def write_config(self, config: Mapping[str, str]) -> None:
+        self.properties.write_text("".join(f"{k}={_escape_property(v)}\n" for k, v in config.items()))
+
+    def format(self, cluster_id: str) -> None:
+        # With static controller.quorum.voters the format tool takes no --standalone/--initial-controllers.
+        fmt = subprocess.run(
+            [self.java, *_SHORT_JVM, *self.common, STORAGE_TOOL, "format", "-t", cluster_id,
+             "-c", str(self.properties)],
+            capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if fmt.returncode != 0:
+            raise RefKafkaError(
+                f"formatting KRaft storage failed ({fmt.returncode}):\n{_head(fmt.stdout + fmt.stderr)}"
+            )
+
+    def launch(self, log_path: Path, *, append: bool = False) -> subprocess.Popen[bytes]:
+        with log_path.open("ab" if append else "wb") as log:
+            return subprocess.Popen(
+                [self.java, *self.jvm_options, *self.common, BROKER_MAIN, str(self.properties)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                # A terminal Ctrl-C reaches only us, and we stop the JVM in order.
+                start_new_session=True,
+                # Only a prctl call: safe despite the general preexec_fn caveats.
+                preexec_fn=_die_with_parent(),  # noqa: PLW1509
+            )
+
+
+_LIVE: set[KafkaReference | KafkaReferenceCluster] = set()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -637,46 +693,17 @@ class KafkaReference:
             "process.roles": "broker,controller",
             "listeners": f"PLAINTEXT://127.0.0.1:{self._port},CONTROLLER://127.0.0.1:{self._controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self._port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "controller.quorum.voters": f"{_NODE_ID}@127.0.0.1:{self._controller_port}",
             "log.dirs": str(data),
+            **_LISTENER_NAMES,
             **_SINGLE_NODE_CONFIG,
             **TEST_BROKER_CONFIG,
             **self._overrides,
         }
-        props = workdir / "server.properties"
-        props.write_text("".join(f"{k}={_escape_property(v)}\n" for k, v in self.config.items()))
-        log_config = workdir / "log4j2.xml"
-        log_config.write_text(_LOG4J2_TEMPLATE.format(target="SYSTEM_OUT"))
-        common = [
-            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log_config}",
-            f"-Dkafka.logs.dir={workdir}", "-cp", _classpath(self._jar_dir),
-        ]  # fmt: skip
-
-        # With static controller.quorum.voters the format tool takes no --standalone/--initial-controllers.
-        fmt = subprocess.run(
-            [java, *_SHORT_JVM, *common, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(props)],
-            capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        if fmt.returncode != 0:
-            raise RefKafkaError(
-                f"formatting KRaft storage failed ({fmt.returncode}):\n{_head(fmt.stdout + fmt.stderr)}"
-            )
-
-        with self.log_path.open("wb") as log:
-            self._proc = subprocess.Popen(
-                [java, *self._broker_jvm_options(), *common, BROKER_MAIN, str(props)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                # A terminal Ctrl-C reaches only us, and we stop the JVM in order.
-                start_new_session=True,
-                # Only a prctl call: safe despite the general preexec_fn caveats.
-                preexec_fn=_die_with_parent(),  # noqa: PLW1509
-            )
+        node = _KafkaNode(workdir, self._jar_dir, java, self._broker_jvm_options())
+        node.write_config(self.config)
+        node.format(_cluster_id())
+        self._proc = node.launch(self.log_path)
         self._wait_ready()
 
     def _broker_jvm_options(self) -> list[str]:
@@ -756,6 +783,213 @@ class KafkaReference:
     ) -> subprocess.CompletedProcess[str]:
         """:func:`run_tool` with this broker's Kafka version."""
         return run_tool(main_class, *args, timeout=timeout, version=self._version)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class KafkaReferenceCluster:
+    """A multi-broker KRaft Apache Kafka cluster on loopback: one controller-only node (the metadata quorum,
+    as etcd is for a regroup cluster) and ``brokers`` broker-only nodes with ids 1..N, for benchmarks
+    and interop tests that need replication and leadership moving between brokers.
+
+    ``overrides`` apply to every broker over :data:`TEST_BROKER_CONFIG`; internal topics get
+    min(3, brokers) replicas. Brokers can be killed (any signal) and started again on their data, as an
+    operator's restart does; the controller stays up.
+    """
+
+    CONTROLLER_ID: Final = 3000
+
+    def __init__(
+        self,
+        brokers: int = 3,
+        overrides: Mapping[str, str] | None = None,
+        workdir: Path | None = None,
+        *,
+        version: str | None = None,
+        startup_timeout: float = 120.0,
+        heap: str = "512m",
+    ) -> None:
+        if brokers < 1:
+            raise ValueError("a cluster needs at least one broker")
+        self.broker_ids = list(range(1, brokers + 1))
+        self._overrides = dict(overrides or {})
+        self._given_workdir = Path(workdir) if workdir is not None else None
+        self._version = version or kafka_version()
+        self._startup_timeout = startup_timeout
+        self._heap = heap
+        self._workdir: Path | None = None
+        self._nodes: dict[int, _KafkaNode] = {}
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._ports: dict[int, int] = {}
+        self.configs: dict[int, dict[str, str]] = {}
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @property
+    def workdir(self) -> Path:
+        if self._workdir is None:
+            raise RefKafkaError("the reference cluster is not started")
+        return self._workdir
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{self._ports[b]}" for b in self.broker_ids)
+
+    def port(self, broker_id: int) -> int:
+        return self._ports[broker_id]
+
+    def pid(self, node_id: int) -> int | None:
+        proc = self._procs.get(node_id)
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def running(self, node_id: int) -> bool:
+        proc = self._procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def log_path(self, node_id: int) -> Path:
+        return self.workdir / f"node-{node_id}" / "kafka.log"
+
+    def log_tail(self, node_id: int, lines: int = 40) -> str:
+        try:
+            return _tail(self.log_path(node_id).read_text(errors="replace"), lines)
+        except (OSError, RefKafkaError):
+            return ""
+
+    # ------------------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> Self:
+        """Format every node's storage with one cluster id, start the controller and the brokers, and
+        return once every broker is listed in Metadata."""
+        if self._procs:
+            raise RefKafkaError("the reference cluster is already started")
+        java = _require_java()
+        jar_dir = resolve_jars(self._version)
+        if self._given_workdir is not None:
+            self._given_workdir.mkdir(parents=True, exist_ok=True)
+            self._workdir = self._given_workdir
+        else:
+            self._workdir = Path(tempfile.mkdtemp(prefix="regroup-kafka-cluster-"))
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        try:
+            ports = _free_ports(len(self.broker_ids) + 1)
+            controller_port = ports[0]
+            self._ports = dict(zip(self.broker_ids, ports[1:], strict=True))
+            voters = f"{self.CONTROLLER_ID}@127.0.0.1:{controller_port}"
+            replicas = str(min(3, len(self.broker_ids)))
+            cluster_id = _cluster_id()
+            for node_id in [self.CONTROLLER_ID, *self.broker_ids]:
+                node_dir = self.workdir / f"node-{node_id}"
+                if node_dir.exists():
+                    shutil.rmtree(node_dir)
+                config: dict[str, str] = {
+                    "node.id": str(node_id),
+                    "controller.quorum.voters": voters,
+                    "log.dirs": str(node_dir / "data"),
+                    **_LISTENER_NAMES,
+                }
+                if node_id == self.CONTROLLER_ID:
+                    # The controller fences brokers (broker.session.timeout.ms), so it gets the overrides too.
+                    config |= {
+                        "process.roles": "controller",
+                        "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
+                        **self._overrides,
+                    }
+                    config.pop("inter.broker.listener.name")
+                else:
+                    port = self._ports[node_id]
+                    config |= {
+                        "process.roles": "broker",
+                        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                        **TEST_BROKER_CONFIG,
+                        "offsets.topic.replication.factor": replicas,
+                        "transaction.state.log.replication.factor": replicas,
+                        "share.coordinator.state.topic.replication.factor": replicas,
+                        **self._overrides,
+                    }
+                node = _KafkaNode(node_dir, jar_dir, java, self._jvm_options())
+                node.write_config(config)
+                node.format(cluster_id)
+                self._nodes[node_id] = node
+                self.configs[node_id] = config
+            for node_id in [self.CONTROLLER_ID, *self.broker_ids]:
+                self.start_node(node_id)
+            self.wait_for_brokers(self.broker_ids)
+            return self
+        except BaseException:
+            self.stop(timeout=0)
+            raise
+
+    def _jvm_options(self) -> list[str]:
+        return [
+            f"-Xms{self._heap}", f"-Xmx{self._heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+        ]  # fmt: skip
+
+    def start_node(self, node_id: int) -> None:
+        """Launch node ``node_id`` on its existing data (no re-format); returns at once."""
+        if self.running(node_id):
+            raise RefKafkaError(f"node {node_id} is already running")
+        self._procs[node_id] = self._nodes[node_id].launch(self.log_path(node_id), append=True)
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to node ``node_id`` (SIGKILL: a crash; SIGTERM: a controlled shutdown)."""
+        proc = self._procs.get(node_id)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+
+    def wait_for_brokers(self, broker_ids: Sequence[int], timeout: float | None = None) -> None:
+        """Until every broker in ``broker_ids`` is listed in Metadata by a running broker."""
+        deadline = time.monotonic() + (self._startup_timeout if timeout is None else timeout)
+        wanted = set(broker_ids)
+        while True:
+            for node_id, proc in self._procs.items():
+                if proc.poll() is not None and node_id in wanted | {self.CONTROLLER_ID}:
+                    raise RefKafkaError(
+                        f"Kafka node {node_id} exited with code {proc.returncode}:\n{self.log_tail(node_id)}"
+                    )
+            for broker_id in broker_ids:
+                with contextlib.suppress(OSError, DecodeError, struct.error):
+                    if wanted <= _metadata_broker_ids("127.0.0.1", self._ports[broker_id], 8, timeout=2.0):
+                        return
+            if time.monotonic() > deadline:
+                raise RefKafkaError(
+                    f"Kafka brokers {sorted(wanted)} were not all listed in Metadata in time:\n"
+                    + "\n".join(self.log_tail(b, 10) for b in broker_ids)
+                )
+            time.sleep(0.1)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM the brokers, then the controller (SIGKILL after ``timeout`` seconds, at once for 0), and
+        remove the temporary workdir if this object created it. Idempotent."""
+        try:
+            for group in (self.broker_ids, [self.CONTROLLER_ID]):
+                procs = [self._procs.pop(n) for n in group if n in self._procs]
+                for proc in procs:
+                    if proc.poll() is None and timeout > 0:
+                        proc.terminate()
+                for proc in procs:
+                    if proc.poll() is None:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(timeout)
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            if self._given_workdir is None and self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -113,6 +113,14 @@ def add_scenarios(bench_subparsers: Any) -> None:
         _add_common(p)
         if name != "failover":
             p.add_argument(
+                "--nodes",
+                type=int,
+                default=1,
+                help="start a cluster of this many nodes (regroup: plus a private etcd; Kafka: plus one "
+                "KRaft controller) instead of one broker; internal topics get min(3, nodes) replicas "
+                "(default: 1)",
+            )
+            p.add_argument(
                 "--members",
                 type=int,
                 default=defaults["members"],

@@ -78,6 +78,10 @@ class LocalEtcd:
     def log_path(self) -> Path:
         return self.workdir / "etcd.log"
 
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
     def start(self) -> LocalEtcd:
         for _attempt in range(3):  # a free port can be taken between probing it and etcd binding it
             if self._start_once():

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -40,10 +40,13 @@ __all__ = [
     "REPORTED_SETTINGS",
     "BenchTarget",
     "BenchTargetError",
+    "ClusterTarget",
     "ExternalBroker",
     "FakeBroker",
     "KafkaBroker",
+    "KafkaCluster",
     "RegroupBroker",
+    "RegroupCluster",
     "cpu_seconds",
     "describe_settings",
     "start_broker",
@@ -78,16 +81,18 @@ class BenchTargetError(RuntimeError):
     """A broker could not be started or restarted; the message carries its log tail."""
 
 
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU seconds of process ``pid`` (all its threads), or None when unknown."""
-    if pid is None:
-        return None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+def cpu_seconds(pids: Sequence[int]) -> float | None:
+    """User + system CPU seconds of the processes ``pids`` together (all their threads), or None when
+    there are none or one cannot be read."""
+    total = 0.0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return total if pids else None
 
 
 def _free_port() -> int:
@@ -136,6 +141,16 @@ class BenchTarget:
     @property
     def pid(self) -> int | None:
         return None
+
+    @property
+    def pids(self) -> list[int]:
+        """The processes whose CPU time counts as the broker's (every node of a cluster, and its metadata
+        quorum)."""
+        pid = self.pid
+        return [] if pid is None else [pid]
+
+    def start(self) -> None:
+        """Start the broker and set :attr:`bootstrap` (nothing to do for one someone else started)."""
 
     def offsets_partition_bytes(self, partition: int) -> int | None:
         """On-disk size of ``__consumer_offsets-<partition>`` when the benchmark owns the data."""
@@ -400,16 +415,169 @@ class KafkaBroker(BenchTarget):
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+class ClusterTarget(BenchTarget):
+    """Several nodes and the service that keeps their metadata; nodes can be killed and started again."""
+
+    nodes = 1
+
+    @property
+    def node_ids(self) -> list[int]:
+        raise NotImplementedError
+
+    def node_pid(self, node_id: int) -> int | None:
+        raise NotImplementedError
+
+    def node_address(self, node_id: int) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def signal_node(self, node_id: int, sig: int) -> None:
+        """Send ``sig`` to node ``node_id`` (SIGKILL: a crash)."""
+        raise NotImplementedError
+
+    def start_node(self, node_id: int) -> None:
+        """Start node ``node_id`` again on its data (returns once it runs, maybe before it serves)."""
+        raise NotImplementedError
+
+
+def _replicated(nodes: int, overrides: Mapping[str, str]) -> dict[str, str]:
+    """The benchmark's fair settings for a cluster: internal topics get min(3, nodes) replicas, as Kafka's
+    default of 3 would on a cluster of that size, unless ``overrides`` say otherwise."""
+    replicas = str(min(3, nodes))
+    return {
+        **FAIR_CONFIG,
+        "offsets.topic.replication.factor": replicas,
+        "default.replication.factor": replicas,
+        **overrides,
+    }
+
+
+class RegroupCluster(ClusterTarget):
+    """A private etcd and ``nodes`` ``regroup serve`` processes
+    (:class:`regroup.cluster.local.LocalCluster`)."""
+
+    kind = "regroup"
+
+    def __init__(self, nodes: int, overrides: Mapping[str, str]) -> None:
+        super().__init__()
+        from regroup import __version__
+        from regroup.cluster.local import LocalCluster
+
+        self.nodes = nodes
+        self.workdir = Path(tempfile.mkdtemp(prefix="regroup-bench-cluster-"))
+        self.overrides = _replicated(nodes, overrides)
+        self.version = f"{__version__}, {nodes} nodes + etcd"
+        try:
+            self.local = LocalCluster(nodes, data_dir=self.workdir, overrides=self.overrides)
+        except FileNotFoundError as exc:
+            raise BenchTargetError(str(exc)) from exc
+
+    def start(self) -> None:
+        try:
+            self.local.start()
+        except (RuntimeError, OSError, TimeoutError) as exc:
+            raise BenchTargetError(f"the regroup cluster did not start: {exc}") from exc
+        self.bootstrap = self.local.bootstrap_servers
+
+    @property
+    def pids(self) -> list[int]:
+        pids = [n.pid for n in self.local.nodes.values() if n.running and n.pid is not None]
+        etcd = self.local.etcd
+        if etcd is not None and etcd.pid is not None:
+            pids.append(etcd.pid)
+        return pids
+
+    @property
+    def node_ids(self) -> list[int]:
+        return sorted(self.local.nodes)
+
+    def node_pid(self, node_id: int) -> int | None:
+        return self.local.node(node_id).pid
+
+    def node_address(self, node_id: int) -> tuple[str, int]:
+        return "127.0.0.1", self.local.node(node_id).port
+
+    def signal_node(self, node_id: int, sig: int) -> None:
+        node = self.local.node(node_id)
+        node.signal(sig)
+        if sig == signal.SIGKILL:
+            node.wait()
+
+    def start_node(self, node_id: int) -> None:
+        self.local.node(node_id).start()
+
+    def close(self) -> None:
+        self.local.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class KafkaCluster(ClusterTarget):
+    """``nodes`` Apache Kafka brokers beside one KRaft controller
+    (:class:`regroup.refkafka.KafkaReferenceCluster`)."""
+
+    kind = "kafka"
+
+    def __init__(self, nodes: int, overrides: Mapping[str, str]) -> None:
+        super().__init__()
+        from regroup import refkafka
+
+        reason = refkafka.skip_reason()
+        if reason is not None:
+            raise BenchTargetError(reason)
+        self.nodes = nodes
+        self.overrides = _replicated(nodes, overrides)
+        self.ref = refkafka.KafkaReferenceCluster(nodes, self.overrides, heap=KafkaBroker.HEAP)
+        self.version = f"Apache Kafka {self.ref.version}, {nodes} brokers + 1 KRaft controller"
+
+    def start(self) -> None:
+        from regroup.refkafka import RefKafkaError
+
+        try:
+            self.ref.start()
+        except RefKafkaError as exc:
+            raise BenchTargetError(str(exc)) from exc
+        self.bootstrap = self.ref.bootstrap_servers
+
+    @property
+    def pids(self) -> list[int]:
+        ids = [*self.ref.broker_ids, self.ref.CONTROLLER_ID]
+        return [pid for pid in (self.ref.pid(n) for n in ids) if pid is not None]
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(self.ref.broker_ids)
+
+    def node_pid(self, node_id: int) -> int | None:
+        return self.ref.pid(node_id)
+
+    def node_address(self, node_id: int) -> tuple[str, int]:
+        return "127.0.0.1", self.ref.port(node_id)
+
+    def signal_node(self, node_id: int, sig: int) -> None:
+        self.ref.kill(node_id, sig)
+
+    def start_node(self, node_id: int) -> None:
+        self.ref.start_node(node_id)
+
+    def close(self) -> None:
+        self.ref.stop()
+
+
 def _dir_bytes(path: Path) -> int | None:
     if not path.is_dir():
         return None
     return sum(p.stat().st_size for p in path.iterdir() if p.suffix == ".log")
 
 
-def start_broker(kind: str, overrides: Mapping[str, str]) -> BenchTarget:
-    """Start a ``regroup``, ``kafka`` or ``fake`` broker."""
-    broker: RegroupBroker | KafkaBroker | FakeBroker
-    if kind == "regroup":
+def start_broker(kind: str, overrides: Mapping[str, str], nodes: int = 1) -> BenchTarget:
+    """Start a ``regroup``, ``kafka`` or ``fake`` broker, or with ``nodes`` > 1 a cluster of that many."""
+    broker: BenchTarget
+    if nodes > 1 and kind == "regroup":
+        broker = RegroupCluster(nodes, overrides)
+    elif nodes > 1 and kind == "kafka":
+        broker = KafkaCluster(nodes, overrides)
+    elif nodes > 1:
+        raise ValueError(f"a {kind} broker has no cluster mode")
+    elif kind == "regroup":
         broker = RegroupBroker(overrides)
     elif kind == "kafka":
         broker = KafkaBroker(overrides)

@@ -36,8 +36,8 @@ class CpuMeter:
     """CPU used by this process (the load generator, all threads) and by the broker process, as a
     percentage of one core over the measured interval."""
 
-    def __init__(self, broker_pid: int | None) -> None:
-        self._pid = broker_pid
+    def __init__(self, broker_pids: Sequence[int]) -> None:
+        self._pids = list(broker_pids)
         self._wall = 0.0
         self._own = 0.0
         self._broker: float | None = None
@@ -50,7 +50,7 @@ class CpuMeter:
     def __enter__(self) -> CpuMeter:
         self._wall = time.perf_counter()
         self._own = time.process_time()
-        self._broker = cpu_seconds(self._pid)
+        self._broker = cpu_seconds(self._pids)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -59,7 +59,7 @@ class CpuMeter:
             return
         self.generator_seconds = time.process_time() - self._own
         self.generator_pct = 100 * self.generator_seconds / wall
-        broker = cpu_seconds(self._pid)
+        broker = cpu_seconds(self._pids)
         if broker is not None and self._broker is not None:
             self.broker_seconds = broker - self._broker
             self.broker_pct = 100 * self.broker_seconds / wall
@@ -133,7 +133,7 @@ async def _drain(busy: bytearray) -> None:
 
 
 async def open_loop(
-    slots: int, rate: float, duration: float, send: SendFn, broker_pid: int | None = None
+    slots: int, rate: float, duration: float, send: SendFn, broker_pids: Sequence[int] = ()
 ) -> PhaseStats:
     """Offer ``rate`` requests/s for ``duration`` s, cycling through the member slots. Like a real member,
     a slot whose previous request is still outstanding skips its turn (counted as ``skipped``), so an
@@ -156,7 +156,7 @@ async def open_loop(
     callbacks = [make_done(i) for i in range(slots)]
     issued = 0
     nxt = 0
-    with CpuMeter(broker_pid) as cpu:
+    with CpuMeter(broker_pids) as cpu:
         start = time.perf_counter()
         while True:
             elapsed = time.perf_counter() - start
@@ -182,7 +182,9 @@ async def open_loop(
     return stats
 
 
-async def closed_loop(slots: int, duration: float, send: SendFn, broker_pid: int | None = None) -> PhaseStats:
+async def closed_loop(
+    slots: int, duration: float, send: SendFn, broker_pids: Sequence[int] = ()
+) -> PhaseStats:
     """Saturation: every member slot sends its next request as soon as its previous one is answered.
     Counts the responses that arrive within ``duration``."""
     stats = PhaseStats()
@@ -206,7 +208,7 @@ async def closed_loop(slots: int, duration: float, send: SendFn, broker_pid: int
         return done
 
     callbacks = [make_done(i) for i in range(slots)]
-    with CpuMeter(broker_pid) as cpu:
+    with CpuMeter(broker_pids) as cpu:
         start = time.perf_counter()
         end = start + duration
         for i in range(slots):

@@ -47,7 +47,7 @@ from regroup.protocol.messages.leave_group import LeaveGroupResponse
 from regroup.protocol.messages.offset_fetch import OffsetFetchResponse
 from regroup.protocol.messages.sync_group import SyncGroupResponse
 
-__all__ = ["TOPIC", "Fleet", "ObservedGeneration", "RebalanceTracker", "SimMember", "open_fleet"]
+__all__ = ["TOPIC", "Fleet", "ObservedGeneration", "RebalanceTracker", "Route", "SimMember", "open_fleet"]
 
 TOPIC = "bench-topic"  # what members subscribe to unless a scenario creates a topic of its own
 _RETRY_COORDINATOR = (
@@ -117,8 +117,24 @@ class RebalanceTracker:
                 listener(rec)
 
 
+@dataclass(slots=True)
+class Route:
+    """The connections to one broker: shared pipelined ones and join lanes."""
+
+    fast: list[Wire]
+    lanes: JoinLanes
+
+    def wire_for(self, index: int) -> Wire:
+        return self.fast[index % len(self.fast)]
+
+
 class Fleet:
-    """Connections and bookkeeping shared by the simulated members."""
+    """Connections and bookkeeping shared by the simulated members.
+
+    Each member talks to its group's coordinator: the bootstrap broker's connections serve until
+    FindCoordinator names another broker, whose connections (as many shared ones as the bootstrap's, and
+    a join lane per member it coordinates) are opened then, before anything is timed.
+    """
 
     def __init__(self, host: str, port: int, versions: Versions, fast: list[Wire], lanes: JoinLanes) -> None:
         self.host = host
@@ -131,13 +147,41 @@ class Fleet:
         self.first_join_sent: float | None = None
         self.members: list[SimMember] = []
         self.by_group: dict[str, list[SimMember]] = {}
+        self.bootstrap_route = Route(fast, lanes)
+        self._routes: dict[tuple[str, int], Route] = {(host, port): self.bootstrap_route}
+        self._routed: dict[tuple[str, int], set[int]] = {}
         self._loop = asyncio.get_running_loop()
 
     def now_ms(self) -> int:
         return int(self._loop.time() * 1000)
 
-    def wire_for(self, index: int) -> Wire:
-        return self.fast[index % len(self.fast)]
+    @property
+    def routes(self) -> int:
+        """How many brokers the members talk to."""
+        return len(self._routed) or 1
+
+    async def _route(self, host: str, port: int) -> Route:
+        route = self._routes.get((host, port))
+        if route is None:
+            fast = [
+                await connect(host, port, self.versions, client_id=f"bench-{port}-{i}")
+                for i in range(len(self.fast))
+            ]
+            route = self._routes[(host, port)] = Route(fast, JoinLanes(host, port, self.versions))
+        return route
+
+    async def route_group(self, group_id: str, host: str, port: int) -> None:
+        """Send ``group_id``'s members' requests to ``host:port``, its coordinator."""
+        members = self.by_group.get(group_id, ())
+        if not members:
+            return
+        route = await self._route(host, port)
+        routed = self._routed.setdefault((host, port), set())
+        routed.update(m.index for m in members)
+        await route.lanes.grow(max(route.lanes.size, len(routed)))
+        for m in members:
+            m.wire = route.wire_for(m.index)
+            m.lanes = route.lanes
 
     def count_error(self, exc: BaseException | ErrorCode) -> None:
         if isinstance(exc, ErrorCode):
@@ -167,6 +211,7 @@ class Fleet:
                 elif answer.error is not ErrorCode.NONE:
                     raise KafkaError(answer.error, f"FindCoordinator for {group_id}")
                 else:
+                    await self.route_group(group_id, answer.host, answer.port)
                     for m in self.by_group.get(group_id, ()):
                         m.membership.on_find_coordinator(answer, self.now_ms())
             pending = retry
@@ -184,10 +229,11 @@ class Fleet:
         version = self.versions[ApiKey.OFFSET_FETCH]
         probe = [TopicPartition(TOPIC, 0)]
         while pending:
-            wire = self.fast[0]
             answers = await asyncio.gather(
                 *(
-                    wire.call(offset_fetch_request(version, g, probe, False), OffsetFetchResponse)
+                    self._group_wire(g).call(
+                        offset_fetch_request(version, g, probe, False), OffsetFetchResponse
+                    )
                     for g in pending
                 )
             )
@@ -202,12 +248,18 @@ class Fleet:
                     raise TimeoutError(f"the coordinator of {len(pending)} groups did not load in time")
                 await asyncio.sleep(0.1)
 
+    def _group_wire(self, group_id: str) -> Wire:
+        """A connection to ``group_id``'s coordinator (as routed), else to the bootstrap broker."""
+        members = self.by_group.get(group_id)
+        return members[0].wire if members else self.fast[0]
+
     def close(self) -> None:
         for m in self.members:
             m.stop()
-        for wire in self.fast:
-            wire.close()
-        self.lanes.close()
+        for route in self._routes.values():
+            for wire in route.fast:
+                wire.close()
+            route.lanes.close()
 
 
 async def open_fleet(bootstrap: str, connections: int, join_lanes: int) -> Fleet:
@@ -235,7 +287,8 @@ class SimMember:
         self.fleet = fleet
         self.index = index
         self.membership = Membership(config, [RangeAssignor()], fleet.now_ms())
-        self.wire = fleet.wire_for(index)
+        self.wire = fleet.bootstrap_route.wire_for(index)
+        self.lanes = fleet.lanes
         self.topic = min(config.topics)
         self.partition_count = partitions
         self.partitions = {self.topic: partitions}
@@ -291,7 +344,7 @@ class SimMember:
                 if fleet.first_join_sent is None:
                     fleet.first_join_sent = self._last_join_sent
                 try:
-                    resp = await fleet.lanes.call(request, JoinGroupResponse)
+                    resp = await self.lanes.call(request, JoinGroupResponse)
                     outcome = m.on_join_response(resp, sent, fleet.now_ms())
                     members = [x.member_id for x in outcome.members] if outcome.is_leader else None
                     fleet.tracker.on_join(
@@ -303,7 +356,7 @@ class SimMember:
                         subscriptions = m.leader_subscriptions(outcome.members)
                         assignments = m.perform_assignment(outcome, subscriptions, self.partitions)
                     sync, sent = m.sync_request(assignments)
-                    sync_resp = await fleet.lanes.call(sync, SyncGroupResponse)
+                    sync_resp = await self.lanes.call(sync, SyncGroupResponse)
                     assignment = m.on_sync_response(sync_resp, sent)
                 except (KafkaError, RebalanceAbortedError, ConnectionError) as exc:
                     if not (isinstance(exc, KafkaError) and exc.code is ErrorCode.MEMBER_ID_REQUIRED):

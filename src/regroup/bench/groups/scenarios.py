@@ -74,6 +74,8 @@ class ScenarioError(RuntimeError):
 class Params:
     """Every knob of every scenario; each scenario reads the ones it needs."""
 
+    # Nodes of the cluster the benchmark starts (1: a single broker); groups spread over their coordinators.
+    nodes: int = 1
     members: int = 100
     groups: int = 1
     # Partitions of the subscribed topic per group (0: one per member); for commit, per committer.
@@ -245,16 +247,16 @@ async def _phases(
 ) -> None:
     """Warm-up at saturation (not reported), then each fixed rate, then saturation."""
     p = ctx.params
-    pid = ctx.broker.pid
+    pids = ctx.broker.pids
     if p.warmup > 0:
         ctx.progress.note(f"warm-up: {p.warmup:g} s at saturation")
-        await closed_loop(slots, p.warmup, send, pid)
+        await closed_loop(slots, p.warmup, send, pids)
     for rate in p.rates:
         ctx.progress.note(f"{what} at {rate:g}/s for {p.duration:g} s")
-        stats = await open_loop(slots, rate, p.duration, send, pid)
+        stats = await open_loop(slots, rate, p.duration, send, pids)
         _phase_metrics(ctx, f"{rate:g}/s", stats, unit, rate, per_request)
     ctx.progress.note(f"{what} at saturation for {p.duration:g} s")
-    stats = await closed_loop(slots, p.duration, send, pid)
+    stats = await closed_loop(slots, p.duration, send, pids)
     _phase_metrics(ctx, "saturation", stats, unit, None, per_request)
 
 
@@ -269,7 +271,7 @@ async def formation(ctx: Ctx) -> None:
     fleet = await _fleet(ctx, p.members)
     try:
         members = _members(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "formation")))
-        with CpuMeter(ctx.broker.pid) as cpu:
+        with CpuMeter(ctx.broker.pids) as cpu:
             formed = await _form(ctx, fleet, members, "formation")
         assert fleet.first_join_sent is not None
         end = max(rec.completed_at or 0.0 for rec in formed.values())
@@ -363,8 +365,9 @@ async def heartbeat(ctx: Ctx) -> None:
 async def _create_topic(wire: Wire, name: str, partitions: int, timeout: float = 120.0) -> None:
     """Create ``name`` and wait until every partition has a leader (Kafka refuses commits to topics it
     does not know)."""
+    # Replication factor −1: the broker's default.replication.factor (1 on a single node).
     request = CreateTopicsRequest(
-        topics=[CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)], timeout_ms=60000
+        topics=[CreatableTopic(name=name, num_partitions=partitions, replication_factor=-1)], timeout_ms=60000
     )
     resp = await wire.call(request, CreateTopicsResponse)
     for topic in resp.topics:
@@ -532,7 +535,7 @@ async def failover(ctx: Ctx) -> None:
             written += per_group
 
         total = per_group * len(groups) * p.rounds
-        with CpuMeter(broker.pid) as cpu:
+        with CpuMeter(broker.pids) as cpu:
             async with ctx.progress.watch(lambda: f"committing: {written}/{total} offsets"):
                 for round_ in range(p.rounds):
                     await asyncio.gather(*(commit_one(i, g, round_) for i, g in enumerate(groups)))
@@ -569,7 +572,7 @@ async def _commit_simple(
     request = offset_commit_request(
         version, group_id, -1, "", None, {tp: OffsetAndMetadata(o) for tp, o in offsets.items()}
     )
-    resp = await fleet.wire_for(i).call(request, OffsetCommitResponse)
+    resp = await fleet.bootstrap_route.wire_for(i).call(request, OffsetCommitResponse)
     bad = {c for c in read_offset_commit(resp).values() if c is not ErrorCode.NONE}
     if bad:
         raise ScenarioError(f"commit for {group_id} failed: {sorted(c.name for c in bad)}")
@@ -661,7 +664,7 @@ async def churn(ctx: Ctx) -> None:
         )
         joins = leaves = 0
         interval = p.churn_interval_ms / 1000
-        with CpuMeter(ctx.broker.pid) as cpu:
+        with CpuMeter(ctx.broker.pids) as cpu:
             async with ctx.progress.watch(
                 lambda: f"churn: {joins} joins, {leaves} leaves, {len(completed)} rebalances"
             ):
@@ -729,7 +732,7 @@ async def static_roll(ctx: Ctx) -> None:
         start_gen = formed[group_id].generation_id
         restarts: list[float] = []
         async with ctx.progress.watch(lambda: f"static roll: {len(restarts)}/{p.members} members restarted"):
-            with CpuMeter(ctx.broker.pid) as cpu:
+            with CpuMeter(ctx.broker.pids) as cpu:
                 t0 = time.perf_counter()
                 for i in range(p.members):
                     old = live[i]
@@ -781,12 +784,12 @@ SCENARIOS: dict[str, Callable[[Ctx], Coroutine[Any, Any, None]]] = {
 _MEMBERS = ("session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms", "connections")
 # The parameters each scenario reads (and so reports).
 SCENARIO_PARAMS: dict[str, tuple[str, ...]] = {
-    "formation": ("members", "groups", "partitions", *_MEMBERS),
-    "heartbeat": ("members", "groups", "rates", "duration", "warmup", *_MEMBERS),
-    "commit": ("members", "groups", "partitions", "rates", "duration", "warmup", *_MEMBERS),
+    "formation": ("nodes", "members", "groups", "partitions", *_MEMBERS),
+    "heartbeat": ("nodes", "members", "groups", "rates", "duration", "warmup", *_MEMBERS),
+    "commit": ("nodes", "members", "groups", "partitions", "rates", "duration", "warmup", *_MEMBERS),
     "failover": ("groups", "offsets", "rounds", "baseline", "connections"),
-    "churn": ("members", "duration", "churn_interval_ms", "partitions", *_MEMBERS),
-    "static-roll": ("members", "bounce_ms", "partitions", *_MEMBERS),
+    "churn": ("nodes", "members", "duration", "churn_interval_ms", "partitions", *_MEMBERS),
+    "static-roll": ("nodes", "members", "bounce_ms", "partitions", *_MEMBERS),
 }
 
 # What the fake responder can stand in for: the throughput scenarios, to measure the load generator.
@@ -835,17 +838,20 @@ def run(
     kinds = [broker] + ([against] if against and against != broker else [])
     runs: list[RunResult] = []
     progress = Progress(scenario, params.progress)
+    applied = {**FAIR_CONFIG, **(broker_config or {})}
     for n, kind in enumerate(kinds):
         target: BenchTarget
         if n == 0 and bootstrap_server:
             target = ExternalBroker(bootstrap_server)
         else:
-            progress.note(f"starting a {kind} broker")
+            what = f"a {kind} cluster of {params.nodes}" if params.nodes > 1 else f"a {kind} broker"
+            progress.note(f"starting {what}")
             try:
-                target = start_broker(kind, broker_config or {})
-            except BenchTargetError as exc:
-                runs.append(RunResult(kind, "", "", error=f"BenchTargetError: {exc}"))
+                target = start_broker(kind, broker_config or {}, params.nodes)
+            except (BenchTargetError, ValueError) as exc:
+                runs.append(RunResult(kind, "", "", error=f"{type(exc).__name__}: {exc}"))
                 continue
+            applied = target.overrides or applied
         try:
             runs.append(run_scenario(scenario, target, params, use_uvloop=use_uvloop))
         finally:
@@ -853,11 +859,11 @@ def run(
     shown = {k: v for k, v in asdict(params).items() if k in SCENARIO_PARAMS[scenario]}
     if json_output:
         doc = payload(scenario, shown, runs)
-        doc["broker_config"] = {**FAIR_CONFIG, **(broker_config or {})}
+        doc["broker_config"] = applied
         doc["python"] = sys.version.split()[0]
         print(json.dumps(doc, indent=2))
     else:
-        fair = ", ".join(f"{k}={v}" for k, v in {**FAIR_CONFIG, **(broker_config or {})}.items())
+        fair = ", ".join(f"{k}={v}" for k, v in applied.items())
         print(render(f"regroup bench {scenario}", shown, runs))
         print(f"\nbroker settings applied to started brokers: {fair}")
     return 1 if any(r.error for r in runs) else 0
