@@ -7,10 +7,12 @@ The **session** is a lease of ``ceil(broker.session.timeout.ms / 1000)`` seconds
 registration still held by an earlier process with the same ``node.id`` — a restart before its session
 expired — is waited out); its create revision is the node's **broker epoch**. When the store says the lease
 is gone, the node is fenced: listeners hear of it, and the node registers again under a new lease and a new
-broker epoch. When no keep-alive has been acknowledged for 90% of the session timeout (counted from the
+broker epoch, and acts again only once its image holds that registration (and so everything that changed
+meanwhile). When no keep-alive has been acknowledged for 90% of the session timeout (counted from the
 *send* time of the last acknowledged one, on the monotonic clock), the node reports itself
-:attr:`ClusterNode.self_fenced` before the store can expire the lease: the group coordinator resigns on that
-signal, so an isolated node cannot keep a group alive that another coordinator has taken over.
+:attr:`ClusterNode.self_fenced` before the store can expire the lease: it acknowledges no write as a
+partition leader and its group coordinator resigns, so an isolated node cannot go on acknowledging what
+another leader or coordinator has taken over.
 
 The **image** (:class:`~regroup.cluster.model.ClusterImage`) is one range read of the prefix, then a watch
 from the next revision; each batch of events (one store transaction) gives a new image, and subscribers
@@ -296,6 +298,7 @@ class ClusterNode:
                 self._set_fenced(True)
                 self.lease_id = 0
                 await self._register()
+                await self._catch_up()
                 self._set_fenced(False)
                 continue
             except (StoreUnavailable, TimeoutError) as exc:
@@ -312,6 +315,20 @@ class ClusterNode:
             if self._self_fenced and self.image.nodes.get(self.node_id) is not None:
                 log.info("Node %d has its session again", self.node_id)
                 self._set_fenced(False)
+
+    async def _catch_up(self) -> None:
+        """Wait until the image holds this node's new registration. The watch delivers changes in revision
+        order, so by then the image also holds every change made while the session was gone — the new
+        leaders of partitions this node led among them — and the node may act on it again."""
+
+        def registered(image: ClusterImage) -> bool:
+            mine = image.nodes.get(self.node_id)
+            return mine is not None and mine.broker_epoch == self.broker_epoch
+
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(registered, self.settings.session_timeout_ms / 1000)
+                return
 
     def _set_fenced(self, fenced: bool) -> None:
         if fenced == self._self_fenced:

@@ -238,4 +238,8 @@ class ClusterTopology:
             return ErrorCode.FENCED_LEADER_EPOCH
         if state.leader != self._node_id or self._leading(topic, partition) != state.leader_epoch:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self._fenced():
+            # Out of touch with the metadata store for most of a session: another leader may be elected any
+            # moment, so this one acknowledges nothing more (no two leaders acknowledge at once).
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.NONE
