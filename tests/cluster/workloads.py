@@ -31,6 +31,8 @@ class Ack:
     partition: int
     offset: int
     value: bytes
+    # time.monotonic() when the acknowledgement reached the producer.
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass

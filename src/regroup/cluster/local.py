@@ -4,7 +4,8 @@ free ports and data directory. ``regroup cluster up`` runs one in the foreground
 runs one around a test.
 
 Processes are real: a node is killed with SIGKILL, paused with SIGSTOP, stopped with SIGTERM (a controlled
-shutdown) and started again on the same ports and data. The cluster's state is read from etcd
+shutdown) and started again on the same ports and data; with ``network_faults`` its network can be cut
+(:mod:`regroup.cluster.netfaults`). The cluster's state is read from etcd
 (:func:`read_image`).
 """
 
@@ -31,6 +32,7 @@ from typing import IO
 
 from regroup.cluster.image import ImageBuilder, StoredEntry
 from regroup.cluster.model import ClusterImage, Keys
+from regroup.cluster.netfaults import NetworkFaults
 
 __all__ = ["LocalCluster", "LocalEtcd", "LocalNode", "etcd_binary", "free_port", "read_image"]
 
@@ -167,12 +169,15 @@ class LocalNode:
     data_dir: Path
     settings: dict[str, str]
     log_path: Path
+    # The port clients and other nodes are told (a network-fault relay's), when it is not ``port``.
+    advertised_port: int = 0
     process: subprocess.Popen[bytes] | None = None
     _output: list[str] = field(default_factory=list)
 
     @property
     def listener(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """The address clients use (``host:port``)."""
+        return f"127.0.0.1:{self.advertised_port or self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -281,9 +286,13 @@ class LocalCluster:
         etcd: str | None = None,
         overrides: Mapping[str, object] | None = None,
         echo: Callable[[str], None] | None = None,
+        network_faults: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
+        if network_faults and etcd is not None:
+            raise ValueError("network faults need the cluster's private etcd")
+        self.faults: NetworkFaults | None = NetworkFaults() if network_faults else None
         self._own_dir = data_dir is None
         self.data_dir = Path(tempfile.mkdtemp(prefix="regroup-cluster-")) if data_dir is None else data_dir
         self.etcd: LocalEtcd | None = None
@@ -305,6 +314,8 @@ class LocalCluster:
         if self.etcd_url is None:
             self.etcd = LocalEtcd(self.data_dir / "etcd").start()
             self.etcd_url = self.etcd.url
+        if self.faults is not None:
+            self.faults.start()
         for node_id in range(1, self._count + 1):
             port, admin = free_port(), free_port()
             settings = {
@@ -315,6 +326,12 @@ class LocalCluster:
                 "cluster.metadata.endpoints": self.etcd_url,
                 **self.defaults,
             }
+            advertised = 0
+            if self.faults is not None and self.etcd is not None:
+                advertised = self.faults.relay(node_id, "listener", ("127.0.0.1", port))
+                to_etcd = self.faults.relay(node_id, "etcd", self.etcd.endpoint)
+                settings["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{advertised}"
+                settings["cluster.metadata.endpoints"] = f"etcd://127.0.0.1:{to_etcd}"
             self.nodes[node_id] = LocalNode(
                 node_id,
                 port,
@@ -322,6 +339,7 @@ class LocalCluster:
                 self.data_dir / f"node-{node_id}",
                 settings,
                 self.data_dir / f"node-{node_id}.log",
+                advertised,
             )
         try:
             for node in self.nodes.values():
@@ -364,6 +382,8 @@ class LocalCluster:
                 node.kill()
         if self.etcd is not None:
             self.etcd.stop()
+        if self.faults is not None:
+            self.faults.close()
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 

@@ -3,21 +3,22 @@ coordinator failover, a leader's crash, a rolling restart.
 
 A private etcd and N ``regroup serve`` processes on loopback (:class:`regroup.cluster.local.LocalCluster`),
 with real time: nodes are killed (SIGKILL), stopped (SIGTERM, a controlled shutdown), started again on the
-same ports and data, and paused (SIGSTOP: cut off from everyone, etcd included, until resumed). The
-cluster's state — leaders, ISRs, the controller, each group's coordinator and state — is read from etcd and
-from the nodes themselves. Sessions default to 3 s (Kafka's ``broker.session.timeout.ms`` is 9 s) so a
-crash is noticed quickly.
+same ports and data, paused (SIGSTOP: frozen until resumed) and — with ``network_faults`` — cut off the
+network while they keep running. The cluster's state — leaders, ISRs, the controller, each group's
+coordinator and state — is read from etcd and from the nodes themselves. Sessions default to 3 s (Kafka's
+``broker.session.timeout.ms`` is 9 s) so a crash is noticed quickly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from typing import Any, TypeVar
 from regroup.admin.client import AdminClient, AdminError, GroupDescription
 from regroup.cluster.local import LocalCluster, LocalNode
 from regroup.cluster.model import ClusterImage
+from regroup.cluster.netfaults import NetworkFaults
 from regroup.group.config import partition_for
 
 __all__ = ["TEST_CLUSTER_DEFAULTS", "Cluster"]
@@ -51,7 +53,9 @@ class Cluster:
 
     ``config`` takes settings by their Kafka names for every node, over :data:`TEST_CLUSTER_DEFAULTS`
     (replication factor of ``__consumer_offsets``: min(3, nodes)). ``data_dir`` keeps the data there
-    (default: a temporary directory removed at the end).
+    (default: a temporary directory removed at the end). ``network_faults`` routes every node's traffic
+    through relays in this process so that :meth:`cut` can partition a node off
+    (:mod:`regroup.cluster.netfaults`).
     """
 
     def __init__(
@@ -60,11 +64,15 @@ class Cluster:
         *,
         config: Mapping[str, object] | None = None,
         data_dir: str | Path | None = None,
+        network_faults: bool = False,
     ) -> None:
         settings: dict[str, object] = dict(TEST_CLUSTER_DEFAULTS)
         settings.update(config or {})
         self._local = LocalCluster(
-            nodes, data_dir=None if data_dir is None else Path(data_dir), overrides=settings
+            nodes,
+            data_dir=None if data_dir is None else Path(data_dir),
+            overrides=settings,
+            network_faults=network_faults,
         )
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -106,6 +114,30 @@ class Cluster:
     @property
     def node_ids(self) -> list[int]:
         return sorted(self._local.nodes)
+
+    def cut(self, node_id: int, *, clients: bool = True) -> None:
+        """Partition node ``node_id`` off the other nodes and etcd — and off clients, unless ``clients`` is
+        False (a deposed leader that producers still reach). It keeps running; its session runs out and
+        the others elect new leaders. Needs ``Cluster(network_faults=True)``."""
+        self._faults().cut(node_id, clients=clients)
+
+    def heal(self, node_id: int) -> None:
+        """End :meth:`cut`: stalled connections carry on where they stopped."""
+        self._faults().heal(node_id)
+
+    @contextlib.contextmanager
+    def partitioned(self, node_id: int, *, clients: bool = True) -> Iterator[None]:
+        """:meth:`cut` for the duration of a ``with`` block."""
+        self.cut(node_id, clients=clients)
+        try:
+            yield
+        finally:
+            self.heal(node_id)
+
+    def _faults(self) -> NetworkFaults:
+        if self._local.faults is None:
+            raise RuntimeError("network cuts need regroup.testing.Cluster(..., network_faults=True)")
+        return self._local.faults
 
     # ------------------------------------------------------------------------------------ observing
 

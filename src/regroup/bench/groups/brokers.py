@@ -494,7 +494,8 @@ class RegroupCluster(ClusterTarget):
         return self.local.node(node_id).pid
 
     def node_address(self, node_id: int) -> tuple[str, int]:
-        return "127.0.0.1", self.local.node(node_id).port
+        host, _, port = self.local.node(node_id).listener.rpartition(":")
+        return host, int(port)
 
     def signal_node(self, node_id: int, sig: int) -> None:
         node = self.local.node(node_id)
