@@ -506,6 +506,17 @@ _LISTENER_NAMES: Final[dict[str, str]] = {
 }
 
 
+def _broker_jvm_options(heap: str) -> list[str]:
+    """The JVM options of a broker or controller: a fixed heap and G1, as Kafka's start script sets."""
+    return [
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:+ExitOnOutOfMemoryError",
+    ]
+
+
 class _KafkaNode:
     """One Kafka JVM's files and command: ``server.properties``, the log4j2 file, KRaft storage formatting,
     and the broker process (stdout and stderr into one log)."""
@@ -700,17 +711,11 @@ class KafkaReference:
             **TEST_BROKER_CONFIG,
             **self._overrides,
         }
-        node = _KafkaNode(workdir, self._jar_dir, java, self._broker_jvm_options())
+        node = _KafkaNode(workdir, self._jar_dir, java, _broker_jvm_options(self._heap))
         node.write_config(self.config)
         node.format(_cluster_id())
         self._proc = node.launch(self.log_path)
         self._wait_ready()
-
-    def _broker_jvm_options(self) -> list[str]:
-        return [
-            f"-Xms{self._heap}", f"-Xmx{self._heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-XX:+ExitOnOutOfMemoryError",
-        ]  # fmt: skip
 
     def _wait_ready(self) -> None:
         assert self._proc is not None
@@ -916,7 +921,7 @@ class KafkaReferenceCluster:
                         "share.coordinator.state.topic.replication.factor": replicas,
                         **self._overrides,
                     }
-                node = _KafkaNode(node_dir, jar_dir, java, self._jvm_options())
+                node = _KafkaNode(node_dir, jar_dir, java, _broker_jvm_options(self._heap))
                 node.write_config(config)
                 node.format(cluster_id)
                 self._nodes[node_id] = node
@@ -928,12 +933,6 @@ class KafkaReferenceCluster:
         except BaseException:
             self.stop(timeout=0)
             raise
-
-    def _jvm_options(self) -> list[str]:
-        return [
-            f"-Xms{self._heap}", f"-Xmx{self._heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-XX:+ExitOnOutOfMemoryError",
-        ]  # fmt: skip
 
     def start_node(self, node_id: int) -> None:
         """Launch node ``node_id`` on its existing data (no re-format); returns at once."""

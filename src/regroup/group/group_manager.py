@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember, Parked, Protocol
 from regroup.group.config import GroupConfig
@@ -337,8 +338,8 @@ class GroupManager:
             if member.matches(join.protocols):
                 # Same metadata (e.g. the member missed its JoinGroup response): answer for the current
                 # generation.
-                return self._current_generation_response(
-                    group, member_id, version, group.is_leader(member_id)
+                return _generation_response(
+                    group, member_id, version, with_members=group.is_leader(member_id)
                 )
             self._update_member(out, group, member, join, MemberMetadataChanged(member_id, join.reason))
             return None
@@ -354,22 +355,9 @@ class GroupManager:
             if not member.matches(join.protocols):
                 self._update_member(out, group, member, join, MemberMetadataChanged(member_id, join.reason))
                 return None
-            return self._current_generation_response(group, member_id, version, False)
+            return _generation_response(group, member_id, version)
         # Empty: the member cannot exist (validate_member failed above); kept for parity with Kafka.
         return join_response(version, error=ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
-
-    def _current_generation_response(
-        self, group: ClassicGroup, member_id: str, version: int, with_members: bool
-    ) -> JoinGroupResponse:
-        return join_response(
-            version,
-            member_id=member_id,
-            generation_id=group.generation_id,
-            protocol_type=group.protocol_type,
-            protocol_name=group.protocol_name,
-            leader=group.leader_id,
-            members=group.current_members_for_join_response() if with_members else (),
-        )
 
     def _update_member(
         self,
@@ -1144,32 +1132,48 @@ class _MemberSettings:
     leader_id: str | None
 
 
+class _CurrentLeader:
+    """The group's leader as the answer's leader (the default of :func:`_generation_response`)."""
+
+
+_CURRENT_LEADER: Final = _CurrentLeader()
+
+
+def _generation_response(
+    group: ClassicGroup,
+    member_id: str,
+    version: int,
+    *,
+    with_members: bool = False,
+    skip_assignment: bool = False,
+    leader: str | _CurrentLeader | None = _CURRENT_LEADER,
+) -> JoinGroupResponse:
+    """The JoinGroup answer of a member of the group's current generation (the members' metadata only
+    for the leader)."""
+    return join_response(
+        version,
+        member_id=member_id,
+        generation_id=group.generation_id,
+        protocol_type=group.protocol_type,
+        protocol_name=group.protocol_name,
+        leader=group.leader_id if isinstance(leader, _CurrentLeader) else leader,
+        members=group.current_members_for_join_response() if with_members else (),
+        skip_assignment=skip_assignment,
+    )
+
+
 def _static_rejoin_response(
     group: ClassicGroup, version: int, new_member_id: str, leader_before: str | None
 ) -> JoinGroupResponse:
     """The JoinGroup answer of a static member replaced in a Stable group (no rebalance)."""
     if version >= 9:
         is_leader = group.is_leader(new_member_id)
-        return join_response(
-            version,
-            member_id=new_member_id,
-            generation_id=group.generation_id,
-            protocol_type=group.protocol_type,
-            protocol_name=group.protocol_name,
-            leader=group.leader_id,
-            members=group.current_members_for_join_response() if is_leader else (),
-            skip_assignment=is_leader,
+        return _generation_response(
+            group, new_member_id, version, with_members=is_leader, skip_assignment=is_leader
         )
     # Before v9 the old leader id is returned, so a replaced leader does not see its own id and does not
     # run the assignor.
-    return join_response(
-        version,
-        member_id=new_member_id,
-        generation_id=group.generation_id,
-        protocol_type=group.protocol_type,
-        protocol_name=group.protocol_name,
-        leader=leader_before,
-    )
+    return _generation_response(group, new_member_id, version, leader=leader_before)
 
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:
