@@ -24,7 +24,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -36,16 +35,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-from regroup.protocol.primitives import (
-    BOOL,
-    I16,
-    I32,
-    DecodeError,
-    read_array_len,
-    read_nullable_string,
-    read_string,
-    write_string,
-)
+from regroup.client.blocking import BlockingConnection, connect
+from regroup.client.errors import UnsupportedApiVersionError
+from regroup.protocol.errors import KafkaError
+from regroup.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from regroup.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from regroup.protocol.primitives import DecodeError
 
 __all__ = [
     "CONSUMER_GROUPS_COMMAND",
@@ -105,10 +100,10 @@ _SINGLE_NODE_CONFIG: Final[dict[str, str]] = {
 
 _MARKER: Final = ".complete"
 _TOOLS_LOG_CONFIG: Final = "log4j2-tools.xml"
-_API_METADATA: Final = 3
-_API_API_VERSIONS: Final = 18
 _NODE_ID: Final = 1
-_API_ENTRY: Final = struct.Struct(">hhh")
+# What a broker that is still starting answers a probe with: a refused or dropped connection, a
+# timeout, an error code, or no Metadata version in common yet.
+_NOT_READY: Final = (OSError, DecodeError, KafkaError, UnsupportedApiVersionError)
 _FATAL_STARTUP: Final = "Exiting Kafka due to fatal exception"
 _BIND_FAILED: Final = "Address already in use"
 
@@ -376,77 +371,22 @@ def run_tool(
 # ---------------------------------------------------------------------------------------- raw protocol
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed mid-response")
-        buf += chunk
-    return bytes(buf)
-
-
-def _roundtrip(sock: socket.socket, api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
-    """Send one request with a v1 header (classic encoding) and return the response body after its v0
-    header."""
-    msg = bytearray(I16.pack(api_key) + I16.pack(version) + I32.pack(correlation_id))
-    write_string(msg, "regroup-refkafka")
-    msg += body
-    sock.sendall(I32.pack(len(msg)) + msg)
-    (size,) = I32.unpack(_recv_exact(sock, 4))
-    if size < 4:
-        raise DecodeError(f"response size {size} too small")
-    data = _recv_exact(sock, size)
-    (got,) = I32.unpack_from(data, 0)
-    if got != correlation_id:
-        raise DecodeError(f"correlation id {got} does not match request {correlation_id}")
-    return data[4:]
-
-
-def _parse_api_versions_v0(data: bytes) -> dict[int, tuple[int, int]]:
-    if len(data) < 2:
-        raise DecodeError("truncated ApiVersions response")
-    (error,) = I16.unpack_from(data, 0)
-    if error != 0:
-        raise DecodeError(f"ApiVersions error code {error}")
-    n, pos = read_array_len(data, 2, nullable=False)
-    out: dict[int, tuple[int, int]] = {}
-    for _ in range(n):
-        if pos + 6 > len(data):
-            raise DecodeError("truncated ApiVersions entry")
-        key, lo, hi = _API_ENTRY.unpack_from(data, pos)
-        out[key] = (lo, hi)
-        pos += 6
-    return out
-
-
 def api_versions(host: str, port: int, timeout: float = 5.0) -> dict[int, tuple[int, int]]:
     """Ask ``host:port`` for ApiVersions (v0) and return {api_key: (min_version, max_version)}."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        return _parse_api_versions_v0(_roundtrip(sock, _API_API_VERSIONS, 0, 1, b""))
+    with BlockingConnection((host, port), client_id="regroup-refkafka", timeout=timeout) as conn:
+        reply = conn.request(ApiVersionsRequest(), ApiVersionsResponse, version=0)
+    if reply.error_code != 0:
+        raise DecodeError(f"ApiVersions error code {reply.error_code}")
+    return {k.api_key: (k.min_version, k.max_version) for k in reply.api_keys}
 
 
-def _metadata_broker_ids(host: str, port: int, version: int, timeout: float = 5.0) -> set[int]:
-    """Node ids of the live brokers a classic (v1–v8) Metadata response for no topics lists."""
-    body = bytearray(I32.pack(0))  # an empty topic list: brokers only, nothing auto-created
-    if version >= 4:
-        body += BOOL.pack(False)
-    if version >= 8:
-        body += BOOL.pack(False) + BOOL.pack(False)
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        data = _roundtrip(sock, _API_METADATA, version, 2, bytes(body))
-    pos = 4 if version >= 3 else 0
-    n, pos = read_array_len(data, pos, nullable=False)
-    ids: set[int] = set()
-    for _ in range(n):
-        if pos + 4 > len(data):
-            raise DecodeError("truncated Metadata broker")
-        (node_id,) = I32.unpack_from(data, pos)
-        _, pos = read_string(data, pos + 4)
-        pos += 4
-        _, pos = read_nullable_string(data, pos)
-        ids.add(node_id)
-    return ids
+def _metadata_broker_ids(host: str, port: int, timeout: float = 5.0) -> set[int]:
+    """Node ids of the live brokers that ``host:port`` lists in Metadata (asked for no topics, so nothing
+    is created). Raises one of :data:`_NOT_READY` while the broker is starting."""
+    request = MetadataRequest(topics=[], allow_auto_topic_creation=False)
+    with connect((host, port), client_id="regroup-refkafka", timeout=timeout) as conn:
+        reply = conn.request(request, MetadataResponse)
+    return {b.node_id for b in reply.brokers}
 
 
 # -------------------------------------------------------------------------------------------- process
@@ -720,8 +660,6 @@ class KafkaReference:
     def _wait_ready(self) -> None:
         assert self._proc is not None
         deadline = time.monotonic() + self._startup_timeout
-        metadata_version: int | None = None
-        stage = "ApiVersions"
         polls = 0
         while True:
             code = self._proc.poll()
@@ -734,21 +672,12 @@ class KafkaReference:
                 raise RefKafkaError(f"the reference broker {status} during startup:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise RefKafkaError(
-                    f"the reference broker did not answer {stage} on {self.bootstrap_servers} within "
+                    f"the reference broker did not list itself in Metadata at {self.bootstrap_servers} in "
                     f"{self._startup_timeout:g}s:\n{self.log_tail()}"
                 )
-            try:
-                if metadata_version is None:
-                    versions = api_versions("127.0.0.1", self._port, timeout=2.0)
-                    lo, hi = versions.get(_API_METADATA, (1, 1))
-                    metadata_version = max(lo, 1)
-                    if metadata_version > min(hi, 8):
-                        return  # no classic Metadata version to probe with; ApiVersions has to do
-                    stage = "Metadata listing itself"
-                if _NODE_ID in _metadata_broker_ids("127.0.0.1", self._port, metadata_version, timeout=2.0):
+            with contextlib.suppress(*_NOT_READY):
+                if _NODE_ID in _metadata_broker_ids("127.0.0.1", self._port, timeout=2.0):
                     return
-            except (OSError, DecodeError, struct.error):
-                pass
             polls += 1
             time.sleep(0.05)
 
@@ -957,8 +886,8 @@ class KafkaReferenceCluster:
                         f"Kafka node {node_id} exited with code {proc.returncode}:\n{self.log_tail(node_id)}"
                     )
             for broker_id in broker_ids:
-                with contextlib.suppress(OSError, DecodeError, struct.error):
-                    if wanted <= _metadata_broker_ids("127.0.0.1", self._ports[broker_id], 8, timeout=2.0):
+                with contextlib.suppress(*_NOT_READY):
+                    if wanted <= _metadata_broker_ids("127.0.0.1", self._ports[broker_id], timeout=2.0):
                         return
             if time.monotonic() > deadline:
                 raise RefKafkaError(

@@ -4,22 +4,24 @@ It speaks just what the pipeline needs from a cluster — ApiVersions (version n
 (partition counts and leaders), ListOffsets (log end offsets), FindCoordinator and OffsetCommit in its
 admin form (generation −1, empty member id, no instance id) — to any Kafka-compatible broker. The codecs
 are the ones the broker itself uses, so the pipeline needs no third-party Kafka client and commits exactly
-the request an admin tool would send.
+the request an admin tool would send. Connections are regroup's :class:`BlockingConnection` (the pipeline's
+driver calls from Spark listener threads, where no event loop runs); their failures surface as
+:class:`KafkaClientError`.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Final, Self, TypeVar
 
-from regroup.protocol.errors import ErrorCode
-from regroup.protocol.framing import decode_response, encode_request
+from regroup.client.blocking import BlockingConnection, connect
+from regroup.client.connection import parse_bootstrap_servers
+from regroup.client.errors import KafkaConnectionError, UnsupportedApiVersionError
+from regroup.protocol.api_keys import ApiKey
+from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.message import Message
-from regroup.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from regroup.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from regroup.protocol.messages.list_offsets import (
     ListOffsetsPartition,
@@ -35,10 +37,8 @@ from regroup.protocol.messages.offset_commit import (
     OffsetCommitResponse,
 )
 
-__all__ = ["KafkaClientError", "SimpleKafkaClient", "parse_bootstrap"]
+__all__ = ["KafkaClientError", "SimpleKafkaClient"]
 
-_SIZE: Final = struct.Struct(">i")
-_MAX_FRAME: Final = 100 * 1024 * 1024
 _GROUP_KEY_TYPE: Final = 0
 _RETRIABLE_COORDINATOR_ERRORS: Final = frozenset(
     {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
@@ -55,66 +55,16 @@ class KafkaClientError(RuntimeError):
         self.error_code = error_code
 
 
-def parse_bootstrap(bootstrap_servers: str) -> list[tuple[str, int]]:
-    """``host:port[,host:port…]`` (IPv6 as ``[addr]:port``) → [(host, port)]."""
-    out: list[tuple[str, int]] = []
-    for raw in bootstrap_servers.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep:
-            raise ValueError(f"bootstrap server {item!r} needs host:port")
-        out.append((host.strip("[]"), int(port)))
-    if not out:
-        raise ValueError("no bootstrap servers given")
-    return out
-
-
-class _Connection:
-    def __init__(self, host: str, port: int, timeout: float, client_id: str) -> None:
-        self._sock = socket.create_connection((host, port), timeout=timeout)
-        self._client_id = client_id
-        self._correlation = 0
-        self.versions: dict[int, tuple[int, int]] = {}
-
-    def request(self, message: Message, version: int, response_type: type[M]) -> M:
-        self._correlation += 1
-        cid = self._correlation
-        self._sock.sendall(encode_request(message, version, cid, self._client_id))
-        (size,) = _SIZE.unpack(self._recv(4))
-        if not 0 <= size <= _MAX_FRAME:
-            raise KafkaClientError(f"response frame of {size} bytes")
-        got, response = decode_response(self._recv(size), message.API_KEY, version)
-        if got != cid:
-            raise KafkaClientError(f"correlation id {got} answers request {cid}")
-        if not isinstance(response, response_type):
-            raise KafkaClientError(f"unexpected response {type(response).__name__}")
-        return response
-
-    def _recv(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._sock.recv(n - len(buf))
-            if not chunk:
-                raise KafkaClientError("connection closed by the broker")
-            buf += chunk
-        return bytes(buf)
-
-    def close(self) -> None:
-        self._sock.close()
-
-
 class SimpleKafkaClient:
     """Blocking requests to a Kafka-compatible cluster; not thread-safe (use one per thread)."""
 
     def __init__(
         self, bootstrap_servers: str, *, timeout: float = 10.0, client_id: str = "regroup-pipeline"
     ) -> None:
-        self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self._bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self._timeout = timeout
         self._client_id = client_id
-        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._connections: dict[tuple[str, int], BlockingConnection] = {}
 
     def __enter__(self) -> Self:
         return self
@@ -131,25 +81,27 @@ class SimpleKafkaClient:
 
     # ------------------------------------------------------------------------------------- plumbing
 
-    def _connect(self, address: tuple[str, int]) -> _Connection:
+    def _connect(self, address: tuple[str, int]) -> BlockingConnection:
         conn = self._connections.get(address)
-        if conn is not None:
+        if conn is not None and not conn.closed:
             return conn
-        conn = _Connection(address[0], address[1], self._timeout, self._client_id)
         try:
-            # v0 is answered by every broker; its response header is v0 for every version.
-            reply = conn.request(ApiVersionsRequest(), 0, ApiVersionsResponse)
-        except BaseException:
-            conn.close()
-            raise
-        if reply.error_code:
-            conn.close()
-            raise KafkaClientError(f"ApiVersions failed with error {reply.error_code}", reply.error_code)
-        conn.versions = {k.api_key: (k.min_version, k.max_version) for k in reply.api_keys}
+            conn = connect(address, client_id=self._client_id, timeout=self._timeout)
+        except KafkaError as exc:
+            raise KafkaClientError(f"ApiVersions failed: {exc}", int(exc.code)) from exc
+        except (KafkaConnectionError, UnsupportedApiVersionError) as exc:
+            raise KafkaClientError(str(exc)) from exc
         self._connections[address] = conn
         return conn
 
-    def _any(self) -> _Connection:
+    @staticmethod
+    def _request(conn: BlockingConnection, message: Message, response_type: type[M], version: int) -> M:
+        try:
+            return conn.request(message, response_type, version=version)
+        except KafkaConnectionError as exc:
+            raise KafkaClientError(str(exc)) from exc
+
+    def _any(self) -> BlockingConnection:
         last: Exception | None = None
         for address in self._bootstrap:
             try:
@@ -159,14 +111,11 @@ class SimpleKafkaClient:
         raise KafkaClientError(f"no bootstrap server reachable: {last}")
 
     @staticmethod
-    def _version(conn: _Connection, message: type[Message]) -> int:
-        broker = conn.versions.get(message.API_KEY)
-        if broker is None:
-            raise KafkaClientError(f"the broker does not support API key {message.API_KEY}")
-        version = min(broker[1], message.MAX_VERSION)
-        if version < max(broker[0], message.MIN_VERSION):
-            raise KafkaClientError(f"no common version of {message.NAME} (broker {broker[0]}-{broker[1]})")
-        return version
+    def _version(conn: BlockingConnection, message: type[Message]) -> int:
+        try:
+            return conn.version(ApiKey(message.API_KEY))
+        except UnsupportedApiVersionError as exc:
+            raise KafkaClientError(str(exc)) from exc
 
     # ------------------------------------------------------------------------------------- APIs
 
@@ -178,7 +127,7 @@ class SimpleKafkaClient:
         else:
             wanted = None if topics is None else [MetadataRequestTopic(name=t) for t in topics]
         request = MetadataRequest(topics=wanted, allow_auto_topic_creation=False)
-        return conn.request(request, version, MetadataResponse)
+        return self._request(conn, request, MetadataResponse, version)
 
     def partition_counts(self, topics: list[str] | None = None) -> dict[str, int]:
         """Partition count of each topic (all topics when ``topics`` is None), from Metadata."""
@@ -213,7 +162,7 @@ class SimpleKafkaClient:
                     for name, ps in sorted(wanted.items())
                 ],
             )
-            answer = conn.request(request, max(version, 1), ListOffsetsResponse)
+            answer = self._request(conn, request, ListOffsetsResponse, max(version, 1))
             for tr in answer.topics:
                 for pr in tr.partitions:
                     if pr.error_code:
@@ -231,7 +180,7 @@ class SimpleKafkaClient:
             request = FindCoordinatorRequest(key_type=_GROUP_KEY_TYPE, coordinator_keys=[group_id])
         else:
             request = FindCoordinatorRequest(key=group_id, key_type=_GROUP_KEY_TYPE)
-        reply = conn.request(request, version, FindCoordinatorResponse)
+        reply = self._request(conn, request, FindCoordinatorResponse, version)
         if version >= 4:
             if not reply.coordinators:
                 raise KafkaClientError("FindCoordinator returned no coordinator")
@@ -268,7 +217,8 @@ class SimpleKafkaClient:
         for attempt in range(retries + 1):
             try:
                 conn = self._connect(self.find_group_coordinator(group_id))
-                reply = conn.request(request, self._version(conn, OffsetCommitRequest), OffsetCommitResponse)
+                version = self._version(conn, OffsetCommitRequest)
+                reply = self._request(conn, request, OffsetCommitResponse, version)
                 errors = {p.error_code for t in reply.topics for p in t.partitions if p.error_code}
                 if errors:
                     names = ", ".join(sorted(ErrorCode(e).name for e in errors))

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from broker.support import BrokerThread, KafkaConnection
+from broker.support import BrokerThread
+from regroup.client.blocking import BlockingConnection
 
 FAST = {"offsets_topic_num_partitions": 1}
 
@@ -44,6 +45,6 @@ def make_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerThread]]:
 
 
 @pytest.fixture
-def conn(broker: BrokerThread) -> Iterator[KafkaConnection]:
-    with KafkaConnection(broker.address) as c:
+def conn(broker: BrokerThread) -> Iterator[BlockingConnection]:
+    with BlockingConnection(broker.address) as c:
         yield c

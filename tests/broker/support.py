@@ -1,5 +1,5 @@
-"""Test support: an in-process broker on its own event-loop thread, a subprocess broker, and a blocking
-Kafka wire client built on regroup's codecs."""
+"""Test support: an in-process broker on its own event-loop thread and a subprocess broker. Tests talk to
+them with regroup's :class:`~regroup.client.blocking.BlockingConnection`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -19,7 +18,6 @@ from typing import Any, TypeVar
 
 from regroup.broker.config import BrokerConfig
 from regroup.protocol.api_keys import ApiKey
-from regroup.protocol.framing import decode_response, encode_request
 from regroup.protocol.message import Message
 from regroup.testing._runner import BrokerRunner
 
@@ -47,67 +45,6 @@ def running_broker(data_dir: Path, **overrides: Any) -> Iterator[BrokerThread]:
         yield b
     finally:
         b.stop()
-
-
-class KafkaConnection:
-    """A blocking client connection speaking the Kafka protocol with regroup's codecs."""
-
-    def __init__(self, address: tuple[str, int], timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection(address, timeout=timeout)
-        self._correlation = 0
-        self._buf = b""
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> KafkaConnection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def send(self, message: Message, version: int, client_id: str | None = "regroup-tests") -> int:
-        self._correlation += 1
-        self.sock.sendall(encode_request(message, version, self._correlation, client_id))
-        return self._correlation
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def recv_frame(self) -> bytes:
-        header = self._recv_exact(4)
-        (size,) = struct.unpack(">i", header)
-        return self._recv_exact(size)
-
-    def _recv_exact(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("connection closed by the broker")
-            self._buf += chunk
-        out, self._buf = self._buf[:n], self._buf[n:]
-        return out
-
-    def receive(self, api_key: int, version: int, response_class: type[M]) -> tuple[int, M]:
-        correlation, message = decode_response(self.recv_frame(), api_key, version)
-        assert isinstance(message, response_class)
-        return correlation, message
-
-    def request(self, message: Message, version: int, response_class: type[M]) -> M:
-        correlation = self.send(message, version)
-        got, response = self.receive(message.API_KEY, version, response_class)
-        assert got == correlation
-        return response
-
-    def is_closed(self, timeout: float = 5.0) -> bool:
-        """True once the broker has closed the connection (EOF or reset) within ``timeout``."""
-        self.sock.settimeout(timeout)
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-        except TimeoutError:
-            return False
 
 
 def api_key_of(message: Message) -> ApiKey:

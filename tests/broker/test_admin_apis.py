@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.support import BrokerThread, KafkaConnection
+from broker.support import BrokerThread
 from regroup.broker.config import ConfigSource
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.create_topics import (
     CreatableReplicaAssignment,
@@ -39,21 +40,21 @@ BROKER = 4
 
 
 def create(
-    conn: KafkaConnection, *topics: CreatableTopic, version: int = 7, validate_only: bool = False
+    conn: BlockingConnection, *topics: CreatableTopic, version: int = 7, validate_only: bool = False
 ) -> CreateTopicsResponse:
     return conn.request(
         CreateTopicsRequest(topics=list(topics), timeout_ms=5000, validate_only=validate_only),
-        version,
         CreateTopicsResponse,
+        version=version,
     )
 
 
 def metadata(
-    conn: KafkaConnection, names: list[str] | None, version: int = 12, auto: bool = True
+    conn: BlockingConnection, names: list[str] | None, version: int = 12, auto: bool = True
 ) -> MetadataResponse:
     topics = None if names is None else [MetadataRequestTopic(name=n) for n in names]
     return conn.request(
-        MetadataRequest(topics=topics, allow_auto_topic_creation=auto), version, MetadataResponse
+        MetadataRequest(topics=topics, allow_auto_topic_creation=auto), MetadataResponse, version=version
     )
 
 
@@ -61,7 +62,7 @@ def metadata(
 
 
 @pytest.mark.parametrize("version", range(13))
-def test_metadata_every_version(broker: BrokerThread, conn: KafkaConnection, version: int) -> None:
+def test_metadata_every_version(broker: BrokerThread, conn: BlockingConnection, version: int) -> None:
     create(conn, CreatableTopic("orders", 3, 1))
     names = [] if version == 0 else None  # v0: an empty list means all topics
     response = metadata(conn, names, version)
@@ -86,14 +87,14 @@ def test_metadata_every_version(broker: BrokerThread, conn: KafkaConnection, ver
 
 def test_metadata_auto_creates_with_num_partitions(make_broker: Callable[..., BrokerThread]) -> None:
     broker = make_broker(num_partitions=4)
-    with KafkaConnection(broker.address) as conn:
+    with BlockingConnection(broker.address) as conn:
         response = metadata(conn, ["fresh"])
         assert response.topics[0].error_code == 0
         assert len(response.topics[0].partitions) == 4
         assert broker.broker.logs.topic("fresh") is not None
 
 
-def test_metadata_without_auto_creation(conn: KafkaConnection) -> None:
+def test_metadata_without_auto_creation(conn: BlockingConnection) -> None:
     response = metadata(conn, ["absent"], auto=False)
     assert response.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     response = metadata(conn, ["bad/name", ""], auto=True)
@@ -102,27 +103,29 @@ def test_metadata_without_auto_creation(conn: KafkaConnection) -> None:
 
 def test_auto_create_disabled_by_config(make_broker: Callable[..., BrokerThread]) -> None:
     broker = make_broker(auto_create_topics_enable="false")
-    with KafkaConnection(broker.address) as conn:
+    with BlockingConnection(broker.address) as conn:
         assert (
             metadata(conn, ["absent"], version=3).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
 
 
-def test_metadata_by_topic_id_v12(conn: KafkaConnection) -> None:
+def test_metadata_by_topic_id_v12(conn: BlockingConnection) -> None:
     created = create(conn, CreatableTopic("by-id", 1, 1))
     topic_id = created.topics[0].topic_id
     request = MetadataRequest(topics=[MetadataRequestTopic(topic_id=topic_id, name=None)])
-    response = conn.request(request, 12, MetadataResponse)
+    response = conn.request(request, MetadataResponse, version=12)
     assert response.topics[0].name == "by-id"
     unknown = conn.request(
-        MetadataRequest(topics=[MetadataRequestTopic(topic_id=uuid.uuid4(), name=None)]), 12, MetadataResponse
+        MetadataRequest(topics=[MetadataRequestTopic(topic_id=uuid.uuid4(), name=None)]),
+        MetadataResponse,
+        version=12,
     )
     assert unknown.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
 
 
 def test_offsets_topic_is_internal_and_created_like_kafka(make_broker: Callable[..., BrokerThread]) -> None:
     broker = make_broker(offsets_topic_num_partitions=3)
-    with KafkaConnection(broker.address) as conn:
+    with BlockingConnection(broker.address) as conn:
         topic = metadata(conn, ["__consumer_offsets"]).topics[0]
         assert topic.error_code == 0
         assert topic.is_internal is True
@@ -136,7 +139,7 @@ def test_offsets_topic_is_internal_and_created_like_kafka(make_broker: Callable[
 
 
 @pytest.mark.parametrize("version", range(8))
-def test_create_topics_every_version(conn: KafkaConnection, version: int) -> None:
+def test_create_topics_every_version(conn: BlockingConnection, version: int) -> None:
     response = create(conn, CreatableTopic(f"t{version}", -1, -1), version=version)
     result = response.topics[0]
     assert result.error_code == 0
@@ -151,7 +154,7 @@ def test_create_topics_every_version(conn: KafkaConnection, version: int) -> Non
         assert result.topic_id != ZERO_UUID
 
 
-def test_create_topics_errors(conn: KafkaConnection) -> None:
+def test_create_topics_errors(conn: BlockingConnection) -> None:
     response = create(
         conn,
         CreatableTopic("ok", 2, 1, configs=[CreatableTopicConfig("retention.ms", "1000")]),
@@ -186,7 +189,7 @@ def test_create_topics_errors(conn: KafkaConnection) -> None:
     assert [t.error_code for t in collide.topics] == [0, ErrorCode.INVALID_TOPIC_EXCEPTION]
 
 
-def test_create_topics_validate_only(conn: KafkaConnection, broker: BrokerThread) -> None:
+def test_create_topics_validate_only(conn: BlockingConnection, broker: BrokerThread) -> None:
     response = create(conn, CreatableTopic("dry", 5, 1), validate_only=True)
     assert response.topics[0].error_code == 0
     assert response.topics[0].num_partitions == 5
@@ -197,7 +200,7 @@ def test_create_topics_validate_only(conn: KafkaConnection, broker: BrokerThread
 
 
 @pytest.mark.parametrize("version", range(7))
-def test_delete_topics_every_version(conn: KafkaConnection, broker: BrokerThread, version: int) -> None:
+def test_delete_topics_every_version(conn: BlockingConnection, broker: BrokerThread, version: int) -> None:
     created = create(conn, CreatableTopic("doomed", 2, 1))
     topic_id = created.topics[0].topic_id
     if version >= 6:
@@ -206,13 +209,13 @@ def test_delete_topics_every_version(conn: KafkaConnection, broker: BrokerThread
         )
     else:
         request = DeleteTopicsRequest(topic_names=["doomed"], timeout_ms=5000)
-    response = conn.request(request, version, DeleteTopicsResponse)
+    response = conn.request(request, DeleteTopicsResponse, version=version)
     assert [(r.name, r.error_code) for r in response.responses] == [("doomed", 0)]
     assert broker.broker.logs.topic("doomed") is None
     assert metadata(conn, ["doomed"], auto=False).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_delete_topics_errors(conn: KafkaConnection) -> None:
+def test_delete_topics_errors(conn: BlockingConnection) -> None:
     metadata(conn, ["__consumer_offsets"])
     response = conn.request(
         DeleteTopicsRequest(
@@ -224,8 +227,8 @@ def test_delete_topics_errors(conn: KafkaConnection) -> None:
             ],
             timeout_ms=1000,
         ),
-        6,
         DeleteTopicsResponse,
+        version=6,
     )
     codes = sorted(r.error_code for r in response.responses)
     assert codes == sorted(
@@ -240,10 +243,10 @@ def test_delete_topics_errors(conn: KafkaConnection) -> None:
 
 def test_delete_disabled(make_broker: Callable[..., BrokerThread]) -> None:
     broker = make_broker(delete_topic_enable="false")
-    with KafkaConnection(broker.address) as conn:
+    with BlockingConnection(broker.address) as conn:
         create(conn, CreatableTopic("kept", 1, 1))
         response = conn.request(
-            DeleteTopicsRequest(topic_names=["kept"], timeout_ms=1000), 5, DeleteTopicsResponse
+            DeleteTopicsRequest(topic_names=["kept"], timeout_ms=1000), DeleteTopicsResponse, version=5
         )
         assert response.responses[0].error_code == ErrorCode.TOPIC_DELETION_DISABLED
 
@@ -252,14 +255,14 @@ def test_delete_disabled(make_broker: Callable[..., BrokerThread]) -> None:
 
 
 @pytest.mark.parametrize("version", range(5))
-def test_describe_configs_topic(conn: KafkaConnection, version: int) -> None:
+def test_describe_configs_topic(conn: BlockingConnection, version: int) -> None:
     create(conn, CreatableTopic("cfg", 1, 1, configs=[CreatableTopicConfig("retention.ms", "60000")]))
     request = DescribeConfigsRequest(
         resources=[DescribeConfigsResource(TOPIC, "cfg", None)],
         include_synonyms=version >= 1,
         include_documentation=version >= 3,
     )
-    response = conn.request(request, version, DescribeConfigsResponse)
+    response = conn.request(request, DescribeConfigsResponse, version=version)
     result = response.results[0]
     assert result.error_code == 0
     configs = {c.name: c for c in result.configs}
@@ -282,7 +285,7 @@ def test_describe_configs_topic(conn: KafkaConnection, version: int) -> None:
 
 def test_describe_configs_static_broker_setting_and_keys(make_broker: Callable[..., BrokerThread]) -> None:
     broker = make_broker(log_retention_hours=1, num_partitions=2)
-    with KafkaConnection(broker.address) as conn:
+    with BlockingConnection(broker.address) as conn:
         create(conn, CreatableTopic("t", 1, 1))
         request = DescribeConfigsRequest(
             resources=[
@@ -295,7 +298,7 @@ def test_describe_configs_static_broker_setting_and_keys(make_broker: Callable[.
             ],
             include_synonyms=True,
         )
-        response = conn.request(request, 4, DescribeConfigsResponse)
+        response = conn.request(request, DescribeConfigsResponse, version=4)
         topic, broker_cfg, missing, other = response.results
         (retention,) = topic.configs
         assert retention.value == "3600000"
@@ -313,8 +316,8 @@ def test_describe_configs_static_broker_setting_and_keys(make_broker: Callable[.
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_describe_cluster(broker: BrokerThread, conn: KafkaConnection, version: int) -> None:
-    response = conn.request(DescribeClusterRequest(), version, DescribeClusterResponse)
+def test_describe_cluster(broker: BrokerThread, conn: BlockingConnection, version: int) -> None:
+    response = conn.request(DescribeClusterRequest(), DescribeClusterResponse, version=version)
     assert response.error_code == 0
     assert response.cluster_id == broker.broker.cluster_id
     assert response.controller_id == 1
@@ -322,7 +325,9 @@ def test_describe_cluster(broker: BrokerThread, conn: KafkaConnection, version: 
     assert [(b.broker_id, b.host, b.port) for b in response.brokers] == [(1, host, port)]
     assert response.cluster_authorized_operations == -(2**31)
     if version == 1:
-        controllers = conn.request(DescribeClusterRequest(endpoint_type=2), 1, DescribeClusterResponse)
+        controllers = conn.request(
+            DescribeClusterRequest(endpoint_type=2), DescribeClusterResponse, version=1
+        )
         assert controllers.error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
 
 
@@ -330,27 +335,27 @@ def test_describe_cluster(broker: BrokerThread, conn: KafkaConnection, version: 
 
 
 @pytest.mark.parametrize("version", range(6))
-def test_init_producer_id(conn: KafkaConnection, version: int) -> None:
+def test_init_producer_id(conn: BlockingConnection, version: int) -> None:
     first = conn.request(
         InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000),
-        version,
         InitProducerIdResponse,
+        version=version,
     )
     second = conn.request(
         InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000),
-        version,
         InitProducerIdResponse,
+        version=version,
     )
     assert first.error_code == second.error_code == 0
     assert second.producer_id > first.producer_id
     assert first.producer_epoch == second.producer_epoch == 0
 
 
-def test_transactional_id_gets_coordinator_not_available(conn: KafkaConnection) -> None:
+def test_transactional_id_gets_coordinator_not_available(conn: BlockingConnection) -> None:
     response = conn.request(
         InitProducerIdRequest(transactional_id="txn-1", transaction_timeout_ms=60000),
-        4,
         InitProducerIdResponse,
+        version=4,
     )
     assert response.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert response.producer_id == -1
@@ -363,12 +368,12 @@ def test_producer_ids_never_repeat_across_restarts(
     seen: set[int] = set()
     for _ in range(3):
         broker = make_broker(data)
-        with KafkaConnection(broker.address) as conn:
+        with BlockingConnection(broker.address) as conn:
             for _ in range(3):
                 pid = conn.request(
                     InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1),
-                    4,
                     InitProducerIdResponse,
+                    version=4,
                 ).producer_id
                 assert pid not in seen
                 seen.add(pid)

@@ -22,6 +22,7 @@ import pytest
 from broker.support import BrokerThread
 from regroup.broker.config import BrokerConfig, ConfigError
 from regroup.broker.state import Broker
+from regroup.client.blocking import BlockingConnection
 from regroup.client.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from regroup.client.types import TopicPartition
 from regroup.protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol, JoinGroupResponse
@@ -31,7 +32,7 @@ from regroup.protocol.messages.sync_group import (
     SyncGroupResponse,
 )
 from support.admin_port import get_json, scrape
-from support.kafka_wire import WireConnection, create_topics
+from support.kafka_wire import create_topics
 
 FAST = {"offsets_topic_num_partitions": 1, "group_initial_rebalance_delay_ms": 0}
 
@@ -131,7 +132,7 @@ def test_endpoints_of_a_broker_without_groups(broker: BrokerThread) -> None:
     assert samples[("kafka_server_group_coordinator_metrics_partition_load_time_max", ())] >= 0
 
 
-def _join(conn: WireConnection, member_id: str, topics: list[str]) -> None:
+def _join(conn: BlockingConnection, member_id: str, topics: list[str]) -> None:
     conn.send(
         JoinGroupRequest(
             group_id="skewed",
@@ -145,7 +146,7 @@ def _join(conn: WireConnection, member_id: str, topics: list[str]) -> None:
     )
 
 
-def _sync(conn: WireConnection, generation: int, member_id: str, plan: dict[str, list[int]]) -> None:
+def _sync(conn: BlockingConnection, generation: int, member_id: str, plan: dict[str, list[int]]) -> None:
     conn.send(
         SyncGroupRequest(
             group_id="skewed",
@@ -162,7 +163,7 @@ def _sync(conn: WireConnection, generation: int, member_id: str, plan: dict[str,
     )
 
 
-def _response(conn: WireConnection, kind: type[JoinGroupResponse] | type[SyncGroupResponse]) -> object:
+def _response(conn: BlockingConnection, kind: type[JoinGroupResponse] | type[SyncGroupResponse]) -> object:
     response = conn.receive()
     assert isinstance(response, kind), response
     assert response.error_code == 0, response
@@ -174,7 +175,7 @@ def test_an_unhealthy_assignment_is_logged_measured_and_shown(
 ) -> None:
     base = base_url(broker)
     create_topics(broker.address, {"t": 2})
-    with WireConnection(broker.address) as a, WireConnection(broker.address) as b:
+    with BlockingConnection(broker.address) as a, BlockingConnection(broker.address) as b:
         _join(a, "", ["t"])
         first = _response(a, JoinGroupResponse)
         assert isinstance(first, JoinGroupResponse)

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from broker.support import KafkaConnection, ServeProcess
+from broker.support import ServeProcess
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.messages.create_topics import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from regroup.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic, MetadataResponse
 from regroup.protocol.messages.produce import (
@@ -34,11 +35,11 @@ def address(proc: ServeProcess) -> tuple[str, int]:
 
 
 def auto_created_partitions(proc: ServeProcess, topic: str) -> int:
-    with KafkaConnection(address(proc)) as conn:
+    with BlockingConnection(address(proc)) as conn:
         response = conn.request(
             MetadataRequest(topics=[MetadataRequestTopic(name=topic)], allow_auto_topic_creation=True),
-            12,
             MetadataResponse,
+            version=12,
         )
         return len(response.topics[0].partitions)
 
@@ -160,11 +161,11 @@ def test_stored_cluster_id_must_match(tmp_path: Path) -> None:
 def test_signal_shuts_down_cleanly_with_data_flushed(tmp_path: Path, sig: int) -> None:
     proc = serve(tmp_path / "data").wait_ready()
     try:
-        with KafkaConnection(address(proc)) as conn:
+        with BlockingConnection(address(proc)) as conn:
             conn.request(
                 CreateTopicsRequest(topics=[CreatableTopic("kept", 1, 1)], timeout_ms=5000),
-                7,
                 CreateTopicsResponse,
+                version=7,
             )
             ts = int(time.time() * 1000)
             data = build_batch([Record(i, ts, None, b"v%d" % i) for i in range(100)])
@@ -174,7 +175,11 @@ def test_signal_shuts_down_cleanly_with_data_flushed(tmp_path: Path, sig: int) -
                 topic_data=[TopicProduceData("kept", [PartitionProduceData(0, data)])],
             )
             assert (
-                conn.request(request, 9, ProduceResponse).responses[0].partition_responses[0].error_code == 0
+                conn.request(request, ProduceResponse, version=9)
+                .responses[0]
+                .partition_responses[0]
+                .error_code
+                == 0
             )
     except BaseException:
         proc.kill()

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.support import BrokerThread, KafkaConnection
+from broker.support import BrokerThread
 from regroup.broker.handlers import DuplicateHandlerError, HandlerRegistry, default_registry
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.framing import decode_response, encode_request
@@ -48,9 +49,9 @@ def ranges(response: ApiVersionsResponse) -> dict[int, tuple[int, int]]:
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
-def test_api_versions_every_version(conn: KafkaConnection, version: int) -> None:
+def test_api_versions_every_version(conn: BlockingConnection, version: int) -> None:
     request = ApiVersionsRequest(client_software_name="regroup-tests", client_software_version="1.0")
-    response = conn.request(request, version, ApiVersionsResponse)
+    response = conn.request(request, ApiVersionsResponse, version=version)
     assert response.error_code == ErrorCode.NONE
     advertised = ranges(response)
     for key, expected in EXPECTED_RANGES.items():
@@ -61,9 +62,9 @@ def test_api_versions_every_version(conn: KafkaConnection, version: int) -> None
         assert response.zk_migration_ready is False
 
 
-def test_api_versions_ranges_come_from_the_registry(conn: KafkaConnection) -> None:
+def test_api_versions_ranges_come_from_the_registry(conn: BlockingConnection) -> None:
     registry = default_registry()
-    response = conn.request(AV, 3, ApiVersionsResponse)
+    response = conn.request(AV, ApiVersionsResponse, version=3)
     assert ranges(response) == {k: (lo, hi) for k, lo, hi in registry.ranges()}
     for key, expected in EXPECTED_RANGES.items():
         assert ranges(response)[key] == expected
@@ -80,50 +81,50 @@ def test_duplicate_registration_is_a_startup_error() -> None:
         registry.register(ApiKey.HEARTBEAT, 0, 4, handler)
 
 
-def test_unsupported_api_versions_version_gets_a_v0_answer(conn: KafkaConnection) -> None:
+def test_unsupported_api_versions_version_gets_a_v0_answer(conn: BlockingConnection) -> None:
     # ApiVersions v127, as a future client would send it: header v2 (flexible), unknown body.
     header = struct.pack(">hhi", 18, 127, 77) + struct.pack(">h", 4) + b"test" + b"\x00"
     body = b"\x05hello\x02x\x00"
     frame = header + body
     conn.send_raw(struct.pack(">i", len(frame)) + frame)
-    correlation, response = decode_response(conn.recv_frame(), 18, 0)
+    correlation, response = decode_response(conn.read_frame(), 18, 0)
     assert correlation == 77
     assert isinstance(response, ApiVersionsResponse)
     assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
     assert ranges(response)[ApiKey.API_VERSIONS] == (0, 4)
     # The connection stays usable: the client retries with a version the broker listed.
-    again = conn.request(AV, 3, ApiVersionsResponse)
+    again = conn.request(AV, ApiVersionsResponse, version=3)
     assert again.error_code == ErrorCode.NONE
 
 
-def test_api_versions_v3_with_invalid_software_name(conn: KafkaConnection) -> None:
+def test_api_versions_v3_with_invalid_software_name(conn: BlockingConnection) -> None:
     request = ApiVersionsRequest(client_software_name="bad name!", client_software_version="1")
-    response = conn.request(request, 3, ApiVersionsResponse)
+    response = conn.request(request, ApiVersionsResponse, version=3)
     assert response.error_code == ErrorCode.INVALID_REQUEST
 
 
 def metadata_ok(broker: BrokerThread) -> None:
-    with KafkaConnection(broker.address) as other:
-        response = other.request(MetadataRequest(topics=[]), 12, MetadataResponse)
+    with BlockingConnection(broker.address) as other:
+        response = other.request(MetadataRequest(topics=[]), MetadataResponse, version=12)
         assert response.brokers[0].port == broker.address[1]
 
 
 def test_unknown_api_key_closes_only_that_connection(broker: BrokerThread) -> None:
-    with KafkaConnection(broker.address) as bystander, KafkaConnection(broker.address) as bad:
-        bystander.request(AV, 3, ApiVersionsResponse)
+    with BlockingConnection(broker.address) as bystander, BlockingConnection(broker.address) as bad:
+        bystander.request(AV, ApiVersionsResponse, version=3)
         frame = struct.pack(">hhih", 9999, 0, 1, -1)
         bad.send_raw(struct.pack(">i", len(frame)) + frame)
         assert bad.is_closed()
-        assert bystander.request(AV, 3, ApiVersionsResponse).error_code == 0
+        assert bystander.request(AV, ApiVersionsResponse, version=3).error_code == 0
         metadata_ok(broker)
 
 
 def test_unsupported_version_of_a_known_api_closes(broker: BrokerThread) -> None:
-    with KafkaConnection(broker.address) as c:
+    with BlockingConnection(broker.address) as c:
         # Produce v2 is below the supported range (Kafka 4 removed v0-v2).
         c.send(ProduceRequest(acks=1, timeout_ms=1000, topic_data=[]), 2)
         assert c.is_closed()
-    with KafkaConnection(broker.address) as c:
+    with BlockingConnection(broker.address) as c:
         # An API the codecs know but no handler serves (DescribeAcls).
         frame = struct.pack(">hhih", int(ApiKey.DESCRIBE_ACLS), 1, 1, -1)
         c.send_raw(struct.pack(">i", len(frame)) + frame)
@@ -132,17 +133,17 @@ def test_unsupported_version_of_a_known_api_closes(broker: BrokerThread) -> None
 
 
 def test_malformed_body_closes_only_that_connection(broker: BrokerThread) -> None:
-    with KafkaConnection(broker.address) as bystander, KafkaConnection(broker.address) as bad:
+    with BlockingConnection(broker.address) as bystander, BlockingConnection(broker.address) as bad:
         good = encode_request(MetadataRequest(topics=[]), 12, 5)
         broken = good[:-3]  # truncated body, with a size prefix that matches
         broken = struct.pack(">i", len(broken) - 4) + broken[4:]
         bad.send_raw(broken)
         assert bad.is_closed()
-        assert bystander.request(MetadataRequest(topics=None), 12, MetadataResponse).cluster_id
-    with KafkaConnection(broker.address) as bad:
+        assert bystander.request(MetadataRequest(topics=None), MetadataResponse, version=12).cluster_id
+    with BlockingConnection(broker.address) as bad:
         bad.send_raw(struct.pack(">i", 3) + b"abc")  # shorter than any header
         assert bad.is_closed()
-    with KafkaConnection(broker.address) as bad:
+    with BlockingConnection(broker.address) as bad:
         # An array count far larger than the bytes that follow (KAFKA-14063's pattern).
         frame = struct.pack(">hhih", 3, 4, 1, -1) + struct.pack(">i", 2**31 - 1)
         bad.send_raw(struct.pack(">i", len(frame)) + frame)
@@ -152,12 +153,12 @@ def test_malformed_body_closes_only_that_connection(broker: BrokerThread) -> Non
 
 def test_oversized_frame_closes_without_allocating(broker: BrokerThread) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    with KafkaConnection(broker.address) as bad:
+    with BlockingConnection(broker.address) as bad:
         started = time.monotonic()
         bad.send_raw(struct.pack(">i", 2**31 - 1) + b"\x00" * 64)  # claims 2 GiB
         assert bad.is_closed(timeout=2)
         assert time.monotonic() - started < 2
-    with KafkaConnection(broker.address) as bad:
+    with BlockingConnection(broker.address) as bad:
         bad.send_raw(struct.pack(">i", -5))
         assert bad.is_closed(timeout=2)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -167,20 +168,22 @@ def test_oversized_frame_closes_without_allocating(broker: BrokerThread) -> None
 
 def test_frame_limit_follows_socket_request_max_bytes(make_broker: Callable[..., BrokerThread]) -> None:
     broker = make_broker(socket_request_max_bytes=1024)
-    with KafkaConnection(broker.address) as c:
+    with BlockingConnection(broker.address) as c:
         c.send_raw(struct.pack(">i", 1025))
         assert c.is_closed(timeout=2)
-    with KafkaConnection(broker.address) as c:
-        assert c.request(ApiVersionsRequest(), 0, ApiVersionsResponse).error_code == 0
+    with BlockingConnection(broker.address) as c:
+        assert c.request(ApiVersionsRequest(), ApiVersionsResponse, version=0).error_code == 0
 
 
 def _record_batch(value: bytes) -> bytes:
     return build_batch([Record(0, int(time.time() * 1000), b"k", value)])
 
 
-def test_pipelined_responses_come_back_in_request_order(conn: KafkaConnection) -> None:
+def test_pipelined_responses_come_back_in_request_order(conn: BlockingConnection) -> None:
     created = conn.request(
-        CreateTopicsRequest(topics=[CreatableTopic("pipe", 1, 1)], timeout_ms=1000), 7, CreateTopicsResponse
+        CreateTopicsRequest(topics=[CreatableTopic("pipe", 1, 1)], timeout_ms=1000),
+        CreateTopicsResponse,
+        version=7,
     )
     assert created.topics[0].error_code == 0
     topic_id = created.topics[0].topic_id
@@ -197,18 +200,15 @@ def test_pipelined_responses_come_back_in_request_order(conn: KafkaConnection) -
         topic_data=[TopicProduceData("pipe", [PartitionProduceData(0, _record_batch(b"hello"))])],
     )
     started = time.monotonic()
-    ids = [
-        conn.send(fetch, 17),
-        conn.send(produce, 11),
-        conn.send(AV, 3),
-        conn.send(MetadataRequest(topics=None), 12),
-    ]
-    c1, fetched = conn.receive(ApiKey.FETCH, 17, FetchResponse)
-    c2, produced = conn.receive(ApiKey.PRODUCE, 11, ProduceResponse)
-    c3, _ = conn.receive(ApiKey.API_VERSIONS, 3, ApiVersionsResponse)
-    c4, _ = conn.receive(ApiKey.METADATA, 12, MetadataResponse)
+    for request, version in ((fetch, 17), (produce, 11), (AV, 3), (MetadataRequest(topics=None), 12)):
+        conn.send(request, version)
+    # receive() checks each answer's correlation id against the oldest request in flight.
+    fetched, produced, versions, metadata = (conn.receive() for _ in range(4))
     elapsed = time.monotonic() - started
-    assert [c1, c2, c3, c4] == ids
+    assert isinstance(fetched, FetchResponse)
+    assert isinstance(produced, ProduceResponse)
+    assert isinstance(versions, ApiVersionsResponse)
+    assert isinstance(metadata, MetadataResponse)
     # The produce behind the waiting fetch was decoded and handled, which woke the fetch early.
     assert elapsed < 4
     assert produced.responses[0].partition_responses[0].error_code == 0
@@ -217,22 +217,25 @@ def test_pipelined_responses_come_back_in_request_order(conn: KafkaConnection) -
     assert b"hello" in records
 
 
-def test_acks_zero_produce_gets_no_response(conn: KafkaConnection) -> None:
+def test_acks_zero_produce_gets_no_response(conn: BlockingConnection) -> None:
     conn.request(
-        CreateTopicsRequest(topics=[CreatableTopic("fire", 1, 1)], timeout_ms=1000), 7, CreateTopicsResponse
+        CreateTopicsRequest(topics=[CreatableTopic("fire", 1, 1)], timeout_ms=1000),
+        CreateTopicsResponse,
+        version=7,
     )
     produce = ProduceRequest(
         acks=0,
         timeout_ms=1000,
         topic_data=[TopicProduceData("fire", [PartitionProduceData(0, _record_batch(b"x"))])],
     )
-    conn.send(produce, 9)
-    correlation = conn.send(AV, 3)
-    got, _ = conn.receive(ApiKey.API_VERSIONS, 3, ApiVersionsResponse)
-    assert got == correlation
+    assert conn.send(produce, 9) is None  # acks=0: nothing is awaited
+    pending = conn.send(AV, 3)
+    assert pending is not None
+    (correlation,) = struct.unpack_from(">i", conn.read_frame())
+    assert correlation == pending.correlation_id
 
 
-def test_acks_zero_produce_error_closes_the_connection(conn: KafkaConnection) -> None:
+def test_acks_zero_produce_error_closes_the_connection(conn: BlockingConnection) -> None:
     produce = ProduceRequest(
         acks=0,
         timeout_ms=1000,
@@ -244,22 +247,23 @@ def test_acks_zero_produce_error_closes_the_connection(conn: KafkaConnection) ->
 
 def test_idle_connections_are_closed(make_broker: Callable[..., BrokerThread]) -> None:
     broker = make_broker(connections_max_idle_ms=300)
-    with KafkaConnection(broker.address) as idle, KafkaConnection(broker.address) as busy:
+    with BlockingConnection(broker.address) as idle, BlockingConnection(broker.address) as busy:
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
-            busy.request(AV, 3, ApiVersionsResponse)
+            busy.request(AV, ApiVersionsResponse, version=3)
             time.sleep(0.05)
         assert idle.is_closed(timeout=2)
-        assert busy.request(AV, 3, ApiVersionsResponse).error_code == 0
+        assert busy.request(AV, ApiVersionsResponse, version=3).error_code == 0
 
 
 def test_many_clients_at_once(broker: BrokerThread) -> None:
-    conns = [KafkaConnection(broker.address) for _ in range(50)]
+    conns = [BlockingConnection(broker.address) for _ in range(50)]
     try:
         for c in conns:
             c.send(MetadataRequest(topics=None), 12)
         for c in conns:
-            _, response = c.receive(ApiKey.METADATA, 12, MetadataResponse)
+            response = c.receive()
+            assert isinstance(response, MetadataResponse)
             assert response.controller_id == 1
     finally:
         for c in conns:
@@ -268,8 +272,8 @@ def test_many_clients_at_once(broker: BrokerThread) -> None:
 
 def test_max_connections(make_broker: Callable[..., BrokerThread]) -> None:
     broker = make_broker(max_connections=2)
-    with KafkaConnection(broker.address) as a, KafkaConnection(broker.address) as b:
-        a.request(AV, 3, ApiVersionsResponse)
-        b.request(AV, 3, ApiVersionsResponse)
-        with KafkaConnection(broker.address) as c:
+    with BlockingConnection(broker.address) as a, BlockingConnection(broker.address) as b:
+        a.request(AV, ApiVersionsResponse, version=3)
+        b.request(AV, ApiVersionsResponse, version=3)
+        with BlockingConnection(broker.address) as c:
             assert c.is_closed()

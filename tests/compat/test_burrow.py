@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.api_keys import ApiKey
 from regroup.refkafka import api_versions
 from support import compat_report
 from support.brokers import RegroupServer, shared_regroup
 from support.fakezk import FakeZooKeeper
-from support.kafka_wire import WireConnection, create_topics, end_offsets, produce, wait_for
+from support.kafka_wire import create_topics, end_offsets, produce, wait_for
 from support.tools import require_executable, tool_version
 
 # What Burrow 1.2.1 sends (docs/design/ecosystem.md §5.3); regroup must advertise these versions.
@@ -121,7 +122,7 @@ def test_burrow_reports_committed_offsets_and_lag(regroup_server: RegroupServer,
         OffsetCommitResponse,
     )
 
-    with WireConnection(regroup_server.address) as conn:
+    with BlockingConnection(regroup_server.address) as conn:
         response = conn.request(
             OffsetCommitRequest(
                 group_id=group,
@@ -132,8 +133,8 @@ def test_burrow_reports_committed_offsets_and_lag(regroup_server: RegroupServer,
                     )
                 ],
             ),
-            8,
             OffsetCommitResponse,
+            version=8,
         )
     assert all(p.error_code == 0 for t in response.topics for p in t.partitions)
 

@@ -15,9 +15,10 @@ import pytest
 
 from differential.dsl import Context, E, commit, form_group, heartbeat, leave, topic_name
 from differential.harness import start_pair
+from regroup.client.blocking import BlockingConnection
 from regroup.refkafka import CONSUMER_GROUPS_COMMAND, kafka_version, run_tool, skip_reason
 from support import compat_report
-from support.kafka_wire import Address, WireConnection, committed_offsets, create_topics, produce
+from support.kafka_wire import Address, committed_offsets, create_topics, produce
 from support.normalize import UUID_SUFFIX
 from support.tools import missing
 
@@ -81,7 +82,7 @@ def _script(address: Address, group: str, bootstrap: str) -> Transcript:
         tool("describe Empty", "--describe", "--group", group)
         tool("reset to earliest", *reset, "--topic", topic)
         tool("delete offsets", "--delete-offsets", "--group", group, "--topic", f"{topic}:2")
-        with WireConnection(address) as conn:
+        with BlockingConnection(address) as conn:
             out.offsets["after reset and delete-offsets"] = committed_offsets(conn, group)
         tool("delete", "--delete", "--group", group)
         tool("describe deleted", "--describe", "--group", group)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.support import BrokerThread, KafkaConnection
+from broker.support import BrokerThread
 from coordinator.wire import SETTINGS, GroupClient
+from regroup.client.blocking import BlockingConnection
 
 
 @pytest.fixture
@@ -22,8 +23,8 @@ def broker(tmp_path: Path) -> Iterator[BrokerThread]:
 
 
 @pytest.fixture
-def conn(broker: BrokerThread) -> Iterator[KafkaConnection]:
-    with KafkaConnection(broker.address) as c:
+def conn(broker: BrokerThread) -> Iterator[BlockingConnection]:
+    with BlockingConnection(broker.address) as c:
         yield c
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.support import BrokerThread, KafkaConnection
+from broker.support import BrokerThread
 from coordinator.wire import SETTINGS, GroupClient, errors
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -65,9 +66,11 @@ EXPECTED_RANGES = {
 }
 
 
-def test_api_versions_advertise_every_group_api(conn: KafkaConnection) -> None:
+def test_api_versions_advertise_every_group_api(conn: BlockingConnection) -> None:
     response = conn.request(
-        ApiVersionsRequest(client_software_name="tests", client_software_version="1"), 3, ApiVersionsResponse
+        ApiVersionsRequest(client_software_name="tests", client_software_version="1"),
+        ApiVersionsResponse,
+        version=3,
     )
     ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     for key, expected in EXPECTED_RANGES.items():

@@ -3,13 +3,11 @@ requests the coordinator parks (JoinGroup, SyncGroup)."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from broker.support import KafkaConnection
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.api_keys import ApiKey
-from regroup.protocol.framing import decode_response
 from regroup.protocol.message import Message
 from regroup.protocol.messages.create_topics import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -48,11 +46,11 @@ def subscription(*topics: str) -> bytes:
     return ConsumerProtocolSubscription(topics=sorted(topics)).encode_versioned(0)
 
 
-class GroupClient(KafkaConnection):
+class GroupClient(BlockingConnection):
+    """Group requests by name and version; ``post`` parks one and ``collect`` takes its answer later."""
+
     def __init__(self, address: tuple[str, int], timeout: float = 15.0, client_id: str = "wire") -> None:
-        super().__init__(address, timeout)
-        self.client_id = client_id
-        self._sent: deque[tuple[int, int, int]] = deque()  # (correlation, api key, version)
+        super().__init__(address, client_id=client_id, timeout=timeout)
 
     def call(self, request: M | Message, version: int) -> Any:
         self.post(request, version)
@@ -60,14 +58,10 @@ class GroupClient(KafkaConnection):
 
     def post(self, request: Message, version: int) -> None:
         request.encode(version)  # the request must fit its version
-        correlation = self.send(request, version, self.client_id)
-        self._sent.append((correlation, request.API_KEY, version))
+        self.send(request, version)
 
     def collect(self) -> Any:
-        correlation, api_key, version = self._sent.popleft()
-        got, response = decode_response(self.recv_frame(), api_key, version)
-        assert got == correlation
-        return response
+        return self.receive()
 
     # ------------------------------------------------------------------ builders
 

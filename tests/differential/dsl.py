@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.errors import ErrorCode as E
 from regroup.protocol.message import Message, Struct
 from regroup.protocol.messages.api_versions import ApiVersionsRequest
@@ -68,7 +69,7 @@ from regroup.protocol.records.consumer_protocol import (
     ConsumerProtocolAssignmentTopicPartition,
     ConsumerProtocolSubscription,
 )
-from support.kafka_wire import Address, WireConnection
+from support.kafka_wire import Address
 from support.normalize import plain
 
 __all__ = [
@@ -155,7 +156,7 @@ DEFAULT_PROTOCOLS: Final = (("range", subscription("t")),)
 @dataclass
 class Actor:
     name: str
-    conn: WireConnection
+    conn: BlockingConnection
     member_id: str = ""
     generation: int = -1
     instance_id: str | None = None
@@ -212,19 +213,19 @@ class Context:
         self.group = group
         self.actors: dict[str, Actor] = {}
         self.observations: list[Observation] = []
-        self._admin: WireConnection | None = None
+        self._admin: BlockingConnection | None = None
         self.started = time.monotonic()
 
     def actor(self, name: str) -> Actor:
         if name not in self.actors:
             # The client id is the actor name: member ids are "<actor>-<uuid>" on both brokers.
-            self.actors[name] = Actor(name, WireConnection(self.address, client_id=name))
+            self.actors[name] = Actor(name, BlockingConnection(self.address, client_id=name))
         return self.actors[name]
 
     @property
-    def admin(self) -> WireConnection:
+    def admin(self) -> BlockingConnection:
         if self._admin is None:
-            self._admin = WireConnection(self.address, client_id="admin")
+            self._admin = BlockingConnection(self.address, client_id="admin")
         return self._admin
 
     def group_id(self, group: str | None) -> str:
@@ -300,7 +301,7 @@ class Step:
         self,
         ctx: Context,
         actor: Actor | None,
-        conn: WireConnection,
+        conn: BlockingConnection,
         label: str,
         request: Message,
         timeout: float = 20.0,

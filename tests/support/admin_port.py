@@ -19,6 +19,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from regroup.client.blocking import BlockingConnection
+
 with warnings.catch_warnings():
     # kafka-python 3.0.12 loads its schemas with importlib.resources.read_text, deprecated in 3.11.
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -29,7 +31,7 @@ with warnings.catch_warnings():
 from regroup.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from regroup.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from support.brokers import RegroupServer
-from support.kafka_wire import Address, WireConnection, committed_offsets, end_offsets
+from support.kafka_wire import Address, committed_offsets, end_offsets
 
 __all__ = [
     "ConsumerThread",
@@ -95,22 +97,22 @@ def scrape(base: str) -> Samples:
 
 
 def list_groups(address: Address) -> dict[str, str]:
-    with WireConnection(address) as conn:
-        response = conn.request(ListGroupsRequest(), 4, ListGroupsResponse)
+    with BlockingConnection(address) as conn:
+        response = conn.request(ListGroupsRequest(), ListGroupsResponse, version=4)
     assert response.error_code == 0, response
     return {g.group_id: g.group_state for g in response.groups}
 
 
 def describe_groups(address: Address, groups: list[str]) -> dict[str, Any]:
-    with WireConnection(address) as conn:
-        response = conn.request(DescribeGroupsRequest(groups=groups), 5, DescribeGroupsResponse)
+    with BlockingConnection(address) as conn:
+        response = conn.request(DescribeGroupsRequest(groups=groups), DescribeGroupsResponse, version=5)
     return {g.group_id: g for g in response.groups}
 
 
 def client_lag(address: Address, group: str) -> dict[tuple[str, int], tuple[int, int]]:
     """{(topic, partition): (committed offset, lag)} the way a Kafka tool computes it: OffsetFetch, then
     ListOffsets(latest) − committed."""
-    with WireConnection(address) as conn:
+    with BlockingConnection(address) as conn:
         committed = committed_offsets(conn, group)
     topics: dict[str, list[int]] = {}
     for topic, partition in committed:

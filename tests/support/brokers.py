@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.offset_fetch import (
     OffsetFetchRequest,
@@ -29,7 +30,7 @@ from regroup.protocol.messages.offset_fetch import (
     OffsetFetchResponse,
 )
 from regroup.refkafka import TEST_BROKER_CONFIG, KafkaReference
-from support.kafka_wire import Address, WireConnection, find_coordinator, partition_for, retry
+from support.kafka_wire import Address, find_coordinator, partition_for, retry
 
 __all__ = [
     "BrokerPair",
@@ -162,15 +163,15 @@ def group_ids_per_partition(partitions: int, prefix: str = "warmup-") -> list[st
 def wait_coordinators_ready(address: Address, partitions: int, timeout: float = 60.0) -> None:
     """Block until FindCoordinator and OffsetFetch succeed for a group on every ``__consumer_offsets``
     partition (Kafka creates the topic lazily and then loads each partition)."""
-    with WireConnection(address) as conn:
+    with BlockingConnection(address) as conn:
         for gid in group_ids_per_partition(partitions):
             find_coordinator(conn, gid, timeout)
 
             def fetch(gid: str = gid) -> int:
                 r = conn.request(
                     OffsetFetchRequest(groups=[OffsetFetchRequestGroup(group_id=gid, topics=None)]),
-                    8,
                     OffsetFetchResponse,
+                    version=8,
                 )
                 return r.groups[0].error_code
 

@@ -35,12 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from regroup.protocol.records.consumer_protocol import ConsumerProtocolAssignment
 from support.consumer_offsets import group_records
 from support.kafka_wire import (
     Address,
-    WireConnection,
     committed_offsets,
     create_topics,
     end_offsets,
@@ -297,9 +297,9 @@ class ClientProcess:
         return [(p, a, min(b, end)) for p, a, b in out if a < end]
 
 
-def describe_assignment(conn: WireConnection, group: str, topic: str) -> tuple[str, dict[str, list[int]]]:
+def describe_assignment(conn: BlockingConnection, group: str, topic: str) -> tuple[str, dict[str, list[int]]]:
     """The group's state and each member's assigned partitions of ``topic`` (DescribeGroups v5)."""
-    response = conn.request(DescribeGroupsRequest(groups=[group]), 5, DescribeGroupsResponse)
+    response = conn.request(DescribeGroupsRequest(groups=[group]), DescribeGroupsResponse, version=5)
     described = response.groups[0]
     members: dict[str, list[int]] = {}
     for m in described.members:
@@ -362,7 +362,7 @@ class _OffsetSnapshots:
         self._thread.start()
 
     def _run(self, address: Address, group: str, topic: str) -> None:
-        with WireConnection(address, client_id="matrix-observer") as conn:
+        with BlockingConnection(address, client_id="matrix-observer") as conn:
             while not self._stop.is_set():
                 taken = time.time()
                 offsets = committed_offsets(conn, group, [topic])
@@ -444,7 +444,7 @@ def run_group_scenario(
     log_dir.mkdir(parents=True, exist_ok=True)
     create_topics(address, {topic: PARTITIONS})
     processes: dict[str, ClientProcess] = {}
-    observer = WireConnection(address, client_id="matrix-observer")
+    observer = BlockingConnection(address, client_id="matrix-observer")
     snapshots = _OffsetSnapshots(address, group, topic)
     phases: list[str] = []
     timeline: list[str] = []

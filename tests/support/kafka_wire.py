@@ -1,23 +1,20 @@
-"""A small blocking Kafka client built on regroup's codecs.
+"""Wire helpers for tests, on regroup's :class:`~regroup.client.blocking.BlockingConnection`: create
+topics, produce, fetch, read offsets and coordinators, and wait for observable states.
 
-One :class:`WireConnection` is one TCP connection. Requests may be pipelined: :meth:`WireConnection.send`
-returns at once and :meth:`WireConnection.receive` collects the responses in order, which is how a test
-parks a JoinGroup/SyncGroup on one connection while other connections keep talking to the broker.
+A :class:`BlockingConnection` pipelines: ``send`` returns at once and ``receive`` collects the responses in
+order, which is how a test parks a JoinGroup/SyncGroup on one connection while other connections keep
+talking to the broker.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
+from regroup.client.blocking import BlockingConnection
 from regroup.protocol.errors import ErrorCode
-from regroup.protocol.framing import decode_response, encode_request
 from regroup.protocol.message import Message
 from regroup.protocol.messages.create_topics import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from regroup.protocol.messages.fetch import FetchPartition, FetchRequest, FetchResponse, FetchTopic
@@ -46,8 +43,6 @@ M = TypeVar("M", bound=Message)
 
 __all__ = [
     "Address",
-    "Pending",
-    "WireConnection",
     "committed_offsets",
     "create_topics",
     "end_offsets",
@@ -73,89 +68,6 @@ RETRIABLE_COORDINATOR_ERRORS = frozenset(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     }
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """A request that was sent and whose response has not been read yet."""
-
-    correlation_id: int
-    api_key: int
-    version: int
-
-
-class WireConnection:
-    """A blocking, pipelining Kafka connection. Responses are read strictly in request order."""
-
-    def __init__(self, address: Address, client_id: str | None = "regroup-tests", timeout: float = 30.0):
-        self.address = address
-        self.client_id = client_id
-        self.sock = socket.create_connection(address, timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._timeout = timeout
-        self._correlation = 0
-        self._buf = bytearray()
-        self._in_flight: deque[Pending] = deque()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> WireConnection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._in_flight)
-
-    def send(self, message: Message, version: int) -> Pending:
-        self._correlation += 1
-        pending = Pending(self._correlation, message.API_KEY, version)
-        self.sock.sendall(encode_request(message, version, self._correlation, self.client_id))
-        self._in_flight.append(pending)
-        return pending
-
-    def receive(self, timeout: float | None = None) -> Message:
-        """The response to the oldest request in flight."""
-        if not self._in_flight:
-            raise RuntimeError("no request in flight")
-        pending = self._in_flight[0]
-        frame = self._read_frame(self._timeout if timeout is None else timeout)
-        self._in_flight.popleft()
-        correlation, message = decode_response(frame, pending.api_key, pending.version)
-        if correlation != pending.correlation_id:
-            raise AssertionError(f"correlation id {correlation} != expected {pending.correlation_id}")
-        return message
-
-    def request(
-        self, message: Message, version: int, response_class: type[M], timeout: float | None = None
-    ) -> M:
-        if self._in_flight:
-            raise RuntimeError("a pipelined request is still in flight on this connection")
-        self.send(message, version)
-        response = self.receive(timeout)
-        assert isinstance(response, response_class), type(response)
-        return response
-
-    def _read_frame(self, timeout: float) -> bytes:
-        deadline = time.monotonic() + timeout
-        while True:
-            if len(self._buf) >= 4:
-                (size,) = struct.unpack_from(">i", self._buf, 0)
-                if len(self._buf) >= 4 + size:
-                    frame = bytes(self._buf[4 : 4 + size])
-                    del self._buf[: 4 + size]
-                    return frame
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no response from {self.address} within {timeout:g}s")
-            self.sock.settimeout(remaining)
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError(f"connection to {self.address} closed by the broker")
-            self._buf += chunk
 
 
 T = TypeVar("T")
@@ -202,13 +114,13 @@ def partition_for(group_id: str, partitions: int) -> int:
 
 def create_topics(address: Address, topics: dict[str, int], timeout: float = 30.0) -> None:
     """Create topics (name → partition count) and wait until every partition has a leader."""
-    with WireConnection(address) as conn:
+    with BlockingConnection(address) as conn:
         response = conn.request(
             CreateTopicsRequest(
                 topics=[CreatableTopic(name, n, 1) for name, n in topics.items()], timeout_ms=20000
             ),
-            5,
             CreateTopicsResponse,
+            version=5,
         )
         for result in response.topics:
             if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
@@ -218,7 +130,9 @@ def create_topics(address: Address, topics: dict[str, int], timeout: float = 30.
 
         def ready() -> bool:
             meta = conn.request(
-                MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in topics]), 9, MetadataResponse
+                MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in topics]),
+                MetadataResponse,
+                version=9,
             )
             seen = {
                 t.name: [p for p in t.partitions if p.error_code == 0 and p.leader_id >= 0]
@@ -231,8 +145,10 @@ def create_topics(address: Address, topics: dict[str, int], timeout: float = 30.
 
 
 def topic_partitions(address: Address, topic: str) -> int:
-    with WireConnection(address) as conn:
-        meta = conn.request(MetadataRequest(topics=[MetadataRequestTopic(name=topic)]), 9, MetadataResponse)
+    with BlockingConnection(address) as conn:
+        meta = conn.request(
+            MetadataRequest(topics=[MetadataRequestTopic(name=topic)]), MetadataResponse, version=9
+        )
     for t in meta.topics:
         if t.name == topic and t.error_code == 0:
             return len(t.partitions)
@@ -241,9 +157,11 @@ def topic_partitions(address: Address, topic: str) -> int:
 
 def topic_ids(address: Address, topics: Iterable[str]) -> dict[str, uuid.UUID]:
     """The topic ids the broker's Metadata (v12) reports for ``topics`` that exist."""
-    with WireConnection(address) as conn:
+    with BlockingConnection(address) as conn:
         meta = conn.request(
-            MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in topics]), 12, MetadataResponse
+            MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in topics]),
+            MetadataResponse,
+            version=12,
         )
     return {t.name: t.topic_id for t in meta.topics if t.error_code == 0 and t.name is not None}
 
@@ -253,7 +171,7 @@ def end_offsets(
 ) -> dict[int, int]:
     """Log end offsets (``timestamp`` −1) or log start offsets (−2) of ``topic``'s partitions."""
     parts = list(partitions)
-    with WireConnection(address) as conn:
+    with BlockingConnection(address) as conn:
         response = conn.request(
             ListOffsetsRequest(
                 replica_id=-1,
@@ -261,8 +179,8 @@ def end_offsets(
                     ListOffsetsTopic(topic, [ListOffsetsPartition(p, timestamp=timestamp) for p in parts])
                 ],
             ),
-            5,
             ListOffsetsResponse,
+            version=5,
         )
     out: dict[int, int] = {}
     for t in response.topics:
@@ -274,7 +192,7 @@ def end_offsets(
 
 
 def committed_offsets(
-    conn: WireConnection, group: str, topics: Sequence[str] | None = None
+    conn: BlockingConnection, group: str, topics: Sequence[str] | None = None
 ) -> dict[tuple[str, int], int]:
     """Committed offsets of ``group`` (OffsetFetch v8, all topics when ``topics`` is None) — only the
     partitions that have one."""
@@ -285,8 +203,8 @@ def committed_offsets(
         request_topics = [OffsetFetchRequestTopics(t, list(range(64))) for t in topics]
     response = conn.request(
         OffsetFetchRequest(groups=[OffsetFetchRequestGroup(group_id=group, topics=request_topics)]),
-        8,
         OffsetFetchResponse,
+        version=8,
     )
     out: dict[tuple[str, int], int] = {}
     for g in response.groups:
@@ -299,11 +217,11 @@ def committed_offsets(
     return out
 
 
-def find_coordinator(conn: WireConnection, group: str, timeout: float = 30.0) -> FindCoordinatorResponse:
+def find_coordinator(conn: BlockingConnection, group: str, timeout: float = 30.0) -> FindCoordinatorResponse:
     """FindCoordinator v4 for ``group``, retried until the coordinator is available."""
     return retry(
         lambda: conn.request(
-            FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4, FindCoordinatorResponse
+            FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, version=4
         ),
         lambda r: r.coordinators[0].error_code == 0,
         timeout,
@@ -317,7 +235,7 @@ def fetch_partition(
     """Every record batch of one partition from ``start`` to the high watermark, through the Fetch API."""
     batches: list[RecordBatch] = []
     offset = start
-    with WireConnection(address) as conn:
+    with BlockingConnection(address) as conn:
         while True:
             response = conn.request(
                 FetchRequest(
@@ -337,8 +255,8 @@ def fetch_partition(
                         )
                     ],
                 ),
-                version,
                 FetchResponse,
+                version=version,
             )
             data = response.responses[0].partitions[0]
             if data.error_code != 0:
@@ -368,11 +286,11 @@ def produce(address: Address, topic: str, records: dict[int, int], version: int 
         )
         for p, n in records.items()
     ]
-    with WireConnection(address) as conn:
+    with BlockingConnection(address) as conn:
         response = conn.request(
             ProduceRequest(acks=-1, timeout_ms=10000, topic_data=[TopicProduceData(topic, data)]),
-            version,
             ProduceResponse,
+            version=version,
         )
     out: dict[int, int] = {}
     for t in response.responses:

@@ -4,6 +4,10 @@ Each call finds the broker that can answer (the group coordinator, the partition
 for ListGroups), batches per broker where the protocol allows, and retries while the coordinator moves
 or loads, until the call's deadline. Broker-reported failures come back as :class:`AdminError` values
 (per group / per partition); a broker that cannot be reached raises :class:`BrokerUnreachableError`.
+
+It runs on the asyncio :class:`~regroup.client.connection.Connection` rather than the blocking one the
+pipeline and the tests use, because one call talks to many brokers at once (ListGroups asks every broker,
+offsets go to each partition's leader) and a blocking socket would serialize those round trips.
 """
 
 from __future__ import annotations

@@ -11,24 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.metadata
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from regroup.client.errors import (
-    ConnectionClosedError,
-    KafkaConnectionError,
-    RequestTimedOutError,
-    UnsupportedApiVersionError,
-)
+from regroup.client.errors import ConnectionClosedError, KafkaConnectionError, RequestTimedOutError
+from regroup.client.versions import NegotiatedVersions, decode_reply
 from regroup.protocol.api_keys import API_INFO, ApiKey
-from regroup.protocol.errors import ErrorCode, KafkaError
-from regroup.protocol.framing import FrameReader, decode_response, encode_request
+from regroup.protocol.framing import FrameReader, encode_request
 from regroup.protocol.message import Message
-from regroup.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from regroup.protocol.messages.api_versions import ApiVersionsResponse
 from regroup.protocol.primitives import I32, DecodeError
 
 __all__ = [
@@ -46,13 +40,6 @@ R = TypeVar("R", bound=Message)
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 _READ_CHUNK = 64 * 1024
-
-
-def _software_version() -> str:
-    try:
-        return importlib.metadata.version("regroup")
-    except importlib.metadata.PackageNotFoundError:
-        return "0"
 
 
 def parse_bootstrap_servers(servers: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -97,7 +84,7 @@ class _Pending:
     future: asyncio.Future[Message]
 
 
-class Connection:
+class Connection(NegotiatedVersions):
     """One TCP connection to a broker; use :func:`open_connection` to get a negotiated one."""
 
     def __init__(
@@ -111,6 +98,7 @@ class Connection:
         request_timeout_ms: int = 30000,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
+        super().__init__()
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -121,8 +109,6 @@ class Connection:
         self._correlation = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._closed_error: KafkaConnectionError | None = None
-        self._versions: dict[ApiKey, int] = {}
-        self._broker_ranges: dict[int, tuple[int, int]] = {}
         self._reader_task = asyncio.get_running_loop().create_task(
             self._read_loop(), name=f"kafka-conn-reader-{host}:{port}"
         )
@@ -131,68 +117,16 @@ class Connection:
         state = "closed" if self.closed else f"{len(self._pending)} in flight"
         return f"<Connection {self.host}:{self.port} {state}>"
 
-    # ------------------------------------------------------------------------------------ versions
-
     @property
     def closed(self) -> bool:
         return self._closed_error is not None
 
-    @property
-    def broker_api_versions(self) -> Mapping[int, tuple[int, int]]:
-        """The (min, max) version of every API the broker advertised (empty before negotiation)."""
-        return dict(self._broker_ranges)
-
-    def set_api_versions(self, ranges: Mapping[int, tuple[int, int]]) -> None:
-        """Record the broker's ranges and pick, per API, the highest version both sides support."""
-        self._broker_ranges = dict(ranges)
-        self._versions.clear()
-        for key, (lo, hi) in ranges.items():
-            try:
-                info = API_INFO[ApiKey(key)]
-            except ValueError:
-                continue
-            low, high = max(lo, info.min_version), min(hi, info.max_version)
-            if low <= high:
-                self._versions[info.key] = high
-
-    def version(self, api_key: ApiKey) -> int:
-        """The version requests of ``api_key`` are sent at; raises when there is none in common."""
-        try:
-            return self._versions[api_key]
-        except KeyError:
-            if not self._broker_ranges:
-                return API_INFO[api_key].max_version
-            raise UnsupportedApiVersionError(
-                f"broker {self.host}:{self.port} shares no {API_INFO[api_key].name} version with this client"
-            ) from None
-
-    def supports(self, api_key: ApiKey, version: int = 0) -> bool:
-        try:
-            return self.version(api_key) >= version
-        except UnsupportedApiVersionError:
-            return False
-
     async def negotiate(self) -> None:
-        """ApiVersions handshake: start at our highest version, step down to the broker's on
-        UNSUPPORTED_VERSION (whose reply lists the ApiVersions versions it does serve)."""
-        version = API_INFO[ApiKey.API_VERSIONS].max_version
-        for _ in range(3):
-            req = ApiVersionsRequest(
-                client_software_name="regroup", client_software_version=_software_version()
-            )
-            resp = await self.request(req, ApiVersionsResponse, version=version)
-            ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-            if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
-                lo, hi = ranges.get(ApiKey.API_VERSIONS, (0, 0))
-                version = min(hi, version - 1)
-                if version < max(lo, 0):
-                    break
-                continue
-            if resp.error_code != ErrorCode.NONE:
-                raise KafkaError(ErrorCode.from_code(resp.error_code), "ApiVersions failed")
-            self.set_api_versions(ranges)
-            return
-        raise UnsupportedApiVersionError(f"broker {self.host}:{self.port} rejected every ApiVersions version")
+        """The ApiVersions handshake (see :mod:`regroup.client.versions`)."""
+        version: int | None = self.first_handshake_version()
+        while version is not None:
+            reply = await self.request(self.api_versions_request(), ApiVersionsResponse, version=version)
+            version = self.accept(reply, version)
 
     # ------------------------------------------------------------------------------------ requests
 
@@ -263,17 +197,10 @@ class Connection:
         if pending.future.done():
             return
         try:
-            _, message = decode_response(frame, pending.api_key, pending.version)
+            _, message = decode_reply(frame, pending.api_key, pending.version)
         except DecodeError as exc:
-            if pending.api_key != ApiKey.API_VERSIONS:
-                pending.future.set_exception(exc)
-                return
-            # A broker that does not serve our ApiVersions version answers with a v0 body.
-            try:
-                _, message = decode_response(frame, pending.api_key, 0)
-            except DecodeError:
-                pending.future.set_exception(exc)
-                return
+            pending.future.set_exception(exc)
+            return
         pending.future.set_result(message)
 
     # ------------------------------------------------------------------------------------ closing

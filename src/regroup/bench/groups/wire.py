@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from regroup.protocol.api_keys import API_INFO, ApiKey, response_class
+from regroup.protocol.api_keys import ApiKey, highest_common_versions, response_class
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.framing import FrameReader, request_header_version, response_header_version
 from regroup.protocol.message import Message
@@ -50,15 +50,8 @@ class Versions:
     """The version each API is sent at: the highest both the broker and the codecs support."""
 
     def __init__(self, ranges: Mapping[int, tuple[int, int]] | None = None) -> None:
-        self._versions: dict[int, int] = {}
-        for key, (lo, hi) in (ranges or {}).items():
-            try:
-                info = API_INFO[ApiKey(key)]
-            except ValueError:
-                continue
-            top = min(hi, info.max_version, _CAPS.get(info.key, info.max_version))
-            if max(lo, info.min_version) <= top:
-                self._versions[key] = top
+        common = highest_common_versions(ranges or {}, _CAPS)
+        self._versions: dict[int, int] = {int(key): version for key, version in common.items()}
 
     def __getitem__(self, api_key: int) -> int:
         try:
