@@ -43,9 +43,10 @@ def test_members_talk_to_their_coordinator_on_every_node(
     metrics = {m.key: m.value for m in result.metrics}
     assert metrics[("saturation", "achieved")]
     assert not any(k.startswith("measured") for k in result.errors), result.errors
-    # Broker CPU covers both nodes and etcd.
+    # Broker CPU covers both nodes and etcd; the event-loop lag, both nodes' loops.
     assert len(regroup_cluster.pids) == 3
     assert metrics[("saturation", "broker CPU")] is not None
+    assert metrics[("saturation", "broker event-loop lag p99 (bucket bound)")] is not None
 
 
 def test_coordinator_failover_is_timed_without_a_rebalance(regroup_cluster: ClusterTarget) -> None:

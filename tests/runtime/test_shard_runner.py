@@ -136,6 +136,76 @@ def test_commit_reply_waits_for_its_fsync_while_the_lane_goes_on(tmp_path: Path)
     run(scenario())
 
 
+def test_a_heartbeat_never_waits_for_another_groups_fsync(tmp_path: Path) -> None:
+    """Group a's commit is appended and its fsync hangs. Group b's heartbeat, and a heartbeat behind a
+    commit of group c that could not even be appended yet (the fsync holds the partition), are answered at
+    once; a's own offsets are read only once they are durable."""
+
+    async def scenario() -> None:
+        async with coordinator_env(tmp_path, flush_messages=1, slow_flush=True) as env:
+            slow = env.slow[0]
+            slow.release.set()
+            [a] = await form_group(env, "a")
+            [b] = await form_group(env, "b")
+            [c] = await form_group(env, "c")
+            slow.release.clear()
+            slow.started.clear()
+            end_before = env.plog().log_end_offset
+            a_commit = asyncio.ensure_future(
+                commit(
+                    env.coord,
+                    commit_request("a", {("t", 0): 1}, generation_id=a.generation_id, member_id=a.member_id),
+                )
+            )
+            await asyncio.to_thread(slow.started.wait, 5)
+            assert env.plog().log_end_offset == end_before + 1
+            hb = await asyncio.wait_for(heartbeat(env.coord, "b", b), 5)
+            assert hb.error_code == ErrorCode.NONE
+            c_commit = asyncio.ensure_future(
+                commit(
+                    env.coord,
+                    commit_request("c", {("t", 0): 3}, generation_id=c.generation_id, member_id=c.member_id),
+                )
+            )
+            # The lane is not stuck behind c's append: b's next heartbeat is answered while the fsync hangs.
+            assert (await asyncio.wait_for(heartbeat(env.coord, "b", b), 5)).error_code == ErrorCode.NONE
+            assert env.plog().log_end_offset == end_before + 1  # c's batch waits for the partition
+            a_fetch = asyncio.ensure_future(fetch(env, "a", ("t", 0)))
+            a_heartbeat = asyncio.ensure_future(heartbeat(env.coord, "a", a))
+            await asyncio.sleep(0.05)
+            assert not any(f.done() for f in (a_commit, c_commit, a_fetch, a_heartbeat))
+            slow.release.set()
+            assert partition_errors(await asyncio.wait_for(a_commit, 5)) == [ErrorCode.NONE]
+            assert partition_errors(await asyncio.wait_for(c_commit, 5)) == [ErrorCode.NONE]
+            assert await asyncio.wait_for(a_fetch, 5) == {("t", 0): 1}
+            assert (await asyncio.wait_for(a_heartbeat, 5)).error_code == ErrorCode.NONE
+            assert env.plog().log_end_offset == end_before + 2
+            assert await fetch(env, "c", ("t", 0)) == {("t", 0): 3}
+
+    run(scenario())
+
+
+def test_a_deferred_append_that_fails_fails_the_partition(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator_env(tmp_path, flush_messages=1, slow_flush=True, faulty=True) as env:
+            slow = env.slow[0]
+            slow.release.set()
+            await env.settle()
+            slow.release.clear()
+            slow.started.clear()
+            first = asyncio.ensure_future(commit(env.coord, commit_request("a", {("t", 0): 1})))
+            await asyncio.to_thread(slow.started.wait, 5)
+            env.faulty[0].fail_next.append(storage_error())
+            second = asyncio.ensure_future(commit(env.coord, commit_request("b", {("t", 0): 2})))
+            await asyncio.sleep(0.05)
+            slow.release.set()
+            assert partition_errors(await asyncio.wait_for(first, 5)) == [ErrorCode.NONE]
+            assert partition_errors(await asyncio.wait_for(second, 5)) == [ErrorCode.NOT_COORDINATOR]
+            await until(lambda: env.coord.state(0) is not PartitionState.ACTIVE)
+
+    run(scenario())
+
+
 def test_concurrent_commits_share_one_fsync(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with coordinator_env(tmp_path, flush_messages=1, slow_flush=True) as env:

@@ -12,12 +12,13 @@ import importlib.metadata
 from collections.abc import Mapping
 
 from regroup.client.errors import UnsupportedApiVersionError
-from regroup.protocol.api_keys import API_INFO, ApiKey, highest_common_versions
+from regroup.protocol.api_keys import API_INFO, ApiKey
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.framing import decode_response
 from regroup.protocol.message import Message
 from regroup.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from regroup.protocol.primitives import DecodeError
+from regroup.protocol.versions import highest_common_versions
 
 __all__ = ["NegotiatedVersions", "decode_reply"]
 

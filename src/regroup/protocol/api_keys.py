@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 import importlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from regroup.protocol.message import Message
@@ -907,24 +906,4 @@ def response_class(key: ApiKey) -> type[Message]:
     return cls
 
 
-def highest_common_versions(
-    ranges: Mapping[int, tuple[int, int]], caps: Mapping[ApiKey, int] | None = None
-) -> dict[ApiKey, int]:
-    """Per API a broker advertised as ``{api_key: (min, max)}``: the highest version both it and these
-    codecs support (at most ``caps[key]`` where given). APIs with no version in common are left out, and
-    API keys the codecs do not know are ignored, as Java's ApiVersions does."""
-    out: dict[ApiKey, int] = {}
-    for key, (lo, hi) in ranges.items():
-        try:
-            info = API_INFO[ApiKey(key)]
-        except ValueError:
-            continue
-        top = min(hi, info.max_version)
-        if caps is not None and info.key in caps:
-            top = min(top, caps[info.key])
-        if max(lo, info.min_version) <= top:
-            out[info.key] = top
-    return out
-
-
-__all__ = ["API_INFO", "ApiInfo", "ApiKey", "highest_common_versions", "request_class", "response_class"]
+__all__ = ["API_INFO", "ApiInfo", "ApiKey", "request_class", "response_class"]

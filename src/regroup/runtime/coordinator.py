@@ -488,7 +488,7 @@ class GroupCoordinator:
             snapshot = shard.group(group_id)
             return None if snapshot is None else build_group_view(partition, shard, snapshot, self._logs)
 
-        return await runner.read(_none, view)
+        return await runner.read(_none, view, scope=(group_id,))
 
     def group(self, group_id: str) -> GroupSnapshot | None:
         shard = self.shard(group_id)
@@ -528,7 +528,7 @@ class GroupCoordinator:
         runner = self._route(group_id)
         if isinstance(runner, ErrorCode):
             return False
-        return await runner.call(_false, runner.shard.expire_member, group_id, member_id)
+        return await runner.call(_false, runner.shard.expire_member, group_id, member_id, scope=(group_id,))
 
     async def force_rebalance(self, group_id: str, reason: str) -> bool:
         """Rebalance a group now with a ``RebalanceForced(reason)`` cause; False when the group is missing,
@@ -536,7 +536,7 @@ class GroupCoordinator:
         runner = self._route(group_id)
         if isinstance(runner, ErrorCode):
             return False
-        return await runner.call(_false, runner.shard.force_rebalance, group_id, reason)
+        return await runner.call(_false, runner.shard.force_rebalance, group_id, reason, scope=(group_id,))
 
     # ------------------------------------------------------------------------------------ routing
 
@@ -548,7 +548,11 @@ class GroupCoordinator:
         return ErrorCode.NOT_COORDINATOR if runner is None else runner
 
     def _read(
-        self, partition: int, reader: Callable[[CoordinatorShard], T], error_reply: Callable[[ErrorCode], T]
+        self,
+        partition: int,
+        reader: Callable[[CoordinatorShard], T],
+        error_reply: Callable[[ErrorCode], T],
+        scope: tuple[str, ...],
     ) -> asyncio.Future[T]:
         runner = self._runners.get(partition) if self._running else None
         if runner is None:
@@ -556,7 +560,7 @@ class GroupCoordinator:
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE if not self._running else ErrorCode.NOT_COORDINATOR
             fut.set_result(error_reply(code))
             return fut
-        return runner.read(error_reply, reader)
+        return runner.read(error_reply, reader, scope=scope)
 
     def _ctx(
         self, client_id: str | None, client_host: str, api_version: int, parkable: bool
@@ -586,7 +590,9 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return error(runner)
         ctx = self._ctx(client_id, client_host, api_version, True)
-        return await runner.call(error, runner.shard.join_group, ctx, req, ticket=ctx.ticket)
+        return await runner.call(
+            error, runner.shard.join_group, ctx, req, ticket=ctx.ticket, scope=(req.group_id,)
+        )
 
     async def sync_group(
         self, client_id: str | None, client_host: str, api_version: int, req: SyncGroupRequest
@@ -595,7 +601,9 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return sync_group_error(runner)
         ctx = self._ctx(client_id, client_host, api_version, True)
-        return await runner.call(sync_group_error, runner.shard.sync_group, ctx, req, ticket=ctx.ticket)
+        return await runner.call(
+            sync_group_error, runner.shard.sync_group, ctx, req, ticket=ctx.ticket, scope=(req.group_id,)
+        )
 
     async def heartbeat(
         self, client_id: str | None, client_host: str, api_version: int, req: HeartbeatRequest
@@ -604,7 +612,7 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return heartbeat_error(runner)
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await runner.call(_heartbeat_error, runner.shard.heartbeat, ctx, req)
+        return await runner.call(_heartbeat_error, runner.shard.heartbeat, ctx, req, scope=(req.group_id,))
 
     async def leave_group(
         self, client_id: str | None, client_host: str, api_version: int, req: LeaveGroupRequest
@@ -613,7 +621,7 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return leave_group_error(runner)
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await runner.call(leave_group_error, runner.shard.leave_group, ctx, req)
+        return await runner.call(leave_group_error, runner.shard.leave_group, ctx, req, scope=(req.group_id,))
 
     async def offset_commit(
         self,
@@ -630,7 +638,9 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return error(runner)
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await runner.call(error, runner.shard.offset_commit, ctx, req, topic_ids or {})
+        return await runner.call(
+            error, runner.shard.offset_commit, ctx, req, topic_ids or {}, scope=(req.group_id,)
+        )
 
     async def txn_offset_commit(
         self, client_id: str | None, client_host: str, api_version: int, req: TxnOffsetCommitRequest
@@ -640,14 +650,16 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return error(runner)
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await runner.call(error, runner.shard.txn_offset_commit, ctx, req)
+        return await runner.call(error, runner.shard.txn_offset_commit, ctx, req, scope=(req.group_id,))
 
     async def offset_delete(self, api_version: int, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
         runner = self._route(req.group_id)
         if isinstance(runner, ErrorCode):
             return offset_delete_error(runner)
         ctx = self._ctx(None, "", api_version, False)
-        return await runner.call(offset_delete_error, runner.shard.offset_delete, ctx, req)
+        return await runner.call(
+            offset_delete_error, runner.shard.offset_delete, ctx, req, scope=(req.group_id,)
+        )
 
     async def offset_fetch(
         self,
@@ -673,7 +685,7 @@ class GroupCoordinator:
             ) -> list[OffsetFetchResponseGroup]:
                 return [offset_fetch_group_error(g, code) for g, _ in wanted]
 
-            waits.append((indexes, self._read(partition, fetch, error)))
+            waits.append((indexes, self._read(partition, fetch, error, tuple(g for g, _ in wanted))))
         for indexes, fut in waits:
             for i, group in zip(indexes, await fut, strict=True):
                 out[i] = group
@@ -691,7 +703,7 @@ class GroupCoordinator:
             def error(code: ErrorCode, wanted: list[str] = wanted) -> list[DescribedGroup]:
                 return [described_group_error(g, code) for g in wanted]
 
-            waits.append((indexes, self._read(partition, describe, error)))
+            waits.append((indexes, self._read(partition, describe, error, tuple(wanted))))
         for indexes, fut in waits:
             for i, group in zip(indexes, await fut, strict=True):
                 out[i] = group
@@ -750,7 +762,7 @@ class GroupCoordinator:
                 fut: asyncio.Future[list[DeletableGroupResult]] = asyncio.get_running_loop().create_future()
                 fut.set_result(error(runner))
             else:
-                fut = runner.call(error, runner.shard.delete_groups, wanted)
+                fut = runner.call(error, runner.shard.delete_groups, wanted, scope=tuple(wanted))
             waits.append((indexes, fut))
         for indexes, fut in waits:
             for i, result in zip(indexes, await fut, strict=True):

@@ -10,17 +10,25 @@ off a queue one at a time — requests, reads, timer fires, unload — and for e
 3. appends ``Result.records`` to the partition as one record batch (CreateTime = now) and calls
    ``on_append`` with ``None`` or the mapped error before taking the next event (its Result is applied the
    same way);
-4. queues the event's replies for release. Replies leave in event order, each once everything appended up
-   to its event is durable under the partition's flush policy: when ``needs_flush`` says so the runner
-   requests a thread fsync through the partition's :class:`WriteGate`, coalescing consecutive events into
-   one fsync, and goes on with the next event meanwhile. Reads travel the lane too, so they never observe a
-   half-applied event and are never answered ahead of a write they saw.
+4. releases the event's replies once what they depend on is durable under the partition's flush policy
+   (fsynced, and in a cluster held by every in-sync replica).
 
-An append must wait while a thread fsync of the partition runs (the log forbids overlapping them); waiting
-for durability never blocks the lane. A reply still waiting after ``offsets.commit.timeout.ms`` is answered
-COORDINATOR_NOT_AVAILABLE (Kafka's timed-out write; the write itself may still land). A failed fsync fails
-the partition: unreleased replies become NOT_COORDINATOR (the state that produced them may not survive)
-and ``on_failure`` asks for an unload.
+Nothing in the lane waits for the disk. When the partition's gate is free the batch is appended at once;
+while a thread fsync runs (the log forbids overlapping an append with it) the batch joins a backlog that is
+appended, in order, as soon as the fsync ends, and the lane goes on with the next event meanwhile. A
+deferred append that then fails fails the partition (its state got ahead of its log; reloading rebuilds it),
+as an fsync failure does.
+
+What a reply waits for depends on its event's *scope* — the groups it reads or writes (``None``: every
+group). An event that wrote records waits for the fsync covering them, coalesced with its neighbours' into
+one; an event that wrote nothing waits only for the newest write of its own groups that is not durable yet,
+as Kafka's ``CoordinatorRuntime`` makes a write without records wait for the pending writes before it — but
+per group, so a heartbeat never waits for another group's commit. Reads travel the lane too, so they never
+observe a half-applied event and are never answered ahead of a write they saw.
+
+A reply still waiting after ``offsets.commit.timeout.ms`` is answered COORDINATOR_NOT_AVAILABLE (Kafka's
+timed-out write; the write itself may still land). A failed fsync fails the partition: unreleased replies
+become NOT_COORDINATOR (the state that produced them may not survive) and ``on_failure`` asks for an unload.
 """
 
 from __future__ import annotations
@@ -63,6 +71,8 @@ Ts = TypeVarTuple("Ts")
 ErrorReply = Callable[[ErrorCode], Any]
 """Builds the response of a request answered with a coordinator-level error."""
 NotifyObserver = Callable[[int, object], None]
+Scope = tuple[str, ...] | None
+"""The groups an event reads or writes; ``None`` for an event that may touch every group of the shard."""
 
 
 class OffsetsLog(Protocol):
@@ -178,6 +188,7 @@ class _Call:
     future: asyncio.Future[Any]
     error_reply: ErrorReply
     ticket: int | None = None
+    scope: Scope = None
 
 
 @dataclass(slots=True)
@@ -187,6 +198,7 @@ class _Read:
     reader: Callable[[CoordinatorShard], Any]
     future: asyncio.Future[Any]
     error_reply: ErrorReply
+    scope: Scope = None
 
 
 @dataclass(slots=True)
@@ -223,12 +235,31 @@ class _NextFlush:
 _NEXT_FLUSH: Final = _NextFlush()
 
 
-@dataclass(slots=True)
+class _Backlog:
+    """Record batches that wait for the partition's gate (a thread fsync is running), and the replies that
+    wait for them to be appended; appended in order by one task as soon as the gate is free."""
+
+    __slots__ = ("batches", "entries", "turn")
+
+    def __init__(self, turn: asyncio.Future[None]) -> None:
+        self.turn = turn
+        self.batches: list[tuple[bytes, int]] = []
+        self.entries: list[_Release] = []
+
+
+_Waiting = asyncio.Future[None] | _NextFlush | _Backlog | None
+
+
+@dataclass(slots=True, eq=False)
 class _Release:
-    """Replies of one event, released once ``waiting`` (the fsync covering the event) completed."""
+    """Replies of one event, released once ``waiting`` is satisfied: its backlog appended, then the flush
+    covering it (``_NEXT_FLUSH`` until that flush is requested) completed."""
 
     items: list[_Item]
-    waiting: asyncio.Future[None] | _NextFlush | None = None
+    waiting: _Waiting
+    scope: Scope
+    seq: int
+    done: bool = False
 
 
 # ---------------------------------------------------------------------------------------------- runner
@@ -268,8 +299,15 @@ class ShardRunner:
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
         self._timers: TimerService[TimerKey] = TimerService(clock, self._on_fire)
         self._parked: dict[int, _Parked] = {}
-        self._releases: deque[_Release] = deque()
+        self._unreleased: deque[_Release] = deque()
         self._awaiting_flush: list[_Release] = []
+        self._backlog: _Backlog | None = None
+        self._backlog_task: asyncio.Task[None] | None = None
+        self._event_waits: _Waiting = None
+        self._writes = 0
+        self._newest_write: _Release | None = None
+        self._newest_shard_write: _Release | None = None
+        self._newest_group_write: dict[str, _Release] = {}
         self._flush_needed = False
         self._events_since_flush = 0
         self._processing = False
@@ -322,13 +360,15 @@ class ShardRunner:
 
     async def idle(self) -> None:
         """Wait until no event is queued or running and every reply has been released (a test aid)."""
-        while self._processing or not self._queue.empty() or self._releases:
+        while self._processing or not self._queue.empty() or self._unreleased:
             await asyncio.sleep(0.001)
 
     def cancel(self) -> None:
         """Stop the lane at once (the event loop is shutting down); pending requests are dropped."""
         if self._task is not None:
             self._task.cancel()
+        if self._backlog_task is not None:
+            self._backlog_task.cancel()
         self._timers.close()
 
     # ------------------------------------------------------------------------------------ submitting
@@ -339,18 +379,24 @@ class ShardRunner:
         handler: Callable[[*Ts, int], Result[T]],
         *args: *Ts,
         ticket: int | None = None,
+        scope: Scope = None,
     ) -> asyncio.Future[T]:
         """Queue a write: ``handler(*args, now_ms)``, a method of :attr:`shard` (``runner.shard.join_group``).
         The future gives its reply (released once durable) or ``error_reply(code)`` for a coordinator-level
         error (loading, unloaded, failed). ``ticket`` is set for requests the shard may park (JoinGroup,
-        SyncGroup)."""
-        return self._submit(_Call(handler, args, self._loop.create_future(), error_reply, ticket))
+        SyncGroup); ``scope`` names the groups the call touches (None: any group of the shard)."""
+        return self._submit(_Call(handler, args, self._loop.create_future(), error_reply, ticket, scope))
 
     def read(
-        self, error_reply: Callable[[ErrorCode], T], reader: Callable[[CoordinatorShard], T]
+        self,
+        error_reply: Callable[[ErrorCode], T],
+        reader: Callable[[CoordinatorShard], T],
+        *,
+        scope: Scope = None,
     ) -> asyncio.Future[T]:
-        """Queue a read of the shard; answered in lane order, after the writes it observed are durable."""
-        return self._submit(_Read(reader, self._loop.create_future(), error_reply))
+        """Queue a read of the shard (of the groups in ``scope``; None: any); answered in lane order, after
+        the writes it may have observed are durable."""
+        return self._submit(_Read(reader, self._loop.create_future(), error_reply, scope))
 
     def _submit(self, request: _Request) -> asyncio.Future[Any]:
         state = self._state
@@ -388,8 +434,8 @@ class ShardRunner:
             self._processing = True
             now = self._clock.now_ms()
             items: list[_Item] = []
-            await self._apply(self.shard.on_loaded(now), now, items)
-            self._push(items)
+            self._apply(self.shard.on_loaded(now), now, items)
+            self._push(items, None)
             self._processing = False
             if self._state is RunnerState.LOADING:
                 self._state = RunnerState.ACTIVE
@@ -411,16 +457,16 @@ class ShardRunner:
                         await self._handle_unload()
                         return
                     if self._failed:
-                        # After a failed fsync nothing more is written; the unload is on its way.
+                        # After a failed write nothing more is written; the unload is on its way.
                         if isinstance(event, _Call | _Read):
                             error = event.error_reply(ErrorCode.NOT_COORDINATOR)
-                            self._push([_Item(event.future, error, event.error_reply)])
+                            self._push([_Item(event.future, error, event.error_reply)], event.scope)
                     elif isinstance(event, _Call):
-                        await self._handle_call(event)
+                        self._handle_call(event)
                     elif isinstance(event, _Read):
                         self._handle_read(event)
                     else:
-                        await self._handle_timer(event)
+                        self._handle_timer(event)
                 finally:
                     self._processing = False
                 self.stats.events += 1
@@ -484,16 +530,14 @@ class ShardRunner:
         seconds = asyncio.get_running_loop().time() - started
         return LoadSummary(self.partition, records, skipped, offset, seconds)
 
-    async def _handle_call(self, event: _Call) -> None:
+    def _handle_call(self, event: _Call) -> None:
         now = self._clock.now_ms()
         items: list[_Item] = []
         ticket = event.ticket
         if ticket is not None:
             self._parked[ticket] = _Parked(event.future, event.error_reply)
         try:
-            reply = await self._apply(event.handler(*event.args, now), now, items)
-        except asyncio.CancelledError:
-            raise
+            reply = self._apply(event.handler(*event.args, now), now, items)
         except Exception:
             log.exception("Error handling a request on __consumer_offsets-%d", self.partition)
             if ticket is not None:
@@ -513,7 +557,7 @@ class ShardRunner:
                 items.append(
                     _Item(event.future, event.error_reply(ErrorCode.UNKNOWN_SERVER_ERROR), event.error_reply)
                 )
-        self._push(items)
+        self._push(items, event.scope)
 
     def _handle_read(self, event: _Read) -> None:
         try:
@@ -521,9 +565,9 @@ class ShardRunner:
         except Exception:
             log.exception("Error reading __consumer_offsets-%d", self.partition)
             value = event.error_reply(ErrorCode.UNKNOWN_SERVER_ERROR)
-        self._push([_Item(event.future, value, event.error_reply)])
+        self._push([_Item(event.future, value, event.error_reply)], event.scope)
 
-    async def _handle_timer(self, event: _Timer) -> None:
+    def _handle_timer(self, event: _Timer) -> None:
         fired = event.fired
         if not self._timers.claim(fired):
             self.stats.stale_timer_fires += 1
@@ -532,23 +576,19 @@ class ShardRunner:
         now = max(self._clock.now_ms(), fired.deadline_ms)
         items: list[_Item] = []
         try:
-            await self._apply(self.shard.on_timer(fired.key, now), now, items)
-        except asyncio.CancelledError:
-            raise
+            self._apply(self.shard.on_timer(fired.key, now), now, items)
         except Exception:
             log.exception("Error handling timer %s on __consumer_offsets-%d", fired.key, self.partition)
-        self._push(items)
+        self._push(items, (fired.key.group_id,) if fired.key.group_id else None)
 
     async def _handle_unload(self) -> None:
         now = self._clock.now_ms()
         items: list[_Item] = []
         try:
-            await self._apply(self.shard.on_unloaded(), now, items)
-        except asyncio.CancelledError:
-            raise
+            self._apply(self.shard.on_unloaded(), now, items)
         except Exception:
             log.exception("Error unloading __consumer_offsets-%d", self.partition)
-        self._push(items)
+        self._push(items, None)
         self._finish_unload()
         log.debug("Unloaded __consumer_offsets-%d", self.partition)
 
@@ -570,10 +610,10 @@ class ShardRunner:
                     _Item(event.future, event.error_reply(ErrorCode.NOT_COORDINATOR), event.error_reply)
                 )
         if leftovers:
-            self._push(leftovers)
+            self._push(leftovers, None)
         if self._flush_needed:
             self._request_flush()
-        if self._releases:
+        if self._unreleased:
             self._whenever_drained(self._stop)
         else:
             self._stop()
@@ -584,7 +624,7 @@ class ShardRunner:
 
     # ------------------------------------------------------------------------------------ results
 
-    async def _apply(self, result: Result[Any], now: int, items: list[_Item]) -> Any:
+    def _apply(self, result: Result[Any], now: int, items: list[_Item]) -> Any:
         """Effects, then append and ``on_append`` until no continuation is left; returns the final reply."""
         self._effects(result.effects, items)
         reply = result.reply
@@ -592,7 +632,7 @@ class ShardRunner:
         while True:
             error: ErrorCode | None = None
             if current.records:
-                error = await self._append(current.records, now)
+                error = self._append(current.records, now)
             if current.on_append is None:
                 return reply
             current = current.on_append(error)
@@ -627,7 +667,9 @@ class ShardRunner:
             except Exception:
                 log.exception("A coordinator observer failed")
 
-    async def _append(self, records: tuple[CoordinatorRecord, ...], now: int) -> ErrorCode | None:
+    def _append(self, records: tuple[CoordinatorRecord, ...], now: int) -> ErrorCode | None:
+        """Append one event's records: at once when the partition's gate is free (an error comes back for
+        ``on_append``), else through the backlog (a failure then fails the partition)."""
         self.stats.appends += 1
         try:
             data = build_batch(
@@ -644,18 +686,70 @@ class ShardRunner:
                 )
         except Exception as exc:
             return self._append_failed(exc)
-        turn = self._gate.reserve()
-        if not turn.done():
-            await self._gate.wait(turn)
+        backlog = self._backlog
+        if backlog is None:
+            turn = self._gate.reserve()
+            if turn.done():
+                try:
+                    self._log.append(data, now_ms=now, validate=False)
+                except Exception as exc:
+                    return self._append_failed(exc)
+                finally:
+                    self._gate.release()
+                if self._log.needs_flush(now):
+                    self._flush_needed = True
+                    self._event_wrote(_NEXT_FLUSH)
+                return None
+            self._backlog = backlog = _Backlog(turn)
+            self._backlog_task = asyncio.create_task(
+                self._append_backlog(backlog), name=f"regroup coordinator backlog {self.partition}"
+            )
+        backlog.batches.append((data, now))
+        self._event_wrote(backlog)
+        return None
+
+    def _event_wrote(self, waits: _NextFlush | _Backlog) -> None:
+        if not isinstance(self._event_waits, _Backlog):
+            self._event_waits = waits
+
+    async def _append_backlog(self, backlog: _Backlog) -> None:
         try:
-            self._log.append(data, now_ms=now, validate=False)
-        except Exception as exc:
-            return self._append_failed(exc)
+            await self._gate.wait(backlog.turn)
+        except asyncio.CancelledError:
+            self._backlog = None
+            raise
+        # The batches go in one turn, with no await: no event can add to this backlog meanwhile.
+        self._backlog = None
+        self._backlog_task = None
+        failed = self._failed
+        now = 0
+        try:
+            for data, now in backlog.batches:
+                if failed:
+                    break
+                try:
+                    self._log.append(data, now_ms=now, validate=False)
+                except Exception as exc:
+                    self._append_failed(exc)
+                    log.error(
+                        "A deferred append to __consumer_offsets-%d failed; unreleased replies become "
+                        "NOT_COORDINATOR",
+                        self.partition,
+                    )
+                    self._fail()
+                    failed = True
         finally:
             self._gate.release()
-        if self._log.needs_flush(now):
-            self._flush_needed = True
-        return None
+        flush = not failed and self._log.needs_flush(now)
+        for entry in backlog.entries:
+            if flush:
+                entry.waiting = _NEXT_FLUSH
+                self._awaiting_flush.append(entry)
+            else:
+                entry.waiting = None
+        if flush:
+            self._request_flush()
+        self._drain()
 
     def _append_failed(self, exc: Exception) -> ErrorCode:
         self.stats.append_failures += 1
@@ -667,18 +761,53 @@ class ShardRunner:
 
     # ------------------------------------------------------------------------------------ durability
 
-    def _push(self, items: list[_Item]) -> None:
+    def _push(self, items: list[_Item], scope: Scope) -> None:
+        """Release the event's replies now, or queue them behind what they wait for (module docstring)."""
+        waits, self._event_waits = self._event_waits, None
         if self._flush_needed:
             self._events_since_flush += 1
-        if items:
-            entry = _Release(items)
-            if self._flush_needed:
-                entry.waiting = _NEXT_FLUSH
+        wrote = waits is not None
+        if not wrote:
+            before = self._newest_write_seen(scope)
+            if before is not None:
+                waits = before.waiting
+        if waits is None:
+            if items:
+                self._release(items, ErrorCode.NOT_COORDINATOR if self._failed else None)
+        else:
+            self._writes += 1
+            entry = _Release(items, waits, scope, self._writes)
+            if isinstance(waits, _NextFlush):
                 self._awaiting_flush.append(entry)
-            self._releases.append(entry)
+            elif isinstance(waits, _Backlog):
+                waits.entries.append(entry)
+            self._unreleased.append(entry)
+            if wrote:
+                self._newest_write = entry
+                if scope is None:
+                    self._newest_shard_write = entry
+                else:
+                    for group_id in scope:
+                        self._newest_group_write[group_id] = entry
         if self._flush_needed and (self._queue.empty() or self._events_since_flush >= self._max_flush_batch):
             self._request_flush()
-        self._drain()
+        if isinstance(waits, asyncio.Future) and (waits.done() or waits in self._timed_out):
+            self._drain()  # what it waits for is already over (its flush's callback may still be due)
+
+    def _newest_write_seen(self, scope: Scope) -> _Release | None:
+        """The newest write not yet durable that an event of ``scope`` may have observed."""
+        if scope is None:
+            newest = self._newest_write
+            return None if newest is None or newest.done else newest
+        newest = self._newest_shard_write
+        if newest is not None and newest.done:
+            newest = self._newest_shard_write = None
+        writes = self._newest_group_write
+        for group_id in scope:
+            entry = writes.get(group_id)
+            if entry is not None and not entry.done and (newest is None or entry.seq > newest.seq):
+                newest = entry
+        return newest
 
     def _request_flush(self) -> None:
         self._flush_needed = False
@@ -727,29 +856,40 @@ class ShardRunner:
                 self._on_failure(self.partition)
 
     def _drain(self) -> None:
-        releases = self._releases
-        while releases:
-            entry = releases[0]
+        """Release every queued entry whose wait is over, in queue order; the rest stay queued."""
+        waiting_still: deque[_Release] = deque()
+        for entry in self._unreleased:
             waiting = entry.waiting
-            if isinstance(waiting, _NextFlush):
-                break
+            if isinstance(waiting, _NextFlush | _Backlog):
+                waiting_still.append(entry)
+                continue
             error: ErrorCode | None = ErrorCode.NOT_COORDINATOR if self._failed else None
             if waiting is not None:
                 if not waiting.done():
                     if waiting not in self._timed_out:
-                        break
+                        waiting_still.append(entry)
+                        continue
                     error = error or ErrorCode.COORDINATOR_NOT_AVAILABLE
                 elif waiting.cancelled() or waiting.exception() is not None:
                     error = ErrorCode.NOT_COORDINATOR
-            releases.popleft()
-            for item in entry.items:
-                if item.future.done():
-                    continue  # the client went away
-                item.future.set_result(item.value if error is None else item.error_reply(error))
-        if not releases:
+            entry.done = True
+            if entry.scope is not None:
+                for group_id in entry.scope:
+                    if self._newest_group_write.get(group_id) is entry:
+                        del self._newest_group_write[group_id]
+            self._release(entry.items, error)
+        self._unreleased = waiting_still
+        if not waiting_still:
             callbacks, self._drained_callbacks = self._drained_callbacks, []
             for callback in callbacks:
                 callback()
+
+    @staticmethod
+    def _release(items: list[_Item], error: ErrorCode | None) -> None:
+        for item in items:
+            if item.future.done():
+                continue  # the client went away
+            item.future.set_result(item.value if error is None else item.error_reply(error))
 
     def _whenever_drained(self, callback: Callable[[], None]) -> None:
         self._drained_callbacks.append(callback)

@@ -22,7 +22,9 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -45,10 +47,12 @@ __all__ = [
     "FakeBroker",
     "KafkaBroker",
     "KafkaCluster",
+    "LoopLag",
     "RegroupBroker",
     "RegroupCluster",
     "cpu_seconds",
     "describe_settings",
+    "read_loop_lag",
     "start_broker",
 ]
 
@@ -93,6 +97,82 @@ def cpu_seconds(pids: Sequence[int]) -> float | None:
         fields = stat[stat.rindex(")") + 2 :].split()
         total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
     return total if pids else None
+
+
+@dataclass(frozen=True, slots=True)
+class LoopLag:
+    """A regroup broker's ``regroup_event_loop_lag_seconds`` histogram: cumulative counts per ``le`` bound
+    (the last one +Inf) since the broker started; :meth:`since` gives one phase's share."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    total: float
+
+    @property
+    def samples(self) -> float:
+        return self.cumulative[-1] if self.cumulative else 0.0
+
+    def since(self, earlier: LoopLag) -> LoopLag:
+        if earlier.bounds != self.bounds:
+            return self
+        return LoopLag(
+            self.bounds,
+            tuple(a - b for a, b in zip(self.cumulative, earlier.cumulative, strict=True)),
+            self.total - earlier.total,
+        )
+
+    def __add__(self, other: LoopLag) -> LoopLag:
+        if other.bounds != self.bounds:
+            raise ValueError("loop-lag histograms with different buckets")
+        return LoopLag(
+            self.bounds,
+            tuple(a + b for a, b in zip(self.cumulative, other.cumulative, strict=True)),
+            self.total + other.total,
+        )
+
+    def quantile_ms(self, q: float) -> float | None:
+        """The upper bound of the bucket holding the ``q`` quantile, in ms (None without samples; the
+        highest finite bound when it lies above every bound)."""
+        if not self.samples:
+            return None
+        wanted = q * self.samples
+        for bound, count in zip(self.bounds, self.cumulative, strict=True):
+            if count >= wanted:
+                return (bound if bound != float("inf") else self.bounds[-2]) * 1000
+        return None
+
+    @property
+    def mean_ms(self) -> float | None:
+        return self.total / self.samples * 1000 if self.samples else None
+
+
+_LAG_METRIC = "regroup_event_loop_lag_seconds"
+_LAG_LINE = re.compile(rf'^{_LAG_METRIC}_(bucket|sum)(?:{{le="([^"]+)"}})? (\S+)$')
+
+
+def read_loop_lag(admin: tuple[str, int], timeout: float = 2.0) -> LoopLag | None:
+    """The loop-lag histogram from a regroup broker's admin port, or None when it cannot be read."""
+    host, port = admin
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as reply:
+            text = reply.read().decode()
+    except (OSError, ValueError):
+        return None
+    buckets: list[tuple[float, float]] = []
+    total = 0.0
+    for line in text.splitlines():
+        match = _LAG_LINE.match(line)
+        if match is None:
+            continue
+        kind, le, value = match.groups()
+        if kind == "sum":
+            total = float(value)
+        elif le is not None:
+            buckets.append((float(le), float(value)))
+    if not buckets:
+        return None
+    buckets.sort()
+    return LoopLag(tuple(b for b, _ in buckets), tuple(c for _, c in buckets), total)
 
 
 def _free_port() -> int:
@@ -151,6 +231,11 @@ class BenchTarget:
 
     def start(self) -> None:
         """Start the broker and set :attr:`bootstrap` (nothing to do for one someone else started)."""
+
+    def loop_lag(self) -> LoopLag | None:
+        """The broker's event-loop lag histogram so far (regroup brokers the benchmark started; None for
+        others, which have no event loop to measure or were not started with an admin port)."""
+        return None
 
     def offsets_partition_bytes(self, partition: int) -> int | None:
         """On-disk size of ``__consumer_offsets-<partition>`` when the benchmark owns the data."""
@@ -275,6 +360,10 @@ class RegroupBroker(_SubprocessBroker):
         from regroup import __version__
 
         self.version = __version__
+        self._admin = ("127.0.0.1", _free_port())
+
+    def loop_lag(self) -> LoopLag | None:
+        return read_loop_lag(self._admin)
 
     def _command(self) -> list[str]:
         settings = {
@@ -282,6 +371,7 @@ class RegroupBroker(_SubprocessBroker):
             # The same port after a restart, so clients (and the failover poller) find it again.
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.workdir / "data"),
+            "admin.listener": f"{self._admin[0]}:{self._admin[1]}",
         }
         cmd = [sys.executable, "-m", "regroup.cli", "serve", "--log-level", "WARNING"]
         for key, value in settings.items():
@@ -485,6 +575,19 @@ class RegroupCluster(ClusterTarget):
         if etcd is not None and etcd.pid is not None:
             pids.append(etcd.pid)
         return pids
+
+    def loop_lag(self) -> LoopLag | None:
+        """Every running node's samples together."""
+        readings = [
+            read_loop_lag(("127.0.0.1", n.admin_port)) for n in self.local.nodes.values() if n.running
+        ]
+        present = [r for r in readings if r is not None]
+        if not present:
+            return None
+        combined = present[0]
+        for reading in present[1:]:
+            combined = combined + reading
+        return combined
 
     @property
     def node_ids(self) -> list[int]:

@@ -11,9 +11,18 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
-from regroup.bench.groups.brokers import cpu_seconds
+from regroup.bench.groups.brokers import BenchTarget, LoopLag, cpu_seconds
 
-__all__ = ["CpuMeter", "Done", "PhaseStats", "Progress", "SendFn", "closed_loop", "open_loop", "percentile"]
+__all__ = [
+    "Done",
+    "PhaseMeter",
+    "PhaseStats",
+    "Progress",
+    "SendFn",
+    "closed_loop",
+    "open_loop",
+    "percentile",
+]
 
 Done = Callable[[bool, float], None]
 """Completion of one request: (succeeded, round-trip seconds)."""
@@ -32,12 +41,16 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-class CpuMeter:
-    """CPU used by this process (the load generator, all threads) and by the broker process, as a
-    percentage of one core over the measured interval."""
+class PhaseMeter:
+    """CPU used by this process (the load generator, all threads) and by the broker's processes, as a
+    percentage of one core over the measured interval, and the broker's event-loop lag meanwhile (regroup
+    brokers only)."""
 
-    def __init__(self, broker_pids: Sequence[int]) -> None:
-        self._pids = list(broker_pids)
+    def __init__(self, broker: BenchTarget | None) -> None:
+        self._broker_target = broker
+        self._pids = [] if broker is None else broker.pids
+        self._lag_before: LoopLag | None = None
+        self.loop_lag: LoopLag | None = None
         self._wall = 0.0
         self._own = 0.0
         self._broker: float | None = None
@@ -47,7 +60,9 @@ class CpuMeter:
         self.generator_pct: float | None = None
         self.broker_pct: float | None = None
 
-    def __enter__(self) -> CpuMeter:
+    def __enter__(self) -> PhaseMeter:
+        if self._broker_target is not None:
+            self._lag_before = self._broker_target.loop_lag()
         self._wall = time.perf_counter()
         self._own = time.process_time()
         self._broker = cpu_seconds(self._pids)
@@ -63,6 +78,15 @@ class CpuMeter:
         if broker is not None and self._broker is not None:
             self.broker_seconds = broker - self._broker
             self.broker_pct = 100 * self.broker_seconds / wall
+        if self._broker_target is not None and self._lag_before is not None:
+            after = self._broker_target.loop_lag()
+            self.loop_lag = None if after is None else after.since(self._lag_before)
+
+    def record(self, stats: PhaseStats) -> None:
+        """Copy the readings into a phase's stats."""
+        stats.generator_cpu_pct, stats.broker_cpu_pct = self.generator_pct, self.broker_pct
+        stats.generator_cpu_seconds, stats.broker_cpu_seconds = self.generator_seconds, self.broker_seconds
+        stats.loop_lag = self.loop_lag
 
 
 class Progress:
@@ -111,6 +135,7 @@ class PhaseStats:
     broker_cpu_pct: float | None = None
     generator_cpu_seconds: float | None = None
     broker_cpu_seconds: float | None = None
+    loop_lag: LoopLag | None = None
 
     @property
     def rate(self) -> float:
@@ -133,7 +158,7 @@ async def _drain(busy: bytearray) -> None:
 
 
 async def open_loop(
-    slots: int, rate: float, duration: float, send: SendFn, broker_pids: Sequence[int] = ()
+    slots: int, rate: float, duration: float, send: SendFn, broker: BenchTarget | None = None
 ) -> PhaseStats:
     """Offer ``rate`` requests/s for ``duration`` s, cycling through the member slots. Like a real member,
     a slot whose previous request is still outstanding skips its turn (counted as ``skipped``), so an
@@ -156,7 +181,7 @@ async def open_loop(
     callbacks = [make_done(i) for i in range(slots)]
     issued = 0
     nxt = 0
-    with CpuMeter(broker_pids) as cpu:
+    with PhaseMeter(broker) as cpu:
         start = time.perf_counter()
         while True:
             elapsed = time.perf_counter() - start
@@ -177,13 +202,12 @@ async def open_loop(
             await asyncio.sleep(max(_TICK, (issued + 1) / rate - (time.perf_counter() - start)))
         stats.duration = time.perf_counter() - start
         await _drain(busy)
-    stats.generator_cpu_pct, stats.broker_cpu_pct = cpu.generator_pct, cpu.broker_pct
-    stats.generator_cpu_seconds, stats.broker_cpu_seconds = cpu.generator_seconds, cpu.broker_seconds
+    cpu.record(stats)
     return stats
 
 
 async def closed_loop(
-    slots: int, duration: float, send: SendFn, broker_pids: Sequence[int] = ()
+    slots: int, duration: float, send: SendFn, broker: BenchTarget | None = None
 ) -> PhaseStats:
     """Saturation: every member slot sends its next request as soon as its previous one is answered.
     Counts the responses that arrive within ``duration``."""
@@ -208,7 +232,7 @@ async def closed_loop(
         return done
 
     callbacks = [make_done(i) for i in range(slots)]
-    with CpuMeter(broker_pids) as cpu:
+    with PhaseMeter(broker) as cpu:
         start = time.perf_counter()
         end = start + duration
         for i in range(slots):
@@ -217,7 +241,6 @@ async def closed_loop(
             send(i, callbacks[i])
         await asyncio.sleep(duration)
         stats.duration = time.perf_counter() - start
-    stats.generator_cpu_pct, stats.broker_cpu_pct = cpu.generator_pct, cpu.broker_pct
-    stats.generator_cpu_seconds, stats.broker_cpu_seconds = cpu.generator_seconds, cpu.broker_seconds
+    cpu.record(stats)
     await _drain(busy)
     return stats

@@ -25,11 +25,12 @@ from regroup.bench.groups.brokers import (
     BenchTarget,
     BenchTargetError,
     ExternalBroker,
+    LoopLag,
     describe_settings,
     start_broker,
 )
 from regroup.bench.groups.load import (
-    CpuMeter,
+    PhaseMeter,
     PhaseStats,
     Progress,
     SendFn,
@@ -240,6 +241,18 @@ def _phase_metrics(
     generator_us = stats.cpu_us_per_request(stats.generator_cpu_seconds)
     r.add(phase, "generator CPU per request", generator_us, "µs", compare=False)
     r.add(phase, "broker CPU per request", stats.cpu_us_per_request(stats.broker_cpu_seconds), "µs")
+    _loop_lag_metrics(ctx, phase, stats.loop_lag)
+
+
+def _loop_lag_metrics(ctx: Ctx, phase: str, lag: LoopLag | None) -> None:
+    """The broker's event-loop lag over the phase: how long anything that became ready waited for the loop
+    (regroup only; Kafka has no single loop)."""
+    if lag is None or not lag.samples:
+        return
+    ctx.result.add(phase, "broker event-loop lag mean", lag.mean_ms, "ms", compare=False)
+    ctx.result.add(
+        phase, "broker event-loop lag p99 (bucket bound)", lag.quantile_ms(0.99), "ms", compare=False
+    )
 
 
 async def _phases(
@@ -247,16 +260,16 @@ async def _phases(
 ) -> None:
     """Warm-up at saturation (not reported), then each fixed rate, then saturation."""
     p = ctx.params
-    pids = ctx.broker.pids
+    broker = ctx.broker
     if p.warmup > 0:
         ctx.progress.note(f"warm-up: {p.warmup:g} s at saturation")
-        await closed_loop(slots, p.warmup, send, pids)
+        await closed_loop(slots, p.warmup, send, broker)
     for rate in p.rates:
         ctx.progress.note(f"{what} at {rate:g}/s for {p.duration:g} s")
-        stats = await open_loop(slots, rate, p.duration, send, pids)
+        stats = await open_loop(slots, rate, p.duration, send, broker)
         _phase_metrics(ctx, f"{rate:g}/s", stats, unit, rate, per_request)
     ctx.progress.note(f"{what} at saturation for {p.duration:g} s")
-    stats = await closed_loop(slots, p.duration, send, pids)
+    stats = await closed_loop(slots, p.duration, send, broker)
     _phase_metrics(ctx, "saturation", stats, unit, None, per_request)
 
 
@@ -271,7 +284,7 @@ async def formation(ctx: Ctx) -> None:
     fleet = await _fleet(ctx, p.members)
     try:
         members = _members(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "formation")))
-        with CpuMeter(ctx.broker.pids) as cpu:
+        with PhaseMeter(ctx.broker) as cpu:
             formed = await _form(ctx, fleet, members, "formation")
         assert fleet.first_join_sent is not None
         end = max(rec.completed_at or 0.0 for rec in formed.values())
@@ -300,6 +313,7 @@ async def formation(ctx: Ctx) -> None:
         r.add("formation", "generations per group (max)", max(per_group), "count")
         r.add("formation", "generator CPU", cpu.generator_pct, "% of a core", compare=False)
         r.add("formation", "broker CPU", cpu.broker_pct, "% of a core")
+        _loop_lag_metrics(ctx, "formation", cpu.loop_lag)
         _errors(ctx, fleet, "formation")
     finally:
         fleet.close()
@@ -535,7 +549,7 @@ async def failover(ctx: Ctx) -> None:
             written += per_group
 
         total = per_group * len(groups) * p.rounds
-        with CpuMeter(broker.pids) as cpu:
+        with PhaseMeter(broker) as cpu:
             async with ctx.progress.watch(lambda: f"committing: {written}/{total} offsets"):
                 for round_ in range(p.rounds):
                     await asyncio.gather(*(commit_one(i, g, round_) for i, g in enumerate(groups)))
@@ -664,7 +678,7 @@ async def churn(ctx: Ctx) -> None:
         )
         joins = leaves = 0
         interval = p.churn_interval_ms / 1000
-        with CpuMeter(ctx.broker.pids) as cpu:
+        with PhaseMeter(ctx.broker) as cpu:
             async with ctx.progress.watch(
                 lambda: f"churn: {joins} joins, {leaves} leaves, {len(completed)} rebalances"
             ):
@@ -705,6 +719,7 @@ async def churn(ctx: Ctx) -> None:
         r.add("churn", "settle time after the last change", settled - churn_end, "s")
         r.add("churn", "generator CPU", cpu.generator_pct, "% of a core", compare=False)
         r.add("churn", "broker CPU", cpu.broker_pct, "% of a core")
+        _loop_lag_metrics(ctx, "churn", cpu.loop_lag)
         _errors(ctx, fleet, "churn")
     finally:
         fleet.close()
@@ -732,7 +747,7 @@ async def static_roll(ctx: Ctx) -> None:
         start_gen = formed[group_id].generation_id
         restarts: list[float] = []
         async with ctx.progress.watch(lambda: f"static roll: {len(restarts)}/{p.members} members restarted"):
-            with CpuMeter(ctx.broker.pids) as cpu:
+            with PhaseMeter(ctx.broker) as cpu:
                 t0 = time.perf_counter()
                 for i in range(p.members):
                     old = live[i]

@@ -22,13 +22,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from regroup.protocol.api_keys import ApiKey, highest_common_versions, response_class
+from regroup.protocol.api_keys import ApiKey, response_class
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.framing import FrameReader, request_header_version, response_header_version
 from regroup.protocol.message import Message
 from regroup.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from regroup.protocol.messages.headers import RequestHeader, ResponseHeader
 from regroup.protocol.primitives import I32, DecodeError
+from regroup.protocol.versions import highest_common_versions
 
 __all__ = ["BrokerGoneError", "Callback", "JoinLanes", "Versions", "Wire", "connect", "negotiate"]
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from regroup.broker.config import parse_admin_listener
 from regroup.broker.context import BrokerPort
+from regroup.broker.ops.looplag import LoopLagMonitor
 from regroup.broker.ops.metrics import build_registry
 from regroup.broker.server import BrokerServer
 from regroup.runtime.group_view import GroupView
@@ -45,6 +46,7 @@ class AdminServer:
         self._server = server
         self._runner: web.AppRunner | None = None
         self._registry: CollectorRegistry | None = None
+        self._loop_lag: LoopLagMonitor | None = None
         self.address: tuple[str, int] | None = None
 
     @property
@@ -88,7 +90,9 @@ class AdminServer:
     async def _serve(self, sock: socket.socket) -> None:
         from aiohttp import web
 
-        self._registry, requests, stats = build_registry(self._broker, self._server)
+        self._loop_lag = LoopLagMonitor()
+        self._loop_lag.start()
+        self._registry, requests, stats = build_registry(self._broker, self._server, self._loop_lag)
         app = web.Application()
         app.router.add_get("/", self._index)
         app.router.add_get("/metrics", self._metrics)
@@ -106,6 +110,8 @@ class AdminServer:
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
+        if self._loop_lag is not None:
+            self._loop_lag.stop()
         if runner is not None:
             self._server.request_observer = None
             await runner.cleanup()

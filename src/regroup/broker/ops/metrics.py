@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from regroup.broker.ops.looplag import LAG_BUCKETS, LoopLagMonitor
 from regroup.group.history import GenerationCompleted, GenerationStable
 from regroup.group.offset_manager import OffsetsExpired
 from regroup.group.state import GroupState
@@ -126,11 +127,13 @@ class BrokerCollector(Collector):
         server: BrokerServer,
         requests: RequestStats,
         coordinator_stats: CoordinatorStats,
+        loop_lag: LoopLagMonitor,
     ) -> None:
         self._broker = broker
         self._server = server
         self._requests = requests
         self._coordinator = coordinator_stats
+        self._loop_lag = loop_lag
 
     def collect(self) -> Iterator[Metric]:
         coord = self._broker.group_coordinator
@@ -141,6 +144,17 @@ class BrokerCollector(Collector):
         yield from self._connection_metrics()
         yield from self._lag_metrics(views)
         yield from self._health_metrics(views)
+        yield self._loop_lag_metric()
+
+    def _loop_lag_metric(self) -> Metric:
+        lag = self._loop_lag
+        family = HistogramMetricFamily(
+            "regroup_event_loop_lag_seconds",
+            "How much later than due the broker's event loop ran a timer due every "
+            f"{lag.interval * 1000:g} ms (the queueing delay every request saw).",
+        )
+        family.add_metric([], _cumulative(LAG_BUCKETS, lag.counts), sum_value=lag.total)
+        return family
 
     def _group_gauges(self, views: list[GroupView]) -> Iterator[Metric]:
         prefix = "kafka_coordinator_group_groupmetadatamanager"
@@ -232,12 +246,9 @@ class BrokerCollector(Collector):
             labels=["request"],
         )
         for api_key, hist in sorted(self._requests.latency.items()):
-            cumulative = 0.0
-            buckets: list[tuple[str, float]] = []
-            for bound, hits in zip((*map(str, LATENCY_BUCKETS), "+Inf"), hist[:-1], strict=True):
-                cumulative += hits
-                buckets.append((bound, cumulative))
-            latency.add_metric([_api_name(api_key)], buckets, sum_value=hist[-1])
+            latency.add_metric(
+                [_api_name(api_key)], _cumulative(LATENCY_BUCKETS, hist[:-1]), sum_value=hist[-1]
+            )
         yield latency
 
     def _connection_metrics(self) -> Iterator[Metric]:
@@ -319,13 +330,23 @@ class BrokerCollector(Collector):
         )
 
 
+def _cumulative(bounds: Sequence[float], counts: Sequence[float]) -> list[tuple[str, float]]:
+    """Prometheus buckets (``le`` bound, cumulative count) from per-bucket counts (the last one +Inf)."""
+    out: list[tuple[str, float]] = []
+    running = 0.0
+    for bound, hits in zip((*map(str, bounds), "+Inf"), counts, strict=True):
+        running += hits
+        out.append((bound, running))
+    return out
+
+
 def build_registry(
-    broker: BrokerPort, server: BrokerServer
+    broker: BrokerPort, server: BrokerServer, loop_lag: LoopLagMonitor
 ) -> tuple[CollectorRegistry, RequestStats, CoordinatorStats]:
     """A registry with regroup's collector; the stats objects are to be wired to their event sources."""
     loop = asyncio.get_running_loop()
     requests = RequestStats(loop.time)
     stats = CoordinatorStats(broker)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker, server, requests, stats))
+    registry.register(BrokerCollector(broker, server, requests, stats, loop_lag))
     return registry, requests, stats
