@@ -21,7 +21,12 @@ JOBS: Final = {
     "rebalances": "one row per generation (members, assignments, joins/leaves) and per-group frequency",
     "expiring_offsets": "offsets that offsets.retention.minutes removes within a horizon",
     "assignment_health": "per generation: subscribed partitions unassigned or assigned twice",
-    "report": "a self-contained HTML report (lag over time, rebalance timeline, expiring offsets)",
+    "lag_trend": "per group/partition: consume, produce and lag rates over the window, time to catch up",
+    "retention_risk": "per group/partition: distance from the log start, records lost, data-loss forecast",
+    "stuck_partitions": "committed offsets unchanged for --stuck-after while the log end grows, with owner",
+    "member_commits": "commits and commit rate per member (credited by the assignment in force)",
+    "group_summary": "per group: state, protocol, total lag and trend, stuck partitions, retention risk",
+    "report": "a self-contained HTML report (group summary, lag over time, rebalances, stuck partitions, …)",
     "all": "every table above plus the report, sharing one read of the inputs",
     "stream": "Structured Streaming: keep lag and rebalances current",
     "bench": "decode throughput and end-to-end time on synthetic __consumer_offsets records",
@@ -111,8 +116,17 @@ def _add_job_options(p: argparse.ArgumentParser, job: str) -> None:
             default=10080,
             help="the cluster's offsets.retention.minutes (default: 10080)",
         )
+    if job in ("expiring_offsets", "retention_risk", "group_summary", "report", "all"):
         p.add_argument(
             "--horizon", type=parse_duration, default=parse_duration("24h"), help="look-ahead (default: 24h)"
+        )
+    if job in ("stuck_partitions", "group_summary", "report", "all"):
+        p.add_argument(
+            "--stuck-after",
+            type=parse_duration,
+            default=parse_duration("5m"),
+            metavar="DURATION",
+            help="a committed offset unchanged this long while the log end grows is stuck (default: 5m)",
         )
     if job in ("report", "all"):
         p.add_argument("--report", metavar="FILE", help="HTML file to write (default: <output>/report.html)")
@@ -185,9 +199,27 @@ def run(args: argparse.Namespace) -> int:
         from regroup_pipeline.bench import run_bench
 
         return run_bench(args)
+    from pyspark.errors import PySparkRuntimeError
+
+    from regroup_pipeline.connector import ConnectorError
     from regroup_pipeline.runner import run_job
 
-    return run_job(args)
+    try:
+        return run_job(args)
+    except ConnectorError as exc:
+        print(f"regroup pipeline: {exc}", file=sys.stderr)
+        return 1
+    except PySparkRuntimeError as exc:
+        if exc.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        # Spark's JVM wrote why it exited (a package it could not resolve, a bad setting) to stderr.
+        packages = dict(args.conf).get("spark.jars.packages")
+        given = f" (spark.jars.packages={packages})" if packages else ""
+        print(
+            f"regroup pipeline: Spark's JVM exited while starting{given}; its output above says why",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def add_subparser(subparsers: Any) -> argparse.ArgumentParser:

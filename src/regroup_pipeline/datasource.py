@@ -17,7 +17,8 @@ Options (all strings):
   big segments are cut at offset-index positions;
 - ``until``: epoch milliseconds, only records with a timestamp at or before it;
 - ``recordTypes``: comma-separated ``__consumer_offsets`` key types to keep, e.g. ``0,1``;
-- ``decode``: ``offset_commits`` or ``group_metadata``: ``__consumer_offsets`` records come out decoded,
+- ``decode``: ``offset_commits``, ``group_metadata`` or ``consumer_group_metadata`` (KIP-848 groups'
+  ConsumerGroupMetadata records): ``__consumer_offsets`` records come out decoded,
   with the schemas of :mod:`regroup_pipeline.decode`, by the same vectorised decoders that ``mapInArrow``
   runs, sparing a round trip between the JVM and Python; ``offset_history``: offset commits with the
   interval each was in force (``valid_until``, ``is_current``), computed while each partition is read in
@@ -70,11 +71,20 @@ def _group_schema() -> Any:
     return GROUP_ARROW_SCHEMA
 
 
+def _consumer_group_schema() -> Any:
+    from regroup_pipeline.decode import CONSUMER_GROUP_ARROW_SCHEMA
+
+    return CONSUMER_GROUP_ARROW_SCHEMA
+
+
 DECODED: Final = {
     "offset_commits": _commit_schema,
     "offset_history": _history_schema,
     "group_metadata": _group_schema,
+    "consumer_group_metadata": _consumer_group_schema,
 }
+# Modes that decode one rare key type, picked out of the segments by the compiled pass.
+_RARE_RECORD_TYPES: Final = {"group_metadata": 2, "consumer_group_metadata": 3}
 # Modes that need each partition read whole, in order, by one task.
 _WHOLE_PARTITIONS: Final = frozenset({"offset_history"})
 
@@ -218,18 +228,25 @@ def _read_splits(task: _Task, opts: ReadOptions) -> Iterator[Any]:
 
 def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Split, Any]]:
     from regroup_pipeline.commitscan import scan_offset_commits, scan_records
-    from regroup_pipeline.decode import decode_group_metadata, decode_offset_commits, record_types
+    from regroup_pipeline.decode import (
+        decode_consumer_group_metadata,
+        decode_group_metadata,
+        decode_offset_commits,
+        record_types,
+    )
 
     decoder = {
         "offset_commits": decode_offset_commits,
         "offset_history": decode_offset_commits,
         "group_metadata": decode_group_metadata,
+        "consumer_group_metadata": decode_consumer_group_metadata,
     }.get(opts.decode or "")
     # The compiled pass over segment bytes: offset commits straight to their columns, group metadata
-    # records picked out of the commits before the codecs decode them.
+    # records (classic or KIP-848) picked out of the commits before the codecs decode them.
     kinds = set(opts.record_types) if opts.record_types is not None else None
     scan_commits = decoder is decode_offset_commits and (kinds is None or {0, 1} <= kinds)
-    scan_groups = decoder is decode_group_metadata and (kinds is None or 2 in kinds)
+    rare_type = _RARE_RECORD_TYPES.get(opts.decode or "")
+    scan_rare = rare_type is not None and (kinds is None or rare_type in kinds)
 
     for i, split in enumerate(task.splits):
         max_offset = task.max_offsets[i] if task.max_offsets is not None else None
@@ -239,10 +256,10 @@ def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Spl
             bounds = (split.min_offset, max_offset, opts.until_ms)
             if scan_commits:
                 fast = scan_offset_commits(data, limit, split.partition, *bounds)
-            elif scan_groups:
-                fast = scan_records(data, limit, split.topic, split.partition, (2,), *bounds)
+            elif scan_rare and decoder is not None and rare_type is not None:
+                fast = scan_records(data, limit, split.topic, split.partition, (rare_type,), *bounds)
                 if fast is not None and fast.num_rows:
-                    fast = decode_group_metadata(fast)
+                    fast = decoder(fast)
             else:
                 fast = None
             if fast is not None:

@@ -6,7 +6,9 @@ such as Kafka 4.3's topic id, are skipped). A batch holding anything unusual —
 malformed key or value — is decoded instead by regroup's generated codecs, which accept every valid
 encoding and raise :class:`DecodeError` on invalid ones. Group metadata (key type 2) is rare, nested and
 variable-length; it is decoded with the generated codecs, including each member's consumer-protocol
-subscription and assignment. Both are meant for ``DataFrame.mapInArrow``.
+subscription and assignment. Of KIP-848 ``consumer`` groups only the ConsumerGroupMetadata records (key
+type 3: group id and epoch) are decoded, enough to tell which groups use that protocol. All are meant for
+``DataFrame.mapInArrow``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
 
 from regroup.protocol.primitives import DecodeError
+from regroup.protocol.records.consumer_group_metadata import (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+)
 from regroup.protocol.records.consumer_protocol import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -28,9 +34,12 @@ from regroup_pipeline.commitscan import scan_commit_pairs
 from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA, I64, TIMESTAMP, U8, be_int, binary_parts
 
 __all__ = [
+    "CONSUMER_GROUP_ARROW_SCHEMA",
     "GROUP_ARROW_SCHEMA",
     "HISTORY_ARROW_SCHEMA",
     "CommitHistory",
+    "consumer_group_batches",
+    "decode_consumer_group_metadata",
     "decode_group_metadata",
     "decode_offset_commits",
     "group_metadata_batches",
@@ -107,8 +116,22 @@ GROUP_ARROW_SCHEMA: Final = pa.schema(
     ]
 )
 
+# KIP-848 ConsumerGroupMetadata records: the group's epoch; a tombstone when the group is deleted (or
+# converted back to the classic protocol).
+CONSUMER_GROUP_ARROW_SCHEMA: Final = pa.schema(
+    [
+        pa.field("group", pa.string()),
+        pa.field("deleted", pa.bool_()),
+        pa.field("epoch", pa.int32()),
+        pa.field("record_partition", pa.int32()),
+        pa.field("record_offset", pa.int64()),
+        pa.field("record_timestamp", TIMESTAMP),
+    ]
+)
+
 _OFFSET_COMMIT_TYPES: Final = (0, 1)
 _GROUP_METADATA_TYPE: Final = 2
+CONSUMER_GROUP_METADATA_TYPE: Final = 3
 
 
 def _safe_be(buf: U8, pos: I64, width: int) -> I64:
@@ -305,6 +328,35 @@ def decode_group_metadata(batch: Any) -> Any:
     return pa.RecordBatch.from_arrays(columns, schema=GROUP_ARROW_SCHEMA)
 
 
+def decode_consumer_group_metadata(batch: Any) -> Any:
+    """KIP-848 ConsumerGroupMetadata records (key type 3) and their tombstones of a batch of raw
+    ``__consumer_offsets`` records, as a ``pyarrow.RecordBatch`` with :data:`CONSUMER_GROUP_ARROW_SCHEMA`."""
+    keys = _column(batch, "key")
+    rows = np.flatnonzero(record_types(keys) == CONSUMER_GROUP_METADATA_TYPE)
+    if rows.size == 0:
+        return _empty(CONSUMER_GROUP_ARROW_SCHEMA)
+    records: list[dict[str, Any]] = []
+    for row in batch.take(pa.array(rows)).to_pylist():
+        try:
+            key = ConsumerGroupMetadataKey.decode(row["key"][2:], CONSUMER_GROUP_METADATA_TYPE)
+            value = (
+                None if row["value"] is None else ConsumerGroupMetadataValue.decode_versioned(row["value"])
+            )
+        except DecodeError as exc:
+            raise DecodeError(f"__consumer_offsets-{row['partition']} offset {row['offset']}: {exc}") from exc
+        records.append(
+            {
+                "group": key.group_id,
+                "deleted": value is None,
+                "epoch": None if value is None else value[0].epoch,
+                "record_partition": row["partition"],
+                "record_offset": row["offset"],
+                "record_timestamp": row["timestamp"],
+            }
+        )
+    return pa.RecordBatch.from_pylist(records, schema=CONSUMER_GROUP_ARROW_SCHEMA)
+
+
 # ------------------------------------------------------------------------------------------ history
 
 
@@ -407,5 +459,13 @@ def group_metadata_batches(batches: Iterable[Any]) -> Iterator[Any]:
     """``mapInArrow`` function: raw ``__consumer_offsets`` records → group metadata."""
     for batch in batches:
         out = decode_group_metadata(batch)
+        if out.num_rows:
+            yield out
+
+
+def consumer_group_batches(batches: Iterable[Any]) -> Iterator[Any]:
+    """``mapInArrow`` function: raw ``__consumer_offsets`` records → KIP-848 ConsumerGroupMetadata."""
+    for batch in batches:
+        out = decode_consumer_group_metadata(batch)
         if out.num_rows:
             yield out

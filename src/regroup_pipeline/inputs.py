@@ -1,8 +1,10 @@
 """The pipeline's inputs, from a broker data directory or from any Kafka-compatible cluster.
 
 Either way the raw records have the Kafka source's schema; ``__consumer_offsets`` records are decoded into
-offset commits and group metadata, data topics are reduced to ``(topic, partition, offset, timestamp)``,
-and a partitions table gives every partition (empty ones included) with its log end offset.
+offset commits, group metadata and KIP-848 ConsumerGroupMetadata records, data topics are reduced to
+``(topic, partition, offset, timestamp)``, a partitions table gives every partition (empty ones included)
+with its log end offset, and a retention table its log start offset, size and the topic's retention
+settings.
 """
 
 from __future__ import annotations
@@ -21,22 +23,32 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from regroup_pipeline import logdir
 from regroup_pipeline.datasource import FORMAT
-from regroup_pipeline.decode import GROUP_ARROW_SCHEMA, group_metadata_batches, offset_commit_batches
+from regroup_pipeline.decode import (
+    CONSUMER_GROUP_ARROW_SCHEMA,
+    GROUP_ARROW_SCHEMA,
+    consumer_group_batches,
+    group_metadata_batches,
+    offset_commit_batches,
+)
 from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA
 
 __all__ = [
+    "CONSUMER_GROUP_SCHEMA",
     "CONSUMER_OFFSETS",
     "DATA_TOPICS_PATTERN",
     "RAW_COLUMNS",
+    "RETENTION_SCHEMA",
     "Inputs",
     "TimeWindow",
     "decode_commits",
+    "decode_consumer_groups",
     "decode_groups",
     "from_datadir",
     "from_kafka",
     "from_raw",
     "kafka_raw",
     "kafka_source_options",
+    "retention_settings",
 ]
 
 CONSUMER_OFFSETS: Final = logdir.CONSUMER_OFFSETS
@@ -48,6 +60,7 @@ RAW_COLUMNS: Final = ("key", "value", "topic", "partition", "offset", "timestamp
 
 COMMIT_SCHEMA: Final = from_arrow_schema(COMMIT_ARROW_SCHEMA)
 GROUP_SCHEMA: Final = from_arrow_schema(GROUP_ARROW_SCHEMA)
+CONSUMER_GROUP_SCHEMA: Final = from_arrow_schema(CONSUMER_GROUP_ARROW_SCHEMA)
 PARTITION_SCHEMA: Final = StructType(
     [
         StructField("topic", StringType()),
@@ -55,6 +68,27 @@ PARTITION_SCHEMA: Final = StructType(
         StructField("log_end_offset", LongType()),
     ]
 )
+# Per partition: the log start offset, the bytes its segments hold (null when unknown) and the topic's
+# retention.ms / retention.bytes (-1: unlimited, or a topic whose cleanup.policy does not delete; null:
+# unknown).
+RETENTION_SCHEMA: Final = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("log_start_offset", LongType()),
+        StructField("size_bytes", LongType()),
+        StructField("retention_ms", LongType()),
+        StructField("retention_bytes", LongType()),
+    ]
+)
+RETENTION_CONFIGS: Final = ("retention.ms", "retention.bytes", "cleanup.policy")
+# What a topic without overrides gets from a broker with Kafka's defaults (log.retention.hours=168,
+# log.retention.bytes=-1, log.cleanup.policy=delete).
+KAFKA_RETENTION_DEFAULTS: Final = {
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "cleanup.policy": "delete",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +119,10 @@ class Inputs:
     # The data source options that read ``history`` (a data directory's), for writing it straight to
     # Parquet (``datasource.write_history``).
     history_options: Mapping[str, str] | None = None
+    # Log start offsets, sizes and retention settings per partition (RETENTION_SCHEMA); None: unknown.
+    retention: DataFrame | None = None
+    # Decoded KIP-848 ConsumerGroupMetadata records (CONSUMER_GROUP_SCHEMA); None: not read.
+    consumer_groups: DataFrame | None = None
 
 
 def _key_type_in(types: Sequence[int]) -> Column:
@@ -102,6 +140,56 @@ def decode_groups(raw: DataFrame) -> DataFrame:
     """Group metadata of raw ``__consumer_offsets`` records (``mapInArrow``)."""
     cols = raw.where(_key_type_in((2,))).select("key", "value", "partition", "offset", "timestamp")
     return cols.mapInArrow(group_metadata_batches, GROUP_SCHEMA)
+
+
+def decode_consumer_groups(raw: DataFrame) -> DataFrame:
+    """KIP-848 ConsumerGroupMetadata records of raw ``__consumer_offsets`` records (``mapInArrow``)."""
+    cols = raw.where(_key_type_in((3,))).select("key", "value", "partition", "offset", "timestamp")
+    return cols.mapInArrow(consumer_group_batches, CONSUMER_GROUP_SCHEMA)
+
+
+def retention_settings(configs: Mapping[str, str] | None) -> tuple[int | None, int | None]:
+    """(retention.ms, retention.bytes) from a topic's effective configs: -1 each when its cleanup.policy
+    does not include ``delete`` (nothing is deleted by age or size), (None, None) when unknown."""
+    if configs is None:
+        return None, None
+    policies = {p.strip() for p in configs.get("cleanup.policy", "delete").split(",")}
+    if "delete" not in policies:
+        return -1, -1
+
+    def number(name: str) -> int | None:
+        try:
+            return int(configs[name])
+        except (KeyError, ValueError):
+            return None
+
+    return number("retention.ms"), number("retention.bytes")
+
+
+def _retention_from_data(
+    spark: SparkSession,
+    data: DataFrame,
+    partitions: DataFrame,
+    settings: Mapping[str, tuple[int | None, int | None]],
+) -> DataFrame:
+    """Retention rows when the log start is as of ``until``: the first offset among the records written
+    by then (the records read are those retention has left), sizes unknown, today's settings."""
+    rows = [(t, ms, b) for t, (ms, b) in sorted(settings.items())]
+    configs = spark.createDataFrame(rows, "topic string, retention_ms bigint, retention_bytes bigint")
+    starts = data.groupBy("topic", "partition").agg(F.min("offset").alias("log_start_offset"))
+    return (
+        partitions.select("topic", "partition")
+        .join(starts, ["topic", "partition"], "left")
+        .join(F.broadcast(configs), "topic", "left")
+        .select(
+            "topic",
+            "partition",
+            "log_start_offset",
+            F.lit(None).cast("bigint").alias("size_bytes"),
+            "retention_ms",
+            "retention_bytes",
+        )
+    )
 
 
 def _until(df: DataFrame, window: TimeWindow) -> DataFrame:
@@ -126,8 +214,10 @@ def from_raw(
     data: DataFrame,
     partitions: DataFrame,
     window: TimeWindow,
+    retention: DataFrame | None = None,
 ) -> Inputs:
-    """Inputs from raw records with the Kafka source's schema (any origin) and a partitions table."""
+    """Inputs from raw records with the Kafka source's schema (any origin), a partitions table and,
+    optionally, a retention table (:data:`RETENTION_SCHEMA`)."""
     co = _until(consumer_offsets, window)
     return Inputs(
         commits=decode_commits(co),
@@ -135,6 +225,8 @@ def from_raw(
         data=_until(data, window).select("topic", "partition", "offset", "timestamp"),
         partitions=partitions,
         window=window,
+        retention=retention,
+        consumer_groups=decode_consumer_groups(co),
     )
 
 
@@ -148,8 +240,10 @@ def from_datadir(
 ) -> Inputs:
     """Inputs read from a broker data directory (``log.dirs``) by the ``regroup`` Python Data Source,
     which also decodes ``__consumer_offsets`` (option ``decode``: the same vectorised decoders, without a
-    round trip through the JVM). Log end offsets are exact (read from the segments) unless ``until`` is
-    set, in which case they are max(offset)+1 of the records up to ``until``."""
+    round trip through the JVM). Log start and end offsets are exact (read from the segments) unless
+    ``until`` is set, in which case they are min(offset) and max(offset)+1 of the records up to ``until``.
+    Retention settings are the topics' overrides in regroup's topics file over Kafka's defaults; unknown
+    (null) without that file (Apache Kafka's directories keep topic configs in the KRaft metadata log)."""
     window = window or TimeWindow()
 
     common = {"path": ",".join(paths), "minPartitions": str(spark.sparkContext.defaultParallelism)}
@@ -167,14 +261,30 @@ def from_datadir(
         .load()
         .select("topic", "partition", "offset", "timestamp")
     )
+    overrides = logdir.topic_configs(paths)
+
+    def settings(topic: str) -> tuple[int | None, int | None]:
+        if overrides is None:
+            return None, None
+        return retention_settings({**KAFKA_RETENTION_DEFAULTS, **overrides.get(topic, {})})
+
     if window.until_ms is None:
-        ends = [logdir.partition_end(p) for p in logdir.list_partitions(paths, pattern=topic_pattern)]
+        dirs = logdir.list_partitions(paths, pattern=topic_pattern)
+        ends = [logdir.partition_end(p) for p in dirs]
         partitions = spark.createDataFrame(
             [(e.topic, e.partition, e.log_end_offset) for e in ends], PARTITION_SCHEMA
+        )
+        retention = spark.createDataFrame(
+            [
+                (e.topic, e.partition, e.log_start_offset, logdir.partition_size(p), *settings(e.topic))
+                for p, e in zip(dirs, ends, strict=True)
+            ],
+            RETENTION_SCHEMA,
         )
     else:
         counts = {t: n for t, n in logdir.topic_partition_counts(paths).items() if _matches(topic_pattern, t)}
         partitions = _log_ends_from_data(spark, data, counts)
+        retention = _retention_from_data(spark, data, partitions, {t: settings(t) for t in counts})
     commit_options = {"topics": CONSUMER_OFFSETS, "recordTypes": "0,1"}
     history = reader(**commit_options, decode="offset_history").load()
     return Inputs(
@@ -185,6 +295,10 @@ def from_datadir(
         data=data,
         partitions=partitions,
         window=window,
+        retention=retention,
+        consumer_groups=reader(
+            topics=CONSUMER_OFFSETS, recordTypes="3", decode="consumer_group_metadata"
+        ).load(),
     )
 
 
@@ -241,15 +355,23 @@ def from_kafka(
     options: Mapping[str, str] | None = None,
 ) -> Inputs:
     """Inputs read from a Kafka-compatible cluster through Spark's Kafka source (``__consumer_offsets``
-    and the data topics). Log end offsets are ListOffsets(latest) answers, taken before the records are
-    read, unless ``until`` is set (then max(offset)+1 of the records up to ``until``)."""
+    and the data topics). Log start and end offsets are ListOffsets(earliest) and ListOffsets(latest)
+    answers, taken before the records are read, unless ``until`` is set (then min(offset) and
+    max(offset)+1 of the records up to ``until``); retention settings are DescribeConfigs answers. Sizes
+    are unknown (null)."""
     from regroup_pipeline.kafka_client import SimpleKafkaClient
 
     window = window or TimeWindow()
     with SimpleKafkaClient(bootstrap_servers) as client:
         counts = client.partition_counts()
-        ends = client.log_end_offsets() if window.until_ms is None else {}
-    data_counts = {t: n for t, n in counts.items() if _matches(topic_pattern, t)}
+        data_counts = {t: n for t, n in counts.items() if _matches(topic_pattern, t)}
+        configs = client.topic_configs(sorted(data_counts), list(RETENTION_CONFIGS))
+        if window.until_ms is None:
+            starts = client.log_start_offsets()
+            ends = client.log_end_offsets()
+        else:
+            starts, ends = {}, {}
+    settings = {t: retention_settings(configs.get(t)) for t in data_counts}
     if CONSUMER_OFFSETS not in counts:
         raise ValueError(f"{bootstrap_servers} has no {CONSUMER_OFFSETS} topic yet (no group has committed)")
     co = kafka_raw(spark, bootstrap_servers, {CONSUMER_OFFSETS: counts[CONSUMER_OFFSETS]}, options=options)
@@ -260,6 +382,10 @@ def from_kafka(
     if window.until_ms is None:
         rows = [(t, p, o) for (t, p), o in sorted(ends.items()) if t in data_counts]
         partitions = spark.createDataFrame(rows, PARTITION_SCHEMA)
+        retention = spark.createDataFrame(
+            [(t, p, starts.get((t, p)), None, *settings[t]) for t, p, _ in rows], RETENTION_SCHEMA
+        )
     else:
         partitions = _log_ends_from_data(spark, _until(data, window), data_counts)
-    return from_raw(spark, co, data, partitions, window)
+        retention = _retention_from_data(spark, _until(data, window), partitions, settings)
+    return from_raw(spark, co, data, partitions, window, retention)

@@ -8,6 +8,8 @@
   :func:`rebalance_frequency` — per group.
 - :func:`expiring_offsets` — offsets that ``offsets.retention.minutes`` removes within a horizon.
 - :func:`assignment_health` — per generation, subscribed partitions left unassigned or assigned twice.
+- :func:`monitoring_tables` — lag trend, retention risk, stuck partitions, member commits and a summary per
+  group (:mod:`regroup_pipeline.monitoring`), sharing the lag table's lookups.
 
 Group states come from the records: a generation with members is ``Stable``, one without is ``Empty``, a
 tombstone makes the group ``Dead``; groups known only from offset commits (simple groups) are ``Empty``.
@@ -22,18 +24,21 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from regroup_pipeline import monitoring
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
 from regroup_pipeline.inputs import Inputs, TimeWindow
 
 __all__ = [
     "DEFAULT_LAG_SAMPLES",
     "DEFAULT_RETENTION_MINUTES",
+    "MonitoringTables",
     "Tables",
     "assignment_health",
     "compute_all",
     "expiring_offsets",
     "group_states",
     "lag",
+    "monitoring_tables",
     "offsets",
     "offsets_as_of",
     "rebalance_frequency",
@@ -174,42 +179,33 @@ def _grid(
     return start, step, count
 
 
-def lag(
+def _lag_rows(
     inputs: Inputs,
     *,
-    samples: int = DEFAULT_LAG_SAMPLES,
-    interval_ms: int | None = None,
-    history: DataFrame | None = None,
-    states: DataFrame | None = None,
-    latest: DataFrame | None = None,
+    history: DataFrame,
+    latest: DataFrame,
+    samples: int | None,
+    interval_ms: int | None,
+    anchors: DataFrame | None,
 ) -> DataFrame:
-    """Lag per group/topic/partition at ``samples`` evenly spaced instants (or every ``interval_ms``) from
-    ``since`` (default: the first commit) up to the window's end, plus one row at the end itself
-    (``is_current``). Columns: group, topic, partition, sample_time, is_current, committed_offset,
-    commit_timestamp, log_end_offset, lag (records), first_unconsumed_timestamp, time_lag_ms (sample time
-    minus the timestamp of the first unconsumed record; 0 when caught up), group_state (current).
-
-    At the end instant the log end offsets are the partitions table's; at earlier instants they are
-    max(offset)+1 of the records with a timestamp at or before the sample time.
-    """
+    """Lag rows with their ``kind``: the window's end (:data:`monitoring.CURRENT`), the sampling grid
+    (``"sample"``; none when ``samples`` is None) and ``anchors`` (group, topic, partition, kind,
+    sample_time, committed_offset), all looked up in one pass over the data topics' records, with lag
+    and time lag computed."""
     w = inputs.window
-    if history is None:
-        history = _offset_history(inputs)
-    if latest is None:
-        latest = _latest(history)
-    current = (
+    rows = (
         _current_offsets(latest)
         .select(
             *_GTP,
             _ts(w.as_of_ms).alias("sample_time"),
             F.lit(True).alias("is_current"),
+            F.lit(monitoring.CURRENT).alias("kind"),
             "committed_offset",
             "commit_timestamp",
         )
         .join(F.broadcast(inputs.partitions.select(*_TP, "log_end_offset")), list(_TP), "left")
     )
-    rows = current
-    grid = _grid(inputs, history, samples, interval_ms)
+    grid = _grid(inputs, history, samples, interval_ms) if samples is not None else None
     if grid is not None:
         start, step, count = grid
         interval_end = F.coalesce(_ms("valid_until"), F.lit(w.as_of_ms))
@@ -229,37 +225,98 @@ def lag(
                 *_GTP,
                 _ts(F.lit(start) + F.col("i") * step).alias("sample_time"),
                 F.lit(False).alias("is_current"),
+                F.lit(_SAMPLE).alias("kind"),
                 "committed_offset",
                 "commit_timestamp",
                 F.lit(None).cast("long").alias("log_end_offset"),
             )
         )
-        rows = past.unionByName(current)
-    rows = _lookup_records(rows, inputs.data, latest.select(*_TP).distinct())
+        rows = past.unionByName(rows)
+    if anchors is not None:
+        rows = rows.unionByName(
+            anchors.select(
+                *_GTP,
+                "sample_time",
+                F.lit(False).alias("is_current"),
+                "kind",
+                "committed_offset",
+                F.lit(None).cast("timestamp").alias("commit_timestamp"),
+                F.lit(None).cast("long").alias("log_end_offset"),
+            )
+        )
+    rows = _lookup_records(rows.select(*_LOOKUP_INPUT), inputs.data, latest.select(*_TP).distinct())
     lag_records = F.col("log_end_offset") - F.col("committed_offset")
     behind = F.col("committed_offset") < F.col("log_end_offset")
     time_lag = F.when(
         behind & F.col("first_unconsumed_timestamp").isNotNull(),
         F.greatest(F.lit(0), _ms("sample_time") - _ms("first_unconsumed_timestamp")),
     ).otherwise(F.when(F.col("log_end_offset").isNotNull(), F.lit(0)))
-    if states is None:
-        states = group_states(inputs, history=history)
-    out = rows.select(
+    return rows.select(
         *_GTP,
         "sample_time",
         "is_current",
+        "kind",
         "committed_offset",
         "commit_timestamp",
         "log_end_offset",
         lag_records.alias("lag"),
         F.when(behind, F.col("first_unconsumed_timestamp")).alias("first_unconsumed_timestamp"),
         time_lag.cast("long").alias("time_lag_ms"),
-    ).join(F.broadcast(states.select("group", F.col("state").alias("group_state"))), "group", "left")
-    return _since(out, "sample_time", w)
+    )
 
 
+def _lag_table(rows: DataFrame, states: DataFrame, window: TimeWindow) -> DataFrame:
+    """The ``lag`` table from :func:`_lag_rows`: the grid and the window's end, with the group state."""
+    out = (
+        rows.where(F.col("kind").isin(_SAMPLE, monitoring.CURRENT))
+        .drop("kind")
+        .join(F.broadcast(states.select("group", F.col("state").alias("group_state"))), "group", "left")
+    )
+    return _since(out, "sample_time", window)
+
+
+def lag(
+    inputs: Inputs,
+    *,
+    samples: int = DEFAULT_LAG_SAMPLES,
+    interval_ms: int | None = None,
+    history: DataFrame | None = None,
+    states: DataFrame | None = None,
+    latest: DataFrame | None = None,
+) -> DataFrame:
+    """Lag per group/topic/partition at ``samples`` evenly spaced instants (or every ``interval_ms``) from
+    ``since`` (default: the first commit) up to the window's end, plus one row at the end itself
+    (``is_current``). Columns: group, topic, partition, sample_time, is_current, committed_offset,
+    commit_timestamp, log_end_offset, lag (records), first_unconsumed_timestamp, time_lag_ms (sample time
+    minus the timestamp of the first unconsumed record; 0 when caught up), group_state (current).
+
+    At the end instant the log end offsets are the partitions table's; at earlier instants they are
+    max(offset)+1 of the records with a timestamp at or before the sample time.
+    """
+    if history is None:
+        history = _offset_history(inputs)
+    if latest is None:
+        latest = _latest(history)
+    if states is None:
+        states = group_states(inputs, history=history)
+    rows = _lag_rows(
+        inputs, history=history, latest=latest, samples=samples, interval_ms=interval_ms, anchors=None
+    )
+    return _lag_table(rows, states, inputs.window)
+
+
+_SAMPLE: Final = "sample"
+_LOOKUP_INPUT: Final = (
+    *_GTP,
+    "sample_time",
+    "is_current",
+    "kind",
+    "committed_offset",
+    "commit_timestamp",
+    "log_end_offset",
+)
 _LOOKUP_SCHEMA: Final = (
-    "group string, topic string, partition int, sample_time timestamp, is_current boolean, "
+    "group string, topic string, partition int, sample_time timestamp, is_current boolean, kind string, "
     "committed_offset bigint, commit_timestamp timestamp, log_end_offset bigint, "
     "first_unconsumed_timestamp timestamp"
 )
@@ -634,6 +691,11 @@ class Tables:
     rebalance_frequency: DataFrame
     expiring_offsets: DataFrame
     assignment_health: DataFrame
+    lag_trend: DataFrame
+    retention_risk: DataFrame
+    stuck_partitions: DataFrame
+    member_commits: DataFrame
+    group_summary: DataFrame
     cached: tuple[DataFrame, ...] = ()  # intermediates kept in memory; release with unpersist()
 
     def items(self) -> list[tuple[str, DataFrame]]:
@@ -644,11 +706,79 @@ class Tables:
             ("rebalance_frequency", self.rebalance_frequency),
             ("expiring_offsets", self.expiring_offsets),
             ("assignment_health", self.assignment_health),
+            ("lag_trend", self.lag_trend),
+            ("retention_risk", self.retention_risk),
+            ("stuck_partitions", self.stuck_partitions),
+            ("member_commits", self.member_commits),
+            ("group_summary", self.group_summary),
         ]
 
     def unpersist(self) -> None:
         for df in self.cached:
             df.unpersist()
+
+
+@dataclass(frozen=True, slots=True)
+class MonitoringTables:
+    """The tables of :mod:`regroup_pipeline.monitoring` and what they were derived from."""
+
+    lag_trend: DataFrame
+    retention_risk: DataFrame
+    stuck_partitions: DataFrame
+    member_commits: DataFrame
+    group_summary: DataFrame
+    lag_rows: DataFrame  # _lag_rows of the window's end and the anchors (and the grid, when asked for)
+    cached: tuple[DataFrame, ...] = ()
+
+
+def monitoring_tables(
+    inputs: Inputs,
+    *,
+    horizon_ms: int = DEFAULT_HORIZON_MS,
+    stuck_after_ms: int = monitoring.DEFAULT_STUCK_AFTER_MS,
+    history: DataFrame | None = None,
+    latest: DataFrame | None = None,
+    states: DataFrame | None = None,
+    lag_samples: int | None = None,
+    lag_interval_ms: int | None = None,
+) -> MonitoringTables:
+    """Lag trend, retention risk, stuck partitions, member commits and the group summary
+    (:mod:`regroup_pipeline.monitoring`). Their lag lookups — at each key's window start and at the instant
+    its committed offset stopped moving — share one pass over the data topics' records with the lag table's
+    grid when ``lag_samples`` is given (``lag_rows`` then holds the grid too). The intermediates are kept in
+    memory (``cached``)."""
+    level = StorageLevel.MEMORY_AND_DISK
+    w = inputs.window
+    if history is None:
+        history = _offset_history(inputs)
+    if latest is None:
+        latest = _latest(history)
+    if states is None:
+        states = group_states(inputs, history=latest)
+    activity = monitoring.commit_activity(history, w).persist(level)
+    rows = _lag_rows(
+        inputs,
+        history=history,
+        latest=latest,
+        samples=lag_samples,
+        interval_ms=lag_interval_ms,
+        anchors=monitoring.anchor_rows(activity),
+    ).persist(level)
+    trend = monitoring.lag_trend(rows, activity, states, w).persist(level)
+    risk = monitoring.retention_risk(trend, inputs.retention, w, horizon_ms=horizon_ms)
+    stuck = monitoring.stuck_partitions(rows, activity, states, w, stuck_after_ms=stuck_after_ms)
+    protocols = (
+        monitoring.group_protocols(inputs.consumer_groups) if inputs.consumer_groups is not None else None
+    )
+    return MonitoringTables(
+        lag_trend=trend,
+        retention_risk=risk,
+        stuck_partitions=stuck,
+        member_commits=monitoring.member_commits(history, inputs.groups, w),
+        group_summary=monitoring.group_summary(states, protocols, trend, risk, stuck),
+        lag_rows=rows,
+        cached=(activity, rows, trend),
+    )
 
 
 def compute_all(
@@ -658,12 +788,14 @@ def compute_all(
     horizon_ms: int = DEFAULT_HORIZON_MS,
     lag_samples: int = DEFAULT_LAG_SAMPLES,
     lag_interval_ms: int | None = None,
+    stuck_after_ms: int = monitoring.DEFAULT_STUCK_AFTER_MS,
     history: DataFrame | None = None,
 ) -> Tables:
     """Every table. The commit history, group states and generations that several tables share are
     computed once and kept in memory (``Tables.unpersist()`` releases them); the caller may also
     ``persist()`` the inputs. ``history``: an :func:`offsets` table computed before (without ``since``),
-    for instance written and read back, used instead of computing and caching the history again."""
+    for instance written and read back, used instead of computing and caching the history again. The lag
+    table and the monitoring tables read the data topics' records once, together."""
     level = StorageLevel.MEMORY_AND_DISK
     cached_history = history is None
     if history is None:
@@ -672,22 +804,29 @@ def compute_all(
     latest = _latest(history).persist(level)
     states = group_states(inputs, history=latest).persist(level)
     reb = rebalances(inputs).persist(level)
-    lag_table = lag(
+    watched = monitoring_tables(
         inputs,
-        samples=lag_samples,
-        interval_ms=lag_interval_ms,
+        horizon_ms=horizon_ms,
+        stuck_after_ms=stuck_after_ms,
         history=history,
-        states=states,
         latest=latest,
+        states=states,
+        lag_samples=lag_samples,
+        lag_interval_ms=lag_interval_ms,
     )
     return Tables(
         offsets=offsets(inputs, history=history),
-        lag=lag_table,
+        lag=_lag_table(watched.lag_rows, states, inputs.window),
         rebalances=reb,
         rebalance_frequency=rebalance_frequency(reb),
         expiring_offsets=expiring_offsets(
             inputs, retention_minutes=retention_minutes, horizon_ms=horizon_ms, history=latest, states=states
         ),
         assignment_health=assignment_health(reb, inputs.partitions),
-        cached=((history,) if cached_history else ()) + (latest, states, reb),
+        lag_trend=watched.lag_trend,
+        retention_risk=watched.retention_risk,
+        stuck_partitions=watched.stuck_partitions,
+        member_commits=watched.member_commits,
+        group_summary=watched.group_summary,
+        cached=((history,) if cached_history else ()) + (latest, states, reb, *watched.cached),
     )

@@ -1,12 +1,12 @@
 """A small blocking Kafka client over a plain socket, built on regroup's generated codecs.
 
 It speaks just what the pipeline needs from a cluster — ApiVersions (version negotiation), Metadata
-(partition counts and leaders), ListOffsets (log end offsets), FindCoordinator and OffsetCommit in its
-admin form (generation −1, empty member id, no instance id) — to any Kafka-compatible broker. The codecs
-are the ones the broker itself uses, so the pipeline needs no third-party Kafka client and commits exactly
-the request an admin tool would send. Connections are regroup's :class:`BlockingConnection` (the pipeline's
-driver calls from Spark listener threads, where no event loop runs); their failures surface as
-:class:`KafkaClientError`.
+(partition counts and leaders), ListOffsets (log start and end offsets), DescribeConfigs (topics'
+retention settings), FindCoordinator and OffsetCommit in its admin form (generation −1, empty member id,
+no instance id) — to any Kafka-compatible broker. The codecs are the ones the broker itself uses, so the
+pipeline needs no third-party Kafka client and commits exactly the request an admin tool would send.
+Connections are regroup's :class:`BlockingConnection` (the pipeline's driver calls from Spark listener
+threads, where no event loop runs); their failures surface as :class:`KafkaClientError`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,11 @@ from regroup.client.errors import KafkaConnectionError, UnsupportedApiVersionErr
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.message import Message
+from regroup.protocol.messages.describe_configs import (
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResponse,
+)
 from regroup.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from regroup.protocol.messages.list_offsets import (
     ListOffsetsPartition,
@@ -40,6 +45,9 @@ from regroup.protocol.messages.offset_commit import (
 __all__ = ["KafkaClientError", "SimpleKafkaClient"]
 
 _GROUP_KEY_TYPE: Final = 0
+_TOPIC_RESOURCE: Final = 2
+_LATEST: Final = -1
+_EARLIEST: Final = -2
 _RETRIABLE_COORDINATOR_ERRORS: Final = frozenset(
     {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 )
@@ -137,6 +145,14 @@ class SimpleKafkaClient:
     def log_end_offsets(self, topics: list[str] | None = None) -> dict[tuple[str, int], int]:
         """ListOffsets(latest) of every partition of ``topics`` (all topics when None), asked of each
         partition's leader: the offset a consumer reaching the end would commit."""
+        return self._list_offsets(topics, _LATEST)
+
+    def log_start_offsets(self, topics: list[str] | None = None) -> dict[tuple[str, int], int]:
+        """ListOffsets(earliest) of every partition of ``topics`` (all topics when None): the first offset
+        retention (or DeleteRecords) has left."""
+        return self._list_offsets(topics, _EARLIEST)
+
+    def _list_offsets(self, topics: list[str] | None, timestamp: int) -> dict[tuple[str, int], int]:
         reply = self._metadata(topics)
         brokers = {b.node_id: (b.host, b.port) for b in reply.brokers}
         by_leader: dict[int, dict[str, list[int]]] = {}
@@ -157,7 +173,7 @@ class SimpleKafkaClient:
                 topics=[
                     ListOffsetsTopic(
                         name=name,
-                        partitions=[ListOffsetsPartition(partition_index=p, timestamp=-1) for p in ps],
+                        partitions=[ListOffsetsPartition(partition_index=p, timestamp=timestamp) for p in ps],
                     )
                     for name, ps in sorted(wanted.items())
                 ],
@@ -172,6 +188,28 @@ class SimpleKafkaClient:
                         )
                     out[(tr.name, pr.partition_index)] = pr.offset
         return out
+
+    def topic_configs(self, topics: list[str], names: list[str]) -> dict[str, dict[str, str]]:
+        """The effective value of the configs ``names`` of each topic (DescribeConfigs). Topics the
+        broker cannot describe (deleted meanwhile, not authorised) are left out; so are null values."""
+        if not topics:
+            return {}
+        conn = self._any()
+        version = self._version(conn, DescribeConfigsRequest)
+        request = DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsResource(
+                    resource_type=_TOPIC_RESOURCE, resource_name=t, configuration_keys=list(names)
+                )
+                for t in sorted(topics)
+            ]
+        )
+        reply = self._request(conn, request, DescribeConfigsResponse, version)
+        return {
+            r.resource_name: {c.name: c.value for c in r.configs if c.value is not None}
+            for r in reply.results
+            if not r.error_code
+        }
 
     def find_group_coordinator(self, group_id: str) -> tuple[str, int]:
         conn = self._any()

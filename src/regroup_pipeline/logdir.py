@@ -3,8 +3,9 @@
 The layout is Kafka's, which regroup keeps: ``<log.dirs>/<topic>-<partition>/<base_offset:020d>.log`` segment
 files of RecordBatch v2 bytes with ``.index``/``.timeindex`` beside them, ``partition.metadata`` holding the
 topic id, and ``log-start-offset-checkpoint`` at the top. regroup also keeps a topics file
-(``__regroup_topics.json``) with partition counts; Apache Kafka's directories (KRaft keeps topic metadata
-elsewhere) are read from the partition directories alone. Pure Python: used on the driver to plan splits
+(``__regroup_topics.json``) with partition counts and each topic's config overrides; Apache Kafka's
+directories (KRaft keeps topic metadata and configs elsewhere) are read from the partition directories
+alone. Pure Python: used on the driver to plan splits
 and in Spark tasks to read them.
 """
 
@@ -28,8 +29,10 @@ __all__ = [
     "Split",
     "list_partitions",
     "partition_end",
+    "partition_size",
     "plan_splits",
     "read_split",
+    "topic_configs",
     "topic_partition_counts",
 ]
 
@@ -156,6 +159,28 @@ def topic_partition_counts(roots: Iterable[str | Path]) -> dict[str, int]:
         for p in list_partitions([root]):
             counts[p.topic] = max(counts.get(p.topic, 0), p.partition + 1)
     return counts
+
+
+def topic_configs(roots: Iterable[str | Path]) -> dict[str, dict[str, str]] | None:
+    """Each topic's config overrides from regroup's topics file (topics without overrides map to ``{}``);
+    None when no root has a topics file (Apache Kafka's directories), so the configs are unknown."""
+    found: dict[str, dict[str, str]] | None = None
+    for root in roots:
+        try:
+            doc = json.loads((Path(root) / TOPICS_FILE).read_bytes())
+            topics = [(str(t["name"]), t.get("configs") or {}) for t in doc["topics"]]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        found = {} if found is None else found
+        for name, configs in topics:
+            if isinstance(configs, dict):
+                found.setdefault(name, {}).update({str(k): str(v) for k, v in configs.items()})
+    return found
+
+
+def partition_size(p: PartitionDir) -> int:
+    """Bytes in the partition's segment files (what ``retention.bytes`` is compared with)."""
+    return sum(seg.size for seg in p.segments)
 
 
 def _index_positions(segment: SegmentFile) -> list[int]:

@@ -1,5 +1,7 @@
-"""The HTML report: one self-contained page (inline CSS and SVG, no scripts, no external URLs) with lag over
-time per group, a rebalance timeline, assignment problems and the offsets about to expire.
+"""The HTML report: one self-contained page (inline CSS and SVG, no scripts, no external URLs) with a
+summary row per group (state, protocol, lag and its trend, stuck partitions, retention risk), lag over
+time per group, a rebalance timeline, assignment problems, stuck partitions, partitions at risk of
+retention deleting unread records, and the offsets about to expire.
 
 Spark only aggregates; the small results are collected and drawn here in plain Python.
 """
@@ -37,6 +39,9 @@ class ReportData:
     frequency: list[dict[str, Any]] = field(default_factory=list)
     unhealthy: list[dict[str, Any]] = field(default_factory=list)
     expiring: list[dict[str, Any]] = field(default_factory=list)
+    summary: list[dict[str, Any]] = field(default_factory=list)
+    stuck: list[dict[str, Any]] = field(default_factory=list)
+    at_risk: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _ms(col: str) -> Any:
@@ -130,6 +135,56 @@ def collect_report_data(tables: Tables, window: TimeWindow) -> ReportData:
             "expires_in_ms",
             "group_deleted",
         ).orderBy("expires_at", "group", "topic", "partition"),
+        _MAX_ROWS,
+    )
+    data.summary = _rows(
+        tables.group_summary.select(
+            "group",
+            "state",
+            "protocol",
+            "members",
+            "partitions",
+            "lag",
+            "max_time_lag_ms",
+            "lag_trend",
+            "trend",
+            "catch_up_ms",
+            "stuck_partitions",
+            "at_risk_partitions",
+            "records_lost",
+            _ms("data_loss_at").alias("data_loss_at"),
+        ).orderBy(F.col("lag").desc_nulls_last(), "group"),
+        _MAX_ROWS,
+    )
+    data.stuck = _rows(
+        tables.stuck_partitions.select(
+            "group",
+            "topic",
+            "partition",
+            "owner_member_id",
+            "owner_client_id",
+            "owner_client_host",
+            "committed_offset",
+            "unchanged_ms",
+            "records_since",
+            "lag",
+        ).orderBy(F.col("unchanged_ms").desc(), "group", "topic", "partition"),
+        _MAX_ROWS,
+    )
+    data.at_risk = _rows(
+        tables.retention_risk.where(F.col("at_risk"))
+        .select(
+            "group",
+            "topic",
+            "partition",
+            "committed_offset",
+            "log_start_offset",
+            "records_lost",
+            "retention_margin_ms",
+            "data_loss_in_ms",
+            "data_loss_by",
+        )
+        .orderBy(F.col("records_lost").desc(), F.col("data_loss_in_ms").asc_nulls_last(), "group"),
         _MAX_ROWS,
     )
     return data
@@ -326,12 +381,114 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#6b7280}
 .state.Stable{background:#d1fae5;color:#065f46}.state.Empty{background:#fef3c7;color:#92400e}
 .state.Dead{background:#fee2e2;color:#991b1b}.bar{height:8px;border-radius:4px;background:#f59e0b}
 .bar.overdue{background:#dc2626}.legend span{margin-right:14px}
+.up{color:#dc2626}.down{color:#059669}.flat{color:#6b7280}.risk{color:#dc2626;font-weight:600}
 """
 
 
 def _state(state: str | None) -> str:
     s = state or "Empty"
     return f'<span class="state {_esc(s)}">{_esc(s)}</span>'
+
+
+_ARROWS: Final = {"growing": ("↑", "up"), "shrinking": ("↓", "down"), "flat": ("→", "flat")}
+
+
+def _rate(per_second: float) -> str:
+    """Records per second, minute or hour, whichever reads best."""
+    if abs(per_second) >= 1:
+        return f"{per_second:+.1f}/s"
+    if abs(per_second) * 60 >= 1:
+        return f"{per_second * 60:+.1f}/min"
+    return f"{per_second * 3600:+.1f}/h"
+
+
+def _trend(trend: str | None, rate: float | None) -> str:
+    if trend is None:
+        return '<span class="muted">–</span>'
+    arrow, css = _ARROWS[trend]
+    change = "" if rate is None else f" {_rate(rate)}"
+    return f'<span class="{css}" title="lag {_esc(trend)}">{arrow}{_esc(change)}</span>'
+
+
+def _risk(r: dict[str, Any]) -> str:
+    if r["records_lost"]:
+        return f'<span class="risk">{_count(r["records_lost"])} records lost</span>'
+    if r["data_loss_at"] is not None:
+        return f"data loss {_esc(_time(r['data_loss_at']))}"
+    return '<span class="muted">–</span>'
+
+
+def _summary_section(data: ReportData) -> str:
+    out = ["<section><h2>Groups</h2>"]
+    if not data.summary:
+        out.append('<p class="muted">No groups.</p></section>')
+        return "".join(out)
+    out.append(
+        "<table><tr><th>group</th><th>state</th><th>protocol</th><th>members</th><th>lag</th>"
+        "<th>time lag</th><th>trend</th><th>catch-up</th><th>stuck</th><th>retention risk</th></tr>"
+    )
+    for r in data.summary:
+        state = _state(r["state"]) if r["state"] is not None else '<span class="muted">–</span>'
+        stuck = r["stuck_partitions"]
+        out.append(
+            f"<tr><td>{_esc(r['group'])}</td><td>{state}</td><td>{_esc(r['protocol'])}</td>"
+            f"<td class=num>{r['members']}</td>"
+            f"<td class=num>{'–' if r['lag'] is None else _count(r['lag'])}</td>"
+            f"<td class=num>{_duration(r['max_time_lag_ms'])}</td>"
+            f"<td>{_trend(r['trend'], r['lag_trend'])}</td>"
+            f"<td class=num>{_duration(r['catch_up_ms'])}</td>"
+            f"<td class=num>{f'<span class=risk>{stuck}</span>' if stuck else 0}</td>"
+            f"<td>{_risk(r)}</td></tr>"
+        )
+    out.append("</table></section>")
+    return "".join(out)
+
+
+def _stuck_section(data: ReportData) -> str:
+    out = ["<section><h2>Stuck partitions</h2>"]
+    if not data.stuck:
+        out.append('<p class="muted">No committed offset is stuck while records arrive.</p></section>')
+        return "".join(out)
+    out.append(
+        "<table><tr><th>group</th><th>partition</th><th>owner</th><th>committed</th><th>unchanged for</th>"
+        "<th>records since</th><th>lag</th></tr>"
+    )
+    for r in data.stuck:
+        owner = r["owner_member_id"]
+        who = "–" if owner is None else f"{owner} ({r['owner_client_id']}, {r['owner_client_host']})"
+        out.append(
+            f"<tr><td>{_esc(r['group'])}</td><td>{_esc(r['topic'])}-{r['partition']}</td>"
+            f"<td>{_esc(who)}</td><td class=num>{r['committed_offset']}</td>"
+            f"<td class=num>{_duration(r['unchanged_ms'])}</td><td class=num>{r['records_since']}</td>"
+            f"<td class=num>{r['lag']}</td></tr>"
+        )
+    out.append("</table></section>")
+    return "".join(out)
+
+
+def _retention_section(data: ReportData) -> str:
+    out = ["<section><h2>Retention risk</h2>"]
+    if not data.at_risk:
+        out.append('<p class="muted">Retention is not expected to delete unread records.</p></section>')
+        return "".join(out)
+    out.append(
+        "<table><tr><th>group</th><th>partition</th><th>committed</th><th>log start</th>"
+        "<th>records lost</th><th>margin</th><th>data loss in</th><th>by</th></tr>"
+    )
+    for r in data.at_risk:
+        left = r["data_loss_in_ms"]
+        when = "–" if left is None else ("due" if left <= 0 else _duration(left))
+        lost = r["records_lost"]
+        out.append(
+            f"<tr><td>{_esc(r['group'])}</td><td>{_esc(r['topic'])}-{r['partition']}</td>"
+            f"<td class=num>{r['committed_offset']}</td>"
+            f"<td class=num>{'–' if r['log_start_offset'] is None else r['log_start_offset']}</td>"
+            f"<td class=num>{f'<span class=risk>{lost}</span>' if lost else 0}</td>"
+            f"<td class=num>{_duration(r['retention_margin_ms'])}</td><td class=num>{when}</td>"
+            f"<td>{_esc(r['data_loss_by'] or '')}</td></tr>"
+        )
+    out.append("</table></section>")
+    return "".join(out)
 
 
 def _lag_section(data: ReportData) -> str:
@@ -473,6 +630,8 @@ def render_html(data: ReportData, *, horizon_ms: int = 24 * 3600 * 1000) -> str:
         (_count(total_lag), "records behind"),
         (len(data.rebalances), "generations"),
         (len(data.unhealthy), "assignment problems"),
+        (len(data.stuck), "stuck partitions"),
+        (len(data.at_risk), "partitions at risk"),
         (len(data.expiring), "offsets expiring"),
     ]
     return "".join(
@@ -486,8 +645,11 @@ def render_html(data: ReportData, *, horizon_ms: int = 24 * 3600 * 1000) -> str:
             "<div class='cards'>",
             "".join(f"<div class='card'><b>{_esc(v)}</b><span>{_esc(k)}</span></div>" for v, k in cards),
             "</div>",
+            _summary_section(data),
             _lag_section(data),
             _rebalance_section(data),
+            _stuck_section(data),
+            _retention_section(data),
             _expiring_section(data, horizon_ms),
             _current_lag_section(data),
             "</main></body></html>\n",
@@ -524,5 +686,10 @@ def write_report_from_tables(
         rebalance_frequency=read("rebalance_frequency"),
         expiring_offsets=read("expiring_offsets"),
         assignment_health=read("assignment_health"),
+        lag_trend=read("lag_trend"),
+        retention_risk=read("retention_risk"),
+        stuck_partitions=read("stuck_partitions"),
+        member_commits=read("member_commits"),
+        group_summary=read("group_summary"),
     )
     write_report(tables, target, window, horizon_ms=horizon_ms)

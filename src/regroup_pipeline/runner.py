@@ -8,17 +8,26 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
+from typing import Final
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from regroup_pipeline import jobs
+from regroup_pipeline import jobs, monitoring
 from regroup_pipeline.datasource import write_history
 from regroup_pipeline.inputs import DATA_TOPICS_PATTERN, Inputs, TimeWindow, from_datadir, from_kafka
 from regroup_pipeline.session import build_session
 from regroup_pipeline.timespec import parse_time
 
-__all__ = ["load_inputs", "persist_inputs", "run_job", "window_from_args", "write_table"]
+__all__ = ["MONITORING_JOBS", "load_inputs", "persist_inputs", "run_job", "window_from_args", "write_table"]
+
+MONITORING_JOBS: Final = (
+    "lag_trend",
+    "retention_risk",
+    "stuck_partitions",
+    "member_commits",
+    "group_summary",
+)
 
 
 def window_from_args(args: argparse.Namespace) -> TimeWindow:
@@ -69,6 +78,7 @@ def write_all(
     horizon_ms: int = jobs.DEFAULT_HORIZON_MS,
     lag_samples: int = jobs.DEFAULT_LAG_SAMPLES,
     lag_interval_ms: int | None = None,
+    stuck_after_ms: int = monitoring.DEFAULT_STUCK_AFTER_MS,
     show: int = 0,
 ) -> dict[str, float]:
     """The ``all`` job: every table written to ``output`` as Parquet, then the report drawn from them.
@@ -98,6 +108,7 @@ def write_all(
         horizon_ms=horizon_ms,
         lag_samples=lag_samples,
         lag_interval_ms=lag_interval_ms,
+        stuck_after_ms=stuck_after_ms,
         history=history,
     )
     seconds["plan"] = time.perf_counter() - start
@@ -144,6 +155,7 @@ def run_job(args: argparse.Namespace) -> int:
             horizon_ms=args.horizon,
             lag_samples=args.lag_samples,
             lag_interval_ms=args.lag_interval,
+            stuck_after_ms=args.stuck_after,
             show=args.show,
         )
         print(f"report: {target}", file=sys.stderr)
@@ -155,6 +167,7 @@ def run_job(args: argparse.Namespace) -> int:
             horizon_ms=args.horizon,
             lag_samples=args.lag_samples,
             lag_interval_ms=args.lag_interval,
+            stuck_after_ms=args.stuck_after,
         )
         # The report reads the lag table twice: keep it rather than compute it again.
         lag_table = tables.lag.persist(StorageLevel.MEMORY_AND_DISK)
@@ -186,6 +199,13 @@ def run_job(args: argparse.Namespace) -> int:
             produced = [
                 ("assignment_health", jobs.assignment_health(jobs.rebalances(inputs), inputs.partitions))
             ]
+        elif args.job in MONITORING_JOBS:
+            watched = jobs.monitoring_tables(
+                inputs,
+                horizon_ms=getattr(args, "horizon", jobs.DEFAULT_HORIZON_MS),
+                stuck_after_ms=getattr(args, "stuck_after", monitoring.DEFAULT_STUCK_AFTER_MS),
+            )
+            produced = [(args.job, getattr(watched, args.job))]
         else:
             raise ValueError(f"unknown job {args.job!r}")
         for name, df in produced:

@@ -10,21 +10,12 @@ from typing import Final
 
 from pyspark.sql import SparkSession
 
+from regroup_pipeline.connector import kafka_jars_conf, kafka_package
 from regroup_pipeline.datasource import register
 
 __all__ = ["DEFAULT_MASTER", "build_session", "kafka_package"]
 
 DEFAULT_MASTER: Final = "local[*]"
-
-
-def kafka_package(spark_version: str | None = None) -> str:
-    """Maven coordinates of Spark's Kafka source for this Spark version (Spark 4 is Scala 2.13 only; the
-    connector's version must equal Spark's exactly)."""
-    if spark_version is None:
-        import pyspark
-
-        spark_version = pyspark.__version__
-    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}"
 
 
 def _local_cores(master: str) -> int | None:
@@ -53,9 +44,10 @@ def build_session(
     conf: Mapping[str, str] | None = None,
     log_level: str = "WARN",
 ) -> SparkSession:
-    """A SparkSession for the pipeline. ``kafka`` adds Spark's Kafka connector to ``spark.jars.packages``
-    (resolved from Maven Central by Spark on first use, then from the local Ivy cache); ``conf`` entries
-    override everything set here."""
+    """A SparkSession for the pipeline. ``kafka`` puts Spark's Kafka connector on the classpath (resolved
+    by :mod:`regroup_pipeline.connector` into regroup's cache on first use, then taken from there; raises
+    :class:`~regroup_pipeline.connector.ConnectorError` when it cannot be); ``conf`` entries override
+    everything set here."""
     active = SparkSession.getActiveSession()
     if active is not None:
         # Inside an application that already runs Spark (a notebook, a test session): use its session.
@@ -77,10 +69,7 @@ def build_session(
         settings["spark.driver.memory"] = _local_driver_memory()
     user = dict(conf or {})
     if kafka:
-        packages = [p for p in user.get("spark.jars.packages", "").split(",") if p]
-        if not any(p.startswith("org.apache.spark:spark-sql-kafka-0-10_") for p in packages):
-            packages.append(kafka_package())
-        user["spark.jars.packages"] = ",".join(packages)
+        user.update(kafka_jars_conf(user))
         # Spark's default (AdminClient) offset reader skips internal topics like __consumer_offsets.
         settings["spark.sql.streaming.kafka.useDeprecatedOffsetFetching"] = "true"
     settings.update(user)

@@ -15,6 +15,10 @@ from typing import Final
 from crc32c import crc32c
 
 from regroup.protocol.record_batch import Record, build_batch
+from regroup.protocol.records.consumer_group_metadata import (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+)
 from regroup.protocol.records.consumer_protocol import (
     ConsumerProtocolAssignment,
     ConsumerProtocolAssignmentTopicPartition,
@@ -27,6 +31,8 @@ from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommit
 __all__ = [
     "MemberSpec",
     "PartitionWriter",
+    "consumer_group_metadata",
+    "consumer_group_tombstone",
     "group_metadata",
     "group_tombstone",
     "offset_commit",
@@ -146,6 +152,17 @@ def group_metadata(
 
 def group_tombstone(group: str) -> tuple[bytes, None]:
     return GroupMetadataKey(group=group).encode_versioned(2), None
+
+
+def consumer_group_metadata(group: str, epoch: int) -> tuple[bytes, bytes]:
+    """(key, value) of a KIP-848 ConsumerGroupMetadata record (key type 3), as a ``consumer`` group's
+    coordinator writes it."""
+    key = ConsumerGroupMetadataKey(group_id=group).encode_versioned(3)
+    return key, ConsumerGroupMetadataValue(epoch=epoch).encode_versioned(0)
+
+
+def consumer_group_tombstone(group: str) -> tuple[bytes, None]:
+    return ConsumerGroupMetadataKey(group_id=group).encode_versioned(3), None
 
 
 def _topic_id(topic: str) -> str:

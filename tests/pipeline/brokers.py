@@ -18,7 +18,8 @@ from typing import Final, Protocol
 
 BROKER: Final = os.environ.get("REGROUP_PIPELINE_BROKER", "regroup")  # "regroup" | "kafka"
 
-# Fast group tests: no initial rebalance delay, short sessions allowed, few __consumer_offsets partitions.
+# Fast group tests: no initial rebalance delay, short sessions allowed, few __consumer_offsets partitions;
+# retention applied every second (the scenario's events topic).
 GROUP_SETTINGS: Final = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
@@ -26,6 +27,7 @@ GROUP_SETTINGS: Final = {
     "offsets.topic.replication.factor": "1",
     "num.partitions": "1",
     "auto.create.topics.enable": "false",
+    "log.retention.check.interval.ms": "1000",
 }
 _READY: Final = re.compile(r"ready on (\S+):(\d+)")
 

@@ -109,7 +109,9 @@ def regroup_copy(scenario: Any, tmp_path_factory: pytest.TempPathFactory) -> Pat
     from . import scenario as sc
 
     target = tmp_path_factory.mktemp("regroup-layout") / "data"
-    sc.copy_to_regroup_layout(scenario.data_dir, target, ["__consumer_offsets", *sc.TOPICS])
+    sc.copy_to_regroup_layout(
+        scenario.data_dir, target, ["__consumer_offsets", *sc.ALL_TOPICS], sc.TOPIC_CONFIGS
+    )
     return target
 
 

@@ -7,6 +7,17 @@ Groups:
   only and stay (Stable) for the rest of the session: their payments offsets are unsubscribed.
 - ``g-admin``: admin-form commits only (a simple group, no group metadata).
 - ``g-gone``: one member commits and leaves, then DeleteGroups removes the group.
+- ``g-stuck`` (``clicks``, records stamped with the time they are produced): one member, which commits
+  chosen offsets itself: 20 records on each partition, a commit of clicks-0 at 20 and clicks-1 at 5, then
+  10 more records on clicks-0 and 4 on clicks-1 and a commit of clicks-1 at 15. clicks-0 is stuck (its
+  offset does not move while records arrive, lag 10, owner known); clicks-1 catches up (lag 15 → 9).
+- ``g-slow`` (``events``, retention.ms 3 h, segments rolled by record time): admin commits at offsets 2
+  (events-0) and 3 (events-1) of records stamped hours ago. Retention deletes events-0's two oldest
+  segments (offsets 0–9) before the group read them: 8 records lost. Record timestamps, not the clock,
+  drive the roll and the deletion, so the log does not change while the tests run: the next deletion is
+  due an hour and a half after the scenario.
+
+Each member counts the offset-commit records it caused (one per partition per commit), per member id.
 """
 
 from __future__ import annotations
@@ -34,7 +45,15 @@ with warnings.catch_warnings():
     from kafka.structs import OffsetAndMetadata
 
 TOPICS = {"orders": 3, "payments": 2, "audit": 1}
-GROUPS = ("g-churn", "g-rr", "g-admin", "g-gone")
+CLICKS = "clicks"
+EVENTS = "events"
+# Segments roll when a batch is stamped a minute after the segment's first batch; whole segments whose
+# newest record is older than three hours are deleted (at the broker's retention check, every second in
+# these tests: brokers.GROUP_SETTINGS).
+EVENTS_CONFIGS = {"retention.ms": str(3 * 3_600_000), "segment.ms": "60000"}
+TOPIC_CONFIGS = {EVENTS: EVENTS_CONFIGS}
+ALL_TOPICS = {**TOPICS, CLICKS: 2, EVENTS: 2}
+GROUPS = ("g-churn", "g-rr", "g-admin", "g-gone", "g-stuck", "g-slow")
 # CreateTime of the produced records, set by the producer: two hours and one hour before the scenario
 # runs (recent enough that the brokers' 7-day time retention leaves them alone).
 BASE_AGE_MS = 2 * 3_600_000
@@ -61,9 +80,11 @@ class Observed:
 
 
 class Member(threading.Thread):
-    """A kafka-python consumer in its own thread: polls, commits after every poll that returned records,
-    records each assignment; ``pause()`` stops polling but keeps it in the group (the client's heartbeat
-    thread keeps the session alive)."""
+    """A kafka-python consumer in its own thread: polls, commits after every poll that returned records
+    (unless ``commit_polled`` is false), records each assignment and counts the offset-commit records its
+    commits wrote (``commit_records``, per member id); ``pause()`` stops polling but keeps it in the group
+    (the client's heartbeat thread keeps the session alive); ``call(fn)`` runs ``fn(consumer)`` in the
+    member's thread."""
 
     def __init__(
         self,
@@ -73,8 +94,11 @@ class Member(threading.Thread):
         topics: list[str],
         assignor: Any,
         log: list[Observed],
+        *,
+        commit_polled: bool = True,
     ) -> None:
         super().__init__(name=name, daemon=True)
+        self._commit_polled = commit_polled
         self.member = name
         self._servers = bootstrap
         self._group = group
@@ -88,6 +112,7 @@ class Member(threading.Thread):
         self.assignment: tuple[tuple[str, int], ...] = ()
         self.generation = -1
         self.consumed = 0
+        self.commit_records: dict[str, int] = {}
 
     def run(self) -> None:
         try:
@@ -139,6 +164,12 @@ class Member(threading.Thread):
                     return
                 if cmd == "subscribe":
                     consumer.subscribe(arg, listener=Listener())
+                if cmd == "call":
+                    fn, done = arg
+                    try:
+                        done.put((True, fn(consumer)))
+                    except Exception as exc:  # handed to the caller
+                        done.put((False, exc))
                 if cmd == "pause":
                     self._paused.set()
                 if self._paused.is_set():
@@ -146,11 +177,26 @@ class Member(threading.Thread):
                     continue
                 batch = consumer.poll(timeout_ms=100)
                 n = sum(len(v) for v in batch.values())
-                if n:
-                    consumer.commit()
-                    self.consumed += n
+                if n and self._commit_polled:
+                    self.commit(consumer, consumer._subscription.all_consumed_offsets())
+                self.consumed += n
         finally:
             consumer.close(autocommit=False)
+
+    def commit(self, consumer: Any, offsets: dict[Any, Any]) -> None:
+        """Commit ``offsets`` (in this member's thread) and count the records written: one per partition."""
+        member_id = consumer._coordinator._generation.member_id
+        consumer.commit(offsets)
+        self.commit_records[member_id] = self.commit_records.get(member_id, 0) + len(offsets)
+
+    def call(self, fn: Callable[[Any], Any], timeout: float = 30) -> Any:
+        """``fn(consumer)`` run in the member's thread; its result, or its exception raised here."""
+        done: queue.Queue[tuple[bool, Any]] = queue.Queue()
+        self._commands.put(("call", (fn, done)))
+        ok, value = done.get(timeout=timeout)
+        if not ok:
+            raise value
+        return value
 
     def close(self) -> None:
         self._commands.put(("close", None))
@@ -173,11 +219,18 @@ class Scenario:
     produced: dict[tuple[str, int, int], int]  # (topic, partition, offset) → timestamp ms
     committed: dict[str, dict[tuple[str, int], tuple[int, str, int]]]  # OffsetFetch: offset, metadata, epoch
     end_offsets: dict[tuple[str, int], int]  # ListOffsets(latest)
+    start_offsets: dict[tuple[str, int], int]  # ListOffsets(earliest)
     described: dict[str, dict[str, Any]]  # DescribeGroups: state, protocol type and data, member ids
     left_empty_ms: dict[str, tuple[int, int]]  # group → wall-clock window in which it became Empty
     admin_commit_ms: tuple[int, int]
     snapshot_ms: int
     late_ts: int  # CreateTime of the first record produced after g-churn went Empty
+    # group → member id → offset-commit records its commits wrote
+    member_commits: dict[str, dict[str, int]]
+    # g-stuck's commits: wall-clock bounds of each, as (before, after)
+    stuck_commit_ms: list[tuple[int, int]]
+    stuck_joined_ms: tuple[int, int]  # S started before the first, was assigned before the second
+    slow_commit_ms: tuple[int, int]
     live_members: list[Member] = field(default_factory=list)
 
     def close(self) -> None:
@@ -193,11 +246,16 @@ class Scenario:
                 "produced": [[t, p, o, ts] for (t, p, o), ts in self.produced.items()],
                 "committed": {g: [[t, p, *v] for (t, p), v in c.items()] for g, c in self.committed.items()},
                 "end_offsets": [[t, p, o] for (t, p), o in self.end_offsets.items()],
+                "start_offsets": [[t, p, o] for (t, p), o in self.start_offsets.items()],
                 "described": self.described,
                 "left_empty_ms": self.left_empty_ms,
                 "admin_commit_ms": self.admin_commit_ms,
                 "snapshot_ms": self.snapshot_ms,
                 "late_ts": self.late_ts,
+                "member_commits": self.member_commits,
+                "stuck_commit_ms": self.stuck_commit_ms,
+                "stuck_joined_ms": self.stuck_joined_ms,
+                "slow_commit_ms": self.slow_commit_ms,
             }
         )
 
@@ -223,24 +281,30 @@ class Scenario:
             produced={(t, p, o): ts for t, p, o, ts in d["produced"]},
             committed={g: {(t, p): (o, m, e) for t, p, o, m, e in c} for g, c in d["committed"].items()},
             end_offsets={(t, p): o for t, p, o in d["end_offsets"]},
+            start_offsets={(t, p): o for t, p, o in d["start_offsets"]},
             described=d["described"],
             left_empty_ms={g: (a, b) for g, (a, b) in d["left_empty_ms"].items()},
             admin_commit_ms=tuple(d["admin_commit_ms"]),
             snapshot_ms=d["snapshot_ms"],
             late_ts=d["late_ts"],
+            member_commits=d["member_commits"],
+            stuck_commit_ms=[(a, b) for a, b in d["stuck_commit_ms"]],
+            stuck_joined_ms=tuple(d["stuck_joined_ms"]),
+            slow_commit_ms=tuple(d["slow_commit_ms"]),
         )
 
 
 def _produce(
-    producer: KafkaProducer, topic: str, partition: int, count: int, ts: int, step: int
+    producer: KafkaProducer, topic: str, partition: int, count: int, ts: int | None, step: int = 0
 ) -> dict[tuple[str, int, int], int]:
+    """``count`` records stamped ``ts + i*step`` (``ts`` None: the producer's clock), acknowledged."""
     futures = [
         producer.send(
             topic,
             key=f"k{i}".encode(),
             value=f"{topic}-{partition}-{i}".encode(),
             partition=partition,
-            timestamp_ms=ts + i * step,
+            timestamp_ms=None if ts is None else ts + i * step,
             headers=[("n", str(i).encode())] if i % 4 == 0 else None,
         )
         for i in range(count)
@@ -269,7 +333,9 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
     started = int(time.time() * 1000)
     base_ts, late_ts = started - BASE_AGE_MS, started - LATE_AGE_MS
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(t, n, 1) for t, n in TOPICS.items()])
+    admin.create_topics(
+        [NewTopic(t, n, 1, topic_configs=TOPIC_CONFIGS.get(t, {})) for t, n in ALL_TOPICS.items()]
+    )
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     produced: dict[tuple[str, int, int], int] = {}
     for topic, parts in TOPICS.items():
@@ -279,8 +345,10 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
     observed: dict[str, list[Observed]] = {g: [] for g in GROUPS}
     churn = observed["g-churn"]
 
-    def member(name: str, group: str, topics: list[str], assignor: Any) -> Member:
-        m = Member(name, bootstrap, group, topics, assignor, observed[group])
+    def member(
+        name: str, group: str, topics: list[str], assignor: Any, *, commit_polled: bool = True
+    ) -> Member:
+        m = Member(name, bootstrap, group, topics, assignor, observed[group], commit_polled=commit_polled)
         m.start()
         return m
 
@@ -309,6 +377,9 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
         return check
 
     probe = KafkaConsumer(bootstrap_servers=bootstrap)
+    # kafka-python's offset lookups leave out partitions of topics missing from the client's metadata.
+    for topic in ALL_TOPICS:
+        wait_for(lambda t=topic: bool(probe.partitions_for_topic(t)), 30, f"metadata of {topic}")
 
     def caught_up(group: str, topics: list[str]) -> Callable[[], bool]:
         tps = [TopicPartition(t, p) for t in topics for p in range(TOPICS[t])]
@@ -377,7 +448,53 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
         },
     )
     admin_end = int(time.time() * 1000)
+
+    # g-slow and retention: three segments on events-0 (5 records each, stamped 6 h, 5 h and 1 h ago),
+    # two on events-1 (1 h 30 min and 30 min ago). The first two of events-0 are past retention.ms.
+    for partition, ages in ((0, (6 * 3_600_000, 5 * 3_600_000, 3_600_000)), (1, (5_400_000, 1_800_000))):
+        for age in ages:
+            produced |= _produce(producer, EVENTS, partition, 5, started - age, 1000)
+    slow_start = int(time.time() * 1000)
+    admin.alter_group_offsets(
+        "g-slow",
+        {
+            TopicPartition(EVENTS, 0): OffsetAndMetadata(2, "", -1),
+            TopicPartition(EVENTS, 1): OffsetAndMetadata(3, "", -1),
+        },
+    )
+    slow_end = int(time.time() * 1000)
+    events0 = TopicPartition(EVENTS, 0)
+    wait_for(lambda: probe.beginning_offsets([events0])[events0] == 10, 120, "retention to delete events-0")
+
+    # g-stuck: one member, which commits only the offsets chosen here.
+    stuck_start = int(time.time() * 1000)
+    stuck = member("S", "g-stuck", [CLICKS], RangePartitionAssignor, commit_polled=False)
+    wait_for(settled([stuck], observed["g-stuck"], 2), 30, "S")
+    stuck_assigned = int(time.time() * 1000)
+    clicks = [TopicPartition(CLICKS, p) for p in range(2)]
+    for p in range(2):
+        produced |= _produce(producer, CLICKS, p, 20, None)
+    stuck_commits = []
+
+    def commit(offsets: dict[int, int]) -> None:
+        before = int(time.time() * 1000)
+        chosen = {clicks[p]: OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}
+        stuck.call(lambda consumer: stuck.commit(consumer, chosen))
+        after = int(time.time() * 1000)
+        stuck_commits.append((before, after))
+        # What is produced next is stamped after this commit was written.
+        wait_for(lambda: int(time.time() * 1000) > after, 5, "the clock to move on")
+
+    commit({0: 20, 1: 5})
+    produced |= _produce(producer, CLICKS, 0, 10, None)
+    produced |= _produce(producer, CLICKS, 1, 4, None)
+    commit({1: 15})
     producer.close()
+
+    members = [a, b, c, *rr, gone, stuck]
+    member_commits: dict[str, dict[str, int]] = {}
+    for m in members:
+        member_commits.setdefault(m._group, {}).update(m.commit_records)
 
     committed: dict[str, dict[tuple[str, int], tuple[int, str, int]]] = {}
     for g in GROUPS:
@@ -387,8 +504,9 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
             for tp, om in fetched.items()
             if om.offset >= 0
         }
-    tps = [TopicPartition(t, p) for t, n in TOPICS.items() for p in range(n)]
+    tps = [TopicPartition(t, p) for t, n in ALL_TOPICS.items() for p in range(n)]
     end_offsets = {(tp.topic, tp.partition): o for tp, o in probe.end_offsets(tps).items()}
+    start_offsets = {(tp.topic, tp.partition): o for tp, o in probe.beginning_offsets(tps).items()}
     probe.close()
     described = {
         g: {
@@ -407,12 +525,17 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
         produced=produced,
         committed=committed,
         end_offsets=end_offsets,
+        start_offsets=start_offsets,
         described=described,
         left_empty_ms={"g-churn": (before_empty, after_empty)},
         admin_commit_ms=(admin_start, admin_end),
         snapshot_ms=int(time.time() * 1000),
         late_ts=late_ts,
-        live_members=rr,
+        member_commits=member_commits,
+        stuck_commit_ms=stuck_commits,
+        stuck_joined_ms=(stuck_start, stuck_assigned),
+        slow_commit_ms=(slow_start, slow_end),
+        live_members=[*rr, stuck],
     )
 
 
@@ -472,9 +595,12 @@ def coordinator_generations(data_dir: Path, until_ms: int) -> dict[str, list[Coo
     return out
 
 
-def copy_to_regroup_layout(source: Path, target: Path, topics: list[str]) -> None:
+def copy_to_regroup_layout(
+    source: Path, target: Path, topics: list[str], configs: dict[str, dict[str, str]] | None = None
+) -> None:
     """Copy the listed topics' partitions of a broker data directory into a fresh regroup data directory,
-    batch by batch through regroup's own log (``regroup.log.LogManager``)."""
+    batch by batch through regroup's own log (``regroup.log.LogManager``), with the topics' ``configs``
+    and each partition's log start offset (where retention has deleted segments)."""
     from regroup.log import LogManager
     from regroup.protocol.record_batch import iter_batches
 
@@ -485,8 +611,9 @@ def copy_to_regroup_layout(source: Path, target: Path, topics: list[str]) -> Non
     now = int(time.time() * 1000)
     for topic in topics:
         dirs = sorted(source.glob(f"{topic}-*"), key=lambda d: int(d.name.rsplit("-", 1)[1]))
-        configs = {"cleanup.policy": "compact"} if topic == "__consumer_offsets" else {}
-        logs.create_topic(topic, len(dirs), configs, internal=topic.startswith("__"))
+        settings = {"cleanup.policy": "compact"} if topic == "__consumer_offsets" else {}
+        settings.update((configs or {}).get(topic, {}))
+        logs.create_topic(topic, len(dirs), settings, internal=topic.startswith("__"))
         for d in dirs:
             plog = logs.partition(topic, int(d.name.rsplit("-", 1)[1]))
             assert plog is not None
@@ -494,6 +621,8 @@ def copy_to_regroup_layout(source: Path, target: Path, topics: list[str]) -> Non
                 data = segment.read_bytes()
                 scan = iter_batches(data)
                 for pos, header in scan:
+                    if plog.log_end_offset == 0 < header.base_offset:
+                        plog.reset_to(header.base_offset)  # the first batch retention left
                     plog.append(data[pos : pos + header.size], now_ms=now, validate=False)
     logs.close()
 

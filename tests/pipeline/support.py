@@ -37,13 +37,15 @@ def rows(df: DataFrame) -> list[dict[str, Any]]:
     return sorted(out, key=repr)
 
 
-# Retention 1 minute and a 10-year horizon: every offset that can expire shows up in expiring_offsets.
-SHORT_RETENTION: Final = {"retention_minutes": 1, "horizon_ms": 10 * 365 * 86_400_000}
+# Retention 1 minute and a 10-year horizon: every offset that can expire shows up in expiring_offsets, and
+# every partition with a data-loss forecast is at risk; stuck after 1 ms: every partition whose committed
+# offset stopped moving while records arrived is stuck.
+SHORT_RETENTION: Final = {"retention_minutes": 1, "horizon_ms": 10 * 365 * 86_400_000, "stuck_after_ms": 1}
 
 
 def compute_tables(inputs: Inputs) -> dict[str, list[dict[str, Any]]]:
-    """Every table (expiring offsets with :data:`SHORT_RETENTION`, plus ``expiring_offsets_default`` with
-    the defaults: 7 days' retention, 24 hours' horizon)."""
+    """Every table (with :data:`SHORT_RETENTION`, plus ``expiring_offsets_default`` with the defaults: 7
+    days' retention, 24 hours' horizon)."""
     inputs = persist_inputs(inputs)
     tables = jobs.compute_all(inputs, **SHORT_RETENTION)
     out = {name: rows(df) for name, df in tables.items()}

@@ -18,7 +18,19 @@ from .support import SPARK_SOCKETS
 
 pytestmark = [pytest.mark.spark, SPARK_SOCKETS]
 
-TABLES = ("offsets", "lag", "rebalances", "rebalance_frequency", "expiring_offsets", "assignment_health")
+TABLES = (
+    "offsets",
+    "lag",
+    "rebalances",
+    "rebalance_frequency",
+    "expiring_offsets",
+    "assignment_health",
+    "lag_trend",
+    "retention_risk",
+    "stuck_partitions",
+    "member_commits",
+    "group_summary",
+)
 
 
 def test_durations_and_times() -> None:
@@ -110,6 +122,8 @@ def test_all_writes_every_table_and_a_self_contained_report(
                 until,
                 "--lag-samples",
                 "5",
+                "--stuck-after",
+                "1ms",
             ]
         )
         == 0
@@ -121,6 +135,13 @@ def test_all_writes_every_table_and_a_self_contained_report(
     assert "<svg" in page
     assert "g-churn" in page
     assert "g-rr" in page
+    # The group summary, the stuck partition with its owner, and what retention took from g-slow.
+    groups = _section(page, "Groups")
+    assert '<td>g-stuck</td><td><span class="state Stable">Stable</span></td><td>classic</td>' in groups
+    assert "8 records lost" in groups
+    stuck = _section(page, "Stuck partitions")
+    assert "<td>g-stuck</td><td>clicks-0</td><td>S-" in stuck
+    assert "<td>g-slow</td><td>events-0</td>" in _section(page, "Retention risk")
     # Self-contained: no scripts, and nothing loaded from elsewhere.
     assert "<script" not in page.lower()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page, re.IGNORECASE)
@@ -144,6 +165,11 @@ def test_all_writes_every_table_and_a_self_contained_report(
         == 0
     )
     assert "g-churn" in report.read_text()
+
+
+def _section(page: str, title: str) -> str:
+    start = page.index(f"<h2>{title}</h2>")
+    return page[start : page.index("</section>", start)]
 
 
 def test_single_jobs_from_the_cluster(spark: Any, scenario: Any, settled: None, tmp_path: Path) -> None:
@@ -172,6 +198,13 @@ def test_single_jobs_from_the_cluster(spark: Any, scenario: Any, settled: None, 
     )
     expiring = pq.read_table(out / "expiring_offsets").to_pylist()
     assert {r["group"] for r in expiring} >= {"g-churn", "g-admin"}
+    args = ["stuck_partitions", "--bootstrap-server", scenario.bootstrap, "--output", str(out)]
+    assert main([*args, "--stuck-after", "1ms"]) == 0
+    stuck = pq.read_table(out / "stuck_partitions").to_pylist()
+    assert [(r["group"], r["topic"], r["partition"]) for r in stuck] == [("g-stuck", "clicks", 0)]
+    # Not for as long as a day.
+    assert main([*args, "--stuck-after", "1d"]) == 0
+    assert pq.read_table(out / "stuck_partitions").num_rows == 0
 
 
 def test_the_all_job_writes_the_same_tables_as_compute_all(

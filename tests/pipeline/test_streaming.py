@@ -189,6 +189,8 @@ def test_stream_from_the_cluster_matches_the_batch_tables(
 ) -> None:
     from regroup_pipeline.streaming import start_stream
 
+    from .scenario import GROUPS
+
     out = tmp_path / "out"
     query = start_stream(
         spark, out, tmp_path / "ck", bootstrap_servers=scenario.bootstrap, trigger_ms=500, lag_samples=3
@@ -198,7 +200,7 @@ def test_stream_from_the_cluster_matches_the_batch_tables(
     finally:
         query.stop()
     tables = _stream_tables(out)
-    scenario_groups = {"g-churn", "g-rr", "g-admin", "g-gone"}
+    scenario_groups = set(GROUPS)
     key = ("group", "incarnation", "generation", "time", "member_count", "joined", "left", "state")
     streamed = sorted(tuple(r[k] for k in key) for r in tables["rebalances"] if r["group"] in scenario_groups)
     batch = sorted(tuple(r[k] for k in key) for r in kafka_tables["rebalances"])
