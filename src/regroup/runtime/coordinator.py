@@ -581,85 +581,85 @@ class GroupCoordinator:
     # ------------------------------------------------------------------------------------ group APIs
     # Each routes the request to the lane of its group's partition, where the shard method named in the
     # ``runner.call`` handles it (``runner.shard`` is a :class:`~regroup.group.shard.CoordinatorShard`).
+    # They return the lane's future, already done when the lane answered at once (see ShardRunner.call),
+    # so a handler can write the response in the same loop step.
 
-    async def join_group(
+    def join_group(
         self, client_id: str | None, client_host: str, api_version: int, req: JoinGroupRequest
-    ) -> JoinGroupResponse:
+    ) -> asyncio.Future[JoinGroupResponse]:
         error = partial(join_group_error, req, api_version)
         runner = self._route(req.group_id)
         if isinstance(runner, ErrorCode):
-            return error(runner)
+            return _answered(error(runner))
         ctx = self._ctx(client_id, client_host, api_version, True)
-        return await runner.call(
-            error, runner.shard.join_group, ctx, req, ticket=ctx.ticket, scope=(req.group_id,)
-        )
+        return runner.call(error, runner.shard.join_group, ctx, req, ticket=ctx.ticket, scope=(req.group_id,))
 
-    async def sync_group(
+    def sync_group(
         self, client_id: str | None, client_host: str, api_version: int, req: SyncGroupRequest
-    ) -> SyncGroupResponse:
+    ) -> asyncio.Future[SyncGroupResponse]:
         runner = self._route(req.group_id)
         if isinstance(runner, ErrorCode):
-            return sync_group_error(runner)
+            return _answered(sync_group_error(runner))
         ctx = self._ctx(client_id, client_host, api_version, True)
-        return await runner.call(
+        return runner.call(
             sync_group_error, runner.shard.sync_group, ctx, req, ticket=ctx.ticket, scope=(req.group_id,)
         )
 
-    async def heartbeat(
+    def heartbeat(
         self, client_id: str | None, client_host: str, api_version: int, req: HeartbeatRequest
-    ) -> HeartbeatResponse:
+    ) -> asyncio.Future[HeartbeatResponse]:
         runner = self._route(req.group_id)
         if isinstance(runner, ErrorCode):
-            return heartbeat_error(runner)
+            return _answered(heartbeat_error(runner))
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await runner.call(_heartbeat_error, runner.shard.heartbeat, ctx, req, scope=(req.group_id,))
+        return runner.call(_heartbeat_error, runner.shard.heartbeat, ctx, req, scope=(req.group_id,))
 
-    async def leave_group(
+    def leave_group(
         self, client_id: str | None, client_host: str, api_version: int, req: LeaveGroupRequest
-    ) -> LeaveGroupResponse:
+    ) -> asyncio.Future[LeaveGroupResponse]:
         runner = self._route(req.group_id)
         if isinstance(runner, ErrorCode):
-            return leave_group_error(runner)
+            return _answered(leave_group_error(runner))
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await runner.call(leave_group_error, runner.shard.leave_group, ctx, req, scope=(req.group_id,))
+        return runner.call(leave_group_error, runner.shard.leave_group, ctx, req, scope=(req.group_id,))
 
-    async def offset_commit(
+    def offset_commit(
         self,
         client_id: str | None,
         client_host: str,
         api_version: int,
         req: OffsetCommitRequest,
         topic_ids: Mapping[str, uuid.UUID] | None = None,
-    ) -> OffsetCommitResponse:
+    ) -> asyncio.Future[OffsetCommitResponse]:
         """``req`` holds only the partitions that passed the broker's checks; ``topic_ids`` maps their topic
         names to ids (stored with the offsets, as Kafka 4.3 does)."""
         error = partial(offset_commit_error, req)
         runner = self._route(req.group_id)
         if isinstance(runner, ErrorCode):
-            return error(runner)
+            return _answered(error(runner))
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await runner.call(
+        return runner.call(
             error, runner.shard.offset_commit, ctx, req, topic_ids or {}, scope=(req.group_id,)
         )
 
-    async def txn_offset_commit(
+    def txn_offset_commit(
         self, client_id: str | None, client_host: str, api_version: int, req: TxnOffsetCommitRequest
-    ) -> TxnOffsetCommitResponse:
+    ) -> asyncio.Future[TxnOffsetCommitResponse]:
         error = partial(txn_offset_commit_error, req, api_version)
         runner = self._route(req.group_id)
         if isinstance(runner, ErrorCode):
-            return error(runner)
+            return _answered(error(runner))
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return await runner.call(error, runner.shard.txn_offset_commit, ctx, req, scope=(req.group_id,))
+        return runner.call(error, runner.shard.txn_offset_commit, ctx, req, scope=(req.group_id,))
 
-    async def offset_delete(self, api_version: int, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    def offset_delete(
+        self, api_version: int, req: OffsetDeleteRequest
+    ) -> asyncio.Future[OffsetDeleteResponse]:
         runner = self._route(req.group_id)
         if isinstance(runner, ErrorCode):
-            return offset_delete_error(runner)
+            return _answered(offset_delete_error(runner))
         ctx = self._ctx(None, "", api_version, False)
-        return await runner.call(
-            offset_delete_error, runner.shard.offset_delete, ctx, req, scope=(req.group_id,)
-        )
+        return runner.call(offset_delete_error, runner.shard.offset_delete, ctx, req, scope=(req.group_id,))
 
     async def offset_fetch(
         self,
@@ -768,6 +768,13 @@ class GroupCoordinator:
             for i, result in zip(indexes, await fut, strict=True):
                 out[i] = result
         return [r for r in out if r is not None]
+
+
+def _answered(response: T) -> asyncio.Future[T]:
+    """A future already holding ``response`` (a coordinator-level error answered without the lane)."""
+    fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    fut.set_result(response)
+    return fut
 
 
 def _heartbeat_error(code: ErrorCode) -> HeartbeatResponse:

@@ -384,8 +384,27 @@ class ShardRunner:
         """Queue a write: ``handler(*args, now_ms)``, a method of :attr:`shard` (``runner.shard.join_group``).
         The future gives its reply (released once durable) or ``error_reply(code)`` for a coordinator-level
         error (loading, unloaded, failed). ``ticket`` is set for requests the shard may park (JoinGroup,
-        SyncGroup); ``scope`` names the groups the call touches (None: any group of the shard)."""
-        return self._submit(_Call(handler, args, self._loop.create_future(), error_reply, ticket, scope))
+        SyncGroup); ``scope`` names the groups the call touches (None: any group of the shard).
+
+        When the lane is idle — nothing queued, no event running — the call is handled right here, in the
+        caller's loop step, and the future is done on return unless its reply waits for a write: the lane
+        would take it next anyway, so order is kept, and the request costs no queue hop, task wake-up or
+        extra loop iteration."""
+        event = _Call(handler, args, self._loop.create_future(), error_reply, ticket, scope)
+        if (
+            self._state is RunnerState.ACTIVE
+            and not self._processing
+            and not self._failed
+            and self._queue.empty()
+        ):
+            self._processing = True
+            try:
+                self._handle_call(event)
+            finally:
+                self._processing = False
+            self.stats.events += 1
+            return event.future
+        return self._submit(event)
 
     def read(
         self,

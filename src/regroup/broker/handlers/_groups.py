@@ -3,7 +3,8 @@ offset requests into the partitions the broker answers itself and those the coor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -11,7 +12,15 @@ from regroup.broker.context import BrokerPort, RequestContext
 from regroup.protocol.errors import ErrorCode
 from regroup.runtime.coordinator import GroupCoordinator
 
-__all__ = ["coordinator", "coordinator_of", "merge_commit_response", "merge_partitions", "split_known"]
+__all__ = [
+    "coordinator",
+    "coordinator_of",
+    "merge_commit_response",
+    "merge_partitions",
+    "now_or_later",
+    "split_known",
+    "then",
+]
 
 _Topic = TypeVar("_Topic", bound=Any)  # a request topic: ``name`` and ``partitions`` with ``partition_index``
 _Answer = TypeVar("_Answer")
@@ -31,6 +40,25 @@ class _CommitResponse(Protocol):
 def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     """The broker's group coordinator, or None when it is not running (COORDINATOR_NOT_AVAILABLE)."""
     return coordinator_of(ctx.broker)
+
+
+def now_or_later(pending: asyncio.Future[_Response]) -> _Response | asyncio.Future[_Response]:
+    """The response itself when the coordinator answered at once (the connection writes it in this loop
+    step), else the future to wait for."""
+    return pending.result() if pending.done() else pending
+
+
+def then(
+    pending: asyncio.Future[_Answer], finish: Callable[[_Answer], _Response]
+) -> _Response | Awaitable[_Response]:
+    """``finish(answer)`` now when the coordinator answered at once, else once it does."""
+    if pending.done():
+        return finish(pending.result())
+
+    async def later() -> _Response:
+        return finish(await pending)
+
+    return later()
 
 
 def coordinator_of(broker: BrokerPort) -> GroupCoordinator | None:

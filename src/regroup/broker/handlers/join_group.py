@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator
+from regroup.broker.handlers._groups import coordinator, now_or_later
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
@@ -25,7 +25,7 @@ def handle(
     coord = coordinator(ctx)
     if coord is None:
         return join_group_error(request, ctx.api_version, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    return coord.join_group(ctx.client_id, ctx.client_address, ctx.api_version, request)
+    return now_or_later(coord.join_group(ctx.client_id, ctx.client_address, ctx.api_version, request))
 
 
 def register(registry: HandlerRegistry) -> None:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, merge_commit_response, split_known
+from regroup.broker.handlers._groups import coordinator, merge_commit_response, split_known, then
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.offset_commit import (
@@ -41,11 +41,7 @@ def handle(
     # Kafka 4.3 resolves each committed topic's id from its metadata and stores it in the offset record.
     topic_ids = {t.name: info.topic_id for t in kept if (info := ctx.broker.logs.topic(t.name)) is not None}
     pending = coord.offset_commit(ctx.client_id, ctx.client_address, ctx.api_version, filtered, topic_ids)
-
-    async def finish() -> OffsetCommitResponse:
-        return _merge(request, masks, await pending)
-
-    return finish()
+    return then(pending, lambda answered: _merge(request, masks, answered))
 
 
 def _merge(

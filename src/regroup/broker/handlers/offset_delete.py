@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, merge_partitions, split_known
+from regroup.broker.handlers._groups import coordinator, merge_partitions, split_known, then
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.offset_delete import (
@@ -34,8 +34,7 @@ def handle(
         return offset_delete_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     pending = coord.offset_delete(ctx.api_version, replace(request, topics=kept))
 
-    async def finish() -> OffsetDeleteResponse:
-        answered = await pending
+    def finish(answered: OffsetDeleteResponse) -> OffsetDeleteResponse:
         if answered.error_code != ErrorCode.NONE:
             return OffsetDeleteResponse(error_code=answered.error_code, throttle_time_ms=0)
         merged = merge_partitions(
@@ -50,7 +49,7 @@ def handle(
         ]
         return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0, topics=topics)
 
-    return finish()
+    return then(pending, finish)
 
 
 def register(registry: HandlerRegistry) -> None:

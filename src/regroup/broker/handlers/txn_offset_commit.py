@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from regroup.broker.context import RequestContext
 from regroup.broker.handlers import HandlerRegistry
-from regroup.broker.handlers._groups import coordinator, merge_commit_response, split_known
+from regroup.broker.handlers._groups import coordinator, merge_commit_response, split_known, then
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.txn_offset_commit import (
@@ -39,11 +39,7 @@ def handle(
         error = txn_offset_commit_error(filtered, ctx.api_version, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         return _merge(request, masks, error)
     pending = coord.txn_offset_commit(ctx.client_id, ctx.client_address, ctx.api_version, filtered)
-
-    async def finish() -> TxnOffsetCommitResponse:
-        return _merge(request, masks, await pending)
-
-    return finish()
+    return then(pending, lambda answered: _merge(request, masks, answered))
 
 
 def _merge(

@@ -12,7 +12,23 @@ from typing import Final
 __all__ = ["LAG_BUCKETS", "LoopLagMonitor"]
 
 # Upper bounds (seconds): a quiet loop is late by tens of microseconds; a stalled one by seconds.
-LAG_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+LAG_BUCKETS: Final = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
 
 
 class LoopLagMonitor:
