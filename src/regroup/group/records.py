@@ -12,6 +12,7 @@ accepted on load (offset values v0–v4, group metadata values v0–v4).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -75,6 +76,9 @@ class StoredOffset:
 # ---------------------------------------------------------------------------------------------- builders
 
 
+# Every commit of a partition writes the same key again: encoding it once per (group, topic, partition)
+# saves most of a commit record's building cost. Bounded, so group churn cannot grow it without end.
+@functools.lru_cache(maxsize=1 << 16)
 def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
     return OffsetCommitKey(group=group_id, topic=topic, partition=partition).encode_versioned(
         OFFSET_COMMIT_RECORD_TYPE
