@@ -376,8 +376,10 @@ def test_a_timer_fire_overtaken_by_a_heartbeat_is_dropped(tmp_path: Path) -> Non
             runner = env.coord.runner(0)
             assert runner is not None
             await env.advance(9_999)
-            # The heartbeat is queued first; then the session deadline passes and the fire is queued behind
-            # it. The heartbeat re-arms the key, so the fire is stale when the lane reaches it.
+            # The heartbeat is queued first (behind a read, so the lane is not idle and does not answer it
+            # at once); then the session deadline passes and the fire is queued behind it. The heartbeat
+            # re-arms the key, so the fire is stale when the lane reaches it.
+            ahead = runner.read(lambda code: None, lambda shard: None)
             hb = runner.call(
                 lambda code: HeartbeatResponse(error_code=code),
                 runner.shard.heartbeat,
@@ -386,8 +388,10 @@ def test_a_timer_fire_overtaken_by_a_heartbeat_is_dropped(tmp_path: Path) -> Non
                     group_id=GROUP, generation_id=member.generation_id, member_id=member.member_id
                 ),
             )
+            assert not hb.done()
             env.clock.advance(2)
             await env.settle()
+            await ahead
             assert (await hb).error_code == ErrorCode.NONE
             assert runner.stats.stale_timer_fires == 1
             group = env.coord.group(GROUP)
@@ -589,5 +593,27 @@ def test_reply_waiting_past_the_commit_timeout_is_coordinator_not_available(tmp_
             runner = env.coord.runner(0)
             assert runner is not None
             assert runner.stats.flush_timeouts == 1
+
+    run(scenario())
+
+
+def test_an_idle_lane_answers_a_heartbeat_in_the_callers_loop_step(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator_env(tmp_path) as env:
+            [member] = await form_group(env, GROUP)
+            runner = env.coord.runner(0)
+            assert runner is not None
+            request = HeartbeatRequest(
+                group_id=GROUP, generation_id=member.generation_id, member_id=member.member_id
+            )
+            answered = env.coord.heartbeat("client", HOST, 4, request)
+            assert answered.done()
+            assert answered.result().error_code == ErrorCode.NONE
+            # Behind a queued event the heartbeat waits its turn on the lane.
+            ahead = runner.read(lambda code: None, lambda shard: None)
+            queued = env.coord.heartbeat("client", HOST, 4, request)
+            assert not queued.done()
+            await ahead
+            assert (await asyncio.wait_for(queued, 5)).error_code == ErrorCode.NONE
 
     run(scenario())

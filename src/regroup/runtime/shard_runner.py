@@ -386,13 +386,16 @@ class ShardRunner:
         error (loading, unloaded, failed). ``ticket`` is set for requests the shard may park (JoinGroup,
         SyncGroup); ``scope`` names the groups the call touches (None: any group of the shard).
 
-        When the lane is idle — nothing queued, no event running — the call is handled right here, in the
-        caller's loop step, and the future is done on return unless its reply waits for a write: the lane
-        would take it next anyway, so order is kept, and the request costs no queue hop, task wake-up or
-        extra loop iteration."""
+        When the lane is idle — nothing queued, no event running — a call that cannot park (no ticket:
+        Heartbeat, OffsetCommit, LeaveGroup, …) is handled right here, in the caller's loop step, and the
+        future is done on return unless its reply waits for a write: the lane would take it next anyway, so
+        order is kept, and the request costs no queue hop, task wake-up or extra loop iteration. JoinGroup
+        and SyncGroup keep the queue: requests that arrive together then meet a join phase together, before
+        the timers the first one arms come due (a group's initial delay of 0 ms, say)."""
         event = _Call(handler, args, self._loop.create_future(), error_reply, ticket, scope)
         if (
-            self._state is RunnerState.ACTIVE
+            ticket is None
+            and self._state is RunnerState.ACTIVE
             and not self._processing
             and not self._failed
             and self._queue.empty()
