@@ -7,6 +7,7 @@ per phase."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 from typing import Final
 
 __all__ = ["LAG_BUCKETS", "LoopLagMonitor"]
@@ -62,12 +63,7 @@ class LoopLagMonitor:
         self._schedule()
 
     def record(self, lag: float) -> None:
-        index = 0
-        for bound in LAG_BUCKETS:
-            if lag <= bound:
-                break
-            index += 1
-        self.counts[index] += 1
+        self.counts[bisect.bisect_left(LAG_BUCKETS, lag)] += 1
         self.total += lag
         self.samples += 1
         self.max = max(self.max, lag)
