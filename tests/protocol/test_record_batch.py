@@ -28,6 +28,7 @@ from regroup.protocol.record_batch import (
     TimestampType,
     TruncatedBatchError,
     build_batch,
+    build_keyed_batch,
     compress,
     decode_batch,
     decode_batches,
@@ -608,3 +609,24 @@ def test_fuzz_mutated_batches_raise_only_decode_error(data: bytes, check_crc: bo
 def test_fuzz_random_compressed_bodies(codec: Compression, body: bytes, seed: bytes) -> None:
     with contextlib.suppress(DecodeError):
         decode_batch(rebody(seed, codec, body), max_decompressed=1 << 16)
+
+
+@given(
+    pairs=st.lists(
+        st.tuples(st.none() | st.binary(max_size=40), st.none() | st.binary(max_size=9000)),
+        min_size=1,
+        max_size=9,
+    ),
+    timestamp=st.integers(0, 2**62),
+    compression=st.sampled_from([0, 1, 2, 3, 4]),
+)
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+def test_keyed_batch_is_the_batch_build_batch_makes(
+    pairs: list[tuple[bytes | None, bytes | None]], timestamp: int, compression: int
+) -> None:
+    keyed = [Record(offset=0, timestamp=0, key=k, value=v) for k, v in pairs]  # only key/value are read
+    expected = build_batch(
+        [Record(offset=i, timestamp=timestamp, key=k, value=v) for i, (k, v) in enumerate(pairs)],
+        compression=compression,
+    )
+    assert build_keyed_batch(keyed, timestamp, compression=compression) == expected

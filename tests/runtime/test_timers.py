@@ -118,3 +118,40 @@ def test_next_deadline_is_the_earliest_live_one() -> None:
     assert timers.next_deadline() == 300
     timers.cancel("a")
     assert timers.next_deadline() == 500
+
+
+def test_moving_a_deadline_later_pushes_nothing_and_fires_at_the_new_deadline() -> None:
+    clock = ManualClock(0)
+    timers, fired = make(clock)
+    timers.schedule("hb", 100)
+    for deadline in range(101, 1_101):
+        timers.schedule("hb", deadline)  # a heartbeat re-arming its session
+    assert len(timers._heap) == 1
+    clock.advance(1_099)
+    assert fired == []
+    clock.advance(1)
+    assert [(f.key, f.deadline_ms) for f in fired] == [("hb", 1_100)]
+    assert timers.claim(fired[0])
+
+
+def test_a_timer_rearmed_after_a_stale_fire_still_fires() -> None:
+    clock = ManualClock(0)
+    timers, fired = make(clock)
+    timers.schedule("hb", 10)
+    clock.advance(10)
+    timers.schedule("hb", 50)  # the lane has not handled the fire yet
+    assert not timers.claim(fired[0])
+    clock.advance(40)
+    assert [(f.key, f.deadline_ms) for f in fired] == [("hb", 10), ("hb", 50)]
+    assert timers.claim(fired[1])
+
+
+def test_moving_a_deadline_earlier_replaces_it() -> None:
+    clock = ManualClock(0)
+    timers, fired = make(clock)
+    timers.schedule("j", 500)
+    timers.schedule("j", 100)
+    clock.advance(100)
+    assert [(f.key, f.deadline_ms) for f in fired] == [("j", 100)]
+    clock.advance(1_000)
+    assert len(fired) == 1

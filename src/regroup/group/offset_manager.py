@@ -24,9 +24,9 @@ from regroup.group.effects import Result
 from regroup.group.group_manager import GroupManager
 from regroup.group.outcome import Outcome
 from regroup.group.records import (
+    OffsetCommitRecords,
     StoredOffset,
     group_metadata_tombstone,
-    offset_commit_record,
     offset_commit_tombstone,
 )
 from regroup.group.state import GroupState
@@ -70,6 +70,7 @@ class OffsetsExpired:
 
 
 _NO_RETENTION = -1
+_METADATA_TOO_LARGE = ErrorCode.OFFSET_METADATA_TOO_LARGE.value
 _NO_TIMESTAMP = -1
 
 
@@ -164,44 +165,40 @@ class OffsetManager:
         )
         response = OffsetCommitResponse()
         accepted: list[tuple[str, int, StoredOffset]] = []
+        records = OffsetCommitRecords(group_id, self.config.offsets_commit_value_version)
+        max_metadata = self.config.offset_metadata_max_bytes
+        explicit_timestamps = version == 1
         for topic in req.topics:
-            topic_response = OffsetCommitResponseTopic(name=topic.name)
+            partitions: list[OffsetCommitResponsePartition] = []
+            response.topics.append(OffsetCommitResponseTopic(name=topic.name, partitions=partitions))
             topic_id = topic_ids.get(topic.name, ZERO_UUID)
-            response.topics.append(topic_response)
             for partition in topic.partitions:
-                partition_error = ErrorCode.NONE
-                if metadata_length(partition.committed_metadata) > self.config.offset_metadata_max_bytes:
-                    partition_error = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                else:
-                    commit_timestamp = (
-                        partition.commit_timestamp
-                        if version == 1 and partition.commit_timestamp != _NO_TIMESTAMP
-                        else now_ms
-                    )
-                    epoch = partition.committed_leader_epoch if version >= 6 else -1
-                    offset = StoredOffset(
-                        offset=partition.committed_offset,
-                        leader_epoch=None if epoch == -1 else epoch,
-                        metadata=partition.committed_metadata or "",
-                        commit_timestamp_ms=commit_timestamp,
-                        expire_timestamp_ms=expire_ms,
-                        topic_id=topic_id,
-                    )
-                    accepted.append((topic.name, partition.partition_index, offset))
-                    out.records.append(
-                        offset_commit_record(
-                            group_id,
-                            topic.name,
-                            partition.partition_index,
-                            offset,
-                            self.config.offsets_commit_value_version,
+                metadata = partition.committed_metadata
+                # Java counts UTF-16 units; only a string that long in characters can be too long.
+                if metadata and len(metadata) * 2 > max_metadata and metadata_length(metadata) > max_metadata:
+                    partitions.append(
+                        OffsetCommitResponsePartition(
+                            partition_index=partition.partition_index, error_code=_METADATA_TOO_LARGE
                         )
                     )
-                topic_response.partitions.append(
-                    OffsetCommitResponsePartition(
-                        partition_index=partition.partition_index, error_code=partition_error.value
-                    )
+                    continue
+                commit_timestamp = (
+                    partition.commit_timestamp
+                    if explicit_timestamps and partition.commit_timestamp != _NO_TIMESTAMP
+                    else now_ms
                 )
+                epoch = partition.committed_leader_epoch if version >= 6 else -1
+                offset = StoredOffset(
+                    partition.committed_offset,
+                    None if epoch == -1 else epoch,
+                    metadata or "",
+                    commit_timestamp,
+                    expire_ms,
+                    topic_id,
+                )
+                accepted.append((topic.name, partition.partition_index, offset))
+                out.records.append(records.record(topic.name, partition.partition_index, offset))
+                partitions.append(OffsetCommitResponsePartition(partition_index=partition.partition_index))
 
         def stored(error: ErrorCode | None, after: Outcome) -> None:
             if error is None:

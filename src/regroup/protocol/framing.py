@@ -9,12 +9,13 @@ allocation.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from regroup.protocol.api_keys import API_INFO, ApiInfo, ApiKey, request_class, response_class
 from regroup.protocol.message import Message
 from regroup.protocol.messages.headers import RequestHeader, ResponseHeader
-from regroup.protocol.primitives import I16, I32, DecodeError
+from regroup.protocol.primitives import I32, DecodeError
 
 __all__ = [
     "FrameReader",
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 _SIZE = I32
+_KEY_VERSION = struct.Struct(">hh")
 
 
 class FrameTooLargeError(DecodeError):
@@ -52,12 +54,27 @@ def _info(api_key: int) -> ApiInfo:
     return info
 
 
+# (api key, version) -> (request header version, response header version), for the versions the spec
+# defines (others are computed each time, so a client cannot grow this map).
+_HEADER_VERSIONS: dict[tuple[int, int], tuple[int, int]] = {}
+
+
+def _header_versions(api_key: int, api_version: int) -> tuple[int, int]:
+    versions = _HEADER_VERSIONS.get((api_key, api_version))
+    if versions is None:
+        info = _info(api_key)
+        versions = info.header_versions(api_version)
+        if info.min_version <= api_version <= info.max_version:
+            _HEADER_VERSIONS[api_key, api_version] = versions
+    return versions
+
+
 def request_header_version(api_key: int, api_version: int) -> int:
-    return _info(api_key).header_versions(api_version)[0]
+    return _header_versions(api_key, api_version)[0]
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
-    return _info(api_key).header_versions(api_version)[1]
+    return _header_versions(api_key, api_version)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +95,8 @@ def decode_request_header(frame: bytes) -> RequestHeaderInfo:
     """
     if len(frame) < 8:
         raise DecodeError("request shorter than its header")
-    (api_key,) = I16.unpack_from(frame, 0)
-    (api_version,) = I16.unpack_from(frame, 2)
-    info = _info(api_key)
-    header_version = info.header_versions(api_version)[0]
+    api_key, api_version = _KEY_VERSION.unpack_from(frame, 0)
+    header_version = _header_versions(api_key, api_version)[0]
     header, pos = RequestHeader.read(frame, 0, header_version)
     return RequestHeaderInfo(
         api_key, api_version, header.correlation_id, header.client_id, header_version, pos

@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Protocol
 
 import cramjam
 from crc32c import crc32c
@@ -44,11 +44,13 @@ __all__ = [
     "Compression",
     "ControlType",
     "CorruptRecordError",
+    "KeyedRecord",
     "Record",
     "RecordBatch",
     "TimestampType",
     "TruncatedBatchError",
     "build_batch",
+    "build_keyed_batch",
     "compress",
     "decode_batch",
     "decode_batches",
@@ -782,6 +784,70 @@ def encode_batch(batch: RecordBatch, *, compression_level: int | None = None) ->
         base_sequence=batch.base_sequence,
         count=len(batch.records),
         body=body,
+    )
+
+
+class KeyedRecord(Protocol):
+    """A record known only by its key and value (the group coordinator's ``__consumer_offsets`` records)."""
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
+def build_keyed_batch(
+    records: Sequence[KeyedRecord], timestamp: int, *, compression: Compression | int = Compression.NONE
+) -> bytes:
+    """The batch :func:`build_batch` builds for these keys and values at offsets 0, 1, … all stamped
+    ``timestamp``, without headers — without building a :class:`Record` for each (the coordinator appends
+    one such batch per commit)."""
+    if not records:
+        return build_batch([], compression=compression)
+    uvt = _UVT
+    join = b"".join
+    parts: list[bytes] = []
+    append = parts.append
+    for od, r in enumerate(records):
+        key = r.key
+        if key is None:
+            klv = b"\x01"
+            key = b""
+        else:
+            n = len(key)
+            klv = uvt[n << 1] if n < 8192 else _varint32(n)
+        value = r.value
+        if value is None:
+            vlv = b"\x01"
+            value = b""
+        else:
+            n = len(value)
+            vlv = uvt[n << 1] if n < 8192 else _varint32(n)
+        # attributes 0, timestamp delta 0, then the offset delta
+        body = join(
+            (b"\x00\x00", uvt[od << 1] if od < 8192 else _varint32(od), klv, key, vlv, value, b"\x00")
+        )
+        n = len(body)
+        append(uvt[n << 1] if n < 8192 else _varint32(n))
+        append(body)
+    data = join(parts)
+    if compression not in (0, 1, 2, 3, 4):
+        raise EncodeError(f"unknown compression codec {compression}")
+    if compression:
+        data = compress(compression, data)
+    return _assemble(
+        base_offset=0,
+        partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
+        attributes=_attributes(compression, CREATE_TIME, False, False, False),
+        last_offset_delta=len(records) - 1,
+        base_ts=timestamp,
+        max_ts=timestamp,
+        producer_id=NO_PRODUCER_ID,
+        producer_epoch=NO_PRODUCER_EPOCH,
+        base_sequence=NO_SEQUENCE,
+        count=len(records),
+        body=data,
     )
 
 

@@ -47,8 +47,7 @@ from regroup.group.shard import CoordinatorShard
 from regroup.log import LogConfig, PartitionLog, ReadResult
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.primitives import DecodeError
-from regroup.protocol.record_batch import Record as BatchRecord
-from regroup.protocol.record_batch import build_batch, decode_batches
+from regroup.protocol.record_batch import build_keyed_batch, decode_batches
 from regroup.runtime.clock import Clock
 from regroup.runtime.durability import WriteGate
 from regroup.runtime.timers import Fired, TimerService
@@ -694,13 +693,7 @@ class ShardRunner:
         ``on_append``), else through the backlog (a failure then fails the partition)."""
         self.stats.appends += 1
         try:
-            data = build_batch(
-                [
-                    BatchRecord(offset=i, timestamp=now, key=r.key, value=r.value)
-                    for i, r in enumerate(records)
-                ],
-                compression=self._compression,
-            )
+            data = build_keyed_batch(records, now, compression=self._compression)
             if len(data) > self._log.config.max_message_bytes:
                 raise KafkaError(
                     ErrorCode.MESSAGE_TOO_LARGE,

@@ -38,7 +38,11 @@ class TimerService(Generic[K]):
     def __init__(self, clock: Clock, on_fire: Callable[[Fired[K]], None]) -> None:
         self._clock = clock
         self._on_fire = on_fire
-        self._live: dict[K, tuple[int, int]] = {}  # key -> (deadline, seq)
+        # key -> (deadline, seq) while armed. The key's heap entry carries the same seq but may be for an
+        # earlier deadline: moving a deadline later (every heartbeat re-arms its member's session timer)
+        # only updates this map, and the entry is pushed again for the new deadline when it comes up.
+        self._live: dict[K, tuple[int, int]] = {}
+        self._fired: dict[K, int] = {}  # handed to on_fire, not claimed yet: key -> seq
         self._heap: list[tuple[int, int, K]] = []
         self._seq = itertools.count(1)
         self._handle: asyncio.TimerHandle | None = None
@@ -54,11 +58,17 @@ class TimerService(Generic[K]):
         return live[0] if live else None
 
     def schedule(self, key: K, deadline_ms: int) -> None:
+        if self._fired:
+            self._fired.pop(key, None)  # a fire the lane has not handled yet is now stale
+        live = self._live.get(key)
+        if live is not None and live[0] <= deadline_ms:
+            self._live[key] = (deadline_ms, live[1])
+            return
         seq = next(self._seq)
         self._live[key] = (deadline_ms, seq)
         heapq.heappush(self._heap, (deadline_ms, seq, key))
         if len(self._heap) > 64 and len(self._heap) > 4 * len(self._live):
-            # Rescheduling (every heartbeat re-arms a session timer) leaves dead entries behind.
+            # Cancelled keys and deadlines moved earlier leave dead entries behind.
             self._heap = [(d, s, k) for k, (d, s) in self._live.items()]
             heapq.heapify(self._heap)
         if not self._clock.manual:
@@ -68,6 +78,7 @@ class TimerService(Generic[K]):
 
     def cancel(self, key: K) -> None:
         self._live.pop(key, None)
+        self._fired.pop(key, None)
 
     def next_deadline(self) -> int | None:
         """The earliest live deadline (None when nothing is armed): how far a manual clock may jump before
@@ -75,11 +86,11 @@ class TimerService(Generic[K]):
         return min((deadline for deadline, _ in self._live.values()), default=None)
 
     def claim(self, fired: Fired[K]) -> bool:
-        """True (and the timer is consumed) when ``fired`` is still the live schedule of its key."""
-        live = self._live.get(fired.key)
-        if live is None or live[1] != fired.seq:
+        """True (and the timer is consumed) when ``fired`` has not been rescheduled or cancelled since it
+        fired."""
+        if self._fired.get(fired.key) != fired.seq:
             return False
-        del self._live[fired.key]
+        del self._fired[fired.key]
         return True
 
     def poll(self) -> None:
@@ -93,6 +104,11 @@ class TimerService(Generic[K]):
             live = self._live.get(key)
             if live is None or live[1] != seq:
                 continue  # replaced or cancelled
+            if live[0] > deadline:
+                heapq.heappush(heap, (live[0], seq, key))  # moved later since this entry was pushed
+                continue
+            del self._live[key]
+            self._fired[key] = seq
             self._on_fire(Fired(key, seq, deadline))
         if not self._clock.manual:
             self._arm()
@@ -107,6 +123,7 @@ class TimerService(Generic[K]):
             heapq.heappop(heap)
         if not heap:
             return
+        # The head may be an entry whose deadline has moved later; waking for it re-pushes it.
         earliest = heap[0][0]
         if self._handle is not None and self._armed_for is not None and self._armed_for <= earliest:
             return
@@ -128,4 +145,5 @@ class TimerService(Generic[K]):
             self._handle.cancel()
             self._handle = None
         self._live.clear()
+        self._fired.clear()
         self._heap.clear()

@@ -37,6 +37,9 @@ class _CommitResponse(Protocol):
     def topics(self) -> Sequence[_AnsweredTopic]: ...
 
 
+_Commit = TypeVar("_Commit", bound=_CommitResponse)
+
+
 def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     """The broker's group coordinator, or None when it is not running (COORDINATOR_NOT_AVAILABLE)."""
     return coordinator_of(ctx.broker)
@@ -66,18 +69,29 @@ def coordinator_of(broker: BrokerPort) -> GroupCoordinator | None:
     return coord if coord.running else None
 
 
-def split_known(ctx: RequestContext, topics: Sequence[_Topic]) -> tuple[list[list[bool]], list[_Topic]]:
+def split_known(ctx: RequestContext, topics: list[_Topic]) -> tuple[list[list[bool]] | None, list[_Topic]]:
     """Which requested partitions exist (one mask per topic) and the request topics cut down to them
     (topics left without a partition dropped). Kafka's broker answers the others
     UNKNOWN_TOPIC_OR_PARTITION itself before consulting the coordinator (OffsetCommit, TxnOffsetCommit,
-    OffsetDelete)."""
+    OffsetDelete). When every partition exists — nearly always — the masks are ``None`` and the topics are
+    the request's own, so the handler passes the request through unchanged."""
     logs = ctx.broker.logs
+
+    def count(name: str) -> int:
+        info = logs.topic(name)
+        return -1 if info is None else info.partitions
+
+    def known(topic: _Topic) -> bool:
+        n = count(topic.name)
+        return all(0 <= p.partition_index < n for p in topic.partitions)
+
+    if all(known(t) for t in topics):
+        return None, topics
     masks: list[list[bool]] = []
     kept: list[_Topic] = []
     for topic in topics:
-        info = logs.topic(topic.name)
-        count = -1 if info is None else info.partitions
-        mask = [0 <= p.partition_index < count for p in topic.partitions]
+        n = count(topic.name)
+        mask = [0 <= p.partition_index < n for p in topic.partitions]
         masks.append(mask)
         if any(mask):
             partitions = [p for p, ok in zip(topic.partitions, mask, strict=True) if ok]
@@ -87,7 +101,7 @@ def split_known(ctx: RequestContext, topics: Sequence[_Topic]) -> tuple[list[lis
 
 def merge_partitions(
     topics: Sequence[_Topic],
-    masks: list[list[bool]],
+    masks: list[list[bool]] | None,
     answered: Iterable[_Answer],
     unanswered: Callable[[int, ErrorCode], _Answer],
 ) -> list[list[_Answer]]:
@@ -97,6 +111,8 @@ def merge_partitions(
     have left one out."""
     results = iter(answered)
     merged: list[list[_Answer]] = []
+    if masks is None:
+        masks = [[True] * len(t.partitions) for t in topics]
     for topic, mask in zip(topics, masks, strict=True):
         partitions: list[_Answer] = []
         for p, ok in zip(topic.partitions, mask, strict=True):
@@ -110,16 +126,24 @@ def merge_partitions(
 
 
 def merge_commit_response(
-    response_type: Callable[..., _Response],
+    response_type: Callable[..., _Commit],
     topic_type: Callable[..., Any],
     partition_type: Callable[..., Any],
     topics: Sequence[_Topic],
-    masks: list[list[bool]],
-    answered: _CommitResponse | None,
-) -> _Response:
+    masks: list[list[bool]] | None,
+    answered: _Commit | None,
+) -> _Commit:
     """The whole answer to an OffsetCommit or TxnOffsetCommit (``*_type`` are the API's response, topic and
     partition classes): the coordinator's ``answered`` partitions merged with the broker's own, in request
-    order (:func:`merge_partitions`)."""
+    order (:func:`merge_partitions`). With every partition known and answered, that is the coordinator's
+    answer itself."""
+    if (
+        masks is None
+        and answered is not None
+        and len(answered.topics) == len(topics)
+        and all(len(a.partitions) == len(t.partitions) for a, t in zip(answered.topics, topics, strict=True))
+    ):
+        return answered
     merged = merge_partitions(
         topics,
         masks,

@@ -34,7 +34,7 @@ def handle(
     masks, kept = split_known(ctx, request.topics)
     if not kept:
         return _merge(request, masks, None)
-    filtered = replace(request, topics=kept)
+    filtered = request if masks is None else replace(request, topics=kept)
     coord = coordinator(ctx)
     if coord is None:
         return _merge(request, masks, offset_commit_error(filtered, ErrorCode.COORDINATOR_NOT_AVAILABLE))
@@ -45,7 +45,7 @@ def handle(
 
 
 def _merge(
-    request: OffsetCommitRequest, masks: list[list[bool]], answered: OffsetCommitResponse | None
+    request: OffsetCommitRequest, masks: list[list[bool]] | None, answered: OffsetCommitResponse | None
 ) -> OffsetCommitResponse:
     return merge_commit_response(
         OffsetCommitResponse,

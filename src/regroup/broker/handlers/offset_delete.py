@@ -32,7 +32,9 @@ def handle(
     coord = coordinator(ctx)
     if coord is None:
         return offset_delete_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    pending = coord.offset_delete(ctx.api_version, replace(request, topics=kept))
+    pending = coord.offset_delete(
+        ctx.api_version, request if masks is None else replace(request, topics=kept)
+    )
 
     def finish(answered: OffsetDeleteResponse) -> OffsetDeleteResponse:
         if answered.error_code != ErrorCode.NONE:

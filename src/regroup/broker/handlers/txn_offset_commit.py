@@ -33,7 +33,7 @@ def handle(
     masks, kept = split_known(ctx, request.topics)
     if not kept:
         return _merge(request, masks, None)
-    filtered = replace(request, topics=kept)
+    filtered = request if masks is None else replace(request, topics=kept)
     coord = coordinator(ctx)
     if coord is None:
         error = txn_offset_commit_error(filtered, ctx.api_version, ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -43,7 +43,7 @@ def handle(
 
 
 def _merge(
-    request: TxnOffsetCommitRequest, masks: list[list[bool]], answered: TxnOffsetCommitResponse | None
+    request: TxnOffsetCommitRequest, masks: list[list[bool]] | None, answered: TxnOffsetCommitResponse | None
 ) -> TxnOffsetCommitResponse:
     return merge_commit_response(
         TxnOffsetCommitResponse,
