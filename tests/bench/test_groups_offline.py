@@ -183,7 +183,7 @@ def test_throughput_scenarios_run_against_the_fake_responder(scenario: str, fake
     assert not any(k.startswith("measured") for k in result.errors), result.errors
 
 
-@pytest.mark.parametrize("scenario", ["formation", "churn", "static-roll", "failover"])
+@pytest.mark.parametrize("scenario", ["formation", "churn", "static-roll", "failover", "memory"])
 def test_group_scenarios_refuse_the_fake_responder(scenario: str, fake_broker: BenchTarget) -> None:
     result = run_scenario(scenario, fake_broker, tiny())
     assert result.error is not None

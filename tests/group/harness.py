@@ -16,9 +16,17 @@ from typing import Any, Generic, TypeVar
 
 from regroup.group.config import GroupConfig
 from regroup.group.effects import Cancel, CoordinatorRecord, Effect, Notify, Reply, Result, Schedule, TimerKey
+from regroup.group.records import record_type
 from regroup.group.shard import CoordinatorShard, GroupRequestContext, GroupShard
+from regroup.group.topics_image import TopicImage, TopicsImage
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.message import Message
+from regroup.protocol.messages.consumer_group_describe import DescribedGroup as ConsumerGroupDescribedGroup
+from regroup.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatRequestTopicPartitions,
+    ConsumerGroupHeartbeatResponse,
+)
 from regroup.protocol.messages.delete_groups import DeletableGroupResult
 from regroup.protocol.messages.describe_groups import DescribedGroup
 from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -82,6 +90,39 @@ def assigned_partitions(data: bytes) -> set[tuple[str, int]]:
 DEFAULT_PROTOCOLS: tuple[tuple[str, bytes], ...] = (("range", subscription("t")),)
 
 
+def topic_id(name: str) -> uuid.UUID:
+    """A stable id per topic name (tests of consumer groups)."""
+    return uuid.uuid5(uuid.NAMESPACE_OID, name)
+
+
+def image(topics: Mapping[str, int]) -> TopicsImage:
+    """A TopicsImage of name → partition count, ids from :func:`topic_id`."""
+    return TopicsImage(TopicImage(topic_id(name), name, n) for name, n in topics.items())
+
+
+def consumer_hard_state(shard: CoordinatorShard) -> dict[str, tuple[object, ...]]:
+    """What the records of a shard's consumer groups determine (not the soft state the generated codecs
+    cannot carry: metadata hash, assignment timestamp, assignment epochs, regex resolutions)."""
+    return {
+        g.group_id: (
+            g.group_epoch,
+            g.assignment_epoch,
+            g.state,
+            dict(g.members),
+            dict(g.targets),
+            dict(g.static_members),
+        )
+        for g in shard.consumer_groups()
+    }
+
+
+def response_partitions(response: ConsumerGroupHeartbeatResponse) -> dict[uuid.UUID, list[int]] | None:
+    """The assignment of a ConsumerGroupHeartbeat response by topic id (None when not sent)."""
+    if response.assignment is None:
+        return None
+    return {tp.topic_id: sorted(tp.partitions) for tp in response.assignment.topic_partitions}
+
+
 @dataclass
 class Call(Generic[T]):
     """A request sent through the harness; its response may arrive later (parked requests)."""
@@ -111,6 +152,8 @@ class Harness:
     config: GroupConfig = field(default_factory=GroupConfig)
     partition: int = 0
     now: int = 0
+    topics: TopicsImage = field(default_factory=TopicsImage)
+    """The topic metadata passed with every ConsumerGroupHeartbeat."""
 
     def __post_init__(self) -> None:
         self._ids = itertools.count(1)
@@ -416,6 +459,60 @@ class Harness:
 
     def describe(self, group_id: str, version: int = 5) -> DescribedGroup:
         return self.shard.describe_group(group_id, version)
+
+    def record_types(self, since: int = 0) -> list[int]:
+        """The record types appended to the log from index ``since`` on (tombstones as negative types)."""
+        return [record_type(r) if r.value is not None else -record_type(r) for r in self.log[since:]]
+
+    def cgh(
+        self,
+        group_id: str,
+        member_id: str = "",
+        member_epoch: int = 0,
+        *,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        rebalance_timeout_ms: int | None = None,
+        names: Sequence[str] | None = None,
+        regex: str | None = None,
+        assignor: str | None = None,
+        owned: Mapping[uuid.UUID, Iterable[int]] | None = None,
+        version: int = 1,
+        client_id: str = "client",
+    ) -> Call[ConsumerGroupHeartbeatResponse]:
+        """A ConsumerGroupHeartbeat; joining (epoch 0) defaults to a rebalance timeout of 30 s and no owned
+        partitions, as clients send."""
+        if rebalance_timeout_ms is None:
+            rebalance_timeout_ms = 30_000 if member_epoch == 0 else -1
+        if owned is None and member_epoch == 0:
+            owned = {}
+        req = ConsumerGroupHeartbeatRequest(
+            group_id=group_id,
+            member_id=member_id,
+            member_epoch=member_epoch,
+            instance_id=instance_id,
+            rack_id=rack_id,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            subscribed_topic_names=None if names is None else list(names),
+            subscribed_topic_regex=regex if version >= 1 else None,
+            server_assignor=assignor,
+            topic_partitions=None
+            if owned is None
+            else [
+                ConsumerGroupHeartbeatRequestTopicPartitions(topic_id=t, partitions=sorted(ps))
+                for t, ps in owned.items()
+            ],
+        )
+        return self._call(
+            "consumer_group_heartbeat",
+            version,
+            client_id,
+            lambda ctx, r, now: self.shard.consumer_group_heartbeat(ctx, r, now, self.topics),
+            req,
+        )
+
+    def consumer_describe(self, group_id: str) -> ConsumerGroupDescribedGroup:
+        return self.shard.consumer_group_describe(group_id, 0, self.topics)
 
     # ------------------------------------------------------------------ scenarios
 

@@ -397,8 +397,9 @@ def test_replay_rejects_unknown_and_malformed_records() -> None:
         shard.replay(CoordinatorRecord(group_key("g"), i16(9) + b"future"))
     with pytest.raises(RecordError):
         shard.replay(CoordinatorRecord(b"\x00", None))
-    assert isinstance(decode_record(CoordinatorRecord(i16(3) + s("g"), None)), IgnoredRecord)
-    shard.replay(CoordinatorRecord(i16(5) + s("g") + s("m"), None))  # KIP-848 records are skipped
+    assert isinstance(decode_record(CoordinatorRecord(i16(4) + s("g"), None)), IgnoredRecord)
+    shard.replay(CoordinatorRecord(i16(5) + s("g") + s("m"), None))  # a tombstone of an unknown group: no-op
+    assert shard.groups() == []
 
 
 def test_decode_tombstones() -> None:

@@ -1,5 +1,5 @@
 """Command-line wiring of the group-coordinator benchmarks: ``regroup bench formation|heartbeat|commit|
-failover|churn|static-roll``. Scenario code is imported only when a scenario runs."""
+failover|churn|static-roll|memory``. Scenario code is imported only when a scenario runs."""
 
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ _SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
     "static-roll": (
         "roll S static members (group.instance.id) one by one: rebalances caused and restart latency",
         {"members": 100},
+    ),
+    "memory": (
+        "broker memory per idle member (M members in G groups, only heartbeating) and per committed offset "
+        "(Y offsets of simple groups, P partitions each): RSS for regroup, heap after a full GC for Kafka",
+        {"members": 10_000, "groups": 10, "offsets": 200_000, "partitions": 1000},
     ),
 }
 
@@ -111,7 +116,7 @@ def add_scenarios(bench_subparsers: Any) -> None:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         _add_common(p)
-        if name != "failover":
+        if name not in ("failover", "memory"):
             p.add_argument(
                 "--nodes",
                 type=int,
@@ -120,13 +125,14 @@ def add_scenarios(bench_subparsers: Any) -> None:
                 "KRaft controller) instead of one broker; internal topics get min(3, nodes) replicas "
                 "(default: 1)",
             )
+        if name != "failover":
             p.add_argument(
                 "--members",
                 type=int,
                 default=defaults["members"],
                 help=f"members (default: {defaults['members']})",
             )
-        if name in ("formation", "heartbeat", "commit", "failover"):
+        if name in ("formation", "heartbeat", "commit", "failover", "memory"):
             p.add_argument(
                 "--groups",
                 type=int,
@@ -148,10 +154,21 @@ def add_scenarios(bench_subparsers: Any) -> None:
             p.add_argument(
                 "--partitions", type=int, default=10, help="partitions each committer commits (default: 10)"
             )
-        if name == "failover":
+        if name in ("failover", "memory"):
             p.add_argument(
-                "--offsets", type=int, default=defaults["offsets"], help="offsets in all (default: 100000)"
+                "--offsets",
+                type=int,
+                default=defaults["offsets"],
+                help=f"offsets in all (default: {defaults['offsets']})",
             )
+        if name == "memory":
+            p.add_argument(
+                "--partitions",
+                type=int,
+                default=defaults["partitions"],
+                help="partitions of the committed topic: offsets per simple group (default: 1000)",
+            )
+        if name == "failover":
             p.add_argument(
                 "--rounds", type=int, default=1, help="times each offset is committed (default: 1)"
             )

@@ -37,6 +37,15 @@ class GroupConfig:
     Kafka 4.3, or 3 as Kafka up to 4.2)."""
     rebalance_history_size: int = 32
     """How many generation records :meth:`GroupShard.group_history` keeps per group (regroup-only)."""
+    # KIP-848 consumer groups (``group.consumer.*``)
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    """Server-side assignors; the first is the default. regroup knows ``uniform`` and ``range``."""
+    consumer_assignment_interval_ms: int = 1_000
+    """Kafka 4.3 (KIP-1263): a group's target assignment is recomputed at most this often (0: every bump)."""
+    consumer_migration_policy: str = "bidirectional"
 
     def __post_init__(self) -> None:
         if self.group_max_size < 1:
@@ -49,6 +58,28 @@ class GroupConfig:
             raise ValueError("offsets.commit.value.version must be 3 or 4")
         if self.rebalance_history_size < 1:
             raise ValueError("rebalance_history_size must be at least 1")
+        if self.consumer_max_size < 1:
+            raise ValueError("group.consumer.max.size must be at least 1")
+        if not self.consumer_assignors or len(set(self.consumer_assignors)) != len(self.consumer_assignors):
+            raise ValueError("group.consumer.assignors must be a non-empty list without duplicates")
+        unknown = set(self.consumer_assignors) - {"uniform", "range"}
+        if unknown:
+            raise ValueError(f"group.consumer.assignors: unknown assignors {sorted(unknown)}")
+        if self.consumer_heartbeat_interval_ms >= self.consumer_session_timeout_ms:
+            raise ValueError(
+                "group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms"
+            )
+        if self.consumer_assignment_interval_ms < 0:
+            raise ValueError("group.consumer.assignment.interval.ms must be at least 0")
+        if self.consumer_migration_policy.lower() not in (
+            "bidirectional",
+            "upgrade",
+            "downgrade",
+            "disabled",
+        ):
+            raise ValueError(
+                "group.consumer.migration.policy must be bidirectional, upgrade, downgrade or disabled"
+            )
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.offsets_topic_num_partitions)

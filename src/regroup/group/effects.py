@@ -65,6 +65,8 @@ class TimerKind(enum.Enum):
     JOIN = "join"  # join phase: initial delay or rebalance timeout
     SYNC = "sync"  # pending-sync eviction
     EXPIRATION = "expiration"  # offset and group expiration job (group_id and member_id empty)
+    CONSUMER_SESSION = "consumer-session"  # KIP-848 member session (Kafka's session-timeout-<g>-<m>)
+    CONSUMER_REBALANCE = "consumer-rebalance"  # KIP-848 revocation deadline (rebalance-timeout-<g>-<m>)
 
 
 @dataclass(frozen=True, slots=True)

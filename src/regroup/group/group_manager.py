@@ -1089,6 +1089,10 @@ class GroupManager:
         self._groups[group_id] = group
         return group
 
+    def restore_group(self, group: ClassicGroup) -> None:
+        """Put back a group removed by a write that failed (an empty group replaced by a consumer group)."""
+        self._groups.setdefault(group.group_id, group)
+
     def forget_created_group(self, out: Outcome, group: ClassicGroup) -> None:
         """Undo the creation of ``group`` whose first record failed to append, unless something replaced
         it meanwhile."""

@@ -1,13 +1,24 @@
-"""``__consumer_offsets`` records of classic groups: building them (byte-identical to Kafka's) and reading
-them back on load.
+"""``__consumer_offsets`` records of classic and consumer groups: building them (byte-identical to Kafka's)
+and reading them back on load.
 
 Keys are an int16 record type followed by the key struct: type 1 (0 also readable) for offset commits,
-type 2 for group metadata. Values are an int16 version followed by the value struct; a ``None`` value is a
-tombstone. Written versions follow Kafka 4.3: GroupMetadataValue v3; OffsetCommitValue v4 (flexible, the
-committed topic's id in tagged field 0 when the topic is known), or v1 when the commit carries an explicit
-expire timestamp. ``offsets.commit.value.version=3`` writes v3 instead, as Kafka up to 4.2 does, for tools
-that read ``__consumer_offsets`` themselves and skip v4 (v3 has no topic id). Every readable version is
-accepted on load (offset values v0–v4, group metadata values v0–v4).
+type 2 for group metadata; types 3, 5, 6, 7 and 8 for KIP-848 consumer groups (group epoch, member
+subscription, target assignment epoch, member target, member current assignment). Values are an int16
+version followed by the value struct; a ``None`` value is a tombstone. Written versions follow Kafka 4.3:
+GroupMetadataValue v3; OffsetCommitValue v4 (flexible, the committed topic's id in tagged field 0 when the
+topic is known), or v1 when the commit carries an explicit expire timestamp.
+``offsets.commit.value.version=3`` writes v3 instead, as Kafka up to 4.2 does, for tools that read
+``__consumer_offsets`` themselves and skip v4 (v3 has no topic id). Every readable version is accepted on
+load (offset values v0–v4, group metadata values v0–v4).
+
+Consumer-group records are written at value version 0. The generated codecs lack three Kafka 4.1+/4.3
+tagged fields — ConsumerGroupMetadata.MetadataHash,
+ConsumerGroupTargetAssignmentMetadata.AssignmentTimestamp and
+ConsumerGroupCurrentMemberAssignment.AssignmentEpochs — so they are neither written nor read (the
+reader skips unknown tags): after a load the hash is unknown (the next heartbeat bumps the group epoch),
+the timestamp 0 and every assignment epoch max(member epoch, 0), Kafka's defaults for records without
+them. Type 4 (PartitionMetadata, ≤4.0) and type 16 (regular expressions, no codec) are read as ignored
+records.
 """
 
 from __future__ import annotations
@@ -18,43 +29,100 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
+from regroup.group.consumer_group import (
+    MemberAssignment,
+    MemberState,
+    MemberSubscription,
+    Partitions,
+    by_topic,
+    flatten,
+)
 from regroup.group.effects import CoordinatorRecord
 from regroup.group.state import GroupState
 from regroup.protocol.primitives import I16, ZERO_UUID, DecodeError, Uuid
+from regroup.protocol.records.consumer_group_current_member_assignment import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+)
+from regroup.protocol.records.consumer_group_current_member_assignment import (
+    TopicPartitions as CurrentTopicPartitions,
+)
+from regroup.protocol.records.consumer_group_member_metadata import (
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+)
+from regroup.protocol.records.consumer_group_metadata import (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+)
+from regroup.protocol.records.consumer_group_target_assignment_member import (
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+)
+from regroup.protocol.records.consumer_group_target_assignment_member import (
+    TopicPartition as TargetTopicPartition,
+)
+from regroup.protocol.records.consumer_group_target_assignment_metadata import (
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+)
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
 
 __all__ = [
+    "CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE",
+    "CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE",
+    "CONSUMER_GROUP_METADATA_RECORD_TYPE",
+    "CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE",
+    "CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_RECORD_TYPE",
     "GROUP_METADATA_RECORD_TYPE",
     "GROUP_METADATA_VALUE_VERSION",
     "OFFSET_COMMIT_RECORD_TYPE",
     "OFFSET_COMMIT_VALUE_VERSIONS",
+    "DecodedConsumerGroupRecord",
     "DecodedGroupMetadata",
     "DecodedOffsetCommit",
     "IgnoredRecord",
     "OffsetCommitRecords",
     "RecordError",
     "StoredOffset",
+    "consumer_group_metadata_record",
+    "consumer_group_metadata_tombstone",
+    "current_assignment_record",
+    "current_assignment_tombstone",
     "decode_record",
     "empty_group_metadata_record",
     "group_from_value",
     "group_metadata_key",
     "group_metadata_record",
     "group_metadata_tombstone",
+    "member_subscription_record",
+    "member_subscription_tombstone",
     "offset_commit_key",
     "offset_commit_record",
     "offset_commit_tombstone",
     "offset_commit_value_version",
+    "record_type",
+    "target_member_record",
+    "target_member_tombstone",
+    "target_metadata_record",
+    "target_metadata_tombstone",
 ]
 
 OFFSET_COMMIT_RECORD_TYPE = 1
 GROUP_METADATA_RECORD_TYPE = 2
 GROUP_METADATA_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSIONS = (3, 4)
+CONSUMER_GROUP_METADATA_RECORD_TYPE = 3
+CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_RECORD_TYPE = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE = 8
+_CONSUMER_GROUP_VALUE_VERSION = 0
 """The versions ``offsets.commit.value.version`` may choose for commits without an expire timestamp."""
 _OFFSET_COMMIT_VALUE_VERSION = 4
 _OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
-_LAST_KNOWN_RECORD_TYPE = 15  # KIP-848 consumer-group and KIP-932 share-group records: 3..15
+_LAST_KNOWN_RECORD_TYPE = 16  # 4 (≤4.0 partition metadata), KIP-932 share groups 9..15, 16 (regexes)
 
 
 class RecordError(ValueError):
@@ -211,6 +279,127 @@ def group_metadata_tombstone(group_id: str) -> CoordinatorRecord:
     return CoordinatorRecord(group_metadata_key(group_id), None)
 
 
+# ------------------------------------------------------------------------------------------ consumer groups
+
+
+def record_type(record: CoordinatorRecord) -> int:
+    if len(record.key) < 2:
+        raise RecordError("record key without a type")
+    value: int = I16.unpack_from(record.key, 0)[0]
+    return value
+
+
+def _cg_key(group_id: str) -> bytes:
+    return ConsumerGroupMetadataKey(group_id=group_id).encode_versioned(CONSUMER_GROUP_METADATA_RECORD_TYPE)
+
+
+def consumer_group_metadata_record(group_id: str, epoch: int) -> CoordinatorRecord:
+    """Type 3: the group epoch (MetadataHash is not in the generated codec, see the module docstring)."""
+    value = ConsumerGroupMetadataValue(epoch=epoch).encode_versioned(_CONSUMER_GROUP_VALUE_VERSION)
+    return CoordinatorRecord(_cg_key(group_id), value)
+
+
+def consumer_group_metadata_tombstone(group_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(_cg_key(group_id), None)
+
+
+def _member_key(group_id: str, member_id: str) -> bytes:
+    return ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id).encode_versioned(
+        CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE
+    )
+
+
+def member_subscription_record(group_id: str, member_id: str, sub: MemberSubscription) -> CoordinatorRecord:
+    """Type 5 (topic names sorted, as Kafka writes them)."""
+    value = ConsumerGroupMemberMetadataValue(
+        instance_id=sub.instance_id,
+        rack_id=sub.rack_id,
+        client_id=sub.client_id,
+        client_host=sub.client_host,
+        subscribed_topic_names=sorted(sub.subscribed_topic_names),
+        subscribed_topic_regex=sub.subscribed_topic_regex,
+        rebalance_timeout_ms=sub.rebalance_timeout_ms,
+        server_assignor=sub.server_assignor,
+    )
+    return CoordinatorRecord(
+        _member_key(group_id, member_id), value.encode_versioned(_CONSUMER_GROUP_VALUE_VERSION)
+    )
+
+
+def member_subscription_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(_member_key(group_id, member_id), None)
+
+
+def _target_metadata_key(group_id: str) -> bytes:
+    return ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id).encode_versioned(
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_RECORD_TYPE
+    )
+
+
+def target_metadata_record(group_id: str, assignment_epoch: int) -> CoordinatorRecord:
+    """Type 6 (AssignmentTimestamp is not in the generated codec)."""
+    value = ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=assignment_epoch)
+    return CoordinatorRecord(
+        _target_metadata_key(group_id), value.encode_versioned(_CONSUMER_GROUP_VALUE_VERSION)
+    )
+
+
+def target_metadata_tombstone(group_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(_target_metadata_key(group_id), None)
+
+
+def _target_member_key(group_id: str, member_id: str) -> bytes:
+    return ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id).encode_versioned(
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE
+    )
+
+
+def target_member_record(group_id: str, member_id: str, target: Partitions) -> CoordinatorRecord:
+    """Type 7."""
+    value = ConsumerGroupTargetAssignmentMemberValue(
+        topic_partitions=[
+            TargetTopicPartition(topic_id=t, partitions=ps) for t, ps in by_topic(target).items()
+        ]
+    )
+    return CoordinatorRecord(
+        _target_member_key(group_id, member_id), value.encode_versioned(_CONSUMER_GROUP_VALUE_VERSION)
+    )
+
+
+def target_member_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(_target_member_key(group_id, member_id), None)
+
+
+def _current_key(group_id: str, member_id: str) -> bytes:
+    return ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id).encode_versioned(
+        CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE
+    )
+
+
+def _current_topics(partitions: Partitions) -> list[CurrentTopicPartitions]:
+    return [CurrentTopicPartitions(topic_id=t, partitions=ps) for t, ps in by_topic(partitions).items()]
+
+
+def current_assignment_record(
+    group_id: str, member_id: str, assignment: MemberAssignment
+) -> CoordinatorRecord:
+    """Type 8 (AssignmentEpochs is not in the generated codec)."""
+    value = ConsumerGroupCurrentMemberAssignmentValue(
+        member_epoch=assignment.member_epoch,
+        previous_member_epoch=assignment.previous_member_epoch,
+        state=int(assignment.state),
+        assigned_partitions=_current_topics(assignment.assigned),
+        partitions_pending_revocation=_current_topics(assignment.pending_revocation),
+    )
+    return CoordinatorRecord(
+        _current_key(group_id, member_id), value.encode_versioned(_CONSUMER_GROUP_VALUE_VERSION)
+    )
+
+
+def current_assignment_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(_current_key(group_id, member_id), None)
+
+
 # ---------------------------------------------------------------------------------------------- loading
 
 
@@ -237,7 +426,19 @@ class IgnoredRecord:
     record_type: int
 
 
-DecodedRecord = DecodedOffsetCommit | DecodedGroupMetadata | IgnoredRecord
+@dataclass(frozen=True, slots=True)
+class DecodedConsumerGroupRecord:
+    """A consumer-group record (types 3, 5, 6, 7, 8): ``value`` is None for a tombstone, else the group
+    epoch (3), a :class:`MemberSubscription` (5), the assignment epoch (6), the member's target (7) or a
+    :class:`MemberAssignment` (8)."""
+
+    record_type: int
+    group_id: str
+    member_id: str
+    value: int | MemberSubscription | Partitions | MemberAssignment | None
+
+
+DecodedRecord = DecodedOffsetCommit | DecodedGroupMetadata | DecodedConsumerGroupRecord | IgnoredRecord
 
 
 def decode_record(record: CoordinatorRecord) -> DecodedRecord:
@@ -273,6 +474,8 @@ def decode_record(record: CoordinatorRecord) -> DecodedRecord:
                 return DecodedGroupMetadata(gkey.group, None, None)
             gvalue, version = GroupMetadataValue.decode_versioned(record.value)
             return DecodedGroupMetadata(gkey.group, gvalue, version)
+        if record_type in _CONSUMER_GROUP_DECODERS:
+            return _CONSUMER_GROUP_DECODERS[record_type](key, record.value)
     except DecodeError as exc:
         raise RecordError(f"malformed record of type {record_type}: {exc}") from exc
     if 0 <= record_type <= _LAST_KNOWN_RECORD_TYPE:
@@ -317,3 +520,94 @@ def group_from_value(group_id: str, value: GroupMetadataValue) -> ClassicGroup:
         )
     group.subscribed_topics = group.compute_subscribed_topics()
     return group
+
+
+def _decode_cg_metadata(key: bytes, value: bytes | None) -> DecodedConsumerGroupRecord:
+    k, end = ConsumerGroupMetadataKey.read(key, 2, CONSUMER_GROUP_METADATA_RECORD_TYPE)
+    _no_trailing(key, end)
+    epoch = None if value is None else ConsumerGroupMetadataValue.decode_versioned(value)[0].epoch
+    return DecodedConsumerGroupRecord(CONSUMER_GROUP_METADATA_RECORD_TYPE, k.group_id, "", epoch)
+
+
+def _decode_member_metadata(key: bytes, value: bytes | None) -> DecodedConsumerGroupRecord:
+    k, end = ConsumerGroupMemberMetadataKey.read(key, 2, CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE)
+    _no_trailing(key, end)
+    sub = None
+    if value is not None:
+        v, _ = ConsumerGroupMemberMetadataValue.decode_versioned(value)
+        sub = MemberSubscription(
+            instance_id=v.instance_id,
+            rack_id=v.rack_id,
+            client_id=v.client_id,
+            client_host=v.client_host,
+            subscribed_topic_names=tuple(sorted(v.subscribed_topic_names)),
+            subscribed_topic_regex=v.subscribed_topic_regex or None,
+            rebalance_timeout_ms=v.rebalance_timeout_ms,
+            server_assignor=v.server_assignor,
+        )
+    return DecodedConsumerGroupRecord(
+        CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE, k.group_id, k.member_id, sub
+    )
+
+
+def _decode_target_metadata(key: bytes, value: bytes | None) -> DecodedConsumerGroupRecord:
+    k, end = ConsumerGroupTargetAssignmentMetadataKey.read(
+        key, 2, CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_RECORD_TYPE
+    )
+    _no_trailing(key, end)
+    epoch = (
+        None
+        if value is None
+        else ConsumerGroupTargetAssignmentMetadataValue.decode_versioned(value)[0].assignment_epoch
+    )
+    return DecodedConsumerGroupRecord(
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_RECORD_TYPE, k.group_id, "", epoch
+    )
+
+
+def _decode_target_member(key: bytes, value: bytes | None) -> DecodedConsumerGroupRecord:
+    k, end = ConsumerGroupTargetAssignmentMemberKey.read(
+        key, 2, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE
+    )
+    _no_trailing(key, end)
+    target = None
+    if value is not None:
+        v, _ = ConsumerGroupTargetAssignmentMemberValue.decode_versioned(value)
+        target = flatten((tp.topic_id, tp.partitions) for tp in v.topic_partitions)
+    return DecodedConsumerGroupRecord(
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE, k.group_id, k.member_id, target
+    )
+
+
+def _decode_current_assignment(key: bytes, value: bytes | None) -> DecodedConsumerGroupRecord:
+    k, end = ConsumerGroupCurrentMemberAssignmentKey.read(
+        key, 2, CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE
+    )
+    _no_trailing(key, end)
+    assignment = None
+    if value is not None:
+        v, _ = ConsumerGroupCurrentMemberAssignmentValue.decode_versioned(value)
+        assigned = flatten((tp.topic_id, tp.partitions) for tp in v.assigned_partitions)
+        default_epoch = max(v.member_epoch, 0)
+        assignment = MemberAssignment(
+            member_epoch=v.member_epoch,
+            previous_member_epoch=v.previous_member_epoch,
+            state=MemberState.from_byte(v.state),
+            assigned=assigned,
+            pending_revocation=flatten(
+                (tp.topic_id, tp.partitions) for tp in v.partitions_pending_revocation
+            ),
+            assignment_epochs=dict.fromkeys(assigned, default_epoch),
+        )
+    return DecodedConsumerGroupRecord(
+        CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE, k.group_id, k.member_id, assignment
+    )
+
+
+_CONSUMER_GROUP_DECODERS = {
+    CONSUMER_GROUP_METADATA_RECORD_TYPE: _decode_cg_metadata,
+    CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE: _decode_member_metadata,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_RECORD_TYPE: _decode_target_metadata,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE: _decode_target_member,
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE: _decode_current_assignment,
+}

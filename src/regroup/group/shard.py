@@ -45,6 +45,15 @@ Runtime obligations:
   topics and error; for v0–v1 a group-level error is copied into every partition).
 * ``delete_groups`` gets this shard's (deduplicated) group ids; the broker answers a null id with
   INVALID_GROUP_ID itself and merges the per-shard results.
+* KIP-848 consumer groups (:class:`~regroup.group.consumer_group_manager.ConsumerGroupManager`):
+  ``consumer_group_heartbeat`` and ``consumer_group_describe`` take the current
+  :class:`~regroup.group.topics_image.TopicsImage`; the shard keeps the last one it was given for timers.
+  Keys ``TimerKey(CONSUMER_SESSION, group, member)`` and ``TimerKey(CONSUMER_REBALANCE, group, member)``.
+  Classic and consumer groups share one group-id namespace: an empty classic group is replaced by a
+  consumer group on its first ConsumerGroupHeartbeat; a non-empty one answers GROUP_ID_NOT_FOUND (online
+  migration is not served yet), and a JoinGroup for a consumer group answers INCONSISTENT_GROUP_PROTOCOL.
+  Offset commits and fetches are not yet validated against consumer-group members (§7 of
+  docs/design/consumer-group-semantics.md).
 """
 
 from __future__ import annotations
@@ -54,20 +63,29 @@ from typing import Protocol
 
 from regroup.group.classic_group import GroupSnapshot
 from regroup.group.config import GroupConfig
+from regroup.group.consumer_group import ConsumerGroup
+from regroup.group.consumer_group_manager import ConsumerGroupManager
 from regroup.group.context import GroupRequestContext, MemberIdFactory
 from regroup.group.effects import CoordinatorRecord, Result, TimerKey, TimerKind
-from regroup.group.group_manager import GroupManager
+from regroup.group.group_manager import GroupManager, join_response
 from regroup.group.history import GenerationRecord, RebalanceHistory, RebalanceStarted
 from regroup.group.offset_manager import OffsetManager
 from regroup.group.outcome import STALE, Outcome, TimerTable
 from regroup.group.records import (
+    DecodedConsumerGroupRecord,
     DecodedGroupMetadata,
     DecodedOffsetCommit,
     StoredOffset,
     decode_record,
     group_metadata_tombstone,
 )
+from regroup.group.topics_image import TopicsImage
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.messages.consumer_group_describe import DescribedGroup as ConsumerGroupDescribedGroup
+from regroup.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from regroup.protocol.messages.delete_groups import DeletableGroupResult
 from regroup.protocol.messages.describe_groups import DescribedGroup
 from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -128,6 +146,16 @@ class CoordinatorShard(Protocol):
 
     def delete_groups(self, group_ids: Sequence[str], now_ms: int) -> Result[list[DeletableGroupResult]]: ...
 
+    def consumer_group_heartbeat(
+        self,
+        ctx: GroupRequestContext,
+        req: ConsumerGroupHeartbeatRequest,
+        now_ms: int,
+        topics: TopicsImage,
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
+        """KIP-848 join / heartbeat / leave; ``topics`` is the cluster's topic metadata now."""
+        ...
+
     def on_timer(self, key: TimerKey, now_ms: int) -> Result[None]:
         """A timer the shard scheduled fired (stale fires are recognised and ignored)."""
         ...
@@ -161,6 +189,12 @@ class CoordinatorShard(Protocol):
 
     def describe_group(self, group_id: str, api_version: int) -> DescribedGroup: ...
 
+    def consumer_group_describe(
+        self, group_id: str, api_version: int, topics: TopicsImage
+    ) -> ConsumerGroupDescribedGroup:
+        """One group of a ConsumerGroupDescribe (topic names of assignments resolved with ``topics``)."""
+        ...
+
     def list_groups(
         self, states_filter: Sequence[str] = (), types_filter: Sequence[str] = ()
     ) -> list[ListedGroup]: ...
@@ -187,6 +221,12 @@ class CoordinatorShard(Protocol):
 
     def group(self, group_id: str) -> GroupSnapshot | None: ...
 
+    def consumer_groups(self) -> list[ConsumerGroup]:
+        """Copies of the shard's KIP-848 consumer groups."""
+        ...
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None: ...
+
     def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]: ...
 
     def rebalance_progress(self, group_id: str) -> RebalanceStarted | None:
@@ -212,6 +252,7 @@ class GroupShard(CoordinatorShard):
         self._timers = TimerTable()
         self._history = RebalanceHistory(config.rebalance_history_size)
         self._groups = GroupManager(config, member_id_factory, self._timers, self._history)
+        self._consumer_groups = ConsumerGroupManager(config, member_id_factory, self._timers, self._groups)
         self._offsets = OffsetManager(config, self._groups)
 
     def _tick(self, now_ms: int) -> int:
@@ -223,6 +264,13 @@ class GroupShard(CoordinatorShard):
     def join_group(
         self, ctx: GroupRequestContext, req: JoinGroupRequest, now_ms: int
     ) -> Result[JoinGroupResponse]:
+        if self._consumer_groups.group(req.group_id) is not None:
+            # Kafka's answer with migration disabled; classic members in consumer groups are not served yet.
+            return Result(
+                reply=join_response(
+                    ctx.api_version, error=ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id
+                )
+            )
         return self._groups.join_group(ctx, req, self._tick(now_ms))
 
     def sync_group(
@@ -266,7 +314,16 @@ class GroupShard(CoordinatorShard):
         ids = list(dict.fromkeys(group_ids))
         results: list[DeletableGroupResult] = []
         doomed: list[str] = []
+        doomed_consumer: list[str] = []
         for group_id in ids:
+            consumer_error = self._consumer_groups.delete_error(group_id)
+            if consumer_error is not None:
+                if consumer_error is ErrorCode.NONE:
+                    self._offsets.delete_all_offsets(out, group_id)
+                    out.records.extend(self._consumer_groups.tombstones(group_id))
+                    doomed_consumer.append(group_id)
+                results.append(DeletableGroupResult(group_id=group_id, error_code=consumer_error.value))
+                continue
             error = self._groups.delete_error(group_id)
             if error is ErrorCode.NONE:
                 self._offsets.delete_all_offsets(out, group_id)
@@ -278,6 +335,8 @@ class GroupShard(CoordinatorShard):
             if error is None:
                 for group_id in doomed:
                     self._groups.remove_group(after, group_id)
+                for group_id in doomed_consumer:
+                    self._consumer_groups.remove_group(after, group_id)
 
         out.after_append(applied)
 
@@ -286,13 +345,26 @@ class GroupShard(CoordinatorShard):
 
         return out.result(results, failure)
 
+    def consumer_group_heartbeat(
+        self,
+        ctx: GroupRequestContext,
+        req: ConsumerGroupHeartbeatRequest,
+        now_ms: int,
+        topics: TopicsImage,
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
+        return self._consumer_groups.heartbeat(ctx, req, self._tick(now_ms), topics)
+
     def on_timer(self, key: TimerKey, now_ms: int) -> Result[None]:
         now_ms = self._tick(now_ms)
         payload = self._timers.claim(key, now_ms)
         if payload is STALE:
             return Result()
         out = Outcome()
-        if key.kind is TimerKind.HEARTBEAT:
+        if key.kind is TimerKind.CONSUMER_SESSION:
+            self._consumer_groups.on_session_timeout(out, key.group_id, key.member_id, now_ms)
+        elif key.kind is TimerKind.CONSUMER_REBALANCE:
+            self._consumer_groups.on_rebalance_timeout(out, key.group_id, key.member_id, payload, now_ms)
+        elif key.kind is TimerKind.HEARTBEAT:
             self._groups.on_heartbeat_expired(out, key.group_id, key.member_id, now_ms)
         elif key.kind is TimerKind.JOIN:
             self._groups.on_join_timer(out, key.group_id, payload, now_ms)
@@ -315,7 +387,10 @@ class GroupShard(CoordinatorShard):
         reply is False when the group has no such member."""
         now_ms = self._tick(now_ms)
         out = Outcome()
-        found = self._groups.expire_member(out, group_id, member_id, now_ms)
+        if self._consumer_groups.group(group_id) is not None:
+            found = self._consumer_groups.fence_member(out, group_id, member_id)
+        else:
+            found = self._groups.expire_member(out, group_id, member_id, now_ms)
         return out.result(found)
 
     def force_rebalance(self, group_id: str, reason: str, now_ms: int) -> Result[bool]:
@@ -343,28 +418,50 @@ class GroupShard(CoordinatorShard):
         return self._offsets.offset_fetch(group_id, topics)
 
     def describe_group(self, group_id: str, api_version: int) -> DescribedGroup:
+        if self._consumer_groups.group(group_id) is not None:
+            # Kafka: "Group X is not a classic group." — as an error from v6, a plain Dead group before.
+            error = ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 6 else ErrorCode.NONE
+            return DescribedGroup(group_id=group_id, group_state="Dead", error_code=error.value)
         return self._groups.describe_group(group_id, api_version)
+
+    def consumer_group_describe(
+        self, group_id: str, api_version: int, topics: TopicsImage
+    ) -> ConsumerGroupDescribedGroup:
+        return self._consumer_groups.describe(group_id, topics)
 
     def list_groups(
         self, states_filter: Sequence[str] = (), types_filter: Sequence[str] = ()
     ) -> list[ListedGroup]:
-        return self._groups.list_groups(states_filter, types_filter)
+        return self._groups.list_groups(states_filter, types_filter) + self._consumer_groups.list_groups(
+            states_filter, types_filter
+        )
 
     # ------------------------------------------------------------------------------------------ load
 
     def replay(self, record: CoordinatorRecord) -> None:
         """Apply one record of the partition's log (load path). Raises ``RecordError`` on an unreadable
-        record; records of KIP-848 / share groups are ignored."""
+        record; records of share groups are ignored."""
         decoded = decode_record(record)
         if isinstance(decoded, DecodedOffsetCommit):
             self._offsets.replay(decoded.group_id, decoded.topic, decoded.partition, decoded.value)
+            if self._consumer_groups.group(decoded.group_id) is not None:
+                self._drop_simple_group(decoded.group_id)
         elif isinstance(decoded, DecodedGroupMetadata):
             self._groups.replay(decoded.group_id, decoded.value)
+        elif isinstance(decoded, DecodedConsumerGroupRecord):
+            self._consumer_groups.replay(decoded, self._drop_simple_group)
+
+    def _drop_simple_group(self, group_id: str) -> None:
+        """A record-less classic group (created for offsets) gives way to the consumer group of its id."""
+        group = self._groups.group(group_id)
+        if group is not None and not group.members:
+            self._groups.remove_group(Outcome(), group_id)
 
     def on_loaded(self, now_ms: int) -> Result[None]:
         now_ms = self._tick(now_ms)
         out = Outcome()
         self._groups.on_loaded(out, now_ms)
+        self._consumer_groups.on_loaded(out, now_ms)
         self._schedule_expiration(out, now_ms)
         return out.result(None)
 
@@ -383,6 +480,13 @@ class GroupShard(CoordinatorShard):
         group = self._groups.group(group_id)
         return None if group is None else group.snapshot()
 
+    def consumer_groups(self) -> list[ConsumerGroup]:
+        return [group.copy() for group in self._consumer_groups.groups()]
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        group = self._consumer_groups.group(group_id)
+        return None if group is None else group.copy()
+
     def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]:
         return self._history.records(group_id)
 
@@ -400,3 +504,6 @@ class GroupShard(CoordinatorShard):
         """Raise AssertionError when a group's bookkeeping is inconsistent (a test aid)."""
         for group in self._groups.groups():
             group.check_invariants()
+        for consumer_group in self._consumer_groups.groups():
+            consumer_group.check_invariants()
+            assert self._groups.group(consumer_group.group_id) is None, consumer_group.group_id

@@ -4,7 +4,8 @@ broker, the trivially fast fake responder, or a broker someone else started.
 Brokers the benchmark starts get the same coordinator settings (:data:`FAIR_CONFIG` plus any
 ``--broker-config``), keep their data in a temporary directory, and can be restarted on that data for the
 failover scenario. Their CPU time is read from ``/proc`` so every phase reports how busy the broker and
-the load generator were.
+the load generator were; their resident memory too, and a Kafka broker's heap after a full collection
+(``jcmd``), for the memory scenario.
 """
 
 from __future__ import annotations
@@ -50,9 +51,13 @@ __all__ = [
     "LoopLag",
     "RegroupBroker",
     "RegroupCluster",
+    "RssReading",
     "cpu_seconds",
     "describe_settings",
+    "heap_used_bytes",
     "read_loop_lag",
+    "rss_bytes",
+    "settled_rss",
     "start_broker",
 ]
 
@@ -97,6 +102,77 @@ def cpu_seconds(pids: Sequence[int]) -> float | None:
         fields = stat[stat.rindex(")") + 2 :].split()
         total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
     return total if pids else None
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size of process ``pid`` (``VmRSS`` in ``/proc/<pid>/status``), None when unreadable."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class RssReading:
+    """A process's RSS once it stopped moving, or the last one read when it did not within the bound."""
+
+    rss: int
+    waited: float  # seconds from the first sample to the reading
+    settled: bool
+
+
+async def settled_rss(
+    pid: int, window: float = 1.0, bound: float = 30.0, interval: float = 0.1
+) -> RssReading | None:
+    """Sample ``pid``'s RSS every ``interval`` s until it has stayed within max(256 KiB, 0.1 %) for
+    ``window`` s, or ``bound`` s have passed; None when the process cannot be read. Async, so that the
+    simulated members keep heartbeating meanwhile."""
+    samples: list[tuple[float, int]] = []
+    start = time.monotonic()
+    while True:
+        rss = rss_bytes(pid)
+        if rss is None:
+            return None
+        now = time.monotonic()
+        samples.append((now, rss))
+        recent = [r for t, r in samples if now - t <= window]
+        if now - start >= window and max(recent) - min(recent) <= max(256 * 1024, rss // 1000):
+            return RssReading(rss, now - start, True)
+        if now - start >= bound:
+            return RssReading(rss, now - start, False)
+        await asyncio.sleep(interval)
+
+
+_HEAP_USED = re.compile(r"\btotal \d+K, used (\d+)K")
+
+
+def heap_used_bytes(heap_info: str) -> int | None:
+    """Heap in use from ``jcmd <pid> GC.heap_info``: the ``used`` of every ``… total NK, used NK`` line (one
+    for G1; young and old generation for the serial and parallel collectors). Metaspace lines have no
+    ``total`` and are not counted."""
+    used = [int(k) * 1024 for k in _HEAP_USED.findall(heap_info)]
+    return sum(used) if used else None
+
+
+def _java() -> str:
+    """The ``java`` that runs the Kafka reference broker, as :mod:`regroup.refkafka` finds it."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and os.access(Path(java_home) / "bin" / "java", os.X_OK):
+        return str(Path(java_home) / "bin" / "java")
+    return shutil.which("java") or "java"
+
+
+def _jdk_tool(name: str) -> str | None:
+    """A JDK tool (``jcmd``) beside the ``java`` that runs Kafka, so both are of one JDK."""
+    java = shutil.which(_java())
+    if java is None:
+        return None
+    tool = Path(os.path.realpath(java)).parent / name
+    return str(tool) if os.access(tool, os.X_OK) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +315,12 @@ class BenchTarget:
 
     def offsets_partition_bytes(self, partition: int) -> int | None:
         """On-disk size of ``__consumer_offsets-<partition>`` when the benchmark owns the data."""
+        return None
+
+    def heap_after_gc(self) -> int | None:
+        """Bytes of heap in use right after a full garbage collection, for brokers with a heap of their
+        own (Kafka's JVM); None for the others. Blocking; raises :class:`BenchTargetError` if it cannot
+        be read."""
         return None
 
     def stop(self) -> None:
@@ -440,6 +522,30 @@ class KafkaBroker(BenchTarget):
     def offsets_partition_bytes(self, partition: int) -> int | None:
         return _dir_bytes(self.logs / f"__consumer_offsets-{partition}")
 
+    def heap_after_gc(self) -> int | None:
+        """``jcmd <pid> GC.run`` (a full, stop-the-world collection with G1), then ``GC.heap_info``."""
+        pid = self.pid
+        jcmd = _jdk_tool("jcmd")
+        if pid is None:
+            raise BenchTargetError("the Kafka broker is not running")
+        if jcmd is None:
+            raise BenchTargetError(f"no jcmd beside {_java()} (a JRE without the JDK tools?)")
+        outputs = []
+        for command in ("GC.run", "GC.heap_info"):
+            try:
+                done = subprocess.run(
+                    [jcmd, str(pid), command], capture_output=True, text=True, timeout=120, check=False
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise BenchTargetError(f"jcmd {command}: {exc}") from exc
+            if done.returncode != 0:
+                raise BenchTargetError(f"jcmd {command} failed: {(done.stdout + done.stderr).strip()[-500:]}")
+            outputs.append(done.stdout)
+        used = heap_used_bytes(outputs[-1])
+        if used is None:
+            raise BenchTargetError(f"no heap usage in jcmd GC.heap_info output:\n{outputs[-1][-500:]}")
+        return used
+
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
@@ -456,8 +562,7 @@ class KafkaBroker(BenchTarget):
     def _command(self) -> list[str]:
         from regroup.refkafka import resolve_jars
 
-        java_home = os.environ.get("JAVA_HOME")
-        java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java") or "java"
+        java = _java()
         work = self.ref.workdir
         return [
             java, f"-Xms{self.HEAP}", f"-Xmx{self.HEAP}", *self.JVM_OPTIONS, "-Djava.awt.headless=true",

@@ -9,6 +9,7 @@ loop when available, and prints the table or JSON.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import math
@@ -26,7 +27,9 @@ from regroup.bench.groups.brokers import (
     BenchTargetError,
     ExternalBroker,
     LoopLag,
+    RssReading,
     describe_settings,
+    settled_rss,
     start_broker,
 )
 from regroup.bench.groups.load import (
@@ -785,6 +788,158 @@ async def static_roll(ctx: Ctx) -> None:
         fleet.close()
 
 
+# --------------------------------------------------------------------------------------------- memory
+
+MEMORY_NOTE = (
+    "memory rows: regroup counts the broker process's RSS (VmRSS once steady for 1 s); Kafka counts heap "
+    "in use right after a full GC (jcmd GC.run, GC.heap_info); the RSS rows are each process's resident "
+    "memory."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Memory:
+    rss: RssReading
+    heap: int | None
+    has_heap: bool
+
+    @property
+    def counted(self) -> int | None:
+        """What the headline rows count: heap after GC for a broker with a heap of its own, else RSS."""
+        return self.heap if self.has_heap else self.rss.rss
+
+
+async def _measure(ctx: Ctx, what: str) -> _Memory:
+    broker = ctx.broker
+    pid = broker.pid
+    assert pid is not None
+    ctx.progress.note(f"measuring {what}: waiting for the broker's RSS to settle")
+    reading = await settled_rss(pid)
+    if reading is None:
+        raise ScenarioError(f"cannot read the broker's RSS from /proc/{pid}/status")
+    if not reading.settled:
+        ctx.progress.note(f"RSS still moving after {reading.waited:.0f} s; taking the last reading")
+    try:
+        heap = await asyncio.to_thread(broker.heap_after_gc)
+    except BenchTargetError as exc:
+        # The RSS rows still stand; the run is marked failed.
+        ctx.progress.note(f"no heap reading: {exc}")
+        ctx.result.error = ctx.result.error or f"heap after GC: {exc}"
+        return _Memory(reading, None, True)
+    return _Memory(reading, heap, heap is not None)
+
+
+def _mb(value: int | None) -> float | None:
+    return None if value is None else value / 1e6
+
+
+def _each(before: int | None, after: int | None, count: int) -> float | None:
+    return None if before is None or after is None else (after - before) / count
+
+
+async def memory(ctx: Ctx) -> None:
+    """Memory per idle member and per committed offset. After start-up and a warm-up (the topic
+    created, a small group formed and left, a commit), the broker's memory is read; again after M idle
+    members formed in G groups, one group at a time (they only heartbeat); and again after Y offsets
+    committed for simple groups (generation −1, no members), P partitions each. Each step's growth
+    divided by what it added is the cost of one. regroup counts RSS; Kafka, heap in use after a full GC
+    (RSS for reference).
+
+    The join lanes (one connection per member of a group) are opened before the warm-up and stay open, so
+    the steps do not count connections."""
+    p = ctx.params
+    _check(p)
+    broker = ctx.broker
+    if broker.pid is None or len(broker.pids) != 1:
+        raise ScenarioError(
+            "memory reads the broker's process: it needs a single broker the benchmark started"
+        )
+    if p.offsets < 1:
+        raise ScenarioError("need at least one offset")
+    group_ids = ctx.group_ids(p.groups, "memory")
+    group_of = _spread(p.members, group_ids)
+    sizes = collections.Counter(group_of)
+    group_size = max(sizes.values())
+    partitions = p.partitions or min(p.offsets, 1000)
+    offset_groups = ctx.group_ids(math.ceil(p.offsets / partitions), "offsets")
+    topic = ctx.topic
+    fleet = await _fleet(ctx, group_size)
+    try:
+        ctx.progress.note(f"warm-up: creating topic {topic} with {partitions} partitions")
+        await _create_topic(fleet.fast[0], topic, partitions, p.timeout)
+        warm_group, warm_simple = ctx.group_ids(2, "warmup")
+        # A small group: what its members free on leaving would be reused by the first measured ones.
+        warm_size = min(group_size, 10)
+        warm = [
+            SimMember(fleet, len(fleet.members), p.membership(warm_group, TOPIC), warm_size)
+            for _ in range(warm_size)
+        ]
+        await _form(ctx, fleet, warm, f"warm-up: a group of {warm_size}")
+        await asyncio.gather(*(m.leave() for m in warm))
+        await fleet.find_coordinators([warm_simple])
+        await _commit_simple(fleet, warm_simple, {TopicPartition(topic, q): 1 for q in range(partitions)})
+        _errors(ctx, fleet, "warm-up")
+        base = await _measure(ctx, "the baseline")
+
+        members = [
+            SimMember(fleet, len(fleet.members), p.membership(group_id, TOPIC), sizes[group_id])
+            for group_id in group_of
+        ]
+        for n, group_id in enumerate(group_ids):
+            await _form(
+                ctx, fleet, [m for m in members if m.group_id == group_id], f"group {n + 1}/{len(group_ids)}"
+            )
+        _errors(ctx, fleet, "forming")
+        idle = await _measure(ctx, f"{p.members} idle members")
+
+        await fleet.find_coordinators(offset_groups)
+        committed = 0
+        sem = asyncio.Semaphore(4 * len(fleet.fast))
+
+        async def commit_one(i: int, group_id: str, count: int) -> None:
+            nonlocal committed
+            async with sem:
+                offsets = {TopicPartition(topic, q): q + 1 for q in range(count)}
+                await _commit_simple(fleet, group_id, offsets, i)
+            committed += count
+
+        counts = [min(partitions, p.offsets - i * partitions) for i in range(len(offset_groups))]
+        async with ctx.progress.watch(lambda: f"committing: {committed}/{p.offsets} offsets"):
+            await asyncio.gather(
+                *(commit_one(i, g, c) for i, (g, c) in enumerate(zip(offset_groups, counts, strict=True)))
+            )
+        _errors(ctx, fleet, "committing")
+        full = await _measure(ctx, f"{p.offsets} committed offsets")
+        stable = sum(1 for m in members if m.stable)
+        _errors(ctx, fleet, "idle")
+    finally:
+        fleet.close()
+    r = ctx.result
+    _memory_totals(r, "baseline", base)
+    phase = "idle members"
+    r.add(phase, "members", p.members, "count", compare=False)
+    r.add(phase, "groups", p.groups, "count", compare=False)
+    _memory_step(r, phase, "idle member", base, idle, p.members)
+    r.add(phase, "members still stable at the end", stable, "count", compare=False)
+    phase = "committed offsets"
+    r.add(phase, "offsets", p.offsets, "count", compare=False)
+    r.add(phase, "groups (no members)", len(offset_groups), "count", compare=False)
+    r.add(phase, "partitions per group", partitions, "count", compare=False)
+    _memory_step(r, phase, "committed offset", idle, full, p.offsets)
+
+
+def _memory_step(r: RunResult, phase: str, each: str, before: _Memory, after: _Memory, count: int) -> None:
+    r.add(phase, each, _each(before.counted, after.counted, count), "bytes each")
+    r.add(phase, f"{each} by RSS", _each(before.rss.rss, after.rss.rss, count), "bytes each")
+    _memory_totals(r, phase, after)
+
+
+def _memory_totals(r: RunResult, phase: str, m: _Memory) -> None:
+    r.add(phase, "memory total", _mb(m.counted), "MB")
+    r.add(phase, "RSS total", _mb(m.rss.rss), "MB")
+    r.add(phase, "RSS settled after", m.rss.waited, "s", compare=False)
+
+
 # ------------------------------------------------------------------------------------------------ run
 
 SCENARIOS: dict[str, Callable[[Ctx], Coroutine[Any, Any, None]]] = {
@@ -794,6 +949,7 @@ SCENARIOS: dict[str, Callable[[Ctx], Coroutine[Any, Any, None]]] = {
     "failover": failover,
     "churn": churn,
     "static-roll": static_roll,
+    "memory": memory,
 }
 
 _MEMBERS = ("session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms", "connections")
@@ -805,7 +961,11 @@ SCENARIO_PARAMS: dict[str, tuple[str, ...]] = {
     "failover": ("groups", "offsets", "rounds", "baseline", "connections"),
     "churn": ("nodes", "members", "duration", "churn_interval_ms", "partitions", *_MEMBERS),
     "static-roll": ("nodes", "members", "bounce_ms", "partitions", *_MEMBERS),
+    "memory": ("members", "groups", "offsets", "partitions", *_MEMBERS),
 }
+
+# Printed under the table (and put in the JSON) for the scenarios whose rows need a word on what they count.
+_NOTES: dict[str, str] = {"memory": MEMORY_NOTE}
 
 # What the fake responder can stand in for: the throughput scenarios, to measure the load generator.
 FAKE_SCENARIOS = ("heartbeat", "commit")
@@ -876,11 +1036,15 @@ def run(
         doc = payload(scenario, shown, runs)
         doc["broker_config"] = applied
         doc["python"] = sys.version.split()[0]
+        if scenario in _NOTES:
+            doc["note"] = _NOTES[scenario]
         print(json.dumps(doc, indent=2))
     else:
         fair = ", ".join(f"{k}={v}" for k, v in applied.items())
         print(render(f"regroup bench {scenario}", shown, runs))
         print(f"\nbroker settings applied to started brokers: {fair}")
+        if scenario in _NOTES:
+            print(_NOTES[scenario])
     return 1 if any(r.error for r in runs) else 0
 
 

@@ -1,0 +1,30 @@
+"""``regroup bench memory`` against a regroup broker it starts, at a toy size: the rows are there and the
+memory read from the broker's process is positive. No assertion looks at how much memory anything takes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.support import tiny
+from regroup.bench.groups.scenarios import run
+
+
+def test_memory_rows_per_member_and_per_offset(capsys: pytest.CaptureFixture[str]) -> None:
+    params = tiny(members=20, groups=2, offsets=200, partitions=50)
+    code = run("memory", params, broker="regroup", json_output=True)
+    doc = json.loads(capsys.readouterr().out)
+    (run_doc,) = doc["runs"]
+    assert code == 0, run_doc["error"]
+    assert "RSS" in doc["note"]
+    metrics = {(m["phase"], m["name"]): m for m in run_doc["metrics"]}
+    for phase in ("baseline", "idle members", "committed offsets"):
+        assert metrics[(phase, "memory total")]["value"] > 0
+        assert metrics[(phase, "RSS total")]["value"] > 0
+    for phase, each in (("idle members", "idle member"), ("committed offsets", "committed offset")):
+        for name in (each, f"{each} by RSS"):
+            assert metrics[(phase, name)]["unit"] == "bytes each"
+            assert metrics[(phase, name)]["value"] > 0
+    assert metrics[("idle members", "members still stable at the end")]["value"] == 20
+    assert metrics[("committed offsets", "groups (no members)")]["value"] == 4
