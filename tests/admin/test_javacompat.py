@@ -13,18 +13,11 @@ from regroup.admin.javacompat import (
     java_split,
     parse_datetime,
     parse_duration_ms,
-    string_hash,
     topic_partition_hash,
 )
 from regroup.client.types import TopicPartition
 from regroup.protocol.errors import ErrorCode
-
-
-def test_string_hash_matches_java() -> None:
-    assert string_hash("") == 0
-    assert string_hash("t1") == 3645
-    assert string_hash("g-stable") == -488701087
-    assert string_hash("\U0001f600") == 1772899  # surrogate pair: two UTF-16 code units
+from regroup.protocol.javahash import java_string_hash
 
 
 def test_topic_partition_hash_matches_java() -> None:
@@ -40,22 +33,22 @@ def test_hashmap_order_matches_what_kafka_printed() -> None:
     assert hashmap_order(mixed, topic_partition_hash) == [mixed[2], mixed[1], mixed[0]]
     # --list of these groups, and --delete's success and failure lists.
     listed = ["g-empty", "a-group", "my group", "g-848", "g-stable"]
-    assert hashmap_order(listed, string_hash) == ["a-group", "my group", "g-848", "g-empty", "g-stable"]
-    assert hashmap_order(["g-stable", "nope"], string_hash) == ["nope", "g-stable"]
+    assert hashmap_order(listed, java_string_hash) == ["a-group", "my group", "g-848", "g-empty", "g-stable"]
+    assert hashmap_order(["g-stable", "nope"], java_string_hash) == ["nope", "g-stable"]
 
 
 def test_hashmap_copy_is_sized_for_its_contents() -> None:
     # describedGroups() is a HashMap copy: 5 groups fit a table of 8, which changes the order
     # (Kafka reset g-empty first for these groups).
     groups = ["a-group", "my group", "g-848", "g-empty", "g-stable"]
-    assert hashmap_order(groups, string_hash, copied=True)[0] == "g-empty"
-    assert hashmap_order([], string_hash, copied=True) == []
+    assert hashmap_order(groups, java_string_hash, copied=True)[0] == "g-empty"
+    assert hashmap_order([], java_string_hash, copied=True) == []
 
 
 def test_hashmap_grows_past_three_quarters() -> None:
     keys = [f"k{i}" for i in range(13)]  # 13 > 12 = 16 * 3/4: a 32-slot table
-    order = hashmap_order(keys, string_hash)
-    assert order == sorted(keys, key=lambda k: ((h := string_hash(k) & 0xFFFFFFFF) ^ (h >> 16)) & 31)
+    order = hashmap_order(keys, java_string_hash)
+    assert order == sorted(keys, key=lambda k: ((h := java_string_hash(k) & 0xFFFFFFFF) ^ (h >> 16)) & 31)
 
 
 def test_java_split_drops_trailing_empty_strings() -> None:

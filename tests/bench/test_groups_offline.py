@@ -12,7 +12,7 @@ from bench.support import tiny
 from regroup.bench.cli import add_scenarios
 from regroup.bench.groups.brokers import BenchTarget
 from regroup.bench.groups.report import RunResult, payload, render
-from regroup.bench.groups.scenarios import SCENARIOS, offsets_partition, run, run_scenario
+from regroup.bench.groups.scenarios import SCENARIOS, run, run_scenario
 from regroup.bench.groups.wire import _api_codec
 from regroup.protocol.framing import decode_response, encode_request, encode_response
 from regroup.protocol.message import Message
@@ -100,13 +100,6 @@ def test_pre_encoded_headers_match_the_framing_codec(
     assert codec.encode(request_, 77) == encode_request(request_, version, 77, "bench-3")
     frame = encode_response(response, version, 77)[4:]
     assert codec.decode(frame) == decode_response(frame, response.API_KEY, version)[1]
-
-
-def test_offsets_partition_follows_java_string_hash_code() -> None:
-    # "Aa" and "BB" share Java hash code 2112; "hello".hashCode() == 99162322.
-    assert offsets_partition("Aa", 50) == offsets_partition("BB", 50) == 2112 % 50
-    assert offsets_partition("hello", 50) == 99162322 % 50
-    assert offsets_partition("", 7) == 0
 
 
 # ----------------------------------------------------------------------------------------------- report

@@ -4,24 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from regroup.group.config import GroupConfig, java_string_hash, partition_for
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("", 0),
-        ("a", 97),
-        ("hello", 99162322),
-        ("Hello World", -862545276),  # int32 overflow
-        ("polygenelubricants", -(2**31)),  # Integer.MIN_VALUE
-        ("\U0001f600", 0xD83D * 31 + 0xDE00),  # UTF-16 code units: a surrogate pair
-        ("Aa", 2112),
-        ("BB", 2112),
-    ],
-)
-def test_java_string_hash(text: str, expected: int) -> None:
-    assert java_string_hash(text) == expected
+from regroup.group.config import GroupConfig, partition_for
 
 
 def test_partition_for() -> None:

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from regroup.client.blocking import BlockingConnection
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.javahash import group_partition as partition_for
 from regroup.protocol.message import Message
 from regroup.protocol.messages.create_topics import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from regroup.protocol.messages.fetch import FetchPartition, FetchRequest, FetchResponse, FetchTopic
@@ -47,7 +48,6 @@ __all__ = [
     "create_topics",
     "end_offsets",
     "fetch_partition",
-    "java_string_hash",
     "partition_for",
     "produce",
     "retry",
@@ -95,21 +95,6 @@ def retry(fn: Callable[[], T], ok: Callable[[T], bool], timeout: float = 30.0, w
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s: {what or fn}: last result {result!r}")
         time.sleep(0.1)
-
-
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit integer."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of a group: abs(hash) mod partitions (abs(MIN_VALUE) = 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
 def create_topics(address: Address, topics: dict[str, int], timeout: float = 30.0) -> None:

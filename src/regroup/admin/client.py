@@ -19,12 +19,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from regroup.admin.javacompat import exception_string, hashmap_order, string_hash
+from regroup.admin.javacompat import exception_string, hashmap_order
 from regroup.client.connection import Connection, open_connection, parse_bootstrap_servers
 from regroup.client.errors import KafkaConnectionError, RequestTimedOutError, UnsupportedApiVersionError
 from regroup.client.types import TopicPartition
 from regroup.protocol.api_keys import API_INFO, ApiKey
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.javahash import java_string_hash
 from regroup.protocol.message import Message
 from regroup.protocol.messages.consumer_group_describe import (
     ConsumerGroupDescribeRequest,
@@ -581,7 +582,7 @@ class AdminClient:
                 if wanted_types and g.type is not None and g.type.lower() not in wanted_types:
                     continue
                 by_id[g.group_id] = g
-        return [by_id[g] for g in hashmap_order(by_id, string_hash)]
+        return [by_id[g] for g in hashmap_order(by_id, java_string_hash)]
 
     async def describe_groups(
         self, groups: Sequence[str], *, consumer_only: bool = True

@@ -50,7 +50,6 @@ from regroup.admin.javacompat import (
     java_split,
     parse_datetime,
     parse_duration_ms,
-    string_hash,
     topic_partition_hash,
 )
 from regroup.admin.options import Options, UsageError
@@ -58,6 +57,7 @@ from regroup.client.types import TopicPartition, java_order
 from regroup.properties import load_properties
 from regroup.protocol.assignment_health import CONSUMER_PROTOCOL_TYPE, check_assignment, decode_member
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.javahash import java_string_hash
 
 __all__ = [
     "CONSUMER_GROUP_STATES",
@@ -499,8 +499,8 @@ class GroupsCommand:
                 failed[g] = r.java
             elif r is not ErrorCode.NONE:
                 failed[g] = exception_string(r)
-        deleted = hashmap_order(deleted, string_hash)
-        failed_rows = [(g, failed[g]) for g in hashmap_order(failed, string_hash)]
+        deleted = hashmap_order(deleted, java_string_hash)
+        failed_rows = [(g, failed[g]) for g in hashmap_order(failed, java_string_hash)]
         if self.json:
             self._emit(
                 jsonout.document(
@@ -591,7 +591,7 @@ class GroupsCommand:
         plan: dict[str, dict[TopicPartition, int]] = {}
         errors: dict[str, str] = {}
         # Kafka walks describeConsumerGroups(...).describedGroups(), a HashMap copy keyed by group id.
-        for group in hashmap_order(group_ids, string_hash, copied=True):
+        for group in hashmap_order(group_ids, java_string_hash, copied=True):
             d = described[group]
             if isinstance(d, AdminError):
                 if d.code is not ErrorCode.GROUP_ID_NOT_FOUND:

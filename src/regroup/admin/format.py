@@ -14,8 +14,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from regroup.admin.javacompat import hashmap_order, string_hash, topic_partition_hash
+from regroup.admin.javacompat import hashmap_order, topic_partition_hash
 from regroup.client.types import TopicPartition, java_order
+from regroup.protocol.javahash import java_string_hash
 
 __all__ = [
     "MISSING",
@@ -241,7 +242,7 @@ def reset_plan_order(
     """The plan in the order Kafka prints it: both levels are HashMaps (groups keyed by id, partitions
     by ``TopicPartition``), filled in the order the dicts were."""
     ordered = []
-    for group in hashmap_order(plan, string_hash):
+    for group in hashmap_order(plan, java_string_hash):
         offsets = plan[group]
         ordered.append((group, [(tp, offsets[tp]) for tp in hashmap_order(offsets, topic_partition_hash)]))
     return ordered

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from regroup.client.types import TopicPartition
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.javahash import java_string_hash
 
 __all__ = [
     "JavaParseError",
@@ -24,7 +25,6 @@ __all__ = [
     "java_split",
     "parse_datetime",
     "parse_duration_ms",
-    "string_hash",
     "topic_partition_hash",
 ]
 
@@ -87,18 +87,9 @@ def _int32(value: int) -> int:
     return value - 0x1_0000_0000 if value & 0x8000_0000 else value
 
 
-def string_hash(s: str) -> int:
-    """``String.hashCode()``: Σ s[i]·31^(n−1−i) over UTF-16 code units, in int32 arithmetic."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return _int32(h)
-
-
 def topic_partition_hash(tp: TopicPartition) -> int:
     """``TopicPartition.hashCode()``."""
-    return _int32(31 * (31 + tp.partition) + string_hash(tp.topic))
+    return _int32(31 * (31 + tp.partition) + java_string_hash(tp.topic))
 
 
 def hashmap_order(keys: Iterable[K], hash_of: Callable[[K], int], *, copied: bool = False) -> list[K]:

@@ -6,17 +6,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
+from regroup.protocol.javahash import group_partition
+
 __all__ = [
     "NEW_MEMBER_JOIN_TIMEOUT_MS",
     "GroupConfig",
-    "java_string_hash",
     "partition_for",
 ]
 
 NEW_MEMBER_JOIN_TIMEOUT_MS: Final = 5 * 60 * 1000
 """Kafka's fixed (not configurable) join timeout of a brand-new member with a parked JoinGroup."""
-
-_INT32_MIN: Final = -(2**31)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,19 +84,9 @@ class GroupConfig:
         return partition_for(group_id, self.offsets_topic_num_partitions)
 
 
-def java_string_hash(value: str) -> int:
-    """Java's ``String.hashCode``: Σ s[i]·31^(n−1−i) over UTF-16 code units, with int32 overflow."""
-    units = value.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 # Every group request routes through this; hashing the id in Python costs more than the cache lookup.
 @lru_cache(maxsize=65536)
 def partition_for(group_id: str, num_partitions: int) -> int:
     """The ``__consumer_offsets`` partition owning ``group_id`` (Kafka's ``Utils.abs(hash) % n``, where
     ``abs(Integer.MIN_VALUE)`` is 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == _INT32_MIN else abs(h)) % num_partitions
+    return group_partition(group_id, num_partitions)

@@ -53,6 +53,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from regroup.protocol.javahash import group_partition
+
 __all__ = [
     "FORMAT_VERSION",
     "GROUP_EVENTS_TOPIC",
@@ -79,13 +81,7 @@ class EventFormatError(ValueError):
 def events_partition(group_id: str, partitions: int) -> int:
     """The partition of ``__group_events`` that holds ``group_id``'s events (Kafka's ``partitionFor``:
     ``Utils.abs(groupId.hashCode()) % partitions``)."""
-    units = group_id.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    if h & 0x80000000:
-        h -= 1 << 32
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
+    return group_partition(group_id, partitions)
 
 
 def encode_event(event: Mapping[str, Any]) -> tuple[bytes, bytes]:

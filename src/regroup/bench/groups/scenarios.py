@@ -54,6 +54,7 @@ from regroup.client.requests import (
 from regroup.client.types import OffsetAndMetadata, TopicPartition
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.javahash import group_partition
 from regroup.protocol.message import Message
 from regroup.protocol.messages.create_topics import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -484,21 +485,6 @@ async def commit(ctx: Ctx) -> None:
 # ------------------------------------------------------------------------------------------- failover
 
 
-def _java_hash(value: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units, int32 overflow)."""
-    units = value.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def offsets_partition(group_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``."""
-    h = _java_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
 async def failover(ctx: Ctx) -> None:
     """Commit Y offsets for X groups that all live in ``__consumer_offsets`` partition 0, restart the broker
     on the same data, and time the first successful OffsetFetch of one of those groups.
@@ -522,7 +508,7 @@ async def failover(ctx: Ctx) -> None:
     while len(groups) < p.groups:
         candidate = f"{ctx.prefix}-failover-{n}"
         n += 1
-        if offsets_partition(candidate, num_partitions) == 0:
+        if group_partition(candidate, num_partitions) == 0:
             groups.append(candidate)
     per_group = max(1, math.ceil(p.offsets / p.groups))
     probe = groups[0]
