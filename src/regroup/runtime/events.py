@@ -217,8 +217,11 @@ def event_from_notify(event: object) -> Event | None:
 
 @dataclass(slots=True)
 class _Timeline:
-    replayed: deque[Event]
-    live: deque[Event]
+    """A group's remembered events, as their encoded record values: a generation of N members is one
+    JSON document naming them all, several times smaller encoded than as Python objects."""
+
+    replayed: deque[bytes]
+    live: deque[bytes]
 
 
 @dataclass(slots=True)
@@ -329,10 +332,12 @@ class GroupEventLog:
     def events(self, group_id: str) -> list[Event]:
         """``group_id``'s remembered events in log order (replayed ones first)."""
         timeline = self._timelines.get(group_id)
-        return [] if timeline is None else [*timeline.replayed, *timeline.live]
+        if timeline is None:
+            return []
+        events = (decode_event(None, value) for value in (*timeline.replayed, *timeline.live))
+        return [event for event in events if event is not None]
 
-    def _remember(self, event: Event, replayed: bool) -> None:
-        group_id = event["group_id"]
+    def _remember(self, group_id: str, value: bytes, replayed: bool) -> None:
         timeline = self._timelines.get(group_id)
         if timeline is None:
             size = self.config.events_per_group
@@ -341,7 +346,7 @@ class GroupEventLog:
                 self._timelines.popitem(last=False)
         elif not replayed:
             self._timelines.move_to_end(group_id)
-        (timeline.replayed if replayed else timeline.live).append(event)
+        (timeline.replayed if replayed else timeline.live).append(value)
 
     # -------------------------------------------------------------------------------- writing
 
@@ -350,16 +355,16 @@ class GroupEventLog:
         doc = event_from_notify(event)
         if doc is None:
             return
-        self._remember(doc, replayed=False)
-        if not self._partitions:
-            info = self._logs.topic(GROUP_EVENTS_TOPIC)
-            self._partitions = 0 if info is None else info.partitions
-        if self._closed or self._writer is None or not self._partitions:
-            return
         try:
             key, value = encode_event(doc)
         except (EventFormatError, TypeError, ValueError):
             log.exception("Cannot encode a group event of %s", doc.get("group_id"))
+            return
+        self._remember(doc["group_id"], value, replayed=False)
+        if not self._partitions:
+            info = self._logs.topic(GROUP_EVENTS_TOPIC)
+            self._partitions = 0 if info is None else info.partitions
+        if self._closed or self._writer is None or not self._partitions:
             return
         partition = events_partition(doc["group_id"], self._partitions)
         try:
@@ -471,11 +476,11 @@ class GroupEventLog:
                         self.stats.skipped += 1
                         log.debug("Skipping %s-%d@%d: %s", GROUP_EVENTS_TOPIC, partition, rec.offset, exc)
                         continue
-                    if event is None:
+                    if event is None or rec.value is None:  # (decode_event refuses a record without a value)
                         self.stats.skipped += 1
                         continue
                     self.stats.replayed += 1
-                    self._remember(event, replayed=True)
+                    self._remember(event["group_id"], rec.value, replayed=True)
                 offset = batch.next_offset
             await asyncio.sleep(0)
 
