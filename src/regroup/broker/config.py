@@ -605,9 +605,13 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
     ConfigDef(
         "group.coordinator.append.linger.ms",
         _B.INT,
-        10,
-        "How long the coordinator waits to batch writes to __consumer_offsets.",
-        at_least(0),
+        -1,
+        "How long Kafka's coordinator waits to batch writes to __consumer_offsets (-1: adaptive, until its "
+        "event queue is empty). regroup appends an event's records as soon as the partition is free and "
+        "batches those that arrive meanwhile behind the write in progress — the adaptive behaviour; "
+        "other values have no effect.",
+        at_least(-1),
+        applies=False,
     ),
     ConfigDef(
         "group.consumer.session.timeout.ms",
