@@ -1,19 +1,22 @@
 """Building the SparkSession: local by default, any cluster with a master URL, the Kafka connector at the
-running Spark version, UTC timestamps, and ``format("regroup")`` registered."""
+running Spark version, UTC timestamps, ``format("regroup")`` registered, and on a cluster the pipeline's
+own code shipped to the executors (:mod:`regroup_pipeline.pyfiles`)."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Final
 
 from pyspark.sql import SparkSession
 
 from regroup_pipeline.connector import kafka_jars_conf, kafka_package
 from regroup_pipeline.datasource import register
+from regroup_pipeline.pyfiles import executor_zip
 
-__all__ = ["DEFAULT_MASTER", "build_session", "kafka_package"]
+__all__ = ["DEFAULT_MASTER", "build_session", "kafka_package", "ship_code"]
 
 DEFAULT_MASTER: Final = "local[*]"
 
@@ -24,6 +27,26 @@ def _local_cores(master: str) -> int | None:
     inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
     cores = inside.split(",")[0].strip()
     return os.cpu_count() or 1 if cores == "*" else int(cores)
+
+
+def _is_local(master: str) -> bool:
+    """Tasks run in the driver's JVM and Python workers it starts itself (``local-cluster`` has separate
+    executors, so it is not local here)."""
+    return master == "local" or master.startswith("local[")
+
+
+def ship_code(spark: SparkSession) -> Path | None:
+    """Unless the master is local, add the zip of the code executors import (:func:`executor_zip`) to the
+    application's Python files, once; returns it. Executors then need only the pipeline's third-party
+    dependencies installed, not regroup. Call it before registering data sources or UDFs: a Python
+    function takes the list of Python files as it is when the function is wrapped for the JVM."""
+    sc = spark.sparkContext
+    if _is_local(sc.master or ""):
+        return None
+    zipped = executor_zip()
+    if not any(f.rsplit("/", 1)[-1] == zipped.name for f in sc.listFiles):
+        sc.addPyFile(str(zipped))
+    return zipped
 
 
 def _local_driver_memory() -> str:
@@ -47,13 +70,16 @@ def build_session(
     """A SparkSession for the pipeline. ``kafka`` puts Spark's Kafka connector on the classpath (resolved
     by :mod:`regroup_pipeline.connector` into regroup's cache on first use, then taken from there; raises
     :class:`~regroup_pipeline.connector.ConnectorError` when it cannot be); ``conf`` entries override
-    everything set here."""
+    everything set here. On a cluster the pipeline's code goes to the executors with the application
+    (:func:`ship_code`)."""
     active = SparkSession.getActiveSession()
     if active is not None:
         # Inside an application that already runs Spark (a notebook, a test session): use its session.
+        ship_code(active)
         register(active)
         return active
-    # Python workers must run the interpreter that has pyarrow and regroup_pipeline installed.
+    # Python workers run this interpreter, which has pyarrow, numba and regroup_pipeline installed, unless
+    # PYSPARK_PYTHON names another (on a cluster: a path that exists on the workers).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings: dict[str, str] = {
         "spark.sql.session.timeZone": "UTC",
@@ -78,5 +104,7 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    # Before registering the data source: its Python function carries the Python files added by then.
+    ship_code(spark)
     register(spark)
     return spark

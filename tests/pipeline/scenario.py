@@ -152,7 +152,7 @@ class Member(threading.Thread):
         # Know the topics' partitions before joining: a kafka-python leader whose metadata lacks them
         # assigns nothing, and rejoins only if it notices the metadata change afterwards.
         for topic in self._topics:
-            wait_for(lambda t=topic: bool(consumer.partitions_for_topic(t)), 30, f"metadata of {topic}")
+            wait_for(lambda t=topic: bool(consumer.partitions_for_topic(t)), 120, f"metadata of {topic}")
         consumer.subscribe(self._topics, listener=Listener())
         try:
             while True:
@@ -379,7 +379,7 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
     probe = KafkaConsumer(bootstrap_servers=bootstrap)
     # kafka-python's offset lookups leave out partitions of topics missing from the client's metadata.
     for topic in ALL_TOPICS:
-        wait_for(lambda t=topic: bool(probe.partitions_for_topic(t)), 30, f"metadata of {topic}")
+        wait_for(lambda t=topic: bool(probe.partitions_for_topic(t)), 120, f"metadata of {topic}")
 
     def caught_up(group: str, topics: list[str]) -> Callable[[], bool]:
         tps = [TopicPartition(t, p) for t in topics for p in range(TOPICS[t])]
@@ -393,36 +393,36 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
 
     both = ["orders", "payments"]
     a = member("A", "g-churn", both, RangePartitionAssignor)
-    wait_for(settled([a], churn, 5), 30, "A alone")
-    wait_for(caught_up("g-churn", both), 30, "A to consume everything")
+    wait_for(settled([a], churn, 5), 120, "A alone")
+    wait_for(caught_up("g-churn", both), 120, "A to consume everything")
     b = member("B", "g-churn", both, RangePartitionAssignor)
-    wait_for(settled([a, b], churn, 5), 30, "A+B")
+    wait_for(settled([a, b], churn, 5), 120, "A+B")
     c = member("C", "g-churn", both, RangePartitionAssignor)
-    wait_for(settled([a, b, c], churn, 5), 30, "A+B+C")
+    wait_for(settled([a, b, c], churn, 5), 120, "A+B+C")
     b.close()
-    wait_for(settled([a, c], churn, 5), 30, "A+C after B left")
+    wait_for(settled([a, c], churn, 5), 120, "A+C after B left")
     a.close()
-    wait_for(settled([c], churn, 5), 30, "C after A left")
+    wait_for(settled([c], churn, 5), 120, "C after A left")
     before_empty = int(time.time() * 1000)
     c.close()
     after_empty = int(time.time() * 1000)
     produced |= _produce(producer, "orders", 0, 5, late_ts, 1000)
 
     r1 = member("R1", "g-rr", both, RoundRobinPartitionAssignor)
-    wait_for(settled([r1], observed["g-rr"], 5), 30, "R1")
+    wait_for(settled([r1], observed["g-rr"], 5), 120, "R1")
     r2 = member("R2", "g-rr", both, RoundRobinPartitionAssignor)
     rr = [r1, r2]
-    wait_for(settled(rr, observed["g-rr"], 5), 30, "g-rr")
-    wait_for(caught_up("g-rr", both), 30, "g-rr to consume everything")
+    wait_for(settled(rr, observed["g-rr"], 5), 120, "g-rr")
+    wait_for(caught_up("g-rr", both), 120, "g-rr to consume everything")
     for m in rr:
         m.resubscribe(["orders"])
-    wait_for(settled(rr, observed["g-rr"], 3), 30, "g-rr on orders only")
+    wait_for(settled(rr, observed["g-rr"], 3), 120, "g-rr on orders only")
     wait_for(
         lambda: all(m.assignment and all(t == "orders" for t, _ in m.assignment) for m in rr),
         30,
         "resubscription",
     )
-    wait_for(caught_up("g-rr", ["orders"]), 30, "g-rr to consume the late records")
+    wait_for(caught_up("g-rr", ["orders"]), 120, "g-rr to consume the late records")
     # kafka-python rejoins once more when its metadata catches up with the new subscription; pause only
     # when the generation has stayed the same for a while, so that the group stays Stable.
     try:
@@ -434,8 +434,8 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
         m.pause()
 
     gone = member("G", "g-gone", ["audit"], RangePartitionAssignor)
-    wait_for(settled([gone], observed["g-gone"], 1), 30, "g-gone")
-    wait_for(caught_up("g-gone", ["audit"]), 30, "g-gone to consume")
+    wait_for(settled([gone], observed["g-gone"], 1), 120, "g-gone")
+    wait_for(caught_up("g-gone", ["audit"]), 120, "g-gone to consume")
     gone.close()
     admin.delete_groups(["g-gone"])
 
@@ -469,7 +469,7 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
     # g-stuck: one member, which commits only the offsets chosen here.
     stuck_start = int(time.time() * 1000)
     stuck = member("S", "g-stuck", [CLICKS], RangePartitionAssignor, commit_polled=False)
-    wait_for(settled([stuck], observed["g-stuck"], 2), 30, "S")
+    wait_for(settled([stuck], observed["g-stuck"], 2), 120, "S")
     stuck_assigned = int(time.time() * 1000)
     clicks = [TopicPartition(CLICKS, p) for p in range(2)]
     for p in range(2):
