@@ -82,6 +82,15 @@ TEST_BROKER_CONFIG: Final[dict[str, str]] = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
     "group.max.session.timeout.ms": "1800000",
+    # KIP-848 consumer groups: the broker decides session and heartbeat; 20 s lets a restarted static
+    # member (a JVM on a loaded 2-core machine) come back in time, 0.5 s heartbeats keep reconciliation quick.
+    "group.consumer.session.timeout.ms": "20000",
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    # Kafka 4.3 recomputes a target at most once a second by default: a scripted sequence would then
+    # depend on its own timing.
+    "group.consumer.assignment.interval.ms": "0",
     "offsets.topic.num.partitions": "5",
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",

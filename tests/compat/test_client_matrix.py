@@ -60,6 +60,23 @@ ROWS: Final = [
     ),
     Row("aiokafka", "aiokafka, round robin", lambda wd: python_row("aiokafka", "roundrobin")),
     Row("kcat", "kcat -G (librdkafka balanced consumer, auto-commit)", lambda wd: kcat_row()),
+    Row(
+        "java-consumer-protocol",
+        "Java KafkaConsumer, consumer protocol (KIP-848), uniform",
+        lambda wd: java_row("java-kip848", "uniform", False, wd, protocol="consumer"),
+        heavy=True,
+    ),
+    Row(
+        "java-consumer-protocol-static",
+        "Java KafkaConsumer, consumer protocol (KIP-848), static membership (group.instance.id), uniform",
+        lambda wd: java_row("java-kip848-static", "uniform", True, wd, protocol="consumer"),
+        heavy=True,
+    ),
+    Row(
+        "confluent-kafka-consumer-protocol",
+        "confluent-kafka, consumer protocol (KIP-848)",
+        lambda wd: python_row("confluent", "uniform", protocol="consumer"),
+    ),
 ]
 
 

@@ -55,12 +55,6 @@ _NEWER = (
     "{what}; clients negotiate the highest common version, so they speak the older version to regroup "
     "(exercised by the client matrix)"
 )
-_KIP_848 = (
-    "regroup implements the classic rebalance protocol only; the KIP-848 consumer protocol (API {key}) is "
-    "out of scope, and clients fall back to the classic protocol (the default of every 4.x client) when it "
-    "is not advertised"
-)
-
 ALLOWLIST: Final[tuple[Allowed, ...]] = (
     Allowed(
         "FindCoordinator",
@@ -114,12 +108,11 @@ ALLOWLIST: Final[tuple[Allowed, ...]] = (
     Allowed(
         "ApiVersions",
         (0, 4),
-        "api_keys.68",
+        "api_keys.69[1]",
         "api-versions",
-        _KIP_848.format(key="68, ConsumerGroupHeartbeat"),
-    ),
-    Allowed(
-        "ApiVersions", (0, 4), "api_keys.69", "api-versions", _KIP_848.format(key="69, ConsumerGroupDescribe")
+        _NEWER.format(what="ConsumerGroupDescribe v1 (KIP-1099 MemberType)"),
+        kafka=1,
+        regroup=0,
     ),
 )
 

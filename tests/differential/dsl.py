@@ -35,6 +35,11 @@ from regroup.client.blocking import BlockingConnection
 from regroup.protocol.errors import ErrorCode as E
 from regroup.protocol.message import Message, Struct
 from regroup.protocol.messages.api_versions import ApiVersionsRequest
+from regroup.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+from regroup.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatRequestTopicPartitions,
+)
 from regroup.protocol.messages.delete_groups import DeleteGroupsRequest
 from regroup.protocol.messages.describe_groups import DescribeGroupsRequest
 from regroup.protocol.messages.find_coordinator import FindCoordinatorRequest
@@ -84,7 +89,9 @@ __all__ = [
     "Step",
     "api_versions",
     "assignment",
+    "cgh",
     "commit",
+    "consumer_describe",
     "delete_groups",
     "describe",
     "fetch_offsets",
@@ -165,6 +172,9 @@ class Actor:
     session: int = 6000
     rebalance: int = 6000
     parked: list[tuple[str, int, Message]] = field(default_factory=list)
+    # KIP-848: the member epoch and the partitions (topic id, partitions) of the last assignment received
+    member_epoch: int = 0
+    owned: list[tuple[Any, list[int]]] = field(default_factory=list)
 
 
 Check = Callable[[Any], str | None]
@@ -444,6 +454,68 @@ def join(
             _on_join,
         )
     )
+
+
+def _on_cgh(ctx: Context, actor: Actor | None, response: Message) -> None:
+    assert actor is not None
+    if response.error_code != E.NONE:  # type: ignore[attr-defined]
+        return
+    actor.member_epoch = response.member_epoch  # type: ignore[attr-defined]
+    assigned = response.assignment  # type: ignore[attr-defined]
+    if actor.member_epoch < 0:
+        actor.owned = []
+    elif assigned is not None:
+        actor.owned = [(tp.topic_id, list(tp.partitions)) for tp in assigned.topic_partitions]
+
+
+def cgh(
+    actor: str,
+    v: int = 1,
+    *,
+    epoch: object = AUTO,
+    names: Sequence[str] | None = None,
+    rebalance: int | None = None,
+    group: str | None = None,
+    expect: E | None = None,
+) -> Step:
+    """ConsumerGroupHeartbeat (KIP-848) with the client-generated member id ``<actor>-member``. Epoch 0 joins
+    with ``names`` (logical topic names) and a 30 s rebalance timeout; later heartbeats send the actor's
+    epoch and, as owned partitions, the last assignment it received (a client that revoked and acquired
+    what it was told); −1 leaves."""
+
+    def build(ctx: Context, a: Actor | None) -> Message:
+        assert a is not None
+        member_epoch = a.member_epoch if epoch is AUTO else epoch
+        assert isinstance(member_epoch, int)
+        joining = member_epoch == 0
+        owned = [] if joining else a.owned
+        return ConsumerGroupHeartbeatRequest(
+            group_id=ctx.group_id(group),
+            member_id=f"{a.name}-member",
+            member_epoch=member_epoch,
+            rebalance_timeout_ms=rebalance if rebalance is not None else 30_000 if joining else -1,
+            subscribed_topic_names=None if names is None else [topic_name(t) for t in names],
+            topic_partitions=None
+            if member_epoch < 0
+            else [ConsumerGroupHeartbeatRequestTopicPartitions(t, ps) for t, ps in owned],
+        )
+
+    return Step(
+        _label("ConsumerGroupHeartbeat", actor, v, f"epoch {epoch}" if epoch is not AUTO else ""),
+        "ConsumerGroupHeartbeat",
+        v,
+        actor,
+        build,
+        expect=expect,
+        after=_on_cgh,
+    )
+
+
+def consumer_describe(v: int = 0, *, groups: Sequence[str | None] = (None,)) -> Step:
+    def build(ctx: Context, a: Actor | None) -> Message:
+        return ConsumerGroupDescribeRequest(group_ids=[ctx.group_id(g) for g in groups])
+
+    return Step(_label("ConsumerGroupDescribe", None, v), "ConsumerGroupDescribe", v, None, build)
 
 
 def wait(actor: str, timeout: float = 20.0) -> Step:

@@ -50,7 +50,9 @@ GROUP_API_KEYS: Final = frozenset(
 _UNORDERED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("JoinGroup", ("members",), "member_id"),
     ("DescribeGroups", ("groups", "*", "members"), "member_id"),
+    ("ConsumerGroupDescribe", ("groups", "*", "members"), "member_id"),
     ("DescribeGroups", ("groups",), "group_id"),
+    ("ConsumerGroupDescribe", ("groups",), "group_id"),
     ("DeleteGroups", ("results",), "group_id"),
     ("ListGroups", ("groups",), "group_id"),
     ("OffsetFetch", ("topics",), "name"),

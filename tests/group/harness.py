@@ -447,9 +447,11 @@ class Harness:
         topics: Mapping[str, Sequence[int]] | None = None,
         *,
         require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> OffsetFetchResponseGroup:
         wanted = None if topics is None else list(topics.items())
-        return self.shard.offset_fetch(group_id, wanted, require_stable, 9)
+        return self.shard.offset_fetch(group_id, wanted, require_stable, 9, member_id, member_epoch)
 
     def fetched(self, group_id: str, topic: str, partition: int) -> tuple[int, int, str | None]:
         result = self.fetch(group_id, {topic: [partition]})
@@ -507,7 +509,7 @@ class Harness:
             "consumer_group_heartbeat",
             version,
             client_id,
-            lambda ctx, r, now: self.shard.consumer_group_heartbeat(ctx, r, now, self.topics),
+            lambda ctx, r, now: self.shard.consumer_group_heartbeat(ctx, r, self.topics, now),
             req,
         )
 

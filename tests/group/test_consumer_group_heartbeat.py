@@ -83,7 +83,7 @@ def test_join_with_owned_partitions_null_is_invalid(h: Harness) -> None:
     req = ConsumerGroupHeartbeatRequest(
         group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"]
     )
-    result = h.shard.consumer_group_heartbeat(h._ctx(1, "c"), req, h.now, h.topics)
+    result = h.shard.consumer_group_heartbeat(h._ctx(1, "c"), req, h.topics, h.now)
     assert result.reply is not None
     assert result.reply.error_code == ErrorCode.INVALID_REQUEST.value
 

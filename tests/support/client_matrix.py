@@ -12,12 +12,17 @@ scenario and one set of checks serve Java, librdkafka, Python, Go and Node clien
 5. B is killed (SIGKILL); the survivor takes over once B's session expires;
 6. the producer stops, the survivor drains and commits, then shuts down.
 
+Rows of the KIP-848 consumer protocol (``GroupScenario.protocol == "consumer"``) are observed with
+ConsumerGroupDescribe and their records are the consumer-group ones (member assignments, type 8; group epochs,
+type 3) instead of GroupMetadata.
+
 Checks: **no loss** (every offset in the log was consumed by some member), **exclusive ownership** (no
-partition in two members' assignments within one generation, from the coordinator's own records in
-``__consumer_offsets``, and — for clients that report revocations — no overlap between the owners' own
-assigned/revoked intervals), **convergence** (after every step the group is Stable with the expected
-members and a full, disjoint assignment), **resume** (no member ever consumes below an offset that was
-already committed a moment earlier, and the final committed offsets equal the log end offsets).
+partition in two members' assignments within one generation — for consumer groups: held, assigned or
+pending revocation, by two members at any point of the record sequence — from the coordinator's own
+records in ``__consumer_offsets``, and — for clients that report revocations — no overlap between the
+owners' own assigned/revoked intervals), **convergence** (after every step the group is Stable with the
+expected members and a full, disjoint assignment), **resume** (no member ever consumes below an offset that
+was already committed a moment earlier, and the final committed offsets equal the log end offsets).
 """
 
 from __future__ import annotations
@@ -36,8 +41,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from regroup.client.blocking import BlockingConnection
+from regroup.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
 from regroup.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from regroup.protocol.records.consumer_protocol import ConsumerProtocolAssignment
+from regroup.refkafka import TEST_BROKER_CONFIG
 from support.consumer_offsets import group_records
 from support.kafka_wire import (
     Address,
@@ -52,11 +62,15 @@ __all__ = [
     "GroupScenario",
     "MatrixResult",
     "describe_assignment",
+    "describe_consumer_assignment",
     "run_group_scenario",
 ]
 
 PARTITIONS = 12
 SESSION_TIMEOUT_MS = 4000
+CONSUMER_SESSION_TIMEOUT_MS = int(TEST_BROKER_CONFIG["group.consumer.session.timeout.ms"])
+"""KIP-848 members get the broker's session timeout (``group.consumer.session.timeout.ms`` of the test
+brokers)."""
 HEARTBEAT_INTERVAL_MS = 500
 PRODUCE_RATE = 100.0
 MEMBERS = ("A", "B", "C")
@@ -313,6 +327,26 @@ def describe_assignment(conn: BlockingConnection, group: str, topic: str) -> tup
     return described.group_state, members
 
 
+def describe_consumer_assignment(
+    conn: BlockingConnection, group: str, topic: str
+) -> tuple[str, dict[str, list[int]]]:
+    """The KIP-848 group's state and each member's partitions of ``topic`` (ConsumerGroupDescribe v0; a
+    member's assignment includes partitions it still has to revoke)."""
+    response = conn.request(
+        ConsumerGroupDescribeRequest(group_ids=[group]), ConsumerGroupDescribeResponse, version=0
+    )
+    described = response.groups[0]
+    if described.error_code:
+        return "", {}
+    members = {
+        m.member_id: sorted(
+            p for tp in m.assignment.topic_partitions if tp.topic_name == topic for p in tp.partitions
+        )
+        for m in described.members
+    }
+    return described.group_state, members
+
+
 def converged(state: str, members: Mapping[str, Sequence[int]], expected_members: int) -> bool:
     everything = [p for parts in members.values() for p in parts]
     return (
@@ -333,6 +367,8 @@ class GroupScenario:
     static: bool = False
     reports_assignments: bool = True
     session_timeout_ms: int = SESSION_TIMEOUT_MS
+    protocol: str = "classic"
+    """``consumer``: the KIP-848 protocol (the broker's ``group.consumer.session.timeout.ms`` applies)."""
 
 
 @dataclass
@@ -432,6 +468,73 @@ def _static_replacements(records: Sequence[Any]) -> list[str]:
     return problems
 
 
+def _consumer_group_ownership(records: Sequence[Any]) -> tuple[list[str], int]:
+    """KIP-848 groups: replaying the members' current assignments (type 8, tombstones release), no partition
+    is ever held — assigned or pending revocation — by two members. Returns the problems and the number of
+    distinct member epochs seen."""
+    problems: list[str] = []
+    held: dict[str, set[tuple[str, int]]] = {}
+    epochs: set[int] = set()
+    for r in records:
+        if r.key_type != 8:
+            continue
+        member = str(r.key["member_id"])
+        if r.value is None:
+            held.pop(member, None)
+            continue
+        epochs.add(r.value["member_epoch"])
+        parts = {
+            (str(tp["topic_id"]), int(p))
+            for name in ("assigned_partitions", "partitions_pending_revocation")
+            for tp in r.value[name]
+            for p in tp["partitions"]
+        }
+        for other, theirs in held.items():
+            if other != member and parts & theirs:
+                both = sorted(p for _t, p in parts & theirs)
+                problems.append(f"epoch {r.value['member_epoch']}: {both} held by {other} and {member}")
+        held[member] = parts
+    return problems, len(epochs)
+
+
+def _static_consumer_replacements(records: Sequence[Any]) -> list[str]:
+    """KIP-848 static membership: a restarted static member leaves with epoch −2 and its successor (same
+    instance id, new member id) takes its place without a group epoch bump (no type-3 record between the
+    two)."""
+    problems: list[str] = []
+    epoch = 1
+    member_of: dict[str, str] = {}  # instance id -> member id
+    instance_of: dict[str, str] = {}  # member id -> instance id
+    left_at: dict[str, int] = {}  # instance id -> group epoch when its member left with −2
+    awaiting: dict[str, tuple[str, int]] = {}  # new member id -> (instance, group epoch at the −2 leave)
+    replacements = 0
+    for r in records:
+        if r.key_type == 3 and r.value is not None:
+            epoch = int(r.value["epoch"])
+        elif r.key_type == 5 and r.value is not None and r.value.get("instance_id"):
+            instance, member = str(r.value["instance_id"]), str(r.key["member_id"])
+            previous = member_of.get(instance)
+            if previous is not None and previous != member:
+                replacements += 1
+                if instance not in left_at:
+                    problems.append(f"instance {instance} replaced without a temporary (−2) leave")
+                else:
+                    awaiting[member] = (instance, left_at.pop(instance))
+            member_of[instance] = member
+            instance_of[member] = instance
+        elif r.key_type == 8 and r.value is not None:
+            member = str(r.key["member_id"])
+            if r.value["member_epoch"] == -2 and member in instance_of:
+                left_at[instance_of[member]] = epoch
+            elif member in awaiting:
+                instance, before = awaiting.pop(member)
+                if epoch != before:
+                    problems.append(f"instance {instance} replaced with group epoch {before} → {epoch}")
+    if not replacements:
+        problems.append("no static replacement recorded")
+    return problems
+
+
 def run_group_scenario(
     scenario: GroupScenario, address: Address, partitions_of_offsets_topic: int, log_dir: Path
 ) -> MatrixResult:
@@ -460,11 +563,14 @@ def run_group_scenario(
         processes[name] = proc
         return proc
 
+    consumer_protocol = scenario.protocol == "consumer"
+    describe = describe_consumer_assignment if consumer_protocol else describe_assignment
+
     def wait_converged(n: int, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         last: tuple[str, dict[str, list[int]]] = ("", {})
         while time.monotonic() < deadline:
-            last = describe_assignment(observer, group, topic)
+            last = describe(observer, group, topic)
             if converged(*last, n):
                 phases.append(f"{what}: {time.monotonic() - started:.1f}s")
                 timeline.append(phases[-1])
@@ -553,7 +659,7 @@ def run_group_scenario(
     problems: list[str] = []
     generations: list[int] = []
     for r in records:
-        if r.key_type != 2 or not r.value or not r.value["members"]:
+        if consumer_protocol or r.key_type != 2 or not r.value or not r.value["members"]:
             continue
         generations.append(r.value["generation"])
         owner: dict[int, str] = {}
@@ -569,7 +675,13 @@ def run_group_scenario(
                             f"and {m['member_id']}"
                         )
                     owner[p] = m["member_id"]
-    if not generations:
+    if consumer_protocol:
+        ownership, epochs = _consumer_group_ownership(records)
+        problems += ownership
+        if not epochs:
+            problems.append("no ConsumerGroupCurrentMemberAssignment record in __consumer_offsets")
+        generations = list(range(epochs))
+    elif not generations:
         problems.append("no GroupMetadata record with members in __consumer_offsets")
     if scenario.reports_assignments:
         intervals = [(p, a, b, proc.name) for proc in members for p, a, b in proc.ownership()]
@@ -583,10 +695,14 @@ def run_group_scenario(
     result.check(
         "exclusive ownership",
         problems,
-        f"{len(generations)} generations disjoint"
+        f"{len(generations)} {'member epochs' if consumer_protocol else 'generations'} disjoint"
         + ("; client view disjoint" if scenario.reports_assignments else ""),
     )
-    if scenario.static:
+    if scenario.static and consumer_protocol:
+        result.check(
+            "static restart without rebalance", _static_consumer_replacements(records), "same group epoch"
+        )
+    elif scenario.static:
         result.check("static restart without rebalance", _static_replacements(records), "same generation")
 
     # --- convergence

@@ -33,7 +33,8 @@ class CoordinatorRecord:
 
     @property
     def group(self) -> str:
-        return str(self.key.get("group", ""))
+        # offset and group metadata keys name it "group", consumer-group keys (KIP-848) "group_id"
+        return str(self.key.get("group", self.key.get("group_id", "")))
 
     def reencodes(self) -> bool:
         """Whether regroup's codecs re-encode the decoded key and value to exactly the stored bytes."""

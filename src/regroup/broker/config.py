@@ -670,6 +670,14 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
         _non_empty_list,
     ),
     ConfigDef(
+        "group.consumer.assignment.interval.ms",
+        _B.INT,
+        1000,
+        "Kafka 4.3 (KIP-1263): a consumer group's target assignment is recomputed at most this often; the "
+        "members' epochs move with it (0: on every group epoch bump).",
+        at_least(0),
+    ),
+    ConfigDef(
         "group.consumer.migration.policy",
         _B.STRING,
         "bidirectional",

@@ -40,6 +40,7 @@ from regroup.runtime.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupC
 from regroup.runtime.durability import GateRegistry, PartitionGate, ReplicatedGate, WriteGate
 from regroup.runtime.events import GroupEventsConfig
 from regroup.runtime.shard_runner import OffsetsLog, ReplicatedOffsetsLog
+from regroup.runtime.topics_image import TopicsImageSource
 
 __all__ = ["Broker"]
 
@@ -72,7 +73,7 @@ class Broker:
         # The group coordinator's time (its timers, commit timestamps); regroup.testing makes it virtual
         # while the network and the logs keep real time.
         self.coordinator_clock: Clock = coordinator_clock or self.clock
-        self.registry = registry or default_registry()
+        self.registry = registry or default_registry(config)
         self.cluster_id = ""
         self.gates = GateRegistry(self.clock.now_ms)
         try:
@@ -95,6 +96,14 @@ class Broker:
             LocalTopology(self.node_id, self.logs) if self.cluster is None else self.cluster.topology
         )
         """Who leads what: this node alone, or the cluster's metadata image."""
+        if self.cluster is not None:
+            # Consumer groups assign from the cluster's topics, not from the replicas this node hosts; the
+            # metadata image replaces its topic map when a topic changes.
+            member = self.cluster
+            self.group_coordinator.topics_image = TopicsImageSource(
+                lambda: member.node.image.topics,
+                lambda: ((t.name, t.topic_id, t.partitions, t.internal) for t in member.topology.topics()),
+            )
         self.server = BrokerServer(self, self.registry)
         self.admin = AdminServer(self, self.server)
         self.shutdown_grace_seconds = shutdown_grace_seconds
@@ -492,6 +501,7 @@ def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
             consumer_heartbeat_interval_ms=config.get_int("group.consumer.heartbeat.interval.ms"),
             consumer_max_size=config.get_int("group.consumer.max.size"),
             consumer_assignors=tuple(config.get("group.consumer.assignors")),
+            consumer_assignment_interval_ms=config.get_int("group.consumer.assignment.interval.ms"),
             consumer_migration_policy=str(config.get("group.consumer.migration.policy")).lower(),
         ),
         offsets_topic_segment_bytes=config.get_int("offsets.topic.segment.bytes"),

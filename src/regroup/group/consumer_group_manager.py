@@ -17,7 +17,7 @@ against that image (see :mod:`regroup.group.topic_regex`).
 Not served yet: online migration between classic and consumer groups (§9) — a ConsumerGroupHeartbeat for a
 non-empty classic group is answered GROUP_ID_NOT_FOUND, and a classic JoinGroup for a consumer group
 INCONSISTENT_GROUP_PROTOCOL (the shard does the latter); classic-protocol members inside consumer groups;
-offset commits validated by member epochs (§7); group-level config overrides.
+group-level config overrides. Offsets of consumer groups (§7) are :mod:`regroup.group.offset_manager`'s.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def _validate(req: ConsumerGroupHeartbeatRequest, version: int, config: GroupCon
             return _Rejected(invalid, "TopicPartitions must be empty when (re-)joining.")
         if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
             return _Rejected(
-                invalid, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+                invalid,
+                "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.",
             )
     elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         if req.instance_id is None:
@@ -210,7 +211,9 @@ class ConsumerGroupManager:
         if existing is None:
             if req.member_epoch != 0:
                 return Result(
-                    reply=_error_response(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+                    reply=_error_response(
+                        ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found."
+                    )
                 )
             replaced_classic = self._classic.group(group_id)
             if replaced_classic is not None and replaced_classic.members:
@@ -338,10 +341,12 @@ class ConsumerGroupManager:
                 and owned <= member.assigned
             )
             if not lost_response:
+                relation = "greater" if epoch > member.member_epoch else "smaller"
                 raise _Rejected(
                     ErrorCode.FENCED_MEMBER_EPOCH,
-                    f"The consumer group member has a different epoch ({epoch}) than the coordinator "
-                    f"({member.member_epoch}).",
+                    f"The consumer group member has a {relation} member epoch ({epoch}) than the one known "
+                    f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                    "partitions and rejoin.",
                 )
 
         # For a new member the old subscription is the empty default; a static replacement starts from the
@@ -485,7 +490,9 @@ class ConsumerGroupManager:
         group = self._groups.get(req.group_id)
         if group is None:
             return Result(
-                reply=_error_response(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
+                reply=_error_response(
+                    ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found."
+                )
             )
         if req.instance_id is not None:
             member = group.static_member(req.instance_id)
@@ -751,7 +758,6 @@ class ConsumerGroupManager:
             return ConsumerDescribedGroup(
                 group_id=group_id,
                 error_code=ErrorCode.INVALID_GROUP_ID.value,
-                error_message="Group id is empty.",
             )
         group = self._groups.get(group_id)
         if group is None:

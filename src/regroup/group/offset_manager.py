@@ -1,7 +1,12 @@
 """Committed offsets: OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, and retention/expiry.
 
 Offsets become visible only once their records are durable (they are stored from the append
-continuation), never before. Mirrors Kafka 4.x's ``OffsetMetadataManager`` for classic groups.
+continuation), never before. Mirrors Kafka 4.3's ``OffsetMetadataManager``: classic groups are validated
+by generation (``ClassicGroup.validateOffsetCommit``), KIP-848 consumer groups by member epoch
+(``ConsumerGroup.validateOffsetCommit`` / ``validateOffsetFetch``, docs/design/consumer-group-semantics.md
+§7), including KIP-1251's per-partition assignment epochs: a member may commit with an older epoch the
+partitions it has held since then. Offsets of topics a consumer group subscribes to never expire; an Empty
+consumer group whose offsets are all gone is deleted by the expiration pass, as an Empty classic group is.
 
 TxnOffsetCommit: regroup has no transaction coordinator, so no producer can hold a transaction. A Kafka
 4.x broker (``transaction.partition.verification.enable=true``, the default) first verifies the producer
@@ -19,6 +24,8 @@ from dataclasses import dataclass
 
 from regroup.group.classic_group import ClassicGroup
 from regroup.group.config import GroupConfig
+from regroup.group.consumer_group import ConsumerGroup, TopicPartition
+from regroup.group.consumer_group_manager import ConsumerGroupManager
 from regroup.group.context import GroupRequestContext
 from regroup.group.effects import Result
 from regroup.group.group_manager import GroupManager
@@ -106,6 +113,9 @@ class OffsetStore:
         if not topics:
             del self._by_group[group_id]
 
+    def group_ids(self) -> list[str]:
+        return list(self._by_group)
+
     def has_offsets(self, group_id: str) -> bool:
         return group_id in self._by_group
 
@@ -119,10 +129,13 @@ class OffsetStore:
 
 
 class OffsetManager:
-    def __init__(self, config: GroupConfig, groups: GroupManager) -> None:
+    def __init__(
+        self, config: GroupConfig, groups: GroupManager, consumer_groups: ConsumerGroupManager
+    ) -> None:
         self.config = config
         self._store = OffsetStore()
         self._groups = groups
+        self._consumer_groups = consumer_groups
 
     # ------------------------------------------------------------------------------------------ commit
 
@@ -141,22 +154,35 @@ class OffsetManager:
         group_id = req.group_id
         out = Outcome()
 
-        group = self._groups.group(group_id)
         created: ClassicGroup | None = None
-        if group is None:
-            if generation_id < 0:
-                # An admin client or a consumer without group management: a "simple" group is created.
-                group = created = self._groups.create_simple_group(group_id, now_ms)
-            else:
-                # v9 says so plainly; older versions keep their historical answer.
-                unknown = ErrorCode.GROUP_ID_NOT_FOUND if version >= 9 else ErrorCode.ILLEGAL_GENERATION
-                return Result(reply=_commit_error_response(req, unknown))
-        invalid = _validate_offset_commit(group, member_id, instance_id, generation_id, transactional=False)
-        if invalid is not None:
-            return Result(reply=_commit_error_response(req, invalid))
-        if group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
-            # A commit keeps the member's session alive in these states.
-            self._groups.reschedule_session(out, group, member_id, now_ms)
+        consumer_group = self._consumer_groups.group(group_id)
+        if consumer_group is not None:
+            committed = [
+                (topic_ids.get(topic.name), p.partition_index)
+                for topic in req.topics
+                for p in topic.partitions
+            ]
+            invalid = _validate_consumer_commit(consumer_group, member_id, generation_id, version, committed)
+            if invalid is not None:
+                return Result(reply=_commit_error_response(req, invalid))
+        else:
+            group = self._groups.group(group_id)
+            if group is None:
+                if generation_id < 0:
+                    # An admin client or a consumer without group management: a "simple" group is created.
+                    group = created = self._groups.create_simple_group(group_id, now_ms)
+                else:
+                    # v9 says so plainly; older versions keep their historical answer.
+                    unknown = ErrorCode.GROUP_ID_NOT_FOUND if version >= 9 else ErrorCode.ILLEGAL_GENERATION
+                    return Result(reply=_commit_error_response(req, unknown))
+            invalid = _validate_offset_commit(
+                group, member_id, instance_id, generation_id, transactional=False
+            )
+            if invalid is not None:
+                return Result(reply=_commit_error_response(req, invalid))
+            if group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+                # A commit keeps the member's session alive in these states.
+                self._groups.reschedule_session(out, group, member_id, now_ms)
 
         expire_ms = (
             now_ms + req.retention_time_ms
@@ -238,12 +264,26 @@ class OffsetManager:
     # ------------------------------------------------------------------------------------------ fetch
 
     def offset_fetch(
-        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None
+        self,
+        group_id: str,
+        topics: Sequence[tuple[str, Sequence[int]]] | None,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> OffsetFetchResponseGroup:
-        group = self._groups.group(group_id)
-        # Unknown and Dead groups are not errors for classic groups: every partition is "no offset".
-        known = group is not None and not group.is_in(GroupState.DEAD)
+        """``member_id`` / ``member_epoch``: OffsetFetch v9+'s, checked against a consumer group's members
+        (a classic group does not check them, as Kafka's ``ClassicGroup.validateOffsetFetch``)."""
         result = OffsetFetchResponseGroup(group_id=group_id)
+        consumer_group = self._consumer_groups.group(group_id)
+        if consumer_group is not None:
+            invalid = _validate_consumer_fetch(consumer_group, member_id, member_epoch)
+            if invalid is not None:
+                result.error_code = invalid.value
+                return result
+            known = True
+        else:
+            group = self._groups.group(group_id)
+            # Unknown and Dead groups are not errors for classic groups: every partition is "no offset".
+            known = group is not None and not group.is_in(GroupState.DEAD)
         if topics is None:
             if known:
                 for topic, partitions in self._store.topics(group_id).items():
@@ -271,16 +311,23 @@ class OffsetManager:
         group_id = req.group_id
         if not group_id:
             return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.INVALID_GROUP_ID.value))
-        group = self._groups.group(group_id)
-        if group is None or group.is_in(GroupState.DEAD):
-            return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND.value))
-        if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol:
-            return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP.value))
+        is_subscribed: Callable[[str], bool]
+        consumer_group = self._consumer_groups.group(group_id)
+        if consumer_group is not None:
+            # Allowed in any state; only the partitions of subscribed topics are refused (OMM deleteOffsets).
+            is_subscribed = consumer_group.subscribed_topic_names().__contains__
+        else:
+            group = self._groups.group(group_id)
+            if group is None or group.is_in(GroupState.DEAD):
+                return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND.value))
+            if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol:
+                return Result(reply=OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP.value))
+            is_subscribed = group.is_subscribed_to_topic
         out = Outcome()
         response = OffsetDeleteResponse()
         deleted: list[tuple[str, int]] = []
         for topic in req.topics:
-            subscribed = group.is_subscribed_to_topic(topic.name)
+            subscribed = is_subscribed(topic.name)
             partitions = []
             for p in topic.partitions:
                 if subscribed:
@@ -331,8 +378,7 @@ class OffsetManager:
         for topic, partition in partitions:
             wanted.setdefault(topic, set()).add(partition)
         doomed: list[tuple[str, str, int]] = []
-        for group in self._groups.groups():
-            group_id = group.group_id
+        for group_id in self._store.group_ids():
             for topic, by_partition in self._store.topics(group_id).items():
                 for partition in sorted(wanted.get(topic, set()) & by_partition.keys()):
                     out.records.append(offset_commit_tombstone(group_id, topic, partition))
@@ -351,13 +397,32 @@ class OffsetManager:
         """One pass of the offset/group expiration job; returns the continuation applying it."""
         expired_offsets: list[tuple[str, str, int]] = []
         expired_groups: list[str] = []
+        expired_consumer_groups: list[str] = []
         for group in self._groups.groups():
             group_id = group.group_id
-            all_expired = self._expire_group_offsets(out, group, now_ms, expired_offsets)
+            all_expired = self._expire_group_offsets(
+                out, group_id, _expiration_base(group), group.is_subscribed_to_topic, now_ms, expired_offsets
+            )
             if all_expired and group.is_in(GroupState.EMPTY):
                 # No offsets left (or never any): the Empty group goes too.
                 out.records.append(group_metadata_tombstone(group_id))
                 expired_groups.append(group_id)
+        for consumer_group in self._consumer_groups.groups():
+            group_id = consumer_group.group_id
+            # ConsumerGroup.offsetExpirationCondition: retention counts from the commit; subscribed topics'
+            # offsets never expire.
+            all_expired = self._expire_group_offsets(
+                out,
+                group_id,
+                _commit_time,
+                consumer_group.subscribed_topic_names().__contains__,
+                now_ms,
+                expired_offsets,
+            )
+            if all_expired and not consumer_group.members:
+                # GroupCoordinatorShard.cleanupGroupMetadata: an Empty group with no offsets left is deleted.
+                out.records.extend(self._consumer_groups.tombstones(group_id))
+                expired_consumer_groups.append(group_id)
 
         def applied(error: ErrorCode | None, after: Outcome) -> None:
             if error is not None:
@@ -368,23 +433,30 @@ class OffsetManager:
                 after.notify(OffsetsExpired(len(expired_offsets)))
             for group_id in expired_groups:
                 self._groups.remove_group(after, group_id)
+            for group_id in expired_consumer_groups:
+                self._consumer_groups.remove_group(after, group_id)
 
         return applied
 
     def _expire_group_offsets(
-        self, out: Outcome, group: ClassicGroup, now_ms: int, expired: list[tuple[str, str, int]]
+        self,
+        out: Outcome,
+        group_id: str,
+        base: Callable[[StoredOffset], int] | None,
+        is_subscribed: Callable[[str], bool],
+        now_ms: int,
+        expired: list[tuple[str, str, int]],
     ) -> bool:
-        """Tombstone the group's expired offsets; True when the group has no offsets left afterwards."""
-        group_id = group.group_id
+        """Tombstone the group's expired offsets (retention counted from ``base``, None: nothing expires;
+        subscribed topics never do); True when the group has no offsets left afterwards."""
         if not self._store.has_offsets(group_id):
             return True
-        base = _expiration_base(group)
         if base is None:
             return False
         retention_ms = self.config.offsets_retention_ms
         all_expired = True
         for topic, partitions in self._store.topics(group_id).items():
-            if group.is_subscribed_to_topic(topic):
+            if is_subscribed(topic):
                 all_expired = False
                 continue
             for partition, offset in partitions.items():
@@ -406,10 +478,65 @@ class OffsetManager:
         if offset is None:
             self._store.remove(group_id, topic, partition)
             return
-        if self._groups.group(group_id) is None:
+        if self._groups.group(group_id) is None and self._consumer_groups.group(group_id) is None:
             # Offsets without group metadata: a simple group (its creation time is not in the log).
             self._groups.create_simple_group(group_id, None)
         self._store.put(group_id, topic, partition, offset)
+
+
+def _commit_time(offset: StoredOffset) -> int:
+    return offset.commit_timestamp_ms
+
+
+def _validate_consumer_commit(
+    group: ConsumerGroup,
+    member_id: str,
+    member_epoch: int,
+    api_version: int,
+    committed: Sequence[tuple[Uuid | None, int]],
+) -> ErrorCode | None:
+    """Kafka 4.3's ``ConsumerGroup.validateOffsetCommit`` for an OffsetCommit (``member_epoch`` is
+    GenerationIdOrMemberEpoch; ``committed`` the (topic id, partition) of every committed partition, None
+    for a topic without an id). The error applies to the whole request."""
+    if member_epoch < 0 and not group.members:
+        return None  # an admin client or a consumer without group management, committing to an Empty group
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if api_version < 9:
+        # Consumer-protocol members must send their member epoch (OffsetCommit v9+).
+        return ErrorCode.UNSUPPORTED_VERSION
+    if member_epoch == member.member_epoch:
+        return None
+    if member_epoch > member.member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH
+    # KIP-1251: an older epoch may commit the partitions the member has held since that epoch (assigned or
+    # pending revocation); one partition failing fails the request.
+    assignment = member.assignment
+    epochs = assignment.assignment_epochs
+    default_epoch = max(member.member_epoch, 0)  # a loaded record without AssignmentEpochs
+    for topic_id, partition in committed:
+        if topic_id is None:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        tp: TopicPartition = (topic_id, partition)
+        if tp not in assignment.held or member_epoch < epochs.get(tp, default_epoch):
+            return ErrorCode.STALE_MEMBER_EPOCH
+    return None
+
+
+def _validate_consumer_fetch(
+    group: ConsumerGroup, member_id: str | None, member_epoch: int
+) -> ErrorCode | None:
+    """``ConsumerGroup.validateOffsetFetch``: a fetch naming a member must come from that member at its
+    current epoch (no member id and a negative epoch: an admin fetch, not checked)."""
+    if member_id is None and member_epoch < 0:
+        return None
+    member = group.members.get(member_id or "")
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if member_epoch != member.member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH
+    return None
 
 
 def _expiration_base(group: ClassicGroup) -> Callable[[StoredOffset], int] | None:

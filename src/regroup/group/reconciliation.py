@@ -67,9 +67,17 @@ def _owns_any(owned: Partitions | None, partitions: Partitions) -> bool:
     return owned is None or not owned.isdisjoint(partitions)
 
 
-def _epochs(step: _Step, assigned: Partitions, epoch: int) -> dict[tuple[Uuid, int], int]:
+def _epochs(
+    step: _Step, assigned: Partitions, epoch: int, pending: Partitions = frozenset()
+) -> dict[tuple[Uuid, int], int]:
+    """Assignment epochs of the member's next partitions: one it had assigned keeps its epoch, a new one
+    gets ``epoch``. Partitions pending revocation keep theirs, so that an OffsetCommit at an older epoch may
+    still commit them (KIP-1251)."""
     old = step.member.assignment.assignment_epochs
-    return {tp: old.get(tp, epoch) if tp in step.member.assigned else epoch for tp in assigned}
+    epochs = {tp: old.get(tp, epoch) if tp in step.member.assigned else epoch for tp in assigned}
+    for tp in pending:
+        epochs[tp] = old.get(tp, epoch)
+    return epochs
 
 
 def _compute_next(step: _Step) -> ConsumerGroupMember:
@@ -92,7 +100,7 @@ def _compute_next(step: _Step) -> ConsumerGroupMember:
                 state=MemberState.UNREVOKED_PARTITIONS,
                 assigned=kept,
                 pending_revocation=revoke,
-                assignment_epochs=_epochs(step, kept, epoch),
+                assignment_epochs=_epochs(step, kept, epoch, revoke),
             )
         )
     assigned = kept | add
@@ -127,7 +135,7 @@ def _drop_unsubscribed(step: _Step) -> ConsumerGroupMember:
                 state=MemberState.UNREVOKED_PARTITIONS,
                 assigned=kept,
                 pending_revocation=pending,
-                assignment_epochs=_epochs(step, kept, epoch),
+                assignment_epochs=_epochs(step, kept, epoch, pending),
             )
         )
     return member.with_assignment(

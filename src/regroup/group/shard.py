@@ -52,8 +52,8 @@ Runtime obligations:
   Classic and consumer groups share one group-id namespace: an empty classic group is replaced by a
   consumer group on its first ConsumerGroupHeartbeat; a non-empty one answers GROUP_ID_NOT_FOUND (online
   migration is not served yet), and a JoinGroup for a consumer group answers INCONSISTENT_GROUP_PROTOCOL.
-  Offset commits and fetches are not yet validated against consumer-group members (§7 of
-  docs/design/consumer-group-semantics.md).
+  Offset commits and fetches of consumer groups are validated by member epoch (§7 of
+  docs/design/consumer-group-semantics.md, in :class:`OffsetManager`).
 """
 
 from __future__ import annotations
@@ -150,8 +150,8 @@ class CoordinatorShard(Protocol):
         self,
         ctx: GroupRequestContext,
         req: ConsumerGroupHeartbeatRequest,
-        now_ms: int,
         topics: TopicsImage,
+        now_ms: int,
     ) -> Result[ConsumerGroupHeartbeatResponse]:
         """KIP-848 join / heartbeat / leave; ``topics`` is the cluster's topic metadata now."""
         ...
@@ -183,8 +183,11 @@ class CoordinatorShard(Protocol):
         topics: Sequence[tuple[str, Sequence[int]]] | None,
         require_stable: bool,
         api_version: int,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> OffsetFetchResponseGroup:
-        """The v8+ per-group struct (``topics`` None: every committed offset of the group)."""
+        """The v8+ per-group struct (``topics`` None: every committed offset of the group); ``member_id`` /
+        ``member_epoch`` are v9+'s (checked against a consumer group's members)."""
         ...
 
     def describe_group(self, group_id: str, api_version: int) -> DescribedGroup: ...
@@ -253,7 +256,7 @@ class GroupShard(CoordinatorShard):
         self._history = RebalanceHistory(config.rebalance_history_size)
         self._groups = GroupManager(config, member_id_factory, self._timers, self._history)
         self._consumer_groups = ConsumerGroupManager(config, member_id_factory, self._timers, self._groups)
-        self._offsets = OffsetManager(config, self._groups)
+        self._offsets = OffsetManager(config, self._groups, self._consumer_groups)
 
     def _tick(self, now_ms: int) -> int:
         self._now_ms = max(self._now_ms, now_ms)
@@ -349,8 +352,8 @@ class GroupShard(CoordinatorShard):
         self,
         ctx: GroupRequestContext,
         req: ConsumerGroupHeartbeatRequest,
-        now_ms: int,
         topics: TopicsImage,
+        now_ms: int,
     ) -> Result[ConsumerGroupHeartbeatResponse]:
         return self._consumer_groups.heartbeat(ctx, req, self._tick(now_ms), topics)
 
@@ -412,10 +415,12 @@ class GroupShard(CoordinatorShard):
         topics: Sequence[tuple[str, Sequence[int]]] | None,
         require_stable: bool,
         api_version: int,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> OffsetFetchResponseGroup:
         # Offsets are stored only once durable and no transactional offsets exist, so a require-stable
         # fetch needs nothing more than a plain one.
-        return self._offsets.offset_fetch(group_id, topics)
+        return self._offsets.offset_fetch(group_id, topics, member_id, member_epoch)
 
     def describe_group(self, group_id: str, api_version: int) -> DescribedGroup:
         if self._consumer_groups.group(group_id) is not None:

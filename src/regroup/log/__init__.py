@@ -12,6 +12,7 @@ API summary (names are stable; the broker builds Produce/Fetch/ListOffsets/Creat
     logs.alter_topic_configs(name, configs) -> TopicInfo  # replaces the overrides
     logs.create_partitions(name, total, *, now_ms=None) -> TopicInfo
     logs.topics() -> list[TopicInfo]; logs.topic(name); logs.topic_by_id(uuid) -> TopicInfo | None
+    logs.topics_version -> int                          # bumped when topics are added, deleted or grow
     logs.partition(topic, index) -> PartitionLog | None;  logs.partitions() -> iter of (topic, index, log)
     logs.run_retention(now_ms) -> int; logs.run_compaction(now_ms) -> int
     logs.flush_due(now_ms) -> list[PartitionLog]; logs.flush_all(); logs.checkpoint(); logs.close()

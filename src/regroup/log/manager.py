@@ -154,6 +154,9 @@ class LogManager:
         self.defaults = defaults or LogDefaults()
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
+        self.topics_version = 0
+        """Bumped whenever a topic is added or deleted or gains partitions: callers that derive something
+        from :meth:`topics` (the group coordinator's topic image) rebuild it only when this changed."""
         self._topic_defaults = MappingProxyType(self.defaults.topic_defaults())
         self._loaded = False
         self._closed = False
@@ -210,6 +213,7 @@ class LogManager:
             self._topics[info.name] = topic
             self._by_id[info.topic_id] = topic
         self._loaded = True
+        self.topics_version += 1
         stats = LogRecoverySummary(
             partitions, segments, size, time.monotonic() - started, recovered, truncated, clean_shutdown=clean
         )
@@ -425,6 +429,7 @@ class LogManager:
         topic = _Topic(info, logs)
         self._topics[name] = topic
         self._by_id[topic_id] = topic
+        self.topics_version += 1
         self._save_registry()
         return info
 
@@ -447,6 +452,7 @@ class LogManager:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         del self._topics[name]
         del self._by_id[topic.info.topic_id]
+        self.topics_version += 1
         self._save_registry()
         for p, plog in enumerate(topic.logs):
             plog.close_handles()
@@ -487,6 +493,7 @@ class LogManager:
         )
         topic.logs.extend(self._open_new_partitions(info, range(current, total), now_ms))
         topic.info = info
+        self.topics_version += 1
         self._save_registry()
         return info
 

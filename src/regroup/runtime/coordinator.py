@@ -30,9 +30,15 @@ from regroup.group.config import GroupConfig
 from regroup.group.context import GroupRequestContext, MemberIdFactory
 from regroup.group.history import GenerationRecord
 from regroup.group.shard import CoordinatorShard, GroupShard
+from regroup.group.topics_image import TopicsImage
 from regroup.log import LogManager, PartitionLog
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.group_events import assemble_timeline, in_progress_view
+from regroup.protocol.messages.consumer_group_describe import DescribedGroup as ConsumerDescribedGroup
+from regroup.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from regroup.protocol.messages.delete_groups import DeletableGroupResult
 from regroup.protocol.messages.describe_groups import DescribedGroup
 from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -49,6 +55,8 @@ from regroup.runtime.durability import PartitionGate, ReplicatedGate, WriteGate
 from regroup.runtime.events import GroupEventLog, GroupEventsConfig, started_event
 from regroup.runtime.group_view import GroupView, build_group_view
 from regroup.runtime.responses import (
+    consumer_described_group_error,
+    consumer_group_heartbeat_error,
     deletable_group_error,
     described_group_error,
     heartbeat_error,
@@ -61,6 +69,7 @@ from regroup.runtime.responses import (
     txn_offset_commit_error,
 )
 from regroup.runtime.shard_runner import LoadSummary, OffsetsLog, RunnerState, ShardRunner
+from regroup.runtime.topics_image import local_topics_image
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -114,7 +123,7 @@ class CoordinatorConfig:
 
 
 class GroupCoordinator:
-    """Classic groups and committed offsets, one shard per ``__consumer_offsets`` partition."""
+    """Classic and consumer groups and committed offsets, one shard per ``__consumer_offsets`` partition."""
 
     def __init__(
         self,
@@ -138,6 +147,9 @@ class GroupCoordinator:
         self._group_config = self.config.group
         self._runners: dict[int, ShardRunner] = {}
         self._epochs: dict[int, int] = {}  # cluster: the leader epoch of each partition's last election
+        self.topics_image: Callable[[], TopicsImage] = local_topics_image(logs)
+        """The cluster's topics now, for consumer groups (KIP-848); a cluster node's broker replaces it with
+        one answered from the metadata image. Cached: rebuilt only when the topics change."""
         self.events_leader: Callable[[int], bool] | None = None
         """In a cluster: whether this node leads a ``__group_events`` partition (set by the broker)."""
         self._observers: list[Observer] = []
@@ -623,6 +635,27 @@ class GroupCoordinator:
         ctx = self._ctx(client_id, client_host, api_version, False)
         return runner.call(leave_group_error, runner.shard.leave_group, ctx, req, scope=(req.group_id,))
 
+    def consumer_group_heartbeat(
+        self,
+        client_id: str | None,
+        client_host: str,
+        api_version: int,
+        req: ConsumerGroupHeartbeatRequest,
+    ) -> asyncio.Future[ConsumerGroupHeartbeatResponse]:
+        """KIP-848 join / heartbeat / leave, with the current topic metadata."""
+        runner = self._route(req.group_id)
+        if isinstance(runner, ErrorCode):
+            return _answered(consumer_group_heartbeat_error(runner))
+        ctx = self._ctx(client_id, client_host, api_version, False)
+        return runner.call(
+            consumer_group_heartbeat_error,
+            runner.shard.consumer_group_heartbeat,
+            ctx,
+            req,
+            self.topics_image(),
+            scope=(req.group_id,),
+        )
+
     def offset_commit(
         self,
         client_id: str | None,
@@ -666,19 +699,27 @@ class GroupCoordinator:
         groups: Sequence[tuple[str, Sequence[tuple[str, Sequence[int]]] | None]],
         require_stable: bool,
         api_version: int,
+        members: Sequence[tuple[str | None, int]] | None = None,
     ) -> list[OffsetFetchResponseGroup]:
-        """One v8+ group struct per requested group, in request order (``None`` topics: all committed)."""
+        """One v8+ group struct per requested group, in request order (``None`` topics: all committed).
+        ``members``: per group, v9's member id and epoch (checked against consumer groups' members)."""
         ids = [g for g, _ in groups]
+        who = list(members) if members is not None else [(None, -1)] * len(groups)
         out: list[OffsetFetchResponseGroup | None] = [None] * len(groups)
         waits: list[tuple[list[int], asyncio.Future[list[OffsetFetchResponseGroup]]]] = []
         for partition, indexes in self._by_partition(ids).items():
             wanted = [groups[i] for i in indexes]
+            wanted_members = [who[i] for i in indexes]
 
             def fetch(
                 shard: CoordinatorShard,
                 wanted: list[tuple[str, Sequence[tuple[str, Sequence[int]]] | None]] = wanted,
+                wanted_members: list[tuple[str | None, int]] = wanted_members,
             ) -> list[OffsetFetchResponseGroup]:
-                return [shard.offset_fetch(g, t, require_stable, api_version) for g, t in wanted]
+                return [
+                    shard.offset_fetch(g, t, require_stable, api_version, member_id, member_epoch)
+                    for (g, t), (member_id, member_epoch) in zip(wanted, wanted_members, strict=True)
+                ]
 
             def error(
                 code: ErrorCode, wanted: list[tuple[str, Sequence[tuple[str, Sequence[int]]] | None]] = wanted
@@ -686,6 +727,28 @@ class GroupCoordinator:
                 return [offset_fetch_group_error(g, code) for g, _ in wanted]
 
             waits.append((indexes, self._read(partition, fetch, error, tuple(g for g, _ in wanted))))
+        for indexes, fut in waits:
+            for i, group in zip(indexes, await fut, strict=True):
+                out[i] = group
+        return [g for g in out if g is not None]
+
+    async def consumer_group_describe(
+        self, group_ids: Sequence[str], api_version: int
+    ) -> list[ConsumerDescribedGroup]:
+        """One ConsumerGroupDescribe entry per group id, in request order."""
+        out: list[ConsumerDescribedGroup | None] = [None] * len(group_ids)
+        waits: list[tuple[list[int], asyncio.Future[list[ConsumerDescribedGroup]]]] = []
+        topics = self.topics_image()
+        for partition, indexes in self._by_partition(group_ids).items():
+            wanted = [group_ids[i] for i in indexes]
+
+            def describe(shard: CoordinatorShard, wanted: list[str] = wanted) -> list[ConsumerDescribedGroup]:
+                return [shard.consumer_group_describe(g, api_version, topics) for g in wanted]
+
+            def error(code: ErrorCode, wanted: list[str] = wanted) -> list[ConsumerDescribedGroup]:
+                return [consumer_described_group_error(g, code) for g in wanted]
+
+            waits.append((indexes, self._read(partition, describe, error, tuple(wanted))))
         for indexes, fut in waits:
             for i, group in zip(indexes, await fut, strict=True):
                 out[i] = group

@@ -3,12 +3,16 @@
 Shapes follow Kafka's ``GroupCoordinatorService`` error paths (and the response classes' defaults): a
 JoinGroup echoes the request's member id with generation -1 and no protocol (a null protocol name is ""
 before v7); a SyncGroup carries an empty assignment and no protocol; commits put the error on every
-partition; DescribeGroups entries have empty state, protocol type and protocol data.
+partition; DescribeGroups entries have empty state, protocol type and protocol data; a ConsumerGroupHeartbeat
+carries only the error and its message (``ConsumerGroupHeartbeatRequest.getErrorResponse``), a
+ConsumerGroupDescribe entry only the group id, error and message.
 """
 
 from __future__ import annotations
 
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.messages.consumer_group_describe import DescribedGroup as ConsumerDescribedGroup
+from regroup.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 from regroup.protocol.messages.delete_groups import DeletableGroupResult
 from regroup.protocol.messages.describe_groups import DescribedGroup
 from regroup.protocol.messages.heartbeat import HeartbeatResponse
@@ -31,6 +35,8 @@ from regroup.protocol.messages.txn_offset_commit import (
 )
 
 __all__ = [
+    "consumer_described_group_error",
+    "consumer_group_heartbeat_error",
     "deletable_group_error",
     "described_group_error",
     "heartbeat_error",
@@ -116,3 +122,13 @@ def described_group_error(group_id: str, code: ErrorCode) -> DescribedGroup:
 
 def deletable_group_error(group_id: str, code: ErrorCode) -> DeletableGroupResult:
     return DeletableGroupResult(group_id=group_id, error_code=code)
+
+
+def consumer_group_heartbeat_error(code: ErrorCode) -> ConsumerGroupHeartbeatResponse:
+    # Kafka's coordinator-level exceptions (NotCoordinator, CoordinatorLoadInProgress, …) carry their
+    # error's default message, which the response echoes.
+    return ConsumerGroupHeartbeatResponse(error_code=code, error_message=code.message)
+
+
+def consumer_described_group_error(group_id: str, code: ErrorCode) -> ConsumerDescribedGroup:
+    return ConsumerDescribedGroup(group_id=group_id, error_code=code, error_message=code.message)

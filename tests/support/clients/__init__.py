@@ -22,6 +22,7 @@ from pathlib import Path
 
 from regroup.refkafka import java_available, kafka_version, resolve_jars, skip_reason
 from support.client_matrix import (
+    CONSUMER_SESSION_TIMEOUT_MS,
     HEARTBEAT_INTERVAL_MS,
     PRODUCE_RATE,
     SESSION_TIMEOUT_MS,
@@ -74,28 +75,37 @@ def _java_command(main_class: str, args: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def java_row(key: str, assignor: str, static: bool, workdir: Path) -> tuple[GroupScenario, str]:
-    """Apache Kafka's own VerifiableConsumer/VerifiableProducer (Java KafkaConsumer/KafkaProducer, classic
-    protocol) from the cached Kafka jars."""
+def java_row(
+    key: str, assignor: str, static: bool, workdir: Path, *, protocol: str = "classic"
+) -> tuple[GroupScenario, str]:
+    """Apache Kafka's own VerifiableConsumer/VerifiableProducer (Java KafkaConsumer/KafkaProducer) from the
+    cached Kafka jars. ``protocol="consumer"``: KIP-848 (``group.protocol=consumer``), where ``assignor`` is
+    the server-side assignor (``uniform``/``range``) and the broker decides session and heartbeat — the
+    client refuses ``session.timeout.ms``, ``heartbeat.interval.ms`` and ``partition.assignment.strategy``."""
     reason = skip_reason()
     if reason or not java_available():
         missing(reason or "Java 17+ not found")
     resolve_jars()
+    consumer_protocol = protocol == "consumer"
     # A restarted static member must rejoin within its session timeout to keep its generation, and a JVM
-    # starts slowly on a loaded 2-core machine: static members get a longer session.
-    session = 20000 if static else SESSION_TIMEOUT_MS
+    # starts slowly on a loaded 2-core machine: static members get a longer session. With the consumer
+    # protocol the session is the broker's group.consumer.session.timeout.ms.
+    session = CONSUMER_SESSION_TIMEOUT_MS if consumer_protocol else 20000 if static else SESSION_TIMEOUT_MS
     config = workdir / f"{key}-consumer.properties"
+    heartbeat = "" if consumer_protocol else f"heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}\n"
     config.write_text(
-        f"heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}\nmax.poll.interval.ms=30000\nmetadata.max.age.ms=5000\n"
-        "group.protocol=classic\n"
+        f"{heartbeat}max.poll.interval.ms=30000\nmetadata.max.age.ms=5000\ngroup.protocol={protocol}\n"
     )
 
     def consumer(bootstrap: str, name: str, group: str, topic: str, instance: str | None) -> Command:
         args = [
             "--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
-            "--session-timeout", str(session), "--reset-policy", "earliest",
-            "--assignment-strategy", JAVA_ASSIGNORS[assignor], "--command-config", str(config),
+            "--reset-policy", "earliest", "--command-config", str(config),
         ]  # fmt: skip
+        if consumer_protocol:
+            args += ["--group-protocol", "consumer", "--group-remote-assignor", assignor]
+        else:
+            args += ["--session-timeout", str(session), "--assignment-strategy", JAVA_ASSIGNORS[assignor]]
         if instance:
             args += ["--group-instance-id", instance]
         return Command(_java_command("org.apache.kafka.tools.VerifiableConsumer", args))
@@ -115,15 +125,16 @@ def java_row(key: str, assignor: str, static: bool, workdir: Path) -> tuple[Grou
         return Command(_java_command("org.apache.kafka.tools.VerifiableProducer", args))
 
     return GroupScenario(
-        key, consumer, producer, static=static, session_timeout_ms=session
+        key, consumer, producer, static=static, session_timeout_ms=session, protocol=protocol
     ), f"kafka-clients {kafka_version()}"
 
 
 # ---------------------------------------------------------------------------------------------- Python
 
 
-def python_row(client: str, assignor: str) -> tuple[GroupScenario, str]:
-    """confluent-kafka, kafka-python or aiokafka through ``pyclient.py`` in this interpreter."""
+def python_row(client: str, assignor: str, *, protocol: str = "classic") -> tuple[GroupScenario, str]:
+    """confluent-kafka, kafka-python or aiokafka through ``pyclient.py`` in this interpreter.
+    ``protocol="consumer"`` (KIP-848, confluent-kafka only): librdkafka ≥ 2.12 is required."""
     script = HERE / "pyclient.py"
     distribution = {"confluent": "confluent-kafka", "kafka-python": "kafka-python", "aiokafka": "aiokafka"}[
         client
@@ -142,12 +153,15 @@ def python_row(client: str, assignor: str) -> tuple[GroupScenario, str]:
             timeout=60,
         ).stdout.strip()
         version += f" (librdkafka {librdkafka or '?'})"
+        if protocol == "consumer" and _version_tuple(librdkafka) < (2, 12):
+            missing(f"librdkafka {librdkafka or '?'} predates the KIP-848 consumer protocol (GA in 2.12)")
 
     def consumer(bootstrap: str, name: str, group: str, topic: str, instance: str | None) -> Command:
         argv = [
             sys.executable, str(script), "consume", "--client", client, "--bootstrap", bootstrap,
             "--topic", topic, "--group", group, "--name", name, "--assignor", assignor,
             "--session-timeout", str(SESSION_TIMEOUT_MS), "--heartbeat-interval", str(HEARTBEAT_INTERVAL_MS),
+            "--group-protocol", protocol,
         ]  # fmt: skip
         if instance:
             argv += ["--instance-id", instance]
@@ -161,7 +175,19 @@ def python_row(client: str, assignor: str) -> tuple[GroupScenario, str]:
         ]  # fmt: skip
         return Command(argv)
 
-    return GroupScenario(f"{client}-{assignor}", consumer, producer), version
+    consumer_protocol = protocol == "consumer"
+    return GroupScenario(
+        f"{client}-{assignor}" + ("-kip848" if consumer_protocol else ""),
+        consumer,
+        producer,
+        session_timeout_ms=CONSUMER_SESSION_TIMEOUT_MS if consumer_protocol else SESSION_TIMEOUT_MS,
+        protocol=protocol,
+    ), version
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    numbers = re.findall(r"\d+", text)[:3]
+    return tuple(int(n) for n in numbers) if numbers else (0,)
 
 
 # ------------------------------------------------------------------------------------------------ kcat

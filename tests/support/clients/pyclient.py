@@ -75,10 +75,14 @@ def confluent_consume(a: argparse.Namespace) -> None:
         "client.id": a.name,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": a.session_timeout,
-        "heartbeat.interval.ms": a.heartbeat_interval,
-        "partition.assignment.strategy": a.assignor,
     }
+    if a.group_protocol == "consumer":
+        # KIP-848: the broker assigns and sets session and heartbeat; librdkafka refuses the classic knobs.
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["session.timeout.ms"] = a.session_timeout
+        conf["heartbeat.interval.ms"] = a.heartbeat_interval
+        conf["partition.assignment.strategy"] = a.assignor
     if a.instance_id:
         conf["group.instance.id"] = a.instance_id
     consumer = Consumer(conf)
@@ -330,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="pyclient")
     parser.add_argument("--instance-id", default=None)
     parser.add_argument("--assignor", default="range")
+    parser.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic")
     parser.add_argument("--session-timeout", type=int, default=4000)
     parser.add_argument("--heartbeat-interval", type=int, default=500)
     parser.add_argument("--rate", type=float, default=100.0)

@@ -3,7 +3,9 @@
 A handler module defines ``register(registry)`` and calls :meth:`HandlerRegistry.register` with
 ``(api_key, min_version, max_version, handler)``. :func:`default_registry` imports every module of this
 package and calls its ``register``; registering an API twice is a startup error. ApiVersions advertises
-exactly what is registered, so a version works if and only if it is advertised.
+exactly what is registered, so a version works if and only if it is advertised. A module serving an API
+that a broker setting can switch off also defines ``served(config) -> bool`` (the ConsumerGroup* APIs and
+``group.coordinator.rebalance.protocols``): when it answers False the module is not registered.
 
 A handler takes ``(ctx, request)`` and returns the response, ``None`` for no response (acks=0 produce), or
 an awaitable of either. Handlers that never wait should return the response directly: the server then
@@ -19,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from regroup.broker.config import BrokerConfig
 from regroup.broker.context import RequestContext
 from regroup.protocol.api_keys import API_INFO, ApiKey, request_class
 from regroup.protocol.message import Message
@@ -91,13 +94,17 @@ class HandlerRegistry:
         return api_key in self._specs
 
 
-def default_registry() -> HandlerRegistry:
-    """A registry filled by every handler module of this package."""
+def default_registry(config: BrokerConfig | None = None) -> HandlerRegistry:
+    """A registry filled by every handler module of this package (with ``config``: those whose ``served``
+    hook, if any, accepts it)."""
     registry = HandlerRegistry()
     for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if module_info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{module_info.name}")
+        served = getattr(module, "served", None)
+        if config is not None and served is not None and not served(config):
+            continue
         register = getattr(module, "register", None)
         if register is None:
             raise RuntimeError(f"handler module {module.__name__} has no register(registry) function")

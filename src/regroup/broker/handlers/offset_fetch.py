@@ -38,11 +38,13 @@ async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetc
     else:
         topics = None if request.topics is None else [(t.name, t.partition_indexes) for t in request.topics]
         groups = [(request.group_id, topics)]
+    # v9 (KIP-848): a consumer-protocol member names itself; a consumer group checks id and epoch.
+    members = [(g.member_id, g.member_epoch) for g in request.groups] if version >= 9 else None
     coord = coordinator(ctx)
     if coord is None:
         results = [offset_fetch_group_error(g, ErrorCode.COORDINATOR_NOT_AVAILABLE) for g, _ in groups]
     else:
-        results = await coord.offset_fetch(groups, request.require_stable and version >= 7, version)
+        results = await coord.offset_fetch(groups, request.require_stable and version >= 7, version, members)
     if version >= 8:
         return OffsetFetchResponse(throttle_time_ms=0, groups=results)
     return _single_group(results[0], groups[0][1], version)
