@@ -147,8 +147,28 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
 
 
+def _raise_open_files_limit() -> None:
+    """Let the broker use as many file descriptors as the hard limit allows (one per connection and per open
+    segment and index), as the JVM does for Kafka at start-up (``-XX:+MaxFDLimit``, on by default)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("Cannot raise the open-files limit from %d to %d: %s", soft, target, exc)
+            return
+        log.info("Open-files limit raised from %d to %d", soft, target)
+
+
 def _run_loop(config: Any) -> int:
     import asyncio
+
+    _raise_open_files_limit()
 
     try:
         import uvloop

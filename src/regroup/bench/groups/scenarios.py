@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from regroup.bench.groups.brokers import (
     FAIR_CONFIG,
@@ -983,6 +983,31 @@ def run_scenario(scenario: str, broker: BenchTarget, params: Params, *, use_uvlo
     return result
 
 
+_SPARE_FILES: Final = 768  # beyond one connection per member: the fleet's lanes, logs, a JVM's jars
+
+
+def _ensure_open_files(needed: int) -> None:
+    """Each member joins on its own connection (Kafka serves one request per connection at a time, so
+    parked JoinGroups cannot share one), in this process and in the broker it starts, which inherits the
+    limits: raise the open-files limit to ``needed`` (the hard one too, where permitted)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= needed or soft == resource.RLIM_INFINITY:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, needed))
+            return
+        except (ValueError, OSError):
+            raise ScenarioError(
+                f"{needed} open files are needed and the hard limit is {hard}: raise it (ulimit -Hn)"
+            ) from None
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
 def run(
     scenario: str,
     params: Params,
@@ -997,6 +1022,11 @@ def run(
     """``regroup bench <scenario>``: run on ``broker`` (or ``bootstrap_server``) and, with ``against``, on
     a second broker; print the table or JSON. Exit code 1 if any run failed."""
     kinds = [broker] + ([against] if against and against != broker else [])
+    try:
+        _ensure_open_files(params.members + _SPARE_FILES)
+    except ScenarioError as exc:
+        print(f"regroup bench {scenario}: {exc}", file=sys.stderr)
+        return 1
     runs: list[RunResult] = []
     progress = Progress(scenario, params.progress)
     applied = {**FAIR_CONFIG, **(broker_config or {})}
