@@ -6,10 +6,12 @@ settings, turns cProfile on in it (start-up and shutdown stay out of the profile
 profiler off, and sorts the profile's own time (``tottime``) into the stages of the
 request path by the file each function lives in: frame and request decoding, the coordinator core,
 building ``__consumer_offsets`` records, batching and appending them, the runtime's lanes and timers, the
-broker's connection and handler code, reply encoding, and the event loop with its socket calls. Shares are
-of the profiled broker CPU; with ``--cpu-us`` (the "broker CPU per request" that ``regroup bench`` prints
-for the same scenario without the profiler) each share is also given in µs per request. cProfile slows
-Python-level calls more than C ones, so the shares are a map of where to look, not exact costs.
+broker's connection and handler code, reply encoding, and the event loop with its socket calls. Each
+stage is given as a share of the profiled time and in profiled µs per request (the stage's time over the
+requests the scenario's handler took); with ``--cpu-us`` (the "broker CPU per request" that ``regroup
+bench`` prints for the same scenario without the profiler) the share is also scaled to it. cProfile slows
+Python-level calls more than C ones, so these are a map of where to look and a before/after comparison on
+one machine, not exact costs.
 
 ``--pythonpath DIR`` profiles another checkout's ``src`` (before/after comparisons on the same machine).
 """
@@ -97,10 +99,14 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 6
     raise SystemExit(f"regroup serve did not listen on {port} within {timeout} s")
 
 
+_HANDLER = {"commit": "offset_commit.py", "heartbeat": "heartbeat.py"}
+
+
 def profile(
     scenario: str, bench_args: list[str], pythonpath: str | None
-) -> tuple[dict[str, float], dict[str, list[tuple[float, str]]]]:
-    """Profile one run: seconds of own time per stage, and each stage's functions with their time."""
+) -> tuple[dict[str, float], dict[str, list[tuple[float, str]]], int]:
+    """Profile one run: seconds of own time per stage, each stage's functions with their time, and how many
+    requests of the scenario's API the broker handled meanwhile."""
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
@@ -144,11 +150,15 @@ def profile(
         stats = pstats.Stats(str(out))
     totals: dict[str, float] = defaultdict(float)
     functions: dict[str, list[tuple[float, str]]] = defaultdict(list)
-    for (path, line, func), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+    requests = 0
+    handler = "/regroup/broker/handlers/" + _HANDLER[scenario]
+    for (path, line, func), (_cc, ncalls, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if func == "handle" and path.replace("\\", "/").endswith(handler):
+            requests = ncalls
         stage = _stage(path, func)
         totals[stage] += tottime
         functions[stage].append((tottime, f"{Path(path).name}:{line}({func})"))
-    return totals, functions
+    return totals, functions, requests
 
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -158,7 +168,9 @@ def _serve_profiled(out: str, argv: list[str]) -> int:
     """``regroup`` with ``argv``; SIGUSR1 turns the profiler on, SIGUSR2 off and writes it to ``out``."""
     from regroup.cli import main as regroup_main
 
-    profiler = cProfile.Profile()
+    # The main thread's CPU time, not the wall clock: on a busy machine a preempted call would count the
+    # time other processes ran.
+    profiler = cProfile.Profile(time.thread_time)
 
     def start(_sig: int, _frame: object) -> None:
         profiler.enable()
@@ -184,20 +196,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.epilog = "Other arguments go to regroup bench (default: --rates 1000 --duration 8 --warmup 2)."
     args, bench_args = parser.parse_known_args(argv)
     bench_args = bench_args or ["--rates", "1000", "--duration", "8", "--warmup", "2"]
-    totals, functions = profile(args.scenario, bench_args, args.pythonpath)
+    totals, functions, requests = profile(args.scenario, bench_args, args.pythonpath)
     # Shutdown and start-up (loading, compiling) are not the request path.
     busy = sum(v for k, v in totals.items() if k not in ("fsync (worker thread)", "other"))
-    print(f"{'stage':40} {'share':>7}" + (f" {'µs/request':>11}" if args.cpu_us else ""))
+    print(f"{'stage':40} {'share':>7} {'profiled µs':>12}" + (f" {'µs/request':>11}" if args.cpu_us else ""))
     for stage in _ORDER[:-2]:
-        share = totals.get(stage, 0.0) / busy if busy else 0.0
-        line = f"{stage:40} {share:7.1%}"
+        seconds = totals.get(stage, 0.0)
+        share = seconds / busy if busy else 0.0
+        line = f"{stage:40} {share:7.1%} {seconds / requests * 1e6 if requests else 0.0:12.1f}"
         if args.cpu_us:
             line += f" {share * args.cpu_us:11.1f}"
         print(line)
         for seconds, name in sorted(functions.get(stage, []), reverse=True)[: args.top]:
             print(f"    {seconds / busy if busy else 0.0:7.1%}  {name}")
     print(
-        f"(profiled request-path time {busy:.2f} s; fsync {totals.get('fsync (worker thread)', 0.0):.2f} s)"
+        f"({requests:,} requests; profiled request-path time {busy:.2f} s; "
+        f"fsync {totals.get('fsync (worker thread)', 0.0):.2f} s)"
     )
     return 0
 
