@@ -39,6 +39,7 @@ from regroup.protocol.messages.consumer_group_describe import ConsumerGroupDescr
 from regroup.protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatRequestTopicPartitions,
+    ConsumerGroupHeartbeatResponse,
 )
 from regroup.protocol.messages.delete_groups import DeleteGroupsRequest
 from regroup.protocol.messages.describe_groups import DescribeGroupsRequest
@@ -91,6 +92,7 @@ __all__ = [
     "assignment",
     "cgh",
     "commit",
+    "consumer_coordinator_sees",
     "consumer_describe",
     "delete_groups",
     "describe",
@@ -290,10 +292,14 @@ class Step:
     check: Check | None = None
     after: Callable[[Context, Actor | None, Message], None] | None = None
     pause: float = 0.0
+    wait: Callable[[Context], None] | None = None
 
     def execute(self, ctx: Context) -> None:
         if self.build is None:
-            time.sleep(self.pause)
+            if self.wait is not None:
+                self.wait(ctx)
+            else:
+                time.sleep(self.pause)
             return
         actor = ctx.actor(self.actor) if self.actor is not None else None
         conn = actor.conn if actor is not None else ctx.admin
@@ -802,6 +808,45 @@ def api_versions(v: int = 3) -> Step:
 
 def sleep(seconds: float) -> Step:
     return Step(f"sleep {seconds:g}s", "sleep", 0, None, None, pause=seconds)
+
+
+def consumer_coordinator_sees(*names: str, timeout: float = 60.0) -> Step:
+    """Wait (answers not compared) until the group coordinator assigns the partitions of ``names`` to a
+    consumer-protocol member: Kafka's coordinator learns of topics created a moment ago only once its
+    metadata image has them, and a member joining before that gets an empty assignment. A probe member
+    of a sibling group joins until it is given partitions, then leaves."""
+
+    def wait(ctx: Context) -> None:
+        group_id = ctx.group_id("probe")
+        topics = [topic_name(t) for t in names]
+        deadline = time.monotonic() + timeout
+        while True:
+            response = ctx.admin.request(
+                ConsumerGroupHeartbeatRequest(
+                    group_id=group_id,
+                    member_id="probe-member",
+                    member_epoch=0,
+                    rebalance_timeout_ms=30_000,
+                    subscribed_topic_names=topics,
+                    topic_partitions=[],
+                ),
+                ConsumerGroupHeartbeatResponse,
+                version=1,
+                timeout=20,
+            )
+            assigned = response.assignment is not None and any(
+                t.partitions for t in response.assignment.topic_partitions
+            )
+            if response.error_code == 0 and assigned:
+                leave = ConsumerGroupHeartbeatRequest(
+                    group_id=group_id, member_id="probe-member", member_epoch=-1
+                )
+                ctx.admin.request(leave, ConsumerGroupHeartbeatResponse, version=1, timeout=20)
+                return
+            assert time.monotonic() < deadline, f"no partitions of {topics} assigned within {timeout:g}s"
+            time.sleep(0.1)
+
+    return Step(f"wait until the coordinator assigns {', '.join(names)}", "wait", 0, None, None, wait=wait)
 
 
 def form_group(

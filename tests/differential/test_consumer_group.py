@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 
 from differential.conftest import DifferentialRunner
-from differential.dsl import E, Scenario, cgh, consumer_describe, sleep
+from differential.dsl import E, Scenario, cgh, consumer_coordinator_sees, consumer_describe
 from differential.harness import check_result, params
 
 # The scenarios' topics are created when the pair starts; Kafka's group coordinator sees them only once its
 # metadata image has them (an instant later), and a join before that gets an empty assignment.
-SEEN = sleep(2.0)
+SEEN = consumer_coordinator_sees("t")
 
 SCENARIOS = [
     Scenario(
