@@ -5,10 +5,7 @@ A screenshot is saved under ``test-artifacts/`` (or ``$REGROUP_TEST_ARTIFACTS``)
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +17,7 @@ from support.admin_port import (
     serve_with_admin_port,
     wait_until,
 )
+from support.browser import artifacts_dir, headless_chromium
 from support.kafka_wire import create_topics, produce
 
 pytestmark = pytest.mark.interop
@@ -27,41 +25,10 @@ pytestmark = pytest.mark.interop
 TOPIC = "web-orders"
 
 
-def _browser_paths() -> tuple[str, str]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if chromium is None or driver is None:
-        message = (
-            "chromium and chromium-driver are not installed (apt-get install -y chromium chromium-driver)"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + "; CI must install them")
-        pytest.skip(message)
-    return chromium, driver
-
-
 @pytest.fixture
 def browser() -> Iterator[object]:
-    chromium, driver = _browser_paths()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    options.add_argument("--window-size=1280,1100")
-    chrome = webdriver.Chrome(service=Service(executable_path=driver), options=options)
-    try:
+    with headless_chromium() as chrome:
         yield chrome
-    finally:
-        chrome.quit()
-
-
-def artifacts_dir() -> Path:
-    path = Path(os.environ.get("REGROUP_TEST_ARTIFACTS") or Path(__file__).parents[2] / "test-artifacts")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def test_web_view_shows_groups_lag_and_timeline(browser: object) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from regroup_pipeline.cli import JOBS, add_subparser, main
 from regroup_pipeline.timespec import parse_duration, parse_time
+from support.browser import artifacts_dir, headless_chromium
 
 from .support import SPARK_SOCKETS
 
@@ -148,6 +149,8 @@ def test_all_writes_every_table_and_a_self_contained_report(
     assert "@import" not in page
     assert "url(" not in page
 
+    _check_in_a_browser(out / "report.html")
+
     report = tmp_path / "again.html"
     assert (
         main(
@@ -165,6 +168,32 @@ def test_all_writes_every_table_and_a_self_contained_report(
         == 0
     )
     assert "g-churn" in report.read_text()
+
+
+def _check_in_a_browser(report: Path) -> None:
+    """The report as headless Chromium lays it out: the summary row of each group with its cells shown,
+    the charts drawn with a size, nothing wider than the window; a screenshot goes to test-artifacts/."""
+    from selenium.webdriver.common.by import By
+
+    with headless_chromium() as browser:
+        browser.get(report.as_uri())
+        heading = browser.find_element(By.XPATH, "//h2[text()='Groups']")
+        summary = heading.find_element(By.XPATH, "following-sibling::table")
+        rows = {
+            cells[0].text: [c.text for c in cells]
+            for row in summary.find_elements(By.TAG_NAME, "tr")
+            if (cells := row.find_elements(By.TAG_NAME, "td"))
+        }
+        assert {"g-churn", "g-rr", "g-stuck", "g-slow"} <= rows.keys(), rows.keys()
+        assert rows["g-stuck"][1:3] == ["Stable", "classic"], rows["g-stuck"]
+        assert "records lost" in rows["g-slow"][-1], rows["g-slow"]
+        charts = browser.find_elements(By.CSS_SELECTOR, "svg.chart")
+        assert charts, "no chart in the report"
+        assert all(c.size["width"] > 100 and c.size["height"] > 50 for c in charts), [c.size for c in charts]
+        # A page as wide as its widest table: still readable without scrolling sideways at 1280 px.
+        overflow = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"the report is {overflow} px wider than the window"
+        browser.save_screenshot(str(artifacts_dir() / "pipeline-report.png"))
 
 
 def _section(page: str, title: str) -> str:
