@@ -260,3 +260,32 @@ def test_an_unhealthy_assignment_is_logged_measured_and_shown(
         assert json.loads(as_json.stdout)["groups"][0]["assignment_health"] == "UNOWNED=1,DUPLICATED=1"
         refused = groups_tool("--list", "--state", "--health")
         assert refused.returncode != 0
+
+
+def test_consumer_groups_are_counted_and_their_epoch_bumps_shown(broker: BrokerThread) -> None:
+    from broker.test_consumer_group_apis import cgh, create
+
+    base = base_url(broker)
+    with BlockingConnection(broker.address) as conn:
+        create(conn, "t", 2)
+        a = cgh(conn, "a", 0, names=["t"])
+        cgh(conn, "b", 0, names=["t"])
+        cgh(conn, "b", -1)
+        samples = scrape(base)
+        prefix = "kafka_server_group_coordinator_metrics"
+        assert samples[(f"{prefix}_group_count", (("protocol", "consumer"),))] == 1
+        states = {
+            labels[0][1]: v
+            for (name, labels), v in samples.items()
+            if name == f"{prefix}_consumer_group_count"
+        }
+        assert sum(states.values()) == 1
+        assert set(states) == {"Empty", "Assigning", "Reconciling", "Stable", "Dead"}
+        assert samples[(f"{prefix}_consumer_group_rebalance_total", ())] == 3
+        assert samples[(f"{prefix}_consumer_group_rebalance_rate", ())] > 0
+
+        history = get_json(base + "/api/groups/g/history")
+        generations = history["generations"]
+        assert [g["cause"]["kind"] for g in generations] == ["member_joined", "member_joined", "member_left"]
+        assert generations[0]["members"][0]["member_id"] == "a"
+        assert generations[-1]["group_epoch"] > a.member_epoch

@@ -90,7 +90,7 @@ def test_advertised_only_with_the_consumer_protocol(make_broker: Callable[..., B
             for k in conn.request(AV, ApiVersionsResponse, version=3).api_keys
         }
     assert advertised[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
-    assert advertised[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 0)
+    assert advertised[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 1)
     classic = make_broker(group_coordinator_rebalance_protocols="classic")
     with BlockingConnection(classic.address) as conn:
         keys = {k.api_key for k in conn.request(AV, ApiVersionsResponse, version=3).api_keys}
@@ -140,6 +140,9 @@ def _join_heartbeat_leave_and_topic_changes(conn: BlockingConnection) -> None:
         "t": [0, 1]
     }
     assert nope.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    # v1 (KIP-1099) adds MemberType: 1 for a consumer-protocol member
+    v1 = conn.request(ConsumerGroupDescribeRequest(group_ids=["g"]), ConsumerGroupDescribeResponse, version=1)
+    assert [m.member_type for m in v1.groups[0].members] == [1]
 
     listed = conn.request(ListGroupsRequest(types_filter=["consumer"]), ListGroupsResponse, version=5)
     assert [(x.group_id, x.group_type, x.protocol_type, x.group_state) for x in listed.groups] == [

@@ -105,15 +105,6 @@ ALLOWLIST: Final[tuple[Allowed, ...]] = (
         kafka=5,
         regroup=4,
     ),
-    Allowed(
-        "ApiVersions",
-        (0, 4),
-        "api_keys.69[1]",
-        "api-versions",
-        _NEWER.format(what="ConsumerGroupDescribe v1 (KIP-1099 MemberType)"),
-        kafka=1,
-        regroup=0,
-    ),
 )
 
 

@@ -101,8 +101,9 @@ def image(topics: Mapping[str, int]) -> TopicsImage:
 
 
 def consumer_hard_state(shard: CoordinatorShard) -> dict[str, tuple[object, ...]]:
-    """What the records of a shard's consumer groups determine (not the soft state the generated codecs
-    cannot carry: metadata hash, assignment timestamp, assignment epochs, regex resolutions)."""
+    """What the records of a shard's consumer groups determine, short of the metadata hash, assignment
+    timestamp, assignment epochs and regex resolutions (``test_consumer_group_replay.persisted_state``
+    adds those)."""
     return {
         g.group_id: (
             g.group_epoch,

@@ -194,7 +194,7 @@ def test_delete_groups_tombstones_offsets_then_the_empty_group(h: Harness) -> No
     ok(h.cgh("g", "a", -1))
     before = len(h.log)
     assert [r.error_code for r in h.delete_groups("g")] == [ErrorCode.NONE]
-    assert h.record_types(before) == [-1, -6, -3]
+    assert h.record_types(before) == [-1, -6, -4, -3]
     assert h.shard.consumer_group("g") is None
     assert h.shard.offsets("g") == {}
     assert h.replayed_shard().consumer_group("g") is None
@@ -225,4 +225,4 @@ def test_an_empty_group_goes_with_its_last_expired_offset(h: Harness) -> None:
     h.advance_to(committed_at + 110_000)
     assert h.fetched("g", "t", 0)[0] == -1
     assert h.shard.consumer_group("g") is None
-    assert h.record_types(before) == [-1, -6, -3]
+    assert h.record_types(before) == [-1, -6, -4, -3]

@@ -217,11 +217,19 @@ def test_tagged_nullable_struct_is_read_in_kafkas_form() -> None:
     assert ConsumerGroupMemberMetadataValue.decode(kafka_form, 0) == value
 
 
-def test_tagged_nullable_struct_null_is_omitted() -> None:
+def test_tagged_nullable_struct_null_is_written_when_the_default_is_not_null() -> None:
+    """The spec's ``"default": null`` is a JSON null, which Kafka's generator reads as no default: the field
+    defaults to an empty struct, so null is a non-default value, written as tag 0, size 1, null marker (the
+    bytes Kafka 4.3.1 writes for every consumer-protocol member), and a missing tag reads as the empty
+    struct."""
     value = ConsumerGroupMemberMetadataValue(client_id="c", classic_member_metadata=None)
     data = value.encode(0)
-    assert data.endswith(b"\x00")  # empty tagged section
+    assert data.endswith(b"\x01\x00\x01\x00")  # one tagged field: tag 0, size 1, null marker
     assert ConsumerGroupMemberMetadataValue.decode(data, 0) == value
+    empty = ConsumerGroupMemberMetadataValue(client_id="c")
+    assert empty.classic_member_metadata == ClassicMemberMetadata()
+    assert empty.encode(0).endswith(b"\x00")  # the default: no tagged field
+    assert ConsumerGroupMemberMetadataValue.decode(empty.encode(0), 0) == empty
 
 
 # ------------------------------------------------------------------------- consumer protocol leniency

@@ -138,3 +138,81 @@ def test_disabled_timeline_creates_no_topic(tmp_path: Path) -> None:
             assert env.coord.history_view(GROUP)["generations"] == []
 
     run(scenario())
+
+
+# ------------------------------------------------------------------------------------ consumer groups
+
+
+async def _cgh(env: Env, member_id: str, epoch: int, names: list[str] | None = None) -> Any:
+    from regroup.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+
+    joining = epoch == 0
+    req = ConsumerGroupHeartbeatRequest(
+        group_id=GROUP,
+        member_id=member_id,
+        member_epoch=epoch,
+        rebalance_timeout_ms=30_000 if joining else -1,
+        subscribed_topic_names=names,
+        topic_partitions=[] if joining else None,
+    )
+    response = await env.coord.consumer_group_heartbeat("c", "/127.0.0.1", 1, req)
+    assert response.error_code == ErrorCode.NONE, response
+    return response
+
+
+def test_consumer_group_epoch_bumps_are_written_with_their_causes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator_env(tmp_path) as env:
+            env.logs.create_topic("t", 2, {}, now_ms=env.clock.now_ms())
+            a = await _cgh(env, "a", 0, ["t"])
+            a = await _cgh(env, "a", a.member_epoch)
+            b = await _cgh(env, "b", 0, ["t"])
+            await _cgh(env, "b", b.member_epoch, ["t", "u"])  # subscription changed
+            await env.advance(1000)
+            env.logs.create_partitions("t", 3, now_ms=env.clock.now_ms())
+            await _cgh(env, "a", a.member_epoch)  # topic metadata changed
+            await _cgh(env, "b", -1)  # left
+            await env.advance(45_001)  # a's session expires
+            await env.settle()
+            bumps = [e for e in await written(env) if e["type"] == "consumer_epoch_bumped"]
+            kinds = [e["cause"]["kind"] for e in bumps]
+            assert kinds == [
+                "member_joined",
+                "member_joined",
+                "subscription_changed",
+                "topic_metadata_changed",
+                "member_left",
+                "member_fenced_session_timeout",
+            ]
+            epochs = [e["group_epoch"] for e in bumps]
+            assert epochs == sorted(epochs)
+            assert len(set(epochs)) == len(epochs)
+            first = bumps[0]
+            assert first["group_type"] == "consumer"
+            assert first["assignment_epoch"] == first["group_epoch"]
+            (member,) = first["members"]
+            assert member["member_id"] == "a"
+            assert member["state"] == "STABLE"
+            assert member["assigned"] == {"t": [0, 1]}
+            assert bumps[1]["joined"][0]["member_id"] == "b"
+            # b joins within the assignment interval: the new target assignment waits
+            second = bumps[1]
+            assert second["assignment_epoch"] < second["group_epoch"]
+            assert second["state"] == "Assigning"
+            progress = {m["member_id"]: m for m in second["members"]}
+            assert progress["b"]["assigned"] == {}
+            assert progress["a"]["assigned"] == {"t": [0, 1]}
+            assert bumps[4]["left"] == [
+                {"member_id": "b", "group_instance_id": None, "reason": "member b left the group"}
+            ]
+            assert bumps[5]["cause"]["timeout_ms"] == 45_000
+            assert bumps[5]["members"] == []
+            assert bumps[5]["state"] == "Empty"
+
+            view = env.coord.history_view(GROUP)
+            generations = view["generations"]
+            assert [g["generation_id"] for g in generations] == epochs
+            assert generations[-1]["cause"]["kind"] == "member_fenced_session_timeout"
+            assert generations[0]["stable_ms"] is not None
+
+    run(scenario())

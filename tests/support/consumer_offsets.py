@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from regroup.protocol.message import Data
 from regroup.protocol.primitives import I16
 from regroup.protocol.record_batch import RecordBatch
 from regroup.protocol.records import RECORD_TYPES
@@ -14,6 +15,20 @@ from support.normalize import plain
 __all__ = ["CoordinatorRecord", "group_records", "read_offsets_topic"]
 
 TOPIC = "__consumer_offsets"
+
+
+def _key_version(key_cls: type[Data], key_type: int) -> int:
+    """The key struct's version: the record type for pre-4.0 key specs (``"type": "data"``, the key version
+    is the type), 0 for Kafka 4.0+ ``coordinator-key`` specs (e.g. type 16)."""
+    return key_type if key_cls.MIN_VERSION <= key_type <= key_cls.MAX_VERSION else 0
+
+
+def _decode_key(key_cls: type[Data], key_type: int, raw: bytes) -> tuple[Data, int]:
+    version = _key_version(key_cls, key_type)
+    obj, end = key_cls.read(raw, 2, version)
+    if end != len(raw):
+        raise ValueError(f"{len(raw) - end} trailing bytes after a type-{key_type} key")
+    return obj, version
 
 
 @dataclass
@@ -39,8 +54,10 @@ class CoordinatorRecord:
     def reencodes(self) -> bool:
         """Whether regroup's codecs re-encode the decoded key and value to exactly the stored bytes."""
         key_cls, value_cls = RECORD_TYPES[self.key_type]
-        key_obj, _ = key_cls.decode_versioned(self.raw_key)
-        if key_obj.encode_versioned(self.key_type) != self.raw_key:
+        key_obj, key_version = _decode_key(key_cls, self.key_type, self.raw_key)
+        key = bytearray(I16.pack(self.key_type))
+        key_obj.write(key, key_version)
+        if bytes(key) != self.raw_key:
             return False
         if self.raw_value is None:
             return True
@@ -71,7 +88,7 @@ def read_offsets_topic(address: Address, partition: int) -> list[CoordinatorReco
                 continue
             key_type = I16.unpack_from(record.key, 0)[0]
             key_cls, value_cls = RECORD_TYPES[key_type]
-            key_obj, _ = key_cls.decode_versioned(record.key)
+            key_obj, key_version = _decode_key(key_cls, key_type, bytes(record.key))
             value: dict[str, Any] | None = None
             version: int | None = None
             if record.value is not None:
@@ -82,7 +99,7 @@ def read_offsets_topic(address: Address, partition: int) -> list[CoordinatorReco
                     partition,
                     record.offset,
                     key_type,
-                    plain(key_obj, key_type),
+                    plain(key_obj, key_version),
                     version,
                     value,
                     bytes(record.key),

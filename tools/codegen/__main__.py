@@ -12,12 +12,26 @@ import tempfile
 from pathlib import Path
 
 from tools.codegen.generator import generate_module
-from tools.codegen.spec import MessageSpec, load, snake
+from tools.codegen.spec import SPEC_OVERLAY, MessageSpec, load, record_type, snake, spec_paths
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC_DIR = REPO.parent / "shared" / "kafka-protocol"
 OUT = REPO / "src" / "regroup" / "protocol"
-BASES = {"request": "Message", "response": "Message", "header": "Message", "data": "Data"}
+BASES = {
+    "request": "Message",
+    "response": "Message",
+    "header": "Message",
+    "data": "Data",
+    "coordinator-key": "Data",
+    "coordinator-value": "Data",
+}
+
+
+def _source(spec: MessageSpec) -> str:
+    """How a generated module names the spec file it came from: the base set, or the 4.3 overlay."""
+    if spec.path.is_relative_to(SPEC_OVERLAY):
+        return f"``{spec.path.relative_to(REPO)}`` [Kafka 4.3 overlay]"
+    return f"``shared/kafka-protocol/{spec.path.parent.name}/{spec.path.name}``"
 
 
 def _api_module(name: str) -> str:
@@ -26,10 +40,8 @@ def _api_module(name: str) -> str:
 
 def plan(spec_dir: Path) -> dict[Path, str]:
     """Every generated file and its content."""
-    msgs = spec_dir / "messages"
-    recs = spec_dir / "coordinator-records"
     files: dict[Path, str] = {}
-    specs = {p.stem: load(p) for p in sorted(msgs.glob("*.json"))}
+    specs = {p.stem: load(p) for p in spec_paths(spec_dir, "messages")}
     apis: list[tuple[str, MessageSpec, MessageSpec]] = []
     for stem, spec in sorted(specs.items()):
         if spec.kind == "request":
@@ -40,22 +52,22 @@ def plan(spec_dir: Path) -> dict[Path, str]:
                 [spec, resp],
                 f"The {api} API (key {spec.api_key}): request and response codecs.",
                 BASES,
-                "shared/kafka-protocol",
+                _source,
             )
     files[OUT / "messages" / "headers.py"] = generate_module(
         [specs["RequestHeader"], specs["ResponseHeader"]],
         "Request and response header codecs.",
         BASES,
-        "shared/kafka-protocol",
+        _source,
     )
     files[OUT / "records" / "consumer_protocol.py"] = generate_module(
         [specs["ConsumerProtocolSubscription"], specs["ConsumerProtocolAssignment"]],
         "The consumer embedded protocol: subscription and assignment (int16-version-prefixed).",
         BASES,
-        "shared/kafka-protocol",
+        _source,
     )
     groups: dict[str, list[MessageSpec]] = {}
-    for p in sorted(recs.glob("*.json")):
+    for p in spec_paths(spec_dir, "coordinator-records"):
         spec = load(p)
         base = spec.name.removesuffix("Key").removesuffix("Value")
         groups.setdefault(base, []).append(spec)
@@ -67,11 +79,11 @@ def plan(spec_dir: Path) -> dict[Path, str]:
             group,
             f"``__consumer_offsets`` record schemas: {base} key and value.",
             BASES,
-            "shared/kafka-protocol",
+            _source,
         )
         key = group[0]
-        for record_type in range(key.valid.lo, (key.valid.hi or key.valid.lo) + 1):
-            record_index.append((mod, key.name, group[1].name, record_type))
+        for rtype in record_type(key):
+            record_index.append((mod, key.name, group[1].name, rtype))
     files[OUT / "records" / "__init__.py"] = _records_init(record_index)
     files[OUT / "messages" / "__init__.py"] = (
         '"""Generated request/response codecs, one module per API (see ``regroup.protocol.api_keys``)."""\n'

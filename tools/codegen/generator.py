@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tools.codegen.spec import Field, MessageSpec, StructSpec, Versions
@@ -549,10 +550,11 @@ def _class_lines(st: StructSpec, msg: MessageSpec, base: str, versions: list[int
     lines = ["", "", "@dataclass(slots=True)", f"class {st.class_name}({base}):"]
     doc: list[str] = []
     if st is msg.root:
-        kind = {"request": "Request", "response": "Response", "header": "Header", "data": "Data"}[msg.kind]
+        kind = {"request": "Request", "response": "Response", "header": "Header"}.get(msg.kind, "Data")
         head = f"{kind} {msg.name}"
         if msg.api_key is not None:
-            head += f" (API key {msg.api_key})"
+            what = "record type" if msg.kind.startswith("coordinator-") else "API key"
+            head += f" ({what} {msg.api_key})"
         head += f", versions {msg.valid.lo}-{msg.valid.hi}"
         if not msg.flexible.empty:
             head += f"; flexible from v{msg.flexible.lo}"
@@ -642,8 +644,11 @@ def struct_versions(st: StructSpec, msg: MessageSpec) -> list[int]:
     return [v for v in range(msg.valid.lo, msg.valid.hi + 1) if v in st.versions]
 
 
-def generate_module(msgs: list[MessageSpec], doc: str, base_for: dict[str, str], root: str) -> str:
-    """One module holding several messages (e.g. a request and its response)."""
+def generate_module(
+    msgs: list[MessageSpec], doc: str, base_for: dict[str, str], source: Callable[[MessageSpec], str]
+) -> str:
+    """One module holding several messages (e.g. a request and its response); ``source`` names each
+    message's spec file in the module header."""
     mod = ModuleGen()
     # Struct class names: unique within the module; prefix with the message name on a clash.
     names: dict[str, int] = {}
@@ -673,7 +678,7 @@ def generate_module(msgs: list[MessageSpec], doc: str, base_for: dict[str, str],
             tables.append(f"{st.class_name}._READERS = {{{', '.join(f'{v}: {n}' for v, n in r.items())}}}")
             tables.append(f"{st.class_name}.FIELDS = ({''.join(_field_spec(f) + ', ' for f in st.fields)})")
     bases = sorted({base_for[m.kind] for m in msgs} | {"Struct", "FieldSpec"})
-    sources = ", ".join(f"``{root}/{m.path.parent.name}/{m.path.name}``" for m in msgs)
+    sources = ", ".join(source(m) for m in msgs)
     out = [HEADER.format(doc=doc, sources=sources, bases=", ".join(bases))]
     for spec, name in sorted(mod.formats.items(), key=lambda x: x[1]):
         out.append(f'{name} = struct.Struct(">{spec}")')

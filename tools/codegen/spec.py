@@ -11,6 +11,10 @@ from pathlib import Path
 # Fields Kafka added after the pinned specs in ../shared were taken: ``overlays/<dir>/<Spec>.json`` lists
 # them under ``addFields`` and they are appended to that spec's top-level fields.
 OVERLAYS = Path(__file__).resolve().parent / "overlays"
+# Whole spec files newer than the pinned ones, copied unchanged from Apache Kafka 4.3 (see its README.md):
+# ``spec-overlay/<dir>/<Spec>.json`` replaces the base ``<dir>/<Spec>.json`` (or adds it). ``addFields``
+# patches apply to base files only.
+SPEC_OVERLAY = Path(__file__).resolve().parent / "spec-overlay"
 
 PRIMITIVES = {
     "int8",
@@ -104,8 +108,8 @@ class StructSpec:
 class MessageSpec:
     path: Path
     name: str
-    kind: str  # request | response | header | data
-    api_key: int | None
+    kind: str  # request | response | header | data | coordinator-key | coordinator-value
+    api_key: int | None  # for coordinator-key/-value (Kafka 4.0+ record specs): the record type
     valid: Versions
     flexible: Versions
     deprecated: Versions | None
@@ -138,11 +142,28 @@ def _strip_comments(text: str) -> tuple[str, list[str]]:
     return "\n".join(body), notes
 
 
+def spec_paths(spec_dir: Path, sub: str) -> list[Path]:
+    """The spec files of ``spec_dir/sub`` with the overlay's files of the same directory laid over them
+    (same name: the overlay's replaces the base's), sorted by name."""
+    files = {p.name: p for p in (spec_dir / sub).glob("*.json")}
+    files.update({p.name: p for p in (SPEC_OVERLAY / sub).glob("*.json")})
+    return [files[n] for n in sorted(files)]
+
+
+def record_type(key: MessageSpec) -> range:
+    """The record types a ``__consumer_offsets`` key spec covers: the ``apiKey`` of a Kafka 4.0+
+    ``coordinator-key``, else (pre-4.0 ``data`` keys) the key's versions."""
+    if key.kind == "coordinator-key":
+        assert key.api_key is not None
+        return range(key.api_key, key.api_key + 1)
+    return range(key.valid.lo, (key.valid.hi or key.valid.lo) + 1)
+
+
 def load(path: Path) -> MessageSpec:
     text, notes = _strip_comments(path.read_text())
     raw = json.loads(text)
     overlay = OVERLAYS / path.parent.name / path.name
-    if overlay.exists():
+    if overlay.exists() and not path.is_relative_to(SPEC_OVERLAY):
         raw["fields"] = [*raw["fields"], *json.loads(overlay.read_text())["addFields"]]
     valid = Versions.parse(raw["validVersions"])
     flexible = Versions.parse(raw.get("flexibleVersions", "none"))
@@ -163,7 +184,9 @@ def load(path: Path) -> MessageSpec:
                 flexible_override=Versions.parse(str(f["flexibleVersions"]))
                 if "flexibleVersions" in f
                 else None,
-                default="null" if "default" in f and f["default"] is None else f.get("default"),
+                # A JSON null default is no default, as in Kafka's generator (FieldSpec: null → ""): the field
+                # defaults to its type's empty value, so a null value is written (tagged fields: null marker).
+                default=f.get("default"),
                 ignorable=bool(f.get("ignorable", False)),
                 about=str(f.get("about", "")),
             )

@@ -112,6 +112,28 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
+def _partitions(by_topic: dict[str, list[int]]) -> str:
+    return ", ".join(f"{t}-{p}" for t, ps in sorted(by_topic.items()) for p in ps)
+
+
+def _consumer_detail(g: dict[str, Any]) -> list[str]:
+    """A consumer group's epoch bump: the epochs and where every member stood in its reconciliation."""
+    lines = [
+        f"  group epoch {g.get('previous_group_epoch')} -> {g['group_epoch']}, assignment epoch "
+        f"{g.get('assignment_epoch')}, {g.get('state')}"
+    ]
+    for m in g["members"]:
+        line = (
+            f"  member {_who(m['member_id'], m.get('group_instance_id'))}: epoch {m.get('member_epoch')}, "
+            f"{m.get('state')}"
+        )
+        pending = m.get("pending_revocation") or {}
+        if pending:
+            line += f", revoking {_partitions(pending)}"
+        lines.append(line)
+    return lines
+
+
 def format_history(timeline: dict[str, Any]) -> str:
     """The readable form: a summary row per generation followed by its details, then the rebalance in
     progress (if any)."""
@@ -144,9 +166,12 @@ def format_history(timeline: dict[str, Any]) -> str:
         detail += [
             f"  left: {_who(m['member_id'], m['group_instance_id'])}: {m['reason']}" for m in g["left"]
         ]
-        if g["waited_for"]:
+        consumer = g.get("group_type") == "consumer"
+        if consumer:
+            detail += _consumer_detail(g)
+        elif g["waited_for"]:
             detail.append(f"  waited for: {', '.join(g['waited_for'])}")
-        if g["members"] and g["stable_ms"] is None:
+        if g["members"] and g["stable_ms"] is None and not consumer:
             detail.append("  not stable: no assignment was stored for this generation")
         for r in g["static_replacements"]:
             detail.append(

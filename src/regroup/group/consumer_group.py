@@ -9,10 +9,10 @@ is exactly what replaying its records does, as in Kafka, where the coordinator r
 
 Besides the records' content the group keeps derived bookkeeping — the static instance → member id map and
 the owner of every partition held by a member (assigned or pending revocation; Kafka's
-``currentPartitionEpoch``) — and soft state that Kafka would persist but the generated record codecs do not
-carry yet (the metadata hash, the assignment timestamp, per-partition assignment epochs; the regex
-resolutions of record type 16, which has no codec): after a load these start from their defaults, and the
-hash as unknown.
+``currentPartitionEpoch``) — and the topic names the regexes were last resolved on (not persisted: after a
+load every regex is re-resolved once, which bumps only if a resolution changed). The metadata hash (type 3),
+the assignment timestamp (type 6), per-partition assignment epochs (type 8) and the regex resolutions
+(type 16) are record content and survive a load.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_EPOCH",
     "LEAVE_GROUP_MEMBER_EPOCH",
     "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
+    "ClassicMemberMetadata",
     "ConsumerGroup",
     "ConsumerGroupMember",
     "ConsumerGroupState",
@@ -86,6 +87,21 @@ def by_topic(partitions: Iterable[TopicPartition]) -> dict[Uuid, list[int]]:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a consumer group
+    sent in its JoinGroup (the ClassicMemberMetadata tagged field of record type 5; §9 of
+    docs/design/consumer-group-semantics.md): its session timeout and its (name, metadata) protocols in
+    preference order. ``None`` on a member using the consumer protocol."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.protocols)
+
+
+@dataclass(frozen=True, slots=True)
 class MemberSubscription:
     """What a member asked for (record type 5)."""
 
@@ -97,6 +113,7 @@ class MemberSubscription:
     subscribed_topic_regex: str | None = None  # None: no regex ("" on the wire clears it)
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +125,9 @@ class MemberAssignment:
     state: MemberState = MemberState.STABLE
     assigned: Partitions = frozenset()
     pending_revocation: Partitions = frozenset()
-    # KIP-1251 (4.3): the epoch at which the member received each assigned partition. Not in the generated
-    # record codec: on load every partition gets max(member_epoch, 0), Kafka's default for a missing field.
+    # KIP-1251 (4.3): the epoch at which the member received each partition it holds (assigned or pending
+    # revocation), the AssignmentEpochs of record type 8; a record without them (≤4.2) reads as
+    # max(member_epoch, 0) for every partition, Kafka's default.
     assignment_epochs: Mapping[TopicPartition, int] = field(default_factory=dict, compare=False)
 
     @property
@@ -147,6 +165,10 @@ class ConsumerGroupMember:
     def pending_revocation(self) -> Partitions:
         return self.assignment.pending_revocation
 
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.subscription.classic is not None
+
     def with_subscription(self, subscription: MemberSubscription) -> ConsumerGroupMember:
         return replace(self, subscription=subscription)
 
@@ -168,13 +190,11 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}
         self.targets: dict[str, Partitions] = {}
         self._owners: dict[TopicPartition, str] = {}
-        # soft state (see the module docstring)
-        # None: unknown (a loaded group; the codec has no MetadataHash), which forces a bump on the next
-        # heartbeat — 0 would be taken for "none of the subscribed topics exists".
-        self.metadata_hash: int | None = 0
-        self.assignment_timestamp_ms = 0
-        self.resolved_regexes: dict[str, frozenset[str]] = {}
-        self.regex_topic_names: frozenset[str] | None = None  # the topic names the regexes were resolved on
+        self.metadata_hash = 0  # type 3; 0 also when read from a record without it (≤4.0)
+        self.assignment_timestamp_ms = 0  # type 6
+        self.resolved_regexes: dict[str, frozenset[str]] = {}  # type 16
+        # not persisted (see the module docstring): the topic names the regexes were resolved on
+        self.regex_topic_names: frozenset[str] | None = None
 
     def copy(self) -> ConsumerGroup:
         """A copy to restore when an append fails (members and targets are immutable values)."""
@@ -211,6 +231,24 @@ class ConsumerGroup:
         member_id = self.static_members.get(instance_id)
         return None if member_id is None else self.members.get(member_id)
 
+    def classic_members(self) -> list[ConsumerGroupMember]:
+        return [m for m in self.members.values() if m.uses_classic_protocol]
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Every member but ``member_id`` speaks the classic protocol (CG
+        ``allMembersUseClassicProtocolExcept``)."""
+        return all(m.uses_classic_protocol for m in self.members.values() if m.member_id != member_id)
+
+    def supports_classic_protocols(self, protocol_type: str, names: frozenset[str]) -> bool:
+        """CG ``supportsClassicProtocols``: the type is ``consumer`` and, unless the group is empty, one of
+        ``names`` is supported by every classic member."""
+        if protocol_type != "consumer":
+            return False
+        if not self.members:
+            return bool(names)
+        classic = [m.subscription.classic for m in self.members.values() if m.subscription.classic]
+        return any(all(name in c.protocol_names for c in classic) for name in names)
+
     def subscribed_regexes(self) -> set[str]:
         return {
             m.subscription.subscribed_topic_regex
@@ -234,7 +272,7 @@ class ConsumerGroup:
 
     # ------------------------------------------------------------------------------------------ records
 
-    def apply_group_metadata(self, epoch: int, metadata_hash: int | None) -> None:
+    def apply_group_metadata(self, epoch: int, metadata_hash: int) -> None:
         """ConsumerGroupMetadata (type 3)."""
         self.group_epoch = epoch
         self.metadata_hash = metadata_hash
@@ -243,6 +281,13 @@ class ConsumerGroup:
         """ConsumerGroupTargetAssignmentMetadata (type 6); a tombstone is epoch −1."""
         self.assignment_epoch = epoch
         self.assignment_timestamp_ms = timestamp_ms
+
+    def apply_regex(self, regex: str, topics: frozenset[str] | None) -> None:
+        """ConsumerGroupRegularExpression (type 16): what ``regex`` resolved to; None: tombstone."""
+        if topics is None:
+            self.resolved_regexes.pop(regex, None)
+        else:
+            self.resolved_regexes[regex] = topics
 
     def apply_target_member(self, member_id: str, target: Partitions | None) -> None:
         """ConsumerGroupTargetAssignmentMember (type 7); None: tombstone."""

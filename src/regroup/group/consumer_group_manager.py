@@ -14,10 +14,11 @@ Topic metadata is injected (:class:`~regroup.group.topics_image.TopicsImage`) wi
 and leaves use the most recent image this shard was given. Regex subscriptions are resolved synchronously
 against that image (see :mod:`regroup.group.topic_regex`).
 
-Not served yet: online migration between classic and consumer groups (§9) — a ConsumerGroupHeartbeat for a
-non-empty classic group is answered GROUP_ID_NOT_FOUND, and a classic JoinGroup for a consumer group
-INCONSISTENT_GROUP_PROTOCOL (the shard does the latter); classic-protocol members inside consumer groups;
-group-level config overrides. Offsets of consumer groups (§7) are :mod:`regroup.group.offset_manager`'s.
+Online migration (§9): a ConsumerGroupHeartbeat converts a non-empty classic group (upgrade), and the last
+consumer-protocol member leaving converts the group back when only classic members remain (downgrade); the
+classic members' own requests are :mod:`regroup.group.classic_members`'s. Not served yet: the downgrade when a
+classic static joiner replaces the last consumer-protocol member; group-level config overrides. Offsets of
+consumer groups (§7) are :mod:`regroup.group.offset_manager`'s.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
 from regroup.group.config import GroupConfig
 from regroup.group.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ClassicMemberMetadata,
     ConsumerGroup,
     ConsumerGroupMember,
     MemberAssignment,
@@ -49,6 +52,7 @@ from regroup.group.records import (
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE,
     CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE,
     CONSUMER_GROUP_METADATA_RECORD_TYPE,
+    CONSUMER_GROUP_REGULAR_EXPRESSION_RECORD_TYPE,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_RECORD_TYPE,
     DecodedConsumerGroupRecord,
@@ -56,15 +60,20 @@ from regroup.group.records import (
     consumer_group_metadata_tombstone,
     current_assignment_record,
     current_assignment_tombstone,
+    group_metadata_record,
     group_metadata_tombstone,
-    member_subscription_record,
+    member_metadata_record,
     member_subscription_tombstone,
+    partition_metadata_tombstone,
+    regular_expression_record,
+    regular_expression_tombstone,
     target_member_record,
     target_member_tombstone,
     target_metadata_record,
     target_metadata_tombstone,
 )
 from regroup.group.server_assignors import ASSIGNORS, AssignorError, MemberSpec
+from regroup.group.state import GroupState
 from regroup.group.topic_regex import InvalidRegularExpression, compile_regex, resolve
 from regroup.group.topics_image import TopicsImage
 from regroup.protocol.errors import ErrorCode
@@ -79,11 +88,18 @@ from regroup.protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatResponseTopicPartitions,
 )
 from regroup.protocol.messages.list_groups import ListedGroup
-from regroup.protocol.primitives import Uuid
+from regroup.protocol.primitives import DecodeError, Uuid
+from regroup.protocol.records.consumer_protocol import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolAssignmentTopicPartition,
+    ConsumerProtocolSubscription,
+)
 
 __all__ = [
     "CONSUMER_GROUP_TYPE",
     "ConsumerGroupManager",
+    "classic_join_timeout_key",
+    "classic_sync_timeout_key",
     "rebalance_timeout_key",
     "session_timeout_key",
 ]
@@ -99,6 +115,47 @@ def session_timeout_key(group_id: str, member_id: str) -> TimerKey:
 
 def rebalance_timeout_key(group_id: str, member_id: str) -> TimerKey:
     return TimerKey(TimerKind.CONSUMER_REBALANCE, group_id, member_id)
+
+
+def classic_join_timeout_key(group_id: str, member_id: str) -> TimerKey:
+    return TimerKey(TimerKind.CONSUMER_JOIN, group_id, member_id)
+
+
+def classic_sync_timeout_key(group_id: str, member_id: str) -> TimerKey:
+    return TimerKey(TimerKind.CONSUMER_SYNC, group_id, member_id)
+
+
+_MEMBER_TIMER_KINDS = (
+    TimerKind.CONSUMER_SESSION,
+    TimerKind.CONSUMER_REBALANCE,
+    TimerKind.CONSUMER_JOIN,
+    TimerKind.CONSUMER_SYNC,
+)
+
+
+def decode_classic_subscription(protocols: tuple[tuple[str, bytes], ...]) -> ConsumerProtocolSubscription:
+    """The ConsumerProtocol subscription embedded in a classic member's protocols (every protocol carries
+    the same one, so the first is read, as Kafka's ``deserializeSubscription``); DecodeError if malformed."""
+    if not protocols:
+        raise DecodeError("no protocol")
+    subscription, _ = ConsumerProtocolSubscription.decode_versioned(protocols[0][1], lenient=True)
+    return subscription
+
+
+def encode_classic_assignment(
+    partitions: Iterable[TopicPartition], topics: TopicsImage, metadata: bytes
+) -> bytes:
+    """A ConsumerProtocol assignment of ``partitions`` (topics the image does not know are left out), at the
+    version of the subscription ``metadata`` (Kafka's ``prepareAssignment``: version of the member's first
+    protocol), capped at the highest version regroup writes."""
+    version = int.from_bytes(metadata[:2], "big", signed=True) if len(metadata) >= 2 else 0
+    version = min(max(version, 0), ConsumerProtocolAssignment.MAX_VERSION)
+    assigned = []
+    for topic_id, ps in sorted(by_topic(partitions).items(), key=lambda item: str(item[0])):
+        topic = topics.by_id(topic_id)
+        if topic is not None:
+            assigned.append(ConsumerProtocolAssignmentTopicPartition(topic=topic.name, partitions=ps))
+    return ConsumerProtocolAssignment(assigned_partitions=assigned).encode_versioned(version)
 
 
 class _Rejected(Exception):
@@ -179,6 +236,14 @@ class ConsumerGroupManager:
 
     # ------------------------------------------------------------------------------------------ store
 
+    def note_topics(self, topics: TopicsImage) -> None:
+        """The cluster's topics now (classic-protocol requests come without them; timers use them too)."""
+        self._image = topics
+
+    @property
+    def topics(self) -> TopicsImage:
+        return self._image
+
     def group(self, group_id: str) -> ConsumerGroup | None:
         return self._groups.get(group_id)
 
@@ -217,18 +282,26 @@ class ConsumerGroupManager:
                 )
             replaced_classic = self._classic.group(group_id)
             if replaced_classic is not None and replaced_classic.members:
-                # Online upgrade of a classic group (§9) is not served yet.
-                return Result(
-                    reply=_error_response(
-                        ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
-                    )
-                )
-            group = ConsumerGroup(group_id)
+                # Online upgrade (§9, GMM ``validateOnlineUpgrade`` / ``convertToConsumerGroup``).
+                upgrade_error = self._online_upgrade_error(replaced_classic)
+                if upgrade_error is None:
+                    try:
+                        group = self._from_classic(replaced_classic, topics)
+                    except _Rejected as exc:
+                        upgrade_error = exc.message
+                if upgrade_error is not None:
+                    return Result(reply=_error_response(ErrorCode.GROUP_ID_NOT_FOUND, upgrade_error))
+            else:
+                group = ConsumerGroup(group_id)
             self._groups[group_id] = group
         else:
             group = existing
 
         out = Outcome()
+        upgraded = replaced_classic is not None and bool(replaced_classic.members)
+        if upgraded:
+            assert replaced_classic is not None
+            self._conversion_records(out, group)
         try:
             response = self._heartbeat(out, ctx, req, group, now_ms, topics)
         except _Rejected as exc:
@@ -236,18 +309,229 @@ class ConsumerGroupManager:
             return Result(reply=_error_response(exc.error, exc.message))
 
         if replaced_classic is not None:
-            # An empty classic group of the same id is replaced, its GroupMetadata tombstoned first.
+            # The classic group of the same id is replaced, its GroupMetadata tombstoned first. Its timers
+            # stay armed until the write succeeds: they find no classic group and do nothing meanwhile.
             out.records.insert(0, group_metadata_tombstone(group_id))
-            self._classic.remove_group(out, group_id)
+            self._classic.detach_group(group_id)
+            if upgraded:
+                # Rejoining classic members learn of the new rebalance (GMM ``convertToConsumerGroup``).
+                self._classic.answer_parked(out, replaced_classic, ErrorCode.REBALANCE_IN_PROGRESS)
+                for member in group.classic_members():
+                    if member.subscription.classic is not None and member.member_id != response.member_id:
+                        self._timers.schedule(
+                            out,
+                            session_timeout_key(group_id, member.member_id),
+                            now_ms + member.subscription.classic.session_timeout_ms,
+                        )
 
-        def applied(error: ErrorCode | None, _after: Outcome) -> None:
+        def applied(error: ErrorCode | None, after: Outcome) -> None:
             if error is not None:
                 self._restore(group_id, snapshot)
                 if replaced_classic is not None:
                     self._classic.restore_group(replaced_classic)
+                    for member_id in list(group.members):
+                        if replaced_classic.members.get(member_id) is not None:
+                            self._timers.cancel(after, session_timeout_key(group_id, member_id))
+            elif replaced_classic is not None:
+                self._classic.cancel_timers(after, group_id)
+                self._classic.forget_history(group_id)
 
         out.after_append(applied)
         return out.result(response, _error_response)
+
+    # ------------------------------------------------------------------------------------------ migration
+
+    def _migration_enabled(self, direction: str) -> bool:
+        policy = self.config.consumer_migration_policy.lower()
+        return policy in ("bidirectional", direction)
+
+    def _online_upgrade_error(self, classic: ClassicGroup) -> str | None:
+        """GMM ``validateOnlineUpgrade``: why ``classic`` may not become a consumer group (None: it may)."""
+        group_id = classic.group_id
+        if not self._migration_enabled("upgrade"):
+            return (
+                f"Cannot upgrade classic group {group_id} to consumer group because the online upgrade is "
+                "disabled."
+            )
+        if not classic.uses_consumer_protocol:
+            return (
+                f"Cannot upgrade classic group {group_id} to consumer group because the group does not use "
+                "the consumer embedded protocol."
+            )
+        if len(classic.members) > self.config.consumer_max_size:
+            return (
+                f"Cannot upgrade classic group {group_id} to consumer group because the group size exceeds "
+                "the consumer group maximum size."
+            )
+        return None
+
+    def _from_classic(self, classic: ClassicGroup, topics: TopicsImage) -> ConsumerGroup:
+        """CG ``fromClassicGroup``: group and assignment epoch = generation; every member STABLE at that
+        epoch with its last assignment as current and target, its subscription and rack from its embedded
+        ConsumerProtocol subscription. Raises _Rejected (the message of GROUP_ID_NOT_FOUND) when the
+        embedded protocol is malformed or an assignment carries user data (a custom assignor)."""
+        group_id = classic.group_id
+        malformed = (
+            f"Cannot upgrade the classic group {group_id} to consumer group because the embedded consumer "
+            "protocol is malformed."
+        )
+        protocol_name = classic.protocol_name
+        if protocol_name is None:
+            raise _Rejected(ErrorCode.GROUP_ID_NOT_FOUND, malformed)
+        generation = classic.generation_id
+        group = ConsumerGroup(group_id)
+        group.group_epoch = generation
+        group.assignment_epoch = generation
+        for cm in classic.members.values():
+            try:
+                subscription, _ = ConsumerProtocolSubscription.decode_versioned(
+                    cm.metadata(protocol_name), lenient=True
+                )
+                # An empty assignment (none received yet) does not parse in Kafka either.
+                assignment, _ = ConsumerProtocolAssignment.decode_versioned(cm.assignment, lenient=True)
+            except (DecodeError, KeyError) as exc:
+                raise _Rejected(ErrorCode.GROUP_ID_NOT_FOUND, malformed) from exc
+            if assignment.user_data:
+                raise _Rejected(
+                    ErrorCode.GROUP_ID_NOT_FOUND,
+                    f"Cannot upgrade classic group {group_id} to consumer group because an unsupported "
+                    "custom assignor is in use. Please refer to the documentation or switch to a default "
+                    "assignor before re-attempting the upgrade.",
+                )
+            assigned: set[TopicPartition] = set()
+            for tp in assignment.assigned_partitions:
+                topic = topics.by_name(tp.topic)
+                if topic is not None:
+                    assigned.update((topic.topic_id, p) for p in tp.partitions)
+            partitions = frozenset(assigned)
+            group.apply_member_subscription(
+                cm.member_id,
+                MemberSubscription(
+                    instance_id=cm.group_instance_id,
+                    rack_id=subscription.rack_id,
+                    client_id=cm.client_id,
+                    client_host=cm.client_host,
+                    subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+                    rebalance_timeout_ms=cm.rebalance_timeout_ms,
+                    classic=ClassicMemberMetadata(cm.session_timeout_ms, cm.protocols),
+                ),
+            )
+            group.apply_target_member(cm.member_id, partitions)
+            group.apply_member_assignment(
+                cm.member_id,
+                MemberAssignment(
+                    member_epoch=generation,
+                    previous_member_epoch=generation,
+                    state=MemberState.STABLE,
+                    assigned=partitions,
+                    assignment_epochs=dict.fromkeys(partitions, generation),
+                ),
+            )
+        group.metadata_hash = topics.group_hash(group.subscribed_topic_names())
+        return group
+
+    def _conversion_records(self, out: Outcome, group: ConsumerGroup) -> None:
+        """CG ``createConsumerGroupRecords``: 5 per member, 3, 7 per member, 6, 8 per member (the group
+        already holds what they say)."""
+        group_id = group.group_id
+        for member in group.members.values():
+            self._emit(out, member_metadata_record(group_id, member.member_id, member.subscription))
+        self._emit(out, consumer_group_metadata_record(group_id, group.group_epoch, group.metadata_hash))
+        for member in group.members.values():
+            self._emit(
+                out,
+                target_member_record(
+                    group_id, member.member_id, group.targets.get(member.member_id, frozenset())
+                ),
+            )
+        self._emit(
+            out, target_metadata_record(group_id, group.assignment_epoch, group.assignment_timestamp_ms)
+        )
+        for member in group.members.values():
+            self._emit(out, current_assignment_record(group_id, member.member_id, member.assignment))
+
+    def online_downgrade_allowed(self, group: ConsumerGroup, leaving: frozenset[str]) -> bool:
+        """GMM ``validateOnlineDowngradeWithFencedMembers``: the members leaving include the last ones using
+        the consumer protocol, others remain, downgrade is enabled and they fit in ``group.max.size``."""
+        remaining = [m for m in group.members.values() if m.member_id not in leaving]
+        return (
+            all(m.uses_classic_protocol for m in remaining)
+            and len(remaining) > 0
+            and self._migration_enabled("downgrade")
+            and len(remaining) <= self.config.group_max_size
+        )
+
+    def downgrade(self, out: Outcome, group: ConsumerGroup, leaving: frozenset[str], now_ms: int) -> None:
+        """GMM ``convertToClassicGroup`` (leave path): the consumer group's tombstones, then a GroupMetadata
+        record of a Stable classic group at generation = group epoch whose members' assignments are their
+        targets (ConsumerProtocol-encoded), then a rebalance (``ClassicGroup.fromConsumerGroup``)."""
+        group_id = group.group_id
+        out.records.extend(self.tombstones(group_id))
+        classic = ClassicGroup(
+            group_id,
+            GroupState.STABLE,
+            now_ms,
+            generation_id=group.group_epoch,
+            protocol_type=CONSUMER_GROUP_TYPE,
+        )
+        for member in group.members.values():
+            meta = member.subscription.classic
+            if member.member_id in leaving or meta is None:
+                continue
+            classic.add(
+                ClassicGroupMember(
+                    member_id=member.member_id,
+                    group_instance_id=member.instance_id,
+                    client_id=member.subscription.client_id,
+                    client_host=member.subscription.client_host,
+                    rebalance_timeout_ms=member.subscription.rebalance_timeout_ms,
+                    session_timeout_ms=meta.session_timeout_ms,
+                    protocol_type=CONSUMER_GROUP_TYPE,
+                    protocols=meta.protocols,
+                )
+            )
+        classic.protocol_name = classic.select_protocol()
+        classic.subscribed_topics = classic.compute_subscribed_topics()
+        for cm in classic.members.values():
+            cm.assignment = encode_classic_assignment(
+                group.targets.get(cm.member_id, frozenset()), self._image, cm.metadata(classic.protocol_name)
+            )
+        out.records.append(group_metadata_record(classic, classic.assignments()))
+        snapshot = group.copy()
+        del self._groups[group_id]
+        for key in self._timers.keys_for_group(group_id):
+            if key.kind in _MEMBER_TIMER_KINDS:
+                self._timers.cancel(out, key)
+        self._classic.adopt_group(
+            out, classic, f"Downgrade group {group_id} from consumer to classic.", now_ms
+        )
+
+        def applied(error: ErrorCode | None, after: Outcome) -> None:
+            if error is not None:
+                self._classic.detach_group(group_id)
+                self._classic.cancel_timers(after, group_id)
+                self._classic.forget_history(group_id)
+                self._groups[group_id] = snapshot
+                for member in snapshot.members.values():
+                    self._schedule_session(after, group_id, member, now_ms)
+
+        out.after_append(applied)
+
+    def _schedule_session(
+        self, out: Outcome, group_id: str, member: ConsumerGroupMember, now_ms: int
+    ) -> None:
+        """The member's session timer: its classic session timeout for a classic member (§4)."""
+        classic = member.subscription.classic
+        timeout = self.config.consumer_session_timeout_ms if classic is None else classic.session_timeout_ms
+        self._timers.schedule(out, session_timeout_key(group_id, member.member_id), now_ms + timeout)
+
+    def on_classic_timeout(self, out: Outcome, key: TimerKey, now_ms: int) -> None:
+        """A classic member's join or sync timer fired: fence it (GMM
+        ``consumerGroupFenceMemberOperation``)."""
+        group = self._groups.get(key.group_id)
+        member = None if group is None else group.members.get(key.member_id)
+        if group is not None and member is not None:
+            self._fence_or_retry(out, group, member, key, None, now_ms)
 
     def _restore(self, group_id: str, snapshot: ConsumerGroup | None) -> None:
         if snapshot is None:
@@ -302,7 +586,12 @@ class ConsumerGroupManager:
                     if not member_id:
                         member_id = self._new_member_id(instance_id)
                     member = group.members.get(member_id) or ConsumerGroupMember(member_id)
-                elif static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                elif (
+                    static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                    and not static.uses_classic_protocol
+                ):
+                    # A classic instance is replaced whatever its epoch (GMM
+                    # ``getOrMaybeSubscribeStaticConsumerGroupMember``).
                     raise _Rejected(
                         ErrorCode.UNRELEASED_INSTANCE_ID,
                         f"Static member {member_id} with instance id {instance_id} cannot join the group "
@@ -398,7 +687,7 @@ class ConsumerGroupManager:
         bump = names_changed
         if regex_changed and (new_regex is None or regex_known):
             bump = True  # REGEX_UPDATED_AND_RESOLVED (or cleared)
-        bump |= self._update_regexes(group, topics)
+        bump |= self._update_regexes(out, group, topics, now_ms)
         metadata_hash = topics.group_hash(group.subscribed_topic_names())
         if bump or metadata_hash != group.metadata_hash:
             self._write_group_epoch(out, group, group.group_epoch + 1, metadata_hash)
@@ -472,6 +761,9 @@ class ConsumerGroupManager:
             return
         self._write_assignment(out, group, member_id, updated.assignment)
         key = rebalance_timeout_key(group.group_id, member_id)
+        if updated.uses_classic_protocol:
+            # A classic member revokes by rejoining: its join and sync timers watch it instead.
+            return
         if updated.state is MemberState.UNREVOKED_PARTITIONS:
             self._timers.schedule(
                 out,
@@ -531,7 +823,7 @@ class ConsumerGroupManager:
             )
             self._write_assignment(out, group, member.member_id, assignment)
         else:
-            self._fence(out, group, member)
+            self._fence(out, group, member, now_ms)
 
         def applied(error: ErrorCode | None, _after: Outcome) -> None:
             if error is not None:
@@ -568,14 +860,14 @@ class ConsumerGroupManager:
                 out, group, member, rebalance_timeout_key(group_id, member_id), payload, now_ms
             )
 
-    def fence_member(self, out: Outcome, group_id: str, member_id: str) -> bool:
+    def fence_member(self, out: Outcome, group_id: str, member_id: str, now_ms: int) -> bool:
         """Remove a member now, as its session timer would (test tooling)."""
         group = self._groups.get(group_id)
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
             return False
         snapshot = group.copy()
-        self._fence(out, group, member)
+        self._fence(out, group, member, now_ms)
 
         def applied(error: ErrorCode | None, _after: Outcome) -> None:
             if error is not None:
@@ -596,7 +888,7 @@ class ConsumerGroupManager:
         """Fence on a timer; when the write fails the group is restored and the timer retried after a
         backoff, as Kafka's coordinator runtime retries these timer operations."""
         snapshot = group.copy()
-        self._fence(out, group, member)
+        self._fence(out, group, member, now_ms)
 
         def applied(error: ErrorCode | None, after: Outcome) -> None:
             if error is not None:
@@ -607,11 +899,14 @@ class ConsumerGroupManager:
 
     # ------------------------------------------------------------------------------------------ the steps
 
-    def _fence(self, out: Outcome, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
-        """Remove a member and bump the group epoch (GMM ``consumerGroupFenceMember``)."""
+    def _fence(self, out: Outcome, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int) -> None:
+        """Remove a member and bump the group epoch (GMM ``consumerGroupFenceMember``) — or, when only
+        classic members would remain, convert the group back to a classic group (§9 downgrade)."""
+        if self.online_downgrade_allowed(group, frozenset({member.member_id})):
+            self.downgrade(out, group, frozenset({member.member_id}), now_ms)
+            return
         self._remove_member(out, group, member)
-        for regex in set(group.resolved_regexes) - group.subscribed_regexes():
-            del group.resolved_regexes[regex]
+        self._drop_unsubscribed_regexes(out, group)
         metadata_hash = self._image.group_hash(group.subscribed_topic_names())
         self._write_group_epoch(out, group, group.group_epoch + 1, metadata_hash)
 
@@ -626,14 +921,23 @@ class ConsumerGroupManager:
         group.apply_member_subscription(member_id, None)
         self._timers.cancel(out, session_timeout_key(group.group_id, member_id))
         self._timers.cancel(out, rebalance_timeout_key(group.group_id, member_id))
+        self._timers.cancel(out, classic_join_timeout_key(group.group_id, member_id))
+        self._timers.cancel(out, classic_sync_timeout_key(group.group_id, member_id))
 
-    def _update_regexes(self, group: ConsumerGroup, topics: TopicsImage) -> bool:
-        """Resolve the group's regexes that are new or were resolved on another topic set; drop those no
-        member uses. True when a resolved topic set changed."""
+    def _drop_unsubscribed_regexes(self, out: Outcome, group: ConsumerGroup) -> None:
+        """Tombstone (type 16) every resolved regex no member subscribes to any more (GMM
+        ``maybeDeleteResolvedRegularExpressions``)."""
+        for regex in sorted(set(group.resolved_regexes) - group.subscribed_regexes()):
+            self._emit(out, regular_expression_tombstone(group.group_id, regex))
+            group.apply_regex(regex, None)
+
+    def _update_regexes(self, out: Outcome, group: ConsumerGroup, topics: TopicsImage, now_ms: int) -> bool:
+        """Resolve the group's regexes that are new or were resolved on another topic set, writing a type-16
+        record per resolution (GMM ``handleRegularExpressionsResult``); tombstone those no member uses.
+        True when a resolved topic set changed."""
+        self._drop_unsubscribed_regexes(out, group)
         subscribed = group.subscribed_regexes()
         changed = False
-        for regex in set(group.resolved_regexes) - subscribed:
-            del group.resolved_regexes[regex]
         stale = group.regex_topic_names != topics.names
         for regex in sorted(subscribed):
             previous = group.resolved_regexes.get(regex)
@@ -642,7 +946,9 @@ class ConsumerGroupManager:
             resolved = resolve(regex, topics.names)
             if resolved != (previous or frozenset()):
                 changed = True
-            group.resolved_regexes[regex] = resolved
+            # Version: Kafka's metadata image offset; regroup's topic images have none, so 0.
+            self._emit(out, regular_expression_record(group.group_id, regex, resolved, 0, now_ms))
+            group.apply_regex(regex, resolved)
         group.regex_topic_names = topics.names if subscribed else None
         return changed
 
@@ -697,7 +1003,7 @@ class ConsumerGroupManager:
             target = targets.get(member_id, frozenset())
             if target != group.targets.get(member_id, frozenset()):
                 self._write_target(out, group, member_id, target)
-        self._emit(out, target_metadata_record(group.group_id, group.group_epoch))
+        self._emit(out, target_metadata_record(group.group_id, group.group_epoch, now_ms))
         group.apply_target_metadata(group.group_epoch, now_ms)
 
     # ------------------------------------------------------------------------------------------ writes
@@ -707,13 +1013,20 @@ class ConsumerGroupManager:
         out.records.append(record)
 
     def _write_group_epoch(self, out: Outcome, group: ConsumerGroup, epoch: int, metadata_hash: int) -> None:
-        self._emit(out, consumer_group_metadata_record(group.group_id, epoch))
+        # --- the __group_events timeline (regroup.group.consumer_group_events): why the epoch is bumped
+        from regroup.group.consumer_group_events import note_epoch_bump
+
+        note_epoch_bump(
+            out, group, epoch, metadata_hash, self.config, self.topics, self.preferred_assignor(group)
+        )
+        # ---
+        self._emit(out, consumer_group_metadata_record(group.group_id, epoch, metadata_hash))
         group.apply_group_metadata(epoch, metadata_hash)
 
     def _write_subscription(
         self, out: Outcome, group: ConsumerGroup, member_id: str, sub: MemberSubscription
     ) -> None:
-        self._emit(out, member_subscription_record(group.group_id, member_id, sub))
+        self._emit(out, member_metadata_record(group.group_id, member_id, sub))
         group.apply_member_subscription(member_id, sub)
 
     def _write_target(self, out: Outcome, group: ConsumerGroup, member_id: str, target: Partitions) -> None:
@@ -736,19 +1049,25 @@ class ConsumerGroupManager:
         return ErrorCode.NON_EMPTY_GROUP if group.members else ErrorCode.NONE
 
     def tombstones(self, group_id: str) -> list[CoordinatorRecord]:
-        """CG ``createGroupTombstoneRecords``: all 8s, all 7s, 6, all 5s, 3."""
+        """CG ``createGroupTombstoneRecords``: all 8s, all 7s, 6, all 5s, all 16s, 4, 3."""
         group = self._groups[group_id]
         records = [current_assignment_tombstone(group_id, m) for m in group.members]
         records += [target_member_tombstone(group_id, m) for m in group.targets]
         records.append(target_metadata_tombstone(group_id))
         records += [member_subscription_tombstone(group_id, m) for m in group.members]
+        records += [regular_expression_tombstone(group_id, r) for r in sorted(group.resolved_regexes)]
+        records.append(partition_metadata_tombstone(group_id))
         records.append(consumer_group_metadata_tombstone(group_id))
         return records
+
+    def restore_group(self, group: ConsumerGroup) -> None:
+        """Put back a group removed by a write that failed (an empty group replaced by a classic group)."""
+        self._groups.setdefault(group.group_id, group)
 
     def remove_group(self, out: Outcome, group_id: str) -> None:
         if self._groups.pop(group_id, None) is not None:
             for key in self._timers.keys_for_group(group_id):
-                if key.kind in (TimerKind.CONSUMER_SESSION, TimerKind.CONSUMER_REBALANCE):
+                if key.kind in _MEMBER_TIMER_KINDS:
                     self._timers.cancel(out, key)
 
     # ------------------------------------------------------------------------------------------ reads
@@ -795,6 +1114,7 @@ class ConsumerGroupManager:
                     subscribed_topic_regex=m.subscription.subscribed_topic_regex or "",
                     assignment=described(m.assignment.held),
                     target_assignment=described(group.targets.get(m.member_id, frozenset())),
+                    member_type=0 if m.uses_classic_protocol else 1,  # v1+ (KIP-1099)
                 )
                 for m in group.members.values()
             ],
@@ -836,30 +1156,29 @@ class ConsumerGroupManager:
                 del self._groups[group_id]
             else:
                 assert isinstance(value, int)
-                group.apply_group_metadata(value, None)
+                group.apply_group_metadata(value, record.metadata_hash)
         elif kind == CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE:
             assert value is None or isinstance(value, MemberSubscription)
             group.apply_member_subscription(record.member_id, value)
         elif kind == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_RECORD_TYPE:
             assert value is None or isinstance(value, int)
-            group.apply_target_metadata(-1 if value is None else value, 0)
+            group.apply_target_metadata(-1 if value is None else value, record.timestamp_ms)
         elif kind == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE:
             assert value is None or isinstance(value, frozenset)
             group.apply_target_member(record.member_id, value)
         elif kind == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE:
             assert value is None or isinstance(value, MemberAssignment)
             group.apply_member_assignment(record.member_id, value)
+        elif kind == CONSUMER_GROUP_REGULAR_EXPRESSION_RECORD_TYPE:
+            assert value is None or isinstance(value, tuple)
+            group.apply_regex(record.regex, None if value is None else frozenset(value))
 
     def on_loaded(self, out: Outcome, now_ms: int) -> None:
         """Session timers for every member, rebalance timers for members revoking (GMM ``onLoaded``)."""
         for group in self._groups.values():
             for member in group.members.values():
-                self._timers.schedule(
-                    out,
-                    session_timeout_key(group.group_id, member.member_id),
-                    now_ms + self.config.consumer_session_timeout_ms,
-                )
-                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_session(out, group.group_id, member, now_ms)
+                if member.state is MemberState.UNREVOKED_PARTITIONS and not member.uses_classic_protocol:
                     self._timers.schedule(
                         out,
                         rebalance_timeout_key(group.group_id, member.member_id),

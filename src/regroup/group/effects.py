@@ -67,6 +67,8 @@ class TimerKind(enum.Enum):
     EXPIRATION = "expiration"  # offset and group expiration job (group_id and member_id empty)
     CONSUMER_SESSION = "consumer-session"  # KIP-848 member session (Kafka's session-timeout-<g>-<m>)
     CONSUMER_REBALANCE = "consumer-rebalance"  # KIP-848 revocation deadline (rebalance-timeout-<g>-<m>)
+    CONSUMER_JOIN = "consumer-join"  # classic member of a consumer group must rejoin (join-<g>-<m>)
+    CONSUMER_SYNC = "consumer-sync"  # classic member of a consumer group must sync (sync-<g>-<m>)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1089,6 +1089,46 @@ class GroupManager:
         self._groups[group_id] = group
         return group
 
+    # online migration (§9 of docs/design/consumer-group-semantics.md): the consumer-group manager takes a
+    # classic group over (upgrade) and hands one back (downgrade)
+
+    def detach_group(self, group_id: str) -> ClassicGroup | None:
+        """Take a group out of the shard, leaving its timers armed (they find no group and do nothing, as
+        Kafka's classic timers do after an upgrade); :meth:`restore_group` puts it back."""
+        return self._groups.pop(group_id, None)
+
+    def answer_parked(self, out: Outcome, group: ClassicGroup, error: ErrorCode) -> None:
+        """Answer every parked JoinGroup and SyncGroup with ``error`` (Kafka's ``completeAllJoinFutures`` /
+        ``completeAllSyncFutures``)."""
+        for member in group.members.values():
+            parked = group.take_join(member)
+            if parked is not None:
+                out.reply(
+                    parked.ticket, join_response(parked.api_version, error=error, member_id=member.member_id)
+                )
+            parked = group.take_sync(member)
+            if parked is not None:
+                out.reply(parked.ticket, sync_response(parked.api_version, error=error))
+
+    def cancel_timers(self, out: Outcome, group_id: str) -> None:
+        """Cancel the classic timers (member sessions, join and sync phases) of ``group_id``."""
+        for key in self._timers.keys_for_group(group_id):
+            if key.kind in (TimerKind.HEARTBEAT, TimerKind.JOIN, TimerKind.SYNC):
+                self._timers.cancel(out, key)
+
+    def adopt_group(self, out: Outcome, group: ClassicGroup, reason: str | None, now_ms: int) -> None:
+        """Install a Stable group converted from a consumer group: member sessions armed and, with a
+        ``reason``, a rebalance (Kafka's ``convertToClassicGroup`` after a member left)."""
+        self._groups[group.group_id] = group
+        self._history.seed(group.group_id, group.members)
+        for member in group.members.values():
+            self._schedule_session(out, group, member, now_ms)
+        if reason is not None:
+            self._prepare_rebalance(out, group, RebalanceForced(reason), now_ms)
+
+    def forget_history(self, group_id: str) -> None:
+        self._history.forget(group_id)
+
     def restore_group(self, group: ClassicGroup) -> None:
         """Put back a group removed by a write that failed (an empty group replaced by a consumer group)."""
         self._groups.setdefault(group.group_id, group)

@@ -50,8 +50,10 @@ Runtime obligations:
   :class:`~regroup.group.topics_image.TopicsImage`; the shard keeps the last one it was given for timers.
   Keys ``TimerKey(CONSUMER_SESSION, group, member)`` and ``TimerKey(CONSUMER_REBALANCE, group, member)``.
   Classic and consumer groups share one group-id namespace: an empty classic group is replaced by a
-  consumer group on its first ConsumerGroupHeartbeat; a non-empty one answers GROUP_ID_NOT_FOUND (online
-  migration is not served yet), and a JoinGroup for a consumer group answers INCONSISTENT_GROUP_PROTOCOL.
+  consumer group on its first ConsumerGroupHeartbeat and an empty consumer group by a classic group on a
+  JoinGroup; a non-empty group is converted online per ``group.consumer.migration.policy`` (§9), classic
+  requests to a consumer group being served by :class:`~regroup.group.classic_members.ClassicMembers`.
+  JoinGroup, SyncGroup and LeaveGroup take the current topics too (optional: the last ones given otherwise).
   Offset commits and fetches of consumer groups are validated by member epoch (§7 of
   docs/design/consumer-group-semantics.md, in :class:`OffsetManager`).
 """
@@ -62,12 +64,13 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from regroup.group.classic_group import GroupSnapshot
+from regroup.group.classic_members import ClassicMembers
 from regroup.group.config import GroupConfig
 from regroup.group.consumer_group import ConsumerGroup
 from regroup.group.consumer_group_manager import ConsumerGroupManager
 from regroup.group.context import GroupRequestContext, MemberIdFactory
 from regroup.group.effects import CoordinatorRecord, Result, TimerKey, TimerKind
-from regroup.group.group_manager import GroupManager, join_response
+from regroup.group.group_manager import GroupManager
 from regroup.group.history import GenerationRecord, RebalanceHistory, RebalanceStarted
 from regroup.group.offset_manager import OffsetManager
 from regroup.group.outcome import STALE, Outcome, TimerTable
@@ -111,11 +114,22 @@ class CoordinatorShard(Protocol):
     # ------------------------------------------------------------------------------------------ writes
 
     def join_group(
-        self, ctx: GroupRequestContext, req: JoinGroupRequest, now_ms: int
-    ) -> Result[JoinGroupResponse]: ...
+        self,
+        ctx: GroupRequestContext,
+        req: JoinGroupRequest,
+        now_ms: int,
+        topics: TopicsImage | None = None,
+    ) -> Result[JoinGroupResponse]:
+        """``topics``: the cluster's topics now, for classic members of consumer groups (None: the last
+        ones this shard was given)."""
+        ...
 
     def sync_group(
-        self, ctx: GroupRequestContext, req: SyncGroupRequest, now_ms: int
+        self,
+        ctx: GroupRequestContext,
+        req: SyncGroupRequest,
+        now_ms: int,
+        topics: TopicsImage | None = None,
     ) -> Result[SyncGroupResponse]: ...
 
     def heartbeat(
@@ -123,7 +137,11 @@ class CoordinatorShard(Protocol):
     ) -> Result[HeartbeatResponse]: ...
 
     def leave_group(
-        self, ctx: GroupRequestContext, req: LeaveGroupRequest, now_ms: int
+        self,
+        ctx: GroupRequestContext,
+        req: LeaveGroupRequest,
+        now_ms: int,
+        topics: TopicsImage | None = None,
     ) -> Result[LeaveGroupResponse]: ...
 
     def offset_commit(
@@ -257,6 +275,7 @@ class GroupShard(CoordinatorShard):
         self._groups = GroupManager(config, member_id_factory, self._timers, self._history)
         self._consumer_groups = ConsumerGroupManager(config, member_id_factory, self._timers, self._groups)
         self._offsets = OffsetManager(config, self._groups, self._consumer_groups)
+        self._classic_members = ClassicMembers(self._consumer_groups)
 
     def _tick(self, now_ms: int) -> int:
         self._now_ms = max(self._now_ms, now_ms)
@@ -264,32 +283,80 @@ class GroupShard(CoordinatorShard):
 
     # ------------------------------------------------------------------------------------------ writes
 
+    def _topics(self, topics: TopicsImage | None) -> TopicsImage:
+        if topics is not None:
+            self._consumer_groups.note_topics(topics)
+        return self._consumer_groups.topics
+
     def join_group(
-        self, ctx: GroupRequestContext, req: JoinGroupRequest, now_ms: int
+        self,
+        ctx: GroupRequestContext,
+        req: JoinGroupRequest,
+        now_ms: int,
+        topics: TopicsImage | None = None,
     ) -> Result[JoinGroupResponse]:
-        if self._consumer_groups.group(req.group_id) is not None:
-            # Kafka's answer with migration disabled; classic members in consumer groups are not served yet.
-            return Result(
-                reply=join_response(
-                    ctx.api_version, error=ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id
-                )
-            )
-        return self._groups.join_group(ctx, req, self._tick(now_ms))
+        now_ms = self._tick(now_ms)
+        image = self._topics(topics)
+        consumer_group = self._consumer_groups.group(req.group_id)
+        if consumer_group is None:
+            return self._groups.join_group(ctx, req, now_ms)
+        if consumer_group.members:
+            # A classic member joins a consumer group (§9 online migration).
+            return self._classic_members.join(ctx, req, now_ms, image)
+        # An empty consumer group gives way to a classic group, whatever the migration policy (GMM
+        # ``maybeDeleteEmptyConsumerGroup``): its tombstones go first, in the classic join's write.
+        tombstones = tuple(self._consumer_groups.tombstones(req.group_id))
+        self._consumer_groups.remove_group(Outcome(), req.group_id)
+        result = self._groups.join_group(ctx, req, now_ms)
+        inner = result.on_append
+
+        def on_append(error: ErrorCode | None) -> Result[JoinGroupResponse]:
+            if error is not None and self._groups.group(req.group_id) is None:
+                self._consumer_groups.restore_group(consumer_group)
+            if inner is None:
+                return Result(reply=result.reply)
+            return inner(error)
+
+        return Result(
+            records=tombstones + result.records,
+            reply=result.reply,
+            effects=result.effects,
+            on_append=on_append,
+        )
 
     def sync_group(
-        self, ctx: GroupRequestContext, req: SyncGroupRequest, now_ms: int
+        self,
+        ctx: GroupRequestContext,
+        req: SyncGroupRequest,
+        now_ms: int,
+        topics: TopicsImage | None = None,
     ) -> Result[SyncGroupResponse]:
-        return self._groups.sync_group(ctx, req, self._tick(now_ms))
+        now_ms = self._tick(now_ms)
+        image = self._topics(topics)
+        if self._consumer_groups.group(req.group_id) is not None:
+            return self._classic_members.sync(ctx, req, now_ms, image)
+        return self._groups.sync_group(ctx, req, now_ms)
 
     def heartbeat(
         self, ctx: GroupRequestContext, req: HeartbeatRequest, now_ms: int
     ) -> Result[HeartbeatResponse]:
-        return self._groups.heartbeat(ctx, req, self._tick(now_ms))
+        now_ms = self._tick(now_ms)
+        if self._consumer_groups.group(req.group_id) is not None:
+            return self._classic_members.heartbeat(ctx, req, now_ms)
+        return self._groups.heartbeat(ctx, req, now_ms)
 
     def leave_group(
-        self, ctx: GroupRequestContext, req: LeaveGroupRequest, now_ms: int
+        self,
+        ctx: GroupRequestContext,
+        req: LeaveGroupRequest,
+        now_ms: int,
+        topics: TopicsImage | None = None,
     ) -> Result[LeaveGroupResponse]:
-        return self._groups.leave_group(ctx, req, self._tick(now_ms))
+        now_ms = self._tick(now_ms)
+        self._topics(topics)
+        if self._consumer_groups.group(req.group_id) is not None:
+            return self._classic_members.leave(ctx, req, now_ms)
+        return self._groups.leave_group(ctx, req, now_ms)
 
     def offset_commit(
         self,
@@ -367,6 +434,8 @@ class GroupShard(CoordinatorShard):
             self._consumer_groups.on_session_timeout(out, key.group_id, key.member_id, now_ms)
         elif key.kind is TimerKind.CONSUMER_REBALANCE:
             self._consumer_groups.on_rebalance_timeout(out, key.group_id, key.member_id, payload, now_ms)
+        elif key.kind in (TimerKind.CONSUMER_JOIN, TimerKind.CONSUMER_SYNC):
+            self._consumer_groups.on_classic_timeout(out, key, now_ms)
         elif key.kind is TimerKind.HEARTBEAT:
             self._groups.on_heartbeat_expired(out, key.group_id, key.member_id, now_ms)
         elif key.kind is TimerKind.JOIN:
@@ -391,7 +460,7 @@ class GroupShard(CoordinatorShard):
         now_ms = self._tick(now_ms)
         out = Outcome()
         if self._consumer_groups.group(group_id) is not None:
-            found = self._consumer_groups.fence_member(out, group_id, member_id)
+            found = self._consumer_groups.fence_member(out, group_id, member_id, now_ms)
         else:
             found = self._groups.expire_member(out, group_id, member_id, now_ms)
         return out.result(found)

@@ -1,8 +1,8 @@
 """Regular-expression subscriptions (KIP-848 ``SubscribedTopicRegex``): validation and resolution against
 the injected topics, with RE2 semantics and full matches, as Kafka's RE2/J (``google-re2``'s ``re2``).
 
-Resolution is synchronous here (Kafka resolves on a background executor and writes a type-16 record, for
-which regroup has no codec yet): the results live in the group's soft state and are recomputed after a load.
+Resolution is synchronous here (Kafka resolves on a background executor); as Kafka, the consumer-group
+manager writes each resolution as a type-16 record and replays it on load.
 """
 
 from __future__ import annotations

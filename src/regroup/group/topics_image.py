@@ -5,23 +5,29 @@ A :class:`TopicsImage` is an immutable snapshot: topic name ↔ topic id, partit
 racks of each partition's replicas. :meth:`TopicsImage.group_hash` is the deterministic metadata hash of a
 set of subscribed topic names that a consumer group stores (ConsumerGroupMetadata.MetadataHash) to notice
 that a subscribed topic was created, deleted, grew partitions or moved replicas (Kafka's
-``Utils.computeTopicHash`` / ``computeGroupHash``; 0 when none of the topics exists). The hash is not
-Kafka's XXH3 one: it only has to be stable across regroup processes.
+``Utils.computeTopicHash`` / ``computeGroupHash``; 0 when none of the topics exists). It is Kafka's own
+(KIP-1101): XXH3-64 (seed 0) over the bytes hash4j's ``HashStream64`` feeds it — little-endian integers,
+strings as their UTF-16 code units followed by their length — so a group's hash equals the one Kafka 4.1+
+writes for the same topics, and a log written by either broker loads without an epoch bump.
 """
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+import xxhash
+
 from regroup.protocol.primitives import Uuid
 
 __all__ = ["TopicImage", "TopicsImage"]
 
-_I64 = struct.Struct(">q")
+_I32 = struct.Struct("<i")
+_I64 = struct.Struct("<q")
+_UUID = struct.Struct("<qq")
+_TOPIC_HASH_MAGIC_BYTE = b"\x00"  # Kafka's Utils.TOPIC_HASH_MAGIC_BYTE: the version of the hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,28 +42,43 @@ class TopicImage:
     def partition_racks(self, partition: int) -> tuple[str, ...]:
         return self.racks[partition] if partition < len(self.racks) else ()
 
-    def digest(self) -> bytes:
-        return _topic_digest(self)
+    def topic_hash(self) -> int:
+        """Kafka's ``Utils.computeTopicHash`` of this topic (a signed 64-bit integer)."""
+        return _topic_hash(self)
 
 
-# Every heartbeat hashes the group's subscribed topics; a topic's digest only changes with the topic.
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _put_string(buf: bytearray, text: str) -> None:
+    """hash4j ``putString``: the UTF-16 code units, little-endian, then their count as an int."""
+    units = text.encode("utf-16-le")
+    buf += units
+    buf += _I32.pack(len(units) // 2)
+
+
+def _java_order(text: str) -> bytes:
+    """A sort key equal to Java's ``String.compareTo`` (UTF-16 code unit order)."""
+    return text.encode("utf-16-be")
+
+
+# Every heartbeat hashes the group's subscribed topics; a topic's hash only changes with the topic.
 @lru_cache(maxsize=4096)
-def _topic_digest(topic: TopicImage) -> bytes:
-    """Id, name, partition count and the sorted racks of every partition (Kafka's ``computeTopicHash``
-    inputs)."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(topic.topic_id.bytes)
-    name = topic.name.encode()
-    h.update(_I64.pack(len(name)))
-    h.update(name)
-    h.update(_I64.pack(topic.num_partitions))
+def _topic_hash(topic: TopicImage) -> int:
+    """Utils ``computeTopicHash``: magic byte, id (most then least significant long), name, partition count,
+    then per partition its index and its sorted racks, each as its length and the string."""
+    buf = bytearray(_TOPIC_HASH_MAGIC_BYTE)
+    tid = topic.topic_id.int
+    buf += _UUID.pack(_signed(tid >> 64), _signed(tid & 0xFFFF_FFFF_FFFF_FFFF))
+    _put_string(buf, topic.name)
+    buf += _I32.pack(topic.num_partitions)
     for p in range(topic.num_partitions):
-        for rack in sorted(topic.partition_racks(p)):
-            encoded = rack.encode()
-            h.update(_I64.pack(len(encoded)))
-            h.update(encoded)
-        h.update(b"\x00")
-    return h.digest()
+        buf += _I32.pack(p)
+        for rack in sorted(topic.partition_racks(p), key=_java_order):
+            buf += _I32.pack(len(rack.encode("utf-16-le")) // 2)
+            _put_string(buf, rack)
+    return _signed(xxhash.xxh3_64_intdigest(bytes(buf)))
 
 
 class TopicsImage:
@@ -96,16 +117,14 @@ class TopicsImage:
         return list(self._by_name.values())
 
     def group_hash(self, names: Iterable[str]) -> int:
-        """A signed 64-bit hash over the existing topics among ``names`` (sorted by name); 0 if none
-        exists."""
-        existing = sorted(t for t in set(names) if t in self._by_name)
+        """Kafka's metadata hash (ModernGroup ``computeMetadataHash``) of the existing topics among ``names``;
+        0 if none exists."""
+        existing = sorted((t for t in set(names) if t in self._by_name), key=_java_order)
         if not existing:
             return 0
-        h = hashlib.blake2b(digest_size=8)
-        for name in existing:
-            h.update(self._by_name[name].digest())
-        value: int = _I64.unpack(h.digest())[0]
-        return value or 1  # 0 is reserved for "no subscribed topic exists"
+        # Utils ``computeGroupHash``: the topic hashes as longs, in topic name order
+        data = b"".join(_I64.pack(self._by_name[name].topic_hash()) for name in existing)
+        return _signed(xxhash.xxh3_64_intdigest(data))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TopicsImage) and self._by_name == other._by_name

@@ -705,11 +705,11 @@ API_INFO: dict[ApiKey, ApiInfo] = {
         "ConsumerGroupDescribe",
         "consumer_group_describe",
         0,
-        0,
+        1,
         0,
         None,
         False,
-        ("zkBroker", "broker"),
+        ("broker",),
     ),
     ApiKey.CONTROLLER_REGISTRATION: ApiInfo(
         ApiKey.CONTROLLER_REGISTRATION,

@@ -37,6 +37,23 @@ ever added within a version). Types of version 1:
 
         "group_instance_id", "old_member_id", "new_member_id", "reason": str | null
 
+``consumer_epoch_bumped`` — a consumer group (KIP-848) got a new group epoch (``generation_id`` = the new
+    group epoch; ``time_ms`` = when; written once the bump is durable)::
+
+        "group_type": "consumer", "group_epoch": int, "previous_group_epoch": int,
+        "assignment_epoch": int, "state": str, "assignor": str | null, "cause": Cause, "events": [Cause],
+        "joined": [Change], "left": [Change],
+        "members": [{"member_id", "group_instance_id", "member_epoch": int,
+                     "state": "STABLE" | "UNREVOKED_PARTITIONS" | "UNRELEASED_PARTITIONS",
+                     "assigned": {topic: [partition]}, "pending_revocation": {topic: [partition]},
+                     "target": {topic: [partition]}}]
+
+    ``assignment_epoch``, ``state`` and ``members`` are as the operation that bumped the epoch left the
+    group (the target assignment may be deferred, members reconcile on their next heartbeats). Cause kinds:
+    ``member_joined``, ``member_left``, ``member_fenced_session_timeout``,
+    ``member_fenced_rebalance_timeout``, ``subscription_changed``, ``regex_resolution_changed``,
+    ``topic_metadata_changed``, ``static_member_replaced``. Added within version 1: older readers skip it.
+
 ``Cause`` is ``{"kind": str, "description": str, ...}``: ``kind`` is one of ``member_joined``,
 ``member_left``, ``session_expired``, ``pending_member_expired``, ``leader_rejoined``,
 ``member_metadata_changed``, ``static_member_replaced``, ``pending_sync_expired``, ``join_deadline_evicted``,
@@ -68,7 +85,13 @@ __all__ = [
 GROUP_EVENTS_TOPIC: Final = "__group_events"
 FORMAT_VERSION: Final = 1
 EVENT_TYPES: Final = frozenset(
-    {"rebalance_started", "generation_completed", "generation_stable", "static_member_replaced"}
+    {
+        "rebalance_started",
+        "generation_completed",
+        "generation_stable",
+        "static_member_replaced",
+        "consumer_epoch_bumped",
+    }
 )
 
 Event = dict[str, Any]
@@ -133,7 +156,8 @@ def assemble_timeline(
     """The timeline of ``group_id`` from its events in log order (other groups' events are ignored).
 
     Returns ``{"group_id", "now_ms", "generations": [Generation], "in_progress": InProgress | null}`` with
-    generations oldest first (the last ``limit`` when given). A Generation is a ``generation_completed``
+    generations oldest first (the last ``limit`` when given). A consumer group's generations are its epoch
+    bumps (:func:`consumer_generation`). A Generation is a ``generation_completed``
     event's fields (without ``version``/``type``/``time_ms``) plus ``stable_ms`` and ``sync_phase_ms``
     (null until the ``generation_stable`` event) and ``static_replacements`` (``static_member_replaced``
     events during it). InProgress is the last ``rebalance_started`` event not followed by a completed
@@ -162,6 +186,12 @@ def assemble_timeline(
                 generations[-1] = entry  # a duplicate (events are written at least once)
             else:
                 generations.append(entry)
+        elif kind == "consumer_epoch_bumped":
+            entry = consumer_generation(event, time_ms)
+            if generations and _same_generation(generations[-1], entry):
+                generations[-1] = entry
+            else:
+                generations.append(entry)
         elif kind == "generation_stable":
             for entry in reversed(generations):
                 if _same_generation(entry, event):
@@ -184,6 +214,32 @@ def assemble_timeline(
         "now_ms": now_ms,
         "generations": generations,
         "in_progress": None if pending is None else in_progress_view(pending, now_ms),
+    }
+
+
+def consumer_generation(event: Mapping[str, Any], time_ms: int) -> Event:
+    """A ``consumer_epoch_bumped`` event as a timeline generation: the classic fields a reader shows (no
+    join or sync phase: ``waited_for`` are the members not yet reconciled to the assignment epoch, and
+    ``stable_ms`` is the bump's time when the group was Stable right after it) plus the event's own."""
+    members = event.get("members", [])
+    assignment_epoch = event.get("assignment_epoch")
+    stable = event.get("state") == "Stable"
+    return {
+        **event,
+        "protocol_type": "consumer",
+        "protocol_name": event.get("assignor"),
+        "leader_id": None,
+        "waited_for": [
+            m["member_id"]
+            for m in members
+            if m.get("state") != "STABLE" or m.get("member_epoch") != assignment_epoch
+        ],
+        "rebalance_started_ms": time_ms,
+        "join_completed_ms": time_ms,
+        "join_phase_ms": 0,
+        "stable_ms": time_ms if stable else None,
+        "sync_phase_ms": 0 if stable else None,
+        "static_replacements": [],
     }
 
 

@@ -488,6 +488,16 @@ class GroupCoordinator:
         views.sort(key=lambda v: v.group_id)
         return views
 
+    def consumer_group_states(self) -> list[str]:
+        """The state (``Empty``, ``Assigning``, ``Reconciling``, ``Stable``) of every KIP-848 consumer group
+        of every active partition."""
+        return [
+            group.state.value
+            for runner in self._runners.values()
+            if runner.state is RunnerState.ACTIVE
+            for group in runner.shard.consumer_groups()
+        ]
+
     async def read_group_view(self, group_id: str) -> GroupView | None:
         """:meth:`group_view`, read in the lane's turn: after every event queued before it, with their
         replies released."""
@@ -604,7 +614,9 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return _answered(error(runner))
         ctx = self._ctx(client_id, client_host, api_version, True)
-        return runner.call(error, runner.shard.join_group, ctx, req, ticket=ctx.ticket, scope=(req.group_id,))
+        # The topics: a classic member of a consumer group subscribes by name (§9 online migration).
+        join = partial(runner.shard.join_group, topics=self.topics_image())
+        return runner.call(error, join, ctx, req, ticket=ctx.ticket, scope=(req.group_id,))
 
     def sync_group(
         self, client_id: str | None, client_host: str, api_version: int, req: SyncGroupRequest
@@ -613,9 +625,8 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return _answered(sync_group_error(runner))
         ctx = self._ctx(client_id, client_host, api_version, True)
-        return runner.call(
-            sync_group_error, runner.shard.sync_group, ctx, req, ticket=ctx.ticket, scope=(req.group_id,)
-        )
+        sync = partial(runner.shard.sync_group, topics=self.topics_image())
+        return runner.call(sync_group_error, sync, ctx, req, ticket=ctx.ticket, scope=(req.group_id,))
 
     def heartbeat(
         self, client_id: str | None, client_host: str, api_version: int, req: HeartbeatRequest
@@ -633,7 +644,8 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return _answered(leave_group_error(runner))
         ctx = self._ctx(client_id, client_host, api_version, False)
-        return runner.call(leave_group_error, runner.shard.leave_group, ctx, req, scope=(req.group_id,))
+        leave = partial(runner.shard.leave_group, topics=self.topics_image())
+        return runner.call(leave_group_error, leave, ctx, req, scope=(req.group_id,))
 
     def consumer_group_heartbeat(
         self,

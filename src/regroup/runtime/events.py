@@ -1,7 +1,8 @@
 """The rebalance timeline of every group: appended to ``__group_events``, replayed at start, served as JSON.
 
 The coordinator hands every ``Notify`` event of its shards to :meth:`GroupEventLog.observe`, which turns the
-timeline ones (rebalance started, generation completed / stable, static member swapped) into the versioned
+timeline ones (rebalance started, generation completed / stable, static member swapped; a consumer group's
+epoch bump with its cause and the members' reconciliation) into the versioned
 records of :mod:`regroup.protocol.group_events`, keeps them in a bounded per-group memory and queues them
 for a background writer. The writer appends them to the group's ``__group_events`` partition through the
 partition's write gate; it never holds up a shard's lane, a full queue drops events (logged), and a failed
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from regroup.group.consumer_group_events import ConsumerGroupEpochBumped
 from regroup.group.history import (
     GenerationCompleted,
     GenerationRecord,
@@ -53,6 +55,7 @@ __all__ = [
     "GroupEventLog",
     "GroupEventsConfig",
     "cause_json",
+    "epoch_bumped_event",
     "event_from_notify",
     "started_event",
 ]
@@ -179,8 +182,53 @@ def started_event(started: RebalanceStarted) -> Event:
     }
 
 
-def event_from_notify(event: object) -> Event | None:
+def epoch_bumped_event(event: ConsumerGroupEpochBumped, now_ms: int) -> Event:
+    """The ``consumer_epoch_bumped`` event of a consumer group's epoch bump (``now_ms`` when the runtime
+    did not stamp it)."""
+    causes = [c.to_json() for c in event.causes()]
+    if not causes:
+        causes = [{"kind": "unknown", "description": "no change the coordinator could name"}]
+    left_kinds = ("member_left", "member_fenced_session_timeout", "member_fenced_rebalance_timeout")
+    time_ms = event.time_ms if event.time_ms is not None else now_ms
+    return {
+        "type": "consumer_epoch_bumped",
+        "group_id": event.group_id,
+        "time_ms": time_ms,
+        "generation_id": event.group_epoch,
+        "group_type": "consumer",
+        "group_epoch": event.group_epoch,
+        "previous_group_epoch": event.previous_group_epoch,
+        "assignment_epoch": event.assignment_epoch,
+        "state": event.state,
+        "assignor": event.assignor,
+        "cause": causes[0],
+        "events": causes[1:],
+        "members": [m.to_json() for m in event.members],
+        "joined": [
+            {
+                "member_id": c["member_id"],
+                "group_instance_id": c["group_instance_id"],
+                "reason": c["description"],
+            }
+            for c in causes
+            if c["kind"] in ("member_joined", "static_member_replaced")
+        ],
+        "left": [
+            {
+                "member_id": c.get("old_member_id", c["member_id"]),
+                "group_instance_id": c["group_instance_id"],
+                "reason": c["description"],
+            }
+            for c in causes
+            if c["kind"] in left_kinds or c["kind"] == "static_member_replaced"
+        ],
+    }
+
+
+def event_from_notify(event: object, now_ms: int = 0) -> Event | None:
     """The ``__group_events`` event of a shard's Notify event, or None when it is not part of a timeline."""
+    if isinstance(event, ConsumerGroupEpochBumped):
+        return epoch_bumped_event(event, now_ms)
     if isinstance(event, GenerationCompleted):
         return _completed_event(event.record)
     if isinstance(event, GenerationStable):
@@ -352,7 +400,7 @@ class GroupEventLog:
 
     def observe(self, event: object) -> None:
         """Take a shard's Notify event (on the shard's lane: must not block)."""
-        doc = event_from_notify(event)
+        doc = event_from_notify(event, self._clock.now_ms())
         if doc is None:
             return
         try:

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple
 
+from regroup.group.consumer_group_events import ConsumerGroupEpochBumped, Trigger
 from regroup.group.effects import Cancel, CoordinatorRecord, Effect, Notify, Reply, Result, Schedule, TimerKey
 from regroup.group.records import RecordError
 from regroup.group.shard import CoordinatorShard
@@ -320,6 +321,7 @@ class ShardRunner:
         self._flush_deadlines: dict[asyncio.Future[None], asyncio.TimerHandle] = {}
         self._timed_out: set[asyncio.Future[None]] = set()
         self._drained_callbacks: list[Callable[[], None]] = []
+        self._trigger: Trigger | None = None  # what the event being applied is (attributes epoch bumps)
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -558,7 +560,10 @@ class ShardRunner:
         if ticket is not None:
             self._parked[ticket] = _Parked(event.future, event.error_reply)
         try:
-            reply = self._apply(event.handler(*event.args, now), now, items)
+            result = event.handler(*event.args, now)
+            handler = getattr(event.handler, "func", event.handler)  # (a functools.partial's function)
+            trigger = Trigger(operation=getattr(handler, "__name__", None), time_ms=now)
+            reply = self._apply(result, now, items, trigger)
         except Exception:
             log.exception("Error handling a request on __consumer_offsets-%d", self.partition)
             if ticket is not None:
@@ -597,7 +602,9 @@ class ShardRunner:
         now = max(self._clock.now_ms(), fired.deadline_ms)
         items: list[_Item] = []
         try:
-            self._apply(self.shard.on_timer(fired.key, now), now, items)
+            self._apply(
+                self.shard.on_timer(fired.key, now), now, items, Trigger(timer=fired.key, time_ms=now)
+            )
         except Exception:
             log.exception("Error handling timer %s on __consumer_offsets-%d", fired.key, self.partition)
         self._push(items, (fired.key.group_id,) if fired.key.group_id else None)
@@ -645,8 +652,17 @@ class ShardRunner:
 
     # ------------------------------------------------------------------------------------ results
 
-    def _apply(self, result: Result[Any], now: int, items: list[_Item]) -> Any:
+    def _apply(
+        self, result: Result[Any], now: int, items: list[_Item], trigger: Trigger | None = None
+    ) -> Any:
         """Effects, then append and ``on_append`` until no continuation is left; returns the final reply."""
+        self._trigger = trigger if trigger is not None else Trigger(time_ms=now)
+        try:
+            return self._apply_effects(result, now, items)
+        finally:
+            self._trigger = None
+
+    def _apply_effects(self, result: Result[Any], now: int, items: list[_Item]) -> Any:
         self._effects(result.effects, items)
         reply = result.reply
         current = result
@@ -676,6 +692,8 @@ class ShardRunner:
                 self._notify(effect.event)
 
     def _notify(self, event: object) -> None:
+        if isinstance(event, ConsumerGroupEpochBumped) and self._trigger is not None:
+            event = event.attributed(self._trigger)
         message = getattr(event, "message", None)
         if callable(message):
             # GenerationCompleted marks a new generation (one INFO line each); the rest is detail.

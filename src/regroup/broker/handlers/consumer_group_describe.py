@@ -1,5 +1,5 @@
-"""ConsumerGroupDescribe (key 69) v0: KIP-848 consumer groups as admins see them, each from its coordinator
-partition, in request order.
+"""ConsumerGroupDescribe (key 69) v0–v1: KIP-848 consumer groups as admins see them, each from its
+coordinator partition, in request order. v1 (KIP-1099) adds each member's MemberType (0 classic, 1 consumer).
 
 Served only when ``group.coordinator.rebalance.protocols`` lists ``consumer`` (as ConsumerGroupHeartbeat).
 With ``IncludeAuthorizedOperations`` a described group reports every operation a group resource supports,
@@ -43,4 +43,4 @@ def served(config: BrokerConfig) -> bool:
 
 
 def register(registry: HandlerRegistry) -> None:
-    registry.register(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 0, handle)
+    registry.register(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, handle)

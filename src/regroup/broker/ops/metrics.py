@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -19,6 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from regroup.broker.ops.looplag import LAG_BUCKETS, LoopLagMonitor
+from regroup.group.consumer_group import ConsumerGroupState
+from regroup.group.consumer_group_events import ConsumerGroupEpochBumped
 from regroup.group.history import GenerationCompleted, GenerationStable
 from regroup.group.offset_manager import OffsetsExpired
 from regroup.group.state import GroupState
@@ -38,6 +42,8 @@ __all__ = ["BrokerCollector", "CoordinatorStats", "RequestStats", "build_registr
 log = logging.getLogger("regroup.broker.ops")
 
 # Upper bounds (seconds) of the request latency histogram: sub-millisecond answers up to long polls.
+RATE_WINDOW_S: Final = 30.0
+"""The window of the rates (Kafka's metrics sample window, ``metrics.sample.window.ms``)."""
 LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 _STATE_GAUGES: Final = (
@@ -88,8 +94,11 @@ class CoordinatorStats:
     """Counters driven by the coordinator's Notify events; also warns when a group becomes Stable with an
     unhealthy assignment (unowned or doubly assigned partitions)."""
 
-    def __init__(self, broker: BrokerPort) -> None:
+    def __init__(self, broker: BrokerPort, now: Callable[[], float] = time.monotonic) -> None:
         self._broker = broker
+        self._now = now
+        self.consumer_rebalances = 0
+        self._consumer_rebalance_times: deque[float] = deque()
         self.completed_rebalances = 0
         self.generations = 0
         self.offset_expirations = 0
@@ -103,6 +112,18 @@ class CoordinatorStats:
             self.generations += 1
         elif isinstance(event, OffsetsExpired):
             self.offset_expirations += event.count
+        elif isinstance(event, ConsumerGroupEpochBumped):
+            self.consumer_rebalances += 1
+            self._consumer_rebalance_times.append(self._now())
+
+    def consumer_rebalance_rate(self) -> float:
+        """Consumer-group rebalances (epoch bumps) per second over the last :data:`RATE_WINDOW_S` (Kafka's
+        ``consumer-group-rebalance-rate``)."""
+        times = self._consumer_rebalance_times
+        horizon = self._now() - RATE_WINDOW_S
+        while times and times[0] < horizon:
+            times.popleft()
+        return len(times) / RATE_WINDOW_S
 
     def _check_health(self, group_id: str, generation_id: int) -> None:
         view = self._broker.group_coordinator.group_view(group_id)
@@ -180,8 +201,30 @@ class BrokerCollector(Collector):
         count = GaugeMetricFamily(
             f"{prefix}_group_count", "Groups by protocol (group-count).", labels=["protocol"]
         )
+        coord = self._broker.group_coordinator
+        consumer_states = coord.consumer_group_states() if coord.running else []
         count.add_metric(["classic"], len(views))
+        count.add_metric(["consumer"], len(consumer_states))
         yield count
+        by_state = GaugeMetricFamily(
+            f"{prefix}_consumer_group_count",
+            "Consumer (KIP-848) groups by state (consumer-group-count).",
+            labels=["state"],
+        )
+        for state in ConsumerGroupState:
+            by_state.add_metric([state.value], consumer_states.count(state.value))
+        yield by_state
+        yield CounterMetricFamily(
+            f"{prefix}_consumer_group_rebalance",
+            "Consumer group rebalances: group epoch bumps (consumer-group-rebalance-count).",
+            value=stats.consumer_rebalances,
+        )
+        yield GaugeMetricFamily(
+            f"{prefix}_consumer_group_rebalance_rate",
+            f"Consumer group rebalances per second over the last {RATE_WINDOW_S:g} s "
+            "(consumer-group-rebalance-rate).",
+            value=stats.consumer_rebalance_rate(),
+        )
         for name, doc, value in (
             ("offset_commit", "Offsets committed (offset-commit-count).", self._requests.offset_commits),
             (

@@ -23,6 +23,10 @@ from regroup.protocol.records.consumer_group_partition_metadata import (
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupPartitionMetadataValue,
 )
+from regroup.protocol.records.consumer_group_regular_expression import (
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
+)
 from regroup.protocol.records.consumer_group_target_assignment_member import (
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
@@ -76,6 +80,7 @@ RECORD_TYPES: dict[int, tuple[type[Data], type[Data]]] = {
     13: (ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue),
     14: (ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue),
     15: (ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue),
+    16: (ConsumerGroupRegularExpressionKey, ConsumerGroupRegularExpressionValue),
 }
 
 __all__ = [
@@ -88,6 +93,8 @@ __all__ = [
     "ConsumerGroupMetadataValue",
     "ConsumerGroupPartitionMetadataKey",
     "ConsumerGroupPartitionMetadataValue",
+    "ConsumerGroupRegularExpressionKey",
+    "ConsumerGroupRegularExpressionValue",
     "ConsumerGroupTargetAssignmentMemberKey",
     "ConsumerGroupTargetAssignmentMemberValue",
     "ConsumerGroupTargetAssignmentMetadataKey",

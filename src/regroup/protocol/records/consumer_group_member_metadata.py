@@ -115,7 +115,7 @@ class ConsumerGroupMemberMetadataValue(Data):
     subscribed_topic_regex: str | None = ""
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = ""
-    classic_member_metadata: ClassicMemberMetadata | None = None
+    classic_member_metadata: ClassicMemberMetadata | None = field(default_factory=ClassicMemberMetadata)
 
     NAME: ClassVar[str] = "ConsumerGroupMemberMetadataValue"
     SPEC_NAME: ClassVar[str] = "ConsumerGroupMemberMetadataValue"
@@ -330,10 +330,13 @@ def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMembe
         buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     _tags: list[tuple[int, bytearray]] = []
-    if o.classic_member_metadata is not None:
+    if o.classic_member_metadata != ClassicMemberMetadata():
         _t = bytearray()
-        _t.append(1)
-        _w_ClassicMemberMetadata_v0(_t, o.classic_member_metadata)
+        if o.classic_member_metadata is None:
+            _t.append(0)
+        else:
+            _t.append(1)
+            _w_ClassicMemberMetadata_v0(_t, o.classic_member_metadata)
         _tags.append((0, _t))
     buf += uvarint_bytes(len(_tags))
     for _tag, _t in _tags:
@@ -480,7 +483,7 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
             raise DecodeError("server_assignor overruns the buffer")
         _o1.server_assignor = data[pos:_end18].decode()
         pos = _end18
-    _o1.classic_member_metadata = None
+    _o1.classic_member_metadata = ClassicMemberMetadata()
     _ntags19, pos = read_uvarint(data, pos)
     for _ in range(_ntags19):
         _tag20, pos = read_uvarint(data, pos)
