@@ -349,14 +349,19 @@ def _decoder_only_rate(raw_path: Path) -> int:
 def _all_job_timing(spark: Any, root: Path, out: Path, now_ms: int) -> dict[str, Any]:
     """The ``all`` job end to end over the data directory, with the seconds of each stage."""
     from regroup_pipeline.inputs import TimeWindow, from_datadir
-    from regroup_pipeline.runner import write_all
+    from regroup_pipeline.runner import StepCounts, write_all
 
     start = time.perf_counter()
     window = TimeWindow(now_ms=now_ms)
-    stages = write_all(from_datadir(spark, [str(root)], window), out, out / "report.html", lag_samples=60)
+    counts: dict[str, StepCounts] = {}
+    stages = write_all(
+        from_datadir(spark, [str(root)], window), out, out / "report.html", lag_samples=60, counts=counts
+    )
     return {
         "all_job_seconds": round(time.perf_counter() - start, 1),
         "all_job_stage_seconds": {name: round(secs, 1) for name, secs in stages.items()},
+        "all_job_spark_jobs": {name: c.jobs for name, c in counts.items()},
+        "all_job_spark_stages": {name: c.stages for name, c in counts.items()},
     }
 
 
@@ -385,4 +390,12 @@ def _print_results(results: dict[str, Any]) -> None:
         print(f"{'':<34}(baseline on {baseline_rows:,} rows)")
     print(f"{'  decoder alone, no Spark':<34}{'':>10}{results['decoder_only_rows_per_s']:>14,}")
     print(f"all job end to end (read, decode, 6 tables, report): {results['all_job_seconds']}s")
-    print("  " + ", ".join(f"{name} {secs}s" for name, secs in results["all_job_stage_seconds"].items()))
+    jobs, stages = results["all_job_spark_jobs"], results["all_job_spark_stages"]
+    print(
+        f"  {'step':<22}{'seconds':>8}{'jobs':>6}{'stages':>8}\n"
+        + "\n".join(
+            f"  {name:<22}{secs:>8.1f}{jobs.get(name, 0):>6}{stages.get(name, 0):>8}"
+            for name, secs in results["all_job_stage_seconds"].items()
+        )
+    )
+    print(f"  {'Spark jobs, stages in all':<30}{sum(jobs.values()):>6}{sum(stages.values()):>8}")

@@ -483,10 +483,14 @@ def rebalance_frequency(rebalance_table: DataFrame) -> DataFrame:
 
 def _partition_counts(partitions: DataFrame) -> Column:
     """A literal map topic → partition count (topics are few; this keeps the health check row-local)."""
-    rows = partitions.groupBy("topic").agg((F.max("partition") + 1).alias("n")).collect()
-    if not rows:
+    # One row per partition: counted here, one Spark job where an aggregation would run three.
+    highest: dict[str, int] = {}
+    for topic, partition in partitions.select("topic", "partition").collect():
+        if partition is not None:
+            highest[topic] = max(highest.get(topic, partition), partition)
+    if not highest:
         return F.create_map().cast("map<string,int>")
-    return F.create_map(*[F.lit(x) for r in rows for x in (r["topic"], int(r["n"]))])
+    return F.create_map(*[F.lit(x) for t, p in highest.items() for x in (t, p + 1)])
 
 
 def assignment_health(rebalance_table: DataFrame, partitions: DataFrame) -> DataFrame:
@@ -765,8 +769,11 @@ def monitoring_tables(
         anchors=monitoring.anchor_rows(activity),
     ).persist(level)
     trend = monitoring.lag_trend(rows, activity, states, w).persist(level)
-    risk = monitoring.retention_risk(trend, inputs.retention, w, horizon_ms=horizon_ms)
-    stuck = monitoring.stuck_partitions(rows, activity, states, w, stuck_after_ms=stuck_after_ms)
+    # Kept: the group summary aggregates them again.
+    risk = monitoring.retention_risk(trend, inputs.retention, w, horizon_ms=horizon_ms).persist(level)
+    stuck = monitoring.stuck_partitions(rows, activity, states, w, stuck_after_ms=stuck_after_ms).persist(
+        level
+    )
     protocols = (
         monitoring.group_protocols(inputs.consumer_groups) if inputs.consumer_groups is not None else None
     )
@@ -777,7 +784,7 @@ def monitoring_tables(
         member_commits=monitoring.member_commits(history, inputs.groups, w),
         group_summary=monitoring.group_summary(states, protocols, trend, risk, stuck),
         lag_rows=rows,
-        cached=(activity, rows, trend),
+        cached=(activity, rows, trend, risk, stuck),
     )
 
 

@@ -67,6 +67,12 @@ def _per_second(count: Column, span_ms: Column) -> Column:
 # ------------------------------------------------------------------------------------------ activity
 
 
+def _position() -> Column:
+    """A key's log position (record_partition, record_offset) as one long, for hash aggregation (a
+    struct would force Spark to sort): exact for partitions below 2**16 and offsets below 2**47."""
+    return F.col("record_partition").cast("long") * F.lit(1 << 47) + F.col("record_offset")
+
+
 def commit_activity(history: DataFrame, window: TimeWindow) -> DataFrame:
     """Per group/topic/partition with a committed offset (its last record is not a tombstone):
 
@@ -76,80 +82,71 @@ def commit_activity(history: DataFrame, window: TimeWindow) -> DataFrame:
       the trailing run of commits of that same offset (re-commits of an unchanged offset do not move it);
     - ``commits``: commit records in the window; ``committed_offset`` and ``commit_timestamp`` of the last.
 
-    One sort of the history by key and log position (a key's records all live in one ``__consumer_offsets``
-    partition, so the position orders them)."""
-    order = Window.partitionBy(*_GTP).orderBy(*_POSITION)
-    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    everything = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    first = F.lag("record_offset").over(order).isNull()
-    prev_deleted = F.lag("deleted").over(order)
-    changed = F.col("committed_offset") != F.lag("committed_offset").over(order)
-    flagged = history.select(
+    Two aggregations over the history, no sort: a record's successor is known from its ``valid_until``
+    (the successor's record timestamp), so the current life starts at the last tombstone's
+    ``valid_until`` (else at the key's first record) and the trailing run at the ``valid_until`` of the
+    last record with another offset (else where the life starts)."""
+    since = window.since_ms
+    pos = _position()
+    deleted = F.col("deleted")
+    cols = history.select(
         *_GTP,
-        *_POSITION,
+        pos.alias("pos"),
         "record_timestamp",
         "committed_offset",
         "commit_timestamp",
         "deleted",
-        (~F.col("deleted") & (first | prev_deleted)).alias("life_start"),
-        (~F.col("deleted") & (first | prev_deleted | changed)).alias("run_start"),
+        "valid_until",
     )
-    marked = flagged.select(
-        "*",
-        F.last(F.when(F.col("life_start"), F.col("record_timestamp")), ignorenulls=True)
-        .over(upto)
-        .alias("life_started"),
-        F.last(F.when(F.col("life_start"), F.col("committed_offset")), ignorenulls=True)
-        .over(upto)
-        .alias("life_offset"),
-        F.last(F.when(F.col("life_start"), F.col("record_offset")), ignorenulls=True)
-        .over(upto)
-        .alias("life_position"),
-        F.last(F.when(F.col("run_start"), F.col("record_timestamp")), ignorenulls=True)
-        .over(upto)
-        .alias("run_started"),
-    )
-    current = marked.select(
-        "*",
-        F.last("life_started").over(everything).alias("current_life"),
-        F.last("life_position").over(everything).alias("current_position"),
-    )
-    since = window.since_ms
-    start = F.col("current_life") if since is None else F.greatest(F.col("current_life"), _ts(since))
-    in_window = ~F.col("deleted") & (F.col("life_position") == F.col("current_position"))
+    tomb = F.when(deleted, F.col("pos"))
     aggs = [
-        F.max(
-            F.struct(
-                *_POSITION,
-                "deleted",
-                "committed_offset",
-                "commit_timestamp",
-                "life_started",
-                "life_offset",
-                "run_started",
-            )
-        ).alias("last"),
-        F.count(F.when(in_window & (F.col("record_timestamp") >= start), 1)).alias("commits"),
+        F.max_by("deleted", "pos").alias("last_deleted"),
+        F.max_by("committed_offset", "pos").alias("last_offset"),
+        F.max_by("commit_timestamp", "pos").alias("last_commit_timestamp"),
+        F.max(tomb).alias("tomb_pos"),
+        F.max_by("valid_until", tomb).alias("tomb_until"),
+        F.min_by("record_timestamp", "pos").alias("first_timestamp"),
     ]
     if since is not None:
-        before = F.col("record_timestamp") <= _ts(since)
-        aggs.append(F.max(F.when(before, F.struct(*_POSITION, "committed_offset"))).alias("at_since"))
-    per_key = current.groupBy(*_GTP).agg(*aggs).where(~F.col("last.deleted"))
-    life = F.col("last.life_started")
+        before = F.when(F.col("record_timestamp") <= _ts(since), F.col("pos"))
+        aggs.append(F.max_by("committed_offset", before).alias("since_offset"))
+    life = F.when(F.col("tomb_pos").isNull(), F.col("first_timestamp")).otherwise(F.col("tomb_until"))
+    keys = (
+        cols.groupBy(*_GTP)
+        .agg(*aggs)
+        .where(~F.col("last_deleted"))
+        .select("*", life.alias("life_started"))
+        .drop("last_deleted", "first_timestamp", "tomb_until")
+    )
+    start = F.col("life_started") if since is None else F.greatest(F.col("life_started"), _ts(since))
+    after = F.col("tomb_pos").isNull() | (F.col("pos") > F.col("tomb_pos"))
+    changed = after & (F.col("committed_offset") != F.col("last_offset"))
+    kept = [c for c in keys.columns if c not in _GTP]
+    per_key = (
+        cols.join(F.broadcast(keys), list(_GTP))
+        .groupBy(*_GTP)
+        .agg(
+            *[F.first(c).alias(c) for c in kept],
+            F.min_by("committed_offset", F.when(after, F.col("pos"))).alias("life_offset"),
+            F.max_by("valid_until", F.when(changed, F.col("pos"))).alias("changed_until"),
+            F.count(F.when(after & ~deleted & (F.col("record_timestamp") >= start), 1)).alias("commits"),
+        )
+    )
+    life_started = F.col("life_started")
     if since is None:
-        window_start, start_offset = life, F.col("last.life_offset")
+        window_start, start_offset = life_started, F.col("life_offset")
     else:
         # A life that began before ``since`` is still going on then: the record in force at ``since`` is
         # the last one written at or before it.
-        window_start = F.greatest(life, _ts(since))
-        start_offset = F.when(life <= _ts(since), F.col("at_since.committed_offset")).otherwise(
-            F.col("last.life_offset")
+        window_start = F.greatest(life_started, _ts(since))
+        start_offset = F.when(life_started <= _ts(since), F.col("since_offset")).otherwise(
+            F.col("life_offset")
         )
     return per_key.select(
         *_GTP,
-        F.col("last.committed_offset").alias("committed_offset"),
-        F.col("last.commit_timestamp").alias("commit_timestamp"),
-        F.col("last.run_started").alias("unchanged_since"),
+        F.col("last_offset").alias("committed_offset"),
+        F.col("last_commit_timestamp").alias("commit_timestamp"),
+        F.coalesce("changed_until", "life_started").alias("unchanged_since"),
         window_start.alias("window_start"),
         start_offset.alias("start_committed_offset"),
         "commits",

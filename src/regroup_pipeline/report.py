@@ -9,6 +9,7 @@ Spark only aggregates; the small results are collected and drawn here in plain P
 from __future__ import annotations
 
 import html
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,11 +19,20 @@ from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from regroup_pipeline.inputs import TimeWindow
 from regroup_pipeline.jobs import Tables
 
-__all__ = ["ReportData", "collect_report_data", "render_html", "write_report", "write_report_from_tables"]
+__all__ = [
+    "ReportData",
+    "collect_report_data",
+    "collect_report_data_from_files",
+    "read_table",
+    "render_html",
+    "write_report",
+    "write_report_from_tables",
+]
 
 _PALETTE: Final = ("#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#65a30d")
 _MAX_ROWS: Final = 300
@@ -666,6 +676,252 @@ def write_report(
     )
 
 
+_SPARK_SCHEMA_KEY: Final = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def read_table(spark: SparkSession, directory: Path, schema: StructType | None = None) -> DataFrame:
+    """A Parquet table, read with ``schema``, else the schema Spark wrote in its files' metadata, else the
+    one Spark infers. Given a schema, Spark runs no job to infer it."""
+    if schema is None:
+        try:
+            import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+
+            first = min(directory.glob("part-*.parquet"))
+            written = pq.read_schema(first).metadata or {}
+            if _SPARK_SCHEMA_KEY in written:
+                schema = StructType.fromJson(json.loads(written[_SPARK_SCHEMA_KEY]))
+        except (OSError, ValueError):
+            schema = None
+    reader = spark.read if schema is None else spark.read.schema(schema)
+    return reader.parquet(str(directory))
+
+
+# Tables the report reads, and how big they may be for the driver to read them itself.
+_REPORT_TABLES: Final = (
+    "lag",
+    "rebalances",
+    "rebalance_frequency",
+    "assignment_health",
+    "expiring_offsets",
+    "group_summary",
+    "stuck_partitions",
+    "retention_risk",
+)
+_DRIVER_READ_BYTES: Final = 256 * 2**20
+
+
+def _table_bytes(directory: Path) -> int | None:
+    """Bytes of the report's Parquet files under ``directory``; None when a table is missing."""
+    total = 0
+    for name in _REPORT_TABLES:
+        files = list((directory / name).glob("*.parquet"))
+        if not (directory / name).is_dir():
+            return None
+        total += sum(f.stat().st_size for f in files)
+    return total
+
+
+def _sorted(rows: list[dict[str, Any]], *keys: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """``rows`` in Spark's order for ``keys`` (``-name``: descending, nulls last; ``name``: ascending,
+    nulls first; ``name+``: ascending, nulls last)."""
+    out = list(rows)
+    for key in reversed(keys):
+        descending, asc_nulls_last = key.startswith("-"), key.endswith("+")
+
+        def order(row: dict[str, Any], name: str = key.strip("-+"), last: bool = asc_nulls_last) -> Any:
+            value = row[name]
+            # A descending sort is a reversed one: ranking non-nulls above nulls puts the nulls last.
+            return (value is None) if last else (value is not None), 0 if value is None else value
+
+        out.sort(key=order, reverse=descending)
+    return out if limit is None else out[:limit]
+
+
+def collect_report_data_from_files(directory: Path, window: TimeWindow) -> ReportData:
+    """What :func:`collect_report_data` collects, read from the Parquet tables under ``directory`` by the
+    driver with pyarrow: the same rows in the same order, without running Spark jobs."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
+
+    def read(name: str, columns: Sequence[str], times: Sequence[str] = ()) -> Any:
+        return millis(pq.read_table(directory / name, columns=list(columns)), times)
+
+    def millis(table: Any, times: Sequence[str]) -> Any:
+        for c in times:  # epoch milliseconds, floored as unix_millis does (Spark writes INT96: ns)
+            per_ms = {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}[table.schema.field(c).type.unit]
+            scale = 1000 if table.schema.field(c).type.unit == "s" else 1
+            ticks = pc.cast(table.column(c), pa.int64()).to_pylist()
+            millis = pa.array([None if v is None else v * scale // per_ms for v in ticks], pa.int64())
+            table = table.set_column(table.schema.get_field_index(c), c, millis)
+        return table
+
+    def sizes(table: Any, *names: str) -> Any:
+        for n in names:
+            i = table.schema.get_field_index(n)
+            table = table.set_column(i, n, pc.cast(pc.list_value_length(table.column(n)), pa.int32()))
+        return table
+
+    data = ReportData(generated_ms=window.now_ms, window=window)
+    lag = read("lag", ["group", "sample_time", "lag", "time_lag_ms"])
+    series = millis(
+        lag.group_by(["group", "sample_time"])
+        .aggregate([("lag", "sum"), ("time_lag_ms", "max")])
+        .select(["group", "sample_time", "lag_sum", "time_lag_ms_max"])
+        .rename_columns(["group", "t", "lag", "time_lag_ms"]),
+        ["t"],
+    )
+    for point in _sorted(series.to_pylist(), "group", "t"):
+        data.lag_series.setdefault(point["group"], []).append(
+            (point["t"], point["lag"] or 0, point["time_lag_ms"] or 0)
+        )
+    columns = ["group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "time_lag_ms"]
+    current = pq.read_table(directory / "lag", columns=[*columns, "group_state", "is_current"])
+    current = current.filter(pc.fill_null(current.column("is_current"), False)).drop_columns(["is_current"])
+    data.current_lag = _sorted(current.to_pylist(), "-lag", "group", "topic", "partition", limit=_MAX_ROWS)
+    for r in data.current_lag:
+        data.group_states[r["group"]] = r["group_state"] or "Empty"
+    rebalances = read(
+        "rebalances",
+        [
+            "group",
+            "generation",
+            "time",
+            "member_count",
+            "joined",
+            "left",
+            "state",
+            "protocol",
+            "since_previous_ms",
+            "leader",
+        ],
+        ["time"],
+    ).rename_columns(
+        [
+            "group",
+            "generation",
+            "t",
+            "member_count",
+            "joined",
+            "left",
+            "state",
+            "protocol",
+            "since_previous_ms",
+            "leader",
+        ]
+    )
+    data.rebalances = _sorted(sizes(rebalances, "joined", "left").to_pylist(), "group", "t")
+    for r in data.rebalances:
+        data.group_states.setdefault(r["group"], r["state"])
+    frequency = read(
+        "rebalance_frequency",
+        [
+            "group",
+            "current_state",
+            "generations",
+            "empty_generations",
+            "rebalances_per_hour",
+            "median_interval_ms",
+            "max_members",
+            "last_rebalance",
+        ],
+        ["last_rebalance"],
+    )
+    data.frequency = _sorted(frequency.to_pylist(), "-generations", "group")
+    health = read(
+        "assignment_health",
+        [
+            "group",
+            "generation",
+            "time",
+            "protocol",
+            "unassigned",
+            "multiply_assigned",
+            "unexpected",
+            "healthy",
+        ],
+        ["time"],
+    )
+    health = health.filter(pc.invert(pc.fill_null(health.column("healthy"), True))).drop_columns(["healthy"])
+    health = sizes(health, "unassigned", "multiply_assigned", "unexpected")
+    health = health.rename_columns(
+        ["group", "generation", "t", "protocol", "unassigned", "multiply_assigned", "unexpected"]
+    )
+    data.unhealthy = _sorted(health.to_pylist(), "group", "generation", limit=_MAX_ROWS)
+    expiring = read(
+        "expiring_offsets",
+        [
+            "group",
+            "topic",
+            "partition",
+            "rule",
+            "group_state",
+            "expires_at",
+            "expires_in_ms",
+            "group_deleted",
+        ],
+        ["expires_at"],
+    )
+    data.expiring = _sorted(
+        expiring.to_pylist(), "expires_at", "group", "topic", "partition", limit=_MAX_ROWS
+    )
+    summary = read(
+        "group_summary",
+        [
+            "group",
+            "state",
+            "protocol",
+            "members",
+            "partitions",
+            "lag",
+            "max_time_lag_ms",
+            "lag_trend",
+            "trend",
+            "catch_up_ms",
+            "stuck_partitions",
+            "at_risk_partitions",
+            "records_lost",
+            "data_loss_at",
+        ],
+        ["data_loss_at"],
+    )
+    data.summary = _sorted(summary.to_pylist(), "-lag", "group", limit=_MAX_ROWS)
+    stuck = read(
+        "stuck_partitions",
+        [
+            "group",
+            "topic",
+            "partition",
+            "owner_member_id",
+            "owner_client_id",
+            "owner_client_host",
+            "committed_offset",
+            "unchanged_ms",
+            "records_since",
+            "lag",
+        ],
+    )
+    data.stuck = _sorted(stuck.to_pylist(), "-unchanged_ms", "group", "topic", "partition", limit=_MAX_ROWS)
+    risk = read(
+        "retention_risk",
+        [
+            "group",
+            "topic",
+            "partition",
+            "committed_offset",
+            "log_start_offset",
+            "records_lost",
+            "retention_margin_ms",
+            "data_loss_in_ms",
+            "data_loss_by",
+            "at_risk",
+        ],
+    )
+    risk = risk.filter(pc.fill_null(risk.column("at_risk"), False)).drop_columns(["at_risk"])
+    data.at_risk = _sorted(risk.to_pylist(), "-records_lost", "data_loss_in_ms+", "group", limit=_MAX_ROWS)
+    return data
+
+
 def write_report_from_tables(
     spark: SparkSession,
     directory: Path,
@@ -674,10 +930,17 @@ def write_report_from_tables(
     *,
     horizon_ms: int = 24 * 3600 * 1000,
 ) -> None:
-    """Render the report from Parquet tables an ``all`` run wrote to ``directory``."""
+    """Render the report from Parquet tables an ``all`` run wrote to ``directory``: read by the driver
+    when they are small and at hand (:func:`collect_report_data_from_files`), else through Spark."""
+    size = _table_bytes(directory)
+    if size is not None and size <= _DRIVER_READ_BYTES:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = collect_report_data_from_files(directory, window)
+        target.write_text(render_html(data, horizon_ms=horizon_ms), encoding="utf-8")
+        return
 
     def read(name: str) -> DataFrame:
-        return spark.read.parquet(str(directory / name))
+        return read_table(spark, directory / name)
 
     tables = Tables(
         offsets=read("offsets"),

@@ -7,19 +7,32 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from regroup_pipeline import jobs, monitoring
 from regroup_pipeline.datasource import write_history
+from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
 from regroup_pipeline.inputs import DATA_TOPICS_PATTERN, Inputs, TimeWindow, from_datadir, from_kafka
+from regroup_pipeline.report import read_table, write_report_from_tables
 from regroup_pipeline.session import build_session
 from regroup_pipeline.timespec import parse_time
 
-__all__ = ["MONITORING_JOBS", "load_inputs", "persist_inputs", "run_job", "window_from_args", "write_table"]
+__all__ = [
+    "MONITORING_JOBS",
+    "StepCounts",
+    "load_inputs",
+    "persist_inputs",
+    "run_job",
+    "window_from_args",
+    "write_table",
+]
 
 MONITORING_JOBS: Final = (
     "lag_trend",
@@ -69,6 +82,53 @@ def write_table(df: DataFrame, output: Path, name: str) -> None:
     df.write.mode("overwrite").parquet(str(output / name))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepCounts:
+    """What one step of :func:`write_all` ran: Spark jobs, stages that ran tasks, and tasks."""
+
+    jobs: int
+    stages: int
+    tasks: int
+
+
+class _Steps:
+    """Seconds per step and, when ``counts`` is given, the Spark jobs each step ran (its jobs carry the
+    step's job group)."""
+
+    def __init__(self, spark: SparkSession, counts: dict[str, StepCounts] | None) -> None:
+        self.sc = spark.sparkContext
+        self.seconds: dict[str, float] = {}
+        self.counts = counts
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        group = f"regroup-pipeline-{name}-{id(self)}"
+        previous = self.sc.getLocalProperty("spark.jobGroup.id")
+        if self.counts is not None:
+            self.sc.setLocalProperty("spark.jobGroup.id", group)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            if self.counts is not None:
+                self.sc.setLocalProperty("spark.jobGroup.id", previous)  # type: ignore[arg-type]
+                self.counts[name] = self._count(group, self.counts.get(name))
+
+    def _count(self, group: str, before: StepCounts | None) -> StepCounts:
+        tracker = self.sc.statusTracker()
+        job_ids = tracker.getJobIdsForGroup(group)
+        stage_ids = {s for j in job_ids if (job := tracker.getJobInfo(j)) is not None for s in job.stageIds}
+        stages = [stage for s in stage_ids if (stage := tracker.getStageInfo(s)) is not None]
+        ran = [s for s in stages if s.numCompletedTasks > 0]
+        jobs = len(job_ids) + (before.jobs if before else 0)
+        return StepCounts(
+            jobs=jobs,
+            stages=len(ran) + (before.stages if before else 0),
+            tasks=sum(s.numCompletedTasks for s in ran) + (before.tasks if before else 0),
+        )
+
+
 def write_all(
     inputs: Inputs,
     output: Path,
@@ -80,9 +140,10 @@ def write_all(
     lag_interval_ms: int | None = None,
     stuck_after_ms: int = monitoring.DEFAULT_STUCK_AFTER_MS,
     show: int = 0,
+    counts: dict[str, StepCounts] | None = None,
 ) -> dict[str, float]:
     """The ``all`` job: every table written to ``output`` as Parquet, then the report drawn from them.
-    Returns the seconds each step took.
+    Returns the seconds each step took; ``counts``, when given, receives the Spark jobs each ran.
 
     Without ``since`` the offsets table is the whole commit history, which the other tables derive from:
     it is written first, straight from the input (from a data directory by the tasks that decode it, see
@@ -90,42 +151,38 @@ def write_all(
     columnar, so each reads only the columns it needs) instead of being cached in memory.
     """
     spark = inputs.commits.sparkSession
-    seconds: dict[str, float] = {}
+    steps = _Steps(spark, counts)
     inputs = persist_inputs(inputs)
     history = None
     if inputs.window.since_ms is None:
-        start = time.perf_counter()
-        if inputs.history_options is not None:
-            write_history(spark, dict(inputs.history_options), str(output / "offsets"))
-        else:
-            write_table(jobs.offsets(inputs), output, "offsets")
-        history = spark.read.parquet(str(output / "offsets"))
-        seconds["offsets"] = time.perf_counter() - start
-    start = time.perf_counter()
-    tables = jobs.compute_all(
-        inputs,
-        retention_minutes=retention_minutes,
-        horizon_ms=horizon_ms,
-        lag_samples=lag_samples,
-        lag_interval_ms=lag_interval_ms,
-        stuck_after_ms=stuck_after_ms,
-        history=history,
-    )
-    seconds["plan"] = time.perf_counter() - start
+        with steps.step("offsets"):
+            schema = None
+            if inputs.history_options is not None:
+                write_history(spark, dict(inputs.history_options), str(output / "offsets"))
+                schema = from_arrow_schema(HISTORY_ARROW_SCHEMA)
+            else:
+                write_table(jobs.offsets(inputs), output, "offsets")
+            history = read_table(spark, output / "offsets", schema)
+    with steps.step("plan"):
+        tables = jobs.compute_all(
+            inputs,
+            retention_minutes=retention_minutes,
+            horizon_ms=horizon_ms,
+            lag_samples=lag_samples,
+            lag_interval_ms=lag_interval_ms,
+            stuck_after_ms=stuck_after_ms,
+            history=history,
+        )
     for name, df in tables.items():
-        start = time.perf_counter()
         if name != "offsets" or history is None:
-            write_table(df, output, name)
-            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+            with steps.step(name):
+                write_table(df, output, name)
         _show(df, name, show)
     tables.unpersist()
     unpersist_inputs(inputs)
-    from regroup_pipeline.report import write_report_from_tables
-
-    start = time.perf_counter()
-    write_report_from_tables(spark, output, report, inputs.window, horizon_ms=horizon_ms)
-    seconds["report"] = time.perf_counter() - start
-    return seconds
+    with steps.step("report"):
+        write_report_from_tables(spark, output, report, inputs.window, horizon_ms=horizon_ms)
+    return steps.seconds
 
 
 def run_job(args: argparse.Namespace) -> int:
@@ -140,8 +197,6 @@ def run_job(args: argparse.Namespace) -> int:
     # Only the report-writing jobs have --report.
     target = Path(args.report) if getattr(args, "report", None) else output / "report.html"
     if args.job == "report" and args.from_tables:
-        from regroup_pipeline.report import write_report_from_tables
-
         write_report_from_tables(spark, output, target, window, horizon_ms=args.horizon)
         print(f"report: {target}")
         return 0
