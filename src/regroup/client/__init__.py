@@ -1,4 +1,5 @@
-"""The client side of the classic consumer-group protocol: connections, a group member, assignors."""
+"""The client side of the consumer-group protocols (classic, and KIP-848's ``group.protocol=consumer``):
+connections, a group member, assignors."""
 
 from regroup.client.assignors import (
     CooperativeStickyAssignor,
@@ -10,6 +11,12 @@ from regroup.client.assignors import (
     create_assignor,
 )
 from regroup.client.connection import Connection, Connector, Transport, open_connection
+from regroup.client.consumer_membership import (
+    ConsumerMembership,
+    ConsumerMembershipConfig,
+    ConsumerMemberState,
+    StaleMemberEpochError,
+)
 from regroup.client.consumer_protocol import Assignment, Subscription
 from regroup.client.errors import (
     CommitFailedError,
@@ -31,6 +38,9 @@ __all__ = [
     "Connection",
     "ConnectionClosedError",
     "Connector",
+    "ConsumerMemberState",
+    "ConsumerMembership",
+    "ConsumerMembershipConfig",
     "CooperativeStickyAssignor",
     "FencedInstanceIdError",
     "Generation",
@@ -49,6 +59,7 @@ __all__ = [
     "RebalanceProtocol",
     "RequestTimedOutError",
     "RoundRobinAssignor",
+    "StaleMemberEpochError",
     "StickyAssignor",
     "Subscription",
     "TopicPartition",

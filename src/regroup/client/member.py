@@ -21,17 +21,26 @@ from several tasks at once.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import inspect
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from regroup.client.assignors import PartitionAssignor, RebalanceProtocol, create_assignor
 from regroup.client.connection import Connector, Transport, open_connection, parse_bootstrap_servers
+from regroup.client.consumer_membership import (
+    ConsumerMembership,
+    ConsumerMembershipConfig,
+    ConsumerMemberState,
+    Reconciliation,
+    StaleMemberEpochError,
+)
 from regroup.client.errors import (
     CommitFailedError,
     FencedInstanceIdError,
@@ -44,6 +53,7 @@ from regroup.client.membership import (
     Callback,
     CallbackKind,
     CoordinatorNode,
+    CoordinatorTracker,
     Generation,
     Membership,
     MembershipConfig,
@@ -59,6 +69,7 @@ from regroup.client.requests import (
     read_find_coordinator,
     read_leave_group,
     read_metadata,
+    read_metadata_topic_ids,
     read_offset_commit,
     read_offset_fetch,
 )
@@ -66,6 +77,7 @@ from regroup.client.types import OffsetAndMetadata, TopicPartition
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.message import Message
+from regroup.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 from regroup.protocol.messages.find_coordinator import FindCoordinatorResponse
 from regroup.protocol.messages.heartbeat import HeartbeatResponse
 from regroup.protocol.messages.join_group import JoinGroupResponse
@@ -82,6 +94,9 @@ log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Message)
 
 RebalanceListener = Callable[[frozenset[TopicPartition]], Awaitable[None] | None]
+OffsetsToCommit = Mapping[TopicPartition, "int | OffsetAndMetadata"]
+CommitOnRevoke = Callable[[frozenset[TopicPartition]], Awaitable[OffsetsToCommit] | OffsetsToCommit]
+GroupProtocol = Literal["classic", "consumer"]
 
 # Java's AbstractCoordinator.JOIN_GROUP_TIMEOUT_LAPSE: JoinGroup may be parked for a whole rebalance.
 JOIN_GROUP_TIMEOUT_LAPSE_MS = 5000
@@ -92,7 +107,11 @@ class GroupMemberConfig:
     """Settings of a :class:`GroupMember`; names and defaults follow the Java consumer's configs.
 
     ``rebalance_timeout_ms`` defaults to ``max_poll_interval_ms`` (the Java consumer uses
-    max.poll.interval.ms as its rebalance timeout). ``assignors`` are names of built-ins (``range``,
+    max.poll.interval.ms as its rebalance timeout). ``group_protocol`` is Java's ``group.protocol``:
+    ``classic`` (JoinGroup/SyncGroup, client-side ``assignors``) or ``consumer`` (KIP-848's
+    ConsumerGroupHeartbeat; the broker assigns, with ``group_remote_assignor`` if set, and may subscribe
+    by ``topic_regex``; ``session_timeout_ms``, ``heartbeat_interval_ms`` and ``assignors`` are then
+    the broker's business and ignored). ``assignors`` are names of built-ins (``range``,
     ``roundrobin``, ``sticky``, ``cooperative-sticky``) or assignor instances, in preference order; the
     rebalance protocol is the most advanced one all of them support (the default, ``range`` +
     ``cooperative-sticky``, is therefore eager, as in Java).
@@ -116,6 +135,34 @@ class GroupMemberConfig:
     client_rack: str | None = None
     allow_auto_create_topics: bool = True
     leave_group_on_close: bool = True
+    group_protocol: GroupProtocol = "classic"
+    group_remote_assignor: str | None = None
+    topic_regex: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.group_protocol not in ("classic", "consumer"):
+            raise ValueError(f"group_protocol must be 'classic' or 'consumer', not {self.group_protocol!r}")
+        if self.group_protocol == "classic" and (
+            self.group_remote_assignor is not None or self.topic_regex is not None
+        ):
+            # Java's ConsumerConfig rejects group.remote.assignor with group.protocol=classic.
+            raise ValueError("group_remote_assignor and topic_regex need group_protocol='consumer'")
+
+    def consumer_membership_config(self, member_id: str) -> ConsumerMembershipConfig:
+        return ConsumerMembershipConfig(
+            group_id=self.group_id,
+            member_id=member_id,
+            topics=frozenset(self.topics),
+            topic_regex=self.topic_regex,
+            group_instance_id=self.group_instance_id,
+            server_assignor=self.group_remote_assignor,
+            rack_id=self.client_rack,
+            rebalance_timeout_ms=(
+                self.max_poll_interval_ms if self.rebalance_timeout_ms is None else self.rebalance_timeout_ms
+            ),
+            retry_backoff_ms=self.retry_backoff_ms,
+            retry_backoff_max_ms=self.retry_backoff_max_ms,
+        )
 
     def membership_config(self) -> MembershipConfig:
         return MembershipConfig(
@@ -159,6 +206,7 @@ class GroupMember:
         on_partitions_assigned: RebalanceListener | None = None,
         on_partitions_revoked: RebalanceListener | None = None,
         on_partitions_lost: RebalanceListener | None = None,
+        commit_on_revoke: CommitOnRevoke | None = None,
         connector: Connector | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -168,6 +216,13 @@ class GroupMember:
         self._known_brokers: list[tuple[str, int]] = list(self._bootstrap)
         self._clock = clock
         self._core = Membership(config.membership_config(), assignors, self._now())
+        self._consumer: ConsumerMembership | None = None
+        if config.group_protocol == "consumer":
+            self._consumer = ConsumerMembership(
+                config.consumer_membership_config(_new_member_id()), self._now()
+            )
+        # The protocol in use, for what both share: coordinator discovery, offsets, fatal errors.
+        self._group: CoordinatorTracker = self._consumer or self._core
         self._connector: Connector = connector or functools.partial(
             open_connection, client_id=config.client_id, request_timeout_ms=config.request_timeout_ms
         )
@@ -175,6 +230,7 @@ class GroupMember:
         self._on_revoked = on_partitions_revoked
         # Java's ConsumerRebalanceListener.onPartitionsLost defaults to onPartitionsRevoked.
         self._on_lost = on_partitions_lost or on_partitions_revoked
+        self._commit_on_revoke = commit_on_revoke
         self._broker: Transport | None = None
         self._broker_lock = asyncio.Lock()
         self._coord = _CoordinatorLink()
@@ -183,6 +239,11 @@ class GroupMember:
         self._rebalance_task: asyncio.Task[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._heartbeat_failure: BaseException | None = None
+        self._reconcile_task: asyncio.Task[None] | None = None
+        self._callback_error: BaseException | None = None
+        self._wakeup = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._heartbeats = 0
         self._next_metadata_refresh = 0
         self._closed = False
 
@@ -197,26 +258,47 @@ class GroupMember:
         return self.config.group_instance_id
 
     @property
+    def group_protocol(self) -> GroupProtocol:
+        return self.config.group_protocol
+
+    @property
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this member currently owns."""
+        if self._consumer is not None:
+            return self._consumer.assigned
         return self._core.assigned
 
     @property
     def generation(self) -> Generation:
-        """Generation id, member id and protocol (assignor) name of the current generation."""
+        """Generation id, member id and protocol (assignor) name of the current generation (with the
+        consumer protocol: the member epoch and member id)."""
+        if self._consumer is not None:
+            return self._consumer.generation()
         return self._core.generation
 
     @property
     def generation_id(self) -> int:
-        return self._core.generation.generation_id
+        return self.generation.generation_id
+
+    @property
+    def member_epoch(self) -> int:
+        """The consumer protocol's member epoch (the generation id with the classic protocol)."""
+        return self.generation.generation_id
 
     @property
     def member_id(self) -> str:
-        return self._core.generation.member_id
+        return self.generation.member_id
 
     @property
     def state(self) -> MemberState:
+        if self._consumer is not None:
+            return _CLASSIC_STATES.get(self._consumer.state, MemberState.UNJOINED)
         return self._core.state
+
+    @property
+    def consumer_state(self) -> ConsumerMemberState | None:
+        """The consumer protocol's member state (None with the classic protocol)."""
+        return None if self._consumer is None else self._consumer.state
 
     @property
     def is_leader(self) -> bool:
@@ -224,7 +306,7 @@ class GroupMember:
 
     @property
     def coordinator(self) -> CoordinatorNode | None:
-        return self._core.coordinator
+        return self._group.coordinator
 
     @property
     def rebalance_protocol(self) -> RebalanceProtocol:
@@ -232,6 +314,8 @@ class GroupMember:
 
     @property
     def subscription(self) -> frozenset[str]:
+        if self._consumer is not None:
+            return self._consumer.subscription
         return self._core.subscription
 
     @property
@@ -240,8 +324,13 @@ class GroupMember:
 
     @property
     def membership(self) -> Membership:
-        """The underlying state machine (for inspection; do not mutate)."""
+        """The underlying classic state machine (for inspection; do not mutate)."""
         return self._core
+
+    @property
+    def consumer_membership(self) -> ConsumerMembership | None:
+        """The consumer-protocol state machine (None with the classic protocol; do not mutate)."""
+        return self._consumer
 
     def _now(self) -> int:
         return int(self._clock() * 1000)
@@ -255,11 +344,18 @@ class GroupMember:
         await self.close()
 
     def subscribe(self, topics: Collection[str]) -> None:
-        """Change the subscription; the member rejoins on its next ``poll()``."""
+        """Change the subscription; the member rejoins on its next ``poll()`` (with the consumer
+        protocol the next heartbeat carries it; an empty subscription leaves the group)."""
+        if self._consumer is not None:
+            self._consumer.set_subscription(frozenset(topics))
+            self._wakeup.set()
+            return
         self._core.set_subscription(frozenset(topics))
 
     def touch(self) -> None:
         """Tell the member the application is alive (resets the max.poll.interval.ms clock)."""
+        if self._consumer is not None:
+            self._consumer.poll(self._now())
         self._core.poll(self._now())
 
     async def poll(self, timeout_ms: int | None = None) -> frozenset[TopicPartition]:
@@ -269,6 +365,8 @@ class GroupMember:
         continues in the background and a later ``poll`` picks it up). Raises fatal errors, e.g.
         :class:`FencedInstanceIdError`, and errors of the rebalance callbacks.
         """
+        if self._consumer is not None:
+            return await self._poll_consumer(self._consumer, timeout_ms)
         self._check_usable()
         self.touch()
         if self._core.coordinator is not None and not self._core.rejoin_needed_or_pending():
@@ -305,6 +403,11 @@ class GroupMember:
         rejoins on the next ``poll``) and :class:`RebalanceInProgressError` during a rebalance.
         """
         self._check_usable()
+        await self._commit(offsets, timeout_ms)
+
+    async def _commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata], timeout_ms: int | None
+    ) -> None:
         normalized = {
             tp: o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o) for tp, o in offsets.items()
         }
@@ -315,7 +418,7 @@ class GroupMember:
         deadline = self._deadline(timeout_ms)
         attempts = 0
         while True:
-            generation = self._core.commit_generation()
+            generation = (self._consumer or self._core).commit_generation()
             try:
                 conn = await self._coordinator_connection(deadline)
                 version = conn.version(ApiKey.OFFSET_COMMIT)
@@ -328,8 +431,16 @@ class GroupMember:
                     normalized,
                 )
                 resp = await self._coordinator_request(self._coord, conn, request, OffsetCommitResponse)
-                self._core.on_commit_response(read_offset_commit(resp), generation)
+                (self._consumer or self._core).on_commit_response(read_offset_commit(resp), generation)
                 return
+            except StaleMemberEpochError:
+                # Java's CommitRequestManager retries a synchronous commit with the epoch the next
+                # heartbeat brings.
+                if self._now() >= deadline:
+                    raise
+                log.info("group %s: offset commit had a stale member epoch, retrying", self.group_id)
+                await self._next_heartbeat(deadline)
+                continue
             except (CommitFailedError, RebalanceInProgressError, FencedInstanceIdError):
                 raise
             except (KafkaError, KafkaConnectionError) as exc:
@@ -356,7 +467,7 @@ class GroupMember:
                 request = offset_fetch_request(version, self.group_id, partitions, require_stable=True)
                 resp = await self._coordinator_request(self._coord, conn, request, OffsetFetchResponse)
                 group_error, results = read_offset_fetch(version, resp, self.group_id)
-                fetched = self._core.on_fetch_response(group_error, results)
+                fetched = self._group.on_fetch_response(group_error, results)
                 return {tp: fetched.get(tp) for tp in partitions}
             except (KafkaError, KafkaConnectionError) as exc:
                 if not _retriable(exc) or self._now() >= deadline:
@@ -379,7 +490,10 @@ class GroupMember:
         await self._stop_tasks()
         callback_error: BaseException | None = None
         try:
-            if self.config.leave_group_on_close:
+            if self._consumer is not None:
+                if self.config.leave_group_on_close:
+                    callback_error = await self._leave_consumer_group(self._consumer, timeout_ms)
+            elif self.config.leave_group_on_close:
                 callback = self._core.begin_leave()
                 callback_error = await self._invoke(callback)
                 self._core.finish_leave_prepare()
@@ -403,8 +517,11 @@ class GroupMember:
             raise RuntimeError("the group member is closed")
         if self._heartbeat_failure is not None:
             raise self._heartbeat_failure
-        if self._core.fatal_error is not None:
-            raise self._core.fatal_error
+        if self._callback_error is not None:
+            error, self._callback_error = self._callback_error, None
+            raise error
+        if self._group.fatal_error is not None:
+            raise self._group.fatal_error
 
     def _deadline(self, timeout_ms: int | None) -> int:
         return self._now() + (self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms)
@@ -433,6 +550,8 @@ class GroupMember:
             callback.kind.value,
             ", ".join(map(str, callback.partitions)) or "none",
         )
+        if callback.kind is CallbackKind.REVOKED and callback.partitions:
+            await self._commit_before_revocation(callback.partitions)
         if listener is None:
             return None
         try:
@@ -445,8 +564,12 @@ class GroupMember:
         return None
 
     async def _stop_tasks(self) -> None:
-        tasks = [t for t in (self._heartbeat_task, self._rebalance_task, self._lookup_task) if t is not None]
-        self._heartbeat_task = self._rebalance_task = self._lookup_task = None
+        tasks = [
+            t
+            for t in (self._heartbeat_task, self._rebalance_task, self._reconcile_task, self._lookup_task)
+            if t is not None
+        ]
+        self._heartbeat_task = self._rebalance_task = self._reconcile_task = self._lookup_task = None
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -481,7 +604,7 @@ class GroupMember:
             raise NoBrokersAvailableError("no broker reachable: " + "; ".join(errors))
 
     async def _link_connection(self, link: _CoordinatorLink) -> Transport:
-        node = self._core.coordinator
+        node = self._group.coordinator
         if node is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not known")
         async with link.lock:
@@ -493,8 +616,8 @@ class GroupMember:
                     link.conn = await self._connector(node.host, node.port)
                 except KafkaConnectionError:
                     # Java's checkAndGetCoordinator: an unreachable coordinator is an unknown one.
-                    if self._core.coordinator == node:
-                        self._core.mark_coordinator_unknown()
+                    if self._group.coordinator == node:
+                        self._group.mark_coordinator_unknown()
                     raise
                 link.node = node
             return link.conn
@@ -515,8 +638,8 @@ class GroupMember:
             return await conn.request(request, response_type, timeout_ms=timeout_ms)
         except KafkaConnectionError:
             # Java's CoordinatorResponseHandler.onFailure: a disconnect makes the coordinator unknown.
-            if link.node == self._core.coordinator:
-                self._core.mark_coordinator_unknown()
+            if link.node == self._group.coordinator:
+                self._group.mark_coordinator_unknown()
             raise
 
     # ------------------------------------------------------------------------------ coordinator
@@ -525,7 +648,7 @@ class GroupMember:
         """Java's ``ensureCoordinatorReady``: look the coordinator up (one lookup shared by all waiters)
         until found, backing off after retriable failures; fatal errors are raised."""
         attempts = 0
-        while self._core.coordinator is None:
+        while self._group.coordinator is None:
             if self._closed:
                 raise RuntimeError("the group member is closed")
             task = self._lookup_task
@@ -556,7 +679,7 @@ class GroupMember:
         except KafkaConnectionError:
             self._broker = None
             raise
-        node = self._core.on_find_coordinator(read_find_coordinator(version, resp), self._now())
+        node = self._group.on_find_coordinator(read_find_coordinator(version, resp), self._now())
         log.info(
             "group %s: discovered coordinator %s:%s (node %s)",
             self.group_id,
@@ -567,7 +690,7 @@ class GroupMember:
 
     async def _mark_coordinator_dead(self, reason: str) -> None:
         log.info("group %s: marking the coordinator unknown: %s", self.group_id, reason)
-        self._core.mark_coordinator_unknown()
+        self._group.mark_coordinator_unknown()
         for link in (self._coord, self._hb):
             conn, link.conn, link.node = link.conn, None, None
             if conn is not None:
@@ -689,6 +812,294 @@ class GroupMember:
         except (KafkaError, KafkaConnectionError, UnsupportedApiVersionError) as exc:
             log.info("group %s: metadata refresh failed: %s", self.group_id, exc)
 
+    # ------------------------------------------------------------------------ consumer protocol
+
+    async def _poll_consumer(
+        self, core: ConsumerMembership, timeout_ms: int | None
+    ) -> frozenset[TopicPartition]:
+        """``poll`` with ``group.protocol=consumer``: (re)join when needed, keep the heartbeat task
+        running and wait until the member is stable (or ``timeout_ms``); reconciliation goes on in the
+        background between polls."""
+        self._check_usable()
+        self.touch()
+        if core.state is ConsumerMemberState.STALE:
+            # Java's maybeRejoinStaleMember: the poll timer expired and the member left; what it
+            # owned is lost, and it rejoins now that the application polls again.
+            callback = core.begin_lost()
+            error = await self._invoke(callback)
+            core.finish_lost()
+            core.state = ConsumerMemberState.UNSUBSCRIBED
+            if error is not None:
+                raise error
+        if core.join_needed():
+            core.join(self._now())
+            self._wake()
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = asyncio.create_task(
+                self._consumer_heartbeat_loop(core), name=f"heartbeat-{self.group_id}"
+            )
+        deadline = None if timeout_ms is None else self._now() + timeout_ms
+        await self._wait_until(
+            lambda: (
+                (
+                    core.state in (ConsumerMemberState.STABLE, ConsumerMemberState.FATAL)
+                    and not core.reconciliation_in_progress
+                )
+                or not core.has_subscription
+                or self._heartbeat_failure is not None
+                or self._callback_error is not None
+            ),
+            deadline,
+        )
+        self.touch()
+        self._check_usable()
+        return self.assignment
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    def _notify(self) -> None:
+        """Wake whoever waits for a change of the consumer-protocol state."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _wait_until(self, condition: Callable[[], bool], deadline: int | None) -> None:
+        while not condition():
+            if self._closed:
+                return
+            changed = self._changed
+            left = None if deadline is None else deadline - self._now()
+            if left is not None and left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), None if left is None else left / 1000)
+
+    async def _next_heartbeat(self, deadline: int) -> None:
+        seen = self._heartbeats
+        self._wake()
+        await self._wait_until(lambda: self._heartbeats != seen, deadline)
+
+    async def _sleep_or_wake(self, delay_ms: int) -> None:
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), max(delay_ms, 1) / 1000)
+
+    async def _consumer_heartbeat_loop(self, core: ConsumerMembership) -> None:
+        """Java's ``ConsumerHeartbeatRequestManager`` + the membership manager's background work: one
+        heartbeat in flight, every interval the broker gave (at once to join, acknowledge or leave),
+        reconciliation started as targets arrive, fencing and fatal errors handled."""
+        backoff = self.config.retry_backoff_ms
+        try:
+            while not self._closed:
+                now = self._now()
+                if core.state is ConsumerMemberState.FATAL:
+                    await self._await_reconciliation()
+                    callback = core.begin_lost()
+                    error = await self._invoke(callback)
+                    core.finish_lost()
+                    self._callback_error = self._callback_error or error
+                    self._notify()
+                    return
+                if core.state is ConsumerMemberState.FENCED:
+                    await self._on_fenced(core)
+                    continue
+                if core.poll_timeout_expired(now) and core.state is not ConsumerMemberState.LEAVING:
+                    log.warning(
+                        "group %s: poll() not called within max.poll.interval.ms (%s ms); leaving the group",
+                        self.group_id,
+                        core.config.rebalance_timeout_ms,
+                    )
+                    await self._await_reconciliation()
+                    core.leave_on_poll_timeout()
+                if (
+                    core.in_group
+                    and not core.has_subscription
+                    and core.state is not (ConsumerMemberState.LEAVING)
+                ):
+                    self._callback_error = self._callback_error or await self._leave_consumer_group(
+                        core, None
+                    )
+                    self._notify()
+                    continue
+                self._maybe_reconcile(core)
+                if not core.heartbeat_enabled():
+                    await self._sleep_or_wake(backoff if core.reconciliation_in_progress else 1000)
+                elif core.coordinator is None:
+                    try:
+                        await self._ensure_coordinator(self._now())
+                    except (KafkaError, KafkaConnectionError, UnsupportedApiVersionError) as exc:
+                        log.debug("group %s: coordinator lookup failed: %s", self.group_id, exc)
+                        await self._sleep_or_wake(backoff)
+                elif core.should_heartbeat(now):
+                    await self._consumer_heartbeat_once(core)
+                else:
+                    await self._sleep_or_wake(
+                        min(core.time_to_next_heartbeat(now), core.time_to_poll_timeout(now))
+                    )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("group %s: heartbeat task failed", self.group_id)
+            self._heartbeat_failure = exc
+            self._notify()
+
+    async def _consumer_heartbeat_once(self, core: ConsumerMembership) -> None:
+        try:
+            conn = await self._link_connection(self._hb)
+            version = conn.version(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+        except UnsupportedApiVersionError as exc:
+            core.transition_to_fatal(
+                KafkaError(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    f"the broker does not support the consumer group protocol: {exc}",
+                )
+            )
+            return
+        except (KafkaError, KafkaConnectionError) as exc:
+            log.debug("group %s: no heartbeat connection: %s", self.group_id, exc)
+            core.heartbeat_failed(self._now())
+            return
+        if core.topic_regex is not None and version < 1:
+            core.transition_to_fatal(
+                KafkaError(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    "subscribing by regex needs ConsumerGroupHeartbeat v1, which the broker lacks",
+                )
+            )
+            return
+        request = core.heartbeat_request(self._now())
+        try:
+            resp = await self._coordinator_request(
+                self._hb, conn, request, ConsumerGroupHeartbeatResponse, self.config.request_timeout_ms
+            )
+        except (KafkaConnectionError, KafkaError, UnsupportedApiVersionError) as exc:
+            log.debug("group %s: heartbeat failed: %s", self.group_id, exc)
+            core.heartbeat_failed(self._now())
+            self._notify()
+            return
+        error = core.on_heartbeat_response(resp, self._now())
+        if error is not ErrorCode.NONE:
+            log.info("group %s: heartbeat answered %s", self.group_id, error.name)
+        self._heartbeats += 1
+        self._notify()
+
+    async def _on_fenced(self, core: ConsumerMembership) -> None:
+        """Java's ``transitionToFenced``: report the partitions lost, then rejoin with epoch 0."""
+        log.info("group %s: member %s was fenced; rejoining", self.group_id, core.member_id)
+        await self._await_reconciliation()
+        callback = core.begin_fenced()
+        error = await self._invoke(callback)
+        core.finish_fenced(self._now())
+        self._callback_error = self._callback_error or error
+        self._notify()
+
+    def _maybe_reconcile(self, core: ConsumerMembership) -> None:
+        if core.state is not ConsumerMemberState.RECONCILING or core.reconciliation_in_progress:
+            return
+        if self._reconcile_task is not None and not self._reconcile_task.done():
+            return
+        self._reconcile_task = asyncio.create_task(self._reconcile(core), name=f"reconcile-{self.group_id}")
+
+    async def _await_reconciliation(self) -> None:
+        task = self._reconcile_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    async def _reconcile(self, core: ConsumerMembership) -> None:
+        """One reconciliation step (Java's ``maybeReconcile``): revoke, or assign, then acknowledge."""
+        try:
+            await self._reconcile_step(core)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("group %s: reconciliation failed", self.group_id)
+            self._heartbeat_failure = exc
+            self._notify()
+
+    async def _reconcile_step(self, core: ConsumerMembership) -> None:
+        if core.unresolved_topic_ids():
+            try:
+                core.on_topic_names(await self._fetch_topic_names())
+            except (KafkaError, KafkaConnectionError, UnsupportedApiVersionError) as exc:
+                log.info("group %s: cannot resolve assigned topic ids: %s", self.group_id, exc)
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                self._wake()
+                return
+        # Topics still unknown after a Metadata lookup were deleted meanwhile: reconcile the rest.
+        step = core.begin_reconciliation(ignore_unresolved=True)
+        if step is None:
+            return
+        try:
+            error = await self._run_reconciliation_callbacks(core, step)
+        except asyncio.CancelledError:
+            core.reconciliation_in_progress = False
+            raise
+        if core.finish_reconciliation(step):
+            log.info(
+                "group %s member %s: reconciled epoch %s, owning %s",
+                self.group_id,
+                core.member_id,
+                step.target_epoch,
+                ", ".join(map(str, sorted(core.assigned, key=TopicPartition.sort_key))) or "nothing",
+            )
+        self._callback_error = self._callback_error or error
+        self._wake()
+        self._notify()
+
+    async def _run_reconciliation_callbacks(
+        self, core: ConsumerMembership, step: Reconciliation
+    ) -> BaseException | None:
+        if step.is_revocation:
+            return await self._invoke(core.revocation_callback(step))
+        return await self._invoke(core.assignment_callback(step))
+
+    async def _fetch_topic_names(self) -> dict[uuid.UUID, str]:
+        conn = await self._broker_connection()
+        version = conn.version(ApiKey.METADATA)
+        if version < 10:
+            raise UnsupportedApiVersionError(
+                f"the broker serves Metadata up to v{version}; topic ids need v10+"
+            )
+        try:
+            resp = await conn.request(metadata_request(version, None, False), MetadataResponse)
+        except KafkaConnectionError:
+            self._broker = None
+            raise
+        return read_metadata_topic_ids(resp)
+
+    async def _leave_consumer_group(
+        self, core: ConsumerMembership, timeout_ms: int | None
+    ) -> BaseException | None:
+        """Java's ``leaveGroup``: revoke what is owned, then a heartbeat with epoch -1 (-2 for a static
+        member, whose assignment the coordinator keeps for its session timeout)."""
+        await self._await_reconciliation()
+        callback = core.begin_leave()
+        error = await self._invoke(callback)
+        if core.finish_leave_prepare():
+            log.info("group %s: member %s leaving the group", self.group_id, core.member_id)
+            timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+            try:
+                await asyncio.wait_for(self._consumer_heartbeat_once(core), timeout / 1000)
+            except TimeoutError:
+                core.heartbeat_failed(self._now())
+        return error
+
+    async def _commit_before_revocation(self, partitions: Collection[TopicPartition]) -> None:
+        """Java's auto-commit before revocation: commit what ``commit_on_revoke`` returns; a failure is
+        logged and the revocation goes on, as in Java."""
+        if self._commit_on_revoke is None:
+            return
+        try:
+            offsets = self._commit_on_revoke(frozenset(partitions))
+            if inspect.isawaitable(offsets):
+                offsets = await offsets
+            if offsets:
+                # Not the public commit(): this also runs while closing.
+                await self._commit(offsets, None)
+        except Exception as exc:
+            log.warning("group %s: commit before revoking %s failed: %s", self.group_id, partitions, exc)
+
     # -------------------------------------------------------------------------------- heartbeat
 
     async def _heartbeat_loop(self) -> None:
@@ -768,6 +1179,19 @@ class GroupMember:
         error = read_leave_group(resp)
         if error is not ErrorCode.NONE:
             log.info("group %s: LeaveGroup answered %s", self.group_id, error.name)
+
+
+_CLASSIC_STATES = {
+    ConsumerMemberState.JOINING: MemberState.PREPARING_REBALANCE,
+    ConsumerMemberState.RECONCILING: MemberState.COMPLETING_REBALANCE,
+    ConsumerMemberState.ACKNOWLEDGING: MemberState.COMPLETING_REBALANCE,
+    ConsumerMemberState.STABLE: MemberState.STABLE,
+}
+
+
+def _new_member_id() -> str:
+    """A client-generated member id (KIP-1082), formatted as Java's ``Uuid.toString``."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
 def _retriable(exc: BaseException) -> bool:

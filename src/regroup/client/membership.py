@@ -55,6 +55,7 @@ __all__ = [
     "Callback",
     "CallbackKind",
     "CoordinatorNode",
+    "CoordinatorTracker",
     "FailureAction",
     "Generation",
     "JoinCompletion",
@@ -186,7 +187,64 @@ class _Timers:
     attempts: int = 0
 
 
-class Membership:
+class CoordinatorTracker:
+    """What members of both group protocols keep about their coordinator, and the handling of the
+    responses whose logic the protocols share (FindCoordinator, OffsetCommit errors, OffsetFetch)."""
+
+    def __init__(self) -> None:
+        self.coordinator: CoordinatorNode | None = None
+        self.fatal_error: KafkaError | None = None
+
+    def on_find_coordinator(self, answer: CoordinatorAnswer, now_ms: int) -> CoordinatorNode:
+        if answer.error is not ErrorCode.NONE:
+            raise KafkaError(answer.error, answer.message or None)
+        self.coordinator = CoordinatorNode(answer.node_id, answer.host, answer.port)
+        self._coordinator_found(now_ms)
+        return self.coordinator
+
+    def _coordinator_found(self, now_ms: int) -> None:
+        """Hook: a coordinator was discovered at ``now_ms``."""
+
+    def mark_coordinator_unknown(self) -> bool:
+        """Forget the coordinator (rediscovered on next use); True if one was known."""
+        known = self.coordinator is not None
+        self.coordinator = None
+        return known
+
+    def _coordinator_error(self, error: ErrorCode) -> bool:
+        if error in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR):
+            self.mark_coordinator_unknown()
+            return True
+        return False
+
+    def check_commit_error(self, tp: TopicPartition, error: ErrorCode) -> None:
+        """Raise for an OffsetCommit partition error both protocols treat alike (Java's
+        ``OffsetCommitResponseHandler`` / ``CommitRequestManager``): coordinator errors and timeouts
+        forget the coordinator and are retriable; anything else fails the commit."""
+        if self._coordinator_error(error) or error is ErrorCode.REQUEST_TIMED_OUT:
+            self.mark_coordinator_unknown()
+            raise KafkaError(error)
+        raise KafkaError(error, f"offset commit failed on {tp}: {error.message}")
+
+    def on_fetch_response(
+        self, group_error: ErrorCode, results: Mapping[TopicPartition, FetchedOffset]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """Apply an OffsetFetch response (Java's ``OffsetFetchResponseHandler``); raises on failure."""
+        if group_error is not ErrorCode.NONE:
+            self._coordinator_error(group_error)
+            raise KafkaError(group_error)
+        out: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        for tp, fetched in results.items():
+            if fetched.error is ErrorCode.UNSTABLE_OFFSET_COMMIT:
+                # A transactional commit is pending: retriable, the caller retries.
+                raise KafkaError(fetched.error, f"offset of {tp} has a pending transactional commit")
+            if fetched.error is not ErrorCode.NONE:
+                raise KafkaError(fetched.error, f"offset fetch failed on {tp}: {fetched.error.message}")
+            out[tp] = fetched.offset
+        return out
+
+
+class Membership(CoordinatorTracker):
     """One member's view of its group; see the module docstring."""
 
     def __init__(
@@ -197,12 +255,12 @@ class Membership:
         names = [a.name for a in assignors]
         if len(set(names)) != len(names):
             raise ValueError(f"assignor names must be unique: {names}")
+        super().__init__()
         self.config = config
         self.assignors: tuple[PartitionAssignor, ...] = tuple(assignors)
         self.protocol: RebalanceProtocol = common_rebalance_protocol(list(assignors))
         self.state = MemberState.UNJOINED
         self.generation = NO_GENERATION
-        self.coordinator: CoordinatorNode | None = None
         self.rejoin_needed = True
         self.rejoin_reason = ""
         self.needs_join_prepare = True
@@ -210,7 +268,6 @@ class Membership:
         self.subscription: frozenset[str] = config.topics
         self.joined_subscription: frozenset[str] | None = None
         self.assigned: frozenset[TopicPartition] = frozenset()
-        self.fatal_error: KafkaError | None = None
         # Partition counts the leader assigned from, and the latest ones it has seen (Java's
         # assignmentSnapshot / metadataSnapshot): a difference triggers a rebalance.
         self.assignment_snapshot: dict[str, int] | None = None
@@ -290,24 +347,8 @@ class Membership:
 
     # -------------------------------------------------------------------------------- coordinator
 
-    def on_find_coordinator(self, answer: CoordinatorAnswer, now_ms: int) -> CoordinatorNode:
-        if answer.error is not ErrorCode.NONE:
-            raise KafkaError(answer.error, answer.message or None)
-        self.coordinator = CoordinatorNode(answer.node_id, answer.host, answer.port)
+    def _coordinator_found(self, now_ms: int) -> None:
         self._timers.session_deadline = now_ms + self.config.session_timeout_ms
-        return self.coordinator
-
-    def mark_coordinator_unknown(self) -> bool:
-        """Forget the coordinator (rediscovered on next use); True if one was known."""
-        known = self.coordinator is not None
-        self.coordinator = None
-        return known
-
-    def _coordinator_error(self, error: ErrorCode) -> bool:
-        if error in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR):
-            self.mark_coordinator_unknown()
-            return True
-        return False
 
     # ------------------------------------------------------------------------------- join prepare
 
@@ -694,9 +735,6 @@ class Membership:
             if error is ErrorCode.TOPIC_AUTHORIZATION_FAILED:
                 unauthorized.add(tp.topic)
                 continue
-            if self._coordinator_error(error) or error is ErrorCode.REQUEST_TIMED_OUT:
-                self.mark_coordinator_unknown()
-                raise KafkaError(error)
             if error is ErrorCode.FENCED_INSTANCE_ID:
                 if self.generation == sent:
                     self.fatal_error = FencedInstanceIdError("OffsetCommit: group.instance.id was fenced")
@@ -723,29 +761,12 @@ class Membership:
                     error is not ErrorCode.ILLEGAL_GENERATION,
                 )
                 raise CommitFailedError(error)
-            raise KafkaError(error, f"offset commit failed on {tp}: {error.message}")
+            self.check_commit_error(tp, error)
         if unauthorized:
             raise KafkaError(
                 ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                 f"not authorized to commit to topics {sorted(unauthorized)}",
             )
-
-    def on_fetch_response(
-        self, group_error: ErrorCode, results: Mapping[TopicPartition, FetchedOffset]
-    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """Apply an OffsetFetch response (Java's ``OffsetFetchResponseHandler``); raises on failure."""
-        if group_error is not ErrorCode.NONE:
-            self._coordinator_error(group_error)
-            raise KafkaError(group_error)
-        out: dict[TopicPartition, OffsetAndMetadata | None] = {}
-        for tp, fetched in results.items():
-            if fetched.error is ErrorCode.UNSTABLE_OFFSET_COMMIT:
-                # A transactional commit is pending: retriable, the caller retries.
-                raise KafkaError(fetched.error, f"offset of {tp} has a pending transactional commit")
-            if fetched.error is not ErrorCode.NONE:
-                raise KafkaError(fetched.error, f"offset fetch failed on {tp}: {fetched.error.message}")
-            out[tp] = fetched.offset
-        return out
 
 
 def _validate_cooperative(

@@ -6,6 +6,7 @@ normalise the response (batched FindCoordinator v4+, LeaveGroup v3+, OffsetFetch
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from regroup.protocol.messages.offset_fetch import (
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
 )
+from regroup.protocol.primitives import ZERO_UUID
 
 __all__ = [
     "MAX_REASON_LENGTH",
@@ -41,6 +43,7 @@ __all__ = [
     "read_find_coordinator",
     "read_leave_group",
     "read_metadata",
+    "read_metadata_topic_ids",
     "read_offset_commit",
     "read_offset_fetch",
     "truncate_reason",
@@ -121,9 +124,14 @@ def read_leave_group(resp: LeaveGroupResponse) -> ErrorCode:
 # --------------------------------------------------------------------------------------------- Metadata
 
 
-def metadata_request(version: int, topics: Iterable[str], allow_auto_topic_creation: bool) -> MetadataRequest:
+def metadata_request(
+    version: int, topics: Iterable[str] | None, allow_auto_topic_creation: bool
+) -> MetadataRequest:
+    """Metadata of ``topics`` (None: of all topics, v1+)."""
     return MetadataRequest(
-        topics=[MetadataRequestTopic(name=t) for t in sorted(topics, key=java_order)],
+        topics=None
+        if topics is None
+        else [MetadataRequestTopic(name=t) for t in sorted(topics, key=java_order)],
         # v0-3 have no flag (the broker auto-creates); the codec rejects a non-default value there.
         allow_auto_topic_creation=allow_auto_topic_creation if version >= 4 else True,
     )
@@ -135,6 +143,15 @@ def read_metadata(resp: MetadataResponse) -> dict[str, int]:
         t.name: len(t.partitions)
         for t in resp.topics
         if t.name is not None and t.error_code == ErrorCode.NONE
+    }
+
+
+def read_metadata_topic_ids(resp: MetadataResponse) -> dict[uuid.UUID, str]:
+    """Topic id → name of the topics the broker knows (v10+; topics with an error are left out)."""
+    return {
+        t.topic_id: t.name
+        for t in resp.topics
+        if t.name is not None and t.error_code == ErrorCode.NONE and t.topic_id != ZERO_UUID
     }
 
 
