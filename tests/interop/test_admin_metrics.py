@@ -1,6 +1,8 @@
 """``/metrics`` of a real ``regroup serve`` during a churn scenario (kafka-python members joining and
 leaving, commits, a group going Empty) agrees with what Kafka clients see: ListGroups states,
-DescribeGroups member counts, and lag computed from ListOffsets − OffsetFetch."""
+DescribeGroups member counts, and lag computed from ListOffsets − OffsetFetch. A KIP-848 consumer group
+(wire-level members) is reported beside them: its lag and members, group and target assignment epochs and
+members by reconciliation state, as ConsumerGroupDescribe gives them, in ``/metrics`` and the JSON API."""
 
 from __future__ import annotations
 
@@ -9,6 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from regroup.client.blocking import BlockingConnection
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    DescribedGroup,
+)
 from support.admin_port import (
     ConsumerThread,
     Samples,
@@ -22,6 +31,7 @@ from support.admin_port import (
 )
 from support.brokers import RegroupServer
 from support.kafka_wire import create_topics, produce
+from support.kip848 import WireMember
 
 pytestmark = pytest.mark.interop
 
@@ -192,3 +202,86 @@ def test_metrics_match_the_kafka_apis_through_churn(broker: tuple[RegroupServer,
     connections = value(samples, "kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT")
     assert connections is not None
     assert connections >= 1
+
+
+def consumer_group_mismatches(server: RegroupServer, admin: str, group: str) -> str | None:
+    """Disagreements between /metrics + /api/groups and ConsumerGroupDescribe + OffsetFetch for a consumer
+    group, or None."""
+    with BlockingConnection(server.address) as conn:
+        described: DescribedGroup = conn.request(
+            ConsumerGroupDescribeRequest(group_ids=[group]), ConsumerGroupDescribeResponse, version=0
+        ).groups[0]
+    lag = client_lag(server.address, group)
+    samples = scrape(admin)
+    summary = next(g for g in get_json(f"{admin}/api/groups")["groups"] if g["group"] == group)
+    got = {
+        "members": value(samples, "kafka_consumergroup_members", consumergroup=group),
+        "epoch": value(samples, "regroup_consumer_group_epoch", consumergroup=group),
+        "target": value(samples, "regroup_consumer_group_assignment_epoch", consumergroup=group),
+        "lag": {
+            tp: value(
+                samples, "kafka_consumergroup_lag", consumergroup=group, topic=tp[0], partition=str(tp[1])
+            )
+            for tp in lag
+        },
+        "json": (summary["type"], summary["state"], summary["group_epoch"], summary["assignment_epoch"]),
+    }
+    want = {
+        "members": len(described.members),
+        "epoch": described.group_epoch,
+        "target": described.assignment_epoch,
+        "lag": {tp: float(v) for tp, (_, v) in lag.items()},
+        "json": ("consumer", described.group_state, described.group_epoch, described.assignment_epoch),
+    }
+    return None if got == want else f"/metrics and /api/groups say {got}, the Kafka APIs {want}"
+
+
+def test_metrics_show_consumer_protocol_groups() -> None:
+    topic, group = "kip848-metrics", "kip848-metrics"
+    # The target assignment follows each epoch bump at once (Kafka 4.3 recomputes it at most every 1 s).
+    with serve_with_admin_port(**{"group.consumer.assignment.interval.ms": "0"}) as (server, admin):
+        create_topics(server.address, {topic: 4})
+        produce(server.address, topic, {0: 10, 1: 20, 2: 30, 3: 40})
+        a = WireMember(server.address, group, [topic], client_id="metrics-a")
+        c = WireMember(server.address, group, [topic], client_id="metrics-c")
+        try:
+            assert a.heartbeat().error_code == ErrorCode.NONE
+            a.commit(topic, {0: 1, 1: 2, 2: 3, 3: 4})
+            wait_until(lambda: consumer_group_mismatches(server, admin, group), 15)
+            # c joins and a holds on to the partitions it is asked to revoke: Reconciling.
+            a.stubborn = True
+            for member in (c, a, c):
+                assert member.heartbeat().error_code == ErrorCode.NONE
+            wait_until(lambda: consumer_group_mismatches(server, admin, group), 15)
+            samples = scrape(admin)
+            by_state = {
+                state: value(samples, "regroup_consumer_group_members", consumergroup=group, state=state)
+                for state in ("stable", "unrevoked_partitions", "unreleased_partitions")
+            }
+            assert by_state == {"stable": 0, "unrevoked_partitions": 1, "unreleased_partitions": 1}
+            coordinator = "kafka_server_group_coordinator_metrics"
+            assert value(samples, f"{coordinator}_group_count", protocol="consumer") == 1
+            assert value(samples, f"{coordinator}_group_count", protocol="classic") == 0
+            assert value(samples, f"{PREFIX}_num_groups") == 0  # classic groups only, as Kafka counts them
+            assert value(samples, f"{coordinator}_consumer_group_count", state="Reconciling") == 1
+
+            # a revokes: Stable, every member at the group epoch, the assignment healthy.
+            a.stubborn = False
+            a.owned = {}
+            assert a.heartbeat().error_code == ErrorCode.NONE
+
+            def stable() -> str | None:
+                assert c.heartbeat().error_code == ErrorCode.NONE
+                samples = scrape(admin)
+                stable = value(samples, "regroup_consumer_group_members", consumergroup=group, state="stable")
+                return None if stable == 2 else f"{stable} stable members"
+
+            wait_until(stable, 15)
+            wait_until(lambda: consumer_group_mismatches(server, admin, group), 15)
+            samples = scrape(admin)
+            for name in ("unowned", "duplicated"):
+                metric = f"regroup_group_assignment_{name}_partitions"
+                assert value(samples, metric, consumergroup=group) == 0, name
+        finally:
+            a.close()
+            c.close()

@@ -1,7 +1,10 @@
 """The admin web view in headless Chromium (Selenium) against a real ``regroup serve`` with kafka-python
 consumer groups: the page lists the groups with their states, member counts and lag (as ListOffsets −
 OffsetFetch gives it), and the selected group's rebalance timeline has one chart mark per generation.
-A screenshot is saved under ``test-artifacts/`` (or ``$REGROUP_TEST_ARTIFACTS``)."""
+A KIP-848 consumer group, driven over the wire with ConsumerGroupHeartbeat, is shown with its type, group
+and target assignment epochs, and each member's epoch and reconciliation state (as ConsumerGroupDescribe
+gives them) while one member holds partitions it was asked to revoke. Screenshots are saved under
+``test-artifacts/`` (or ``$REGROUP_TEST_ARTIFACTS``)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from regroup.client.blocking import BlockingConnection
+from regroup.protocol.errors import ErrorCode
+from regroup.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
 from support.admin_port import (
     ConsumerThread,
     client_lag,
@@ -19,6 +28,7 @@ from support.admin_port import (
 )
 from support.browser import artifacts_dir, headless_chromium
 from support.kafka_wire import create_topics, produce
+from support.kip848 import WireMember
 
 pytestmark = pytest.mark.interop
 
@@ -123,3 +133,130 @@ def test_web_view_shows_groups_lag_and_timeline(browser: object) -> None:
         finally:
             for member in started:
                 member.close()
+
+
+KIP848_TOPIC, KIP848_GROUP = "web-kip848", "web-kip848"
+
+
+def test_web_view_shows_a_consumer_protocol_group(browser: object) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    # The target assignment follows each epoch bump at once (Kafka 4.3 recomputes it at most every 1 s).
+    with serve_with_admin_port(**{"group.consumer.assignment.interval.ms": "0"}) as (server, admin):
+        create_topics(server.address, {KIP848_TOPIC: 4})
+        produce(server.address, KIP848_TOPIC, {0: 10, 1: 20, 2: 30, 3: 40})
+        a = WireMember(server.address, KIP848_GROUP, [KIP848_TOPIC], client_id="kip848-a")
+        c = WireMember(server.address, KIP848_GROUP, [KIP848_TOPIC], client_id="kip848-c")
+        try:
+
+            def a_owns_all() -> str | None:
+                assert a.heartbeat().error_code == ErrorCode.NONE
+                return None if sum(map(len, a.owned.values())) == 4 else f"a owns {a.owned}"
+
+            wait_until(a_owns_all, 20)
+            a.commit(KIP848_TOPIC, {0: 4, 1: 5, 3: 40})
+            # c joins; a is told to give up half of its partitions and does not: the group is Reconciling.
+            a.stubborn = True
+            for member in (c, a, c):
+                assert member.heartbeat().error_code == ErrorCode.NONE
+
+            with BlockingConnection(server.address) as conn:
+                described = conn.request(
+                    ConsumerGroupDescribeRequest(group_ids=[KIP848_GROUP]),
+                    ConsumerGroupDescribeResponse,
+                    version=0,
+                ).groups[0]
+            assert described.group_state == "Reconciling"
+            epochs = {m.member_id: m.member_epoch for m in described.members}
+            lag = client_lag(server.address, KIP848_GROUP)
+
+            summary = next(g for g in get_json(f"{admin}/api/groups")["groups"] if g["group"] == KIP848_GROUP)
+            assert summary["type"] == "consumer"
+            assert summary["state"] == "Reconciling"
+            assert summary["group_epoch"] == described.group_epoch
+            assert summary["assignment_epoch"] == described.assignment_epoch
+            assert summary["reconciling"] == 2
+            assert summary["lag"] == sum(v for _, v in lag.values())
+            detail = get_json(f"{admin}/api/groups/{KIP848_GROUP}")
+            states = {m["member_id"]: m["state"] for m in detail["members"]}
+            assert states == {a.member_id: "unrevoked_partitions", c.member_id: "unreleased_partitions"}
+            assert {m["member_id"]: m["member_epoch"] for m in detail["members"]} == epochs
+
+            browser.get(f"{admin}/#group={KIP848_GROUP}")
+
+            def page_matches() -> str | None:
+                rows = browser.find_elements(
+                    By.CSS_SELECTOR, f'#groups tr.group-row[data-group="{KIP848_GROUP}"]'
+                )
+                if not rows:
+                    return "no row for the consumer group yet"
+                row = rows[0]
+                got = {
+                    c: row.find_element(By.CSS_SELECTOR, f"td.{c}").text
+                    for c in ("type", "generation", "assignment-epoch", "reconciling", "lag")
+                }
+                got["state"] = row.find_element(By.CSS_SELECTOR, "td.state-cell").text
+                want = {
+                    "type": "consumer",
+                    "state": "Reconciling",
+                    "generation": str(described.group_epoch),
+                    "assignment-epoch": str(described.assignment_epoch),
+                    "reconciling": "2",
+                    "lag": str(sum(v for _, v in lag.values())),
+                }
+                if got != want:
+                    return f"group row {got} != {want}"
+                members = {
+                    r.get_attribute("data-member"): (
+                        r.find_element(By.CSS_SELECTOR, "td.member-type").text,
+                        r.find_element(By.CSS_SELECTOR, "td.member-epoch").text,
+                        r.find_element(By.CSS_SELECTOR, "td.member-state").text,
+                        r.find_element(By.CSS_SELECTOR, "td.pending-revocation").text != "(none)",
+                    )
+                    for r in browser.find_elements(By.CSS_SELECTOR, "#members tr.member-row")
+                }
+                want_members = {
+                    a.member_id: ("consumer", str(epochs[a.member_id]), "unrevoked_partitions", True),
+                    c.member_id: ("consumer", str(epochs[c.member_id]), "unreleased_partitions", False),
+                }
+                if members != want_members:
+                    return f"members {members} != {want_members}"
+                if (
+                    "target assignment epoch " + str(described.assignment_epoch)
+                    not in browser.find_element(By.ID, "detail-meta").text
+                ):
+                    return "no epochs in the detail line"
+                return None
+
+            try:
+                wait_until(page_matches, 20)
+                assert browser.find_element(By.ID, "detail-state").text == "Reconciling"
+            finally:
+                browser.save_screenshot(str(artifacts_dir() / "admin-web-view-consumer-group.png"))
+
+            # a revokes at last: both members reach the group epoch and the page shows the group Stable.
+            a.stubborn = False
+            a.owned = {}
+            assert a.heartbeat().error_code == ErrorCode.NONE
+
+            def settled() -> str | None:
+                assert c.heartbeat().error_code == ErrorCode.NONE
+                group = next(
+                    g for g in get_json(f"{admin}/api/groups")["groups"] if g["group"] == KIP848_GROUP
+                )
+                return None if group["state"] == "Stable" and group["reconciling"] == 0 else str(group)
+
+            wait_until(settled, 20)
+            wait_until(
+                lambda: (
+                    None
+                    if browser.find_element(By.ID, "detail-state").text == "Stable"
+                    else "the page does not show Stable yet"
+                ),
+                20,
+            )
+        finally:
+            a.close()
+            c.close()

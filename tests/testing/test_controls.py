@@ -22,7 +22,8 @@ from regroup.protocol.messages.offset_fetch import (
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
 )
-from regroup.testing import BrokerError, TestBroker
+from regroup.testing import BrokerError, GroupView, TestBroker
+from support.kip848 import WireMember
 
 G = "g"
 
@@ -393,3 +394,252 @@ def test_drop_connections_of_one_client_id(regroup_broker: TestBroker) -> None:
         assert not c.is_closed(timeout=0.2)
         assert b.drop_connections() == 1
         assert c.is_closed()
+
+
+# ------------------------------------------------------------------------------------------ consumer groups
+
+
+def converge(b: TestBroker, members: list[WireMember], n: int, timeout: float = 20.0) -> GroupView:
+    """Heartbeat every member until the group is Stable with ``n`` members."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for m in members:
+            assert m.heartbeat().error_code == ErrorCode.NONE
+        view = b.group(G)
+        if view is not None and view.is_stable and len(view.members) == n:
+            return view
+        assert time.monotonic() < deadline, f"not Stable with {n} members: {view}"
+
+
+@pytest.fixture
+def kip848(regroup_broker: TestBroker) -> Iterator[Callable[[str], WireMember]]:
+    regroup_broker.create_topic("orders", partitions=4)
+    made: list[WireMember] = []
+
+    def make(client_id: str) -> WireMember:
+        address = (regroup_broker.host, regroup_broker.port)
+        made.append(WireMember(address, G, ["orders"], client_id=client_id))
+        return made[-1]
+
+    yield make
+    for m in made:
+        m.close()
+
+
+def test_consumer_group_view(regroup_broker: TestBroker, kip848: Callable[[str], WireMember]) -> None:
+    b = regroup_broker
+    a = kip848("app-a")
+    a.heartbeat()
+    one = b.wait_for_stable(G, members=1)
+    assert (one.group_type, one.state, one.group_epoch, one.assignment_epoch) == ("consumer", "Stable", 2, 2)
+    c = kip848("app-c")
+    view = converge(b, [a, c], 2)
+    assert b.wait_for_stable(G, members=2, generation_after=2) == view
+    assert view.group_type == "consumer"
+    assert view.protocol_type == "consumer"
+    assert view.assignor == view.protocol_name == "uniform"
+    assert view.generation_id == view.group_epoch == view.assignment_epoch == 3
+    assert view.leader_id is None
+    by_client = {m.client_id: m for m in view.members}
+    for m in view.members:
+        assert m.member_type == "consumer"
+        assert m.member_epoch == 3
+        assert m.member_state == "stable"
+        assert m.subscribed_topic_names == ("orders",)
+        assert m.pending_revocation == ()
+        assert m.target_assignment == m.assignment
+        assert m.session_timeout_ms == 45_000
+        assert m.rebalance_timeout_ms == 20_000
+    assert by_client["app-a"].member_id == a.member_id
+    partitions = sorted(p for m in view.members for p in m.assignment["orders"])
+    assert partitions == [0, 1, 2, 3]
+    assert view.health is not None
+    assert view.health.ok
+    assert view.owner_of("orders", 0) in (a.member_id, c.member_id)
+    doc = view.to_json(detail=True)
+    assert (doc["type"], doc["group_epoch"], doc["assignment_epoch"], doc["reconciling"]) == (
+        "consumer",
+        3,
+        3,
+        0,
+    )
+    assert {m["member_epoch"] for m in doc["members"]} == {3}
+
+
+def test_fence_member_of_a_consumer_group(
+    regroup_broker: TestBroker, kip848: Callable[[str], WireMember]
+) -> None:
+    b = regroup_broker
+    a, c = kip848("app-a"), kip848("app-c")
+    before = converge(b, [a, c], 2)
+    b.fence_member(G, c.member_id)
+    timeline = b.runner.call(b.coordinator.history_view, G)
+    assert timeline["generations"][-1]["cause"]["kind"] == "member_fenced_session_timeout"
+    assert timeline["state"] in ("Assigning", "Reconciling")
+    after = b.group(G)
+    assert after is not None
+    assert after.member_ids == (a.member_id,)
+    assert after.group_epoch == before.generation_id + 1
+    # Kafka answers a member id it removed with UNKNOWN_MEMBER_ID; the client rejoins with epoch 0.
+    assert c.heartbeat().error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    survivor = converge(b, [a], 1)
+    assert survivor.member(a.member_id).assignment == {"orders": (0, 1, 2, 3)}
+    assert survivor.member(a.member_id).member_epoch == survivor.group_epoch
+    with pytest.raises(BrokerError, match="no member"):
+        b.fence_member(G, c.member_id)
+    # expire_member takes the same path for consumer groups.
+    c.rejoin()
+    converge(b, [a, c], 2)
+    b.expire_member(G, a.member_id)
+    assert a.heartbeat().error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert converge(b, [c], 1).member(c.member_id).assignment == {"orders": (0, 1, 2, 3)}
+
+
+def test_expire_rebalance_timeout_fences_a_member_that_does_not_revoke(
+    regroup_broker: TestBroker, kip848: Callable[[str], WireMember]
+) -> None:
+    b = regroup_broker
+    a = kip848("app-a")
+    converge(b, [a], 1)
+    with pytest.raises(BrokerError, match="no rebalance timeout running"):
+        b.expire_rebalance_timeout(G, a.member_id)  # nothing to revoke: no timer, as in Kafka
+    a.stubborn = True  # from now on it keeps reporting all four partitions
+    c = kip848("app-c")
+    c.heartbeat()
+    a.heartbeat()  # told to revoke half of its partitions
+    view = b.group(G)
+    assert view is not None
+    assert view.state == "Reconciling"
+    assert not view.is_stable
+    stuck = view.member(a.member_id)
+    assert stuck.member_state == "unrevoked_partitions"
+    assert len(stuck.pending_revocation) == 2
+    assert sum(len(ps) for ps in stuck.target_assignment.values()) == 2
+    waiting = view.member(c.member_id)
+    assert waiting.member_state == "unreleased_partitions"
+    assert waiting.assignment == {}
+    with pytest.raises(TimeoutError, match="unrevoked_partitions"):
+        b.wait_for_stable(G, members=2, timeout=0.3)
+
+    b.expire_rebalance_timeout(G, a.member_id)
+    after = b.group(G)
+    assert after is not None
+    assert after.member_ids == (c.member_id,)
+    assert after.group_epoch == view.generation_id + 1
+    # Fenced by its rebalance timer, as the __group_events timeline tells.
+    timeline = b.runner.call(b.coordinator.history_view, G)
+    assert timeline["generations"][-1]["cause"]["kind"] == "member_fenced_rebalance_timeout"
+    assert a.heartbeat().error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert converge(b, [c], 1).member(c.member_id).assignment == {"orders": (0, 1, 2, 3)}
+    with pytest.raises(BrokerError, match="no member"):
+        b.expire_rebalance_timeout(G, a.member_id)
+
+
+def test_virtual_clock_fires_a_consumer_members_rebalance_timeout(
+    regroup_broker: TestBroker, kip848: Callable[[str], WireMember]
+) -> None:
+    b = regroup_broker
+    a = kip848("app-a")
+    converge(b, [a], 1)
+    a.stubborn = True
+    c = kip848("app-c")
+    c.heartbeat()
+    a.heartbeat()
+    b.clock.advance(19_999)  # a's rebalance timeout is 20 s
+    assert b.group(G).member(a.member_id).member_state == "unrevoked_partitions"  # type: ignore[union-attr]
+    b.clock.advance(1)
+    assert b.group(G).member_ids == (c.member_id,)  # type: ignore[union-attr]
+
+
+def test_confluent_kafka_consumer_protocol_member_fenced(regroup_broker: TestBroker) -> None:
+    """librdkafka's KIP-848 consumer (group.protocol=consumer): a fenced member's partitions go to the
+    other member, it is told its partitions are lost, and it rejoins."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    b = regroup_broker
+    b.create_topic("orders", partitions=4)
+    lost: dict[str, list[int]] = {"a": [], "c": []}
+
+    def consumer(name: str) -> Consumer:
+        c = Consumer(
+            {
+                "bootstrap.servers": b.bootstrap_servers,
+                "group.id": G,
+                "group.protocol": "consumer",
+                "client.id": name,
+                "auto.offset.reset": "earliest",
+            }
+        )
+
+        def on_lost(_c: Consumer, partitions: list[TopicPartition]) -> None:
+            lost[name].extend(tp.partition for tp in partitions)
+
+        c.subscribe(["orders"], on_lost=on_lost)
+        return c
+
+    def poll_until(condition: Callable[[], bool], *consumers: Consumer, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out; last seen: {b.group(G)}"
+            for c in consumers:
+                c.poll(0.05)
+
+    def stable(n: int) -> bool:
+        view = b.group(G)
+        return view is not None and view.is_stable and len(view.members) == n
+
+    a, c = consumer("a"), consumer("c")
+    try:
+        poll_until(lambda: stable(2) and bool(a.assignment()) and bool(c.assignment()), a, c)
+        before = b.wait_for_stable(G, members=2)
+        assert before.group_type == "consumer"
+        fenced = next(m for m in before.members if m.client_id == "c")
+        assert fenced.member_type == "consumer"
+        held = sorted(fenced.assignment["orders"])
+
+        b.fence_member(G, fenced.member_id)
+        survivor = b.group(G)
+        assert survivor is not None
+        assert [m.client_id for m in survivor.members] == ["a"]
+        assert survivor.group_epoch == before.generation_id + 1
+
+        # Only a polls: it takes every partition, and c is not in the group meanwhile.
+        poll_until(lambda: stable(1) and len(a.assignment()) == 4, a)
+        assert b.group(G).member_ids == (survivor.members[0].member_id,)  # type: ignore[union-attr]
+
+        # c learns at its next heartbeat that it was fenced: its partitions are lost; it rejoins.
+        poll_until(lambda: sorted(lost["c"]) == held and stable(2), a, c)
+        assert lost["a"] == []
+        again = b.wait_for_stable(G, members=2, generation_after=survivor.generation_id)
+        assert sorted(p for m in again.members for p in m.assignment["orders"]) == [0, 1, 2, 3]
+    finally:
+        a.close()
+        c.close()
+
+
+def test_classic_member_inside_a_consumer_group_is_shown_as_such(
+    regroup_broker: TestBroker, kip848: Callable[[str], WireMember]
+) -> None:
+    b = regroup_broker
+    a = kip848("app-a")
+    converge(b, [a], 1)
+    with GroupClient((b.host, b.port), client_id="legacy") as legacy:
+        # A JoinGroup to a consumer group: the member joins it speaking the classic protocol.
+        first = legacy.join(G, topics=["orders"])
+        joined = (
+            legacy.join(G, first.member_id, topics=["orders"])
+            if first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+            else first
+        )
+        assert joined.error_code == ErrorCode.NONE, joined
+        view = b.group(G)
+        assert view is not None
+        assert view.group_type == "consumer"
+        kinds = {m.member_id: m.member_type for m in view.members}
+        assert kinds == {a.member_id: "consumer", joined.member_id: "classic"}
+        classic = view.member(joined.member_id)
+        assert classic.client_id == "legacy"
+        assert classic.session_timeout_ms == 10_000  # its own, from its JoinGroup
+        assert classic.subscribed_topic_names == ("orders",)
+        members = view.to_json(detail=True)["members"]
+        assert {m["member_id"]: m["member_type"] for m in members} == kinds

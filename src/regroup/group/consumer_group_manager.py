@@ -876,6 +876,28 @@ class ConsumerGroupManager:
         out.after_append(applied)
         return True
 
+    def expire_rebalance_timeout(
+        self, out: Outcome, group_id: str, member_id: str, now_ms: int
+    ) -> str | None:
+        """Re-arm a revoking member's rebalance timer for ``now_ms`` (test tooling): the runtime then fires
+        it as if the member's rebalance timeout had passed, and :meth:`on_rebalance_timeout` fences it.
+        Returns why it cannot (no such member, or the member is not revoking partitions)."""
+        group = self._groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return f"consumer group {group_id!r} has no member {member_id!r}"
+        key = rebalance_timeout_key(group_id, member_id)
+        if self._timers.deadline(key) is None:
+            # Kafka arms the timer only while a consumer-protocol member revokes (UNREVOKED_PARTITIONS);
+            # classic members inside the group are watched by their join and sync timers instead.
+            kind = "classic" if member.uses_classic_protocol else "consumer"
+            return (
+                f"member {member_id!r} ({kind} protocol) is {member.state.name}: it has no rebalance "
+                "timeout running"
+            )
+        self._timers.schedule(out, key, now_ms, _RebalanceDeadline(member.member_epoch))
+        return None
+
     def _fence_or_retry(
         self,
         out: Outcome,

@@ -193,6 +193,11 @@ class CoordinatorShard(Protocol):
         or Dead."""
         ...
 
+    def expire_rebalance_timeout(self, group_id: str, member_id: str, now_ms: int) -> Result[str]:
+        """Bring a consumer-group member's rebalance (revocation) timer due now, so that the runtime fires
+        it through the timer path; the reply is empty, or says why the member has no such timer."""
+        ...
+
     # ------------------------------------------------------------------------------------------ reads
 
     def offset_fetch(
@@ -247,6 +252,11 @@ class CoordinatorShard(Protocol):
         ...
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None: ...
+
+    def consumer_group_assignor(self, group_id: str) -> str | None:
+        """The server assignor of a consumer group (ConsumerGroupDescribe's AssignorName); None when there
+        is no such consumer group."""
+        ...
 
     def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]: ...
 
@@ -473,6 +483,12 @@ class GroupShard(CoordinatorShard):
         started = self._groups.force_rebalance(out, group_id, reason, now_ms)
         return out.result(started)
 
+    def expire_rebalance_timeout(self, group_id: str, member_id: str, now_ms: int) -> Result[str]:
+        now_ms = self._tick(now_ms)
+        out = Outcome()
+        refused = self._consumer_groups.expire_rebalance_timeout(out, group_id, member_id, now_ms)
+        return out.result(refused or "")
+
     def _schedule_expiration(self, out: Outcome, now_ms: int) -> None:
         self._timers.schedule(out, EXPIRATION_KEY, now_ms + self.config.offsets_retention_check_interval_ms)
 
@@ -560,6 +576,10 @@ class GroupShard(CoordinatorShard):
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         group = self._consumer_groups.group(group_id)
         return None if group is None else group.copy()
+
+    def consumer_group_assignor(self, group_id: str) -> str | None:
+        group = self._consumer_groups.group(group_id)
+        return None if group is None else self._consumer_groups.preferred_assignor(group)
 
     def group_history(self, group_id: str) -> tuple[GenerationRecord, ...]:
         return self._history.records(group_id)

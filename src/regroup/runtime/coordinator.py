@@ -27,6 +27,8 @@ from typing import Any, Final, TypeVar
 
 from regroup.group.classic_group import GroupSnapshot
 from regroup.group.config import GroupConfig
+from regroup.group.consumer_group import ConsumerGroup
+from regroup.group.consumer_group_manager import rebalance_timeout_key
 from regroup.group.context import GroupRequestContext, MemberIdFactory
 from regroup.group.history import GenerationRecord
 from regroup.group.shard import CoordinatorShard, GroupShard
@@ -474,19 +476,36 @@ class GroupCoordinator:
         runner = self._runners.get(partition)
         if runner is None or runner.state is not RunnerState.ACTIVE:
             return None
-        snapshot = runner.shard.group(group_id)
-        return None if snapshot is None else build_group_view(partition, runner.shard, snapshot, self._logs)
+        return self._view(partition, runner.shard, group_id)
 
     def group_views(self) -> list[GroupView]:
-        """Every group of every active partition, sorted by group id."""
-        views = [
-            build_group_view(partition, runner.shard, snapshot, self._logs)
-            for partition, runner in sorted(self._runners.items())
-            if runner.state is RunnerState.ACTIVE
-            for snapshot in runner.shard.groups()
-        ]
+        """Every group (classic and consumer) of every active partition, sorted by group id."""
+        views: list[GroupView] = []
+        for partition, runner in sorted(self._runners.items()):
+            if runner.state is RunnerState.ACTIVE:
+                shard = runner.shard
+                views += (self._build_view(partition, shard, g) for g in shard.groups())
+                views += (self._build_view(partition, shard, g) for g in shard.consumer_groups())
         views.sort(key=lambda v: v.group_id)
         return views
+
+    def _view(self, partition: int, shard: CoordinatorShard, group_id: str) -> GroupView | None:
+        snapshot: GroupSnapshot | ConsumerGroup | None = shard.group(group_id)
+        if snapshot is None:
+            snapshot = shard.consumer_group(group_id)
+        return None if snapshot is None else self._build_view(partition, shard, snapshot)
+
+    def _build_view(
+        self, partition: int, shard: CoordinatorShard, snapshot: GroupSnapshot | ConsumerGroup
+    ) -> GroupView:
+        return build_group_view(
+            partition,
+            shard,
+            snapshot,
+            self._logs,
+            self.topics_image(),
+            self._group_config.consumer_session_timeout_ms,
+        )
 
     def consumer_group_states(self) -> list[str]:
         """The state (``Empty``, ``Assigning``, ``Reconciling``, ``Stable``) of every KIP-848 consumer group
@@ -507,8 +526,7 @@ class GroupCoordinator:
             return None
 
         def view(shard: CoordinatorShard) -> GroupView | None:
-            snapshot = shard.group(group_id)
-            return None if snapshot is None else build_group_view(partition, shard, snapshot, self._logs)
+            return self._view(partition, shard, group_id)
 
         return await runner.read(_none, view, scope=(group_id,))
 
@@ -538,6 +556,9 @@ class GroupCoordinator:
         if shard is not None:
             snapshot = shard.group(group_id)
             view["state"] = None if snapshot is None else snapshot.state.value
+            if snapshot is None:
+                consumer_group = shard.consumer_group(group_id)
+                view["state"] = None if consumer_group is None else consumer_group.state.value
             started = shard.rebalance_progress(group_id)
             view["in_progress"] = None if started is None else in_progress_view(started_event(started), now)
         return view
@@ -551,6 +572,29 @@ class GroupCoordinator:
         if isinstance(runner, ErrorCode):
             return False
         return await runner.call(_false, runner.shard.expire_member, group_id, member_id, scope=(group_id,))
+
+    async def expire_rebalance_timeout(self, group_id: str, member_id: str) -> str | None:
+        """Fire a revoking consumer-group member's rebalance timer now, through the timer path (the member
+        is fenced as when it does not revoke in time); returns once it has fired and its effects are
+        applied, or why it cannot."""
+        runner = self._route(group_id)
+        if isinstance(runner, ErrorCode):
+            return f"the coordinator of group {group_id!r} is not available ({runner.name})"
+        refused = await runner.call(
+            _refused, runner.shard.expire_rebalance_timeout, group_id, member_id, scope=(group_id,)
+        )
+        if not refused:
+            key = rebalance_timeout_key(group_id, member_id)
+            # Due now: a manual clock hands it to the lane at once, a real one at the next loop iteration.
+            # Bounded: a fence whose write fails re-arms the timer after a backoff (Kafka's timer retry).
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + 5.0
+            while key in runner.shard.armed_timers() and runner.state is RunnerState.ACTIVE:
+                if loop.time() > give_up:
+                    break
+                await asyncio.sleep(0.001)
+            await runner.idle()
+        return refused or None
 
     async def force_rebalance(self, group_id: str, reason: str) -> bool:
         """Rebalance a group now with a ``RebalanceForced(reason)`` cause; False when the group is missing,
@@ -861,6 +905,10 @@ def _heartbeat_error(code: ErrorCode) -> HeartbeatResponse:
 
 def _false(_code: ErrorCode) -> bool:
     return False
+
+
+def _refused(code: ErrorCode) -> str:
+    return f"the coordinator is not available ({code.name})"
 
 
 def _none(_code: ErrorCode) -> None:

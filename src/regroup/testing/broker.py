@@ -3,7 +3,8 @@
 The broker runs in-process on a background event-loop thread, listens on a free loopback port and keeps its
 data in a temporary directory. Any Kafka client connects to :attr:`TestBroker.bootstrap_servers`. Test code
 controls it synchronously: every call is marshalled onto the broker's loop and waits for its effect. Groups
-are observed as :class:`~regroup.runtime.group_view.GroupView`, the view the admin port shows too.
+— classic and KIP-848 consumer groups — are observed as :class:`~regroup.runtime.group_view.GroupView`, the
+view the admin port shows too.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from typing import TypeVar
 from regroup.broker.config import BrokerConfig
 from regroup.broker.topics import create_topic
 from regroup.group.history import GenerationRecord
-from regroup.group.state import GroupState
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.runtime.clock import ManualClock
 from regroup.runtime.coordinator import GroupCoordinator, PartitionState
-from regroup.runtime.group_view import GroupView, MemberView
+from regroup.runtime.group_view import CONSUMER, GroupView, MemberView
 from regroup.testing._runner import BrokerRunner
 from regroup.testing.clock import VirtualClock
 from regroup.testing.faults import Fault, Faults, api_key, error_code
@@ -40,6 +40,12 @@ TEST_DEFAULTS: Mapping[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "100",
     "num.partitions": "1",
+    # Consumer (KIP-848) groups: the target assignment follows every epoch bump at once (Kafka 4.3 waits up
+    # to 1 s of coordinator time, which a virtual clock would never let pass), and members heartbeat every
+    # 500 ms of real time instead of 5 s, so that they learn of revocations and released partitions quickly.
+    "group.consumer.assignment.interval.ms": "0",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.heartbeat.interval.ms": "100",
 }
 
 
@@ -214,13 +220,15 @@ class TestBroker:
         *,
         generation_after: int | None = None,
     ) -> GroupView:
-        """Wait until the group is Stable (with ``members`` members, and a generation above
-        ``generation_after`` when given) and return it; raises TimeoutError with the last state seen."""
+        """Wait until the group is Stable (with ``members`` members, and a generation — a consumer group's
+        group epoch — above ``generation_after`` when given) and return it; raises TimeoutError with the last
+        state seen. A consumer group is Stable once its target assignment is at the group epoch and every
+        member has reconciled to it (nothing pending revocation, nothing unreleased)."""
 
         def ready(view: GroupView | None) -> bool:
             return (
                 view is not None
-                and view.state == GroupState.STABLE.value
+                and view.is_stable
                 and (members is None or len(view.members) == members)
                 and (generation_after is None or view.generation_id > generation_after)
             )
@@ -244,11 +252,7 @@ class TestBroker:
             if predicate(view):
                 return view
             if time.monotonic() >= deadline:
-                seen = (
-                    "no such group"
-                    if view is None
-                    else (f"{view.state}, generation {view.generation_id}, {len(view.members)} members")
-                )
+                seen = "no such group" if view is None else _describe(view)
                 raise TimeoutError(f"group {group_id!r} not {what} within {timeout} s (last seen: {seen})")
             time.sleep(0.01)
 
@@ -257,10 +261,31 @@ class TestBroker:
     def expire_member(self, group_id: str, member_id: str) -> None:
         """End a member's session now, as a session timeout would (the group rebalances without it, its
         parked requests and later heartbeats/commits get UNKNOWN_MEMBER_ID). The client is not told until
-        it next talks to the coordinator."""
+        it next talks to the coordinator. In a consumer group the member is fenced: removed, the group
+        epoch bumped and its partitions reassigned (see :meth:`fence_member`)."""
         self._require_active(group_id)
         if not self.runner.run(self.coordinator.expire_member(group_id, member_id)):
             raise BrokerError(f"group {group_id!r} has no member {member_id!r}")
+
+    def fence_member(self, group_id: str, member_id: str) -> None:
+        """Fence a member now, as Kafka does when its session expires: a consumer group removes it, bumps
+        the group epoch and gives its partitions to the others; its next ConsumerGroupHeartbeat gets
+        UNKNOWN_MEMBER_ID, as Kafka answers a member id it no longer knows, upon which the client drops
+        its partitions as lost and rejoins with epoch 0. The same path as :meth:`expire_member`, for classic
+        groups too; the ``__group_events`` timeline records the cause as a forced session timeout."""
+        self.expire_member(group_id, member_id)
+
+    def expire_rebalance_timeout(self, group_id: str, member_id: str) -> None:
+        """Make a consumer-group member's rebalance timeout (``max.poll.interval.ms``, sent as
+        RebalanceTimeoutMs) pass now: a member that has been asked to revoke partitions and has not
+        acknowledged it yet (state ``unrevoked_partitions``) is fenced by its revocation timer, as Kafka
+        fences it — removed, group epoch bumped, its partitions reassigned. Returns once the timer fired and
+        its effects are applied. ``BrokerError`` when the member does not exist or has no revocation
+        pending (Kafka arms the timer only then)."""
+        self._require_active(group_id)
+        refused = self.runner.run(self.coordinator.expire_rebalance_timeout(group_id, member_id))
+        if refused is not None:
+            raise BrokerError(refused)
 
     def force_rebalance(self, group_id: str, reason: str = "forced by test") -> None:
         """Start a rebalance of a Stable (or CompletingRebalance) group now; its history records
@@ -377,7 +402,19 @@ _COORDINATOR_APIS = (
     ApiKey.OFFSET_COMMIT,
     ApiKey.OFFSET_FETCH,
     ApiKey.DESCRIBE_GROUPS,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT,
 )
+
+
+def _describe(view: GroupView) -> str:
+    members = f"{len(view.members)} members"
+    if view.group_type != CONSUMER:
+        return f"{view.state}, generation {view.generation_id}, {members}"
+    epochs = ", ".join(f"{m.member_id} at {m.member_epoch} {m.member_state}" for m in view.members)
+    return (
+        f"{view.state}, group epoch {view.group_epoch}, assignment epoch {view.assignment_epoch}, {members}"
+        + (f" ({epochs})" if epochs else "")
+    )
 
 
 def _render(value: object) -> str:

@@ -221,8 +221,9 @@ class Cluster:
         raise TimeoutError(f"group {group_id!r} not Stable within {timeout} s (last: {last})")
 
     def group_view(self, group_id: str) -> dict[str, Any] | None:
-        """The group as its coordinator's admin port shows it (``/api/groups/<group>``: state, generation,
-        members with their assignments, lag); None when the coordinator does not know it."""
+        """The group as its coordinator's admin port shows it (``/api/groups/<group>``: type, state,
+        generation — a consumer group's group epoch — members with their assignments, lag); None when the
+        coordinator does not know it."""
         coordinator = self.coordinator_of(group_id)
         node = self._local.nodes.get(coordinator)
         if node is None or not node.running:

@@ -2,8 +2,10 @@
 
 Counters that events drive (requests, offset commits, completed rebalances, expirations) are plain integers
 updated by observers on the request path and the coordinator's Notify events; gauges (groups per state,
-committed offsets, lag, assignment health, connections, partition load times) are read from the broker's
-state when ``/metrics`` is scraped. :class:`BrokerCollector` turns both into metric families on a
+committed offsets, lag, assignment health, consumer-group epochs and reconciliation, connections, partition
+load times) are read from the broker's state when ``/metrics`` is scraped. Lag, members and assignment
+health cover classic and consumer (KIP-848) groups alike; the GroupMetadataManager state gauges count
+classic groups, as Kafka's do. :class:`BrokerCollector` turns both into metric families on a
 dedicated registry, so nothing is registered in prometheus-client's global one.
 """
 
@@ -30,7 +32,7 @@ from regroup.protocol.api_keys import API_INFO, ApiKey
 from regroup.protocol.message import Message
 from regroup.protocol.messages.offset_commit import OffsetCommitResponse
 from regroup.protocol.messages.offset_delete import OffsetDeleteResponse
-from regroup.runtime.group_view import GroupView
+from regroup.runtime.group_view import CLASSIC, CONSUMER, GroupView
 from regroup.runtime.shard_runner import RunnerState
 
 if TYPE_CHECKING:
@@ -165,6 +167,7 @@ class BrokerCollector(Collector):
         yield from self._connection_metrics()
         yield from self._lag_metrics(views)
         yield from self._health_metrics(views)
+        yield from self._consumer_group_metrics(views)
         yield self._loop_lag_metric()
 
     def _loop_lag_metric(self) -> Metric:
@@ -179,11 +182,12 @@ class BrokerCollector(Collector):
 
     def _group_gauges(self, views: list[GroupView]) -> Iterator[Metric]:
         prefix = "kafka_coordinator_group_groupmetadatamanager"
+        classic = [v for v in views if v.group_type == CLASSIC]
         yield GaugeMetricFamily(
-            f"{prefix}_num_groups", "Classic groups in every state (NumGroups).", value=len(views)
+            f"{prefix}_num_groups", "Classic groups in every state (NumGroups).", value=len(classic)
         )
         for state, suffix, jmx in _STATE_GAUGES:
-            count = sum(1 for v in views if v.state == state.value)
+            count = sum(1 for v in classic if v.state == state.value)
             yield GaugeMetricFamily(
                 f"{prefix}_num_groups_{suffix}",
                 f"Classic groups in state {state.value} ({jmx}).",
@@ -203,7 +207,7 @@ class BrokerCollector(Collector):
         )
         coord = self._broker.group_coordinator
         consumer_states = coord.consumer_group_states() if coord.running else []
-        count.add_metric(["classic"], len(views))
+        count.add_metric(["classic"], sum(1 for v in views if v.group_type == CLASSIC))
         count.add_metric(["consumer"], len(consumer_states))
         yield count
         by_state = GaugeMetricFamily(
@@ -371,6 +375,39 @@ class BrokerCollector(Collector):
             "Generations that became Stable with unowned or doubly assigned partitions.",
             value=self._coordinator.unhealthy_generations,
         )
+
+    def _consumer_group_metrics(self, views: list[GroupView]) -> Iterator[Metric]:
+        epoch = GaugeMetricFamily(
+            "regroup_consumer_group_epoch",
+            "Group epoch of a consumer (KIP-848) group.",
+            labels=["consumergroup"],
+        )
+        target = GaugeMetricFamily(
+            "regroup_consumer_group_assignment_epoch",
+            "Epoch of a consumer group's target assignment (below the group epoch while Assigning).",
+            labels=["consumergroup"],
+        )
+        members = GaugeMetricFamily(
+            "regroup_consumer_group_members",
+            "Members of a consumer group by reconciliation state (stable, unrevoked_partitions, "
+            "unreleased_partitions).",
+            labels=["consumergroup", "state"],
+        )
+        for view in views:
+            if view.group_type != CONSUMER:
+                continue
+            epoch.add_metric([view.group_id], view.group_epoch or 0)
+            target.add_metric([view.group_id], view.assignment_epoch or 0)
+            states: dict[str, int] = dict.fromkeys(_MEMBER_STATES, 0)
+            for m in view.members:
+                if m.member_state is not None:
+                    states[m.member_state] = states.get(m.member_state, 0) + 1
+            for state, n in states.items():
+                members.add_metric([view.group_id, state], n)
+        yield from (epoch, target, members)
+
+
+_MEMBER_STATES: Final = ("stable", "unrevoked_partitions", "unreleased_partitions")
 
 
 def _cumulative(bounds: Sequence[float], counts: Sequence[float]) -> list[tuple[str, float]]:
