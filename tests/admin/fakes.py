@@ -46,6 +46,9 @@ class FakeGroup:
     assignor: str = ""
     type: str = "classic"
     protocol_type: str = "consumer"
+    # KIP-848 consumer groups (type "consumer")
+    group_epoch: int | None = None
+    target_assignment_epoch: int | None = None
 
 
 class FakeAdmin:
@@ -109,7 +112,15 @@ class FakeAdmin:
                 out[gid] = GroupDescription(gid, "Dead", "", "", (), COORDINATOR)
             else:
                 out[gid] = GroupDescription(
-                    gid, g.state, g.protocol_type, g.assignor, tuple(g.members), COORDINATOR, type=g.type
+                    gid,
+                    g.state,
+                    g.protocol_type,
+                    g.assignor,
+                    tuple(g.members),
+                    COORDINATOR,
+                    type=g.type,
+                    group_epoch=g.group_epoch,
+                    target_assignment_epoch=g.target_assignment_epoch,
                 )
         return out
 
@@ -211,4 +222,24 @@ def member(member_id: str, *partitions: tuple[str, int], instance: str | None = 
         member_id.split("-", 1)[0],
         "/10.0.0.1",
         tuple(TopicPartition(t, p) for t, p in partitions),
+    )
+
+
+def consumer_member(
+    member_id: str,
+    epoch: int,
+    owned: Sequence[tuple[str, int]],
+    target: Sequence[tuple[str, int]],
+    instance: str | None = None,
+) -> MemberDescription:
+    """A member of a KIP-848 consumer group (ConsumerGroupDescribe): its epoch, what it owns, and its
+    target assignment."""
+    return MemberDescription(
+        member_id,
+        instance,
+        member_id.split("-", 1)[0],
+        "/10.0.0.1",
+        tuple(TopicPartition(t, p) for t, p in owned),
+        target_assignment=tuple(TopicPartition(t, p) for t, p in target),
+        member_epoch=epoch,
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from admin.fakes import FakeAdmin, member, run
+from admin.fakes import FakeAdmin, consumer_member, member, run
 from regroup.client.types import TopicPartition
 from regroup.protocol.errors import ErrorCode
 
@@ -151,6 +151,107 @@ def test_describe_json(admin: FakeAdmin) -> None:
     state = json.loads(run(admin, "--describe", "--group", "active", "--state", "--output", "json").out)
     assert state["groups"][0]["coordinator"] == {"id": 1, "host": "127.0.0.1", "port": 9092}
     assert state["groups"][0]["members"] == 2
+
+
+def _consumer_protocol_group(admin: FakeAdmin, state: str = "Reconciling") -> None:
+    """A KIP-848 group at group epoch 5 whose member c1 still owns orders-1 (epoch 4) that its target
+    assignment (epoch 5) gives to c2."""
+    admin.group(
+        "kip848",
+        type="consumer",
+        state=state,
+        assignor="uniform",
+        group_epoch=5,
+        target_assignment_epoch=5,
+        members=[
+            consumer_member("c1-aaa", 4, [("orders", 0), ("orders", 1)], [("orders", 0)]),
+            consumer_member("c2-bbb", 5, [("audit", 0)], [("audit", 0), ("orders", 2)], instance="i2"),
+        ],
+        offsets={tp("orders", 0): 40},
+    )
+
+
+def test_consumer_protocol_group_list_with_types(admin: FakeAdmin) -> None:
+    _consumer_protocol_group(admin)
+    r = run(admin, "--list", "--type", "consumer", "--state")
+    assert [line.split() for line in r.out.splitlines()] == [
+        ["GROUP", "TYPE", "STATE"],
+        ["kip848", "Consumer", "Reconciling"],
+    ]
+    r = run(admin, "--list", "--type")
+    assert sorted(line.split()[1] for line in r.out.splitlines()[1:]) == ["Classic", "Classic", "Consumer"]
+    doc = json.loads(run(admin, "--list", "--output", "json").out)
+    assert {
+        "group": "kip848",
+        "protocol_type": "consumer",
+        "type": "Consumer",
+        "state": "Reconciling",
+    } in doc["groups"]
+
+
+def test_consumer_protocol_group_members_and_state(admin: FakeAdmin) -> None:
+    _consumer_protocol_group(admin)
+    r = run(admin, "--describe", "--group", "kip848", "--members", "--verbose")
+    assert r.err == "\nWarning: Consumer group 'kip848' is rebalancing.\n"
+    lines = r.out.splitlines()
+    assert lines[1].split() == [
+        "GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "CURRENT-EPOCH",
+        "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT",
+    ]  # fmt: skip
+    assert [line.split() for line in lines[2:]] == [
+        ["kip848", "c1-aaa", "/10.0.0.1", "c1", "2", "4", "orders:0,1", "5", "orders:0"],
+        ["kip848", "c2-bbb", "i2", "/10.0.0.1", "c2", "1", "5", "audit:0", "5", "audit:0;orders:2"],
+    ]
+    # Every line of the table is as wide as its header: the blank instance id of c1 is padded.
+    assert len({len(line) for line in lines[1:]}) == 1
+    r = run(admin, "--describe", "--group", "kip848", "--state", "--verbose")
+    assert r.out.splitlines()[1:] == [
+        "GROUP           COORDINATOR (ID)          ASSIGNMENT-STRATEGY  STATE                GROUP-EPOCH     "
+        "TARGET-ASSIGNMENT-EPOCH   #MEMBERS",
+        "kip848          127.0.0.1:9092  (1)       uniform              Reconciling          5               "
+        "5                         2",
+    ]
+    r = run(admin, "--describe", "--group", "kip848", "--state")
+    assert r.out.splitlines()[2].split() == ["kip848", "127.0.0.1:9092", "(1)", "uniform", "Reconciling", "2"]
+
+
+def test_consumer_protocol_group_json(admin: FakeAdmin) -> None:
+    _consumer_protocol_group(admin, state="Stable")
+    doc = json.loads(run(admin, "--describe", "--group", "kip848", "--members", "--output", "json").out)
+    (group,) = doc["groups"]
+    assert (group["group"], group["state"], group["error"]) == ("kip848", "Stable", None)
+    assert group["members"][1] == {
+        "consumer_id": "c2-bbb",
+        "group_instance_id": "i2",
+        "host": "/10.0.0.1",
+        "client_id": "c2",
+        "partitions": 1,
+        "current_epoch": 5,
+        "assignment": [{"topic": "audit", "partitions": [0]}],
+        "target_epoch": 5,
+        "target_assignment": [{"topic": "audit", "partitions": [0]}, {"topic": "orders", "partitions": [2]}],
+    }
+    state = json.loads(run(admin, "--describe", "--group", "kip848", "--state", "--output", "json").out)
+    assert state["groups"][0] == {
+        "group": "kip848",
+        "state": "Stable",
+        "error": None,
+        "coordinator": {"id": 1, "host": "127.0.0.1", "port": 9092},
+        "assignment_strategy": "uniform",
+        "members": 2,
+        "group_epoch": 5,
+        "target_assignment_epoch": 5,
+    }
+    offsets = json.loads(run(admin, "--describe", "--group", "kip848", "--output", "json").out)
+    rows = {
+        (p["topic"], p["partition"]): (p["current_offset"], p["consumer_id"])
+        for p in offsets["groups"][0]["partitions"]
+    }
+    assert rows == {
+        ("orders", 0): (40, "c1-aaa"),
+        ("orders", 1): (None, "c1-aaa"),
+        ("audit", 0): (None, "c2-bbb"),
+    }
 
 
 # ---------------------------------------------------------------------------------------- reset

@@ -1,7 +1,7 @@
 """``regroup groups`` against Kafka's own kafka-consumer-groups.sh (Kafka 4.3 tools jars), on the same
-broker and the same groups: Apache Kafka, and regroup's broker once its group coordinator serves
-DescribeGroups. Outputs must be identical (stdout byte for byte, stderr after dropping Kafka's log
-prefixes and stack traces), as must exit codes.
+broker and the same groups (classic ones and a KIP-848 consumer-protocol group): Apache Kafka, and
+regroup's broker once its group coordinator serves DescribeGroups. Outputs must be identical (stdout byte
+for byte, stderr after dropping Kafka's log prefixes and stack traces), as must exit codes.
 
 Kafka's tool runs through ``KafkaToolBatch.java``, which executes many commands in one JVM (one JVM per
 command where no ``javac`` is available).
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
@@ -271,6 +272,82 @@ def _start_active_group(bootstrap: str) -> Callable[[], None]:
     return stop_consumers
 
 
+def _start_consumer_protocol_group(bootstrap: str) -> Callable[[], None]:
+    """Two KIP-848 members (``group.protocol=consumer``) of group 'modern' polling in a thread; once
+    both have partitions, each commits offset 2 for every partition it was given."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumers: list[Any] = []
+    for i in range(2):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "modern",
+                "group.protocol": "consumer",
+                "client.id": f"modern-{i}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "latest",
+            }
+        )
+        consumer.subscribe(["orders", "audit"])
+        consumers.append(consumer)
+    stop = threading.Event()
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def poll() -> None:
+        try:
+            committed = False
+            while not stop.is_set():
+                for c in consumers:
+                    c.poll(0.05)
+                if not committed and all(c.assignment() for c in consumers):
+                    for c in consumers:
+                        offsets = [TopicPartition(p.topic, p.partition, 2) for p in c.assignment()]
+                        c.commit(offsets=offsets, asynchronous=False)
+                    committed = True
+                    ready.set()
+        except BaseException as exc:
+            failure.append(exc)
+            ready.set()
+        finally:
+            for c in consumers:
+                c.close()
+
+    thread = threading.Thread(target=poll, name="modern-group", daemon=True)
+    thread.start()
+    if not ready.wait(60) or failure:
+        stop.set()
+        thread.join(30)
+        raise RuntimeError(f"group 'modern' did not get its assignment: {failure}")
+
+    def stop_consumers() -> None:
+        stop.set()
+        thread.join(30)
+
+    return stop_consumers
+
+
+def _wait_reconciled(cluster: Cluster) -> None:
+    """Group 'modern' Stable, each member owning its whole target assignment at the target epoch (a
+    reconciling member would change the outputs between Kafka's tool and regroup's)."""
+    deadline = time.monotonic() + 60
+    doc: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        out = cluster.regroup("--describe", "--group", "modern", "--members", "--output", "json").out
+        doc = json.loads(out)["groups"][0]
+        members = doc.get("members") or []
+        if (
+            doc["state"] == "Stable"
+            and len(members) == 2
+            and all(m["assignment"] and m["assignment"] == m["target_assignment"] for m in members)
+            and all(m["current_epoch"] == m["target_epoch"] for m in members)
+        ):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"group 'modern' is not reconciled on {cluster.kind}: {doc}")
+
+
 def _wait_stable(cluster: Cluster) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -307,10 +384,11 @@ def broker(
         produced_at = _create_and_fill(bootstrap)
         for group, offsets in IDLE.items():
             commit(bootstrap, group, offsets)
-        stop = _start_active_group(bootstrap)
-        stack.callback(stop)
+        stack.callback(_start_active_group(bootstrap))
+        stack.callback(_start_consumer_protocol_group(bootstrap))
         cluster = Cluster(request.param, bootstrap, produced_at, kafka_tool)
         _wait_stable(cluster)
+        _wait_reconciled(cluster)
         yield cluster
 
 
@@ -349,6 +427,21 @@ def read_only_commands(produced_at: int) -> dict[str, list[str]]:
         "reset-current": [
             "--reset-offsets", "--group", "fresh", "--topic", "orders", "--to-current", "--dry-run",
         ],
+        # the KIP-848 group 'modern' (ConsumerGroupDescribe), alone and next to the classic 'active'
+        "list-consumer": ["--list", "--type", "consumer"],
+        "list-classic-state": ["--list", "--type", "classic", "--state"],
+        "list-stable-consumer": ["--list", "--state", "Stable", "--type", "Consumer"],
+        "describe-modern-offsets": ["--describe", "--group", "modern", "--group", "active"],
+        "describe-modern-offsets-verbose": ["--describe", "--group", "modern", "--offsets", "--verbose"],
+        "describe-modern-members": ["--describe", "--group", "modern", "--members"],
+        "describe-modern-members-verbose": [
+            "--describe", "--group", "modern", "--group", "active", "--members", "--verbose",
+        ],
+        "describe-modern-state": ["--describe", "--group", "modern", "--state"],
+        "describe-modern-state-verbose": [
+            "--describe", "--group", "modern", "--group", "active", "--state", "--verbose",
+        ],
+        "reset-refused-modern": [*reset, "--group", "modern", "--all-topics", "--to-earliest", "--dry-run"],
         "delete-offsets-subscribed": [
             "--delete-offsets", "--group", "active", "--topic", "orders:0", "--topic", "nowhere",
         ],
@@ -394,6 +487,40 @@ def test_unknown_group_message(broker: Cluster) -> None:
     assert (ours.code, theirs.code) == (0, 0)
     assert theirs.out.startswith("\nError: ")
     assert ours.out == "\nError: Consumer group 'missing' does not exist.\n"
+
+
+def test_consumer_protocol_group_json(broker: Cluster) -> None:
+    """regroup's own ``--output json`` for the KIP-848 group says what the tables say."""
+    listed = json.loads(broker.regroup("--list", "--type", "--output", "json").out)["groups"]
+    modern = next(g for g in listed if g["group"] == "modern")
+    assert (modern["type"], modern["protocol_type"]) == ("Consumer", "consumer")
+    members = json.loads(
+        broker.regroup("--describe", "--group", "modern", "--members", "--output", "json").out
+    )
+    (group,) = members["groups"]
+    assert (group["group"], group["state"], group["error"]) == ("modern", "Stable", None)
+    table = broker.regroup("--describe", "--group", "modern", "--members", "--verbose").out
+    rows = {line.split()[1]: line.split()[2:] for line in table.splitlines()[2:] if line.strip()}
+    assert len(group["members"]) == len(rows) == 2
+    owned = []
+    for m in group["members"]:
+        parts = ";".join(f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in m["assignment"])
+        host, client, count, current_epoch, current, target_epoch, target = rows[m["consumer_id"]]
+        assert (m["host"], m["client_id"], m["partitions"]) == (host, client, int(count))
+        assert (m["current_epoch"], m["target_epoch"]) == (int(current_epoch), int(target_epoch))
+        assert parts == current == target
+        assert m["group_instance_id"] is None
+        owned += [(a["topic"], p) for a in m["assignment"] for p in a["partitions"]]
+    assert sorted(owned) == [("audit", 0), ("orders", 0), ("orders", 1), ("orders", 2)]
+    state = json.loads(broker.regroup("--describe", "--group", "modern", "--state", "--output", "json").out)
+    (info,) = state["groups"]
+    assert (info["state"], info["assignment_strategy"], info["members"]) == ("Stable", "uniform", 2)
+    assert info["group_epoch"] == info["target_assignment_epoch"] == group["members"][0]["target_epoch"]
+    offsets = json.loads(broker.regroup("--describe", "--group", "modern", "--output", "json").out)
+    committed = {
+        (p["topic"], p["partition"]): p["current_offset"] for p in offsets["groups"][0]["partitions"]
+    }
+    assert committed == dict.fromkeys(owned, 2)
 
 
 def _before(text: str, marker: str) -> str:
