@@ -50,6 +50,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -381,7 +382,7 @@ class StructGen:
             e.emit(f"pos += {size}", d)
             for c, f in pending:
                 if c == "16s":
-                    e.emit(f"{o}.{f.py} = uuid.UUID(bytes=_{p}{f.py}_raw)", d)
+                    e.emit(f"{o}.{f.py} = uuid_from_bytes(_{p}{f.py}_raw)", d)
             pending.clear()
 
         for f in fields:
@@ -511,7 +512,7 @@ class StructGen:
         if t == "uuid":
             e.emit("if pos + 16 > _len:", d)
             e.emit('raise DecodeError("truncated uuid")', d + 1)
-            e.emit(f"{var} = uuid.UUID(bytes=data[pos:pos + 16])", d)
+            e.emit(f"{var} = uuid_from_bytes(data[pos:pos + 16])", d)
             e.emit("pos += 16", d)
             return
         n = e.fresh("n")

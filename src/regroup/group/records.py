@@ -530,17 +530,20 @@ def decode_record(record: CoordinatorRecord) -> DecodedRecord:
             if record.value is None:
                 return DecodedOffsetCommit(okey.group, okey.topic, okey.partition, None, None)
             ovalue, version = OffsetCommitValue.decode_versioned(record.value)
+            epoch = ovalue.leader_epoch
+            expire = ovalue.expire_timestamp
             return DecodedOffsetCommit(
                 okey.group,
                 okey.topic,
                 okey.partition,
+                # positional: this runs once per offset record replayed
                 StoredOffset(
-                    offset=ovalue.offset,
-                    leader_epoch=None if ovalue.leader_epoch == -1 else ovalue.leader_epoch,
-                    metadata=ovalue.metadata,
-                    commit_timestamp_ms=ovalue.commit_timestamp,
-                    expire_timestamp_ms=None if ovalue.expire_timestamp == -1 else ovalue.expire_timestamp,
-                    topic_id=ovalue.topic_id,
+                    ovalue.offset,
+                    None if epoch == -1 else epoch,
+                    ovalue.metadata,
+                    ovalue.commit_timestamp,
+                    None if expire == -1 else expire,
+                    ovalue.topic_id,
                 ),
                 version,
             )

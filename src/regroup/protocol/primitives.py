@@ -367,11 +367,29 @@ def write_compact_nullable_bytes(buf: bytearray, value: bytes | None) -> None:
 # ---------------------------------------------------------------------------------------------- uuid
 
 
+_UUIDS: dict[bytes, uuid.UUID] = {}
+_UUIDS_MAX: Final = 4096
+
+
+def uuid_from_bytes(raw: bytes | memoryview) -> uuid.UUID:
+    """The :class:`uuid.UUID` of 16 bytes, one shared object per value: a broker sees few distinct topic ids
+    but decodes them millions of times (every offset record replayed from ``__consumer_offsets`` carries
+    one), and each ``UUID`` built costs more than the rest of such a record. The table is bounded: it is
+    emptied when full, so random ids in hostile input cost no more than building them."""
+    key = bytes(raw)
+    value = _UUIDS.get(key)
+    if value is None:
+        if len(_UUIDS) >= _UUIDS_MAX:
+            _UUIDS.clear()
+        value = _UUIDS[key] = uuid.UUID(bytes=key)
+    return value
+
+
 def read_uuid(data: bytes, pos: int) -> tuple[uuid.UUID, int]:
     end = pos + 16
     if end > len(data):
         raise DecodeError("truncated uuid")
-    return uuid.UUID(bytes=bytes(data[pos:end])), end
+    return uuid_from_bytes(data[pos:end]), end
 
 
 def write_uuid(buf: bytearray, value: uuid.UUID) -> None:

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -207,7 +208,7 @@ def _r_AddRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[AddRaftVoterReques
         pos = _end3
     _o1.timeout_ms, _o1.voter_id, _voter_directory_id_raw = _S_ii16s.unpack_from(data, pos)
     pos += 24
-    _o1.voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
+    _o1.voter_directory_id = uuid_from_bytes(_voter_directory_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -555,7 +556,7 @@ def _r_AlterPartitionRequestTopicData_v2(data: bytes, pos: int) -> tuple[AlterPa
     _o1 = _new(AlterPartitionRequestTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -605,7 +606,7 @@ def _r_AlterPartitionRequestTopicData_v3(data: bytes, pos: int) -> tuple[AlterPa
     _o1 = _new(AlterPartitionRequestTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -882,7 +883,7 @@ def _r_AlterPartitionRequest_v2(data: bytes, pos: int) -> tuple[AlterPartitionRe
         _o5 = _new(AlterPartitionRequestTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -953,7 +954,7 @@ def _r_AlterPartitionRequest_v3(data: bytes, pos: int) -> tuple[AlterPartitionRe
         _o5 = _new(AlterPartitionRequestTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1257,7 +1258,7 @@ def _r_AlterPartitionResponseTopicData_v2(
     _o1 = _new(AlterPartitionResponseTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1517,7 +1518,7 @@ def _r_AlterPartitionResponse_v2(data: bytes, pos: int) -> tuple[AlterPartitionR
         _o5 = _new(AlterPartitionResponseTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

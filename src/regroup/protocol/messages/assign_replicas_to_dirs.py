@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -237,7 +238,7 @@ def _r_AssignReplicasToDirsRequestTopicData_v0(
     _o1 = _new(AssignReplicasToDirsRequestTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -284,7 +285,7 @@ def _r_AssignReplicasToDirsRequestDirectoryData_v0(
     _o1 = _new(AssignReplicasToDirsRequestDirectoryData)
     (_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.id = uuid.UUID(bytes=_id_raw)
+    _o1.id = uuid_from_bytes(_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -300,7 +301,7 @@ def _r_AssignReplicasToDirsRequestDirectoryData_v0(
         _o5 = _new(AssignReplicasToDirsRequestTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -364,7 +365,7 @@ def _r_AssignReplicasToDirsRequest_v0(data: bytes, pos: int) -> tuple[AssignRepl
         _o5 = _new(AssignReplicasToDirsRequestDirectoryData)
         (_s4_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.id = uuid.UUID(bytes=_s4_id_raw)
+        _o5.id = uuid_from_bytes(_s4_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -380,7 +381,7 @@ def _r_AssignReplicasToDirsRequest_v0(data: bytes, pos: int) -> tuple[AssignRepl
             _o9 = _new(AssignReplicasToDirsRequestTopicData)
             (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o9.topic_id = uuid.UUID(bytes=_s8_topic_id_raw)
+            _o9.topic_id = uuid_from_bytes(_s8_topic_id_raw)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -460,7 +461,7 @@ def _r_AssignReplicasToDirsResponseTopicData_v0(
     _o1 = _new(AssignReplicasToDirsResponseTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -507,7 +508,7 @@ def _r_AssignReplicasToDirsResponseDirectoryData_v0(
     _o1 = _new(AssignReplicasToDirsResponseDirectoryData)
     (_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.id = uuid.UUID(bytes=_id_raw)
+    _o1.id = uuid_from_bytes(_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -523,7 +524,7 @@ def _r_AssignReplicasToDirsResponseDirectoryData_v0(
         _o5 = _new(AssignReplicasToDirsResponseTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -587,7 +588,7 @@ def _r_AssignReplicasToDirsResponse_v0(data: bytes, pos: int) -> tuple[AssignRep
         _o5 = _new(AssignReplicasToDirsResponseDirectoryData)
         (_s4_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.id = uuid.UUID(bytes=_s4_id_raw)
+        _o5.id = uuid_from_bytes(_s4_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -603,7 +604,7 @@ def _r_AssignReplicasToDirsResponse_v0(data: bytes, pos: int) -> tuple[AssignRep
             _o9 = _new(AssignReplicasToDirsResponseTopicData)
             (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o9.topic_id = uuid.UUID(bytes=_s8_topic_id_raw)
+            _o9.topic_id = uuid_from_bytes(_s8_topic_id_raw)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -252,7 +253,7 @@ def _r_BeginQuorumEpochRequestPartitionData_v1(
         data, pos
     )
     pos += 28
-    _o1.voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
+    _o1.voter_directory_id = uuid_from_bytes(_voter_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
@@ -351,7 +352,7 @@ def _r_BeginQuorumEpochRequestTopicData_v1(
             _S_i16sii.unpack_from(data, pos)
         )
         pos += 28
-        _o7.voter_directory_id = uuid.UUID(bytes=_s6_voter_directory_id_raw)
+        _o7.voter_directory_id = uuid_from_bytes(_s6_voter_directory_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
@@ -578,7 +579,7 @@ def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpo
                 _S_i16sii.unpack_from(data, pos)
             )
             pos += 28
-            _o13.voter_directory_id = uuid.UUID(bytes=_s12_voter_directory_id_raw)
+            _o13.voter_directory_id = uuid_from_bytes(_s12_voter_directory_id_raw)
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -175,7 +176,7 @@ def _r_BrokerHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[BrokerHeartbeat
             for _ in range(_n5):
                 if pos + 16 > _len:
                     raise DecodeError("truncated uuid")
-                _e7 = uuid.UUID(bytes=data[pos : pos + 16])
+                _e7 = uuid_from_bytes(data[pos : pos + 16])
                 pos += 16
                 _a6.append(_e7)
             _o1.offline_log_dirs = _a6

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -393,7 +394,7 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
     pos = _end3
     (_incarnation_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _o1.incarnation_id = uuid_from_bytes(_incarnation_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -531,7 +532,7 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
     pos = _end3
     (_incarnation_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _o1.incarnation_id = uuid_from_bytes(_incarnation_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -670,7 +671,7 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
     pos = _end3
     (_incarnation_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _o1.incarnation_id = uuid_from_bytes(_incarnation_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -792,7 +793,7 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
     for _ in range(_n20):
         if pos + 16 > _len:
             raise DecodeError("truncated uuid")
-        _e22 = uuid.UUID(bytes=data[pos : pos + 16])
+        _e22 = uuid_from_bytes(data[pos : pos + 16])
         pos += 16
         _a21.append(_e22)
     _o1.log_dirs = _a21
@@ -826,7 +827,7 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
     pos = _end3
     (_incarnation_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _o1.incarnation_id = uuid_from_bytes(_incarnation_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -948,7 +949,7 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
     for _ in range(_n20):
         if pos + 16 > _len:
             raise DecodeError("truncated uuid")
-        _e22 = uuid.UUID(bytes=data[pos : pos + 16])
+        _e22 = uuid_from_bytes(data[pos : pos + 16])
         pos += 16
         _a21.append(_e22)
     _o1.log_dirs = _a21

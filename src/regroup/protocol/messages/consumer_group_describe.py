@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -281,7 +282,7 @@ def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _o1 = _new(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -342,7 +343,7 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         _o5 = _new(TopicPartitions)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -641,7 +642,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         _o24 = _new(TopicPartitions)
         (_s23_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o24.topic_id = uuid.UUID(bytes=_s23_topic_id_raw)
+        _o24.topic_id = uuid_from_bytes(_s23_topic_id_raw)
         _n25 = data[pos]
         if _n25 < 128:
             pos += 1
@@ -696,7 +697,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         _o33 = _new(TopicPartitions)
         (_s32_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o33.topic_id = uuid.UUID(bytes=_s32_topic_id_raw)
+        _o33.topic_id = uuid_from_bytes(_s32_topic_id_raw)
         _n34 = data[pos]
         if _n34 < 128:
             pos += 1
@@ -892,7 +893,7 @@ def _r_Member_v1(data: bytes, pos: int) -> tuple[Member, int]:
         _o24 = _new(TopicPartitions)
         (_s23_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o24.topic_id = uuid.UUID(bytes=_s23_topic_id_raw)
+        _o24.topic_id = uuid_from_bytes(_s23_topic_id_raw)
         _n25 = data[pos]
         if _n25 < 128:
             pos += 1
@@ -947,7 +948,7 @@ def _r_Member_v1(data: bytes, pos: int) -> tuple[Member, int]:
         _o33 = _new(TopicPartitions)
         (_s32_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o33.topic_id = uuid.UUID(bytes=_s32_topic_id_raw)
+        _o33.topic_id = uuid_from_bytes(_s32_topic_id_raw)
         _n34 = data[pos]
         if _n34 < 128:
             pos += 1
@@ -1292,7 +1293,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _o36 = _new(TopicPartitions)
             (_s35_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o36.topic_id = uuid.UUID(bytes=_s35_topic_id_raw)
+            _o36.topic_id = uuid_from_bytes(_s35_topic_id_raw)
             _n37 = data[pos]
             if _n37 < 128:
                 pos += 1
@@ -1347,7 +1348,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _o45 = _new(TopicPartitions)
             (_s44_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o45.topic_id = uuid.UUID(bytes=_s44_topic_id_raw)
+            _o45.topic_id = uuid_from_bytes(_s44_topic_id_raw)
             _n46 = data[pos]
             if _n46 < 128:
                 pos += 1
@@ -1631,7 +1632,7 @@ def _r_DescribedGroup_v1(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _o36 = _new(TopicPartitions)
             (_s35_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o36.topic_id = uuid.UUID(bytes=_s35_topic_id_raw)
+            _o36.topic_id = uuid_from_bytes(_s35_topic_id_raw)
             _n37 = data[pos]
             if _n37 < 128:
                 pos += 1
@@ -1686,7 +1687,7 @@ def _r_DescribedGroup_v1(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _o45 = _new(TopicPartitions)
             (_s44_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o45.topic_id = uuid.UUID(bytes=_s44_topic_id_raw)
+            _o45.topic_id = uuid_from_bytes(_s44_topic_id_raw)
             _n46 = data[pos]
             if _n46 < 128:
                 pos += 1
@@ -2004,7 +2005,7 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                 _o40 = _new(TopicPartitions)
                 (_s39_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
-                _o40.topic_id = uuid.UUID(bytes=_s39_topic_id_raw)
+                _o40.topic_id = uuid_from_bytes(_s39_topic_id_raw)
                 _n41 = data[pos]
                 if _n41 < 128:
                     pos += 1
@@ -2059,7 +2060,7 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                 _o49 = _new(TopicPartitions)
                 (_s48_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
-                _o49.topic_id = uuid.UUID(bytes=_s48_topic_id_raw)
+                _o49.topic_id = uuid_from_bytes(_s48_topic_id_raw)
                 _n50 = data[pos]
                 if _n50 < 128:
                     pos += 1
@@ -2364,7 +2365,7 @@ def _r_ConsumerGroupDescribeResponse_v1(data: bytes, pos: int) -> tuple[Consumer
                 _o40 = _new(TopicPartitions)
                 (_s39_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
-                _o40.topic_id = uuid.UUID(bytes=_s39_topic_id_raw)
+                _o40.topic_id = uuid_from_bytes(_s39_topic_id_raw)
                 _n41 = data[pos]
                 if _n41 < 128:
                     pos += 1
@@ -2419,7 +2420,7 @@ def _r_ConsumerGroupDescribeResponse_v1(data: bytes, pos: int) -> tuple[Consumer
                 _o49 = _new(TopicPartitions)
                 (_s48_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
-                _o49.topic_id = uuid.UUID(bytes=_s48_topic_id_raw)
+                _o49.topic_id = uuid_from_bytes(_s48_topic_id_raw)
                 _n50 = data[pos]
                 if _n50 < 128:
                     pos += 1

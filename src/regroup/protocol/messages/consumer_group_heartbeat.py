@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -205,7 +206,7 @@ def _r_ConsumerGroupHeartbeatRequestTopicPartitions_v0(
     _o1 = _new(ConsumerGroupHeartbeatRequestTopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -494,7 +495,7 @@ def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[Consumer
             _o20 = _new(ConsumerGroupHeartbeatRequestTopicPartitions)
             (_s19_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o20.topic_id = uuid.UUID(bytes=_s19_topic_id_raw)
+            _o20.topic_id = uuid_from_bytes(_s19_topic_id_raw)
             _n21 = data[pos]
             if _n21 < 128:
                 pos += 1
@@ -680,7 +681,7 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
             _o22 = _new(ConsumerGroupHeartbeatRequestTopicPartitions)
             (_s21_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o22.topic_id = uuid.UUID(bytes=_s21_topic_id_raw)
+            _o22.topic_id = uuid_from_bytes(_s21_topic_id_raw)
             _n23 = data[pos]
             if _n23 < 128:
                 pos += 1
@@ -723,7 +724,7 @@ def _r_ConsumerGroupHeartbeatResponseTopicPartitions_v0(
     _o1 = _new(ConsumerGroupHeartbeatResponseTopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -769,7 +770,7 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         _o5 = _new(ConsumerGroupHeartbeatResponseTopicPartitions)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -886,7 +887,7 @@ def _r_ConsumerGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[Consume
             _o12 = _new(ConsumerGroupHeartbeatResponseTopicPartitions)
             (_s11_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o12.topic_id = uuid.UUID(bytes=_s11_topic_id_raw)
+            _o12.topic_id = uuid_from_bytes(_s11_topic_id_raw)
             _n13 = data[pos]
             if _n13 < 128:
                 pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -248,7 +249,7 @@ def _r_ControllerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[Controll
     _o1 = _new(ControllerRegistrationRequest)
     _o1.controller_id, _incarnation_id_raw, _o1.zk_migration_ready = _S_i16so.unpack_from(data, pos)
     pos += 21
-    _o1.incarnation_id = uuid.UUID(bytes=_incarnation_id_raw)
+    _o1.incarnation_id = uuid_from_bytes(_incarnation_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -1287,7 +1288,7 @@ def _r_CreatableTopicResult_v7(data: bytes, pos: int) -> tuple[CreatableTopicRes
     pos = _end3
     _topic_id_raw, _o1.error_code = _S_16sh.unpack_from(data, pos)
     pos += 18
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -1721,7 +1722,7 @@ def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         pos = _end7
         _s4_topic_id_raw, _o5.error_code = _S_16sh.unpack_from(data, pos)
         pos += 18
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -193,7 +194,7 @@ def _r_DeleteStateData_v0(data: bytes, pos: int) -> tuple[DeleteStateData, int]:
     _o1 = _new(DeleteStateData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -268,7 +269,7 @@ def _r_DeleteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[DeleteSha
         _o7 = _new(DeleteStateData)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -360,7 +361,7 @@ def _r_DeleteStateResult_v0(data: bytes, pos: int) -> tuple[DeleteStateResult, i
     _o1 = _new(DeleteStateResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -433,7 +434,7 @@ def _r_DeleteShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[DeleteSh
         _o5 = _new(DeleteStateResult)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -186,7 +187,7 @@ def _r_DeleteTopicState_v6(data: bytes, pos: int) -> tuple[DeleteTopicState, int
         pos = _end3
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
@@ -336,7 +337,7 @@ def _r_DeleteTopicsRequest_v6(data: bytes, pos: int) -> tuple[DeleteTopicsReques
             pos = _end7
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
@@ -532,7 +533,7 @@ def _r_DeletableTopicResult_v6(data: bytes, pos: int) -> tuple[DeletableTopicRes
         pos = _end3
     _topic_id_raw, _o1.error_code = _S_16sh.unpack_from(data, pos)
     pos += 18
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -818,7 +819,7 @@ def _r_DeleteTopicsResponse_v6(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
             pos = _end7
         _s4_topic_id_raw, _o5.error_code = _S_16sh.unpack_from(data, pos)
         pos += 18
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1

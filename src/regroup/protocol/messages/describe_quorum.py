@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -465,7 +466,7 @@ def _r_ReplicaState_v2(data: bytes, pos: int) -> tuple[ReplicaState, int]:
         _o1.last_caught_up_timestamp,
     ) = _S_i16sqqq.unpack_from(data, pos)
     pos += 44
-    _o1.replica_directory_id = uuid.UUID(bytes=_replica_directory_id_raw)
+    _o1.replica_directory_id = uuid_from_bytes(_replica_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
@@ -699,7 +700,7 @@ def _r_DescribeQuorumResponsePartitionData_v2(
             _o7.last_caught_up_timestamp,
         ) = _S_i16sqqq.unpack_from(data, pos)
         pos += 44
-        _o7.replica_directory_id = uuid.UUID(bytes=_s6_replica_directory_id_raw)
+        _o7.replica_directory_id = uuid_from_bytes(_s6_replica_directory_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
@@ -727,7 +728,7 @@ def _r_DescribeQuorumResponsePartitionData_v2(
             _o11.last_caught_up_timestamp,
         ) = _S_i16sqqq.unpack_from(data, pos)
         pos += 44
-        _o11.replica_directory_id = uuid.UUID(bytes=_s10_replica_directory_id_raw)
+        _o11.replica_directory_id = uuid_from_bytes(_s10_replica_directory_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
@@ -1054,7 +1055,7 @@ def _r_DescribeQuorumResponseTopicData_v2(
                 _o13.last_caught_up_timestamp,
             ) = _S_i16sqqq.unpack_from(data, pos)
             pos += 44
-            _o13.replica_directory_id = uuid.UUID(bytes=_s12_replica_directory_id_raw)
+            _o13.replica_directory_id = uuid_from_bytes(_s12_replica_directory_id_raw)
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
@@ -1082,7 +1083,7 @@ def _r_DescribeQuorumResponseTopicData_v2(
                 _o17.last_caught_up_timestamp,
             ) = _S_i16sqqq.unpack_from(data, pos)
             pos += 44
-            _o17.replica_directory_id = uuid.UUID(bytes=_s16_replica_directory_id_raw)
+            _o17.replica_directory_id = uuid_from_bytes(_s16_replica_directory_id_raw)
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
@@ -1627,7 +1628,7 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
                     _o19.last_caught_up_timestamp,
                 ) = _S_i16sqqq.unpack_from(data, pos)
                 pos += 44
-                _o19.replica_directory_id = uuid.UUID(bytes=_s18_replica_directory_id_raw)
+                _o19.replica_directory_id = uuid_from_bytes(_s18_replica_directory_id_raw)
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:
@@ -1655,7 +1656,7 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
                     _o23.last_caught_up_timestamp,
                 ) = _S_i16sqqq.unpack_from(data, pos)
                 pos += 44
-                _o23.replica_directory_id = uuid.UUID(bytes=_s22_replica_directory_id_raw)
+                _o23.replica_directory_id = uuid_from_bytes(_s22_replica_directory_id_raw)
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:

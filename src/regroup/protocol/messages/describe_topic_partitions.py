@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -523,7 +524,7 @@ def _r_DescribeTopicPartitionsResponseTopic_v0(
         pos = _end3
     _topic_id_raw, _o1.is_internal = _S_16so.unpack_from(data, pos)
     pos += 17
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -717,7 +718,7 @@ def _r_DescribeTopicPartitionsResponse_v0(
             pos = _end7
         _s4_topic_id_raw, _o5.is_internal = _S_16so.unpack_from(data, pos)
         pos += 17
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -249,7 +250,7 @@ def _r_ReplicaInfo_v1(data: bytes, pos: int) -> tuple[ReplicaInfo, int]:
     _o1 = _new(ReplicaInfo)
     _o1.candidate_id, _candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
     pos += 20
-    _o1.candidate_directory_id = uuid.UUID(bytes=_candidate_directory_id_raw)
+    _o1.candidate_directory_id = uuid_from_bytes(_candidate_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
@@ -314,7 +315,7 @@ def _r_EndQuorumEpochRequestPartitionData_v1(
         _o5 = _new(ReplicaInfo)
         _o5.candidate_id, _s4_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
         pos += 20
-        _o5.candidate_directory_id = uuid.UUID(bytes=_s4_candidate_directory_id_raw)
+        _o5.candidate_directory_id = uuid_from_bytes(_s4_candidate_directory_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
@@ -437,7 +438,7 @@ def _r_EndQuorumEpochRequestTopicData_v1(data: bytes, pos: int) -> tuple[EndQuor
             _o11 = _new(ReplicaInfo)
             _o11.candidate_id, _s10_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
             pos += 20
-            _o11.candidate_directory_id = uuid.UUID(bytes=_s10_candidate_directory_id_raw)
+            _o11.candidate_directory_id = uuid_from_bytes(_s10_candidate_directory_id_raw)
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:
@@ -688,7 +689,7 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
                 _o17 = _new(ReplicaInfo)
                 _o17.candidate_id, _s16_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
                 pos += 20
-                _o17.candidate_directory_id = uuid.UUID(bytes=_s16_candidate_directory_id_raw)
+                _o17.candidate_directory_id = uuid_from_bytes(_s16_candidate_directory_id_raw)
                 if data[pos]:
                     pos = skip_tagged_fields(data, pos)
                 else:

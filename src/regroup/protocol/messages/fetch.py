@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -613,7 +614,7 @@ def _r_FetchPartition_v17(data: bytes, pos: int) -> tuple[FetchPartition, int]:
         if _tag3 == 0:
             if pos + 16 > _len:
                 raise DecodeError("truncated uuid")
-            _o1.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+            _o1.replica_directory_id = uuid_from_bytes(data[pos : pos + 16])
             pos += 16
             if pos != _tend4:
                 raise DecodeError("tagged field replica_directory_id has the wrong size")
@@ -846,7 +847,7 @@ def _r_FetchTopic_v13(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _o1 = _new(FetchTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -889,7 +890,7 @@ def _r_FetchTopic_v17(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _o1 = _new(FetchTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -923,7 +924,7 @@ def _r_FetchTopic_v17(data: bytes, pos: int) -> tuple[FetchTopic, int]:
             if _tag7 == 0:
                 if pos + 16 > _len:
                     raise DecodeError("truncated uuid")
-                _o5.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+                _o5.replica_directory_id = uuid_from_bytes(data[pos : pos + 16])
                 pos += 16
                 if pos != _tend8:
                     raise DecodeError("tagged field replica_directory_id has the wrong size")
@@ -1034,7 +1035,7 @@ def _r_ForgottenTopic_v13(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _o1 = _new(ForgottenTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -2024,7 +2025,7 @@ def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         _o5 = _new(FetchTopic)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2076,7 +2077,7 @@ def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         _o13 = _new(ForgottenTopic)
         (_s12_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o13.topic_id = uuid.UUID(bytes=_s12_topic_id_raw)
+        _o13.topic_id = uuid_from_bytes(_s12_topic_id_raw)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -2167,7 +2168,7 @@ def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         _o5 = _new(FetchTopic)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2219,7 +2220,7 @@ def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         _o13 = _new(ForgottenTopic)
         (_s12_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o13.topic_id = uuid.UUID(bytes=_s12_topic_id_raw)
+        _o13.topic_id = uuid_from_bytes(_s12_topic_id_raw)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -2322,7 +2323,7 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         _o5 = _new(FetchTopic)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2356,7 +2357,7 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
                 if _tag11 == 0:
                     if pos + 16 > _len:
                         raise DecodeError("truncated uuid")
-                    _o9.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+                    _o9.replica_directory_id = uuid_from_bytes(data[pos : pos + 16])
                     pos += 16
                     if pos != _tend12:
                         raise DecodeError("tagged field replica_directory_id has the wrong size")
@@ -2385,7 +2386,7 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         _o16 = _new(ForgottenTopic)
         (_s15_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o16.topic_id = uuid.UUID(bytes=_s15_topic_id_raw)
+        _o16.topic_id = uuid_from_bytes(_s15_topic_id_raw)
         _n17 = data[pos]
         if _n17 < 128:
             pos += 1
@@ -3375,7 +3376,7 @@ def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopic
     _o1 = _new(FetchableTopicResponse)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -4299,7 +4300,7 @@ def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         _o5 = _new(FetchableTopicResponse)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -4444,7 +4445,7 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         _o5 = _new(FetchableTopicResponse)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

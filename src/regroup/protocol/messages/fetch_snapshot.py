@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -366,7 +367,7 @@ def _r_FetchSnapshotRequestPartitionSnapshot_v1(
         if _tag5 == 0:
             if pos + 16 > _len:
                 raise DecodeError("truncated uuid")
-            _o1.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+            _o1.replica_directory_id = uuid_from_bytes(data[pos : pos + 16])
             pos += 16
             if pos != _tend6:
                 raise DecodeError("tagged field replica_directory_id has the wrong size")
@@ -515,7 +516,7 @@ def _r_FetchSnapshotRequestTopicSnapshot_v1(
             if _tag11 == 0:
                 if pos + 16 > _len:
                     raise DecodeError("truncated uuid")
-                _o7.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+                _o7.replica_directory_id = uuid_from_bytes(data[pos : pos + 16])
                 pos += 16
                 if pos != _tend12:
                     raise DecodeError("tagged field replica_directory_id has the wrong size")
@@ -746,7 +747,7 @@ def _r_FetchSnapshotRequest_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
                 if _tag15 == 0:
                     if pos + 16 > _len:
                         raise DecodeError("truncated uuid")
-                    _o11.replica_directory_id = uuid.UUID(bytes=data[pos : pos + 16])
+                    _o11.replica_directory_id = uuid_from_bytes(data[pos : pos + 16])
                     pos += 16
                     if pos != _tend16:
                         raise DecodeError("tagged field replica_directory_id has the wrong size")

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -111,7 +112,7 @@ def _r_GetTelemetrySubscriptionsRequest_v0(
     _o1 = _new(GetTelemetrySubscriptionsRequest)
     (_client_instance_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.client_instance_id = uuid.UUID(bytes=_client_instance_id_raw)
+    _o1.client_instance_id = uuid_from_bytes(_client_instance_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
@@ -147,7 +148,7 @@ def _r_GetTelemetrySubscriptionsResponse_v0(
         _S_ih16si.unpack_from(data, pos)
     )
     pos += 26
-    _o1.client_instance_id = uuid.UUID(bytes=_client_instance_id_raw)
+    _o1.client_instance_id = uuid_from_bytes(_client_instance_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -196,7 +197,7 @@ def _r_InitializeStateData_v0(data: bytes, pos: int) -> tuple[InitializeStateDat
     _o1 = _new(InitializeStateData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -273,7 +274,7 @@ def _r_InitializeShareGroupStateRequest_v0(
         _o7 = _new(InitializeStateData)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -365,7 +366,7 @@ def _r_InitializeStateResult_v0(data: bytes, pos: int) -> tuple[InitializeStateR
     _o1 = _new(InitializeStateResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -440,7 +441,7 @@ def _r_InitializeShareGroupStateResponse_v0(
         _o5 = _new(InitializeStateResult)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

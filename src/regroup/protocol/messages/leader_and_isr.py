@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -976,7 +977,7 @@ def _r_LeaderAndIsrTopicState_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
     pos = _end3
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -1081,7 +1082,7 @@ def _r_LeaderAndIsrTopicState_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
     pos = _end3
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -1955,7 +1956,7 @@ def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         pos = _end7
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -2121,7 +2122,7 @@ def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         pos = _end7
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -2288,7 +2289,7 @@ def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         pos = _end7
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -2510,7 +2511,7 @@ def _r_LeaderAndIsrTopicError_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
     _o1 = _new(LeaderAndIsrTopicError)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -2672,7 +2673,7 @@ def _r_LeaderAndIsrResponse_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrRespo
         _o5 = _new(LeaderAndIsrTopicError)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

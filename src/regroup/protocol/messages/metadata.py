@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -307,7 +308,7 @@ def _r_MetadataRequestTopic_v10(data: bytes, pos: int) -> tuple[MetadataRequestT
     _o1 = _new(MetadataRequestTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -686,7 +687,7 @@ def _r_MetadataRequest_v10(data: bytes, pos: int) -> tuple[MetadataRequest, int]
             _o5 = _new(MetadataRequestTopic)
             (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+            _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -745,7 +746,7 @@ def _r_MetadataRequest_v11(data: bytes, pos: int) -> tuple[MetadataRequest, int]
             _o5 = _new(MetadataRequestTopic)
             (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+            _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -1653,7 +1654,7 @@ def _r_MetadataResponseTopic_v10(data: bytes, pos: int) -> tuple[MetadataRespons
     pos = _end3
     _topic_id_raw, _o1.is_internal = _S_16so.unpack_from(data, pos)
     pos += 17
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -1745,7 +1746,7 @@ def _r_MetadataResponseTopic_v12(data: bytes, pos: int) -> tuple[MetadataRespons
         pos = _end3
     _topic_id_raw, _o1.is_internal = _S_16so.unpack_from(data, pos)
     pos += 17
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -3154,7 +3155,7 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
         pos = _end17
         _s14_topic_id_raw, _o15.is_internal = _S_16so.unpack_from(data, pos)
         pos += 17
-        _o15.topic_id = uuid.UUID(bytes=_s14_topic_id_raw)
+        _o15.topic_id = uuid_from_bytes(_s14_topic_id_raw)
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1
@@ -3344,7 +3345,7 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
         pos = _end17
         _s14_topic_id_raw, _o15.is_internal = _S_16so.unpack_from(data, pos)
         pos += 17
-        _o15.topic_id = uuid.UUID(bytes=_s14_topic_id_raw)
+        _o15.topic_id = uuid_from_bytes(_s14_topic_id_raw)
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1
@@ -3536,7 +3537,7 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
             pos = _end17
         _s14_topic_id_raw, _o15.is_internal = _S_16so.unpack_from(data, pos)
         pos += 17
-        _o15.topic_id = uuid.UUID(bytes=_s14_topic_id_raw)
+        _o15.topic_id = uuid_from_bytes(_s14_topic_id_raw)
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1

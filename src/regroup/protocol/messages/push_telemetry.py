@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -102,7 +103,7 @@ def _r_PushTelemetryRequest_v0(data: bytes, pos: int) -> tuple[PushTelemetryRequ
         _S_16siob.unpack_from(data, pos)
     )
     pos += 22
-    _o1.client_instance_id = uuid.UUID(bytes=_client_instance_id_raw)
+    _o1.client_instance_id = uuid_from_bytes(_client_instance_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1

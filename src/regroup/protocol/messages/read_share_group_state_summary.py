@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -200,7 +201,7 @@ def _r_ReadStateSummaryData_v0(data: bytes, pos: int) -> tuple[ReadStateSummaryD
     _o1 = _new(ReadStateSummaryData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -277,7 +278,7 @@ def _r_ReadShareGroupStateSummaryRequest_v0(
         _o7 = _new(ReadStateSummaryData)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -372,7 +373,7 @@ def _r_ReadStateSummaryResult_v0(data: bytes, pos: int) -> tuple[ReadStateSummar
     _o1 = _new(ReadStateSummaryResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -449,7 +450,7 @@ def _r_ReadShareGroupStateSummaryResponse_v0(
         _o5 = _new(ReadStateSummaryResult)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

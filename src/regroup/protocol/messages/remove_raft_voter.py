@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -120,7 +121,7 @@ def _r_RemoveRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[RemoveRaftVoter
         pos = _end3
     _o1.voter_id, _voter_directory_id_raw = _S_i16s.unpack_from(data, pos)
     pos += 20
-    _o1.voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
+    _o1.voter_directory_id = uuid_from_bytes(_voter_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:

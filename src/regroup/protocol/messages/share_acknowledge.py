@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -355,7 +356,7 @@ def _r_AcknowledgeTopic_v0(data: bytes, pos: int) -> tuple[AcknowledgeTopic, int
     _o1 = _new(AcknowledgeTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -498,7 +499,7 @@ def _r_ShareAcknowledgeRequest_v0(data: bytes, pos: int) -> tuple[ShareAcknowled
         _o9 = _new(AcknowledgeTopic)
         (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o9.topic_id = uuid.UUID(bytes=_s8_topic_id_raw)
+        _o9.topic_id = uuid_from_bytes(_s8_topic_id_raw)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -649,7 +650,7 @@ def _r_ShareAcknowledgeTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareAck
     _o1 = _new(ShareAcknowledgeTopicResponse)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -829,7 +830,7 @@ def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowle
         _o7 = _new(ShareAcknowledgeTopicResponse)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1

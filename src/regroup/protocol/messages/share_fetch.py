@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -421,7 +422,7 @@ def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _o1 = _new(FetchTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -496,7 +497,7 @@ def _r_ForgottenTopic_v0(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _o1 = _new(ForgottenTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -601,7 +602,7 @@ def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, i
         _o9 = _new(FetchTopic)
         (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o9.topic_id = uuid.UUID(bytes=_s8_topic_id_raw)
+        _o9.topic_id = uuid_from_bytes(_s8_topic_id_raw)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -677,7 +678,7 @@ def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, i
         _o22 = _new(ForgottenTopic)
         (_s21_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o22.topic_id = uuid.UUID(bytes=_s21_topic_id_raw)
+        _o22.topic_id = uuid_from_bytes(_s21_topic_id_raw)
         _n23 = data[pos]
         if _n23 < 128:
             pos += 1
@@ -878,7 +879,7 @@ def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetch
     _o1 = _new(ShareFetchableTopicResponse)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1115,7 +1116,7 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
         _o7 = _new(ShareFetchableTopicResponse)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -270,7 +271,7 @@ def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _o1 = _new(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -331,7 +332,7 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         _o5 = _new(TopicPartitions)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -522,7 +523,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         _o20 = _new(TopicPartitions)
         (_s19_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o20.topic_id = uuid.UUID(bytes=_s19_topic_id_raw)
+        _o20.topic_id = uuid_from_bytes(_s19_topic_id_raw)
         _n21 = data[pos]
         if _n21 < 128:
             pos += 1
@@ -795,7 +796,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             _o32 = _new(TopicPartitions)
             (_s31_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o32.topic_id = uuid.UUID(bytes=_s31_topic_id_raw)
+            _o32.topic_id = uuid_from_bytes(_s31_topic_id_raw)
             _n33 = data[pos]
             if _n33 < 128:
                 pos += 1
@@ -1066,7 +1067,7 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
                 _o36 = _new(TopicPartitions)
                 (_s35_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
-                _o36.topic_id = uuid.UUID(bytes=_s35_topic_id_raw)
+                _o36.topic_id = uuid_from_bytes(_s35_topic_id_raw)
                 _n37 = data[pos]
                 if _n37 < 128:
                     pos += 1

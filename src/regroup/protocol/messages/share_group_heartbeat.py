@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -290,7 +291,7 @@ def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _o1 = _new(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -336,7 +337,7 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         _o5 = _new(TopicPartitions)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -453,7 +454,7 @@ def _r_ShareGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[ShareGroup
             _o12 = _new(TopicPartitions)
             (_s11_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
-            _o12.topic_id = uuid.UUID(bytes=_s11_topic_id_raw)
+            _o12.topic_id = uuid_from_bytes(_s11_topic_id_raw)
             _n13 = data[pos]
             if _n13 < 128:
                 pos += 1

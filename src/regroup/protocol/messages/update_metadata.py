@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -643,7 +644,7 @@ def _r_UpdateMetadataTopicState_v7(data: bytes, pos: int) -> tuple[UpdateMetadat
     pos = _end3
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n4 = data[pos]
     if _n4 < 128:
         pos += 1
@@ -2237,7 +2238,7 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         pos = _end7
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -2447,7 +2448,7 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         pos = _end7
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -253,8 +254,8 @@ def _r_VoteRequestPartitionData_v1(data: bytes, pos: int) -> tuple[VoteRequestPa
         _o1.last_offset,
     ) = _S_iii16s16siq.unpack_from(data, pos)
     pos += 56
-    _o1.candidate_directory_id = uuid.UUID(bytes=_candidate_directory_id_raw)
-    _o1.voter_directory_id = uuid.UUID(bytes=_voter_directory_id_raw)
+    _o1.candidate_directory_id = uuid_from_bytes(_candidate_directory_id_raw)
+    _o1.voter_directory_id = uuid_from_bytes(_voter_directory_id_raw)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
@@ -379,8 +380,8 @@ def _r_VoteRequestTopicData_v1(data: bytes, pos: int) -> tuple[VoteRequestTopicD
             _o7.last_offset,
         ) = _S_iii16s16siq.unpack_from(data, pos)
         pos += 56
-        _o7.candidate_directory_id = uuid.UUID(bytes=_s6_candidate_directory_id_raw)
-        _o7.voter_directory_id = uuid.UUID(bytes=_s6_voter_directory_id_raw)
+        _o7.candidate_directory_id = uuid_from_bytes(_s6_candidate_directory_id_raw)
+        _o7.voter_directory_id = uuid_from_bytes(_s6_voter_directory_id_raw)
         if data[pos]:
             pos = skip_tagged_fields(data, pos)
         else:
@@ -593,8 +594,8 @@ def _r_VoteRequest_v1(data: bytes, pos: int) -> tuple[VoteRequest, int]:
                 _o13.last_offset,
             ) = _S_iii16s16siq.unpack_from(data, pos)
             pos += 56
-            _o13.candidate_directory_id = uuid.UUID(bytes=_s12_candidate_directory_id_raw)
-            _o13.voter_directory_id = uuid.UUID(bytes=_s12_voter_directory_id_raw)
+            _o13.candidate_directory_id = uuid_from_bytes(_s12_candidate_directory_id_raw)
+            _o13.voter_directory_id = uuid_from_bytes(_s12_voter_directory_id_raw)
             if data[pos]:
                 pos = skip_tagged_fields(data, pos)
             else:

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -270,7 +271,7 @@ def _r_WriteStateData_v0(data: bytes, pos: int) -> tuple[WriteStateData, int]:
     _o1 = _new(WriteStateData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -368,7 +369,7 @@ def _r_WriteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[WriteShare
         _o7 = _new(WriteStateData)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o7.topic_id = uuid.UUID(bytes=_s6_topic_id_raw)
+        _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -485,7 +486,7 @@ def _r_WriteStateResult_v0(data: bytes, pos: int) -> tuple[WriteStateResult, int
     _o1 = _new(WriteStateResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -558,7 +559,7 @@ def _r_WriteShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[WriteShar
         _o5 = _new(WriteStateResult)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -267,7 +268,7 @@ def _r_OffsetCommitValue_v4(data: bytes, pos: int) -> tuple[OffsetCommitValue, i
         if _tag5 == 0:
             if pos + 16 > _len:
                 raise DecodeError("truncated uuid")
-            _o1.topic_id = uuid.UUID(bytes=data[pos : pos + 16])
+            _o1.topic_id = uuid_from_bytes(data[pos : pos + 16])
             pos += 16
             if pos != _tend6:
                 raise DecodeError("tagged field topic_id has the wrong size")

@@ -18,6 +18,7 @@ from regroup.protocol.primitives import (
     EncodeError,
     read_uvarint,
     skip_tagged_fields,
+    uuid_from_bytes,
     uvarint_bytes,
 )
 
@@ -153,7 +154,7 @@ def _r_TopicPartitionsInfo_v0(data: bytes, pos: int) -> tuple[TopicPartitionsInf
     _o1 = _new(TopicPartitionsInfo)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -203,7 +204,7 @@ def _r_TopicInfo_v0(data: bytes, pos: int) -> tuple[TopicInfo, int]:
     _o1 = _new(TopicInfo)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
-    _o1.topic_id = uuid.UUID(bytes=_topic_id_raw)
+    _o1.topic_id = uuid_from_bytes(_topic_id_raw)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -260,7 +261,7 @@ def _r_ShareGroupStatePartitionMetadataValue_v0(
         _o5 = _new(TopicPartitionsInfo)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o5.topic_id = uuid.UUID(bytes=_s4_topic_id_raw)
+        _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -309,7 +310,7 @@ def _r_ShareGroupStatePartitionMetadataValue_v0(
         _o12 = _new(TopicInfo)
         (_s11_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
-        _o12.topic_id = uuid.UUID(bytes=_s11_topic_id_raw)
+        _o12.topic_id = uuid_from_bytes(_s11_topic_id_raw)
         _n13 = data[pos]
         if _n13 < 128:
             pos += 1
