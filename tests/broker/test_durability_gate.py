@@ -5,8 +5,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
-from regroup.runtime.durability import GateRegistry, PartitionGate
+import pytest
+
+from regroup.log import LogConfig, PartitionLog, cleaner
+from regroup.protocol.record_batch import Record, build_batch, decode_batches
+from regroup.runtime.durability import GateRegistry, PartitionGate, compact_off_loop
 
 
 class SlowLog:
@@ -144,3 +150,67 @@ def test_registry_keys_by_object_and_quiesces() -> None:
         registry.forget(one)
 
     run(main())
+
+
+def test_compaction_works_in_a_thread_while_the_partition_takes_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compact_off_loop holds the partition's gate only to plan and to swap: while the pass reads and
+    rewrites segments (held here until the test has seen the loop go on), appends to the same partition and
+    other loop work run — a heartbeat never waits behind a cleaning."""
+    plog = PartitionLog.open(
+        tmp_path / "__consumer_offsets-0", LogConfig(cleanup_policy=frozenset({"compact"}))
+    )
+    for r in range(3):
+        for k in range(20):
+            plog.append(_keyed(b"k%d" % k, b"v%d" % r), now_ms=0)
+    plog.roll(now_ms=0)
+    working = threading.Event()
+    proceed = threading.Event()
+    real_prepare = cleaner.prepare_clean
+
+    def held_prepare(*args: Any, **kwargs: Any) -> cleaner.PreparedClean:
+        working.set()
+        assert proceed.wait(30), "the test never let the pass go on"
+        return real_prepare(*args, **kwargs)
+
+    monkeypatch.setattr(cleaner, "prepare_clean", held_prepare)
+
+    async def main() -> None:
+        gate = PartitionGate(plog, lambda: 0)
+        pass_ = asyncio.create_task(compact_off_loop(plog, gate, 0))
+        while not working.is_set():
+            await asyncio.sleep(0.001)
+        # the pass is at work in its thread: the partition still takes an append at once
+        turn = gate.reserve()
+        assert turn.done()
+        try:
+            appended = plog.append(_keyed(b"k1", b"during"), now_ms=0)
+        finally:
+            gate.release()
+        proceed.set()
+        stats = await asyncio.wait_for(pass_, 30)
+        assert stats is not None
+        assert stats.records_removed == 2 * 20
+        latest = {r.key: (r.offset, r.value) for r in _records(plog)}
+        assert latest[b"k1"] == (appended.base_offset, b"during")
+        assert latest[b"k2"][1] == b"v2"
+
+    try:
+        run(main())
+    finally:
+        plog.close()
+
+
+def _keyed(key: bytes, value: bytes) -> bytes:
+    return build_batch([Record(offset=0, timestamp=0, key=key, value=value)])
+
+
+def _records(plog: PartitionLog) -> list[Record]:
+    records: list[Record] = []
+    offset = plog.log_start_offset
+    while offset < plog.log_end_offset:
+        batches = decode_batches(plog.read(offset, 1 << 20).data)
+        records += [r for b in batches for r in b.records if r.offset >= offset]
+        offset = batches[-1].next_offset
+    return records

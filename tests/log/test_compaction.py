@@ -259,3 +259,53 @@ def test_a_pass_that_changes_nothing_leaves_the_files_alone(tmp_path: Path) -> N
     after = {p.name: p.read_bytes() for p in d.iterdir() if p.name.startswith("0" * 20)}
     assert after == before
     plog.close()
+
+
+def test_a_pass_prepared_while_the_log_takes_appends_keeps_them(tmp_path: Path) -> None:
+    """plan → prepare (a worker thread in the broker) → appends meanwhile → finish: the pass swaps in its
+    cleaned segments and every record appended meanwhile is still there after them."""
+    plog = open_log(tmp_path / "t-0", compact_config())
+    latest = write_history(plog)
+    plog.roll(now_ms=0)
+    plan = plog.plan_compaction(now_ms=0)
+    assert plan is not None
+    prepared = plan.prepare()
+    later = [plog.append(kv_batch([(b"k1", b"later-%d" % i)]), now_ms=0).base_offset for i in range(3)]
+    stats = plog.finish_compaction(plan, prepared)
+    assert stats is not None
+    assert stats.records_removed == 8 * 5
+    assert closed_records(plog) == sorted((o, k, v) for k, (o, v) in latest.items())
+    tail = [(r.offset, r.value) for r in read_all(plog) if r.offset >= later[0]]
+    assert tail == [(o, b"later-%d" % i) for i, o in enumerate(later)]
+    assert not list((tmp_path / "t-0").glob("*" + cleaner.CLEANED_SUFFIX))
+    reopened_records = [(r.offset, r.key, r.value) for r in read_all(plog)]
+    plog.close()
+    assert [(r.offset, r.key, r.value) for r in read_all(open_log(tmp_path / "t-0", compact_config()))] == (
+        reopened_records
+    )
+
+
+@pytest.mark.parametrize("change", ["retention", "truncation", "close"])
+def test_a_pass_whose_segments_changed_meanwhile_is_dropped(tmp_path: Path, change: str) -> None:
+    plog = open_log(tmp_path / "t-0", compact_config())
+    write_history(plog)
+    plog.roll(now_ms=0)
+    write_history(plog, rounds=2)
+    plog.roll(now_ms=0)
+    plan = plog.plan_compaction(now_ms=0)
+    assert plan is not None
+    prepared = plan.prepare()
+    assert list((tmp_path / "t-0").glob("*" + cleaner.CLEANED_SUFFIX))
+    if change == "retention":
+        plog.delete_records_before(plog.segment_bases()[1])
+    elif change == "truncation":
+        plog.truncate_to(plog.segment_bases()[1] - 3)
+    before = [(r.offset, r.key, r.value) for r in read_all(plog)] if change != "close" else []
+    if change == "close":
+        plog.close()
+    assert plog.finish_compaction(plan, prepared) is None
+    assert not list((tmp_path / "t-0").glob("*" + cleaner.CLEANED_SUFFIX))
+    if change != "close":
+        assert [(r.offset, r.key, r.value) for r in read_all(plog)] == before
+    if change == "retention":
+        assert plog.compact(now_ms=0, force=True) is not None  # the next pass starts over

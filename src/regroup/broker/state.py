@@ -37,7 +37,13 @@ from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.group_events import GROUP_EVENTS_TOPIC
 from regroup.runtime.clock import Clock, SystemClock
 from regroup.runtime.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
-from regroup.runtime.durability import GateRegistry, PartitionGate, ReplicatedGate, WriteGate
+from regroup.runtime.durability import (
+    GateRegistry,
+    PartitionGate,
+    ReplicatedGate,
+    WriteGate,
+    compact_off_loop,
+)
 from regroup.runtime.events import GroupEventsConfig
 from regroup.runtime.shard_runner import OffsetsLog, ReplicatedOffsetsLog
 from regroup.runtime.topics_image import TopicsImageSource
@@ -394,16 +400,17 @@ class Broker:
 
     async def _compaction(self) -> None:
         now = self.clock.now_ms()
-
-        def compact(plog: PartitionLog) -> bool:
+        compacted = 0
+        for plog in [plog for _, _, plog in self.logs.partitions() if plog.config.compact]:
+            if plog.closed:  # its topic was deleted meanwhile
+                continue
             try:
-                return plog.compact(now) is not None
+                if await compact_off_loop(plog, self.gate(plog), now) is not None:
+                    compacted += 1
             except (OSError, KafkaError):
                 log.exception("Compaction of %s failed", plog.name)
-                return False
-
-        plogs = [plog for _, _, plog in self.logs.partitions() if plog.config.compact]
-        if await self._mutate_each(plogs, compact):
+            await asyncio.sleep(0)  # keep the loop responsive between partitions
+        if compacted:
             self.logs.checkpoint()
 
 

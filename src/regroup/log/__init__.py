@@ -31,6 +31,8 @@ API summary (names are stable; the broker builds Produce/Fetch/ListOffsets/Creat
         max_timestamp() -> (offset, timestamp) | None     # ListOffsets -3
         apply_retention(now_ms) -> int; delete_records_before(offset) -> int (new log start)
         compact(now_ms, *, force=False) -> CompactionStats | None
+        plan_compaction(now_ms, *, force=False) -> CompactionPlan | None   # plan.prepare() in a thread, then
+        finish_compaction(plan, prepared) -> CompactionStats | None        # (None: the log changed meanwhile)
         append_listeners: list[Callable[[], None]]        # called after every successful append
         leader_epoch: int | None = 0                      # stamped on appended batches
         needs_flush(now_ms) -> bool; flush(now_ms=None); recovery_point; close()
@@ -38,7 +40,9 @@ API summary (names are stable; the broker builds Produce/Fetch/ListOffsets/Creat
 
 Thread model: everything runs on one thread (the event loop) except ``PartitionLog.flush()``, which may run
 in a worker thread as long as no append, roll, retention, compaction, DeleteRecords or close of the same
-partition runs meanwhile; reads may overlap it.
+partition runs meanwhile; reads may overlap it. ``CompactionPlan.prepare()`` (a compaction pass's reading and
+rewriting) may run in a worker thread too, beside appends, reads and flushes of its partition: it only reads
+closed segments and writes new files, and :meth:`PartitionLog.finish_compaction` swaps them in on the loop.
 """
 
 from regroup.log.config import FlushPolicy, LogConfig, LogDefaults, validate_topic_configs
@@ -49,10 +53,11 @@ from regroup.log.manager import (
     topic_id_to_str,
     validate_topic_name,
 )
-from regroup.log.partition import AppendInfo, CompactionStats, PartitionLog, ReadResult
+from regroup.log.partition import AppendInfo, CompactionPlan, CompactionStats, PartitionLog, ReadResult
 
 __all__ = [
     "AppendInfo",
+    "CompactionPlan",
     "CompactionStats",
     "FlushPolicy",
     "LogConfig",

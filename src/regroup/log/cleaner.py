@@ -35,7 +35,16 @@ from regroup.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, Segm
 from regroup.protocol.primitives import DecodeError
 from regroup.protocol.record_batch import LOG_APPEND_TIME, Record, build_batch, decode_batch
 
-__all__ = ["CLEANED_SUFFIX", "SWAP_SUFFIX", "CompactionStats", "clean", "complete_swaps"]
+__all__ = [
+    "CLEANED_SUFFIX",
+    "SWAP_SUFFIX",
+    "CompactionStats",
+    "PreparedClean",
+    "clean",
+    "commit_clean",
+    "complete_swaps",
+    "prepare_clean",
+]
 
 log = logging.getLogger("regroup.log")
 
@@ -68,6 +77,104 @@ class _CleaningAborted(Exception):
     pass
 
 
+@dataclass(slots=True)
+class PreparedClean:
+    """A compaction pass's output before it is swapped in: for each group of segments, the cleaned segment
+    (written and fsynced) or None when the group stays as it is."""
+
+    segments: list[Segment]
+    groups: list[tuple[list[Segment], Segment | None]]
+    bytes_before: int
+    records_removed: int
+    batches_rewritten: int
+    earliest_delete_horizon: int | None
+
+    def discard(self) -> None:
+        """Drop the cleaned files without swapping them in (the log changed meanwhile, or it closed)."""
+        for _, new in self.groups:
+            if new is not None:
+                new.close_handle()
+                new.log_path.unlink(missing_ok=True)
+
+
+def prepare_clean(
+    directory: Path,
+    segments: list[Segment],
+    *,
+    dirty_from: int,
+    end_offset: int,
+    now_ms: int,
+    config: LogConfig,
+    producer_last_offsets: Mapping[int, int],
+) -> PreparedClean:
+    """The expensive part of a pass — mapping the dirty keys, rewriting each group of ``segments``
+    (consecutive closed segments, oldest first, ending before ``end_offset``) into a ``.cleaned`` file and
+    fsyncing it — touching nothing the log's other users see: it only ``pread``s closed segments, so it may
+    run in a worker thread while the partition takes appends (Kafka's cleaner threads do the same).
+    :func:`commit_clean` swaps the result in."""
+    bytes_before = sum(s.size for s in segments)
+    prepared = PreparedClean(segments, [], bytes_before, 0, 0, None)
+    try:
+        offset_map = _build_offset_map(segments, dirty_from, end_offset)
+    except _CleaningAborted as exc:
+        log.warning("compaction of %s abandoned: %s", directory.name, exc)
+        prepared.groups = [(segments, None)]
+        return prepared
+    try:
+        for group in _group_by_size(segments, config.segment_bytes):
+            try:
+                cleaned = _GroupCleaner(directory, group, offset_map, now_ms, config, producer_last_offsets)
+                new = cleaned.run()
+            except _CleaningAborted as exc:
+                log.warning(
+                    "compaction of %s stopped at segment %d: %s", directory.name, group[0].base_offset, exc
+                )
+                prepared.groups.append((group, None))
+                continue
+            prepared.records_removed += cleaned.removed
+            prepared.batches_rewritten += cleaned.rewritten
+            if cleaned.horizon is not None:
+                horizon = prepared.earliest_delete_horizon
+                prepared.earliest_delete_horizon = (
+                    cleaned.horizon if horizon is None else min(horizon, cleaned.horizon)
+                )
+            if new is not None:
+                new.sync_log()
+            prepared.groups.append((group, new))
+    except BaseException:
+        prepared.discard()
+        raise
+    return prepared
+
+
+def commit_clean(
+    directory: Path, prepared: PreparedClean, on_swap: Callable[[list[Segment], Segment], None]
+) -> CompactionStats:
+    """Swap the cleaned segments of :func:`prepare_clean` in, group by group, each crash-safely;
+    ``on_swap(old_group, new_segment)`` is called right after each group is swapped in."""
+    result: list[Segment] = []
+    for i, (group, new) in enumerate(prepared.groups):
+        if new is None:
+            result.extend(group)
+            continue
+        try:
+            _swap(directory, group, new)
+        except BaseException:
+            PreparedClean([], prepared.groups[i + 1 :], 0, 0, 0, None).discard()
+            raise
+        on_swap(group, new)
+        result.append(new)
+    return CompactionStats(
+        len(prepared.segments),
+        len(result),
+        prepared.bytes_before,
+        sum(s.size for s in result),
+        prepared.records_removed,
+        prepared.batches_rewritten,
+        prepared.earliest_delete_horizon,
+    )
+
+
 def clean(
     directory: Path,
     segments: list[Segment],
@@ -79,40 +186,17 @@ def clean(
     producer_last_offsets: Mapping[int, int],
     on_swap: Callable[[list[Segment], Segment], None],
 ) -> CompactionStats:
-    """Compact ``segments`` (consecutive closed segments, oldest first, ending before ``end_offset``).
-    ``on_swap(old_group, new_segment)`` is called right after each group is swapped in."""
-    bytes_before = sum(s.size for s in segments)
-    try:
-        offset_map = _build_offset_map(segments, dirty_from, end_offset)
-    except _CleaningAborted as exc:
-        log.warning("compaction of %s abandoned: %s", directory.name, exc)
-        return CompactionStats(len(segments), len(segments), bytes_before, bytes_before, 0, 0, None)
-    result: list[Segment] = []
-    removed = rewritten = 0
-    horizon: int | None = None
-    for group in _group_by_size(segments, config.segment_bytes):
-        try:
-            cleaned = _GroupCleaner(directory, group, offset_map, now_ms, config, producer_last_offsets)
-            new = cleaned.run()
-        except _CleaningAborted as exc:
-            log.warning(
-                "compaction of %s stopped at segment %d: %s", directory.name, group[0].base_offset, exc
-            )
-            result.extend(group)
-            continue
-        removed += cleaned.removed
-        rewritten += cleaned.rewritten
-        if cleaned.horizon is not None:
-            horizon = cleaned.horizon if horizon is None else min(horizon, cleaned.horizon)
-        if new is None:
-            result.extend(group)
-            continue
-        _swap(directory, group, new)
-        on_swap(group, new)
-        result.append(new)
-    return CompactionStats(
-        len(segments), len(result), bytes_before, sum(s.size for s in result), removed, rewritten, horizon
+    """Compact ``segments`` in one go: :func:`prepare_clean`, then :func:`commit_clean`."""
+    prepared = prepare_clean(
+        directory,
+        segments,
+        dirty_from=dirty_from,
+        end_offset=end_offset,
+        now_ms=now_ms,
+        config=config,
+        producer_last_offsets=producer_last_offsets,
     )
+    return commit_clean(directory, prepared, on_swap)
 
 
 def _build_offset_map(segments: list[Segment], dirty_from: int, end_offset: int) -> dict[bytes, int]:

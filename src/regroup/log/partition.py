@@ -20,6 +20,7 @@ import logging
 import os
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, NamedTuple, NoReturn
 
@@ -42,7 +43,7 @@ from regroup.protocol.record_batch import (
     verify_crc,
 )
 
-__all__ = ["AppendInfo", "CompactionStats", "PartitionLog", "ReadResult"]
+__all__ = ["AppendInfo", "CompactionPlan", "CompactionStats", "PartitionLog", "ReadResult"]
 
 log = logging.getLogger("regroup.log")
 
@@ -55,6 +56,33 @@ _SNAPSHOTS_KEPT: Final = 2
 _STALE_SUFFIXES: Final = (".deleted", ".tmp")
 
 CompactionStats = cleaner.CompactionStats
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    """A compaction pass decided on the event loop (:meth:`PartitionLog.plan_compaction`): the closed
+    segments to clean and their sizes then, the dirty section and everything the cleaner reads."""
+
+    directory: Path
+    segments: list[Segment]
+    sizes: list[int]
+    dirty_from: int
+    end_offset: int
+    now_ms: int
+    config: LogConfig
+    producer_last_offsets: dict[int, int]
+
+    def prepare(self) -> cleaner.PreparedClean:
+        """The pass's work (:func:`regroup.log.cleaner.prepare_clean`); safe in a worker thread."""
+        return cleaner.prepare_clean(
+            self.directory,
+            self.segments,
+            dirty_from=self.dirty_from,
+            end_offset=self.end_offset,
+            now_ms=self.now_ms,
+            config=self.config,
+            producer_last_offsets=self.producer_last_offsets,
+        )
 
 
 class AppendInfo(NamedTuple):
@@ -650,7 +678,17 @@ class PartitionLog:
         """Compact the closed segments of a ``cleanup.policy=compact`` log (see :mod:`regroup.log.cleaner`):
         keep the latest record per key, drop tombstones once their delete horizon passed. Runs when the dirty
         ratio reaches ``min.cleanable.dirty.ratio``, a tombstone horizon has passed, or ``force``. Returns
-        None when nothing was cleanable."""
+        None when nothing was cleanable. The same as :meth:`plan_compaction`, ``prepare()`` and
+        :meth:`finish_compaction` in one go."""
+        plan = self.plan_compaction(now_ms, force=force)
+        if plan is None:
+            return None
+        return self.finish_compaction(plan, plan.prepare())
+
+    def plan_compaction(self, now_ms: int, *, force: bool = False) -> CompactionPlan | None:
+        """What a compaction pass would clean now (None: nothing is due). The plan's ``prepare()`` does the
+        work and may run in a worker thread while the log goes on taking appends; nothing else may remove or
+        truncate segments meanwhile, or :meth:`finish_compaction` drops the pass."""
         config = self.config
         if self._closed or not config.compact:
             return None
@@ -677,6 +715,30 @@ class PartitionLog:
             and (total == 0 or dirty / total <= config.min_cleanable_dirty_ratio)
         ):
             return None
+        return CompactionPlan(
+            self.directory,
+            cleanable,
+            [s.size for s in cleanable],
+            dirty_from,
+            end_offset,
+            now_ms,
+            config,
+            self._producers.last_data_offsets(),
+        )
+
+    def finish_compaction(
+        self, plan: CompactionPlan, prepared: cleaner.PreparedClean
+    ) -> CompactionStats | None:
+        """Swap in what ``plan.prepare()`` produced, unless the planned segments changed meanwhile (deleted
+        by retention or DeleteRecords, truncated, or the log closed): then the pass is dropped (None) and
+        the next one starts over."""
+        segments = self._segments
+        unchanged = not self._closed and all(
+            seg in segments and seg.size == size for seg, size in zip(plan.segments, plan.sizes, strict=True)
+        )
+        if not unchanged:
+            prepared.discard()
+            return None
 
         def swapped(old: list[Segment], new: Segment) -> None:
             i = self._segments.index(old[0])
@@ -686,17 +748,8 @@ class PartitionLog:
                 if seg in self._unflushed_segments:
                     self._unflushed_segments.remove(seg)
 
-        stats = cleaner.clean(
-            self.directory,
-            list(cleanable),
-            dirty_from=dirty_from,
-            end_offset=end_offset,
-            now_ms=now_ms,
-            config=config,
-            producer_last_offsets=self._producers.last_data_offsets(),
-            on_swap=swapped,
-        )
-        self._cleaner_checkpoint = end_offset
+        stats = cleaner.commit_clean(self.directory, prepared, swapped)
+        self._cleaner_checkpoint = max(self._cleaner_checkpoint, plan.end_offset)
         self._delete_horizon = stats.earliest_delete_horizon
         return stats
 

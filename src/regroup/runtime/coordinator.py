@@ -53,7 +53,7 @@ from regroup.protocol.messages.offset_fetch import OffsetFetchResponseGroup
 from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from regroup.runtime.clock import Clock, SystemClock
-from regroup.runtime.durability import PartitionGate, ReplicatedGate, WriteGate
+from regroup.runtime.durability import PartitionGate, ReplicatedGate, WriteGate, compact_off_loop
 from regroup.runtime.events import GroupEventLog, GroupEventsConfig, started_event
 from regroup.runtime.group_view import GroupView, build_group_view
 from regroup.runtime.responses import (
@@ -440,16 +440,11 @@ class GroupCoordinator:
                 gate = self._gates.get(partition)
                 if plog is None or gate is None:
                     continue
-                turn = gate.reserve()
-                if not turn.done():
-                    await gate.wait(turn)
                 try:
                     if not plog.closed:
-                        plog.compact(self.clock.now_ms())
+                        await compact_off_loop(plog, gate, self.clock.now_ms())
                 except (OSError, KafkaError):
                     log.exception("Compaction of %s-%d failed", OFFSETS_TOPIC, partition)
-                finally:
-                    gate.release()
                 await asyncio.sleep(0)
 
     # ------------------------------------------------------------------------------------ observability

@@ -22,6 +22,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from regroup.log import CompactionStats, PartitionLog
+
 __all__ = [
     "Flushable",
     "GateRegistry",
@@ -30,6 +32,7 @@ __all__ = [
     "ReplicatedGate",
     "ReplicatedLog",
     "WriteGate",
+    "compact_off_loop",
 ]
 
 log = logging.getLogger("regroup.runtime.durability")
@@ -310,3 +313,30 @@ class ReplicatedGate:
 
 class NotReplicatedError(RuntimeError):
     """A write's replication can no longer be awaited here (leadership moved): its outcome is unknown."""
+
+
+async def compact_off_loop(plog: PartitionLog, gate: WriteGate, now_ms: int) -> CompactionStats | None:
+    """One compaction pass of ``plog`` that never stalls the event loop: planned and swapped in during turns
+    of the partition's gate, the reading and rewriting in a worker thread meanwhile, while the partition goes
+    on taking appends and serving reads (Kafka's cleaner threads work beside the request threads the same
+    way). Rewriting a 100 MB ``__consumer_offsets`` segment takes seconds of CPU; on the loop it would hold
+    every group's heartbeats for as long. None when nothing was due or the log changed meanwhile."""
+    turn = gate.reserve()
+    await gate.wait(turn)
+    try:
+        plan = plog.plan_compaction(now_ms)
+    finally:
+        gate.release()
+    if plan is None:
+        return None
+    prepared = await asyncio.to_thread(plan.prepare)
+    turn = gate.reserve()
+    try:
+        await gate.wait(turn)
+    except asyncio.CancelledError:
+        prepared.discard()
+        raise
+    try:
+        return plog.finish_compaction(plan, prepared)
+    finally:
+        gate.release()
