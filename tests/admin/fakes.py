@@ -59,6 +59,8 @@ class FakeAdmin:
         self.commits: list[tuple[str, dict[TopicPartition, int]]] = []
         self.commit_error = ErrorCode.NONE
         self.unreachable = False
+        # A DescribeGroups v6 broker (KIP-1043): an unknown group is GROUP_ID_NOT_FOUND, not Dead.
+        self.missing_not_found = False
 
     # ------------------------------------------------------------------ setup
 
@@ -108,7 +110,9 @@ class FakeAdmin:
         out: dict[str, GroupDescription | AdminError] = {}
         for gid in dict.fromkeys(groups):
             g = self.groups.get(gid)
-            if g is None:
+            if g is None and self.missing_not_found:
+                out[gid] = AdminError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
+            elif g is None:
                 out[gid] = GroupDescription(gid, "Dead", "", "", (), COORDINATOR)
             else:
                 out[gid] = GroupDescription(

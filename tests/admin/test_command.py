@@ -153,6 +153,32 @@ def test_describe_json(admin: FakeAdmin) -> None:
     assert state["groups"][0]["members"] == 2
 
 
+def test_describe_group_not_found_fails_the_command_as_kafka_does(admin: FakeAdmin) -> None:
+    # DescribeGroups v6 (Kafka 4.3): an unknown group is GROUP_ID_NOT_FOUND; Kafka's tool reads every
+    # description before printing, so the whole command fails on it and nothing else is printed.
+    admin.missing_not_found = True
+    r = run(admin, "--describe", "--group", "idle", "--group", "nope", "--members")
+    assert (r.code, r.err) == (0, "")
+    assert r.out == (
+        "\nError: Executing consumer group command failed due to "
+        "org.apache.kafka.common.errors.GroupIdNotFoundException: Group nope not found.\n"
+    )
+
+
+@pytest.mark.parametrize("view", ["offsets", "members", "state"])
+def test_describe_json_group_not_found_is_a_dead_group(admin: FakeAdmin, view: str) -> None:
+    flags = {"offsets": [], "members": ["--members"], "state": ["--state"]}[view]
+    dead = json.loads(run(admin, "--describe", "--group", "nope", *flags, "--output", "json").out)
+    admin.missing_not_found = True
+    doc = json.loads(run(admin, "--describe", "--group", "nope", *flags, "--output", "json").out)
+    (nope,) = doc["groups"]
+    assert (nope["state"], nope["error"]) == ("Dead", "Consumer group 'nope' does not exist.")
+    if view == "state":
+        assert nope["coordinator"] is None
+        del nope["coordinator"], dead["groups"][0]["coordinator"]
+    assert doc == dead
+
+
 def _consumer_protocol_group(admin: FakeAdmin, state: str = "Reconciling") -> None:
     """A KIP-848 group at group epoch 5 whose member c1 still owns orders-1 (epoch 4) that its target
     assignment (epoch 5) gives to c2."""

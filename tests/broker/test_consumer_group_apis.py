@@ -149,7 +149,13 @@ def _join_heartbeat_leave_and_topic_changes(conn: BlockingConnection) -> None:
         ("g", "consumer", "consumer", "Stable")
     ]
     dead = conn.request(DescribeGroupsRequest(groups=["g"]), DescribeGroupsResponse, version=5).groups[0]
-    assert dead.group_state == "Dead"
+    assert (dead.group_state, dead.error_code) == ("Dead", 0)
+    dead = conn.request(DescribeGroupsRequest(groups=["g"]), DescribeGroupsResponse, version=6).groups[0]
+    assert (dead.group_state, dead.error_code, dead.error_message) == (
+        "Dead",
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        "Group g is not a classic group.",
+    )
 
     left = cgh(conn, "a", -1)
     assert (left.error_code, left.member_epoch) == (0, -1)
@@ -190,3 +196,27 @@ def test_offsets_validated_by_member_epoch(conn: BlockingConnection) -> None:
     assert commit(2) is ErrorCode.NONE
     assert fetch(1) == (ErrorCode.STALE_MEMBER_EPOCH, None)
     assert fetch(2) == (ErrorCode.NONE, 42)
+
+
+def test_consumer_group_describe_of_a_classic_group(conn: BlockingConnection) -> None:
+    # Kafka's consumerGroup(): a classic group (here a simple one, made by an Admin-style commit) is not
+    # found, with its own message; the Admin client then falls back to DescribeGroups.
+    create(conn, "t", 1)
+    request = OffsetCommitRequest(
+        group_id="simple",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[OffsetCommitRequestTopic("t", [OffsetCommitRequestPartition(0, 1)])],
+    )
+    assert conn.request(request, OffsetCommitResponse, version=9).topics[0].partitions[0].error_code == 0
+    [simple] = conn.request(
+        ConsumerGroupDescribeRequest(group_ids=["simple"]), ConsumerGroupDescribeResponse, version=1
+    ).groups
+    assert (simple.error_code, simple.error_message) == (
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        "Group simple is not a consumer group.",
+    )
+    [classic] = conn.request(
+        DescribeGroupsRequest(groups=["simple"]), DescribeGroupsResponse, version=6
+    ).groups
+    assert (classic.error_code, classic.error_message, classic.group_state) == (0, None, "Empty")

@@ -58,7 +58,7 @@ EXPECTED_RANGES = {
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
@@ -274,6 +274,19 @@ def test_group_lifecycle_at_the_highest_versions(delayed_broker: BrokerThread) -
         assert {m.group_instance_id for m in group.members} == {None, "inst-b"}
         assert group.authorized_operations == 3400  # Kafka 4.3 without an authorizer
         assert (ghost.group_state, ghost.error_code) == ("Dead", 0)
+        # v6 (KIP-1043): the unknown group is an error, with Kafka's message; the known one is unchanged
+        [group6, ghost6] = a.call(
+            DescribeGroupsRequest(groups=["new", "ghost"], include_authorized_operations=True), 6
+        ).groups
+        assert (group6.group_state, group6.error_code, group6.error_message) == ("Stable", 0, None)
+        assert group6.authorized_operations == 3400
+        assert (ghost6.group_id, ghost6.group_state, ghost6.error_code, ghost6.error_message) == (
+            "ghost",
+            "Dead",
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            "Group ghost not found.",
+        )
+        assert ghost6.authorized_operations == -2147483648
         listed = a.call(ListGroupsRequest(states_filter=["stable"], types_filter=["classic"]), 5)
         assert [(g.group_id, g.group_state, g.group_type) for g in listed.groups] == [
             ("new", "Stable", "classic")

@@ -88,15 +88,6 @@ ALLOWLIST: Final[tuple[Allowed, ...]] = (
     Allowed(
         "ApiVersions",
         (0, 4),
-        "api_keys.15[1]",
-        "api-versions",
-        _NEWER.format(what="DescribeGroups v6 (per-group ErrorMessage)"),
-        kafka=6,
-        regroup=5,
-    ),
-    Allowed(
-        "ApiVersions",
-        (0, 4),
         "api_keys.28[1]",
         "api-versions",
         _NEWER.format(

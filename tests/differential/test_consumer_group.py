@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from differential.conftest import DifferentialRunner
-from differential.dsl import E, Scenario, cgh, consumer_coordinator_sees, consumer_describe
+from differential.dsl import E, Scenario, cgh, consumer_coordinator_sees, consumer_describe, describe, join
 from differential.harness import check_result, params
 
 # The scenarios' topics are created when the pair starts; Kafka's group coordinator sees them only once its
@@ -27,6 +27,9 @@ SCENARIOS = [
             cgh("a", expect=E.NONE),  # a revoked: new epoch
             cgh("b", expect=E.NONE),  # b gets the released partitions
             consumer_describe(),
+            # DescribeGroups describes classic groups only: Dead, and from v6 GROUP_ID_NOT_FOUND "Group g is
+            # not a classic group." (KIP-1043)
+            *[describe(v, state="Dead") for v in (0, 5, 6)],
             cgh("a", epoch=-1, expect=E.NONE),  # leave
             cgh("b", expect=E.NONE),  # b takes everything at the next epoch
             cgh("b", epoch=-1, expect=E.NONE),
@@ -43,6 +46,8 @@ SCENARIOS = [
             cgh("x", epoch=2, expect=E.UNKNOWN_MEMBER_ID),
             cgh("a", epoch=0, names=None, expect=E.INVALID_REQUEST),
             consumer_describe(groups=(None, "other", "")),
+            join("p", group="classic", expect=E.MEMBER_ID_REQUIRED),  # an Empty classic group
+            consumer_describe(groups=("classic",)),  # "Group … is not a consumer group."
         ],
     ),
 ]

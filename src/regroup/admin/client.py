@@ -473,11 +473,14 @@ class AdminClient:
     async def _per_coordinator(
         self,
         groups: Sequence[str],
-        call: Callable[[Connection, list[str], _Deadline], Awaitable[dict[str, T | ErrorCode]]],
+        call: Callable[
+            [Connection, list[str], _Deadline], Awaitable[Mapping[str, T | ErrorCode | AdminError]]
+        ],
         what: str,
     ) -> dict[str, T | AdminError]:
         """Send ``call`` to each group's coordinator with its groups, re-finding coordinators and retrying
-        groups whose answer is a coordinator error (moved, loading, not available)."""
+        groups whose answer is a coordinator error (moved, loading, not available); an ``AdminError``
+        answer (an error with the broker's message) is final."""
         deadline = self._deadline()
         out: dict[str, T | AdminError] = {}
         wanted = list(dict.fromkeys(groups))
@@ -588,9 +591,13 @@ class AdminClient:
         self, groups: Sequence[str], *, consumer_only: bool = True
     ) -> dict[str, GroupDescription | AdminError]:
         """Describe groups as the 4.x Admin does: ConsumerGroupDescribe where the broker has it, and
-        DescribeGroups for classic groups (and brokers without it). Unknown groups come back with state
-        ``Dead``. With ``consumer_only`` a classic group of another protocol type is an error."""
+        DescribeGroups for classic groups (and brokers without it). An unknown group is a GROUP_ID_NOT_FOUND
+        error from DescribeGroups v6 (KIP-1043; with ConsumerGroupDescribe's message when that said
+        GROUP_ID_NOT_FOUND first, as the Admin prefers it), and comes back with state ``Dead`` from older
+        versions. With ``consumer_only`` a classic group of another protocol type is an error."""
         wanted = list(dict.fromkeys(groups))
+        # ConsumerGroupDescribe's GROUP_ID_NOT_FOUND messages (Kafka's groupIdNotFoundErrorMessages).
+        not_found: dict[str, str | None] = {}
 
         async def consumer_describe(
             conn: Connection, names: list[str], deadline: _Deadline
@@ -631,14 +638,18 @@ class AdminClient:
                     )
                 elif code in _COORDINATOR_RETRIABLE:
                     out[g.group_id] = code
+                elif code is ErrorCode.GROUP_ID_NOT_FOUND:
+                    not_found[g.group_id] = g.error_message
                 # GROUP_ID_NOT_FOUND (a classic or unknown group) and anything else: ask DescribeGroups.
             return out
 
         async def call(
             conn: Connection, names: list[str], deadline: _Deadline
-        ) -> dict[str, GroupDescription | ErrorCode]:
+        ) -> dict[str, GroupDescription | ErrorCode | AdminError]:
             first = await consumer_describe(conn, names, deadline)
-            out: dict[str, GroupDescription | ErrorCode] = {g: r for g, r in first.items() if r is not None}
+            out: dict[str, GroupDescription | ErrorCode | AdminError] = {
+                g: r for g, r in first.items() if r is not None
+            }
             classic = [g for g, r in first.items() if r is None]
             if not classic:
                 return out
@@ -650,6 +661,10 @@ class AdminClient:
                     continue
                 code = ErrorCode.from_code(g.error_code)
                 node = self._coordinators.get(g.group_id)
+                if code is ErrorCode.GROUP_ID_NOT_FOUND:  # v6+: the group does not exist
+                    message = not_found.get(g.group_id, g.error_message)  # the stored one even if None
+                    out[g.group_id] = AdminError(code, message)
+                    continue
                 if code is not ErrorCode.NONE or node is None:
                     out[g.group_id] = code if code is not ErrorCode.NONE else ErrorCode.NOT_COORDINATOR
                     continue

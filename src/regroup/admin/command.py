@@ -279,17 +279,27 @@ class GroupsCommand:
 
     # -------------------------------------------------------------------------------- --describe
 
-    async def _describe_all(self) -> list[tuple[str, GroupDescription | str]]:
+    async def _describe_all(self) -> list[tuple[str, GroupDescription | str | AdminError]]:
         """Each group in scope (sorted, as Kafka's TreeMap) with its description or an error text for
-        groups that cannot be described as consumer groups."""
+        groups that cannot be described as consumer groups.
+
+        A group the broker reports as not found (DescribeGroups v6+, KIP-1043) fails the command as in
+        Kafka's tool, which reads every future of ``describedGroups()`` (a HashMap copy) and stops at the
+        first failed one; older brokers describe it as Dead instead, printed per group. ``--output json``
+        keeps a per-group entry for it (the AdminError; the JSON of a Dead group)."""
         group_ids = await self._groups_in_scope()
         described = await self.admin.describe_groups(group_ids)
-        out: list[tuple[str, GroupDescription | str]] = []
+        if not self.json:
+            for group in hashmap_order(list(described), java_string_hash, copied=True):
+                d = described[group]
+                if isinstance(d, AdminError):
+                    raise CommandFailed(d.java)
+        out: list[tuple[str, GroupDescription | str | AdminError]] = []
         for group in sorted(described, key=java_order):
             d = described[group]
             if isinstance(d, AdminError):
                 if d.code is ErrorCode.GROUP_ID_NOT_FOUND:
-                    out.append((group, f"Consumer group '{group}' does not exist."))
+                    out.append((group, d))
                     continue
                 raise CommandFailed(d.java)
             if d.protocol_type not in _CONSUMER_PROTOCOL_TYPES and d.state != "Dead":
@@ -326,6 +336,9 @@ class GroupsCommand:
         if view == "offsets":
             rows_by_group = await self._offset_rows([d for _, d in groups if isinstance(d, GroupDescription)])
         for group, d in groups:
+            if isinstance(d, AdminError):  # not found (JSON only): as a Dead group
+                docs.append(_missing_json(group, view))
+                continue
             if isinstance(d, str):
                 if self.json:
                     docs.append({"group": group, "state": None, "error": d})
@@ -932,6 +945,29 @@ def _member_rows(d: GroupDescription) -> list[MemberRow]:
 
 def _dead(d: GroupDescription) -> str | None:
     return f"Consumer group '{d.group_id}' does not exist." if d.state == "Dead" else None
+
+
+def _missing_json(group: str, view: str) -> dict[str, Any]:
+    """The JSON of a group the broker reports as not found: what a Dead group (an older broker's answer)
+    gives, with no coordinator."""
+    doc: dict[str, Any] = {
+        "group": group,
+        "state": "Dead",
+        "error": f"Consumer group '{group}' does not exist.",
+    }
+    if view == "offsets":
+        doc["partitions"] = []
+    elif view == "members":
+        doc["members"] = []
+    else:
+        doc |= {
+            "coordinator": None,
+            "assignment_strategy": None,
+            "members": 0,
+            "group_epoch": None,
+            "target_assignment_epoch": None,
+        }
+    return doc
 
 
 def _state_json(d: GroupDescription, info: GroupInformation) -> dict[str, Any]:

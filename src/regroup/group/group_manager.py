@@ -1007,6 +1007,15 @@ class GroupManager:
     def describe_group(self, group_id: str, api_version: int) -> DescribedGroup:
         group = self._groups.get(group_id)
         if group is None:
+            # Kafka: Dead and no error before v6; from v6 (KIP-1043) also GROUP_ID_NOT_FOUND with the
+            # GroupIdNotFoundException's message.
+            if api_version >= 6:
+                return DescribedGroup(
+                    group_id=group_id,
+                    group_state=GroupState.DEAD.value,
+                    error_code=ErrorCode.GROUP_ID_NOT_FOUND.value,
+                    error_message=f"Group {group_id} not found.",
+                )
             return DescribedGroup(group_id=group_id, group_state=GroupState.DEAD.value)
         stable = group.is_in(GroupState.STABLE) and group.protocol_name is not None
         return DescribedGroup(

@@ -510,13 +510,26 @@ class GroupShard(CoordinatorShard):
     def describe_group(self, group_id: str, api_version: int) -> DescribedGroup:
         if self._consumer_groups.group(group_id) is not None:
             # Kafka: "Group X is not a classic group." — as an error from v6, a plain Dead group before.
-            error = ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 6 else ErrorCode.NONE
-            return DescribedGroup(group_id=group_id, group_state="Dead", error_code=error.value)
+            if api_version >= 6:
+                return DescribedGroup(
+                    group_id=group_id,
+                    group_state="Dead",
+                    error_code=ErrorCode.GROUP_ID_NOT_FOUND.value,
+                    error_message=f"Group {group_id} is not a classic group.",
+                )
+            return DescribedGroup(group_id=group_id, group_state="Dead")
         return self._groups.describe_group(group_id, api_version)
 
     def consumer_group_describe(
         self, group_id: str, api_version: int, topics: TopicsImage
     ) -> ConsumerGroupDescribedGroup:
+        if group_id and self._groups.group(group_id) is not None:
+            # Kafka's consumerGroup(): a classic group is not found, with its own message.
+            return ConsumerGroupDescribedGroup(
+                group_id=group_id,
+                error_code=ErrorCode.GROUP_ID_NOT_FOUND.value,
+                error_message=f"Group {group_id} is not a consumer group.",
+            )
         return self._consumer_groups.describe(group_id, topics)
 
     def list_groups(

@@ -191,15 +191,7 @@ API_INFO: dict[ApiKey, ApiInfo] = {
         ApiKey.SYNC_GROUP, "SyncGroup", "sync_group", 0, 5, 4, None, False, ("zkBroker", "broker")
     ),
     ApiKey.DESCRIBE_GROUPS: ApiInfo(
-        ApiKey.DESCRIBE_GROUPS,
-        "DescribeGroups",
-        "describe_groups",
-        0,
-        5,
-        5,
-        None,
-        False,
-        ("zkBroker", "broker"),
+        ApiKey.DESCRIBE_GROUPS, "DescribeGroups", "describe_groups", 0, 6, 5, None, False, ("broker",)
     ),
     ApiKey.LIST_GROUPS: ApiInfo(
         ApiKey.LIST_GROUPS, "ListGroups", "list_groups", 0, 5, 3, None, False, ("zkBroker", "broker")

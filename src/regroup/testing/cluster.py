@@ -195,7 +195,8 @@ class Cluster:
         self.wait_for(done, timeout, what=f"the ISR of {topic}-{partition}")
 
     def describe_group(self, group_id: str) -> GroupDescription:
-        """The group as its coordinator describes it (DescribeGroups)."""
+        """The group as its coordinator describes it (DescribeGroups); a group that does not exist raises
+        ``AdminError`` GROUP_ID_NOT_FOUND (DescribeGroups v6; older brokers describe it as Dead)."""
         described = self._admin(lambda admin: admin.describe_groups([group_id], consumer_only=False))
         found = described[group_id]
         if isinstance(found, AdminError):

@@ -1,4 +1,8 @@
-"""DescribeGroups (key 15) v0-5: each group from its coordinator partition, in request order.
+"""DescribeGroups (key 15) v0-6: each group from its coordinator partition, in request order.
+
+A group that does not exist (or is a consumer-protocol group, which DescribeGroups does not describe) is
+answered Dead; from v6 (KIP-1043) also with GROUP_ID_NOT_FOUND and Kafka's message ("Group g not found.",
+"Group g is not a classic group."), before v6 without an error.
 
 With ``IncludeAuthorizedOperations`` (v3+), a described group reports every operation a group resource
 supports (READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS — group configs exist since Kafka 4.0),
@@ -36,4 +40,4 @@ async def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> Describ
 
 
 def register(registry: HandlerRegistry) -> None:
-    registry.register(ApiKey.DESCRIBE_GROUPS, 0, 5, handle)
+    registry.register(ApiKey.DESCRIBE_GROUPS, 0, 6, handle)
