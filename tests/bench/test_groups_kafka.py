@@ -63,6 +63,15 @@ def test_static_roll(kafka_broker: BenchTarget) -> None:
     assert metrics[("static-roll", "rebalances caused")] == 0
 
 
+def test_consumer_protocol_formation_and_join(kafka_broker: BenchTarget) -> None:
+    # The shared broker keeps the reference configuration's 0.5 s consumer heartbeat interval.
+    formed = _ok(run_scenario("formation", kafka_broker, tiny(members=4, groups=1, protocol="consumer")))
+    assert formed[("formation", "first heartbeat → group stable")] is not None
+    joined = _ok(run_scenario("join-latency", kafka_broker, tiny(members=3, rounds=1, protocol="consumer")))
+    assert joined[("join", "members added")] == 1
+    assert joined[("join", "join → its partitions p50")] is not None
+
+
 def test_failover_restarts_the_broker_on_its_data(kafka_broker: BenchTarget) -> None:
     # One restart (no baseline) keeps the test short; the replay rate needs the baseline.
     metrics = _ok(run_scenario("failover", kafka_broker, tiny(groups=3, offsets=30, baseline=False)))

@@ -1,5 +1,6 @@
 """Command-line wiring of the group-coordinator benchmarks: ``regroup bench formation|heartbeat|commit|
-failover|churn|static-roll|memory``. Scenario code is imported only when a scenario runs."""
+failover|churn|static-roll|memory|join-latency``; formation, heartbeat and join-latency also with
+``--protocol consumer`` (KIP-848 members). Scenario code is imported only when a scenario runs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,16 @@ its data in a temporary directory. --against kafka also runs the scenario on the
 (one broker alive at a time) and adds a ratio column, first broker / second broker. Started brokers get
 group.initial.rebalance.delay.ms=0, group.min.session.timeout.ms=1000, group.max.session.timeout.ms=
 1800000, offsets.topic.num.partitions=50 (change with --broker-config). Progress goes to stderr.
+"""
+
+_CONSUMER_EPILOG = """
+--protocol consumer: members speak KIP-848 (ConsumerGroupHeartbeat; join with epoch 0, reconcile
+at once, acknowledge with their owned partitions) on a topic the run creates, and a group is stable when
+every member is at the group epoch with its target assignment (confirmed by ConsumerGroupDescribe). The
+broker decides session and heartbeat interval in this protocol, so started brokers also get
+group.consumer.session.timeout.ms=--session-timeout-ms, group.consumer.heartbeat.interval.ms=
+--heartbeat-interval-ms (min/max bounds widened to admit them) and group.consumer.assignment.interval.ms=
+1000 (Kafka 4.3's default).
 """
 
 _SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -43,12 +54,20 @@ _SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
         "roll S static members (group.instance.id) one by one: rebalances caused and restart latency",
         {"members": 100},
     ),
+    "join-latency": (
+        "a group of N members formed, then one more member joins (R times): time until it holds "
+        "partitions and until the group is stable again",
+        {"members": 1000, "groups": 1},
+    ),
     "memory": (
         "broker memory per idle member (M members in G groups, only heartbeating) and per committed offset "
         "(Y offsets of simple groups, P partitions each): RSS for regroup, heap after a full GC for Kafka",
         {"members": 10_000, "groups": 10, "offsets": 200_000, "partitions": 1000},
     ),
 }
+
+
+_PROTOCOL_SCENARIOS = ("formation", "heartbeat", "join-latency")
 
 
 def _rates(text: str) -> list[float]:
@@ -112,7 +131,7 @@ def add_scenarios(bench_subparsers: Any) -> None:
             name,
             help=summary,
             description=summary[0].upper() + summary[1:] + ".",
-            epilog=_COMMON_EPILOG,
+            epilog=_COMMON_EPILOG + (_CONSUMER_EPILOG if name in _PROTOCOL_SCENARIOS else ""),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         _add_common(p)
@@ -132,6 +151,24 @@ def add_scenarios(bench_subparsers: Any) -> None:
                 default=defaults["members"],
                 help=f"members (default: {defaults['members']})",
             )
+        if name in _PROTOCOL_SCENARIOS:
+            p.add_argument(
+                "--protocol",
+                choices=["classic", "consumer"],
+                default="classic",
+                help="the members' group protocol: classic (JoinGroup/SyncGroup) or consumer (KIP-848) "
+                "(default: classic)",
+            )
+        if name in ("formation", "join-latency"):
+            p.add_argument(
+                "--partitions",
+                type=int,
+                default=0,
+                help="partitions of the subscribed topic per group (default: one per member; join-latency: "
+                "two per member)",
+            )
+        if name == "join-latency":
+            p.add_argument("--rounds", type=int, default=3, help="members added one after the other (3)")
         if name in ("formation", "heartbeat", "commit", "failover", "memory"):
             p.add_argument(
                 "--groups",

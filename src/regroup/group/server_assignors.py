@@ -11,6 +11,7 @@ Both are deterministic (ties broken by member id and partition), as tests and re
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -71,6 +72,8 @@ class UniformAssignor:
         if not members:
             return {}
         order = sorted(members)
+        if len({members[m].subscribed_topic_ids for m in order}) == 1:
+            return self._assign_homogeneous(members, order, topics)
         eligible: dict[TopicPartition, list[str]] = {}
         for member_id in order:
             for topic_id in sorted(members[member_id].subscribed_topic_ids):
@@ -99,6 +102,33 @@ class UniformAssignor:
             owned[target].add(tp)
 
         self._balance(owned, eligible, None if homogeneous else _HETEROGENEOUS_BALANCE_PASSES)
+        return {m: frozenset(ps) for m, ps in owned.items()}
+
+    def _assign_homogeneous(
+        self, members: Mapping[str, MemberSpec], order: list[str], topics: TopicsImage
+    ) -> dict[str, Partitions]:
+        """Every member subscribes to the same topics: the general path's result without its per-partition
+        list of every member (O(partitions × members)). The same stickiness and quota trim; each unassigned
+        partition, in partition order, to the least-loaded member (ties by member id) from a heap; the
+        result is then balanced (max − min ≤ 1), where the general path's balancing moves nothing."""
+        subscribed = members[order[0]].subscribed_topic_ids
+        partitions = [tp for topic_id in sorted(subscribed) for tp in _topic_partitions(topic_id, topics)]
+        valid = set(partitions)
+        owned: dict[str, set[TopicPartition]] = {m: set() for m in order}
+        taken: set[TopicPartition] = set()
+        for member_id in order:
+            for tp in sorted(members[member_id].current):
+                if tp in valid and tp not in taken:
+                    owned[member_id].add(tp)
+                    taken.add(tp)
+        self._trim_to_quota(owned, len(partitions))
+        taken = set().union(*owned.values())
+        loads = [(len(owned[m]), m) for m in order]
+        heapq.heapify(loads)
+        for tp in sorted(tp for tp in partitions if tp not in taken):
+            load, member_id = heapq.heappop(loads)
+            owned[member_id].add(tp)
+            heapq.heappush(loads, (load + 1, member_id))
         return {m: frozenset(ps) for m, ps in owned.items()}
 
     @staticmethod

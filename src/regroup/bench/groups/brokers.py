@@ -39,6 +39,7 @@ from regroup.protocol.messages.describe_configs import (
 from regroup.protocol.messages.metadata import MetadataRequest, MetadataResponse
 
 __all__ = [
+    "CONSUMER_SETTINGS",
     "FAIR_CONFIG",
     "REPORTED_SETTINGS",
     "BenchTarget",
@@ -80,6 +81,16 @@ REPORTED_SETTINGS: Final = (
     "offsets.topic.num.partitions",
     "group.coordinator.append.linger.ms",
     "log.flush.interval.messages",
+)
+
+# Reported besides, when members speak the consumer protocol (KIP-848).
+CONSUMER_SETTINGS: Final = (
+    "group.coordinator.rebalance.protocols",
+    "group.consumer.max.size",
+    "group.consumer.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
+    "group.consumer.assignment.interval.ms",
+    "group.consumer.assignors",
 )
 
 _READY = re.compile(r"ready on (\S+):(\d+) ")

@@ -16,6 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from regroup.bench.groups.wire import JoinLanes, Versions, Wire, connect
 from regroup.client.assignors import RangeAssignor
@@ -47,7 +48,16 @@ from regroup.protocol.messages.leave_group import LeaveGroupResponse
 from regroup.protocol.messages.offset_fetch import OffsetFetchResponse
 from regroup.protocol.messages.sync_group import SyncGroupResponse
 
-__all__ = ["TOPIC", "Fleet", "ObservedGeneration", "RebalanceTracker", "Route", "SimMember", "open_fleet"]
+__all__ = [
+    "TOPIC",
+    "Fleet",
+    "FleetMember",
+    "ObservedGeneration",
+    "RebalanceTracker",
+    "Route",
+    "SimMember",
+    "open_fleet",
+]
 
 TOPIC = "bench-topic"  # what members subscribe to unless a scenario creates a topic of its own
 _RETRY_COORDINATOR = (
@@ -117,6 +127,23 @@ class RebalanceTracker:
                 listener(rec)
 
 
+class FleetMember(Protocol):
+    """What the fleet needs of a member, classic (:class:`SimMember`) or consumer-protocol
+    (:class:`regroup.bench.groups.consumer.ConsumerMember`): where to send, and how to stop."""
+
+    index: int
+    wire: Wire
+    lanes: JoinLanes
+
+    @property
+    def group_id(self) -> str: ...
+
+    def on_coordinator(self, answer: CoordinatorAnswer, now_ms: int) -> None:
+        """FindCoordinator named the group's coordinator (the member's wire is already routed)."""
+
+    def stop(self) -> None: ...
+
+
 @dataclass(slots=True)
 class Route:
     """The connections to one broker: shared pipelined ones and join lanes."""
@@ -144,9 +171,11 @@ class Fleet:
         self.lanes = lanes
         self.tracker = RebalanceTracker()
         self.errors: collections.Counter[str] = collections.Counter()
+        # Per group: consumer-protocol member state changes (epoch, assignment, acknowledgement).
+        self.changes: collections.Counter[str] = collections.Counter()
         self.first_join_sent: float | None = None
-        self.members: list[SimMember] = []
-        self.by_group: dict[str, list[SimMember]] = {}
+        self.members: list[FleetMember] = []
+        self.by_group: dict[str, list[FleetMember]] = {}
         self.bootstrap_route = Route(fast, lanes)
         self._routes: dict[tuple[str, int], Route] = {(host, port): self.bootstrap_route}
         self._routed: dict[tuple[str, int], set[int]] = {}
@@ -213,7 +242,7 @@ class Fleet:
                 else:
                     await self.route_group(group_id, answer.host, answer.port)
                     for m in self.by_group.get(group_id, ()):
-                        m.membership.on_find_coordinator(answer, self.now_ms())
+                        m.on_coordinator(answer, self.now_ms())
             pending = retry
             if pending:
                 if time.monotonic() > deadline:
@@ -379,6 +408,9 @@ class SimMember:
                 self._schedule_heartbeat()
         finally:
             self._join_task = None
+
+    def on_coordinator(self, answer: CoordinatorAnswer, now_ms: int) -> None:
+        self.membership.on_find_coordinator(answer, now_ms)
 
     def know_coordinator(self, other: SimMember) -> None:
         """Take the coordinator ``other`` found (the same group on a single node)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import json
 import math
 import os
@@ -22,7 +23,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from regroup.bench.groups.brokers import (
+    CONSUMER_SETTINGS,
     FAIR_CONFIG,
+    REPORTED_SETTINGS,
     BenchTarget,
     BenchTargetError,
     ExternalBroker,
@@ -32,6 +35,7 @@ from regroup.bench.groups.brokers import (
     settled_rss,
     start_broker,
 )
+from regroup.bench.groups.consumer import ConsumerMember, describe_stable, settled
 from regroup.bench.groups.load import (
     PhaseMeter,
     PhaseStats,
@@ -56,13 +60,30 @@ from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.javahash import group_partition
 from regroup.protocol.message import Message
+from regroup.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from regroup.protocol.messages.create_topics import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from regroup.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic, MetadataResponse
 from regroup.protocol.messages.offset_commit import OffsetCommitResponse
 from regroup.protocol.messages.offset_fetch import OffsetFetchResponse
 
-__all__ = ["FAKE_SCENARIOS", "SCENARIOS", "Params", "ScenarioError", "params_from", "run", "run_scenario"]
+__all__ = [
+    "FAKE_SCENARIOS",
+    "PROTOCOLS",
+    "SCENARIOS",
+    "Params",
+    "ScenarioError",
+    "consumer_broker_config",
+    "params_from",
+    "run",
+    "run_scenario",
+]
+
+# The group protocols members can speak: classic (JoinGroup/SyncGroup/Heartbeat) and consumer (KIP-848).
+PROTOCOLS: Final = ("classic", "consumer")
 
 _LOADING = (
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -81,6 +102,8 @@ class Params:
 
     # Nodes of the cluster the benchmark starts (1: a single broker); groups spread over their coordinators.
     nodes: int = 1
+    # The members' group protocol: classic, or consumer (KIP-848 ConsumerGroupHeartbeat).
+    protocol: str = "classic"
     members: int = 100
     groups: int = 1
     # Partitions of the subscribed topic per group (0: one per member); for commit, per committer.
@@ -146,7 +169,8 @@ async def _fleet(ctx: Ctx, join_lanes: int) -> Fleet:
         f"connecting {ctx.params.connections} pipelined connections and {join_lanes} join lanes"
     )
     fleet = await open_fleet(ctx.broker.bootstrap, ctx.params.connections, join_lanes)
-    ctx.result.settings = await describe_settings(fleet.fast[0])
+    keys = REPORTED_SETTINGS + (CONSUMER_SETTINGS if ctx.params.protocol == "consumer" else ())
+    ctx.result.settings = await describe_settings(fleet.fast[0], keys)
     return fleet
 
 
@@ -277,6 +301,208 @@ async def _phases(
     _phase_metrics(ctx, "saturation", stats, unit, None, per_request)
 
 
+# ---------------------------------------------------------------------------- consumer protocol (KIP-848)
+
+
+def consumer_broker_config(params: Params) -> dict[str, str]:
+    """The consumer-protocol settings given to every started broker when members speak KIP-848: the
+    broker, not the member, decides session and heartbeat interval, so the members' --session-timeout-ms
+    and --heartbeat-interval-ms become ``group.consumer.*`` (with bounds that admit them). The target
+    assignment is recomputed at most once a second, Kafka 4.3's default (KIP-1263), on both brokers."""
+    session, interval = params.session_timeout_ms, params.heartbeat_interval_ms
+    return {
+        "group.consumer.session.timeout.ms": str(session),
+        "group.consumer.min.session.timeout.ms": str(min(1000, session)),
+        "group.consumer.max.session.timeout.ms": str(max(60000, session)),
+        "group.consumer.heartbeat.interval.ms": str(interval),
+        "group.consumer.min.heartbeat.interval.ms": str(min(500, interval)),
+        "group.consumer.max.heartbeat.interval.ms": str(max(15000, interval)),
+        "group.consumer.assignment.interval.ms": "1000",
+    }
+
+
+def _consumers(ctx: Ctx, fleet: Fleet, group_of: Sequence[str], topic: str) -> list[ConsumerMember]:
+    return [
+        ConsumerMember(fleet, len(fleet.members), group_id, topic, ctx.params.rebalance_timeout_ms)
+        for group_id in group_of
+    ]
+
+
+async def _consumer_topic(ctx: Ctx, fleet: Fleet, partitions: int) -> None:
+    """The topic the consumer-protocol members subscribe to: the coordinator assigns the partitions of
+    topics that exist."""
+    ctx.progress.note(f"creating topic {ctx.topic} with {partitions} partitions")
+    await _create_topic(fleet.fast[0], ctx.topic, partitions, ctx.params.timeout)
+
+
+async def _until_stable(
+    ctx: Ctx,
+    fleet: Fleet,
+    groups: Mapping[str, Sequence[ConsumerMember]],
+    partitions: int,
+    what: str,
+    extra: Callable[[], bool] | None = None,
+) -> float:
+    """Wait until every group in ``groups`` is stable: first as its members see it (:func:`settled`),
+    then confirmed by the coordinator (ConsumerGroupDescribe, not timed: at most every 0.2 s per group).
+    Returns the time of the last member response that changed a member's epoch, assignment or
+    acknowledgement, the moment the slowest group became stable. ``extra`` must hold too."""
+    stable: dict[str, float] = {}
+    checked: dict[str, float] = {}
+    why: dict[str, str] = {}
+    every = [m for ms in groups.values() for m in ms]
+
+    def status() -> str:
+        reconciled = sum(1 for m in every if m.reconciled)
+        epochs = {m.epoch for m in every}
+        detail = f"; {next(iter(why.values()))}" if why else ""
+        return (
+            f"{what}: {reconciled}/{len(every)} members reconciled, epochs {min(epochs)}..{max(epochs)}, "
+            f"{len(stable)}/{len(groups)} groups stable{detail}"
+        )
+
+    async def wait() -> None:
+        seen: dict[str, int] = {}
+        candidate: dict[str, bool] = {}
+        while len(stable) < len(groups) or (extra is not None and not extra()):
+            fatal = next((m.fatal for m in every if m.fatal is not None), None)
+            if fatal is not None:
+                raise ScenarioError(f"a member failed: {fatal.name}")
+            now = time.perf_counter()
+            for group_id, members in groups.items():
+                changes = fleet.changes[group_id]
+                if group_id in stable:
+                    continue
+                # The members' view is re-evaluated only when one of them changed.
+                if seen.get(group_id) != changes:
+                    seen[group_id] = changes
+                    candidate[group_id] = settled(members, partitions)
+                if not candidate[group_id]:
+                    continue
+                if now - checked.get(group_id, 0.0) < 0.2:
+                    continue
+                checked[group_id] = now
+                ok, reason = await describe_stable(fleet, group_id, len(members))
+                if ok and fleet.changes[group_id] == changes:
+                    stable[group_id] = max(m.changed_at for m in members)
+                    why.pop(group_id, None)
+                else:
+                    why[group_id] = reason
+            await asyncio.sleep(0.01)
+
+    try:
+        async with ctx.progress.watch(status):
+            await asyncio.wait_for(wait(), ctx.params.timeout)
+    except TimeoutError:
+        raise ScenarioError(f"{status()} after {ctx.params.timeout:g} s") from None
+    return max(stable.values())
+
+
+def _by_group(members: Iterable[ConsumerMember]) -> dict[str, list[ConsumerMember]]:
+    out: dict[str, list[ConsumerMember]] = {}
+    for m in members:
+        out.setdefault(m.group_id, []).append(m)
+    return out
+
+
+async def _form_consumers(
+    ctx: Ctx, fleet: Fleet, members: Sequence[ConsumerMember], partitions: int, what: str
+) -> tuple[float, float]:
+    """Start ``members`` at once (their first heartbeats leave together) and wait until every group is
+    stable; returns (first heartbeat sent, stable)."""
+    groups = _by_group(members)
+    await fleet.find_coordinators(groups)
+    for m in members:
+        m.start()
+    first = min(m.first_sent or math.inf for m in members)
+    end = await _until_stable(ctx, fleet, groups, partitions, what)
+    return first, end
+
+
+def _group_partitions(p: Params, per_member: int = 1) -> int:
+    """Partitions of the subscribed topic: --partitions, else ``per_member`` per member of a group."""
+    return p.partitions or per_member * math.ceil(p.members / p.groups)
+
+
+async def _consumer_formation(ctx: Ctx) -> None:
+    p = ctx.params
+    partitions = _group_partitions(p)
+    fleet = await _fleet(ctx, 0)
+    try:
+        await _consumer_topic(ctx, fleet, partitions)
+        members = _consumers(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "formation")), ctx.topic)
+        with PhaseMeter(ctx.broker) as cpu:
+            first, end = await _form_consumers(ctx, fleet, members, partitions, "formation")
+        assigned = [m.first_assigned_at for m in members if m.first_assigned_at is not None]
+        r = ctx.result
+        r.add("formation", "first heartbeat → group stable", end - first, "s")
+        if len(assigned) == len(members):
+            r.add("formation", "first heartbeat → last member's first partitions", max(assigned) - first, "s")
+        r.add("formation", "member epoch at the end (max)", max(m.epoch for m in members), "count")
+        r.add("formation", "heartbeats (mean)", statistics.fmean(m.sent for m in members), "per member")
+        r.add(
+            "formation",
+            "revocations (mean)",
+            statistics.fmean(m.revocations for m in members),
+            "per member",
+        )
+        r.add(
+            "formation",
+            "heartbeat interval (from the broker)",
+            members[0].interval * 1000,
+            "ms",
+            compare=False,
+        )
+        r.add("formation", "partitions per group", partitions, "count", compare=False)
+        r.add("formation", "generator CPU", cpu.generator_pct, "% of a core", compare=False)
+        r.add("formation", "broker CPU", cpu.broker_pct, "% of a core")
+        if cpu.broker_seconds is not None:
+            r.add("formation", "broker CPU time", cpu.broker_seconds, "s")
+        _loop_lag_metrics(ctx, "formation", cpu.loop_lag)
+        _errors(ctx, fleet, "formation")
+    finally:
+        fleet.close()
+
+
+async def _consumer_heartbeat(ctx: Ctx) -> None:
+    p = ctx.params
+    partitions = _group_partitions(p)
+    fleet = await _fleet(ctx, 0)
+    try:
+        await _consumer_topic(ctx, fleet, partitions)
+        members = _consumers(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "heartbeat")), ctx.topic)
+        await _form_consumers(ctx, fleet, members, partitions, "forming groups")
+        _errors(ctx, fleet, "setup")
+        for m in members:
+            m.set_heartbeats(False)
+        await asyncio.sleep(0.2)
+        # Steady state: the member's epoch and nothing else (Java sends the rest only when it changes).
+        requests = [
+            ConsumerGroupHeartbeatRequest(group_id=m.group_id, member_id=m.member_id, member_epoch=m.epoch)
+            for m in members
+        ]
+        wires = [m.wire for m in members]
+        errors = fleet.errors
+
+        def send(i: int, done: Callable[[bool, float], None]) -> None:
+            def answered(result: Message | BaseException, rtt: float) -> None:
+                if isinstance(result, ConsumerGroupHeartbeatResponse):
+                    if result.error_code == 0:
+                        done(True, rtt)
+                        return
+                    errors[ErrorCode.from_code(result.error_code).name] += 1
+                else:
+                    errors[type(result).__name__] += 1
+                done(False, rtt)
+
+            wires[i].send(requests[i], answered)
+
+        await _phases(ctx, len(members), send, "heartbeats/s", "heartbeats")
+        _errors(ctx, fleet, "measured")
+    finally:
+        fleet.close()
+
+
 # ------------------------------------------------------------------------------------------ formation
 
 
@@ -285,6 +511,9 @@ async def formation(ctx: Ctx) -> None:
     generation that holds every member (per group; the slowest group counts)."""
     p = ctx.params
     _check(p)
+    if p.protocol == "consumer":
+        await _consumer_formation(ctx)
+        return
     fleet = await _fleet(ctx, p.members)
     try:
         members = _members(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "formation")))
@@ -338,6 +567,9 @@ async def heartbeat(ctx: Ctx) -> None:
                 f"rate {rate:g}/s heartbeats each of {p.members} members every {p.members / rate:.1f} s, "
                 f"more than half the session timeout ({p.session_timeout_ms} ms)"
             )
+    if p.protocol == "consumer":
+        await _consumer_heartbeat(ctx)
+        return
     fleet = await _fleet(ctx, p.members)
     try:
         members = _members(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "heartbeat")))
@@ -774,6 +1006,139 @@ async def static_roll(ctx: Ctx) -> None:
         fleet.close()
 
 
+# --------------------------------------------------------------------------------------- join latency
+
+
+def _join_rows(ctx: Ctx, assigned: list[float], stable: list[float], cpu: list[PhaseMeter]) -> None:
+    r = ctx.result
+    phase = "join"
+    r.add(phase, "members added", len(assigned), "count", compare=False)
+    r.add(phase, "join → its partitions p50", _ms(percentile(assigned, 0.5)), "ms")
+    r.add(phase, "join → its partitions max", _ms(max(assigned)), "ms")
+    r.add(phase, "join → group stable p50", _ms(percentile(stable, 0.5)), "ms")
+    r.add(phase, "join → group stable max", _ms(max(stable)), "ms")
+    seconds = [c.broker_seconds for c in cpu]
+    if all(x is not None for x in seconds):
+        r.add(phase, "broker CPU per join", statistics.fmean(x or 0.0 for x in seconds) * 1000, "ms")
+    wall = sum(c.wall for c in cpu)
+    if wall > 0:
+        r.add(
+            phase,
+            "generator CPU",
+            100 * sum(c.generator_seconds for c in cpu) / wall,
+            "% of a core",
+            compare=False,
+        )
+
+
+async def join_latency(ctx: Ctx) -> None:
+    """A group of N members formed; then, ``rounds`` times, one member more joins: time from its first
+    request until it holds a non-empty assignment, and until the group is stable again. The subscribed
+    topic has two partitions per member unless --partitions says otherwise, so the newcomer's partitions
+    come from members that must give them up first."""
+    p = ctx.params
+    if p.members < 1 or p.rounds < 1:
+        raise ScenarioError("need at least one member and one round")
+    partitions = p.partitions or 2 * p.members
+    if partitions < p.members + p.rounds:
+        raise ScenarioError(f"{partitions} partitions leave the last newcomer without one")
+    group_id = ctx.group_ids(1, "join")[0]
+    if p.protocol == "consumer":
+        await _consumer_join_latency(ctx, group_id, partitions)
+    else:
+        await _classic_join_latency(ctx, group_id, partitions)
+
+
+async def _consumer_join_latency(ctx: Ctx, group_id: str, partitions: int) -> None:
+    p = ctx.params
+    fleet = await _fleet(ctx, 0)
+    try:
+        await _consumer_topic(ctx, fleet, partitions)
+        live = _consumers(ctx, fleet, [group_id] * p.members, ctx.topic)
+        await _form_consumers(ctx, fleet, live, partitions, f"forming a group of {p.members}")
+        _errors(ctx, fleet, "setup")
+        assigned: list[float] = []
+        stable: list[float] = []
+        meters: list[PhaseMeter] = []
+        for n in range(p.rounds):
+            await fleet.find_coordinators([group_id])  # untimed: a real consumer's lookup is not the join
+            newcomer = ConsumerMember(fleet, len(fleet.members), group_id, ctx.topic, p.rebalance_timeout_ms)
+            live.append(newcomer)
+            with PhaseMeter(ctx.broker) as cpu:
+                newcomer.start()
+                end = await _until_stable(
+                    ctx,
+                    fleet,
+                    {group_id: live},
+                    partitions,
+                    f"member {len(live)} joining ({n + 1}/{p.rounds})",
+                    extra=functools.partial(_has_partitions, newcomer),
+                )
+            assert newcomer.first_sent is not None
+            assert newcomer.first_assigned_at is not None
+            assigned.append(newcomer.first_assigned_at - newcomer.first_sent)
+            stable.append(end - newcomer.first_sent)
+            meters.append(cpu)
+        _join_rows(ctx, assigned, stable, meters)
+        ctx.result.add("join", "member epoch at the end", max(m.epoch for m in live), "count", compare=False)
+        _errors(ctx, fleet, "join")
+    finally:
+        fleet.close()
+
+
+def _has_partitions(member: ConsumerMember) -> bool:
+    return member.first_assigned_at is not None
+
+
+async def _classic_join_latency(ctx: Ctx, group_id: str, partitions: int) -> None:
+    p = ctx.params
+    fleet = await _fleet(ctx, p.members + p.rounds)
+    try:
+        saved, p.partitions = p.partitions, partitions
+        try:
+            live = _members(ctx, fleet, [group_id] * p.members)
+        finally:
+            p.partitions = saved
+        await _form(ctx, fleet, live, f"forming a group of {p.members}")
+        _errors(ctx, fleet, "setup")
+        assigned: list[float] = []
+        stable: list[float] = []
+        meters: list[PhaseMeter] = []
+        for n in range(p.rounds):
+            newcomer = SimMember(fleet, len(fleet.members), p.membership(group_id, TOPIC), partitions)
+            newcomer.know_coordinator(live[0])
+            live.append(newcomer)
+            size = len(live)
+            done: asyncio.Future[ObservedGeneration] = asyncio.get_running_loop().create_future()
+
+            def listener(rec: ObservedGeneration, size: int = size, done: Any = done) -> None:
+                if rec.group_id == group_id and rec.size == size and not done.done():
+                    done.set_result(rec)
+
+            fleet.tracker.listeners.append(listener)
+            try:
+                with PhaseMeter(ctx.broker) as cpu:
+                    began = time.perf_counter()
+                    newcomer.start()
+                    what = f"member {size} joining ({n + 1}/{p.rounds})"
+                    async with ctx.progress.watch(functools.partial(str, what)):
+                        rec = await asyncio.wait_for(done, p.timeout)
+            except TimeoutError:
+                raise ScenarioError(f"member {size} did not join within {p.timeout:g} s") from None
+            finally:
+                fleet.tracker.listeners.remove(listener)
+            if not newcomer.membership.assigned:
+                raise ScenarioError(f"member {size} joined with no partitions")
+            assert rec.completed_at is not None
+            assigned.append(rec.synced[newcomer.member_id] - began)
+            stable.append(rec.completed_at - began)
+            meters.append(cpu)
+        _join_rows(ctx, assigned, stable, meters)
+        _errors(ctx, fleet, "join")
+    finally:
+        fleet.close()
+
+
 # --------------------------------------------------------------------------------------------- memory
 
 MEMORY_NOTE = (
@@ -936,19 +1301,24 @@ SCENARIOS: dict[str, Callable[[Ctx], Coroutine[Any, Any, None]]] = {
     "churn": churn,
     "static-roll": static_roll,
     "memory": memory,
+    "join-latency": join_latency,
 }
 
 _MEMBERS = ("session_timeout_ms", "heartbeat_interval_ms", "rebalance_timeout_ms", "connections")
 # The parameters each scenario reads (and so reports).
 SCENARIO_PARAMS: dict[str, tuple[str, ...]] = {
-    "formation": ("nodes", "members", "groups", "partitions", *_MEMBERS),
-    "heartbeat": ("nodes", "members", "groups", "rates", "duration", "warmup", *_MEMBERS),
+    "formation": ("nodes", "protocol", "members", "groups", "partitions", *_MEMBERS),
+    "heartbeat": ("nodes", "protocol", "members", "groups", "rates", "duration", "warmup", *_MEMBERS),
     "commit": ("nodes", "members", "groups", "partitions", "rates", "duration", "warmup", *_MEMBERS),
     "failover": ("groups", "offsets", "rounds", "baseline", "connections"),
     "churn": ("nodes", "members", "duration", "churn_interval_ms", "partitions", *_MEMBERS),
     "static-roll": ("nodes", "members", "bounce_ms", "partitions", *_MEMBERS),
     "memory": ("members", "groups", "offsets", "partitions", *_MEMBERS),
+    "join-latency": ("nodes", "protocol", "members", "partitions", "rounds", *_MEMBERS),
 }
+
+# The scenarios whose members can speak the consumer protocol (--protocol consumer).
+CONSUMER_SCENARIOS = ("formation", "heartbeat", "join-latency")
 
 # Printed under the table (and put in the JSON) for the scenarios whose rows need a word on what they count.
 _NOTES: dict[str, str] = {"memory": MEMORY_NOTE}
@@ -971,8 +1341,13 @@ def _runner(use_uvloop: bool) -> asyncio.Runner:
 def run_scenario(scenario: str, broker: BenchTarget, params: Params, *, use_uvloop: bool = True) -> RunResult:
     """Run ``scenario`` against a started ``broker``; failures are reported in the result."""
     result = RunResult(broker.kind, broker.version, broker.bootstrap)
-    if broker.kind == "fake" and scenario not in FAKE_SCENARIOS:
+    if broker.kind == "fake" and (scenario not in FAKE_SCENARIOS or params.protocol != "classic"):
         result.error = f"the fake responder keeps no groups; {scenario} needs a real coordinator"
+        return result
+    if params.protocol not in PROTOCOLS or (
+        params.protocol != "classic" and scenario not in CONSUMER_SCENARIOS
+    ):
+        result.error = f"{scenario} does not run with --protocol {params.protocol}"
         return result
     ctx = Ctx(broker, params, result, Progress(f"{scenario} on {broker.kind}", params.progress))
     with _runner(use_uvloop) as runner:
@@ -1029,6 +1404,8 @@ def run(
         return 1
     runs: list[RunResult] = []
     progress = Progress(scenario, params.progress)
+    if params.protocol == "consumer":
+        broker_config = {**consumer_broker_config(params), **(broker_config or {})}
     applied = {**FAIR_CONFIG, **(broker_config or {})}
     for n, kind in enumerate(kinds):
         target: BenchTarget
