@@ -26,6 +26,7 @@ JOBS: Final = {
     "stuck_partitions": "committed offsets unchanged for --stuck-after while the log end grows, with owner",
     "member_commits": "commits and commit rate per member (credited by the assignment in force)",
     "group_summary": "per group: state, protocol, total lag and trend, stuck partitions, retention risk",
+    "consumer_group_members": "KIP-848 consumer groups' current members: subscription, epoch, assignment",
     "report": "a self-contained HTML report (group summary, lag over time, rebalances, stuck partitions, …)",
     "all": "every table above plus the report, sharing one read of the inputs",
     "stream": "Structured Streaming: keep lag and rebalances current",

@@ -17,8 +17,9 @@ Options (all strings):
   big segments are cut at offset-index positions;
 - ``until``: epoch milliseconds, only records with a timestamp at or before it;
 - ``recordTypes``: comma-separated ``__consumer_offsets`` key types to keep, e.g. ``0,1``;
-- ``decode``: ``offset_commits``, ``group_metadata`` or ``consumer_group_metadata`` (KIP-848 groups'
-  ConsumerGroupMetadata records): ``__consumer_offsets`` records come out decoded,
+- ``decode``: ``offset_commits``, ``group_metadata``, ``consumer_group_records`` (KIP-848 groups' records,
+  key types 3–8 and 16) or ``consumer_group_metadata`` (their type 3 alone): ``__consumer_offsets`` records
+  come out decoded,
   with the schemas of :mod:`regroup_pipeline.decode`, by the same vectorised decoders that ``mapInArrow``
   runs, sparing a round trip between the JVM and Python; ``offset_history``: offset commits with the
   interval each was in force (``valid_until``, ``is_current``), computed while each partition is read in
@@ -82,9 +83,14 @@ DECODED: Final = {
     "offset_history": _history_schema,
     "group_metadata": _group_schema,
     "consumer_group_metadata": _consumer_group_schema,
+    "consumer_group_records": _consumer_group_schema,
 }
-# Modes that decode one rare key type, picked out of the segments by the compiled pass.
-_RARE_RECORD_TYPES: Final = {"group_metadata": 2, "consumer_group_metadata": 3}
+# Modes that decode rare key types, picked out of the segments by the compiled pass.
+_RARE_RECORD_TYPES: Final = {
+    "group_metadata": (2,),
+    "consumer_group_metadata": (3,),
+    "consumer_group_records": (3, 4, 5, 6, 7, 8, 16),
+}
 # Modes that need each partition read whole, in order, by one task.
 _WHOLE_PARTITIONS: Final = frozenset({"offset_history"})
 
@@ -230,6 +236,7 @@ def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Spl
     from regroup_pipeline.commitscan import scan_offset_commits, scan_records
     from regroup_pipeline.decode import (
         decode_consumer_group_metadata,
+        decode_consumer_group_records,
         decode_group_metadata,
         decode_offset_commits,
         record_types,
@@ -240,13 +247,16 @@ def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Spl
         "offset_history": decode_offset_commits,
         "group_metadata": decode_group_metadata,
         "consumer_group_metadata": decode_consumer_group_metadata,
+        "consumer_group_records": decode_consumer_group_records,
     }.get(opts.decode or "")
     # The compiled pass over segment bytes: offset commits straight to their columns, group metadata
     # records (classic or KIP-848) picked out of the commits before the codecs decode them.
     kinds = set(opts.record_types) if opts.record_types is not None else None
     scan_commits = decoder is decode_offset_commits and (kinds is None or {0, 1} <= kinds)
-    rare_type = _RARE_RECORD_TYPES.get(opts.decode or "")
-    scan_rare = rare_type is not None and (kinds is None or rare_type in kinds)
+    rare_types = _RARE_RECORD_TYPES.get(opts.decode or "")
+    if rare_types is not None and kinds is not None:
+        rare_types = tuple(t for t in rare_types if t in kinds)
+    scan_rare = bool(rare_types)
 
     for i, split in enumerate(task.splits):
         max_offset = task.max_offsets[i] if task.max_offsets is not None else None
@@ -256,8 +266,8 @@ def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Spl
             bounds = (split.min_offset, max_offset, opts.until_ms)
             if scan_commits:
                 fast = scan_offset_commits(data, limit, split.partition, *bounds)
-            elif scan_rare and decoder is not None and rare_type is not None:
-                fast = scan_records(data, limit, split.topic, split.partition, (rare_type,), *bounds)
+            elif scan_rare and decoder is not None and rare_types:
+                fast = scan_records(data, limit, split.topic, split.partition, rare_types, *bounds)
                 if fast is not None and fast.num_rows:
                     fast = decoder(fast)
             else:

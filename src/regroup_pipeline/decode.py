@@ -6,23 +6,49 @@ such as Kafka 4.3's topic id, are skipped). A batch holding anything unusual —
 malformed key or value — is decoded instead by regroup's generated codecs, which accept every valid
 encoding and raise :class:`DecodeError` on invalid ones. Group metadata (key type 2) is rare, nested and
 variable-length; it is decoded with the generated codecs, including each member's consumer-protocol
-subscription and assignment. Of KIP-848 ``consumer`` groups only the ConsumerGroupMetadata records (key
-type 3: group id and epoch) are decoded, enough to tell which groups use that protocol. All are meant for
-``DataFrame.mapInArrow``.
+subscription and assignment. KIP-848 ``consumer`` groups' records (key types 3–8 and 16: group epoch, the
+≤4.0 partition metadata, member subscriptions, target assignment, each member's current assignment, resolved
+regular expressions) are as rare and decoded the same way, into one wide table with a ``record_type``
+column (:data:`CONSUMER_GROUP_ARROW_SCHEMA`). All are meant for ``DataFrame.mapInArrow``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import base64
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
 
 from regroup.protocol.primitives import DecodeError
+from regroup.protocol.records.consumer_group_current_member_assignment import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+)
+from regroup.protocol.records.consumer_group_member_metadata import (
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+)
 from regroup.protocol.records.consumer_group_metadata import (
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
+)
+from regroup.protocol.records.consumer_group_partition_metadata import (
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+)
+from regroup.protocol.records.consumer_group_regular_expression import (
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
+)
+from regroup.protocol.records.consumer_group_target_assignment_member import (
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+)
+from regroup.protocol.records.consumer_group_target_assignment_metadata import (
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
 )
 from regroup.protocol.records.consumer_protocol import (
     ConsumerProtocolAssignment,
@@ -35,16 +61,19 @@ from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA, I64, TIMESTAMP, U8, 
 
 __all__ = [
     "CONSUMER_GROUP_ARROW_SCHEMA",
+    "CONSUMER_GROUP_RECORD_TYPES",
     "GROUP_ARROW_SCHEMA",
     "HISTORY_ARROW_SCHEMA",
     "CommitHistory",
     "consumer_group_batches",
     "decode_consumer_group_metadata",
+    "decode_consumer_group_records",
     "decode_group_metadata",
     "decode_offset_commits",
     "group_metadata_batches",
     "offset_commit_batches",
     "record_types",
+    "topic_id_string",
 ]
 
 _TOPIC_PARTITIONS: Final = pa.list_(
@@ -116,13 +145,70 @@ GROUP_ARROW_SCHEMA: Final = pa.schema(
     ]
 )
 
-# KIP-848 ConsumerGroupMetadata records: the group's epoch; a tombstone when the group is deleted (or
-# converted back to the classic protocol).
+_TOPIC_ID_PARTITIONS: Final = pa.list_(
+    pa.struct([pa.field("topic_id", pa.string()), pa.field("partitions", pa.list_(pa.int32()))])
+)
+_TOPIC_ID_PARTITION_EPOCHS: Final = pa.list_(
+    pa.struct(
+        [
+            pa.field("topic_id", pa.string()),
+            pa.field("partitions", pa.list_(pa.int32())),
+            pa.field("assignment_epochs", pa.list_(pa.int32())),
+        ]
+    )
+)
+
+# KIP-848 consumer groups' records, one row per record whatever its type (``record_type``: the key type);
+# the columns of other types are null, and so are all value columns of a tombstone (``deleted``). Topic ids
+# are Kafka's string form (URL-safe base64, as ``partition.metadata`` and the admin tools show them).
 CONSUMER_GROUP_ARROW_SCHEMA: Final = pa.schema(
     [
         pa.field("group", pa.string()),
+        pa.field("record_type", pa.int32()),
+        pa.field("member_id", pa.string()),  # 5, 7, 8
         pa.field("deleted", pa.bool_()),
+        # 3 ConsumerGroupMetadata
         pa.field("epoch", pa.int32()),
+        pa.field("metadata_hash", pa.int64()),
+        # 4 ConsumerGroupPartitionMetadata (Kafka ≤4.0)
+        pa.field(
+            "topic_metadata",
+            pa.list_(
+                pa.struct(
+                    [
+                        pa.field("topic_id", pa.string()),
+                        pa.field("topic", pa.string()),
+                        pa.field("num_partitions", pa.int32()),
+                    ]
+                )
+            ),
+        ),
+        # 5 ConsumerGroupMemberMetadata
+        pa.field("instance_id", pa.string()),
+        pa.field("rack_id", pa.string()),
+        pa.field("client_id", pa.string()),
+        pa.field("client_host", pa.string()),
+        pa.field("subscribed_topics", pa.list_(pa.string())),
+        pa.field("subscribed_topic_regex", pa.string()),
+        pa.field("rebalance_timeout_ms", pa.int32()),
+        pa.field("server_assignor", pa.string()),
+        pa.field("classic_session_timeout_ms", pa.int32()),  # a classic member's (online migration)
+        # 6 ConsumerGroupTargetAssignmentMetadata
+        pa.field("assignment_epoch", pa.int32()),
+        pa.field("assignment_timestamp", TIMESTAMP),
+        # 7 ConsumerGroupTargetAssignmentMember
+        pa.field("target_partitions", _TOPIC_ID_PARTITIONS),
+        # 8 ConsumerGroupCurrentMemberAssignment
+        pa.field("member_epoch", pa.int32()),
+        pa.field("previous_member_epoch", pa.int32()),
+        pa.field("member_state", pa.int32()),
+        pa.field("assigned_partitions", _TOPIC_ID_PARTITION_EPOCHS),
+        pa.field("partitions_pending_revocation", _TOPIC_ID_PARTITION_EPOCHS),
+        # 16 ConsumerGroupRegularExpression
+        pa.field("regex", pa.string()),
+        pa.field("resolved_topics", pa.list_(pa.string())),
+        pa.field("regex_version", pa.int64()),
+        pa.field("regex_timestamp", TIMESTAMP),
         pa.field("record_partition", pa.int32()),
         pa.field("record_offset", pa.int64()),
         pa.field("record_timestamp", TIMESTAMP),
@@ -132,6 +218,7 @@ CONSUMER_GROUP_ARROW_SCHEMA: Final = pa.schema(
 _OFFSET_COMMIT_TYPES: Final = (0, 1)
 _GROUP_METADATA_TYPE: Final = 2
 CONSUMER_GROUP_METADATA_TYPE: Final = 3
+CONSUMER_GROUP_RECORD_TYPES: Final = (3, 4, 5, 6, 7, 8, 16)
 
 
 def _safe_be(buf: U8, pos: I64, width: int) -> I64:
@@ -328,33 +415,177 @@ def decode_group_metadata(batch: Any) -> Any:
     return pa.RecordBatch.from_arrays(columns, schema=GROUP_ARROW_SCHEMA)
 
 
-def decode_consumer_group_metadata(batch: Any) -> Any:
-    """KIP-848 ConsumerGroupMetadata records (key type 3) and their tombstones of a batch of raw
-    ``__consumer_offsets`` records, as a ``pyarrow.RecordBatch`` with :data:`CONSUMER_GROUP_ARROW_SCHEMA`."""
-    keys = _column(batch, "key")
-    rows = np.flatnonzero(record_types(keys) == CONSUMER_GROUP_METADATA_TYPE)
+def topic_id_string(topic_id: Any) -> str:
+    """Kafka's ``Uuid.toString`` of a UUID: URL-safe base64 of its 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+
+
+def _id_partitions(items: Any) -> list[dict[str, Any]]:
+    return [{"topic_id": topic_id_string(tp.topic_id), "partitions": list(tp.partitions)} for tp in items]
+
+
+def _id_partition_epochs(items: Any, member_epoch: int) -> list[dict[str, Any]]:
+    # Records written before Kafka 4.3 have no assignment epochs: Kafka reads them as max(member epoch, 0).
+    return [
+        {
+            "topic_id": topic_id_string(tp.topic_id),
+            "partitions": list(tp.partitions),
+            "assignment_epochs": list(tp.assignment_epochs)
+            if tp.assignment_epochs
+            else [max(member_epoch, 0)] * len(tp.partitions),
+        }
+        for tp in items
+    ]
+
+
+def _ms_or_none(ms: int) -> int | None:
+    return ms * 1000 if ms > 0 else None
+
+
+def _cg_metadata(key: bytes, value: bytes | None) -> dict[str, Any]:
+    k = ConsumerGroupMetadataKey.decode(key, 3)
+    out: dict[str, Any] = {"group": k.group_id}
+    if value is not None:
+        v, _ = ConsumerGroupMetadataValue.decode_versioned(value)
+        out.update(epoch=v.epoch, metadata_hash=v.metadata_hash)
+    return out
+
+
+def _cg_partition_metadata(key: bytes, value: bytes | None) -> dict[str, Any]:
+    k = ConsumerGroupPartitionMetadataKey.decode(key, 4)
+    out: dict[str, Any] = {"group": k.group_id}
+    if value is not None:
+        v, _ = ConsumerGroupPartitionMetadataValue.decode_versioned(value)
+        out["topic_metadata"] = [
+            {
+                "topic_id": topic_id_string(t.topic_id),
+                "topic": t.topic_name,
+                "num_partitions": t.num_partitions,
+            }
+            for t in v.topics
+        ]
+    return out
+
+
+def _cg_member_metadata(key: bytes, value: bytes | None) -> dict[str, Any]:
+    k = ConsumerGroupMemberMetadataKey.decode(key, 5)
+    out: dict[str, Any] = {"group": k.group_id, "member_id": k.member_id}
+    if value is not None:
+        v, _ = ConsumerGroupMemberMetadataValue.decode_versioned(value)
+        classic = v.classic_member_metadata
+        out.update(
+            instance_id=v.instance_id,
+            rack_id=v.rack_id,
+            client_id=v.client_id,
+            client_host=v.client_host,
+            subscribed_topics=list(v.subscribed_topic_names),
+            subscribed_topic_regex=v.subscribed_topic_regex or None,  # Kafka writes "" for none
+            rebalance_timeout_ms=v.rebalance_timeout_ms,
+            server_assignor=v.server_assignor,
+            classic_session_timeout_ms=None if classic is None else classic.session_timeout_ms,
+        )
+    return out
+
+
+def _cg_target_metadata(key: bytes, value: bytes | None) -> dict[str, Any]:
+    k = ConsumerGroupTargetAssignmentMetadataKey.decode(key, 6)
+    out: dict[str, Any] = {"group": k.group_id}
+    if value is not None:
+        v, _ = ConsumerGroupTargetAssignmentMetadataValue.decode_versioned(value)
+        out.update(
+            assignment_epoch=v.assignment_epoch, assignment_timestamp=_ms_or_none(v.assignment_timestamp)
+        )
+    return out
+
+
+def _cg_target_member(key: bytes, value: bytes | None) -> dict[str, Any]:
+    k = ConsumerGroupTargetAssignmentMemberKey.decode(key, 7)
+    out: dict[str, Any] = {"group": k.group_id, "member_id": k.member_id}
+    if value is not None:
+        v, _ = ConsumerGroupTargetAssignmentMemberValue.decode_versioned(value)
+        out["target_partitions"] = _id_partitions(v.topic_partitions)
+    return out
+
+
+def _cg_current_assignment(key: bytes, value: bytes | None) -> dict[str, Any]:
+    k = ConsumerGroupCurrentMemberAssignmentKey.decode(key, 8)
+    out: dict[str, Any] = {"group": k.group_id, "member_id": k.member_id}
+    if value is not None:
+        v, _ = ConsumerGroupCurrentMemberAssignmentValue.decode_versioned(value)
+        out.update(
+            member_epoch=v.member_epoch,
+            previous_member_epoch=v.previous_member_epoch,
+            member_state=v.state,
+            assigned_partitions=_id_partition_epochs(v.assigned_partitions, v.member_epoch),
+            partitions_pending_revocation=_id_partition_epochs(
+                v.partitions_pending_revocation, v.member_epoch
+            ),
+        )
+    return out
+
+
+def _cg_regular_expression(key: bytes, value: bytes | None) -> dict[str, Any]:
+    # Kafka 4.0+ keys: the record type, then the key struct at version 0.
+    k = ConsumerGroupRegularExpressionKey.decode(key, 0)
+    out: dict[str, Any] = {"group": k.group_id, "regex": k.regular_expression}
+    if value is not None:
+        v, _ = ConsumerGroupRegularExpressionValue.decode_versioned(value)
+        out.update(
+            resolved_topics=list(v.topics), regex_version=v.version, regex_timestamp=_ms_or_none(v.timestamp)
+        )
+    return out
+
+
+_CONSUMER_GROUP_DECODERS: Final[dict[int, Callable[[bytes, bytes | None], dict[str, Any]]]] = {
+    3: _cg_metadata,
+    4: _cg_partition_metadata,
+    5: _cg_member_metadata,
+    6: _cg_target_metadata,
+    7: _cg_target_member,
+    8: _cg_current_assignment,
+    16: _cg_regular_expression,
+}
+
+
+def decode_consumer_group_records(batch: Any, types: tuple[int, ...] = CONSUMER_GROUP_RECORD_TYPES) -> Any:
+    """KIP-848 consumer groups' records of the given key types (default: all, 3–8 and 16) and their
+    tombstones, of a batch of raw ``__consumer_offsets`` records, as a ``pyarrow.RecordBatch`` with
+    :data:`CONSUMER_GROUP_ARROW_SCHEMA`."""
+    rtype = record_types(_column(batch, "key"))
+    rows = np.flatnonzero(np.isin(rtype, np.asarray(types, np.int64)))
     if rows.size == 0:
         return _empty(CONSUMER_GROUP_ARROW_SCHEMA)
     records: list[dict[str, Any]] = []
-    for row in batch.take(pa.array(rows)).to_pylist():
+    for row, record_type in zip(batch.take(pa.array(rows)).to_pylist(), rtype[rows].tolist(), strict=True):
         try:
-            key = ConsumerGroupMetadataKey.decode(row["key"][2:], CONSUMER_GROUP_METADATA_TYPE)
-            value = (
-                None if row["value"] is None else ConsumerGroupMetadataValue.decode_versioned(row["value"])
-            )
+            rec = _CONSUMER_GROUP_DECODERS[record_type](row["key"][2:], row["value"])
         except DecodeError as exc:
             raise DecodeError(f"__consumer_offsets-{row['partition']} offset {row['offset']}: {exc}") from exc
-        records.append(
-            {
-                "group": key.group_id,
-                "deleted": value is None,
-                "epoch": None if value is None else value[0].epoch,
-                "record_partition": row["partition"],
-                "record_offset": row["offset"],
-                "record_timestamp": row["timestamp"],
-            }
+        rec.update(
+            record_type=record_type,
+            deleted=row["value"] is None,
+            record_partition=row["partition"],
+            record_offset=row["offset"],
+            record_timestamp=row["timestamp"],
         )
-    return pa.RecordBatch.from_pylist(records, schema=CONSUMER_GROUP_ARROW_SCHEMA)
+        records.append(rec)
+    return _from_records(records, CONSUMER_GROUP_ARROW_SCHEMA)
+
+
+def _from_records(records: list[dict[str, Any]], schema: Any) -> Any:
+    columns = []
+    for f in schema:
+        values = [r.get(f.name) for r in records]
+        if f.type == TIMESTAMP and f.name != "record_timestamp":
+            columns.append(pa.array(values, pa.int64()).cast(TIMESTAMP))
+        else:
+            columns.append(pa.array(values, f.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def decode_consumer_group_metadata(batch: Any) -> Any:
+    """The ConsumerGroupMetadata records (key type 3) alone, as :func:`decode_consumer_group_records`."""
+    return decode_consumer_group_records(batch, (CONSUMER_GROUP_METADATA_TYPE,))
 
 
 # ------------------------------------------------------------------------------------------ history
@@ -464,8 +695,8 @@ def group_metadata_batches(batches: Iterable[Any]) -> Iterator[Any]:
 
 
 def consumer_group_batches(batches: Iterable[Any]) -> Iterator[Any]:
-    """``mapInArrow`` function: raw ``__consumer_offsets`` records → KIP-848 ConsumerGroupMetadata."""
+    """``mapInArrow`` function: raw ``__consumer_offsets`` records → KIP-848 consumer groups' records."""
     for batch in batches:
-        out = decode_consumer_group_metadata(batch)
+        out = decode_consumer_group_records(batch)
         if out.num_rows:
             yield out

@@ -1,10 +1,11 @@
 """The pipeline's inputs, from a broker data directory or from any Kafka-compatible cluster.
 
 Either way the raw records have the Kafka source's schema; ``__consumer_offsets`` records are decoded into
-offset commits, group metadata and KIP-848 ConsumerGroupMetadata records, data topics are reduced to
+offset commits, group metadata and KIP-848 consumer groups' records, data topics are reduced to
 ``(topic, partition, offset, timestamp)``, a partitions table gives every partition (empty ones included)
 with its log end offset, and a retention table its log start offset, size and the topic's retention
-settings.
+settings. The topic ids of the data topics (``partition.metadata`` files, or Metadata v10+ answers) name the
+topics of KIP-848 assignments, which hold ids only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from regroup_pipeline import logdir
 from regroup_pipeline.datasource import FORMAT
 from regroup_pipeline.decode import (
     CONSUMER_GROUP_ARROW_SCHEMA,
+    CONSUMER_GROUP_RECORD_TYPES,
     GROUP_ARROW_SCHEMA,
     consumer_group_batches,
     group_metadata_batches,
@@ -38,6 +40,7 @@ __all__ = [
     "DATA_TOPICS_PATTERN",
     "RAW_COLUMNS",
     "RETENTION_SCHEMA",
+    "TOPIC_ID_SCHEMA",
     "Inputs",
     "TimeWindow",
     "decode_commits",
@@ -81,6 +84,9 @@ RETENTION_SCHEMA: Final = StructType(
         StructField("retention_bytes", LongType()),
     ]
 )
+TOPIC_ID_SCHEMA: Final = StructType(
+    [StructField("topic_id", StringType()), StructField("topic", StringType())]
+)
 RETENTION_CONFIGS: Final = ("retention.ms", "retention.bytes", "cleanup.policy")
 # What a topic without overrides gets from a broker with Kafka's defaults (log.retention.hours=168,
 # log.retention.bytes=-1, log.cleanup.policy=delete).
@@ -121,8 +127,10 @@ class Inputs:
     history_options: Mapping[str, str] | None = None
     # Log start offsets, sizes and retention settings per partition (RETENTION_SCHEMA); None: unknown.
     retention: DataFrame | None = None
-    # Decoded KIP-848 ConsumerGroupMetadata records (CONSUMER_GROUP_SCHEMA); None: not read.
+    # Decoded KIP-848 consumer groups' records, key types 3–8 and 16 (CONSUMER_GROUP_SCHEMA); None: not read.
     consumer_groups: DataFrame | None = None
+    # topic_id (Kafka's string form), topic of the topics known to the input (TOPIC_ID_SCHEMA); None: unknown.
+    topic_ids: DataFrame | None = None
 
 
 def _key_type_in(types: Sequence[int]) -> Column:
@@ -143,8 +151,11 @@ def decode_groups(raw: DataFrame) -> DataFrame:
 
 
 def decode_consumer_groups(raw: DataFrame) -> DataFrame:
-    """KIP-848 ConsumerGroupMetadata records of raw ``__consumer_offsets`` records (``mapInArrow``)."""
-    cols = raw.where(_key_type_in((3,))).select("key", "value", "partition", "offset", "timestamp")
+    """KIP-848 consumer groups' records (key types 3–8, 16) of raw ``__consumer_offsets`` records
+    (``mapInArrow``)."""
+    cols = raw.where(_key_type_in(CONSUMER_GROUP_RECORD_TYPES)).select(
+        "key", "value", "partition", "offset", "timestamp"
+    )
     return cols.mapInArrow(consumer_group_batches, CONSUMER_GROUP_SCHEMA)
 
 
@@ -215,9 +226,10 @@ def from_raw(
     partitions: DataFrame,
     window: TimeWindow,
     retention: DataFrame | None = None,
+    topic_ids: DataFrame | None = None,
 ) -> Inputs:
     """Inputs from raw records with the Kafka source's schema (any origin), a partitions table and,
-    optionally, a retention table (:data:`RETENTION_SCHEMA`)."""
+    optionally, a retention table (:data:`RETENTION_SCHEMA`) and the topics' ids (:data:`TOPIC_ID_SCHEMA`)."""
     co = _until(consumer_offsets, window)
     return Inputs(
         commits=decode_commits(co),
@@ -227,6 +239,7 @@ def from_raw(
         window=window,
         retention=retention,
         consumer_groups=decode_consumer_groups(co),
+        topic_ids=topic_ids,
     )
 
 
@@ -297,8 +310,11 @@ def from_datadir(
         window=window,
         retention=retention,
         consumer_groups=reader(
-            topics=CONSUMER_OFFSETS, recordTypes="3", decode="consumer_group_metadata"
+            topics=CONSUMER_OFFSETS,
+            recordTypes=",".join(map(str, CONSUMER_GROUP_RECORD_TYPES)),
+            decode="consumer_group_records",
         ).load(),
+        topic_ids=spark.createDataFrame(sorted(logdir.topic_ids(paths).items()), TOPIC_ID_SCHEMA),
     )
 
 
@@ -366,6 +382,7 @@ def from_kafka(
         counts = client.partition_counts()
         data_counts = {t: n for t, n in counts.items() if _matches(topic_pattern, t)}
         configs = client.topic_configs(sorted(data_counts), list(RETENTION_CONFIGS))
+        ids = client.topic_ids()
         if window.until_ms is None:
             starts = client.log_start_offsets()
             ends = client.log_end_offsets()
@@ -388,4 +405,5 @@ def from_kafka(
     else:
         partitions = _log_ends_from_data(spark, _until(data, window), data_counts)
         retention = _retention_from_data(spark, _until(data, window), partitions, settings)
-    return from_raw(spark, co, data, partitions, window, retention)
+    topic_ids = spark.createDataFrame(sorted((i, t) for t, i in ids.items()), TOPIC_ID_SCHEMA)
+    return from_raw(spark, co, data, partitions, window, retention, topic_ids)

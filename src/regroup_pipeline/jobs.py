@@ -10,9 +10,14 @@
 - :func:`assignment_health` — per generation, subscribed partitions left unassigned or assigned twice.
 - :func:`monitoring_tables` — lag trend, retention risk, stuck partitions, member commits and a summary per
   group (:mod:`regroup_pipeline.monitoring`), sharing the lag table's lookups.
+- :func:`consumer_group_members` — the current members of KIP-848 ``consumer`` groups: subscription, member
+  epoch, current assignment (topic ids named) and partitions pending revocation.
 
 Group states come from the records: a generation with members is ``Stable``, one without is ``Empty``, a
-tombstone makes the group ``Dead``; groups known only from offset commits (simple groups) are ``Empty``.
+tombstone makes the group ``Dead``; groups known only from offset commits (simple groups) are ``Empty``. A
+group's protocol is that of its latest record of group metadata (GroupMetadata: ``classic``,
+ConsumerGroupMetadata: ``consumer``); a ``consumer`` group's state is Kafka's (``Empty``, ``Assigning``,
+``Reconciling``, ``Stable``; ``Dead`` once its records are tombstoned), from its epochs and members' records.
 """
 
 from __future__ import annotations
@@ -23,18 +28,21 @@ from typing import Any, Final
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType
 
 from regroup_pipeline import monitoring
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
 from regroup_pipeline.inputs import Inputs, TimeWindow
 
 __all__ = [
+    "CONSUMER_GROUP_MEMBERS_SCHEMA",
     "DEFAULT_LAG_SAMPLES",
     "DEFAULT_RETENTION_MINUTES",
     "MonitoringTables",
     "Tables",
     "assignment_health",
     "compute_all",
+    "consumer_group_members",
     "expiring_offsets",
     "group_states",
     "lag",
@@ -49,6 +57,7 @@ DEFAULT_RETENTION_MINUTES: Final = 10080  # offsets.retention.minutes
 DEFAULT_HORIZON_MS: Final = 24 * 3600 * 1000
 DEFAULT_LAG_SAMPLES: Final = 60
 _TP: Final = ("topic", "partition")
+_POSITION: Final = ("record_partition", "record_offset")
 _GTP: Final = ("group", "topic", "partition")
 
 
@@ -118,9 +127,203 @@ def _group_records(inputs: Inputs) -> DataFrame:
     )
 
 
+_NAMED_PARTITIONS: Final = "array<struct<topic:string,topic_id:string,partitions:array<int>>>"
+CONSUMER_GROUP_MEMBERS_SCHEMA: Final = (
+    "group string, member_id string, instance_id string, client_id string, client_host string, "
+    "rack_id string, subscribed_topics array<string>, subscribed_topic_regex string, server_assignor string, "
+    "rebalance_timeout_ms int, classic_session_timeout_ms int, member_epoch int, previous_member_epoch int, "
+    f"member_state string, assigned_partitions {_NAMED_PARTITIONS}, "
+    f"partitions_pending_revocation {_NAMED_PARTITIONS}, target_partitions {_NAMED_PARTITIONS}, "
+    "assigned_at timestamp"
+)
+_MEMBER_STATES: Final = {0: "stable", 1: "unrevoked_partitions", 2: "unreleased_partitions"}
+
+
+def _latest_records(consumer_groups: DataFrame, record_type: int, *key: str) -> DataFrame:
+    """The last record of each key (``group`` and ``key``) among a type of consumer-group records, with
+    ``deleted`` true when it is a tombstone."""
+    rows = consumer_groups.where(F.col("record_type") == record_type)
+    cols = [c for c in rows.columns if c not in ("group", *key)]
+    return (
+        rows.groupBy("group", *key)
+        .agg(F.max_by(F.struct(*cols), F.struct(*_POSITION)).alias("r"))
+        .select("group", *key, "r.*")
+    )
+
+
+def _topic_names(inputs: Inputs) -> DataFrame:
+    """One row, one column ``names``: a map topic id → topic name, from the input's topic ids and the
+    ConsumerGroupPartitionMetadata records (Kafka ≤4.0) of consumer groups."""
+    assert inputs.consumer_groups is not None
+    known = (
+        inputs.consumer_groups.where((F.col("record_type") == 4) & F.col("topic_metadata").isNotNull())
+        .select(F.inline("topic_metadata"))
+        .select("topic_id", "topic")
+    )
+    if inputs.topic_ids is not None:
+        known = inputs.topic_ids.select("topic_id", "topic").unionByName(known)
+    unique = (
+        known.where(F.col("topic_id").isNotNull()).groupBy("topic_id").agg(F.first("topic").alias("topic"))
+    )
+    return unique.agg(F.map_from_entries(F.collect_list(F.struct("topic_id", "topic"))).alias("names"))
+
+
+def _named(partitions: Column) -> Column:
+    """Topic-id partitions (``topic_id``, ``partitions``) with the topic's name (``topic``; the id itself
+    when the name is not known), given the ``names`` map of :func:`_topic_names` in scope."""
+    return F.transform(
+        partitions,
+        lambda a: F.struct(
+            F.coalesce(F.element_at("names", a["topic_id"]), a["topic_id"]).alias("topic"),
+            a["topic_id"].alias("topic_id"),
+            a["partitions"].alias("partitions"),
+        ),
+    )
+
+
+def consumer_group_members(inputs: Inputs) -> DataFrame:
+    """The current members of KIP-848 ``consumer`` groups, one row per member: its subscription
+    (ConsumerGroupMemberMetadata: instance_id, client_id, client_host, rack_id, subscribed_topics,
+    subscribed_topic_regex, server_assignor, rebalance_timeout_ms), its current assignment
+    (ConsumerGroupCurrentMemberAssignment: member_epoch, previous_member_epoch, member_state,
+    assigned_partitions and partitions_pending_revocation as (topic, topic_id, partitions), assigned_at: the
+    record's time) and its target (ConsumerGroupTargetAssignmentMember: target_partitions). A member is
+    current while its latest member-metadata record is not a tombstone."""
+    if inputs.consumer_groups is None:
+        raise ValueError("these inputs hold no consumer-group records")
+    cg = inputs.consumer_groups
+    subs = _latest_records(cg, 5, "member_id").where(~F.col("deleted"))
+    current = _latest_records(cg, 8, "member_id").where(~F.col("deleted"))
+    target = _latest_records(cg, 7, "member_id").where(~F.col("deleted"))
+    joined = (
+        subs.select(
+            "group",
+            "member_id",
+            "instance_id",
+            "client_id",
+            "client_host",
+            "rack_id",
+            "subscribed_topics",
+            "subscribed_topic_regex",
+            "server_assignor",
+            "rebalance_timeout_ms",
+            "classic_session_timeout_ms",
+        )
+        .join(
+            current.select(
+                "group",
+                "member_id",
+                "member_epoch",
+                "previous_member_epoch",
+                "member_state",
+                "assigned_partitions",
+                "partitions_pending_revocation",
+                F.col("record_timestamp").alias("assigned_at"),
+            ),
+            ["group", "member_id"],
+            "left",
+        )
+        .join(target.select("group", "member_id", "target_partitions"), ["group", "member_id"], "left")
+        .crossJoin(F.broadcast(_topic_names(inputs)))
+    )
+    state = F.col("member_state")
+    return joined.select(
+        "group",
+        "member_id",
+        "instance_id",
+        "client_id",
+        "client_host",
+        "rack_id",
+        "subscribed_topics",
+        "subscribed_topic_regex",
+        "server_assignor",
+        "rebalance_timeout_ms",
+        "classic_session_timeout_ms",
+        "member_epoch",
+        "previous_member_epoch",
+        F.coalesce(
+            F.element_at(F.create_map(*[F.lit(x) for k, v in _MEMBER_STATES.items() for x in (k, v)]), state),
+            F.when(state.isNotNull(), F.lit("unknown")),
+        ).alias("member_state"),
+        _named(F.col("assigned_partitions")).alias("assigned_partitions"),
+        _named(F.col("partitions_pending_revocation")).alias("partitions_pending_revocation"),
+        _named(F.col("target_partitions")).alias("target_partitions"),
+        "assigned_at",
+    )
+
+
+def _consumer_states(inputs: Inputs, member_type: Any) -> DataFrame:
+    """The state of every group with ConsumerGroupMetadata records, as :func:`group_states` rows (members
+    with the classic members' struct) plus ``c_position``: its last such record's position."""
+    assert inputs.consumer_groups is not None
+    cg = inputs.consumer_groups
+    meta = _latest_records(cg, 3).select(
+        "group", F.col("deleted").alias("c_deleted"), "epoch", F.struct(*_POSITION).alias("c_position")
+    )
+    target = _latest_records(cg, 6).where(~F.col("deleted")).select("group", "assignment_epoch")
+    no_topics = F.array().cast("array<struct<topic:string,partitions:array<int>>>")
+    member = F.struct(
+        F.col("member_id"),
+        F.col("instance_id"),
+        F.col("client_id"),
+        F.col("client_host"),
+        F.col("rebalance_timeout_ms"),
+        F.col("classic_session_timeout_ms"),
+        F.lit(True),
+        F.lit(None).cast("int"),
+        F.col("subscribed_topics"),
+        F.lit(None).cast("array<struct<topic:string,partitions:array<int>>>"),
+        F.lit(None).cast("int"),
+        F.col("rack_id"),
+        F.lit(None).cast("int"),
+        F.coalesce(
+            F.transform(
+                "assigned_partitions",
+                lambda a: F.struct(a["topic"].alias("topic"), a["partitions"].alias("partitions")),
+            ),
+            no_topics,
+        ),
+    ).cast(member_type)
+    members = (
+        consumer_group_members(inputs)
+        .groupBy("group")
+        .agg(
+            F.array_sort(F.collect_list(member)).alias("members"),  # by member id, the first field
+            F.collect_list("member_epoch").alias("member_epochs"),
+        )
+    )
+    joined = meta.join(target, "group", "left").join(members, "group", "left")
+    count = F.coalesce(F.size("members"), F.lit(0))
+    reconciling = F.exists(
+        F.coalesce("member_epochs", F.array().cast("array<int>")),
+        lambda e: e.isNull() | (e != F.col("assignment_epoch")),
+    )
+    state = (
+        F.when(F.col("c_deleted"), F.lit("Dead"))
+        .when(count == 0, F.lit("Empty"))
+        .when(F.coalesce(F.col("assignment_epoch"), F.lit(-1)) < F.col("epoch"), F.lit("Assigning"))
+        .when(reconciling, F.lit("Reconciling"))
+        .otherwise(F.lit("Stable"))
+    )
+    return joined.select(
+        "group",
+        state.alias("state"),
+        F.lit("consumer").alias("protocol"),
+        F.lit("consumer").alias("protocol_type"),
+        F.col("epoch").alias("generation"),
+        F.lit(None).cast("timestamp").alias("current_state_timestamp"),
+        F.when(~F.col("c_deleted"), F.coalesce("members", F.array().cast(ArrayType(member_type))))
+        .cast(ArrayType(member_type))
+        .alias("members"),
+        "c_position",
+    )
+
+
 def group_states(inputs: Inputs, *, history: DataFrame | None = None) -> DataFrame:
-    """Current state of every group known from metadata records or offset commits: group, state
-    (Stable/Empty/Dead), protocol_type, generation, current_state_timestamp, members. ``history`` may be
+    """Current state of every group known from metadata records or offset commits: group, state, protocol
+    (``classic`` or ``consumer``; null for groups known only from commits), protocol_type, generation (a
+    ``consumer`` group's epoch), current_state_timestamp, members (a ``consumer`` group's current members
+    with their subscriptions and current assignments, in the classic members' struct). ``history`` may be
     an :func:`offsets` table or only its latest rows."""
     last = (
         inputs.groups.groupBy("group")
@@ -137,18 +340,46 @@ def group_states(inputs: Inputs, *, history: DataFrame | None = None) -> DataFra
         .when(F.size("members") > 0, F.lit("Stable"))
         .otherwise(F.lit("Empty"))
     )
-    with_state = last.select(
+    columns = [
         "group",
-        state.alias("state"),
+        "state",
+        "protocol",
         "protocol_type",
         "generation",
         "current_state_timestamp",
         "members",
+    ]
+    with_state = last.select(
+        "group",
+        state.alias("state"),
+        F.lit("classic").alias("protocol"),
+        "protocol_type",
+        "generation",
+        "current_state_timestamp",
+        "members",
+        F.struct(*_POSITION).alias("g_position"),
     )
+    if inputs.consumer_groups is not None:
+        # The later of a group's last GroupMetadata and last ConsumerGroupMetadata record tells its
+        # protocol: an upgrade tombstones the first and writes the second, a downgrade the reverse.
+        members_type = inputs.groups.schema["members"].dataType
+        assert isinstance(members_type, ArrayType)
+        consumer = _consumer_states(inputs, members_type.elementType)
+        newer = consumer.join(with_state.select("group", "g_position"), "group", "left").where(
+            F.col("g_position").isNull() | (F.col("c_position") > F.col("g_position"))
+        )
+        with_state = (
+            with_state.join(newer.select("group"), "group", "left_anti")
+            .select(*columns)
+            .unionByName(newer.select(*columns))
+        )
+    else:
+        with_state = with_state.select(*columns)
     committers = (_latest(history) if history is not None else inputs.commits).select("group").distinct()
     simple = committers.join(with_state.select("group"), "group", "left_anti").select(
         "group",
         F.lit("Empty").alias("state"),
+        F.lit(None).cast("string").alias("protocol"),
         F.lit(None).cast("string").alias("protocol_type"),
         F.lit(None).cast("int").alias("generation"),
         F.lit(None).cast("timestamp").alias("current_state_timestamp"),
@@ -656,6 +887,8 @@ def expiring_offsets(
         .when(
             (F.col("state") == "Stable") & (F.col("protocol_type") == "consumer") & parseable, F.lit("stable")
         )
+        # A consumer-protocol group keeps only the offsets of subscribed topics, whatever its state.
+        .when((F.col("protocol") == "consumer") & (F.col("state") != "Dead") & parseable, F.lit("stable"))
         .otherwise(F.lit("none"))
     )
     joined = current.join(states, "group", "left").withColumn("rule", rule)
@@ -684,6 +917,67 @@ def expiring_offsets(
     return rows.where(_ms("expires_at") <= cutoff)
 
 
+def _consumer_assignment_history(inputs: Inputs) -> DataFrame:
+    """Every ConsumerGroupCurrentMemberAssignment record of consumer groups, with the position and time of
+    the member's next one (``next_offset``, ``next_timestamp``; null for its last), the assigned partitions
+    named (``assignment``: topic, partitions) and the member's latest identity (``m``: group_instance_id,
+    client_id, client_host; from its last ConsumerGroupMemberMetadata record)."""
+    assert inputs.consumer_groups is not None
+    cg = inputs.consumer_groups
+    order = Window.partitionBy("group", "member_id").orderBy(*_POSITION)
+    who = _latest_records(cg, 5, "member_id").where(~F.col("deleted"))
+    return (
+        cg.where(F.col("record_type") == 8)
+        .select(
+            "group",
+            "member_id",
+            "deleted",
+            "member_epoch",
+            *_POSITION,
+            "record_timestamp",
+            F.lead("record_offset").over(order).alias("next_offset"),
+            F.lead("record_timestamp").over(order).alias("next_timestamp"),
+            "assigned_partitions",
+        )
+        .join(
+            who.select(
+                "group",
+                "member_id",
+                F.struct(
+                    F.col("instance_id").alias("group_instance_id"),
+                    "client_id",
+                    "client_host",
+                ).alias("m"),
+            ),
+            ["group", "member_id"],
+            "left",
+        )
+        .crossJoin(F.broadcast(_topic_names(inputs)))
+        .select(
+            "group",
+            "member_id",
+            "deleted",
+            "member_epoch",
+            *_POSITION,
+            "record_timestamp",
+            "next_offset",
+            "next_timestamp",
+            F.transform(
+                _named(F.col("assigned_partitions")),
+                lambda a: F.struct(a["topic"].alias("topic"), a["partitions"].alias("partitions")),
+            ).alias("assignment"),
+            "m",
+        )
+    )
+
+
+def _consumer_group_members_or_empty(inputs: Inputs) -> DataFrame:
+    if inputs.consumer_groups is not None:
+        return consumer_group_members(inputs)
+    spark = inputs.groups.sparkSession
+    return spark.createDataFrame([], CONSUMER_GROUP_MEMBERS_SCHEMA)
+
+
 # ------------------------------------------------------------------------------------------ everything
 
 
@@ -700,6 +994,7 @@ class Tables:
     stuck_partitions: DataFrame
     member_commits: DataFrame
     group_summary: DataFrame
+    consumer_group_members: DataFrame | None = None  # None: not computed (e.g. tables read back)
     cached: tuple[DataFrame, ...] = ()  # intermediates kept in memory; release with unpersist()
 
     def items(self) -> list[tuple[str, DataFrame]]:
@@ -715,6 +1010,11 @@ class Tables:
             ("stuck_partitions", self.stuck_partitions),
             ("member_commits", self.member_commits),
             ("group_summary", self.group_summary),
+            *(
+                [("consumer_group_members", self.consumer_group_members)]
+                if self.consumer_group_members is not None
+                else []
+            ),
         ]
 
     def unpersist(self) -> None:
@@ -774,15 +1074,13 @@ def monitoring_tables(
     stuck = monitoring.stuck_partitions(rows, activity, states, w, stuck_after_ms=stuck_after_ms).persist(
         level
     )
-    protocols = (
-        monitoring.group_protocols(inputs.consumer_groups) if inputs.consumer_groups is not None else None
-    )
+    assignments = _consumer_assignment_history(inputs) if inputs.consumer_groups is not None else None
     return MonitoringTables(
         lag_trend=trend,
         retention_risk=risk,
         stuck_partitions=stuck,
-        member_commits=monitoring.member_commits(history, inputs.groups, w),
-        group_summary=monitoring.group_summary(states, protocols, trend, risk, stuck),
+        member_commits=monitoring.member_commits(history, inputs.groups, w, assignments),
+        group_summary=monitoring.group_summary(states, trend, risk, stuck),
         lag_rows=rows,
         cached=(activity, rows, trend, risk, stuck),
     )
@@ -835,5 +1133,6 @@ def compute_all(
         stuck_partitions=watched.stuck_partitions,
         member_commits=watched.member_commits,
         group_summary=watched.group_summary,
+        consumer_group_members=_consumer_group_members_or_empty(inputs),
         cached=((history,) if cached_history else ()) + (latest, states, reb, *watched.cached),
     )

@@ -11,6 +11,7 @@ threads, where no event loop runs); their failures surface as :class:`KafkaClien
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -141,6 +142,15 @@ class SimpleKafkaClient:
         """Partition count of each topic (all topics when ``topics`` is None), from Metadata."""
         reply = self._metadata(topics)
         return {t.name: len(t.partitions) for t in reply.topics if t.name is not None and t.error_code == 0}
+
+    def topic_ids(self, topics: list[str] | None = None) -> dict[str, str]:
+        """Topic name → topic id in Kafka's string form, from Metadata (v10+; none from older brokers)."""
+        reply = self._metadata(topics)
+        return {
+            t.name: base64.urlsafe_b64encode(t.topic_id.bytes).rstrip(b"=").decode()
+            for t in reply.topics
+            if t.name is not None and t.error_code == 0 and t.topic_id.int != 0
+        }
 
     def log_end_offsets(self, topics: list[str] | None = None) -> dict[tuple[str, int], int]:
         """ListOffsets(latest) of every partition of ``topics`` (all topics when None), asked of each

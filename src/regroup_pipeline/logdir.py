@@ -33,6 +33,7 @@ __all__ = [
     "plan_splits",
     "read_split",
     "topic_configs",
+    "topic_ids",
     "topic_partition_counts",
 ]
 
@@ -176,6 +177,26 @@ def topic_configs(roots: Iterable[str | Path]) -> dict[str, dict[str, str]] | No
             if isinstance(configs, dict):
                 found.setdefault(name, {}).update({str(k): str(v) for k, v in configs.items()})
     return found
+
+
+def topic_ids(roots: Iterable[str | Path]) -> dict[str, str]:
+    """Topic id (Kafka's string form) → topic name, from the partitions' ``partition.metadata`` files
+    (``version: 0`` / ``topic_id: <id>``); partitions without one are left out."""
+    out: dict[str, str] = {}
+    named: set[str] = set()
+    for p in list_partitions(roots):
+        if p.topic in named:
+            continue
+        try:
+            text = (Path(p.path) / "partition.metadata").read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in text.splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "topic_id" and value.strip():
+                out[value.strip()] = p.topic
+                named.add(p.topic)
+    return out
 
 
 def partition_size(p: PartitionDir) -> int:

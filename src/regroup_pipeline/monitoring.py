@@ -374,18 +374,23 @@ def stuck_partitions(
 # ------------------------------------------------------------------------------------------ members
 
 
-def member_commits(history: DataFrame, groups: DataFrame, window: TimeWindow) -> DataFrame:
+def member_commits(
+    history: DataFrame, groups: DataFrame, window: TimeWindow, assignments: DataFrame | None = None
+) -> DataFrame:
     """Commits per member, with commit rates. Offset-commit records carry no member id, so each record in
     the window is credited to the member that owned its partition when it was written: the owner in the
     group's last GroupMetadata record before it in the log (a group's records all live in one
     ``__consumer_offsets`` partition, and a classic coordinator accepts a member's commit only in the
-    generation that record describes). Commits of a group without members (admin commits, commits of
-    simple groups) and of partitions nobody owned get a row with a null ``member_id``.
+    generation that record describes) or, for a ``consumer`` group, the member whose last current-assignment
+    record before it held the partition (``assignments``: ConsumerGroupCurrentMemberAssignment records with
+    the member's next one, named partitions and identity; see ``jobs``). Commits of a group without members
+    (admin commits, commits of simple groups) and of partitions nobody owned get a row with a null
+    ``member_id``.
 
     Per group and member: ``generations`` and ``active_ms`` (time it was a member within the window),
     ``commits`` (one record per partition per commit), ``partitions`` committed, first and last commit,
     ``commit_rate`` (commits/s over ``active_ms``; for the null member, from the group's first commit in
-    the window to the window's end)."""
+    the window to the window's end); a ``consumer`` group member's ``generations`` are its member epochs."""
     as_of = window.as_of_ms
     since = window.since_ms
     order = Window.partitionBy("group").orderBy(*_POSITION)
@@ -405,13 +410,37 @@ def member_commits(history: DataFrame, groups: DataFrame, window: TimeWindow) ->
         "record_timestamp",
         "next_timestamp",
         F.explode("members").alias("m"),
+    ).select(
+        "group",
+        "record_offset",
+        "next_offset",
+        "record_timestamp",
+        "next_timestamp",
+        F.col("m.member_id").alias("member_id"),
+        F.col("m.assignment").alias("assignment"),
+        F.struct("m.group_instance_id", "m.client_id", "m.client_host").alias("m"),
+        F.col("record_offset").alias("epoch"),  # a generation: one per record
     )
+    if assignments is not None:
+        members = members.unionByName(
+            assignments.where(~F.col("deleted")).select(
+                "group",
+                "record_offset",
+                "next_offset",
+                "record_timestamp",
+                "next_timestamp",
+                "member_id",
+                "assignment",
+                "m",
+                F.col("member_epoch").cast("long").alias("epoch"),
+            )
+        )
     assigned = members.select(
         F.col("group").alias("o_group"),
         F.col("record_offset").alias("o_from"),
         F.col("next_offset").alias("o_until"),
-        F.col("m.member_id").alias("member_id"),
-        F.explode("m.assignment").alias("a"),
+        "member_id",
+        F.explode("assignment").alias("a"),
     )
     owners = assigned.select(
         "*", F.col("a.topic").alias("o_topic"), F.explode("a.partitions").alias("o_partition")
@@ -440,11 +469,13 @@ def member_commits(history: DataFrame, groups: DataFrame, window: TimeWindow) ->
     begin = _ms("record_timestamp") if since is None else F.greatest(_ms("record_timestamp"), F.lit(since))
     end = F.least(F.coalesce(_ms("next_timestamp"), F.lit(as_of)), F.lit(as_of))
     membership = (
-        members.select("group", "m", *_POSITION[1:], begin.alias("begin"), end.alias("end"))
+        members.select(
+            "group", "member_id", "m", "epoch", *_POSITION[1:], begin.alias("begin"), end.alias("end")
+        )
         .where(F.col("end") >= F.col("begin"))
-        .groupBy("group", F.col("m.member_id").alias("member_id"))
+        .groupBy("group", "member_id")
         .agg(
-            F.count(F.lit(1)).alias("generations"),
+            F.count_distinct("epoch").alias("generations"),
             F.sum(F.col("end") - F.col("begin")).alias("member_ms"),
             F.max_by("m", "record_offset").alias("latest"),
         )
@@ -473,23 +504,26 @@ def member_commits(history: DataFrame, groups: DataFrame, window: TimeWindow) ->
 
 def group_protocols(consumer_groups: DataFrame) -> DataFrame:
     """``consumer`` for every group whose last KIP-848 ConsumerGroupMetadata record is not a tombstone
-    (``group``, ``protocol``); the groups not listed are ``classic``."""
-    last = consumer_groups.groupBy("group").agg(F.max(F.struct(*_POSITION, "deleted")).alias("last"))
+    (``group``, ``protocol``), whatever its GroupMetadata records say (``jobs.group_states`` weighs both)."""
+    last = (
+        consumer_groups.where(F.col("record_type") == 3)
+        .groupBy("group")
+        .agg(F.max(F.struct(*_POSITION, "deleted")).alias("last"))
+    )
     return last.where(~F.col("last.deleted")).select("group", F.lit("consumer").alias("protocol"))
 
 
 def group_summary(
     states: DataFrame,
-    protocols: DataFrame | None,
     trend: DataFrame,
     risk: DataFrame,
     stuck: DataFrame,
 ) -> DataFrame:
-    """One row per group: state (null for ``consumer``-protocol groups, whose member records are not
-    decoded), protocol (``classic`` or ``consumer``), protocol type, generation, members, and over its
-    partitions with a committed offset: total lag and its trend, the largest time lag, the longest time to
-    catch up (null when a lagging partition is not catching up), stuck partitions, partitions at risk,
-    records lost, the earliest expected data loss and the last commit."""
+    """One row per group: state, protocol (``classic`` or ``consumer``, from ``states``), protocol type,
+    generation (a ``consumer`` group's epoch), members, and over its partitions with a committed offset:
+    total lag and its trend, the largest time lag, the longest time to catch up (null when a lagging
+    partition is not catching up), stuck partitions, partitions at risk, records lost, the earliest
+    expected data loss and the last commit."""
     per_group = trend.groupBy("group").agg(
         F.count(F.lit(1)).alias("partitions"),
         F.sum("lag").alias("lag"),
@@ -506,11 +540,7 @@ def group_summary(
         F.min("data_loss_at").alias("data_loss_at"),
     )
     stuck_counts = stuck.groupBy("group").agg(F.count(F.lit(1)).alias("stuck_partitions"))
-    groups = states.select("group", "state", "protocol_type", "generation", "members")
-    if protocols is None:
-        groups = groups.withColumn("protocol", F.lit(None).cast("string"))
-    else:
-        groups = groups.join(protocols, "group", "full")
+    groups = states.select("group", "state", "protocol", "protocol_type", "generation", "members")
     joined = (
         groups.join(per_group, "group", "left")
         .join(risks, "group", "left")
@@ -520,7 +550,7 @@ def group_summary(
     gained = F.col("lag") - F.col("start_lag")
     return joined.select(
         "group",
-        F.when(protocol == "classic", F.col("state")).alias("state"),
+        "state",
         protocol.alias("protocol"),
         "protocol_type",
         "generation",

@@ -69,13 +69,15 @@ def persist_inputs(inputs: Inputs) -> Inputs:
         groups=inputs.groups.persist(level),
         data=inputs.data.persist(level),
         partitions=inputs.partitions.persist(level),
+        consumer_groups=None if inputs.consumer_groups is None else inputs.consumer_groups.persist(level),
     )
 
 
 def unpersist_inputs(inputs: Inputs) -> None:
     """Release what :func:`persist_inputs` kept."""
-    for df in (inputs.groups, inputs.data, inputs.partitions):
-        df.unpersist()
+    for df in (inputs.groups, inputs.data, inputs.partitions, inputs.consumer_groups):
+        if df is not None:
+            df.unpersist()
 
 
 def write_table(df: DataFrame, output: Path, name: str) -> None:
@@ -254,6 +256,8 @@ def run_job(args: argparse.Namespace) -> int:
             produced = [
                 ("assignment_health", jobs.assignment_health(jobs.rebalances(inputs), inputs.partitions))
             ]
+        elif args.job == "consumer_group_members":
+            produced = [("consumer_group_members", jobs.consumer_group_members(inputs))]
         elif args.job in MONITORING_JOBS:
             watched = jobs.monitoring_tables(
                 inputs,

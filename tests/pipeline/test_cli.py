@@ -31,6 +31,7 @@ TABLES = (
     "stuck_partitions",
     "member_commits",
     "group_summary",
+    "consumer_group_members",
 )
 
 

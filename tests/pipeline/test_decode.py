@@ -212,3 +212,121 @@ def test_commit_history_matches_the_next_record_of_each_key_whatever_the_chunks(
     assert got == expected
     assert decode.HISTORY_ARROW_SCHEMA.names == list(got[0])
     assert sum(r["is_current"] for r in got) == len(following)
+
+
+def test_consumer_group_records_of_every_type_and_their_tombstones() -> None:
+    """KIP-848 records as regroup's coordinator builds them (byte-identical to Kafka 4.3's)."""
+    import uuid
+
+    from regroup.group import records as cr
+    from regroup.group.consumer_group import MemberAssignment, MemberState, MemberSubscription
+    from regroup.protocol.records.consumer_group_partition_metadata import (
+        ConsumerGroupPartitionMetadataKey,
+        ConsumerGroupPartitionMetadataValue,
+        TopicMetadata,
+    )
+
+    t1, t2 = uuid.UUID(int=0x1234), uuid.UUID(int=0x5678)
+    sub = MemberSubscription(
+        instance_id="i-1",
+        rack_id="r1",
+        client_id="c1",
+        client_host="/10.0.0.1",
+        subscribed_topic_names=("b", "a"),
+        subscribed_topic_regex="x.*",
+        rebalance_timeout_ms=30_000,
+        server_assignor="uniform",
+    )
+    assignment = MemberAssignment(
+        member_epoch=7,
+        previous_member_epoch=6,
+        state=MemberState.UNREVOKED_PARTITIONS,
+        assigned=frozenset({(t1, 0), (t1, 2)}),
+        pending_revocation=frozenset({(t2, 1)}),
+        assignment_epochs={(t1, 0): 5},
+    )
+    partition_metadata = (
+        ConsumerGroupPartitionMetadataKey(group_id="g").encode_versioned(4),
+        ConsumerGroupPartitionMetadataValue(
+            topics=[TopicMetadata(topic_id=t1, topic_name="a", num_partitions=3)]
+        ).encode_versioned(0),
+    )
+    built = [
+        cr.consumer_group_metadata_record("g", 9, metadata_hash=42),
+        cr.member_subscription_record("g", "m1", sub),
+        cr.target_metadata_record("g", 9, timestamp_ms=TS),
+        cr.target_member_record("g", "m1", frozenset({(t1, 1)})),
+        cr.current_assignment_record("g", "m1", assignment),
+        cr.regular_expression_record("g", "x.*", ["x2", "x1"], 3, TS),
+        cr.current_assignment_tombstone("g", "m1"),
+        cr.member_subscription_tombstone("g", "m1"),
+        cr.target_member_tombstone("g", "m1"),
+        cr.target_metadata_tombstone("g"),
+        cr.regular_expression_tombstone("g", "x.*"),
+        cr.partition_metadata_tombstone("g"),
+        cr.consumer_group_metadata_tombstone("g"),
+    ]
+    raw = [(r.key, r.value) for r in built]
+    raw.insert(1, partition_metadata)
+    raw.insert(0, offset_commit("g", "a", 0, 5, commit_ts=TS))  # other types are left out
+    raw.append(group_metadata("classic", 1, [MemberSpec("m", ["t"], {"t": [0]})], state_ts=TS))
+    out = decode.decode_consumer_group_records(raw_batch(raw))
+    assert out.schema == decode.CONSUMER_GROUP_ARROW_SCHEMA
+    rows = out.to_pylist()
+    assert [(r["record_type"], r["member_id"], r["deleted"], r["record_offset"]) for r in rows] == [
+        (3, None, False, 1),
+        (4, None, False, 2),
+        (5, "m1", False, 3),
+        (6, None, False, 4),
+        (7, "m1", False, 5),
+        (8, "m1", False, 6),
+        (16, None, False, 7),
+        (8, "m1", True, 8),
+        (5, "m1", True, 9),
+        (7, "m1", True, 10),
+        (6, None, True, 11),
+        (16, None, True, 12),
+        (4, None, True, 13),
+        (3, None, True, 14),
+    ]
+    assert {r["group"] for r in rows} == {"g"}
+    meta, pmeta, member, target, target_member, current, regex = rows[:7]
+    assert (meta["epoch"], meta["metadata_hash"]) == (9, 42)
+    tid1, tid2 = decode.topic_id_string(t1), decode.topic_id_string(t2)
+    assert tid1 == "AAAAAAAAAAAAAAAAAAASNA"
+    assert pmeta["topic_metadata"] == [{"topic_id": tid1, "topic": "a", "num_partitions": 3}]
+    assert {k: member[k] for k in ("instance_id", "rack_id", "client_id", "client_host")} == {
+        "instance_id": "i-1",
+        "rack_id": "r1",
+        "client_id": "c1",
+        "client_host": "/10.0.0.1",
+    }
+    assert member["subscribed_topics"] == ["a", "b"]
+    assert (member["subscribed_topic_regex"], member["rebalance_timeout_ms"], member["server_assignor"]) == (
+        "x.*",
+        30_000,
+        "uniform",
+    )
+    assert member["classic_session_timeout_ms"] is None
+    assert target["assignment_epoch"] == 9
+    assert int(target["assignment_timestamp"].timestamp() * 1000) == TS
+    assert target_member["target_partitions"] == [{"topic_id": tid1, "partitions": [1]}]
+    assert (current["member_epoch"], current["previous_member_epoch"], current["member_state"]) == (7, 6, 1)
+    assert current["assigned_partitions"] == [
+        {"topic_id": tid1, "partitions": [0, 2], "assignment_epochs": [5, 7]}
+    ]
+    assert current["partitions_pending_revocation"] == [
+        {"topic_id": tid2, "partitions": [1], "assignment_epochs": [7]}
+    ]
+    assert (regex["regex"], regex["resolved_topics"], regex["regex_version"]) == ("x.*", ["x1", "x2"], 3)
+    # A tombstone keeps its key and nulls every value column.
+    tomb = rows[7]
+    assert (tomb["member_epoch"], tomb["assigned_partitions"]) == (None, None)
+    assert rows[11]["regex"] == "x.*"
+    # Type 3 alone (the former decode mode), and garbage is an error naming the record.
+    assert [r["record_type"] for r in decode.decode_consumer_group_metadata(raw_batch(raw)).to_pylist()] == [
+        3,
+        3,
+    ]
+    with pytest.raises(DecodeError, match="__consumer_offsets-3 offset 0"):
+        decode.decode_consumer_group_records(raw_batch([(built[4].key, b"\x00\x00\x01")]))

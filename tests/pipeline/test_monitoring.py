@@ -483,10 +483,11 @@ def test_group_protocol_and_summary(spark: Any, tables: Any, history: Any) -> No
     kip848 = summary[("kip848",)]
     assert (kip848["protocol"], kip848["state"], kip848["partitions"], kip848["lag"]) == (
         "consumer",
-        None,
+        "Empty",  # an epoch, no member records
         1,
         70,
     )
+    assert kip848["generation"] == 5
     assert summary[("downgraded",)]["protocol"] == "classic"
     assert summary[("downgraded",)]["state"] == "Empty"
     again = summary[("again",)]

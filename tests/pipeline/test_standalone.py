@@ -52,6 +52,7 @@ _TABLES: Final = (
     "stuck_partitions",
     "member_commits",
     "group_summary",
+    "consumer_group_members",
 )
 
 
