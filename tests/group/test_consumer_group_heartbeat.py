@@ -537,6 +537,86 @@ def test_failed_append_leaves_no_trace(h: Harness) -> None:
     assert list(group.members) == ["m"]
 
 
+def test_failed_append_restores_the_groups_counted_indexes(h: Harness) -> None:
+    ok(h.cgh("g", "a", names=["t"], assignor="range"))
+    b = ok(h.cgh("g", "b", names=["t", "u"], regex="^v.*$"))
+    group = h.shard.consumer_group("g")
+    assert group is not None
+    before = (group.subscribed_topic_names(), group.subscribed_regexes(), dict(group.assignor_votes()))
+    h.fail_next_append()
+    assert h.cgh("g", "b", b.member_epoch, names=["u"], regex="").error is ErrorCode.NOT_COORDINATOR
+    h.fail_next_append()
+    assert h.cgh("g", "a", -1).error is ErrorCode.NOT_COORDINATOR
+    h.fail_next_append()
+    assert h.cgh("g", "c", names=["u"], assignor="uniform").error is ErrorCode.NOT_COORDINATOR
+    group = h.shard.consumer_group("g")  # a copy, with the indexes as the shard has them
+    assert group is not None
+    after = (group.subscribed_topic_names(), group.subscribed_regexes(), dict(group.assignor_votes()))
+    assert after == before == (frozenset({"t", "u"}), {"^v.*$"}, {"range": 1})
+    group.check_invariants()  # the counts match the members; no undo journal left behind
+
+
+def test_steady_state_heartbeat_does_no_work_proportional_to_the_group(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's steady-state heartbeat touches the member only: no copy of the group as an undo snapshot,
+    no walk over the members for subscribed names or regexes, no metadata hash recomputed."""
+    for i in range(20):
+        ok(h.cgh("g", f"m{i}", names=["t"]))
+    for _ in range(3):  # every member heartbeats owning what it was given, as a client does
+        for i in range(20):
+            group = h.shard.consumer_group("g")
+            assert group is not None
+            member = group.members[f"m{i}"]
+            owned: dict[uuid.UUID, list[int]] = {}
+            for tid, p in member.assigned:
+                owned.setdefault(tid, []).append(p)
+            ok(h.cgh("g", f"m{i}", member.member_epoch, owned=owned))
+    group = h.shard.consumer_group("g")
+    assert group is not None
+    assert group.state is ConsumerGroupState.STABLE
+
+    from regroup.group import consumer_group as cg
+    from regroup.group import topics_image
+
+    def forbidden(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a steady-state heartbeat walked the group")
+
+    monkeypatch.setattr(cg.ConsumerGroup, "copy", forbidden)
+    monkeypatch.setattr(cg.ConsumerGroup, "member_topic_names", forbidden)
+    monkeypatch.setattr(topics_image.TopicsImage, "group_hash", forbidden)
+    log_size = len(h.log)
+    for i in range(20):
+        response = ok(h.cgh("g", f"m{i}", group.group_epoch))
+        assert response.assignment is None
+    assert len(h.log) == log_size  # nothing written
+
+
+def test_an_epoch_bump_event_lists_only_the_members_its_operation_changed() -> None:
+    """One bump per joining member: listing every member made forming a group O(members²)."""
+    from regroup.group.consumer_group_events import ConsumerGroupEpochBumped
+
+    h = Harness(GroupConfig(consumer_assignment_interval_ms=1000), now=10_000, topics=image({"t": 40}))
+    for i in range(30):
+        ok(h.cgh("g", f"m{i:02}", names=["t"]))
+    bumps = [e for e in h.notifications if isinstance(e, ConsumerGroupEpochBumped)]
+    assert len(bumps) == 30
+    # the first join computed the target: m00 alone; later joins wait for the interval: the joiner only
+    assert [[m.member_id for m in e.members] for e in bumps] == [[f"m{i:02}"] for i in range(30)]
+    assert [(e.member_count, e.waiting_count) for e in bumps[:3]] == [(1, 0), (2, 0), (3, 0)]
+    h.advance(1000)
+    h.notifications.clear()
+    ok(h.cgh("g", "n", names=["t"]))  # a bump that also recomputes the target: whose target changed
+    (bump,) = [e for e in h.notifications if isinstance(e, ConsumerGroupEpochBumped)]
+    group = h.shard.consumer_group("g")
+    assert group is not None
+    listed = {m.member_id for m in bump.members}
+    assert "n" in listed
+    assert listed == {m for m, target in group.targets.items() if target}  # all got new partitions
+    assert bump.member_count == 31
+    assert bump.waiting_count == 31 - group.reconciled_count()
+
+
 def test_assignment_is_recomputed_at_most_once_per_interval() -> None:
     h = Harness(GroupConfig(consumer_assignment_interval_ms=1000), now=10_000, topics=image({"t": 4}))
     ok(h.cgh("g", "a", names=["t"]))  # target computed at t=10000, epoch 2

@@ -199,14 +199,19 @@ def test_consumer_group_epoch_bumps_are_written_with_their_causes(tmp_path: Path
             second = bumps[1]
             assert second["assignment_epoch"] < second["group_epoch"]
             assert second["state"] == "Assigning"
+            # only the members the bump's operation changed are listed; the group's totals are counted
             progress = {m["member_id"]: m for m in second["members"]}
+            assert set(progress) == {"b"}
             assert progress["b"]["assigned"] == {}
-            assert progress["a"]["assigned"] == {"t": [0, 1]}
+            assert second["members_listed"] == "changed"
+            # both members are at the (old) assignment epoch: the new target assignment is what waits
+            assert (second["member_count"], second["waiting_count"]) == (2, 0)
             assert bumps[4]["left"] == [
                 {"member_id": "b", "group_instance_id": None, "reason": "member b left the group"}
             ]
             assert bumps[5]["cause"]["timeout_ms"] == 45_000
             assert bumps[5]["members"] == []
+            assert (bumps[5]["member_count"], bumps[5]["waiting_count"]) == (0, 0)
             assert bumps[5]["state"] == "Empty"
 
             view = env.coord.history_view(GROUP)

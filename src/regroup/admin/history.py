@@ -117,11 +117,14 @@ def _partitions(by_topic: dict[str, list[int]]) -> str:
 
 
 def _consumer_detail(g: dict[str, Any]) -> list[str]:
-    """A consumer group's epoch bump: the epochs and where every member stood in its reconciliation."""
+    """A consumer group's epoch bump: the epochs and where each listed member stood in its reconciliation
+    (the members the bump's operation changed; events written before ``members_listed`` list them all)."""
     lines = [
         f"  group epoch {g.get('previous_group_epoch')} -> {g['group_epoch']}, assignment epoch "
         f"{g.get('assignment_epoch')}, {g.get('state')}"
     ]
+    if g.get("waiting_count") is not None:
+        lines.append(f"  members not yet reconciled: {g['waiting_count']} of {g.get('member_count')}")
     for m in g["members"]:
         line = (
             f"  member {_who(m['member_id'], m.get('group_instance_id'))}: epoch {m.get('member_epoch')}, "
@@ -152,7 +155,7 @@ def format_history(timeline: dict[str, Any]) -> str:
                 _time(g["rebalance_started_ms"]),
                 g["cause"]["kind"].replace("_", "-"),
                 g["protocol_name"] or "-",
-                str(len(g["members"])),
+                str(g["member_count"] if g.get("member_count") is not None else len(g["members"])),
                 _ms(g["join_phase_ms"]),
                 _ms(g["sync_phase_ms"]) if g["members"] else "-",
                 g["leader_id"] or "-",

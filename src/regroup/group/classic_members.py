@@ -114,14 +114,15 @@ class ClassicMembers:
                     version, error=ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id
                 )
             )
-        snapshot = group.copy()
+        checkpoint = group.checkpoint()  # undo journal (see ConsumerGroup.checkpoint)
         out = Outcome()
         try:
             response = self._join(out, ctx, req, group, now_ms, topics)
         except _Rejected as exc:
-            m._restore(group.group_id, snapshot)
+            m._undo(group.group_id, group, checkpoint)
             return Result(reply=join_response(version, error=exc.error, member_id=req.member_id))
         if response.error_code != ErrorCode.NONE.value:
+            group.release(checkpoint)
             return Result(reply=response)
         group_id = group.group_id
         member = group.members[response.member_id]
@@ -130,8 +131,9 @@ class ClassicMembers:
 
         def applied(error: ErrorCode | None, after: Outcome) -> None:
             if error is not None:
-                m._restore(group_id, snapshot)
+                m._undo(group_id, group, checkpoint)
                 return
+            group.release(checkpoint)
             if m.group(group_id) is not group:
                 return  # converted back to a classic group meanwhile
             self._timers.cancel(after, classic_join_timeout_key(group_id, member.member_id))
@@ -235,7 +237,7 @@ class ClassicMembers:
 
         bump = names_changed or regex_changed
         bump |= m._update_regexes(out, group, topics, now_ms)
-        metadata_hash = topics.group_hash(group.subscribed_topic_names())
+        metadata_hash = group.metadata_hash_for(topics)
         if bump or metadata_hash != group.metadata_hash:
             m._write_group_epoch(out, group, group.group_epoch + 1, metadata_hash)
         m._maybe_update_target(out, group, now_ms, topics)
@@ -394,7 +396,7 @@ class ClassicMembers:
 
         if not leaving:
             return Result(reply=respond(results))
-        snapshot = group.copy()
+        checkpoint = group.checkpoint()
         out = Outcome()
         gone = frozenset(leaving)
         if m.online_downgrade_allowed(group, gone):
@@ -404,12 +406,14 @@ class ClassicMembers:
             for member in leaving.values():
                 m._remove_member(out, group, member)
             m._drop_unsubscribed_regexes(out, group)
-            metadata_hash = m._image.group_hash(group.subscribed_topic_names())
+            metadata_hash = group.metadata_hash_for(m._image)
             m._write_group_epoch(out, group, group.group_epoch + 1, metadata_hash)
 
         def applied(error: ErrorCode | None, _after: Outcome) -> None:
             if error is not None:
-                m._restore(group.group_id, snapshot)
+                m._undo(group.group_id, group, checkpoint)
+            else:
+                group.release(checkpoint)
 
         out.after_append(applied)
         return out.result(respond(results), lambda error: LeaveGroupResponse(error_code=error.value))

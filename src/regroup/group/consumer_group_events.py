@@ -4,8 +4,14 @@
 reads what the same Outcome wrote so far — members removed (type-5 tombstones), members added or
 resubscribed (type-5 records), regex resolutions (type 16) — and whether the subscribed topics' metadata
 hash changed, and registers a continuation: once the records are durable it emits the event with the group
-as the whole operation left it (new group epoch, assignment epoch, every member's reconciliation progress).
-A failed append emits nothing (the bump did not happen).
+as the whole operation left it (new group epoch, assignment epoch, the reconciliation progress of the
+members the operation changed — those its type-5, 7 and 8 records name — and how many members the group has
+and how many are not yet reconciled). A failed append emits nothing (the bump did not happen).
+
+Listing only the changed members keeps a bump's cost to what the operation did: every joining member bumps
+the epoch, so listing every member made forming a group of N members cost O(N²) (and O(N²) bytes of
+``__group_events``). A bump that also computed a new target assignment lists the members whose target
+changed, at most once per ``group.consumer.assignment.interval.ms``.
 
 What removed a member is not visible in the records: the runtime knows which timer fired or which request
 or control ran, and hands it to :meth:`ConsumerGroupEpochBumped.attributed` (a member removed by a
@@ -14,28 +20,41 @@ ConsumerGroupHeartbeat or a classic LeaveGroup left; by its session or rebalance
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from regroup.group.config import GroupConfig
 from regroup.group.consumer_group import ConsumerGroup, MemberSubscription, Partitions, by_topic
-from regroup.group.effects import TimerKey, TimerKind
+from regroup.group.effects import CoordinatorRecord, TimerKey, TimerKind
 from regroup.group.outcome import Outcome
 from regroup.group.records import (
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE,
     CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE,
     CONSUMER_GROUP_REGULAR_EXPRESSION_RECORD_TYPE,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE,
     DecodedConsumerGroupRecord,
     RecordError,
     decode_record,
 )
 from regroup.group.topics_image import TopicsImage
 from regroup.protocol.errors import ErrorCode
+from regroup.protocol.primitives import I16, DecodeError
+from regroup.protocol.records.consumer_group_current_member_assignment import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+)
+from regroup.protocol.records.consumer_group_member_metadata import ConsumerGroupMemberMetadataKey
+from regroup.protocol.records.consumer_group_target_assignment_member import (
+    ConsumerGroupTargetAssignmentMemberKey,
+)
 
 __all__ = [
     "ConsumerGroupEpochBumped",
     "EpochBumpCause",
     "MemberProgress",
     "Trigger",
+    "changed_members",
+    "member_progress",
     "note_epoch_bump",
 ]
 
@@ -126,8 +145,13 @@ class ConsumerGroupEpochBumped:
     state: str  # the group's state after the operation (Assigning, Reconciling, Stable, Empty)
     assignor: str | None
     members: tuple[MemberProgress, ...]
+    """The members the operation changed (subscription, target or current assignment), as it left them."""
     facts: _Facts = field(repr=False)
     trigger: Trigger | None = None
+    member_count: int | None = None
+    """Members in the group after the operation (None: not counted)."""
+    waiting_count: int | None = None
+    """Members not (yet) STABLE at the assignment epoch after the operation (None: not counted)."""
 
     def attributed(self, trigger: Trigger) -> ConsumerGroupEpochBumped:
         return self if self.trigger is not None else replace(self, trigger=trigger)
@@ -283,8 +307,13 @@ def _named(partitions: Partitions, topics: TopicsImage) -> tuple[tuple[str, tupl
     return tuple(sorted(named.items()))
 
 
-def member_progress(group: ConsumerGroup, topics: TopicsImage) -> tuple[MemberProgress, ...]:
-    """Every member's reconciliation, sorted by member id."""
+def member_progress(
+    group: ConsumerGroup, topics: TopicsImage, member_ids: Iterable[str] | None = None
+) -> tuple[MemberProgress, ...]:
+    """The reconciliation of the members ``member_ids`` (None: every member) still in the group, sorted by
+    member id."""
+    members = group.members
+    ids = members if member_ids is None else (i for i in set(member_ids) if i in members)
     return tuple(
         MemberProgress(
             member_id=m.member_id,
@@ -295,8 +324,36 @@ def member_progress(group: ConsumerGroup, topics: TopicsImage) -> tuple[MemberPr
             pending_revocation=_named(m.pending_revocation, topics),
             target=_named(group.targets.get(m.member_id, frozenset()), topics),
         )
-        for _, m in sorted(group.members.items())
+        for m in sorted((members[i] for i in ids), key=lambda m: m.member_id)
     )
+
+
+_MEMBER_KEYS: dict[int, Any] = {
+    CONSUMER_GROUP_MEMBER_METADATA_RECORD_TYPE: ConsumerGroupMemberMetadataKey,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_RECORD_TYPE: ConsumerGroupTargetAssignmentMemberKey,
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE: ConsumerGroupCurrentMemberAssignmentKey,
+}
+
+
+def changed_members(records: Iterable[CoordinatorRecord], group_id: str) -> set[str]:
+    """The members of ``group_id`` whose subscription, target or current assignment the records write
+    (types 5, 7, 8, tombstones included): only the keys are read."""
+    changed: set[str] = set()
+    for record in records:
+        key = record.key
+        if len(key) < 2:
+            continue
+        (record_type,) = I16.unpack_from(key, 0)
+        key_type = _MEMBER_KEYS.get(record_type)
+        if key_type is None:
+            continue
+        try:
+            decoded, _ = key_type.read(key, 2, record_type)
+        except DecodeError:
+            continue
+        if decoded.group_id == group_id:
+            changed.add(decoded.member_id)
+    return changed
 
 
 def _facts(
@@ -368,6 +425,9 @@ def note_epoch_bump(
     def applied(error: ErrorCode | None, after: Outcome) -> None:
         if error is not None:
             return
+        # Only the members this operation changed (one bump per joining member: listing every member
+        # made a formation O(members²)); the group's totals are counted, not listed.
+        changed = changed_members(out.records, group.group_id)
         after.notify(
             ConsumerGroupEpochBumped(
                 group_id=group.group_id,
@@ -376,8 +436,10 @@ def note_epoch_bump(
                 assignment_epoch=group.assignment_epoch,
                 state=group.state.value,
                 assignor=assignor,
-                members=member_progress(group, topics),
+                members=member_progress(group, topics, changed),
                 facts=facts,
+                member_count=len(group.members),
+                waiting_count=len(group.members) - group.reconciled_count(),
             )
         )
 

@@ -23,7 +23,6 @@ consumer groups (§7) are :mod:`regroup.group.offset_manager`'s.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -32,6 +31,7 @@ from regroup.group.config import GroupConfig
 from regroup.group.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    Checkpoint,
     ClassicMemberMetadata,
     ConsumerGroup,
     ConsumerGroupMember,
@@ -271,7 +271,8 @@ class ConsumerGroupManager:
 
         group_id = req.group_id
         existing = self._groups.get(group_id)
-        snapshot = None if existing is None else existing.copy()
+        # Undo by journal, not by a copy of the group: a heartbeat that changes nothing costs nothing here.
+        checkpoint = None if existing is None else existing.checkpoint()
         replaced_classic = None
         if existing is None:
             if req.member_epoch != 0:
@@ -305,7 +306,7 @@ class ConsumerGroupManager:
         try:
             response = self._heartbeat(out, ctx, req, group, now_ms, topics)
         except _Rejected as exc:
-            self._restore(group_id, snapshot)
+            self._undo(group_id, existing, checkpoint)
             return Result(reply=_error_response(exc.error, exc.message))
 
         if replaced_classic is not None:
@@ -326,15 +327,17 @@ class ConsumerGroupManager:
 
         def applied(error: ErrorCode | None, after: Outcome) -> None:
             if error is not None:
-                self._restore(group_id, snapshot)
+                self._undo(group_id, existing, checkpoint)
                 if replaced_classic is not None:
                     self._classic.restore_group(replaced_classic)
                     for member_id in list(group.members):
                         if replaced_classic.members.get(member_id) is not None:
                             self._timers.cancel(after, session_timeout_key(group_id, member_id))
-            elif replaced_classic is not None:
-                self._classic.cancel_timers(after, group_id)
-                self._classic.forget_history(group_id)
+            else:
+                self._keep(existing, checkpoint)
+                if replaced_classic is not None:
+                    self._classic.cancel_timers(after, group_id)
+                    self._classic.forget_history(group_id)
 
         out.after_append(applied)
         return out.result(response, _error_response)
@@ -427,7 +430,7 @@ class ConsumerGroupManager:
                     assignment_epochs=dict.fromkeys(partitions, generation),
                 ),
             )
-        group.metadata_hash = topics.group_hash(group.subscribed_topic_names())
+        group.metadata_hash = group.metadata_hash_for(topics)
         return group
 
     def _conversion_records(self, out: Outcome, group: ConsumerGroup) -> None:
@@ -453,12 +456,15 @@ class ConsumerGroupManager:
     def online_downgrade_allowed(self, group: ConsumerGroup, leaving: frozenset[str]) -> bool:
         """GMM ``validateOnlineDowngradeWithFencedMembers``: the members leaving include the last ones using
         the consumer protocol, others remain, downgrade is enabled and they fit in ``group.max.size``."""
-        remaining = [m for m in group.members.values() if m.member_id not in leaving]
+        # O(leaving), not O(members): the group counts its classic members.
+        gone = [group.members[m] for m in leaving if m in group.members]
+        remaining = len(group.members) - len(gone)
+        classic_remaining = group.classic_member_count() - sum(m.uses_classic_protocol for m in gone)
         return (
-            all(m.uses_classic_protocol for m in remaining)
-            and len(remaining) > 0
+            classic_remaining == remaining
+            and remaining > 0
             and self._migration_enabled("downgrade")
-            and len(remaining) <= self.config.group_max_size
+            and remaining <= self.config.group_max_size
         )
 
     def downgrade(self, out: Outcome, group: ConsumerGroup, leaving: frozenset[str], now_ms: int) -> None:
@@ -497,7 +503,7 @@ class ConsumerGroupManager:
                 group.targets.get(cm.member_id, frozenset()), self._image, cm.metadata(classic.protocol_name)
             )
         out.records.append(group_metadata_record(classic, classic.assignments()))
-        snapshot = group.copy()
+        # The group itself is not changed from here on: a failed write puts it back as it is.
         del self._groups[group_id]
         for key in self._timers.keys_for_group(group_id):
             if key.kind in _MEMBER_TIMER_KINDS:
@@ -511,8 +517,8 @@ class ConsumerGroupManager:
                 self._classic.detach_group(group_id)
                 self._classic.cancel_timers(after, group_id)
                 self._classic.forget_history(group_id)
-                self._groups[group_id] = snapshot
-                for member in snapshot.members.values():
+                self._groups[group_id] = group
+                for member in group.members.values():
                     self._schedule_session(after, group_id, member, now_ms)
 
         out.after_append(applied)
@@ -533,11 +539,20 @@ class ConsumerGroupManager:
         if group is not None and member is not None:
             self._fence_or_retry(out, group, member, key, None, now_ms)
 
-    def _restore(self, group_id: str, snapshot: ConsumerGroup | None) -> None:
-        if snapshot is None:
+    def _undo(self, group_id: str, group: ConsumerGroup | None, checkpoint: Checkpoint | None) -> None:
+        """A write failed or a heartbeat was rejected: the group as it was at ``checkpoint`` (None: the
+        operation created it, it goes)."""
+        if group is None or checkpoint is None:
             self._groups.pop(group_id, None)
         else:
-            self._groups[group_id] = snapshot
+            group.rollback(checkpoint)
+            self._groups[group_id] = group
+
+    @staticmethod
+    def _keep(group: ConsumerGroup | None, checkpoint: Checkpoint | None) -> None:
+        """The operation's write succeeded: its undo journal is no longer needed."""
+        if group is not None and checkpoint is not None:
+            group.release(checkpoint)
 
     def _heartbeat(
         self,
@@ -665,7 +680,7 @@ class ConsumerGroupManager:
         regex_changed = new_sub.subscribed_topic_regex != old_sub.subscribed_topic_regex
         new_regex = new_sub.subscribed_topic_regex
         regex_known = new_regex is not None and new_regex in group.resolved_regexes
-        if regex_changed and new_regex is not None and new_regex not in group.subscribed_regexes():
+        if regex_changed and new_regex is not None and not group.is_regex_subscribed(new_regex):
             try:
                 compile_regex(new_regex)
             except InvalidRegularExpression as exc:
@@ -688,7 +703,9 @@ class ConsumerGroupManager:
         if regex_changed and (new_regex is None or regex_known):
             bump = True  # REGEX_UPDATED_AND_RESOLVED (or cleared)
         bump |= self._update_regexes(out, group, topics, now_ms)
-        metadata_hash = topics.group_hash(group.subscribed_topic_names())
+        # Cached on the group with the names and the image it was computed on (Kafka's ModernGroup keeps
+        # the subscribed names counted and hashes them only when they or the metadata image change).
+        metadata_hash = group.metadata_hash_for(topics)
         if bump or metadata_hash != group.metadata_hash:
             self._write_group_epoch(out, group, group.group_epoch + 1, metadata_hash)
 
@@ -811,7 +828,7 @@ class ConsumerGroupManager:
                     )
                 )
             member = found
-        snapshot = group.copy()
+        checkpoint = group.checkpoint()
         out = Outcome()
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             # The instance will be back: its partitions stay reserved; no bump, no timer change.
@@ -827,7 +844,9 @@ class ConsumerGroupManager:
 
         def applied(error: ErrorCode | None, _after: Outcome) -> None:
             if error is not None:
-                self._restore(group.group_id, snapshot)
+                self._undo(group.group_id, group, checkpoint)
+            else:
+                group.release(checkpoint)
 
         out.after_append(applied)
         return out.result(
@@ -866,12 +885,14 @@ class ConsumerGroupManager:
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
             return False
-        snapshot = group.copy()
+        checkpoint = group.checkpoint()
         self._fence(out, group, member, now_ms)
 
         def applied(error: ErrorCode | None, _after: Outcome) -> None:
             if error is not None:
-                self._restore(group_id, snapshot)
+                self._undo(group_id, group, checkpoint)
+            else:
+                group.release(checkpoint)
 
         out.after_append(applied)
         return True
@@ -909,13 +930,15 @@ class ConsumerGroupManager:
     ) -> None:
         """Fence on a timer; when the write fails the group is restored and the timer retried after a
         backoff, as Kafka's coordinator runtime retries these timer operations."""
-        snapshot = group.copy()
+        checkpoint = group.checkpoint()
         self._fence(out, group, member, now_ms)
 
         def applied(error: ErrorCode | None, after: Outcome) -> None:
             if error is not None:
-                self._restore(group.group_id, snapshot)
+                self._undo(group.group_id, group, checkpoint)
                 self._timers.schedule(after, key, now_ms + _TIMER_RETRY_BACKOFF_MS, payload)
+            else:
+                group.release(checkpoint)
 
         out.after_append(applied)
 
@@ -929,7 +952,7 @@ class ConsumerGroupManager:
             return
         self._remove_member(out, group, member)
         self._drop_unsubscribed_regexes(out, group)
-        metadata_hash = self._image.group_hash(group.subscribed_topic_names())
+        metadata_hash = group.metadata_hash_for(self._image)
         self._write_group_epoch(out, group, group.group_epoch + 1, metadata_hash)
 
     def _remove_member(self, out: Outcome, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
@@ -960,7 +983,7 @@ class ConsumerGroupManager:
         self._drop_unsubscribed_regexes(out, group)
         subscribed = group.subscribed_regexes()
         changed = False
-        stale = group.regex_topic_names != topics.names
+        stale = group.regex_topic_names is not topics.names and group.regex_topic_names != topics.names
         for regex in sorted(subscribed):
             previous = group.resolved_regexes.get(regex)
             if previous is not None and not stale:
@@ -986,9 +1009,7 @@ class ConsumerGroupManager:
 
     def preferred_assignor(self, group: ConsumerGroup) -> str:
         """The ServerAssignor most members name (ties: the configured order), else the first configured."""
-        votes = Counter(
-            m.subscription.server_assignor for m in group.members.values() if m.subscription.server_assignor
-        )
+        votes = group.assignor_votes()  # counted as members come, go and resubscribe
         configured = self.config.consumer_assignors
         if not votes:
             return configured[0]

@@ -46,10 +46,16 @@ ever added within a version). Types of version 1:
         "members": [{"member_id", "group_instance_id", "member_epoch": int,
                      "state": "STABLE" | "UNREVOKED_PARTITIONS" | "UNRELEASED_PARTITIONS",
                      "assigned": {topic: [partition]}, "pending_revocation": {topic: [partition]},
-                     "target": {topic: [partition]}}]
+                     "target": {topic: [partition]}}],
+        "members_listed": "changed", "member_count": int, "waiting_count": int
 
     ``assignment_epoch``, ``state`` and ``members`` are as the operation that bumped the epoch left the
-    group (the target assignment may be deferred, members reconcile on their next heartbeats). Cause kinds:
+    group (the target assignment may be deferred, members reconcile on their next heartbeats). ``members``
+    lists only the members that operation changed (subscription, target or current assignment: the joining
+    or resubscribing member, and those whose target a new target assignment changed), so an event's size
+    does not grow with the group; ``member_count`` is how many members the group has and ``waiting_count``
+    how many are not yet STABLE at the assignment epoch. Events without ``members_listed`` (written before
+    these fields were added) list every member. Cause kinds:
     ``member_joined``, ``member_left``, ``member_fenced_session_timeout``,
     ``member_fenced_rebalance_timeout``, ``subscription_changed``, ``regex_resolution_changed``,
     ``topic_metadata_changed``, ``static_member_replaced``. Added within version 1: older readers skip it.
@@ -219,8 +225,9 @@ def assemble_timeline(
 
 def consumer_generation(event: Mapping[str, Any], time_ms: int) -> Event:
     """A ``consumer_epoch_bumped`` event as a timeline generation: the classic fields a reader shows (no
-    join or sync phase: ``waited_for`` are the members not yet reconciled to the assignment epoch, and
-    ``stable_ms`` is the bump's time when the group was Stable right after it) plus the event's own."""
+    join or sync phase: ``waited_for`` are the listed members not yet reconciled to the assignment epoch —
+    ``waiting_count`` counts them all — and ``stable_ms`` is the bump's time when the group was Stable right
+    after it) plus the event's own."""
     members = event.get("members", [])
     assignment_epoch = event.get("assignment_epoch")
     stable = event.get("state") == "Stable"

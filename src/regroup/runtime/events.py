@@ -2,7 +2,7 @@
 
 The coordinator hands every ``Notify`` event of its shards to :meth:`GroupEventLog.observe`, which turns the
 timeline ones (rebalance started, generation completed / stable, static member swapped; a consumer group's
-epoch bump with its cause and the members' reconciliation) into the versioned
+epoch bump with its cause and the reconciliation of the members it changed) into the versioned
 records of :mod:`regroup.protocol.group_events`, keeps them in a bounded per-group memory and queues them
 for a background writer. The writer appends them to the group's ``__group_events`` partition through the
 partition's write gate; it never holds up a shard's lane, a full queue drops events (logged), and a failed
@@ -203,7 +203,12 @@ def epoch_bumped_event(event: ConsumerGroupEpochBumped, now_ms: int) -> Event:
         "assignor": event.assignor,
         "cause": causes[0],
         "events": causes[1:],
+        # Only the members the bumping operation changed (see regroup.group.consumer_group_events), and the
+        # group's totals: an event's size does not grow with the group.
         "members": [m.to_json() for m in event.members],
+        "members_listed": "changed",
+        "member_count": event.member_count,
+        "waiting_count": event.waiting_count,
         "joined": [
             {
                 "member_id": c["member_id"],
