@@ -132,6 +132,27 @@ def test_endpoints_of_a_broker_without_groups(broker: BrokerThread) -> None:
     assert samples[("kafka_server_group_coordinator_metrics_partition_load_time_max", ())] >= 0
 
 
+def test_metrics_select_families_by_name(broker: BrokerThread) -> None:
+    """``name[]`` (Prometheus' federation parameter) selects whole families or single sample series."""
+    base = base_url(broker)
+
+    def series(query: str) -> set[str]:
+        status, _, body = http_get(f"{base}/metrics?{query}")
+        assert status == 200
+        return {
+            line.split("{")[0].split(" ")[0]
+            for line in body.decode().splitlines()
+            if not line.startswith("#")
+        }
+
+    lag = "regroup_event_loop_lag_seconds"
+    assert series(f"name[]={lag}") == {f"{lag}_bucket", f"{lag}_count", f"{lag}_sum"}
+    assert series(f"name[]={lag}_sum") == {f"{lag}_sum"}
+    groups = "kafka_coordinator_group_groupmetadatamanager_num_groups"
+    assert series(f"name[]={groups}&name[]={lag}_count") == {groups, f"{lag}_count"}
+    assert series("name[]=no_such_metric") == set()
+
+
 def _join(conn: BlockingConnection, member_id: str, topics: list[str]) -> None:
     conn.send(
         JoinGroupRequest(

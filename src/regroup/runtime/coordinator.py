@@ -20,7 +20,7 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Final, TypeVar
@@ -475,14 +475,32 @@ class GroupCoordinator:
 
     def group_views(self) -> list[GroupView]:
         """Every group (classic and consumer) of every active partition, sorted by group id."""
+        return sorted(self._iter_views(), key=_view_group_id)
+
+    async def group_views_async(self, *, slice_s: float = 0.005) -> list[GroupView]:
+        """:meth:`group_views`, built a few groups at a time, the event loop free every ``slice_s`` in
+        between: a view holds a lag entry per committed offset, and a broker holding a million offsets
+        would otherwise stop answering for seconds per scrape. Groups are read at slightly different
+        moments."""
+        loop = asyncio.get_running_loop()
         views: list[GroupView] = []
+        deadline = loop.time() + slice_s
+        for view in self._iter_views():
+            views.append(view)
+            if loop.time() >= deadline:
+                await asyncio.sleep(0)
+                deadline = loop.time() + slice_s
+        views.sort(key=_view_group_id)
+        return views
+
+    def _iter_views(self) -> Iterator[GroupView]:
         for partition, runner in sorted(self._runners.items()):
             if runner.state is RunnerState.ACTIVE:
                 shard = runner.shard
-                views += (self._build_view(partition, shard, g) for g in shard.groups())
-                views += (self._build_view(partition, shard, g) for g in shard.consumer_groups())
-        views.sort(key=lambda v: v.group_id)
-        return views
+                for group in shard.groups():
+                    yield self._build_view(partition, shard, group)
+                for consumer_group in shard.consumer_groups():
+                    yield self._build_view(partition, shard, consumer_group)
 
     def _view(self, partition: int, shard: CoordinatorShard, group_id: str) -> GroupView | None:
         snapshot: GroupSnapshot | ConsumerGroup | None = shard.group(group_id)
@@ -912,3 +930,7 @@ def _none(_code: ErrorCode) -> None:
 
 def _with_partitions(config: GroupConfig, partitions: int) -> GroupConfig:
     return replace(config, offsets_topic_num_partitions=partitions)
+
+
+def _view_group_id(view: GroupView) -> str:
+    return view.group_id

@@ -134,6 +134,9 @@ class RunnerState(enum.Enum):
     FAILED = "failed"
 
 
+_LOAD_SLICE_S: Final = 0.01
+"""How long a partition's load runs before other events get the loop."""
+
 # Kafka's CoordinatorOperationExceptionHelper: how a failed write surfaces to clients.
 _APPEND_ERRORS: Final = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -509,6 +512,8 @@ class ShardRunner:
         end = offsets_log.log_end_offset
         records = skipped = 0
         shard = self.shard
+        clock = asyncio.get_running_loop().time
+        pause_at = clock() + _LOAD_SLICE_S
         while offset < end:
             if self._abort_load:
                 return None
@@ -547,7 +552,13 @@ class ShardRunner:
                         else:
                             records += 1
                 offset = batch.next_offset
-            await asyncio.sleep(0)  # let requests be answered (COORDINATOR_LOAD_IN_PROGRESS) meanwhile
+                if clock() >= pause_at:
+                    # Kafka loads in its coordinator threads; here the loop is shared, so a large partition
+                    # loads in slices and every other request (COORDINATOR_LOAD_IN_PROGRESS for this one's
+                    # groups) is answered in between.
+                    await asyncio.sleep(0)
+                    pause_at = clock() + _LOAD_SLICE_S
+            await asyncio.sleep(0)
         if self._abort_load:
             return None
         seconds = asyncio.get_running_loop().time() - started

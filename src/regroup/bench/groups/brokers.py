@@ -241,7 +241,9 @@ def read_loop_lag(admin: tuple[str, int], timeout: float = 2.0) -> LoopLag | Non
     """The loop-lag histogram from a regroup broker's admin port, or None when it cannot be read."""
     host, port = admin
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as reply:
+        with urllib.request.urlopen(
+            f"http://{host}:{port}/metrics?name[]={_LAG_METRIC}", timeout=timeout
+        ) as reply:
             text = reply.read().decode()
     except (OSError, ValueError):
         return None

@@ -13,6 +13,7 @@ Routes::
 
 from __future__ import annotations
 
+import asyncio
 import importlib.resources
 import logging
 import socket
@@ -21,13 +22,12 @@ from typing import TYPE_CHECKING, Any
 from regroup.broker.config import parse_admin_listener
 from regroup.broker.context import BrokerPort
 from regroup.broker.ops.looplag import LoopLagMonitor
-from regroup.broker.ops.metrics import build_registry
+from regroup.broker.ops.metrics import BrokerCollector, Families, build_collector
 from regroup.broker.server import BrokerServer
 from regroup.runtime.group_view import GroupView
 
 if TYPE_CHECKING:
     from aiohttp import web
-    from prometheus_client import CollectorRegistry
 
 __all__ = ["AdminServer"]
 
@@ -45,7 +45,7 @@ class AdminServer:
         self._broker = broker
         self._server = server
         self._runner: web.AppRunner | None = None
-        self._registry: CollectorRegistry | None = None
+        self._collector: BrokerCollector | None = None
         self._loop_lag: LoopLagMonitor | None = None
         self.address: tuple[str, int] | None = None
 
@@ -92,7 +92,7 @@ class AdminServer:
 
         self._loop_lag = LoopLagMonitor()
         self._loop_lag.start()
-        self._registry, requests, stats = build_registry(self._broker, self._server, self._loop_lag)
+        self._collector, requests, stats = build_collector(self._broker, self._server, self._loop_lag)
         app = web.Application()
         app.router.add_get("/", self._index)
         app.router.add_get("/metrics", self._metrics)
@@ -123,12 +123,27 @@ class AdminServer:
 
         return web.Response(body=_page(), content_type="text/html", charset="utf-8")
 
-    async def _metrics(self, _request: web.Request) -> web.StreamResponse:
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        """Prometheus exposition; ``name[]`` parameters select families (Prometheus' federation
+        convention), so a scraper wanting one histogram does not pay for a lag series per committed offset.
+        A scrape never holds the event loop for long: the groups are read a few at a time between other
+        events, and the text is rendered in a worker thread."""
         from aiohttp import web
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        assert self._registry is not None
-        body = generate_latest(self._registry)
+        assert self._collector is not None
+        names = frozenset(request.query.getall("name[]", [])) or None
+        coord = self._broker.group_coordinator
+        views = (
+            await coord.group_views_async() if coord.running and self._collector.needs_views(names) else []
+        )
+        collector = self._collector
+        live = collector.live_families(views, names)
+
+        def render() -> bytes:
+            return generate_latest(Families(live + collector.view_families(views, names)))
+
+        body = await asyncio.to_thread(render)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _broker_info(self, _request: web.Request) -> web.StreamResponse:

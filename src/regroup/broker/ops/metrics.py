@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from regroup.broker.ops.looplag import LAG_BUCKETS, LoopLagMonitor
 from regroup.group.consumer_group import ConsumerGroupState
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from regroup.broker.context import BrokerPort
     from regroup.broker.server import BrokerServer
 
-__all__ = ["BrokerCollector", "CoordinatorStats", "RequestStats", "build_registry"]
+__all__ = ["BrokerCollector", "CoordinatorStats", "Families", "RequestStats", "build_collector"]
 
 log = logging.getLogger("regroup.broker.ops")
 
@@ -141,6 +141,17 @@ class CoordinatorStats:
         )
 
 
+class Families:
+    """Metric families already read, for rendering away from the event loop (``generate_latest`` takes
+    anything with ``collect()``)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
 class BrokerCollector(Collector):
     """Every regroup metric family, read at scrape time."""
 
@@ -160,15 +171,40 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         coord = self._broker.group_coordinator
-        views = coord.group_views() if coord.running else []
-        yield from self._group_gauges(views)
-        yield from self._coordinator_metrics(views)
-        yield from self._request_metrics()
-        yield from self._connection_metrics()
-        yield from self._lag_metrics(views)
-        yield from self._health_metrics(views)
-        yield from self._consumer_group_metrics(views)
-        yield self._loop_lag_metric()
+        yield from self.families(coord.group_views() if coord.running else [], None)
+
+    def needs_views(self, names: frozenset[str] | None) -> bool:
+        """Whether the families selected by ``names`` (None: all) are read from the groups' views — the
+        expensive part of a scrape, in proportion to the committed offsets (one lag series each)."""
+        if names is None:
+            return True
+        free = [family.name for family in self._view_free()]
+        return any(not any(_matches(name, family) for family in free) for name in names)
+
+    def families(self, views: list[GroupView], names: frozenset[str] | None) -> list[Metric]:
+        """The metric families (or, with ``names`` — Prometheus' ``name[]`` selection — only the families
+        and samples named), the group families built from ``views``."""
+        return self.live_families(views, names) + self.view_families(views, names)
+
+    def live_families(self, views: list[GroupView], names: frozenset[str] | None) -> list[Metric]:
+        """The families that read the broker's live state (requests, connections, the loop, the
+        coordinator's counters and partitions): to be read on the event loop."""
+        produced: list[Metric] = [*self._view_free()]
+        if self.needs_views(names):
+            produced += self._group_gauges(views)
+            produced += self._coordinator_metrics(views)
+        return _select(produced, names)
+
+    def view_families(self, views: list[GroupView], names: frozenset[str] | None) -> list[Metric]:
+        """The families computed from ``views`` alone — a lag series per committed offset, so the bulk of a
+        scrape — which read nothing that changes: safe in a worker thread."""
+        produced: list[Metric] = []
+        for make in (self._lag_metrics, self._health_metrics, self._consumer_group_metrics):
+            produced += make(views)
+        return _select(produced, names)
+
+    def _view_free(self) -> list[Metric]:
+        return [*self._request_metrics(), *self._connection_metrics(), self._loop_lag_metric()]
 
     def _loop_lag_metric(self) -> Metric:
         lag = self._loop_lag
@@ -410,6 +446,31 @@ class BrokerCollector(Collector):
 _MEMBER_STATES: Final = ("stable", "unrevoked_partitions", "unreleased_partitions")
 
 
+def _matches(name: str, family: str) -> bool:
+    """``name`` selects the family itself or one of its sample series (``_bucket``, ``_sum``, ``_total``…)."""
+    return name == family or (name.startswith(family) and name[len(family)] == "_")
+
+
+def _select(families: list[Metric], names: frozenset[str] | None) -> list[Metric]:
+    if names is None:
+        return families
+    selected = (_selected(family, names) for family in families)
+    return [family for family in selected if family is not None]
+
+
+def _selected(family: Metric, names: frozenset[str]) -> Metric | None:
+    """``family`` as a ``name[]`` selection keeps it: whole when its name is selected, else only the
+    samples named (prometheus-client's restricted registry does the same)."""
+    if family.name in names:
+        return family
+    samples = [s for s in family.samples if s.name in names]
+    if not samples:
+        return None
+    kept = Metric(family.name, family.documentation, family.type, family.unit)
+    kept.samples = samples
+    return kept
+
+
 def _cumulative(bounds: Sequence[float], counts: Sequence[float]) -> list[tuple[str, float]]:
     """Prometheus buckets (``le`` bound, cumulative count) from per-bucket counts (the last one +Inf)."""
     out: list[tuple[str, float]] = []
@@ -420,13 +481,12 @@ def _cumulative(bounds: Sequence[float], counts: Sequence[float]) -> list[tuple[
     return out
 
 
-def build_registry(
+def build_collector(
     broker: BrokerPort, server: BrokerServer, loop_lag: LoopLagMonitor
-) -> tuple[CollectorRegistry, RequestStats, CoordinatorStats]:
-    """A registry with regroup's collector; the stats objects are to be wired to their event sources."""
+) -> tuple[BrokerCollector, RequestStats, CoordinatorStats]:
+    """regroup's collector (a prometheus-client ``Collector``; nothing is registered in the library's
+    global registry); the stats objects are to be wired to their event sources."""
     loop = asyncio.get_running_loop()
     requests = RequestStats(loop.time)
     stats = CoordinatorStats(broker)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker, server, requests, stats, loop_lag))
-    return registry, requests, stats
+    return BrokerCollector(broker, server, requests, stats, loop_lag), requests, stats
