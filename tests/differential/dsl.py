@@ -42,7 +42,7 @@ from regroup.protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatResponse,
 )
 from regroup.protocol.messages.delete_groups import DeleteGroupsRequest
-from regroup.protocol.messages.describe_groups import DescribeGroupsRequest
+from regroup.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from regroup.protocol.messages.find_coordinator import FindCoordinatorRequest
 from regroup.protocol.messages.heartbeat import HeartbeatRequest
 from regroup.protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol
@@ -808,6 +808,31 @@ def api_versions(v: int = 3) -> Step:
 
 def sleep(seconds: float) -> Step:
     return Step(f"sleep {seconds:g}s", "sleep", 0, None, None, pause=seconds)
+
+
+def described_as(state: str, *, group: str | None = None, timeout: float = 30.0) -> Step:
+    """Wait (answers not compared) until DescribeGroups shows the group (the scenario's own unless
+    ``group`` names another) in ``state``. Kafka's
+    coordinator answers reads from the state as of the partition's last committed offset, so a group that
+    a write created without records (a JoinGroup answered MEMBER_ID_REQUIRED) may be invisible to a read
+    sent right after it."""
+
+    def wait(ctx: Context) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            response = ctx.admin.request(
+                DescribeGroupsRequest(groups=[ctx.group_id(group)]),
+                DescribeGroupsResponse,
+                version=5,
+                timeout=20,
+            )
+            got = response.groups[0].group_state if response.groups else None
+            if got == state:
+                return
+            assert time.monotonic() < deadline, f"the group is {got!r}, not {state!r}, after {timeout:g}s"
+            time.sleep(0.05)
+
+    return Step(f"wait until the group is {state}", "wait", 0, None, None, wait=wait)
 
 
 def consumer_coordinator_sees(*names: str, timeout: float = 60.0) -> Step:

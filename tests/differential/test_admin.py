@@ -13,6 +13,7 @@ from differential.dsl import (
     commit,
     delete_groups,
     describe,
+    described_as,
     fetch_offsets,
     find_coordinator,
     form_group,
@@ -52,6 +53,7 @@ DESCRIBE = [
             describe(groups=[None, "nope", ""], state="Dead"),
             describe(6, groups=[None, "nope", ""], state="Dead"),  # v6: GROUP_ID_NOT_FOUND + message
             join("p", expect=E.MEMBER_ID_REQUIRED),
+            described_as("Empty"),
             describe(state="Empty"),
             describe(6, state="Empty"),
             *form_group("a", "b", static=True),

@@ -8,7 +8,16 @@ from __future__ import annotations
 import pytest
 
 from differential.conftest import DifferentialRunner
-from differential.dsl import E, Scenario, cgh, consumer_coordinator_sees, consumer_describe, describe, join
+from differential.dsl import (
+    E,
+    Scenario,
+    cgh,
+    consumer_coordinator_sees,
+    consumer_describe,
+    describe,
+    described_as,
+    join,
+)
 from differential.harness import check_result, params
 
 # The scenarios' topics are created when the pair starts; Kafka's group coordinator sees them only once its
@@ -47,6 +56,7 @@ SCENARIOS = [
             cgh("a", epoch=0, names=None, expect=E.INVALID_REQUEST),
             consumer_describe(groups=(None, "other", "")),
             join("p", group="classic", expect=E.MEMBER_ID_REQUIRED),  # an Empty classic group
+            described_as("Empty", group="classic"),
             consumer_describe(groups=("classic",)),  # "Group … is not a consumer group."
         ],
     ),
