@@ -402,6 +402,30 @@ def test_replay_rejects_unknown_and_malformed_records() -> None:
     assert shard.groups() == []
 
 
+def test_malformed_offset_commit_records_are_record_errors() -> None:
+    """The offset commit records' load shortcut rejects what the generic decoder would."""
+    shard = Harness().replayed_shard([])
+    value = OffsetCommitValue(offset=5, metadata="", commit_timestamp=1).encode_versioned(3)
+    for key, val in [
+        (offset_key("g", "t", 0) + b"x", None),  # trailing key bytes
+        (offset_key("g", "t", 0)[:-1], None),  # truncated key
+        (offset_key("g", "t", 0), value + b"x"),  # trailing value bytes
+        (offset_key("g", "t", 0), value[:-1]),  # truncated value
+        (offset_key("g", "t", 0), i16(-1) + value[2:]),  # negative version
+        (offset_key("g", "t", 0), i16(99) + value[2:]),  # unknown version
+        (offset_key("g", "t", 0), b"\x00"),  # no version
+        (i16(0) + s("g") + s("t") + b"\xff\xff", None),  # version-0 key cut short
+        (i16(1) + b"\x00\x05\xff\xfe\xfd\xfc\xfb" + s("t") + i32(0), None),  # not UTF-8
+    ]:
+        with pytest.raises(RecordError):
+            shard.replay(CoordinatorRecord(key, val))
+        with pytest.raises(RecordError):
+            decode_record(CoordinatorRecord(key, val))
+    assert shard.offsets("g") == {}
+    shard.replay(CoordinatorRecord(offset_key("g", "t", 0), value))
+    assert shard.offsets("g")[("t", 0)].offset == 5
+
+
 def test_decode_tombstones() -> None:
     assert decode_record(offset_commit_tombstone("g", "t", 1)) == DecodedOffsetCommit("g", "t", 1, None, None)
     assert decode_record(group_metadata_tombstone("g")) == DecodedGroupMetadata("g", None, None)

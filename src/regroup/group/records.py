@@ -28,6 +28,7 @@ import functools
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
 from regroup.group.consumer_group import (
@@ -42,6 +43,7 @@ from regroup.group.consumer_group import (
 )
 from regroup.group.effects import CoordinatorRecord
 from regroup.group.state import GroupState
+from regroup.protocol.message import DECODE_FAILURES
 from regroup.protocol.primitives import I16, ZERO_UUID, DecodeError, Uuid
 from regroup.protocol.records.consumer_group_current_member_assignment import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -522,31 +524,11 @@ def decode_record(record: CoordinatorRecord) -> DecodedRecord:
     key = record.key
     if len(key) < 2:
         raise RecordError("record key without a type")
+    offset_commit = decode_offset_commit(key, record.value)
+    if offset_commit is not None:
+        return DecodedOffsetCommit(*offset_commit)
     (record_type,) = I16.unpack_from(key, 0)
     try:
-        if record_type in (0, OFFSET_COMMIT_RECORD_TYPE):
-            okey, end = OffsetCommitKey.read(key, 2, record_type)
-            _no_trailing(key, end)
-            if record.value is None:
-                return DecodedOffsetCommit(okey.group, okey.topic, okey.partition, None, None)
-            ovalue, version = OffsetCommitValue.decode_versioned(record.value)
-            epoch = ovalue.leader_epoch
-            expire = ovalue.expire_timestamp
-            return DecodedOffsetCommit(
-                okey.group,
-                okey.topic,
-                okey.partition,
-                # positional: this runs once per offset record replayed
-                StoredOffset(
-                    ovalue.offset,
-                    None if epoch == -1 else epoch,
-                    ovalue.metadata,
-                    ovalue.commit_timestamp,
-                    None if expire == -1 else expire,
-                    ovalue.topic_id,
-                ),
-                version,
-            )
         if record_type == GROUP_METADATA_RECORD_TYPE:
             gkey, end = GroupMetadataKey.read(key, 2, record_type)
             _no_trailing(key, end)
@@ -561,6 +543,50 @@ def decode_record(record: CoordinatorRecord) -> DecodedRecord:
     if 0 <= record_type <= _LAST_KNOWN_RECORD_TYPE:
         return IgnoredRecord(record_type)
     raise RecordError(f"unknown record type {record_type}")
+
+
+_OFFSET_COMMIT_KEY_READ: Final = OffsetCommitKey.reader(1)  # key versions 0 and 1 share one layout
+_OFFSET_COMMIT_VALUE_READ: Final = {
+    v: OffsetCommitValue.reader(v)
+    for v in range(OffsetCommitValue.MIN_VERSION, OffsetCommitValue.MAX_VERSION + 1)
+}
+
+
+def decode_offset_commit(
+    key: bytes, value: bytes | None
+) -> tuple[str, str, int, StoredOffset | None, int | None] | None:
+    """An offset commit record's group, topic, partition, offset (None: a tombstone) and value version;
+    None when ``key`` is of another record type. Most of a ``__consumer_offsets`` log is these, so loading
+    one calls the generated readers directly and builds nothing but the :class:`StoredOffset`."""
+    if len(key) < 2 or key[0] != 0 or key[1] > OFFSET_COMMIT_RECORD_TYPE:  # int16 type 0 or 1
+        return None
+    try:
+        okey, end = _OFFSET_COMMIT_KEY_READ(key, 2)
+        _no_trailing(key, end)
+        if value is None:
+            return okey.group, okey.topic, okey.partition, None, None
+        if len(value) < 2:
+            raise DecodeError("missing int16 version prefix")
+        version = value[0] << 8 | value[1]  # a negative int16 reads as ≥ 32768: unknown too
+        read = _OFFSET_COMMIT_VALUE_READ.get(version)
+        if read is None:
+            raise DecodeError(f"unknown OffsetCommitValue version {version}")
+        ovalue, end = read(value, 2)
+        if end != len(value):
+            raise DecodeError(f"{len(value) - end} trailing bytes after OffsetCommitValue v{version}")
+    except (DecodeError, *DECODE_FAILURES) as exc:
+        raise RecordError(f"malformed record of type {key[1]}: {exc}") from exc
+    epoch = ovalue.leader_epoch
+    expire = ovalue.expire_timestamp
+    stored = StoredOffset(
+        ovalue.offset,
+        None if epoch == -1 else epoch,
+        ovalue.metadata,
+        ovalue.commit_timestamp,
+        None if expire == -1 else expire,
+        ovalue.topic_id,
+    )
+    return okey.group, okey.topic, okey.partition, stored, version
 
 
 def _no_trailing(data: bytes, end: int) -> None:

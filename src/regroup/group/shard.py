@@ -77,8 +77,8 @@ from regroup.group.outcome import STALE, Outcome, TimerTable
 from regroup.group.records import (
     DecodedConsumerGroupRecord,
     DecodedGroupMetadata,
-    DecodedOffsetCommit,
     StoredOffset,
+    decode_offset_commit,
     decode_record,
     group_metadata_tombstone,
 )
@@ -544,12 +544,15 @@ class GroupShard(CoordinatorShard):
     def replay(self, record: CoordinatorRecord) -> None:
         """Apply one record of the partition's log (load path). Raises ``RecordError`` on an unreadable
         record; records of share groups are ignored."""
+        offset_commit = decode_offset_commit(record.key, record.value)
+        if offset_commit is not None:
+            group_id, topic, partition, offset, _ = offset_commit
+            self._offsets.replay(group_id, topic, partition, offset)
+            if self._consumer_groups.group(group_id) is not None:
+                self._drop_simple_group(group_id)
+            return
         decoded = decode_record(record)
-        if isinstance(decoded, DecodedOffsetCommit):
-            self._offsets.replay(decoded.group_id, decoded.topic, decoded.partition, decoded.value)
-            if self._consumer_groups.group(decoded.group_id) is not None:
-                self._drop_simple_group(decoded.group_id)
-        elif isinstance(decoded, DecodedGroupMetadata):
+        if isinstance(decoded, DecodedGroupMetadata):
             self._groups.replay(decoded.group_id, decoded.value)
         elif isinstance(decoded, DecodedConsumerGroupRecord):
             self._consumer_groups.replay(decoded, self._drop_simple_group)

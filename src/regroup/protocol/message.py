@@ -14,13 +14,13 @@ from typing import Any, ClassVar, Self
 
 from regroup.protocol.primitives import I16, DecodeError, EncodeError, UnsupportedVersionError
 
-__all__ = ["Data", "FieldSpec", "Message", "Struct"]
+__all__ = ["DECODE_FAILURES", "Data", "FieldSpec", "Message", "Reader", "Struct"]
 
 Writer = Callable[[bytearray, Any], None]
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
 # What a malformed input or an unencodable value can raise inside generated code; converted at the edge.
-_DECODE_FAILURES = (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError, MemoryError)
+DECODE_FAILURES = (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError, MemoryError)
 _ENCODE_FAILURES = (struct.error, AttributeError, TypeError, OverflowError, UnicodeEncodeError, ValueError)
 
 
@@ -79,6 +79,16 @@ class Struct:
         return bytes(buf)
 
     @classmethod
+    def reader(cls, version: int) -> Reader:
+        """The generated reader of ``version`` — ``reader(data, pos) -> (value, end)`` — for loops that
+        decode very many values of one type: on malformed input it raises :class:`DecodeError` or one of
+        :data:`DECODE_FAILURES`, which :meth:`read` would convert."""
+        try:
+            return cls._READERS[version]
+        except KeyError:
+            raise UnsupportedVersionError(f"{cls.NAME} has no version {version}") from None
+
+    @classmethod
     def read(cls, data: bytes, pos: int, version: int) -> tuple[Self, int]:
         """Decode one value at ``pos``; returns it and the position just after it."""
         try:
@@ -89,7 +99,7 @@ class Struct:
             obj, end = reader(data, pos)
         except DecodeError:
             raise
-        except _DECODE_FAILURES as exc:
+        except DECODE_FAILURES as exc:
             raise DecodeError(f"malformed {cls.NAME} v{version}: {exc}") from exc
         return obj, end
 
