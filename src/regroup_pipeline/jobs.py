@@ -181,6 +181,22 @@ def _named(partitions: Column) -> Column:
     )
 
 
+# A consumer-group member's ConsumerGroupMemberMetadata columns, as consumer_group_members shows them.
+_MEMBER_METADATA_COLUMNS: Final = (
+    "group",
+    "member_id",
+    "instance_id",
+    "client_id",
+    "client_host",
+    "rack_id",
+    "subscribed_topics",
+    "subscribed_topic_regex",
+    "server_assignor",
+    "rebalance_timeout_ms",
+    "classic_session_timeout_ms",
+)
+
+
 def consumer_group_members(inputs: Inputs) -> DataFrame:
     """The current members of KIP-848 ``consumer`` groups, one row per member: its subscription
     (ConsumerGroupMemberMetadata: instance_id, client_id, client_host, rack_id, subscribed_topics,
@@ -196,19 +212,7 @@ def consumer_group_members(inputs: Inputs) -> DataFrame:
     current = _latest_records(cg, 8, "member_id").where(~F.col("deleted"))
     target = _latest_records(cg, 7, "member_id").where(~F.col("deleted"))
     joined = (
-        subs.select(
-            "group",
-            "member_id",
-            "instance_id",
-            "client_id",
-            "client_host",
-            "rack_id",
-            "subscribed_topics",
-            "subscribed_topic_regex",
-            "server_assignor",
-            "rebalance_timeout_ms",
-            "classic_session_timeout_ms",
-        )
+        subs.select(*_MEMBER_METADATA_COLUMNS)
         .join(
             current.select(
                 "group",
@@ -228,17 +232,7 @@ def consumer_group_members(inputs: Inputs) -> DataFrame:
     )
     state = F.col("member_state")
     return joined.select(
-        "group",
-        "member_id",
-        "instance_id",
-        "client_id",
-        "client_host",
-        "rack_id",
-        "subscribed_topics",
-        "subscribed_topic_regex",
-        "server_assignor",
-        "rebalance_timeout_ms",
-        "classic_session_timeout_ms",
+        *_MEMBER_METADATA_COLUMNS,
         "member_epoch",
         "previous_member_epoch",
         F.coalesce(

@@ -482,23 +482,7 @@ async def _consumer_heartbeat(ctx: Ctx) -> None:
             for m in members
         ]
         wires = [m.wire for m in members]
-        errors = fleet.errors
-
-        def send(i: int, done: Callable[[bool, float], None]) -> None:
-            def answered(result: Message | BaseException, rtt: float) -> None:
-                if isinstance(result, ConsumerGroupHeartbeatResponse):
-                    if result.error_code == 0:
-                        done(True, rtt)
-                        return
-                    errors[ErrorCode.from_code(result.error_code).name] += 1
-                else:
-                    errors[type(result).__name__] += 1
-                done(False, rtt)
-
-            wires[i].send(requests[i], answered)
-
-        await _phases(ctx, len(members), send, "heartbeats/s", "heartbeats")
-        _errors(ctx, fleet, "measured")
+        await _heartbeats_at_saturation(ctx, fleet, wires, requests, ConsumerGroupHeartbeatResponse)
     finally:
         fleet.close()
 
@@ -587,24 +571,7 @@ async def heartbeat(ctx: Ctx) -> None:
             )
             for m in members
         ]
-        wires = [m.wire for m in members]
-        errors = fleet.errors
-
-        def send(i: int, done: Callable[[bool, float], None]) -> None:
-            def answered(result: Message | BaseException, rtt: float) -> None:
-                if isinstance(result, HeartbeatResponse):
-                    if result.error_code == 0:
-                        done(True, rtt)
-                        return
-                    errors[ErrorCode.from_code(result.error_code).name] += 1
-                else:
-                    errors[type(result).__name__] += 1
-                done(False, rtt)
-
-            wires[i].send(requests[i], answered)
-
-        await _phases(ctx, len(members), send, "heartbeats/s", "heartbeats")
-        _errors(ctx, fleet, "measured")
+        await _heartbeats_at_saturation(ctx, fleet, [m.wire for m in members], requests, HeartbeatResponse)
     finally:
         fleet.close()
 
@@ -870,6 +837,34 @@ async def _poll_offsets(
             raise ScenarioError(f"OffsetFetch after restart: {error.name}")
         await asyncio.sleep(0.005)
     raise ScenarioError(f"no successful OffsetFetch within {timeout:g} s of the restart")
+
+
+async def _heartbeats_at_saturation(
+    ctx: Ctx,
+    fleet: Fleet,
+    wires: Sequence[Wire],
+    requests: Sequence[Message],
+    response_type: type[HeartbeatResponse] | type[ConsumerGroupHeartbeatResponse],
+) -> None:
+    """The heartbeat phases (fixed rates, then saturation): member ``i`` sends ``requests[i]``; a response
+    without an error counts as answered, anything else is tallied by its error."""
+    errors = fleet.errors
+
+    def send(i: int, done: Callable[[bool, float], None]) -> None:
+        def answered(result: Message | BaseException, rtt: float) -> None:
+            if isinstance(result, response_type):
+                if result.error_code == 0:
+                    done(True, rtt)
+                    return
+                errors[ErrorCode.from_code(result.error_code).name] += 1
+            else:
+                errors[type(result).__name__] += 1
+            done(False, rtt)
+
+        wires[i].send(requests[i], answered)
+
+    await _phases(ctx, len(requests), send, "heartbeats/s", "heartbeats")
+    _errors(ctx, fleet, "measured")
 
 
 # ---------------------------------------------------------------------------------------------- churn
