@@ -62,6 +62,7 @@ __all__ = [
     "join_response",
     "sync_key",
     "sync_response",
+    "undescribed_group",
 ]
 
 _FailureReply = Callable[[ErrorCode], JoinGroupResponse]
@@ -1007,16 +1008,7 @@ class GroupManager:
     def describe_group(self, group_id: str, api_version: int) -> DescribedGroup:
         group = self._groups.get(group_id)
         if group is None:
-            # Kafka: Dead and no error before v6; from v6 (KIP-1043) also GROUP_ID_NOT_FOUND with the
-            # GroupIdNotFoundException's message.
-            if api_version >= 6:
-                return DescribedGroup(
-                    group_id=group_id,
-                    group_state=GroupState.DEAD.value,
-                    error_code=ErrorCode.GROUP_ID_NOT_FOUND.value,
-                    error_message=f"Group {group_id} not found.",
-                )
-            return DescribedGroup(group_id=group_id, group_state=GroupState.DEAD.value)
+            return undescribed_group(group_id, api_version, f"Group {group_id} not found.")
         stable = group.is_in(GroupState.STABLE) and group.protocol_name is not None
         return DescribedGroup(
             group_id=group_id,
@@ -1238,3 +1230,16 @@ def _created_group_failure(version: int) -> _FailureReply:
         return join_response(version, error=error)
 
     return failure
+
+
+def undescribed_group(group_id: str, api_version: int, message: str) -> DescribedGroup:
+    """DescribeGroups' answer for a group it does not describe (none by that id, or not a classic group):
+    Dead and no error before v6; from v6 (KIP-1043) also GROUP_ID_NOT_FOUND with Kafka's ``message``."""
+    if api_version >= 6:
+        return DescribedGroup(
+            group_id=group_id,
+            group_state=GroupState.DEAD.value,
+            error_code=ErrorCode.GROUP_ID_NOT_FOUND.value,
+            error_message=message,
+        )
+    return DescribedGroup(group_id=group_id, group_state=GroupState.DEAD.value)

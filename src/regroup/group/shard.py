@@ -70,7 +70,7 @@ from regroup.group.consumer_group import ConsumerGroup
 from regroup.group.consumer_group_manager import ConsumerGroupManager
 from regroup.group.context import GroupRequestContext, MemberIdFactory
 from regroup.group.effects import CoordinatorRecord, Result, TimerKey, TimerKind
-from regroup.group.group_manager import GroupManager
+from regroup.group.group_manager import GroupManager, undescribed_group
 from regroup.group.history import GenerationRecord, RebalanceHistory, RebalanceStarted
 from regroup.group.offset_manager import OffsetManager
 from regroup.group.outcome import STALE, Outcome, TimerTable
@@ -509,15 +509,7 @@ class GroupShard(CoordinatorShard):
 
     def describe_group(self, group_id: str, api_version: int) -> DescribedGroup:
         if self._consumer_groups.group(group_id) is not None:
-            # Kafka: "Group X is not a classic group." — as an error from v6, a plain Dead group before.
-            if api_version >= 6:
-                return DescribedGroup(
-                    group_id=group_id,
-                    group_state="Dead",
-                    error_code=ErrorCode.GROUP_ID_NOT_FOUND.value,
-                    error_message=f"Group {group_id} is not a classic group.",
-                )
-            return DescribedGroup(group_id=group_id, group_state="Dead")
+            return undescribed_group(group_id, api_version, f"Group {group_id} is not a classic group.")
         return self._groups.describe_group(group_id, api_version)
 
     def consumer_group_describe(

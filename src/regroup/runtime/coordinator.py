@@ -567,11 +567,8 @@ class GroupCoordinator:
         view["live"] = shard is not None
         view["state"] = None
         if shard is not None:
-            snapshot = shard.group(group_id)
+            snapshot = shard.group(group_id) or shard.consumer_group(group_id)
             view["state"] = None if snapshot is None else snapshot.state.value
-            if snapshot is None:
-                consumer_group = shard.consumer_group(group_id)
-                view["state"] = None if consumer_group is None else consumer_group.state.value
             started = shard.rebalance_progress(group_id)
             view["in_progress"] = None if started is None else in_progress_view(started_event(started), now)
         return view

@@ -5,14 +5,15 @@ updated by observers on the request path and the coordinator's Notify events; ga
 committed offsets, lag, assignment health, consumer-group epochs and reconciliation, connections, partition
 load times) are read from the broker's state when ``/metrics`` is scraped. Lag, members and assignment
 health cover classic and consumer (KIP-848) groups alike; the GroupMetadataManager state gauges count
-classic groups, as Kafka's do. :class:`BrokerCollector` turns both into metric families on a
-dedicated registry, so nothing is registered in prometheus-client's global one.
+classic groups, as Kafka's do. :class:`BrokerCollector` turns both into metric families, rendered by
+prometheus-client without any registry (nothing is registered in its global one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import logging
 import time
 from collections import deque
@@ -20,7 +21,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from regroup.broker.ops.looplag import LAG_BUCKETS, LoopLagMonitor
 from regroup.group.consumer_group import ConsumerGroupState
@@ -152,8 +152,9 @@ class Families:
         return iter(self._families)
 
 
-class BrokerCollector(Collector):
-    """Every regroup metric family, read at scrape time."""
+class BrokerCollector:
+    """Every regroup metric family, read at scrape time: :meth:`live_families` on the event loop, then
+    :meth:`view_families` (safe in a worker thread)."""
 
     def __init__(
         self,
@@ -169,22 +170,18 @@ class BrokerCollector(Collector):
         self._coordinator = coordinator_stats
         self._loop_lag = loop_lag
 
-    def collect(self) -> Iterator[Metric]:
-        coord = self._broker.group_coordinator
-        yield from self.families(coord.group_views() if coord.running else [], None)
-
     def needs_views(self, names: frozenset[str] | None) -> bool:
-        """Whether the families selected by ``names`` (None: all) are read from the groups' views — the
-        expensive part of a scrape, in proportion to the committed offsets (one lag series each)."""
+        """Whether the families selected by ``names`` (Prometheus' ``name[]``; None: all) are read from the
+        groups' views — the expensive part of a scrape, in proportion to the committed offsets (one lag
+        series each)."""
         if names is None:
             return True
-        free = [family.name for family in self._view_free()]
+        free = self._view_free_names
         return any(not any(_matches(name, family) for family in free) for name in names)
 
-    def families(self, views: list[GroupView], names: frozenset[str] | None) -> list[Metric]:
-        """The metric families (or, with ``names`` — Prometheus' ``name[]`` selection — only the families
-        and samples named), the group families built from ``views``."""
-        return self.live_families(views, names) + self.view_families(views, names)
+    @functools.cached_property
+    def _view_free_names(self) -> tuple[str, ...]:
+        return tuple(family.name for family in self._view_free())
 
     def live_families(self, views: list[GroupView], names: frozenset[str] | None) -> list[Metric]:
         """The families that read the broker's live state (requests, connections, the loop, the
