@@ -399,36 +399,49 @@ def register(spark: Any) -> None:
     spark.dataSource.register(RegroupDataSource)
 
 
-def write_history(spark: Any, options: dict[str, str], directory: str) -> int:
+def write_history(
+    spark: Any, options: dict[str, str], directory: str, keys_directory: str | None = None
+) -> int:
     """Write the ``offset_history`` read of ``options`` (the data source's options; ``decode`` is set here)
-    as a Parquet table at ``directory`` (replacing what is there) and return its row count.
+    as a Parquet table at ``directory`` (replacing what is there) and return its row count; with
+    ``keys_directory``, also one row per group/topic/partition there
+    (:data:`~regroup_pipeline.offsetkeys.KEY_ARROW_SCHEMA`), folded by the same tasks as they write.
 
     The Spark tasks that read and decode the partitions write their rows with pyarrow as they go, one file
     per task, instead of handing every row to the JVM and Spark's Parquet writer: for millions of commits
-    that transfer and encoding cost several times the decoding itself. The files land in a temporary
-    directory beside ``directory``, which replaces it once every task has finished.
+    that transfer and encoding cost several times the decoding itself. The files land in temporary
+    directories beside the targets, which replace them once every task has finished.
     """
     import shutil
     import uuid
 
     opts = ReadOptions.parse({**options, "decode": "offset_history"})
     tasks = [p.task for p in _BatchReader(opts).partitions()]
-    target = os.path.abspath(directory)
-    staging = f"{target}.tmp-{uuid.uuid4().hex}"
-    os.makedirs(staging)
+    targets = [os.path.abspath(d) for d in (directory, keys_directory) if d is not None]
+    stagings = [f"{target}.tmp-{uuid.uuid4().hex}" for target in targets]
+    for staging in stagings:
+        os.makedirs(staging)
 
     def write_task(indices: Iterator[int]) -> Iterator[int]:
         import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
 
         from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
+        from regroup_pipeline.offsetkeys import OffsetKeys
 
         for i in indices:
             rows = 0
-            path = os.path.join(staging, f"part-{i:05d}-{uuid.uuid4().hex}.parquet")
-            with pq.ParquetWriter(path, HISTORY_ARROW_SCHEMA, compression="snappy") as writer:
+            name = f"part-{i:05d}-{uuid.uuid4().hex}.parquet"
+            keys = OffsetKeys() if len(stagings) > 1 else None
+            with pq.ParquetWriter(
+                os.path.join(stagings[0], name), HISTORY_ARROW_SCHEMA, compression="snappy"
+            ) as writer:
                 for batch in _read_task(tasks[i], opts):
                     writer.write_batch(batch)
                     rows += batch.num_rows
+                    if keys is not None:
+                        keys.feed(batch)
+            if keys is not None:
+                pq.write_table(keys.finish(), os.path.join(stagings[1], name), compression="snappy")
             yield rows
 
     try:
@@ -437,11 +450,13 @@ def write_history(spark: Any, options: dict[str, str], directory: str) -> int:
             .mapPartitions(write_task)
             .collect()
         )
-        with open(os.path.join(staging, "_SUCCESS"), "w"):
-            pass
-        if os.path.isdir(target):
-            shutil.rmtree(target)
-        os.replace(staging, target)
+        for staging, target in zip(stagings, targets, strict=True):
+            with open(os.path.join(staging, "_SUCCESS"), "w"):
+                pass
+            if os.path.isdir(target):
+                shutil.rmtree(target)
+            os.replace(staging, target)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        for staging in stagings:
+            shutil.rmtree(staging, ignore_errors=True)
     return int(total)

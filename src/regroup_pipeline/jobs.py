@@ -386,13 +386,19 @@ def group_states(inputs: Inputs, *, history: DataFrame | None = None) -> DataFra
 
 
 def _grid(
-    inputs: Inputs, history: DataFrame, samples: int, interval_ms: int | None
+    inputs: Inputs, history: DataFrame, samples: int, interval_ms: int | None, keys: DataFrame | None = None
 ) -> tuple[int, int, int] | None:
-    """(start, step, count) of the lag sampling grid, which ends before the window's end."""
+    """(start, step, count) of the lag sampling grid, which ends before the window's end. ``keys``: the
+    history's per-key rows (:mod:`~regroup_pipeline.offsetkeys`), which know its first instant."""
     w = inputs.window
     start = w.since_ms
     if start is None:
-        first = history.agg(F.min(_ms("record_timestamp"))).first()
+        earliest = (
+            history.agg(F.min(_ms("record_timestamp")))
+            if keys is None
+            else keys.agg(F.min(_ms("min_record_timestamp")))
+        )
+        first = earliest.first()
         if first is None or first[0] is None:
             return None
         start = int(first[0])
@@ -412,6 +418,7 @@ def _lag_rows(
     samples: int | None,
     interval_ms: int | None,
     anchors: DataFrame | None,
+    keys: DataFrame | None = None,
 ) -> DataFrame:
     """Lag rows with their ``kind``: the window's end (:data:`monitoring.CURRENT`), the sampling grid
     (``"sample"``; none when ``samples`` is None) and ``anchors`` (group, topic, partition, kind,
@@ -430,7 +437,7 @@ def _lag_rows(
         )
         .join(F.broadcast(inputs.partitions.select(*_TP, "log_end_offset")), list(_TP), "left")
     )
-    grid = _grid(inputs, history, samples, interval_ms) if samples is not None else None
+    grid = _grid(inputs, history, samples, interval_ms, keys) if samples is not None else None
     if grid is not None:
         start, step, count = grid
         interval_end = F.coalesce(_ms("valid_until"), F.lit(w.as_of_ms))
@@ -1039,12 +1046,14 @@ def monitoring_tables(
     states: DataFrame | None = None,
     lag_samples: int | None = None,
     lag_interval_ms: int | None = None,
+    keys: DataFrame | None = None,
 ) -> MonitoringTables:
     """Lag trend, retention risk, stuck partitions, member commits and the group summary
     (:mod:`regroup_pipeline.monitoring`). Their lag lookups — at each key's window start and at the instant
     its committed offset stopped moving — share one pass over the data topics' records with the lag table's
     grid when ``lag_samples`` is given (``lag_rows`` then holds the grid too). The intermediates are kept in
-    memory (``cached``)."""
+    memory (``cached``). ``keys``: the history's per-key rows (:mod:`~regroup_pipeline.offsetkeys`), for a
+    window without ``since``, spare aggregations over every commit."""
     level = StorageLevel.MEMORY_AND_DISK
     w = inputs.window
     if history is None:
@@ -1053,7 +1062,11 @@ def monitoring_tables(
         latest = _latest(history)
     if states is None:
         states = group_states(inputs, history=latest)
-    activity = monitoring.commit_activity(history, w).persist(level)
+    if keys is not None and w.since_ms is None:
+        activity = monitoring.activity_from_keys(keys, w).persist(level)
+    else:
+        keys = None
+        activity = monitoring.commit_activity(history, w).persist(level)
     rows = _lag_rows(
         inputs,
         history=history,
@@ -1061,6 +1074,7 @@ def monitoring_tables(
         samples=lag_samples,
         interval_ms=lag_interval_ms,
         anchors=monitoring.anchor_rows(activity),
+        keys=keys,
     ).persist(level)
     trend = monitoring.lag_trend(rows, activity, states, w).persist(level)
     # Kept: the group summary aggregates them again.
@@ -1089,12 +1103,14 @@ def compute_all(
     lag_interval_ms: int | None = None,
     stuck_after_ms: int = monitoring.DEFAULT_STUCK_AFTER_MS,
     history: DataFrame | None = None,
+    keys: DataFrame | None = None,
 ) -> Tables:
     """Every table. The commit history, group states and generations that several tables share are
     computed once and kept in memory (``Tables.unpersist()`` releases them); the caller may also
     ``persist()`` the inputs. ``history``: an :func:`offsets` table computed before (without ``since``),
-    for instance written and read back, used instead of computing and caching the history again. The lag
-    table and the monitoring tables read the data topics' records once, together."""
+    for instance written and read back, used instead of computing and caching the history again;
+    ``keys``: that history's per-key rows (:mod:`~regroup_pipeline.offsetkeys`), when the reading tasks
+    folded them. The lag table and the monitoring tables read the data topics' records once, together."""
     level = StorageLevel.MEMORY_AND_DISK
     cached_history = history is None
     if history is None:
@@ -1112,6 +1128,7 @@ def compute_all(
         states=states,
         lag_samples=lag_samples,
         lag_interval_ms=lag_interval_ms,
+        keys=keys,
     )
     return Tables(
         offsets=offsets(inputs, history=history),

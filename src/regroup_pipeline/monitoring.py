@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_STUCK_AFTER_MS",
     "UNCHANGED_SINCE",
     "WINDOW_START",
+    "activity_from_keys",
     "anchor_rows",
     "commit_activity",
     "group_protocols",
@@ -149,6 +150,23 @@ def commit_activity(history: DataFrame, window: TimeWindow) -> DataFrame:
         F.coalesce("changed_until", "life_started").alias("unchanged_since"),
         window_start.alias("window_start"),
         start_offset.alias("start_committed_offset"),
+        "commits",
+    )
+
+
+def activity_from_keys(keys: DataFrame, window: TimeWindow) -> DataFrame:
+    """:func:`commit_activity` from the per-key rows the reading tasks folded
+    (:data:`~regroup_pipeline.offsetkeys.KEY_ARROW_SCHEMA`), for a window without ``since``: the same rows
+    without an aggregation over every commit."""
+    if window.since_ms is not None:
+        raise ValueError("per-key rows describe whole histories: a window with since needs commit_activity")
+    return keys.where(~F.col("deleted")).select(
+        *_GTP,
+        "committed_offset",
+        "commit_timestamp",
+        F.coalesce("changed_until", "life_started").alias("unchanged_since"),
+        F.col("life_started").alias("window_start"),
+        F.col("life_offset").alias("start_committed_offset"),
         "commits",
     )
 

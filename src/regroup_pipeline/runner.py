@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from regroup_pipeline import jobs, monitoring
 from regroup_pipeline.datasource import write_history
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
 from regroup_pipeline.inputs import DATA_TOPICS_PATTERN, Inputs, TimeWindow, from_datadir, from_kafka
+from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA
 from regroup_pipeline.report import read_table, write_report_from_tables
 from regroup_pipeline.session import build_session
 from regroup_pipeline.timespec import parse_time
@@ -34,6 +36,8 @@ __all__ = [
     "write_table",
 ]
 
+# Where ``all`` keeps the per-key rows of the commit history while it runs (removed when it is done).
+KEYS_DIRECTORY: Final = "_offset_keys"
 MONITORING_JOBS: Final = (
     "lag_trend",
     "retention_risk",
@@ -155,13 +159,15 @@ def write_all(
     spark = inputs.commits.sparkSession
     steps = _Steps(spark, counts)
     inputs = persist_inputs(inputs)
-    history = None
+    history = keys = None
+    keys_dir = output / KEYS_DIRECTORY
     if inputs.window.since_ms is None:
         with steps.step("offsets"):
             schema = None
             if inputs.history_options is not None:
-                write_history(spark, dict(inputs.history_options), str(output / "offsets"))
+                write_history(spark, dict(inputs.history_options), str(output / "offsets"), str(keys_dir))
                 schema = from_arrow_schema(HISTORY_ARROW_SCHEMA)
+                keys = read_table(spark, keys_dir, from_arrow_schema(KEY_ARROW_SCHEMA))
             else:
                 write_table(jobs.offsets(inputs), output, "offsets")
             history = read_table(spark, output / "offsets", schema)
@@ -174,6 +180,7 @@ def write_all(
             lag_interval_ms=lag_interval_ms,
             stuck_after_ms=stuck_after_ms,
             history=history,
+            keys=keys,
         )
     for name, df in tables.items():
         if name != "offsets" or history is None:
@@ -182,6 +189,7 @@ def write_all(
         _show(df, name, show)
     tables.unpersist()
     unpersist_inputs(inputs)
+    shutil.rmtree(keys_dir, ignore_errors=True)
     with steps.step("report"):
         write_report_from_tables(spark, output, report, inputs.window, horizon_ms=horizon_ms)
     return steps.seconds

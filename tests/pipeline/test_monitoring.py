@@ -517,3 +517,37 @@ def test_group_protocol_and_summary(spark: Any, tables: Any, history: Any) -> No
         ("downgraded", False, 2),
         ("downgraded", True, None),
     ]
+
+
+def test_activity_folded_while_reading_equals_the_aggregated_one(
+    spark: Any, history: Any, tmp_path: Path
+) -> None:
+    """The per-key rows the reading tasks fold (``all`` over a data directory) give the same commit
+    activity as the aggregations over the history — tombstones, re-commits and moving offsets included —
+    and so do the same rows folded one record at a time."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from regroup_pipeline import monitoring
+    from regroup_pipeline.datasource import write_history
+    from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, OffsetKeys
+
+    inputs = from_datadir(spark, [str(history.path)], TimeWindow(now_ms=AS_OF))
+    assert inputs.history_options is not None
+    write_history(spark, dict(inputs.history_options), str(tmp_path / "offsets"), str(tmp_path / "keys"))
+    keys = spark.read.schema(from_arrow_schema(KEY_ARROW_SCHEMA)).parquet(str(tmp_path / "keys"))
+    folded = rows(monitoring.activity_from_keys(keys, inputs.window))
+    aggregated = rows(monitoring.commit_activity(jobs.offsets(inputs), inputs.window))
+    assert folded == aggregated
+    again = by_key(folded, "group", "topic", "partition")[("again", "t", 0)]
+    assert (again["window_start"], again["unchanged_since"], again["commits"]) == (T0 + 40 * MIN,) * 2 + (2,)
+    moving = by_key(folded, "group", "topic", "partition")[("moving", "t", 0)]
+    assert (moving["start_committed_offset"], moving["unchanged_since"]) == (1, T0 + 6 * MIN)
+
+    whole = pq.read_table(tmp_path / "keys").sort_by([("group", "ascending"), ("topic", "ascending")])
+    one_by_one = OffsetKeys()
+    for batch in pq.read_table(tmp_path / "offsets").to_batches(max_chunksize=1):
+        one_by_one.feed(batch)
+    assert one_by_one.finish().sort_by([("group", "ascending"), ("topic", "ascending")]).equals(whole)
+    with pytest.raises(ValueError, match="since"):
+        monitoring.activity_from_keys(keys, TimeWindow(now_ms=AS_OF, since_ms=T0))

@@ -1,0 +1,202 @@
+"""Per group/topic/partition summaries of a commit history, folded while the history is read.
+
+The tasks that read ``__consumer_offsets`` partitions see each key's commits in log order (a group's
+records all live in one partition), so what :func:`regroup_pipeline.monitoring.commit_activity` derives
+with two aggregations over every commit — the key's current life (since its last tombstone), the committed
+offset the life started with, when the current offset came into force, commits in the life — folds here in
+one compiled pass per batch (numba), state kept per key. Rows of :data:`KEY_ARROW_SCHEMA` come out, one per
+key, tombstoned keys included (``deleted``), with the earliest record timestamp (the lag grid's start).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+from numba import njit  # type: ignore[import-untyped,unused-ignore]  # numba ships no type information
+
+from regroup_pipeline.logformat import TIMESTAMP
+
+__all__ = ["KEY_ARROW_SCHEMA", "OffsetKeys"]
+
+# One row per group/topic/partition of a commit history. ``deleted``: its last record is a tombstone (the
+# other columns but ``min_record_timestamp`` then say nothing). The life is what follows the last
+# tombstone (or the whole history): ``life_started`` the first record's time (the tombstone's successor),
+# ``life_offset`` its committed offset; ``changed_until``: the end of the interval of the life's last
+# record whose committed offset differs from the current one (null: the offset never changed in the
+# life); ``commits``: commit records of the life written at or after ``life_started``.
+KEY_ARROW_SCHEMA: Final = pa.schema(
+    [
+        pa.field("group", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("deleted", pa.bool_()),
+        pa.field("min_record_timestamp", TIMESTAMP),
+        pa.field("committed_offset", pa.int64()),
+        pa.field("commit_timestamp", TIMESTAMP),
+        pa.field("life_started", TIMESTAMP),
+        pa.field("life_offset", pa.int64()),
+        pa.field("changed_until", TIMESTAMP),
+        pa.field("commits", pa.int64()),
+    ]
+)
+
+# Columns of the fold's state, one slot per key.
+_MIN_TS, _LAST_OFFSET, _LAST_COMMIT_TS, _LIFE_STARTED, _LIFE_OFFSET, _CHANGED_UNTIL = range(6)
+_PREV_OFFSET, _PREV_UNTIL, _COMMITS = 6, 7, 8
+_I64_STATE: Final = 9
+# Flags: key seen, last record a tombstone, last commit timestamp null, life start known, life offset set,
+# changed_until set, changed_until null, a record seen in the life, previous record's valid_until null.
+_SEEN, _DELETED, _COMMIT_TS_NULL, _LIFE_KNOWN, _LIFE_OFFSET_SET, _CHANGED_SET = range(6)
+_CHANGED_NULL, _IN_LIFE, _PREV_UNTIL_NULL = 6, 7, 8
+_FLAG_STATE: Final = 9
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _fold(  # one row at a time, in log order per key: the state machine reads best as one function
+    key: Any,
+    stamp: Any,
+    until: Any,
+    until_null: Any,
+    offset: Any,
+    commit_ts: Any,
+    commit_ts_null: Any,
+    deleted: Any,
+    state: Any,
+    flags: Any,
+) -> None:
+    for r in range(key.size):
+        k = key[r]
+        ts = stamp[r]
+        if not flags[k, _SEEN]:
+            flags[k, _SEEN] = True
+            flags[k, _LIFE_KNOWN] = True
+            state[k, _MIN_TS] = ts
+            state[k, _LIFE_STARTED] = ts
+        elif ts < state[k, _MIN_TS]:
+            state[k, _MIN_TS] = ts
+        if deleted[r]:
+            # A tombstone ends the key's life; the next record starts another.
+            flags[k, _DELETED] = True
+            flags[k, _LIFE_KNOWN] = not until_null[r]
+            state[k, _LIFE_STARTED] = until[r]
+            flags[k, _LIFE_OFFSET_SET] = False
+            flags[k, _CHANGED_SET] = False
+            flags[k, _IN_LIFE] = False
+            state[k, _COMMITS] = 0
+            continue
+        o = offset[r]
+        if not flags[k, _LIFE_OFFSET_SET]:
+            flags[k, _LIFE_OFFSET_SET] = True
+            state[k, _LIFE_OFFSET] = o
+        if flags[k, _IN_LIFE] and o != state[k, _PREV_OFFSET]:
+            # The previous record is, so far, the last one with an offset other than the current one.
+            flags[k, _CHANGED_SET] = True
+            flags[k, _CHANGED_NULL] = flags[k, _PREV_UNTIL_NULL]
+            state[k, _CHANGED_UNTIL] = state[k, _PREV_UNTIL]
+        flags[k, _IN_LIFE] = True
+        state[k, _PREV_OFFSET] = o
+        state[k, _PREV_UNTIL] = until[r]
+        flags[k, _PREV_UNTIL_NULL] = until_null[r]
+        if flags[k, _LIFE_KNOWN] and ts >= state[k, _LIFE_STARTED]:
+            state[k, _COMMITS] += 1
+        flags[k, _DELETED] = False
+        state[k, _LAST_OFFSET] = o
+        state[k, _LAST_COMMIT_TS] = commit_ts[r]
+        flags[k, _COMMIT_TS_NULL] = commit_ts_null[r]
+
+
+def _micros(column: Any) -> tuple[Any, Any]:
+    """A timestamp column as int64 microseconds (nulls as 0) and its null mask."""
+    values = column.cast(pa.int64())
+    return values.fill_null(0).to_numpy().astype(np.int64), values.is_null().to_numpy(zero_copy_only=False)
+
+
+class OffsetKeys:
+    """Folds history batches (:data:`~regroup_pipeline.decode.HISTORY_ARROW_SCHEMA`, each key's rows in
+    log order across the batches fed) into one :data:`KEY_ARROW_SCHEMA` row per key."""
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[str, str, int], int] = {}
+        self._keys: list[tuple[str, str, int]] = []
+        self._state = np.zeros((1024, _I64_STATE), np.int64)
+        self._flags = np.zeros((1024, _FLAG_STATE), np.bool_)
+
+    def feed(self, batch: Any) -> None:
+        if batch.num_rows == 0:
+            return
+        key = self._key_index(batch)
+        stamp, _ = _micros(batch.column("record_timestamp"))
+        until, until_null = _micros(batch.column("valid_until"))
+        commit_ts, commit_ts_null = _micros(batch.column("commit_timestamp"))
+        offset = batch.column("committed_offset").fill_null(0).to_numpy().astype(np.int64)
+        deleted = batch.column("deleted").fill_null(False).to_numpy(zero_copy_only=False)
+        _fold(
+            key,
+            stamp,
+            until,
+            until_null,
+            offset,
+            commit_ts,
+            commit_ts_null,
+            deleted,
+            self._state,
+            self._flags,
+        )
+
+    def _key_index(self, batch: Any) -> Any:
+        """Each row's key slot; slots for new keys are added (the state grows as needed)."""
+        group = pc.dictionary_encode(batch.column("group"))
+        topic = pc.dictionary_encode(batch.column("topic"))
+        partition = batch.column("partition").to_numpy().astype(np.int64)
+        g = np.asarray(group.indices, np.int64)
+        t = np.asarray(topic.indices, np.int64)
+        low = int(partition.min())
+        span = int(partition.max()) - low + 1
+        code = (g * len(topic.dictionary) + t) * span + (partition - low)
+        codes, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        groups, topics = group.dictionary.to_pylist(), topic.dictionary.to_pylist()
+        slots = np.empty(codes.size, np.int64)
+        for i, row in enumerate(first.tolist()):
+            name = (groups[g[row]], topics[t[row]], int(partition[row]))
+            slot = self._index.get(name)
+            if slot is None:
+                slot = self._index[name] = len(self._keys)
+                self._keys.append(name)
+            slots[i] = slot
+        if len(self._keys) > self._state.shape[0]:
+            size = max(len(self._keys), 2 * self._state.shape[0])
+            self._state = np.concatenate(
+                [self._state, np.zeros((size - self._state.shape[0], _I64_STATE), np.int64)]
+            )
+            self._flags = np.concatenate(
+                [self._flags, np.zeros((size - self._flags.shape[0], _FLAG_STATE), np.bool_)]
+            )
+        return slots[inverse.ravel()]
+
+    def finish(self) -> Any:
+        """The keys' rows (a ``pyarrow.Table``) of everything fed so far."""
+        n = len(self._keys)
+        state, flags = self._state[:n], self._flags[:n]
+
+        def stamps(column: int, null: Any = None) -> Any:
+            return pa.array(np.ascontiguousarray(state[:, column]), pa.int64(), mask=null).cast(TIMESTAMP)
+
+        deleted = flags[:, _DELETED]
+        life_null = deleted | ~flags[:, _LIFE_KNOWN]
+        columns = [
+            pa.array([k[0] for k in self._keys], pa.string()),
+            pa.array([k[1] for k in self._keys], pa.string()),
+            pa.array([k[2] for k in self._keys], pa.int32()),
+            pa.array(np.ascontiguousarray(deleted)),
+            stamps(_MIN_TS),
+            pa.array(np.ascontiguousarray(state[:, _LAST_OFFSET]), pa.int64(), mask=deleted),
+            stamps(_LAST_COMMIT_TS, deleted | flags[:, _COMMIT_TS_NULL]),
+            stamps(_LIFE_STARTED, life_null),
+            pa.array(np.ascontiguousarray(state[:, _LIFE_OFFSET]), pa.int64(), mask=deleted),
+            stamps(_CHANGED_UNTIL, deleted | ~flags[:, _CHANGED_SET] | flags[:, _CHANGED_NULL]),
+            pa.array(np.ascontiguousarray(state[:, _COMMITS]), pa.int64()),
+        ]
+        return pa.Table.from_arrays(columns, schema=KEY_ARROW_SCHEMA)
