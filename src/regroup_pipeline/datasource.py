@@ -400,12 +400,18 @@ def register(spark: Any) -> None:
 
 
 def write_history(
-    spark: Any, options: dict[str, str], directory: str, keys_directory: str | None = None
+    spark: Any,
+    options: dict[str, str],
+    directory: str,
+    keys_directory: str | None = None,
+    runs: tuple[str, dict[str, Any]] | None = None,
 ) -> int:
     """Write the ``offset_history`` read of ``options`` (the data source's options; ``decode`` is set here)
     as a Parquet table at ``directory`` (replacing what is there) and return its row count; with
     ``keys_directory``, also one row per group/topic/partition there
-    (:data:`~regroup_pipeline.offsetkeys.KEY_ARROW_SCHEMA`), folded by the same tasks as they write.
+    (:data:`~regroup_pipeline.offsetkeys.KEY_ARROW_SCHEMA`), folded by the same tasks as they write; with
+    ``runs`` (a directory and, per group, the sorted positions of its membership records), the commits'
+    runs between those (:data:`~regroup_pipeline.offsetkeys.RUN_ARROW_SCHEMA`), also folded on the way.
 
     The Spark tasks that read and decode the partitions write their rows with pyarrow as they go, one file
     per task, instead of handing every row to the JVM and Spark's Parquet writer: for millions of commits
@@ -417,7 +423,10 @@ def write_history(
 
     opts = ReadOptions.parse({**options, "decode": "offset_history"})
     tasks = [p.task for p in _BatchReader(opts).partitions()]
-    targets = [os.path.abspath(d) for d in (directory, keys_directory) if d is not None]
+    if runs is not None and keys_directory is None:
+        raise ValueError("runs are folded with the keys: give keys_directory too")
+    boundaries = None if runs is None else runs[1]
+    targets = [os.path.abspath(d) for d in (directory, keys_directory, runs and runs[0]) if d is not None]
     stagings = [f"{target}.tmp-{uuid.uuid4().hex}" for target in targets]
     for staging in stagings:
         os.makedirs(staging)
@@ -431,7 +440,7 @@ def write_history(
         for i in indices:
             rows = 0
             name = f"part-{i:05d}-{uuid.uuid4().hex}.parquet"
-            keys = OffsetKeys() if len(stagings) > 1 else None
+            keys = OffsetKeys(boundaries) if len(stagings) > 1 else None
             with pq.ParquetWriter(
                 os.path.join(stagings[0], name), HISTORY_ARROW_SCHEMA, compression="snappy"
             ) as writer:
@@ -442,6 +451,8 @@ def write_history(
                         keys.feed(batch)
             if keys is not None:
                 pq.write_table(keys.finish(), os.path.join(stagings[1], name), compression="snappy")
+            if keys is not None and boundaries is not None:
+                pq.write_table(keys.finish_runs(), os.path.join(stagings[2], name), compression="snappy")
             yield rows
 
     try:

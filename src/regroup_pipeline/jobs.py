@@ -46,6 +46,7 @@ __all__ = [
     "expiring_offsets",
     "group_states",
     "lag",
+    "membership_positions",
     "monitoring_tables",
     "offsets",
     "offsets_as_of",
@@ -972,6 +973,23 @@ def _consumer_assignment_history(inputs: Inputs) -> DataFrame:
     )
 
 
+def membership_positions(inputs: Inputs) -> dict[str, Any]:
+    """Per group, the sorted positions in its ``__consumer_offsets`` partition of the records that change
+    who owns its partitions (GroupMetadata and KIP-848 current-assignment records, tombstones included):
+    the boundaries of the commit runs :func:`monitoring.member_commits` can credit whole."""
+    import numpy as np
+
+    positions = inputs.groups.select("group", "record_offset")
+    if inputs.consumer_groups is not None:
+        positions = positions.unionByName(
+            inputs.consumer_groups.where(F.col("record_type") == 8).select("group", "record_offset")
+        )
+    per_group: dict[str, list[int]] = {}
+    for row in positions.collect():
+        per_group.setdefault(row["group"], []).append(row["record_offset"])
+    return {group: np.unique(np.asarray(offsets, np.int64)) for group, offsets in per_group.items()}
+
+
 def _consumer_group_members_or_empty(inputs: Inputs) -> DataFrame:
     if inputs.consumer_groups is not None:
         return consumer_group_members(inputs)
@@ -1047,13 +1065,15 @@ def monitoring_tables(
     lag_samples: int | None = None,
     lag_interval_ms: int | None = None,
     keys: DataFrame | None = None,
+    runs: DataFrame | None = None,
 ) -> MonitoringTables:
     """Lag trend, retention risk, stuck partitions, member commits and the group summary
     (:mod:`regroup_pipeline.monitoring`). Their lag lookups — at each key's window start and at the instant
     its committed offset stopped moving — share one pass over the data topics' records with the lag table's
     grid when ``lag_samples`` is given (``lag_rows`` then holds the grid too). The intermediates are kept in
     memory (``cached``). ``keys``: the history's per-key rows (:mod:`~regroup_pipeline.offsetkeys`), for a
-    window without ``since``, spare aggregations over every commit."""
+    window without ``since``, and its commits' ``runs`` between membership records
+    (:func:`membership_positions`) spare aggregations over every commit."""
     level = StorageLevel.MEMORY_AND_DISK
     w = inputs.window
     if history is None:
@@ -1065,7 +1085,7 @@ def monitoring_tables(
     if keys is not None and w.since_ms is None:
         activity = monitoring.activity_from_keys(keys, w).persist(level)
     else:
-        keys = None
+        keys = runs = None
         activity = monitoring.commit_activity(history, w).persist(level)
     rows = _lag_rows(
         inputs,
@@ -1087,7 +1107,7 @@ def monitoring_tables(
         lag_trend=trend,
         retention_risk=risk,
         stuck_partitions=stuck,
-        member_commits=monitoring.member_commits(history, inputs.groups, w, assignments),
+        member_commits=monitoring.member_commits(history, inputs.groups, w, assignments, runs),
         group_summary=monitoring.group_summary(states, trend, risk, stuck),
         lag_rows=rows,
         cached=(activity, rows, trend, risk, stuck),
@@ -1104,13 +1124,15 @@ def compute_all(
     stuck_after_ms: int = monitoring.DEFAULT_STUCK_AFTER_MS,
     history: DataFrame | None = None,
     keys: DataFrame | None = None,
+    runs: DataFrame | None = None,
 ) -> Tables:
     """Every table. The commit history, group states and generations that several tables share are
     computed once and kept in memory (``Tables.unpersist()`` releases them); the caller may also
     ``persist()`` the inputs. ``history``: an :func:`offsets` table computed before (without ``since``),
     for instance written and read back, used instead of computing and caching the history again;
     ``keys``: that history's per-key rows (:mod:`~regroup_pipeline.offsetkeys`), when the reading tasks
-    folded them. The lag table and the monitoring tables read the data topics' records once, together."""
+    folded them, and ``runs`` its commits' runs between membership records. The lag table and the
+    monitoring tables read the data topics' records once, together."""
     level = StorageLevel.MEMORY_AND_DISK
     cached_history = history is None
     if history is None:
@@ -1129,6 +1151,7 @@ def compute_all(
         lag_samples=lag_samples,
         lag_interval_ms=lag_interval_ms,
         keys=keys,
+        runs=runs,
     )
     return Tables(
         offsets=offsets(inputs, history=history),

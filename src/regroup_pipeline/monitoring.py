@@ -393,7 +393,11 @@ def stuck_partitions(
 
 
 def member_commits(
-    history: DataFrame, groups: DataFrame, window: TimeWindow, assignments: DataFrame | None = None
+    history: DataFrame,
+    groups: DataFrame,
+    window: TimeWindow,
+    assignments: DataFrame | None = None,
+    runs: DataFrame | None = None,
 ) -> DataFrame:
     """Commits per member, with commit rates. Offset-commit records carry no member id, so each record in
     the window is credited to the member that owned its partition when it was written: the owner in the
@@ -401,7 +405,10 @@ def member_commits(
     ``__consumer_offsets`` partition, and a classic coordinator accepts a member's commit only in the
     generation that record describes) or, for a ``consumer`` group, the member whose last current-assignment
     record before it held the partition (``assignments``: ConsumerGroupCurrentMemberAssignment records with
-    the member's next one, named partitions and identity; see ``jobs``). Commits of a group without members
+    the member's next one, named partitions and identity; see ``jobs``). ``runs``: for a window without
+    ``since``, the commits already cut into runs no membership record interrupts
+    (:data:`~regroup_pipeline.offsetkeys.RUN_ARROW_SCHEMA`), credited a run at a time instead of a commit at
+    a time. Commits of a group without members
     (admin commits, commits of simple groups) and of partitions nobody owned get a row with a null
     ``member_id``.
 
@@ -463,10 +470,24 @@ def member_commits(
     owners = assigned.select(
         "*", F.col("a.topic").alias("o_topic"), F.explode("a.partitions").alias("o_partition")
     ).drop("a")
-    commits = history.where(~F.col("deleted"))
-    if since is not None:
-        commits = commits.where(F.col("record_timestamp") >= _ts(since))
-    c = commits.select(*_GTP, "record_offset", "record_timestamp", "commit_timestamp")
+    if runs is not None:
+        if since is not None:
+            raise ValueError("runs cover whole histories: a window with since needs the commits")
+        c = runs
+    else:
+        commits = history.where(~F.col("deleted"))
+        if since is not None:
+            commits = commits.where(F.col("record_timestamp") >= _ts(since))
+        # Each commit as a run of one.
+        c = commits.select(
+            *_GTP,
+            "record_offset",
+            F.lit(1).cast("long").alias("commits"),
+            F.col("commit_timestamp").alias("first_commit"),
+            F.col("commit_timestamp").alias("last_commit"),
+            F.col("record_timestamp").alias("first_record_timestamp"),
+        )
+    c = c.select(*_GTP, "record_offset", "commits", "first_commit", "last_commit", "first_record_timestamp")
     credited = c.join(
         F.broadcast(owners),
         (c["group"] == owners["o_group"])
@@ -475,14 +496,14 @@ def member_commits(
         & (c["record_offset"] > owners["o_from"])
         & (owners["o_until"].isNull() | (c["record_offset"] < owners["o_until"])),
         "left",
-    ).select(*_GTP, "member_id", "record_timestamp", "commit_timestamp")
+    ).select(*_GTP, "member_id", "commits", "first_commit", "last_commit", "first_record_timestamp")
     counted = credited.groupBy("group", "member_id").agg(
-        F.count(F.lit(1)).alias("commits"),
+        F.sum("commits").alias("commits"),
         F.count_distinct("topic", "partition").alias("partitions"),
-        F.min("commit_timestamp").alias("first_commit"),
-        F.max("commit_timestamp").alias("last_commit"),
+        F.min("first_commit").alias("first_commit"),
+        F.max("last_commit").alias("last_commit"),
     )
-    group_start = credited.groupBy("group").agg(F.min("record_timestamp").alias("group_first"))
+    group_start = credited.groupBy("group").agg(F.min("first_record_timestamp").alias("group_first"))
 
     begin = _ms("record_timestamp") if since is None else F.greatest(_ms("record_timestamp"), F.lit(since))
     end = F.least(F.coalesce(_ms("next_timestamp"), F.lit(as_of)), F.lit(as_of))

@@ -6,6 +6,11 @@ with two aggregations over every commit — the key's current life (since its la
 offset the life started with, when the current offset came into force, commits in the life — folds here in
 one compiled pass per batch (numba), state kept per key. Rows of :data:`KEY_ARROW_SCHEMA` come out, one per
 key, tombstoned keys included (``deleted``), with the earliest record timestamp (the lag grid's start).
+
+Given the positions of the groups' membership records (GroupMetadata and KIP-848 current-assignment
+records, which say who owns which partition from there on), the same pass also cuts each key's commits
+into runs that no membership record interrupts (:data:`RUN_ARROW_SCHEMA`): every commit of a run has the
+same owner, so ``member_commits`` credits runs instead of every commit.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from numba import njit  # type: ignore[import-untyped,unused-ignore]  # numba sh
 
 from regroup_pipeline.logformat import TIMESTAMP
 
-__all__ = ["KEY_ARROW_SCHEMA", "OffsetKeys"]
+__all__ = ["KEY_ARROW_SCHEMA", "RUN_ARROW_SCHEMA", "OffsetKeys"]
 
 # One row per group/topic/partition of a commit history. ``deleted``: its last record is a tombstone (the
 # other columns but ``min_record_timestamp`` then say nothing). The life is what follows the last
@@ -43,15 +48,35 @@ KEY_ARROW_SCHEMA: Final = pa.schema(
     ]
 )
 
+# Runs of a key's commits between two membership records of its group: the position of the run's first
+# commit, its commits, their earliest and latest commit timestamps and earliest record timestamp.
+RUN_ARROW_SCHEMA: Final = pa.schema(
+    [
+        pa.field("group", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("record_offset", pa.int64()),
+        pa.field("commits", pa.int64()),
+        pa.field("first_commit", TIMESTAMP),
+        pa.field("last_commit", TIMESTAMP),
+        pa.field("first_record_timestamp", TIMESTAMP),
+    ]
+)
+
 # Columns of the fold's state, one slot per key.
 _MIN_TS, _LAST_OFFSET, _LAST_COMMIT_TS, _LIFE_STARTED, _LIFE_OFFSET, _CHANGED_UNTIL = range(6)
 _PREV_OFFSET, _PREV_UNTIL, _COMMITS = 6, 7, 8
-_I64_STATE: Final = 9
+# The open run: its interval between membership records, first position, commits, commit and record times.
+_RUN_INTERVAL, _RUN_OFFSET, _RUN_COMMITS, _RUN_FIRST_COMMIT, _RUN_LAST_COMMIT, _RUN_FIRST_RECORD = range(
+    9, 15
+)
+_I64_STATE: Final = 15
 # Flags: key seen, last record a tombstone, last commit timestamp null, life start known, life offset set,
 # changed_until set, changed_until null, a record seen in the life, previous record's valid_until null.
 _SEEN, _DELETED, _COMMIT_TS_NULL, _LIFE_KNOWN, _LIFE_OFFSET_SET, _CHANGED_SET = range(6)
 _CHANGED_NULL, _IN_LIFE, _PREV_UNTIL_NULL = 6, 7, 8
-_FLAG_STATE: Final = 9
+_RUN_OPEN, _RUN_COMMIT_SEEN = 9, 10  # a run is open; it has a commit timestamp
+_FLAG_STATE: Final = 11
 
 
 @njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
@@ -64,9 +89,15 @@ def _fold(  # one row at a time, in log order per key: the state machine reads b
     commit_ts: Any,
     commit_ts_null: Any,
     deleted: Any,
+    position: Any,
+    interval: Any,
     state: Any,
     flags: Any,
-) -> None:
+    runs: Any,
+) -> int:
+    """Folds the rows into ``state``/``flags``; runs closed by a row of another interval go to ``runs``
+    (see :func:`_close_run`); returns how many. ``interval`` < 0: no runs."""
+    closed = 0
     for r in range(key.size):
         k = key[r]
         ts = stamp[r]
@@ -106,6 +137,44 @@ def _fold(  # one row at a time, in log order per key: the state machine reads b
         state[k, _LAST_OFFSET] = o
         state[k, _LAST_COMMIT_TS] = commit_ts[r]
         flags[k, _COMMIT_TS_NULL] = commit_ts_null[r]
+        if interval[r] < 0:
+            continue
+        if flags[k, _RUN_OPEN] and state[k, _RUN_INTERVAL] != interval[r]:
+            _close_run(k, state, flags, runs, closed)
+            closed += 1
+        if not flags[k, _RUN_OPEN]:
+            flags[k, _RUN_OPEN] = True
+            flags[k, _RUN_COMMIT_SEEN] = False
+            state[k, _RUN_INTERVAL] = interval[r]
+            state[k, _RUN_OFFSET] = position[r]
+            state[k, _RUN_COMMITS] = 0
+            state[k, _RUN_FIRST_RECORD] = ts
+        state[k, _RUN_COMMITS] += 1
+        state[k, _RUN_FIRST_RECORD] = min(state[k, _RUN_FIRST_RECORD], ts)
+        if not commit_ts_null[r]:
+            c = commit_ts[r]
+            if not flags[k, _RUN_COMMIT_SEEN]:
+                flags[k, _RUN_COMMIT_SEEN] = True
+                state[k, _RUN_FIRST_COMMIT] = c
+                state[k, _RUN_LAST_COMMIT] = c
+            else:
+                state[k, _RUN_FIRST_COMMIT] = min(state[k, _RUN_FIRST_COMMIT], c)
+                state[k, _RUN_LAST_COMMIT] = max(state[k, _RUN_LAST_COMMIT], c)
+    return closed
+
+
+@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _close_run(k: int, state: Any, flags: Any, runs: Any, at: int) -> None:
+    """Row ``at`` of ``runs``: key slot, whether the run has a commit timestamp, first position, commits,
+    earliest and latest commit timestamps, earliest record timestamp."""
+    runs[at, 0] = k
+    runs[at, 1] = flags[k, _RUN_COMMIT_SEEN]
+    runs[at, 2] = state[k, _RUN_OFFSET]
+    runs[at, 3] = state[k, _RUN_COMMITS]
+    runs[at, 4] = state[k, _RUN_FIRST_COMMIT]
+    runs[at, 5] = state[k, _RUN_LAST_COMMIT]
+    runs[at, 6] = state[k, _RUN_FIRST_RECORD]
+    flags[k, _RUN_OPEN] = False
 
 
 def _micros(column: Any) -> tuple[Any, Any]:
@@ -116,13 +185,18 @@ def _micros(column: Any) -> tuple[Any, Any]:
 
 class OffsetKeys:
     """Folds history batches (:data:`~regroup_pipeline.decode.HISTORY_ARROW_SCHEMA`, each key's rows in
-    log order across the batches fed) into one :data:`KEY_ARROW_SCHEMA` row per key."""
+    log order across the batches fed) into one :data:`KEY_ARROW_SCHEMA` row per key and, given
+    ``boundaries`` (per group, the sorted positions of its membership records in its ``__consumer_offsets``
+    partition), into :data:`RUN_ARROW_SCHEMA` rows."""
 
-    def __init__(self) -> None:
+    def __init__(self, boundaries: dict[str, Any] | None = None) -> None:
         self._index: dict[tuple[str, str, int], int] = {}
         self._keys: list[tuple[str, str, int]] = []
         self._state = np.zeros((1024, _I64_STATE), np.int64)
         self._flags = np.zeros((1024, _FLAG_STATE), np.bool_)
+        self._boundaries = boundaries
+        self._no_boundaries = np.zeros(0, np.int64)
+        self._runs: list[Any] = []
 
     def feed(self, batch: Any) -> None:
         if batch.num_rows == 0:
@@ -133,7 +207,10 @@ class OffsetKeys:
         commit_ts, commit_ts_null = _micros(batch.column("commit_timestamp"))
         offset = batch.column("committed_offset").fill_null(0).to_numpy().astype(np.int64)
         deleted = batch.column("deleted").fill_null(False).to_numpy(zero_copy_only=False)
-        _fold(
+        position = batch.column("record_offset").to_numpy().astype(np.int64)
+        interval = self._intervals(batch, position)
+        runs = np.empty((key.size if self._boundaries is not None else 0, 7), np.int64)
+        closed = _fold(
             key,
             stamp,
             until,
@@ -142,9 +219,27 @@ class OffsetKeys:
             commit_ts,
             commit_ts_null,
             deleted,
+            position,
+            interval,
             self._state,
             self._flags,
+            runs,
         )
+        if closed:
+            self._runs.append(runs[:closed].copy())
+
+    def _intervals(self, batch: Any, position: Any) -> Any:
+        """Per row, which interval between its group's membership records it lies in (-1: no runs)."""
+        if self._boundaries is None:
+            return np.full(position.size, -1, np.int64)
+        group = pc.dictionary_encode(batch.column("group"))
+        codes = np.asarray(group.indices, np.int64)
+        out = np.empty(position.size, np.int64)
+        for code, name in enumerate(group.dictionary.to_pylist()):
+            rows = codes == code
+            bounds = self._boundaries.get(name, self._no_boundaries)
+            out[rows] = np.searchsorted(bounds, position[rows], "left")
+        return out
 
     def _key_index(self, batch: Any) -> Any:
         """Each row's key slot; slots for new keys are added (the state grows as needed)."""
@@ -200,3 +295,30 @@ class OffsetKeys:
             pa.array(np.ascontiguousarray(state[:, _COMMITS]), pa.int64()),
         ]
         return pa.Table.from_arrays(columns, schema=KEY_ARROW_SCHEMA)
+
+    def finish_runs(self) -> Any:
+        """The runs (a ``pyarrow.Table``) of everything fed so far, the open ones closed."""
+        n = len(self._keys)
+        open_keys = np.flatnonzero(self._flags[:n, _RUN_OPEN])
+        last = np.empty((open_keys.size, 7), np.int64)
+        for i, k in enumerate(open_keys.tolist()):
+            _close_run(k, self._state, self._flags, last, i)
+        runs = np.concatenate([*self._runs, last]) if self._runs else last
+        self._runs = []
+        slot = runs[:, 0].tolist()
+        no_commit_ts = runs[:, 1] == 0
+
+        def column(i: int, mask: Any = None) -> Any:
+            return pa.array(np.ascontiguousarray(runs[:, i]), pa.int64(), mask=mask)
+
+        columns = [
+            pa.array([self._keys[k][0] for k in slot], pa.string()),
+            pa.array([self._keys[k][1] for k in slot], pa.string()),
+            pa.array([self._keys[k][2] for k in slot], pa.int32()),
+            column(2),
+            column(3),
+            column(4, no_commit_ts).cast(TIMESTAMP),
+            column(5, no_commit_ts).cast(TIMESTAMP),
+            column(6).cast(TIMESTAMP),
+        ]
+        return pa.Table.from_arrays(columns, schema=RUN_ARROW_SCHEMA)

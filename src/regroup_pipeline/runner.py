@@ -21,7 +21,7 @@ from regroup_pipeline import jobs, monitoring
 from regroup_pipeline.datasource import write_history
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
 from regroup_pipeline.inputs import DATA_TOPICS_PATTERN, Inputs, TimeWindow, from_datadir, from_kafka
-from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA
+from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, RUN_ARROW_SCHEMA
 from regroup_pipeline.report import read_table, write_report_from_tables
 from regroup_pipeline.session import build_session
 from regroup_pipeline.timespec import parse_time
@@ -36,8 +36,10 @@ __all__ = [
     "write_table",
 ]
 
-# Where ``all`` keeps the per-key rows of the commit history while it runs (removed when it is done).
+# Where ``all`` keeps the per-key rows and the commit runs of the history while it runs (removed when it
+# is done).
 KEYS_DIRECTORY: Final = "_offset_keys"
+RUNS_DIRECTORY: Final = "_commit_runs"
 MONITORING_JOBS: Final = (
     "lag_trend",
     "retention_risk",
@@ -159,15 +161,23 @@ def write_all(
     spark = inputs.commits.sparkSession
     steps = _Steps(spark, counts)
     inputs = persist_inputs(inputs)
-    history = keys = None
-    keys_dir = output / KEYS_DIRECTORY
+    history = keys = runs = None
+    keys_dir, runs_dir = output / KEYS_DIRECTORY, output / RUNS_DIRECTORY
     if inputs.window.since_ms is None:
         with steps.step("offsets"):
             schema = None
             if inputs.history_options is not None:
-                write_history(spark, dict(inputs.history_options), str(output / "offsets"), str(keys_dir))
+                boundaries = jobs.membership_positions(inputs)
+                write_history(
+                    spark,
+                    dict(inputs.history_options),
+                    str(output / "offsets"),
+                    str(keys_dir),
+                    (str(runs_dir), boundaries),
+                )
                 schema = from_arrow_schema(HISTORY_ARROW_SCHEMA)
                 keys = read_table(spark, keys_dir, from_arrow_schema(KEY_ARROW_SCHEMA))
+                runs = read_table(spark, runs_dir, from_arrow_schema(RUN_ARROW_SCHEMA))
             else:
                 write_table(jobs.offsets(inputs), output, "offsets")
             history = read_table(spark, output / "offsets", schema)
@@ -181,6 +191,7 @@ def write_all(
             stuck_after_ms=stuck_after_ms,
             history=history,
             keys=keys,
+            runs=runs,
         )
     for name, df in tables.items():
         if name != "offsets" or history is None:
@@ -189,7 +200,8 @@ def write_all(
         _show(df, name, show)
     tables.unpersist()
     unpersist_inputs(inputs)
-    shutil.rmtree(keys_dir, ignore_errors=True)
+    for folded in (keys_dir, runs_dir):
+        shutil.rmtree(folded, ignore_errors=True)
     with steps.step("report"):
         write_report_from_tables(spark, output, report, inputs.window, horizon_ms=horizon_ms)
     return steps.seconds

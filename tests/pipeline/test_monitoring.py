@@ -519,35 +519,59 @@ def test_group_protocol_and_summary(spark: Any, tables: Any, history: Any) -> No
     ]
 
 
-def test_activity_folded_while_reading_equals_the_aggregated_one(
+def test_activity_and_runs_folded_while_reading_equal_the_aggregated_ones(
     spark: Any, history: Any, tmp_path: Path
 ) -> None:
-    """The per-key rows the reading tasks fold (``all`` over a data directory) give the same commit
-    activity as the aggregations over the history — tombstones, re-commits and moving offsets included —
-    and so do the same rows folded one record at a time."""
+    """The per-key rows and commit runs the reading tasks fold (``all`` over a data directory) give the
+    same commit activity and member commits as the aggregations over every commit — tombstones,
+    re-commits, moving offsets, owners changing between commits and KIP-848 groups included — and the
+    same rows folded one record at a time are the same."""
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from regroup_pipeline import monitoring
     from regroup_pipeline.datasource import write_history
-    from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, OffsetKeys
+    from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, RUN_ARROW_SCHEMA, OffsetKeys
 
-    inputs = from_datadir(spark, [str(history.path)], TimeWindow(now_ms=AS_OF))
+    inputs = persist_inputs(from_datadir(spark, [str(history.path)], TimeWindow(now_ms=AS_OF)))
     assert inputs.history_options is not None
-    write_history(spark, dict(inputs.history_options), str(tmp_path / "offsets"), str(tmp_path / "keys"))
+    boundaries = jobs.membership_positions(inputs)
+    assert len(boundaries["moving"]) == 3  # its three GroupMetadata records
+    write_history(
+        spark,
+        dict(inputs.history_options),
+        str(tmp_path / "offsets"),
+        str(tmp_path / "keys"),
+        (str(tmp_path / "runs"), boundaries),
+    )
     keys = spark.read.schema(from_arrow_schema(KEY_ARROW_SCHEMA)).parquet(str(tmp_path / "keys"))
+    runs = spark.read.schema(from_arrow_schema(RUN_ARROW_SCHEMA)).parquet(str(tmp_path / "runs"))
+    history_df = jobs.offsets(inputs)
     folded = rows(monitoring.activity_from_keys(keys, inputs.window))
-    aggregated = rows(monitoring.commit_activity(jobs.offsets(inputs), inputs.window))
-    assert folded == aggregated
+    assert folded == rows(monitoring.commit_activity(history_df, inputs.window))
     again = by_key(folded, "group", "topic", "partition")[("again", "t", 0)]
     assert (again["window_start"], again["unchanged_since"], again["commits"]) == (T0 + 40 * MIN,) * 2 + (2,)
     moving = by_key(folded, "group", "topic", "partition")[("moving", "t", 0)]
     assert (moving["start_committed_offset"], moving["unchanged_since"]) == (1, T0 + 6 * MIN)
 
-    whole = pq.read_table(tmp_path / "keys").sort_by([("group", "ascending"), ("topic", "ascending")])
-    one_by_one = OffsetKeys()
+    # moving's four commits fall in three runs: before generation 2, in it, after the group emptied.
+    moving_runs = [r for r in rows(runs) if r["group"] == "moving"]
+    assert sorted(r["commits"] for r in moving_runs) == [1, 1, 2]
+    assignments = jobs._consumer_assignment_history(inputs)
+    credited = rows(monitoring.member_commits(history_df, inputs.groups, inputs.window, assignments, runs))
+    assert credited == rows(monitoring.member_commits(history_df, inputs.groups, inputs.window, assignments))
+
+    one_by_one = OffsetKeys(boundaries)
     for batch in pq.read_table(tmp_path / "offsets").to_batches(max_chunksize=1):
         one_by_one.feed(batch)
-    assert one_by_one.finish().sort_by([("group", "ascending"), ("topic", "ascending")]).equals(whole)
+    order = [("group", "ascending"), ("topic", "ascending"), ("partition", "ascending")]
+    assert one_by_one.finish().sort_by(order).equals(pq.read_table(tmp_path / "keys").sort_by(order))
+    order.append(("record_offset", "ascending"))
+    assert one_by_one.finish_runs().sort_by(order).equals(pq.read_table(tmp_path / "runs").sort_by(order))
     with pytest.raises(ValueError, match="since"):
         monitoring.activity_from_keys(keys, TimeWindow(now_ms=AS_OF, since_ms=T0))
+    with pytest.raises(ValueError, match="since"):
+        monitoring.member_commits(
+            history_df, inputs.groups, TimeWindow(now_ms=AS_OF, since_ms=T0), assignments, runs
+        )
+    unpersist_inputs(inputs)
