@@ -264,7 +264,7 @@ def _timed(df: Any) -> float:
 def _decode_timings(spark: Any, raw: Any, rows: int, root: Path, workdir: Path) -> dict[str, Any]:
     """The Parquet scan alone, the vectorised decoder, the data source decoding segments, the transfer
     bound, and the tasks writing the commit history themselves."""
-    from regroup_pipeline.datasource import write_history
+    from regroup_pipeline.datasource import HistoryOutputs, write_history
     from regroup_pipeline.inputs import CONSUMER_OFFSETS, decode_commits
 
     _timed(raw)  # warm the Parquet read path and the JVM
@@ -285,7 +285,7 @@ def _decode_timings(spark: Any, raw: Any, rows: int, root: Path, workdir: Path) 
     start = time.perf_counter()
     options = {"path": str(root), "topics": CONSUMER_OFFSETS, "recordTypes": "0,1"}
     options["minPartitions"] = str(spark.sparkContext.defaultParallelism)
-    written = write_history(spark, options, str(workdir / "history"))
+    written = write_history(spark, options, HistoryOutputs(str(workdir / "history")))
     history_write = time.perf_counter() - start
     shutil.rmtree(workdir / "history", ignore_errors=True)
     return {

@@ -46,7 +46,7 @@ from pyspark.sql.types import StructType
 from regroup_pipeline import logdir
 from regroup_pipeline.logformat import RAW_ARROW_SCHEMA, decode_records, index_batches, records_to_arrow
 
-__all__ = ["FORMAT", "RegroupDataSource", "raw_schema", "register", "write_history"]
+__all__ = ["FORMAT", "HistoryOutputs", "RegroupDataSource", "raw_schema", "register", "write_history"]
 
 FORMAT: Final = "regroup"
 DEFAULT_SPLIT_BYTES: Final = 64 * 1024 * 1024
@@ -399,60 +399,111 @@ def register(spark: Any) -> None:
     spark.dataSource.register(RegroupDataSource)
 
 
-def write_history(
-    spark: Any,
-    options: dict[str, str],
-    directory: str,
-    keys_directory: str | None = None,
-    runs: tuple[str, dict[str, Any]] | None = None,
-) -> int:
-    """Write the ``offset_history`` read of ``options`` (the data source's options; ``decode`` is set here)
-    as a Parquet table at ``directory`` (replacing what is there) and return its row count; with
-    ``keys_directory``, also one row per group/topic/partition there
-    (:data:`~regroup_pipeline.offsetkeys.KEY_ARROW_SCHEMA`), folded by the same tasks as they write; with
-    ``runs`` (a directory and, per group, the sorted positions of its membership records), the commits'
-    runs between those (:data:`~regroup_pipeline.offsetkeys.RUN_ARROW_SCHEMA`), also folded on the way.
+@dataclass(frozen=True, slots=True)
+class HistoryOutputs:
+    """Where :func:`write_history` writes: the ``offsets`` table (``history``) and, folded or decoded by the
+    same tasks on the way, the per-key rows (``keys``,
+    :data:`~regroup_pipeline.offsetkeys.KEY_ARROW_SCHEMA`), the commit runs (``runs``,
+    :data:`~regroup_pipeline.offsetkeys.RUN_ARROW_SCHEMA`; needs ``keys``), and the GroupMetadata and
+    KIP-848 records of the partitions read (``group_records``, ``consumer_group_records``, with the schemas
+    of the ``group_metadata`` and ``consumer_group_records`` reads)."""
+
+    history: str
+    keys: str | None = None
+    runs: str | None = None
+    group_records: str | None = None
+    consumer_group_records: str | None = None
+
+
+def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) -> int:
+    """Write the ``offset_history`` read of ``options`` (the data source's options; ``decode`` and
+    ``recordTypes`` are set here) as a Parquet table at ``outputs.history`` (replacing what is there), and
+    what else ``outputs`` asks for, and return the history's row count.
 
     The Spark tasks that read and decode the partitions write their rows with pyarrow as they go, one file
     per task, instead of handing every row to the JVM and Spark's Parquet writer: for millions of commits
-    that transfer and encoding cost several times the decoding itself. The files land in temporary
-    directories beside the targets, which replace them once every task has finished.
+    that transfer and encoding cost several times the decoding itself. A task reads its partitions' group
+    records first (the compiled pass picks them out of the segments): the positions of the records that
+    change who owns a group's partitions cut the commit runs. The files land in temporary directories
+    beside the targets, which replace them once every task has finished.
     """
     import shutil
     import uuid
 
-    opts = ReadOptions.parse({**options, "decode": "offset_history"})
+    from regroup_pipeline.decode import CONSUMER_GROUP_RECORD_TYPES
+
+    if outputs.runs is not None and outputs.keys is None:
+        raise ValueError("runs are folded with the keys: give a keys directory too")
+    opts = ReadOptions.parse({**options, "recordTypes": "0,1", "decode": "offset_history"})
+    group_opts = ReadOptions.parse({**options, "recordTypes": "2", "decode": "group_metadata"})
+    consumer_types = ",".join(map(str, CONSUMER_GROUP_RECORD_TYPES))
+    consumer_opts = ReadOptions.parse(
+        {**options, "recordTypes": consumer_types, "decode": "consumer_group_records"}
+    )
+    read_groups = outputs.runs is not None or outputs.group_records is not None
+    read_consumer_groups = outputs.runs is not None or outputs.consumer_group_records is not None
     tasks = [p.task for p in _BatchReader(opts).partitions()]
-    if runs is not None and keys_directory is None:
-        raise ValueError("runs are folded with the keys: give keys_directory too")
-    boundaries = None if runs is None else runs[1]
-    targets = [os.path.abspath(d) for d in (directory, keys_directory, runs and runs[0]) if d is not None]
-    stagings = [f"{target}.tmp-{uuid.uuid4().hex}" for target in targets]
-    for staging in stagings:
+    named = {
+        "history": outputs.history,
+        "keys": outputs.keys,
+        "runs": outputs.runs,
+        "group_records": outputs.group_records,
+        "consumer_group_records": outputs.consumer_group_records,
+    }
+    targets = {name: os.path.abspath(d) for name, d in named.items() if d is not None}
+    stagings = {name: f"{target}.tmp-{uuid.uuid4().hex}" for name, target in targets.items()}
+    for staging in stagings.values():
         os.makedirs(staging)
 
     def write_task(indices: Iterator[int]) -> Iterator[int]:
+        import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
         import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
 
-        from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
-        from regroup_pipeline.offsetkeys import OffsetKeys
+        from regroup_pipeline.decode import (
+            CONSUMER_GROUP_ARROW_SCHEMA,
+            GROUP_ARROW_SCHEMA,
+            HISTORY_ARROW_SCHEMA,
+        )
+        from regroup_pipeline.offsetkeys import OffsetKeys, membership_positions
 
         for i in indices:
-            rows = 0
             name = f"part-{i:05d}-{uuid.uuid4().hex}.parquet"
-            keys = OffsetKeys(boundaries) if len(stagings) > 1 else None
-            with pq.ParquetWriter(
-                os.path.join(stagings[0], name), HISTORY_ARROW_SCHEMA, compression="snappy"
-            ) as writer:
+
+            def records(
+                wanted: bool, read: ReadOptions, schema: Any, output: str, task: int, file: str
+            ) -> Any:
+                if not wanted:
+                    return None
+                table = pa.Table.from_batches(list(_read_task(tasks[task], read)), schema)
+                if output in stagings:
+                    pq.write_table(table, os.path.join(stagings[output], file), compression="snappy")
+                return table
+
+            groups = records(read_groups, group_opts, GROUP_ARROW_SCHEMA, "group_records", i, name)
+            consumer_groups = records(
+                read_consumer_groups,
+                consumer_opts,
+                CONSUMER_GROUP_ARROW_SCHEMA,
+                "consumer_group_records",
+                i,
+                name,
+            )
+            boundaries = membership_positions(groups, consumer_groups) if "runs" in stagings else None
+            keys = OffsetKeys(boundaries) if "keys" in stagings else None
+            rows = 0
+            history_file = os.path.join(stagings["history"], name)
+            with pq.ParquetWriter(history_file, HISTORY_ARROW_SCHEMA, compression="snappy") as writer:
                 for batch in _read_task(tasks[i], opts):
                     writer.write_batch(batch)
                     rows += batch.num_rows
                     if keys is not None:
                         keys.feed(batch)
             if keys is not None:
-                pq.write_table(keys.finish(), os.path.join(stagings[1], name), compression="snappy")
-            if keys is not None and boundaries is not None:
-                pq.write_table(keys.finish_runs(), os.path.join(stagings[2], name), compression="snappy")
+                pq.write_table(keys.finish(), os.path.join(stagings["keys"], name), compression="snappy")
+                if boundaries is not None:
+                    pq.write_table(
+                        keys.finish_runs(), os.path.join(stagings["runs"], name), compression="snappy"
+                    )
             yield rows
 
     try:
@@ -461,13 +512,14 @@ def write_history(
             .mapPartitions(write_task)
             .collect()
         )
-        for staging, target in zip(stagings, targets, strict=True):
+        for output, staging in stagings.items():
             with open(os.path.join(staging, "_SUCCESS"), "w"):
                 pass
+            target = targets[output]
             if os.path.isdir(target):
                 shutil.rmtree(target)
             os.replace(staging, target)
     finally:
-        for staging in stagings:
+        for staging in stagings.values():
             shutil.rmtree(staging, ignore_errors=True)
     return int(total)

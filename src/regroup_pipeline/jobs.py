@@ -46,7 +46,6 @@ __all__ = [
     "expiring_offsets",
     "group_states",
     "lag",
-    "membership_positions",
     "monitoring_tables",
     "offsets",
     "offsets_as_of",
@@ -973,23 +972,6 @@ def _consumer_assignment_history(inputs: Inputs) -> DataFrame:
     )
 
 
-def membership_positions(inputs: Inputs) -> dict[str, Any]:
-    """Per group, the sorted positions in its ``__consumer_offsets`` partition of the records that change
-    who owns its partitions (GroupMetadata and KIP-848 current-assignment records, tombstones included):
-    the boundaries of the commit runs :func:`monitoring.member_commits` can credit whole."""
-    import numpy as np
-
-    positions = inputs.groups.select("group", "record_offset")
-    if inputs.consumer_groups is not None:
-        positions = positions.unionByName(
-            inputs.consumer_groups.where(F.col("record_type") == 8).select("group", "record_offset")
-        )
-    per_group: dict[str, list[int]] = {}
-    for row in positions.collect():
-        per_group.setdefault(row["group"], []).append(row["record_offset"])
-    return {group: np.unique(np.asarray(offsets, np.int64)) for group, offsets in per_group.items()}
-
-
 def _consumer_group_members_or_empty(inputs: Inputs) -> DataFrame:
     if inputs.consumer_groups is not None:
         return consumer_group_members(inputs)
@@ -1072,8 +1054,8 @@ def monitoring_tables(
     its committed offset stopped moving — share one pass over the data topics' records with the lag table's
     grid when ``lag_samples`` is given (``lag_rows`` then holds the grid too). The intermediates are kept in
     memory (``cached``). ``keys``: the history's per-key rows (:mod:`~regroup_pipeline.offsetkeys`), for a
-    window without ``since``, and its commits' ``runs`` between membership records
-    (:func:`membership_positions`) spare aggregations over every commit."""
+    window without ``since``, and its commits' ``runs`` between membership records spare aggregations over
+    every commit."""
     level = StorageLevel.MEMORY_AND_DISK
     w = inputs.window
     if history is None:

@@ -24,7 +24,7 @@ from numba import njit  # type: ignore[import-untyped,unused-ignore]  # numba sh
 
 from regroup_pipeline.logformat import TIMESTAMP
 
-__all__ = ["KEY_ARROW_SCHEMA", "RUN_ARROW_SCHEMA", "OffsetKeys"]
+__all__ = ["KEY_ARROW_SCHEMA", "RUN_ARROW_SCHEMA", "OffsetKeys", "membership_positions"]
 
 # One row per group/topic/partition of a commit history. ``deleted``: its last record is a tombstone (the
 # other columns but ``min_record_timestamp`` then say nothing). The life is what follows the last
@@ -181,6 +181,25 @@ def _micros(column: Any) -> tuple[Any, Any]:
     """A timestamp column as int64 microseconds (nulls as 0) and its null mask."""
     values = column.cast(pa.int64())
     return values.fill_null(0).to_numpy().astype(np.int64), values.is_null().to_numpy(zero_copy_only=False)
+
+
+def membership_positions(groups: Any, consumer_groups: Any) -> dict[str, Any]:
+    """Per group, the sorted positions of the records that change who owns its partitions: its
+    GroupMetadata records (``groups``, decoded as the ``group_metadata`` read does) and KIP-848
+    current-assignment records (type 8 of ``consumer_groups``), tombstones included — the boundaries of the
+    commit runs. Either table may be None."""
+    parts: list[Any] = []
+    if groups is not None:
+        parts.append(groups.select(["group", "record_offset"]))
+    if consumer_groups is not None:
+        assignments = consumer_groups.filter(pc.equal(consumer_groups.column("record_type"), 8))
+        parts.append(assignments.select(["group", "record_offset"]))
+    per_group: dict[str, list[int]] = {}
+    for table in parts:
+        names, offsets = table.column("group").to_pylist(), table.column("record_offset").to_pylist()
+        for group, offset in zip(names, offsets, strict=True):
+            per_group.setdefault(group, []).append(offset)
+    return {group: np.unique(np.asarray(offsets, np.int64)) for group, offsets in per_group.items()}
 
 
 class OffsetKeys:

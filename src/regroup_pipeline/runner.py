@@ -18,9 +18,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from regroup_pipeline import jobs, monitoring
-from regroup_pipeline.datasource import write_history
+from regroup_pipeline.datasource import HistoryOutputs, write_history
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
-from regroup_pipeline.inputs import DATA_TOPICS_PATTERN, Inputs, TimeWindow, from_datadir, from_kafka
+from regroup_pipeline.inputs import (
+    CONSUMER_GROUP_SCHEMA,
+    DATA_TOPICS_PATTERN,
+    GROUP_SCHEMA,
+    Inputs,
+    TimeWindow,
+    from_datadir,
+    from_kafka,
+)
 from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, RUN_ARROW_SCHEMA
 from regroup_pipeline.report import read_table, write_report_from_tables
 from regroup_pipeline.session import build_session
@@ -36,10 +44,14 @@ __all__ = [
     "write_table",
 ]
 
-# Where ``all`` keeps the per-key rows and the commit runs of the history while it runs (removed when it
-# is done).
-KEYS_DIRECTORY: Final = "_offset_keys"
-RUNS_DIRECTORY: Final = "_commit_runs"
+# Where ``all`` keeps what the tasks that write the offsets table fold and decode on the way (per-key rows,
+# commit runs, group records; see datasource.HistoryOutputs) while it runs; removed when it is done.
+WORK_DIRECTORIES: Final = {
+    "keys": "_offset_keys",
+    "runs": "_commit_runs",
+    "group_records": "_group_records",
+    "consumer_group_records": "_consumer_group_records",
+}
 MONITORING_JOBS: Final = (
     "lag_trend",
     "retention_risk",
@@ -66,16 +78,20 @@ def load_inputs(spark: SparkSession, args: argparse.Namespace, window: TimeWindo
     )
 
 
-def persist_inputs(inputs: Inputs) -> Inputs:
-    """Keep the inputs that jobs read more than once in memory (spilling to disk). Offset commits are
-    read once, into the commit history that :func:`jobs.compute_all` keeps."""
+def persist_inputs(inputs: Inputs, *, group_records: bool = True) -> Inputs:
+    """Keep the inputs that jobs read more than once in memory (spilling to disk); the group records only
+    with ``group_records`` (not when they are read from Parquet already). Offset commits are read once,
+    into the commit history that :func:`jobs.compute_all` keeps."""
     level = StorageLevel.MEMORY_AND_DISK
+    consumer_groups = inputs.consumer_groups
     return dataclasses.replace(
         inputs,
-        groups=inputs.groups.persist(level),
+        groups=inputs.groups.persist(level) if group_records else inputs.groups,
         data=inputs.data.persist(level),
         partitions=inputs.partitions.persist(level),
-        consumer_groups=None if inputs.consumer_groups is None else inputs.consumer_groups.persist(level),
+        consumer_groups=consumer_groups.persist(level)
+        if consumer_groups is not None and group_records
+        else consumer_groups,
     )
 
 
@@ -160,27 +176,29 @@ def write_all(
     """
     spark = inputs.commits.sparkSession
     steps = _Steps(spark, counts)
-    inputs = persist_inputs(inputs)
     history = keys = runs = None
-    keys_dir, runs_dir = output / KEYS_DIRECTORY, output / RUNS_DIRECTORY
+    work = {name: output / directory for name, directory in WORK_DIRECTORIES.items()}
+    decoded_groups = False
     if inputs.window.since_ms is None:
         with steps.step("offsets"):
             schema = None
             if inputs.history_options is not None:
-                boundaries = jobs.membership_positions(inputs)
-                write_history(
-                    spark,
-                    dict(inputs.history_options),
-                    str(output / "offsets"),
-                    str(keys_dir),
-                    (str(runs_dir), boundaries),
-                )
+                written = HistoryOutputs(str(output / "offsets"), **{n: str(d) for n, d in work.items()})
+                write_history(spark, dict(inputs.history_options), written)
                 schema = from_arrow_schema(HISTORY_ARROW_SCHEMA)
-                keys = read_table(spark, keys_dir, from_arrow_schema(KEY_ARROW_SCHEMA))
-                runs = read_table(spark, runs_dir, from_arrow_schema(RUN_ARROW_SCHEMA))
+                keys = read_table(spark, work["keys"], from_arrow_schema(KEY_ARROW_SCHEMA))
+                runs = read_table(spark, work["runs"], from_arrow_schema(RUN_ARROW_SCHEMA))
+                # The same records the data source would decode again, read back as Parquet.
+                inputs = dataclasses.replace(
+                    inputs,
+                    groups=read_table(spark, work["group_records"], GROUP_SCHEMA),
+                    consumer_groups=read_table(spark, work["consumer_group_records"], CONSUMER_GROUP_SCHEMA),
+                )
+                decoded_groups = True
             else:
                 write_table(jobs.offsets(inputs), output, "offsets")
             history = read_table(spark, output / "offsets", schema)
+    inputs = persist_inputs(inputs, group_records=not decoded_groups)
     with steps.step("plan"):
         tables = jobs.compute_all(
             inputs,
@@ -200,8 +218,8 @@ def write_all(
         _show(df, name, show)
     tables.unpersist()
     unpersist_inputs(inputs)
-    for folded in (keys_dir, runs_dir):
-        shutil.rmtree(folded, ignore_errors=True)
+    for directory in work.values():
+        shutil.rmtree(directory, ignore_errors=True)
     with steps.step("report"):
         write_report_from_tables(spark, output, report, inputs.window, horizon_ms=horizon_ms)
     return steps.seconds

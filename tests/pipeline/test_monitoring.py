@@ -530,20 +530,31 @@ def test_activity_and_runs_folded_while_reading_equal_the_aggregated_ones(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from regroup_pipeline import monitoring
-    from regroup_pipeline.datasource import write_history
-    from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, RUN_ARROW_SCHEMA, OffsetKeys
+    from regroup_pipeline.datasource import HistoryOutputs, write_history
+    from regroup_pipeline.inputs import CONSUMER_GROUP_SCHEMA, GROUP_SCHEMA
+    from regroup_pipeline.offsetkeys import (
+        KEY_ARROW_SCHEMA,
+        RUN_ARROW_SCHEMA,
+        OffsetKeys,
+        membership_positions,
+    )
 
     inputs = persist_inputs(from_datadir(spark, [str(history.path)], TimeWindow(now_ms=AS_OF)))
     assert inputs.history_options is not None
-    boundaries = jobs.membership_positions(inputs)
-    assert len(boundaries["moving"]) == 3  # its three GroupMetadata records
-    write_history(
-        spark,
-        dict(inputs.history_options),
-        str(tmp_path / "offsets"),
-        str(tmp_path / "keys"),
-        (str(tmp_path / "runs"), boundaries),
+    outputs = HistoryOutputs(
+        *(str(tmp_path / name) for name in ("offsets", "keys", "runs", "groups", "consumer_groups"))
     )
+    write_history(spark, dict(inputs.history_options), outputs)
+    # The group records the tasks decoded on the way are the data source's.
+    for name, schema, df in (
+        ("groups", GROUP_SCHEMA, inputs.groups),
+        ("consumer_groups", CONSUMER_GROUP_SCHEMA, inputs.consumer_groups),
+    ):
+        assert rows(spark.read.schema(schema).parquet(str(tmp_path / name))) == rows(df)
+    boundaries = membership_positions(
+        pq.read_table(tmp_path / "groups"), pq.read_table(tmp_path / "consumer_groups")
+    )
+    assert len(boundaries["moving"]) == 3  # its three GroupMetadata records
     keys = spark.read.schema(from_arrow_schema(KEY_ARROW_SCHEMA)).parquet(str(tmp_path / "keys"))
     runs = spark.read.schema(from_arrow_schema(RUN_ARROW_SCHEMA)).parquet(str(tmp_path / "runs"))
     history_df = jobs.offsets(inputs)
