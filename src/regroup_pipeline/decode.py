@@ -57,7 +57,7 @@ from regroup.protocol.records.consumer_protocol import (
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue
 from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
 from regroup_pipeline.commitscan import scan_commit_pairs
-from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA, I64, TIMESTAMP, U8, be_int, binary_parts
+from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA, I64, TIMESTAMP, U8, be_int, binary_parts, key_ids
 
 __all__ = [
     "CONSUMER_GROUP_ARROW_SCHEMA",
@@ -608,7 +608,7 @@ class CommitHistory:
         if batch.num_rows == 0:
             return None
         parts = [batch] if self._pending is None else [self._pending, batch]
-        key = _key_ids(parts)
+        key = key_ids(parts)
         stamps = np.concatenate([p.column("record_timestamp").cast(pa.int64()).to_numpy() for p in parts])
         # A stable sort keeps each key's rows in log order: each row's successor is the next one.
         order = np.argsort(key, kind="stable")
@@ -642,29 +642,6 @@ class CommitHistory:
         return pa.Table.from_batches(
             [_with_interval(pending, pa.nulls(pending.num_rows, TIMESTAMP), current=True)]
         )
-
-
-def _key_ids(parts: list[Any]) -> I64:
-    """One integer per row, equal for rows with the same group, topic and partition."""
-
-    def codes(name: str) -> tuple[I64, int]:
-        # One dictionary for every chunk of a chunked array.
-        encoded = pa.chunked_array([p.column(name) for p in parts]).dictionary_encode()
-        ids = np.concatenate([np.asarray(c.indices, np.int64) for c in encoded.chunks])
-        return ids, max(len(encoded.chunks[0].dictionary), 1)
-
-    group, groups = codes("group")
-    topic, topics = codes("topic")
-    partition = np.concatenate([np.asarray(p.column("partition"), np.int64) for p in parts])
-    lowest, highest = int(partition.min()), int(partition.max())
-    span = highest - lowest + 1
-    if groups * topics * span < 2**62:
-        combined: I64 = (group * topics + topic) * span + (partition - lowest)
-        return combined
-    # Too many combinations for one int64: rank the (group, topic, partition) triples instead.
-    triples = np.stack([group, topic, partition], axis=1)
-    ranks: I64 = np.unique(triples, axis=0, return_inverse=True)[1].astype(np.int64).ravel()
-    return ranks
 
 
 def _with_interval(batch: Any, valid_until: Any, *, current: bool) -> Any:

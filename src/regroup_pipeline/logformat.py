@@ -29,6 +29,7 @@ __all__ = [
     "binary_parts",
     "decode_records",
     "index_batches",
+    "key_ids",
     "records_to_arrow",
     "slice_binary",
 ]
@@ -526,3 +527,26 @@ def records_to_arrow(records: Records, topic: str, partition: int, *, payload: b
         ],
         schema=RAW_ARROW_SCHEMA,
     )
+
+
+def key_ids(parts: list[Any]) -> I64:
+    """One integer per row, equal for rows with the same group, topic and partition."""
+
+    def codes(name: str) -> tuple[I64, int]:
+        # One dictionary for every chunk of a chunked array.
+        encoded = pa.chunked_array([p.column(name) for p in parts]).dictionary_encode()
+        ids = np.concatenate([np.asarray(c.indices, np.int64) for c in encoded.chunks])
+        return ids, max(len(encoded.chunks[0].dictionary), 1)
+
+    group, groups = codes("group")
+    topic, topics = codes("topic")
+    partition = np.concatenate([np.asarray(p.column("partition"), np.int64) for p in parts])
+    lowest, highest = int(partition.min()), int(partition.max())
+    span = highest - lowest + 1
+    if groups * topics * span < 2**62:
+        combined: I64 = (group * topics + topic) * span + (partition - lowest)
+        return combined
+    # Too many combinations for one int64: rank the (group, topic, partition) triples instead.
+    triples = np.stack([group, topic, partition], axis=1)
+    ranks: I64 = np.unique(triples, axis=0, return_inverse=True)[1].astype(np.int64).ravel()
+    return ranks

@@ -22,7 +22,7 @@ import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow sh
 import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
 from numba import njit  # type: ignore[import-untyped,unused-ignore]  # numba ships no type information
 
-from regroup_pipeline.logformat import TIMESTAMP
+from regroup_pipeline.logformat import TIMESTAMP, key_ids
 
 __all__ = ["KEY_ARROW_SCHEMA", "RUN_ARROW_SCHEMA", "OffsetKeys", "membership_positions"]
 
@@ -262,19 +262,16 @@ class OffsetKeys:
 
     def _key_index(self, batch: Any) -> Any:
         """Each row's key slot; slots for new keys are added (the state grows as needed)."""
-        group = pc.dictionary_encode(batch.column("group"))
-        topic = pc.dictionary_encode(batch.column("topic"))
-        partition = batch.column("partition").to_numpy().astype(np.int64)
-        g = np.asarray(group.indices, np.int64)
-        t = np.asarray(topic.indices, np.int64)
-        low = int(partition.min())
-        span = int(partition.max()) - low + 1
-        code = (g * len(topic.dictionary) + t) * span + (partition - low)
-        codes, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        groups, topics = group.dictionary.to_pylist(), topic.dictionary.to_pylist()
+        codes, first, inverse = np.unique(key_ids([batch]), return_index=True, return_inverse=True)
+        at = pa.array(first)
+        names = zip(
+            batch.column("group").take(at).to_pylist(),
+            batch.column("topic").take(at).to_pylist(),
+            batch.column("partition").take(at).to_pylist(),
+            strict=True,
+        )
         slots = np.empty(codes.size, np.int64)
-        for i, row in enumerate(first.tolist()):
-            name = (groups[g[row]], topics[t[row]], int(partition[row]))
+        for i, name in enumerate(names):
             slot = self._index.get(name)
             if slot is None:
                 slot = self._index[name] = len(self._keys)
