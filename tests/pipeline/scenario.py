@@ -470,6 +470,9 @@ def run(bootstrap: str, data_dir: Path) -> Scenario:
     stuck_start = int(time.time() * 1000)
     stuck = member("S", "g-stuck", [CLICKS], RangePartitionAssignor, commit_polled=False)
     wait_for(settled([stuck], observed["g-stuck"], 2), 120, "S")
+    # As for g-rr: kafka-python may rejoin once more right after its first generation; go on only once
+    # S has stayed in one generation, or the tables would see a generation S never reported.
+    wait_for(quiet([stuck], observed["g-stuck"], 2), 60, "S to stay in one generation")
     stuck_assigned = int(time.time() * 1000)
     clicks = [TopicPartition(CLICKS, p) for p in range(2)]
     for p in range(2):
