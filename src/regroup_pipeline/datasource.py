@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 import numpy as np
@@ -443,13 +443,7 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
     read_groups = outputs.runs is not None or outputs.group_records is not None
     read_consumer_groups = outputs.runs is not None or outputs.consumer_group_records is not None
     tasks = [p.task for p in _BatchReader(opts).partitions()]
-    named = {
-        "history": outputs.history,
-        "keys": outputs.keys,
-        "runs": outputs.runs,
-        "group_records": outputs.group_records,
-        "consumer_group_records": outputs.consumer_group_records,
-    }
+    named = {field.name: getattr(outputs, field.name) for field in fields(outputs)}
     targets = {name: os.path.abspath(d) for name, d in named.items() if d is not None}
     stagings = {name: f"{target}.tmp-{uuid.uuid4().hex}" for name, target in targets.items()}
     for staging in stagings.values():
@@ -466,19 +460,17 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
         )
         from regroup_pipeline.offsetkeys import OffsetKeys, membership_positions
 
+        def records(wanted: bool, read: ReadOptions, schema: Any, output: str, task: int, file: str) -> Any:
+            """The task's records of one kind (None unless ``wanted``), written out when asked for."""
+            if not wanted:
+                return None
+            table = pa.Table.from_batches(list(_read_task(tasks[task], read)), schema)
+            if output in stagings:
+                pq.write_table(table, os.path.join(stagings[output], file), compression="snappy")
+            return table
+
         for i in indices:
             name = f"part-{i:05d}-{uuid.uuid4().hex}.parquet"
-
-            def records(
-                wanted: bool, read: ReadOptions, schema: Any, output: str, task: int, file: str
-            ) -> Any:
-                if not wanted:
-                    return None
-                table = pa.Table.from_batches(list(_read_task(tasks[task], read)), schema)
-                if output in stagings:
-                    pq.write_table(table, os.path.join(stagings[output], file), compression="snappy")
-                return table
-
             groups = records(read_groups, group_opts, GROUP_ARROW_SCHEMA, "group_records", i, name)
             consumer_groups = records(
                 read_consumer_groups,
@@ -488,8 +480,8 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
                 i,
                 name,
             )
-            boundaries = membership_positions(groups, consumer_groups) if "runs" in stagings else None
-            keys = OffsetKeys(boundaries) if "keys" in stagings else None
+            boundaries = membership_positions(groups, consumer_groups) if outputs.runs is not None else None
+            keys = OffsetKeys(boundaries) if outputs.keys is not None else None
             rows = 0
             history_file = os.path.join(stagings["history"], name)
             with pq.ParquetWriter(history_file, HISTORY_ARROW_SCHEMA, compression="snappy") as writer:
