@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from regroup.protocol.errors import KafkaError
 from regroup.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from regroup.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from regroup.protocol.primitives import DecodeError
+from regroup.runtime.ports import free_ports
 
 __all__ = [
     "CONSUMER_GROUPS_COMMAND",
@@ -401,19 +401,6 @@ def _metadata_broker_ids(host: str, port: int, timeout: float = 5.0) -> set[int]
 # -------------------------------------------------------------------------------------------- process
 
 
-def _free_ports(count: int) -> list[int]:
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _cluster_id() -> str:
     """A Kafka-style cluster id (url-safe base64 of a random UUID). Like Kafka's Uuid.randomUuid it never
     starts with '-', which the format tool's argument parser would take for an option."""
@@ -644,7 +631,7 @@ class KafkaReference:
     def _start_once(self, java: str) -> None:
         workdir = self.workdir
         assert self._jar_dir is not None
-        self._port, self._controller_port = _free_ports(2)
+        self._port, self._controller_port = free_ports(2)
         data = workdir / "data"
         if data.exists():
             shutil.rmtree(data)
@@ -823,7 +810,8 @@ class KafkaReferenceCluster:
         with _LIVE_LOCK:
             _LIVE.add(self)
         try:
-            ports = _free_ports(len(self.broker_ids) + 1)
+            # Brokers restart on their ports (start_node), so none from the ephemeral range.
+            ports = free_ports(len(self.broker_ids) + 1, lasting=True)
             controller_port = ports[0]
             self._ports = dict(zip(self.broker_ids, ports[1:], strict=True))
             voters = f"{self.CONTROLLER_ID}@127.0.0.1:{controller_port}"

@@ -7,7 +7,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -135,10 +134,3 @@ class ServeProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self._finish(30)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port

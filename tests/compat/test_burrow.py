@@ -10,7 +10,6 @@ documented for such tools."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,7 @@ import pytest
 from regroup.client.blocking import BlockingConnection
 from regroup.protocol.api_keys import ApiKey
 from regroup.refkafka import api_versions
+from regroup.runtime.ports import free_port
 from support import compat_report
 from support.brokers import RegroupServer, shared_regroup
 from support.fakezk import FakeZooKeeper
@@ -32,13 +32,6 @@ from support.tools import require_executable, tool_version
 
 # What Burrow 1.2.1 sends (docs/design/ecosystem.md §5.3); regroup must advertise these versions.
 BURROW_REQUESTS = {ApiKey.METADATA: 5, ApiKey.LIST_OFFSETS: 0, ApiKey.FETCH: 4}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _config(bootstrap: str, zk_port: int, http_port: int) -> str:
@@ -138,7 +131,7 @@ def test_burrow_reports_committed_offsets_and_lag(regroup_server: RegroupServer,
         )
     assert all(p.error_code == 0 for t in response.topics for p in t.partitions)
 
-    http_port = _free_port()
+    http_port = free_port()
     with FakeZooKeeper() as zk:
         (tmp_path / "burrow.toml").write_text(_config(regroup_server.bootstrap, zk.port, http_port))
         with (tmp_path / "stdout").open("wb") as out:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from broker.support import READY, free_port
+from broker.support import READY
+from regroup.runtime.ports import free_port
 
 WORKER = Path(__file__).with_name("interop_worker.py")
 PARTITIONS = 12

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.support import ServeProcess, free_port
+from broker.support import ServeProcess
 from coordinator.wire import GroupClient, errors
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from regroup.protocol.messages.join_group import JoinGroupResponse
 from regroup.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchRequestGroup
 from regroup.protocol.messages.sync_group import SyncGroupResponse
+from regroup.runtime.ports import free_port
 
 GROUP = "survivors"
 TOPIC = "events"
@@ -76,7 +77,7 @@ def retry(call: object, timeout: float = 30.0) -> object:
 def test_sigkill_while_committing_keeps_every_acknowledged_commit_and_the_stable_group(
     tmp_path: Path, flush: str
 ) -> None:
-    port = free_port()
+    port = free_port(lasting=True)  # the broker restarts on it
     data = tmp_path / "data"
     extra = ["log.flush.interval.messages=1"] if flush != "default" else []
     proc = serve(data, port, *extra)

@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.support import ServeProcess, free_port
+from broker.support import ServeProcess
+from regroup.runtime.ports import free_port
 
 pytestmark = pytest.mark.interop
 
@@ -58,7 +59,7 @@ def read_all(
 
 
 def test_idempotent_producer_survives_a_restart_without_duplicates(tmp_path: Path) -> None:
-    port = free_port()
+    port = free_port(lasting=True)  # the broker restarts on it
     data = tmp_path / "data"
     broker = ServeProcess(data, port=port).wait_ready()
     n = 30_000
@@ -100,7 +101,7 @@ def test_idempotent_producer_survives_a_restart_without_duplicates(tmp_path: Pat
 
 
 def test_kill_9_during_acks_all_keeps_every_acknowledged_record(tmp_path: Path) -> None:
-    port = free_port()
+    port = free_port(lasting=True)  # the broker restarts on it
     data = tmp_path / "data"
     flush_each = ("--override", "log.flush.interval.messages=1")
     broker = ServeProcess(data, *flush_each, port=port).wait_ready()
@@ -164,7 +165,7 @@ def test_kill_9_during_acks_all_keeps_every_acknowledged_record(tmp_path: Path) 
 
 
 def test_corrupted_segment_tail_is_truncated_on_restart(tmp_path: Path) -> None:
-    port = free_port()
+    port = free_port(lasting=True)  # the broker restarts on it
     data = tmp_path / "data"
     broker = ServeProcess(data, port=port).wait_ready()
     try:

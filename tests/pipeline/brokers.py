@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Final, Protocol
+
+from regroup.runtime.ports import free_port
 
 BROKER: Final = os.environ.get("REGROUP_PIPELINE_BROKER", "regroup")  # "regroup" | "kafka"
 
@@ -62,19 +63,12 @@ class KafkaBroker:
         self._ref.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class RegroupBroker:
     """``regroup serve`` as a subprocess, data in ``<workdir>/data``."""
 
     def __init__(self, workdir: Path) -> None:
         self._data = workdir / "data"
-        settings = {"listeners": f"PLAINTEXT://127.0.0.1:{_free_port()}", "log.dirs": str(self._data)}
+        settings = {"listeners": f"PLAINTEXT://127.0.0.1:{free_port()}", "log.dirs": str(self._data)}
         settings.update(GROUP_SETTINGS)
         cmd = [sys.executable, "-m", "regroup.cli", "serve"]
         for key, value in settings.items():

@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+
+from regroup.runtime.ports import free_port
 
 pytestmark = pytest.mark.spark
 
@@ -54,13 +55,6 @@ _TABLES: Final = (
     "group_summary",
     "consumer_group_members",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -176,7 +170,7 @@ def standalone(tmp_path: Path, without_regroup: Wrapper) -> Iterator[Standalone]
     scala = core.name.removeprefix("spark-core_").split("-")[0]
     env = _clean_env(SPARK_HOME=str(spark_home), SPARK_SCALA_VERSION=scala)
     jvm = [java, "-Xmx256m", "-cp", str(spark_home / "jars" / "*")]
-    port, webui = _free_port(), _free_port()
+    port, webui = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
     work_dirs = [base / f"worker-{i}" for i in (1, 2)]
     processes = _Processes()
@@ -191,7 +185,7 @@ def standalone(tmp_path: Path, without_regroup: Wrapper) -> Iterator[Standalone]
         for i, work_dir in enumerate(work_dirs, 1):
             work_dir.mkdir()
             worker = ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1"]
-            worker += ["--webui-port", str(_free_port()), "--cores", "1", "--memory", "1g"]
+            worker += ["--webui-port", str(free_port()), "--cores", "1", "--memory", "1g"]
             processes.start(
                 [*jvm, *worker, "--work-dir", str(work_dir)],
                 base / f"worker-{i}.log",

@@ -114,19 +114,21 @@ def test_startup_timeout_kills_the_jvm(tmp_path: Path) -> None:
 @pytest.mark.kafka
 def test_a_port_taken_before_the_jvm_binds_it_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     _skip_without_java_or_maven()
-    real_free_ports = refkafka._free_ports
+    real_free_ports = refkafka.free_ports
     calls = 0
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
 
-        def first_broker_port_busy(count: int) -> list[int]:
+        def first_broker_port_busy(
+            count: int, host: str = "127.0.0.1", *, lasting: bool = False
+        ) -> list[int]:
             nonlocal calls
             calls += 1
-            ports = real_free_ports(count)
+            ports = real_free_ports(count, host, lasting=lasting)
             return [busy.getsockname()[1], *ports[1:]] if calls == 1 else ports
 
-        monkeypatch.setattr(refkafka, "_free_ports", first_broker_port_busy)
+        monkeypatch.setattr(refkafka, "free_ports", first_broker_port_busy)
         with KafkaReference() as ref:
             assert calls == 2
             assert ref.port != busy.getsockname()[1]

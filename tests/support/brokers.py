@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from regroup.protocol.messages.offset_fetch import (
     OffsetFetchResponse,
 )
 from regroup.refkafka import TEST_BROKER_CONFIG, KafkaReference
+from regroup.runtime.ports import free_port
 from support.kafka_wire import Address, find_coordinator, partition_for, retry
 
 __all__ = [
@@ -53,13 +53,6 @@ def mirrored_settings(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     settings = dict(TEST_BROKER_CONFIG)
     settings.update(extra or {})
     return settings
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class RegroupServer:
@@ -86,7 +79,7 @@ class RegroupServer:
 
     def start(self, timeout: float = 60.0) -> RegroupServer:
         for _attempt in range(3):
-            port = _free_port()
+            port = free_port()
             settings = {
                 **self.settings,
                 "listeners": f"PLAINTEXT://127.0.0.1:{port}",

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,17 +32,11 @@ from typing import IO
 from regroup.cluster.image import ImageBuilder, StoredEntry
 from regroup.cluster.model import ClusterImage, Keys
 from regroup.cluster.netfaults import NetworkFaults
+from regroup.runtime.ports import free_ports
 
-__all__ = ["LocalCluster", "LocalEtcd", "LocalNode", "etcd_binary", "free_port", "read_image"]
+__all__ = ["LocalCluster", "LocalEtcd", "LocalNode", "etcd_binary", "read_image"]
 
 _START_TIMEOUT_S = 60.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def etcd_binary() -> str | None:
@@ -91,7 +84,7 @@ class LocalEtcd:
         raise RuntimeError(f"etcd did not start; its log:\n{self.log_tail()}")
 
     def _start_once(self) -> bool:
-        self.client_port, self.peer_port = free_port(), free_port()
+        self.client_port, self.peer_port = free_ports(2)
         client = f"http://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         data_dir = self.workdir / "data"
@@ -317,7 +310,8 @@ class LocalCluster:
         if self.faults is not None:
             self.faults.start()
         for node_id in range(1, self._count + 1):
-            port, admin = free_port(), free_port()
+            # Kept across restarts of the node, so outside the ephemeral range.
+            port, admin = free_ports(2, lasting=True)
             settings = {
                 "node.id": str(node_id),
                 "listeners": f"PLAINTEXT://127.0.0.1:{port}",

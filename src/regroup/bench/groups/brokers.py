@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from regroup.protocol.messages.describe_configs import (
     DescribeConfigsResponse,
 )
 from regroup.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from regroup.runtime.ports import free_port
 
 __all__ = [
     "CONSUMER_SETTINGS",
@@ -264,13 +264,6 @@ def read_loop_lag(admin: tuple[str, int], timeout: float = 2.0) -> LoopLag | Non
     return LoopLag(tuple(b for b, _ in buckets), tuple(c for _, c in buckets), total)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` giving the child SIGKILL when this process dies, so that even a killed benchmark
     leaves no broker behind (Linux, main thread only: the signal follows the thread that forked)."""
@@ -455,7 +448,7 @@ class RegroupBroker(_SubprocessBroker):
         from regroup import __version__
 
         self.version = __version__
-        self._admin = ("127.0.0.1", _free_port())
+        self._admin = ("127.0.0.1", free_port())
 
     def loop_lag(self) -> LoopLag | None:
         return read_loop_lag(self._admin)

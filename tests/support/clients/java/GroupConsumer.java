@@ -120,11 +120,17 @@ public final class GroupConsumer {
         consumer = new KafkaConsumer<>(props);
 
         Thread main = Thread.currentThread();
+        // The loop polls for 500 ms at a time and sees the flag; wakeup() is only for a main thread blocked
+        // longer (a commit inside a revocation). The consumer protocol's consumer keeps a wakeup pending
+        // through commitSync (it throws without clearing it), so an early wakeup would fail the final commit.
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             stopping = true;
-            consumer.wakeup();
             try {
-                main.join(30000);
+                main.join(3000);
+                if (main.isAlive()) {
+                    consumer.wakeup();
+                    main.join(27000);
+                }
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
@@ -181,7 +187,7 @@ public final class GroupConsumer {
             try {
                 commit(null);
             } catch (WakeupException e) {
-                commit(null);
+                emit("offsets_committed", ",\"success\":false,\"error\":" + quote(String.valueOf(e)));
             }
             consumer.close();
             emit("shutdown_complete", "");
