@@ -16,9 +16,11 @@ from regroup.group.records import (
     DecodedGroupMetadata,
     DecodedOffsetCommit,
     IgnoredRecord,
+    OffsetCommitDecoder,
     OffsetCommitRecords,
     RecordError,
     StoredOffset,
+    decode_offset_commit,
     decode_record,
     empty_group_metadata_record,
     group_metadata_record,
@@ -424,6 +426,67 @@ def test_malformed_offset_commit_records_are_record_errors() -> None:
     assert shard.offsets("g") == {}
     shard.replay(CoordinatorRecord(offset_key("g", "t", 0), value))
     assert shard.offsets("g")[("t", 0)].offset == 5
+
+
+_records_then_mutations = st.lists(
+    st.tuples(
+        st.sampled_from(["g", "h"]),
+        st.sampled_from(["t", "u"]),
+        st.integers(-(2**31), 2**31 - 1),
+        st.one_of(st.none(), _stored_offsets),
+        st.sampled_from([0, 1, 2, 3, 4]),
+        st.sampled_from(["none", "append", "truncate", "flip"]),
+        st.booleans(),  # mutate the key (else the value)
+        st.one_of(st.integers(0, 3), st.integers(0, 200)),  # where (the versions, often)
+    ),
+    max_size=30,
+)
+
+
+@given(_records_then_mutations)
+def test_the_load_decoder_answers_as_the_full_decoder(
+    records: list[tuple[str, str, int, StoredOffset | None, int, str, bool, int]],
+) -> None:
+    # Whatever came before, the decoder that remembers names and shared fields answers (or refuses) every
+    # key and value exactly as a full decode does.
+    decoder = OffsetCommitDecoder()
+    for group, topic, partition, offset, version, mutation, in_key, at in records:
+        record = (
+            offset_commit_tombstone(group, topic, partition)
+            if offset is None
+            else offset_commit_record(group, topic, partition, offset, version)
+        )
+        key, value = record.key, record.value
+        target = key if in_key or value is None else value
+        i = at % len(target)
+        if mutation == "append":
+            target = target + bytes([at % 256])
+        elif mutation == "truncate":
+            target = target[:i]
+        elif mutation == "flip":
+            target = target[:i] + bytes([target[i] ^ (1 + at % 255)]) + target[i + 1 :]
+        if in_key or value is None:
+            key = target
+        else:
+            value = target
+        try:
+            expected = decode_offset_commit(key, value)
+        except RecordError:
+            with pytest.raises(RecordError):
+                decoder.decode(key, value)
+        else:
+            assert decoder.decode(key, value) == expected
+
+
+def test_the_load_decoder_reads_a_known_value_of_another_version_in_full() -> None:
+    decoder = OffsetCommitDecoder()
+    record = offset_commit_record("g", "t", 0, StoredOffset(5, None, "", 1))
+    assert decoder.decode(record.key, record.value) == decode_offset_commit(record.key, record.value)
+    assert record.value is not None
+    for version in (-1, 0, 2, 99):
+        value = i16(version) + record.value[2:]
+        with pytest.raises(RecordError):
+            decoder.decode(record.key, value)
 
 
 def test_decode_tombstones() -> None:

@@ -516,7 +516,6 @@ def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
         offsets_load_buffer_size=config.get_int("offsets.load.buffer.size"),
         offsets_commit_timeout_ms=config.get_int("offsets.commit.timeout.ms"),
         # The broker's log cleaner compacts every cleanup.policy=compact partition, this one included.
-        compaction_interval_ms=None,
         group_events=GroupEventsConfig(
             enabled=bool(config.get("group.events.enable")),
             retention_ms=config.get_int("group.events.retention.ms"),

@@ -77,8 +77,8 @@ from regroup.group.outcome import STALE, Outcome, TimerTable
 from regroup.group.records import (
     DecodedConsumerGroupRecord,
     DecodedGroupMetadata,
+    OffsetCommitDecoder,
     StoredOffset,
-    decode_offset_commit,
     decode_record,
     group_metadata_tombstone,
 )
@@ -286,6 +286,7 @@ class GroupShard(CoordinatorShard):
         self._consumer_groups = ConsumerGroupManager(config, member_id_factory, self._timers, self._groups)
         self._offsets = OffsetManager(config, self._groups, self._consumer_groups)
         self._classic_members = ClassicMembers(self._consumer_groups)
+        self._offset_commits = OffsetCommitDecoder()
 
     def _tick(self, now_ms: int) -> int:
         self._now_ms = max(self._now_ms, now_ms)
@@ -536,7 +537,7 @@ class GroupShard(CoordinatorShard):
     def replay(self, record: CoordinatorRecord) -> None:
         """Apply one record of the partition's log (load path). Raises ``RecordError`` on an unreadable
         record; records of share groups are ignored."""
-        offset_commit = decode_offset_commit(record.key, record.value)
+        offset_commit = self._offset_commits.decode(record.key, record.value)
         if offset_commit is not None:
             group_id, topic, partition, offset, _ = offset_commit
             self._offsets.replay(group_id, topic, partition, offset)

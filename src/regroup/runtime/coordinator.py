@@ -34,7 +34,7 @@ from regroup.group.history import GenerationRecord
 from regroup.group.shard import CoordinatorShard, GroupShard
 from regroup.group.topics_image import TopicsImage
 from regroup.log import LogManager, PartitionLog
-from regroup.protocol.errors import ErrorCode, KafkaError
+from regroup.protocol.errors import ErrorCode
 from regroup.protocol.group_events import assemble_timeline, in_progress_view
 from regroup.protocol.messages.consumer_group_describe import DescribedGroup as ConsumerDescribedGroup
 from regroup.protocol.messages.consumer_group_heartbeat import (
@@ -53,7 +53,7 @@ from regroup.protocol.messages.offset_fetch import OffsetFetchResponseGroup
 from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from regroup.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from regroup.runtime.clock import Clock, SystemClock
-from regroup.runtime.durability import PartitionGate, ReplicatedGate, WriteGate, compact_off_loop
+from regroup.runtime.durability import PartitionGate, ReplicatedGate, WriteGate
 from regroup.runtime.events import GroupEventLog, GroupEventsConfig, started_event
 from regroup.runtime.group_view import GroupView, build_group_view
 from regroup.runtime.responses import (
@@ -105,8 +105,6 @@ class CoordinatorConfig:
     offsets_topic_segment_bytes: int = 104_857_600
     offsets_topic_compression_codec: int = 0  # 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
     offsets_load_buffer_size: int = 5_242_880
-    compaction_interval_ms: int | None = None
-    """Compact ``__consumer_offsets`` this often; None when something else (the broker's log cleaner) does."""
     max_flush_batch: int = 256
     """At most this many events share one fsync when requests keep arriving."""
     offsets_commit_timeout_ms: int | None = 5000
@@ -192,9 +190,6 @@ class GroupCoordinator:
                 )
                 self.group_events.start_replicated()
             self._running = True
-            interval = self.config.compaction_interval_ms
-            if interval:
-                self._spawn(self._compaction_loop(interval))
             return
         info = self._logs.topic(OFFSETS_TOPIC)
         if info is None:
@@ -225,9 +220,6 @@ class GroupCoordinator:
         for partition in range(self.num_partitions):
             self._start_runner(partition)
         self._spawn(self._log_loaded())
-        interval = self.config.compaction_interval_ms
-        if interval:
-            self._spawn(self._compaction_loop(interval))
 
     async def _log_loaded(self) -> None:
         loop = asyncio.get_running_loop()
@@ -431,21 +423,6 @@ class GroupCoordinator:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _compaction_loop(self, interval_ms: int) -> None:
-        while True:
-            await asyncio.sleep(interval_ms / 1000)
-            for partition in range(self.num_partitions):
-                plog = self._logs.partition(OFFSETS_TOPIC, partition)
-                gate = self._gates.get(partition)
-                if plog is None or gate is None:
-                    continue
-                try:
-                    if not plog.closed:
-                        await compact_off_loop(plog, gate, self.clock.now_ms())
-                except (OSError, KafkaError):
-                    log.exception("Compaction of %s-%d failed", OFFSETS_TOPIC, partition)
-                await asyncio.sleep(0)
 
     # ------------------------------------------------------------------------------------ observability
 

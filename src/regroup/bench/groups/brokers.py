@@ -448,7 +448,9 @@ class RegroupBroker(_SubprocessBroker):
         from regroup import __version__
 
         self.version = __version__
-        self._admin = ("127.0.0.1", free_port())
+        # Both kept across the failover scenario's restarts, so none from the ephemeral range.
+        self.port = free_port(lasting=True)
+        self._admin = ("127.0.0.1", free_port(lasting=True))
 
     def loop_lag(self) -> LoopLag | None:
         return read_loop_lag(self._admin)
