@@ -148,6 +148,14 @@ def test_malformed_body_closes_only_that_connection(broker: BrokerThread) -> Non
         frame = struct.pack(">hhih", 3, 4, 1, -1) + struct.pack(">i", 2**31 - 1)
         bad.send_raw(struct.pack(">i", len(frame)) + frame)
         assert bad.is_closed()
+    for header in (
+        struct.pack(">hhih", 12, 4, 1, 50) + b"short",  # client id overrunning the frame
+        struct.pack(">hhih", 12, 4, 1, 2) + b"\xff\xfe",  # client id not UTF-8
+        struct.pack(">hhih", 12, 4, 1, -1),  # a flexible header without its tagged fields
+    ):
+        with BlockingConnection(broker.address) as bad:
+            bad.send_raw(struct.pack(">i", len(header)) + header)
+            assert bad.is_closed()
     metadata_ok(broker)
 
 

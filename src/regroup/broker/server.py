@@ -29,10 +29,11 @@ from regroup.broker.handlers import Handler, HandlerRegistry, HandlerResult, Han
 from regroup.broker.wire import Chunk, encode_response_chunks
 from regroup.protocol.api_keys import API_INFO, ApiKey
 from regroup.protocol.errors import ErrorCode
-from regroup.protocol.framing import FrameReader, FrameTooLargeError, decode_request_header
-from regroup.protocol.message import Message
+from regroup.protocol.framing import FrameReader, FrameTooLargeError, request_header_version
+from regroup.protocol.message import DECODE_FAILURES, Message
 from regroup.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
-from regroup.protocol.primitives import DecodeError, EncodeError, UnsupportedVersionError
+from regroup.protocol.messages.headers import RequestHeader
+from regroup.protocol.primitives import DecodeError, EncodeError
 
 if TYPE_CHECKING:
     from regroup.broker.config import Listener
@@ -50,6 +51,7 @@ log = logging.getLogger("regroup.broker.server")
 _KEY_VERSION: Final = struct.Struct(">hh")
 _CORRELATION: Final = struct.Struct(">i")
 _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
+_HEADER_READERS: Final = {v: RequestHeader.reader(v) for v in range(3)}
 
 
 class _Slot:
@@ -226,15 +228,16 @@ class ServerConnection(asyncio.Protocol):
             return
         api_key, api_version = _KEY_VERSION.unpack_from(frame, 0)
         spec = self._registry.get(api_key)
-        if spec is None or not spec.min_version <= api_version <= spec.max_version:
+        read = None if spec is None else spec.readers.get(api_version)
+        if spec is None or read is None:
             self._refuse(frame, api_key, api_version, spec)
             return
         try:
-            header = decode_request_header(frame)
+            header, body = _HEADER_READERS[request_header_version(api_key, api_version)](frame, 0)
             # Bytes after the body are ignored, as Kafka's request parser does: librdkafka 2.x sends
             # Metadata v12 with a field that version no longer has.
-            request, _ = spec.request_class.read(frame, header.body_offset, api_version)
-        except (DecodeError, UnsupportedVersionError) as exc:
+            request, _ = read(frame, body)
+        except (DecodeError, *DECODE_FAILURES) as exc:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("Undecodable request frame (%d bytes): %s", len(frame), frame[:256].hex())
             self.close(f"malformed {spec.request_class.NAME} v{api_version}: {exc}")

@@ -16,7 +16,6 @@ from typing import Final
 from regroup.protocol.framing import response_header_version
 from regroup.protocol.message import Message
 from regroup.protocol.messages.fetch import FetchResponse, PartitionData
-from regroup.protocol.messages.headers import ResponseHeader
 from regroup.protocol.primitives import uvarint_bytes
 
 __all__ = ["encode_response_chunks"]
@@ -24,14 +23,17 @@ __all__ = ["encode_response_chunks"]
 Chunk = bytes | bytearray | memoryview
 
 _I32: Final = struct.Struct(">i")
+_SIZE_AND_CORRELATION: Final = struct.Struct(">ii")
 _MARKER_LEN: Final = 16
 _ZERO_COPY_MIN: Final = 16 * 1024  # smaller record sets are cheaper to copy than to splice
 _FLEXIBLE_FETCH: Final = 12
 
 
 def _encode(message: Message, version: int, correlation_id: int) -> bytearray:
-    buf = bytearray(4)
-    ResponseHeader(correlation_id).write(buf, response_header_version(message.API_KEY, version))
+    # Both response header versions are the correlation id, v1 then an empty tagged-field section.
+    buf = bytearray(_SIZE_AND_CORRELATION.pack(0, correlation_id))
+    if response_header_version(message.API_KEY, version):
+        buf.append(0)
     message.write(buf, version)
     _I32.pack_into(buf, 0, len(buf) - 4)
     return buf

@@ -324,7 +324,10 @@ class ShardRunner:
         self._flush_deadlines: dict[asyncio.Future[None], asyncio.TimerHandle] = {}
         self._timed_out: set[asyncio.Future[None]] = set()
         self._drained_callbacks: list[Callable[[], None]] = []
-        self._trigger: Trigger | None = None  # what the event being applied is (attributes epoch bumps)
+        # What the event being applied is (attributes epoch bumps): a Trigger, or the shard operation a
+        # request called, made a Trigger only when a bump needs one; None: nothing more than the time.
+        self._cause: Trigger | Callable[..., object] | None = None
+        self._cause_ms: int | None = None  # set while an event is applied
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -572,9 +575,7 @@ class ShardRunner:
             self._parked[ticket] = _Parked(event.future, event.error_reply)
         try:
             result = event.handler(*event.args, now)
-            handler = getattr(event.handler, "func", event.handler)  # (a functools.partial's function)
-            trigger = Trigger(operation=getattr(handler, "__name__", None), time_ms=now)
-            reply = self._apply(result, now, items, trigger)
+            reply = self._apply(result, now, items, event.handler)
         except Exception:
             log.exception("Error handling a request on __consumer_offsets-%d", self.partition)
             if ticket is not None:
@@ -664,14 +665,27 @@ class ShardRunner:
     # ------------------------------------------------------------------------------------ results
 
     def _apply(
-        self, result: Result[Any], now: int, items: list[_Item], trigger: Trigger | None = None
+        self,
+        result: Result[Any],
+        now: int,
+        items: list[_Item],
+        cause: Trigger | Callable[..., object] | None = None,
     ) -> Any:
         """Effects, then append and ``on_append`` until no continuation is left; returns the final reply."""
-        self._trigger = trigger if trigger is not None else Trigger(time_ms=now)
+        self._cause, self._cause_ms = cause, now
         try:
             return self._apply_effects(result, now, items)
         finally:
-            self._trigger = None
+            self._cause = self._cause_ms = None
+
+    def _trigger(self, now: int) -> Trigger:
+        cause = self._cause
+        if isinstance(cause, Trigger):
+            return cause
+        if cause is None:
+            return Trigger(time_ms=now)
+        operation = getattr(cause, "func", cause)  # (a functools.partial's function)
+        return Trigger(operation=getattr(operation, "__name__", None), time_ms=now)
 
     def _apply_effects(self, result: Result[Any], now: int, items: list[_Item]) -> Any:
         self._effects(result.effects, items)
@@ -703,8 +717,8 @@ class ShardRunner:
                 self._notify(effect.event)
 
     def _notify(self, event: object) -> None:
-        if isinstance(event, ConsumerGroupEpochBumped) and self._trigger is not None:
-            event = event.attributed(self._trigger)
+        if isinstance(event, ConsumerGroupEpochBumped) and self._cause_ms is not None:
+            event = event.attributed(self._trigger(self._cause_ms))
         message = getattr(event, "message", None)
         if callable(message):
             # GenerationCompleted marks a new generation (one INFO line each); the rest is detail.

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from regroup.broker.config import BrokerConfig
 from regroup.broker.context import RequestContext
 from regroup.protocol.api_keys import API_INFO, ApiKey, request_class
-from regroup.protocol.message import Message
+from regroup.protocol.message import Message, Reader
 
 __all__ = [
     "DuplicateHandlerError",
@@ -52,6 +52,8 @@ class HandlerSpec:
     handler: Handler
     request_class: type[Message]
     module: str
+    readers: Mapping[int, Reader] = field(default_factory=dict)
+    """The request's generated reader per served version (a missing version is not served)."""
 
 
 class HandlerRegistry:
@@ -79,8 +81,10 @@ class HandlerRegistry:
             raise DuplicateHandlerError(
                 f"{info.name} is registered twice: by {existing.module} and by {module}"
             )
+        cls = request_class(api_key)
+        readers = {v: cls.reader(v) for v in range(min_version, max_version + 1)}
         self._specs[int(api_key)] = HandlerSpec(
-            api_key, min_version, max_version, handler, request_class(api_key), module
+            api_key, min_version, max_version, handler, cls, module, readers
         )
 
     def get(self, api_key: int) -> HandlerSpec | None:
