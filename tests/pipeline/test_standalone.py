@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import pytest
 
-from regroup.runtime.ports import free_port
+from regroup.runtime.ports import free_port, free_ports
 
 pytestmark = pytest.mark.spark
 
@@ -170,7 +170,7 @@ def standalone(tmp_path: Path, without_regroup: Wrapper) -> Iterator[Standalone]
     scala = core.name.removeprefix("spark-core_").split("-")[0]
     env = _clean_env(SPARK_HOME=str(spark_home), SPARK_SCALA_VERSION=scala)
     jvm = [java, "-Xmx256m", "-cp", str(spark_home / "jars" / "*")]
-    port, webui = free_port(), free_port()
+    port, webui = free_ports(2)
     url = f"spark://127.0.0.1:{port}"
     work_dirs = [base / f"worker-{i}" for i in (1, 2)]
     processes = _Processes()

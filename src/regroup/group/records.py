@@ -203,7 +203,9 @@ def offset_commit_record(
 
 
 _OFFSET = struct.Struct(">q")
-_PARTITION = struct.Struct(">i")
+_OFFSET_END = 2 + _OFFSET.size  # every OffsetCommitValue version: int16 version, then the int64 offset
+_PARTITION = struct.Struct(">i")  # every OffsetCommitKey version ends with the int32 partition
+_PARTITION_LEN = _PARTITION.size
 
 
 class OffsetCommitRecords:
@@ -238,7 +240,7 @@ class OffsetCommitRecords:
         record = offset_commit_record(self._group_id, topic, partition, offset, self._version)
         value = record.value
         assert value is not None
-        self._shared, self._head, self._tail = shared, value[:2], value[10:]
+        self._shared, self._head, self._tail = shared, value[:2], value[_OFFSET_END:]
         return record
 
 
@@ -609,13 +611,13 @@ class OffsetCommitDecoder:
     def decode(
         self, key: bytes, value: bytes | None
     ) -> tuple[str, str, int, StoredOffset | None, int | None] | None:
-        names = self._names.get(key[:-4])
-        if names is None or (value is not None and len(value) < 10):
+        names = self._names.get(key[:-_PARTITION_LEN])
+        if names is None or (value is not None and len(value) < _OFFSET_END):
             return self._decode_in_full(key, value)
-        (partition,) = _PARTITION.unpack_from(key, len(key) - 4)
+        (partition,) = _PARTITION.unpack_from(key, len(key) - _PARTITION_LEN)
         if value is None:
             return names[0], names[1], partition, None, None
-        shared = self._shared.get(value[10:])
+        shared = self._shared.get(value[_OFFSET_END:])
         if shared is None or shared[0] != value[:2]:
             return self._decode_in_full(key, value)
         _version_bytes, version, epoch, metadata, commit_ms, expire_ms, topic_id = shared
@@ -632,11 +634,11 @@ class OffsetCommitDecoder:
         group, topic, _partition, stored, version = decoded
         if len(self._names) >= self._LIMIT:
             self._names.clear()
-        self._names[key[:-4]] = (group, topic)
+        self._names[key[:-_PARTITION_LEN]] = (group, topic)
         if stored is not None and value is not None and version is not None:
             if len(self._shared) >= self._LIMIT:
                 self._shared.clear()
-            self._shared[value[10:]] = (
+            self._shared[value[_OFFSET_END:]] = (
                 value[:2],
                 version,
                 stored.leader_epoch,

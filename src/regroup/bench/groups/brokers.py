@@ -36,7 +36,7 @@ from regroup.protocol.messages.describe_configs import (
     DescribeConfigsResponse,
 )
 from regroup.protocol.messages.metadata import MetadataRequest, MetadataResponse
-from regroup.runtime.ports import free_port
+from regroup.runtime.ports import free_ports
 
 __all__ = [
     "CONSUMER_SETTINGS",
@@ -449,8 +449,8 @@ class RegroupBroker(_SubprocessBroker):
 
         self.version = __version__
         # Both kept across the failover scenario's restarts, so none from the ephemeral range.
-        self.port = free_port(lasting=True)
-        self._admin = ("127.0.0.1", free_port(lasting=True))
+        self.port, admin = free_ports(2, lasting=True)
+        self._admin = ("127.0.0.1", admin)
 
     def loop_lag(self) -> LoopLag | None:
         return read_loop_lag(self._admin)
