@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -53,3 +54,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+# pytest-timeout's signal cannot interrupt a test stuck inside a C library (a librdkafka close that never
+# returns, say): the run would hang until CI's own limit and say nothing. A C-level watchdog armed past the
+# timeout dumps every thread's stack to the real stderr and ends the run instead.
+_WATCHDOG_GRACE_S: Final = 120.0
+_watchdog_stream: Final = pytest.StashKey[TextIO]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Capture is suspended while plugins configure, so fd 2 is still the terminal (or CI's log) here.
+    config.stash[_watchdog_stream] = os.fdopen(os.dup(2), "w")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    config.stash[_watchdog_stream].close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    marker = item.get_closest_marker("timeout")
+    timeout = float(marker.args[0] if marker and marker.args else item.config.getini("timeout") or 0)
+    if timeout > 0:
+        faulthandler.dump_traceback_later(
+            timeout + _WATCHDOG_GRACE_S, file=item.config.stash[_watchdog_stream], exit=True
+        )
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
