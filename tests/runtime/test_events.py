@@ -221,3 +221,31 @@ def test_consumer_group_epoch_bumps_are_written_with_their_causes(tmp_path: Path
             assert generations[0]["stable_ms"] is not None
 
     run(scenario())
+
+
+def test_large_events_are_remembered_as_written_and_replayed(tmp_path: Path) -> None:
+    """A generation naming many members is remembered deflated; it reads back as the record written."""
+
+    async def remembered(env: Env) -> list[dict[str, Any]]:
+        events = env.coord.group_events
+        assert events is not None
+        return events.events(GROUP)
+
+    async def first_run() -> list[dict[str, Any]]:
+        async with coordinator_env(tmp_path) as env:
+            await form_group(env, GROUP, 40)
+            await env.settle()
+            on_disk = await written(env)
+            completed = [e for e in on_disk if e["type"] == "generation_completed"]
+            assert len(json.dumps(completed[-1])) > 1024
+            assert await remembered(env) == on_disk
+            return on_disk
+
+    async def second_run(on_disk: list[dict[str, Any]]) -> None:
+        async with coordinator_env(tmp_path) as env:
+            events = env.coord.group_events
+            assert events is not None
+            await events.wait_replayed()
+            assert await remembered(env) == on_disk
+
+    asyncio.run(second_run(asyncio.run(first_run())))

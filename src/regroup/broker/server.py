@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import socket
 import struct
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, cast
@@ -66,7 +66,30 @@ class _Slot:
 
 class ServerConnection(asyncio.Protocol):
     """One client connection, as the broker serves it (the client's side is
-    :class:`regroup.client.connection.Connection`)."""
+    :class:`regroup.client.connection.Connection`). Kept small — a broker holds one per client — so no
+    ``__dict__``, no queue until a response must wait, and no timer of its own (the server sweeps idle
+    connections)."""
+
+    __slots__ = (
+        "_broker",
+        "_closing",
+        "_corked",
+        "_last_active",
+        "_listener",
+        "_loop",
+        "_output",
+        "_pending",
+        "_reader",
+        "_reading_paused",
+        "_registry",
+        "_server",
+        "_stopped",
+        "_transport",
+        "_writing_paused",
+        "idle_drained",
+        "local",
+        "peer",
+    )
 
     def __init__(self, server: BrokerServer, listener: str) -> None:
         self._server = server
@@ -76,7 +99,7 @@ class ServerConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._reader = FrameReader(server.max_request_bytes)
         self._transport: asyncio.Transport | None = None
-        self._pending: deque[_Slot] = deque()
+        self._pending: deque[_Slot] | None = None  # responses in order behind one still being computed
         self._output: list[Chunk] = []  # encoded responses not yet handed to the transport
         self._corked = False
         self._closing = False
@@ -84,7 +107,6 @@ class ServerConnection(asyncio.Protocol):
         self._writing_paused = False
         self._stopped = False  # no more requests (shutdown)
         self._last_active = self._loop.time()
-        self._idle_handle: asyncio.TimerHandle | None = None
         self.peer = ("?", 0)
         self.local = ("?", 0)
         self.idle_drained: asyncio.Future[None] | None = None
@@ -95,31 +117,26 @@ class ServerConnection(asyncio.Protocol):
         # uvloop's TCPTransport implements asyncio.Transport without subclassing it.
         transport = cast(asyncio.Transport, transport)
         self._transport = transport
+        # (TCP_NODELAY: uvloop and asyncio set it on every TCP transport.) Hosts are interned: the
+        # connections from one client machine share one string.
         peer = transport.get_extra_info("peername")
         local = transport.get_extra_info("sockname")
         if peer:
-            self.peer = (str(peer[0]), int(peer[1]))
+            self.peer = (sys.intern(str(peer[0])), int(peer[1]))
         if local:
-            self.local = (str(local[0]), int(local[1]))
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.local = (sys.intern(str(local[0])), int(local[1]))
         refusal = self._server.accept(self)
         if refusal is not None:
             log.warning("Closing connection from %s: %s", self._describe(), refusal)
             self._closing = True
             transport.abort()
-            return
-        self._arm_idle(self._server.idle_seconds)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        if self._idle_handle is not None:
-            self._idle_handle.cancel()
-        for slot in self._pending:
+        for slot in self._pending or ():
             if slot.task is not None and not slot.task.done():
                 slot.task.cancel()
-        self._pending.clear()
+        self._pending = None
         self._server.forget(self)
         self._notify_drained()
 
@@ -159,22 +176,9 @@ class ServerConnection(asyncio.Protocol):
     def _describe(self) -> str:
         return f"{self.peer[0]}:{self.peer[1]} on listener {self._listener}"
 
-    # ------------------------------------------------------------------------------------ idle timeout
-
-    def _arm_idle(self, delay: float) -> None:
-        if delay > 0:
-            self._idle_handle = self._loop.call_later(delay, self._check_idle)
-
-    def _check_idle(self) -> None:
-        self._idle_handle = None
-        if self._closing:
-            return
-        idle = self._server.idle_seconds
-        remaining = self._last_active + idle - self._loop.time()
-        if self._pending or remaining > 0:
-            self._arm_idle(max(remaining, idle if self._pending else 0.001))
-            return
-        self.close(f"idle for more than connections.max.idle.ms={int(idle * 1000)}")
+    def idle_since(self) -> float | None:
+        """Loop time of the last request or response, or None while a request is in flight (never idle)."""
+        return None if self._pending else self._last_active
 
     # ------------------------------------------------------------------------------------ reading
 
@@ -212,7 +216,11 @@ class ServerConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or self._closing:
             return
-        want_pause = self._stopped or self._writing_paused or len(self._pending) >= self._server.max_in_flight
+        want_pause = (
+            self._stopped
+            or self._writing_paused
+            or (self._pending is not None and len(self._pending) >= self._server.max_in_flight)
+        )
         if want_pause and not self._reading_paused:
             self._reading_paused = True
             transport.pause_reading()
@@ -312,6 +320,8 @@ class ServerConnection(asyncio.Protocol):
         # A coroutine becomes a task of its own (no wrapper coroutine per request); a future is used as is.
         task = asyncio.ensure_future(result)
         slot = _Slot(None, task)
+        if self._pending is None:
+            self._pending = deque()
         self._pending.append(slot)
         api_version = ctx.api_version
 
@@ -389,6 +399,7 @@ class ServerConnection(asyncio.Protocol):
             if data:
                 self._write(data)
         if not pending:
+            self._pending = None
             self._notify_drained()
             if self._stopped and not self._server.stopping:
                 self.close()
@@ -429,6 +440,7 @@ class BrokerServer:
         self.request_observer: RequestObserver | None = None
         self.stopping = False
         self._servers: list[asyncio.Server] = []
+        self._idle_sweep: asyncio.TimerHandle | None = None
 
     async def start(self, listeners: list[Listener]) -> None:
         loop = asyncio.get_running_loop()
@@ -445,6 +457,22 @@ class BrokerServer:
             self._servers.append(server)
             sockname = server.sockets[0].getsockname()
             self.bound[name] = (str(sockname[0]), int(sockname[1]))
+        if self.idle_seconds > 0 and self._idle_sweep is None:
+            self._idle_sweep = loop.call_later(self._idle_sweep_interval(), self._close_idle)
+
+    def _idle_sweep_interval(self) -> float:
+        # A tenth of the limit (at most 30 s): a connection goes between 1 and 1.1 times
+        # connections.max.idle.ms after its last request, for one timer per broker instead of one each.
+        return min(max(self.idle_seconds / 10, 0.01), 30.0)
+
+    def _close_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        oldest = loop.time() - self.idle_seconds
+        for conn in [
+            c for c in self.connections if (since := c.idle_since()) is not None and since <= oldest
+        ]:
+            conn.close(f"idle for more than connections.max.idle.ms={int(self.idle_seconds * 1000)}")
+        self._idle_sweep = loop.call_later(self._idle_sweep_interval(), self._close_idle)
 
     def accept(self, conn: ServerConnection) -> str | None:
         """Track a new connection, or say why it is refused."""
@@ -461,6 +489,9 @@ class BrokerServer:
     async def stop(self, grace_seconds: float) -> None:
         """Stop accepting, let in-flight requests finish (bounded), then close every connection."""
         self.stopping = True
+        if self._idle_sweep is not None:
+            self._idle_sweep.cancel()
+            self._idle_sweep = None
         for server in self._servers:
             server.close()
         loop = asyncio.get_running_loop()

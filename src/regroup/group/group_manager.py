@@ -11,6 +11,7 @@ and UNKNOWN_MEMBER_ID respectively — so the runtime never holds a dead ticket.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -231,8 +232,9 @@ class GroupManager:
             session_timeout_ms=req.session_timeout_ms,
             # JoinGroup v0 has no rebalance timeout: Kafka uses the session timeout
             rebalance_timeout_ms=req.session_timeout_ms if version == 0 else req.rebalance_timeout_ms,
-            protocol_type=req.protocol_type,
-            protocols=tuple((p.name, p.metadata) for p in req.protocols),
+            # Interned: every member of a group names the same protocol type and protocols.
+            protocol_type=sys.intern(req.protocol_type),
+            protocols=tuple((sys.intern(p.name), p.metadata) for p in req.protocols),
             reason=req.reason if version >= 8 else None,
             now_ms=now_ms,
         )
