@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from regroup.protocol.errors import ErrorCode
+from regroup.value import value
 
 __all__ = [
     "Cancel",
@@ -52,7 +52,7 @@ Ticket = int
 """Identifies one parked request; allocated by the runtime and passed to the core with the request."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class CoordinatorRecord:
     """One ``__consumer_offsets`` record: serialized key and value (``None`` = tombstone)."""
 
@@ -70,8 +70,12 @@ class TimerKind(enum.Enum):
     CONSUMER_JOIN = "consumer-join"  # classic member of a consumer group must rejoin (join-<g>-<m>)
     CONSUMER_SYNC = "consumer-sync"  # classic member of a consumer group must sync (sync-<g>-<m>)
 
+    # Members are singletons compared by identity: hashing by identity (C) instead of Enum's hash of the
+    # name (Python) takes ~250 ns off every timer-key lookup, several per heartbeat.
+    __hash__ = object.__hash__
 
-@dataclass(frozen=True, slots=True)
+
+@value
 class TimerKey:
     """A typed timer key (never a concatenated string: ids may contain any character)."""
 
@@ -80,18 +84,18 @@ class TimerKey:
     member_id: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Schedule:
     key: TimerKey
     deadline_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Cancel:
     key: TimerKey
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Reply:
     """Answer a parked request."""
 
@@ -99,7 +103,7 @@ class Reply:
     response: object
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Notify:
     """Something worth telling operators (e.g. a completed generation with its cause); the runtime logs
     it and hands it to observers."""
@@ -110,7 +114,7 @@ class Notify:
 Effect = Reply | Schedule | Cancel | Notify
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Result(Generic[R]):
     records: tuple[CoordinatorRecord, ...] = ()
     reply: R | None = None

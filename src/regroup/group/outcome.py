@@ -10,7 +10,6 @@ delivery and stale fires — cancelled, or re-armed later — are recognised.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from regroup.group.effects import (
@@ -25,6 +24,7 @@ from regroup.group.effects import (
     TimerKind,
 )
 from regroup.protocol.errors import ErrorCode
+from regroup.value import value
 
 __all__ = ["STALE", "AppendCallback", "Outcome", "TimerTable"]
 
@@ -88,7 +88,7 @@ STALE = _Stale()
 """What :meth:`TimerTable.claim` returns for a fire that no longer matches an armed timer."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class _Armed(Generic[R]):
     deadline_ms: int
     payload: R

@@ -84,6 +84,7 @@ from regroup.protocol.records.consumer_group_target_assignment_metadata import (
 )
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
+from regroup.value import value
 
 __all__ = [
     "CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE",
@@ -152,7 +153,7 @@ class RecordError(ValueError):
     """A record that cannot be loaded (unknown type, malformed key or value)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class StoredOffset:
     """A committed offset as the coordinator stores it (Kafka's coordinator-side ``OffsetAndMetadata``; the
     client's ``OffsetAndMetadata`` is :class:`regroup.client.types.OffsetAndMetadata`)."""
