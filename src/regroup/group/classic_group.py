@@ -20,6 +20,7 @@ from regroup.group.state import GroupState, IllegalStateTransition
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.primitives import DecodeError
 from regroup.protocol.records.consumer_protocol import ConsumerProtocolSubscription
+from regroup.value import value
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
@@ -37,7 +38,7 @@ Protocol = tuple[str, bytes]
 """One entry of a member's ordered protocol list: (name, metadata)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Parked:
     """A parked JoinGroup or SyncGroup: the ticket to answer and the version to answer it in."""
 
@@ -91,7 +92,7 @@ class ClassicGroupMember:
         raise ValueError(f"member {self.member_id} supports none of the candidate protocols")
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class MemberSnapshot:
     member_id: str
     group_instance_id: str | None
@@ -105,7 +106,7 @@ class MemberSnapshot:
     awaiting_sync: bool
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class GroupSnapshot:
     """A read-only copy of a group's state (for observability and tests)."""
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Protocol
 
 from regroup.protocol.primitives import Uuid
+from regroup.value import value
 
 __all__ = [
     "DEFAULT_EPOCH",
@@ -91,7 +92,7 @@ def by_topic(partitions: Iterable[TopicPartition]) -> dict[Uuid, list[int]]:
     return grouped
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ClassicMemberMetadata:
     """What a member speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a consumer group
     sent in its JoinGroup (the ClassicMemberMetadata tagged field of record type 5; §9 of
@@ -106,7 +107,7 @@ class ClassicMemberMetadata:
         return frozenset(name for name, _ in self.protocols)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class MemberSubscription:
     """What a member asked for (record type 5)."""
 
@@ -121,7 +122,7 @@ class MemberSubscription:
     classic: ClassicMemberMetadata | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class MemberAssignment:
     """Where a member stands in its reconciliation (record type 8)."""
 
@@ -140,7 +141,7 @@ class MemberAssignment:
         return self.assigned | self.pending_revocation
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ConsumerGroupMember:
     member_id: str
     subscription: MemberSubscription = MemberSubscription()

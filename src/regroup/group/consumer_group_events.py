@@ -21,7 +21,7 @@ ConsumerGroupHeartbeat or a classic LeaveGroup left; by its session or rebalance
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from regroup.group.config import GroupConfig
@@ -47,6 +47,7 @@ from regroup.protocol.records.consumer_group_member_metadata import ConsumerGrou
 from regroup.protocol.records.consumer_group_target_assignment_member import (
     ConsumerGroupTargetAssignmentMemberKey,
 )
+from regroup.value import value
 
 __all__ = [
     "ConsumerGroupEpochBumped",
@@ -72,7 +73,7 @@ _LEAVE_OPERATIONS = frozenset({"consumer_group_heartbeat", "leave_group"})
 _FORCED_EXPIRY_OPERATION = "expire_member"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Trigger:
     """What the runtime was doing when the epoch was bumped: a timer that fired, or the name of the shard
     operation it ran (a request or a ``regroup.testing`` control)."""
@@ -82,7 +83,7 @@ class Trigger:
     time_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class EpochBumpCause:
     kind: str
     description: str
@@ -99,7 +100,7 @@ class EpochBumpCause:
         return doc
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class MemberProgress:
     """A member's reconciliation as the operation left it; partitions as ``{topic: [partition, ...]}``."""
 
@@ -123,7 +124,7 @@ class MemberProgress:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class _Facts:
     removed: tuple[str, ...]
     joined: tuple[tuple[str, MemberSubscription], ...]
@@ -134,7 +135,7 @@ class _Facts:
     session_timeout_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ConsumerGroupEpochBumped:
     """A consumer group's epoch was bumped (and the records are durable)."""
 

@@ -24,7 +24,7 @@ consumer groups (§7) are :mod:`regroup.group.offset_manager`'s.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
 from regroup.group.config import GroupConfig
@@ -94,6 +94,7 @@ from regroup.protocol.records.consumer_protocol import (
     ConsumerProtocolAssignmentTopicPartition,
     ConsumerProtocolSubscription,
 )
+from regroup.value import value
 
 __all__ = [
     "CONSUMER_GROUP_TYPE",
@@ -210,7 +211,7 @@ def _validate(req: ConsumerGroupHeartbeatRequest, version: int, config: GroupCon
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class _RebalanceDeadline:
     """Payload of a rebalance timer: the member epoch it was armed at (a later epoch makes it stale)."""
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from regroup.protocol.errors import ErrorCode
 from regroup.value import value
@@ -75,9 +75,9 @@ class TimerKind(enum.Enum):
     __hash__ = object.__hash__
 
 
-@value
-class TimerKey:
-    """A typed timer key (never a concatenated string: ids may contain any character)."""
+class TimerKey(NamedTuple):
+    """A typed timer key (never a concatenated string: ids may contain any character). A named tuple: the
+    lanes hash and compare keys several times per heartbeat, which a tuple does in C."""
 
     kind: TimerKind
     group_id: str = ""

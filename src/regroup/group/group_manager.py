@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember, Parked, Protocol
@@ -54,6 +53,7 @@ from regroup.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupR
 from regroup.protocol.messages.list_groups import ListedGroup
 from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from regroup.protocol.records.group_metadata import GroupMetadataValue
+from regroup.value import value
 
 __all__ = [
     "GroupManager",
@@ -136,7 +136,7 @@ def _leave_response(version: int, results: Sequence[MemberResponse]) -> LeaveGro
 # ---------------------------------------------------------------------------------------------- timers
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class InitialDelay:
     """Payload of the join timer of an initial rebalance: the delay just waited and the budget left."""
 
@@ -144,12 +144,12 @@ class InitialDelay:
     remaining_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class _JoinDeadline:
     """Payload of the join timer of a non-initial rebalance."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class _SyncDeadline:
     generation_id: int
 
@@ -166,7 +166,7 @@ def sync_key(group_id: str) -> TimerKey:
     return TimerKey(TimerKind.SYNC, group_id)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class _Join:
     """A JoinGroup request, normalized for its version."""
 
@@ -1168,7 +1168,7 @@ class GroupManager:
         self._history.forget(group_id)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class _MemberSettings:
     """What a static member's replacement changes, kept to restore it when the append fails, and to answer
     pre-v9 joins with the leader as it was."""

@@ -15,6 +15,8 @@ import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from regroup.value import value
+
 __all__ = [
     "AssignmentAppendFailed",
     "AwaitedMember",
@@ -50,7 +52,7 @@ def _instance(instance_id: str | None) -> str:
     return f" (instance {instance_id})" if instance_id is not None else ""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class MemberJoined:
     member_id: str
     group_instance_id: str | None = None
@@ -60,14 +62,14 @@ class MemberJoined:
         return f"new member {self.member_id}{_instance(self.group_instance_id)} joined{_reason(self.reason)}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class LeftMember:
     member_id: str
     group_instance_id: str | None = None
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class MemberLeft:
     members: tuple[LeftMember, ...]
 
@@ -77,7 +79,7 @@ class MemberLeft:
         return f"{noun} {', '.join(parts)} left the group"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SessionExpired:
     member_id: str
     timeout_ms: int
@@ -92,7 +94,7 @@ class SessionExpired:
         return f"member {self.member_id}'s session expired after {self.timeout_ms} ms without a heartbeat"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PendingMemberExpired:
     member_id: str
     timeout_ms: int
@@ -101,7 +103,7 @@ class PendingMemberExpired:
         return f"pending member {self.member_id} did not rejoin within {self.timeout_ms} ms"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class LeaderRejoined:
     member_id: str
     metadata_changed: bool = False
@@ -112,7 +114,7 @@ class LeaderRejoined:
         return f"leader {self.member_id} rejoined{changed}{_reason(self.reason)}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class MemberMetadataChanged:
     member_id: str
     reason: str | None = None
@@ -121,7 +123,7 @@ class MemberMetadataChanged:
         return f"member {self.member_id} changed its subscription/protocols{_reason(self.reason)}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class StaticMemberReplaced:
     group_instance_id: str
     old_member_id: str
@@ -135,7 +137,7 @@ class StaticMemberReplaced:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PendingSyncExpired:
     member_ids: tuple[str, ...]
     timeout_ms: int
@@ -147,7 +149,7 @@ class PendingSyncExpired:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class JoinDeadlineEvicted:
     member_ids: tuple[str, ...]
     timeout_ms: int
@@ -156,7 +158,7 @@ class JoinDeadlineEvicted:
         return f"join-phase deadline ({self.timeout_ms} ms) evicted {', '.join(self.member_ids)}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class MemberRejected:
     member_id: str
     max_size: int
@@ -165,7 +167,7 @@ class MemberRejected:
         return f"member {self.member_id} was removed: group.max.size {self.max_size} reached"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class LoadedOverCapacity:
     size: int
     max_size: int
@@ -174,7 +176,7 @@ class LoadedOverCapacity:
         return f"group loaded with {self.size} members, over group.max.size {self.max_size}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class AssignmentAppendFailed:
     leader_id: str
     error: str
@@ -183,7 +185,7 @@ class AssignmentAppendFailed:
         return f"storing leader {self.leader_id}'s assignment failed with {self.error}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RebalanceForced:
     """A rebalance requested from outside the protocol (``regroup.testing``'s ``force_rebalance``)."""
 
@@ -210,7 +212,7 @@ RebalanceCause = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class GenerationRecord:
     """One completed join phase (generation ``generation_id``) and why it happened."""
 
@@ -257,7 +259,7 @@ class GenerationRecord:
         return "; ".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class GenerationCompleted:
     """The join phase completed (the group is now CompletingRebalance, or Empty)."""
 
@@ -267,7 +269,7 @@ class GenerationCompleted:
         return "join phase completed: " + self.record.describe()
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class GenerationStable:
     """The leader's assignment is durable and was handed out (the group is now Stable)."""
 
@@ -277,7 +279,7 @@ class GenerationStable:
         return "group stable: " + self.record.describe()
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class StaticMemberSwapped:
     """A static member was replaced in a Stable group without a rebalance (the selected protocol stays):
     the generation goes on under the new member id."""
@@ -330,7 +332,7 @@ def membership_reasons(causes: Iterable[RebalanceCause]) -> tuple[dict[str, str]
     return joined, left
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class AwaitedMember:
     """A member the join phase is waiting for, and when it is evicted if it does not rejoin."""
 
@@ -340,7 +342,7 @@ class AwaitedMember:
     evicted_by: str  # "session timeout", "rebalance timeout" or "join timeout" (pending member)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RebalanceStarted:
     """The group entered (or is in) PreparingRebalance and waits for ``awaiting`` to (re)join."""
 

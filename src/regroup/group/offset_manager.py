@@ -20,7 +20,6 @@ blocks expiration.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 from regroup.group.classic_group import ClassicGroup
 from regroup.group.config import GroupConfig
@@ -62,13 +61,14 @@ from regroup.protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponseTopic,
 )
 from regroup.protocol.primitives import ZERO_UUID, Uuid
+from regroup.value import value
 
 __all__ = ["TXN_OFFSET_COMMIT_ERROR", "OffsetManager", "OffsetStore", "OffsetsExpired", "metadata_length"]
 
 TXN_OFFSET_COMMIT_ERROR = ErrorCode.INVALID_PRODUCER_ID_MAPPING
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class OffsetsExpired:
     """Notify event: one expiration pass removed ``count`` committed offsets (Kafka's offset-expiration
     metric); emitted only when the tombstones are durable and ``count`` is positive."""

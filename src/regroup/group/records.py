@@ -27,7 +27,6 @@ import dataclasses
 import functools
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Final
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
@@ -480,7 +479,7 @@ def regular_expression_tombstone(group_id: str, regex: str) -> CoordinatorRecord
 # ---------------------------------------------------------------------------------------------- loading
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class DecodedOffsetCommit:
     group_id: str
     topic: str
@@ -489,21 +488,21 @@ class DecodedOffsetCommit:
     value_version: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class DecodedGroupMetadata:
     group_id: str
     value: GroupMetadataValue | None  # None: tombstone
     value_version: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class IgnoredRecord:
     """A record of a group type regroup does not implement (KIP-848 consumer groups, share groups)."""
 
     record_type: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class DecodedConsumerGroupRecord:
     """A consumer-group record (types 3, 5, 6, 7, 8, 16): ``value`` is None for a tombstone, else the group
     epoch (3), a :class:`MemberSubscription` (5), the assignment epoch (6), the member's target (7), a

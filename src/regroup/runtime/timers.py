@@ -17,17 +17,17 @@ import asyncio
 import heapq
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from regroup.runtime.clock import Clock
+from regroup.value import value
 
 __all__ = ["Fired", "TimerService"]
 
 K = TypeVar("K")
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Fired(Generic[K]):
     key: K
     seq: int
