@@ -100,7 +100,7 @@ class ServerConnection(asyncio.Protocol):
         self._reader = FrameReader(server.max_request_bytes)
         self._transport: asyncio.Transport | None = None
         self._pending: deque[_Slot] | None = None  # responses in order behind one still being computed
-        self._output: list[Chunk] = []  # encoded responses not yet handed to the transport
+        self._output: list[Chunk] | None = None  # encoded responses not yet handed to the transport
         self._corked = False
         self._closing = False
         self._reading_paused = False
@@ -124,7 +124,7 @@ class ServerConnection(asyncio.Protocol):
         if peer:
             self.peer = (sys.intern(str(peer[0])), int(peer[1]))
         if local:
-            self.local = (sys.intern(str(local[0])), int(local[1]))
+            self.local = self._server.local_address(str(local[0]), int(local[1]))
         refusal = self._server.accept(self)
         if refusal is not None:
             log.warning("Closing connection from %s: %s", self._describe(), refusal)
@@ -375,21 +375,22 @@ class ServerConnection(asyncio.Protocol):
         self._write(data)
 
     def _write(self, data: list[Chunk]) -> None:
-        self._output.extend(data)
+        if self._output is None:
+            self._output = data
+        else:
+            self._output.extend(data)
         if not self._corked:
             self._flush_output()
 
     def _flush_output(self) -> None:
-        output = self._output
+        output, self._output = self._output, None
         if not output or self._closing:
-            output.clear()
             return
         assert self._transport is not None
         if len(output) == 1:
             self._transport.write(output[0])
         else:
             self._transport.writelines(output)
-        self._output = []
         self._last_active = self._loop.time()
 
     def _drain(self) -> None:
@@ -441,6 +442,7 @@ class BrokerServer:
         self.stopping = False
         self._servers: list[asyncio.Server] = []
         self._idle_sweep: asyncio.TimerHandle | None = None
+        self._local_addresses: dict[tuple[str, int], tuple[str, int]] = {}
 
     async def start(self, listeners: list[Listener]) -> None:
         loop = asyncio.get_running_loop()
@@ -473,6 +475,11 @@ class BrokerServer:
         ]:
             conn.close(f"idle for more than connections.max.idle.ms={int(self.idle_seconds * 1000)}")
         self._idle_sweep = loop.call_later(self._idle_sweep_interval(), self._close_idle)
+
+    def local_address(self, host: str, port: int) -> tuple[str, int]:
+        """One ``(host, port)`` tuple per listening address, shared by its connections."""
+        key = (host, port)
+        return self._local_addresses.setdefault(key, key)
 
     def accept(self, conn: ServerConnection) -> str | None:
         """Track a new connection, or say why it is refused."""

@@ -387,7 +387,7 @@ class GroupManager:
             member_id=member_id,
             group_instance_id=join.group_instance_id,
             client_id=join.ctx.client_id,
-            client_host=join.ctx.client_host,
+            client_host=sys.intern(join.ctx.client_host),  # shared by the members on one client machine
             rebalance_timeout_ms=join.rebalance_timeout_ms,
             session_timeout_ms=join.session_timeout_ms,
             protocol_type=join.protocol_type,

@@ -150,27 +150,39 @@ class FrameReader:
     __slots__ = ("_buf", "_max_size")
 
     def __init__(self, max_size: int) -> None:
-        self._buf = bytearray()
+        self._buf: bytearray | None = None  # an incomplete frame's bytes, kept only while there is one
         self._max_size = max_size
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         buf = self._buf
-        buf += data
+        if buf is None and type(data) is bytes:
+            # Nothing buffered (nearly always): frames are cut from the received bytes directly.
+            chunk: bytes | bytearray = data
+        else:
+            if buf is None:
+                buf = self._buf = bytearray()
+            buf += data
+            chunk = buf
         frames: list[bytes] = []
         pos = 0
-        while len(buf) - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
+        n = len(chunk)
+        while n - pos >= 4:
+            (size,) = _SIZE.unpack_from(chunk, pos)
             if size < 0 or size > self._max_size:
                 raise FrameTooLargeError(f"frame of {size} bytes exceeds the limit of {self._max_size}")
             end = pos + 4 + size
-            if end > len(buf):
+            if end > n:
                 break
-            frames.append(bytes(buf[pos + 4 : end]))
+            frames.append(bytes(chunk[pos + 4 : end]))
             pos = end
-        if pos:
+        if chunk is buf:
             del buf[:pos]
+            if not buf:
+                self._buf = None
+        elif pos < n:
+            self._buf = bytearray(memoryview(chunk)[pos:])
         return frames
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return 0 if self._buf is None else len(self._buf)
