@@ -216,7 +216,9 @@ class GroupManager:
         self, ctx: GroupRequestContext, req: JoinGroupRequest, now_ms: int
     ) -> Result[JoinGroupResponse]:
         version = ctx.api_version
-        member_id = req.member_id
+        # Interned, as the ids the coordinator generates are: the member, its timers and the group's
+        # history then share one string instead of holding the request's copy beside the generated one.
+        member_id = sys.intern(req.member_id)
         if not req.group_id:
             return Result(reply=join_response(version, error=ErrorCode.INVALID_GROUP_ID, member_id=member_id))
         cfg = self.config
@@ -386,7 +388,7 @@ class GroupManager:
         member = ClassicGroupMember(
             member_id=member_id,
             group_instance_id=join.group_instance_id,
-            client_id=join.ctx.client_id,
+            client_id=sys.intern(join.ctx.client_id),  # often one client.id for every instance of an app
             client_host=sys.intern(join.ctx.client_host),  # shared by the members on one client machine
             rebalance_timeout_ms=join.rebalance_timeout_ms,
             session_timeout_ms=join.session_timeout_ms,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -94,7 +95,7 @@ Observer = Callable[[int, object], None]
 
 def uuid_member_id(prefix: str) -> str:
     """Kafka's member ids: ``<client.id or group.instance.id>-<random UUID>``."""
-    return f"{prefix}-{uuid.uuid4()}"
+    return sys.intern(f"{prefix}-{uuid.uuid4()}")  # the ids its JoinGroups send back are interned too
 
 
 @dataclass(frozen=True, slots=True)
