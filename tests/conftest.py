@@ -11,6 +11,7 @@ from typing import Any, Final, TextIO
 
 import pytest
 from hypothesis import HealthCheck, settings
+from pytest_timeout import get_env_settings
 
 from support.kafka_python_join import patch_kafka_python_join
 
@@ -63,9 +64,14 @@ _WATCHDOG_GRACE_S: Final = 120.0
 _watchdog_stream: Final = pytest.StashKey[TextIO]()
 
 
+_default_timeout: Final = pytest.StashKey[float]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Capture is suspended while plugins configure, so fd 2 is still the terminal (or CI's log) here.
     config.stash[_watchdog_stream] = os.fdopen(os.dup(2), "w")
+    # pytest-timeout's own resolution of --timeout, PYTEST_TIMEOUT and the ini value.
+    config.stash[_default_timeout] = float(get_env_settings(config).timeout or 0)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -75,7 +81,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     marker = item.get_closest_marker("timeout")
-    timeout = float(marker.args[0] if marker and marker.args else item.config.getini("timeout") or 0)
+    given = (marker.args[0] if marker.args else marker.kwargs.get("timeout")) if marker else None
+    timeout = item.config.stash[_default_timeout] if given is None else float(given)
     if timeout > 0:
         faulthandler.dump_traceback_later(
             timeout + _WATCHDOG_GRACE_S, file=item.config.stash[_watchdog_stream], exit=True

@@ -2,7 +2,7 @@
 
 A ``@dataclass(frozen=True)`` enforces immutability at run time by setting every field through
 ``object.__setattr__`` in ``__init__``, which makes building one two to four times slower than building a
-plain slotted class (300–700 ns against ~130 ns on CPython 3.11). The coordinator builds several per
+plain slotted class (300–630 ns against ~130 ns on CPython 3.11). The coordinator builds several per
 request (timer keys, effects, results, stored offsets, records), so :func:`value` gives the same class —
 slots, ``__eq__``, ``__hash__``, ``__repr__``, ``__match_args__`` — without the run-time check: type
 checkers see it as frozen (``dataclass_transform(frozen_default=True)``), so ``mypy --strict`` refuses an
