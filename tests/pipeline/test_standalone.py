@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import pytest
 
-from regroup.runtime.ports import free_port, free_ports
+from regroup.runtime.ports import free_ports
 
 pytestmark = pytest.mark.spark
 
@@ -170,7 +170,9 @@ def standalone(tmp_path: Path, without_regroup: Wrapper) -> Iterator[Standalone]
     scala = core.name.removeprefix("spark-core_").split("-")[0]
     env = _clean_env(SPARK_HOME=str(spark_home), SPARK_SCALA_VERSION=scala)
     jvm = [java, "-Xmx256m", "-cp", str(spark_home / "jars" / "*")]
-    port, webui = free_ports(2)
+    # Every port at once and below the ephemeral range: a port drawn alone and released could be drawn
+    # again for another of these processes before the first one binds it.
+    port, webui, *worker_uis = free_ports(4, lasting=True)
     url = f"spark://127.0.0.1:{port}"
     work_dirs = [base / f"worker-{i}" for i in (1, 2)]
     processes = _Processes()
@@ -182,10 +184,10 @@ def standalone(tmp_path: Path, without_regroup: Wrapper) -> Iterator[Standalone]
             env,
             base,
         )
-        for i, work_dir in enumerate(work_dirs, 1):
+        for i, (work_dir, worker_ui) in enumerate(zip(work_dirs, worker_uis, strict=True), 1):
             work_dir.mkdir()
             worker = ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1"]
-            worker += ["--webui-port", str(free_port()), "--cores", "1", "--memory", "1g"]
+            worker += ["--webui-port", str(worker_ui), "--cores", "1", "--memory", "1g"]
             processes.start(
                 [*jvm, *worker, "--work-dir", str(work_dir)],
                 base / f"worker-{i}.log",

@@ -184,6 +184,16 @@ def _one(type_name: str) -> Any:
 
 
 def _peak_of(cls: type[Struct], version: int, data: bytes) -> int:
+    """Peak memory decoding ``data``. tracemalloc counts every thread's allocations (a client library's or
+    Spark's threads left by earlier tests): a peak over budget is measured twice more and the least taken,
+    since the decoder's own allocations repeat exactly and another thread's seldom coincide three times."""
+    peak = _one_peak_of(cls, version, data)
+    if peak >= _budget(data):
+        peak = min(peak, _one_peak_of(cls, version, data), _one_peak_of(cls, version, data))
+    return peak
+
+
+def _one_peak_of(cls: type[Struct], version: int, data: bytes) -> int:
     tracemalloc.reset_peak()
     base, _ = tracemalloc.get_traced_memory()
     with contextlib.suppress(DecodeError):
