@@ -19,10 +19,17 @@ def test_memory_rows_per_member_and_per_offset(capsys: pytest.CaptureFixture[str
     assert code == 0, run_doc["error"]
     assert "RSS" in doc["note"]
     metrics = {(m["phase"], m["name"]): m for m in run_doc["metrics"]}
-    for phase in ("baseline", "idle members", "committed offsets"):
+    for phase in ("baseline", "connections", "idle members", "committed offsets"):
         assert metrics[(phase, "memory total")]["value"] > 0
         assert metrics[(phase, "RSS total")]["value"] > 0
-    for phase, each in (("idle members", "idle member"), ("committed offsets", "committed offset")):
+    # Every member gets a connection of its own before any joins (the warm-up group of 10 has used 10).
+    assert metrics[("connections", "connections opened")]["value"] == 20
+    steps = (
+        ("connections", "connection"),
+        ("idle members", "idle member"),
+        ("committed offsets", "committed offset"),
+    )
+    for phase, each in steps:
         for name in (each, f"{each} by RSS"):
             assert metrics[(phase, name)]["unit"] == "bytes each"
             assert metrics[(phase, name)]["value"] > 0

@@ -185,6 +185,11 @@ class Fleet:
         return int(self._loop.time() * 1000)
 
     @property
+    def join_lanes(self) -> int:
+        """Join lanes open to all brokers."""
+        return sum(route.lanes.size for route in self._routes.values())
+
+    @property
     def routes(self) -> int:
         """How many brokers the members talk to."""
         return len(self._routed) or 1

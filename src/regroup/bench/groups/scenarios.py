@@ -1184,15 +1184,14 @@ def _each(before: int | None, after: int | None, count: int) -> float | None:
 
 
 async def memory(ctx: Ctx) -> None:
-    """Memory per idle member and per committed offset. After start-up and a warm-up (the topic
-    created, a small group formed and left, a commit), the broker's memory is read; again after M idle
+    """Memory per connection, per idle member and per committed offset. After start-up and a warm-up (the
+    topic created, a small group formed and left, a commit), the broker's memory is read; again once every
+    member has its own connection (a join lane, as each real consumer has a connection to its
+    coordinator; the lanes of the first group were opened before the warm-up); again after the M idle
     members formed in G groups, one group at a time (they only heartbeat); and again after Y offsets
     committed for simple groups (generation −1, no members), P partitions each. Each step's growth
-    divided by what it added is the cost of one. regroup counts RSS; Kafka, heap in use after a full GC
-    (RSS for reference).
-
-    The join lanes (one connection per member of a group) are opened before the warm-up and stay open, so
-    the steps do not count connections."""
+    divided by what it added is the cost of one, so an idle member's figure holds its group state and not
+    its connection. regroup counts RSS; Kafka, heap in use after a full GC (RSS for reference)."""
     p = ctx.params
     _check(p)
     broker = ctx.broker
@@ -1231,6 +1230,10 @@ async def memory(ctx: Ctx) -> None:
             SimMember(fleet, len(fleet.members), p.membership(group_id, TOPIC), sizes[group_id])
             for group_id in group_of
         ]
+        lanes = fleet.join_lanes
+        await fleet.find_coordinators(group_ids)  # routing the members opens a lane for each
+        opened = fleet.join_lanes - lanes
+        connected = await _measure(ctx, f"{opened} more connections")
         for n, group_id in enumerate(group_ids):
             await _form(
                 ctx, fleet, [m for m in members if m.group_id == group_id], f"group {n + 1}/{len(group_ids)}"
@@ -1262,10 +1265,14 @@ async def memory(ctx: Ctx) -> None:
         fleet.close()
     r = ctx.result
     _memory_totals(r, "baseline", base)
+    phase = "connections"
+    r.add(phase, "connections opened", opened, "count", compare=False)
+    if opened:
+        _memory_step(r, phase, "connection", base, connected, opened)
     phase = "idle members"
     r.add(phase, "members", p.members, "count", compare=False)
     r.add(phase, "groups", p.groups, "count", compare=False)
-    _memory_step(r, phase, "idle member", base, idle, p.members)
+    _memory_step(r, phase, "idle member", connected, idle, p.members)
     r.add(phase, "members still stable at the end", stable, "count", compare=False)
     phase = "committed offsets"
     r.add(phase, "offsets", p.offsets, "count", compare=False)
