@@ -148,17 +148,22 @@ _stored_offsets = st.builds(
 
 @given(
     version=st.sampled_from([3, 4]),
-    commits=st.lists(st.tuples(st.sampled_from(["t", "u"]), st.integers(0, 9), _stored_offsets), max_size=12),
+    commits=st.lists(
+        st.tuples(
+            st.sampled_from(["g", "h"]), st.sampled_from(["t", "u"]), st.integers(0, 9), _stored_offsets
+        ),
+        max_size=12,
+    ),
 )
 def test_commit_records_splice_the_same_bytes_as_the_codec(
-    version: int, commits: list[tuple[str, int, StoredOffset]]
+    version: int, commits: list[tuple[str, str, int, StoredOffset]]
 ) -> None:
-    # Runs of equal fields with different offsets are what the builder shortcuts; every value must still be
-    # what the generated codec writes for it.
-    records = OffsetCommitRecords("g", version)
-    for topic, partition, offset in commits:
-        assert records.record(topic, partition, offset) == offset_commit_record(
-            "g", topic, partition, offset, version
+    # Runs of equal fields with different offsets (within a commit and across commits of any group) are
+    # what the builder shortcuts; every value must still be what the generated codec writes for it.
+    records = OffsetCommitRecords(version)
+    for group_id, topic, partition, offset in commits:
+        assert records.record(group_id, topic, partition, offset) == offset_commit_record(
+            group_id, topic, partition, offset, version
         )
 
 

@@ -240,6 +240,29 @@ class StructGen:
         self.writers[key] = name
         return name
 
+    def fixed_struct_format(self, st: StructSpec, v: int) -> tuple[str, list[str]] | None:
+        """The ``struct`` format and field names that write all of ``st`` at version ``v`` (its empty
+        tagged-field section as a trailing zero byte when flexible), or None when it has anything else: a
+        string, an array, a struct, a bool (checked for None), a tagged field, or a field this version lacks
+        that its writer must check."""
+        if any(v not in f.versions and not f.ignorable for f in st.fields):
+            return None
+        fmt, names = "", []
+        for f in self.present(st, v):
+            if (
+                self.tagged(f, v)
+                or f.is_array
+                or f.struct is not None
+                or f.type not in FIXED
+                or f.type == "bool"
+            ):
+                return None
+            fmt += FIXED[f.type]
+            names.append(f.py)
+        if not names:
+            return None
+        return (fmt + "B" if self.flexible(v) else fmt), names
+
     def write_value(
         self,
         e: Emitter,
@@ -279,8 +302,17 @@ class StructGen:
             e.emit(f"{n} = len({expr})", d)
             e.emit(f"{buf} += uvarint_bytes({n} + 1)" if flex else f"{buf} += _I32.pack({n})", d)
             if f.struct is not None:
-                w = self.writer(f.struct, v)
                 it = e.fresh("e")
+                packed = self.fixed_struct_format(f.struct, v)
+                if packed is not None:
+                    # Elements of fixed-width fields only (a partition's index and error code, say): one
+                    # pack per element, inline, instead of a call.
+                    fmt, names = packed
+                    args = [f"{it}.{name}" for name in names] + (["0"] if self.flexible(v) else [])
+                    e.emit(f"for {it} in {expr}:", d)
+                    e.emit(f"{buf} += {self.mod.fmt(fmt)}.pack({', '.join(args)})", d + 1)
+                    return
+                w = self.writer(f.struct, v)
                 e.emit(f"for {it} in {expr}:", d)
                 e.emit(f"{w}({buf}, {it})", d + 1)
             elif f.elem in FIXED:

@@ -100,6 +100,22 @@ class OffsetStore:
     def put(self, group_id: str, topic: str, partition: int, offset: StoredOffset) -> None:
         self._by_group.setdefault(group_id, {}).setdefault(topic, {})[partition] = offset
 
+    def put_all(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[tuple[int, StoredOffset]]]]
+    ) -> None:
+        """Store one commit's offsets: (topic, [(partition, offset), …]) each, no topic left empty."""
+        if not topics:
+            return
+        by_topic = self._by_group.get(group_id)
+        if by_topic is None:
+            by_topic = self._by_group[group_id] = {}
+        for topic, offsets in topics:
+            partitions = by_topic.get(topic)
+            if partitions is None:
+                by_topic[topic] = dict(offsets)
+            else:
+                partitions.update(offsets)
+
     def remove(self, group_id: str, topic: str, partition: int) -> None:
         topics = self._by_group.get(group_id)
         if topics is None:
@@ -134,6 +150,7 @@ class OffsetManager:
     ) -> None:
         self.config = config
         self._store = OffsetStore()
+        self._records = OffsetCommitRecords(config.offsets_commit_value_version)
         self._groups = groups
         self._consumer_groups = consumer_groups
 
@@ -190,22 +207,29 @@ class OffsetManager:
             else None
         )
         response = OffsetCommitResponse()
-        accepted: list[tuple[str, int, StoredOffset]] = []
-        records = OffsetCommitRecords(group_id, self.config.offsets_commit_value_version)
+        response_topics = response.topics
+        accepted: list[tuple[str, list[tuple[int, StoredOffset]]]] = []
+        records = self._records
+        if records.version != self.config.offsets_commit_value_version:
+            records = self._records = OffsetCommitRecords(self.config.offsets_commit_value_version)
+        record = records.record
+        add_record = out.records.append
         max_metadata = self.config.offset_metadata_max_bytes
         explicit_timestamps = version == 1
+        with_epoch = version >= 6
         for topic in req.topics:
+            name = topic.name
             partitions: list[OffsetCommitResponsePartition] = []
-            response.topics.append(OffsetCommitResponseTopic(name=topic.name, partitions=partitions))
-            topic_id = topic_ids.get(topic.name, ZERO_UUID)
+            response_topics.append(OffsetCommitResponseTopic(name=name, partitions=partitions))
+            topic_id = topic_ids.get(name, ZERO_UUID)
+            kept: list[tuple[int, StoredOffset]] = []
             for partition in topic.partitions:
+                index = partition.partition_index
                 metadata = partition.committed_metadata
                 # Java counts UTF-16 units; only a string that long in characters can be too long.
                 if metadata and len(metadata) * 2 > max_metadata and metadata_length(metadata) > max_metadata:
                     partitions.append(
-                        OffsetCommitResponsePartition(
-                            partition_index=partition.partition_index, error_code=_METADATA_TOO_LARGE
-                        )
+                        OffsetCommitResponsePartition(partition_index=index, error_code=_METADATA_TOO_LARGE)
                     )
                     continue
                 commit_timestamp = (
@@ -213,7 +237,7 @@ class OffsetManager:
                     if explicit_timestamps and partition.commit_timestamp != _NO_TIMESTAMP
                     else now_ms
                 )
-                epoch = partition.committed_leader_epoch if version >= 6 else -1
+                epoch = partition.committed_leader_epoch if with_epoch else -1
                 offset = StoredOffset(
                     partition.committed_offset,
                     None if epoch == -1 else epoch,
@@ -222,14 +246,15 @@ class OffsetManager:
                     expire_ms,
                     topic_id,
                 )
-                accepted.append((topic.name, partition.partition_index, offset))
-                out.records.append(records.record(topic.name, partition.partition_index, offset))
-                partitions.append(OffsetCommitResponsePartition(partition_index=partition.partition_index))
+                kept.append((index, offset))
+                add_record(record(group_id, name, index, offset))
+                partitions.append(OffsetCommitResponsePartition(partition_index=index))
+            if kept:
+                accepted.append((name, kept))
 
         def stored(error: ErrorCode | None, after: Outcome) -> None:
             if error is None:
-                for topic_name, partition_index, offset in accepted:
-                    self._store.put(group_id, topic_name, partition_index, offset)
+                self._store.put_all(group_id, accepted)
             elif created is not None and not self._store.has_offsets(group_id):
                 self._groups.forget_created_group(after, created)
 

@@ -209,25 +209,26 @@ _PARTITION_LEN = _PARTITION.size
 
 
 class OffsetCommitRecords:
-    """Builds the records of the partitions of one commit, byte-identical to :func:`offset_commit_record`.
+    """Builds offset commit records, byte-identical to :func:`offset_commit_record`.
 
     Every OffsetCommitValue version starts with the committed offset (int64) right after its int16 version,
     and the partitions of one commit nearly always share every other field (leader epoch, metadata,
-    timestamps, topic id). So the generated codec encodes the first value of each run of equal fields, and
-    the next ones splice their offset into its bytes — most of a commit's record-building cost otherwise.
+    timestamps, topic id) — as do the commits handled within one millisecond, which share the commit
+    timestamp. So the generated codec encodes a value only when those fields differ from the last one
+    encoded, and the next ones splice their offset into its bytes: most of a commit's record-building cost
+    otherwise. A coordinator keeps one builder for all its commits.
     """
 
-    __slots__ = ("_group_id", "_head", "_shared", "_tail", "_version")
+    __slots__ = ("_head", "_shared", "_tail", "version")
 
-    def __init__(self, group_id: str, value_version: int = _OFFSET_COMMIT_VALUE_VERSION) -> None:
-        self._group_id = group_id
-        self._version = value_version
+    def __init__(self, value_version: int = _OFFSET_COMMIT_VALUE_VERSION) -> None:
+        self.version = value_version
         self._shared: tuple[object, ...] | None = None
         self._head = b""
         self._tail = b""
 
-    def record(self, topic: str, partition: int, offset: StoredOffset) -> CoordinatorRecord:
-        key = offset_commit_key(self._group_id, topic, partition)
+    def record(self, group_id: str, topic: str, partition: int, offset: StoredOffset) -> CoordinatorRecord:
+        key = offset_commit_key(group_id, topic, partition)
         shared = (
             offset.leader_epoch,
             offset.metadata,
@@ -237,7 +238,7 @@ class OffsetCommitRecords:
         )
         if shared == self._shared:
             return CoordinatorRecord(key, self._head + _OFFSET.pack(offset.offset) + self._tail)
-        record = offset_commit_record(self._group_id, topic, partition, offset, self._version)
+        record = offset_commit_record(group_id, topic, partition, offset, self.version)
         value = record.value
         assert value is not None
         self._shared, self._head, self._tail = shared, value[:2], value[_OFFSET_END:]

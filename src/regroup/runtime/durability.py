@@ -51,6 +51,10 @@ class WriteGate(Protocol):
         """A place in line, granted (the future done) at once when the partition is idle."""
         ...
 
+    def try_acquire(self) -> bool:
+        """Take the turn at once if the partition is idle (no future: the common case costs nothing)."""
+        ...
+
     async def wait(self, fut: asyncio.Future[None]) -> None: ...
 
     def release(self) -> None: ...
@@ -250,6 +254,9 @@ class ReplicatedGate:
 
     def reserve(self) -> asyncio.Future[None]:
         return self._gate.reserve()
+
+    def try_acquire(self) -> bool:
+        return self._gate.try_acquire()
 
     async def wait(self, fut: asyncio.Future[None]) -> None:
         await self._gate.wait(fut)

@@ -746,8 +746,7 @@ class ShardRunner:
             return self._append_failed(exc)
         backlog = self._backlog
         if backlog is None:
-            turn = self._gate.reserve()
-            if turn.done():
+            if self._gate.try_acquire():
                 try:
                     self._log.append(data, now_ms=now, validate=False)
                 except Exception as exc:
@@ -758,7 +757,7 @@ class ShardRunner:
                     self._flush_needed = True
                     self._event_wrote(_NEXT_FLUSH)
                 return None
-            self._backlog = backlog = _Backlog(turn)
+            self._backlog = backlog = _Backlog(self._gate.reserve())
             self._backlog_task = asyncio.create_task(
                 self._append_backlog(backlog), name=f"regroup coordinator backlog {self.partition}"
             )

@@ -81,11 +81,11 @@ def split_known(ctx: RequestContext, topics: list[_Topic]) -> tuple[list[list[bo
         info = logs.topic(name)
         return -1 if info is None else info.partitions
 
-    def known(topic: _Topic) -> bool:
-        n = count(topic.name)
-        return all(0 <= p.partition_index < n for p in topic.partitions)
-
-    if all(known(t) for t in topics):
+    for topic in topics:
+        indexes = [p.partition_index for p in topic.partitions]
+        if indexes and (min(indexes) < 0 or max(indexes) >= count(topic.name)):
+            break
+    else:
         return None, topics
     masks: list[list[bool]] = []
     kept: list[_Topic] = []

@@ -31,6 +31,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
+_S_ihB = struct.Struct(">ihB")
 _S_qh = struct.Struct(">qh")
 _S_qho = struct.Struct(">qh?")
 
@@ -695,7 +696,7 @@ def _w_AddPartitionsToTxnTopicResult_v0(buf: bytearray, o: AddPartitionsToTxnTop
     _n2 = len(o.results_by_partition)
     buf += _I32.pack(_n2)
     for _e3 in o.results_by_partition:
-        _w_AddPartitionsToTxnPartitionResult_v0(buf, _e3)
+        buf += _S_ih.pack(_e3.partition_index, _e3.partition_error_code)
 
 
 def _w_AddPartitionsToTxnTopicResult_v3(buf: bytearray, o: AddPartitionsToTxnTopicResult) -> None:
@@ -707,7 +708,7 @@ def _w_AddPartitionsToTxnTopicResult_v3(buf: bytearray, o: AddPartitionsToTxnTop
     _n2 = len(o.results_by_partition)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.results_by_partition:
-        _w_AddPartitionsToTxnPartitionResult_v3(buf, _e3)
+        buf += _S_ihB.pack(_e3.partition_index, _e3.partition_error_code, 0)
     buf.append(0)
 
 

@@ -36,6 +36,7 @@ _S_ih = struct.Struct(">ih")
 _S_ihii = struct.Struct(">ihii")
 _S_ii = struct.Struct(">ii")
 _S_iq = struct.Struct(">iq")
+_S_iqB = struct.Struct(">iqB")
 
 
 @dataclass(slots=True)
@@ -280,7 +281,7 @@ def _w_AlterPartitionRequestPartitionData_v3(buf: bytearray, o: AlterPartitionRe
     _n1 = len(o.new_isr_with_epochs)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.new_isr_with_epochs:
-        _w_BrokerState_v3(buf, _e2)
+        buf += _S_iqB.pack(_e2.broker_id, _e2.broker_epoch, 0)
     buf += _S_bi.pack(o.leader_recovery_state, o.partition_epoch)
     buf.append(0)
 

@@ -31,6 +31,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
+_S_ihB = struct.Struct(">ihB")
 
 
 @dataclass(slots=True)
@@ -578,7 +579,7 @@ def _w_AlterReplicaLogDirTopicResult_v0(buf: bytearray, o: AlterReplicaLogDirTop
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_AlterReplicaLogDirPartitionResult_v0(buf, _e3)
+        buf += _S_ih.pack(_e3.partition_index, _e3.error_code)
 
 
 def _w_AlterReplicaLogDirTopicResult_v2(buf: bytearray, o: AlterReplicaLogDirTopicResult) -> None:
@@ -590,7 +591,7 @@ def _w_AlterReplicaLogDirTopicResult_v2(buf: bytearray, o: AlterReplicaLogDirTop
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_AlterReplicaLogDirPartitionResult_v2(buf, _e3)
+        buf += _S_ihB.pack(_e3.partition_index, _e3.error_code, 0)
     buf.append(0)
 
 

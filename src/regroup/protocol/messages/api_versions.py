@@ -32,6 +32,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_h = struct.Struct(">h")
 _S_hh = struct.Struct(">hh")
 _S_hhh = struct.Struct(">hhh")
+_S_hhhB = struct.Struct(">hhhB")
 _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 _S_q = struct.Struct(">q")
@@ -355,7 +356,7 @@ def _w_ApiVersionsResponse_v0(buf: bytearray, o: ApiVersionsResponse) -> None:
     _n1 = len(o.api_keys)
     buf += _I32.pack(_n1)
     for _e2 in o.api_keys:
-        _w_ApiVersion_v0(buf, _e2)
+        buf += _S_hhh.pack(_e2.api_key, _e2.min_version, _e2.max_version)
 
 
 def _w_ApiVersionsResponse_v1(buf: bytearray, o: ApiVersionsResponse) -> None:
@@ -363,7 +364,7 @@ def _w_ApiVersionsResponse_v1(buf: bytearray, o: ApiVersionsResponse) -> None:
     _n1 = len(o.api_keys)
     buf += _I32.pack(_n1)
     for _e2 in o.api_keys:
-        _w_ApiVersion_v0(buf, _e2)
+        buf += _S_hhh.pack(_e2.api_key, _e2.min_version, _e2.max_version)
     buf += _S_i.pack(o.throttle_time_ms)
 
 
@@ -372,7 +373,7 @@ def _w_ApiVersionsResponse_v3(buf: bytearray, o: ApiVersionsResponse) -> None:
     _n1 = len(o.api_keys)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.api_keys:
-        _w_ApiVersion_v3(buf, _e2)
+        buf += _S_hhhB.pack(_e2.api_key, _e2.min_version, _e2.max_version, 0)
     buf += _S_i.pack(o.throttle_time_ms)
     _tags: list[tuple[int, bytearray]] = []
     if o.supported_features != []:

@@ -31,7 +31,9 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_16s = struct.Struct(">16s")
 _S_i = struct.Struct(">i")
+_S_iB = struct.Struct(">iB")
 _S_ih = struct.Struct(">ih")
+_S_ihB = struct.Struct(">ihB")
 _S_iq = struct.Struct(">iq")
 
 
@@ -227,7 +229,7 @@ def _w_AssignReplicasToDirsRequestTopicData_v0(
     _n1 = len(o.partitions)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
-        _w_AssignReplicasToDirsRequestPartitionData_v0(buf, _e2)
+        buf += _S_iB.pack(_e2.partition_index, 0)
     buf.append(0)
 
 
@@ -450,7 +452,7 @@ def _w_AssignReplicasToDirsResponseTopicData_v0(
     _n1 = len(o.partitions)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
-        _w_AssignReplicasToDirsResponsePartitionData_v0(buf, _e2)
+        buf += _S_ihB.pack(_e2.partition_index, _e2.error_code, 0)
     buf.append(0)
 
 

@@ -31,7 +31,9 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_i = struct.Struct(">i")
 _S_iq = struct.Struct(">iq")
+_S_iqB = struct.Struct(">iqB")
 _S_iqh = struct.Struct(">iqh")
+_S_iqhB = struct.Struct(">iqhB")
 
 
 @dataclass(slots=True)
@@ -202,7 +204,7 @@ def _w_DeleteRecordsTopic_v0(buf: bytearray, o: DeleteRecordsTopic) -> None:
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_DeleteRecordsPartition_v0(buf, _e3)
+        buf += _S_iq.pack(_e3.partition_index, _e3.offset)
 
 
 def _w_DeleteRecordsTopic_v2(buf: bytearray, o: DeleteRecordsTopic) -> None:
@@ -214,7 +216,7 @@ def _w_DeleteRecordsTopic_v2(buf: bytearray, o: DeleteRecordsTopic) -> None:
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_DeleteRecordsPartition_v2(buf, _e3)
+        buf += _S_iqB.pack(_e3.partition_index, _e3.offset, 0)
     buf.append(0)
 
 
@@ -453,7 +455,7 @@ def _w_DeleteRecordsTopicResult_v0(buf: bytearray, o: DeleteRecordsTopicResult) 
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_DeleteRecordsPartitionResult_v0(buf, _e3)
+        buf += _S_iqh.pack(_e3.partition_index, _e3.low_watermark, _e3.error_code)
 
 
 def _w_DeleteRecordsTopicResult_v2(buf: bytearray, o: DeleteRecordsTopicResult) -> None:
@@ -465,7 +467,7 @@ def _w_DeleteRecordsTopicResult_v2(buf: bytearray, o: DeleteRecordsTopicResult) 
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_DeleteRecordsPartitionResult_v2(buf, _e3)
+        buf += _S_iqhB.pack(_e3.partition_index, _e3.low_watermark, _e3.error_code, 0)
     buf.append(0)
 
 

@@ -31,6 +31,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_16s = struct.Struct(">16s")
 _S_i = struct.Struct(">i")
+_S_iB = struct.Struct(">iB")
 _S_ih = struct.Struct(">ih")
 
 
@@ -185,7 +186,7 @@ def _w_DeleteStateData_v0(buf: bytearray, o: DeleteStateData) -> None:
     _n1 = len(o.partitions)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
-        _w_PartitionData_v0(buf, _e2)
+        buf += _S_iB.pack(_e2.partition, 0)
     buf.append(0)
 
 

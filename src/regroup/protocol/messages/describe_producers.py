@@ -32,6 +32,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_qiiqiq = struct.Struct(">qiiqiq")
+_S_qiiqiqB = struct.Struct(">qiiqiqB")
 
 
 @dataclass(slots=True)
@@ -326,7 +327,15 @@ def _w_PartitionResponse_v0(buf: bytearray, o: PartitionResponse) -> None:
     _n2 = len(o.active_producers)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.active_producers:
-        _w_ProducerState_v0(buf, _e3)
+        buf += _S_qiiqiqB.pack(
+            _e3.producer_id,
+            _e3.producer_epoch,
+            _e3.last_sequence,
+            _e3.last_timestamp,
+            _e3.coordinator_epoch,
+            _e3.current_txn_start_offset,
+            0,
+        )
     buf.append(0)
 
 

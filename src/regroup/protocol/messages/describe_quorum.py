@@ -33,6 +33,7 @@ _S_H = struct.Struct(">H")
 _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_i16sqqq = struct.Struct(">i16sqqq")
+_S_iB = struct.Struct(">iB")
 _S_ih = struct.Struct(">ih")
 _S_ihiiq = struct.Struct(">ihiiq")
 _S_iiq = struct.Struct(">iiq")
@@ -277,7 +278,7 @@ def _w_DescribeQuorumRequestTopicData_v0(buf: bytearray, o: DescribeQuorumReques
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_DescribeQuorumRequestPartitionData_v0(buf, _e3)
+        buf += _S_iB.pack(_e3.partition_index, 0)
     buf.append(0)
 
 

@@ -30,6 +30,7 @@ _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
 _S_bi = struct.Struct(">bi")
+_S_biB = struct.Struct(">biB")
 _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
@@ -274,7 +275,7 @@ def _w_DescribeUserScramCredentialsResult_v0(buf: bytearray, o: DescribeUserScra
     _n3 = len(o.credential_infos)
     buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.credential_infos:
-        _w_CredentialInfo_v0(buf, _e4)
+        buf += _S_biB.pack(_e4.mechanism, _e4.iterations, 0)
     buf.append(0)
 
 

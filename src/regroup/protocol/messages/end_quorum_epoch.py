@@ -34,6 +34,7 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_i16s = struct.Struct(">i16s")
 _S_ihii = struct.Struct(">ihii")
+_S_ihiiB = struct.Struct(">ihiiB")
 _S_iii = struct.Struct(">iii")
 
 
@@ -807,7 +808,7 @@ def _w_EndQuorumEpochResponseTopicData_v0(buf: bytearray, o: EndQuorumEpochRespo
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_EndQuorumEpochResponsePartitionData_v0(buf, _e3)
+        buf += _S_ihii.pack(_e3.partition_index, _e3.error_code, _e3.leader_id, _e3.leader_epoch)
 
 
 def _w_EndQuorumEpochResponseTopicData_v1(buf: bytearray, o: EndQuorumEpochResponseTopicData) -> None:
@@ -819,7 +820,7 @@ def _w_EndQuorumEpochResponseTopicData_v1(buf: bytearray, o: EndQuorumEpochRespo
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_EndQuorumEpochResponsePartitionData_v1(buf, _e3)
+        buf += _S_ihiiB.pack(_e3.partition_index, _e3.error_code, _e3.leader_id, _e3.leader_epoch, 0)
     buf.append(0)
 
 

@@ -42,12 +42,14 @@ _S_iiii = struct.Struct(">iiii")
 _S_iiiib = struct.Struct(">iiiib")
 _S_iiiibii = struct.Struct(">iiiibii")
 _S_iiqiqi = struct.Struct(">iiqiqi")
+_S_iiqiqiB = struct.Struct(">iiqiqiB")
 _S_iiqqi = struct.Struct(">iiqqi")
 _S_iq = struct.Struct(">iq")
 _S_iqi = struct.Struct(">iqi")
 _S_iqqi = struct.Struct(">iqqi")
 _S_qi = struct.Struct(">qi")
 _S_qq = struct.Struct(">qq")
+_S_qqB = struct.Struct(">qqB")
 
 
 @dataclass(slots=True)
@@ -661,7 +663,15 @@ def _w_FetchTopic_v12(buf: bytearray, o: FetchTopic) -> None:
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_FetchPartition_v12(buf, _e3)
+        buf += _S_iiqiqiB.pack(
+            _e3.partition,
+            _e3.current_leader_epoch,
+            _e3.fetch_offset,
+            _e3.last_fetched_epoch,
+            _e3.log_start_offset,
+            _e3.partition_max_bytes,
+            0,
+        )
     buf.append(0)
 
 
@@ -670,7 +680,15 @@ def _w_FetchTopic_v13(buf: bytearray, o: FetchTopic) -> None:
     _n1 = len(o.partitions)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
-        _w_FetchPartition_v12(buf, _e2)
+        buf += _S_iiqiqiB.pack(
+            _e2.partition,
+            _e2.current_leader_epoch,
+            _e2.fetch_offset,
+            _e2.last_fetched_epoch,
+            _e2.log_start_offset,
+            _e2.partition_max_bytes,
+            0,
+        )
     buf.append(0)
 
 
@@ -2580,7 +2598,7 @@ def _w_PartitionData_v4(buf: bytearray, o: PartitionData) -> None:
         _n1 = len(o.aborted_transactions)
         buf += _I32.pack(_n1)
         for _e2 in o.aborted_transactions:
-            _w_AbortedTransaction_v4(buf, _e2)
+            buf += _S_qq.pack(_e2.producer_id, _e2.first_offset)
     if o.records is None:
         buf += _NULL32
     else:
@@ -2606,7 +2624,7 @@ def _w_PartitionData_v5(buf: bytearray, o: PartitionData) -> None:
         _n1 = len(o.aborted_transactions)
         buf += _I32.pack(_n1)
         for _e2 in o.aborted_transactions:
-            _w_AbortedTransaction_v4(buf, _e2)
+            buf += _S_qq.pack(_e2.producer_id, _e2.first_offset)
     if o.records is None:
         buf += _NULL32
     else:
@@ -2630,7 +2648,7 @@ def _w_PartitionData_v11(buf: bytearray, o: PartitionData) -> None:
         _n1 = len(o.aborted_transactions)
         buf += _I32.pack(_n1)
         for _e2 in o.aborted_transactions:
-            _w_AbortedTransaction_v4(buf, _e2)
+            buf += _S_qq.pack(_e2.producer_id, _e2.first_offset)
     buf += _S_i.pack(o.preferred_read_replica)
     if o.records is None:
         buf += _NULL32
@@ -2649,7 +2667,7 @@ def _w_PartitionData_v12(buf: bytearray, o: PartitionData) -> None:
         _n1 = len(o.aborted_transactions)
         buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.aborted_transactions:
-            _w_AbortedTransaction_v12(buf, _e2)
+            buf += _S_qqB.pack(_e2.producer_id, _e2.first_offset, 0)
     buf += _S_i.pack(o.preferred_read_replica)
     if o.records is None:
         buf.append(0)

@@ -32,6 +32,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_16s = struct.Struct(">16s")
 _S_ih = struct.Struct(">ih")
 _S_iiq = struct.Struct(">iiq")
+_S_iiqB = struct.Struct(">iiqB")
 
 
 @dataclass(slots=True)
@@ -188,7 +189,7 @@ def _w_InitializeStateData_v0(buf: bytearray, o: InitializeStateData) -> None:
     _n1 = len(o.partitions)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
-        _w_PartitionData_v0(buf, _e2)
+        buf += _S_iiqB.pack(_e2.partition, _e2.state_epoch, _e2.start_offset, 0)
     buf.append(0)
 
 

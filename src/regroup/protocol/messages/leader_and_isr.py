@@ -33,6 +33,7 @@ _S_16s = struct.Struct(">16s")
 _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
+_S_ihB = struct.Struct(">ihB")
 _S_ii = struct.Struct(">ii")
 _S_iiii = struct.Struct(">iiii")
 _S_iiq = struct.Struct(">iiq")
@@ -2502,7 +2503,7 @@ def _w_LeaderAndIsrTopicError_v5(buf: bytearray, o: LeaderAndIsrTopicError) -> N
     _n1 = len(o.partition_errors)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partition_errors:
-        _w_LeaderAndIsrPartitionError_v5(buf, _e2)
+        buf += _S_ihB.pack(_e2.partition_index, _e2.error_code, 0)
     buf.append(0)
 
 

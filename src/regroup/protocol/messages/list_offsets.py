@@ -300,7 +300,7 @@ def _w_ListOffsetsTopic_v0(buf: bytearray, o: ListOffsetsTopic) -> None:
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_ListOffsetsPartition_v0(buf, _e3)
+        buf += _S_iqi.pack(_e3.partition_index, _e3.timestamp, _e3.max_num_offsets)
 
 
 def _w_ListOffsetsTopic_v1(buf: bytearray, o: ListOffsetsTopic) -> None:

@@ -31,6 +31,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
+_S_ihB = struct.Struct(">ihB")
 _S_iq = struct.Struct(">iq")
 _S_iqi = struct.Struct(">iqi")
 _S_iqq = struct.Struct(">iqq")
@@ -1354,7 +1355,7 @@ def _w_OffsetCommitResponseTopic_v0(buf: bytearray, o: OffsetCommitResponseTopic
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_OffsetCommitResponsePartition_v0(buf, _e3)
+        buf += _S_ih.pack(_e3.partition_index, _e3.error_code)
 
 
 def _w_OffsetCommitResponseTopic_v8(buf: bytearray, o: OffsetCommitResponseTopic) -> None:
@@ -1366,7 +1367,7 @@ def _w_OffsetCommitResponseTopic_v8(buf: bytearray, o: OffsetCommitResponseTopic
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_OffsetCommitResponsePartition_v8(buf, _e3)
+        buf += _S_ihB.pack(_e3.partition_index, _e3.error_code, 0)
     buf.append(0)
 
 

@@ -177,7 +177,7 @@ def _w_OffsetDeleteRequestTopic_v0(buf: bytearray, o: OffsetDeleteRequestTopic) 
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_OffsetDeleteRequestPartition_v0(buf, _e3)
+        buf += _S_i.pack(_e3.partition_index)
 
 
 def _r_OffsetDeleteRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetDeleteRequestTopic, int]:
@@ -285,7 +285,7 @@ def _w_OffsetDeleteResponseTopic_v0(buf: bytearray, o: OffsetDeleteResponseTopic
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_OffsetDeleteResponsePartition_v0(buf, _e3)
+        buf += _S_ih.pack(_e3.partition_index, _e3.error_code)
 
 
 def _r_OffsetDeleteResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetDeleteResponseTopic, int]:

@@ -30,10 +30,12 @@ _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
 _S_hiiq = struct.Struct(">hiiq")
+_S_hiiqB = struct.Struct(">hiiqB")
 _S_hiq = struct.Struct(">hiq")
 _S_i = struct.Struct(">i")
 _S_ii = struct.Struct(">ii")
 _S_iii = struct.Struct(">iii")
+_S_iiiB = struct.Struct(">iiiB")
 
 
 @dataclass(slots=True)
@@ -236,7 +238,7 @@ def _w_OffsetForLeaderTopic_v0(buf: bytearray, o: OffsetForLeaderTopic) -> None:
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_OffsetForLeaderPartition_v0(buf, _e3)
+        buf += _S_ii.pack(_e3.partition, _e3.leader_epoch)
 
 
 def _w_OffsetForLeaderTopic_v2(buf: bytearray, o: OffsetForLeaderTopic) -> None:
@@ -246,7 +248,7 @@ def _w_OffsetForLeaderTopic_v2(buf: bytearray, o: OffsetForLeaderTopic) -> None:
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_OffsetForLeaderPartition_v2(buf, _e3)
+        buf += _S_iii.pack(_e3.partition, _e3.current_leader_epoch, _e3.leader_epoch)
 
 
 def _w_OffsetForLeaderTopic_v4(buf: bytearray, o: OffsetForLeaderTopic) -> None:
@@ -258,7 +260,7 @@ def _w_OffsetForLeaderTopic_v4(buf: bytearray, o: OffsetForLeaderTopic) -> None:
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_OffsetForLeaderPartition_v4(buf, _e3)
+        buf += _S_iiiB.pack(_e3.partition, _e3.current_leader_epoch, _e3.leader_epoch, 0)
     buf.append(0)
 
 
@@ -634,7 +636,7 @@ def _w_OffsetForLeaderTopicResult_v0(buf: bytearray, o: OffsetForLeaderTopicResu
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_EpochEndOffset_v0(buf, _e3)
+        buf += _S_hiq.pack(_e3.error_code, _e3.partition, _e3.end_offset)
 
 
 def _w_OffsetForLeaderTopicResult_v1(buf: bytearray, o: OffsetForLeaderTopicResult) -> None:
@@ -644,7 +646,7 @@ def _w_OffsetForLeaderTopicResult_v1(buf: bytearray, o: OffsetForLeaderTopicResu
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_EpochEndOffset_v1(buf, _e3)
+        buf += _S_hiiq.pack(_e3.error_code, _e3.partition, _e3.leader_epoch, _e3.end_offset)
 
 
 def _w_OffsetForLeaderTopicResult_v4(buf: bytearray, o: OffsetForLeaderTopicResult) -> None:
@@ -656,7 +658,7 @@ def _w_OffsetForLeaderTopicResult_v4(buf: bytearray, o: OffsetForLeaderTopicResu
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_EpochEndOffset_v4(buf, _e3)
+        buf += _S_hiiqB.pack(_e3.error_code, _e3.partition, _e3.leader_epoch, _e3.end_offset, 0)
     buf.append(0)
 
 

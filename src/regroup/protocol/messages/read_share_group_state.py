@@ -32,8 +32,10 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_16s = struct.Struct(">16s")
 _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
+_S_iiB = struct.Struct(">iiB")
 _S_iq = struct.Struct(">iq")
 _S_qqbh = struct.Struct(">qqbh")
+_S_qqbhB = struct.Struct(">qqbhB")
 
 
 @dataclass(slots=True)
@@ -217,7 +219,7 @@ def _w_ReadStateData_v0(buf: bytearray, o: ReadStateData) -> None:
     _n1 = len(o.partitions)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
-        _w_PartitionData_v0(buf, _e2)
+        buf += _S_iiB.pack(_e2.partition, _e2.leader_epoch, 0)
     buf.append(0)
 
 
@@ -367,7 +369,7 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
     _n2 = len(o.state_batches)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.state_batches:
-        _w_StateBatch_v0(buf, _e3)
+        buf += _S_qqbhB.pack(_e3.first_offset, _e3.last_offset, _e3.delivery_state, _e3.delivery_count, 0)
     buf.append(0)
 
 

@@ -32,6 +32,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_16s = struct.Struct(">16s")
 _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
+_S_iiB = struct.Struct(">iiB")
 _S_iq = struct.Struct(">iq")
 
 
@@ -192,7 +193,7 @@ def _w_ReadStateSummaryData_v0(buf: bytearray, o: ReadStateSummaryData) -> None:
     _n1 = len(o.partitions)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
-        _w_PartitionData_v0(buf, _e2)
+        buf += _S_iiB.pack(_e2.partition, _e2.leader_epoch, 0)
     buf.append(0)
 
 

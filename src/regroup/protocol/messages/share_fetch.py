@@ -37,6 +37,7 @@ _S_ii = struct.Struct(">ii")
 _S_iiii = struct.Struct(">iiii")
 _S_qq = struct.Struct(">qq")
 _S_qqh = struct.Struct(">qqh")
+_S_qqhB = struct.Struct(">qqhB")
 
 
 @dataclass(slots=True)
@@ -766,7 +767,7 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
     _n3 = len(o.acquired_records)
     buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.acquired_records:
-        _w_AcquiredRecords_v0(buf, _e4)
+        buf += _S_qqhB.pack(_e4.first_offset, _e4.last_offset, _e4.delivery_count, 0)
     buf.append(0)
 
 

@@ -31,6 +31,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
+_S_ihB = struct.Struct(">ihB")
 _S_iq = struct.Struct(">iq")
 _S_iqi = struct.Struct(">iqi")
 _S_qh = struct.Struct(">qh")
@@ -895,7 +896,7 @@ def _w_TxnOffsetCommitResponseTopic_v0(buf: bytearray, o: TxnOffsetCommitRespons
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_TxnOffsetCommitResponsePartition_v0(buf, _e3)
+        buf += _S_ih.pack(_e3.partition_index, _e3.error_code)
 
 
 def _w_TxnOffsetCommitResponseTopic_v3(buf: bytearray, o: TxnOffsetCommitResponseTopic) -> None:
@@ -907,7 +908,7 @@ def _w_TxnOffsetCommitResponseTopic_v3(buf: bytearray, o: TxnOffsetCommitRespons
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_TxnOffsetCommitResponsePartition_v3(buf, _e3)
+        buf += _S_ihB.pack(_e3.partition_index, _e3.error_code, 0)
     buf.append(0)
 
 

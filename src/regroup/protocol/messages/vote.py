@@ -35,6 +35,7 @@ _S_i = struct.Struct(">i")
 _S_ihiio = struct.Struct(">ihii?")
 _S_iii16s16siq = struct.Struct(">iii16s16siq")
 _S_iiiiq = struct.Struct(">iiiiq")
+_S_iiiiqB = struct.Struct(">iiiiqB")
 
 
 @dataclass(slots=True)
@@ -272,7 +273,14 @@ def _w_VoteRequestTopicData_v0(buf: bytearray, o: VoteRequestTopicData) -> None:
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_VoteRequestPartitionData_v0(buf, _e3)
+        buf += _S_iiiiqB.pack(
+            _e3.partition_index,
+            _e3.candidate_epoch,
+            _e3.candidate_id,
+            _e3.last_offset_epoch,
+            _e3.last_offset,
+            0,
+        )
     buf.append(0)
 
 

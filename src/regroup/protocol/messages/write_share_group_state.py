@@ -33,6 +33,7 @@ _S_16s = struct.Struct(">16s")
 _S_ih = struct.Struct(">ih")
 _S_iiiq = struct.Struct(">iiiq")
 _S_qqbh = struct.Struct(">qqbh")
+_S_qqbhB = struct.Struct(">qqbhB")
 
 
 @dataclass(slots=True)
@@ -218,7 +219,7 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
     _n1 = len(o.state_batches)
     buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.state_batches:
-        _w_StateBatch_v0(buf, _e2)
+        buf += _S_qqbhB.pack(_e2.first_offset, _e2.last_offset, _e2.delivery_state, _e2.delivery_count, 0)
     buf.append(0)
 
 

@@ -31,6 +31,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
+_S_ihB = struct.Struct(">ihB")
 _S_q = struct.Struct(">q")
 _S_qho = struct.Struct(">qh?")
 
@@ -570,7 +571,7 @@ def _w_WritableTxnMarkerTopicResult_v0(buf: bytearray, o: WritableTxnMarkerTopic
     _n2 = len(o.partitions)
     buf += _I32.pack(_n2)
     for _e3 in o.partitions:
-        _w_WritableTxnMarkerPartitionResult_v0(buf, _e3)
+        buf += _S_ih.pack(_e3.partition_index, _e3.error_code)
 
 
 def _w_WritableTxnMarkerTopicResult_v1(buf: bytearray, o: WritableTxnMarkerTopicResult) -> None:
@@ -582,7 +583,7 @@ def _w_WritableTxnMarkerTopicResult_v1(buf: bytearray, o: WritableTxnMarkerTopic
     _n2 = len(o.partitions)
     buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
-        _w_WritableTxnMarkerPartitionResult_v1(buf, _e3)
+        buf += _S_ihB.pack(_e3.partition_index, _e3.error_code, 0)
     buf.append(0)
 
 
