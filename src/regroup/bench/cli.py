@@ -60,8 +60,9 @@ _SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
         {"members": 1000, "groups": 1},
     ),
     "memory": (
-        "broker memory per idle member (M members in G groups, only heartbeating) and per committed offset "
-        "(Y offsets of simple groups, P partitions each): RSS for regroup, heap after a full GC for Kafka",
+        "broker memory per connection (one per member), per idle member (M members in G groups, only "
+        "heartbeating) and per committed offset (Y offsets of simple groups, P partitions each): RSS for "
+        "regroup, heap after a full GC for Kafka",
         {"members": 10_000, "groups": 10, "offsets": 200_000, "partitions": 1000},
     ),
 }
