@@ -399,7 +399,6 @@ class ShardRunner:
         order is kept, and the request costs no queue hop, task wake-up or extra loop iteration. JoinGroup
         and SyncGroup keep the queue: requests that arrive together then meet a join phase together, before
         the timers the first one arms come due (a group's initial delay of 0 ms, say)."""
-        event = _Call(handler, args, self._loop.create_future(), error_reply, ticket, scope)
         if (
             ticket is None
             and self._state is RunnerState.ACTIVE
@@ -407,14 +406,15 @@ class ShardRunner:
             and not self._failed
             and self._queue.empty()
         ):
+            future: asyncio.Future[T] = self._loop.create_future()
             self._processing = True
             try:
-                self._handle_call(event)
+                self._call_now(handler, args, future, error_reply, scope)
             finally:
                 self._processing = False
             self.stats.events += 1
-            return event.future
-        return self._submit(event)
+            return future
+        return self._submit(_Call(handler, args, self._loop.create_future(), error_reply, ticket, scope))
 
     def read(
         self,
@@ -566,6 +566,42 @@ class ShardRunner:
             return None
         seconds = asyncio.get_running_loop().time() - started
         return LoadSummary(self.partition, records, skipped, offset, seconds)
+
+    def _call_now(
+        self,
+        handler: Callable[..., Result[Any]],
+        args: tuple[Any, ...],
+        future: asyncio.Future[Any],
+        error_reply: ErrorReply,
+        scope: Scope,
+    ) -> None:
+        """:meth:`_handle_call` for a call handled in the caller's loop step (it cannot park): the reply is
+        set on ``future`` at once when the event wrote nothing, released no parked reply, and its groups have
+        no write still waiting to become durable — else it goes through :meth:`_push`, as any event's."""
+        now = self._clock.now_ms()
+        items: list[_Item] = []
+        try:
+            reply = self._apply(handler(*args, now), now, items, handler)
+        except Exception:
+            log.exception("Error handling a request on __consumer_offsets-%d", self.partition)
+            reply = error_reply(ErrorCode.UNKNOWN_SERVER_ERROR)
+        else:
+            if reply is None:
+                log.error(
+                    "The shard answered a request of __consumer_offsets-%d with no reply", self.partition
+                )
+                reply = error_reply(ErrorCode.UNKNOWN_SERVER_ERROR)
+        if (
+            not items
+            and self._event_waits is None
+            and not self._flush_needed
+            and not self._failed
+            and self._newest_write_seen(scope) is None
+        ):
+            future.set_result(reply)
+            return
+        items.append(_Item(future, reply, error_reply))
+        self._push(items, scope)
 
     def _handle_call(self, event: _Call) -> None:
         now = self._clock.now_ms()
