@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from regroup.group.effects import Ticket
+from regroup.group.effects import Ticket, TimerKey
 from regroup.group.state import GroupState, IllegalStateTransition
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.primitives import DecodeError
@@ -60,6 +60,9 @@ class ClassicGroupMember:
     awaiting_join: Parked | None = None
     awaiting_sync: Parked | None = None
     is_new: bool = False
+    session_key: TimerKey | None = field(default=None, compare=False, repr=False)
+    """The key of this member's session timer, built at its first heartbeat (the timer tables keep the
+    same object as their key)."""
 
     @property
     def is_static(self) -> bool:

@@ -154,6 +154,10 @@ class _SyncDeadline:
     generation_id: int
 
 
+_NONE = ErrorCode.NONE.value
+_REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS.value
+
+
 def heartbeat_key(group_id: str, member_id: str) -> TimerKey:
     return TimerKey(TimerKind.HEARTBEAT, group_id, member_id)
 
@@ -678,9 +682,10 @@ class GroupManager:
     def _schedule_session(
         self, out: Outcome, group: ClassicGroup, member: ClassicGroupMember, now_ms: int
     ) -> None:
-        self._timers.schedule(
-            out, heartbeat_key(group.group_id, member.member_id), now_ms + member.session_timeout_ms
-        )
+        key = member.session_key
+        if key is None:
+            key = member.session_key = heartbeat_key(group.group_id, member.member_id)
+        self._timers.schedule(out, key, now_ms + member.session_timeout_ms)
 
     def _remove(
         self, out: Outcome, group: ClassicGroup, member: ClassicGroupMember, error: ErrorCode
@@ -926,10 +931,8 @@ class GroupManager:
         out = Outcome()
         self._schedule_session(out, group, group.members[req.member_id], now_ms)
         # CompletingRebalance answers NONE (Kafka's implementation, despite its state Javadoc).
-        error = (
-            ErrorCode.REBALANCE_IN_PROGRESS if group.is_in(GroupState.PREPARING_REBALANCE) else ErrorCode.NONE
-        )
-        return out.result(HeartbeatResponse(error_code=error.value))
+        code = _REBALANCE_IN_PROGRESS if group.is_in(GroupState.PREPARING_REBALANCE) else _NONE
+        return out.result(HeartbeatResponse(error_code=code))
 
     def reschedule_session(self, out: Outcome, group: ClassicGroup, member_id: str, now_ms: int) -> None:
         member = group.members.get(member_id)

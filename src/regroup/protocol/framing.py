@@ -70,11 +70,13 @@ def _header_versions(api_key: int, api_version: int) -> tuple[int, int]:
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
-    return _header_versions(api_key, api_version)[0]
+    versions = _HEADER_VERSIONS.get((api_key, api_version))
+    return (versions or _header_versions(api_key, api_version))[0]
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
-    return _header_versions(api_key, api_version)[1]
+    versions = _HEADER_VERSIONS.get((api_key, api_version))
+    return (versions or _header_versions(api_key, api_version))[1]
 
 
 @dataclass(frozen=True, slots=True)
