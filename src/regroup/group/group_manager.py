@@ -918,20 +918,21 @@ class GroupManager:
         group = self._groups.get(req.group_id)
         if group is None:
             return Result(reply=HeartbeatResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID.value))
-        if group.is_in(GroupState.DEAD):
+        state = group.state
+        if state is GroupState.DEAD:
             return Result(reply=HeartbeatResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE.value))
         instance_id = req.group_instance_id if ctx.api_version >= 3 else None
         error = group.validate_member(req.member_id, instance_id)
         if error is None and req.generation_id != group.generation_id:
             error = ErrorCode.ILLEGAL_GENERATION
-        if error is None and group.is_in(GroupState.EMPTY):
+        if error is None and state is GroupState.EMPTY:
             error = ErrorCode.UNKNOWN_MEMBER_ID
         if error is not None:
             return Result(reply=HeartbeatResponse(error_code=error.value))
         out = Outcome()
         self._schedule_session(out, group, group.members[req.member_id], now_ms)
         # CompletingRebalance answers NONE (Kafka's implementation, despite its state Javadoc).
-        code = _REBALANCE_IN_PROGRESS if group.is_in(GroupState.PREPARING_REBALANCE) else _NONE
+        code = _REBALANCE_IN_PROGRESS if state is GroupState.PREPARING_REBALANCE else _NONE
         return out.result(HeartbeatResponse(error_code=code))
 
     def reschedule_session(self, out: Outcome, group: ClassicGroup, member_id: str, now_ms: int) -> None:

@@ -596,7 +596,8 @@ class ShardRunner:
             and self._event_waits is None
             and not self._flush_needed
             and not self._failed
-            and self._newest_write_seen(scope) is None
+            # (a write not yet durable has its entry in _unreleased until it is)
+            and (not self._unreleased or self._newest_write_seen(scope) is None)
         ):
             future.set_result(reply)
             return
