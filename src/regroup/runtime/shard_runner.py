@@ -575,9 +575,9 @@ class ShardRunner:
         error_reply: ErrorReply,
         scope: Scope,
     ) -> None:
-        """:meth:`_handle_call` for a call handled in the caller's loop step (it cannot park): the reply is
-        set on ``future`` at once when the event wrote nothing, released no parked reply, and its groups have
-        no write still waiting to become durable — else it goes through :meth:`_push`, as any event's."""
+        """Handle a call that cannot park (no ticket), in the caller's loop step or as the lane's next event:
+        the reply is set on ``future`` at once when the event wrote nothing, released no parked reply, and
+        its groups have no write still waiting to become durable — else it goes through :meth:`_push`."""
         now = self._clock.now_ms()
         items: list[_Item] = []
         try:
@@ -599,39 +599,34 @@ class ShardRunner:
             # (a write not yet durable has its entry in _unreleased until it is)
             and (not self._unreleased or self._newest_write_seen(scope) is None)
         ):
-            future.set_result(reply)
+            if not future.done():  # (a queued call's client may have gone away)
+                future.set_result(reply)
             return
         items.append(_Item(future, reply, error_reply))
         self._push(items, scope)
 
     def _handle_call(self, event: _Call) -> None:
+        ticket = event.ticket
+        if ticket is None:
+            self._call_now(event.handler, event.args, event.future, event.error_reply, event.scope)
+            return
+        # A call that may park: its reply comes now, or later through a Reply effect for its ticket.
         now = self._clock.now_ms()
         items: list[_Item] = []
-        ticket = event.ticket
-        if ticket is not None:
-            self._parked[ticket] = _Parked(event.future, event.error_reply)
+        self._parked[ticket] = _Parked(event.future, event.error_reply)
         try:
             result = event.handler(*event.args, now)
             reply = self._apply(result, now, items, event.handler)
         except Exception:
             log.exception("Error handling a request on __consumer_offsets-%d", self.partition)
-            if ticket is not None:
-                self._parked.pop(ticket, None)
+            self._parked.pop(ticket, None)
             items.append(
                 _Item(event.future, event.error_reply(ErrorCode.UNKNOWN_SERVER_ERROR), event.error_reply)
             )
         else:
             if reply is not None:
-                if ticket is not None:
-                    self._parked.pop(ticket, None)
+                self._parked.pop(ticket, None)
                 items.append(_Item(event.future, reply, event.error_reply))
-            elif ticket is None:
-                log.error(
-                    "The shard answered a request of __consumer_offsets-%d with no reply", self.partition
-                )
-                items.append(
-                    _Item(event.future, event.error_reply(ErrorCode.UNKNOWN_SERVER_ERROR), event.error_reply)
-                )
         self._push(items, event.scope)
 
     def _handle_read(self, event: _Read) -> None:
