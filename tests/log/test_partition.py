@@ -159,6 +159,35 @@ def test_several_batches_in_one_append(tmp_path: Path) -> None:
     plog.close()
 
 
+@pytest.mark.parametrize("leader_epoch", [None, 5])
+def test_the_brokers_own_batches_are_stored_as_checked_ones(tmp_path: Path, leader_epoch: int | None) -> None:
+    # A single batch without a producer, appended unchecked (the group coordinator's writes), takes a
+    # shorter path than checked appends; both must leave the same log, offsets, indexes and answers.
+    logs = [open_log(tmp_path / f"t-{i}", small_config(segment_bytes=4096)) for i in range(2)]
+    for plog in logs:
+        plog.leader_epoch = leader_epoch
+    infos: list[list[object]] = [[], []]
+    for i in range(60):
+        data = batch(1 + i % 4, ts=10 + i, value_size=60, tag=i)
+        for n, plog in enumerate(logs):
+            infos[n].append(plog.append(data, now_ms=10 + i, validate=n == 0))
+    assert infos[0] == infos[1]
+    checked, unchecked = logs
+    assert unchecked.segment_bases() == checked.segment_bases()
+    assert unchecked.read(0, 1 << 20).data == checked.read(0, 1 << 20).data
+    assert unchecked.log_end_offset == checked.log_end_offset
+    assert unchecked.unflushed_messages == checked.unflushed_messages
+    for ts in (0, 25, 40, 80):
+        assert unchecked.offset_for_timestamp(ts) == checked.offset_for_timestamp(ts)
+    with pytest.raises(KafkaError) as too_large:
+        open_log(tmp_path / "t-2", small_config(segment_bytes=100)).append(
+            batch(3, value_size=100), now_ms=0, validate=False
+        )
+    assert too_large.value.code is ErrorCode.RECORD_LIST_TOO_LARGE
+    for plog in logs:
+        plog.close()
+
+
 def test_log_append_time(tmp_path: Path) -> None:
     plog = open_log(tmp_path / "t-0", small_config(message_timestamp_type="LogAppendTime"))
     info = plog.append(batch(3, ts=5), now_ms=777)

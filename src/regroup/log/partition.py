@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from regroup.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, Segm
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.primitives import DecodeError
 from regroup.protocol.record_batch import (
+    HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
     BatchHeader,
@@ -52,6 +54,8 @@ TimestampTypeName = Literal["CreateTime", "LogAppendTime"]
 _INT32_MAX: Final = 0x7FFFFFFF
 _MAGIC_OFFSET: Final = 16
 _CONTROL_BIT: Final = 0x20
+# A batch header's batch length, last offset delta, max timestamp, producer id and record count.
+_OWN_BATCH: Final = struct.Struct(">8xi11xi8xqq6xi")
 _SNAPSHOTS_KEPT: Final = 2
 _STALE_SUFFIXES: Final = (".deleted", ".tmp")
 
@@ -331,6 +335,12 @@ class PartitionLog:
         n = len(buf)
         if n == 0:
             raise KafkaError(ErrorCode.INVALID_RECORD, "The produce data holds no record batch")
+        if not validate and not lat and n >= HEADER_SIZE and buf[_MAGIC_OFFSET] == MAGIC:
+            batch_length, last_delta, max_ts, producer_id, count = _OWN_BATCH.unpack_from(buf, 0)
+            if producer_id < 0 and batch_length + LOG_OVERHEAD == n:
+                # One batch of the broker's own without a producer (each group coordinator write): what
+                # the loop below does for it, without parsing the rest of its header.
+                return self._append_one(buf, last_delta, max_ts, count, now_ms)
         pending: dict[int, ProducerEntry] | None = None
         batches: list[tuple[int, int, int, int]] = []
         leader_epoch = self.leader_epoch
@@ -369,18 +379,35 @@ class PartitionLog:
             records += h.record_count
             next_offset = last + 1
             pos += size
-        if n > config.segment_bytes:
-            raise KafkaError(
-                ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"Message batch size is {n} bytes in append to partition {self.name} which exceeds the "
-                f"maximum configured segment size of {config.segment_bytes}.",
-            )
+        self._check_fits_segment(n)
         base_offset = self._leo
         self._write(buf, batches, next_offset, max_ts, records, now_ms)
         if pending:
             self._producers.entries.update(pending)
         self._appended()
         return AppendInfo(base_offset, next_offset - 1, now_ms if lat else -1, self._log_start, records)
+
+    def _append_one(
+        self, buf: bytearray, last_offset_delta: int, max_ts: int, records: int, now_ms: int
+    ) -> AppendInfo:
+        n = len(buf)
+        self._check_fits_segment(n)
+        base_offset = self._leo
+        set_base_offset(buf, 0, base_offset)
+        if self.leader_epoch is not None:
+            set_partition_leader_epoch(buf, 0, self.leader_epoch)
+        last = base_offset + last_offset_delta
+        self._write(buf, [(0, n, last, max_ts)], last + 1, max_ts, records, now_ms)
+        self._appended()
+        return AppendInfo(base_offset, last, -1, self._log_start, records)
+
+    def _check_fits_segment(self, size: int) -> None:
+        if size > self.config.segment_bytes:
+            raise KafkaError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"Message batch size is {size} bytes in append to partition {self.name} which exceeds the "
+                f"maximum configured segment size of {self.config.segment_bytes}.",
+            )
 
     def _stage_producer_batch(
         self,
