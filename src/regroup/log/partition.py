@@ -335,20 +335,29 @@ class PartitionLog:
         n = len(buf)
         if n == 0:
             raise KafkaError(ErrorCode.INVALID_RECORD, "The produce data holds no record batch")
-        if not validate and not lat and n >= HEADER_SIZE and buf[_MAGIC_OFFSET] == MAGIC:
-            batch_length, last_delta, max_ts, producer_id, count = _OWN_BATCH.unpack_from(buf, 0)
-            if producer_id < 0 and batch_length + LOG_OVERHEAD == n:
-                # One batch of the broker's own without a producer (each group coordinator write): what
-                # the loop below does for it, without parsing the rest of its header.
-                return self._append_one(buf, last_delta, max_ts, count, now_ms)
         pending: dict[int, ProducerEntry] | None = None
-        batches: list[tuple[int, int, int, int]] = []
         leader_epoch = self.leader_epoch
         ts_limit = LONG_MAX if lat else now_ms + config.message_timestamp_after_max_ms
         next_offset = self._leo
-        max_ts = -1
-        records = 0
-        pos = 0
+        batches: list[tuple[int, int, int, int]]
+        own = not validate and not lat and n >= HEADER_SIZE and buf[_MAGIC_OFFSET] == MAGIC
+        if own:
+            batch_length, last_delta, max_ts, producer_id, records = _OWN_BATCH.unpack_from(buf, 0)
+            own = producer_id < 0 and batch_length + LOG_OVERHEAD == n
+        if own:
+            # One batch of the broker's own without a producer (each group coordinator write): what the
+            # loop below does for it, without parsing the rest of its header.
+            set_base_offset(buf, 0, next_offset)
+            if leader_epoch is not None:
+                set_partition_leader_epoch(buf, 0, leader_epoch)
+            next_offset += last_delta + 1
+            batches = [(0, n, next_offset - 1, max_ts)]
+            pos = n
+        else:
+            batches = []
+            max_ts = -1
+            records = 0
+            pos = 0
         while pos < n:
             h = self._parse_batch(buf, pos, validate)
             size = h.batch_length + LOG_OVERHEAD
@@ -386,20 +395,6 @@ class PartitionLog:
             self._producers.entries.update(pending)
         self._appended()
         return AppendInfo(base_offset, next_offset - 1, now_ms if lat else -1, self._log_start, records)
-
-    def _append_one(
-        self, buf: bytearray, last_offset_delta: int, max_ts: int, records: int, now_ms: int
-    ) -> AppendInfo:
-        n = len(buf)
-        self._check_fits_segment(n)
-        base_offset = self._leo
-        set_base_offset(buf, 0, base_offset)
-        if self.leader_epoch is not None:
-            set_partition_leader_epoch(buf, 0, self.leader_epoch)
-        last = base_offset + last_offset_delta
-        self._write(buf, [(0, n, last, max_ts)], last + 1, max_ts, records, now_ms)
-        self._appended()
-        return AppendInfo(base_offset, last, -1, self._log_start, records)
 
     def _check_fits_segment(self, size: int) -> None:
         if size > self.config.segment_bytes:
