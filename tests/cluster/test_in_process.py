@@ -91,6 +91,12 @@ def test_a_replicated_topic_takes_acks_all_writes_and_every_replica_has_them(tmp
 
         cluster.wait_until(replicas_equal, what="every replica at the same log end")
 
+        # Followers fetch in sessions (KIP-227): every node leads partitions the others follow.
+        def every_node_has_follower_sessions() -> bool:
+            return all(any(s.privileged for s in b.fetch_sessions) for b in cluster.brokers.values())
+
+        cluster.wait_until(every_node_has_follower_sessions, what="follower fetch sessions on every node")
+
 
 def test_the_group_coordinator_is_the_offsets_partition_leader_and_commits_survive_its_loss(
     tmp_path: Path,

@@ -348,6 +348,13 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
         at_least(1024),
     ),
     ConfigDef(
+        "max.incremental.fetch.session.cache.slots",
+        _B.INT,
+        1000,
+        "Incremental fetch sessions (KIP-227) this node keeps; 0 answers every fetch sessionless.",
+        at_least(0),
+    ),
+    ConfigDef(
         "socket.request.max.bytes",
         _B.INT,
         104857600,

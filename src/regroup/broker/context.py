@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from regroup.broker.config import BrokerConfig
+from regroup.broker.fetch_sessions import FetchSessionCache
 from regroup.broker.meta import ProducerIdAllocator
 from regroup.cluster.member import ClusterMember
 from regroup.cluster.topology import Topology
@@ -39,6 +40,7 @@ class BrokerPort(Protocol):
     topology: Topology
     cluster: ClusterMember | None
     fetch_max_bytes: int
+    fetch_sessions: FetchSessionCache
 
     @property
     def producer_ids(self) -> ProducerIdAllocator: ...

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from regroup import __version__
 from regroup.broker.config import BROKER_CONFIGS, BrokerConfig, ConfigError, render
+from regroup.broker.fetch_sessions import FetchSessionCache
 from regroup.broker.handlers import HandlerRegistry, default_registry
 from regroup.broker.meta import ProducerIdAllocator, generate_cluster_id, load_identity, stored_cluster_id
 from regroup.broker.ops.http import AdminServer
@@ -114,6 +115,7 @@ class Broker:
         self.admin = AdminServer(self, self.server)
         self.shutdown_grace_seconds = shutdown_grace_seconds
         self.fetch_max_bytes = config.get_int("fetch.max.bytes")
+        self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self._advertised = config.advertised_listeners()
         self._producer_ids: ProducerIdAllocator | None = None
         self._logs_loaded = False

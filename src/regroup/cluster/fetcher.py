@@ -8,7 +8,10 @@ final (:mod:`regroup.cluster.truncation`, KIP-101/KIP-279); with an empty epoch 
 high watermark. Then it fetches from its log end: Fetch with its replica id and broker epoch, the
 partition's current leader epoch, its last fetched epoch and its log start. Each answer's batches are
 appended as the leader wrote them, the high watermark becomes min(leader's, own log end), and a log start
-the leader moved past ours is followed. Errors: FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH /
+the leader moved past ours is followed. Fetches use a fetch session (KIP-227) when the leader grants one:
+after a full fetch each request names only the partitions whose fetch state changed (and the ones to
+forget), and the answer only the partitions with something new; a session error, a new connection or a
+failed request starts over with a full fetch. Errors: FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH /
 NOT_LEADER_OR_FOLLOWER wait for newer metadata (back off), OFFSET_OUT_OF_RANGE truncates to the leader's log
 start when ours is behind it, anything else backs off ``replica.fetch.backoff.ms``.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,11 +33,13 @@ from regroup.cluster.truncation import offset_truncation_state
 from regroup.log import LogManager, PartitionLog
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode, KafkaError
+from regroup.protocol.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from regroup.protocol.messages.fetch import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
     FetchTopic,
+    ForgottenTopic,
     PartitionData,
     ReplicaState,
 )
@@ -56,6 +62,33 @@ _WAIT_FOR_METADATA = (
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ErrorCode.UNKNOWN_TOPIC_ID,
 )
+
+
+_SESSION_ERRORS = (
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+    ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+    ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
+)
+
+# What a session's leader holds for a partition: (current leader epoch, fetch offset, last fetched epoch,
+# log start offset, max bytes) and the topic's id (to forget it by id).
+_Sent = tuple[tuple[int, int, int, int, int], uuid.UUID]
+
+
+class _Session:
+    """This follower's fetch session with one leader (Kafka's ``FetchSessionHandler``)."""
+
+    __slots__ = ("epoch", "id", "sent")
+
+    def __init__(self) -> None:
+        self.id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH  # the next request's: the initial epoch asks for a full fetch
+        self.sent: dict[TopicPartition, _Sent] = {}
+
+    def reset(self) -> None:
+        """Start over with a full fetch (asking the leader for a new session)."""
+        self.epoch = INITIAL_EPOCH
+        self.sent = {}
 
 
 @dataclass(slots=True)
@@ -114,6 +147,7 @@ class _Fetcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._conn: Connection | None = None
+        self._session = _Session()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -157,7 +191,7 @@ class _Fetcher:
             try:
                 conn = await self._connection()
                 await self._truncate(conn)
-                progressed = await self._fetch(conn)
+                fetched = await self._fetch(conn)
             except (KafkaConnectionError, OSError, KafkaError) as exc:
                 log.info("Fetching from node %d failed (%s); retrying", self._leader, exc)
                 await self._close()
@@ -168,7 +202,8 @@ class _Fetcher:
                 await self._close()
                 await asyncio.sleep(backoff)
                 continue
-            if not progressed:
+            if not fetched:
+                # Nothing to fetch now (every partition backs off) or the leader refused the fetch.
                 await asyncio.sleep(min(backoff, 0.1))
 
     async def _connection(self) -> Connection:
@@ -179,6 +214,7 @@ class _Fetcher:
         if registration is None or listener not in registration.listeners:
             raise KafkaConnectionError(f"node {self._leader} has no registered {listener} listener")
         host, port = registration.listeners[listener]
+        self._session = _Session()
         self._conn = await open_connection(
             host,
             port,
@@ -189,6 +225,7 @@ class _Fetcher:
         return self._conn
 
     async def _close(self) -> None:
+        self._session.reset()  # (the leader may have moved the session on, or dropped it)
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
@@ -269,39 +306,65 @@ class _Fetcher:
     # ------------------------------------------------------------------------------------ fetching
 
     async def _fetch(self, conn: Connection) -> bool:
+        """One fetch from the leader; False when there was nothing to fetch, or the leader answered with
+        nothing before its wait was up (it is stopping, or every partition failed)."""
         settings = self._owner._settings
         node = self._owner._node
         version = conn.version(ApiKey.FETCH)
+        session = self._session if version >= 7 else None
+        full = session is None or session.epoch == INITIAL_EPOCH
         loop = asyncio.get_running_loop()
         now = loop.time()
-        topics: dict[str, FetchTopic] = {}
         wanted: dict[TopicPartition, tuple[_Partition, PartitionLog]] = {}
+        want: dict[TopicPartition, _Sent] = {}
         for key, p in self._partitions.items():
             if not p.truncated or p.backoff_until > now:
                 continue
             plog = self._log(key)
             if plog is None:
                 continue
-            topic_record = p.following.topic
-            fetch_topic = topics.get(key[0])
-            if fetch_topic is None:
-                fetch_topic = topics[key[0]] = (
-                    FetchTopic(topic_id=topic_record.topic_id) if version >= 13 else FetchTopic(topic=key[0])
-                )
             latest = plog.epochs.latest_epoch
-            fetch_topic.partitions.append(
-                FetchPartition(
-                    partition=key[1],
-                    current_leader_epoch=p.following.leader_epoch,
-                    fetch_offset=plog.log_end_offset,
-                    last_fetched_epoch=-1 if latest is None else latest,
-                    log_start_offset=plog.log_start_offset,
-                    partition_max_bytes=settings.replica_fetch_max_bytes,
-                )
+            state = (
+                p.following.leader_epoch,
+                plog.log_end_offset,
+                -1 if latest is None else latest,
+                plog.log_start_offset,
+                settings.replica_fetch_max_bytes,
             )
+            want[key] = (state, p.following.topic.topic_id)
             wanted[key] = (p, plog)
         if not wanted:
             return False
+        sent = {} if session is None or full else session.sent
+        topics: dict[str, FetchTopic] = {}
+        for key, wish in want.items():
+            if sent.get(key) == wish:
+                continue  # the leader's session holds this state already
+            (leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, max_bytes), topic_id = wish
+            fetch_topic = topics.get(key[0])
+            if fetch_topic is None:
+                fetch_topic = topics[key[0]] = (
+                    FetchTopic(topic_id=topic_id) if version >= 13 else FetchTopic(topic=key[0])
+                )
+            fetch_topic.partitions.append(
+                FetchPartition(
+                    partition=key[1],
+                    current_leader_epoch=leader_epoch,
+                    fetch_offset=fetch_offset,
+                    last_fetched_epoch=last_fetched_epoch,
+                    log_start_offset=log_start_offset,
+                    partition_max_bytes=max_bytes,
+                )
+            )
+        forgotten: dict[str, ForgottenTopic] = {}
+        for key, (_, topic_id) in sent.items():
+            if key not in want:
+                gone = forgotten.get(key[0])
+                if gone is None:
+                    gone = forgotten[key[0]] = (
+                        ForgottenTopic(topic_id=topic_id) if version >= 13 else ForgottenTopic(topic=key[0])
+                    )
+                gone.partitions.append(key[1])
         request = FetchRequest(
             # v15+ name the follower (and its broker epoch, KIP-903) in ReplicaState, older ones at the top.
             replica_id=node.node_id if version < 15 else -1,
@@ -312,18 +375,39 @@ class _Fetcher:
             min_bytes=settings.replica_fetch_min_bytes,
             max_bytes=settings.replica_fetch_response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=INVALID_SESSION_ID if session is None else session.id,
+            session_epoch=FINAL_EPOCH if session is None else session.epoch,
             topics=list(topics.values()),
+            forgotten_topics_data=list(forgotten.values()),
         )
+        asked = loop.time()
         response = await conn.request(
             request, FetchResponse, timeout_ms=settings.replica_fetch_wait_max_ms + 30_000
         )
+        waited = loop.time() - asked
         error = ErrorCode.from_code(response.error_code)
+        if session is not None:
+            if error in _SESSION_ERRORS:
+                log.info(
+                    "Fetch session %d with node %d: %s; fetching in full",
+                    session.id,
+                    self._leader,
+                    error.name,
+                )
+                session.reset()
+                return True
+            if error is ErrorCode.NONE:
+                if full:
+                    session.id = response.session_id
+                    session.sent = want if response.session_id != INVALID_SESSION_ID else {}
+                    session.epoch = next_epoch(INITIAL_EPOCH) if session.sent else INITIAL_EPOCH
+                else:
+                    session.sent = want
+                    session.epoch = next_epoch(session.epoch)
         if error is not ErrorCode.NONE:
             raise KafkaError(error, "fetch refused")
-        by_id = {t.topic_id: name for name, t in topics.items()}
-        progressed = False
+        by_id = {topic_id: key[0] for key, (_, topic_id) in want.items()}
+        records = False
         for topic_response in response.responses:
             name = topic_response.topic if version < 13 else by_id.get(topic_response.topic_id, "")
             for data in topic_response.partitions:
@@ -331,11 +415,11 @@ class _Fetcher:
                 entry = wanted.get(key)
                 if entry is None or self._partitions.get(key) is not entry[0]:
                     continue  # reassigned meanwhile
-                if self._apply(key, entry[0], entry[1], data):
-                    progressed = True
-        return progressed
+                self._apply(key, entry[0], entry[1], data)
+                records = records or bool(data.records)
+        return records or waited * 1000 >= settings.replica_fetch_wait_max_ms / 2
 
-    def _apply(self, key: TopicPartition, p: _Partition, plog: PartitionLog, data: PartitionData) -> bool:
+    def _apply(self, key: TopicPartition, p: _Partition, plog: PartitionLog, data: PartitionData) -> None:
         error = ErrorCode.from_code(data.error_code)
         loop = asyncio.get_running_loop()
         if error is ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -346,14 +430,14 @@ class _Fetcher:
                 plog.reset_to(data.log_start_offset)
             else:
                 p.truncated = False  # ahead of the leader's end: find where the logs diverge again
-            return False
+            return
         if error in _WAIT_FOR_METADATA:
             p.backoff_until = loop.time() + self._owner._settings.replica_fetch_backoff_ms / 1000
-            return False
+            return
         if error is not ErrorCode.NONE:
             log.warning("Fetching %s-%d from node %d: %s", key[0], key[1], self._leader, error.name)
             p.backoff_until = loop.time() + self._owner._settings.replica_fetch_backoff_ms / 1000
-            return False
+            return
         records = data.records or b""
         if records:
             try:
@@ -361,9 +445,8 @@ class _Fetcher:
             except KafkaError as exc:
                 log.warning("Appending fetched data of %s-%d failed (%s); truncating again", *key, exc)
                 p.truncated = False
-                return False
+                return
             self._owner.appended_batches += 1
         plog.set_high_watermark(min(data.high_watermark, plog.log_end_offset))
         if data.log_start_offset > plog.log_start_offset and data.log_start_offset <= plog.high_watermark:
             plog.delete_records_before(data.log_start_offset)
-        return bool(records)

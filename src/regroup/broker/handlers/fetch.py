@@ -7,24 +7,29 @@ the response is capped by ``min(max_bytes, fetch.max.bytes)``, each partition by
 and until one partition has returned data the limits may be exceeded to return one whole batch, so a batch
 larger than the limits still makes progress.
 
-Fetch sessions (KIP-227): a full request (session epoch 0 or -1) is answered as a sessionless full fetch
-with session id 0, which is what Kafka does when its session cache is full; Java clients then keep sending
-full requests. An incremental request (epoch > 0) names a session regroup never created, so it gets
-FETCH_SESSION_ID_NOT_FOUND and the client falls back to a full fetch.
+Fetch sessions (KIP-227, :mod:`regroup.broker.fetch_sessions`): a full request with session epoch 0 may
+create a session (its id is in the response); requests with epochs 1, 2, … continue it, naming only the
+partitions whose fetch state changed and the ones to forget, and are answered with only the session's
+partitions that have something new for the fetcher. Epoch -1 closes the session named and fetches
+sessionless (session id 0, every partition answered), as does a full request when the cache has no room.
+Long polling waits on every partition of the session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import Awaitable
 from typing import Final
 
 from regroup.broker.context import BrokerPort, RequestContext
+from regroup.broker.fetch_sessions import FetchPartitionState, FetchSession
 from regroup.broker.handlers import HandlerRegistry
 from regroup.log import PartitionLog, ReadResult
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode, KafkaError
+from regroup.protocol.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID
 from regroup.protocol.messages.fetch import (
     FetchableTopicResponse,
     FetchRequest,
@@ -37,90 +42,114 @@ READ_COMMITTED: Final = 1
 INT32_MAX: Final = 2**31 - 1
 
 
-class _Wanted:
-    """One requested partition and its response entry (reused across reads of a long poll)."""
-
-    __slots__ = (
-        "error",
-        "fetch_offset",
-        "follower",
-        "index",
-        "max_bytes",
-        "name",
-        "response",
-        "seen_end",
-        "topic_error",
-    )
-
-    def __init__(
-        self,
-        name: str | None,
-        topic_error: ErrorCode,
-        index: int,
-        offset: int,
-        max_bytes: int,
-        follower: bool,
-    ) -> None:
-        self.name = name
-        self.topic_error = topic_error
-        self.index = index
-        self.fetch_offset = offset
-        self.max_bytes = max_bytes
-        self.follower = follower  # a replica's fetch: read to the log end
-        self.error = ErrorCode.NONE  # leadership or epoch refusal, decided once per request
-        self.response = PartitionData(partition_index=index)
-        self.seen_end = -1  # the partition's readable end at the last read
-
-
 def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:
     version = ctx.api_version
-    if version >= 7 and request.session_epoch not in (0, -1):
-        return FetchResponse(
-            throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
-        )
     broker = ctx.broker
     logs = broker.logs
     topology = broker.topology
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     follower = replica_id >= 0 and broker.cluster is not None
     committed = request.isolation_level == READ_COMMITTED
-    topics: list[FetchableTopicResponse] = []
-    wanted: list[_Wanted] = []
-    for topic in request.topics:
-        if version >= 13:
-            info = logs.topic_by_id(topic.topic_id)
-            name = info.name if info is not None else None
-            topic_error = ErrorCode.UNKNOWN_TOPIC_ID
-        else:
-            name = topic.topic
-            topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        entries: list[PartitionData] = []
-        topics.append(
-            FetchableTopicResponse(
-                topic=topic.topic if version < 13 else "",
-                topic_id=topic.topic_id if version >= 13 else ZERO_UUID,
-                partitions=entries,
-            )
-        )
-        for p in topic.partitions:
-            w = _Wanted(name, topic_error, p.partition, p.fetch_offset, p.partition_max_bytes, follower)
-            wanted.append(w)
-            entries.append(w.response)
-            if name is None:
-                continue
-            w.error = topology.leader_error(name, p.partition, p.current_leader_epoch)
-            if follower and w.error is ErrorCode.NONE and broker.cluster is not None:
-                # The follower's fetch offset is its log end: record its progress (it may join the ISR, the
-                # high watermark may advance) before reading (Partition.updateFollowerFetchState).
-                w.error = broker.cluster.replicas.follower_fetched(
-                    name,
-                    p.partition,
-                    replica_id,
-                    fetch_offset=p.fetch_offset,
-                    log_start_offset=p.log_start_offset,
-                    broker_epoch=request.replica_state.replica_epoch if version >= 15 else -1,
+    uses_ids = version >= 13
+    sessions = broker.fetch_sessions
+    session: FetchSession | None = None
+    create_session = False
+    if version >= 7:
+        epoch = request.session_epoch
+        if epoch > INITIAL_EPOCH:
+            found = sessions.get(request.session_id, epoch, uses_ids, broker.clock.now_ms())
+            if isinstance(found, ErrorCode):
+                return FetchResponse(
+                    throttle_time_ms=0, error_code=found, session_id=INVALID_SESSION_ID, responses=[]
                 )
-    response = FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+            session = found
+        else:
+            if request.session_id:
+                sessions.remove(request.session_id)  # epoch 0 replaces it, -1 closes it
+            create_session = epoch == INITIAL_EPOCH
+    if session is None:
+        wanted = [
+            FetchPartitionState(
+                topic.topic_id if uses_ids else topic.topic,
+                p.partition,
+                p.fetch_offset,
+                p.log_start_offset,
+                p.partition_max_bytes,
+                p.current_leader_epoch,
+            )
+            for topic in request.topics
+            for p in topic.partitions
+        ]
+    else:
+        wanted = _continue_session(session, request, uses_ids)
+    names: dict[str | uuid.UUID, str | None] = {}
+    for w in wanted:
+        key = w.topic
+        if key in names:
+            name = names[key]
+        else:
+            if uses_ids:
+                assert isinstance(key, uuid.UUID)
+                info = logs.topic_by_id(key)
+                name = info.name if info is not None else None
+            else:
+                name = str(key)
+            names[key] = name
+        w.name = name
+        w.topic_error = ErrorCode.UNKNOWN_TOPIC_ID if uses_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        w.follower = follower
+        w.error = ErrorCode.NONE
+        w.response = PartitionData(partition_index=w.index)
+        if name is None:
+            continue
+        w.error = topology.leader_error(name, w.index, w.current_leader_epoch)
+        if follower and w.error is ErrorCode.NONE and broker.cluster is not None:
+            # The follower's fetch offset is its log end: record its progress (it may join the ISR, the
+            # high watermark may advance) before reading (Partition.updateFollowerFetchState). A session's
+            # partitions the request does not name are fetched at their cached offsets.
+            w.error = broker.cluster.replicas.follower_fetched(
+                name,
+                w.index,
+                replica_id,
+                fetch_offset=w.fetch_offset,
+                log_start_offset=w.log_start_offset,
+                broker_epoch=request.replica_state.replica_epoch if version >= 15 else -1,
+            )
+
+    def respond() -> FetchResponse:
+        """The response: every partition of a full fetch (creating the session it asked for), or the
+        session's partitions with something new."""
+        session_id = INVALID_SESSION_ID
+        if session is not None:
+            session_id = session.id
+            answered = [w for w in wanted if w.must_respond()]
+        else:
+            answered = wanted
+            if create_session:
+                for w in wanted:
+                    w.must_respond()  # (remembers what this response tells the fetcher)
+                session_id = sessions.create(
+                    follower, uses_ids, {(w.topic, w.index): w for w in wanted}, broker.clock.now_ms()
+                )
+        topics: list[FetchableTopicResponse] = []
+        last: str | uuid.UUID | None = None
+        entries: list[PartitionData] = []
+        for w in answered:
+            if w.topic != last or not topics:
+                last = w.topic
+                entries = []
+                topics.append(
+                    FetchableTopicResponse(
+                        topic="" if uses_ids else str(w.topic),
+                        topic_id=w.topic if isinstance(w.topic, uuid.UUID) else ZERO_UUID,
+                        partitions=entries,
+                    )
+                )
+            entries.append(w.response)
+        return FetchResponse(
+            throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics
+        )
+
     limit = broker.fetch_max_bytes if version < 3 else min(request.max_bytes, broker.fetch_max_bytes)
 
     total, errors = _read(broker, wanted, limit, committed, version)
@@ -131,7 +160,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
         or not wanted
         or broker.stopping.done()
     ):
-        return response
+        return respond()
 
     async def long_poll() -> FetchResponse:
         loop = asyncio.get_running_loop()
@@ -169,12 +198,42 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
                 continue
             total, errors = _read(broker, wanted, limit, committed, version)
             if total >= request.min_bytes or errors or expired:
-                return response
+                return respond()
 
     return long_poll()
 
 
-def _grown(broker: BrokerPort, wanted: list[_Wanted], committed: bool) -> bool:
+def _continue_session(
+    session: FetchSession, request: FetchRequest, uses_ids: bool
+) -> list[FetchPartitionState]:
+    """Apply an incremental request to its session: the partitions named are added or updated, the
+    forgotten ones removed. Returns the session's partitions, all of which this request fetches."""
+    partitions = session.partitions
+    for topic in request.topics:
+        key = topic.topic_id if uses_ids else topic.topic
+        for p in topic.partitions:
+            cached = partitions.get((key, p.partition))
+            if cached is None:
+                partitions[(key, p.partition)] = FetchPartitionState(
+                    key,
+                    p.partition,
+                    p.fetch_offset,
+                    p.log_start_offset,
+                    p.partition_max_bytes,
+                    p.current_leader_epoch,
+                )
+            else:
+                cached.update(
+                    p.fetch_offset, p.log_start_offset, p.partition_max_bytes, p.current_leader_epoch
+                )
+    for forgotten in request.forgotten_topics_data:
+        key = forgotten.topic_id if uses_ids else forgotten.topic
+        for index in forgotten.partitions:
+            partitions.pop((key, index), None)
+    return list(partitions.values())
+
+
+def _grown(broker: BrokerPort, wanted: list[FetchPartitionState], committed: bool) -> bool:
     """Has any partition grown (or vanished) since it was last read?"""
     logs = broker.logs
     for w in wanted:
@@ -188,7 +247,7 @@ def _grown(broker: BrokerPort, wanted: list[_Wanted], committed: bool) -> bool:
 
 
 def _read(
-    broker: BrokerPort, wanted: list[_Wanted], limit: int, committed: bool, version: int
+    broker: BrokerPort, wanted: list[FetchPartitionState], limit: int, committed: bool, version: int
 ) -> tuple[int, bool]:
     """Fill every response entry from the logs; returns (record bytes returned, whether any entry failed)."""
     logs = broker.logs
@@ -243,7 +302,7 @@ def _read(
     return total, errors
 
 
-def _readable_end(plog: PartitionLog, w: _Wanted, committed: bool) -> int:
+def _readable_end(plog: PartitionLog, w: FetchPartitionState, committed: bool) -> int:
     """How far this fetcher may read: a follower to the log end, a consumer to the high watermark (the last
     stable offset under read_committed)."""
     if w.follower:
