@@ -25,7 +25,7 @@ from typing import Final
 
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
-from regroup.protocol.messages.fetch import PartitionData
+from regroup.protocol.messages.fetch import FetchPartition, PartitionData
 
 __all__ = ["FetchPartitionState", "FetchSession", "FetchSessionCache"]
 
@@ -81,13 +81,24 @@ class FetchPartitionState:
         self.sent_high_watermark = -1
         self.sent_log_start_offset = -1
 
-    def update(
-        self, fetch_offset: int, log_start_offset: int, max_bytes: int, current_leader_epoch: int
-    ) -> None:
-        self.fetch_offset = fetch_offset
-        self.log_start_offset = log_start_offset
-        self.max_bytes = max_bytes
-        self.current_leader_epoch = current_leader_epoch
+    @classmethod
+    def requested(cls, topic: str | uuid.UUID, p: FetchPartition) -> FetchPartitionState:
+        """The partition as a request names it (``topic``: its name before v13, its id from v13)."""
+        return cls(
+            topic,
+            p.partition,
+            p.fetch_offset,
+            p.log_start_offset,
+            p.partition_max_bytes,
+            p.current_leader_epoch,
+        )
+
+    def update(self, p: FetchPartition) -> None:
+        """What an incremental request says of the partition now."""
+        self.fetch_offset = p.fetch_offset
+        self.log_start_offset = p.log_start_offset
+        self.max_bytes = p.partition_max_bytes
+        self.current_leader_epoch = p.current_leader_epoch
 
     def must_respond(self) -> bool:
         """Whether the response must name this partition, and remember what it tells the fetcher: records,

@@ -69,14 +69,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
             create_session = epoch == INITIAL_EPOCH
     if session is None:
         wanted = [
-            FetchPartitionState(
-                topic.topic_id if uses_ids else topic.topic,
-                p.partition,
-                p.fetch_offset,
-                p.log_start_offset,
-                p.partition_max_bytes,
-                p.current_leader_epoch,
-            )
+            FetchPartitionState.requested(topic.topic_id if uses_ids else topic.topic, p)
             for topic in request.topics
             for p in topic.partitions
         ]
@@ -214,18 +207,9 @@ def _continue_session(
         for p in topic.partitions:
             cached = partitions.get((key, p.partition))
             if cached is None:
-                partitions[(key, p.partition)] = FetchPartitionState(
-                    key,
-                    p.partition,
-                    p.fetch_offset,
-                    p.log_start_offset,
-                    p.partition_max_bytes,
-                    p.current_leader_epoch,
-                )
+                partitions[(key, p.partition)] = FetchPartitionState.requested(key, p)
             else:
-                cached.update(
-                    p.fetch_offset, p.log_start_offset, p.partition_max_bytes, p.current_leader_epoch
-                )
+                cached.update(p)
     for forgotten in request.forgotten_topics_data:
         key = forgotten.topic_id if uses_ids else forgotten.topic
         for index in forgotten.partitions:
