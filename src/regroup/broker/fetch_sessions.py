@@ -48,6 +48,8 @@ class FetchPartitionState:
         "log_start_offset",
         "max_bytes",
         "name",
+        "named",
+        "quiet",
         "response",
         "seen_end",
         "sent_high_watermark",
@@ -77,6 +79,8 @@ class FetchPartitionState:
         self.follower = False  # a replica's fetch: read to the log end
         self.error = ErrorCode.NONE  # leadership or epoch refusal, decided once per request
         self.response = PartitionData(partition_index=index)
+        self.named = True  # by the current request (a session's other partitions are fetched too)
+        self.quiet = False  # not named, and nothing new since the fetcher was last told: not read
         self.seen_end = -1  # the partition's readable end at the last read
         self.sent_high_watermark = -1
         self.sent_log_start_offset = -1

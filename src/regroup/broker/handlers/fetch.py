@@ -92,7 +92,6 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
         w.topic_error = ErrorCode.UNKNOWN_TOPIC_ID if uses_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         w.follower = follower
         w.error = ErrorCode.NONE
-        w.response = PartitionData(partition_index=w.index)
         if name is None:
             continue
         w.error = topology.leader_error(name, w.index, w.current_leader_epoch)
@@ -115,7 +114,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
         session_id = INVALID_SESSION_ID
         if session is not None:
             session_id = session.id
-            answered = [w for w in wanted if w.must_respond()]
+            answered = [w for w in wanted if not w.quiet and w.must_respond()]
         else:
             answered = wanted
             if create_session:
@@ -202,6 +201,8 @@ def _continue_session(
     """Apply an incremental request to its session: the partitions named are added or updated, the
     forgotten ones removed. Returns the session's partitions, all of which this request fetches."""
     partitions = session.partitions
+    for w in partitions.values():
+        w.named = False
     for topic in request.topics:
         key = topic.topic_id if uses_ids else topic.topic
         for p in topic.partitions:
@@ -210,6 +211,7 @@ def _continue_session(
                 partitions[(key, p.partition)] = FetchPartitionState.requested(key, p)
             else:
                 cached.update(p)
+                cached.named = True
     for forgotten in request.forgotten_topics_data:
         key = forgotten.topic_id if uses_ids else forgotten.topic
         for index in forgotten.partitions:
@@ -233,14 +235,27 @@ def _grown(broker: BrokerPort, wanted: list[FetchPartitionState], committed: boo
 def _read(
     broker: BrokerPort, wanted: list[FetchPartitionState], limit: int, committed: bool, version: int
 ) -> tuple[int, bool]:
-    """Fill every response entry from the logs; returns (record bytes returned, whether any entry failed)."""
+    """Fill the response entries from the logs; returns (record bytes returned, whether any entry failed).
+    A session's partition the request does not name is left alone (``quiet``) while the fetcher is at its
+    readable end and has been told its high watermark and log start offset: it has nothing to answer."""
     logs = broker.logs
     total = 0
     errors = False
     min_one = True  # until a partition returns data, one whole batch may exceed the limits
     for w in wanted:
-        r = w.response
         plog = logs.partition(w.name, w.index) if w.name is not None else None
+        if (
+            not w.named
+            and plog is not None
+            and w.error is ErrorCode.NONE
+            and w.fetch_offset == w.seen_end == _readable_end(plog, w, committed)
+            and plog.high_watermark == w.sent_high_watermark
+            and plog.log_start_offset == w.sent_log_start_offset
+        ):
+            w.quiet = True
+            continue
+        w.quiet = False
+        r = w.response = PartitionData(partition_index=w.index)
         if plog is None:
             _fail(r, w.topic_error if w.name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             errors = True
