@@ -30,6 +30,7 @@ def _bench_produce_fetch(args: argparse.Namespace) -> int:
         records=args.records,
         record_bytes=args.record_bytes,
         partitions=args.partitions,
+        busy_partitions=args.busy_partitions,
         compression=args.compression,
         linger_ms=args.linger_ms,
         broker_overrides=args.broker_override,
@@ -131,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--records", type=int, default=100_000, help="records to produce (default: 100000)")
     pf.add_argument("--record-bytes", type=int, default=1024, help="value size in bytes (default: 1024)")
     pf.add_argument("--partitions", type=int, default=6, help="partitions of the topic (default: 6)")
+    pf.add_argument(
+        "--busy-partitions",
+        type=int,
+        default=0,
+        help="produce to only this many of the partitions, the rest stay idle (default: all); one busy "
+        "partition of a wide replicated topic measures what each replication round trip costs",
+    )
     pf.add_argument(
         "--compression",
         default="none",

@@ -49,6 +49,14 @@ def test_members_talk_to_their_coordinator_on_every_node(
     assert metrics[("saturation", "broker event-loop lag p99 (bucket bound)")] is not None
 
 
+def test_one_busy_partition_of_a_wide_replicated_topic(regroup_cluster: ClusterTarget) -> None:
+    result = measure(
+        regroup_cluster.bootstrap, records=300, partitions=40, busy_partitions=1, replication_factor=2
+    )
+    assert (result.partitions, result.busy_partitions, result.replication_factor) == (40, 1, 2)
+    assert result.produce_records_per_s > 0
+
+
 def test_coordinator_failover_is_timed_without_a_rebalance(regroup_cluster: ClusterTarget) -> None:
     (round_,) = run_rounds(regroup_cluster, members=2, partitions=2, rounds=1, timeout=90.0, progress=False)
     assert round_.new_coordinator not in (None, round_.killed)

@@ -33,6 +33,7 @@ class ProduceFetchResult:
     records: int
     record_bytes: int
     partitions: int
+    busy_partitions: int
     replication_factor: int
     compression: str
     produce_seconds: float
@@ -84,6 +85,7 @@ def run(
     records: int = 100_000,
     record_bytes: int = 1024,
     partitions: int = 6,
+    busy_partitions: int = 0,
     replication_factor: int = -1,
     compression: str = "none",
     linger_ms: int = 5,
@@ -100,6 +102,7 @@ def run(
             records=records,
             record_bytes=record_bytes,
             partitions=partitions,
+            busy_partitions=busy_partitions,
             replication_factor=replication_factor,
             compression=compression,
             linger_ms=linger_ms,
@@ -114,6 +117,7 @@ def measure(
     records: int = 100_000,
     record_bytes: int = 1024,
     partitions: int = 6,
+    busy_partitions: int = 0,
     replication_factor: int = -1,
     compression: str = "none",
     linger_ms: int = 5,
@@ -177,6 +181,7 @@ def measure(
             "queue.buffering.max.messages": 200_000,
         }
     )
+    busy = busy_partitions if 0 < busy_partitions < partitions else partitions
     latencies: list[float] = []
     failures: list[Any] = []
     padding = os.urandom(max(0, record_bytes - _STAMP.size))
@@ -197,7 +202,7 @@ def measure(
         value = _STAMP.pack(time.perf_counter_ns()) + padding
         while True:
             try:
-                producer.produce(topic, value, partition=i % partitions, on_delivery=delivered)
+                producer.produce(topic, value, partition=i % busy, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.005)
@@ -214,6 +219,7 @@ def measure(
         records=records,
         record_bytes=record_bytes,
         partitions=partitions,
+        busy_partitions=busy,
         replication_factor=replication_factor,
         compression=compression,
         produce_seconds=round(produce_seconds, 3),
@@ -250,6 +256,7 @@ def main(
     partitions: int,
     compression: str,
     linger_ms: int,
+    busy_partitions: int = 0,
     broker_overrides: Sequence[str] = (),
     broker: str = "regroup",
     against: str | None = None,
@@ -267,6 +274,7 @@ def main(
                 records=records,
                 record_bytes=record_bytes,
                 partitions=partitions,
+                busy_partitions=busy_partitions,
                 replication_factor=replication_factor,
                 compression=compression,
                 linger_ms=linger_ms,
@@ -280,7 +288,9 @@ def main(
     rf = "broker default" if first.replication_factor < 0 else str(first.replication_factor)
     print(
         f"produce-fetch: {first.records} x {first.record_bytes} B records, acks=all, "
-        f"{first.partitions} partitions, replication factor {rf}, compression {first.compression}"
+        f"{first.partitions} partitions"
+        + (f" ({first.busy_partitions} written)" if first.busy_partitions < first.partitions else "")
+        + f", replication factor {rf}, compression {first.compression}"
     )
     for kind, r in zip(kinds, results, strict=True):
         overrides = f" with {', '.join(r.broker_overrides)}" if r.broker_overrides else ""
