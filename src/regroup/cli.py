@@ -31,6 +31,7 @@ def _bench_produce_fetch(args: argparse.Namespace) -> int:
         record_bytes=args.record_bytes,
         partitions=args.partitions,
         busy_partitions=args.busy_partitions,
+        sequential=args.sequential,
         compression=args.compression,
         linger_ms=args.linger_ms,
         broker_overrides=args.broker_override,
@@ -138,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="produce to only this many of the partitions, the rest stay idle (default: all); one busy "
         "partition of a wide replicated topic measures what each replication round trip costs",
+    )
+    pf.add_argument(
+        "--sequential",
+        action="store_true",
+        help="wait for each record's acknowledgement before sending the next: records/s is then one over "
+        "the produce round trip (with acks=all and replicas, one replication round trip)",
     )
     pf.add_argument(
         "--compression",

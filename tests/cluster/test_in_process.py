@@ -4,6 +4,7 @@ their ``__consumer_offsets`` partition, and leadership moving when a node stops 
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -183,3 +184,39 @@ def test_acks_all_needs_min_insync_replicas_and_acks_1_does_not(tmp_path: Path) 
         assert errors == ["NOT_ENOUGH_REPLICAS"]
         # acks=1 only needs the leader.
         assert produce(cluster.bootstrap_servers, "strict", [b"y"], acks="1") == [(0, 0)]
+
+
+def test_a_quiet_partition_keeps_its_followers_caught_up_while_their_fetches_do_not_name_it(
+    tmp_path: Path,
+) -> None:
+    # Followers fetch in sessions; while partition 0 takes writes, their fetches name only partition 0 and
+    # the leader of partition 1 still refreshes their caught-up clocks for it (Kafka's fetches do so at
+    # every fetch, at least every replica.fetch.wait.max.ms).
+    with in_process_cluster(tmp_path) as cluster:
+        create(cluster, "quiet", 2)
+        producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+        producer.produce("quiet", b"first", partition=1)
+        assert producer.flush(30) == 0
+        busy_until = time.monotonic() + 5
+        while time.monotonic() < busy_until:
+            producer.produce("quiet", b"x", partition=0)
+            assert producer.flush(30) == 0
+
+        def stale_followers() -> list[tuple[int, int | None]]:
+            leader = cluster.image().leader_of("quiet", 1)
+            broker = cluster.brokers[leader]
+            assert broker.cluster is not None
+            state = broker.cluster.replicas.leader_state("quiet", 1)
+            assert state is not None
+            now = broker.clock.now_ms()
+            followers = [(r, state.follower(r)) for r in state.replicas if r != leader]
+            return [
+                (r, None if f is None else f.last_caught_up_time_ms)
+                for r, f in followers
+                if f is None or f.last_caught_up_time_ms is None or now - f.last_caught_up_time_ms > 3000
+            ]
+
+        assert cluster.call(stale_followers) == []
+        record = cluster.image().partition("quiet", 1)
+        assert record is not None
+        assert len(record.isr) == 3

@@ -1,11 +1,13 @@
 """``regroup bench produce-fetch``: producer and consumer throughput and latency through a broker or cluster.
 
-A confluent-kafka (librdkafka) producer writes N records of a fixed size with acks=all while an assign-mode
-consumer reads them back concurrently. Each value starts with the producer's send time, so the consumer
-measures end-to-end latency (send → fetched). Produce latency is send → delivery report. Without
-``--bootstrap`` the benchmark starts the broker — ``regroup serve`` or the Apache Kafka reference broker,
-or with ``--nodes`` a cluster of either — on free ports with temporary data; ``--against kafka`` runs the
-same measurement on Kafka afterwards (one broker or cluster alive at a time) and prints ratios.
+A confluent-kafka (librdkafka) producer writes N records of a fixed size with acks=all (to every partition
+of the topic, or to the first ``--busy-partitions``; ``--sequential``: each acknowledged before the next is
+sent) while an assign-mode consumer reads them back concurrently. Each value starts with the producer's
+send time, so the consumer measures end-to-end latency (send → fetched). Produce latency is send →
+delivery report. Without ``--bootstrap`` the benchmark starts the broker — ``regroup serve`` or the Apache
+Kafka reference broker, or with ``--nodes`` a cluster of either — on free ports with temporary data;
+``--against kafka`` runs the same measurement on Kafka afterwards (one broker or cluster alive at a time)
+and prints ratios.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class ProduceFetchResult:
     record_bytes: int
     partitions: int
     busy_partitions: int
+    sequential: bool
     replication_factor: int
     compression: str
     produce_seconds: float
@@ -86,6 +89,7 @@ def run(
     record_bytes: int = 1024,
     partitions: int = 6,
     busy_partitions: int = 0,
+    sequential: bool = False,
     replication_factor: int = -1,
     compression: str = "none",
     linger_ms: int = 5,
@@ -103,6 +107,7 @@ def run(
             record_bytes=record_bytes,
             partitions=partitions,
             busy_partitions=busy_partitions,
+            sequential=sequential,
             replication_factor=replication_factor,
             compression=compression,
             linger_ms=linger_ms,
@@ -118,6 +123,7 @@ def measure(
     record_bytes: int = 1024,
     partitions: int = 6,
     busy_partitions: int = 0,
+    sequential: bool = False,
     replication_factor: int = -1,
     compression: str = "none",
     linger_ms: int = 5,
@@ -206,7 +212,10 @@ def measure(
                 break
             except BufferError:
                 producer.poll(0.005)
-        producer.poll(0)
+        if sequential:
+            producer.flush(60)
+        else:
+            producer.poll(0)
     producer.flush(300)
     produce_seconds = time.perf_counter() - started
     consumed.wait(300)
@@ -220,6 +229,7 @@ def measure(
         record_bytes=record_bytes,
         partitions=partitions,
         busy_partitions=busy,
+        sequential=sequential,
         replication_factor=replication_factor,
         compression=compression,
         produce_seconds=round(produce_seconds, 3),
@@ -257,6 +267,7 @@ def main(
     compression: str,
     linger_ms: int,
     busy_partitions: int = 0,
+    sequential: bool = False,
     broker_overrides: Sequence[str] = (),
     broker: str = "regroup",
     against: str | None = None,
@@ -275,6 +286,7 @@ def main(
                 record_bytes=record_bytes,
                 partitions=partitions,
                 busy_partitions=busy_partitions,
+                sequential=sequential,
                 replication_factor=replication_factor,
                 compression=compression,
                 linger_ms=linger_ms,
@@ -291,6 +303,7 @@ def main(
         f"{first.partitions} partitions"
         + (f" ({first.busy_partitions} written)" if first.busy_partitions < first.partitions else "")
         + f", replication factor {rf}, compression {first.compression}"
+        + (", one record at a time" if first.sequential else "")
     )
     for kind, r in zip(kinds, results, strict=True):
         overrides = f" with {', '.join(r.broker_overrides)}" if r.broker_overrides else ""

@@ -40,6 +40,7 @@ class FetchPartitionState:
     and — in a session — what the fetcher was last told (to answer only what changed)."""
 
     __slots__ = (
+        "bookkept_ms",
         "current_leader_epoch",
         "error",
         "fetch_offset",
@@ -82,6 +83,7 @@ class FetchPartitionState:
         self.named = True  # by the current request (a session's other partitions are fetched too)
         self.quiet = False  # not named, and nothing new since the fetcher was last told: not read
         self.seen_end = -1  # the partition's readable end at the last read
+        self.bookkept_ms = -(2**62)  # when a follower's fetch of it last reached the leader's bookkeeping
         self.sent_high_watermark = -1
         self.sent_log_start_offset = -1
 

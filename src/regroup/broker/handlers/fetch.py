@@ -39,6 +39,10 @@ from regroup.protocol.messages.fetch import (
 from regroup.protocol.primitives import ZERO_UUID
 
 READ_COMMITTED: Final = 1
+# How stale a caught-up follower's caught-up clock may get while its fetches do not name a partition at the
+# leader's log end: at most what a long-polling follower's own fetches leave it in Kafka (the default
+# replica.fetch.wait.max.ms), far inside replica.lag.time.max.ms.
+QUIET_FOLLOWER_REFRESH_MS: Final = 500
 INT32_MAX: Final = 2**31 - 1
 
 
@@ -76,6 +80,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
     else:
         wanted = _continue_session(session, request, uses_ids)
     names: dict[str | uuid.UUID, str | None] = {}
+    now_ms = broker.clock.now_ms()
     for w in wanted:
         key = w.topic
         if key in names:
@@ -96,6 +101,16 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
             continue
         w.error = topology.leader_error(name, w.index, w.current_leader_epoch)
         if follower and w.error is ErrorCode.NONE and broker.cluster is not None:
+            if (
+                not w.named
+                and now_ms - w.bookkept_ms < QUIET_FOLLOWER_REFRESH_MS
+                and (plog := logs.partition(name, w.index)) is not None
+                and w.fetch_offset == plog.log_end_offset
+            ):
+                # A session's partition the fetch does not name, at the leader's log end: the follower is
+                # caught up and its fetch changes nothing but the caught-up clock, refreshed at least every
+                # QUIET_FOLLOWER_REFRESH_MS.
+                continue
             # The follower's fetch offset is its log end: record its progress (it may join the ISR, the
             # high watermark may advance) before reading (Partition.updateFollowerFetchState). A session's
             # partitions the request does not name are fetched at their cached offsets.
@@ -107,6 +122,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
                 log_start_offset=w.log_start_offset,
                 broker_epoch=request.replica_state.replica_epoch if version >= 15 else -1,
             )
+            w.bookkept_ms = now_ms
 
     def respond() -> FetchResponse:
         """The response: every partition of a full fetch (creating the session it asked for), or the
