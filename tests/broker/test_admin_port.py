@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from broker.support import BrokerThread
+from broker.test_data_apis import create
+from broker.test_fetch_sessions import fetch
 from regroup.broker.config import BrokerConfig, ConfigError
 from regroup.broker.state import Broker
 from regroup.client.blocking import BlockingConnection
@@ -310,3 +312,16 @@ def test_consumer_groups_are_counted_and_their_epoch_bumps_shown(broker: BrokerT
         assert [g["cause"]["kind"] for g in generations] == ["member_joined", "member_joined", "member_left"]
         assert generations[0]["members"][0]["member_id"] == "a"
         assert generations[-1]["group_epoch"] > a.member_epoch
+
+
+def test_fetch_sessions_are_counted(broker: BrokerThread) -> None:
+    with BlockingConnection(broker.address) as conn:
+        topic_id = create(conn, "sessions", 3)
+        first = fetch(conn, topic_id, {0: 0, 1: 0}, session_id=0, epoch=0).session_id
+        fetch(conn, topic_id, {2: 0}, session_id=0, epoch=0)
+        assert first != 0
+    samples = scrape(base_url(broker))
+    prefix = "kafka_server_fetchsessioncache"
+    assert samples[(f"{prefix}_numincrementalfetchsessions", ())] == 2
+    assert samples[(f"{prefix}_numincrementalfetchpartitionscached", ())] == 3
+    assert samples[(f"{prefix}_incrementalfetchsessionevictions_total", ())] == 0

@@ -201,7 +201,29 @@ class BrokerCollector:
         return _select(produced, names)
 
     def _view_free(self) -> list[Metric]:
-        return [*self._request_metrics(), *self._connection_metrics(), self._loop_lag_metric()]
+        return [
+            *self._request_metrics(),
+            *self._connection_metrics(),
+            *self._fetch_session_metrics(),
+            self._loop_lag_metric(),
+        ]
+
+    def _fetch_session_metrics(self) -> Iterator[Metric]:
+        cache = self._broker.fetch_sessions
+        prefix = "kafka_server_fetchsessioncache"
+        yield GaugeMetricFamily(
+            f"{prefix}_numincrementalfetchsessions", "Incremental fetch sessions cached.", value=len(cache)
+        )
+        yield GaugeMetricFamily(
+            f"{prefix}_numincrementalfetchpartitionscached",
+            "Partitions cached across all incremental fetch sessions.",
+            value=cache.partitions,
+        )
+        yield CounterMetricFamily(
+            f"{prefix}_incrementalfetchsessionevictions",
+            "Incremental fetch sessions evicted to make room for another.",
+            value=cache.evictions,
+        )
 
     def _loop_lag_metric(self) -> Metric:
         lag = self._loop_lag
