@@ -225,3 +225,19 @@ def test_epochs_advance_and_wrap(epoch: int) -> None:
     session.epoch = epoch
     assert cache.get(sid, epoch, False, now_ms=0) is session
     assert session.epoch == (1 if epoch == 2**31 - 1 else epoch + 1)
+
+
+def test_a_session_keeps_no_records_once_answered(broker: BrokerThread, conn: BlockingConnection) -> None:
+    tid = create(conn, "mem", 2)
+    produce(conn, "mem", batch(b"x" * 10_000), partition=0)
+    session = fetch(conn, tid, {0: 0, 1: 0}, session_id=0, epoch=0).session_id
+    produce(conn, "mem", batch(b"y" * 10_000), partition=1)
+    assert values(answered(fetch(conn, tid, {0: 1}, session_id=session, epoch=1))[1].records) == [
+        b"y" * 10_000
+    ]
+
+    def kept() -> list[bytes | None]:
+        (cached,) = [s for s in broker.broker.fetch_sessions if s.id == session]
+        return [w.response.records for w in cached.partitions.values()]
+
+    assert not any(broker.call(kept))

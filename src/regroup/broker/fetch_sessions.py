@@ -27,10 +27,13 @@ from regroup.protocol.errors import ErrorCode
 from regroup.protocol.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from regroup.protocol.messages.fetch import FetchPartition, PartitionData
 
-__all__ = ["FetchPartitionState", "FetchSession", "FetchSessionCache"]
+__all__ = ["NO_RESPONSE", "FetchPartitionState", "FetchSession", "FetchSessionCache"]
 
 EVICTION_MS: Final = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 _INT32_MAX: Final = 2**31 - 1
+
+# A partition's response entry between requests (never written to: each read builds a new entry).
+NO_RESPONSE: Final = PartitionData()
 
 SessionKey = tuple[str | uuid.UUID, int]  # (topic name before Fetch v13, topic id from v13; partition)
 
@@ -79,7 +82,7 @@ class FetchPartitionState:
         self.topic_error = ErrorCode.NONE
         self.follower = False  # a replica's fetch: read to the log end
         self.error = ErrorCode.NONE  # leadership or epoch refusal, decided once per request
-        self.response = PartitionData(partition_index=index)
+        self.response = NO_RESPONSE
         self.named = True  # by the current request (a session's other partitions are fetched too)
         self.quiet = False  # not named, and nothing new since the fetcher was last told: not read
         self.seen_end = -1  # the partition's readable end at the last read

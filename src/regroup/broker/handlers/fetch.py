@@ -24,7 +24,7 @@ from collections.abc import Awaitable
 from typing import Final
 
 from regroup.broker.context import BrokerPort, RequestContext
-from regroup.broker.fetch_sessions import FetchPartitionState, FetchSession
+from regroup.broker.fetch_sessions import NO_RESPONSE, FetchPartitionState, FetchSession
 from regroup.broker.handlers import HandlerRegistry
 from regroup.log import PartitionLog, ReadResult
 from regroup.protocol.api_keys import ApiKey
@@ -154,6 +154,11 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
                     )
                 )
             entries.append(w.response)
+        if session_id != INVALID_SESSION_ID:
+            # The session outlives the response: it must not keep the records sent (a response's worth
+            # per session) after they are written.
+            for w in wanted:
+                w.response = NO_RESPONSE
         return FetchResponse(
             throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics
         )
