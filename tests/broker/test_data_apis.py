@@ -286,7 +286,7 @@ def test_fetch_long_poll_times_out_empty(conn: BlockingConnection) -> None:
     elapsed = time.monotonic() - started
     assert part.error_code == 0
     assert part.records == b""
-    assert 0.25 <= elapsed < 2
+    assert 0.25 <= elapsed < 10  # (a generous bound: the machine may be loaded)
 
 
 def test_fetch_long_poll_wakes_on_append(broker: BrokerThread, conn: BlockingConnection) -> None:
