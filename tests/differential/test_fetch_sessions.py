@@ -3,6 +3,7 @@ on each broker, compared answer by answer (session ids only as "a session" or "n
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -31,7 +32,16 @@ def script(address: tuple[str, int]) -> list[Any]:
     out: list[Any] = []
     with BlockingConnection(address) as conn:
         tid = create(conn, name, 3)
-        produce(conn, name, batch(b"a"), partition=0)
+        # Kafka answers NOT_LEADER_OR_FOLLOWER until the new partitions' leaders are ready.
+        deadline = time.monotonic() + 60
+        while True:
+            message, version = request(tid, {0: 0, 1: 0, 2: 0}, session_id=0, epoch=-1)
+            ready = conn.request(message, FetchResponse, version=version)
+            if all(p.error_code == 0 for t in ready.responses for p in t.partitions):
+                break
+            assert time.monotonic() < deadline, ready
+            time.sleep(0.1)
+        assert produce(conn, name, batch(b"a"), partition=0).error_code == 0
 
         def step(topic: str | uuid.UUID, offsets: dict[int, int], **kw: Any) -> int:
             message, version = request(topic, offsets, **kw)
@@ -52,7 +62,7 @@ def script(address: tuple[str, int]) -> list[Any]:
 
         session = step(tid, {0: 0, 1: 0, 2: 0}, session_id=0, epoch=0)
         step(tid, {0: 1}, session_id=session, epoch=1)  # nothing new
-        produce(conn, name, batch(b"b", b"c"), partition=2)
+        assert produce(conn, name, batch(b"b", b"c"), partition=2).error_code == 0
         step(tid, {}, session_id=session, epoch=2)  # partition 2 only
         step(tid, {2: 2}, session_id=session, epoch=3)
         step(tid, {}, session_id=session, epoch=3)  # the epoch again
@@ -60,7 +70,7 @@ def script(address: tuple[str, int]) -> list[Any]:
         step(name, {}, session_id=session, epoch=4, version=12)  # by name in a session with ids
         step(tid, {1: 7}, session_id=session, epoch=4, forget=[0])  # out of range, partition 0 forgotten
         step(tid, {}, session_id=session, epoch=5)  # the error is answered again
-        produce(conn, name, batch(b"d"), partition=0)
+        assert produce(conn, name, batch(b"d"), partition=0).error_code == 0
         step(tid, {1: 0}, session_id=session, epoch=6)  # partition 0 is forgotten: not answered
         step(tid, {0: 0, 1: 0}, session_id=session, epoch=-1)  # closes it: answered sessionless
         step(tid, {}, session_id=session, epoch=7)
