@@ -214,3 +214,34 @@ def _records(plog: PartitionLog) -> list[Record]:
         records += [r for b in batches for r in b.records if r.offset >= offset]
         offset = batches[-1].next_offset
     return records
+
+
+def test_a_dropped_load_gate_leaves_no_listener_behind_to_hide_the_next_one(tmp_path: Path) -> None:
+    """A new leader of ``__consumer_offsets`` loads once its high watermark reaches the log end. A load that
+    was dropped (the node resigned, or its session lapsed) must not keep a listener that, removing itself,
+    makes the next election's gate miss the move it waits for — its groups would answer
+    COORDINATOR_LOAD_IN_PROGRESS until something else wrote to the partition, and nothing does."""
+    from regroup.broker.state import _replicated_to_end
+
+    plog = PartitionLog.open(tmp_path / "__consumer_offsets-0", LogConfig())
+    plog.replicated = True
+    plog.become_leader(1)
+    plog.append(_keyed(b"k", b"v"), now_ms=0)
+
+    async def scenario() -> None:
+        dropped = _replicated_to_end(plog)
+        dropped.cancel()
+        await asyncio.sleep(0)
+        assert plog.high_watermark_listeners == []
+        first = _replicated_to_end(plog)
+        second = _replicated_to_end(plog)
+        assert not first.done()
+        assert not second.done()
+        plog.set_high_watermark(plog.log_end_offset)
+        assert first.done()
+        assert second.done()
+        await asyncio.sleep(0)
+        assert plog.high_watermark_listeners == []
+
+    asyncio.run(scenario())
+    plog.close()

@@ -89,6 +89,10 @@ class ConfluentMember:
     def stop(self) -> CommitHistory:
         self._stop.set()
         self._thread.join(60)
+        # Closing a librdkafka consumer while another thread is inside commit() can block for good.
+        assert not self._thread.is_alive(), (
+            f"{self.history.name}: still inside poll or commit 60 s after being told to stop"
+        )
         self._consumer.close()
         return self.history
 

@@ -65,6 +65,25 @@ def test_high_watermark_listeners_hear_every_move(tmp_path: Path) -> None:
     plog.close()
 
 
+def test_a_listener_removing_itself_does_not_hide_the_move_from_the_next(tmp_path: Path) -> None:
+    plog = leader_with(tmp_path / "t-0", [(0, 2)])
+    heard: list[str] = []
+
+    def once() -> None:
+        heard.append("once")
+        plog.high_watermark_listeners.remove(once)
+        plog.append_listeners.remove(once)
+
+    for listeners in (plog.high_watermark_listeners, plog.append_listeners):
+        listeners.append(once)
+        listeners.append(lambda: heard.append("next"))
+    plog.set_high_watermark(2)
+    assert heard == ["once", "next"]
+    plog.append(batch(1, tag=9), now_ms=0)
+    assert heard == ["once", "next", "next"]
+    plog.close()
+
+
 def test_a_leader_stamps_its_epoch_and_records_where_it_starts(tmp_path: Path) -> None:
     plog = leader_with(tmp_path / "t-0", [(1, 2), (4, 1)])
     assert [tuple(e) for e in plog.epochs.entries] == [(1, 0), (4, 4)]

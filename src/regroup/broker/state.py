@@ -268,7 +268,7 @@ class Broker:
         plog = self.logs.partition(topic, partition)
         if cluster is None or plog is None or cluster.node.self_fenced:
             return
-        self.group_coordinator.on_election(partition, leader_epoch, ready=_replicated_to_end(plog))
+        self.group_coordinator.on_election(partition, leader_epoch, ready=lambda: _replicated_to_end(plog))
 
     def _on_resigned(self, topic: str, partition: int, leader_epoch: int) -> None:
         if topic == OFFSETS_TOPIC:
@@ -478,17 +478,21 @@ def _replicated_offsets_log(_partition: int, plog: PartitionLog) -> OffsetsLog:
 
 
 def _replicated_to_end(plog: PartitionLog) -> asyncio.Future[None]:
-    """Completes once the high watermark reaches the log end as it is now (every in-sync replica has it)."""
+    """Completes once the high watermark reaches the log end as it is now (every in-sync replica has it).
+    Its listener goes once the future is done, also when it is cancelled (the load it gated was dropped)."""
     target = plog.log_end_offset
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def check() -> None:
         if not done.done() and plog.high_watermark >= target:
             done.set_result(None)
-        if done.done() and check in plog.high_watermark_listeners:
+
+    def forget(_: object) -> None:
+        with contextlib.suppress(ValueError):
             plog.high_watermark_listeners.remove(check)
 
     plog.high_watermark_listeners.append(check)
+    done.add_done_callback(forget)
     check()
     return done
 

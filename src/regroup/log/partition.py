@@ -467,7 +467,8 @@ class PartitionLog:
             self._last_flush_ms = now_ms
 
     def _appended(self) -> None:
-        for listener in self.append_listeners:
+        # A snapshot: a listener may remove itself (or another) while they are told.
+        for listener in tuple(self.append_listeners):
             try:
                 listener()
             except Exception:
@@ -785,7 +786,8 @@ class PartitionLog:
         if offset == self._hw:
             return False
         self._hw = offset
-        for listener in self.high_watermark_listeners:
+        # A snapshot: a listener that removes itself must not make the next one miss this move.
+        for listener in tuple(self.high_watermark_listeners):
             try:
                 listener()
             except Exception:

@@ -276,11 +276,15 @@ class GroupCoordinator:
             log.info("Unloaded %s-%d", OFFSETS_TOPIC, partition)
 
     def on_election(
-        self, partition: int, leader_epoch: int, *, ready: Awaitable[object] | None = None
+        self,
+        partition: int,
+        leader_epoch: int,
+        *,
+        ready: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         """This node became the leader of ``__consumer_offsets-partition`` at ``leader_epoch``: load it
-        (once ``ready`` completes), unless a load for this or a newer epoch is under way or done (Kafka's
-        ``CoordinatorRuntime.scheduleLoadOperation``)."""
+        (once what ``ready()`` returns, called as the load starts, completes), unless a load for this or a
+        newer epoch is under way or done (Kafka's ``CoordinatorRuntime.scheduleLoadOperation``)."""
         if not self._running:
             return
         info = self._logs.topic(OFFSETS_TOPIC)
@@ -299,7 +303,9 @@ class GroupCoordinator:
         self._epochs[partition] = leader_epoch
         self._spawn(self._elect(partition, leader_epoch, ready))
 
-    async def _elect(self, partition: int, leader_epoch: int, ready: Awaitable[object] | None) -> None:
+    async def _elect(
+        self, partition: int, leader_epoch: int, ready: Callable[[], Awaitable[object]] | None
+    ) -> None:
         runner = self._runners.get(partition)
         if runner is not None and runner.state is not RunnerState.UNLOADED:
             await runner.unload()
@@ -308,7 +314,7 @@ class GroupCoordinator:
         if self.group_events is not None:
             await self.group_events.replay_partition(partition)
         log.info("Loading %s-%d (leader epoch %d)", OFFSETS_TOPIC, partition, leader_epoch)
-        self._start_runner(partition, ready)
+        self._start_runner(partition, None if ready is None else ready())
 
     def _leads_events_partition(self, partition: int) -> bool:
         """In a cluster the timeline is appended where ``__group_events-partition`` is led, which the
