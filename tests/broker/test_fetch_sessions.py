@@ -13,6 +13,7 @@ from broker.support import BrokerThread
 from broker.test_data_apis import batch, create, produce, values
 from regroup.broker.fetch_sessions import EVICTION_MS, FetchPartitionState, FetchSessionCache
 from regroup.client.blocking import BlockingConnection
+from regroup.cluster.topology import Topology
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.messages.fetch import (
     FetchPartition,
@@ -241,3 +242,54 @@ def test_a_session_keeps_no_records_once_answered(broker: BrokerThread, conn: Bl
         return [w.response.records for w in cached.partitions.values()]
 
     assert not any(broker.call(kept))
+
+
+class _Moving:
+    """The broker's topology, until ``move`` says a partition is led elsewhere now (a new token)."""
+
+    def __init__(self, inner: Topology) -> None:
+        self.inner = inner
+        self.moved: set[tuple[str, int]] = set()
+        self.asked: list[tuple[str, int]] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def leader_error(self, topic: str, partition: int, current_leader_epoch: int = -1) -> ErrorCode:
+        self.asked.append((topic, partition))
+        if (topic, partition) in self.moved:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return self.inner.leader_error(topic, partition, current_leader_epoch)
+
+    def leadership_token(self) -> object:
+        return len(self.moved)
+
+
+def test_a_quiet_partition_is_checked_again_once_leadership_changed(
+    broker: BrokerThread, conn: BlockingConnection
+) -> None:
+    tid = create(conn, "moving", 2)
+    produce(conn, "moving", batch(b"a"), partition=0)
+    moving = _Moving(broker.broker.topology)
+
+    def install() -> None:
+        broker.broker.topology = moving  # type: ignore[assignment]
+
+    def uninstall() -> None:
+        broker.broker.topology = moving.inner
+
+    broker.call(install)
+    try:
+        session = fetch(conn, tid, {0: 0, 1: 0}, session_id=0, epoch=0).session_id
+        assert answered(fetch(conn, tid, {0: 1}, session_id=session, epoch=1)) == {}
+        assert answered(fetch(conn, tid, {}, session_id=session, epoch=2)) == {}
+        moving.asked.clear()
+        # Nothing named, both quiet at the last fetch, leadership as it was: nothing to check or answer.
+        assert answered(fetch(conn, tid, {}, session_id=session, epoch=3)) == {}
+        assert moving.asked == []
+        moving.moved.add(("moving", 1))
+        moved = answered(fetch(conn, tid, {}, session_id=session, epoch=4))
+        assert {p: d.error_code for p, d in moved.items()} == {1: ErrorCode.NOT_LEADER_OR_FOLLOWER}
+        assert sorted(moving.asked) == [("moving", 0), ("moving", 1)]
+    finally:
+        broker.call(uninstall)

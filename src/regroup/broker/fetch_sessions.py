@@ -44,6 +44,7 @@ class FetchPartitionState:
 
     __slots__ = (
         "bookkept_ms",
+        "checked_under",
         "current_leader_epoch",
         "error",
         "fetch_offset",
@@ -87,6 +88,7 @@ class FetchPartitionState:
         self.quiet = False  # not named, and nothing new since the fetcher was last told: not read
         self.seen_end = -1  # the partition's readable end at the last read
         self.bookkept_ms = -(2**62)  # when a follower's fetch of it last reached the leader's bookkeeping
+        self.checked_under: object = None  # the leadership token its leadership was last found good under
         self.sent_high_watermark = -1
         self.sent_log_start_offset = -1
 

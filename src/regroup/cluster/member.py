@@ -66,6 +66,7 @@ class ClusterMember:
             lambda: self.node.image,
             lambda: self.node.self_fenced,
             self.replicas.leading_epoch,
+            lambda: self.replicas.leadership_changes,
         )
         self._started = False
         self._background: dict[str, asyncio.Task[None]] = {}

@@ -119,6 +119,8 @@ class ReplicaManager:
         self._on_resigned = on_resigned
         self._delete_topic = delete_topic
         self._leading: dict[TopicPartition, _Leading] = {}
+        # Bumped whenever a partition's leadership here starts or ends (what ``leading_epoch`` answers).
+        self.leadership_changes = 0
         self._following: dict[TopicPartition, Following] = {}
         self._follow_listeners: list[Callable[[dict[TopicPartition, Following]], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -302,6 +304,7 @@ class ReplicaManager:
         )
         leading = _Leading(topic, partition, plog, leader_state)
         self._leading[key] = leading
+        self.leadership_changes += 1
         leading.on_append = self._append_listener(leading)
         plog.append_listeners.append(leading.on_append)
         log.info(
@@ -330,6 +333,7 @@ class ReplicaManager:
         leading = self._leading.pop(key, None)
         if leading is None:
             return
+        self.leadership_changes += 1
         plog = leading.plog
         if leading.on_append in plog.append_listeners:
             plog.append_listeners.remove(leading.on_append)

@@ -95,6 +95,11 @@ class Topology(Protocol):
         NOT_LEADER_OR_FOLLOWER, or a leader-epoch error (:func:`check_leader_epoch`)."""
         ...
 
+    def leadership_token(self) -> object:
+        """A value equal to an earlier one only while no answer of :meth:`leader_error` for an existing
+        partition can have changed; None when answers may not be reused at all (a fenced node)."""
+        ...
+
 
 def _describe_info(info: TopicInfo) -> TopicDescription:
     return TopicDescription(info.name, info.topic_id, info.partitions, info.internal)
@@ -145,6 +150,9 @@ class LocalTopology:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return check_leader_epoch(0, current_leader_epoch)
 
+    def leadership_token(self) -> object:
+        return 0  # every partition that exists is led here, at epoch 0, for good
+
 
 def _describe_record(topic: TopicRecord) -> TopicDescription:
     return TopicDescription(topic.name, topic.topic_id, topic.partitions, topic.internal)
@@ -161,13 +169,16 @@ class ClusterTopology:
         image: Callable[[], ClusterImage],
         fenced: Callable[[], bool],
         leading: Callable[[str, int], int | None],
+        leadership_changes: Callable[[], int] | None = None,
     ) -> None:
         """``leading(topic, p)`` is the leader epoch this node has taken the partition's leadership at
-        (its log ready to serve), None when it does not lead it."""
+        (its log ready to serve), None when it does not lead it; ``leadership_changes()`` a count that
+        moves whenever an answer of ``leading`` does (without it no answer is reused)."""
         self._node_id = node_id
         self._image = image
         self._fenced = fenced
         self._leading = leading
+        self._leadership_changes = leadership_changes
 
     @property
     def node_id(self) -> int:
@@ -243,3 +254,9 @@ class ClusterTopology:
             # moment, so this one acknowledges nothing more (no two leaders acknowledge at once).
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.NONE
+
+    def leadership_token(self) -> object:
+        # Images are replaced, never changed, one per metadata revision.
+        if self._leadership_changes is None or self._fenced():
+            return None
+        return (self._image().revision, self._leadership_changes())

@@ -81,6 +81,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
         wanted = _continue_session(session, request, uses_ids)
     names: dict[str | uuid.UUID, str | None] = {}
     now_ms = broker.clock.now_ms()
+    token = topology.leadership_token() if session is not None else None
     for w in wanted:
         key = w.topic
         if key in names:
@@ -99,7 +100,13 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
         w.error = ErrorCode.NONE
         if name is None:
             continue
-        w.error = topology.leader_error(name, w.index, w.current_leader_epoch)
+        if not w.named and w.quiet and token is not None and w.checked_under == token:
+            # A session's partition the fetch does not name, quiet at the last fetch: its leadership (and
+            # the epoch the fetcher gave) is as it was then.
+            pass
+        else:
+            w.error = topology.leader_error(name, w.index, w.current_leader_epoch)
+            w.checked_under = token if w.error is ErrorCode.NONE else None
         if follower and w.error is ErrorCode.NONE and broker.cluster is not None:
             if (
                 not w.named
