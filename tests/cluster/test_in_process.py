@@ -220,3 +220,38 @@ def test_a_quiet_partition_keeps_its_followers_caught_up_while_their_fetches_do_
         record = cluster.image().partition("quiet", 1)
         assert record is not None
         assert len(record.isr) == 3
+
+
+def test_a_topic_deleted_and_created_again_replicates_afresh(tmp_path: Path) -> None:
+    # Followers drop what they knew of the old topic (its log, its fetch state) and follow the new one
+    # from its start: every replica of the new topic holds exactly its records.
+    with in_process_cluster(tmp_path) as cluster:
+        create(cluster, "again", 2)
+        produce(cluster.bootstrap_servers, "again", [f"old-{i}".encode() for i in range(30)])
+        old_id = cluster.image().topics["again"].topic_id
+        admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        admin.delete_topics(["again"])["again"].result(30)
+        cluster.wait_for(lambda image: "again" not in image.topics, what="again deleted")
+        create(cluster, "again", 2)
+        assert cluster.image().topics["again"].topic_id != old_id
+        acked = produce(cluster.bootstrap_servers, "again", [f"new-{i}".encode() for i in range(10)])
+        ends = {p: 1 + max(o for q, o in acked if q == p) for p in {q for q, _ in acked}}
+
+        def replicas_at_end() -> bool:
+            def check() -> bool:
+                for broker in cluster.brokers.values():
+                    for p, end in ends.items():
+                        plog = broker.logs.partition("again", p)
+                        if plog is None or plog.log_end_offset != end or plog.high_watermark != end:
+                            return False
+                return True
+
+            return cluster.call(check)
+
+        deadline = time.monotonic() + 60
+        while not replicas_at_end():
+            assert time.monotonic() < deadline, "every replica of the new topic at its end within 60 s"
+            time.sleep(0.1)
+        assert sorted(consume_all(cluster.bootstrap_servers, "again", 10)) == sorted(
+            f"new-{i}".encode() for i in range(10)
+        )

@@ -96,6 +96,7 @@ class _Partition:
     following: Following
     truncated: bool = False  # the divergent tail is gone: fetch
     backoff_until: float = 0.0
+    plog: PartitionLog | None = None  # the local log, once looked up (a recreated topic is a new _Partition)
 
 
 class ReplicaFetchers:
@@ -144,6 +145,7 @@ class _Fetcher:
         self._owner = owner
         self._leader = leader
         self._partitions: dict[TopicPartition, _Partition] = {}
+        self._names: dict[uuid.UUID, str] = {}  # the followed topics by id
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._conn: Connection | None = None
@@ -172,11 +174,16 @@ class _Fetcher:
                 del self._partitions[key]
         for key, f in partitions.items():
             current = self._partitions.get(key)
-            if current is None or current.following.leader_epoch != f.leader_epoch:
-                # A new leader epoch: truncate again first (KAFKA-7164).
+            if (
+                current is None
+                or current.following.leader_epoch != f.leader_epoch
+                or current.following.topic.topic_id != f.topic.topic_id
+            ):
+                # A new leader epoch: truncate again first (KAFKA-7164); a recreated topic starts afresh.
                 self._partitions[key] = _Partition(f)
             else:
                 current.following = f
+        self._names = {f.topic.topic_id: key[0] for key, f in partitions.items()}
         self._changed.set()
 
     # ------------------------------------------------------------------------------------ the loop
@@ -317,30 +324,38 @@ class _Fetcher:
         now = loop.time()
         wanted: dict[TopicPartition, tuple[_Partition, PartitionLog]] = {}
         want: dict[TopicPartition, _Sent] = {}
+        sent = {} if session is None or full else session.sent
+        changed: list[TopicPartition] = []  # what the leader's session does not hold yet
+        partition_max_bytes = settings.replica_fetch_max_bytes
         for key, p in self._partitions.items():
             if not p.truncated or p.backoff_until > now:
                 continue
-            plog = self._log(key)
+            plog = p.plog
             if plog is None:
-                continue
+                plog = p.plog = self._log(key)
+                if plog is None:
+                    continue
             latest = plog.epochs.latest_epoch
-            state = (
-                p.following.leader_epoch,
-                plog.log_end_offset,
-                -1 if latest is None else latest,
-                plog.log_start_offset,
-                settings.replica_fetch_max_bytes,
+            wish = (
+                (
+                    p.following.leader_epoch,
+                    plog.log_end_offset,
+                    -1 if latest is None else latest,
+                    plog.log_start_offset,
+                    partition_max_bytes,
+                ),
+                p.following.topic.topic_id,
             )
-            want[key] = (state, p.following.topic.topic_id)
+            want[key] = wish
             wanted[key] = (p, plog)
+            if sent.get(key) != wish:
+                changed.append(key)
         if not wanted:
             return False
-        sent = {} if session is None or full else session.sent
         topics: dict[str, FetchTopic] = {}
-        for key, wish in want.items():
-            if sent.get(key) == wish:
-                continue  # the leader's session holds this state already
-            (leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, max_bytes), topic_id = wish
+        for key in changed:
+            state, topic_id = want[key]
+            leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, max_bytes = state
             fetch_topic = topics.get(key[0])
             if fetch_topic is None:
                 fetch_topic = topics[key[0]] = (
@@ -406,10 +421,9 @@ class _Fetcher:
                     session.epoch = next_epoch(session.epoch)
         if error is not ErrorCode.NONE:
             raise KafkaError(error, "fetch refused")
-        by_id = {topic_id: key[0] for key, (_, topic_id) in want.items()}
         records = False
         for topic_response in response.responses:
-            name = topic_response.topic if version < 13 else by_id.get(topic_response.topic_id, "")
+            name = topic_response.topic if version < 13 else self._names.get(topic_response.topic_id, "")
             for data in topic_response.partitions:
                 key = (name, data.partition_index)
                 entry = wanted.get(key)

@@ -18,7 +18,6 @@ Long polling waits on every partition of the session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Awaitable
 from typing import Final
@@ -82,6 +81,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
     names: dict[str | uuid.UUID, str | None] = {}
     now_ms = broker.clock.now_ms()
     token = topology.leadership_token() if session is not None else None
+    unknown_topic = ErrorCode.UNKNOWN_TOPIC_ID if uses_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     for w in wanted:
         key = w.topic
         if key in names:
@@ -95,7 +95,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
                 name = str(key)
             names[key] = name
         w.name = name
-        w.topic_error = ErrorCode.UNKNOWN_TOPIC_ID if uses_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        w.topic_error = unknown_topic
         w.follower = follower
         w.error = ErrorCode.NONE
         if name is None:
@@ -209,10 +209,15 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
                 timer.cancel()
                 broker.stopping.remove_done_callback(wake)
                 for plog in watched:
-                    with contextlib.suppress(ValueError):
+                    # try/except, not contextlib.suppress: this runs for every partition of every poll.
+                    try:  # noqa: SIM105
                         plog.append_listeners.remove(wake)
-                    with contextlib.suppress(ValueError):
+                    except ValueError:
+                        pass
+                    try:  # noqa: SIM105
                         plog.high_watermark_listeners.remove(wake)
+                    except ValueError:
+                        pass
             expired = loop.time() >= deadline or broker.stopping.done()
             if not expired and not _grown(broker, wanted, committed):
                 continue
