@@ -255,3 +255,34 @@ def test_a_topic_deleted_and_created_again_replicates_afresh(tmp_path: Path) -> 
         assert sorted(consume_all(cluster.bootstrap_servers, "again", 10)) == sorted(
             f"new-{i}".encode() for i in range(10)
         )
+
+
+def test_a_follower_that_reconnects_closes_its_old_session_on_the_leader(tmp_path: Path) -> None:
+    # Its first fetch on the new connection names the old session with epoch 0 (Kafka's
+    # FetchSessionHandler after an error), so the leader closes it instead of keeping it until eviction.
+    with in_process_cluster(tmp_path) as cluster:
+        create(cluster, "orders", 3)
+
+        def follower_sessions() -> dict[int, set[int]]:
+            return {n: {s.id for s in b.fetch_sessions if s.privileged} for n, b in cluster.brokers.items()}
+
+        cluster.wait_until(
+            lambda: all(len(ids) == 2 for ids in follower_sessions().values()),
+            what="a session of each other node on every node",
+        )
+        before = cluster.call(follower_sessions)
+
+        async def drop_connections() -> None:
+            for broker in cluster.brokers.values():
+                assert broker.cluster is not None
+                for fetcher in broker.cluster.fetchers._fetchers.values():
+                    if fetcher._conn is not None:
+                        await fetcher._conn.close()
+
+        cluster.run(drop_connections())
+
+        def renewed() -> bool:
+            now = follower_sessions()
+            return all(len(now[n]) == 2 and not now[n] & before[n] for n in now)
+
+        cluster.wait_until(renewed, what="each follower's old session closed and a new one open")

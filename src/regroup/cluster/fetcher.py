@@ -221,7 +221,9 @@ class _Fetcher:
         if registration is None or listener not in registration.listeners:
             raise KafkaConnectionError(f"node {self._leader} has no registered {listener} listener")
         host, port = registration.listeners[listener]
-        self._session = _Session()
+        # A full fetch naming the old session closes it on the leader (Kafka's nextCloseExisting) rather
+        # than leaving it to eviction; a restarted leader knows no such id and just creates a new one.
+        self._session.reset()
         self._conn = await open_connection(
             host,
             port,
