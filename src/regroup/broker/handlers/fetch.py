@@ -57,10 +57,11 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
     sessions = broker.fetch_sessions
     session: FetchSession | None = None
     create_session = False
+    now_ms = broker.clock.now_ms()
     if version >= 7:
         epoch = request.session_epoch
         if epoch > INITIAL_EPOCH:
-            found = sessions.get(request.session_id, epoch, uses_ids, broker.clock.now_ms())
+            found = sessions.get(request.session_id, epoch, uses_ids, now_ms)
             if isinstance(found, ErrorCode):
                 return FetchResponse(
                     throttle_time_ms=0, error_code=found, session_id=INVALID_SESSION_ID, responses=[]
@@ -79,7 +80,6 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
     else:
         wanted = _continue_session(session, request, uses_ids)
     names: dict[str | uuid.UUID, str | None] = {}
-    now_ms = broker.clock.now_ms()
     token = topology.leadership_token() if session is not None else None
     unknown_topic = ErrorCode.UNKNOWN_TOPIC_ID if uses_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     for w in wanted:
