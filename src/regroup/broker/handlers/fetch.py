@@ -30,10 +30,13 @@ from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID
 from regroup.protocol.messages.fetch import (
+    EpochEndOffset,
     FetchableTopicResponse,
     FetchRequest,
     FetchResponse,
+    LeaderIdAndEpoch,
     PartitionData,
+    SnapshotId,
 )
 from regroup.protocol.primitives import ZERO_UUID
 
@@ -43,6 +46,12 @@ READ_COMMITTED: Final = 1
 # replica.fetch.wait.max.ms), far inside replica.lag.time.max.ms.
 QUIET_FOLLOWER_REFRESH_MS: Final = 500
 INT32_MAX: Final = 2**31 - 1
+# A response entry's fields regroup never sets (a follower truncates through OffsetForLeaderEpoch; no
+# snapshots), shared by every entry instead of three new objects per partition answered: nothing writes
+# to them.
+_NO_DIVERGENCE: Final = EpochEndOffset()
+_NO_LEADER: Final = LeaderIdAndEpoch()
+_NO_SNAPSHOT: Final = SnapshotId()
 
 
 def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:
@@ -288,13 +297,12 @@ def _read(
             w.quiet = True
             continue
         w.quiet = False
-        r = w.response = PartitionData(partition_index=w.index)
         if plog is None:
-            _fail(r, w.topic_error if w.name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            w.response = _failed(w, w.topic_error if w.name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             errors = True
             continue
         if w.error is not ErrorCode.NONE:
-            _fail(r, w.error)
+            w.response = _failed(w, w.error)
             errors = True
             continue
         max_bytes = min(w.max_bytes, limit - total)
@@ -304,32 +312,36 @@ def _read(
                 if not plog.log_start_offset <= w.fetch_offset <= plog.log_end_offset:
                     raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
                 result = ReadResult(b"", plog.high_watermark, plog.log_start_offset, plog.last_stable_offset)
-                result_data: bytes = b""
+                data: bytes = b""
             else:
                 result = plog.read(
                     w.fetch_offset, max(max_bytes, 1), isolation_committed=committed, to_log_end=w.follower
                 )
-                result_data = result.data
+                data = result.data
                 # The log always returns at least one batch; past the first non-empty partition Kafka
                 # returns nothing rather than exceed the limits.
-                if not min_one and len(result_data) > max_bytes:
-                    result_data = b""
+                if not min_one and len(data) > max_bytes:
+                    data = b""
         except KafkaError as exc:
-            _fail(r, exc.code)
+            w.response = _failed(w, exc.code)
             errors = True
             continue
-        data = result_data
-        size = len(data)
         w.seen_end = _readable_end(plog, w, committed)
-        r.error_code = ErrorCode.NONE
-        r.high_watermark = result.high_watermark
-        r.last_stable_offset = result.last_stable_offset
-        r.log_start_offset = result.log_start_offset
-        r.aborted_transactions = [] if committed else None
-        r.preferred_read_replica = -1
-        r.records = data
-        total += size
-        if size:
+        w.response = PartitionData(
+            w.index,
+            ErrorCode.NONE,
+            result.high_watermark,
+            result.last_stable_offset,
+            result.log_start_offset,
+            _NO_DIVERGENCE,
+            _NO_LEADER,
+            _NO_SNAPSHOT,
+            [] if committed else None,
+            -1,
+            data,
+        )
+        if data:
+            total += len(data)
             min_one = False
     return total, errors
 
@@ -342,13 +354,9 @@ def _readable_end(plog: PartitionLog, w: FetchPartitionState, committed: bool) -
     return plog.last_stable_offset if committed else plog.high_watermark
 
 
-def _fail(r: PartitionData, code: ErrorCode) -> None:
-    r.error_code = code
-    r.high_watermark = -1
-    r.last_stable_offset = -1
-    r.log_start_offset = -1
-    r.aborted_transactions = None
-    r.records = b""
+def _failed(w: FetchPartitionState, code: ErrorCode) -> PartitionData:
+    """The response entry of a partition that cannot be read: its error, no offsets, no records."""
+    return PartitionData(w.index, code, -1, -1, -1, _NO_DIVERGENCE, _NO_LEADER, _NO_SNAPSHOT, None, -1, b"")
 
 
 def register(registry: HandlerRegistry) -> None:
