@@ -266,10 +266,7 @@ def test_a_follower_that_reconnects_closes_its_old_session_on_the_leader(tmp_pat
         def follower_sessions() -> dict[int, set[int]]:
             return {n: {s.id for s in b.fetch_sessions if s.privileged} for n, b in cluster.brokers.items()}
 
-        cluster.wait_until(
-            lambda: all(len(ids) == 2 for ids in follower_sessions().values()),
-            what="a session of each other node on every node",
-        )
+        cluster.wait_until(lambda: all(follower_sessions().values()), what="follower sessions on every node")
         before = cluster.call(follower_sessions)
 
         async def drop_connections() -> None:
@@ -283,6 +280,6 @@ def test_a_follower_that_reconnects_closes_its_old_session_on_the_leader(tmp_pat
 
         def renewed() -> bool:
             now = follower_sessions()
-            return all(len(now[n]) == 2 and not now[n] & before[n] for n in now)
+            return all(now[n] and not now[n] & before[n] for n in now)
 
         cluster.wait_until(renewed, what="each follower's old session closed and a new one open")
