@@ -137,6 +137,7 @@ class ModuleGen:
 
     formats: dict[str, str] = field(default_factory=dict)  # format -> name
     functions: list[str] = field(default_factory=list)
+    defaults: set[str] = field(default_factory=set)  # struct classes whose default instance writers compare
     bodies: dict[str, str] = field(default_factory=dict)  # normalised body -> function name
 
     def fmt(self, spec: str) -> str:
@@ -172,6 +173,15 @@ class StructGen:
     def tagged(self, f: Field, v: int) -> bool:
         return f.tag is not None and v in f.tagged_versions
 
+    def differs(self, f: Field, expr: str) -> str:
+        """:func:`_differs`, comparing a struct field with one module-level default instance rather than a
+        new one per call (writers run this for every entry they encode)."""
+        if f.struct is not None and not f.is_array and _default_expr(f) != "None":
+            name = f.struct.class_name
+            self.mod.defaults.add(name)
+            return f"{expr} != _DEFAULT_{name}"
+        return _differs(f, expr)
+
     # --------------------------------------------------------------------------------------- writers
     def writer(self, st: StructSpec, v: int) -> str:
         key = (st.class_name, v)
@@ -184,7 +194,7 @@ class StructGen:
         for f in absent:
             if f.ignorable:
                 continue
-            e.emit(f"if {_differs(f, 'o.' + f.py)}:", 1)
+            e.emit(f"if {self.differs(f, 'o.' + f.py)}:", 1)
             e.emit(f'raise EncodeError("{st.class_name}.{f.py} is set but this version lacks the field")', 2)
         pending_fmt: list[tuple[str, str]] = []
 
@@ -223,7 +233,7 @@ class StructGen:
                     if f.type == "bool" and not f.is_array:
                         e.emit(f"if o.{f.py} is None:", 1)
                         e.emit(f'raise EncodeError("{f.py} is null but not nullable")', 2)
-                    e.emit(f"if {_differs(f, 'o.' + f.py)}:", 1)
+                    e.emit(f"if {self.differs(f, 'o.' + f.py)}:", 1)
                     e.emit("_t = bytearray()", 2)
                     self.write_value(e, f, f"o.{f.py}", v, 2, "_t", present=default == "None", tagged=True)
                     e.emit(f"_tags.append(({f.tag}, _t))", 2)
@@ -716,6 +726,11 @@ def generate_module(
     for spec, name in sorted(mod.formats.items(), key=lambda x: x[1]):
         out.append(f'{name} = struct.Struct(">{spec}")')
     out.append("\n".join(class_blocks))
+    if mod.defaults:
+        # Compared with, never handed out: a struct field that equals its default is not encoded.
+        out.append("")
+        out.append("")
+        out.extend(f"_DEFAULT_{name} = {name}()" for name in sorted(mod.defaults))
     out.append("")
     out.append("")
     out.append("# ------------------------------------------------------------------ per-version codecs")

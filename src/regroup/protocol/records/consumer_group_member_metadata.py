@@ -125,6 +125,9 @@ class ConsumerGroupMemberMetadataValue(Data):
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
 
+_DEFAULT_ClassicMemberMetadata = ClassicMemberMetadata()
+
+
 # ------------------------------------------------------------------ per-version codecs
 
 
@@ -331,7 +334,7 @@ def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMembe
         buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     _tags: list[tuple[int, bytearray]] = []
-    if o.classic_member_metadata != ClassicMemberMetadata():
+    if o.classic_member_metadata != _DEFAULT_ClassicMemberMetadata:
         _t = bytearray()
         if o.classic_member_metadata is None:
             _t.append(0)
