@@ -174,12 +174,13 @@ class StructGen:
         return f.tag is not None and v in f.tagged_versions
 
     def differs(self, f: Field, expr: str) -> str:
-        """:func:`_differs`, comparing a struct field with one module-level default instance rather than a
-        new one per call (writers run this for every entry they encode)."""
+        """:func:`_differs`, comparing a struct field with the module's one default instance rather than a
+        new one per call (writers run this for every entry they encode); that instance itself is known
+        without comparing its fields."""
         if f.struct is not None and not f.is_array and _default_expr(f) != "None":
             name = f.struct.class_name
             self.mod.defaults.add(name)
-            return f"{expr} != _DEFAULT_{name}"
+            return f"({expr} is not DEFAULT_{name} and {expr} != DEFAULT_{name})"
         return _differs(f, expr)
 
     # --------------------------------------------------------------------------------------- writers
@@ -727,10 +728,11 @@ def generate_module(
         out.append(f'{name} = struct.Struct(">{spec}")')
     out.append("\n".join(class_blocks))
     if mod.defaults:
-        # Compared with, never handed out: a struct field that equals its default is not encoded.
+        # Shared and never changed: writers compare struct fields with them, and a message built in bulk
+        # may carry them for fields it leaves at their defaults.
         out.append("")
         out.append("")
-        out.extend(f"_DEFAULT_{name} = {name}()" for name in sorted(mod.defaults))
+        out.extend(f"DEFAULT_{name} = {name}()" for name in sorted(mod.defaults))
     out.append("")
     out.append("")
     out.append("# ------------------------------------------------------------------ per-version codecs")

@@ -30,13 +30,13 @@ from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID
 from regroup.protocol.messages.fetch import (
-    EpochEndOffset,
+    DEFAULT_EpochEndOffset,
+    DEFAULT_LeaderIdAndEpoch,
+    DEFAULT_SnapshotId,
     FetchableTopicResponse,
     FetchRequest,
     FetchResponse,
-    LeaderIdAndEpoch,
     PartitionData,
-    SnapshotId,
 )
 from regroup.protocol.primitives import ZERO_UUID
 
@@ -47,11 +47,11 @@ READ_COMMITTED: Final = 1
 QUIET_FOLLOWER_REFRESH_MS: Final = 500
 INT32_MAX: Final = 2**31 - 1
 # A response entry's fields regroup never sets (a follower truncates through OffsetForLeaderEpoch; no
-# snapshots), shared by every entry instead of three new objects per partition answered: nothing writes
-# to them.
-_NO_DIVERGENCE: Final = EpochEndOffset()
-_NO_LEADER: Final = LeaderIdAndEpoch()
-_NO_SNAPSHOT: Final = SnapshotId()
+# snapshots): the codec's shared defaults, which its writers know without comparing their fields, instead
+# of three new objects per partition answered. Nothing writes to them.
+_NO_DIVERGENCE: Final = DEFAULT_EpochEndOffset
+_NO_LEADER: Final = DEFAULT_LeaderIdAndEpoch
+_NO_SNAPSHOT: Final = DEFAULT_SnapshotId
 
 
 def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:

@@ -459,10 +459,10 @@ class FetchResponse(Message):
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
 
 
-_DEFAULT_EpochEndOffset = EpochEndOffset()
-_DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
-_DEFAULT_ReplicaState = ReplicaState()
-_DEFAULT_SnapshotId = SnapshotId()
+DEFAULT_EpochEndOffset = EpochEndOffset()
+DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
+DEFAULT_ReplicaState = ReplicaState()
+DEFAULT_SnapshotId = SnapshotId()
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -1081,7 +1081,7 @@ def _r_ForgottenTopic_v13(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
 
 
 def _w_FetchRequest_v0(buf: bytearray, o: FetchRequest) -> None:
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     if o.forgotten_topics_data != []:
         raise EncodeError("FetchRequest.forgotten_topics_data is set but this version lacks the field")
@@ -1093,7 +1093,7 @@ def _w_FetchRequest_v0(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v3(buf: bytearray, o: FetchRequest) -> None:
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     if o.forgotten_topics_data != []:
         raise EncodeError("FetchRequest.forgotten_topics_data is set but this version lacks the field")
@@ -1105,7 +1105,7 @@ def _w_FetchRequest_v3(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v4(buf: bytearray, o: FetchRequest) -> None:
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     if o.forgotten_topics_data != []:
         raise EncodeError("FetchRequest.forgotten_topics_data is set but this version lacks the field")
@@ -1117,7 +1117,7 @@ def _w_FetchRequest_v4(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v5(buf: bytearray, o: FetchRequest) -> None:
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     if o.forgotten_topics_data != []:
         raise EncodeError("FetchRequest.forgotten_topics_data is set but this version lacks the field")
@@ -1129,7 +1129,7 @@ def _w_FetchRequest_v5(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v7(buf: bytearray, o: FetchRequest) -> None:
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
@@ -1151,7 +1151,7 @@ def _w_FetchRequest_v7(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v9(buf: bytearray, o: FetchRequest) -> None:
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
@@ -1173,7 +1173,7 @@ def _w_FetchRequest_v9(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v11(buf: bytearray, o: FetchRequest) -> None:
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
@@ -1198,7 +1198,7 @@ def _w_FetchRequest_v11(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v12(buf: bytearray, o: FetchRequest) -> None:
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
@@ -1239,7 +1239,7 @@ def _w_FetchRequest_v12(buf: bytearray, o: FetchRequest) -> None:
 
 
 def _w_FetchRequest_v13(buf: bytearray, o: FetchRequest) -> None:
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         raise EncodeError("FetchRequest.replica_state is set but this version lacks the field")
     buf += _S_iiiibii.pack(
         o.replica_id,
@@ -1307,7 +1307,7 @@ def _w_FetchRequest_v15(buf: bytearray, o: FetchRequest) -> None:
         _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         _t = bytearray()
         _w_ReplicaState_v15(_t, o.replica_state)
         _tags.append((1, _t))
@@ -1346,7 +1346,7 @@ def _w_FetchRequest_v17(buf: bytearray, o: FetchRequest) -> None:
         _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
         _t = bytearray()
         _w_ReplicaState_v15(_t, o.replica_state)
         _tags.append((1, _t))
@@ -2572,11 +2572,11 @@ def _r_AbortedTransaction_v12(data: bytes, pos: int) -> tuple[AbortedTransaction
 
 
 def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
-    if o.diverging_epoch != _DEFAULT_EpochEndOffset:
+    if o.diverging_epoch is not DEFAULT_EpochEndOffset and o.diverging_epoch != DEFAULT_EpochEndOffset:
         raise EncodeError("PartitionData.diverging_epoch is set but this version lacks the field")
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         raise EncodeError("PartitionData.current_leader is set but this version lacks the field")
-    if o.snapshot_id != _DEFAULT_SnapshotId:
+    if o.snapshot_id is not DEFAULT_SnapshotId and o.snapshot_id != DEFAULT_SnapshotId:
         raise EncodeError("PartitionData.snapshot_id is set but this version lacks the field")
     if o.preferred_read_replica != -1:
         raise EncodeError("PartitionData.preferred_read_replica is set but this version lacks the field")
@@ -2589,11 +2589,11 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 
 def _w_PartitionData_v4(buf: bytearray, o: PartitionData) -> None:
-    if o.diverging_epoch != _DEFAULT_EpochEndOffset:
+    if o.diverging_epoch is not DEFAULT_EpochEndOffset and o.diverging_epoch != DEFAULT_EpochEndOffset:
         raise EncodeError("PartitionData.diverging_epoch is set but this version lacks the field")
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         raise EncodeError("PartitionData.current_leader is set but this version lacks the field")
-    if o.snapshot_id != _DEFAULT_SnapshotId:
+    if o.snapshot_id is not DEFAULT_SnapshotId and o.snapshot_id != DEFAULT_SnapshotId:
         raise EncodeError("PartitionData.snapshot_id is set but this version lacks the field")
     if o.preferred_read_replica != -1:
         raise EncodeError("PartitionData.preferred_read_replica is set but this version lacks the field")
@@ -2613,11 +2613,11 @@ def _w_PartitionData_v4(buf: bytearray, o: PartitionData) -> None:
 
 
 def _w_PartitionData_v5(buf: bytearray, o: PartitionData) -> None:
-    if o.diverging_epoch != _DEFAULT_EpochEndOffset:
+    if o.diverging_epoch is not DEFAULT_EpochEndOffset and o.diverging_epoch != DEFAULT_EpochEndOffset:
         raise EncodeError("PartitionData.diverging_epoch is set but this version lacks the field")
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         raise EncodeError("PartitionData.current_leader is set but this version lacks the field")
-    if o.snapshot_id != _DEFAULT_SnapshotId:
+    if o.snapshot_id is not DEFAULT_SnapshotId and o.snapshot_id != DEFAULT_SnapshotId:
         raise EncodeError("PartitionData.snapshot_id is set but this version lacks the field")
     if o.preferred_read_replica != -1:
         raise EncodeError("PartitionData.preferred_read_replica is set but this version lacks the field")
@@ -2639,11 +2639,11 @@ def _w_PartitionData_v5(buf: bytearray, o: PartitionData) -> None:
 
 
 def _w_PartitionData_v11(buf: bytearray, o: PartitionData) -> None:
-    if o.diverging_epoch != _DEFAULT_EpochEndOffset:
+    if o.diverging_epoch is not DEFAULT_EpochEndOffset and o.diverging_epoch != DEFAULT_EpochEndOffset:
         raise EncodeError("PartitionData.diverging_epoch is set but this version lacks the field")
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         raise EncodeError("PartitionData.current_leader is set but this version lacks the field")
-    if o.snapshot_id != _DEFAULT_SnapshotId:
+    if o.snapshot_id is not DEFAULT_SnapshotId and o.snapshot_id != DEFAULT_SnapshotId:
         raise EncodeError("PartitionData.snapshot_id is set but this version lacks the field")
     buf += _S_ihqqq.pack(
         o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset
@@ -2681,15 +2681,15 @@ def _w_PartitionData_v12(buf: bytearray, o: PartitionData) -> None:
         buf += uvarint_bytes(len(o.records) + 1)
         buf += o.records
     _tags: list[tuple[int, bytearray]] = []
-    if o.diverging_epoch != _DEFAULT_EpochEndOffset:
+    if o.diverging_epoch is not DEFAULT_EpochEndOffset and o.diverging_epoch != DEFAULT_EpochEndOffset:
         _t = bytearray()
         _w_EpochEndOffset_v12(_t, o.diverging_epoch)
         _tags.append((0, _t))
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         _t = bytearray()
         _w_LeaderIdAndEpoch_v12(_t, o.current_leader)
         _tags.append((1, _t))
-    if o.snapshot_id != _DEFAULT_SnapshotId:
+    if o.snapshot_id is not DEFAULT_SnapshotId and o.snapshot_id != DEFAULT_SnapshotId:
         _t = bytearray()
         _w_SnapshotId_v12(_t, o.snapshot_id)
         _tags.append((2, _t))

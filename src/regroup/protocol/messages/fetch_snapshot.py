@@ -267,7 +267,7 @@ class FetchSnapshotResponse(Message):
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
 
 
-_DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
+DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -841,7 +841,7 @@ def _w_FetchSnapshotResponsePartitionSnapshot_v0(
     buf += uvarint_bytes(len(o.unaligned_records) + 1)
     buf += o.unaligned_records
     _tags: list[tuple[int, bytearray]] = []
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         _t = bytearray()
         _w_LeaderIdAndEpoch_v0(_t, o.current_leader)
         _tags.append((0, _t))

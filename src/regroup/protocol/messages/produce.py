@@ -285,7 +285,7 @@ class ProduceResponse(Message):
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
 
 
-_DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
+DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -835,25 +835,25 @@ def _r_LeaderIdAndEpoch_v10(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, in
 
 
 def _w_PartitionProduceResponse_v0(buf: bytearray, o: PartitionProduceResponse) -> None:
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihq.pack(o.index, o.error_code, o.base_offset)
 
 
 def _w_PartitionProduceResponse_v2(buf: bytearray, o: PartitionProduceResponse) -> None:
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
 
 
 def _w_PartitionProduceResponse_v5(buf: bytearray, o: PartitionProduceResponse) -> None:
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
 
 
 def _w_PartitionProduceResponse_v8(buf: bytearray, o: PartitionProduceResponse) -> None:
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _n1 = len(o.record_errors)
@@ -869,7 +869,7 @@ def _w_PartitionProduceResponse_v8(buf: bytearray, o: PartitionProduceResponse) 
 
 
 def _w_PartitionProduceResponse_v9(buf: bytearray, o: PartitionProduceResponse) -> None:
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _n1 = len(o.record_errors)
@@ -902,7 +902,7 @@ def _w_PartitionProduceResponse_v10(buf: bytearray, o: PartitionProduceResponse)
         buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _tags: list[tuple[int, bytearray]] = []
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
         _t = bytearray()
         _w_LeaderIdAndEpoch_v10(_t, o.current_leader)
         _tags.append((0, _t))

@@ -155,7 +155,7 @@ class UpdateRaftVoterResponse(Message):
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
 
 
-_DEFAULT_CurrentLeader = CurrentLeader()
+DEFAULT_CurrentLeader = CurrentLeader()
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -386,7 +386,7 @@ def _r_CurrentLeader_v0(data: bytes, pos: int) -> tuple[CurrentLeader, int]:
 def _w_UpdateRaftVoterResponse_v0(buf: bytearray, o: UpdateRaftVoterResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _tags: list[tuple[int, bytearray]] = []
-    if o.current_leader != _DEFAULT_CurrentLeader:
+    if o.current_leader is not DEFAULT_CurrentLeader and o.current_leader != DEFAULT_CurrentLeader:
         _t = bytearray()
         _w_CurrentLeader_v0(_t, o.current_leader)
         _tags.append((0, _t))

@@ -125,7 +125,7 @@ class ConsumerGroupMemberMetadataValue(Data):
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
 
-_DEFAULT_ClassicMemberMetadata = ClassicMemberMetadata()
+DEFAULT_ClassicMemberMetadata = ClassicMemberMetadata()
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -334,7 +334,10 @@ def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMembe
         buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     _tags: list[tuple[int, bytearray]] = []
-    if o.classic_member_metadata != _DEFAULT_ClassicMemberMetadata:
+    if (
+        o.classic_member_metadata is not DEFAULT_ClassicMemberMetadata
+        and o.classic_member_metadata != DEFAULT_ClassicMemberMetadata
+    ):
         _t = bytearray()
         if o.classic_member_metadata is None:
             _t.append(0)
