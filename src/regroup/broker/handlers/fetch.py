@@ -46,12 +46,6 @@ READ_COMMITTED: Final = 1
 # replica.fetch.wait.max.ms), far inside replica.lag.time.max.ms.
 QUIET_FOLLOWER_REFRESH_MS: Final = 500
 INT32_MAX: Final = 2**31 - 1
-# A response entry's fields regroup never sets (a follower truncates through OffsetForLeaderEpoch; no
-# snapshots): the codec's shared defaults, which its writers know without comparing their fields, instead
-# of three new objects per partition answered. Nothing writes to them.
-_NO_DIVERGENCE: Final = DEFAULT_EpochEndOffset
-_NO_LEADER: Final = DEFAULT_LeaderIdAndEpoch
-_NO_SNAPSHOT: Final = DEFAULT_SnapshotId
 
 
 def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaitable[FetchResponse]:
@@ -109,11 +103,9 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
         w.error = ErrorCode.NONE
         if name is None:
             continue
-        if not w.named and w.quiet and token is not None and w.checked_under == token:
-            # A session's partition the fetch does not name, quiet at the last fetch: its leadership (and
-            # the epoch the fetcher gave) is as it was then.
-            pass
-        else:
+        # A session's partition the fetch does not name, quiet at the last fetch under the same token: its
+        # leadership (and the epoch the fetcher gave) is as it was then, and is not checked again.
+        if w.named or not w.quiet or token is None or w.checked_under != token:
             w.error = topology.leader_error(name, w.index, w.current_leader_epoch)
             w.checked_under = token if w.error is ErrorCode.NONE else None
         if follower and w.error is ErrorCode.NONE and broker.cluster is not None:
@@ -327,15 +319,18 @@ def _read(
             errors = True
             continue
         w.seen_end = _readable_end(plog, w, committed)
+        # The fields regroup never sets (a follower truncates through OffsetForLeaderEpoch; no snapshots)
+        # carry the codec's shared defaults: no three new objects per partition answered, and the writers
+        # recognise them without comparing their fields. Nothing writes to them.
         w.response = PartitionData(
             w.index,
             ErrorCode.NONE,
             result.high_watermark,
             result.last_stable_offset,
             result.log_start_offset,
-            _NO_DIVERGENCE,
-            _NO_LEADER,
-            _NO_SNAPSHOT,
+            DEFAULT_EpochEndOffset,
+            DEFAULT_LeaderIdAndEpoch,
+            DEFAULT_SnapshotId,
             [] if committed else None,
             -1,
             data,
@@ -355,8 +350,21 @@ def _readable_end(plog: PartitionLog, w: FetchPartitionState, committed: bool) -
 
 
 def _failed(w: FetchPartitionState, code: ErrorCode) -> PartitionData:
-    """The response entry of a partition that cannot be read: its error, no offsets, no records."""
-    return PartitionData(w.index, code, -1, -1, -1, _NO_DIVERGENCE, _NO_LEADER, _NO_SNAPSHOT, None, -1, b"")
+    """The response entry of a partition that cannot be read: its error, no offsets, no records (and the
+    shared defaults, as :func:`_read`'s entries)."""
+    return PartitionData(
+        w.index,
+        code,
+        -1,
+        -1,
+        -1,
+        DEFAULT_EpochEndOffset,
+        DEFAULT_LeaderIdAndEpoch,
+        DEFAULT_SnapshotId,
+        None,
+        -1,
+        b"",
+    )
 
 
 def register(registry: HandlerRegistry) -> None:
