@@ -230,6 +230,80 @@ def test_concurrent_commits_share_one_fsync(tmp_path: Path) -> None:
     run(scenario())
 
 
+def _batches_since(env: Env, offset: int) -> list[int]:
+    """The record count of each batch of ``__consumer_offsets-0`` from ``offset`` on."""
+    return [len(batch.records) for batch in decode_batches(env.plog().read(offset, 1 << 20).data)]
+
+
+def test_writes_of_one_loop_step_share_one_append_when_they_wait_for_a_flush(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator_env(tmp_path, flush_messages=1) as env:
+            runner = env.coord.runner(0)
+            assert runner is not None
+            end = env.plog().log_end_offset
+            # Five commits in one loop step: the first is appended at once, the other four linger and go
+            # in one batch when the step ends; every reply waits for the fsync that covers it.
+            pending = [
+                env.coord.offset_commit("client", HOST, 9, commit_request(f"g{i}", {("t", 0): 10 + i}))
+                for i in range(5)
+            ]
+            assert not any(p.done() for p in pending)
+            assert env.plog().log_end_offset == end + 1
+            responses = await asyncio.wait_for(asyncio.gather(*pending), 5)
+            assert all(partition_errors(r) == [ErrorCode.NONE] for r in responses)
+            assert _batches_since(env, end) == [1, 4]
+            assert runner.stats.lingered == 4
+            assert env.plog().recovery_point == end + 5
+            for i in range(5):
+                assert await fetch(env, f"g{i}", ("t", 0)) == {("t", 0): 10 + i}
+        # The shared batch is an ordinary part of the log: a reload replays it.
+        async with coordinator_env(tmp_path, flush_messages=1) as env:
+            for i in range(5):
+                assert await fetch(env, f"g{i}", ("t", 0)) == {("t", 0): 10 + i}
+
+    run(scenario())
+
+
+def test_writes_that_wait_for_no_flush_are_appended_and_answered_one_by_one(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator_env(tmp_path) as env:  # flush.messages = Long.MAX
+            runner = env.coord.runner(0)
+            assert runner is not None
+            end = env.plog().log_end_offset
+            pending = [
+                env.coord.offset_commit("client", HOST, 9, commit_request(f"g{i}", {("t", 0): i}))
+                for i in range(3)
+            ]
+            assert all(p.done() for p in pending)
+            assert _batches_since(env, end) == [1, 1, 1]
+            assert runner.stats.lingered == 0
+
+    run(scenario())
+
+
+def test_a_shared_batch_that_fails_to_append_fails_the_partition(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator_env(tmp_path, flush_messages=1, faulty=True) as env:
+            first = env.coord.offset_commit("client", HOST, 9, commit_request("a", {("t", 0): 1}))
+            env.faulty[0].fail_next.append(storage_error())  # the step's shared batch
+            later = [
+                env.coord.offset_commit("client", HOST, 9, commit_request(g, {("t", 0): 2}))
+                for g in ("b", "c")
+            ]
+            for response in await asyncio.wait_for(asyncio.gather(*later), 5):
+                assert partition_errors(response) == [ErrorCode.NOT_COORDINATOR]
+            await asyncio.wait_for(first, 5)
+            await until(lambda: env.coord.state(0) is not PartitionState.ACTIVE)
+            # Reloading rebuilds the state from the log, which never got the lingering commits.
+            await env.settle()
+            await env.coord.load(0)
+            assert await fetch(env, "a", ("t", 0)) == {("t", 0): 1}
+            assert await fetch(env, "b", ("t", 0)) == {("t", 0): -1}
+            assert await fetch(env, "c", ("t", 0)) == {("t", 0): -1}
+
+    run(scenario())
+
+
 def test_replies_wait_for_nothing_when_the_flush_policy_asks_for_no_fsync(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with coordinator_env(tmp_path, slow_flush=True) as env:  # flush.messages = Long.MAX

@@ -351,6 +351,11 @@ class ServerConnection(asyncio.Protocol):
             else:
                 slot.data = self._encode(response, api_version, ctx.correlation_id)
             slot.task = None
+            if not self._corked:
+                # Replies released together (a coordinator batch, a fetch wake-up) leave in one write at
+                # the end of this loop step instead of one each.
+                self._corked = True
+                self._loop.call_soon(self._uncork)
             self._drain()
 
         task.add_done_callback(done)
@@ -381,6 +386,10 @@ class ServerConnection(asyncio.Protocol):
             self._output.extend(data)
         if not self._corked:
             self._flush_output()
+
+    def _uncork(self) -> None:
+        self._corked = False
+        self._flush_output()
 
     def _flush_output(self) -> None:
         output, self._output = self._output, None

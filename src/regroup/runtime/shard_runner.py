@@ -15,9 +15,13 @@ off a queue one at a time — requests, reads, timer fires, unload — and for e
 
 Nothing in the lane waits for the disk. When the partition's gate is free the batch is appended at once;
 while a thread fsync runs (the log forbids overlapping an append with it) the batch joins a backlog that is
-appended, in order, as soon as the fsync ends, and the lane goes on with the next event meanwhile. A
-deferred append that then fails fails the partition (its state got ahead of its log; reloading rebuilds it),
-as an fsync failure does.
+appended, in order, as soon as the fsync ends, and the lane goes on with the next event meanwhile. When
+writes wait for a flush anyway (an fsync policy; in a cluster, the in-sync replicas), events that write in
+the same loop step as one already appended linger: their records join one batch appended when the step
+ends, so a busy step costs two appends and one replication round, not one per event (Kafka's coordinator
+runtime lingers the same way, keeping its batch open while events keep coming). A deferred append that
+fails fails the partition (its state got ahead of its log; reloading rebuilds it), as an fsync failure
+does; an event appended at once still gets its own append error through ``on_append``.
 
 What a reply waits for depends on its event's *scope* — the groups it reads or writes (``None``: every
 group). An event that wrote records waits for the fsync covering them, coalesced with its neighbours' into
@@ -173,6 +177,8 @@ class LoadSummary:
 class RunnerStats:
     events: int = 0
     appends: int = 0
+    lingered: int = 0
+    """Writes whose records joined the loop step's shared batch instead of an append of their own."""
     append_failures: int = 0
     flushes: int = 0
     flush_timeouts: int = 0
@@ -250,7 +256,25 @@ class _Backlog:
         self.entries: list[_Release] = []
 
 
-_Waiting = asyncio.Future[None] | _NextFlush | _Backlog | None
+class _Pending:
+    """The records of the events that wrote after the loop step's first append, appended together as one
+    batch (stamped with the first one's time) when the step ends, and the replies that wait for it."""
+
+    __slots__ = ("entries", "now", "records", "size")
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+        self.records: list[CoordinatorRecord] = []
+        self.size = _BATCH_OVERHEAD
+        self.entries: list[_Release] = []
+
+
+_BATCH_OVERHEAD: Final = 61
+_RECORD_OVERHEAD: Final = 23
+"""A v2 record's bytes besides its key and value, at most: length, attributes, timestamp and offset deltas,
+key and value lengths, header count."""
+
+_Waiting = asyncio.Future[None] | _NextFlush | _Backlog | _Pending | None
 
 
 @dataclass(slots=True, eq=False)
@@ -306,6 +330,9 @@ class ShardRunner:
         self._awaiting_flush: list[_Release] = []
         self._backlog: _Backlog | None = None
         self._backlog_task: asyncio.Task[None] | None = None
+        self._pending: _Pending | None = None
+        self._step_open = False  # a batch was appended in this loop step; the step's end is scheduled
+        self._step_end: asyncio.Handle | None = None
         self._event_waits: _Waiting = None
         self._writes = 0
         self._newest_write: _Release | None = None
@@ -376,6 +403,8 @@ class ShardRunner:
             self._task.cancel()
         if self._backlog_task is not None:
             self._backlog_task.cancel()
+        if self._step_end is not None:
+            self._step_end.cancel()
         self._timers.close()
 
     # ------------------------------------------------------------------------------------ submitting
@@ -765,8 +794,32 @@ class ShardRunner:
 
     def _append(self, records: tuple[CoordinatorRecord, ...], now: int) -> ErrorCode | None:
         """Append one event's records: at once when the partition's gate is free (an error comes back for
-        ``on_append``), else through the backlog (a failure then fails the partition)."""
+        ``on_append``); into the step's shared batch when one was already appended in this loop step; else
+        through the backlog (a failure of either of the last two fails the partition)."""
         self.stats.appends += 1
+        if self._step_open and self._backlog is None:
+            size = 0
+            for record in records:
+                value = record.value
+                size += len(record.key) + (0 if value is None else len(value))
+            size += _RECORD_OVERHEAD * len(records)
+            limit = self._log.config.max_message_bytes
+            if self._compression:
+                limit = limit * 6 // 7 - 64  # room for a codec's worst-case growth (snappy's n/6 + 32)
+            pending = self._pending
+            if size + _BATCH_OVERHEAD <= limit:
+                if pending is not None and pending.size + size > limit:
+                    self._write_pending()
+                    pending = None
+                if pending is None:
+                    pending = self._pending = _Pending(now)
+                pending.records.extend(records)
+                pending.size += size
+                self.stats.lingered += 1
+                self._event_wrote(pending)
+                return None
+            if pending is not None:
+                self._write_pending()  # (keeps the log in event order) this large one goes alone
         try:
             data = build_keyed_batch(records, now, compression=self._compression)
             if len(data) > self._log.config.max_message_bytes:
@@ -788,16 +841,71 @@ class ShardRunner:
                 if self._log.needs_flush(now):
                     self._flush_needed = True
                     self._event_wrote(_NEXT_FLUSH)
+                    if not self._step_open:
+                        # Replies wait for a flush (an fsync, the in-sync replicas) whatever happens, so
+                        # later writers of this step may as well wait for one shared append.
+                        self._step_open = True
+                        self._step_end = self._loop.call_soon(self._end_step)
                 return None
-            self._backlog = backlog = _Backlog(self._gate.reserve())
-            self._backlog_task = asyncio.create_task(
-                self._append_backlog(backlog), name=f"regroup coordinator backlog {self.partition}"
-            )
+            backlog = self._start_backlog()
         backlog.batches.append((data, now))
         self._event_wrote(backlog)
         return None
 
-    def _event_wrote(self, waits: _NextFlush | _Backlog) -> None:
+    def _start_backlog(self) -> _Backlog:
+        self._backlog = backlog = _Backlog(self._gate.reserve())
+        self._backlog_task = asyncio.create_task(
+            self._append_backlog(backlog), name=f"regroup coordinator backlog {self.partition}"
+        )
+        return backlog
+
+    def _end_step(self) -> None:
+        self._step_open = False
+        self._step_end = None
+        if self._pending is not None:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Append the step's shared batch (or hand it to the backlog while the gate is busy); its replies
+        then wait for the flush the policy asks for, if any."""
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        now = pending.now
+        entries = pending.entries
+        data = None
+        if not self._failed:
+            try:
+                data = build_keyed_batch(pending.records, now, compression=self._compression)
+            except Exception as exc:
+                self._deferred_append_failed(exc)
+        if data is not None:
+            backlog = self._backlog
+            if backlog is not None or not self._gate.try_acquire():
+                if backlog is None:
+                    backlog = self._start_backlog()
+                backlog.batches.append((data, now))
+                for entry in entries:
+                    entry.waiting = backlog
+                backlog.entries.extend(entries)
+                return
+            try:
+                self._log.append(data, now_ms=now, validate=False)
+            except Exception as exc:
+                self._deferred_append_failed(exc)
+            finally:
+                self._gate.release()
+        flush = not self._failed and self._log.needs_flush(now)
+        for entry in entries:
+            if flush:
+                entry.waiting = _NEXT_FLUSH
+                self._awaiting_flush.append(entry)
+            else:
+                entry.waiting = None
+        if flush:
+            self._request_flush()
+        self._drain()
+
+    def _event_wrote(self, waits: _NextFlush | _Backlog | _Pending) -> None:
         if not isinstance(self._event_waits, _Backlog):
             self._event_waits = waits
 
@@ -819,13 +927,7 @@ class ShardRunner:
                 try:
                     self._log.append(data, now_ms=now, validate=False)
                 except Exception as exc:
-                    self._append_failed(exc)
-                    log.error(
-                        "A deferred append to __consumer_offsets-%d failed; unreleased replies become "
-                        "NOT_COORDINATOR",
-                        self.partition,
-                    )
-                    self._fail()
+                    self._deferred_append_failed(exc)
                     failed = True
         finally:
             self._gate.release()
@@ -839,6 +941,14 @@ class ShardRunner:
         if flush:
             self._request_flush()
         self._drain()
+
+    def _deferred_append_failed(self, exc: Exception) -> None:
+        self._append_failed(exc)
+        log.error(
+            "A deferred append to __consumer_offsets-%d failed; unreleased replies become NOT_COORDINATOR",
+            self.partition,
+        )
+        self._fail()
 
     def _append_failed(self, exc: Exception) -> ErrorCode:
         self.stats.append_failures += 1
@@ -868,7 +978,7 @@ class ShardRunner:
             entry = _Release(items, waits, scope, self._writes)
             if isinstance(waits, _NextFlush):
                 self._awaiting_flush.append(entry)
-            elif isinstance(waits, _Backlog):
+            elif isinstance(waits, _Backlog | _Pending):
                 waits.entries.append(entry)
             self._unreleased.append(entry)
             if wrote:
@@ -949,7 +1059,7 @@ class ShardRunner:
         waiting_still: deque[_Release] = deque()
         for entry in self._unreleased:
             waiting = entry.waiting
-            if isinstance(waiting, _NextFlush | _Backlog):
+            if isinstance(waiting, _NextFlush | _Backlog | _Pending):
                 waiting_still.append(entry)
                 continue
             error: ErrorCode | None = ErrorCode.NOT_COORDINATOR if self._failed else None

@@ -4,7 +4,7 @@ offset requests into the partitions the broker answers itself and those the coor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -53,15 +53,30 @@ def now_or_later(pending: asyncio.Future[_Response]) -> _Response | asyncio.Futu
 
 def then(
     pending: asyncio.Future[_Answer], finish: Callable[[_Answer], _Response]
-) -> _Response | Awaitable[_Response]:
-    """``finish(answer)`` now when the coordinator answered at once, else once it does."""
+) -> _Response | asyncio.Future[_Response]:
+    """``finish(answer)`` now when the coordinator answered at once, else a future of it once it does (a
+    done-callback, not a task: the connection waits on the future as it is)."""
     if pending.done():
         return finish(pending.result())
+    out: asyncio.Future[_Response] = pending.get_loop().create_future()
 
-    async def later() -> _Response:
-        return finish(await pending)
+    def settle(answered: asyncio.Future[_Answer]) -> None:
+        if out.done():
+            return
+        if answered.cancelled():
+            out.cancel()
+            return
+        exc = answered.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        try:
+            out.set_result(finish(answered.result()))
+        except Exception as error:
+            out.set_exception(error)
 
-    return later()
+    pending.add_done_callback(settle)
+    return out
 
 
 def coordinator_of(broker: BrokerPort) -> GroupCoordinator | None:
