@@ -13,6 +13,7 @@ import pytest
 from broker.support import BrokerThread
 from regroup.broker.handlers import DuplicateHandlerError, HandlerRegistry, default_registry
 from regroup.client.blocking import BlockingConnection
+from regroup.client.errors import ConnectionClosedError
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.framing import decode_response, encode_request
@@ -20,6 +21,17 @@ from regroup.protocol.messages.api_versions import ApiVersionsRequest, ApiVersio
 from regroup.protocol.messages.create_topics import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from regroup.protocol.messages.fetch import FetchPartition, FetchRequest, FetchResponse, FetchTopic
 from regroup.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from regroup.protocol.messages.offset_commit import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+)
+from regroup.protocol.messages.offset_fetch import (
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchResponse,
+)
 from regroup.protocol.messages.produce import (
     PartitionProduceData,
     ProduceRequest,
@@ -27,6 +39,7 @@ from regroup.protocol.messages.produce import (
     TopicProduceData,
 )
 from regroup.protocol.record_batch import Record, build_batch
+from regroup.runtime.shard_runner import ShardRunner
 
 AV = ApiVersionsRequest(client_software_name="regroup-tests", client_software_version="1.0")
 
@@ -285,3 +298,79 @@ def test_max_connections(make_broker: Callable[..., BrokerThread]) -> None:
         b.request(AV, ApiVersionsResponse, version=3)
         with BlockingConnection(broker.address) as c:
             assert c.is_closed()
+
+
+def _commit(group_id: str, offset: int) -> OffsetCommitRequest:
+    return OffsetCommitRequest(
+        group_id=group_id,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[
+            OffsetCommitRequestTopic(
+                name="t",
+                partitions=[OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)],
+            )
+        ],
+    )
+
+
+def _create_topic_t(conn: BlockingConnection) -> None:
+    conn.request(
+        CreateTopicsRequest(topics=[CreatableTopic("t", 1, 1)], timeout_ms=1000), CreateTopicsResponse
+    )
+
+
+def _offsets_runner(broker: BrokerThread) -> ShardRunner:
+    runner = broker.broker.group_coordinator.runner(0)
+    assert runner is not None
+    return runner
+
+
+def test_pipelined_commits_are_written_behind_the_read_that_brought_them(
+    broker: BrokerThread, conn: BlockingConnection
+) -> None:
+    conn.request(
+        CreateTopicsRequest(topics=[CreatableTopic("t", 1, 1)], timeout_ms=1000), CreateTopicsResponse
+    )
+    for i in range(5):
+        conn.send(_commit(f"g{i}", 100 + i), 9)
+    for _ in range(5):
+        response = conn.receive()
+        assert isinstance(response, OffsetCommitResponse)
+        assert response.topics[0].partitions[0].error_code == ErrorCode.NONE
+    fetched = conn.request(
+        OffsetFetchRequest(groups=[OffsetFetchRequestGroup(group_id=f"g{i}", topics=None) for i in range(5)]),
+        OffsetFetchResponse,
+        version=9,
+    )
+    offsets = {g.group_id: g.topics[0].partitions[0].committed_offset for g in fetched.groups}
+    assert offsets == {f"g{i}": 100 + i for i in range(5)}
+    # Each was answered at once and appended with the others of its read before any reply left.
+    assert _offsets_runner(broker).stats.written_behind == 5
+
+
+def test_a_connection_is_closed_without_replies_when_the_append_behind_them_fails(
+    broker: BrokerThread, conn: BlockingConnection
+) -> None:
+    conn.request(
+        CreateTopicsRequest(topics=[CreatableTopic("t", 1, 1)], timeout_ms=1000), CreateTopicsResponse
+    )
+    assert (
+        conn.request(_commit("g", 1), OffsetCommitResponse, version=9).topics[0].partitions[0].error_code == 0
+    )
+    runner = _offsets_runner(broker)
+    assert runner.stats.written_behind == 1
+    plog = broker.broker.logs.partition("__consumer_offsets", 0)
+    assert plog is not None
+
+    def failing_append(data: bytes, *, now_ms: int, validate: bool = True) -> object:
+        raise OSError("injected: disk gone")
+
+    plog.append = failing_append  # type: ignore[method-assign,assignment]
+    conn.send(_commit("g", 2), 9)
+    with pytest.raises(ConnectionClosedError):
+        conn.receive()
+    # The partition failed with it: a new connection's commit is told to find its coordinator again.
+    with BlockingConnection(broker.address) as again:
+        answer = again.request(_commit("g", 3), OffsetCommitResponse, version=9)
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR

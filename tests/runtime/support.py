@@ -31,6 +31,7 @@ from regroup.protocol.records.consumer_protocol import ConsumerProtocolSubscript
 from regroup.runtime.clock import ManualClock
 from regroup.runtime.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
 from regroup.runtime.durability import PartitionGate, WriteGate
+from regroup.runtime.shard_runner import WriteBehind
 
 HOST = "/127.0.0.1"
 
@@ -136,6 +137,7 @@ async def coordinator_env(
     faulty: bool = False,
     load: bool = True,
     config: CoordinatorConfig | None = None,
+    write_behind: WriteBehind | None = None,
     **group_overrides: Any,
 ) -> AsyncIterator[Env]:
     """A started coordinator over ``tmp``/data (re-usable across restarts: same ``tmp``, new env)."""
@@ -171,6 +173,7 @@ async def coordinator_env(
         gate_for=gate_for,
         member_id_factory=_counter_ids(),
         wrap_log=wrap if faulty else None,
+        write_behind=write_behind,
     )
     await env.coord.start()
     if load:

@@ -17,7 +17,7 @@ from regroup.protocol.messages.offset_fetch import OffsetFetchResponseGroup
 from regroup.protocol.record_batch import Record as BatchRecord
 from regroup.protocol.record_batch import build_batch, decode_batches
 from regroup.runtime.coordinator import CoordinatorConfig, PartitionState
-from regroup.runtime.shard_runner import append_error
+from regroup.runtime.shard_runner import WriteBehind, append_error
 from runtime.support import (
     HOST,
     Env,
@@ -300,6 +300,87 @@ def test_a_shared_batch_that_fails_to_append_fails_the_partition(tmp_path: Path)
             assert await fetch(env, "a", ("t", 0)) == {("t", 0): 1}
             assert await fetch(env, "b", ("t", 0)) == {("t", 0): -1}
             assert await fetch(env, "c", ("t", 0)) == {("t", 0): -1}
+
+    run(scenario())
+
+
+def test_writes_behind_a_read_are_answered_at_once_and_appended_as_one_batch_at_its_end(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        behind = WriteBehind()
+        async with coordinator_env(tmp_path, write_behind=behind) as env:
+            runner = env.coord.runner(0)
+            assert runner is not None
+            end = env.plog().log_end_offset
+            behind.begin()
+            pending = [
+                env.coord.offset_commit("client", HOST, 9, commit_request(f"g{i}", {("t", 0): 10 + i}))
+                for i in range(5)
+            ]
+            # Answered in the caller's step, the records not in the log yet: the connection holds the
+            # replies until end() has appended them.
+            assert all(p.done() for p in pending)
+            assert all(partition_errors(p.result()) == [ErrorCode.NONE] for p in pending)
+            assert env.plog().log_end_offset == end
+            assert behind.end()
+            assert _batches_since(env, end) == [5]
+            assert runner.stats.written_behind == 5
+            for i in range(5):
+                assert await fetch(env, f"g{i}", ("t", 0)) == {("t", 0): 10 + i}
+            # Outside a read, a write is appended at once as before.
+            await commit(env.coord, commit_request("h", {("t", 0): 1}))
+            assert _batches_since(env, end) == [5, 1]
+        async with coordinator_env(tmp_path) as env:
+            for i in range(5):
+                assert await fetch(env, f"g{i}", ("t", 0)) == {("t", 0): 10 + i}
+
+    run(scenario())
+
+
+def test_a_write_behind_append_that_fails_makes_end_false_and_fails_the_partition(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        behind = WriteBehind()
+        async with coordinator_env(tmp_path, faulty=True, write_behind=behind) as env:
+            await commit(env.coord, commit_request("a", {("t", 0): 1}))
+            env.faulty[0].fail_next.append(storage_error())
+            behind.begin()
+            answered = env.coord.offset_commit("client", HOST, 9, commit_request("a", {("t", 0): 2}))
+            assert answered.done()  # (a reply the connection must now drop)
+            assert not behind.end()
+            await until(lambda: env.coord.state(0) is not PartitionState.ACTIVE)
+            later = await commit(env.coord, commit_request("a", {("t", 0): 3}))
+            assert partition_errors(later) == [ErrorCode.NOT_COORDINATOR]
+            await env.settle()
+            await env.coord.load(0)
+            assert await fetch(env, "a", ("t", 0)) == {("t", 0): 1}
+            # The next read starts clean.
+            behind.begin()
+            env.coord.offset_commit("client", HOST, 9, commit_request("a", {("t", 0): 4}))
+            assert behind.end()
+            assert await fetch(env, "a", ("t", 0)) == {("t", 0): 4}
+
+    run(scenario())
+
+
+def test_writes_that_wait_for_a_flush_are_not_written_behind(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        behind = WriteBehind()
+        async with coordinator_env(tmp_path, flush_messages=1, write_behind=behind) as env:
+            runner = env.coord.runner(0)
+            assert runner is not None
+            end = env.plog().log_end_offset
+            behind.begin()
+            pending = [
+                env.coord.offset_commit("client", HOST, 9, commit_request(f"g{i}", {("t", 0): i}))
+                for i in range(3)
+            ]
+            assert behind.end()
+            assert not any(p.done() for p in pending)  # they wait for their fsync
+            responses = await asyncio.wait_for(asyncio.gather(*pending), 5)
+            assert all(partition_errors(r) == [ErrorCode.NONE] for r in responses)
+            assert runner.stats.written_behind == 0
+            assert _batches_since(env, end) == [1, 2]
 
     run(scenario())
 

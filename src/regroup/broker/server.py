@@ -192,7 +192,11 @@ class ServerConnection(asyncio.Protocol):
             log.warning("Closing connection from %s: %s (socket.request.max.bytes)", self._describe(), exc)
             self.close(abort=True)
             return
-        # Responses produced while this batch of frames is dispatched go out in one writev.
+        # Responses produced while this batch of frames is dispatched go out in one writev, after the
+        # coordinator's appends written behind them.
+        behind = self._server.broker.group_coordinator.write_behind
+        if behind is not None:
+            behind.begin()
         self._corked = True
         try:
             for frame in frames:
@@ -201,7 +205,10 @@ class ServerConnection(asyncio.Protocol):
                 self._dispatch(frame)
         finally:
             self._corked = False
-            self._flush_output()
+            if behind is not None and not behind.end():
+                self.close("an append behind its replies failed", abort=True)
+            else:
+                self._flush_output()
         self._update_reading()
 
     def eof_received(self) -> bool | None:

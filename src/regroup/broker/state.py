@@ -46,7 +46,7 @@ from regroup.runtime.durability import (
     compact_off_loop,
 )
 from regroup.runtime.events import GroupEventsConfig
-from regroup.runtime.shard_runner import OffsetsLog, ReplicatedOffsetsLog
+from regroup.runtime.shard_runner import OffsetsLog, ReplicatedOffsetsLog, WriteBehind
 from regroup.runtime.topics_image import TopicsImageSource
 
 __all__ = ["Broker"]
@@ -97,6 +97,7 @@ class Broker:
             clock=self.coordinator_clock,
             gate_for=self.gate if self.cluster is None else self._replicated_gate,
             wrap_log=None if self.cluster is None else _replicated_offsets_log,
+            write_behind=WriteBehind() if self.cluster is None else None,
         )
         """Classic groups and committed offsets, one shard per ``__consumer_offsets`` partition."""
         self.topology: Topology = (

@@ -71,7 +71,7 @@ from regroup.runtime.responses import (
     sync_group_error,
     txn_offset_commit_error,
 )
-from regroup.runtime.shard_runner import LoadSummary, OffsetsLog, RunnerState, ShardRunner
+from regroup.runtime.shard_runner import LoadSummary, OffsetsLog, RunnerState, ShardRunner, WriteBehind
 from regroup.runtime.topics_image import local_topics_image
 
 __all__ = [
@@ -135,8 +135,12 @@ class GroupCoordinator:
         gate_for: Callable[[PartitionLog], WriteGate] | None = None,
         member_id_factory: MemberIdFactory = uuid_member_id,
         wrap_log: Callable[[int, PartitionLog], OffsetsLog] | None = None,
+        write_behind: WriteBehind | None = None,
     ) -> None:
+        """``write_behind``: lets a connection's pipelined writes share one append (its server calls
+        ``begin``/``end`` around each read); only where an append needs no replication (one node)."""
         self.config = config or CoordinatorConfig()
+        self.write_behind = write_behind
         self.clock: Clock = clock or SystemClock()
         self.events: deque[tuple[int, object]] = deque(maxlen=self.config.recent_events)
         self._logs = logs
@@ -407,6 +411,7 @@ class GroupCoordinator:
             commit_timeout_ms=self.config.offsets_commit_timeout_ms,
             on_notify=self._notify,
             on_failure=self._failed,
+            write_behind=self.write_behind,
         )
         self._runners[partition] = runner
         loaded = runner.start(ready)

@@ -50,6 +50,7 @@ from regroup.group.effects import Cancel, CoordinatorRecord, Effect, Notify, Rep
 from regroup.group.records import RecordError
 from regroup.group.shard import CoordinatorShard
 from regroup.log import LogConfig, PartitionLog, ReadResult
+from regroup.log.config import LONG_MAX
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.primitives import DecodeError
 from regroup.protocol.record_batch import build_keyed_batch, decode_batches
@@ -65,6 +66,7 @@ __all__ = [
     "RunnerState",
     "RunnerStats",
     "ShardRunner",
+    "WriteBehind",
     "append_error",
 ]
 
@@ -179,6 +181,8 @@ class RunnerStats:
     appends: int = 0
     lingered: int = 0
     """Writes whose records joined the loop step's shared batch instead of an append of their own."""
+    written_behind: int = 0
+    """Writes whose records joined a connection read's shared batch (:class:`WriteBehind`)."""
     append_failures: int = 0
     flushes: int = 0
     flush_timeouts: int = 0
@@ -257,16 +261,54 @@ class _Backlog:
 
 
 class _Pending:
-    """The records of the events that wrote after the loop step's first append, appended together as one
-    batch (stamped with the first one's time) when the step ends, and the replies that wait for it."""
+    """Records of several events appended together as one batch (stamped with the first one's time): those
+    that wrote after the loop step's first append, appended when the step ends, with the replies that wait
+    for it; or (``behind``) those written behind a connection's read, appended before it answers."""
 
-    __slots__ = ("entries", "now", "records", "size")
+    __slots__ = ("behind", "entries", "now", "records", "size")
 
-    def __init__(self, now: int) -> None:
+    def __init__(self, now: int, behind: bool) -> None:
         self.now = now
+        self.behind = behind
         self.records: list[CoordinatorRecord] = []
         self.size = _BATCH_OVERHEAD
         self.entries: list[_Release] = []
+
+
+class WriteBehind:
+    """Appends deferred to the end of a connection's read. While a connection dispatches the requests of
+    one read (between :meth:`begin` and :meth:`end`), a runner whose writes need no flush puts the records
+    of its events in one batch and answers them at once; :meth:`end` appends every such batch before the
+    connection writes a reply, so pipelined commits cost one append per read, not one each, and no reply
+    leaves before its records are in the log. :meth:`end` is False when one of those appends failed: the
+    connection then drops the replies and closes (its client retries, and finds the partition failed)."""
+
+    __slots__ = ("_runners", "depth", "failed")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.failed = False
+        self._runners: list[ShardRunner] = []
+
+    def begin(self) -> None:
+        self.depth += 1
+
+    def defer(self, runner: ShardRunner) -> None:
+        """``runner`` holds a batch to append at :meth:`end`."""
+        self._runners.append(runner)
+
+    def end(self) -> bool:
+        self.depth -= 1
+        if self.depth:
+            return True
+        if self._runners:
+            runners, self._runners = self._runners, []
+            for runner in runners:
+                runner.write_behind_now()
+        if self.failed:
+            self.failed = False
+            return False
+        return True
 
 
 _BATCH_OVERHEAD: Final = 61
@@ -309,6 +351,7 @@ class ShardRunner:
         commit_timeout_ms: int | None = 5000,
         on_notify: NotifyObserver | None = None,
         on_failure: Callable[[int], None] | None = None,
+        write_behind: WriteBehind | None = None,
     ) -> None:
         self.partition = partition
         self.shard = shard
@@ -331,6 +374,7 @@ class ShardRunner:
         self._backlog: _Backlog | None = None
         self._backlog_task: asyncio.Task[None] | None = None
         self._pending: _Pending | None = None
+        self._write_behind = write_behind  # only for a log whose appends need no replication
         self._step_open = False  # a batch was appended in this loop step; the step's end is scheduled
         self._step_end: asyncio.Handle | None = None
         self._event_waits: _Waiting = None
@@ -797,7 +841,11 @@ class ShardRunner:
         ``on_append``); into the step's shared batch when one was already appended in this loop step; else
         through the backlog (a failure of either of the last two fails the partition)."""
         self.stats.appends += 1
-        if self._step_open and self._backlog is None:
+        lingering = self._step_open
+        behind = self._write_behind
+        if (
+            lingering or (behind is not None and behind.depth and not self._flush_needed)
+        ) and self._backlog is None:
             size = 0
             for record in records:
                 value = record.value
@@ -811,15 +859,31 @@ class ShardRunner:
                 if pending is not None and pending.size + size > limit:
                     self._write_pending()
                     pending = None
-                if pending is None:
-                    pending = self._pending = _Pending(now)
-                pending.records.extend(records)
-                pending.size += size
-                self.stats.lingered += 1
-                self._event_wrote(pending)
-                return None
+                    if self._failed:
+                        return ErrorCode.NOT_COORDINATOR
+                if pending is None and (
+                    lingering
+                    # Behind a read only when no fsync is due now or by count (flush.messages: Kafka
+                    # answers such appends after their fsync); flush.ms never delays an answer in Kafka.
+                    or (self._log.config.flush_messages == LONG_MAX and not self._log.needs_flush(now))
+                ):
+                    pending = self._pending = _Pending(now, not lingering)
+                    if not lingering:
+                        assert behind is not None
+                        behind.defer(self)
+                if pending is not None:
+                    pending.records.extend(records)
+                    pending.size += size
+                    if pending.behind:
+                        self.stats.written_behind += 1
+                    else:
+                        self.stats.lingered += 1
+                        self._event_wrote(pending)
+                    return None
             if pending is not None:
-                self._write_pending()  # (keeps the log in event order) this large one goes alone
+                self._write_pending()  # (keeps the log in event order) this one goes alone
+                if self._failed:
+                    return ErrorCode.NOT_COORDINATOR
         try:
             data = build_keyed_batch(records, now, compression=self._compression)
             if len(data) > self._log.config.max_message_bytes:
@@ -865,9 +929,15 @@ class ShardRunner:
         if self._pending is not None:
             self._write_pending()
 
+    def write_behind_now(self) -> None:
+        """Append the batch written behind a connection's read (:class:`WriteBehind`), if any."""
+        if self._pending is not None and self._pending.behind:
+            self._write_pending()
+
     def _write_pending(self) -> None:
-        """Append the step's shared batch (or hand it to the backlog while the gate is busy); its replies
-        then wait for the flush the policy asks for, if any."""
+        """Append the shared batch (or hand it to the backlog while the gate is busy); its replies then wait
+        for the flush the policy asks for, if any. A batch written behind a read whose append fails or
+        must wait tells its :class:`WriteBehind`: the replies already given must not leave."""
         pending, self._pending = self._pending, None
         assert pending is not None
         now = pending.now
@@ -887,6 +957,8 @@ class ShardRunner:
                 for entry in entries:
                     entry.waiting = backlog
                 backlog.entries.extend(entries)
+                if pending.behind and self._write_behind is not None:
+                    self._write_behind.failed = True
                 return
             try:
                 self._log.append(data, now_ms=now, validate=False)
@@ -894,6 +966,8 @@ class ShardRunner:
                 self._deferred_append_failed(exc)
             finally:
                 self._gate.release()
+        if pending.behind and self._failed and self._write_behind is not None:
+            self._write_behind.failed = True
         flush = not self._failed and self._log.needs_flush(now)
         for entry in entries:
             if flush:
@@ -902,8 +976,9 @@ class ShardRunner:
             else:
                 entry.waiting = None
         if flush:
-            self._request_flush()
-        self._drain()
+            self._request_flush()  # (behind a read: a segment just rolled, which is flushed once rolled)
+        if entries or self._failed:
+            self._drain()
 
     def _event_wrote(self, waits: _NextFlush | _Backlog | _Pending) -> None:
         if not isinstance(self._event_waits, _Backlog):
