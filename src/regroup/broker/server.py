@@ -194,7 +194,7 @@ class ServerConnection(asyncio.Protocol):
             return
         # Responses produced while this batch of frames is dispatched go out in one writev, after the
         # coordinator's appends written behind them.
-        behind = self._server.broker.group_coordinator.write_behind
+        behind = self._server.write_behind
         if behind is not None:
             behind.begin()
         self._corked = True
@@ -455,6 +455,8 @@ class BrokerServer:
         self.bound: dict[str, tuple[str, int]] = {}
         # Told of every handled request when set (the admin port's request metrics).
         self.request_observer: RequestObserver | None = None
+        self.write_behind = broker.group_coordinator.write_behind
+        """Opened around each read's requests (``None``: every append happens at once)."""
         self.stopping = False
         self._servers: list[asyncio.Server] = []
         self._idle_sweep: asyncio.TimerHandle | None = None
