@@ -614,9 +614,10 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
         _B.INT,
         -1,
         "How long Kafka's coordinator waits to batch writes to __consumer_offsets (-1: adaptive, until its "
-        "event queue is empty). regroup appends an event's records as soon as the partition is free and "
-        "batches those that arrive meanwhile behind the write in progress — the adaptive behaviour; "
-        "other values have no effect.",
+        "event queue is empty). regroup batches adaptively whatever the value: the writes of one "
+        "connection read share one append (one node), writes that wait for a flush or for the in-sync "
+        "replicas share one per event-loop step, and those that arrive behind a running fsync go "
+        "together once it ends.",
         at_least(-1),
         applies=False,
     ),
