@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from regroup.group.effects import TimerKey, TimerKind
+from regroup.group.effects import CoordinatorRecord, Reply, Result, TimerKey, TimerKind
 from regroup.group.state import GroupState
 from regroup.protocol.errors import ErrorCode, KafkaError
 from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -359,6 +359,47 @@ def test_a_write_behind_append_that_fails_makes_end_false_and_fails_the_partitio
             env.coord.offset_commit("client", HOST, 9, commit_request("a", {("t", 0): 4}))
             assert behind.end()
             assert await fetch(env, "a", ("t", 0)) == {("t", 0): 4}
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_write_behind_that_releases_other_replies_is_appended_before_them(
+    tmp_path: Path, fails: bool
+) -> None:
+    """An event of a read that answers parked requests of other connections (a leave completing a join
+    phase, say) has its records appended before those replies are released, not at the read's end."""
+
+    async def scenario() -> None:
+        behind = WriteBehind()
+        async with coordinator_env(tmp_path, faulty=True, write_behind=behind) as env:
+            runner = env.coord.runner(0)
+            assert runner is not None
+
+            def park(now: int) -> Result[str]:
+                return Result()
+
+            def write_and_answer(now: int) -> Result[str]:
+                record = CoordinatorRecord(b"\x7f\x7fbehind", b"value")
+                return Result(records=(record,), reply="mine", effects=(Reply(7, "theirs"),))
+
+            parked = runner.call(lambda code: f"error {code.name}", park, ticket=7)
+            await env.settle()
+            assert not parked.done()
+            end = env.plog().log_end_offset
+            if fails:
+                env.faulty[0].fail_next.append(storage_error())
+            behind.begin()
+            mine = runner.call(lambda code: f"error {code.name}", write_and_answer)
+            if fails:
+                assert await asyncio.wait_for(parked, 5) == "error NOT_COORDINATOR"
+                assert await asyncio.wait_for(mine, 5) == "error NOT_COORDINATOR"
+                assert not behind.end()
+            else:
+                assert env.plog().log_end_offset == end + 1  # already, before the read ends
+                assert await asyncio.wait_for(parked, 5) == "theirs"
+                assert await asyncio.wait_for(mine, 5) == "mine"
+                assert behind.end()
 
     run(scenario())
 

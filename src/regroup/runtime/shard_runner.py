@@ -664,6 +664,10 @@ class ShardRunner:
                     "The shard answered a request of __consumer_offsets-%d with no reply", self.partition
                 )
                 reply = error_reply(ErrorCode.UNKNOWN_SERVER_ERROR)
+        if items and self._pending is not None and self._pending.behind:
+            # The event released replies of other connections (a leave that completes a join phase): they
+            # must not leave before its records are in the log, which the read's end does not ensure.
+            self._write_pending()
         if (
             not items
             and self._event_waits is None
@@ -880,10 +884,10 @@ class ShardRunner:
                         self.stats.lingered += 1
                         self._event_wrote(pending)
                     return None
-            if pending is not None:
-                self._write_pending()  # (keeps the log in event order) this one goes alone
-                if self._failed:
-                    return ErrorCode.NOT_COORDINATOR
+        if self._pending is not None:
+            self._write_pending()  # (keeps the log in event order) this one goes alone
+            if self._failed:
+                return ErrorCode.NOT_COORDINATOR
         try:
             data = build_keyed_batch(records, now, compression=self._compression)
             if len(data) > self._log.config.max_message_bytes:
@@ -968,7 +972,13 @@ class ShardRunner:
                 self._gate.release()
         if pending.behind and self._failed and self._write_behind is not None:
             self._write_behind.failed = True
-        flush = not self._failed and self._log.needs_flush(now)
+        # (behind a read, a flush due now is a segment just rolled, which Kafka flushes once rolled)
+        self._appended(entries, not self._failed and self._log.needs_flush(now))
+        if entries or self._failed:
+            self._drain()
+
+    def _appended(self, entries: list[_Release], flush: bool) -> None:
+        """The replies of an appended batch now wait for the flush that covers it, or for nothing."""
         for entry in entries:
             if flush:
                 entry.waiting = _NEXT_FLUSH
@@ -976,9 +986,7 @@ class ShardRunner:
             else:
                 entry.waiting = None
         if flush:
-            self._request_flush()  # (behind a read: a segment just rolled, which is flushed once rolled)
-        if entries or self._failed:
-            self._drain()
+            self._request_flush()
 
     def _event_wrote(self, waits: _NextFlush | _Backlog | _Pending) -> None:
         if not isinstance(self._event_waits, _Backlog):
@@ -1006,15 +1014,7 @@ class ShardRunner:
                     failed = True
         finally:
             self._gate.release()
-        flush = not failed and self._log.needs_flush(now)
-        for entry in backlog.entries:
-            if flush:
-                entry.waiting = _NEXT_FLUSH
-                self._awaiting_flush.append(entry)
-            else:
-                entry.waiting = None
-        if flush:
-            self._request_flush()
+        self._appended(backlog.entries, not failed and self._log.needs_flush(now))
         self._drain()
 
     def _deferred_append_failed(self, exc: Exception) -> None:
