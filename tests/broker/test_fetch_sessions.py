@@ -4,6 +4,7 @@ are answered only with what is new, and the session cache's limits and errors be
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Callable, Sequence
 
@@ -168,6 +169,41 @@ def test_a_long_poll_wakes_for_a_partition_of_the_session_the_request_does_not_n
     parts = answered(response)
     assert sorted(parts) == [1]
     assert values(parts[1].records) == [b"late"]
+
+
+def test_a_consumer_long_poll_on_a_replicated_partition_waits_for_its_high_watermark(
+    broker: BrokerThread, conn: BlockingConnection
+) -> None:
+    """Appends beyond a replicated partition's high watermark cannot give a consumer anything: its long
+    poll listens for the high watermark alone, and is answered once the ISR has the records."""
+    tid = create(conn, "hw", 1)
+
+    def replicated() -> None:
+        plog = broker.broker.logs.partition("hw", 0)
+        assert plog is not None
+        plog.replicated = True
+
+    broker.call(replicated)
+    plog = broker.broker.logs.partition("hw", 0)
+    assert plog is not None
+    message, version = request(tid, {0: 0}, session_id=0, epoch=-1, max_wait_ms=60_000)
+    conn.send(message, version)
+
+    def listeners() -> tuple[int, int]:
+        assert plog is not None
+        return len(plog.append_listeners), len(plog.high_watermark_listeners)
+
+    deadline = time.monotonic() + 30
+    while broker.call(listeners) != (0, 1):
+        assert time.monotonic() < deadline, broker.call(listeners)
+        time.sleep(0.01)
+    with BlockingConnection(broker.address) as producer:
+        produce(producer, "hw", batch(b"replicated"), partition=0)
+    assert broker.call(listeners) == (0, 1)  # the append did not wake it
+    broker.call(lambda: plog.set_high_watermark(plog.log_end_offset))
+    response = conn.receive(timeout=60)
+    assert isinstance(response, FetchResponse)
+    assert values(answered(response)[0].records) == [b"replicated"]
 
 
 def test_the_cache_keeps_at_most_its_slots(make_broker: Callable[..., BrokerThread]) -> None:

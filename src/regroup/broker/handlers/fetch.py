@@ -1,7 +1,8 @@
 """Fetch (key 1) v4-17 with long polling.
 
 A fetch is answered at once when ``max_wait_ms`` is 0, when ``min_bytes`` are available, or when a partition
-has an error; otherwise it waits for an append to one of its partitions (``append_listeners``), the deadline
+has an error; otherwise it waits until one of its partitions can give it more (an append for a follower or on
+a partition that is not replicated, a high-watermark move for a consumer of a replicated one), the deadline
 or shutdown, and reads again (Kafka's ``DelayedFetch``). Size limits follow ``ReplicaManager.readFromLog``:
 the response is capped by ``min(max_bytes, fetch.max.bytes)``, each partition by ``partition_max_bytes``,
 and until one partition has returned data the limits may be exceeded to return one whole batch, so a batch
@@ -193,13 +194,25 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
                 if not woken.done():
                     woken.set_result(None)
 
-            watched: list[PartitionLog] = []
+            # Each partition is watched for what moves this fetcher's readable end (_readable_end): a
+            # follower's, its log end (appends); a consumer's, the high watermark, which appends move on a
+            # partition that is not replicated, a replicated one's ISR otherwise — and under
+            # read_committed an appended transaction marker may move the last stable offset up to it.
+            on_append: list[PartitionLog] = []
+            on_high_watermark: list[PartitionLog] = []
             for w in wanted:
                 plog = logs.partition(w.name, w.index) if w.name is not None else None
-                if plog is not None:
+                if plog is None:
+                    continue
+                if w.follower or not plog.replicated:
                     plog.append_listeners.append(wake)
+                    on_append.append(plog)
+                else:
                     plog.high_watermark_listeners.append(wake)
-                    watched.append(plog)
+                    on_high_watermark.append(plog)
+                    if committed:
+                        plog.append_listeners.append(wake)
+                        on_append.append(plog)
             timer = loop.call_at(deadline, wake)
             broker.stopping.add_done_callback(wake)
             try:
@@ -209,12 +222,13 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Awaita
             finally:
                 timer.cancel()
                 broker.stopping.remove_done_callback(wake)
-                for plog in watched:
-                    # try/except, not contextlib.suppress: this runs for every partition of every poll.
+                # try/except, not contextlib.suppress: this runs for every partition of every poll.
+                for plog in on_append:
                     try:  # noqa: SIM105
                         plog.append_listeners.remove(wake)
                     except ValueError:
                         pass
+                for plog in on_high_watermark:
                     try:  # noqa: SIM105
                         plog.high_watermark_listeners.remove(wake)
                     except ValueError:
