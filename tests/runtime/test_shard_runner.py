@@ -264,6 +264,38 @@ def test_writes_of_one_loop_step_share_one_append_when_they_wait_for_a_flush(tmp
     run(scenario())
 
 
+def test_an_event_whose_lingering_records_leave_before_it_ends_is_still_answered(tmp_path: Path) -> None:
+    """An event lingers, then its continuation writes a batch of its own, which sends the shared batch
+    ahead (here to the backlog, an fsync running) and then fails: the event's reply must follow where its
+    first records went, not the shared batch they left."""
+
+    async def scenario() -> None:
+        async with coordinator_env(tmp_path, flush_messages=1, slow_flush=True) as env:
+            slow = env.slow[0]
+            slow.release.set()
+            await env.settle()
+            slow.release.clear()
+            runner = env.coord.runner(0)
+            assert runner is not None
+
+            def two_writes(now: int) -> Result[str]:
+                def then_too_large(error: ErrorCode | None) -> Result[str]:
+                    huge = CoordinatorRecord(b"\x7f\x7fhuge", b"x" * 1_100_000)
+                    return Result(records=(huge,), reply="second", on_append=lambda e: Result(reply=repr(e)))
+
+                small = CoordinatorRecord(b"\x7f\x7fsmall", b"v")
+                return Result(records=(small,), reply="first", on_append=then_too_large)
+
+            first = env.coord.offset_commit("client", HOST, 9, commit_request("a", {("t", 0): 1}))
+            answer = runner.call(lambda code: f"error {code.name}", two_writes)
+            assert runner.stats.lingered == 1
+            slow.release.set()
+            assert partition_errors(await asyncio.wait_for(first, 5)) == [ErrorCode.NONE]
+            assert await asyncio.wait_for(answer, 5) == repr(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+    run(scenario())
+
+
 def test_writes_that_wait_for_no_flush_are_appended_and_answered_one_by_one(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with coordinator_env(tmp_path) as env:  # flush.messages = Long.MAX

@@ -961,6 +961,8 @@ class ShardRunner:
                 for entry in entries:
                     entry.waiting = backlog
                 backlog.entries.extend(entries)
+                if self._event_waits is pending:
+                    self._event_waits = backlog
                 if pending.behind and self._write_behind is not None:
                     self._write_behind.failed = True
                 return
@@ -973,20 +975,24 @@ class ShardRunner:
         if pending.behind and self._failed and self._write_behind is not None:
             self._write_behind.failed = True
         # (behind a read, a flush due now is a segment just rolled, which Kafka flushes once rolled)
-        self._appended(entries, not self._failed and self._log.needs_flush(now))
+        waits = self._appended(entries, not self._failed and self._log.needs_flush(now))
+        if self._event_waits is pending:
+            # The event being applied lingered here, and a later write of its own sent the batch ahead
+            # (too large to join it): its reply waits for what the batch's replies now wait for.
+            self._event_waits = waits
         if entries or self._failed:
             self._drain()
 
-    def _appended(self, entries: list[_Release], flush: bool) -> None:
-        """The replies of an appended batch now wait for the flush that covers it, or for nothing."""
+    def _appended(self, entries: list[_Release], flush: bool) -> asyncio.Future[None] | None:
+        """The replies of an appended batch now wait for the flush that covers it (returned), or for
+        nothing."""
         for entry in entries:
             if flush:
                 entry.waiting = _NEXT_FLUSH
                 self._awaiting_flush.append(entry)
             else:
                 entry.waiting = None
-        if flush:
-            self._request_flush()
+        return self._request_flush() if flush else None
 
     def _event_wrote(self, waits: _NextFlush | _Backlog | _Pending) -> None:
         if not isinstance(self._event_waits, _Backlog):
@@ -1083,7 +1089,7 @@ class ShardRunner:
                 newest = entry
         return newest
 
-    def _request_flush(self) -> None:
+    def _request_flush(self) -> asyncio.Future[None]:
         self._flush_needed = False
         self._events_since_flush = 0
         self.stats.flushes += 1
@@ -1096,6 +1102,7 @@ class ShardRunner:
                 self._commit_timeout_ms / 1000, self._flush_timed_out, fut
             )
         fut.add_done_callback(self._flushed)
+        return fut
 
     def _flush_timed_out(self, fut: asyncio.Future[None]) -> None:
         # offsets.commit.timeout.ms: Kafka answers a write whose records are not committed in time with
