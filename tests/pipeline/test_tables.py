@@ -163,13 +163,13 @@ def test_rebalances_list_exactly_the_generations_the_coordinator_produced(
                 # The generation's record is written between the end of the join phase and the moment
                 # the leader's assignment is durable.
                 assert gen.join_completed_ms <= row["time"] <= gen.stable_ms
-        # Every generation a client was assigned in, with exactly the assignment it received.
+        # Every generation a client was assigned in, with exactly the assignment it received. A member
+        # may not see a generation it was assigned in: when the leader rejoins at once (kafka-python does
+        # when its metadata catches up), a slower member's SyncGroup gets REBALANCE_IN_PROGRESS, as on Kafka.
         stable = {r["generation"]: r for r in rows if r["state"] == "Stable"}
         for gen_id, seen in _generations(scenario.observed[group]).items():
-            assert {m["member_id"]: _assignment(m) for m in stable[gen_id]["members"]} == seen, (
-                group,
-                gen_id,
-            )
+            assigned = {m["member_id"]: _assignment(m) for m in stable[gen_id]["members"]}
+            assert {m: assigned.get(m) for m in seen} == seen, (group, gen_id)
     churn = sorted(
         (r for r in kafka_tables["rebalances"] if r["group"] == "g-churn"), key=lambda r: r["generation"]
     )
@@ -232,19 +232,22 @@ def test_assignment_health_matches_what_members_received(kafka_tables: Any, scen
         seen = _generations(scenario.observed[row["group"]]).get(row["generation"])
         if seen is None:
             continue  # no client was assigned in this generation (it was superseded before they synced)
-        checked += 1
-        topics = {
-            t
-            for m in rebalances[(row["group"], row["generation"])]["members"]
-            for t in m["subscribed_topics"]
-        }
+        generation = rebalances[(row["group"], row["generation"])]
+        topics = {t for m in generation["members"] for t in m["subscribed_topics"]}
         expected = {(t, p) for t in topics for p in range(TOPICS[t])}
-        received = [tp for parts in seen.values() for tp in parts]
-        assert {(u["topic"], u["partition"]) for u in row["unassigned"]} == expected - set(received)
+        received = {tp for parts in seen.values() for tp in parts}
+        unassigned = {(u["topic"], u["partition"]) for u in row["unassigned"]}
         assert row["multiply_assigned"] == []
-        assert row["healthy"] == (expected == set(received))
         assert row["subscribed_partitions"] == len(expected)
-    assert checked >= len(health) - 2
+        if set(seen) != {m["member_id"] for m in generation["members"]}:
+            # Not every member saw this generation (a slower member's SyncGroup was superseded): what the
+            # others received is assigned; the rest is not known from the clients.
+            assert not unassigned & received
+            continue
+        checked += 1
+        assert unassigned == expected - received
+        assert row["healthy"] == (expected == received)
+    assert checked >= len(health) - 3
     assert any(r["healthy"] for r in health)
 
 
