@@ -180,24 +180,37 @@ def _pack(splits: Sequence[logdir.Split], target: int, bounds: Sequence[int] | N
     return tasks
 
 
-def _pack_partitions(splits: Sequence[logdir.Split], target: int) -> list[Any]:
-    """Tasks of whole partitions (their splits in log order), about ``target`` bytes each."""
-    tasks: list[Any] = []
-    current: list[logdir.Split] = []
-    size = 0
+def _pack_partitions(splits: Sequence[logdir.Split], target: int, slots: int = 1) -> list[Any]:
+    """Tasks of whole partitions (their splits in log order), about ``target`` bytes each: as many tasks
+    as that takes, rounded up to a multiple of ``slots`` (the cores that run them together), with the
+    partitions spread so the tasks' sizes are as even as possible, largest task first. Packing in log
+    order instead could leave the last round one lone task with the other cores idle."""
+    partitions: list[list[logdir.Split]] = []
     for split in splits:
-        new_partition = bool(current) and (split.topic, split.partition) != (
-            current[-1].topic,
-            current[-1].partition,
-        )
-        if new_partition and size >= target:
-            tasks.append(_TaskPartition(_Task(tuple(current), None)))
-            current, size = [], 0
-        current.append(split)
-        size += split.end - split.start
-    if current:
-        tasks.append(_TaskPartition(_Task(tuple(current), None)))
-    return tasks
+        if not partitions or (split.topic, split.partition) != (
+            partitions[-1][-1].topic,
+            partitions[-1][-1].partition,
+        ):
+            partitions.append([])
+        partitions[-1].append(split)
+    if not partitions:
+        return []
+    sizes = [sum(s.end - s.start for s in splits_of) for splits_of in partitions]
+    count = max(1, -(-sum(sizes) // max(target, 1)))
+    count = min(len(partitions), -(-count // slots) * slots)
+    bins: list[list[int]] = [[] for _ in range(count)]
+    loads = [0] * count
+    # Largest partition first into the least loaded task (LPT).
+    for index in sorted(range(len(partitions)), key=lambda i: -sizes[i]):
+        lightest = min(range(count), key=loads.__getitem__)
+        bins[lightest].append(index)
+        loads[lightest] += sizes[index]
+    order = sorted(range(count), key=lambda b: -loads[b])
+    return [
+        _TaskPartition(_Task(tuple(s for i in sorted(bins[b]) for s in partitions[i]), None))
+        for b in order
+        if bins[b]
+    ]
 
 
 def _read_task(task: _Task, opts: ReadOptions) -> Iterator[Any]:
@@ -316,7 +329,7 @@ class _BatchReader(DataSourceReader):
         target = min(self.opts.max_split_bytes, max(_MIN_TASK_BYTES, -(-total // wanted)))
         if self.opts.decode in _WHOLE_PARTITIONS:
             splits = logdir.plan_splits(parts, total + 1)  # a split per segment
-            return _pack_partitions(splits, target) or [_TaskPartition(_Task((), None))]
+            return _pack_partitions(splits, target, wanted) or [_TaskPartition(_Task((), None))]
         splits = logdir.plan_splits(parts, target)
         return _pack(splits, target) or [_TaskPartition(_Task((), None))]
 

@@ -87,6 +87,9 @@ def build_session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Bigger Arrow batches for mapInArrow: the decoders' cost per batch is mostly fixed numpy overhead.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
+        # PySpark 4 records the Python call site of every Column function for error messages: five JVM
+        # round trips per call, a third of the ~20,000 that building the plans of ``all`` costs.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     cores = _local_cores(master)
     if cores is not None:

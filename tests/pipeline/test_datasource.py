@@ -214,3 +214,43 @@ def test_offset_history_is_computed_per_partition_across_segments(
         got = sorted(rows(history), key=lambda r: (r["record_partition"], r["record_offset"]))
         assert got == sorted(rows(expected), key=lambda r: (r["record_partition"], r["record_offset"]))
         assert len(got) == 900
+
+
+def _splits(sizes: dict[int, list[int]]) -> list[logdir.Split]:
+    """Splits of partitions of ``t`` in log order: per partition, its segments' sizes."""
+    out = []
+    for partition, segments in sizes.items():
+        start = 0
+        for size in segments:
+            out.append(logdir.Split("t", partition, f"{partition}.log", start, start + size, 0))
+            start += size
+    return out
+
+
+def test_whole_partition_tasks_are_even_and_fill_every_core() -> None:
+    from regroup_pipeline.datasource import _pack_partitions
+
+    def tasks(sizes: dict[int, list[int]], target: int, slots: int) -> list[list[tuple[int, int]]]:
+        packed = _pack_partitions(_splits(sizes), target, slots)
+        return [[(s.partition, s.start) for s in p.task.splits] for p in packed]
+
+    # Ten equal partitions, two cores, a target of two partitions: ten tasks of one, not five of two
+    # (which would leave one core idle in the last round).
+    ten = {p: [61] for p in range(10)}
+    got = tasks(ten, 64, 2)
+    assert sorted(got) == [[(p, 0)] for p in range(10)]
+    # A task keeps each partition whole and in log order; sizes spread largest first.
+    uneven = {0: [50, 50], 1: [10], 2: [30, 30], 3: [40], 4: [20]}
+    got = tasks(uneven, 100, 2)
+    assert len(got) == 4
+    assert sorted(s for t in got for s in t) == sorted((s.partition, s.start) for s in _splits(uneven))
+    for task in got:
+        for partition in {p for p, _ in task}:
+            starts = [start for p, start in task if p == partition]
+            assert starts == sorted(starts)
+            assert len(starts) == len(uneven[partition])
+    # 230 bytes, a target of 100: three tasks, four for two cores; 100 | 60 | 40 | 20 + 10.
+    assert [sum(sum(uneven[p]) for p in {p for p, _ in t}) for t in got] == [100, 60, 40, 30]
+    # Never more tasks than partitions; nothing to read, no task.
+    assert len(tasks({0: [500], 1: [500]}, 10, 4)) == 2
+    assert tasks({}, 10, 2) == []
