@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from regroup.broker.config import BrokerConfig
 from regroup.broker.state import Broker
+from regroup.cluster.local import request_group_coordinator
 from regroup.cluster.memory import MemoryStore
 from regroup.cluster.model import ClusterImage
 
@@ -85,6 +86,17 @@ class InProcessCluster:
     def start(self) -> InProcessCluster:
         for node_id in range(1, self.count + 1):
             self.start_node(node_id)
+        self.wait_for(
+            lambda image: len(image.nodes) == self.count and image.controller is not None,
+            what="every node registered",
+        )
+        self.wait_for(
+            lambda image: (
+                "__consumer_offsets" in image.topics
+                or request_group_coordinator([("127.0.0.1", port) for port in self.ports.values()])
+            ),
+            what="__consumer_offsets created",
+        )
         self.wait_for(
             lambda image: (
                 len(image.nodes) == self.count

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from regroup.group.config import partition_for
+
 from .inprocess import InProcessCluster, in_process_cluster
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -107,8 +109,6 @@ def test_the_group_coordinator_is_the_offsets_partition_leader_and_commits_survi
         produce(cluster.bootstrap_servers, "events", [f"e{i}".encode() for i in range(50)])
         assert len(consume_all(cluster.bootstrap_servers, "events", 50, group="readers")) == 50
         image = cluster.image()
-        from regroup.group.config import partition_for
-
         coordinator = image.leader_of("__consumer_offsets", partition_for("readers", 3))
         assert coordinator in cluster.brokers
         cluster.crash_node(coordinator)
@@ -283,3 +283,71 @@ def test_a_follower_that_reconnects_closes_its_old_session_on_the_leader(tmp_pat
             return all(now[n] and not now[n] & before[n] for n in now)
 
         cluster.wait_until(renewed, what="each follower's old session closed and a new one open")
+
+
+def test_offsets_partitions_spread_over_every_node_and_sole_replicas_write_behind(tmp_path: Path) -> None:
+    """``__consumer_offsets`` appears on the first FindCoordinator (as on Kafka), once every node runs, so
+    with a replication factor below the node count its partitions still land on all of them (created when
+    the first node registered, they all sat on that one). A partition with no other replica writes a
+    connection's commits behind its read, as one node does; a replicated one never does."""
+    from regroup.client.blocking import connect
+    from regroup.protocol.messages.offset_commit import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+        OffsetCommitResponse,
+    )
+
+    with in_process_cluster(
+        tmp_path,
+        **{"offsets.topic.num.partitions": "6", "offsets.topic.replication.factor": "1"},
+        **{"min.insync.replicas": "1", "default.replication.factor": "1"},
+    ) as cluster:
+        image = cluster.image()
+        offsets = image.topics["__consumer_offsets"]
+        assert {r[0] for r in offsets.replicas} == {1, 2, 3}
+        assert all(len(r) == 1 for r in offsets.replicas)
+        create(cluster, "t", 1, 1)
+        group = "behind"
+        partition = partition_for(group, 6)
+        leader = cluster.image().leader_of("__consumer_offsets", partition)
+        with connect(("127.0.0.1", cluster.ports[leader])) as conn:
+            for i in range(5):
+                conn.send(
+                    OffsetCommitRequest(
+                        group_id=group,
+                        generation_id_or_member_epoch=-1,
+                        member_id="",
+                        topics=[
+                            OffsetCommitRequestTopic(
+                                name="t",
+                                partitions=[
+                                    OffsetCommitRequestPartition(partition_index=0, committed_offset=i)
+                                ],
+                            )
+                        ],
+                    ),
+                    9,
+                )
+            for _ in range(5):
+                response = conn.receive()
+                assert isinstance(response, OffsetCommitResponse)
+                assert response.topics[0].partitions[0].error_code == 0
+        runner = cluster.call(lambda: cluster.brokers[leader].group_coordinator.runner(partition))
+        assert runner is not None
+        assert runner.stats.written_behind >= 1
+
+
+def test_a_replicated_offsets_partition_never_writes_behind(tmp_path: Path) -> None:
+    with in_process_cluster(tmp_path, **{"offsets.topic.num.partitions": "3"}) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        create(cluster, "r", 1)
+        produce(bootstrap, "r", [b"a", b"b"])
+        group = f"g-{uuid.uuid4()}"
+        consume_all(bootstrap, "r", 2, group)
+        partition = partition_for(group, 3)
+        leader = cluster.image().leader_of("__consumer_offsets", partition)
+        runner = cluster.call(lambda: cluster.brokers[leader].group_coordinator.runner(partition))
+        assert runner is not None
+        assert runner.stats.appends > 0
+        assert runner.stats.written_behind == 0

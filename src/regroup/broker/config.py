@@ -703,9 +703,9 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = _defs(
         "offsets.topic.replication.factor",
         _B.SHORT,
         3,
-        "Replication factor of __consumer_offsets. A cluster creates the topic once this many nodes are "
-        "registered (until then FindCoordinator answers COORDINATOR_NOT_AVAILABLE); a single node keeps "
-        "one copy.",
+        "Replication factor of __consumer_offsets. A cluster creates the topic on the first FindCoordinator "
+        "for a group, over the nodes running then, once at least this many are (until then FindCoordinator "
+        "answers COORDINATOR_NOT_AVAILABLE); a single node keeps one copy.",
         at_least(1),
     ),
     ConfigDef(

@@ -66,6 +66,11 @@ class BrokerPort(Protocol):
         """Listener name -> the (host, port) it is bound to."""
         ...
 
+    def request_internal_topics(self) -> None:
+        """In a cluster, ask for ``__consumer_offsets`` (and ``__group_events``) to be created if they are
+        missing and enough nodes run for their replication factor; returns at once."""
+        ...
+
 
 @dataclass(slots=True)
 class RequestContext:

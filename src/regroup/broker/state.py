@@ -97,7 +97,8 @@ class Broker:
             clock=self.coordinator_clock,
             gate_for=self.gate if self.cluster is None else self._replicated_gate,
             wrap_log=None if self.cluster is None else _replicated_offsets_log,
-            write_behind=WriteBehind() if self.cluster is None else None,
+            write_behind=WriteBehind(),
+            write_behind_for=None if self.cluster is None else self._sole_replica,
         )
         """Classic groups and committed offsets, one shard per ``__consumer_offsets`` partition."""
         self.topology: Topology = (
@@ -181,9 +182,7 @@ class Broker:
         if cluster is not None:
             cluster.node.settings.listeners = self._registered_listeners()
             await cluster.start()
-            cluster.node.add_image_listener(self._image_changed)
             cluster.node.add_session_listener(self._session_changed)
-            self._image_changed(cluster.node.image, cluster.node.image)
         await self.admin.start()
         # Kafka checks flush.ms only every log.flush.scheduler.interval.ms (default: never); a configured
         # log.flush.interval.ms is honoured on its own here, so the two need not be set together.
@@ -303,15 +302,28 @@ class Broker:
             else:
                 self._on_leader(topic, partition, epoch)
 
-    def _image_changed(self, _old: ClusterImage, new: ClusterImage) -> None:
-        """Create ``__consumer_offsets`` (and ``__group_events`` beside it) once enough nodes run for its
-        replication factor (Kafka creates it on the first FindCoordinator; any node may, the store lets
-        exactly one succeed)."""
+    def _sole_replica(self, partition: int) -> bool:
+        """Whether this node is the only replica of ``__consumer_offsets`` ``partition`` (replication
+        factor 1): its appends are at the high watermark at once, so the coordinator may write behind a
+        read as on one node. Replicas never change once placed (there is no reassignment)."""
         cluster = self.cluster
-        if cluster is None or self._creating_offsets is not None or not self._internal_topics_missing(new):
+        topic = None if cluster is None else cluster.node.image.topics.get(OFFSETS_TOPIC)
+        return topic is not None and tuple(topic.replicas[partition]) == (self.node_id,)
+
+    def request_internal_topics(self) -> None:
+        """Create ``__consumer_offsets`` (and ``__group_events`` beside it) when a client first looks for a
+        group coordinator, as Kafka creates it on the first FindCoordinator: its replicas are then placed
+        over the nodes running by then, not only over the first few to register. Nothing happens while
+        fewer nodes run than its replication factor (the client asks again). Any node may create it; the
+        store lets exactly one succeed."""
+        cluster = self.cluster
+        if cluster is None or self._creating_offsets is not None:
+            return
+        image = cluster.node.image
+        if not self._internal_topics_missing(image):
             return
         rf = self.config.get_int("offsets.topic.replication.factor")
-        if len(new.running_nodes()) < rf:
+        if len(image.running_nodes()) < rf:
             return
         self._creating_offsets = asyncio.get_running_loop().create_task(self._create_internal_topics(rf))
 

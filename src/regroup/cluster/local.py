@@ -338,8 +338,19 @@ class LocalCluster:
         try:
             for node in self.nodes.values():
                 node.start(echo=self._prefixed(node.node_id))
+            deadline = time.monotonic() + timeout
+            self.wait_until(self.registered, timeout=timeout, what="every node registered")
+            # As on Kafka, __consumer_offsets appears on the first FindCoordinator: ask once every node
+            # runs, so that its partitions are spread over all of them.
             self.wait_until(
-                self.ready, timeout=timeout, what="every node registered and __consumer_offsets led"
+                lambda image: "__consumer_offsets" in image.topics or request_group_coordinator(self),
+                timeout=max(1.0, deadline - time.monotonic()),
+                what="__consumer_offsets created",
+            )
+            self.wait_until(
+                self.ready,
+                timeout=max(1.0, deadline - time.monotonic()),
+                what="every node registered and __consumer_offsets led",
             )
         except BaseException:
             self.close()
@@ -355,6 +366,10 @@ class LocalCluster:
             echo(f"[node {node_id}] {text}")
 
         return line
+
+    def registered(self, image: ClusterImage) -> bool:
+        running = {n for n, node in self.nodes.items() if node.running}
+        return running <= set(image.nodes) and image.controller is not None
 
     def ready(self, image: ClusterImage) -> bool:
         running = {n for n, node in self.nodes.items() if node.running}
@@ -423,6 +438,31 @@ class LocalCluster:
 
     def json_lines(self) -> str:
         return "\n".join(json.dumps(d) for d in self.describe())
+
+
+def request_group_coordinator(cluster: LocalCluster | Sequence[tuple[str, int]]) -> bool:
+    """Send a FindCoordinator for a group to the first node that answers (the first one creates
+    ``__consumer_offsets``, as on Kafka); False, always, so that it can sit in a wait's predicate."""
+    from regroup.client.blocking import connect
+    from regroup.protocol.api_keys import ApiKey
+    from regroup.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+
+    if isinstance(cluster, LocalCluster):
+        addresses = [("127.0.0.1", node.port) for node in cluster.nodes.values() if node.running]
+    else:
+        addresses = list(cluster)
+    for address in addresses:
+        with contextlib.suppress(OSError, ConnectionError, TimeoutError), connect(address, timeout=5) as conn:
+            key = "regroup-local-cluster"
+            batched = conn.version(ApiKey.FIND_COORDINATOR) >= 4
+            request = (
+                FindCoordinatorRequest(key_type=0, coordinator_keys=[key])
+                if batched
+                else FindCoordinatorRequest(key_type=0, key=key)
+            )
+            conn.request(request, FindCoordinatorResponse)
+            return False
+    return False
 
 
 def read_image(endpoints: str) -> ClusterImage:

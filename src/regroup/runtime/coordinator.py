@@ -136,11 +136,15 @@ class GroupCoordinator:
         member_id_factory: MemberIdFactory = uuid_member_id,
         wrap_log: Callable[[int, PartitionLog], OffsetsLog] | None = None,
         write_behind: WriteBehind | None = None,
+        write_behind_for: Callable[[int], bool] | None = None,
     ) -> None:
         """``write_behind``: lets a connection's pipelined writes share one append (its server calls
-        ``begin``/``end`` around each read); only where an append needs no replication (one node)."""
+        ``begin``/``end`` around each read); only where an append needs no replication: on one node, or,
+        as ``write_behind_for`` tells per partition, in a cluster where a partition has no other replica
+        (its high watermark moves with the leader's append)."""
         self.config = config or CoordinatorConfig()
         self.write_behind = write_behind
+        self._write_behind_for = write_behind_for
         self.clock: Clock = clock or SystemClock()
         self.events: deque[tuple[int, object]] = deque(maxlen=self.config.recent_events)
         self._logs = logs
@@ -411,7 +415,11 @@ class GroupCoordinator:
             commit_timeout_ms=self.config.offsets_commit_timeout_ms,
             on_notify=self._notify,
             on_failure=self._failed,
-            write_behind=self.write_behind,
+            write_behind=(
+                self.write_behind
+                if self._write_behind_for is None or self._write_behind_for(partition)
+                else None
+            ),
         )
         self._runners[partition] = runner
         loaded = runner.start(ready)

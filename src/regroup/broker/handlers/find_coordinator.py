@@ -2,7 +2,8 @@
 partition (a single node coordinates every group); there is no transaction or share coordinator.
 
 Group keys (key type 0) are answered with that node and its endpoint on the listener the client used,
-whether or not the partition has finished loading (as Kafka: the leader is the coordinator). Transaction
+whether or not the partition has finished loading (as Kafka: the leader is the coordinator); in a cluster
+the first group lookup creates ``__consumer_offsets`` and is answered COORDINATOR_NOT_AVAILABLE. Transaction
 keys get COORDINATOR_NOT_AVAILABLE (regroup has no transaction coordinator); share keys
 (``groupId:topicId:partition``) are INVALID_REQUEST before v6 or when malformed, else
 COORDINATOR_NOT_AVAILABLE. Unknown key types are INVALID_REQUEST. Batched from v4. Kafka's response quirks
@@ -73,6 +74,8 @@ def _group_coordinator(ctx: RequestContext, group_id: str) -> ErrorCode | NodeEn
     topology = broker.topology
     offsets = topology.topic(OFFSETS_TOPIC)
     if offsets is None or offsets.partitions <= 0:
+        # As Kafka: the first lookup creates the topic; the client asks again.
+        broker.request_internal_topics()
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     lead = topology.partition(OFFSETS_TOPIC, partition_for(group_id, offsets.partitions))
     if lead is None or lead.leader < 0:
