@@ -182,7 +182,9 @@ class Broker:
         if cluster is not None:
             cluster.node.settings.listeners = self._registered_listeners()
             await cluster.start()
+            cluster.node.add_image_listener(self._image_changed)
             cluster.node.add_session_listener(self._session_changed)
+            self._image_changed(cluster.node.image, cluster.node.image)
         await self.admin.start()
         # Kafka checks flush.ms only every log.flush.scheduler.interval.ms (default: never); a configured
         # log.flush.interval.ms is honoured on its own here, so the two need not be set together.
@@ -309,6 +311,12 @@ class Broker:
         cluster = self.cluster
         topic = None if cluster is None else cluster.node.image.topics.get(OFFSETS_TOPIC)
         return topic is not None and tuple(topic.replicas[partition]) == (self.node_id,)
+
+    def _image_changed(self, _old: ClusterImage, new: ClusterImage) -> None:
+        """``__group_events`` missing beside an existing ``__consumer_offsets`` (its creation failed half
+        way, or the timeline was enabled later) is created at once, with the same replicas."""
+        if OFFSETS_TOPIC in new.topics and self._internal_topics_missing(new):
+            self.request_internal_topics()
 
     def request_internal_topics(self) -> None:
         """Create ``__consumer_offsets`` (and ``__group_events`` beside it) when a client first looks for a
