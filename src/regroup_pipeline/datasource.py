@@ -34,6 +34,7 @@ The data directory must be readable at the same path by the driver and every exe
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -185,14 +186,7 @@ def _pack_partitions(splits: Sequence[logdir.Split], target: int, slots: int = 1
     as that takes, rounded up to a multiple of ``slots`` (the cores that run them together), with the
     partitions spread so the tasks' sizes are as even as possible, largest task first. Packing in log
     order instead could leave the last round one lone task with the other cores idle."""
-    partitions: list[list[logdir.Split]] = []
-    for split in splits:
-        if not partitions or (split.topic, split.partition) != (
-            partitions[-1][-1].topic,
-            partitions[-1][-1].partition,
-        ):
-            partitions.append([])
-        partitions[-1].append(split)
+    partitions = [list(group) for _, group in itertools.groupby(splits, key=lambda s: (s.topic, s.partition))]
     if not partitions:
         return []
     sizes = [sum(s.end - s.start for s in splits_of) for splits_of in partitions]

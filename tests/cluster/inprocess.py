@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from regroup.broker.config import BrokerConfig
 from regroup.broker.state import Broker
-from regroup.cluster.local import request_group_coordinator
+from regroup.cluster.local import offsets_topic_created
 from regroup.cluster.memory import MemoryStore
 from regroup.cluster.model import ClusterImage
 
@@ -91,10 +91,7 @@ class InProcessCluster:
             what="every node registered",
         )
         self.wait_for(
-            lambda image: (
-                "__consumer_offsets" in image.topics
-                or request_group_coordinator([("127.0.0.1", port) for port in self.ports.values()])
-            ),
+            offsets_topic_created([("127.0.0.1", port) for port in self.ports.values()]),
             what="__consumer_offsets created",
         )
         self.wait_for(

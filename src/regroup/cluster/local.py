@@ -343,7 +343,7 @@ class LocalCluster:
             # As on Kafka, __consumer_offsets appears on the first FindCoordinator: ask once every node
             # runs, so that its partitions are spread over all of them.
             self.wait_until(
-                lambda image: "__consumer_offsets" in image.topics or request_group_coordinator(self),
+                offsets_topic_created([("127.0.0.1", n.port) for n in self.nodes.values() if n.running]),
                 timeout=max(1.0, deadline - time.monotonic()),
                 what="__consumer_offsets created",
             )
@@ -372,11 +372,9 @@ class LocalCluster:
         return running <= set(image.nodes) and image.controller is not None
 
     def ready(self, image: ClusterImage) -> bool:
-        running = {n for n, node in self.nodes.items() if node.running}
         offsets = image.topics.get("__consumer_offsets")
         return (
-            running <= set(image.nodes)
-            and image.controller is not None
+            self.registered(image)
             and offsets is not None
             and all(image.leader_of("__consumer_offsets", p) >= 0 for p in range(offsets.partitions))
         )
@@ -440,29 +438,34 @@ class LocalCluster:
         return "\n".join(json.dumps(d) for d in self.describe())
 
 
-def request_group_coordinator(cluster: LocalCluster | Sequence[tuple[str, int]]) -> bool:
-    """Send a FindCoordinator for a group to the first node that answers (the first one creates
-    ``__consumer_offsets``, as on Kafka); False, always, so that it can sit in a wait's predicate."""
+def offsets_topic_created(addresses: Sequence[tuple[str, int]]) -> Callable[[ClusterImage], bool]:
+    """A wait's predicate: true once the image has ``__consumer_offsets``; until then each check sends a
+    FindCoordinator for a group to the first of ``addresses`` that answers, which creates the topic (as on
+    Kafka)."""
     from regroup.client.blocking import connect
     from regroup.protocol.api_keys import ApiKey
     from regroup.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 
-    if isinstance(cluster, LocalCluster):
-        addresses = [("127.0.0.1", node.port) for node in cluster.nodes.values() if node.running]
-    else:
-        addresses = list(cluster)
-    for address in addresses:
-        with contextlib.suppress(OSError, ConnectionError, TimeoutError), connect(address, timeout=5) as conn:
-            key = "regroup-local-cluster"
-            batched = conn.version(ApiKey.FIND_COORDINATOR) >= 4
-            request = (
-                FindCoordinatorRequest(key_type=0, coordinator_keys=[key])
-                if batched
-                else FindCoordinatorRequest(key_type=0, key=key)
-            )
-            conn.request(request, FindCoordinatorResponse)
-            return False
-    return False
+    key = "regroup-local-cluster"
+
+    def created(image: ClusterImage) -> bool:
+        if "__consumer_offsets" in image.topics:
+            return True
+        for address in addresses:
+            with (
+                contextlib.suppress(OSError, ConnectionError, TimeoutError),
+                connect(address, timeout=5) as conn,
+            ):
+                request = (
+                    FindCoordinatorRequest(key_type=0, coordinator_keys=[key])
+                    if conn.version(ApiKey.FIND_COORDINATOR) >= 4
+                    else FindCoordinatorRequest(key_type=0, key=key)
+                )
+                conn.request(request, FindCoordinatorResponse)
+                break
+        return False
+
+    return created
 
 
 def read_image(endpoints: str) -> ClusterImage:
