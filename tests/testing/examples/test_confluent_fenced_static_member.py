@@ -34,7 +34,20 @@ def poll_errors(consumer: Consumer) -> list[KafkaError]:
 
 
 def close_within(consumer: Consumer, seconds: float) -> bool:
-    """Close ``consumer``; False if librdkafka's close has not returned after ``seconds``."""
+    """Close ``consumer``; False if librdkafka's close has not returned after ``seconds``.
+
+    The consumer gives up its partitions through poll first. Left to close, the revoke runs in
+    confluent-kafka's rebalance callback, which asks librdkafka for the rebalance protocol while it holds
+    the GIL, and that call can block for good once the consumer is closing (librdkafka#4041, #4884): every
+    Python thread would stop with it, the in-process broker included.
+    """
+    try:
+        consumer.unsubscribe()
+        deadline = time.monotonic() + seconds
+        while consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.05)
+    except KafkaException:
+        pass  # a consumer that failed fatally raises its error again; close is all that is left
     closing = threading.Thread(target=consumer.close, daemon=True)
     closing.start()
     closing.join(seconds)
@@ -70,5 +83,5 @@ def test_static_member_replaced_by_a_new_instance_is_fenced(regroup_broker: Test
     assert member.member_id != before.members[0].member_id
     assert close_within(new, 30)
     # The fenced instance is closed too, but librdkafka's close of a consumer that failed fatally has been
-    # seen to block for good (inside rd_kafka_destroy); an app only needs to drop it, so don't wait on it.
+    # seen to block for good (inside rd_kafka_destroy, without the GIL); an app only needs to drop it.
     close_within(old, 10)
