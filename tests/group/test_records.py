@@ -3,6 +3,7 @@ are written, and loading every readable version."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 import uuid
 
@@ -165,6 +166,12 @@ def test_commit_records_splice_the_same_bytes_as_the_codec(
         assert records.record(group_id, topic, partition, offset) == offset_commit_record(
             group_id, topic, partition, offset, version
         )
+    # The same runs built a topic's offsets at a time, as a commit does.
+    batched = OffsetCommitRecords(version)
+    built: list[CoordinatorRecord] = []
+    for (group_id, topic), run in itertools.groupby(commits, key=lambda c: (c[0], c[1])):
+        batched.extend(built, group_id, topic, [(partition, offset) for _, _, partition, offset in run])
+    assert built == [offset_commit_record(g, t, p, o, version) for g, t, p, o in commits]
 
 
 def test_offset_tombstone_bytes() -> None:

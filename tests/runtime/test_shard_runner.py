@@ -336,7 +336,7 @@ def test_a_shared_batch_that_fails_to_append_fails_the_partition(tmp_path: Path)
     run(scenario())
 
 
-def test_writes_behind_a_read_are_answered_at_once_and_appended_as_one_batch_at_its_end(
+def test_writes_behind_the_reads_of_a_step_are_answered_at_once_and_appended_as_one_batch_when_it_ends(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
@@ -345,17 +345,26 @@ def test_writes_behind_a_read_are_answered_at_once_and_appended_as_one_batch_at_
             runner = env.coord.runner(0)
             assert runner is not None
             end = env.plog().log_end_offset
-            behind.begin()
-            pending = [
-                env.coord.offset_commit("client", HOST, 9, commit_request(f"g{i}", {("t", 0): 10 + i}))
-                for i in range(5)
-            ]
-            # Answered in the caller's step, the records not in the log yet: the connection holds the
-            # replies until end() has appended them.
+            released: list[tuple[str, bool]] = []
+            pending = []
+            for read, groups in (("a", range(3)), ("b", range(3, 5))):  # two connections' reads, one step
+                behind.begin()
+                pending += [
+                    env.coord.offset_commit("client", HOST, 9, commit_request(f"g{i}", {("t", 0): 10 + i}))
+                    for i in groups
+                ]
+                behind.end()
+                assert behind.holding
+                behind.hold(lambda ok, read=read: released.append((read, ok)))
+            # Answered in the caller's step, the records not in the log yet: the connections hold the
+            # replies until the step's end has appended them.
             assert all(p.done() for p in pending)
             assert all(partition_errors(p.result()) == [ErrorCode.NONE] for p in pending)
             assert env.plog().log_end_offset == end
-            assert behind.end()
+            assert released == []
+            await asyncio.sleep(0)
+            assert released == [("a", True), ("b", True)]
+            assert not behind.holding
             assert _batches_since(env, end) == [5]
             assert runner.stats.written_behind == 5
             for i in range(5):
@@ -370,7 +379,30 @@ def test_writes_behind_a_read_are_answered_at_once_and_appended_as_one_batch_at_
     run(scenario())
 
 
-def test_a_write_behind_append_that_fails_makes_end_false_and_fails_the_partition(tmp_path: Path) -> None:
+def test_a_write_between_the_reads_of_a_step_appends_their_open_batch_first(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        behind = WriteBehind()
+        async with coordinator_env(tmp_path, write_behind=behind) as env:
+            end = env.plog().log_end_offset
+            behind.begin()
+            read = env.coord.offset_commit("client", HOST, 9, commit_request("a", {("t", 0): 1}))
+            behind.end()
+            assert read.done()
+            assert env.plog().log_end_offset == end
+            # A write outside any read (a timer's, an admin's) in the same step: the log keeps event order.
+            outside = env.coord.offset_commit("client", HOST, 9, commit_request("b", {("t", 0): 2}))
+            assert outside.done()
+            assert _batches_since(env, end) == [1, 1]
+            assert behind.holding  # (what was held still waits for the step's end, which appends nothing)
+            assert behind.flush()
+            assert _batches_since(env, end) == [1, 1]
+            assert await fetch(env, "a", ("t", 0)) == {("t", 0): 1}
+            assert await fetch(env, "b", ("t", 0)) == {("t", 0): 2}
+
+    run(scenario())
+
+
+def test_a_write_behind_append_that_fails_closes_the_held_and_fails_the_partition(tmp_path: Path) -> None:
     async def scenario() -> None:
         behind = WriteBehind()
         async with coordinator_env(tmp_path, faulty=True, write_behind=behind) as env:
@@ -378,18 +410,23 @@ def test_a_write_behind_append_that_fails_makes_end_false_and_fails_the_partitio
             env.faulty[0].fail_next.append(storage_error())
             behind.begin()
             answered = env.coord.offset_commit("client", HOST, 9, commit_request("a", {("t", 0): 2}))
+            behind.end()
             assert answered.done()  # (a reply the connection must now drop)
-            assert not behind.end()
+            released: list[bool] = []
+            behind.hold(released.append)
+            await asyncio.sleep(0)
+            assert released == [False]
             await until(lambda: env.coord.state(0) is not PartitionState.ACTIVE)
             later = await commit(env.coord, commit_request("a", {("t", 0): 3}))
             assert partition_errors(later) == [ErrorCode.NOT_COORDINATOR]
             await env.settle()
             await env.coord.load(0)
             assert await fetch(env, "a", ("t", 0)) == {("t", 0): 1}
-            # The next read starts clean.
+            # The next step starts clean.
             behind.begin()
             env.coord.offset_commit("client", HOST, 9, commit_request("a", {("t", 0): 4}))
-            assert behind.end()
+            behind.end()
+            assert behind.flush()
             assert await fetch(env, "a", ("t", 0)) == {("t", 0): 4}
 
     run(scenario())
@@ -423,15 +460,22 @@ def test_a_write_behind_that_releases_other_replies_is_appended_before_them(
                 env.faulty[0].fail_next.append(storage_error())
             behind.begin()
             mine = runner.call(lambda code: f"error {code.name}", write_and_answer)
+            if not fails:
+                assert env.plog().log_end_offset == end + 1  # already, before the read ends
+            behind.end()
+            released: list[bool] = []
+            assert behind.holding  # (its batch went ahead; the step's end appends nothing more)
+            behind.hold(released.append)
             if fails:
                 assert await asyncio.wait_for(parked, 5) == "error NOT_COORDINATOR"
                 assert await asyncio.wait_for(mine, 5) == "error NOT_COORDINATOR"
-                assert not behind.end()
             else:
-                assert env.plog().log_end_offset == end + 1  # already, before the read ends
                 assert await asyncio.wait_for(parked, 5) == "theirs"
                 assert await asyncio.wait_for(mine, 5) == "mine"
-                assert behind.end()
+            await asyncio.sleep(0)
+            assert released == [not fails]  # a failed append behind a read closes the held connections
+            assert behind.flush()
+            assert not behind.holding
 
     run(scenario())
 
@@ -448,7 +492,8 @@ def test_writes_that_wait_for_a_flush_are_not_written_behind(tmp_path: Path) -> 
                 env.coord.offset_commit("client", HOST, 9, commit_request(f"g{i}", {("t", 0): i}))
                 for i in range(3)
             ]
-            assert behind.end()
+            behind.end()
+            assert not behind.holding
             assert not any(p.done() for p in pending)  # they wait for their fsync
             responses = await asyncio.wait_for(asyncio.gather(*pending), 5)
             assert all(partition_errors(r) == [ErrorCode.NONE] for r in responses)

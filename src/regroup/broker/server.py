@@ -74,6 +74,7 @@ class ServerConnection(asyncio.Protocol):
         "_broker",
         "_closing",
         "_corked",
+        "_held",
         "_last_active",
         "_listener",
         "_loop",
@@ -102,6 +103,7 @@ class ServerConnection(asyncio.Protocol):
         self._pending: deque[_Slot] | None = None  # responses in order behind one still being computed
         self._output: list[Chunk] | None = None  # encoded responses not yet handed to the transport
         self._corked = False
+        self._held = False  # output waits for the loop step's appends behind it (WriteBehind.hold)
         self._closing = False
         self._reading_paused = False
         self._writing_paused = False
@@ -192,8 +194,8 @@ class ServerConnection(asyncio.Protocol):
             log.warning("Closing connection from %s: %s (socket.request.max.bytes)", self._describe(), exc)
             self.close(abort=True)
             return
-        # Responses produced while this batch of frames is dispatched go out in one writev, after the
-        # coordinator's appends written behind them.
+        # Responses produced while this batch of frames is dispatched go out in one writev — at the end of
+        # the loop step if the coordinator wrote records behind this step's reads (WriteBehind).
         behind = self._server.write_behind
         if behind is not None:
             behind.begin()
@@ -205,11 +207,24 @@ class ServerConnection(asyncio.Protocol):
                 self._dispatch(frame)
         finally:
             self._corked = False
-            if behind is not None and not behind.end():
-                self.close("an append behind its replies failed", abort=True)
+            if behind is not None:
+                behind.end()
+                if behind.holding:
+                    if not self._held:
+                        self._held = True
+                        behind.hold(self._release_held)
+                else:
+                    self._flush_output()
             else:
                 self._flush_output()
         self._update_reading()
+
+    def _release_held(self, ok: bool) -> None:
+        self._held = False
+        if not ok:
+            self.close("an append behind its replies failed", abort=True)
+        else:
+            self._flush_output()
 
     def eof_received(self) -> bool | None:
         # The client half-closed: finish what is in flight, then close (as Kafka does on a clean EOF).
@@ -399,6 +414,8 @@ class ServerConnection(asyncio.Protocol):
         self._flush_output()
 
     def _flush_output(self) -> None:
+        if self._held:
+            return  # (released at the loop step's end, after the appends behind it)
         output, self._output = self._output, None
         if not output or self._closing:
             return

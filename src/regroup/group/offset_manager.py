@@ -212,8 +212,7 @@ class OffsetManager:
         records = self._records
         if records.version != self.config.offsets_commit_value_version:
             records = self._records = OffsetCommitRecords(self.config.offsets_commit_value_version)
-        record = records.record
-        add_record = out.records.append
+        out_records = out.records
         max_metadata = self.config.offset_metadata_max_bytes
         explicit_timestamps = version == 1
         with_epoch = version >= 6
@@ -247,9 +246,9 @@ class OffsetManager:
                     topic_id,
                 )
                 kept.append((index, offset))
-                add_record(record(group_id, name, index, offset))
-                partitions.append(OffsetCommitResponsePartition(partition_index=index))
+                partitions.append(OffsetCommitResponsePartition(index))
             if kept:
+                records.extend(out_records, group_id, name, kept)
                 accepted.append((name, kept))
 
         def stored(error: ErrorCode | None, after: Outcome) -> None:

@@ -244,6 +244,27 @@ class OffsetCommitRecords:
         self._shared, self._head, self._tail = shared, value[:2], value[_OFFSET_END:]
         return record
 
+    def extend(
+        self, out: list[CoordinatorRecord], group_id: str, topic: str, offsets: list[tuple[int, StoredOffset]]
+    ) -> None:
+        """Append :meth:`record` of each of one topic's ``(partition, offset)`` to ``out``, in one pass."""
+        pack = _OFFSET.pack
+        known, head, tail = self._shared, self._head, self._tail
+        for partition, offset in offsets:
+            shared = (
+                offset.leader_epoch,
+                offset.metadata,
+                offset.commit_timestamp_ms,
+                offset.expire_timestamp_ms,
+                offset.topic_id,
+            )
+            if shared == known:
+                key = offset_commit_key(group_id, topic, partition)
+                out.append(CoordinatorRecord(key, head + pack(offset.offset) + tail))
+            else:
+                out.append(self.record(group_id, topic, partition, offset))
+                known, head, tail = self._shared, self._head, self._tail
+
 
 def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> CoordinatorRecord:
     return CoordinatorRecord(offset_commit_key(group_id, topic, partition), None)

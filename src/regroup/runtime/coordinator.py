@@ -138,8 +138,9 @@ class GroupCoordinator:
         write_behind: WriteBehind | None = None,
         write_behind_for: Callable[[int], bool] | None = None,
     ) -> None:
-        """``write_behind``: lets a connection's pipelined writes share one append (its server calls
-        ``begin``/``end`` around each read); only where an append needs no replication: on one node, or,
+        """``write_behind``: lets the writes of a loop step's connection reads share one append per
+        partition (the server calls ``begin``/``end`` around each read and holds the replies of a read
+        that left a batch open); only where an append needs no replication: on one node, or,
         as ``write_behind_for`` tells per partition, in a cluster where a partition has no other replica
         (its high watermark moves with the leader's append)."""
         self.config = config or CoordinatorConfig()

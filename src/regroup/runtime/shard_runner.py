@@ -263,7 +263,8 @@ class _Backlog:
 class _Pending:
     """Records of several events appended together as one batch (stamped with the first one's time): those
     that wrote after the loop step's first append, appended when the step ends, with the replies that wait
-    for it; or (``behind``) those written behind a connection's read, appended before it answers."""
+    for it; or (``behind``) those written behind the connection reads of a loop step, appended when it
+    ends, before those connections answer."""
 
     __slots__ = ("behind", "entries", "now", "records", "size")
 
@@ -276,39 +277,67 @@ class _Pending:
 
 
 class WriteBehind:
-    """Appends deferred to the end of a connection's read. While a connection dispatches the requests of
-    one read (between :meth:`begin` and :meth:`end`), a runner whose writes need no flush puts the records
-    of its events in one batch and answers them at once; :meth:`end` appends every such batch before the
-    connection writes a reply, so pipelined commits cost one append per read, not one each, and no reply
-    leaves before its records are in the log. :meth:`end` is False when one of those appends failed: the
-    connection then drops the replies and closes (its client retries, and finds the partition failed)."""
+    """Appends deferred to the end of the loop step, behind the connection reads that brought them.
 
-    __slots__ = ("_runners", "depth", "failed")
+    While a connection dispatches the requests of one read (between :meth:`begin` and :meth:`end`), a runner
+    whose writes need no flush puts the records of its events in one batch and answers them at once. The
+    batch stays open for the reads of other connections in the same loop step (a busy step carries several:
+    every connection the poll found readable), and is appended when the step ends — before any reply that
+    could have seen its records leaves: a connection whose read ends while a batch is open holds its output
+    until then (:meth:`hold`). So pipelined commits cost one append per partition and loop step, not one per
+    read or per commit, as Kafka's coordinator runtime lingers its batches (``group.coordinator.append.linger
+    .ms``). Anything else that writes to, or reads from, a runner between those reads appends its open batch
+    first. If one of the step's appends fails (or must wait for the partition's gate), the held connections
+    are closed without their replies (their clients retry, and find the partition failed)."""
+
+    __slots__ = ("_held", "_loop", "_runners", "_step_end", "depth", "failed")
 
     def __init__(self) -> None:
         self.depth = 0
         self.failed = False
         self._runners: list[ShardRunner] = []
+        self._held: list[Callable[[bool], None]] = []
+        self._step_end: asyncio.Handle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def begin(self) -> None:
         self.depth += 1
 
-    def defer(self, runner: ShardRunner) -> None:
-        """``runner`` holds a batch to append at :meth:`end`."""
-        self._runners.append(runner)
-
-    def end(self) -> bool:
+    def end(self) -> None:
         self.depth -= 1
-        if self.depth:
-            return True
-        if self._runners:
-            runners, self._runners = self._runners, []
-            for runner in runners:
-                runner.write_behind_now()
-        if self.failed:
-            self.failed = False
-            return False
-        return True
+
+    def defer(self, runner: ShardRunner) -> None:
+        """``runner`` holds a batch to append when the step ends."""
+        self._runners.append(runner)
+        if self._step_end is None:
+            loop = self._loop
+            if loop is None or loop.is_closed():
+                loop = self._loop = asyncio.get_running_loop()
+            self._step_end = loop.call_soon(self.flush)
+
+    @property
+    def holding(self) -> bool:
+        """A batch of this step is (or was) open: replies given now must wait for :meth:`flush`."""
+        return bool(self._runners)
+
+    def hold(self, release: Callable[[bool], None]) -> None:
+        """Call ``release(ok)`` once this step's batches are appended (``ok``) or one of them failed."""
+        self._held.append(release)
+
+    def flush(self) -> bool:
+        """Append every open batch now, then release the held output; False if an append failed."""
+        if self._step_end is not None:
+            self._step_end.cancel()
+            self._step_end = None
+        runners, self._runners = self._runners, []
+        for runner in runners:
+            runner.write_behind_now()
+        ok = not self.failed
+        self.failed = False
+        held, self._held = self._held, []
+        for release in held:
+            release(ok)
+        return ok
 
 
 _BATCH_OVERHEAD: Final = 61
@@ -554,6 +583,9 @@ class ShardRunner:
             while True:
                 event = await self._queue.get()
                 self._processing = True
+                if self._pending is not None and self._pending.behind:
+                    # Written behind reads of this loop step: what the lane does next may observe it.
+                    self._write_pending()
                 try:
                     if isinstance(event, _Unload):
                         await self._handle_unload()
@@ -934,7 +966,7 @@ class ShardRunner:
             self._write_pending()
 
     def write_behind_now(self) -> None:
-        """Append the batch written behind a connection's read (:class:`WriteBehind`), if any."""
+        """Append the batch written behind this step's reads (:class:`WriteBehind`), if still open."""
         if self._pending is not None and self._pending.behind:
             self._write_pending()
 
