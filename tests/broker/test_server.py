@@ -349,6 +349,29 @@ def test_pipelined_commits_are_written_behind_the_read_that_brought_them(
     assert _offsets_runner(broker).stats.written_behind == 5
 
 
+def test_a_client_that_half_closes_after_pipelined_commits_gets_every_reply(
+    broker: BrokerThread, conn: BlockingConnection
+) -> None:
+    # The replies are held until the loop step's appends behind them; the end of stream that comes in the
+    # same step as the requests closes the connection only after they have left.
+    _create_topic_t(conn)
+    frames = b"".join(encode_request(_commit(f"g{i}", 10 + i), 9, 100 + i, "c") for i in range(5))
+    port = conn.local_address[1]
+
+    def read_then_eof() -> None:
+        (server_side,) = [c for c in broker.broker.server.connections if c.peer[1] == port]
+        server_side.data_received(frames)
+        server_side.eof_received()
+
+    broker.call(read_then_eof)
+    replies = [decode_response(conn.read_frame(timeout=10), ApiKey.OFFSET_COMMIT, 9) for _ in range(5)]
+    assert [correlation for correlation, _ in replies] == [100, 101, 102, 103, 104]
+    for _, reply in replies:
+        assert isinstance(reply, OffsetCommitResponse)
+        assert reply.topics[0].partitions[0].error_code == ErrorCode.NONE
+    assert conn.is_closed()
+
+
 def test_a_connection_is_closed_without_replies_when_the_append_behind_them_fails(
     broker: BrokerThread, conn: BlockingConnection
 ) -> None:

@@ -72,6 +72,7 @@ class ServerConnection(asyncio.Protocol):
 
     __slots__ = (
         "_broker",
+        "_close_when_released",
         "_closing",
         "_corked",
         "_held",
@@ -104,6 +105,7 @@ class ServerConnection(asyncio.Protocol):
         self._output: list[Chunk] | None = None  # encoded responses not yet handed to the transport
         self._corked = False
         self._held = False  # output waits for the loop step's appends behind it (WriteBehind.hold)
+        self._close_when_released: str | None = None  # a close asked for while held (its reason)
         self._closing = False
         self._reading_paused = False
         self._writing_paused = False
@@ -152,6 +154,11 @@ class ServerConnection(asyncio.Protocol):
 
     def close(self, reason: str | None = None, *, abort: bool = False) -> None:
         if self._closing:
+            return
+        if self._held and not abort:
+            # Replies held for the loop step's appends behind them leave first (_release_held).
+            self._close_when_released = reason or ""
+            self._stopped = True
             return
         self._closing = True
         if reason:
@@ -223,8 +230,12 @@ class ServerConnection(asyncio.Protocol):
         self._held = False
         if not ok:
             self.close("an append behind its replies failed", abort=True)
-        else:
-            self._flush_output()
+            return
+        self._flush_output()
+        reason = self._close_when_released
+        if reason is not None:
+            self._close_when_released = None
+            self.close(reason or None)
 
     def eof_received(self) -> bool | None:
         # The client half-closed: finish what is in flight, then close (as Kafka does on a clean EOF).

@@ -143,6 +143,12 @@ class BlockingConnection(NegotiatedVersions):
             self.close()
             raise ConnectionClosedError(f"write to {self.host}:{self.port} failed: {exc}") from exc
 
+    @property
+    def local_address(self) -> tuple[str, int]:
+        """This end's (host, port): what the broker sees as the connection's peer."""
+        host, port = self._sock.getsockname()[:2]
+        return str(host), int(port)
+
     def receive(self, timeout: float | None = None) -> Message:
         """The response to the oldest request in flight. Raises the builtin :class:`TimeoutError` after
         ``timeout`` seconds (default: the connection's) with the request still in flight, and

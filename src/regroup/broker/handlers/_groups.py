@@ -152,13 +152,12 @@ def merge_commit_response(
     partition classes): the coordinator's ``answered`` partitions merged with the broker's own, in request
     order (:func:`merge_partitions`). With every partition known and answered, that is the coordinator's
     answer itself."""
-    if (
-        masks is None
-        and answered is not None
-        and len(answered.topics) == len(topics)
-        and all(len(a.partitions) == len(t.partitions) for a, t in zip(answered.topics, topics, strict=True))
-    ):
-        return answered
+    if masks is None and answered is not None and len(answered.topics) == len(topics):
+        for answered_topic, topic in zip(answered.topics, topics, strict=True):
+            if len(answered_topic.partitions) != len(topic.partitions):
+                break
+        else:
+            return answered
     merged = merge_partitions(
         topics,
         masks,

@@ -85,7 +85,12 @@ class RequestStats:
         hist[bisect.bisect_left(LATENCY_BUCKETS, elapsed)] += 1
         hist[-1] += elapsed
         if isinstance(response, OffsetCommitResponse):
-            self.offset_commits += sum(1 for t in response.topics for p in t.partitions if p.error_code == 0)
+            committed = 0
+            for topic in response.topics:
+                for partition in topic.partitions:
+                    if not partition.error_code:
+                        committed += 1
+            self.offset_commits += committed
         elif isinstance(response, OffsetDeleteResponse) and response.error_code == 0:
             self.offset_deletions += sum(
                 1 for t in response.topics for p in t.partitions if p.error_code == 0
