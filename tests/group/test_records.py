@@ -141,7 +141,7 @@ _stored_offsets = st.builds(
     offset=st.integers(-1, 2**63 - 1),
     leader_epoch=st.sampled_from([None, 0, 7]),
     metadata=st.sampled_from(["", "m", "\u00e9t\u00e9"]),
-    commit_timestamp_ms=st.sampled_from([0, 1_700_000_000_000]),
+    commit_timestamp_ms=st.sampled_from([0, 1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_256]),
     expire_timestamp_ms=st.sampled_from([None, None, 1_700_000_060_000]),
     topic_id=st.sampled_from(_TOPIC_IDS),
 )
@@ -172,6 +172,20 @@ def test_commit_records_splice_the_same_bytes_as_the_codec(
     for (group_id, topic), run in itertools.groupby(commits, key=lambda c: (c[0], c[1])):
         batched.extend(built, group_id, topic, [(partition, offset) for _, _, partition, offset in run])
     assert built == [offset_commit_record(g, t, p, o, version) for g, t, p, o in commits]
+
+
+@pytest.mark.parametrize("version", [3, 4])
+@pytest.mark.parametrize("expire", [None, 1_700_000_060_000])
+def test_commit_records_of_the_next_milliseconds_splice_their_timestamp_as_the_codec_writes_it(
+    version: int, expire: int | None
+) -> None:
+    records = OffsetCommitRecords(version)
+    for stamp in (1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_255, 1_700_000_000_256, 0):
+        for partition in range(3):
+            offset = StoredOffset(10 + partition, 4, "meta", stamp, expire, _TOPIC_IDS[1])
+            assert records.record("g", "t", partition, offset) == offset_commit_record(
+                "g", "t", partition, offset, version
+            )
 
 
 def test_offset_tombstone_bytes() -> None:

@@ -216,16 +216,19 @@ class OffsetCommitRecords:
     timestamps, topic id) — as do the commits handled within one millisecond, which share the commit
     timestamp. So the generated codec encodes a value only when those fields differ from the last one
     encoded, and the next ones splice their offset into its bytes: most of a commit's record-building cost
-    otherwise. A coordinator keeps one builder for all its commits.
+    otherwise. When only the commit timestamp moved (the next millisecond), it is spliced too, at the place
+    the codec put it (found by encoding the value once more with another timestamp). A coordinator keeps one
+    builder for all its commits.
     """
 
-    __slots__ = ("_head", "_shared", "_tail", "version")
+    __slots__ = ("_head", "_shared", "_stamp_at", "_tail", "version")
 
     def __init__(self, value_version: int = _OFFSET_COMMIT_VALUE_VERSION) -> None:
         self.version = value_version
         self._shared: tuple[object, ...] | None = None
         self._head = b""
         self._tail = b""
+        self._stamp_at = -1  # where the commit timestamp's int64 starts in _tail; -1: not known
 
     def record(self, group_id: str, topic: str, partition: int, offset: StoredOffset) -> CoordinatorRecord:
         key = offset_commit_key(group_id, topic, partition)
@@ -236,13 +239,35 @@ class OffsetCommitRecords:
             offset.expire_timestamp_ms,
             offset.topic_id,
         )
-        if shared == self._shared:
+        known = self._shared
+        if shared == known:
             return CoordinatorRecord(key, self._head + _OFFSET.pack(offset.offset) + self._tail)
+        at = self._stamp_at
+        if at >= 0 and known is not None and shared[:2] == known[:2] and shared[3:] == known[3:]:
+            tail = self._tail
+            self._tail = tail = tail[:at] + _OFFSET.pack(offset.commit_timestamp_ms) + tail[at + _OFFSET.size :]
+            self._shared = shared
+            return CoordinatorRecord(key, self._head + _OFFSET.pack(offset.offset) + tail)
         record = offset_commit_record(group_id, topic, partition, offset, self.version)
         value = record.value
         assert value is not None
         self._shared, self._head, self._tail = shared, value[:2], value[_OFFSET_END:]
+        self._stamp_at = self._stamp_position(group_id, topic, partition, offset)
         return record
+
+    def _stamp_position(self, group_id: str, topic: str, partition: int, offset: StoredOffset) -> int:
+        stamp = offset.commit_timestamp_ms
+        other = offset_commit_record(
+            group_id, topic, partition, dataclasses.replace(offset, commit_timestamp_ms=stamp ^ 1), self.version
+        ).value
+        assert other is not None
+        tail, other = self._tail, other[_OFFSET_END:]
+        if len(other) != len(tail):
+            return -1
+        differ = [i for i in range(len(tail)) if tail[i] != other[i]]
+        # stamp ^ 1 changes the last byte of a big-endian int64, and nothing else
+        at = differ[0] - (_OFFSET.size - 1) if len(differ) == 1 else -1
+        return at if at >= 0 and tail[at : at + _OFFSET.size] == _OFFSET.pack(stamp) else -1
 
     def extend(
         self, out: list[CoordinatorRecord], group_id: str, topic: str, offsets: list[tuple[int, StoredOffset]]
