@@ -245,7 +245,8 @@ class OffsetCommitRecords:
         at = self._stamp_at
         if at >= 0 and known is not None and shared[:2] == known[:2] and shared[3:] == known[3:]:
             tail = self._tail
-            self._tail = tail = tail[:at] + _OFFSET.pack(offset.commit_timestamp_ms) + tail[at + _OFFSET.size :]
+            stamp = _OFFSET.pack(offset.commit_timestamp_ms)
+            self._tail = tail = tail[:at] + stamp + tail[at + _OFFSET.size :]
             self._shared = shared
             return CoordinatorRecord(key, self._head + _OFFSET.pack(offset.offset) + tail)
         record = offset_commit_record(group_id, topic, partition, offset, self.version)
@@ -257,9 +258,8 @@ class OffsetCommitRecords:
 
     def _stamp_position(self, group_id: str, topic: str, partition: int, offset: StoredOffset) -> int:
         stamp = offset.commit_timestamp_ms
-        other = offset_commit_record(
-            group_id, topic, partition, dataclasses.replace(offset, commit_timestamp_ms=stamp ^ 1), self.version
-        ).value
+        moved = dataclasses.replace(offset, commit_timestamp_ms=stamp ^ 1)
+        other = offset_commit_record(group_id, topic, partition, moved, self.version).value
         assert other is not None
         tail, other = self._tail, other[_OFFSET_END:]
         if len(other) != len(tail):
