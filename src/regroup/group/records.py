@@ -231,23 +231,47 @@ class OffsetCommitRecords:
         self._stamp_at = -1  # where the commit timestamp's int64 starts in _tail; -1: not known
 
     def record(self, group_id: str, topic: str, partition: int, offset: StoredOffset) -> CoordinatorRecord:
-        key = offset_commit_key(group_id, topic, partition)
-        shared = (
-            offset.leader_epoch,
-            offset.metadata,
-            offset.commit_timestamp_ms,
-            offset.expire_timestamp_ms,
-            offset.topic_id,
-        )
+        out: list[CoordinatorRecord] = []
+        self.extend(out, group_id, topic, ((partition, offset),))
+        return out[0]
+
+    def extend(
+        self,
+        out: list[CoordinatorRecord],
+        group_id: str,
+        topic: str,
+        offsets: Iterable[tuple[int, StoredOffset]],
+    ) -> None:
+        """Append the records of one topic's ``(partition, offset)`` pairs to ``out``, in one pass."""
+        pack = _OFFSET.pack
+        known, head, tail = self._shared, self._head, self._tail
+        for partition, offset in offsets:
+            shared = (
+                offset.leader_epoch,
+                offset.metadata,
+                offset.commit_timestamp_ms,
+                offset.expire_timestamp_ms,
+                offset.topic_id,
+            )
+            if shared == known:
+                key = offset_commit_key(group_id, topic, partition)
+                out.append(CoordinatorRecord(key, head + pack(offset.offset) + tail))
+            else:
+                out.append(self._encode(group_id, topic, partition, offset, shared))
+                known, head, tail = self._shared, self._head, self._tail
+
+    def _encode(
+        self, group_id: str, topic: str, partition: int, offset: StoredOffset, shared: tuple[object, ...]
+    ) -> CoordinatorRecord:
+        """The record of an offset whose shared fields differ from the last ones encoded."""
         known = self._shared
-        if shared == known:
-            return CoordinatorRecord(key, self._head + _OFFSET.pack(offset.offset) + self._tail)
         at = self._stamp_at
         if at >= 0 and known is not None and shared[:2] == known[:2] and shared[3:] == known[3:]:
             tail = self._tail
             stamp = _OFFSET.pack(offset.commit_timestamp_ms)
             self._tail = tail = tail[:at] + stamp + tail[at + _OFFSET.size :]
             self._shared = shared
+            key = offset_commit_key(group_id, topic, partition)
             return CoordinatorRecord(key, self._head + _OFFSET.pack(offset.offset) + tail)
         record = offset_commit_record(group_id, topic, partition, offset, self.version)
         value = record.value
@@ -268,27 +292,6 @@ class OffsetCommitRecords:
         # stamp ^ 1 changes the last byte of a big-endian int64, and nothing else
         at = differ[0] - (_OFFSET.size - 1) if len(differ) == 1 else -1
         return at if at >= 0 and tail[at : at + _OFFSET.size] == _OFFSET.pack(stamp) else -1
-
-    def extend(
-        self, out: list[CoordinatorRecord], group_id: str, topic: str, offsets: list[tuple[int, StoredOffset]]
-    ) -> None:
-        """Append :meth:`record` of each of one topic's ``(partition, offset)`` to ``out``, in one pass."""
-        pack = _OFFSET.pack
-        known, head, tail = self._shared, self._head, self._tail
-        for partition, offset in offsets:
-            shared = (
-                offset.leader_epoch,
-                offset.metadata,
-                offset.commit_timestamp_ms,
-                offset.expire_timestamp_ms,
-                offset.topic_id,
-            )
-            if shared == known:
-                key = offset_commit_key(group_id, topic, partition)
-                out.append(CoordinatorRecord(key, head + pack(offset.offset) + tail))
-            else:
-                out.append(self.record(group_id, topic, partition, offset))
-                known, head, tail = self._shared, self._head, self._tail
 
 
 def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> CoordinatorRecord:
