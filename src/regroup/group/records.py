@@ -253,32 +253,27 @@ class OffsetCommitRecords:
                 offset.expire_timestamp_ms,
                 offset.topic_id,
             )
-            if shared == known:
-                key = offset_commit_key(group_id, topic, partition)
-                out.append(CoordinatorRecord(key, head + pack(offset.offset) + tail))
-            else:
-                out.append(self._encode(group_id, topic, partition, offset, shared))
-                known, head, tail = self._shared, self._head, self._tail
+            if shared != known:
+                self._prime(group_id, topic, partition, offset, shared)
+                known, head, tail = shared, self._head, self._tail
+            key = offset_commit_key(group_id, topic, partition)
+            out.append(CoordinatorRecord(key, head + pack(offset.offset) + tail))
 
-    def _encode(
+    def _prime(
         self, group_id: str, topic: str, partition: int, offset: StoredOffset, shared: tuple[object, ...]
-    ) -> CoordinatorRecord:
-        """The record of an offset whose shared fields differ from the last ones encoded."""
+    ) -> None:
+        """Make the spliced bytes those of ``offset``'s shared fields, which differ from the last ones."""
         known = self._shared
         at = self._stamp_at
+        self._shared = shared
         if at >= 0 and known is not None and shared[:2] == known[:2] and shared[3:] == known[3:]:
             tail = self._tail
-            stamp = _OFFSET.pack(offset.commit_timestamp_ms)
-            self._tail = tail = tail[:at] + stamp + tail[at + _OFFSET.size :]
-            self._shared = shared
-            key = offset_commit_key(group_id, topic, partition)
-            return CoordinatorRecord(key, self._head + _OFFSET.pack(offset.offset) + tail)
-        record = offset_commit_record(group_id, topic, partition, offset, self.version)
-        value = record.value
+            self._tail = tail[:at] + _OFFSET.pack(offset.commit_timestamp_ms) + tail[at + _OFFSET.size :]
+            return
+        value = offset_commit_record(group_id, topic, partition, offset, self.version).value
         assert value is not None
-        self._shared, self._head, self._tail = shared, value[:2], value[_OFFSET_END:]
+        self._head, self._tail = value[:2], value[_OFFSET_END:]
         self._stamp_at = self._stamp_position(group_id, topic, partition, offset)
-        return record
 
     def _stamp_position(self, group_id: str, topic: str, partition: int, offset: StoredOffset) -> int:
         stamp = offset.commit_timestamp_ms

@@ -290,7 +290,7 @@ class WriteBehind:
     first. If one of the step's appends fails (or must wait for the partition's gate), the held connections
     are closed without their replies (their clients retry, and find the partition failed)."""
 
-    __slots__ = ("_held", "_loop", "_runners", "_step_end", "depth", "failed")
+    __slots__ = ("_held", "_runners", "_step_end", "depth", "failed")
 
     def __init__(self) -> None:
         self.depth = 0
@@ -298,7 +298,6 @@ class WriteBehind:
         self._runners: list[ShardRunner] = []
         self._held: list[Callable[[bool], None]] = []
         self._step_end: asyncio.Handle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def begin(self) -> None:
         self.depth += 1
@@ -310,10 +309,7 @@ class WriteBehind:
         """``runner`` holds a batch to append when the step ends."""
         self._runners.append(runner)
         if self._step_end is None:
-            loop = self._loop
-            if loop is None or loop.is_closed():
-                loop = self._loop = asyncio.get_running_loop()
-            self._step_end = loop.call_soon(self.flush)
+            self._step_end = runner._loop.call_soon(self.flush)
 
     @property
     def holding(self) -> bool:

@@ -30,8 +30,8 @@ from regroup.group.offset_manager import OffsetsExpired
 from regroup.group.state import GroupState
 from regroup.protocol.api_keys import API_INFO, ApiKey
 from regroup.protocol.message import Message
-from regroup.protocol.messages.offset_commit import OffsetCommitResponse
-from regroup.protocol.messages.offset_delete import OffsetDeleteResponse
+from regroup.protocol.messages.offset_commit import OffsetCommitResponse, OffsetCommitResponseTopic
+from regroup.protocol.messages.offset_delete import OffsetDeleteResponse, OffsetDeleteResponseTopic
 from regroup.runtime.group_view import CLASSIC, CONSUMER, GroupView
 from regroup.runtime.shard_runner import RunnerState
 
@@ -64,6 +64,16 @@ def _api_name(api_key: int) -> str:
         return str(api_key)
 
 
+def _succeeded(topics: Sequence[OffsetCommitResponseTopic] | Sequence[OffsetDeleteResponseTopic]) -> int:
+    """The partitions of a commit's or an offset deletion's answer that succeeded."""
+    count = 0
+    for topic in topics:
+        for partition in topic.partitions:
+            if not partition.error_code:
+                count += 1
+    return count
+
+
 class RequestStats:
     """Per-API request counts (by version) and latency histograms, plus the offset commits and deletions
     the responses report; fed by :class:`~regroup.broker.server.BrokerServer`'s request observer."""
@@ -85,16 +95,9 @@ class RequestStats:
         hist[bisect.bisect_left(LATENCY_BUCKETS, elapsed)] += 1
         hist[-1] += elapsed
         if isinstance(response, OffsetCommitResponse):
-            committed = 0
-            for topic in response.topics:
-                for partition in topic.partitions:
-                    if not partition.error_code:
-                        committed += 1
-            self.offset_commits += committed
+            self.offset_commits += _succeeded(response.topics)
         elif isinstance(response, OffsetDeleteResponse) and response.error_code == 0:
-            self.offset_deletions += sum(
-                1 for t in response.topics for p in t.partitions if p.error_code == 0
-            )
+            self.offset_deletions += _succeeded(response.topics)
 
 
 class CoordinatorStats:
