@@ -22,7 +22,7 @@ from regroup.protocol.messages.offset_fetch import (
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
 )
-from regroup.testing import BrokerError, GroupView, TestBroker
+from regroup.testing import BrokerError, GroupView, TestBroker, close_consumer
 from support.kip848 import WireMember
 
 G = "g"
@@ -613,8 +613,8 @@ def test_confluent_kafka_consumer_protocol_member_fenced(regroup_broker: TestBro
         again = b.wait_for_stable(G, members=2, generation_after=survivor.generation_id)
         assert sorted(p for m in again.members for p in m.assignment["orders"]) == [0, 1, 2, 3]
     finally:
-        a.close()
-        c.close()
+        close_consumer(a)
+        close_consumer(c)
 
 
 def test_classic_member_inside_a_consumer_group_is_shown_as_such(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from regroup.protocol.errors import ErrorCode
     from regroup.runtime.group_view import GroupView, MemberView
     from regroup.testing.broker import BrokerError, TestBroker
+    from regroup.testing.clients import close_consumer
     from regroup.testing.clock import VirtualClock
     from regroup.testing.cluster import Cluster
     from regroup.testing.faults import Fault
@@ -56,6 +57,7 @@ __all__ = [
     "StaticMemberReplaced",
     "TestBroker",
     "VirtualClock",
+    "close_consumer",
 ]
 
 _HISTORY = "regroup.group.history"
@@ -77,6 +79,7 @@ _SOURCES = {
     "StaticMemberReplaced": _HISTORY,
     "TestBroker": "regroup.testing.broker",
     "VirtualClock": "regroup.testing.clock",
+    "close_consumer": "regroup.testing.clients",
 }
 
 

@@ -40,4 +40,4 @@ def test_a_silent_member_is_expired_when_the_clock_says_so() -> None:
             consumer.poll(0.05)
         after = b.wait_for_stable("shipping", members=1)
         assert after.member_ids != before.member_ids
-        consumer.close()
+        assert regroup.testing.close_consumer(consumer)  # see "The broker shares the test's process"
