@@ -4,6 +4,7 @@ reference cluster starts, loses a broker and takes it back. No assertion looks a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -12,9 +13,13 @@ from bench.support import tiny
 from regroup import refkafka
 from regroup.bench.cluster_failover import run_rounds
 from regroup.bench.groups.brokers import ClusterTarget, start_broker
-from regroup.bench.groups.scenarios import run_scenario
+from regroup.bench.groups.load import Progress
+from regroup.bench.groups.members import open_fleet
+from regroup.bench.groups.report import RunResult
+from regroup.bench.groups.scenarios import Ctx, run_scenario
 from regroup.bench.produce_fetch import measure
 from regroup.cluster.local import etcd_binary
+from regroup.protocol.javahash import group_partition
 
 # Short sessions so a killed node is noticed in seconds.
 _FAST_FAILURE = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
@@ -47,6 +52,30 @@ def test_members_talk_to_their_coordinator_on_every_node(
     assert len(regroup_cluster.pids) == 3
     assert metrics[("saturation", "broker CPU")] is not None
     assert metrics[("saturation", "broker event-loop lag p99 (bucket bound)")] is not None
+
+
+def test_the_groups_of_a_run_are_spread_evenly_over_the_nodes_and_their_partitions(
+    regroup_cluster: ClusterTarget,
+) -> None:
+    async def spread(count: int) -> tuple[list[str], dict[str, int]]:
+        result = RunResult(regroup_cluster.kind, regroup_cluster.version, regroup_cluster.bootstrap)
+        ctx = Ctx(regroup_cluster, tiny(), result, Progress("spread", False))
+        fleet = await open_fleet(regroup_cluster.bootstrap, 1, 0)
+        try:
+            ids = await ctx.spread_group_ids(fleet, count, "spread")
+            return ids, {g: answer.node_id for g, answer in (await fleet.coordinators(ids)).items()}
+        finally:
+            fleet.close()
+
+    ids, node_of = asyncio.run(spread(10))
+    assert len(set(ids)) == 10
+    assert len({group_partition(g, 50) for g in ids}) == 10  # no two groups share a partition
+    per_node = sorted(list(node_of.values()).count(n) for n in set(node_of.values()))
+    assert per_node == [5, 5]
+    # More groups than partitions: every partition takes a second group before any takes a third.
+    ids, _ = asyncio.run(spread(120))
+    per_partition = [[group_partition(g, 50) for g in ids].count(p) for p in range(50)]
+    assert sorted(set(per_partition)) == [2, 3]
 
 
 def test_one_busy_partition_of_a_wide_replicated_topic(regroup_cluster: ClusterTarget) -> None:

@@ -225,11 +225,13 @@ class Fleet:
         else:
             self.errors[type(exc).__name__] += 1
 
-    async def find_coordinators(self, group_ids: Iterable[str], timeout: float = 120.0) -> None:
+    async def coordinators(
+        self, group_ids: Iterable[str], timeout: float = 120.0
+    ) -> dict[str, CoordinatorAnswer]:
         """FindCoordinator for every group until each has one (Kafka creates ``__consumer_offsets`` on
         the first lookup, which takes a while)."""
-        group_ids = sorted(set(group_ids))
-        pending = group_ids
+        found: dict[str, CoordinatorAnswer] = {}
+        pending = sorted(set(group_ids))
         version = self.versions[ApiKey.FIND_COORDINATOR]
         deadline = time.monotonic() + timeout
         while pending:
@@ -245,15 +247,23 @@ class Fleet:
                 elif answer.error is not ErrorCode.NONE:
                     raise KafkaError(answer.error, f"FindCoordinator for {group_id}")
                 else:
-                    await self.route_group(group_id, answer.host, answer.port)
-                    for m in self.by_group.get(group_id, ()):
-                        m.on_coordinator(answer, self.now_ms())
+                    found[group_id] = answer
             pending = retry
             if pending:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no coordinator for {len(pending)} groups within {timeout:g}s")
                 await asyncio.sleep(0.1)
-        await self._await_loaded(group_ids, deadline)
+        return found
+
+    async def find_coordinators(self, group_ids: Iterable[str], timeout: float = 120.0) -> None:
+        """Route every group's members to its coordinator (:meth:`coordinators`), once it has loaded."""
+        deadline = time.monotonic() + timeout
+        found = await self.coordinators(group_ids, timeout)
+        for group_id, answer in found.items():
+            await self.route_group(group_id, answer.host, answer.port)
+            for m in self.by_group.get(group_id, ()):
+                m.on_coordinator(answer, self.now_ms())
+        await self._await_loaded(found, deadline)
 
     async def _await_loaded(self, group_ids: Iterable[str], deadline: float) -> None:
         """Kafka names the coordinator as soon as the ``__consumer_offsets`` partition has a leader, and

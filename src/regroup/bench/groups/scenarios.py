@@ -146,6 +146,42 @@ class Ctx:
         return [f"{self.prefix}-{tag}-{g}" for g in range(count)]
 
     @property
+    def offsets_partitions(self) -> int:
+        """``offsets.topic.num.partitions`` of the broker under test."""
+        return int(
+            self.result.settings.get("offsets.topic.num.partitions")
+            or {**FAIR_CONFIG, **self.broker.overrides}["offsets.topic.num.partitions"]
+        )
+
+    async def spread_group_ids(self, fleet: Fleet, count: int, tag: str) -> list[str]:
+        """``count`` group ids of this run spread as many groups spread: evenly over the coordinators
+        (round robin over the nodes), and over their ``__consumer_offsets`` partitions (a partition takes a
+        second group only once every partition has one). Ids taken as they come would land a few groups
+        7:3 on two nodes or two to a partition in one run and not in the next, and the figures — one
+        node's batching, two nodes' split of the load — would change with the names."""
+        partitions = self.offsets_partitions
+        per_partition = -(-count // partitions)
+        names: dict[int, list[str]] = {}
+        k = 0
+        while len(names) < partitions or any(len(ids) < per_partition for ids in names.values()):
+            name = f"{self.prefix}-{tag}-{k}"
+            k += 1
+            ids = names.setdefault(group_partition(name, partitions), [])
+            if len(ids) < per_partition:
+                ids.append(name)
+        found = await fleet.coordinators(ids[0] for ids in names.values())
+        by_node: dict[int, list[int]] = {}
+        for partition in sorted(names):
+            by_node.setdefault(found[names[partition][0]].node_id, []).append(partition)
+        order = [
+            node_partitions[rank]
+            for rank in range(max(len(v) for v in by_node.values()))
+            for _, node_partitions in sorted(by_node.items())
+            if rank < len(node_partitions)
+        ]
+        return [names[partition][c] for c in range(per_partition) for partition in order][:count]
+
+    @property
     def topic(self) -> str:
         """A topic of this run's own, for the scenarios that must create one (Kafka refuses commits to
         unknown topics)."""
@@ -430,7 +466,8 @@ async def _consumer_formation(ctx: Ctx) -> None:
     fleet = await _fleet(ctx, 0)
     try:
         await _consumer_topic(ctx, fleet, partitions)
-        members = _consumers(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "formation")), ctx.topic)
+        group_ids = await ctx.spread_group_ids(fleet, p.groups, "formation")
+        members = _consumers(ctx, fleet, _spread(p.members, group_ids), ctx.topic)
         with PhaseMeter(ctx.broker) as cpu:
             first, end = await _form_consumers(ctx, fleet, members, partitions, "formation")
         assigned = [m.first_assigned_at for m in members if m.first_assigned_at is not None]
@@ -470,7 +507,8 @@ async def _consumer_heartbeat(ctx: Ctx) -> None:
     fleet = await _fleet(ctx, 0)
     try:
         await _consumer_topic(ctx, fleet, partitions)
-        members = _consumers(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "heartbeat")), ctx.topic)
+        group_ids = await ctx.spread_group_ids(fleet, p.groups, "heartbeat")
+        members = _consumers(ctx, fleet, _spread(p.members, group_ids), ctx.topic)
         await _form_consumers(ctx, fleet, members, partitions, "forming groups")
         _errors(ctx, fleet, "setup")
         for m in members:
@@ -500,7 +538,9 @@ async def formation(ctx: Ctx) -> None:
         return
     fleet = await _fleet(ctx, p.members)
     try:
-        members = _members(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "formation")))
+        members = _members(
+            ctx, fleet, _spread(p.members, await ctx.spread_group_ids(fleet, p.groups, "formation"))
+        )
         with PhaseMeter(ctx.broker) as cpu:
             formed = await _form(ctx, fleet, members, "formation")
         assert fleet.first_join_sent is not None
@@ -556,7 +596,9 @@ async def heartbeat(ctx: Ctx) -> None:
         return
     fleet = await _fleet(ctx, p.members)
     try:
-        members = _members(ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "heartbeat")))
+        members = _members(
+            ctx, fleet, _spread(p.members, await ctx.spread_group_ids(fleet, p.groups, "heartbeat"))
+        )
         await _form(ctx, fleet, members, "forming groups")
         _errors(ctx, fleet, "setup")
         for m in members:
@@ -628,9 +670,8 @@ async def commit(ctx: Ctx) -> None:
         await _create_topic(fleet.fast[0], ctx.topic, topic_partitions, p.timeout)
         saved, p.partitions = p.partitions, topic_partitions
         try:
-            members = _members(
-                ctx, fleet, _spread(p.members, ctx.group_ids(p.groups, "commit")), topic=ctx.topic
-            )
+            group_ids = await ctx.spread_group_ids(fleet, p.groups, "commit")
+            members = _members(ctx, fleet, _spread(p.members, group_ids), topic=ctx.topic)
         finally:
             p.partitions = saved
         await _form(ctx, fleet, members, "forming groups")
@@ -698,10 +739,7 @@ async def failover(ctx: Ctx) -> None:
             f"failover restarts the broker, which the benchmark cannot do for a {broker.kind} broker"
         )
     fleet = await _fleet(ctx, 0)
-    num_partitions = int(
-        ctx.result.settings.get("offsets.topic.num.partitions")
-        or {**FAIR_CONFIG, **broker.overrides}["offsets.topic.num.partitions"]
-    )
+    num_partitions = ctx.offsets_partitions
     groups: list[str] = []
     n = 0
     while len(groups) < p.groups:
