@@ -2,9 +2,10 @@
 
 The broker of :class:`~regroup.testing.TestBroker` runs in the test's process and so shares its GIL. A
 client call that blocks inside C while holding the GIL stops the broker too, and the call then waits for a
-broker that can never answer. confluent-kafka has one: closing a consumer that still owns partitions runs
-the revoke in its rebalance callback, which asks librdkafka for the rebalance protocol while holding the
-GIL, and that call can block for good once the consumer is closing (librdkafka#4041, #4884).
+broker that can never answer. confluent-kafka has one: closing a consumer serves any rebalance event still
+queued (the revoke of its partitions, an assignment on its way) in its rebalance callback, which asks
+librdkafka for the rebalance protocol, or assigns, while holding the GIL, and that call can block for good
+once the consumer is closing (librdkafka#4041, #4884).
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ def close_consumer(consumer: _Consumer, timeout: float = 30.0) -> bool:
     The consumer unsubscribes and polls until it has owned no partition for half a second, so that its
     revoke (and any ``on_revoke`` commit), and an assignment still on its way from the group, are served
     by poll while it is still open, as an application's shutdown would do it; the close that follows has
-    no rebalance left to serve. A consumer that failed fatally (fenced, say) is not
-    closed: librdkafka's close still serves a revoke in the rebalance callback, with the same risk, and
-    such a consumer can only be dropped — confluent-kafka destroys a consumer it collects without the
-    consumer close, and without holding the GIL. Written for confluent-kafka's ``Consumer``; any consumer
-    with ``unsubscribe``, ``assignment``, ``poll(seconds)`` and ``close`` can use it."""
+    no rebalance left to serve. A consumer that failed fatally (fenced, say) is not closed: its poll only
+    raises the error again, its close would still serve a rebalance event in the callback, and such a
+    consumer can only be dropped — confluent-kafka destroys a consumer it collects without the consumer
+    close, and without holding the GIL. Written for confluent-kafka's ``Consumer``; any consumer with
+    ``unsubscribe``, ``assignment``, ``poll(seconds)`` and ``close`` can use it."""
     deadline = time.monotonic() + timeout
     try:
         consumer.unsubscribe()
