@@ -90,6 +90,10 @@ def build_session(
         # PySpark 4 records the Python call site of every Column function for error messages: five JVM
         # round trips per call, a third of the ~20,000 that building the plans of ``all`` costs.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
+        # Spark keeps the classes it generates for a query's code in a cache of 100 entries; one ``all``
+        # generates ~400, so a second run in the session (a notebook, every micro-batch of ``stream``)
+        # compiled them all again. A class is ~3 KB of bytecode.
+        "spark.sql.codegen.cache.maxEntries": "2000",
     }
     cores = _local_cores(master)
     if cores is not None:

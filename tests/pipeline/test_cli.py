@@ -254,3 +254,22 @@ def test_the_all_job_writes_the_same_tables_as_compute_all(
     for name in TABLES:
         assert rows(spark.read.parquet(str(out / name))) == datadir_tables[name], name
     assert "g-churn" in (out / "report.html").read_text()
+
+
+def test_a_second_all_in_the_session_reuses_the_code_spark_generated(
+    spark: Any, scenario: Any, regroup_copy: Path, tmp_path: Path
+) -> None:
+    # One `all` generates a few hundred classes, more than Spark's default cache of generated code (100)
+    # holds: without the session's larger cache every run compiled them all again.
+    from regroup_pipeline.inputs import TimeWindow, from_datadir
+    from regroup_pipeline.runner import write_all
+
+    compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    compiled = []
+    for run in ("first", "second"):
+        before = compilations.getCount()
+        inputs = from_datadir(spark, [str(regroup_copy)], TimeWindow(now_ms=scenario.snapshot_ms))
+        write_all(inputs, tmp_path / run, tmp_path / run / "report.html")
+        compiled.append(compilations.getCount() - before)
+    first, second = compiled
+    assert second <= max(10, first // 10), compiled
