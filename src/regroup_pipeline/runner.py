@@ -16,6 +16,7 @@ from typing import Final
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
 from regroup_pipeline import jobs, monitoring
 from regroup_pipeline.datasource import HistoryOutputs, write_history
@@ -102,6 +103,20 @@ def unpersist_inputs(inputs: Inputs) -> None:
             df.unpersist()
 
 
+# Up to this many bytes of Parquet, a table the tasks of ``all`` wrote on the way is read back as one
+# partition: a single-partition input satisfies every grouping Spark asks of it, so the aggregations,
+# windows and joins over the group records, per-key rows and commit runs (a few MB for 10M commits) run
+# without the shuffles (each a stage and a job of its own under adaptive execution) that two or more
+# partitions need. Larger tables keep Spark's split, across the cores or the cluster.
+SINGLE_PARTITION_BYTES: Final = 32 * 2**20
+
+
+def _read_small(spark: SparkSession, directory: Path, schema: StructType) -> DataFrame:
+    df = read_table(spark, directory, schema)
+    size = sum(f.stat().st_size for f in directory.glob("*.parquet")) if directory.is_dir() else 0
+    return df.coalesce(1) if size <= SINGLE_PARTITION_BYTES else df
+
+
 def write_table(df: DataFrame, output: Path, name: str) -> None:
     df.write.mode("overwrite").parquet(str(output / name))
 
@@ -186,13 +201,13 @@ def write_all(
                 written = HistoryOutputs(str(output / "offsets"), **{n: str(d) for n, d in work.items()})
                 write_history(spark, dict(inputs.history_options), written)
                 schema = from_arrow_schema(HISTORY_ARROW_SCHEMA)
-                keys = read_table(spark, work["keys"], from_arrow_schema(KEY_ARROW_SCHEMA))
-                runs = read_table(spark, work["runs"], from_arrow_schema(RUN_ARROW_SCHEMA))
+                keys = _read_small(spark, work["keys"], from_arrow_schema(KEY_ARROW_SCHEMA))
+                runs = _read_small(spark, work["runs"], from_arrow_schema(RUN_ARROW_SCHEMA))
                 # The same records the data source would decode again, read back as Parquet.
                 inputs = dataclasses.replace(
                     inputs,
-                    groups=read_table(spark, work["group_records"], GROUP_SCHEMA),
-                    consumer_groups=read_table(spark, work["consumer_group_records"], CONSUMER_GROUP_SCHEMA),
+                    groups=_read_small(spark, work["group_records"], GROUP_SCHEMA),
+                    consumer_groups=_read_small(spark, work["consumer_group_records"], CONSUMER_GROUP_SCHEMA),
                 )
                 decoded_groups = True
             else:

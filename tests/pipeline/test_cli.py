@@ -259,8 +259,10 @@ def test_the_all_job_writes_the_same_tables_as_compute_all(
 def test_a_second_all_in_the_session_reuses_the_code_spark_generated(
     spark: Any, scenario: Any, regroup_copy: Path, tmp_path: Path
 ) -> None:
-    # One `all` generates a few hundred classes, more than Spark's default cache of generated code (100)
-    # holds: without the session's larger cache every run compiled them all again.
+    # One `all` generates ~400 classes, more than Spark's default cache of generated code (100) holds:
+    # without the session's larger cache every run compiled ~400 again. With it, a run compiles only the
+    # few whose code differs from the last run's (10-30 here; the first run's figure depends on what the
+    # session ran before).
     from regroup_pipeline.inputs import TimeWindow, from_datadir
     from regroup_pipeline.runner import write_all
 
@@ -271,5 +273,4 @@ def test_a_second_all_in_the_session_reuses_the_code_spark_generated(
         inputs = from_datadir(spark, [str(regroup_copy)], TimeWindow(now_ms=scenario.snapshot_ms))
         write_all(inputs, tmp_path / run, tmp_path / run / "report.html")
         compiled.append(compilations.getCount() - before)
-    first, second = compiled
-    assert second <= max(10, first // 10), compiled
+    assert compiled[1] <= 60, compiled
