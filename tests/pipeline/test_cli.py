@@ -274,3 +274,20 @@ def test_a_second_all_in_the_session_reuses_the_code_spark_generated(
         write_all(inputs, tmp_path / run, tmp_path / run / "report.html")
         compiled.append(compilations.getCount() - before)
     assert compiled[1] <= 60, compiled
+
+
+def test_small_tables_are_read_back_as_one_partition_and_large_ones_split(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from regroup_pipeline import runner
+
+    schema = StructType([StructField("n", LongType())])
+    directory = tmp_path / "table"
+    spark.range(0, 1000, 1, 4).write.parquet(str(directory))
+    assert runner._read_small(spark, directory, schema).rdd.getNumPartitions() == 1
+    monkeypatch.setattr(runner, "SINGLE_PARTITION_BYTES", 1000)
+    split = runner._read_small(spark, directory, schema)
+    assert split.rdd.getNumPartitions() > 1
+    assert sorted(r.n for r in split.collect()) == list(range(1000))
