@@ -283,11 +283,11 @@ def test_small_tables_are_read_back_as_one_partition_and_large_ones_split(
 
     from regroup_pipeline import runner
 
-    schema = StructType([StructField("n", LongType())])
+    schema = StructType([StructField("id", LongType())])
     directory = tmp_path / "table"
     spark.range(0, 1000, 1, 4).write.parquet(str(directory))
     assert runner._read_small(spark, directory, schema).rdd.getNumPartitions() == 1
     monkeypatch.setattr(runner, "SINGLE_PARTITION_BYTES", 1000)
     split = runner._read_small(spark, directory, schema)
     assert split.rdd.getNumPartitions() > 1
-    assert sorted(r.n for r in split.collect()) == list(range(1000))
+    assert sorted(r.id for r in split.collect()) == list(range(1000))
