@@ -28,6 +28,7 @@ __all__ = [
     "ReportData",
     "collect_report_data",
     "collect_report_data_from_files",
+    "parquet_bytes",
     "read_table",
     "render_html",
     "write_report",
@@ -710,14 +711,21 @@ _REPORT_TABLES: Final = (
 _DRIVER_READ_BYTES: Final = 256 * 2**20
 
 
+def parquet_bytes(directory: Path) -> int | None:
+    """Bytes of the Parquet files of the table in ``directory``; None when there is no such directory."""
+    if not directory.is_dir():
+        return None
+    return sum(f.stat().st_size for f in directory.glob("*.parquet"))
+
+
 def _table_bytes(directory: Path) -> int | None:
     """Bytes of the report's Parquet files under ``directory``; None when a table is missing."""
     total = 0
     for name in _REPORT_TABLES:
-        files = list((directory / name).glob("*.parquet"))
-        if not (directory / name).is_dir():
+        size = parquet_bytes(directory / name)
+        if size is None:
             return None
-        total += sum(f.stat().st_size for f in files)
+        total += size
     return total
 
 

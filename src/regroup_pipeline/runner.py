@@ -31,7 +31,7 @@ from regroup_pipeline.inputs import (
     from_kafka,
 )
 from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, RUN_ARROW_SCHEMA
-from regroup_pipeline.report import read_table, write_report_from_tables
+from regroup_pipeline.report import parquet_bytes, read_table, write_report_from_tables
 from regroup_pipeline.session import build_session
 from regroup_pipeline.timespec import parse_time
 
@@ -113,8 +113,7 @@ SINGLE_PARTITION_BYTES: Final = 32 * 2**20
 
 def _read_small(spark: SparkSession, directory: Path, schema: StructType) -> DataFrame:
     df = read_table(spark, directory, schema)
-    size = sum(f.stat().st_size for f in directory.glob("*.parquet")) if directory.is_dir() else 0
-    return df.coalesce(1) if size <= SINGLE_PARTITION_BYTES else df
+    return df.coalesce(1) if (parquet_bytes(directory) or 0) <= SINGLE_PARTITION_BYTES else df
 
 
 def write_table(df: DataFrame, output: Path, name: str) -> None:
