@@ -37,7 +37,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
 import numpy as np
@@ -86,11 +86,15 @@ DECODED: Final = {
     "consumer_group_metadata": _consumer_group_schema,
     "consumer_group_records": _consumer_group_schema,
 }
+# The raw records of every group's membership (classic GroupMetadata, KIP-848 types 3–8 and 16) in one
+# pass, for ``write_history``'s tasks, which decode both kinds from them; not an option of the data source.
+_GROUP_RECORDS: Final = "group_records"
 # Modes that decode rare key types, picked out of the segments by the compiled pass.
 _RARE_RECORD_TYPES: Final = {
     "group_metadata": (2,),
     "consumer_group_metadata": (3,),
     "consumer_group_records": (3, 4, 5, 6, 7, 8, 16),
+    _GROUP_RECORDS: (2, 3, 4, 5, 6, 7, 8, 16),
 }
 # Modes that need each partition read whole, in order, by one task.
 _WHOLE_PARTITIONS: Final = frozenset({"offset_history"})
@@ -229,6 +233,10 @@ def _read_history(task: _Task, opts: ReadOptions) -> Iterator[Any]:
         yield from _batches(history.finish())
 
 
+def _raw(batch: Any) -> Any:
+    return batch
+
+
 def _batches(table: Any) -> Iterator[Any]:
     if table is not None:
         yield from table.to_batches()
@@ -255,6 +263,7 @@ def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Spl
         "group_metadata": decode_group_metadata,
         "consumer_group_metadata": decode_consumer_group_metadata,
         "consumer_group_records": decode_consumer_group_records,
+        _GROUP_RECORDS: _raw,
     }.get(opts.decode or "")
     # The compiled pass over segment bytes: offset commits straight to their columns, group metadata
     # records (classic or KIP-848) picked out of the commits before the codecs decode them.
@@ -442,13 +451,13 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
     if outputs.runs is not None and outputs.keys is None:
         raise ValueError("runs are folded with the keys: give a keys directory too")
     opts = ReadOptions.parse({**options, "recordTypes": "0,1", "decode": "offset_history"})
-    group_opts = ReadOptions.parse({**options, "recordTypes": "2", "decode": "group_metadata"})
-    consumer_types = ",".join(map(str, CONSUMER_GROUP_RECORD_TYPES))
-    consumer_opts = ReadOptions.parse(
-        {**options, "recordTypes": consumer_types, "decode": "consumer_group_records"}
-    )
     read_groups = outputs.runs is not None or outputs.group_records is not None
     read_consumer_groups = outputs.runs is not None or outputs.consumer_group_records is not None
+    # Both kinds of group records come from one pass over the segments (each pass walks every record).
+    group_types = ((2,) if read_groups else ()) + (
+        CONSUMER_GROUP_RECORD_TYPES if read_consumer_groups else ()
+    )
+    group_opts = replace(opts, record_types=group_types, decode=_GROUP_RECORDS)
     tasks = [p.task for p in _BatchReader(opts).partitions()]
     named = {field.name: getattr(outputs, field.name) for field in fields(outputs)}
     targets = {name: os.path.abspath(d) for name, d in named.items() if d is not None}
@@ -464,27 +473,32 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
             CONSUMER_GROUP_ARROW_SCHEMA,
             GROUP_ARROW_SCHEMA,
             HISTORY_ARROW_SCHEMA,
+            decode_consumer_group_records,
+            decode_group_metadata,
         )
         from regroup_pipeline.offsetkeys import OffsetKeys, membership_positions
 
-        def records(wanted: bool, read: ReadOptions, schema: Any, output: str, task: int, file: str) -> Any:
+        def records(wanted: bool, raw: list[Any], decoder: Any, schema: Any, output: str, file: str) -> Any:
             """The task's records of one kind (None unless ``wanted``), written out when asked for."""
             if not wanted:
                 return None
-            table = pa.Table.from_batches(list(_read_task(tasks[task], read)), schema)
+            table = pa.Table.from_batches([decoder(batch) for batch in raw], schema)
             if output in stagings:
                 pq.write_table(table, os.path.join(stagings[output], file), compression="snappy")
             return table
 
         for i in indices:
             name = f"part-{i:05d}-{uuid.uuid4().hex}.parquet"
-            groups = records(read_groups, group_opts, GROUP_ARROW_SCHEMA, "group_records", i, name)
+            raw = list(_read_task(tasks[i], group_opts)) if group_types else []
+            groups = records(
+                read_groups, raw, decode_group_metadata, GROUP_ARROW_SCHEMA, "group_records", name
+            )
             consumer_groups = records(
                 read_consumer_groups,
-                consumer_opts,
+                raw,
+                decode_consumer_group_records,
                 CONSUMER_GROUP_ARROW_SCHEMA,
                 "consumer_group_records",
-                i,
                 name,
             )
             boundaries = membership_positions(groups, consumer_groups) if outputs.runs is not None else None

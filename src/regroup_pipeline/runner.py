@@ -8,6 +8,7 @@ import dataclasses
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,12 +47,16 @@ __all__ = [
 ]
 
 # Where ``all`` keeps what the tasks that write the offsets table fold and decode on the way (per-key rows,
-# commit runs, group records; see datasource.HistoryOutputs) while it runs; removed when it is done.
+# commit runs, group records; see datasource.HistoryOutputs) while it runs; removed when it is done. They sit
+# in a directory whose name starts with "_", which Spark and Hadoop skip when they list the output directory,
+# while their own names do not: Spark warns "All paths were ignored" about a path it reads whose last part
+# starts with "_" or ".".
+WORK_ROOT: Final = "_work"
 WORK_DIRECTORIES: Final = {
-    "keys": "_offset_keys",
-    "runs": "_commit_runs",
-    "group_records": "_group_records",
-    "consumer_group_records": "_consumer_group_records",
+    "keys": "offset_keys",
+    "runs": "commit_runs",
+    "group_records": "group_records",
+    "consumer_group_records": "consumer_group_records",
 }
 MONITORING_JOBS: Final = (
     "lag_trend",
@@ -135,12 +140,14 @@ class _Steps:
 
     def __init__(self, spark: SparkSession, counts: dict[str, StepCounts] | None) -> None:
         self.sc = spark.sparkContext
+        self.run = uuid.uuid4().hex
         self.seconds: dict[str, float] = {}
         self.counts = counts
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
-        group = f"regroup-pipeline-{name}-{id(self)}"
+        # A uuid per run: a later run's _Steps can get this one's id(), and would count this run's jobs too.
+        group = f"regroup-pipeline-{name}-{self.run}"
         previous = self.sc.getLocalProperty("spark.jobGroup.id")
         if self.counts is not None:
             self.sc.setLocalProperty("spark.jobGroup.id", group)
@@ -191,7 +198,7 @@ def write_all(
     spark = inputs.commits.sparkSession
     steps = _Steps(spark, counts)
     history = keys = runs = None
-    work = {name: output / directory for name, directory in WORK_DIRECTORIES.items()}
+    work = {name: output / WORK_ROOT / directory for name, directory in WORK_DIRECTORIES.items()}
     decoded_groups = False
     if inputs.window.since_ms is None:
         with steps.step("offsets"):
@@ -232,8 +239,7 @@ def write_all(
         _show(df, name, show)
     tables.unpersist()
     unpersist_inputs(inputs)
-    for directory in work.values():
-        shutil.rmtree(directory, ignore_errors=True)
+    shutil.rmtree(output / WORK_ROOT, ignore_errors=True)
     with steps.step("report"):
         write_report_from_tables(spark, output, report, inputs.window, horizon_ms=horizon_ms)
     return steps.seconds

@@ -94,6 +94,12 @@ def build_session(
         # generates ~400, so a second run in the session (a notebook, every micro-batch of ``stream``)
         # compiled them all again. A class is ~3 KB of bytecode.
         "spark.sql.codegen.cache.maxEntries": "2000",
+        # Spark cannot size a Python data source's output (it takes it as 8 EiB), so every join with a table
+        # derived from one looked like a join with a huge table, and the optimizer added runtime Bloom
+        # filters to it: a job each to build them, and filters sized for a million keys shipped in every
+        # task (a 12 MiB task binary in ``stuck_partitions``). The pipeline's joins of large inputs are
+        # broadcast joins already.
+        "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",
     }
     cores = _local_cores(master)
     if cores is not None:

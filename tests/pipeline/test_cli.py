@@ -268,12 +268,50 @@ def test_a_second_all_in_the_session_reuses_the_code_spark_generated(
 
     compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
     compiled = []
+    jobs: list[int] = []
     for run in ("first", "second"):
         before = compilations.getCount()
         inputs = from_datadir(spark, [str(regroup_copy)], TimeWindow(now_ms=scenario.snapshot_ms))
-        write_all(inputs, tmp_path / run, tmp_path / run / "report.html")
+        counts: dict[str, Any] = {}
+        write_all(inputs, tmp_path / run, tmp_path / run / "report.html", counts=counts)
         compiled.append(compilations.getCount() - before)
+        jobs.append(sum(c.jobs for c in counts.values()))
     assert compiled[1] <= 60, compiled
+    # Each run counts its own Spark jobs only.
+    assert 0 < jobs[1] < 1.5 * jobs[0], jobs
+
+
+def test_all_plans_no_runtime_filters_and_reads_no_hidden_paths(
+    spark: Any, scenario: Any, regroup_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Spark takes a Python data source's output as 8 EiB, so without the session's setting the optimizer
+    # puts runtime Bloom filters (`might_contain`) on joins with tables derived from one; and Spark warns
+    # "All paths were ignored" about a path it reads whose last part starts with "_" or ".".
+    from regroup_pipeline import runner
+    from regroup_pipeline.inputs import TimeWindow, from_datadir
+
+    plans: dict[str, str] = {}
+    read: list[Path] = []
+    write_table, read_table = runner.write_table, runner.read_table
+
+    def planned(df: Any, output: Path, name: str) -> None:
+        plans[name] = df._jdf.queryExecution().executedPlan().toString()
+        write_table(df, output, name)
+
+    def reading(spark: Any, directory: Path, schema: Any = None) -> Any:
+        read.append(directory)
+        return read_table(spark, directory, schema)
+
+    monkeypatch.setattr(runner, "write_table", planned)
+    monkeypatch.setattr(runner, "read_table", reading)
+    out = tmp_path / "out"
+    inputs = from_datadir(spark, [str(regroup_copy)], TimeWindow(now_ms=scenario.snapshot_ms))
+    runner.write_all(inputs, out, out / "report.html")
+    assert "stuck_partitions" in plans
+    assert [name for name, plan in plans.items() if "might_contain" in plan] == []
+    assert len(read) >= len(runner.WORK_DIRECTORIES)
+    assert [d for d in read if d.name.startswith(("_", "."))] == []
+    assert not (out / runner.WORK_ROOT).exists()
 
 
 def test_small_tables_are_read_back_as_one_partition_and_large_ones_split(
