@@ -13,8 +13,10 @@ Options (all strings):
 - ``topics``: comma-separated names; ``topicPattern``: a regular expression the whole name must match;
 - ``payload``: ``false`` drops keys, values and headers (for jobs that need only offsets and timestamps);
   ``payloadTopics``: comma-separated topics that keep their payload, the others drop it;
-- ``maxSplitBytes`` (default 64 MiB) and ``minPartitions`` (default: the planning machine's CPU count):
-  big segments are cut at offset-index positions;
+- ``minPartitions`` (default: the planning machine's CPU count) and ``maxSplitBytes`` (default 512 MiB): tasks
+  of even size and at most ``maxSplitBytes``, as many as that takes rounded up to a multiple of
+  ``minPartitions``; big segments are cut at offset-index positions. ``decode=offset_history`` (whole
+  partitions per task) and streaming micro-batches use ``maxSplitBytes`` as a target, default 64 MiB;
 - ``until``: epoch milliseconds, only records with a timestamp at or before it;
 - ``recordTypes``: comma-separated ``__consumer_offsets`` key types to keep, e.g. ``0,1``;
 - ``decode``: ``offset_commits``, ``group_metadata``, ``consumer_group_records`` (KIP-848 groups' records,
@@ -50,7 +52,8 @@ from regroup_pipeline.logformat import RAW_ARROW_SCHEMA, decode_records, index_b
 __all__ = ["FORMAT", "HistoryOutputs", "RegroupDataSource", "raw_schema", "register", "write_history"]
 
 FORMAT: Final = "regroup"
-DEFAULT_SPLIT_BYTES: Final = 64 * 1024 * 1024
+DEFAULT_SPLIT_BYTES: Final = 64 * 1024 * 1024  # whole-partition reads and streaming micro-batches
+_TASK_BYTES: Final = 512 * 1024 * 1024  # other batch reads
 _CHUNK_BYTES: Final = 16 * 1024 * 1024
 _MIN_TASK_BYTES: Final = 1024 * 1024
 
@@ -112,7 +115,7 @@ class ReadOptions:
     topics: tuple[str, ...] | None
     topic_pattern: str | None
     payload: bool
-    max_split_bytes: int
+    max_split_bytes: int | None  # None: not given
     until_ms: int | None
     record_types: tuple[int, ...] | None
     payload_topics: tuple[str, ...] | None = None
@@ -139,7 +142,7 @@ class ReadOptions:
             topics=tuple(t.strip() for t in str(topics).split(",") if t.strip()) if topics else None,
             topic_pattern=options.get("topicPattern") or None,
             payload=str(options.get("payload", "true")).lower() != "false",
-            max_split_bytes=int(options.get("maxSplitBytes", DEFAULT_SPLIT_BYTES)),
+            max_split_bytes=int(options["maxSplitBytes"]) if options.get("maxSplitBytes") else None,
             until_ms=int(until) if until not in (None, "") else None,
             record_types=tuple(int(t) for t in str(types).split(",")) if types else None,
             payload_topics=tuple(t.strip() for t in str(payload_topics).split(","))
@@ -191,21 +194,33 @@ def _pack_partitions(splits: Sequence[logdir.Split], target: int, slots: int = 1
     partitions spread so the tasks' sizes are as even as possible, largest task first. Packing in log
     order instead could leave the last round one lone task with the other cores idle."""
     partitions = [list(group) for _, group in itertools.groupby(splits, key=lambda s: (s.topic, s.partition))]
-    if not partitions:
+    total = sum(s.end - s.start for s in splits)
+    return _spread(partitions, _task_count(total, target, slots))
+
+
+def _task_count(total: int, target: int, slots: int) -> int:
+    """Tasks of about ``target`` bytes for ``total``, rounded up to a multiple of ``slots``."""
+    count = max(1, -(-total // max(target, 1)))
+    return -(-count // slots) * slots
+
+
+def _spread(units: Sequence[Sequence[logdir.Split]], count: int) -> list[Any]:
+    """``units`` (each some splits in log order, kept together) spread over at most ``count`` tasks so the
+    tasks' sizes are as even as possible, largest task first; a task's units stay in their given order."""
+    if not units:
         return []
-    sizes = [sum(s.end - s.start for s in splits_of) for splits_of in partitions]
-    count = max(1, -(-sum(sizes) // max(target, 1)))
-    count = min(len(partitions), -(-count // slots) * slots)
+    count = min(len(units), count)
+    sizes = [sum(s.end - s.start for s in unit) for unit in units]
     bins: list[list[int]] = [[] for _ in range(count)]
     loads = [0] * count
-    # Largest partition first into the least loaded task (LPT).
-    for index in sorted(range(len(partitions)), key=lambda i: -sizes[i]):
+    # Largest unit first into the least loaded task (LPT).
+    for index in sorted(range(len(units)), key=lambda i: -sizes[i]):
         lightest = min(range(count), key=loads.__getitem__)
         bins[lightest].append(index)
         loads[lightest] += sizes[index]
     order = sorted(range(count), key=lambda b: -loads[b])
     return [
-        _TaskPartition(_Task(tuple(s for i in sorted(bins[b]) for s in partitions[i]), None))
+        _TaskPartition(_Task(tuple(s for i in sorted(bins[b]) for s in units[i]), None))
         for b in order
         if bins[b]
     ]
@@ -328,13 +343,19 @@ class _BatchReader(DataSourceReader):
         parts = self.opts.partitions()
         total = sum(seg.size for p in parts for seg in p.segments)
         wanted = self.opts.min_partitions or os.cpu_count() or 1
-        # At least ``minPartitions`` tasks when there is enough data, at most maxSplitBytes each.
-        target = min(self.opts.max_split_bytes, max(_MIN_TASK_BYTES, -(-total // wanted)))
+        limit = self.opts.max_split_bytes
         if self.opts.decode in _WHOLE_PARTITIONS:
+            # At least ``minPartitions`` tasks when there is enough data, at most maxSplitBytes each.
+            target = min(limit or DEFAULT_SPLIT_BYTES, max(_MIN_TASK_BYTES, -(-total // wanted)))
             splits = logdir.plan_splits(parts, total + 1)  # a split per segment
             return _pack_partitions(splits, target, wanted) or [_TaskPartition(_Task((), None))]
+        # Tasks of even size, of at most maxSplitBytes, as many as that takes rounded up to a multiple of
+        # ``minPartitions``: for a few hundred MB, one task per core. A task of a Python data source costs
+        # Spark a quarter of a second or so on its own, which many small tasks would pay again and again.
+        count = _task_count(total, limit or _TASK_BYTES, wanted)
+        target = max(_MIN_TASK_BYTES, -(-total // count))
         splits = logdir.plan_splits(parts, target)
-        return _pack(splits, target) or [_TaskPartition(_Task((), None))]
+        return _spread([[s] for s in splits], count) or [_TaskPartition(_Task((), None))]
 
     def read(self, partition: Any) -> Iterator[Any]:
         return _read_task(partition.task, self.opts)
@@ -376,7 +397,7 @@ class _StreamReader(DataSourceStreamReader):
                     continue
                 splits.append(logdir.Split(p.topic, p.partition, seg.path, 0, seg.size, lo))
                 bounds.append(hi)
-        return _pack(splits, self.opts.max_split_bytes, bounds)
+        return _pack(splits, self.opts.max_split_bytes or DEFAULT_SPLIT_BYTES, bounds)
 
     def read(self, partition: Any) -> Iterator[Any]:
         return _read_task(partition.task, self.opts)

@@ -227,6 +227,28 @@ def _splits(sizes: dict[int, list[int]]) -> list[logdir.Split]:
     return out
 
 
+def test_read_tasks_are_even_and_a_multiple_of_the_cores() -> None:
+    from regroup_pipeline.datasource import _spread, _task_count
+
+    def sizes(packed: list[Any]) -> list[int]:
+        return [sum(s.end - s.start for s in p.task.splits) for p in packed]
+
+    ten = _splits({p: [61] for p in range(10)})
+    # 610 bytes within the size limit on two cores: two tasks of five segments each, not five of two
+    # (a lone task in the last round) nor ten of one (each task of a Python data source costs Spark).
+    assert _task_count(610, 512, 2) == 2
+    packed = _spread([[s] for s in ten], 2)
+    assert sizes(packed) == [305, 305]
+    assert sorted((s for p in packed for s in p.task.splits), key=ten.index) == ten
+    for p in packed:
+        assert list(p.task.splits) == sorted(p.task.splits, key=ten.index)  # log order within a task
+    # At most 100 bytes a task: seven tasks, eight for two cores; never more tasks than pieces.
+    assert _task_count(610, 100, 2) == 8
+    assert len(_spread([[s] for s in ten], 8)) == 8
+    assert len(_spread([[s] for s in ten[:3]], 8)) == 3
+    assert _spread([], 2) == []
+
+
 def test_whole_partition_tasks_are_even_and_fill_every_core() -> None:
     from regroup_pipeline.datasource import _pack_partitions
 
