@@ -243,7 +243,7 @@ def plan_splits(partitions: Iterable[PartitionDir], max_split_bytes: int) -> lis
     return splits
 
 
-def read_split(split: Split, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
+def read_split(split: Split, chunk_bytes: int) -> Iterator[tuple[bytes | memoryview, int]]:
     """The split's bytes in pieces of whole batches (about ``chunk_bytes`` each, more for a bigger batch):
     ``(data, limit)`` where batches start before ``limit``. Stops at a torn tail."""
     # Imported here: the driver plans splits without numba; only the tasks that read need it.
@@ -268,7 +268,8 @@ def read_split(split: Split, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
                 f.seek(pos)
                 data = f.read(need)
                 cut = need
-            yield data[:cut], cut
+            # A view, not a slice: slicing bytes copies them.
+            yield (data if cut == len(data) else memoryview(data)[:cut]), cut
             pos += cut
 
 

@@ -90,13 +90,17 @@ def _fold(  # one row at a time, in log order per key: the state machine reads b
     commit_ts_null: Any,
     deleted: Any,
     position: Any,
-    interval: Any,
+    with_runs: bool,
+    slot_bounds: Any,
+    bounds: Any,
     state: Any,
     flags: Any,
     runs: Any,
 ) -> int:
-    """Folds the rows into ``state``/``flags``; runs closed by a row of another interval go to ``runs``
-    (see :func:`_close_run`); returns how many. ``interval`` < 0: no runs."""
+    """Folds the rows into ``state``/``flags``; with ``with_runs``, runs closed by a row of another
+    interval go to ``runs`` (see :func:`_close_run`); returns how many. A row's interval is how many of
+    its group's membership positions (``bounds[slot_bounds[k, 0]:slot_bounds[k, 1]]``, sorted) lie before
+    it."""
     closed = 0
     for r in range(key.size):
         k = key[r]
@@ -137,15 +141,16 @@ def _fold(  # one row at a time, in log order per key: the state machine reads b
         state[k, _LAST_OFFSET] = o
         state[k, _LAST_COMMIT_TS] = commit_ts[r]
         flags[k, _COMMIT_TS_NULL] = commit_ts_null[r]
-        if interval[r] < 0:
+        if not with_runs:
             continue
-        if flags[k, _RUN_OPEN] and state[k, _RUN_INTERVAL] != interval[r]:
+        interval = _before(bounds, slot_bounds[k, 0], slot_bounds[k, 1], position[r])
+        if flags[k, _RUN_OPEN] and state[k, _RUN_INTERVAL] != interval:
             _close_run(k, state, flags, runs, closed)
             closed += 1
         if not flags[k, _RUN_OPEN]:
             flags[k, _RUN_OPEN] = True
             flags[k, _RUN_COMMIT_SEEN] = False
-            state[k, _RUN_INTERVAL] = interval[r]
+            state[k, _RUN_INTERVAL] = interval
             state[k, _RUN_OFFSET] = position[r]
             state[k, _RUN_COMMITS] = 0
             state[k, _RUN_FIRST_RECORD] = ts
@@ -161,6 +166,19 @@ def _fold(  # one row at a time, in log order per key: the state machine reads b
                 state[k, _RUN_FIRST_COMMIT] = min(state[k, _RUN_FIRST_COMMIT], c)
                 state[k, _RUN_LAST_COMMIT] = max(state[k, _RUN_LAST_COMMIT], c)
     return closed
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[misc,unused-ignore]
+def _before(bounds: Any, lo: int, hi: int, position: int) -> int:
+    """How many of the sorted ``bounds[lo:hi]`` are below ``position``."""
+    a, b = lo, hi
+    while a < b:
+        m = (a + b) >> 1
+        if bounds[m] < position:
+            a = m + 1
+        else:
+            b = m
+    return a - lo
 
 
 @njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
@@ -213,8 +231,19 @@ class OffsetKeys:
         self._keys: list[tuple[str, str, int]] = []
         self._state = np.zeros((1024, _I64_STATE), np.int64)
         self._flags = np.zeros((1024, _FLAG_STATE), np.bool_)
-        self._boundaries = boundaries
-        self._no_boundaries = np.zeros(0, np.int64)
+        self._with_runs = boundaries is not None
+        # Every group's membership positions end to end; per group, its slice; per key slot, its group's.
+        self._group_bounds: dict[str, tuple[int, int]] = {}
+        at = 0
+        for group, positions in (boundaries or {}).items():
+            self._group_bounds[group] = (at, at + positions.size)
+            at += positions.size
+        self._bounds = (
+            np.concatenate([np.asarray(b, np.int64) for b in boundaries.values()])
+            if boundaries
+            else np.zeros(0, np.int64)
+        )
+        self._slot_bounds = np.zeros((1024, 2), np.int64)
         self._runs: list[Any] = []
 
     def feed(self, batch: Any) -> None:
@@ -227,8 +256,7 @@ class OffsetKeys:
         offset = batch.column("committed_offset").fill_null(0).to_numpy().astype(np.int64)
         deleted = batch.column("deleted").fill_null(False).to_numpy(zero_copy_only=False)
         position = batch.column("record_offset").to_numpy().astype(np.int64)
-        interval = self._intervals(batch, position)
-        runs = np.empty((key.size if self._boundaries is not None else 0, 7), np.int64)
+        runs = np.empty((key.size if self._with_runs else 0, 7), np.int64)
         closed = _fold(
             key,
             stamp,
@@ -239,26 +267,15 @@ class OffsetKeys:
             commit_ts_null,
             deleted,
             position,
-            interval,
+            self._with_runs,
+            self._slot_bounds,
+            self._bounds,
             self._state,
             self._flags,
             runs,
         )
         if closed:
             self._runs.append(runs[:closed].copy())
-
-    def _intervals(self, batch: Any, position: Any) -> Any:
-        """Per row, which interval between its group's membership records it lies in (-1: no runs)."""
-        if self._boundaries is None:
-            return np.full(position.size, -1, np.int64)
-        group = pc.dictionary_encode(batch.column("group"))
-        codes = np.asarray(group.indices, np.int64)
-        out = np.empty(position.size, np.int64)
-        for code, name in enumerate(group.dictionary.to_pylist()):
-            rows = codes == code
-            bounds = self._boundaries.get(name, self._no_boundaries)
-            out[rows] = np.searchsorted(bounds, position[rows], "left")
-        return out
 
     def _key_index(self, batch: Any) -> Any:
         """Each row's key slot; slots for new keys are added (the state grows as needed)."""
@@ -271,20 +288,22 @@ class OffsetKeys:
             strict=True,
         )
         slots = np.empty(codes.size, np.int64)
+        added: list[tuple[int, tuple[int, int]]] = []
         for i, name in enumerate(names):
             slot = self._index.get(name)
             if slot is None:
                 slot = self._index[name] = len(self._keys)
                 self._keys.append(name)
+                added.append((slot, self._group_bounds.get(name[0], (0, 0))))
             slots[i] = slot
         if len(self._keys) > self._state.shape[0]:
             size = max(len(self._keys), 2 * self._state.shape[0])
-            self._state = np.concatenate(
-                [self._state, np.zeros((size - self._state.shape[0], _I64_STATE), np.int64)]
-            )
-            self._flags = np.concatenate(
-                [self._flags, np.zeros((size - self._flags.shape[0], _FLAG_STATE), np.bool_)]
-            )
+            grow = size - self._state.shape[0]
+            self._state = np.concatenate([self._state, np.zeros((grow, _I64_STATE), np.int64)])
+            self._flags = np.concatenate([self._flags, np.zeros((grow, _FLAG_STATE), np.bool_)])
+            self._slot_bounds = np.concatenate([self._slot_bounds, np.zeros((grow, 2), np.int64)])
+        for slot, bounds in added:
+            self._slot_bounds[slot] = bounds
         return slots[inverse.ravel()]
 
     def finish(self) -> Any:
