@@ -47,7 +47,16 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from regroup_pipeline import logdir
-from regroup_pipeline.logformat import RAW_ARROW_SCHEMA, decode_records, index_batches, records_to_arrow
+from regroup_pipeline.logformat import (
+    CONSUMER_GROUP_METADATA_TYPE,
+    CONSUMER_GROUP_RECORD_TYPES,
+    GROUP_METADATA_TYPE,
+    OFFSET_COMMIT_TYPES,
+    RAW_ARROW_SCHEMA,
+    decode_records,
+    index_batches,
+    records_to_arrow,
+)
 
 __all__ = ["FORMAT", "HistoryOutputs", "RegroupDataSource", "raw_schema", "register", "write_history"]
 
@@ -94,10 +103,10 @@ DECODED: Final = {
 _GROUP_RECORDS: Final = "group_records"
 # Modes that decode rare key types, picked out of the segments by the compiled pass.
 _RARE_RECORD_TYPES: Final = {
-    "group_metadata": (2,),
-    "consumer_group_metadata": (3,),
-    "consumer_group_records": (3, 4, 5, 6, 7, 8, 16),
-    _GROUP_RECORDS: (2, 3, 4, 5, 6, 7, 8, 16),
+    "group_metadata": (GROUP_METADATA_TYPE,),
+    "consumer_group_metadata": (CONSUMER_GROUP_METADATA_TYPE,),
+    "consumer_group_records": CONSUMER_GROUP_RECORD_TYPES,
+    _GROUP_RECORDS: (GROUP_METADATA_TYPE, *CONSUMER_GROUP_RECORD_TYPES),
 }
 # Modes that need each partition read whole, in order, by one task.
 _WHOLE_PARTITIONS: Final = frozenset({"offset_history"})
@@ -283,7 +292,7 @@ def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Spl
     # The compiled pass over segment bytes: offset commits straight to their columns, group metadata
     # records (classic or KIP-848) picked out of the commits before the codecs decode them.
     kinds = set(opts.record_types) if opts.record_types is not None else None
-    scan_commits = decoder is decode_offset_commits and (kinds is None or {0, 1} <= kinds)
+    scan_commits = decoder is decode_offset_commits and (kinds is None or set(OFFSET_COMMIT_TYPES) <= kinds)
     rare_types = _RARE_RECORD_TYPES.get(opts.decode or "")
     if rare_types is not None and kinds is not None:
         rare_types = tuple(t for t in rare_types if t in kinds)
@@ -467,15 +476,15 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
     import shutil
     import uuid
 
-    from regroup_pipeline.decode import CONSUMER_GROUP_RECORD_TYPES
-
     if outputs.runs is not None and outputs.keys is None:
         raise ValueError("runs are folded with the keys: give a keys directory too")
-    opts = ReadOptions.parse({**options, "recordTypes": "0,1", "decode": "offset_history"})
+    opts = ReadOptions.parse(
+        {**options, "recordTypes": ",".join(map(str, OFFSET_COMMIT_TYPES)), "decode": "offset_history"}
+    )
     read_groups = outputs.runs is not None or outputs.group_records is not None
     read_consumer_groups = outputs.runs is not None or outputs.consumer_group_records is not None
     # Both kinds of group records come from one pass over the segments (each pass walks every record).
-    group_types = ((2,) if read_groups else ()) + (
+    group_types = ((GROUP_METADATA_TYPE,) if read_groups else ()) + (
         CONSUMER_GROUP_RECORD_TYPES if read_consumer_groups else ()
     )
     group_opts = replace(opts, record_types=group_types, decode=_GROUP_RECORDS)

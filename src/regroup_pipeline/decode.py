@@ -57,7 +57,19 @@ from regroup.protocol.records.consumer_protocol import (
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue
 from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
 from regroup_pipeline.commitscan import scan_commit_pairs
-from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA, I64, TIMESTAMP, U8, be_int, binary_parts, key_ids
+from regroup_pipeline.logformat import (
+    COMMIT_ARROW_SCHEMA,
+    CONSUMER_GROUP_METADATA_TYPE,
+    CONSUMER_GROUP_RECORD_TYPES,
+    GROUP_METADATA_TYPE,
+    I64,
+    OFFSET_COMMIT_TYPES,
+    TIMESTAMP,
+    U8,
+    be_int,
+    binary_parts,
+    key_ids,
+)
 
 __all__ = [
     "CONSUMER_GROUP_ARROW_SCHEMA",
@@ -215,11 +227,6 @@ CONSUMER_GROUP_ARROW_SCHEMA: Final = pa.schema(
     ]
 )
 
-_OFFSET_COMMIT_TYPES: Final = (0, 1)
-_GROUP_METADATA_TYPE: Final = 2
-CONSUMER_GROUP_METADATA_TYPE: Final = 3
-CONSUMER_GROUP_RECORD_TYPES: Final = (3, 4, 5, 6, 7, 8, 16)
-
 
 def _safe_be(buf: U8, pos: I64, width: int) -> I64:
     """``be_int`` tolerating positions past the end, for rows that validation rejects afterwards."""
@@ -253,7 +260,7 @@ def decode_offset_commits(batch: Any) -> Any:
     if fast is not None:
         return fast
     rtype = record_types(_column(batch, "key"))
-    rows = np.flatnonzero((rtype == _OFFSET_COMMIT_TYPES[0]) | (rtype == _OFFSET_COMMIT_TYPES[1]))
+    rows = np.flatnonzero((rtype == OFFSET_COMMIT_TYPES[0]) | (rtype == OFFSET_COMMIT_TYPES[1]))
     if rows.size == 0:
         return _empty(COMMIT_ARROW_SCHEMA)
     if rows.size != batch.num_rows:
@@ -372,14 +379,14 @@ def decode_group_metadata(batch: Any) -> Any:
     ``pyarrow.RecordBatch`` with :data:`GROUP_ARROW_SCHEMA`; members' subscriptions and assignments are
     decoded for protocol type ``consumer``."""
     keys = _column(batch, "key")
-    rows = np.flatnonzero(record_types(keys) == _GROUP_METADATA_TYPE)
+    rows = np.flatnonzero(record_types(keys) == GROUP_METADATA_TYPE)
     if rows.size == 0:
         return _empty(GROUP_ARROW_SCHEMA)
     batch = batch.take(pa.array(rows))
     records: list[dict[str, Any]] = []
     for row in batch.to_pylist():
         try:
-            key = GroupMetadataKey.decode(row["key"][2:], _GROUP_METADATA_TYPE)
+            key = GroupMetadataKey.decode(row["key"][2:], GROUP_METADATA_TYPE)
             decoded = None if row["value"] is None else GroupMetadataValue.decode_versioned(row["value"])
         except DecodeError as exc:
             raise DecodeError(f"__consumer_offsets-{row['partition']} offset {row['offset']}: {exc}") from exc

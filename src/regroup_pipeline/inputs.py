@@ -32,7 +32,7 @@ from regroup_pipeline.decode import (
     group_metadata_batches,
     offset_commit_batches,
 )
-from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA
+from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA, GROUP_METADATA_TYPE, OFFSET_COMMIT_TYPES
 
 __all__ = [
     "CONSUMER_GROUP_SCHEMA",
@@ -141,7 +141,9 @@ def _key_type_in(types: Sequence[int]) -> Column:
 
 def decode_commits(raw: DataFrame) -> DataFrame:
     """Offset commits of raw ``__consumer_offsets`` records (vectorised, ``mapInArrow``)."""
-    cols = raw.where(_key_type_in((0, 1))).select("key", "value", "partition", "offset", "timestamp")
+    cols = raw.where(_key_type_in(OFFSET_COMMIT_TYPES)).select(
+        "key", "value", "partition", "offset", "timestamp"
+    )
     return cols.mapInArrow(offset_commit_batches, COMMIT_SCHEMA)
 
 
@@ -299,13 +301,15 @@ def from_datadir(
         counts = {t: n for t, n in logdir.topic_partition_counts(paths).items() if _matches(topic_pattern, t)}
         partitions = _log_ends_from_data(spark, data, counts)
         retention = _retention_from_data(spark, data, partitions, {t: settings(t) for t in counts})
-    commit_options = {"topics": CONSUMER_OFFSETS, "recordTypes": "0,1"}
+    commit_options = {"topics": CONSUMER_OFFSETS, "recordTypes": ",".join(map(str, OFFSET_COMMIT_TYPES))}
     history = reader(**commit_options, decode="offset_history").load()
     return Inputs(
         commits=history.drop("valid_until", "is_current"),
         history=history,
         history_options={**common, **commit_options},
-        groups=reader(topics=CONSUMER_OFFSETS, recordTypes="2", decode="group_metadata").load(),
+        groups=reader(
+            topics=CONSUMER_OFFSETS, recordTypes=str(GROUP_METADATA_TYPE), decode="group_metadata"
+        ).load(),
         data=data,
         partitions=partitions,
         window=window,

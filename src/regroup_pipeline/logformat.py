@@ -22,6 +22,10 @@ from regroup.protocol.record_batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC, deco
 
 __all__ = [
     "COMMIT_ARROW_SCHEMA",
+    "CONSUMER_GROUP_METADATA_TYPE",
+    "CONSUMER_GROUP_RECORD_TYPES",
+    "GROUP_METADATA_TYPE",
+    "OFFSET_COMMIT_TYPES",
     "RAW_ARROW_SCHEMA",
     "TIMESTAMP",
     "BatchIndex",
@@ -46,6 +50,12 @@ _MIN_BATCH_LENGTH: Final = HEADER_SIZE - LOG_OVERHEAD
 _INT32_LIMIT: Final = 2**31 - 1
 
 TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+# Key types of ``__consumer_offsets`` records (the version a record's key starts with): offset commits,
+# classic groups' GroupMetadata, and the KIP-848 consumer groups' records (metadata first).
+OFFSET_COMMIT_TYPES: Final = (0, 1)
+GROUP_METADATA_TYPE: Final = 2
+CONSUMER_GROUP_METADATA_TYPE: Final = 3
+CONSUMER_GROUP_RECORD_TYPES: Final = (3, 4, 5, 6, 7, 8, 16)
 HEADER_TYPE: Final = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 # Same names, order and types as Spark's Kafka source with includeHeaders=true.
 RAW_ARROW_SCHEMA: Final = pa.schema(
