@@ -264,8 +264,9 @@ def _timed(df: Any) -> float:
 def _decode_timings(spark: Any, raw: Any, rows: int, root: Path, workdir: Path) -> dict[str, Any]:
     """The Parquet scan alone, the vectorised decoder, the data source decoding segments, the transfer
     bound, and the tasks writing the commit history themselves."""
-    from regroup_pipeline.datasource import HistoryOutputs, write_history
+    from regroup_pipeline.datasource import HistoryOutputs, record_types_option, write_history
     from regroup_pipeline.inputs import CONSUMER_OFFSETS, decode_commits
+    from regroup_pipeline.logformat import OFFSET_COMMIT_TYPES
 
     _timed(raw)  # warm the Parquet read path and the JVM
     scan = _timed(raw)
@@ -274,7 +275,7 @@ def _decode_timings(spark: Any, raw: Any, rows: int, root: Path, workdir: Path) 
         spark.read.format("regroup")
         .option("path", str(root))
         .option("topics", CONSUMER_OFFSETS)
-        .option("recordTypes", "0,1")
+        .option("recordTypes", record_types_option(OFFSET_COMMIT_TYPES))
         .option("decode", "offset_commits")
         .load()
     )
@@ -283,7 +284,11 @@ def _decode_timings(spark: Any, raw: Any, rows: int, root: Path, workdir: Path) 
     spark.dataSource.register(_transfer_source(root, rows, spark.sparkContext.defaultParallelism))
     transfer = _timed(spark.read.format("regroup_bench_transfer").load())
     start = time.perf_counter()
-    options = {"path": str(root), "topics": CONSUMER_OFFSETS, "recordTypes": "0,1"}
+    options = {
+        "path": str(root),
+        "topics": CONSUMER_OFFSETS,
+        "recordTypes": record_types_option(OFFSET_COMMIT_TYPES),
+    }
     options["minPartitions"] = str(spark.sparkContext.defaultParallelism)
     written = write_history(spark, options, HistoryOutputs(str(workdir / "history")))
     history_write = time.perf_counter() - start

@@ -58,7 +58,15 @@ from regroup_pipeline.logformat import (
     records_to_arrow,
 )
 
-__all__ = ["FORMAT", "HistoryOutputs", "RegroupDataSource", "raw_schema", "register", "write_history"]
+__all__ = [
+    "FORMAT",
+    "HistoryOutputs",
+    "RegroupDataSource",
+    "raw_schema",
+    "record_types_option",
+    "register",
+    "write_history",
+]
 
 FORMAT: Final = "regroup"
 DEFAULT_SPLIT_BYTES: Final = 64 * 1024 * 1024  # whole-partition reads and streaming micro-batches
@@ -163,6 +171,11 @@ class ReadOptions:
 
     def partitions(self) -> list[logdir.PartitionDir]:
         return logdir.list_partitions(self.paths, self.topics, self.topic_pattern)
+
+
+def record_types_option(types: Sequence[int]) -> str:
+    """The ``recordTypes`` option's value for these key types (what :meth:`ReadOptions.parse` reads)."""
+    return ",".join(map(str, types))
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,7 +492,7 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
     if outputs.runs is not None and outputs.keys is None:
         raise ValueError("runs are folded with the keys: give a keys directory too")
     opts = ReadOptions.parse(
-        {**options, "recordTypes": ",".join(map(str, OFFSET_COMMIT_TYPES)), "decode": "offset_history"}
+        {**options, "recordTypes": record_types_option(OFFSET_COMMIT_TYPES), "decode": "offset_history"}
     )
     read_groups = outputs.runs is not None or outputs.group_records is not None
     read_consumer_groups = outputs.runs is not None or outputs.consumer_group_records is not None

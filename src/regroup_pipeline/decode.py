@@ -73,7 +73,6 @@ from regroup_pipeline.logformat import (
 
 __all__ = [
     "CONSUMER_GROUP_ARROW_SCHEMA",
-    "CONSUMER_GROUP_RECORD_TYPES",
     "GROUP_ARROW_SCHEMA",
     "HISTORY_ARROW_SCHEMA",
     "CommitHistory",

@@ -23,16 +23,20 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from regroup_pipeline import logdir
-from regroup_pipeline.datasource import FORMAT
+from regroup_pipeline.datasource import FORMAT, record_types_option
 from regroup_pipeline.decode import (
     CONSUMER_GROUP_ARROW_SCHEMA,
-    CONSUMER_GROUP_RECORD_TYPES,
     GROUP_ARROW_SCHEMA,
     consumer_group_batches,
     group_metadata_batches,
     offset_commit_batches,
 )
-from regroup_pipeline.logformat import COMMIT_ARROW_SCHEMA, GROUP_METADATA_TYPE, OFFSET_COMMIT_TYPES
+from regroup_pipeline.logformat import (
+    COMMIT_ARROW_SCHEMA,
+    CONSUMER_GROUP_RECORD_TYPES,
+    GROUP_METADATA_TYPE,
+    OFFSET_COMMIT_TYPES,
+)
 
 __all__ = [
     "CONSUMER_GROUP_SCHEMA",
@@ -301,14 +305,16 @@ def from_datadir(
         counts = {t: n for t, n in logdir.topic_partition_counts(paths).items() if _matches(topic_pattern, t)}
         partitions = _log_ends_from_data(spark, data, counts)
         retention = _retention_from_data(spark, data, partitions, {t: settings(t) for t in counts})
-    commit_options = {"topics": CONSUMER_OFFSETS, "recordTypes": ",".join(map(str, OFFSET_COMMIT_TYPES))}
+    commit_options = {"topics": CONSUMER_OFFSETS, "recordTypes": record_types_option(OFFSET_COMMIT_TYPES)}
     history = reader(**commit_options, decode="offset_history").load()
     return Inputs(
         commits=history.drop("valid_until", "is_current"),
         history=history,
         history_options={**common, **commit_options},
         groups=reader(
-            topics=CONSUMER_OFFSETS, recordTypes=str(GROUP_METADATA_TYPE), decode="group_metadata"
+            topics=CONSUMER_OFFSETS,
+            recordTypes=record_types_option((GROUP_METADATA_TYPE,)),
+            decode="group_metadata",
         ).load(),
         data=data,
         partitions=partitions,
@@ -316,7 +322,7 @@ def from_datadir(
         retention=retention,
         consumer_groups=reader(
             topics=CONSUMER_OFFSETS,
-            recordTypes=",".join(map(str, CONSUMER_GROUP_RECORD_TYPES)),
+            recordTypes=record_types_option(CONSUMER_GROUP_RECORD_TYPES),
             decode="consumer_group_records",
         ).load(),
         topic_ids=spark.createDataFrame(sorted(logdir.topic_ids(paths).items()), TOPIC_ID_SCHEMA),
