@@ -22,6 +22,7 @@ ConsumerGroupMetadata: ``consumer``); a ``consumer`` group's state is Kafka's (`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -30,7 +31,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType
 
-from regroup_pipeline import monitoring
+from regroup_pipeline import laglookup, monitoring
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
 from regroup_pipeline.inputs import Inputs, TimeWindow
 
@@ -476,7 +477,9 @@ def _lag_rows(
                 F.lit(None).cast("long").alias("log_end_offset"),
             )
         )
-    rows = _lookup_records(rows.select(*_LOOKUP_INPUT), inputs.data, latest.select(*_TP).distinct())
+    rows = _lookup_records(
+        rows.select(*_LOOKUP_INPUT), inputs.data, latest.select(*_TP).distinct(), inputs.partitions
+    )
     lag_records = F.col("log_end_offset") - F.col("committed_offset")
     behind = F.col("committed_offset") < F.col("log_end_offset")
     time_lag = F.when(
@@ -547,67 +550,26 @@ _LOOKUP_INPUT: Final = (
     "commit_timestamp",
     "log_end_offset",
 )
-_LOOKUP_SCHEMA: Final = (
-    "group string, topic string, partition int, sample_time timestamp, is_current boolean, kind string, "
-    "committed_offset bigint, commit_timestamp timestamp, log_end_offset bigint, "
-    "first_unconsumed_timestamp timestamp"
-)
 
 
-def _lookup_records(rows: DataFrame, data: DataFrame, tps: DataFrame) -> DataFrame:
+def _lookup_records(rows: DataFrame, data: DataFrame, tps: DataFrame, partitions: DataFrame) -> DataFrame:
     """Fill, from each partition's records: the log end offset at past sample times, and the timestamp of
-    the first unconsumed record (the smallest offset at or above the committed one). One shuffle of the
-    sampled partitions' records, then binary searches in numpy (:func:`lag_lookup`)."""
+    the first unconsumed record (the smallest offset at or above the committed one), by binary searches in
+    numpy (:mod:`~regroup_pipeline.laglookup`). When the partitions' log end offsets say the records are few,
+    they are collected and broadcast to the rows' tasks; else one shuffle brings each partition's rows and
+    records together."""
     records = data.join(F.broadcast(tps), list(_TP), "left_semi").select(*_TP, "offset", "timestamp")
-    return rows.groupBy(*_TP).cogroup(records.groupBy(*_TP)).applyInArrow(lag_lookup, _LOOKUP_SCHEMA)
-
-
-def lag_lookup(samples: Any, records: Any) -> Any:
-    """``applyInArrow`` function for one partition: ``samples`` (lag rows) and ``records`` (offset,
-    timestamp) as Arrow tables → the lag rows with log_end_offset (when null) and
-    first_unconsumed_timestamp filled in."""
-    import numpy as np
-    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
-
-    out_names = [n for n in samples.column_names if n not in ("log_end_offset",)]
-    n = samples.num_rows
-    if n == 0:
-        return (
-            samples.select(out_names)
-            .append_column("log_end_offset", pa.array([], pa.int64()))
-            .append_column("first_unconsumed_timestamp", pa.array([], pa.timestamp("us", tz="UTC")))
-        )
-    offsets = records.column("offset").to_numpy().astype(np.int64)
-    stamps = records.column("timestamp").cast(pa.int64()).to_numpy().astype(np.int64)
-    committed = samples.column("committed_offset").to_numpy().astype(np.int64)
-    sample_us = samples.column("sample_time").cast(pa.int64()).to_numpy().astype(np.int64)
-    known_end = samples.column("log_end_offset")
-    m = offsets.size
-    if m:
-        by_offset = np.argsort(offsets, kind="stable")
-        sorted_offsets = offsets[by_offset]
-        i = np.searchsorted(sorted_offsets, committed, "left")
-        found = i < m
-        first_ts = stamps[by_offset][np.minimum(i, m - 1)]
-        by_time = np.argsort(stamps, kind="stable")
-        running_end = np.maximum.accumulate(offsets[by_time] + 1)
-        j = np.searchsorted(stamps[by_time], sample_us, "right") - 1
-        # Before its first record a log ends where that record lands.
-        end_at = np.where(j >= 0, running_end[np.maximum(j, 0)], sorted_offsets[0])
-        end_null = np.zeros(n, bool)
-    else:
-        found = np.zeros(n, bool)
-        first_ts = np.zeros(n, np.int64)
-        end_at = np.zeros(n, np.int64)
-        end_null = np.ones(n, bool)
-    given = known_end.is_valid().to_numpy(zero_copy_only=False)
-    given_end = known_end.fill_null(0).to_numpy().astype(np.int64)
-    log_end = pa.array(np.where(given, given_end, end_at), pa.int64(), mask=~given & end_null)
-    first = pa.array(first_ts, pa.int64(), mask=~found).cast(pa.timestamp("us", tz="UTC"))
+    bound = partitions.agg(
+        F.sum("log_end_offset").alias("records"),
+        F.count_if(F.col("log_end_offset").isNull()).alias("unknown"),
+    ).first()
+    if bound is not None and not bound.unknown and (bound.records or 0) <= laglookup.BROADCAST_RECORDS:
+        index = rows.sparkSession.sparkContext.broadcast(laglookup.RecordIndex(records.toArrow()))
+        return rows.mapInArrow(functools.partial(laglookup.lookup_batches, index), laglookup.LOOKUP_SCHEMA)
     return (
-        samples.select(out_names)
-        .append_column("log_end_offset", log_end)
-        .append_column("first_unconsumed_timestamp", first)
+        rows.groupBy(*_TP)
+        .cogroup(records.groupBy(*_TP))
+        .applyInArrow(laglookup.lag_lookup, laglookup.LOOKUP_SCHEMA)
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from regroup_pipeline import jobs
+from regroup_pipeline import jobs, laglookup
 from regroup_pipeline.inputs import TimeWindow, from_datadir
 from regroup_pipeline.runner import persist_inputs
 from regroup_pipeline.synthetic import (
@@ -162,6 +162,26 @@ def test_lag_over_time_follows_commits_and_records(inputs: Any) -> None:
     assert now["log_end_offset"] == 100
     assert now["lag"] == 50
     assert now["time_lag_ms"] == 50 * MIN
+
+
+def _plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().analyzed().toString())
+
+
+def test_lag_is_the_same_with_the_records_broadcast_or_shuffled(
+    inputs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history's few records are broadcast to the lag rows' tasks; with the bound at zero the same
+    lookups go through the cogroup that many records take."""
+    broadcast_df = jobs.lag(inputs, interval_ms=10 * MIN)
+    monkeypatch.setattr(laglookup, "BROADCAST_RECORDS", -1)
+    shuffled_df = jobs.lag(inputs, interval_ms=10 * MIN)
+    assert "MapInArrow" in _plan(broadcast_df)
+    assert "CoGroup" not in _plan(broadcast_df)
+    assert "CoGroup" in _plan(shuffled_df)
+    broadcast = rows(broadcast_df)
+    assert broadcast == rows(shuffled_df)
+    assert any(r["first_unconsumed_timestamp"] is not None for r in broadcast)
 
 
 def test_since_and_until_window(spark: Any, history: Any) -> None:
