@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
@@ -355,6 +355,25 @@ def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Spl
                 if batch.num_rows == 0:
                     continue
             yield split, batch
+
+
+def read_local(options: Mapping[str, str], limit: int | None = None) -> Any:
+    """The rows this source gives for ``options``, as one Arrow table, read in this process by the tasks'
+    own code: for inputs so small that one process reads them sooner than Spark would plan and schedule
+    tasks to. None as soon as there are more than ``limit`` rows."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+
+    opts = ReadOptions.parse(options)
+    reader = _BatchReader(opts)
+    batches = []
+    rows = 0
+    for batch in itertools.chain.from_iterable(reader.read(part) for part in reader.partitions()):
+        rows += batch.num_rows
+        if limit is not None and rows > limit:
+            return None
+        batches.append(batch)
+    schema = DECODED[opts.decode]() if opts.decode is not None else RAW_ARROW_SCHEMA
+    return pa.Table.from_batches(batches, schema=schema)
 
 
 class _BatchReader(DataSourceReader):

@@ -41,6 +41,7 @@ from regroup_pipeline.logformat import (
 __all__ = [
     "CONSUMER_GROUP_SCHEMA",
     "CONSUMER_OFFSETS",
+    "DATA_COLUMNS",
     "DATA_TOPICS_PATTERN",
     "GROUP_SCHEMA",
     "RAW_COLUMNS",
@@ -65,6 +66,8 @@ CONSUMER_OFFSETS: Final = logdir.CONSUMER_OFFSETS
 DATA_TOPICS_PATTERN: Final = "(?!__).*"
 DEPRECATED_OFFSET_FETCHING: Final = "spark.sql.streaming.kafka.useDeprecatedOffsetFetching"
 RAW_COLUMNS: Final = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+# The columns of the data topics' records (Inputs.data).
+DATA_COLUMNS: Final = ("topic", "partition", "offset", "timestamp")
 
 COMMIT_SCHEMA: Final = from_arrow_schema(COMMIT_ARROW_SCHEMA)
 GROUP_SCHEMA: Final = from_arrow_schema(GROUP_ARROW_SCHEMA)
@@ -130,6 +133,9 @@ class Inputs:
     # The data source options that read ``history`` (a data directory's), for writing it straight to
     # Parquet (``datasource.write_history``).
     history_options: Mapping[str, str] | None = None
+    # The data source options that read ``data`` (a data directory's), for reading few records without
+    # Spark's tasks (``datasource.read_local``).
+    data_options: Mapping[str, str] | None = None
     # Log start offsets, sizes and retention settings per partition (RETENTION_SCHEMA); None: unknown.
     retention: DataFrame | None = None
     # Decoded KIP-848 consumer groups' records, key types 3–8 and 16 (CONSUMER_GROUP_SCHEMA); None: not read.
@@ -241,7 +247,7 @@ def from_raw(
     return Inputs(
         commits=decode_commits(co),
         groups=decode_groups(co),
-        data=_until(data, window).select("topic", "partition", "offset", "timestamp"),
+        data=_until(data, window).select(*DATA_COLUMNS),
         partitions=partitions,
         window=window,
         retention=retention,
@@ -276,11 +282,8 @@ def from_datadir(
         # A fresh reader each time: DataFrameReader.option mutates the reader it is called on.
         return spark.read.format(FORMAT).options(**common, **options)
 
-    data = (
-        reader(topicPattern=topic_pattern, payload="false")
-        .load()
-        .select("topic", "partition", "offset", "timestamp")
-    )
+    data_options = {**common, "topicPattern": topic_pattern, "payload": "false"}
+    data = spark.read.format(FORMAT).options(**data_options).load().select(*DATA_COLUMNS)
     overrides = logdir.topic_configs(paths)
 
     def settings(topic: str) -> tuple[int | None, int | None]:
@@ -317,6 +320,7 @@ def from_datadir(
             decode="group_metadata",
         ).load(),
         data=data,
+        data_options=data_options,
         partitions=partitions,
         window=window,
         retention=retention,

@@ -32,8 +32,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType
 
 from regroup_pipeline import laglookup, monitoring
+from regroup_pipeline.datasource import read_local
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
-from regroup_pipeline.inputs import Inputs, TimeWindow
+from regroup_pipeline.inputs import DATA_COLUMNS, Inputs, TimeWindow
 
 __all__ = [
     "CONSUMER_GROUP_MEMBERS_SCHEMA",
@@ -477,9 +478,7 @@ def _lag_rows(
                 F.lit(None).cast("long").alias("log_end_offset"),
             )
         )
-    rows = _lookup_records(
-        rows.select(*_LOOKUP_INPUT), inputs.data, latest.select(*_TP).distinct(), inputs.partitions
-    )
+    rows = _lookup_records(rows.select(*_LOOKUP_INPUT), inputs, latest.select(*_TP).distinct())
     lag_records = F.col("log_end_offset") - F.col("committed_offset")
     behind = F.col("committed_offset") < F.col("log_end_offset")
     time_lag = F.when(
@@ -552,20 +551,29 @@ _LOOKUP_INPUT: Final = (
 )
 
 
-def _lookup_records(rows: DataFrame, data: DataFrame, tps: DataFrame, partitions: DataFrame) -> DataFrame:
+def _lookup_records(rows: DataFrame, inputs: Inputs, tps: DataFrame) -> DataFrame:
     """Fill, from each partition's records: the log end offset at past sample times, and the timestamp of
     the first unconsumed record (the smallest offset at or above the committed one), by binary searches in
-    numpy (:mod:`~regroup_pipeline.laglookup`). When the partitions' log end offsets say the records are few,
-    they are collected and broadcast to the rows' tasks; else one shuffle brings each partition's rows and
-    records together."""
-    records = data.join(F.broadcast(tps), list(_TP), "left_semi").select(*_TP, "offset", "timestamp")
-    bound = partitions.agg(
-        F.sum("log_end_offset").alias("records"),
-        F.count_if(F.col("log_end_offset").isNull()).alias("unknown"),
-    ).first()
-    if bound is not None and not bound.unknown and (bound.records or 0) <= laglookup.BROADCAST_RECORDS:
-        index = rows.sparkSession.sparkContext.broadcast(laglookup.RecordIndex(records.toArrow()))
-        return rows.mapInArrow(functools.partial(laglookup.lookup_batches, index), laglookup.LOOKUP_SCHEMA)
+    numpy (:mod:`~regroup_pipeline.laglookup`). When the records are few (up to ``BROADCAST_RECORDS``: a data
+    directory's counted as the driver reads them, others bounded by the partitions' log end offsets), they
+    are broadcast to the rows' tasks; else one shuffle brings each partition's rows and records together."""
+    records = inputs.data.join(F.broadcast(tps), list(_TP), "left_semi").select(*DATA_COLUMNS)
+    limit = laglookup.BROADCAST_RECORDS
+    if inputs.data_options is not None:
+        # A data directory's records are read by the driver, sooner than Spark's tasks would: all of them,
+        # also those of partitions that no row looks up.
+        few = read_local(inputs.data_options, limit)
+    else:
+        bound = inputs.partitions.agg(
+            F.sum("log_end_offset").alias("records"),
+            F.count_if(F.col("log_end_offset").isNull()).alias("unknown"),
+        ).first()
+        known = bound is not None and not bound.unknown and (bound.records or 0) <= limit
+        few = records.toArrow() if known else None
+    if few is not None:
+        index = laglookup.RecordIndex(few.select(list(DATA_COLUMNS)))
+        shared = rows.sparkSession.sparkContext.broadcast(index)
+        return rows.mapInArrow(functools.partial(laglookup.lookup_batches, shared), laglookup.LOOKUP_SCHEMA)
     return (
         rows.groupBy(*_TP)
         .cogroup(records.groupBy(*_TP))

@@ -26,6 +26,7 @@ from regroup_pipeline.datasource import FORMAT
 from regroup_pipeline.inputs import (
     COMMIT_SCHEMA,
     CONSUMER_OFFSETS,
+    DATA_COLUMNS,
     DATA_TOPICS_PATTERN,
     GROUP_SCHEMA,
     PARTITION_SCHEMA,
@@ -141,9 +142,7 @@ class StateUpdater:
         co = batch.where(F.col("topic") == CONSUMER_OFFSETS)
         decode_commits(co).write.mode("append").parquet(self._state("commits"))
         decode_groups(co).write.mode("append").parquet(self._state("groups"))
-        data = batch.where(F.col("topic") != CONSUMER_OFFSETS).select(
-            "topic", "partition", "offset", "timestamp"
-        )
+        data = batch.where(F.col("topic") != CONSUMER_OFFSETS).select(*DATA_COLUMNS)
         data.write.mode("append").parquet(self._state("data"))
 
         state_data = self._read(spark, "data", DATA_SCHEMA, ("topic", "partition", "offset"))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from regroup_pipeline import logdir
+from regroup_pipeline.datasource import read_local
 from regroup_pipeline.synthetic import MemberSpec, group_metadata, offset_commit
 
 from .datadirs import Batch, DataDir, Marker, build
@@ -110,6 +111,32 @@ def test_options_filter_topics_payload_time_and_record_types(spark: Any, datadir
     groups = rows(_read(spark, datadir.path, topics="__consumer_offsets", recordTypes="2").select("key"))
     assert len(groups) == 1
     assert groups[0]["key"][:2] == b"\x00\x02"
+
+
+def test_read_local_gives_the_rows_spark_reads_and_stops_past_its_limit(spark: Any, datadir: DataDir) -> None:
+    options = {"path": str(datadir.path), "topicPattern": "(?!__).*", "payload": "false", "until": str(NOW)}
+    columns = ["topic", "partition", "offset", "timestamp"]
+    local = read_local(options).select(columns)
+    by_spark = _read(spark, datadir.path, **{k: v for k, v in options.items() if k != "path"}).select(
+        *columns
+    )
+    expected = sorted((r["topic"], r["partition"], r["offset"], r["timestamp"]) for r in rows(by_spark))
+    stamps = local.column("timestamp").cast("int64").to_pylist()
+    got = sorted(
+        (t, p, o, ts // 1000)
+        for t, p, o, ts in zip(*(local.column(c).to_pylist() for c in columns[:3]), stamps, strict=True)
+    )
+    assert got == expected
+    assert len(expected) == sum(1 for *_, ts, _k, _v in datadir.records("events") if ts <= NOW)
+    assert read_local(options, limit=len(expected)) is not None
+    assert read_local(options, limit=len(expected) - 1) is None
+    decoded = read_local(
+        {"path": str(datadir.path), "topics": "__consumer_offsets", "decode": "offset_commits"}
+    )
+    assert decoded.num_rows == 3
+    assert decoded.schema.names == [
+        f.name for f in _read(spark, datadir.path, decode="offset_commits").schema
+    ]
 
 
 def test_streaming_reads_new_records_in_micro_batches(spark: Any, datadir: DataDir, tmp_path: Path) -> None:
