@@ -53,6 +53,7 @@ __all__ = [
     "offsets_as_of",
     "rebalance_frequency",
     "rebalances",
+    "release_lookups",
 ]
 
 DEFAULT_RETENTION_MINUTES: Final = 10080  # offsets.retention.minutes
@@ -551,6 +552,18 @@ _LOOKUP_INPUT: Final = (
 )
 
 
+# The record indexes broadcast by the lag lookups, until release_lookups(): a broadcast's file stays in the
+# driver's temporary directory until it is destroyed (Spark keeps it for the session's life otherwise).
+_BROADCASTS: list[Any] = []
+
+
+def release_lookups() -> None:
+    """Destroy the record indexes that the lag lookups planned so far broadcast, once the tables that read
+    them are written: a long-lived session (``pipeline stream``'s, a notebook's) would keep every one."""
+    while _BROADCASTS:
+        _BROADCASTS.pop().destroy()
+
+
 def _lookup_records(rows: DataFrame, inputs: Inputs, tps: DataFrame) -> DataFrame:
     """Fill, from each partition's records: the log end offset at past sample times, and the timestamp of
     the first unconsumed record (the smallest offset at or above the committed one), by binary searches in
@@ -573,6 +586,7 @@ def _lookup_records(rows: DataFrame, inputs: Inputs, tps: DataFrame) -> DataFram
     if few is not None:
         index = laglookup.RecordIndex(few.select(list(DATA_COLUMNS)))
         shared = rows.sparkSession.sparkContext.broadcast(index)
+        _BROADCASTS.append(shared)
         return rows.mapInArrow(functools.partial(laglookup.lookup_batches, shared), laglookup.LOOKUP_SCHEMA)
     return (
         rows.groupBy(*_TP)

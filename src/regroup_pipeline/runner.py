@@ -239,6 +239,7 @@ def write_all(
         _show(df, name, show)
     tables.unpersist()
     unpersist_inputs(inputs)
+    jobs.release_lookups()
     shutil.rmtree(output / WORK_ROOT, ignore_errors=True)
     with steps.step("report"):
         write_report_from_tables(spark, output, report, inputs.window, horizon_ms=horizon_ms)
@@ -291,6 +292,7 @@ def run_job(args: argparse.Namespace) -> int:
 
         write_report(tables, target, window, horizon_ms=args.horizon)
         tables.unpersist()
+        jobs.release_lookups()
         print(f"report: {target}", file=sys.stderr)
     else:
         produced: list[tuple[str, DataFrame]]
@@ -328,6 +330,7 @@ def run_job(args: argparse.Namespace) -> int:
         for name, df in produced:
             write_table(df, output, name)
             _show(df, name, args.show)
+        jobs.release_lookups()
     print(f"{args.job}: tables in {output} ({time.monotonic() - started:.1f}s)", file=sys.stderr)
     return 0
 

@@ -163,6 +163,7 @@ class StateUpdater:
         for name, df in tables.items():
             df.write.mode("overwrite").parquet(str(self.output / name))
         reb.unpersist()
+        jobs.release_lookups()
         batch.unpersist()
         self.batches += 1
 

@@ -5,6 +5,7 @@ recreated groups) and the --since/--until window."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,6 +183,17 @@ def test_lag_is_the_same_with_the_records_broadcast_or_shuffled(
     broadcast = rows(broadcast_df)
     assert broadcast == rows(shuffled_df)
     assert any(r["first_unconsumed_timestamp"] is not None for r in broadcast)
+
+
+def test_released_lookups_leave_no_broadcast_behind(spark: Any, inputs: Any) -> None:
+    jobs.release_lookups()  # those of the tests before
+    temp = Path(spark.sparkContext._temp_dir)
+    before = set(temp.iterdir())
+    lag = jobs.lag(inputs, interval_ms=10 * MIN)
+    assert set(temp.iterdir()) - before  # the record index, broadcast
+    assert rows(lag)
+    jobs.release_lookups()
+    assert not set(temp.iterdir()) - before
 
 
 def test_since_and_until_window(spark: Any, history: Any) -> None:
