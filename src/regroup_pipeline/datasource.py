@@ -120,6 +120,11 @@ _RARE_RECORD_TYPES: Final = {
 _WHOLE_PARTITIONS: Final = frozenset({"offset_history"})
 
 
+def _arrow_schema(decode: str | None) -> Any:
+    """The Arrow schema of the rows this source gives with option ``decode``."""
+    return DECODED[decode]() if decode in DECODED else RAW_ARROW_SCHEMA
+
+
 def raw_schema() -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -372,8 +377,7 @@ def read_local(options: Mapping[str, str], limit: int | None = None) -> Any:
         if limit is not None and rows > limit:
             return None
         batches.append(batch)
-    schema = DECODED[opts.decode]() if opts.decode is not None else RAW_ARROW_SCHEMA
-    return pa.Table.from_batches(batches, schema=schema)
+    return pa.Table.from_batches(batches, schema=_arrow_schema(opts.decode))
 
 
 class _BatchReader(DataSourceReader):
@@ -455,12 +459,9 @@ class RegroupDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        decode = self.options.get("decode")
-        if decode in DECODED:
-            from pyspark.sql.pandas.types import from_arrow_schema
+        from pyspark.sql.pandas.types import from_arrow_schema
 
-            return from_arrow_schema(DECODED[decode]())
-        return raw_schema()
+        return from_arrow_schema(_arrow_schema(self.options.get("decode")))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _BatchReader(ReadOptions.parse(self.options))

@@ -282,8 +282,8 @@ def from_datadir(
         # A fresh reader each time: DataFrameReader.option mutates the reader it is called on.
         return spark.read.format(FORMAT).options(**common, **options)
 
-    data_options = {**common, "topicPattern": topic_pattern, "payload": "false"}
-    data = spark.read.format(FORMAT).options(**data_options).load().select(*DATA_COLUMNS)
+    data_read = {"topicPattern": topic_pattern, "payload": "false"}
+    data = reader(**data_read).load().select(*DATA_COLUMNS)
     overrides = logdir.topic_configs(paths)
 
     def settings(topic: str) -> tuple[int | None, int | None]:
@@ -320,7 +320,7 @@ def from_datadir(
             decode="group_metadata",
         ).load(),
         data=data,
-        data_options=data_options,
+        data_options={**common, **data_read},
         partitions=partitions,
         window=window,
         retention=retention,

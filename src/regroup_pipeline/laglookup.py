@@ -61,6 +61,11 @@ def _look_up(
     return i < m, offset_stamps[np.minimum(i, m - 1)], end_at
 
 
+def _unfound(n: int) -> tuple[Any, Any, Any, Any]:
+    """(found, first_ts, end_at, end_null) of ``n`` rows before any lookup: nothing found, no log end."""
+    return np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n, np.int64), np.ones(n, bool)
+
+
 def _filled(rows: Any, found: Any, first_ts: Any, end_at: Any, end_null: Any) -> Any:
     """``rows`` (a table or a batch of :data:`LOOKUP_SCHEMA` without its last column) with log_end_offset,
     where null, and first_unconsumed_timestamp filled in."""
@@ -89,7 +94,7 @@ def lag_lookup(samples: Any, records: Any) -> Any:
             _ints(samples.column("sample_time")),
         )
         return _filled(samples, found, first_ts, end_at, np.zeros(n, bool))
-    return _filled(samples, np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n, np.int64), np.ones(n, bool))
+    return _filled(samples, *_unfound(n))
 
 
 def _partition_keys(rows: Any) -> tuple[Any, list[str]]:
@@ -137,10 +142,7 @@ class RecordIndex:
         """The lag rows of one Arrow batch (any partitions) with their lookups done, as :func:`lag_lookup`
         does them."""
         n = rows.num_rows
-        found = np.zeros(n, bool)
-        first_ts = np.zeros(n, np.int64)
-        end_at = np.zeros(n, np.int64)
-        end_null = np.ones(n, bool)
+        found, first_ts, end_at, end_null = _unfound(n)
         if n:
             keys, names = _partition_keys(rows)
             distinct, inverse = np.unique(keys, return_inverse=True)
