@@ -158,9 +158,12 @@ class Member:
     prefix: str = ""  # what its member ids start with: client.id, or group.instance.id for static members
     records: list[Record] = field(default_factory=list)
     commits: dict[int, int] = field(default_factory=dict)  # partition -> acknowledged next offset
+    commit_log: list[tuple[int, int]] = field(default_factory=list)  # every acknowledged (partition, next)
     assignment: set[int] = field(default_factory=set)
     assignments: list[frozenset[int]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    # (partition, first, next) of each batch whose commit failed: consumed, never committed by this member
+    uncommitted: list[tuple[int, int, int]] = field(default_factory=list)
     killed: bool = False
     ready: threading.Event = field(default_factory=threading.Event)
     stderr_lines: list[str] = field(default_factory=list)
@@ -190,6 +193,10 @@ class Member:
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
+
+    def left_uncommitted(self, partition: int, offset: int) -> bool:
+        """Whether the commit of the batch holding this record failed."""
+        return any(p == partition and lo <= offset < hi for p, lo, hi in self.uncommitted)
 
     def set_assignment(self, parts: Iterable[int]) -> None:
         self.assignment = set(parts)
@@ -246,12 +253,14 @@ def start_member(
             member.records.append(Record(event["p"], event["o"], event["v"]))
         elif kind == "commit":
             member.commits[event["p"]] = event["o"]
+            member.commit_log.append((event["p"], event["o"]))
         elif kind == "assignment":
             member.set_assignment(event["parts"])
         elif kind == "ready":
             member.ready.set()
         elif kind == "commit_failed":
             member.failures.append(event["error"])
+            member.uncommitted.extend((p, lo, hi) for p, lo, hi in event.get("ranges", ()))
 
     assert proc.stdout is not None
     assert proc.stderr is not None
@@ -375,9 +384,12 @@ def check_exactly_once(
     """Every produced record consumed with its value; a record consumed twice must have been consumed by a
     member that was SIGKILLed (or that the coordinator expelled: ``expelled`` member ids, e.g. a process
     starved past its session timeout on a loaded machine), at or after that member's last acknowledged
-    commit on the partition (its uncommitted window). With ``exact_commit_window`` False (auto-committing
-    clients such as kcat, whose commits the test cannot observe) only the first condition is checked for
-    duplicates. ``may_miss``: records a client is known to drop (see :func:`kcat_dropped_at_exit`)."""
+    commit on the partition (its uncommitted window) — or by a member whose commit of that record's batch
+    failed (a commit while the group rebalances is refused, REBALANCE_IN_PROGRESS or ILLEGAL_GENERATION,
+    on Kafka as on regroup, and the partition's next owner starts from the last commit that succeeded).
+    With ``exact_commit_window`` False (auto-committing clients such as kcat, whose commits the test cannot
+    observe) only the first condition is checked for duplicates. ``may_miss``: records a client is known to
+    drop (see :func:`kcat_dropped_at_exit`)."""
     expected = {(p, o): v for p, o, v in produced}
     expelled_ids = list(expelled)
     lost_session = {m.name for m in members for i in expelled_ids if i.startswith(m.prefix + "-")}
@@ -390,13 +402,25 @@ def check_exactly_once(
             consumers.setdefault(key, []).append(m)
     missing = sorted(set(expected) - set(consumers) - may_miss)
     assert not missing, f"{len(missing)} records never consumed, e.g. {missing[:10]}"
-    duplicates = 0
+    duplicates = uncommitted = 0
     for (partition, offset), by in consumers.items():
         if (partition, offset) not in expected or len(by) == 1:
             continue
         duplicates += len(by) - 1
+        if any(m.left_uncommitted(partition, offset) for m in by):
+            uncommitted += 1
+            continue
         killed = [m for m in by if m.killed or m.name in lost_session]
-        assert killed, f"record {partition}/{offset} consumed by {[m.name for m in by]}, none of them killed"
+        assert killed, (
+            f"record {partition}/{offset} consumed by {[m.name for m in by]}, none of them killed "
+            "or refused its commit; "
+            + "; ".join(
+                f"{m.name}: committed {[o for p, o in m.commit_log if p == partition][-5:]} on {partition}, "
+                f"consumed {[r.offset for r in m.records if r.partition == partition][:3]}…, "
+                f"assignments {[sorted(a) for a in m.assignments[-4:]]}"
+                for m in by
+            )
+        )
         if exact_commit_window:
             assert any(offset >= m.commits.get(partition, 0) for m in killed), (
                 f"record {partition}/{offset} redelivered though {[m.name for m in killed]} had committed it"
@@ -404,6 +428,7 @@ def check_exactly_once(
     return {
         "records": len(expected),
         "duplicates": duplicates,
+        "redelivered_after_failed_commit": uncommitted,
         "expelled_live": len(lost_session - {m.name for m in members if m.killed}),
     }
 

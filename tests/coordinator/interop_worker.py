@@ -4,7 +4,10 @@ Usage: ``python interop_worker.py CLIENT BOOTSTRAP GROUP TOPIC [--assignor A] [-
 [--session-ms N]`` with CLIENT one of confluent, kafka-python, aiokafka. Prints JSON lines, flushed:
 ``{"ev": "ready"}``, ``{"ev": "assignment", "parts": [...]}`` (the full current assignment, after every
 change), ``{"ev": "rec", "p": P, "o": O, "v": V}`` for each record processed, then
-``{"ev": "commit", "p": P, "o": NEXT}`` once a synchronous commit of the batch succeeded. SIGTERM closes
+``{"ev": "commit", "p": P, "o": NEXT}`` once a synchronous commit of the batch succeeded, or
+``{"ev": "commit_failed", "error": E, "ranges": [[P, FIRST, NEXT], ...]}`` naming the batch's records whose
+commit failed (a commit during a rebalance is refused, as on Kafka: those records may be consumed again by
+the partition's next owner). SIGTERM closes
 the consumer cleanly (commit, LeaveGroup for dynamic members) and exits 0. With REGROUP_INTEROP_DEBUG=DIR
 the client library's DEBUG log goes to DIR/NAME.log.
 """
@@ -29,6 +32,12 @@ stop = threading.Event()
 def emit(**event: Any) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
+
+
+def emit_commit_failed(exc: BaseException, first: dict[int, int], nxt: dict[int, int]) -> None:
+    """A batch's commit failed: its records, ``first[p]`` up to ``nxt[p]`` on each partition, stay
+    uncommitted by this member."""
+    emit(ev="commit_failed", error=str(exc), ranges=[[p, first[p], nxt[p]] for p in sorted(nxt)])
 
 
 def run_confluent(args: argparse.Namespace) -> None:
@@ -73,16 +82,18 @@ def run_confluent(args: argparse.Namespace) -> None:
         batch = [m for m in msgs if m.error() is None]
         if not batch:
             continue
+        first: dict[int, int] = {}
         nxt: dict[int, int] = {}
         for m in batch:
             emit(ev="rec", p=m.partition(), o=m.offset(), v=m.value().decode())
+            first.setdefault(m.partition(), m.offset())
             nxt[m.partition()] = m.offset() + 1
         try:
             consumer.commit(
                 offsets=[TopicPartition(args.topic, p, o) for p, o in nxt.items()], asynchronous=False
             )
         except KafkaException as exc:
-            emit(ev="commit_failed", error=str(exc))
+            emit_commit_failed(exc, first, nxt)
             continue
         for p, o in nxt.items():
             emit(ev="commit", p=p, o=o)
@@ -134,7 +145,11 @@ def run_kafka_python(args: argparse.Namespace) -> None:
         try:
             consumer.commit(offsets)
         except (CommitFailedError, KafkaError) as exc:
-            emit(ev="commit_failed", error=str(exc))
+            emit_commit_failed(
+                exc,
+                {tp.partition: records[0].offset for tp, records in polled.items()},
+                {tp.partition: om.offset for tp, om in offsets.items()},
+            )
             continue
         for tp, om in offsets.items():
             emit(ev="commit", p=tp.partition, o=om.offset)
@@ -180,7 +195,11 @@ def run_aiokafka(args: argparse.Namespace) -> None:
                 try:
                     await consumer.commit(offsets)
                 except (CommitFailedError, KafkaError) as exc:
-                    emit(ev="commit_failed", error=str(exc))
+                    emit_commit_failed(
+                        exc,
+                        {tp.partition: records[0].offset for tp, records in polled.items()},
+                        {tp.partition: offset for tp, offset in offsets.items()},
+                    )
                     continue
                 for tp, offset in offsets.items():
                     emit(ev="commit", p=tp.partition, o=offset)
