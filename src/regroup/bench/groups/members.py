@@ -174,6 +174,9 @@ class Fleet:
         # Per group: consumer-protocol member state changes (epoch, assignment, acknowledgement).
         self.changes: collections.Counter[str] = collections.Counter()
         self.first_join_sent: float | None = None
+        # At most this many join lanes per broker (None: one per member routed there); a scenario that sets
+        # it forms its groups a few at a time.
+        self.lane_limit: int | None = None
         self.members: list[FleetMember] = []
         self.by_group: dict[str, list[FleetMember]] = {}
         self.bootstrap_route = Route(fast, lanes)
@@ -212,7 +215,8 @@ class Fleet:
         route = await self._route(host, port)
         routed = self._routed.setdefault((host, port), set())
         routed.update(m.index for m in members)
-        await route.lanes.grow(max(route.lanes.size, len(routed)))
+        wanted = len(routed) if self.lane_limit is None else min(len(routed), self.lane_limit)
+        await route.lanes.grow(max(route.lanes.size, wanted))
         for m in members:
             m.wire = route.wire_for(m.index)
             m.lanes = route.lanes

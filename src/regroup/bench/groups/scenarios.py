@@ -579,6 +579,31 @@ async def formation(ctx: Ctx) -> None:
 # ------------------------------------------------------------------------------------------ heartbeat
 
 
+def _heartbeat_lanes(p: Params) -> int:
+    """Join lanes for the heartbeat scenario: one per member, so that every group forms at once, unless the
+    open-files hard limit cannot hold a connection per member in this process and in the broker; then as
+    many as the largest group needs, and the groups form a wave at a time (:func:`_waves`). Formation is
+    not timed here; the heartbeats that follow go over the shared connections either way."""
+    largest = math.ceil(p.members / p.groups)
+    hard = _open_files_hard_limit()
+    if hard is None or p.members + _SPARE_FILES <= hard:
+        return p.members
+    return largest
+
+
+def _waves(members: Sequence[SimMember], lanes: int) -> list[list[SimMember]]:
+    """Whole groups, in order of first appearance, packed into waves of at most ``lanes`` members."""
+    by_group: dict[str, list[SimMember]] = {}
+    for m in members:
+        by_group.setdefault(m.group_id, []).append(m)
+    waves: list[list[SimMember]] = [[]]
+    for group in by_group.values():
+        if waves[-1] and len(waves[-1]) + len(group) > lanes:
+            waves.append([])
+        waves[-1].extend(group)
+    return waves
+
+
 async def heartbeat(ctx: Ctx) -> None:
     """N members in G groups, formed first; then heartbeats at each fixed rate and at saturation, sent by
     the benchmark on behalf of the members (their own heartbeat timers are stopped)."""
@@ -594,12 +619,18 @@ async def heartbeat(ctx: Ctx) -> None:
     if p.protocol == "consumer":
         await _consumer_heartbeat(ctx)
         return
-    fleet = await _fleet(ctx, p.members)
+    lanes = _heartbeat_lanes(p)
+    fleet = await _fleet(ctx, lanes)
+    fleet.lane_limit = lanes
     try:
         members = _members(
             ctx, fleet, _spread(p.members, await ctx.spread_group_ids(fleet, p.groups, "heartbeat"))
         )
-        await _form(ctx, fleet, members, "forming groups")
+        waves = _waves(members, lanes)
+        for n, wave in enumerate(waves, 1):
+            await _form(
+                ctx, fleet, wave, "forming groups" + (f" ({n}/{len(waves)})" if len(waves) > 1 else "")
+            )
         _errors(ctx, fleet, "setup")
         for m in members:
             m.set_heartbeats(False)
@@ -1401,6 +1432,27 @@ def run_scenario(scenario: str, broker: BenchTarget, params: Params, *, use_uvlo
 _SPARE_FILES: Final = 768  # beyond one connection per member: the fleet's lanes, logs, a JVM's jars
 
 
+def _open_files_hard_limit() -> int | None:
+    """This process's open-files hard limit (None: unlimited, or not POSIX)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return None if hard == resource.RLIM_INFINITY else hard
+
+
+def _open_files_needed(scenario: str, params: Params) -> int:
+    """Files a run holds in this process and in a broker it starts: the classic scenarios give each
+    member that may rebalance a join lane (heartbeat: one wave of groups, :func:`_heartbeat_lanes`);
+    consumer-protocol members only heartbeat, over the shared connections."""
+    if params.protocol == "consumer" and scenario in CONSUMER_SCENARIOS:
+        return params.connections * max(1, params.nodes) + _SPARE_FILES
+    if scenario == "heartbeat":
+        return _heartbeat_lanes(params) + _SPARE_FILES
+    return params.members + _SPARE_FILES
+
+
 def _ensure_open_files(needed: int) -> None:
     """Each member joins on its own connection (Kafka serves one request per connection at a time, so
     parked JoinGroups cannot share one), in this process and in the broker it starts, which inherits the
@@ -1438,7 +1490,7 @@ def run(
     a second broker; print the table or JSON. Exit code 1 if any run failed."""
     kinds = [broker] + ([against] if against and against != broker else [])
     try:
-        _ensure_open_files(params.members + _SPARE_FILES)
+        _ensure_open_files(_open_files_needed(scenario, params))
     except ScenarioError as exc:
         print(f"regroup bench {scenario}: {exc}", file=sys.stderr)
         return 1
