@@ -13,7 +13,7 @@ from regroup.bench.cli import add_scenarios
 from regroup.bench.groups.brokers import BenchTarget
 from regroup.bench.groups.report import RunResult, payload, render
 from regroup.bench.groups.scenarios import SCENARIOS, run, run_scenario
-from regroup.bench.groups.wire import _api_codec
+from regroup.bench.groups.wire import Template, _api_codec
 from regroup.protocol.framing import decode_response, encode_request, encode_response
 from regroup.protocol.message import Message
 from regroup.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -100,6 +100,54 @@ def test_pre_encoded_headers_match_the_framing_codec(
     assert codec.encode(request_, 77) == encode_request(request_, version, 77, "bench-3")
     frame = encode_response(response, version, 77)[4:]
     assert codec.decode(frame) == decode_response(frame, response.API_KEY, version)[1]
+
+
+def _commit(offsets: list[int]) -> OffsetCommitRequest:
+    return OffsetCommitRequest(
+        group_id="g",
+        generation_id_or_member_epoch=4,
+        member_id="m-1",
+        topics=[
+            OffsetCommitRequestTopic(
+                name="t",
+                partitions=[
+                    OffsetCommitRequestPartition(partition_index=i, committed_offset=o)
+                    for i, o in enumerate(offsets)
+                ],
+            )
+        ],
+    )
+
+
+@pytest.mark.parametrize("version", [2, 8, 9])
+def test_a_template_sends_what_the_codec_encodes_with_its_fields_patched(version: int) -> None:
+    sentinels = [0x5E47_0000_0000_0000 + k for k in range(3)]
+    template = Template(_commit(sentinels), version)
+    positions = [template.find(s) for s in sentinels]
+    codec = _api_codec(template.api_key, version, "bench-1")
+    for value in (1, 2, 2**40):
+        template.set(positions, value)
+        assert template.frame(codec, 9) == codec.encode(_commit([value] * 3), 9)
+    with pytest.raises(ValueError, match="exactly once"):
+        template.find(7)
+
+
+def test_a_template_decodes_an_answer_unless_its_bytes_are_the_last_ones() -> None:
+    template = Template(_commit([1]), 8)
+    codec = _api_codec(template.api_key, 8, "bench-1")
+
+    def answer(error: int, correlation_id: int) -> bytes:
+        part = OffsetCommitResponsePartition(partition_index=0, error_code=error)
+        response = OffsetCommitResponse(topics=[OffsetCommitResponseTopic(name="t", partitions=[part])])
+        return encode_response(response, 8, correlation_id)[4:]
+
+    ok = template.answer(codec, answer(0, 1))
+    assert template.answer(codec, answer(0, 2)) is ok  # the same bytes after the correlation id
+    failed = template.answer(codec, answer(22, 3))
+    assert isinstance(failed, OffsetCommitResponse)
+    assert failed.topics[0].partitions[0].error_code == 22
+    assert template.answer(codec, answer(0, 4)) is not ok
+    assert template.answer(codec, answer(0, 4)) == ok
 
 
 # ----------------------------------------------------------------------------------------------- report

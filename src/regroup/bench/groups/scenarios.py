@@ -47,7 +47,7 @@ from regroup.bench.groups.load import (
 )
 from regroup.bench.groups.members import TOPIC, Fleet, ObservedGeneration, SimMember, open_fleet
 from regroup.bench.groups.report import RunResult, payload, render
-from regroup.bench.groups.wire import Wire, connect
+from regroup.bench.groups.wire import Template, Wire, connect
 from regroup.client.membership import MembershipConfig
 from regroup.client.requests import (
     offset_commit_request,
@@ -687,6 +687,10 @@ async def _create_topic(wire: Wire, name: str, partitions: int, timeout: float =
     raise ScenarioError(f"topic {name} got no leaders within {timeout:g} s")
 
 
+# The committed offsets a committer's request is first built with, each partition its own (see commit()).
+_OFFSET_SENTINEL: Final = 0x5E47_0000_0000_0000
+
+
 async def commit(ctx: Ctx) -> None:
     """C committers (members of G groups) each commit offsets for their P partitions: commits/s and
     latency at each fixed rate and at saturation. Members keep heartbeating on their own meanwhile."""
@@ -708,29 +712,35 @@ async def commit(ctx: Ctx) -> None:
         await _form(ctx, fleet, members, "forming groups")
         _errors(ctx, fleet, "setup")
         version = fleet.versions[ApiKey.OFFSET_COMMIT]
-        # One request per committer, built once; each send only bumps its offsets. (The fake responder
+        # One request per committer, encoded once; each send only bumps its offsets in place (wire.Template).
+        # The offsets are built as distinct sentinels to find where each one sits. (The fake responder
         # hands every member all partitions, hence the cut to P.)
-        requests = []
+        requests: list[Template] = []
+        positions: list[list[int]] = []
         for m in members:
             gen = m.membership.generation
             owned = sorted(m.membership.assigned, key=TopicPartition.sort_key)[:per_committer]
-            requests.append(
+            sentinels = {tp: OffsetAndMetadata(_OFFSET_SENTINEL + k) for k, tp in enumerate(owned)}
+            template = Template(
                 offset_commit_request(
                     version,
                     m.group_id,
                     gen.generation_id,
                     gen.member_id,
                     m.membership.config.group_instance_id,
-                    {tp: OffsetAndMetadata(0) for tp in owned},
-                )
+                    sentinels,
+                ),
+                version,
             )
+            positions.append([template.find(om.offset) for om in sentinels.values()])
+            requests.append(template)
+        sent = [0] * len(requests)
         errors = fleet.errors
 
         def send(i: int, done: Callable[[bool, float], None]) -> None:
+            sent[i] += 1
             request = requests[i]
-            for topic in request.topics:
-                for partition in topic.partitions:
-                    partition.committed_offset += 1
+            request.set(positions[i], sent[i])
 
             def answered(result: Message | BaseException, rtt: float) -> None:
                 if isinstance(result, OffsetCommitResponse):
@@ -745,7 +755,7 @@ async def commit(ctx: Ctx) -> None:
                 errors[type(result).__name__] += 1
                 done(False, rtt)
 
-            members[i].wire.send(request, answered)
+            members[i].wire.send_template(request, answered)
 
         await _phases(ctx, len(members), send, "commits/s", "commits", per_request=("offsets", per_committer))
         _errors(ctx, fleet, "measured")
