@@ -71,7 +71,8 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
         "--data-dir",
         action="append",
         metavar="PATH",
-        help="a broker data directory (log.dirs; repeatable), read by the 'regroup' Python Data Source",
+        help="a broker data directory (log.dirs; repeatable: every log dir of a broker, or of every node "
+        "of a cluster, whose replicas are read once), read by the 'regroup' Python Data Source",
     )
     which.add_argument(
         "--bootstrap-server",

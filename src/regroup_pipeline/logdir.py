@@ -28,6 +28,7 @@ __all__ = [
     "SegmentFile",
     "Split",
     "list_partitions",
+    "partition_copies",
     "partition_end",
     "partition_size",
     "plan_splits",
@@ -121,9 +122,33 @@ def _wanted(topic: str, topics: Sequence[str] | None, pattern: re.Pattern[str] |
 def list_partitions(
     roots: Iterable[str | Path], topics: Sequence[str] | None = None, pattern: str | None = None
 ) -> list[PartitionDir]:
-    """Every partition directory under the ``log.dirs`` roots, optionally limited to ``topics`` and to
-    topic names fully matching the regular expression ``pattern``. Directories being deleted
-    (``…-delete``) or set aside (``…-stray``) do not match the ``<topic>-<n>`` form and are ignored."""
+    """Every partition under the ``log.dirs`` roots, optionally limited to ``topics`` and to topic names
+    fully matching the regular expression ``pattern``. Directories being deleted (``…-delete``) or set
+    aside (``…-stray``) do not match the ``<topic>-<n>`` form and are ignored.
+
+    A partition found under several roots — the replicas kept by the nodes of a cluster, when their
+    ``log.dirs`` are read together — is listed once, as its copy with the highest log end offset (the
+    leader's or an in-sync follower's; a lagging follower holds a prefix of it), the first such root on a
+    tie: every record is then read once, as a consumer of the cluster would."""
+    found = partition_copies(roots, topics, pattern)
+    copies: dict[tuple[str, int], list[PartitionDir]] = {}
+    for p in found:
+        copies.setdefault((p.topic, p.partition), []).append(p)
+    out: list[PartitionDir] = []
+    for p in found:
+        same = copies[(p.topic, p.partition)]
+        if len(same) == 1:
+            out.append(p)
+        elif p is same[0]:
+            ends = [partition_end(c).log_end_offset for c in same]
+            out.append(same[ends.index(max(ends))])
+    return out
+
+
+def partition_copies(
+    roots: Iterable[str | Path], topics: Sequence[str] | None = None, pattern: str | None = None
+) -> list[PartitionDir]:
+    """Like :func:`list_partitions`, with every copy of a partition: one per root that holds it."""
     compiled = re.compile(pattern) if pattern else None
     out: list[PartitionDir] = []
     for root in roots:

@@ -116,6 +116,19 @@ def regroup_copy(scenario: Any, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 @pytest.fixture(scope="session")
+def regroup_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A running three-node regroup cluster with the workload of :mod:`.clusters` done
+    (:class:`~.clusters.ClusterData`)."""
+    from regroup.testing import Cluster
+
+    from .clusters import run_workload
+
+    data_dir = tmp_path_factory.mktemp("regroup-cluster")
+    with Cluster(nodes=3, data_dir=data_dir) as cluster:
+        yield run_workload(cluster, data_dir)
+
+
+@pytest.fixture(scope="session")
 def kafka_tables(spark: Any, scenario: Any) -> dict[str, list[dict[str, Any]]]:
     from regroup_pipeline.inputs import TimeWindow, from_kafka
 

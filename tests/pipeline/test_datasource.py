@@ -96,6 +96,41 @@ def test_log_end_offsets_count_transaction_markers(datadir: DataDir) -> None:
     assert logdir.topic_partition_counts([datadir.path])["empty"] == 2
 
 
+def test_the_replicas_of_a_clusters_nodes_are_read_once_from_the_longest_copy(
+    spark: Any, tmp_path: Path
+) -> None:
+    # Three nodes' log.dirs: every partition replicated on each; node 2's copy of events-0 lags behind
+    # (a follower that has not fetched the last batches yet) and node 3 holds events-1 alone.
+    batches = [
+        Batch("events", i % 2, [(NOW + i * 10 + j, None, b"v%d-%d" % (i, j)) for j in range(3)])
+        for i in range(8)
+    ]
+    lagging = [b for b in batches if b.partition == 0][:2] + [b for b in batches if b.partition == 1]
+    roots = [
+        build(tmp_path / "node-1", {"events": 2}, batches, NOW).path,
+        build(tmp_path / "node-2", {"events": 2}, lagging, NOW).path,
+        build(tmp_path / "node-3", {"events": 2}, [b for b in batches if b.partition == 1], NOW).path,
+    ]
+    parts = logdir.list_partitions(roots, topics=["events"])
+    assert [(p.topic, p.partition, Path(p.path).parent.name) for p in parts] == [
+        ("events", 0, "node-1"),
+        ("events", 1, "node-1"),
+    ]
+    # The longest copy wins wherever it is: read the lagging node first.
+    first = logdir.list_partitions([roots[1], roots[0]], topics=["events"])
+    assert {(p.partition, Path(p.path).parent.name) for p in first} == {(0, "node-1"), (1, "node-2")}
+    got = rows(
+        spark.read.format("regroup")
+        .option("path", ",".join(map(str, roots)))
+        .option("topics", "events")
+        .load()
+    )
+    assert sorted((r["partition"], r["offset"], r["value"]) for r in got) == sorted(
+        (p, o, v)
+        for p, o, _ts, _k, v in build(tmp_path / "one", {"events": 2}, batches, NOW).records("events")
+    )
+
+
 def test_options_filter_topics_payload_time_and_record_types(spark: Any, datadir: DataDir) -> None:
     topics = {r["topic"] for r in rows(_read(spark, datadir.path, topicPattern="(?!__).*").select("topic"))}
     assert topics == {"events"}

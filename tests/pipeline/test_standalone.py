@@ -13,7 +13,7 @@ that wrapper can import ``regroup_pipeline`` only from what Spark ships (the tes
 otherwise). The wrapper records the directory it starts in: executors start in their work directories.
 
 The tables must equal those of the same command with ``--master local[*]``, from a data directory and
-from the broker through Spark's Kafka source.
+from a three-node regroup cluster through Spark's Kafka source.
 """
 
 from __future__ import annotations
@@ -265,13 +265,16 @@ def test_python_without_regroup_cannot_import_the_pipeline(without_regroup: Wrap
 
 
 def test_all_on_a_standalone_cluster_gives_the_tables_of_local_mode(
-    standalone: Standalone, scenario: Any, regroup_copy: Path, tmp_path: Path
+    standalone: Standalone, scenario: Any, regroup_copy: Path, regroup_cluster: Any, tmp_path: Path
 ) -> None:
-    common = ["--until", str(scenario.snapshot_ms), "--lag-samples", "5", "--retention-minutes", "1"]
-    common += ["--horizon", "3650d", "--stuck-after", "1ms", "--conf", "spark.sql.shuffle.partitions=4"]
+    common = ["--lag-samples", "5", "--retention-minutes", "1", "--horizon", "3650d", "--stuck-after", "1ms"]
+    common += ["--conf", "spark.sql.shuffle.partitions=4"]
+    until = ["--until", str(scenario.snapshot_ms), *common]
+    cluster_until = ["--until", str(regroup_cluster.snapshot_ms), *common]
     sources = {
-        "datadir": ["--data-dir", str(regroup_copy), *common],
-        "kafka": ["--bootstrap-server", scenario.bootstrap, *common],
+        "datadir": ["--data-dir", str(regroup_copy), *until],
+        # Spark's Kafka source from a three-node regroup cluster, every partition replicated on each node.
+        "cluster": ["--bootstrap-server", regroup_cluster.bootstrap, *cluster_until],
     }
     # The local runs go alongside the cluster's: much of a run is waiting (JVM start, task scheduling).
     local = {
@@ -293,7 +296,8 @@ def test_all_on_a_standalone_cluster_gives_the_tables_of_local_mode(
             assert _table(tmp_path / "on-cluster" / name / table) == expected, f"{name}: {table}"
             rows += len(expected)
         assert rows > 100, f"{name}: the tables should not be empty"
-        assert "g-churn" in (tmp_path / "on-cluster" / name / "report.html").read_text()
+        group = "cl-done" if name == "cluster" else "g-churn"
+        assert group in (tmp_path / "on-cluster" / name / "report.html").read_text()
 
 
 def _run_on_cluster(standalone: Standalone, source: list[str], out: Path) -> None:
