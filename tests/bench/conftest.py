@@ -1,4 +1,5 @@
-"""Brokers for the group-benchmark smoke tests: the fake responder and the Apache Kafka reference broker."""
+"""Brokers for the group-benchmark smoke tests: the fake responder, regroup with its defaults, and the Apache
+Kafka reference broker."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ from regroup.bench.groups.brokers import BenchTarget, start_broker
 @pytest.fixture(scope="module")
 def fake_broker() -> Iterator[BenchTarget]:
     broker = start_broker("fake", {})
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="module")
+def regroup_broker() -> Iterator[BenchTarget]:
+    broker = start_broker("regroup", {})
     try:
         yield broker
     finally:

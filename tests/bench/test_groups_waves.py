@@ -4,24 +4,13 @@ scenario asks the limit for."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from bench.support import tiny
 from regroup.bench.groups import scenarios
-from regroup.bench.groups.brokers import BenchTarget, start_broker
+from regroup.bench.groups.brokers import BenchTarget
 from regroup.bench.groups.scenarios import run_scenario
 from regroup.bench.groups.wire import JoinLanes
-
-
-@pytest.fixture(scope="module")
-def regroup_broker() -> Iterator[BenchTarget]:
-    broker = start_broker("regroup", {})
-    try:
-        yield broker
-    finally:
-        broker.close()
 
 
 def test_groups_form_a_wave_at_a_time_when_the_limit_is_short(
