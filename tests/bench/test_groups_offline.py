@@ -32,7 +32,7 @@ from regroup.protocol.messages.offset_commit import (
     OffsetCommitResponseTopic,
 )
 
-RUN_KEYS = {"broker", "version", "bootstrap", "settings", "error", "error_responses", "metrics"}
+RUN_KEYS = {"broker", "version", "bootstrap", "nodes", "settings", "error", "error_responses", "metrics"}
 METRIC_KEYS = {"phase", "name", "value", "unit", "compare"}
 
 
@@ -185,6 +185,36 @@ def test_table_has_a_ratio_column_only_for_two_brokers() -> None:
     assert "regroup/kafka" in two
     assert "1.50" in two
     assert "regroup/kafka" not in render("t", {}, [_run("regroup", 300.0)])
+
+
+def test_the_second_broker_runs_on_a_cluster_of_its_own_size(
+    fake_broker: BenchTarget, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from regroup.bench.groups import scenarios
+
+    asked: list[tuple[str, int]] = []
+
+    class Kept:
+        """The module's fake responder, not closed after each run."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(fake_broker, name)
+
+        def close(self) -> None:
+            pass
+
+    def start(kind: str, config: object, nodes: int) -> object:
+        asked.append((kind, nodes))
+        return Kept()
+
+    monkeypatch.setattr(scenarios, "start_broker", start)
+    code = run(
+        "heartbeat", tiny(nodes=2), broker="regroup", against="kafka", against_nodes=1, json_output=True
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert asked == [("regroup", 2), ("kafka", 1)]
+    assert [r["nodes"] for r in doc["runs"]] == [2, 1]
 
 
 # ---------------------------------------------------------------------------------------------- command

@@ -145,6 +145,15 @@ def add_scenarios(bench_subparsers: Any) -> None:
                 "KRaft controller) instead of one broker; internal topics get min(3, nodes) replicas "
                 "(default: 1)",
             )
+            p.add_argument(
+                "--against-nodes",
+                type=int,
+                default=None,
+                metavar="NODES",
+                help="nodes of the --against broker's cluster (default: --nodes); e.g. --nodes 2 --against "
+                "kafka --against-nodes 1: regroup's one node per core beside Kafka's one broker, whose "
+                "threads use every core",
+            )
         if name != "failover":
             p.add_argument(
                 "--members",
@@ -242,6 +251,7 @@ def _handler(scenario: str) -> Any:
             broker=args.broker,
             bootstrap_server=args.bootstrap_server,
             against=args.against,
+            against_nodes=getattr(args, "against_nodes", None),
             broker_config=dict(args.broker_config),
             json_output=args.json,
             use_uvloop=not args.no_uvloop,

@@ -35,6 +35,7 @@ class RunResult:
     broker: str
     version: str
     bootstrap: str
+    nodes: int = 1  # brokers of the cluster the run was on
     settings: dict[str, str] = field(default_factory=dict)
     metrics: list[Metric] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
@@ -124,6 +125,7 @@ def payload(scenario: str, params: Mapping[str, Any], runs: Sequence[RunResult])
                 "broker": r.broker,
                 "version": r.version,
                 "bootstrap": r.bootstrap,
+                "nodes": r.nodes,
                 "settings": r.settings,
                 "error": r.error,
                 "error_responses": r.errors,

@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
 from regroup.bench.groups.brokers import (
@@ -926,8 +926,10 @@ async def _heartbeats_at_saturation(
     response_type: type[HeartbeatResponse] | type[ConsumerGroupHeartbeatResponse],
 ) -> None:
     """The heartbeat phases (fixed rates, then saturation): member ``i`` sends ``requests[i]``; a response
-    without an error counts as answered, anything else is tallied by its error."""
+    without an error counts as answered, anything else is tallied by its error. A member's heartbeat is
+    the same request every time: encoded once (:class:`~regroup.bench.groups.wire.Template`)."""
     errors = fleet.errors
+    templates = [Template(r, wire.versions[r.API_KEY]) for r, wire in zip(requests, wires, strict=True)]
 
     def send(i: int, done: Callable[[bool, float], None]) -> None:
         def answered(result: Message | BaseException, rtt: float) -> None:
@@ -940,7 +942,7 @@ async def _heartbeats_at_saturation(
                 errors[type(result).__name__] += 1
             done(False, rtt)
 
-        wires[i].send(requests[i], answered)
+        wires[i].send_template(templates[i], answered)
 
     await _phases(ctx, len(requests), send, "heartbeats/s", "heartbeats")
     _errors(ctx, fleet, "measured")
@@ -1421,7 +1423,7 @@ def _runner(use_uvloop: bool) -> asyncio.Runner:
 
 def run_scenario(scenario: str, broker: BenchTarget, params: Params, *, use_uvloop: bool = True) -> RunResult:
     """Run ``scenario`` against a started ``broker``; failures are reported in the result."""
-    result = RunResult(broker.kind, broker.version, broker.bootstrap)
+    result = RunResult(broker.kind, broker.version, broker.bootstrap, nodes=params.nodes)
     if broker.kind == "fake" and (scenario not in FAKE_SCENARIOS or params.protocol != "classic"):
         result.error = f"the fake responder keeps no groups; {scenario} needs a real coordinator"
         return result
@@ -1492,15 +1494,18 @@ def run(
     broker: str = "regroup",
     bootstrap_server: str | None = None,
     against: str | None = None,
+    against_nodes: int | None = None,
     broker_config: Mapping[str, str] | None = None,
     json_output: bool = False,
     use_uvloop: bool = True,
 ) -> int:
     """``regroup bench <scenario>``: run on ``broker`` (or ``bootstrap_server``) and, with ``against``, on
-    a second broker; print the table or JSON. Exit code 1 if any run failed."""
+    a second broker (a cluster of ``against_nodes``, default ``params.nodes``); print the table or JSON.
+    Exit code 1 if any run failed."""
     kinds = [broker] + ([against] if against and against != broker else [])
+    sized = [params] + ([replace(params, nodes=against_nodes)] if against_nodes and len(kinds) > 1 else [])
     try:
-        _ensure_open_files(_open_files_needed(scenario, params))
+        _ensure_open_files(max(_open_files_needed(scenario, p) for p in sized))
     except ScenarioError as exc:
         print(f"regroup bench {scenario}: {exc}", file=sys.stderr)
         return 1
@@ -1511,19 +1516,21 @@ def run(
     applied = {**FAIR_CONFIG, **(broker_config or {})}
     for n, kind in enumerate(kinds):
         target: BenchTarget
+        run_params = sized[min(n, len(sized) - 1)]
         if n == 0 and bootstrap_server:
             target = ExternalBroker(bootstrap_server)
         else:
-            what = f"a {kind} cluster of {params.nodes}" if params.nodes > 1 else f"a {kind} broker"
+            nodes = run_params.nodes
+            what = f"a {kind} cluster of {nodes}" if nodes > 1 else f"a {kind} broker"
             progress.note(f"starting {what}")
             try:
-                target = start_broker(kind, broker_config or {}, params.nodes)
+                target = start_broker(kind, broker_config or {}, nodes)
             except (BenchTargetError, ValueError) as exc:
-                runs.append(RunResult(kind, "", "", error=f"{type(exc).__name__}: {exc}"))
+                runs.append(RunResult(kind, "", "", nodes=nodes, error=f"{type(exc).__name__}: {exc}"))
                 continue
             applied = target.overrides or applied
         try:
-            runs.append(run_scenario(scenario, target, params, use_uvloop=use_uvloop))
+            runs.append(run_scenario(scenario, target, run_params, use_uvloop=use_uvloop))
         finally:
             target.close()
     shown = {k: v for k, v in asdict(params).items() if k in SCENARIO_PARAMS[scenario]}
