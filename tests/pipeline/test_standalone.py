@@ -295,7 +295,7 @@ def test_all_on_a_standalone_cluster_gives_the_tables_of_local_mode(
             expected = _table(tmp_path / "local" / name / table)
             assert _table(tmp_path / "on-cluster" / name / table) == expected, f"{name}: {table}"
             rows += len(expected)
-        assert rows > 100, f"{name}: the tables should not be empty"
+        assert rows > (100 if name == "datadir" else 50), f"{name}: the tables should not be empty"
         group = "cl-done" if name == "cluster" else "g-churn"
         assert group in (tmp_path / "on-cluster" / name / "report.html").read_text()
 
