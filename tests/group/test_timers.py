@@ -407,3 +407,39 @@ def test_armed_timers_mirror_the_runtime(h: Harness) -> None:
     stable(h)
     h.join("g", version=3)
     assert h.shard.armed_timers() == {k: d for k, (d, _) in h.timers.items()}
+
+
+def test_members_of_one_application_share_their_protocols_timeouts_and_one_timer_key(h: Harness) -> None:
+    """What an idle member holds is mostly its own: the protocols and timeouts its group's members all
+    sent are kept once (the leader's objects), and its session timer has one key object, the one the
+    timer table holds, from the pending id's first timer on (memory per idle member in benchmarks.md)."""
+    calls = []
+    for _ in range(3):
+        # Equal values, distinct objects, as each member's request decodes them.
+        metadata = bytes(bytearray(subscription("t")))
+        session, rebalance = int("45000"), int("300000")
+        first = h.join("g", protocols=(("range", metadata),), session_timeout_ms=session)
+        assert first.error is ErrorCode.MEMBER_ID_REQUIRED
+        calls.append(
+            h.join(
+                "g",
+                first.response.member_id,
+                protocols=(("range", metadata),),
+                session_timeout_ms=session,
+                rebalance_timeout_ms=rebalance,
+            )
+        )
+    for _ in range(10):  # the initial delay, extended by the members that joined during it
+        if not all(c.done for c in calls):
+            h.advance(h.config.group_initial_rebalance_delay_ms)
+    assert all(c.done for c in calls)
+    group = h.shard._groups.group("g")  # type: ignore[attr-defined]
+    leader, *others = group.members.values()
+    for member in others:
+        assert member.protocols is leader.protocols
+        assert member.session_timeout_ms is leader.session_timeout_ms
+        assert member.rebalance_timeout_ms is leader.rebalance_timeout_ms
+    armed = {key: key for key in h.shard.armed_timers()}
+    for member in (leader, *others):
+        assert member.session_key is not None
+        assert armed[member.session_key] is member.session_key

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from regroup.runtime.clock import ManualClock, SystemClock
 from regroup.runtime.timers import Fired, TimerService
 
@@ -84,6 +87,18 @@ def test_many_reschedules_keep_the_heap_bounded() -> None:
     assert len(timers._heap) < 300
 
 
+def test_deadlines_moved_earlier_leave_at_most_one_dead_entry_per_timer() -> None:
+    """Each joining member's session comes before its join timeout: the moved deadline's old heap entry
+    (holding its key) must not stay behind for every member until it comes up."""
+    clock = ManualClock(0)
+    timers, _ = make(clock)
+    for i in range(1_000):
+        timers.schedule(f"m{i}", 300_000)  # the new member's join timeout
+        timers.schedule(f"m{i}", 45_000)  # its session, once the join phase completes
+        timers.schedule(f"m{i}", 10_000)  # a shorter session on its next join
+        assert len(timers._heap) <= max(64, 2 * len(timers))
+
+
 def test_real_clock_timers_fire_on_the_event_loop() -> None:
     async def run() -> list[str]:
         fired: list[Fired[str]] = []
@@ -155,3 +170,53 @@ def test_moving_a_deadline_earlier_replaces_it() -> None:
     assert [(f.key, f.deadline_ms) for f in fired] == [("j", 100)]
     clock.advance(1_000)
     assert len(fired) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("schedule"), st.sampled_from("abc"), st.integers(0, 60)),
+            st.tuples(st.just("cancel"), st.sampled_from("abc"), st.just(0)),
+            st.tuples(st.just("advance"), st.just(""), st.integers(0, 25)),
+        ),
+        max_size=60,
+    )
+)
+def test_every_key_fires_once_at_its_last_deadline_whatever_the_moves(
+    ops: list[tuple[str, str, int]],
+) -> None:
+    """Against a model that keeps only each key's last deadline: moves later, earlier, back and forth,
+    cancels and re-arms after a fire leave heap entries behind that must never fire early, late or twice."""
+    clock = ManualClock(0)
+    timers, fired = make(clock)
+    model: dict[str, int] = {}
+    expected: list[tuple[str, int]] = []
+
+    def due() -> None:
+        for deadline, key in sorted((d, k) for k, d in model.items() if d <= clock.now_ms()):
+            expected.append((key, deadline))
+            del model[key]
+
+    for op, key, n in ops:
+        if op == "schedule":
+            deadline = max(clock.now_ms() + n - 20, clock.now_ms())  # some in the past: due at once
+            timers.schedule(key, deadline)
+            model[key] = deadline
+        elif op == "cancel":
+            timers.cancel(key)
+            model.pop(key, None)
+        else:
+            for _ in range(n):
+                clock.advance(1)
+                due()
+            continue
+        due()
+        assert timers.deadline(key) == model.get(key)
+    clock.advance(200)
+    due()
+    assert sorted((f.key, f.deadline_ms) for f in fired) == sorted(expected)
+    assert [f.deadline_ms for f in fired] == sorted(f.deadline_ms for f in fired)
+    assert len({(f.key, f.seq) for f in fired}) == len(fired)
+    assert timers.next_deadline() is None
+    assert len(timers) == 0

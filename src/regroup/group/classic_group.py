@@ -61,8 +61,8 @@ class ClassicGroupMember:
     awaiting_sync: Parked | None = None
     is_new: bool = False
     session_key: TimerKey | None = field(default=None, compare=False, repr=False)
-    """The key of this member's session timer, built at its first heartbeat (the timer tables keep the
-    same object as their key)."""
+    """The key of this member's session timer, built when it joins (the timer tables keep the same object
+    as their key)."""
 
     @property
     def is_static(self) -> bool:
@@ -308,6 +308,7 @@ class ClassicGroup:
         if self.leader_id is None:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
+        self._share(member)
         self._supported_protocols.update(member.protocol_names)
         member.awaiting_join = parked
         if parked is not None:
@@ -351,6 +352,7 @@ class ClassicGroup:
         self._drop_zero_counts()
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
+        self._share(member)
         superseded = member.awaiting_join
         if parked is not None and superseded is None:
             self._num_awaiting_join += 1
@@ -358,6 +360,20 @@ class ClassicGroup:
             self._num_awaiting_join -= 1
         member.awaiting_join = parked
         return superseded
+
+    def _share(self, member: ClassicGroupMember) -> None:
+        """The members of one application send the same protocols and timeouts: a member whose values
+        equal the leader's keeps the leader's objects instead of its own copies (a subscription's bytes,
+        two ints), which is most of what an idle member holds besides its ids."""
+        leader = self.members.get(self.leader_id) if self.leader_id is not None else None
+        if leader is None or leader is member:
+            return
+        if member.protocols == leader.protocols:
+            member.protocols = leader.protocols
+        if member.session_timeout_ms == leader.session_timeout_ms:
+            member.session_timeout_ms = leader.session_timeout_ms
+        if member.rebalance_timeout_ms == leader.rebalance_timeout_ms:
+            member.rebalance_timeout_ms = leader.rebalance_timeout_ms
 
     def take_join(self, member: ClassicGroupMember) -> Parked | None:
         """Un-park the member's JoinGroup (the caller answers it)."""

@@ -402,14 +402,15 @@ class GroupManager:
         )
         if group.is_in(GroupState.PREPARING_REBALANCE) and group.previous_state is GroupState.EMPTY:
             group.new_member_added = True  # lets the initial rebalance wait one more delay
+        key = member.session_key = heartbeat_key(group.group_id, member_id)
+        if group.is_pending_member(member_id):
+            # The timer tables keep the key object they were first given: the pending id's key goes, so
+            # that they and the member share one key for the member's whole life.
+            self._timers.cancel(out, key)
         group.add(member, join.parked)
         # A new member cannot heartbeat while its JoinGroup is parked; if the join phase does not finish in
         # time it is dropped (its client retries).
-        self._timers.schedule(
-            out,
-            heartbeat_key(group.group_id, member_id),
-            join.now_ms + self.config.new_member_join_timeout_ms,
-        )
+        self._timers.schedule(out, key, join.now_ms + self.config.new_member_join_timeout_ms)
         cause = MemberJoined(member_id, join.group_instance_id, join.reason)
         self._maybe_prepare_rebalance_or_complete_join(out, group, cause, join.now_ms)
 

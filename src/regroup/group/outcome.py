@@ -98,10 +98,11 @@ class TimerTable:
     """The timers this shard has armed (mirrors what the runtime holds, key for key)."""
 
     def __init__(self) -> None:
-        self._armed: dict[TimerKey, _Armed[object]] = {}
+        # A timer without a payload (every member's session) is armed as its bare deadline.
+        self._armed: dict[TimerKey, _Armed[object] | int] = {}
 
     def schedule(self, out: Outcome, key: TimerKey, deadline_ms: int, payload: object = None) -> None:
-        self._armed[key] = _Armed(deadline_ms, payload)
+        self._armed[key] = deadline_ms if payload is None else _Armed(deadline_ms, payload)
         out.effects.append(Schedule(key, deadline_ms))
 
     def cancel(self, out: Outcome, key: TimerKey) -> None:
@@ -112,14 +113,20 @@ class TimerTable:
         """The payload of a due timer (and forget it), or :data:`STALE` when ``key`` is not armed or is
         armed for a later deadline (an older fire of a re-armed key)."""
         armed = self._armed.get(key)
-        if armed is None or armed.deadline_ms > now_ms:
+        if armed is None:
+            return STALE
+        if isinstance(armed, int):
+            deadline_ms, payload = armed, None
+        else:
+            deadline_ms, payload = armed.deadline_ms, armed.payload
+        if deadline_ms > now_ms:
             return STALE
         del self._armed[key]
-        return armed.payload
+        return payload
 
     def deadline(self, key: TimerKey) -> int | None:
         armed = self._armed.get(key)
-        return None if armed is None else armed.deadline_ms
+        return armed if armed is None or isinstance(armed, int) else armed.deadline_ms
 
     def keys_for_group(self, group_id: str) -> list[TimerKey]:
         return [k for k in self._armed if k.group_id == group_id and k.kind is not TimerKind.EXPIRATION]
@@ -129,4 +136,4 @@ class TimerTable:
             self.cancel(out, key)
 
     def snapshot(self) -> dict[TimerKey, int]:
-        return {k: a.deadline_ms for k, a in self._armed.items()}
+        return {k: a if isinstance(a, int) else a.deadline_ms for k, a in self._armed.items()}

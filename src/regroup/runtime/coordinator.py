@@ -20,7 +20,6 @@ import contextlib
 import logging
 import sys
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -110,8 +109,6 @@ class CoordinatorConfig:
     """At most this many events share one fsync when requests keep arriving."""
     offsets_commit_timeout_ms: int | None = 5000
     """A reply still waiting for its fsync after this long gets COORDINATOR_NOT_AVAILABLE."""
-    recent_events: int = 1000
-    """How many Notify events :attr:`GroupCoordinator.events` keeps."""
     group_events: GroupEventsConfig = field(default_factory=GroupEventsConfig)
     """The ``__group_events`` rebalance timeline (regroup-only)."""
 
@@ -147,7 +144,6 @@ class GroupCoordinator:
         self.write_behind = write_behind
         self._write_behind_for = write_behind_for
         self.clock: Clock = clock or SystemClock()
-        self.events: deque[tuple[int, object]] = deque(maxlen=self.config.recent_events)
         self._logs = logs
         self._gate_for = gate_for
         self._gates: dict[int, WriteGate] = {}
@@ -452,7 +448,6 @@ class GroupCoordinator:
         self._observers.append(observer)
 
     def _notify(self, partition: int, event: object) -> None:
-        self.events.append((partition, event))
         if self.group_events is not None:
             self.group_events.observe(event)
         for observer in self._observers:

@@ -67,8 +67,11 @@ class TimerService(Generic[K]):
         seq = next(self._seq)
         self._live[key] = (deadline_ms, seq)
         heapq.heappush(self._heap, (deadline_ms, seq, key))
-        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._live):
-            # Cancelled keys and deadlines moved earlier leave dead entries behind.
+        if len(self._heap) > 64 and len(self._heap) > 2 * len(self._live):
+            # Cancelled keys and deadlines moved earlier leave dead entries behind (each joining member
+            # one: its session's first deadline comes before its join timeout's), which would keep their
+            # keys and deadlines until they came up; at most one dead entry per live one, and a rebuild
+            # comes after at least as many pushes as it costs.
             self._heap = [(d, s, k) for k, (d, s) in self._live.items()]
             heapq.heapify(self._heap)
         if not self._clock.manual:
