@@ -130,19 +130,14 @@ def list_partitions(
     ``log.dirs`` are read together — is listed once, as its copy with the highest log end offset (the
     leader's or an in-sync follower's; a lagging follower holds a prefix of it), the first such root on a
     tie: every record is then read once, as a consumer of the cluster would."""
-    found = partition_copies(roots, topics, pattern)
     copies: dict[tuple[str, int], list[PartitionDir]] = {}
-    for p in found:
+    for p in partition_copies(roots, topics, pattern):
         copies.setdefault((p.topic, p.partition), []).append(p)
-    out: list[PartitionDir] = []
-    for p in found:
-        same = copies[(p.topic, p.partition)]
-        if len(same) == 1:
-            out.append(p)
-        elif p is same[0]:
-            ends = [partition_end(c).log_end_offset for c in same]
-            out.append(same[ends.index(max(ends))])
-    return out
+    # max() keeps the first of equal ends; a partition held once is not read for its end.
+    return [
+        same[0] if len(same) == 1 else max(same, key=lambda c: partition_end(c).log_end_offset)
+        for same in copies.values()
+    ]
 
 
 def partition_copies(

@@ -11,22 +11,22 @@ from regroup import refkafka
 from regroup.bench.groups.brokers import BenchTarget, start_broker
 
 
-@pytest.fixture(scope="module")
-def fake_broker() -> Iterator[BenchTarget]:
-    broker = start_broker("fake", {})
+def _started(kind: str) -> Iterator[BenchTarget]:
+    broker = start_broker(kind, {})
     try:
         yield broker
     finally:
         broker.close()
+
+
+@pytest.fixture(scope="module")
+def fake_broker() -> Iterator[BenchTarget]:
+    yield from _started("fake")
 
 
 @pytest.fixture(scope="module")
 def regroup_broker() -> Iterator[BenchTarget]:
-    broker = start_broker("regroup", {})
-    try:
-        yield broker
-    finally:
-        broker.close()
+    yield from _started("regroup")
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,4 @@ def kafka_broker() -> Iterator[BenchTarget]:
     reason = refkafka.skip_reason()
     if reason is not None:
         pytest.skip(reason)
-    broker = start_broker("kafka", {})
-    try:
-        yield broker
-    finally:
-        broker.close()
+    yield from _started("kafka")

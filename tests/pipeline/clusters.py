@@ -83,13 +83,14 @@ def run_workload(cluster: Any, data_dir: Path) -> ClusterData:
     try:
         deadline = time.monotonic() + 60
         while True:
-            copies = [logdir.partition_end(p) for root in node_dirs for p in logdir.partition_copies([root])]
-            wanted = {(c.topic, c.partition) for c in copies if c.topic in (TOPIC, "__consumer_offsets")}
+            ends: dict[tuple[str, int], set[int]] = {}
+            for p in logdir.partition_copies(node_dirs):
+                if p.topic in (TOPIC, "__consumer_offsets"):
+                    ends.setdefault((p.topic, p.partition), set()).add(logdir.partition_end(p).log_end_offset)
+            # Every copy ends at the partition's high watermark.
             caught_up = all(
-                probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
-                == min(c.log_end_offset for c in copies if (c.topic, c.partition) == (t, p))
-                == max(c.log_end_offset for c in copies if (c.topic, c.partition) == (t, p))
-                for t, p in wanted
+                copy_ends == {probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]}
+                for (t, p), copy_ends in ends.items()
             )
             if caught_up:
                 break

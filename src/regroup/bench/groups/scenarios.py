@@ -1503,9 +1503,10 @@ def run(
     a second broker (a cluster of ``against_nodes``, default ``params.nodes``); print the table or JSON.
     Exit code 1 if any run failed."""
     kinds = [broker] + ([against] if against and against != broker else [])
-    sized = [params] + ([replace(params, nodes=against_nodes)] if against_nodes and len(kinds) > 1 else [])
+    second = replace(params, nodes=against_nodes) if against_nodes else params
+    plans = [(kind, params if n == 0 else second) for n, kind in enumerate(kinds)]
     try:
-        _ensure_open_files(max(_open_files_needed(scenario, p) for p in sized))
+        _ensure_open_files(max(_open_files_needed(scenario, p) for _, p in plans))
     except ScenarioError as exc:
         print(f"regroup bench {scenario}: {exc}", file=sys.stderr)
         return 1
@@ -1514,9 +1515,8 @@ def run(
     if params.protocol == "consumer":
         broker_config = {**consumer_broker_config(params), **(broker_config or {})}
     applied = {**FAIR_CONFIG, **(broker_config or {})}
-    for n, kind in enumerate(kinds):
+    for n, (kind, run_params) in enumerate(plans):
         target: BenchTarget
-        run_params = sized[min(n, len(sized) - 1)]
         if n == 0 and bootstrap_server:
             target = ExternalBroker(bootstrap_server)
         else:
