@@ -15,6 +15,22 @@ from regroup import __version__
 Handler = Callable[[argparse.Namespace], int]
 
 
+class _Version(argparse.Action):
+    """``--version``: the version and which build runs (imports the group core only when asked)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from regroup.build import describe
+
+        print(f"regroup {__version__} ({describe()})")
+        parser.exit()
+
+
 def _bench_codec(args: argparse.Namespace) -> int:
     from regroup.bench.codec import main as codec_main
 
@@ -97,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
             "It speaks the Kafka wire protocol, so Kafka clients and tools work against it unchanged."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"regroup {__version__}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="show regroup's version and build, then exit"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     from regroup.broker.serve import add_serve_command

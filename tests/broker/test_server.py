@@ -14,6 +14,7 @@ from broker.support import BrokerThread
 from regroup.broker.handlers import DuplicateHandlerError, HandlerRegistry, default_registry
 from regroup.client.blocking import BlockingConnection
 from regroup.client.errors import ConnectionClosedError
+from regroup.log import PartitionLog
 from regroup.protocol.api_keys import ApiKey
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.framing import decode_response, encode_request
@@ -386,10 +387,21 @@ def test_a_connection_is_closed_without_replies_when_the_append_behind_them_fail
     plog = broker.broker.logs.partition("__consumer_offsets", 0)
     assert plog is not None
 
-    def failing_append(data: bytes, *, now_ms: int, validate: bool = True) -> object:
-        raise OSError("injected: disk gone")
+    class FailingAppends:
+        """The partition as the runner sees it, whose disk is gone (a wrapper: the build may be compiled,
+        and a compiled object's methods cannot be replaced)."""
 
-    plog.append = failing_append  # type: ignore[method-assign,assignment]
+        def __init__(self, log: PartitionLog) -> None:
+            self.config = log.config
+            self.log_start_offset = log.log_start_offset
+            self.log_end_offset = log.log_end_offset
+            self.read = log.read
+            self.needs_flush = log.needs_flush
+
+        def append(self, data: bytes, *, now_ms: int, validate: bool = True) -> object:
+            raise OSError("injected: disk gone")
+
+    runner._log = FailingAppends(plog)
     conn.send(_commit("g", 2), 9)
     with pytest.raises(ConnectionClosedError):
         conn.receive()

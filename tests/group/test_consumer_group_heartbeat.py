@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from regroup.build import compiled
 from regroup.group.config import GroupConfig
 from regroup.group.consumer_group import ConsumerGroupState, MemberState
 from regroup.group.consumer_group_manager import rebalance_timeout_key, session_timeout_key
@@ -578,6 +579,9 @@ def test_steady_state_heartbeat_does_no_work_proportional_to_the_group(
 
     from regroup.group import consumer_group as cg
     from regroup.group import topics_image
+
+    if compiled():  # compiled callers call the compiled methods, whatever the class attribute says
+        pytest.skip("checks the calls by patching methods, which only the pure-Python build sees")
 
     def forbidden(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a steady-state heartbeat walked the group")

@@ -222,7 +222,9 @@ async def _serve(config: Any) -> int:
         return 1
     _tune_gc()
     addresses = ", ".join(_hostport(host, port) for host, port in broker.bound_addresses().values())
-    log.info("[regroup node=%d] started (cluster %s)", broker.node_id, broker.cluster_id)
+    from regroup.build import describe
+
+    log.info("[regroup node=%d] started (cluster %s, %s)", broker.node_id, broker.cluster_id, describe())
     print(
         f"regroup {broker.version} ready on {addresses} "
         f"(node {broker.node_id}, cluster {broker.cluster_id}, data {broker.data_dir})",

@@ -20,7 +20,6 @@ from regroup.group.state import GroupState, IllegalStateTransition
 from regroup.protocol.errors import ErrorCode
 from regroup.protocol.primitives import DecodeError
 from regroup.protocol.records.consumer_protocol import ConsumerProtocolSubscription
-from regroup.value import value
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
@@ -38,7 +37,7 @@ Protocol = tuple[str, bytes]
 """One entry of a member's ordered protocol list: (name, metadata)."""
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class Parked:
     """A parked JoinGroup or SyncGroup: the ticket to answer and the version to answer it in."""
 
@@ -95,7 +94,7 @@ class ClassicGroupMember:
         raise ValueError(f"member {self.member_id} supports none of the candidate protocols")
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class MemberSnapshot:
     member_id: str
     group_instance_id: str | None
@@ -109,7 +108,7 @@ class MemberSnapshot:
     awaiting_sync: bool
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class GroupSnapshot:
     """A read-only copy of a group's state (for observability and tests)."""
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
 from regroup.protocol.javahash import group_partition
-from regroup.value import value
 
 __all__ = [
     "NEW_MEMBER_JOIN_TIMEOUT_MS",
@@ -18,7 +18,7 @@ NEW_MEMBER_JOIN_TIMEOUT_MS: Final = 5 * 60 * 1000
 """Kafka's fixed (not configurable) join timeout of a brand-new member with a parked JoinGroup."""
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class GroupConfig:
     """The ``group.*`` / ``offsets.*`` settings of one coordinator (defaults are Kafka's)."""
 

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from regroup.protocol.primitives import Uuid
-from regroup.value import value
 
 __all__ = [
     "DEFAULT_EPOCH",
@@ -92,7 +91,7 @@ def by_topic(partitions: Iterable[TopicPartition]) -> dict[Uuid, list[int]]:
     return grouped
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class ClassicMemberMetadata:
     """What a member speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a consumer group
     sent in its JoinGroup (the ClassicMemberMetadata tagged field of record type 5; §9 of
@@ -107,7 +106,7 @@ class ClassicMemberMetadata:
         return frozenset(name for name, _ in self.protocols)
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class MemberSubscription:
     """What a member asked for (record type 5)."""
 
@@ -122,7 +121,7 @@ class MemberSubscription:
     classic: ClassicMemberMetadata | None = None
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class MemberAssignment:
     """Where a member stands in its reconciliation (record type 8)."""
 
@@ -141,7 +140,7 @@ class MemberAssignment:
         return self.assigned | self.pending_revocation
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class ConsumerGroupMember:
     member_id: str
     subscription: MemberSubscription = MemberSubscription()

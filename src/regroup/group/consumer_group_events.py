@@ -21,7 +21,7 @@ ConsumerGroupHeartbeat or a classic LeaveGroup left; by its session or rebalance
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from regroup.group.config import GroupConfig
@@ -47,7 +47,6 @@ from regroup.protocol.records.consumer_group_member_metadata import ConsumerGrou
 from regroup.protocol.records.consumer_group_target_assignment_member import (
     ConsumerGroupTargetAssignmentMemberKey,
 )
-from regroup.value import value
 
 __all__ = [
     "ConsumerGroupEpochBumped",
@@ -73,7 +72,7 @@ _LEAVE_OPERATIONS = frozenset({"consumer_group_heartbeat", "leave_group"})
 _FORCED_EXPIRY_OPERATION = "expire_member"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class Trigger:
     """What the runtime was doing when the epoch was bumped: a timer that fired, or the name of the shard
     operation it ran (a request or a ``regroup.testing`` control)."""
@@ -83,7 +82,7 @@ class Trigger:
     time_ms: int | None = None
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class EpochBumpCause:
     kind: str
     description: str
@@ -100,7 +99,7 @@ class EpochBumpCause:
         return doc
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class MemberProgress:
     """A member's reconciliation as the operation left it; partitions as ``{topic: [partition, ...]}``."""
 
@@ -124,7 +123,7 @@ class MemberProgress:
         }
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class _Facts:
     removed: tuple[str, ...]
     joined: tuple[tuple[str, MemberSubscription], ...]
@@ -135,7 +134,7 @@ class _Facts:
     session_timeout_ms: int
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class ConsumerGroupEpochBumped:
     """A consumer group's epoch was bumped (and the records are durable)."""
 

@@ -24,7 +24,8 @@ consumer groups (§7) are :mod:`regroup.group.offset_manager`'s.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
 from regroup.group.config import GroupConfig
@@ -94,7 +95,6 @@ from regroup.protocol.records.consumer_protocol import (
     ConsumerProtocolAssignmentTopicPartition,
     ConsumerProtocolSubscription,
 )
-from regroup.value import value
 
 __all__ = [
     "CONSUMER_GROUP_TYPE",
@@ -211,7 +211,7 @@ def _validate(req: ConsumerGroupHeartbeatRequest, version: int, config: GroupCon
     return None
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class _RebalanceDeadline:
     """Payload of a rebalance timer: the member epoch it was armed at (a later epoch makes it stale)."""
 
@@ -326,22 +326,33 @@ class ConsumerGroupManager:
                             now_ms + member.subscription.classic.session_timeout_ms,
                         )
 
-        def applied(error: ErrorCode | None, after: Outcome) -> None:
-            if error is not None:
-                self._undo(group_id, existing, checkpoint)
-                if replaced_classic is not None:
-                    self._classic.restore_group(replaced_classic)
-                    for member_id in list(group.members):
-                        if replaced_classic.members.get(member_id) is not None:
-                            self._timers.cancel(after, session_timeout_key(group_id, member_id))
-            else:
-                self._keep(existing, checkpoint)
-                if replaced_classic is not None:
-                    self._classic.cancel_timers(after, group_id)
-                    self._classic.forget_history(group_id)
-
-        out.after_append(applied)
+        # A partial, not a nested function: compiled, a nested function and the frame it closes over
+        # reference each other, a cycle per heartbeat for the collector.
+        out.after_append(partial(self._heartbeat_appended, group, existing, checkpoint, replaced_classic))
         return out.result(response, _error_response)
+
+    def _heartbeat_appended(
+        self,
+        group: ConsumerGroup,
+        existing: ConsumerGroup | None,
+        checkpoint: Checkpoint | None,
+        replaced_classic: ClassicGroup | None,
+        error: ErrorCode | None,
+        after: Outcome,
+    ) -> None:
+        group_id = group.group_id
+        if error is not None:
+            self._undo(group_id, existing, checkpoint)
+            if replaced_classic is not None:
+                self._classic.restore_group(replaced_classic)
+                for member_id in list(group.members):
+                    if replaced_classic.members.get(member_id) is not None:
+                        self._timers.cancel(after, session_timeout_key(group_id, member_id))
+        else:
+            self._keep(existing, checkpoint)
+            if replaced_classic is not None:
+                self._classic.cancel_timers(after, group_id)
+                self._classic.forget_history(group_id)
 
     # ------------------------------------------------------------------------------------------ migration
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from regroup.group.effects import Ticket
-from regroup.value import value
 
 __all__ = ["GroupRequestContext", "MemberIdFactory"]
 
@@ -15,7 +15,7 @@ dynamic members and ``<group.instance.id>-<uuid4>`` for static ones; the runtime
 factory, tests a counter."""
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class GroupRequestContext:
     """Per-request facts from the request header and the connection.
 

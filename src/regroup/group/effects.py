@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from regroup.protocol.errors import ErrorCode
-from regroup.value import value
 
 __all__ = [
     "Cancel",
@@ -51,8 +53,12 @@ R = TypeVar("R")
 Ticket = int
 """Identifies one parked request; allocated by the runtime and passed to the core with the request."""
 
+Opaque = object
+"""What the core hands the runtime untouched (a response, an event). A module-level name rather than
+``object`` itself: the compiled build resolves a dataclass's field annotations in the module's globals."""
 
-@value
+
+@dataclass(slots=True, unsafe_hash=True)
 class CoordinatorRecord:
     """One ``__consumer_offsets`` record: serialized key and value (``None`` = tombstone)."""
 
@@ -84,37 +90,38 @@ class TimerKey(NamedTuple):
     member_id: str = ""
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class Schedule:
     key: TimerKey
     deadline_ms: int
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class Cancel:
     key: TimerKey
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class Reply:
     """Answer a parked request."""
 
     ticket: Ticket
-    response: object
+    response: Opaque
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class Notify:
     """Something worth telling operators (e.g. a completed generation with its cause); the runtime logs
     it and hands it to observers."""
 
-    event: object
+    event: Opaque
 
 
 Effect = Reply | Schedule | Cancel | Notify
 
 
-@value
+@mypyc_attr(native_class=False)  # compiled, a generic dataclass stays a Python class
+@dataclass(slots=True, unsafe_hash=True)
 class Result(Generic[R]):
     records: tuple[CoordinatorRecord, ...] = ()
     reply: R | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember, Parked, Protocol
@@ -53,7 +54,6 @@ from regroup.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupR
 from regroup.protocol.messages.list_groups import ListedGroup
 from regroup.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from regroup.protocol.records.group_metadata import GroupMetadataValue
-from regroup.value import value
 
 __all__ = [
     "GroupManager",
@@ -136,7 +136,7 @@ def _leave_response(version: int, results: Sequence[MemberResponse]) -> LeaveGro
 # ---------------------------------------------------------------------------------------------- timers
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class InitialDelay:
     """Payload of the join timer of an initial rebalance: the delay just waited and the budget left."""
 
@@ -144,12 +144,12 @@ class InitialDelay:
     remaining_ms: int
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class _JoinDeadline:
     """Payload of the join timer of a non-initial rebalance."""
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class _SyncDeadline:
     generation_id: int
 
@@ -170,7 +170,7 @@ def sync_key(group_id: str) -> TimerKey:
     return TimerKey(TimerKind.SYNC, group_id)
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class _Join:
     """A JoinGroup request, normalized for its version."""
 
@@ -1175,7 +1175,7 @@ class GroupManager:
         self._history.forget(group_id)
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class _MemberSettings:
     """What a static member's replacement changes, kept to restore it when the append fails, and to answer
     pre-v9 joins with the leader as it was."""

@@ -15,8 +15,6 @@ import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from regroup.value import value
-
 __all__ = [
     "AssignmentAppendFailed",
     "AwaitedMember",
@@ -52,7 +50,7 @@ def _instance(instance_id: str | None) -> str:
     return f" (instance {instance_id})" if instance_id is not None else ""
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class MemberJoined:
     member_id: str
     group_instance_id: str | None = None
@@ -62,14 +60,14 @@ class MemberJoined:
         return f"new member {self.member_id}{_instance(self.group_instance_id)} joined{_reason(self.reason)}"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class LeftMember:
     member_id: str
     group_instance_id: str | None = None
     reason: str | None = None
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class MemberLeft:
     members: tuple[LeftMember, ...]
 
@@ -79,7 +77,7 @@ class MemberLeft:
         return f"{noun} {', '.join(parts)} left the group"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class SessionExpired:
     member_id: str
     timeout_ms: int
@@ -94,7 +92,7 @@ class SessionExpired:
         return f"member {self.member_id}'s session expired after {self.timeout_ms} ms without a heartbeat"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class PendingMemberExpired:
     member_id: str
     timeout_ms: int
@@ -103,7 +101,7 @@ class PendingMemberExpired:
         return f"pending member {self.member_id} did not rejoin within {self.timeout_ms} ms"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class LeaderRejoined:
     member_id: str
     metadata_changed: bool = False
@@ -114,7 +112,7 @@ class LeaderRejoined:
         return f"leader {self.member_id} rejoined{changed}{_reason(self.reason)}"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class MemberMetadataChanged:
     member_id: str
     reason: str | None = None
@@ -123,7 +121,7 @@ class MemberMetadataChanged:
         return f"member {self.member_id} changed its subscription/protocols{_reason(self.reason)}"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class StaticMemberReplaced:
     group_instance_id: str
     old_member_id: str
@@ -137,7 +135,7 @@ class StaticMemberReplaced:
         )
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class PendingSyncExpired:
     member_ids: tuple[str, ...]
     timeout_ms: int
@@ -149,7 +147,7 @@ class PendingSyncExpired:
         )
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class JoinDeadlineEvicted:
     member_ids: tuple[str, ...]
     timeout_ms: int
@@ -158,7 +156,7 @@ class JoinDeadlineEvicted:
         return f"join-phase deadline ({self.timeout_ms} ms) evicted {', '.join(self.member_ids)}"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class MemberRejected:
     member_id: str
     max_size: int
@@ -167,7 +165,7 @@ class MemberRejected:
         return f"member {self.member_id} was removed: group.max.size {self.max_size} reached"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class LoadedOverCapacity:
     size: int
     max_size: int
@@ -176,7 +174,7 @@ class LoadedOverCapacity:
         return f"group loaded with {self.size} members, over group.max.size {self.max_size}"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class AssignmentAppendFailed:
     leader_id: str
     error: str
@@ -185,7 +183,7 @@ class AssignmentAppendFailed:
         return f"storing leader {self.leader_id}'s assignment failed with {self.error}"
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class RebalanceForced:
     """A rebalance requested from outside the protocol (``regroup.testing``'s ``force_rebalance``)."""
 
@@ -212,7 +210,7 @@ RebalanceCause = (
 )
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class GenerationRecord:
     """One completed join phase (generation ``generation_id``) and why it happened."""
 
@@ -259,7 +257,7 @@ class GenerationRecord:
         return "; ".join(parts)
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class GenerationCompleted:
     """The join phase completed (the group is now CompletingRebalance, or Empty)."""
 
@@ -269,7 +267,7 @@ class GenerationCompleted:
         return "join phase completed: " + self.record.describe()
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class GenerationStable:
     """The leader's assignment is durable and was handed out (the group is now Stable)."""
 
@@ -279,7 +277,7 @@ class GenerationStable:
         return "group stable: " + self.record.describe()
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class StaticMemberSwapped:
     """A static member was replaced in a Stable group without a rebalance (the selected protocol stays):
     the generation goes on under the new member id."""
@@ -332,7 +330,7 @@ def membership_reasons(causes: Iterable[RebalanceCause]) -> tuple[dict[str, str]
     return joined, left
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class AwaitedMember:
     """A member the join phase is waiting for, and when it is evicted if it does not rejoin."""
 
@@ -342,7 +340,7 @@ class AwaitedMember:
     evicted_by: str  # "session timeout", "rebalance timeout" or "join timeout" (pending member)
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class RebalanceStarted:
     """The group entered (or is in) PreparingRebalance and waits for ``awaiting`` to (re)join."""
 

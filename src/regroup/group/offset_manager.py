@@ -20,6 +20,8 @@ blocks expiration.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 
 from regroup.group.classic_group import ClassicGroup
 from regroup.group.config import GroupConfig
@@ -61,14 +63,13 @@ from regroup.protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponseTopic,
 )
 from regroup.protocol.primitives import ZERO_UUID, Uuid
-from regroup.value import value
 
 __all__ = ["TXN_OFFSET_COMMIT_ERROR", "OffsetManager", "OffsetStore", "OffsetsExpired", "metadata_length"]
 
 TXN_OFFSET_COMMIT_ERROR = ErrorCode.INVALID_PRODUCER_ID_MAPPING
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class OffsetsExpired:
     """Notify event: one expiration pass removed ``count`` committed offsets (Kafka's offset-expiration
     metric); emitted only when the tombstones are durable and ``count`` is positive."""
@@ -251,18 +252,23 @@ class OffsetManager:
                 records.extend(out_records, group_id, name, kept)
                 accepted.append((name, kept))
 
-        def stored(error: ErrorCode | None, after: Outcome) -> None:
-            if error is None:
-                self._store.put_all(group_id, accepted)
-            elif created is not None and not self._store.has_offsets(group_id):
-                self._groups.forget_created_group(after, created)
+        # Continuations as partials, not nested functions: compiled, a nested function and the frame it
+        # closes over reference each other, and every commit would leave a cycle for the collector.
+        out.after_append(partial(self._commit_appended, group_id, accepted, created))
+        return out.result(response, partial(_commit_error_response, req))
 
-        out.after_append(stored)
-
-        def failure(error: ErrorCode) -> OffsetCommitResponse:
-            return _commit_error_response(req, error)
-
-        return out.result(response, failure)
+    def _commit_appended(
+        self,
+        group_id: str,
+        accepted: list[tuple[str, list[tuple[int, StoredOffset]]]],
+        created: ClassicGroup | None,
+        error: ErrorCode | None,
+        after: Outcome,
+    ) -> None:
+        if error is None:
+            self._store.put_all(group_id, accepted)
+        elif created is not None and not self._store.has_offsets(group_id):
+            self._groups.forget_created_group(after, created)
 
     def txn_offset_commit(
         self, ctx: GroupRequestContext, req: TxnOffsetCommitRequest, now_ms: int

@@ -10,7 +10,11 @@ delivery and stale fires — cancelled, or re-armed later — are recognised.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Generic, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 from regroup.group.effects import (
     Cancel,
@@ -24,7 +28,6 @@ from regroup.group.effects import (
     TimerKind,
 )
 from regroup.protocol.errors import ErrorCode
-from regroup.value import value
 
 __all__ = ["STALE", "AppendCallback", "Outcome", "TimerTable"]
 
@@ -62,19 +65,29 @@ class Outcome:
                 callback(None, self)
             self.callbacks = []
             return Result(records=(), reply=reply, effects=tuple(self.effects))
-        callbacks = tuple(self.callbacks)
-
-        def on_append(error: ErrorCode | None) -> Result[R]:
-            after = Outcome()
-            for callback in callbacks:
-                callback(error, after)
-            if error is not None and on_failure is not None:
-                return after.result(on_failure(error), on_failure)
-            return after.result(reply, on_failure)
-
         return Result(
-            records=tuple(self.records), reply=reply, effects=tuple(self.effects), on_append=on_append
+            records=tuple(self.records),
+            reply=reply,
+            effects=tuple(self.effects),
+            on_append=partial(_appended, tuple(self.callbacks), reply, on_failure),
         )
+
+
+def _appended(
+    callbacks: tuple[AppendCallback, ...],
+    reply: R | None,
+    on_failure: Callable[[ErrorCode], R | None] | None,
+    error: ErrorCode | None,
+) -> Result[R]:
+    """An Outcome's continuation once its records were (or failed to be) appended. A partial of a module
+    function rather than a nested one: compiled, a nested function and the frame it closes over reference
+    each other, a cycle per request for the collector."""
+    after = Outcome()
+    for callback in callbacks:
+        callback(error, after)
+    if error is not None and on_failure is not None:
+        return after.result(on_failure(error), on_failure)
+    return after.result(reply, on_failure)
 
 
 class _Stale:
@@ -88,7 +101,8 @@ STALE = _Stale()
 """What :meth:`TimerTable.claim` returns for a fire that no longer matches an armed timer."""
 
 
-@value
+@mypyc_attr(native_class=False)  # compiled, a generic dataclass stays a Python class
+@dataclass(slots=True, unsafe_hash=True)
 class _Armed(Generic[R]):
     deadline_ms: int
     payload: R

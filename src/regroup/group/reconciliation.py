@@ -10,10 +10,10 @@ withheld (UNRELEASED_PARTITIONS). A partition therefore never belongs to two mem
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from regroup.group.consumer_group import ConsumerGroupMember, MemberAssignment, MemberState, Partitions
 from regroup.protocol.primitives import Uuid
-from regroup.value import value
 
 __all__ = ["FencedMemberEpoch", "reconcile"]
 
@@ -22,7 +22,7 @@ class FencedMemberEpoch(Exception):
     """A member in the UNKNOWN state reported owned partitions (FENCED_MEMBER_EPOCH)."""
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class _Step:
     member: ConsumerGroupMember
     target_epoch: int

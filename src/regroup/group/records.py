@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import struct
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from regroup.group.classic_group import ClassicGroup, ClassicGroupMember
@@ -83,7 +84,6 @@ from regroup.protocol.records.consumer_group_target_assignment_metadata import (
 )
 from regroup.protocol.records.group_metadata import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from regroup.protocol.records.offset_commit import OffsetCommitKey, OffsetCommitValue
-from regroup.value import value
 
 __all__ = [
     "CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_RECORD_TYPE",
@@ -152,7 +152,7 @@ class RecordError(ValueError):
     """A record that cannot be loaded (unknown type, malformed key or value)."""
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class StoredOffset:
     """A committed offset as the coordinator stores it (Kafka's coordinator-side ``OffsetAndMetadata``; the
     client's ``OffsetAndMetadata`` is :class:`regroup.client.types.OffsetAndMetadata`)."""
@@ -524,7 +524,7 @@ def regular_expression_tombstone(group_id: str, regex: str) -> CoordinatorRecord
 # ---------------------------------------------------------------------------------------------- loading
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class DecodedOffsetCommit:
     group_id: str
     topic: str
@@ -533,21 +533,21 @@ class DecodedOffsetCommit:
     value_version: int | None
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class DecodedGroupMetadata:
     group_id: str
     value: GroupMetadataValue | None  # None: tombstone
     value_version: int | None
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class IgnoredRecord:
     """A record of a group type regroup does not implement (KIP-848 consumer groups, share groups)."""
 
     record_type: int
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class DecodedConsumerGroupRecord:
     """A consumer-group record (types 3, 5, 6, 7, 8, 16): ``value`` is None for a tombstone, else the group
     epoch (3), a :class:`MemberSubscription` (5), the assignment epoch (6), the member's target (7), a

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from regroup.group.consumer_group import Partitions, TopicPartition
 from regroup.group.topics_image import TopicsImage
 from regroup.protocol.primitives import Uuid
-from regroup.value import value
 
 __all__ = [
     "ASSIGNORS",
@@ -38,7 +38,7 @@ class AssignorError(Exception):
     ``PartitionAssignorException``)."""
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class MemberSpec:
     """What an assignor knows of a member: identity, rack, subscribed topic ids (existing topics only) and
     its current target."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 import enum
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 __all__ = ["ALLOWED_PREVIOUS_STATES", "GroupState", "IllegalStateTransition"]
 
 
+@mypyc_attr(native_class=False)  # compiled, an exception class stays a Python class
 class IllegalStateTransition(RuntimeError):
     """A transition the state table forbids: always a coordinator bug, never a client error."""
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 
 import xxhash
 
 from regroup.protocol.primitives import Uuid
-from regroup.value import value
 
 __all__ = ["TopicImage", "TopicsImage"]
 
@@ -30,7 +30,7 @@ _UUID = struct.Struct("<qq")
 _TOPIC_HASH_MAGIC_BYTE = b"\x00"  # Kafka's Utils.TOPIC_HASH_MAGIC_BYTE: the version of the hash
 
 
-@value
+@dataclass(slots=True, unsafe_hash=True)
 class TopicImage:
     """One topic: id, name, partition count, and per partition the racks of its replicas (may be empty)."""
 

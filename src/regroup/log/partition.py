@@ -489,9 +489,9 @@ class PartitionLog:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Invalid magic found in record: {magic}")
         try:
             return verify_crc(buf, pos) if validate else BatchHeader.parse(buf, pos)
-        except CorruptRecordError as exc:
+        except CorruptRecordError as corrupt:
             raise KafkaError(
-                ErrorCode.CORRUPT_MESSAGE, f"Record batch at byte {pos} is corrupt: {exc}"
+                ErrorCode.CORRUPT_MESSAGE, f"Record batch at byte {pos} is corrupt: {corrupt}"
             ) from None
         except DecodeError as exc:
             raise KafkaError(
@@ -719,7 +719,7 @@ class PartitionLog:
         dirty_from = self._cleaner_checkpoint
         limit = len(segments) - 1  # the active segment is never cleaned
         if config.min_compaction_lag_ms > 0:
-            for i in range(limit):
+            for i in range(len(segments) - 1):
                 if segments[i + 1].base_offset <= dirty_from:
                     continue
                 if segments[i].largest_timestamp() > now_ms - config.min_compaction_lag_ms:

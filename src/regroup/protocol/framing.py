@@ -12,6 +12,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 from regroup.protocol.api_keys import API_INFO, ApiInfo, ApiKey, request_class, response_class
 from regroup.protocol.message import Message
 from regroup.protocol.messages.headers import RequestHeader, ResponseHeader
@@ -35,10 +37,12 @@ _SIZE = I32
 _KEY_VERSION = struct.Struct(">hh")
 
 
+@mypyc_attr(native_class=False)  # compiled, an exception class stays a Python class
 class FrameTooLargeError(DecodeError):
     """The 4-byte size prefix announces a frame above the limit (or a negative size)."""
 
 
+@mypyc_attr(native_class=False)  # compiled, an exception class stays a Python class
 class UnknownApiError(DecodeError):
     """The request names an API key this codec has no schema for."""
 

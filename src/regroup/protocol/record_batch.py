@@ -24,6 +24,7 @@ from typing import Final, NamedTuple, Protocol
 
 import cramjam
 from crc32c import crc32c
+from mypy_extensions import mypyc_attr
 
 from regroup.protocol.primitives import DecodeError, EncodeError, read_uvarint, read_uvarlong
 
@@ -69,10 +70,12 @@ __all__ = [
 Buffer = bytes | bytearray | memoryview
 
 
+@mypyc_attr(native_class=False)  # compiled, an exception class stays a Python class
 class CorruptRecordError(DecodeError):
     """The batch's CRC-32C does not match its contents (Kafka answers CORRUPT_MESSAGE)."""
 
 
+@mypyc_attr(native_class=False)  # compiled, an exception class stays a Python class
 class TruncatedBatchError(DecodeError):
     """The buffer ends before the batch does: a torn write, or the partial last batch of a fetch."""
 
@@ -384,6 +387,7 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -
 # ---------------------------------------------------------------------------------------------- scanning
 
 
+@mypyc_attr(native_class=False)  # compiled, a native __next__ returning a tuple misbehaves (mypyc 2.4)
 class BatchScan:
     """Iterator of ``(pos, header)`` over consecutive batches. It stops at the end of the data or at the
     first batch that is truncated, malformed or (with ``check_crc``) corrupt; ``end`` is then the offset just
@@ -522,15 +526,17 @@ def _decode_records(
                 value = None
             b = buf[pos]
             if b < 0x80:
-                n = zz[b]
+                header_count = zz[b]
                 pos += 1
             else:
-                n, pos = rv(buf, pos)
+                header_count, pos = rv(buf, pos)
             headers: list[tuple[str, bytes | None]] = []
-            if n:
-                if n < 0 or n * 2 > rec_end - pos:
-                    raise DecodeError(f"invalid header count {n}")
-                for _ in range(n):
+            if header_count:
+                if header_count < 0 or header_count * 2 > rec_end - pos:
+                    raise DecodeError(f"invalid header count {header_count}")
+                # The loop's bound is its own variable: mypyc (2.4) reads a range's bound again on every
+                # iteration, so reusing ``n`` for the lengths inside cut the loop short when compiled.
+                for _ in range(header_count):
                     b = buf[pos]
                     if b < 0x80:
                         n = zz[b]

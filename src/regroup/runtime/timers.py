@@ -17,17 +17,20 @@ import asyncio
 import heapq
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from regroup.runtime.clock import Clock
-from regroup.value import value
 
 __all__ = ["Fired", "TimerService"]
 
 K = TypeVar("K")
 
 
-@value
+@mypyc_attr(native_class=False)  # compiled, a generic dataclass stays a Python class
+@dataclass(slots=True, unsafe_hash=True)
 class Fired(Generic[K]):
     key: K
     seq: int

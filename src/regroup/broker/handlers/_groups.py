@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from regroup.broker.context import BrokerPort, RequestContext
@@ -59,24 +60,30 @@ def then(
     if pending.done():
         return finish(pending.result())
     out: asyncio.Future[_Response] = pending.get_loop().create_future()
-
-    def settle(answered: asyncio.Future[_Answer]) -> None:
-        if out.done():
-            return
-        if answered.cancelled():
-            out.cancel()
-            return
-        exc = answered.exception()
-        if exc is not None:
-            out.set_exception(exc)
-            return
-        try:
-            out.set_result(finish(answered.result()))
-        except Exception as error:
-            out.set_exception(error)
-
-    pending.add_done_callback(settle)
+    # A partial, not a nested function: compiled, a nested function and the frame it closes over
+    # reference each other, a cycle per parked request for the collector.
+    pending.add_done_callback(partial(_settle, out, finish))
     return out
+
+
+def _settle(
+    out: asyncio.Future[_Response],
+    finish: Callable[[_Answer], _Response],
+    answered: asyncio.Future[_Answer],
+) -> None:
+    if out.done():
+        return
+    if answered.cancelled():
+        out.cancel()
+        return
+    exc = answered.exception()
+    if exc is not None:
+        out.set_exception(exc)
+        return
+    try:
+        out.set_result(finish(answered.result()))
+    except Exception as error:
+        out.set_exception(error)
 
 
 def coordinator_of(broker: BrokerPort) -> GroupCoordinator | None:
