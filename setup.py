@@ -3,7 +3,7 @@
 When ``pip install .`` builds a wheel, the group coordinator's core (``regroup.group``) and the rest of
 the heartbeat and commit paths except the codecs and the server (``COMPILED_MODULES``) are compiled to C
 extension modules by mypyc: they are ``mypy --strict`` code already, and compiled a heartbeat costs a
-fifth and a commit an eighth fewer instructions (docs/benchmarks.md). The ``.py`` sources ship beside the
+fifth and a commit a sixth fewer instructions (docs/benchmarks.md). The ``.py`` sources ship beside the
 extensions.
 
 Pure Python is built instead when ``REGROUP_PURE_PYTHON=1`` is set, when mypyc is not available or
