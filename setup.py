@@ -112,4 +112,5 @@ def _ext_modules() -> list[object]:
         return []
 
 
-setup(ext_modules=_ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
+if __name__ == "__main__":  # as setuptools runs it; tests import the module for _compiled_sources
+    setup(ext_modules=_ext_modules(), cmdclass={"build_ext": OptionalBuildExt})

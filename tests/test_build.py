@@ -5,6 +5,7 @@ pure Python must not pass for a compiled one."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import subprocess
 import sys
@@ -37,20 +38,14 @@ def test_version_names_the_build() -> None:
 
 
 def _compiled_sources() -> list[Path]:
-    """The modules setup.py hands mypyc, read from its two tuples."""
+    """The modules setup.py hands mypyc."""
     root = Path(__file__).resolve().parents[1]
-    tree = ast.parse((root / "setup.py").read_text())
-    lists = {
-        t.id: ast.literal_eval(node.value)
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        for t in node.targets
-        if isinstance(t, ast.Name) and t.id in ("COMPILED_PACKAGES", "COMPILED_MODULES")
-    }
-    paths = [
-        p for package in lists["COMPILED_PACKAGES"] for p in sorted((root / "src" / package).glob("*.py"))
-    ]
-    return paths + [root / "src" / m for m in lists["COMPILED_MODULES"]]
+    spec = importlib.util.spec_from_file_location("regroup_setup", root / "setup.py")
+    assert spec is not None
+    assert spec.loader is not None
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)
+    return [root / path for path in setup._compiled_sources()]
 
 
 def _range_bounds_rebound_in_their_loop(tree: ast.AST) -> list[int]:
