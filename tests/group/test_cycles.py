@@ -61,3 +61,15 @@ def test_consumer_heartbeats_leave_no_cycles() -> None:
         assert h.cgh("g", "m", epoch).error is ErrorCode.NONE
 
     _none_left(work)
+
+
+def test_classic_rebalances_and_leaves_leave_no_cycles() -> None:
+    h = Harness()
+    rounds = iter(range(1_000))
+
+    def work() -> None:
+        group_id = f"g{next(rounds)}"
+        members, _ = h.form_group(group_id, 2)
+        assert h.leave(group_id, *members).error is ErrorCode.NONE
+
+    _none_left(work)
