@@ -8,6 +8,7 @@ import gc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import count
 
 from regroup.group.config import GroupConfig
 from regroup.protocol.errors import ErrorCode
@@ -65,7 +66,7 @@ def test_consumer_heartbeats_leave_no_cycles() -> None:
 
 def test_classic_rebalances_and_leaves_leave_no_cycles() -> None:
     h = Harness()
-    rounds = iter(range(1_000))
+    rounds = count()
 
     def work() -> None:
         group_id = f"g{next(rounds)}"
