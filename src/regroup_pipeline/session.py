@@ -10,15 +10,35 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from regroup_pipeline import jvmcache
 from regroup_pipeline.connector import kafka_jars_conf, kafka_package
 from regroup_pipeline.datasource import register
 from regroup_pipeline.pyfiles import executor_zip
 
-__all__ = ["DEFAULT_MASTER", "build_session", "kafka_package", "ship_code"]
+__all__ = ["DEFAULT_MASTER", "build_session", "kafka_package", "ship_code", "with_class_archive"]
 
 DEFAULT_MASTER: Final = "local[*]"
+
+
+def _spark_home() -> Path:
+    """Where Spark's launcher takes its jars: ``SPARK_HOME``, else the pyspark package (pip's layout)."""
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME")
+    return Path(home) if home else Path(pyspark.__file__).parent
+
+
+def with_class_archive(settings: dict[str, str]) -> jvmcache.Archive | None:
+    """Add the driver's class archive (:mod:`regroup_pipeline.jvmcache`) to ``settings``' Java options,
+    before the user's own (the JVM takes the last of options that repeat); returns it."""
+    archive = jvmcache.plan(_spark_home(), settings)
+    if archive is not None:
+        given = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{archive.java_options} {given}".strip()
+    return archive
 
 
 def _local_cores(master: str) -> int | None:
@@ -120,10 +140,15 @@ def build_session(
         # Spark's default (AdminClient) offset reader skips internal topics like __consumer_offsets.
         settings["spark.sql.streaming.kafka.useDeprecatedOffsetFetching"] = "true"
     settings.update(user)
+    # When this process starts the driver's JVM: with the class archive of this setup.
+    starts_jvm = SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT")
+    archive = with_class_archive(settings) if starts_jvm else None
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if archive is not None:
+        jvmcache.check(archive)
     spark.sparkContext.setLogLevel(log_level)
     # Before registering the data source: its Python function carries the Python files added by then.
     ship_code(spark)
