@@ -1,9 +1,9 @@
 """Build regroup with its hot path compiled by mypyc, or as pure Python.
 
 When ``pip install .`` builds a wheel, the group coordinator's core (``regroup.group``) and the rest of
-the heartbeat and commit paths except the codecs and the server (``COMPILED_MODULES``) are compiled to C
-extension modules by mypyc: they are ``mypy --strict`` code already, and compiled a heartbeat costs a
-fifth and a commit a sixth fewer instructions (docs/benchmarks.md). The ``.py`` sources ship beside the
+the heartbeat and commit paths except the server (``COMPILED_MODULES``) are compiled to C extension
+modules by mypyc: they are ``mypy --strict`` code already, and compiled a heartbeat costs a fifth and a
+commit a quarter fewer instructions (docs/benchmarks.md). The ``.py`` sources ship beside the
 extensions.
 
 Pure Python is built instead when ``REGROUP_PURE_PYTHON=1`` is set, when mypyc is not available or
@@ -25,13 +25,18 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).parent
 SRC = ROOT / "src"
 
-# Compiled: the group core, and the modules a heartbeat and a commit pass through besides the codecs —
-# framing and record batches, the runtime, the partition log and the two handlers. Left as Python: the
-# generated codecs (dataclasses mypyc would compile only after a change to the generator), the primitive
-# readers (the codecs hand them memoryviews where ``bytes`` is declared, which compiled code refuses), the
-# server (asyncio protocols and closures) and everything off the hot path.
+# Compiled: the group core, and the modules a heartbeat and a commit pass through — the codecs' bases,
+# the request and response headers and the two APIs' generated codecs, framing and record batches, the
+# runtime, the partition log and the two handlers. Left as Python: the other generated codecs (their
+# classes subclass the compiled bases), the primitive readers (the codecs hand them memoryviews where
+# ``bytes`` is declared, which compiled code refuses), the server (asyncio protocols and closures) and
+# everything off the hot path.
 COMPILED_PACKAGES = ("regroup/group",)
 COMPILED_MODULES = (
+    "regroup/protocol/message.py",
+    "regroup/protocol/messages/headers.py",
+    "regroup/protocol/messages/heartbeat.py",
+    "regroup/protocol/messages/offset_commit.py",
     "regroup/protocol/framing.py",
     "regroup/protocol/record_batch.py",
     "regroup/runtime/timers.py",

@@ -41,7 +41,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import {bases}
 from regroup.protocol.primitives import (
@@ -57,7 +56,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\\xff\\xff"
 _NULL32 = b"\\xff\\xff\\xff\\xff"
 '''
@@ -408,8 +406,9 @@ class StructGen:
         fields = self.present(st, v)
         flex = self.flexible(v)
         # Build the object without __init__: unpack straight into its slots (fewer bytecodes per field).
+        # ``X.__new__(X)``, not ``object.__new__(X)``: compiled by mypyc, X allocates through its own new.
         o = e.fresh("o")
-        e.emit(f"{o} = _new({st.class_name})", d)
+        e.emit(f"{o} = {st.class_name}.__new__({st.class_name})", d)
         assigned: set[str] = set()
         pending: list[tuple[str, Field]] = []
 
@@ -631,22 +630,24 @@ def _class_lines(st: StructSpec, msg: MessageSpec, base: str, versions: list[int
             lines.append(f"    {f.py}: {_annotation(f)} = field(default_factory={f.struct.class_name})")
         else:
             lines.append(f"    {f.py}: {_annotation(f)} = {default}")
+    # The class constants (declared as ClassVars by the bases) are set after the class: in a module
+    # mypyc compiles, the dataclass decorator would take a constant in the class body for a field.
     lines.append("")
-    lines.append(f'    NAME: ClassVar[str] = "{st.class_name}"')
-    lines.append(f'    SPEC_NAME: ClassVar[str] = "{st.name}"')
-    lines.append(f"    MIN_VERSION: ClassVar[int] = {versions[0] if versions else 0}")
-    lines.append(f"    MAX_VERSION: ClassVar[int] = {versions[-1] if versions else -1}")
+    lines.append("")
+    c = st.class_name
+    lines.append(f'{c}.NAME = "{c}"')
+    lines.append(f'{c}.SPEC_NAME = "{st.name}"')
+    lines.append(f"{c}.MIN_VERSION = {versions[0] if versions else 0}")
+    lines.append(f"{c}.MAX_VERSION = {versions[-1] if versions else -1}")
     flex_versions = [v for v in versions if v in msg.flexible]
-    lines.append(
-        f"    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = {flex_versions[0] if flex_versions else None}"
-    )
+    lines.append(f"{c}.FLEXIBLE_MIN_VERSION = {flex_versions[0] if flex_versions else None}")
     if st is msg.root and msg.kind in {"request", "response", "header"}:
-        lines.append(f"    API_KEY: ClassVar[int] = {msg.api_key if msg.api_key is not None else -1}")
+        lines.append(f"{c}.API_KEY = {msg.api_key if msg.api_key is not None else -1}")
         dep = f"({msg.deprecated.lo}, {msg.deprecated.hi})" if msg.deprecated else "None"
         if msg.deprecated and msg.deprecated.hi is None:
             dep = f"({msg.deprecated.lo}, {msg.valid.hi})"
-        lines.append(f"    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = {dep}")
-        lines.append(f"    LATEST_VERSION_UNSTABLE: ClassVar[bool] = {msg.unstable}")
+        lines.append(f"{c}.DEPRECATED_VERSIONS = {dep}")
+        lines.append(f"{c}.LATEST_VERSION_UNSTABLE = {msg.unstable}")
     return lines
 
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from mypy_extensions import mypyc_attr
+
 from regroup.protocol.primitives import I16, DecodeError, EncodeError, UnsupportedVersionError
 
 __all__ = ["DECODE_FAILURES", "Data", "FieldSpec", "Message", "Reader", "Struct"]
@@ -46,6 +48,7 @@ class FieldSpec:
         return nv is not None and nv[0] <= version <= nv[1]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Struct:
     """A generated struct: one dataclass field per protocol field, encodable at every version it exists in."""
 
@@ -122,6 +125,7 @@ class Struct:
         return cls.FLEXIBLE_MIN_VERSION is not None and version >= cls.FLEXIBLE_MIN_VERSION
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Message(Struct):
     """A request, response or header of the Kafka protocol."""
 
@@ -132,6 +136,7 @@ class Message(Struct):
     LATEST_VERSION_UNSTABLE: ClassVar[bool]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Data(Struct):
     """A standalone data schema (``__consumer_offsets`` keys/values, the consumer embedded protocol).
 

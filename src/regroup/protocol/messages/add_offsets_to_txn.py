@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -57,14 +55,15 @@ class AddOffsetsToTxnRequest(Message):
     producer_epoch: int = 0
     group_id: str = ""
 
-    NAME: ClassVar[str] = "AddOffsetsToTxnRequest"
-    SPEC_NAME: ClassVar[str] = "AddOffsetsToTxnRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 25
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AddOffsetsToTxnRequest.NAME = "AddOffsetsToTxnRequest"
+AddOffsetsToTxnRequest.SPEC_NAME = "AddOffsetsToTxnRequest"
+AddOffsetsToTxnRequest.MIN_VERSION = 0
+AddOffsetsToTxnRequest.MAX_VERSION = 4
+AddOffsetsToTxnRequest.FLEXIBLE_MIN_VERSION = 3
+AddOffsetsToTxnRequest.API_KEY = 25
+AddOffsetsToTxnRequest.DEPRECATED_VERSIONS = None
+AddOffsetsToTxnRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -88,14 +87,15 @@ class AddOffsetsToTxnResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "AddOffsetsToTxnResponse"
-    SPEC_NAME: ClassVar[str] = "AddOffsetsToTxnResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 25
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AddOffsetsToTxnResponse.NAME = "AddOffsetsToTxnResponse"
+AddOffsetsToTxnResponse.SPEC_NAME = "AddOffsetsToTxnResponse"
+AddOffsetsToTxnResponse.MIN_VERSION = 0
+AddOffsetsToTxnResponse.MAX_VERSION = 4
+AddOffsetsToTxnResponse.FLEXIBLE_MIN_VERSION = 3
+AddOffsetsToTxnResponse.API_KEY = 25
+AddOffsetsToTxnResponse.DEPRECATED_VERSIONS = None
+AddOffsetsToTxnResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -128,7 +128,7 @@ def _w_AddOffsetsToTxnRequest_v3(buf: bytearray, o: AddOffsetsToTxnRequest) -> N
 
 def _r_AddOffsetsToTxnRequest_v0(data: bytes, pos: int) -> tuple[AddOffsetsToTxnRequest, int]:
     _len = len(data)
-    _o1 = _new(AddOffsetsToTxnRequest)
+    _o1 = AddOffsetsToTxnRequest.__new__(AddOffsetsToTxnRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -154,7 +154,7 @@ def _r_AddOffsetsToTxnRequest_v0(data: bytes, pos: int) -> tuple[AddOffsetsToTxn
 
 def _r_AddOffsetsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddOffsetsToTxnRequest, int]:
     _len = len(data)
-    _o1 = _new(AddOffsetsToTxnRequest)
+    _o1 = AddOffsetsToTxnRequest.__new__(AddOffsetsToTxnRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -205,7 +205,7 @@ def _w_AddOffsetsToTxnResponse_v3(buf: bytearray, o: AddOffsetsToTxnResponse) ->
 
 def _r_AddOffsetsToTxnResponse_v0(data: bytes, pos: int) -> tuple[AddOffsetsToTxnResponse, int]:
     _len = len(data)
-    _o1 = _new(AddOffsetsToTxnResponse)
+    _o1 = AddOffsetsToTxnResponse.__new__(AddOffsetsToTxnResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     return _o1, pos
@@ -213,7 +213,7 @@ def _r_AddOffsetsToTxnResponse_v0(data: bytes, pos: int) -> tuple[AddOffsetsToTx
 
 def _r_AddOffsetsToTxnResponse_v3(data: bytes, pos: int) -> tuple[AddOffsetsToTxnResponse, int]:
     _len = len(data)
-    _o1 = _new(AddOffsetsToTxnResponse)
+    _o1 = AddOffsetsToTxnResponse.__new__(AddOffsetsToTxnResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:

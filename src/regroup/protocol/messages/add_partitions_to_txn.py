@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,11 +46,12 @@ class AddPartitionsToTxnTopic(Struct):
     name: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AddPartitionsToTxnTopic"
-    SPEC_NAME: ClassVar[str] = "AddPartitionsToTxnTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+AddPartitionsToTxnTopic.NAME = "AddPartitionsToTxnTopic"
+AddPartitionsToTxnTopic.SPEC_NAME = "AddPartitionsToTxnTopic"
+AddPartitionsToTxnTopic.MIN_VERSION = 0
+AddPartitionsToTxnTopic.MAX_VERSION = 5
+AddPartitionsToTxnTopic.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -74,11 +73,12 @@ class AddPartitionsToTxnTransaction(Struct):
     verify_only: bool = False
     topics: list[AddPartitionsToTxnTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AddPartitionsToTxnTransaction"
-    SPEC_NAME: ClassVar[str] = "AddPartitionsToTxnTransaction"
-    MIN_VERSION: ClassVar[int] = 4
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+AddPartitionsToTxnTransaction.NAME = "AddPartitionsToTxnTransaction"
+AddPartitionsToTxnTransaction.SPEC_NAME = "AddPartitionsToTxnTransaction"
+AddPartitionsToTxnTransaction.MIN_VERSION = 4
+AddPartitionsToTxnTransaction.MAX_VERSION = 5
+AddPartitionsToTxnTransaction.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -110,14 +110,15 @@ class AddPartitionsToTxnRequest(Message):
     v3_and_below_producer_epoch: int = 0
     v3_and_below_topics: list[AddPartitionsToTxnTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AddPartitionsToTxnRequest"
-    SPEC_NAME: ClassVar[str] = "AddPartitionsToTxnRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 24
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AddPartitionsToTxnRequest.NAME = "AddPartitionsToTxnRequest"
+AddPartitionsToTxnRequest.SPEC_NAME = "AddPartitionsToTxnRequest"
+AddPartitionsToTxnRequest.MIN_VERSION = 0
+AddPartitionsToTxnRequest.MAX_VERSION = 5
+AddPartitionsToTxnRequest.FLEXIBLE_MIN_VERSION = 3
+AddPartitionsToTxnRequest.API_KEY = 24
+AddPartitionsToTxnRequest.DEPRECATED_VERSIONS = None
+AddPartitionsToTxnRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -132,11 +133,12 @@ class AddPartitionsToTxnPartitionResult(Struct):
     partition_index: int = 0
     partition_error_code: int = 0
 
-    NAME: ClassVar[str] = "AddPartitionsToTxnPartitionResult"
-    SPEC_NAME: ClassVar[str] = "AddPartitionsToTxnPartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+AddPartitionsToTxnPartitionResult.NAME = "AddPartitionsToTxnPartitionResult"
+AddPartitionsToTxnPartitionResult.SPEC_NAME = "AddPartitionsToTxnPartitionResult"
+AddPartitionsToTxnPartitionResult.MIN_VERSION = 0
+AddPartitionsToTxnPartitionResult.MAX_VERSION = 5
+AddPartitionsToTxnPartitionResult.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -151,11 +153,12 @@ class AddPartitionsToTxnTopicResult(Struct):
     name: str = ""
     results_by_partition: list[AddPartitionsToTxnPartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AddPartitionsToTxnTopicResult"
-    SPEC_NAME: ClassVar[str] = "AddPartitionsToTxnTopicResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+AddPartitionsToTxnTopicResult.NAME = "AddPartitionsToTxnTopicResult"
+AddPartitionsToTxnTopicResult.SPEC_NAME = "AddPartitionsToTxnTopicResult"
+AddPartitionsToTxnTopicResult.MIN_VERSION = 0
+AddPartitionsToTxnTopicResult.MAX_VERSION = 5
+AddPartitionsToTxnTopicResult.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -170,11 +173,12 @@ class AddPartitionsToTxnResult(Struct):
     transactional_id: str = ""
     topic_results: list[AddPartitionsToTxnTopicResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AddPartitionsToTxnResult"
-    SPEC_NAME: ClassVar[str] = "AddPartitionsToTxnResult"
-    MIN_VERSION: ClassVar[int] = 4
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+AddPartitionsToTxnResult.NAME = "AddPartitionsToTxnResult"
+AddPartitionsToTxnResult.SPEC_NAME = "AddPartitionsToTxnResult"
+AddPartitionsToTxnResult.MIN_VERSION = 4
+AddPartitionsToTxnResult.MAX_VERSION = 5
+AddPartitionsToTxnResult.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -204,14 +208,15 @@ class AddPartitionsToTxnResponse(Message):
     results_by_transaction: list[AddPartitionsToTxnResult] = field(default_factory=list)
     results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AddPartitionsToTxnResponse"
-    SPEC_NAME: ClassVar[str] = "AddPartitionsToTxnResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 24
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AddPartitionsToTxnResponse.NAME = "AddPartitionsToTxnResponse"
+AddPartitionsToTxnResponse.SPEC_NAME = "AddPartitionsToTxnResponse"
+AddPartitionsToTxnResponse.MIN_VERSION = 0
+AddPartitionsToTxnResponse.MAX_VERSION = 5
+AddPartitionsToTxnResponse.FLEXIBLE_MIN_VERSION = 3
+AddPartitionsToTxnResponse.API_KEY = 24
+AddPartitionsToTxnResponse.DEPRECATED_VERSIONS = None
+AddPartitionsToTxnResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -240,7 +245,7 @@ def _w_AddPartitionsToTxnTopic_v3(buf: bytearray, o: AddPartitionsToTxnTopic) ->
 
 def _r_AddPartitionsToTxnTopic_v0(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTopic, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnTopic)
+    _o1 = AddPartitionsToTxnTopic.__new__(AddPartitionsToTxnTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -263,7 +268,7 @@ def _r_AddPartitionsToTxnTopic_v0(data: bytes, pos: int) -> tuple[AddPartitionsT
 
 def _r_AddPartitionsToTxnTopic_v3(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTopic, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnTopic)
+    _o1 = AddPartitionsToTxnTopic.__new__(AddPartitionsToTxnTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -316,7 +321,7 @@ def _w_AddPartitionsToTxnTransaction_v4(buf: bytearray, o: AddPartitionsToTxnTra
 
 def _r_AddPartitionsToTxnTransaction_v4(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTransaction, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnTransaction)
+    _o1 = AddPartitionsToTxnTransaction.__new__(AddPartitionsToTxnTransaction)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -346,7 +351,7 @@ def _r_AddPartitionsToTxnTransaction_v4(data: bytes, pos: int) -> tuple[AddParti
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[AddPartitionsToTxnTopic] = []
     for _ in range(_n4):
-        _o7 = _new(AddPartitionsToTxnTopic)
+        _o7 = AddPartitionsToTxnTopic.__new__(AddPartitionsToTxnTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -442,7 +447,7 @@ def _w_AddPartitionsToTxnRequest_v4(buf: bytearray, o: AddPartitionsToTxnRequest
 
 def _r_AddPartitionsToTxnRequest_v0(data: bytes, pos: int) -> tuple[AddPartitionsToTxnRequest, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnRequest)
+    _o1 = AddPartitionsToTxnRequest.__new__(AddPartitionsToTxnRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -462,7 +467,7 @@ def _r_AddPartitionsToTxnRequest_v0(data: bytes, pos: int) -> tuple[AddPartition
         raise DecodeError("array count of v3_and_below_topics exceeds the bytes left")
     _a5: list[AddPartitionsToTxnTopic] = []
     for _ in range(_n4):
-        _o7 = _new(AddPartitionsToTxnTopic)
+        _o7 = AddPartitionsToTxnTopic.__new__(AddPartitionsToTxnTopic)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -488,7 +493,7 @@ def _r_AddPartitionsToTxnRequest_v0(data: bytes, pos: int) -> tuple[AddPartition
 
 def _r_AddPartitionsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddPartitionsToTxnRequest, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnRequest)
+    _o1 = AddPartitionsToTxnRequest.__new__(AddPartitionsToTxnRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -518,7 +523,7 @@ def _r_AddPartitionsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddPartition
         raise DecodeError("array count of v3_and_below_topics exceeds the bytes left")
     _a5: list[AddPartitionsToTxnTopic] = []
     for _ in range(_n4):
-        _o7 = _new(AddPartitionsToTxnTopic)
+        _o7 = AddPartitionsToTxnTopic.__new__(AddPartitionsToTxnTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -562,7 +567,7 @@ def _r_AddPartitionsToTxnRequest_v3(data: bytes, pos: int) -> tuple[AddPartition
 
 def _r_AddPartitionsToTxnRequest_v4(data: bytes, pos: int) -> tuple[AddPartitionsToTxnRequest, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnRequest)
+    _o1 = AddPartitionsToTxnRequest.__new__(AddPartitionsToTxnRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -575,7 +580,7 @@ def _r_AddPartitionsToTxnRequest_v4(data: bytes, pos: int) -> tuple[AddPartition
         raise DecodeError("array count of transactions exceeds the bytes left")
     _a3: list[AddPartitionsToTxnTransaction] = []
     for _ in range(_n2):
-        _o5 = _new(AddPartitionsToTxnTransaction)
+        _o5 = AddPartitionsToTxnTransaction.__new__(AddPartitionsToTxnTransaction)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -605,7 +610,7 @@ def _r_AddPartitionsToTxnRequest_v4(data: bytes, pos: int) -> tuple[AddPartition
             raise DecodeError("array count of topics exceeds the bytes left")
         _a9: list[AddPartitionsToTxnTopic] = []
         for _ in range(_n8):
-            _o11 = _new(AddPartitionsToTxnTopic)
+            _o11 = AddPartitionsToTxnTopic.__new__(AddPartitionsToTxnTopic)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -669,7 +674,7 @@ def _r_AddPartitionsToTxnPartitionResult_v0(
     data: bytes, pos: int
 ) -> tuple[AddPartitionsToTxnPartitionResult, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnPartitionResult)
+    _o1 = AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnPartitionResult)
     _o1.partition_index, _o1.partition_error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     return _o1, pos
@@ -679,7 +684,7 @@ def _r_AddPartitionsToTxnPartitionResult_v3(
     data: bytes, pos: int
 ) -> tuple[AddPartitionsToTxnPartitionResult, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnPartitionResult)
+    _o1 = AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnPartitionResult)
     _o1.partition_index, _o1.partition_error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
@@ -714,7 +719,7 @@ def _w_AddPartitionsToTxnTopicResult_v3(buf: bytearray, o: AddPartitionsToTxnTop
 
 def _r_AddPartitionsToTxnTopicResult_v0(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTopicResult, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnTopicResult)
+    _o1 = AddPartitionsToTxnTopicResult.__new__(AddPartitionsToTxnTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -732,7 +737,7 @@ def _r_AddPartitionsToTxnTopicResult_v0(data: bytes, pos: int) -> tuple[AddParti
         raise DecodeError("array count of results_by_partition exceeds the bytes left")
     _a5: list[AddPartitionsToTxnPartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(AddPartitionsToTxnPartitionResult)
+        _o7 = AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnPartitionResult)
         _o7.partition_index, _o7.partition_error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _a5.append(_o7)
@@ -742,7 +747,7 @@ def _r_AddPartitionsToTxnTopicResult_v0(data: bytes, pos: int) -> tuple[AddParti
 
 def _r_AddPartitionsToTxnTopicResult_v3(data: bytes, pos: int) -> tuple[AddPartitionsToTxnTopicResult, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnTopicResult)
+    _o1 = AddPartitionsToTxnTopicResult.__new__(AddPartitionsToTxnTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -770,7 +775,7 @@ def _r_AddPartitionsToTxnTopicResult_v3(data: bytes, pos: int) -> tuple[AddParti
         raise DecodeError("array count of results_by_partition exceeds the bytes left")
     _a5: list[AddPartitionsToTxnPartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(AddPartitionsToTxnPartitionResult)
+        _o7 = AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnPartitionResult)
         _o7.partition_index, _o7.partition_error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
@@ -801,7 +806,7 @@ def _w_AddPartitionsToTxnResult_v4(buf: bytearray, o: AddPartitionsToTxnResult) 
 
 def _r_AddPartitionsToTxnResult_v4(data: bytes, pos: int) -> tuple[AddPartitionsToTxnResult, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnResult)
+    _o1 = AddPartitionsToTxnResult.__new__(AddPartitionsToTxnResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -829,7 +834,7 @@ def _r_AddPartitionsToTxnResult_v4(data: bytes, pos: int) -> tuple[AddPartitions
         raise DecodeError("array count of topic_results exceeds the bytes left")
     _a5: list[AddPartitionsToTxnTopicResult] = []
     for _ in range(_n4):
-        _o7 = _new(AddPartitionsToTxnTopicResult)
+        _o7 = AddPartitionsToTxnTopicResult.__new__(AddPartitionsToTxnTopicResult)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -857,7 +862,7 @@ def _r_AddPartitionsToTxnResult_v4(data: bytes, pos: int) -> tuple[AddPartitions
             raise DecodeError("array count of results_by_partition exceeds the bytes left")
         _a11: list[AddPartitionsToTxnPartitionResult] = []
         for _ in range(_n10):
-            _o13 = _new(AddPartitionsToTxnPartitionResult)
+            _o13 = AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnPartitionResult)
             _o13.partition_index, _o13.partition_error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
@@ -919,7 +924,7 @@ def _w_AddPartitionsToTxnResponse_v4(buf: bytearray, o: AddPartitionsToTxnRespon
 
 def _r_AddPartitionsToTxnResponse_v0(data: bytes, pos: int) -> tuple[AddPartitionsToTxnResponse, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnResponse)
+    _o1 = AddPartitionsToTxnResponse.__new__(AddPartitionsToTxnResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -930,7 +935,7 @@ def _r_AddPartitionsToTxnResponse_v0(data: bytes, pos: int) -> tuple[AddPartitio
         raise DecodeError("array count of results_by_topic_v3_and_below exceeds the bytes left")
     _a3: list[AddPartitionsToTxnTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(AddPartitionsToTxnTopicResult)
+        _o5 = AddPartitionsToTxnTopicResult.__new__(AddPartitionsToTxnTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -948,7 +953,7 @@ def _r_AddPartitionsToTxnResponse_v0(data: bytes, pos: int) -> tuple[AddPartitio
             raise DecodeError("array count of results_by_partition exceeds the bytes left")
         _a9: list[AddPartitionsToTxnPartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(AddPartitionsToTxnPartitionResult)
+            _o11 = AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnPartitionResult)
             _o11.partition_index, _o11.partition_error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _a9.append(_o11)
@@ -962,7 +967,7 @@ def _r_AddPartitionsToTxnResponse_v0(data: bytes, pos: int) -> tuple[AddPartitio
 
 def _r_AddPartitionsToTxnResponse_v3(data: bytes, pos: int) -> tuple[AddPartitionsToTxnResponse, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnResponse)
+    _o1 = AddPartitionsToTxnResponse.__new__(AddPartitionsToTxnResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -977,7 +982,7 @@ def _r_AddPartitionsToTxnResponse_v3(data: bytes, pos: int) -> tuple[AddPartitio
         raise DecodeError("array count of results_by_topic_v3_and_below exceeds the bytes left")
     _a3: list[AddPartitionsToTxnTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(AddPartitionsToTxnTopicResult)
+        _o5 = AddPartitionsToTxnTopicResult.__new__(AddPartitionsToTxnTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1005,7 +1010,7 @@ def _r_AddPartitionsToTxnResponse_v3(data: bytes, pos: int) -> tuple[AddPartitio
             raise DecodeError("array count of results_by_partition exceeds the bytes left")
         _a9: list[AddPartitionsToTxnPartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(AddPartitionsToTxnPartitionResult)
+            _o11 = AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnPartitionResult)
             _o11.partition_index, _o11.partition_error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
@@ -1031,7 +1036,7 @@ def _r_AddPartitionsToTxnResponse_v3(data: bytes, pos: int) -> tuple[AddPartitio
 
 def _r_AddPartitionsToTxnResponse_v4(data: bytes, pos: int) -> tuple[AddPartitionsToTxnResponse, int]:
     _len = len(data)
-    _o1 = _new(AddPartitionsToTxnResponse)
+    _o1 = AddPartitionsToTxnResponse.__new__(AddPartitionsToTxnResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -1046,7 +1051,7 @@ def _r_AddPartitionsToTxnResponse_v4(data: bytes, pos: int) -> tuple[AddPartitio
         raise DecodeError("array count of results_by_transaction exceeds the bytes left")
     _a3: list[AddPartitionsToTxnResult] = []
     for _ in range(_n2):
-        _o5 = _new(AddPartitionsToTxnResult)
+        _o5 = AddPartitionsToTxnResult.__new__(AddPartitionsToTxnResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1074,7 +1079,7 @@ def _r_AddPartitionsToTxnResponse_v4(data: bytes, pos: int) -> tuple[AddPartitio
             raise DecodeError("array count of topic_results exceeds the bytes left")
         _a9: list[AddPartitionsToTxnTopicResult] = []
         for _ in range(_n8):
-            _o11 = _new(AddPartitionsToTxnTopicResult)
+            _o11 = AddPartitionsToTxnTopicResult.__new__(AddPartitionsToTxnTopicResult)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -1102,7 +1107,7 @@ def _r_AddPartitionsToTxnResponse_v4(data: bytes, pos: int) -> tuple[AddPartitio
                 raise DecodeError("array count of results_by_partition exceeds the bytes left")
             _a15: list[AddPartitionsToTxnPartitionResult] = []
             for _ in range(_n14):
-                _o17 = _new(AddPartitionsToTxnPartitionResult)
+                _o17 = AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnPartitionResult)
                 _o17.partition_index, _o17.partition_error_code = _S_ih.unpack_from(data, pos)
                 pos += 6
                 if data[pos]:

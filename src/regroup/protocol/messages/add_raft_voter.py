@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,11 +46,12 @@ class Listener(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "Listener"
-    SPEC_NAME: ClassVar[str] = "Listener"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Listener.NAME = "Listener"
+Listener.SPEC_NAME = "Listener"
+Listener.MIN_VERSION = 0
+Listener.MAX_VERSION = 0
+Listener.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -73,14 +72,15 @@ class AddRaftVoterRequest(Message):
     voter_directory_id: uuid.UUID = ZERO_UUID
     listeners: list[Listener] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AddRaftVoterRequest"
-    SPEC_NAME: ClassVar[str] = "AddRaftVoterRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 80
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AddRaftVoterRequest.NAME = "AddRaftVoterRequest"
+AddRaftVoterRequest.SPEC_NAME = "AddRaftVoterRequest"
+AddRaftVoterRequest.MIN_VERSION = 0
+AddRaftVoterRequest.MAX_VERSION = 0
+AddRaftVoterRequest.FLEXIBLE_MIN_VERSION = 0
+AddRaftVoterRequest.API_KEY = 80
+AddRaftVoterRequest.DEPRECATED_VERSIONS = None
+AddRaftVoterRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -98,14 +98,15 @@ class AddRaftVoterResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "AddRaftVoterResponse"
-    SPEC_NAME: ClassVar[str] = "AddRaftVoterResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 80
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AddRaftVoterResponse.NAME = "AddRaftVoterResponse"
+AddRaftVoterResponse.SPEC_NAME = "AddRaftVoterResponse"
+AddRaftVoterResponse.MIN_VERSION = 0
+AddRaftVoterResponse.MAX_VERSION = 0
+AddRaftVoterResponse.FLEXIBLE_MIN_VERSION = 0
+AddRaftVoterResponse.API_KEY = 80
+AddRaftVoterResponse.DEPRECATED_VERSIONS = None
+AddRaftVoterResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -128,7 +129,7 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _o1 = _new(Listener)
+    _o1 = Listener.__new__(Listener)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -187,7 +188,7 @@ def _w_AddRaftVoterRequest_v0(buf: bytearray, o: AddRaftVoterRequest) -> None:
 
 def _r_AddRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[AddRaftVoterRequest, int]:
     _len = len(data)
-    _o1 = _new(AddRaftVoterRequest)
+    _o1 = AddRaftVoterRequest.__new__(AddRaftVoterRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -221,7 +222,7 @@ def _r_AddRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[AddRaftVoterReques
         raise DecodeError("array count of listeners exceeds the bytes left")
     _a5: list[Listener] = []
     for _ in range(_n4):
-        _o7 = _new(Listener)
+        _o7 = Listener.__new__(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -282,7 +283,7 @@ def _w_AddRaftVoterResponse_v0(buf: bytearray, o: AddRaftVoterResponse) -> None:
 
 def _r_AddRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[AddRaftVoterResponse, int]:
     _len = len(data)
-    _o1 = _new(AddRaftVoterResponse)
+    _o1 = AddRaftVoterResponse.__new__(AddRaftVoterResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -45,14 +43,15 @@ class AllocateProducerIdsRequest(Message):
     broker_id: int = 0
     broker_epoch: int = -1
 
-    NAME: ClassVar[str] = "AllocateProducerIdsRequest"
-    SPEC_NAME: ClassVar[str] = "AllocateProducerIdsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 67
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AllocateProducerIdsRequest.NAME = "AllocateProducerIdsRequest"
+AllocateProducerIdsRequest.SPEC_NAME = "AllocateProducerIdsRequest"
+AllocateProducerIdsRequest.MIN_VERSION = 0
+AllocateProducerIdsRequest.MAX_VERSION = 0
+AllocateProducerIdsRequest.FLEXIBLE_MIN_VERSION = 0
+AllocateProducerIdsRequest.API_KEY = 67
+AllocateProducerIdsRequest.DEPRECATED_VERSIONS = None
+AllocateProducerIdsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -72,14 +71,15 @@ class AllocateProducerIdsResponse(Message):
     producer_id_start: int = 0
     producer_id_len: int = 0
 
-    NAME: ClassVar[str] = "AllocateProducerIdsResponse"
-    SPEC_NAME: ClassVar[str] = "AllocateProducerIdsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 67
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AllocateProducerIdsResponse.NAME = "AllocateProducerIdsResponse"
+AllocateProducerIdsResponse.SPEC_NAME = "AllocateProducerIdsResponse"
+AllocateProducerIdsResponse.MIN_VERSION = 0
+AllocateProducerIdsResponse.MAX_VERSION = 0
+AllocateProducerIdsResponse.FLEXIBLE_MIN_VERSION = 0
+AllocateProducerIdsResponse.API_KEY = 67
+AllocateProducerIdsResponse.DEPRECATED_VERSIONS = None
+AllocateProducerIdsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -92,7 +92,7 @@ def _w_AllocateProducerIdsRequest_v0(buf: bytearray, o: AllocateProducerIdsReque
 
 def _r_AllocateProducerIdsRequest_v0(data: bytes, pos: int) -> tuple[AllocateProducerIdsRequest, int]:
     _len = len(data)
-    _o1 = _new(AllocateProducerIdsRequest)
+    _o1 = AllocateProducerIdsRequest.__new__(AllocateProducerIdsRequest)
     _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -109,7 +109,7 @@ def _w_AllocateProducerIdsResponse_v0(buf: bytearray, o: AllocateProducerIdsResp
 
 def _r_AllocateProducerIdsResponse_v0(data: bytes, pos: int) -> tuple[AllocateProducerIdsResponse, int]:
     _len = len(data)
-    _o1 = _new(AllocateProducerIdsResponse)
+    _o1 = AllocateProducerIdsResponse.__new__(AllocateProducerIdsResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.producer_id_start, _o1.producer_id_len = _S_ihqi.unpack_from(
         data, pos
     )

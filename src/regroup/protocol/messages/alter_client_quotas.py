@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,11 +45,12 @@ class AlterClientQuotasRequestEntityData(Struct):
     entity_type: str = ""
     entity_name: str | None = ""
 
-    NAME: ClassVar[str] = "AlterClientQuotasRequestEntityData"
-    SPEC_NAME: ClassVar[str] = "EntityData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+AlterClientQuotasRequestEntityData.NAME = "AlterClientQuotasRequestEntityData"
+AlterClientQuotasRequestEntityData.SPEC_NAME = "EntityData"
+AlterClientQuotasRequestEntityData.MIN_VERSION = 0
+AlterClientQuotasRequestEntityData.MAX_VERSION = 1
+AlterClientQuotasRequestEntityData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -68,11 +67,12 @@ class OpData(Struct):
     value: float = 0.0
     remove: bool = False
 
-    NAME: ClassVar[str] = "OpData"
-    SPEC_NAME: ClassVar[str] = "OpData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+OpData.NAME = "OpData"
+OpData.SPEC_NAME = "OpData"
+OpData.MIN_VERSION = 0
+OpData.MAX_VERSION = 1
+OpData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -87,11 +87,12 @@ class AlterClientQuotasRequestEntryData(Struct):
     entity: list[AlterClientQuotasRequestEntityData] = field(default_factory=list)
     ops: list[OpData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterClientQuotasRequestEntryData"
-    SPEC_NAME: ClassVar[str] = "EntryData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+AlterClientQuotasRequestEntryData.NAME = "AlterClientQuotasRequestEntryData"
+AlterClientQuotasRequestEntryData.SPEC_NAME = "EntryData"
+AlterClientQuotasRequestEntryData.MIN_VERSION = 0
+AlterClientQuotasRequestEntryData.MAX_VERSION = 1
+AlterClientQuotasRequestEntryData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -108,14 +109,15 @@ class AlterClientQuotasRequest(Message):
     entries: list[AlterClientQuotasRequestEntryData] = field(default_factory=list)
     validate_only: bool = False
 
-    NAME: ClassVar[str] = "AlterClientQuotasRequest"
-    SPEC_NAME: ClassVar[str] = "AlterClientQuotasRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 49
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterClientQuotasRequest.NAME = "AlterClientQuotasRequest"
+AlterClientQuotasRequest.SPEC_NAME = "AlterClientQuotasRequest"
+AlterClientQuotasRequest.MIN_VERSION = 0
+AlterClientQuotasRequest.MAX_VERSION = 1
+AlterClientQuotasRequest.FLEXIBLE_MIN_VERSION = 1
+AlterClientQuotasRequest.API_KEY = 49
+AlterClientQuotasRequest.DEPRECATED_VERSIONS = None
+AlterClientQuotasRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -130,11 +132,12 @@ class AlterClientQuotasResponseEntityData(Struct):
     entity_type: str = ""
     entity_name: str | None = ""
 
-    NAME: ClassVar[str] = "AlterClientQuotasResponseEntityData"
-    SPEC_NAME: ClassVar[str] = "EntityData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+AlterClientQuotasResponseEntityData.NAME = "AlterClientQuotasResponseEntityData"
+AlterClientQuotasResponseEntityData.SPEC_NAME = "EntityData"
+AlterClientQuotasResponseEntityData.MIN_VERSION = 0
+AlterClientQuotasResponseEntityData.MAX_VERSION = 1
+AlterClientQuotasResponseEntityData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -151,11 +154,12 @@ class AlterClientQuotasResponseEntryData(Struct):
     error_message: str | None = ""
     entity: list[AlterClientQuotasResponseEntityData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterClientQuotasResponseEntryData"
-    SPEC_NAME: ClassVar[str] = "EntryData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+AlterClientQuotasResponseEntryData.NAME = "AlterClientQuotasResponseEntryData"
+AlterClientQuotasResponseEntryData.SPEC_NAME = "EntryData"
+AlterClientQuotasResponseEntryData.MIN_VERSION = 0
+AlterClientQuotasResponseEntryData.MAX_VERSION = 1
+AlterClientQuotasResponseEntryData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -173,14 +177,15 @@ class AlterClientQuotasResponse(Message):
     throttle_time_ms: int = 0
     entries: list[AlterClientQuotasResponseEntryData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterClientQuotasResponse"
-    SPEC_NAME: ClassVar[str] = "AlterClientQuotasResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 49
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterClientQuotasResponse.NAME = "AlterClientQuotasResponse"
+AlterClientQuotasResponse.SPEC_NAME = "AlterClientQuotasResponse"
+AlterClientQuotasResponse.MIN_VERSION = 0
+AlterClientQuotasResponse.MAX_VERSION = 1
+AlterClientQuotasResponse.FLEXIBLE_MIN_VERSION = 1
+AlterClientQuotasResponse.API_KEY = 49
+AlterClientQuotasResponse.DEPRECATED_VERSIONS = None
+AlterClientQuotasResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -219,7 +224,7 @@ def _r_AlterClientQuotasRequestEntityData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasRequestEntityData, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasRequestEntityData)
+    _o1 = AlterClientQuotasRequestEntityData.__new__(AlterClientQuotasRequestEntityData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -248,7 +253,7 @@ def _r_AlterClientQuotasRequestEntityData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasRequestEntityData, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasRequestEntityData)
+    _o1 = AlterClientQuotasRequestEntityData.__new__(AlterClientQuotasRequestEntityData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -312,7 +317,7 @@ def _w_OpData_v1(buf: bytearray, o: OpData) -> None:
 
 def _r_OpData_v0(data: bytes, pos: int) -> tuple[OpData, int]:
     _len = len(data)
-    _o1 = _new(OpData)
+    _o1 = OpData.__new__(OpData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -329,7 +334,7 @@ def _r_OpData_v0(data: bytes, pos: int) -> tuple[OpData, int]:
 
 def _r_OpData_v1(data: bytes, pos: int) -> tuple[OpData, int]:
     _len = len(data)
-    _o1 = _new(OpData)
+    _o1 = OpData.__new__(OpData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -381,7 +386,7 @@ def _r_AlterClientQuotasRequestEntryData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasRequestEntryData, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasRequestEntryData)
+    _o1 = AlterClientQuotasRequestEntryData.__new__(AlterClientQuotasRequestEntryData)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -390,7 +395,7 @@ def _r_AlterClientQuotasRequestEntryData_v0(
         raise DecodeError("array count of entity exceeds the bytes left")
     _a3: list[AlterClientQuotasRequestEntityData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterClientQuotasRequestEntityData)
+        _o5 = AlterClientQuotasRequestEntityData.__new__(AlterClientQuotasRequestEntityData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -422,7 +427,7 @@ def _r_AlterClientQuotasRequestEntryData_v0(
         raise DecodeError("array count of ops exceeds the bytes left")
     _a11: list[OpData] = []
     for _ in range(_n10):
-        _o13 = _new(OpData)
+        _o13 = OpData.__new__(OpData)
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
@@ -443,7 +448,7 @@ def _r_AlterClientQuotasRequestEntryData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasRequestEntryData, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasRequestEntryData)
+    _o1 = AlterClientQuotasRequestEntryData.__new__(AlterClientQuotasRequestEntryData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -456,7 +461,7 @@ def _r_AlterClientQuotasRequestEntryData_v1(
         raise DecodeError("array count of entity exceeds the bytes left")
     _a3: list[AlterClientQuotasRequestEntityData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterClientQuotasRequestEntityData)
+        _o5 = AlterClientQuotasRequestEntityData.__new__(AlterClientQuotasRequestEntityData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -508,7 +513,7 @@ def _r_AlterClientQuotasRequestEntryData_v1(
         raise DecodeError("array count of ops exceeds the bytes left")
     _a11: list[OpData] = []
     for _ in range(_n10):
-        _o13 = _new(OpData)
+        _o13 = OpData.__new__(OpData)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -562,7 +567,7 @@ def _w_AlterClientQuotasRequest_v1(buf: bytearray, o: AlterClientQuotasRequest) 
 
 def _r_AlterClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[AlterClientQuotasRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasRequest)
+    _o1 = AlterClientQuotasRequest.__new__(AlterClientQuotasRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -571,7 +576,7 @@ def _r_AlterClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[AlterClientQu
         raise DecodeError("array count of entries exceeds the bytes left")
     _a3: list[AlterClientQuotasRequestEntryData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterClientQuotasRequestEntryData)
+        _o5 = AlterClientQuotasRequestEntryData.__new__(AlterClientQuotasRequestEntryData)
         (_n6,) = _I32.unpack_from(data, pos)
         pos += 4
         if _n6 < 0:
@@ -580,7 +585,7 @@ def _r_AlterClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[AlterClientQu
             raise DecodeError("array count of entity exceeds the bytes left")
         _a7: list[AlterClientQuotasRequestEntityData] = []
         for _ in range(_n6):
-            _o9 = _new(AlterClientQuotasRequestEntityData)
+            _o9 = AlterClientQuotasRequestEntityData.__new__(AlterClientQuotasRequestEntityData)
             (_n10,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n10 < 0:
@@ -612,7 +617,7 @@ def _r_AlterClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[AlterClientQu
             raise DecodeError("array count of ops exceeds the bytes left")
         _a15: list[OpData] = []
         for _ in range(_n14):
-            _o17 = _new(OpData)
+            _o17 = OpData.__new__(OpData)
             (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n18 < 0:
@@ -635,7 +640,7 @@ def _r_AlterClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[AlterClientQu
 
 def _r_AlterClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[AlterClientQuotasRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasRequest)
+    _o1 = AlterClientQuotasRequest.__new__(AlterClientQuotasRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -648,7 +653,7 @@ def _r_AlterClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[AlterClientQu
         raise DecodeError("array count of entries exceeds the bytes left")
     _a3: list[AlterClientQuotasRequestEntryData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterClientQuotasRequestEntryData)
+        _o5 = AlterClientQuotasRequestEntryData.__new__(AlterClientQuotasRequestEntryData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -661,7 +666,7 @@ def _r_AlterClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[AlterClientQu
             raise DecodeError("array count of entity exceeds the bytes left")
         _a7: list[AlterClientQuotasRequestEntityData] = []
         for _ in range(_n6):
-            _o9 = _new(AlterClientQuotasRequestEntityData)
+            _o9 = AlterClientQuotasRequestEntityData.__new__(AlterClientQuotasRequestEntityData)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -713,7 +718,7 @@ def _r_AlterClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[AlterClientQu
             raise DecodeError("array count of ops exceeds the bytes left")
         _a15: list[OpData] = []
         for _ in range(_n14):
-            _o17 = _new(OpData)
+            _o17 = OpData.__new__(OpData)
             _n18 = data[pos]
             if _n18 < 128:
                 pos += 1
@@ -785,7 +790,7 @@ def _r_AlterClientQuotasResponseEntityData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasResponseEntityData, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasResponseEntityData)
+    _o1 = AlterClientQuotasResponseEntityData.__new__(AlterClientQuotasResponseEntityData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -814,7 +819,7 @@ def _r_AlterClientQuotasResponseEntityData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasResponseEntityData, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasResponseEntityData)
+    _o1 = AlterClientQuotasResponseEntityData.__new__(AlterClientQuotasResponseEntityData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -890,7 +895,7 @@ def _r_AlterClientQuotasResponseEntryData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasResponseEntryData, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasResponseEntryData)
+    _o1 = AlterClientQuotasResponseEntryData.__new__(AlterClientQuotasResponseEntryData)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -913,7 +918,7 @@ def _r_AlterClientQuotasResponseEntryData_v0(
         raise DecodeError("array count of entity exceeds the bytes left")
     _a5: list[AlterClientQuotasResponseEntityData] = []
     for _ in range(_n4):
-        _o7 = _new(AlterClientQuotasResponseEntityData)
+        _o7 = AlterClientQuotasResponseEntityData.__new__(AlterClientQuotasResponseEntityData)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -944,7 +949,7 @@ def _r_AlterClientQuotasResponseEntryData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterClientQuotasResponseEntryData, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasResponseEntryData)
+    _o1 = AlterClientQuotasResponseEntryData.__new__(AlterClientQuotasResponseEntryData)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -977,7 +982,7 @@ def _r_AlterClientQuotasResponseEntryData_v1(
         raise DecodeError("array count of entity exceeds the bytes left")
     _a5: list[AlterClientQuotasResponseEntityData] = []
     for _ in range(_n4):
-        _o7 = _new(AlterClientQuotasResponseEntityData)
+        _o7 = AlterClientQuotasResponseEntityData.__new__(AlterClientQuotasResponseEntityData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1043,7 +1048,7 @@ def _w_AlterClientQuotasResponse_v1(buf: bytearray, o: AlterClientQuotasResponse
 
 def _r_AlterClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[AlterClientQuotasResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasResponse)
+    _o1 = AlterClientQuotasResponse.__new__(AlterClientQuotasResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1054,7 +1059,7 @@ def _r_AlterClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[AlterClientQ
         raise DecodeError("array count of entries exceeds the bytes left")
     _a3: list[AlterClientQuotasResponseEntryData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterClientQuotasResponseEntryData)
+        _o5 = AlterClientQuotasResponseEntryData.__new__(AlterClientQuotasResponseEntryData)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1077,7 +1082,7 @@ def _r_AlterClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[AlterClientQ
             raise DecodeError("array count of entity exceeds the bytes left")
         _a9: list[AlterClientQuotasResponseEntityData] = []
         for _ in range(_n8):
-            _o11 = _new(AlterClientQuotasResponseEntityData)
+            _o11 = AlterClientQuotasResponseEntityData.__new__(AlterClientQuotasResponseEntityData)
             (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n12 < 0:
@@ -1108,7 +1113,7 @@ def _r_AlterClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[AlterClientQ
 
 def _r_AlterClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[AlterClientQuotasResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterClientQuotasResponse)
+    _o1 = AlterClientQuotasResponse.__new__(AlterClientQuotasResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1123,7 +1128,7 @@ def _r_AlterClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[AlterClientQ
         raise DecodeError("array count of entries exceeds the bytes left")
     _a3: list[AlterClientQuotasResponseEntryData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterClientQuotasResponseEntryData)
+        _o5 = AlterClientQuotasResponseEntryData.__new__(AlterClientQuotasResponseEntryData)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -1156,7 +1161,7 @@ def _r_AlterClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[AlterClientQ
             raise DecodeError("array count of entity exceeds the bytes left")
         _a9: list[AlterClientQuotasResponseEntityData] = []
         for _ in range(_n8):
-            _o11 = _new(AlterClientQuotasResponseEntityData)
+            _o11 = AlterClientQuotasResponseEntityData.__new__(AlterClientQuotasResponseEntityData)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,11 +45,12 @@ class AlterableConfig(Struct):
     name: str = ""
     value: str | None = ""
 
-    NAME: ClassVar[str] = "AlterableConfig"
-    SPEC_NAME: ClassVar[str] = "AlterableConfig"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AlterableConfig.NAME = "AlterableConfig"
+AlterableConfig.SPEC_NAME = "AlterableConfig"
+AlterableConfig.MIN_VERSION = 0
+AlterableConfig.MAX_VERSION = 2
+AlterableConfig.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -68,11 +67,12 @@ class AlterConfigsResource(Struct):
     resource_name: str = ""
     configs: list[AlterableConfig] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterConfigsResource"
-    SPEC_NAME: ClassVar[str] = "AlterConfigsResource"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AlterConfigsResource.NAME = "AlterConfigsResource"
+AlterConfigsResource.SPEC_NAME = "AlterConfigsResource"
+AlterConfigsResource.MIN_VERSION = 0
+AlterConfigsResource.MAX_VERSION = 2
+AlterConfigsResource.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -90,14 +90,15 @@ class AlterConfigsRequest(Message):
     resources: list[AlterConfigsResource] = field(default_factory=list)
     validate_only: bool = False
 
-    NAME: ClassVar[str] = "AlterConfigsRequest"
-    SPEC_NAME: ClassVar[str] = "AlterConfigsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 33
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterConfigsRequest.NAME = "AlterConfigsRequest"
+AlterConfigsRequest.SPEC_NAME = "AlterConfigsRequest"
+AlterConfigsRequest.MIN_VERSION = 0
+AlterConfigsRequest.MAX_VERSION = 2
+AlterConfigsRequest.FLEXIBLE_MIN_VERSION = 2
+AlterConfigsRequest.API_KEY = 33
+AlterConfigsRequest.DEPRECATED_VERSIONS = None
+AlterConfigsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -116,11 +117,12 @@ class AlterConfigsResourceResponse(Struct):
     resource_type: int = 0
     resource_name: str = ""
 
-    NAME: ClassVar[str] = "AlterConfigsResourceResponse"
-    SPEC_NAME: ClassVar[str] = "AlterConfigsResourceResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AlterConfigsResourceResponse.NAME = "AlterConfigsResourceResponse"
+AlterConfigsResourceResponse.SPEC_NAME = "AlterConfigsResourceResponse"
+AlterConfigsResourceResponse.MIN_VERSION = 0
+AlterConfigsResourceResponse.MAX_VERSION = 2
+AlterConfigsResourceResponse.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -139,14 +141,15 @@ class AlterConfigsResponse(Message):
     throttle_time_ms: int = 0
     responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterConfigsResponse"
-    SPEC_NAME: ClassVar[str] = "AlterConfigsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 33
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterConfigsResponse.NAME = "AlterConfigsResponse"
+AlterConfigsResponse.SPEC_NAME = "AlterConfigsResponse"
+AlterConfigsResponse.MIN_VERSION = 0
+AlterConfigsResponse.MAX_VERSION = 2
+AlterConfigsResponse.FLEXIBLE_MIN_VERSION = 2
+AlterConfigsResponse.API_KEY = 33
+AlterConfigsResponse.DEPRECATED_VERSIONS = None
+AlterConfigsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -183,7 +186,7 @@ def _w_AlterableConfig_v2(buf: bytearray, o: AlterableConfig) -> None:
 
 def _r_AlterableConfig_v0(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
     _len = len(data)
-    _o1 = _new(AlterableConfig)
+    _o1 = AlterableConfig.__new__(AlterableConfig)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -210,7 +213,7 @@ def _r_AlterableConfig_v0(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
 
 def _r_AlterableConfig_v2(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
     _len = len(data)
-    _o1 = _new(AlterableConfig)
+    _o1 = AlterableConfig.__new__(AlterableConfig)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -278,7 +281,7 @@ def _w_AlterConfigsResource_v2(buf: bytearray, o: AlterConfigsResource) -> None:
 
 def _r_AlterConfigsResource_v0(data: bytes, pos: int) -> tuple[AlterConfigsResource, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResource)
+    _o1 = AlterConfigsResource.__new__(AlterConfigsResource)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -298,7 +301,7 @@ def _r_AlterConfigsResource_v0(data: bytes, pos: int) -> tuple[AlterConfigsResou
         raise DecodeError("array count of configs exceeds the bytes left")
     _a5: list[AlterableConfig] = []
     for _ in range(_n4):
-        _o7 = _new(AlterableConfig)
+        _o7 = AlterableConfig.__new__(AlterableConfig)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -327,7 +330,7 @@ def _r_AlterConfigsResource_v0(data: bytes, pos: int) -> tuple[AlterConfigsResou
 
 def _r_AlterConfigsResource_v2(data: bytes, pos: int) -> tuple[AlterConfigsResource, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResource)
+    _o1 = AlterConfigsResource.__new__(AlterConfigsResource)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     _n2 = data[pos]
@@ -357,7 +360,7 @@ def _r_AlterConfigsResource_v2(data: bytes, pos: int) -> tuple[AlterConfigsResou
         raise DecodeError("array count of configs exceeds the bytes left")
     _a5: list[AlterableConfig] = []
     for _ in range(_n4):
-        _o7 = _new(AlterableConfig)
+        _o7 = AlterableConfig.__new__(AlterableConfig)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -427,7 +430,7 @@ def _w_AlterConfigsRequest_v2(buf: bytearray, o: AlterConfigsRequest) -> None:
 
 def _r_AlterConfigsRequest_v0(data: bytes, pos: int) -> tuple[AlterConfigsRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsRequest)
+    _o1 = AlterConfigsRequest.__new__(AlterConfigsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -436,7 +439,7 @@ def _r_AlterConfigsRequest_v0(data: bytes, pos: int) -> tuple[AlterConfigsReques
         raise DecodeError("array count of resources exceeds the bytes left")
     _a3: list[AlterConfigsResource] = []
     for _ in range(_n2):
-        _o5 = _new(AlterConfigsResource)
+        _o5 = AlterConfigsResource.__new__(AlterConfigsResource)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
@@ -456,7 +459,7 @@ def _r_AlterConfigsRequest_v0(data: bytes, pos: int) -> tuple[AlterConfigsReques
             raise DecodeError("array count of configs exceeds the bytes left")
         _a9: list[AlterableConfig] = []
         for _ in range(_n8):
-            _o11 = _new(AlterableConfig)
+            _o11 = AlterableConfig.__new__(AlterableConfig)
             (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n12 < 0:
@@ -489,7 +492,7 @@ def _r_AlterConfigsRequest_v0(data: bytes, pos: int) -> tuple[AlterConfigsReques
 
 def _r_AlterConfigsRequest_v2(data: bytes, pos: int) -> tuple[AlterConfigsRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsRequest)
+    _o1 = AlterConfigsRequest.__new__(AlterConfigsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -502,7 +505,7 @@ def _r_AlterConfigsRequest_v2(data: bytes, pos: int) -> tuple[AlterConfigsReques
         raise DecodeError("array count of resources exceeds the bytes left")
     _a3: list[AlterConfigsResource] = []
     for _ in range(_n2):
-        _o5 = _new(AlterConfigsResource)
+        _o5 = AlterConfigsResource.__new__(AlterConfigsResource)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n6 = data[pos]
@@ -532,7 +535,7 @@ def _r_AlterConfigsRequest_v2(data: bytes, pos: int) -> tuple[AlterConfigsReques
             raise DecodeError("array count of configs exceeds the bytes left")
         _a9: list[AlterableConfig] = []
         for _ in range(_n8):
-            _o11 = _new(AlterableConfig)
+            _o11 = AlterableConfig.__new__(AlterableConfig)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -622,7 +625,7 @@ def _w_AlterConfigsResourceResponse_v2(buf: bytearray, o: AlterConfigsResourceRe
 
 def _r_AlterConfigsResourceResponse_v0(data: bytes, pos: int) -> tuple[AlterConfigsResourceResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResourceResponse)
+    _o1 = AlterConfigsResourceResponse.__new__(AlterConfigsResourceResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -653,7 +656,7 @@ def _r_AlterConfigsResourceResponse_v0(data: bytes, pos: int) -> tuple[AlterConf
 
 def _r_AlterConfigsResourceResponse_v2(data: bytes, pos: int) -> tuple[AlterConfigsResourceResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResourceResponse)
+    _o1 = AlterConfigsResourceResponse.__new__(AlterConfigsResourceResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -717,7 +720,7 @@ def _w_AlterConfigsResponse_v2(buf: bytearray, o: AlterConfigsResponse) -> None:
 
 def _r_AlterConfigsResponse_v0(data: bytes, pos: int) -> tuple[AlterConfigsResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResponse)
+    _o1 = AlterConfigsResponse.__new__(AlterConfigsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -728,7 +731,7 @@ def _r_AlterConfigsResponse_v0(data: bytes, pos: int) -> tuple[AlterConfigsRespo
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[AlterConfigsResourceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(AlterConfigsResourceResponse)
+        _o5 = AlterConfigsResourceResponse.__new__(AlterConfigsResourceResponse)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -761,7 +764,7 @@ def _r_AlterConfigsResponse_v0(data: bytes, pos: int) -> tuple[AlterConfigsRespo
 
 def _r_AlterConfigsResponse_v2(data: bytes, pos: int) -> tuple[AlterConfigsResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResponse)
+    _o1 = AlterConfigsResponse.__new__(AlterConfigsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -776,7 +779,7 @@ def _r_AlterConfigsResponse_v2(data: bytes, pos: int) -> tuple[AlterConfigsRespo
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[AlterConfigsResourceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(AlterConfigsResourceResponse)
+        _o5 = AlterConfigsResourceResponse.__new__(AlterConfigsResourceResponse)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -51,11 +49,12 @@ class BrokerState(Struct):
     broker_id: int = 0
     broker_epoch: int = -1
 
-    NAME: ClassVar[str] = "BrokerState"
-    SPEC_NAME: ClassVar[str] = "BrokerState"
-    MIN_VERSION: ClassVar[int] = 3
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+BrokerState.NAME = "BrokerState"
+BrokerState.SPEC_NAME = "BrokerState"
+BrokerState.MIN_VERSION = 3
+BrokerState.MAX_VERSION = 3
+BrokerState.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -80,11 +79,12 @@ class AlterPartitionRequestPartitionData(Struct):
     leader_recovery_state: int = 0
     partition_epoch: int = 0
 
-    NAME: ClassVar[str] = "AlterPartitionRequestPartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AlterPartitionRequestPartitionData.NAME = "AlterPartitionRequestPartitionData"
+AlterPartitionRequestPartitionData.SPEC_NAME = "PartitionData"
+AlterPartitionRequestPartitionData.MIN_VERSION = 0
+AlterPartitionRequestPartitionData.MAX_VERSION = 3
+AlterPartitionRequestPartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -101,11 +101,12 @@ class AlterPartitionRequestTopicData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AlterPartitionRequestPartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterPartitionRequestTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AlterPartitionRequestTopicData.NAME = "AlterPartitionRequestTopicData"
+AlterPartitionRequestTopicData.SPEC_NAME = "TopicData"
+AlterPartitionRequestTopicData.MIN_VERSION = 0
+AlterPartitionRequestTopicData.MAX_VERSION = 3
+AlterPartitionRequestTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -128,14 +129,15 @@ class AlterPartitionRequest(Message):
     broker_epoch: int = -1
     topics: list[AlterPartitionRequestTopicData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterPartitionRequest"
-    SPEC_NAME: ClassVar[str] = "AlterPartitionRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 56
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterPartitionRequest.NAME = "AlterPartitionRequest"
+AlterPartitionRequest.SPEC_NAME = "AlterPartitionRequest"
+AlterPartitionRequest.MIN_VERSION = 0
+AlterPartitionRequest.MAX_VERSION = 3
+AlterPartitionRequest.FLEXIBLE_MIN_VERSION = 0
+AlterPartitionRequest.API_KEY = 56
+AlterPartitionRequest.DEPRECATED_VERSIONS = None
+AlterPartitionRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -162,11 +164,12 @@ class AlterPartitionResponsePartitionData(Struct):
     leader_recovery_state: int = 0
     partition_epoch: int = 0
 
-    NAME: ClassVar[str] = "AlterPartitionResponsePartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AlterPartitionResponsePartitionData.NAME = "AlterPartitionResponsePartitionData"
+AlterPartitionResponsePartitionData.SPEC_NAME = "PartitionData"
+AlterPartitionResponsePartitionData.MIN_VERSION = 0
+AlterPartitionResponsePartitionData.MAX_VERSION = 3
+AlterPartitionResponsePartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -183,11 +186,12 @@ class AlterPartitionResponseTopicData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AlterPartitionResponsePartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterPartitionResponseTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AlterPartitionResponseTopicData.NAME = "AlterPartitionResponseTopicData"
+AlterPartitionResponseTopicData.SPEC_NAME = "TopicData"
+AlterPartitionResponseTopicData.MIN_VERSION = 0
+AlterPartitionResponseTopicData.MAX_VERSION = 3
+AlterPartitionResponseTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -212,14 +216,15 @@ class AlterPartitionResponse(Message):
     error_code: int = 0
     topics: list[AlterPartitionResponseTopicData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterPartitionResponse"
-    SPEC_NAME: ClassVar[str] = "AlterPartitionResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 56
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterPartitionResponse.NAME = "AlterPartitionResponse"
+AlterPartitionResponse.SPEC_NAME = "AlterPartitionResponse"
+AlterPartitionResponse.MIN_VERSION = 0
+AlterPartitionResponse.MAX_VERSION = 3
+AlterPartitionResponse.FLEXIBLE_MIN_VERSION = 0
+AlterPartitionResponse.API_KEY = 56
+AlterPartitionResponse.DEPRECATED_VERSIONS = None
+AlterPartitionResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -232,7 +237,7 @@ def _w_BrokerState_v3(buf: bytearray, o: BrokerState) -> None:
 
 def _r_BrokerState_v3(data: bytes, pos: int) -> tuple[BrokerState, int]:
     _len = len(data)
-    _o1 = _new(BrokerState)
+    _o1 = BrokerState.__new__(BrokerState)
     _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -290,7 +295,7 @@ def _r_AlterPartitionRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequestPartitionData)
+    _o1 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
     _o1.partition_index, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     _n2 = data[pos]
@@ -320,7 +325,7 @@ def _r_AlterPartitionRequestPartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequestPartitionData)
+    _o1 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
     _o1.partition_index, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     _n2 = data[pos]
@@ -349,7 +354,7 @@ def _r_AlterPartitionRequestPartitionData_v3(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequestPartitionData)
+    _o1 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
     _o1.partition_index, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     _n2 = data[pos]
@@ -364,7 +369,7 @@ def _r_AlterPartitionRequestPartitionData_v3(
         raise DecodeError("array count of new_isr_with_epochs exceeds the bytes left")
     _a3: list[BrokerState] = []
     for _ in range(_n2):
-        _o5 = _new(BrokerState)
+        _o5 = BrokerState.__new__(BrokerState)
         _o5.broker_id, _o5.broker_epoch = _S_iq.unpack_from(data, pos)
         pos += 12
         if data[pos]:
@@ -429,7 +434,7 @@ def _w_AlterPartitionRequestTopicData_v3(buf: bytearray, o: AlterPartitionReques
 
 def _r_AlterPartitionRequestTopicData_v0(data: bytes, pos: int) -> tuple[AlterPartitionRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequestTopicData)
+    _o1 = AlterPartitionRequestTopicData.__new__(AlterPartitionRequestTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -457,7 +462,7 @@ def _r_AlterPartitionRequestTopicData_v0(data: bytes, pos: int) -> tuple[AlterPa
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[AlterPartitionRequestPartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(AlterPartitionRequestPartitionData)
+        _o7 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
         _o7.partition_index, _o7.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         _n8 = data[pos]
@@ -492,7 +497,7 @@ def _r_AlterPartitionRequestTopicData_v0(data: bytes, pos: int) -> tuple[AlterPa
 
 def _r_AlterPartitionRequestTopicData_v1(data: bytes, pos: int) -> tuple[AlterPartitionRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequestTopicData)
+    _o1 = AlterPartitionRequestTopicData.__new__(AlterPartitionRequestTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -520,7 +525,7 @@ def _r_AlterPartitionRequestTopicData_v1(data: bytes, pos: int) -> tuple[AlterPa
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[AlterPartitionRequestPartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(AlterPartitionRequestPartitionData)
+        _o7 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
         _o7.partition_index, _o7.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         _n8 = data[pos]
@@ -554,7 +559,7 @@ def _r_AlterPartitionRequestTopicData_v1(data: bytes, pos: int) -> tuple[AlterPa
 
 def _r_AlterPartitionRequestTopicData_v2(data: bytes, pos: int) -> tuple[AlterPartitionRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequestTopicData)
+    _o1 = AlterPartitionRequestTopicData.__new__(AlterPartitionRequestTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -570,7 +575,7 @@ def _r_AlterPartitionRequestTopicData_v2(data: bytes, pos: int) -> tuple[AlterPa
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[AlterPartitionRequestPartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionRequestPartitionData)
+        _o5 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
         _o5.partition_index, _o5.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         _n6 = data[pos]
@@ -604,7 +609,7 @@ def _r_AlterPartitionRequestTopicData_v2(data: bytes, pos: int) -> tuple[AlterPa
 
 def _r_AlterPartitionRequestTopicData_v3(data: bytes, pos: int) -> tuple[AlterPartitionRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequestTopicData)
+    _o1 = AlterPartitionRequestTopicData.__new__(AlterPartitionRequestTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -620,7 +625,7 @@ def _r_AlterPartitionRequestTopicData_v3(data: bytes, pos: int) -> tuple[AlterPa
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[AlterPartitionRequestPartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionRequestPartitionData)
+        _o5 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
         _o5.partition_index, _o5.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         _n6 = data[pos]
@@ -635,7 +640,7 @@ def _r_AlterPartitionRequestTopicData_v3(data: bytes, pos: int) -> tuple[AlterPa
             raise DecodeError("array count of new_isr_with_epochs exceeds the bytes left")
         _a7: list[BrokerState] = []
         for _ in range(_n6):
-            _o9 = _new(BrokerState)
+            _o9 = BrokerState.__new__(BrokerState)
             _o9.broker_id, _o9.broker_epoch = _S_iq.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -699,7 +704,7 @@ def _w_AlterPartitionRequest_v3(buf: bytearray, o: AlterPartitionRequest) -> Non
 
 def _r_AlterPartitionRequest_v0(data: bytes, pos: int) -> tuple[AlterPartitionRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequest)
+    _o1 = AlterPartitionRequest.__new__(AlterPartitionRequest)
     _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     _n2 = data[pos]
@@ -714,7 +719,7 @@ def _r_AlterPartitionRequest_v0(data: bytes, pos: int) -> tuple[AlterPartitionRe
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[AlterPartitionRequestTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionRequestTopicData)
+        _o5 = AlterPartitionRequestTopicData.__new__(AlterPartitionRequestTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -742,7 +747,7 @@ def _r_AlterPartitionRequest_v0(data: bytes, pos: int) -> tuple[AlterPartitionRe
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[AlterPartitionRequestPartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(AlterPartitionRequestPartitionData)
+            _o11 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
             _o11.partition_index, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             _n12 = data[pos]
@@ -783,7 +788,7 @@ def _r_AlterPartitionRequest_v0(data: bytes, pos: int) -> tuple[AlterPartitionRe
 
 def _r_AlterPartitionRequest_v1(data: bytes, pos: int) -> tuple[AlterPartitionRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequest)
+    _o1 = AlterPartitionRequest.__new__(AlterPartitionRequest)
     _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     _n2 = data[pos]
@@ -798,7 +803,7 @@ def _r_AlterPartitionRequest_v1(data: bytes, pos: int) -> tuple[AlterPartitionRe
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[AlterPartitionRequestTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionRequestTopicData)
+        _o5 = AlterPartitionRequestTopicData.__new__(AlterPartitionRequestTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -826,7 +831,7 @@ def _r_AlterPartitionRequest_v1(data: bytes, pos: int) -> tuple[AlterPartitionRe
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[AlterPartitionRequestPartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(AlterPartitionRequestPartitionData)
+            _o11 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
             _o11.partition_index, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             _n12 = data[pos]
@@ -866,7 +871,7 @@ def _r_AlterPartitionRequest_v1(data: bytes, pos: int) -> tuple[AlterPartitionRe
 
 def _r_AlterPartitionRequest_v2(data: bytes, pos: int) -> tuple[AlterPartitionRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequest)
+    _o1 = AlterPartitionRequest.__new__(AlterPartitionRequest)
     _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     _n2 = data[pos]
@@ -881,7 +886,7 @@ def _r_AlterPartitionRequest_v2(data: bytes, pos: int) -> tuple[AlterPartitionRe
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[AlterPartitionRequestTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionRequestTopicData)
+        _o5 = AlterPartitionRequestTopicData.__new__(AlterPartitionRequestTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -897,7 +902,7 @@ def _r_AlterPartitionRequest_v2(data: bytes, pos: int) -> tuple[AlterPartitionRe
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[AlterPartitionRequestPartitionData] = []
         for _ in range(_n6):
-            _o9 = _new(AlterPartitionRequestPartitionData)
+            _o9 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
             _o9.partition_index, _o9.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             _n10 = data[pos]
@@ -937,7 +942,7 @@ def _r_AlterPartitionRequest_v2(data: bytes, pos: int) -> tuple[AlterPartitionRe
 
 def _r_AlterPartitionRequest_v3(data: bytes, pos: int) -> tuple[AlterPartitionRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionRequest)
+    _o1 = AlterPartitionRequest.__new__(AlterPartitionRequest)
     _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     _n2 = data[pos]
@@ -952,7 +957,7 @@ def _r_AlterPartitionRequest_v3(data: bytes, pos: int) -> tuple[AlterPartitionRe
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[AlterPartitionRequestTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionRequestTopicData)
+        _o5 = AlterPartitionRequestTopicData.__new__(AlterPartitionRequestTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -968,7 +973,7 @@ def _r_AlterPartitionRequest_v3(data: bytes, pos: int) -> tuple[AlterPartitionRe
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[AlterPartitionRequestPartitionData] = []
         for _ in range(_n6):
-            _o9 = _new(AlterPartitionRequestPartitionData)
+            _o9 = AlterPartitionRequestPartitionData.__new__(AlterPartitionRequestPartitionData)
             _o9.partition_index, _o9.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             _n10 = data[pos]
@@ -983,7 +988,7 @@ def _r_AlterPartitionRequest_v3(data: bytes, pos: int) -> tuple[AlterPartitionRe
                 raise DecodeError("array count of new_isr_with_epochs exceeds the bytes left")
             _a11: list[BrokerState] = []
             for _ in range(_n10):
-                _o13 = _new(BrokerState)
+                _o13 = BrokerState.__new__(BrokerState)
                 _o13.broker_id, _o13.broker_epoch = _S_iq.unpack_from(data, pos)
                 pos += 12
                 if data[pos]:
@@ -1037,7 +1042,7 @@ def _r_AlterPartitionResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionResponsePartitionData)
+    _o1 = AlterPartitionResponsePartitionData.__new__(AlterPartitionResponsePartitionData)
     _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
     _n2 = data[pos]
@@ -1066,7 +1071,7 @@ def _r_AlterPartitionResponsePartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionResponsePartitionData)
+    _o1 = AlterPartitionResponsePartitionData.__new__(AlterPartitionResponsePartitionData)
     _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
     _n2 = data[pos]
@@ -1129,7 +1134,7 @@ def _r_AlterPartitionResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionResponseTopicData)
+    _o1 = AlterPartitionResponseTopicData.__new__(AlterPartitionResponseTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1157,7 +1162,7 @@ def _r_AlterPartitionResponseTopicData_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[AlterPartitionResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(AlterPartitionResponsePartitionData)
+        _o7 = AlterPartitionResponsePartitionData.__new__(AlterPartitionResponsePartitionData)
         _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         _n8 = data[pos]
@@ -1193,7 +1198,7 @@ def _r_AlterPartitionResponseTopicData_v1(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionResponseTopicData)
+    _o1 = AlterPartitionResponseTopicData.__new__(AlterPartitionResponseTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1221,7 +1226,7 @@ def _r_AlterPartitionResponseTopicData_v1(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[AlterPartitionResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(AlterPartitionResponsePartitionData)
+        _o7 = AlterPartitionResponsePartitionData.__new__(AlterPartitionResponsePartitionData)
         _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         _n8 = data[pos]
@@ -1256,7 +1261,7 @@ def _r_AlterPartitionResponseTopicData_v2(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionResponseTopicData)
+    _o1 = AlterPartitionResponseTopicData.__new__(AlterPartitionResponseTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -1272,7 +1277,7 @@ def _r_AlterPartitionResponseTopicData_v2(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[AlterPartitionResponsePartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionResponsePartitionData)
+        _o5 = AlterPartitionResponsePartitionData.__new__(AlterPartitionResponsePartitionData)
         _o5.partition_index, _o5.error_code, _o5.leader_id, _o5.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         _n6 = data[pos]
@@ -1332,7 +1337,7 @@ def _w_AlterPartitionResponse_v2(buf: bytearray, o: AlterPartitionResponse) -> N
 
 def _r_AlterPartitionResponse_v0(data: bytes, pos: int) -> tuple[AlterPartitionResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionResponse)
+    _o1 = AlterPartitionResponse.__new__(AlterPartitionResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -1347,7 +1352,7 @@ def _r_AlterPartitionResponse_v0(data: bytes, pos: int) -> tuple[AlterPartitionR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[AlterPartitionResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionResponseTopicData)
+        _o5 = AlterPartitionResponseTopicData.__new__(AlterPartitionResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1375,7 +1380,7 @@ def _r_AlterPartitionResponse_v0(data: bytes, pos: int) -> tuple[AlterPartitionR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[AlterPartitionResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(AlterPartitionResponsePartitionData)
+            _o11 = AlterPartitionResponsePartitionData.__new__(AlterPartitionResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
@@ -1417,7 +1422,7 @@ def _r_AlterPartitionResponse_v0(data: bytes, pos: int) -> tuple[AlterPartitionR
 
 def _r_AlterPartitionResponse_v1(data: bytes, pos: int) -> tuple[AlterPartitionResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionResponse)
+    _o1 = AlterPartitionResponse.__new__(AlterPartitionResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -1432,7 +1437,7 @@ def _r_AlterPartitionResponse_v1(data: bytes, pos: int) -> tuple[AlterPartitionR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[AlterPartitionResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionResponseTopicData)
+        _o5 = AlterPartitionResponseTopicData.__new__(AlterPartitionResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1460,7 +1465,7 @@ def _r_AlterPartitionResponse_v1(data: bytes, pos: int) -> tuple[AlterPartitionR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[AlterPartitionResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(AlterPartitionResponsePartitionData)
+            _o11 = AlterPartitionResponsePartitionData.__new__(AlterPartitionResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
@@ -1501,7 +1506,7 @@ def _r_AlterPartitionResponse_v1(data: bytes, pos: int) -> tuple[AlterPartitionR
 
 def _r_AlterPartitionResponse_v2(data: bytes, pos: int) -> tuple[AlterPartitionResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionResponse)
+    _o1 = AlterPartitionResponse.__new__(AlterPartitionResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -1516,7 +1521,7 @@ def _r_AlterPartitionResponse_v2(data: bytes, pos: int) -> tuple[AlterPartitionR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[AlterPartitionResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(AlterPartitionResponseTopicData)
+        _o5 = AlterPartitionResponseTopicData.__new__(AlterPartitionResponseTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -1532,7 +1537,7 @@ def _r_AlterPartitionResponse_v2(data: bytes, pos: int) -> tuple[AlterPartitionR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[AlterPartitionResponsePartitionData] = []
         for _ in range(_n6):
-            _o9 = _new(AlterPartitionResponsePartitionData)
+            _o9 = AlterPartitionResponsePartitionData.__new__(AlterPartitionResponsePartitionData)
             _o9.partition_index, _o9.error_code, _o9.leader_id, _o9.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -46,11 +44,12 @@ class ReassignablePartition(Struct):
     partition_index: int = 0
     replicas: list[int] | None = None
 
-    NAME: ClassVar[str] = "ReassignablePartition"
-    SPEC_NAME: ClassVar[str] = "ReassignablePartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ReassignablePartition.NAME = "ReassignablePartition"
+ReassignablePartition.SPEC_NAME = "ReassignablePartition"
+ReassignablePartition.MIN_VERSION = 0
+ReassignablePartition.MAX_VERSION = 0
+ReassignablePartition.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -65,11 +64,12 @@ class ReassignableTopic(Struct):
     name: str = ""
     partitions: list[ReassignablePartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReassignableTopic"
-    SPEC_NAME: ClassVar[str] = "ReassignableTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ReassignableTopic.NAME = "ReassignableTopic"
+ReassignableTopic.SPEC_NAME = "ReassignableTopic"
+ReassignableTopic.MIN_VERSION = 0
+ReassignableTopic.MAX_VERSION = 0
+ReassignableTopic.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -84,14 +84,15 @@ class AlterPartitionReassignmentsRequest(Message):
     timeout_ms: int = 60000
     topics: list[ReassignableTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterPartitionReassignmentsRequest"
-    SPEC_NAME: ClassVar[str] = "AlterPartitionReassignmentsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 45
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterPartitionReassignmentsRequest.NAME = "AlterPartitionReassignmentsRequest"
+AlterPartitionReassignmentsRequest.SPEC_NAME = "AlterPartitionReassignmentsRequest"
+AlterPartitionReassignmentsRequest.MIN_VERSION = 0
+AlterPartitionReassignmentsRequest.MAX_VERSION = 0
+AlterPartitionReassignmentsRequest.FLEXIBLE_MIN_VERSION = 0
+AlterPartitionReassignmentsRequest.API_KEY = 45
+AlterPartitionReassignmentsRequest.DEPRECATED_VERSIONS = None
+AlterPartitionReassignmentsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -108,11 +109,12 @@ class ReassignablePartitionResponse(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "ReassignablePartitionResponse"
-    SPEC_NAME: ClassVar[str] = "ReassignablePartitionResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ReassignablePartitionResponse.NAME = "ReassignablePartitionResponse"
+ReassignablePartitionResponse.SPEC_NAME = "ReassignablePartitionResponse"
+ReassignablePartitionResponse.MIN_VERSION = 0
+ReassignablePartitionResponse.MAX_VERSION = 0
+ReassignablePartitionResponse.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -127,11 +129,12 @@ class ReassignableTopicResponse(Struct):
     name: str = ""
     partitions: list[ReassignablePartitionResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReassignableTopicResponse"
-    SPEC_NAME: ClassVar[str] = "ReassignableTopicResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ReassignableTopicResponse.NAME = "ReassignableTopicResponse"
+ReassignableTopicResponse.SPEC_NAME = "ReassignableTopicResponse"
+ReassignableTopicResponse.MIN_VERSION = 0
+ReassignableTopicResponse.MAX_VERSION = 0
+ReassignableTopicResponse.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -151,14 +154,15 @@ class AlterPartitionReassignmentsResponse(Message):
     error_message: str | None = ""
     responses: list[ReassignableTopicResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterPartitionReassignmentsResponse"
-    SPEC_NAME: ClassVar[str] = "AlterPartitionReassignmentsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 45
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterPartitionReassignmentsResponse.NAME = "AlterPartitionReassignmentsResponse"
+AlterPartitionReassignmentsResponse.SPEC_NAME = "AlterPartitionReassignmentsResponse"
+AlterPartitionReassignmentsResponse.MIN_VERSION = 0
+AlterPartitionReassignmentsResponse.MAX_VERSION = 0
+AlterPartitionReassignmentsResponse.FLEXIBLE_MIN_VERSION = 0
+AlterPartitionReassignmentsResponse.API_KEY = 45
+AlterPartitionReassignmentsResponse.DEPRECATED_VERSIONS = None
+AlterPartitionReassignmentsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -177,7 +181,7 @@ def _w_ReassignablePartition_v0(buf: bytearray, o: ReassignablePartition) -> Non
 
 def _r_ReassignablePartition_v0(data: bytes, pos: int) -> tuple[ReassignablePartition, int]:
     _len = len(data)
-    _o1 = _new(ReassignablePartition)
+    _o1 = ReassignablePartition.__new__(ReassignablePartition)
     (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -217,7 +221,7 @@ def _w_ReassignableTopic_v0(buf: bytearray, o: ReassignableTopic) -> None:
 
 def _r_ReassignableTopic_v0(data: bytes, pos: int) -> tuple[ReassignableTopic, int]:
     _len = len(data)
-    _o1 = _new(ReassignableTopic)
+    _o1 = ReassignableTopic.__new__(ReassignableTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -245,7 +249,7 @@ def _r_ReassignableTopic_v0(data: bytes, pos: int) -> tuple[ReassignableTopic, i
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ReassignablePartition] = []
     for _ in range(_n4):
-        _o7 = _new(ReassignablePartition)
+        _o7 = ReassignablePartition.__new__(ReassignablePartition)
         (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n8 = data[pos]
@@ -289,7 +293,7 @@ def _r_AlterPartitionReassignmentsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionReassignmentsRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionReassignmentsRequest)
+    _o1 = AlterPartitionReassignmentsRequest.__new__(AlterPartitionReassignmentsRequest)
     (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -304,7 +308,7 @@ def _r_AlterPartitionReassignmentsRequest_v0(
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ReassignableTopic] = []
     for _ in range(_n2):
-        _o5 = _new(ReassignableTopic)
+        _o5 = ReassignableTopic.__new__(ReassignableTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -332,7 +336,7 @@ def _r_AlterPartitionReassignmentsRequest_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ReassignablePartition] = []
         for _ in range(_n8):
-            _o11 = _new(ReassignablePartition)
+            _o11 = ReassignablePartition.__new__(ReassignablePartition)
             (_o11.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n12 = data[pos]
@@ -384,7 +388,7 @@ def _w_ReassignablePartitionResponse_v0(buf: bytearray, o: ReassignablePartition
 
 def _r_ReassignablePartitionResponse_v0(data: bytes, pos: int) -> tuple[ReassignablePartitionResponse, int]:
     _len = len(data)
-    _o1 = _new(ReassignablePartitionResponse)
+    _o1 = ReassignablePartitionResponse.__new__(ReassignablePartitionResponse)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -427,7 +431,7 @@ def _w_ReassignableTopicResponse_v0(buf: bytearray, o: ReassignableTopicResponse
 
 def _r_ReassignableTopicResponse_v0(data: bytes, pos: int) -> tuple[ReassignableTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(ReassignableTopicResponse)
+    _o1 = ReassignableTopicResponse.__new__(ReassignableTopicResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -455,7 +459,7 @@ def _r_ReassignableTopicResponse_v0(data: bytes, pos: int) -> tuple[Reassignable
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ReassignablePartitionResponse] = []
     for _ in range(_n4):
-        _o7 = _new(ReassignablePartitionResponse)
+        _o7 = ReassignablePartitionResponse.__new__(ReassignablePartitionResponse)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n8 = data[pos]
@@ -510,7 +514,7 @@ def _r_AlterPartitionReassignmentsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[AlterPartitionReassignmentsResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterPartitionReassignmentsResponse)
+    _o1 = AlterPartitionReassignmentsResponse.__new__(AlterPartitionReassignmentsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -543,7 +547,7 @@ def _r_AlterPartitionReassignmentsResponse_v0(
         raise DecodeError("array count of responses exceeds the bytes left")
     _a5: list[ReassignableTopicResponse] = []
     for _ in range(_n4):
-        _o7 = _new(ReassignableTopicResponse)
+        _o7 = ReassignableTopicResponse.__new__(ReassignableTopicResponse)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -571,7 +575,7 @@ def _r_AlterPartitionReassignmentsResponse_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[ReassignablePartitionResponse] = []
         for _ in range(_n10):
-            _o13 = _new(ReassignablePartitionResponse)
+            _o13 = ReassignablePartitionResponse.__new__(ReassignablePartitionResponse)
             _o13.partition_index, _o13.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n14 = data[pos]

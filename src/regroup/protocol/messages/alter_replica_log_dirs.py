@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -46,11 +44,12 @@ class AlterReplicaLogDirTopic(Struct):
     name: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterReplicaLogDirTopic"
-    SPEC_NAME: ClassVar[str] = "AlterReplicaLogDirTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AlterReplicaLogDirTopic.NAME = "AlterReplicaLogDirTopic"
+AlterReplicaLogDirTopic.SPEC_NAME = "AlterReplicaLogDirTopic"
+AlterReplicaLogDirTopic.MIN_VERSION = 0
+AlterReplicaLogDirTopic.MAX_VERSION = 2
+AlterReplicaLogDirTopic.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -65,11 +64,12 @@ class AlterReplicaLogDir(Struct):
     path: str = ""
     topics: list[AlterReplicaLogDirTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterReplicaLogDir"
-    SPEC_NAME: ClassVar[str] = "AlterReplicaLogDir"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AlterReplicaLogDir.NAME = "AlterReplicaLogDir"
+AlterReplicaLogDir.SPEC_NAME = "AlterReplicaLogDir"
+AlterReplicaLogDir.MIN_VERSION = 0
+AlterReplicaLogDir.MAX_VERSION = 2
+AlterReplicaLogDir.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -85,14 +85,15 @@ class AlterReplicaLogDirsRequest(Message):
 
     dirs: list[AlterReplicaLogDir] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterReplicaLogDirsRequest"
-    SPEC_NAME: ClassVar[str] = "AlterReplicaLogDirsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 34
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterReplicaLogDirsRequest.NAME = "AlterReplicaLogDirsRequest"
+AlterReplicaLogDirsRequest.SPEC_NAME = "AlterReplicaLogDirsRequest"
+AlterReplicaLogDirsRequest.MIN_VERSION = 0
+AlterReplicaLogDirsRequest.MAX_VERSION = 2
+AlterReplicaLogDirsRequest.FLEXIBLE_MIN_VERSION = 2
+AlterReplicaLogDirsRequest.API_KEY = 34
+AlterReplicaLogDirsRequest.DEPRECATED_VERSIONS = (0, 0)
+AlterReplicaLogDirsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -107,11 +108,12 @@ class AlterReplicaLogDirPartitionResult(Struct):
     partition_index: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "AlterReplicaLogDirPartitionResult"
-    SPEC_NAME: ClassVar[str] = "AlterReplicaLogDirPartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AlterReplicaLogDirPartitionResult.NAME = "AlterReplicaLogDirPartitionResult"
+AlterReplicaLogDirPartitionResult.SPEC_NAME = "AlterReplicaLogDirPartitionResult"
+AlterReplicaLogDirPartitionResult.MIN_VERSION = 0
+AlterReplicaLogDirPartitionResult.MAX_VERSION = 2
+AlterReplicaLogDirPartitionResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -126,11 +128,12 @@ class AlterReplicaLogDirTopicResult(Struct):
     topic_name: str = ""
     partitions: list[AlterReplicaLogDirPartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterReplicaLogDirTopicResult"
-    SPEC_NAME: ClassVar[str] = "AlterReplicaLogDirTopicResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AlterReplicaLogDirTopicResult.NAME = "AlterReplicaLogDirTopicResult"
+AlterReplicaLogDirTopicResult.SPEC_NAME = "AlterReplicaLogDirTopicResult"
+AlterReplicaLogDirTopicResult.MIN_VERSION = 0
+AlterReplicaLogDirTopicResult.MAX_VERSION = 2
+AlterReplicaLogDirTopicResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -149,14 +152,15 @@ class AlterReplicaLogDirsResponse(Message):
     throttle_time_ms: int = 0
     results: list[AlterReplicaLogDirTopicResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterReplicaLogDirsResponse"
-    SPEC_NAME: ClassVar[str] = "AlterReplicaLogDirsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 34
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterReplicaLogDirsResponse.NAME = "AlterReplicaLogDirsResponse"
+AlterReplicaLogDirsResponse.SPEC_NAME = "AlterReplicaLogDirsResponse"
+AlterReplicaLogDirsResponse.MIN_VERSION = 0
+AlterReplicaLogDirsResponse.MAX_VERSION = 2
+AlterReplicaLogDirsResponse.FLEXIBLE_MIN_VERSION = 2
+AlterReplicaLogDirsResponse.API_KEY = 34
+AlterReplicaLogDirsResponse.DEPRECATED_VERSIONS = None
+AlterReplicaLogDirsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -185,7 +189,7 @@ def _w_AlterReplicaLogDirTopic_v2(buf: bytearray, o: AlterReplicaLogDirTopic) ->
 
 def _r_AlterReplicaLogDirTopic_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDirTopic, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirTopic)
+    _o1 = AlterReplicaLogDirTopic.__new__(AlterReplicaLogDirTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -208,7 +212,7 @@ def _r_AlterReplicaLogDirTopic_v0(data: bytes, pos: int) -> tuple[AlterReplicaLo
 
 def _r_AlterReplicaLogDirTopic_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDirTopic, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirTopic)
+    _o1 = AlterReplicaLogDirTopic.__new__(AlterReplicaLogDirTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -268,7 +272,7 @@ def _w_AlterReplicaLogDir_v2(buf: bytearray, o: AlterReplicaLogDir) -> None:
 
 def _r_AlterReplicaLogDir_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDir, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDir)
+    _o1 = AlterReplicaLogDir.__new__(AlterReplicaLogDir)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -286,7 +290,7 @@ def _r_AlterReplicaLogDir_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDir,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[AlterReplicaLogDirTopic] = []
     for _ in range(_n4):
-        _o7 = _new(AlterReplicaLogDirTopic)
+        _o7 = AlterReplicaLogDirTopic.__new__(AlterReplicaLogDirTopic)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -311,7 +315,7 @@ def _r_AlterReplicaLogDir_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDir,
 
 def _r_AlterReplicaLogDir_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDir, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDir)
+    _o1 = AlterReplicaLogDir.__new__(AlterReplicaLogDir)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -339,7 +343,7 @@ def _r_AlterReplicaLogDir_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDir,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[AlterReplicaLogDirTopic] = []
     for _ in range(_n4):
-        _o7 = _new(AlterReplicaLogDirTopic)
+        _o7 = AlterReplicaLogDirTopic.__new__(AlterReplicaLogDirTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -397,7 +401,7 @@ def _w_AlterReplicaLogDirsRequest_v2(buf: bytearray, o: AlterReplicaLogDirsReque
 
 def _r_AlterReplicaLogDirsRequest_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDirsRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirsRequest)
+    _o1 = AlterReplicaLogDirsRequest.__new__(AlterReplicaLogDirsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -406,7 +410,7 @@ def _r_AlterReplicaLogDirsRequest_v0(data: bytes, pos: int) -> tuple[AlterReplic
         raise DecodeError("array count of dirs exceeds the bytes left")
     _a3: list[AlterReplicaLogDir] = []
     for _ in range(_n2):
-        _o5 = _new(AlterReplicaLogDir)
+        _o5 = AlterReplicaLogDir.__new__(AlterReplicaLogDir)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -424,7 +428,7 @@ def _r_AlterReplicaLogDirsRequest_v0(data: bytes, pos: int) -> tuple[AlterReplic
             raise DecodeError("array count of topics exceeds the bytes left")
         _a9: list[AlterReplicaLogDirTopic] = []
         for _ in range(_n8):
-            _o11 = _new(AlterReplicaLogDirTopic)
+            _o11 = AlterReplicaLogDirTopic.__new__(AlterReplicaLogDirTopic)
             (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n12 < 0:
@@ -451,7 +455,7 @@ def _r_AlterReplicaLogDirsRequest_v0(data: bytes, pos: int) -> tuple[AlterReplic
 
 def _r_AlterReplicaLogDirsRequest_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDirsRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirsRequest)
+    _o1 = AlterReplicaLogDirsRequest.__new__(AlterReplicaLogDirsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -464,7 +468,7 @@ def _r_AlterReplicaLogDirsRequest_v2(data: bytes, pos: int) -> tuple[AlterReplic
         raise DecodeError("array count of dirs exceeds the bytes left")
     _a3: list[AlterReplicaLogDir] = []
     for _ in range(_n2):
-        _o5 = _new(AlterReplicaLogDir)
+        _o5 = AlterReplicaLogDir.__new__(AlterReplicaLogDir)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -492,7 +496,7 @@ def _r_AlterReplicaLogDirsRequest_v2(data: bytes, pos: int) -> tuple[AlterReplic
             raise DecodeError("array count of topics exceeds the bytes left")
         _a9: list[AlterReplicaLogDirTopic] = []
         for _ in range(_n8):
-            _o11 = _new(AlterReplicaLogDirTopic)
+            _o11 = AlterReplicaLogDirTopic.__new__(AlterReplicaLogDirTopic)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -552,7 +556,7 @@ def _r_AlterReplicaLogDirPartitionResult_v0(
     data: bytes, pos: int
 ) -> tuple[AlterReplicaLogDirPartitionResult, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirPartitionResult)
+    _o1 = AlterReplicaLogDirPartitionResult.__new__(AlterReplicaLogDirPartitionResult)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     return _o1, pos
@@ -562,7 +566,7 @@ def _r_AlterReplicaLogDirPartitionResult_v2(
     data: bytes, pos: int
 ) -> tuple[AlterReplicaLogDirPartitionResult, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirPartitionResult)
+    _o1 = AlterReplicaLogDirPartitionResult.__new__(AlterReplicaLogDirPartitionResult)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
@@ -597,7 +601,7 @@ def _w_AlterReplicaLogDirTopicResult_v2(buf: bytearray, o: AlterReplicaLogDirTop
 
 def _r_AlterReplicaLogDirTopicResult_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDirTopicResult, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirTopicResult)
+    _o1 = AlterReplicaLogDirTopicResult.__new__(AlterReplicaLogDirTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -615,7 +619,7 @@ def _r_AlterReplicaLogDirTopicResult_v0(data: bytes, pos: int) -> tuple[AlterRep
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[AlterReplicaLogDirPartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(AlterReplicaLogDirPartitionResult)
+        _o7 = AlterReplicaLogDirPartitionResult.__new__(AlterReplicaLogDirPartitionResult)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _a5.append(_o7)
@@ -625,7 +629,7 @@ def _r_AlterReplicaLogDirTopicResult_v0(data: bytes, pos: int) -> tuple[AlterRep
 
 def _r_AlterReplicaLogDirTopicResult_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDirTopicResult, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirTopicResult)
+    _o1 = AlterReplicaLogDirTopicResult.__new__(AlterReplicaLogDirTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -653,7 +657,7 @@ def _r_AlterReplicaLogDirTopicResult_v2(data: bytes, pos: int) -> tuple[AlterRep
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[AlterReplicaLogDirPartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(AlterReplicaLogDirPartitionResult)
+        _o7 = AlterReplicaLogDirPartitionResult.__new__(AlterReplicaLogDirPartitionResult)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
@@ -688,7 +692,7 @@ def _w_AlterReplicaLogDirsResponse_v2(buf: bytearray, o: AlterReplicaLogDirsResp
 
 def _r_AlterReplicaLogDirsResponse_v0(data: bytes, pos: int) -> tuple[AlterReplicaLogDirsResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirsResponse)
+    _o1 = AlterReplicaLogDirsResponse.__new__(AlterReplicaLogDirsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -699,7 +703,7 @@ def _r_AlterReplicaLogDirsResponse_v0(data: bytes, pos: int) -> tuple[AlterRepli
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[AlterReplicaLogDirTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(AlterReplicaLogDirTopicResult)
+        _o5 = AlterReplicaLogDirTopicResult.__new__(AlterReplicaLogDirTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -717,7 +721,7 @@ def _r_AlterReplicaLogDirsResponse_v0(data: bytes, pos: int) -> tuple[AlterRepli
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[AlterReplicaLogDirPartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(AlterReplicaLogDirPartitionResult)
+            _o11 = AlterReplicaLogDirPartitionResult.__new__(AlterReplicaLogDirPartitionResult)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _a9.append(_o11)
@@ -729,7 +733,7 @@ def _r_AlterReplicaLogDirsResponse_v0(data: bytes, pos: int) -> tuple[AlterRepli
 
 def _r_AlterReplicaLogDirsResponse_v2(data: bytes, pos: int) -> tuple[AlterReplicaLogDirsResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterReplicaLogDirsResponse)
+    _o1 = AlterReplicaLogDirsResponse.__new__(AlterReplicaLogDirsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -744,7 +748,7 @@ def _r_AlterReplicaLogDirsResponse_v2(data: bytes, pos: int) -> tuple[AlterRepli
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[AlterReplicaLogDirTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(AlterReplicaLogDirTopicResult)
+        _o5 = AlterReplicaLogDirTopicResult.__new__(AlterReplicaLogDirTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -772,7 +776,7 @@ def _r_AlterReplicaLogDirsResponse_v2(data: bytes, pos: int) -> tuple[AlterRepli
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[AlterReplicaLogDirPartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(AlterReplicaLogDirPartitionResult)
+            _o11 = AlterReplicaLogDirPartitionResult.__new__(AlterReplicaLogDirPartitionResult)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,11 +45,12 @@ class ScramCredentialDeletion(Struct):
     name: str = ""
     mechanism: int = 0
 
-    NAME: ClassVar[str] = "ScramCredentialDeletion"
-    SPEC_NAME: ClassVar[str] = "ScramCredentialDeletion"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ScramCredentialDeletion.NAME = "ScramCredentialDeletion"
+ScramCredentialDeletion.SPEC_NAME = "ScramCredentialDeletion"
+ScramCredentialDeletion.MIN_VERSION = 0
+ScramCredentialDeletion.MAX_VERSION = 0
+ScramCredentialDeletion.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -72,11 +71,12 @@ class ScramCredentialUpsertion(Struct):
     salt: bytes = b""
     salted_password: bytes = b""
 
-    NAME: ClassVar[str] = "ScramCredentialUpsertion"
-    SPEC_NAME: ClassVar[str] = "ScramCredentialUpsertion"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ScramCredentialUpsertion.NAME = "ScramCredentialUpsertion"
+ScramCredentialUpsertion.SPEC_NAME = "ScramCredentialUpsertion"
+ScramCredentialUpsertion.MIN_VERSION = 0
+ScramCredentialUpsertion.MAX_VERSION = 0
+ScramCredentialUpsertion.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -91,14 +91,15 @@ class AlterUserScramCredentialsRequest(Message):
     deletions: list[ScramCredentialDeletion] = field(default_factory=list)
     upsertions: list[ScramCredentialUpsertion] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterUserScramCredentialsRequest"
-    SPEC_NAME: ClassVar[str] = "AlterUserScramCredentialsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 51
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterUserScramCredentialsRequest.NAME = "AlterUserScramCredentialsRequest"
+AlterUserScramCredentialsRequest.SPEC_NAME = "AlterUserScramCredentialsRequest"
+AlterUserScramCredentialsRequest.MIN_VERSION = 0
+AlterUserScramCredentialsRequest.MAX_VERSION = 0
+AlterUserScramCredentialsRequest.FLEXIBLE_MIN_VERSION = 0
+AlterUserScramCredentialsRequest.API_KEY = 51
+AlterUserScramCredentialsRequest.DEPRECATED_VERSIONS = None
+AlterUserScramCredentialsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -115,11 +116,12 @@ class AlterUserScramCredentialsResult(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "AlterUserScramCredentialsResult"
-    SPEC_NAME: ClassVar[str] = "AlterUserScramCredentialsResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AlterUserScramCredentialsResult.NAME = "AlterUserScramCredentialsResult"
+AlterUserScramCredentialsResult.SPEC_NAME = "AlterUserScramCredentialsResult"
+AlterUserScramCredentialsResult.MIN_VERSION = 0
+AlterUserScramCredentialsResult.MAX_VERSION = 0
+AlterUserScramCredentialsResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -135,14 +137,15 @@ class AlterUserScramCredentialsResponse(Message):
     throttle_time_ms: int = 0
     results: list[AlterUserScramCredentialsResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterUserScramCredentialsResponse"
-    SPEC_NAME: ClassVar[str] = "AlterUserScramCredentialsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 51
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AlterUserScramCredentialsResponse.NAME = "AlterUserScramCredentialsResponse"
+AlterUserScramCredentialsResponse.SPEC_NAME = "AlterUserScramCredentialsResponse"
+AlterUserScramCredentialsResponse.MIN_VERSION = 0
+AlterUserScramCredentialsResponse.MAX_VERSION = 0
+AlterUserScramCredentialsResponse.FLEXIBLE_MIN_VERSION = 0
+AlterUserScramCredentialsResponse.API_KEY = 51
+AlterUserScramCredentialsResponse.DEPRECATED_VERSIONS = None
+AlterUserScramCredentialsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -160,7 +163,7 @@ def _w_ScramCredentialDeletion_v0(buf: bytearray, o: ScramCredentialDeletion) ->
 
 def _r_ScramCredentialDeletion_v0(data: bytes, pos: int) -> tuple[ScramCredentialDeletion, int]:
     _len = len(data)
-    _o1 = _new(ScramCredentialDeletion)
+    _o1 = ScramCredentialDeletion.__new__(ScramCredentialDeletion)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -201,7 +204,7 @@ def _w_ScramCredentialUpsertion_v0(buf: bytearray, o: ScramCredentialUpsertion) 
 
 def _r_ScramCredentialUpsertion_v0(data: bytes, pos: int) -> tuple[ScramCredentialUpsertion, int]:
     _len = len(data)
-    _o1 = _new(ScramCredentialUpsertion)
+    _o1 = ScramCredentialUpsertion.__new__(ScramCredentialUpsertion)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -268,7 +271,7 @@ def _r_AlterUserScramCredentialsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[AlterUserScramCredentialsRequest, int]:
     _len = len(data)
-    _o1 = _new(AlterUserScramCredentialsRequest)
+    _o1 = AlterUserScramCredentialsRequest.__new__(AlterUserScramCredentialsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -281,7 +284,7 @@ def _r_AlterUserScramCredentialsRequest_v0(
         raise DecodeError("array count of deletions exceeds the bytes left")
     _a3: list[ScramCredentialDeletion] = []
     for _ in range(_n2):
-        _o5 = _new(ScramCredentialDeletion)
+        _o5 = ScramCredentialDeletion.__new__(ScramCredentialDeletion)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -317,7 +320,7 @@ def _r_AlterUserScramCredentialsRequest_v0(
         raise DecodeError("array count of upsertions exceeds the bytes left")
     _a9: list[ScramCredentialUpsertion] = []
     for _ in range(_n8):
-        _o11 = _new(ScramCredentialUpsertion)
+        _o11 = ScramCredentialUpsertion.__new__(ScramCredentialUpsertion)
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -396,7 +399,7 @@ def _r_AlterUserScramCredentialsResult_v0(
     data: bytes, pos: int
 ) -> tuple[AlterUserScramCredentialsResult, int]:
     _len = len(data)
-    _o1 = _new(AlterUserScramCredentialsResult)
+    _o1 = AlterUserScramCredentialsResult.__new__(AlterUserScramCredentialsResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -452,7 +455,7 @@ def _r_AlterUserScramCredentialsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[AlterUserScramCredentialsResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterUserScramCredentialsResponse)
+    _o1 = AlterUserScramCredentialsResponse.__new__(AlterUserScramCredentialsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -467,7 +470,7 @@ def _r_AlterUserScramCredentialsResponse_v0(
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[AlterUserScramCredentialsResult] = []
     for _ in range(_n2):
-        _o5 = _new(AlterUserScramCredentialsResult)
+        _o5 = AlterUserScramCredentialsResult.__new__(AlterUserScramCredentialsResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

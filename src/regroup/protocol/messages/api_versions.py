@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -56,14 +54,15 @@ class ApiVersionsRequest(Message):
     client_software_name: str = ""
     client_software_version: str = ""
 
-    NAME: ClassVar[str] = "ApiVersionsRequest"
-    SPEC_NAME: ClassVar[str] = "ApiVersionsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 18
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ApiVersionsRequest.NAME = "ApiVersionsRequest"
+ApiVersionsRequest.SPEC_NAME = "ApiVersionsRequest"
+ApiVersionsRequest.MIN_VERSION = 0
+ApiVersionsRequest.MAX_VERSION = 4
+ApiVersionsRequest.FLEXIBLE_MIN_VERSION = 3
+ApiVersionsRequest.API_KEY = 18
+ApiVersionsRequest.DEPRECATED_VERSIONS = None
+ApiVersionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -80,11 +79,12 @@ class ApiVersion(Struct):
     min_version: int = 0
     max_version: int = 0
 
-    NAME: ClassVar[str] = "ApiVersion"
-    SPEC_NAME: ClassVar[str] = "ApiVersion"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+ApiVersion.NAME = "ApiVersion"
+ApiVersion.SPEC_NAME = "ApiVersion"
+ApiVersion.MIN_VERSION = 0
+ApiVersion.MAX_VERSION = 4
+ApiVersion.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -101,11 +101,12 @@ class SupportedFeatureKey(Struct):
     min_version: int = 0
     max_version: int = 0
 
-    NAME: ClassVar[str] = "SupportedFeatureKey"
-    SPEC_NAME: ClassVar[str] = "SupportedFeatureKey"
-    MIN_VERSION: ClassVar[int] = 3
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+SupportedFeatureKey.NAME = "SupportedFeatureKey"
+SupportedFeatureKey.SPEC_NAME = "SupportedFeatureKey"
+SupportedFeatureKey.MIN_VERSION = 3
+SupportedFeatureKey.MAX_VERSION = 4
+SupportedFeatureKey.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -122,11 +123,12 @@ class FinalizedFeatureKey(Struct):
     max_version_level: int = 0
     min_version_level: int = 0
 
-    NAME: ClassVar[str] = "FinalizedFeatureKey"
-    SPEC_NAME: ClassVar[str] = "FinalizedFeatureKey"
-    MIN_VERSION: ClassVar[int] = 3
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+FinalizedFeatureKey.NAME = "FinalizedFeatureKey"
+FinalizedFeatureKey.SPEC_NAME = "FinalizedFeatureKey"
+FinalizedFeatureKey.MIN_VERSION = 3
+FinalizedFeatureKey.MAX_VERSION = 4
+FinalizedFeatureKey.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -169,14 +171,15 @@ class ApiVersionsResponse(Message):
     finalized_features: list[FinalizedFeatureKey] = field(default_factory=list)
     zk_migration_ready: bool = False
 
-    NAME: ClassVar[str] = "ApiVersionsResponse"
-    SPEC_NAME: ClassVar[str] = "ApiVersionsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 18
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ApiVersionsResponse.NAME = "ApiVersionsResponse"
+ApiVersionsResponse.SPEC_NAME = "ApiVersionsResponse"
+ApiVersionsResponse.MIN_VERSION = 0
+ApiVersionsResponse.MAX_VERSION = 4
+ApiVersionsResponse.FLEXIBLE_MIN_VERSION = 3
+ApiVersionsResponse.API_KEY = 18
+ApiVersionsResponse.DEPRECATED_VERSIONS = None
+ApiVersionsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -202,7 +205,7 @@ def _w_ApiVersionsRequest_v3(buf: bytearray, o: ApiVersionsRequest) -> None:
 
 def _r_ApiVersionsRequest_v0(data: bytes, pos: int) -> tuple[ApiVersionsRequest, int]:
     _len = len(data)
-    _o1 = _new(ApiVersionsRequest)
+    _o1 = ApiVersionsRequest.__new__(ApiVersionsRequest)
     _o1.client_software_name = ""
     _o1.client_software_version = ""
     return _o1, pos
@@ -210,7 +213,7 @@ def _r_ApiVersionsRequest_v0(data: bytes, pos: int) -> tuple[ApiVersionsRequest,
 
 def _r_ApiVersionsRequest_v3(data: bytes, pos: int) -> tuple[ApiVersionsRequest, int]:
     _len = len(data)
-    _o1 = _new(ApiVersionsRequest)
+    _o1 = ApiVersionsRequest.__new__(ApiVersionsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -259,7 +262,7 @@ def _w_ApiVersion_v3(buf: bytearray, o: ApiVersion) -> None:
 
 def _r_ApiVersion_v0(data: bytes, pos: int) -> tuple[ApiVersion, int]:
     _len = len(data)
-    _o1 = _new(ApiVersion)
+    _o1 = ApiVersion.__new__(ApiVersion)
     _o1.api_key, _o1.min_version, _o1.max_version = _S_hhh.unpack_from(data, pos)
     pos += 6
     return _o1, pos
@@ -267,7 +270,7 @@ def _r_ApiVersion_v0(data: bytes, pos: int) -> tuple[ApiVersion, int]:
 
 def _r_ApiVersion_v3(data: bytes, pos: int) -> tuple[ApiVersion, int]:
     _len = len(data)
-    _o1 = _new(ApiVersion)
+    _o1 = ApiVersion.__new__(ApiVersion)
     _o1.api_key, _o1.min_version, _o1.max_version = _S_hhh.unpack_from(data, pos)
     pos += 6
     if data[pos]:
@@ -289,7 +292,7 @@ def _w_SupportedFeatureKey_v3(buf: bytearray, o: SupportedFeatureKey) -> None:
 
 def _r_SupportedFeatureKey_v3(data: bytes, pos: int) -> tuple[SupportedFeatureKey, int]:
     _len = len(data)
-    _o1 = _new(SupportedFeatureKey)
+    _o1 = SupportedFeatureKey.__new__(SupportedFeatureKey)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -326,7 +329,7 @@ def _w_FinalizedFeatureKey_v3(buf: bytearray, o: FinalizedFeatureKey) -> None:
 
 def _r_FinalizedFeatureKey_v3(data: bytes, pos: int) -> tuple[FinalizedFeatureKey, int]:
     _len = len(data)
-    _o1 = _new(FinalizedFeatureKey)
+    _o1 = FinalizedFeatureKey.__new__(FinalizedFeatureKey)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -409,7 +412,7 @@ def _w_ApiVersionsResponse_v3(buf: bytearray, o: ApiVersionsResponse) -> None:
 
 def _r_ApiVersionsResponse_v0(data: bytes, pos: int) -> tuple[ApiVersionsResponse, int]:
     _len = len(data)
-    _o1 = _new(ApiVersionsResponse)
+    _o1 = ApiVersionsResponse.__new__(ApiVersionsResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -420,7 +423,7 @@ def _r_ApiVersionsResponse_v0(data: bytes, pos: int) -> tuple[ApiVersionsRespons
         raise DecodeError("array count of api_keys exceeds the bytes left")
     _a3: list[ApiVersion] = []
     for _ in range(_n2):
-        _o5 = _new(ApiVersion)
+        _o5 = ApiVersion.__new__(ApiVersion)
         _o5.api_key, _o5.min_version, _o5.max_version = _S_hhh.unpack_from(data, pos)
         pos += 6
         _a3.append(_o5)
@@ -435,7 +438,7 @@ def _r_ApiVersionsResponse_v0(data: bytes, pos: int) -> tuple[ApiVersionsRespons
 
 def _r_ApiVersionsResponse_v1(data: bytes, pos: int) -> tuple[ApiVersionsResponse, int]:
     _len = len(data)
-    _o1 = _new(ApiVersionsResponse)
+    _o1 = ApiVersionsResponse.__new__(ApiVersionsResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -446,7 +449,7 @@ def _r_ApiVersionsResponse_v1(data: bytes, pos: int) -> tuple[ApiVersionsRespons
         raise DecodeError("array count of api_keys exceeds the bytes left")
     _a3: list[ApiVersion] = []
     for _ in range(_n2):
-        _o5 = _new(ApiVersion)
+        _o5 = ApiVersion.__new__(ApiVersion)
         _o5.api_key, _o5.min_version, _o5.max_version = _S_hhh.unpack_from(data, pos)
         pos += 6
         _a3.append(_o5)
@@ -462,7 +465,7 @@ def _r_ApiVersionsResponse_v1(data: bytes, pos: int) -> tuple[ApiVersionsRespons
 
 def _r_ApiVersionsResponse_v3(data: bytes, pos: int) -> tuple[ApiVersionsResponse, int]:
     _len = len(data)
-    _o1 = _new(ApiVersionsResponse)
+    _o1 = ApiVersionsResponse.__new__(ApiVersionsResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -477,7 +480,7 @@ def _r_ApiVersionsResponse_v3(data: bytes, pos: int) -> tuple[ApiVersionsRespons
         raise DecodeError("array count of api_keys exceeds the bytes left")
     _a3: list[ApiVersion] = []
     for _ in range(_n2):
-        _o5 = _new(ApiVersion)
+        _o5 = ApiVersion.__new__(ApiVersion)
         _o5.api_key, _o5.min_version, _o5.max_version = _S_hhh.unpack_from(data, pos)
         pos += 6
         if data[pos]:
@@ -512,7 +515,7 @@ def _r_ApiVersionsResponse_v3(data: bytes, pos: int) -> tuple[ApiVersionsRespons
                 raise DecodeError("array count of supported_features exceeds the bytes left")
             _a10: list[SupportedFeatureKey] = []
             for _ in range(_n9):
-                _o12 = _new(SupportedFeatureKey)
+                _o12 = SupportedFeatureKey.__new__(SupportedFeatureKey)
                 _n13 = data[pos]
                 if _n13 < 128:
                     pos += 1
@@ -556,7 +559,7 @@ def _r_ApiVersionsResponse_v3(data: bytes, pos: int) -> tuple[ApiVersionsRespons
                 raise DecodeError("array count of finalized_features exceeds the bytes left")
             _a16: list[FinalizedFeatureKey] = []
             for _ in range(_n15):
-                _o18 = _new(FinalizedFeatureKey)
+                _o18 = FinalizedFeatureKey.__new__(FinalizedFeatureKey)
                 _n19 = data[pos]
                 if _n19 < 128:
                     pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,11 +45,12 @@ class AssignReplicasToDirsRequestPartitionData(Struct):
 
     partition_index: int = 0
 
-    NAME: ClassVar[str] = "AssignReplicasToDirsRequestPartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AssignReplicasToDirsRequestPartitionData.NAME = "AssignReplicasToDirsRequestPartitionData"
+AssignReplicasToDirsRequestPartitionData.SPEC_NAME = "PartitionData"
+AssignReplicasToDirsRequestPartitionData.MIN_VERSION = 0
+AssignReplicasToDirsRequestPartitionData.MAX_VERSION = 0
+AssignReplicasToDirsRequestPartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -66,11 +65,12 @@ class AssignReplicasToDirsRequestTopicData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AssignReplicasToDirsRequestPartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AssignReplicasToDirsRequestTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AssignReplicasToDirsRequestTopicData.NAME = "AssignReplicasToDirsRequestTopicData"
+AssignReplicasToDirsRequestTopicData.SPEC_NAME = "TopicData"
+AssignReplicasToDirsRequestTopicData.MIN_VERSION = 0
+AssignReplicasToDirsRequestTopicData.MAX_VERSION = 0
+AssignReplicasToDirsRequestTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -85,11 +85,12 @@ class AssignReplicasToDirsRequestDirectoryData(Struct):
     id: uuid.UUID = ZERO_UUID
     topics: list[AssignReplicasToDirsRequestTopicData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AssignReplicasToDirsRequestDirectoryData"
-    SPEC_NAME: ClassVar[str] = "DirectoryData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AssignReplicasToDirsRequestDirectoryData.NAME = "AssignReplicasToDirsRequestDirectoryData"
+AssignReplicasToDirsRequestDirectoryData.SPEC_NAME = "DirectoryData"
+AssignReplicasToDirsRequestDirectoryData.MIN_VERSION = 0
+AssignReplicasToDirsRequestDirectoryData.MAX_VERSION = 0
+AssignReplicasToDirsRequestDirectoryData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -106,14 +107,15 @@ class AssignReplicasToDirsRequest(Message):
     broker_epoch: int = -1
     directories: list[AssignReplicasToDirsRequestDirectoryData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AssignReplicasToDirsRequest"
-    SPEC_NAME: ClassVar[str] = "AssignReplicasToDirsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 73
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AssignReplicasToDirsRequest.NAME = "AssignReplicasToDirsRequest"
+AssignReplicasToDirsRequest.SPEC_NAME = "AssignReplicasToDirsRequest"
+AssignReplicasToDirsRequest.MIN_VERSION = 0
+AssignReplicasToDirsRequest.MAX_VERSION = 0
+AssignReplicasToDirsRequest.FLEXIBLE_MIN_VERSION = 0
+AssignReplicasToDirsRequest.API_KEY = 73
+AssignReplicasToDirsRequest.DEPRECATED_VERSIONS = None
+AssignReplicasToDirsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -128,11 +130,12 @@ class AssignReplicasToDirsResponsePartitionData(Struct):
     partition_index: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "AssignReplicasToDirsResponsePartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AssignReplicasToDirsResponsePartitionData.NAME = "AssignReplicasToDirsResponsePartitionData"
+AssignReplicasToDirsResponsePartitionData.SPEC_NAME = "PartitionData"
+AssignReplicasToDirsResponsePartitionData.MIN_VERSION = 0
+AssignReplicasToDirsResponsePartitionData.MAX_VERSION = 0
+AssignReplicasToDirsResponsePartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -147,11 +150,12 @@ class AssignReplicasToDirsResponseTopicData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AssignReplicasToDirsResponsePartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AssignReplicasToDirsResponseTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AssignReplicasToDirsResponseTopicData.NAME = "AssignReplicasToDirsResponseTopicData"
+AssignReplicasToDirsResponseTopicData.SPEC_NAME = "TopicData"
+AssignReplicasToDirsResponseTopicData.MIN_VERSION = 0
+AssignReplicasToDirsResponseTopicData.MAX_VERSION = 0
+AssignReplicasToDirsResponseTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -166,11 +170,12 @@ class AssignReplicasToDirsResponseDirectoryData(Struct):
     id: uuid.UUID = ZERO_UUID
     topics: list[AssignReplicasToDirsResponseTopicData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AssignReplicasToDirsResponseDirectoryData"
-    SPEC_NAME: ClassVar[str] = "DirectoryData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AssignReplicasToDirsResponseDirectoryData.NAME = "AssignReplicasToDirsResponseDirectoryData"
+AssignReplicasToDirsResponseDirectoryData.SPEC_NAME = "DirectoryData"
+AssignReplicasToDirsResponseDirectoryData.MIN_VERSION = 0
+AssignReplicasToDirsResponseDirectoryData.MAX_VERSION = 0
+AssignReplicasToDirsResponseDirectoryData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -188,14 +193,15 @@ class AssignReplicasToDirsResponse(Message):
     error_code: int = 0
     directories: list[AssignReplicasToDirsResponseDirectoryData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AssignReplicasToDirsResponse"
-    SPEC_NAME: ClassVar[str] = "AssignReplicasToDirsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 73
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+AssignReplicasToDirsResponse.NAME = "AssignReplicasToDirsResponse"
+AssignReplicasToDirsResponse.SPEC_NAME = "AssignReplicasToDirsResponse"
+AssignReplicasToDirsResponse.MIN_VERSION = 0
+AssignReplicasToDirsResponse.MAX_VERSION = 0
+AssignReplicasToDirsResponse.FLEXIBLE_MIN_VERSION = 0
+AssignReplicasToDirsResponse.API_KEY = 73
+AssignReplicasToDirsResponse.DEPRECATED_VERSIONS = None
+AssignReplicasToDirsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -212,7 +218,7 @@ def _r_AssignReplicasToDirsRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(AssignReplicasToDirsRequestPartitionData)
+    _o1 = AssignReplicasToDirsRequestPartitionData.__new__(AssignReplicasToDirsRequestPartitionData)
     (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
@@ -237,7 +243,7 @@ def _r_AssignReplicasToDirsRequestTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(AssignReplicasToDirsRequestTopicData)
+    _o1 = AssignReplicasToDirsRequestTopicData.__new__(AssignReplicasToDirsRequestTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -253,7 +259,7 @@ def _r_AssignReplicasToDirsRequestTopicData_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[AssignReplicasToDirsRequestPartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(AssignReplicasToDirsRequestPartitionData)
+        _o5 = AssignReplicasToDirsRequestPartitionData.__new__(AssignReplicasToDirsRequestPartitionData)
         (_o5.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
@@ -284,7 +290,7 @@ def _r_AssignReplicasToDirsRequestDirectoryData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsRequestDirectoryData, int]:
     _len = len(data)
-    _o1 = _new(AssignReplicasToDirsRequestDirectoryData)
+    _o1 = AssignReplicasToDirsRequestDirectoryData.__new__(AssignReplicasToDirsRequestDirectoryData)
     (_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.id = uuid_from_bytes(_id_raw)
@@ -300,7 +306,7 @@ def _r_AssignReplicasToDirsRequestDirectoryData_v0(
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[AssignReplicasToDirsRequestTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(AssignReplicasToDirsRequestTopicData)
+        _o5 = AssignReplicasToDirsRequestTopicData.__new__(AssignReplicasToDirsRequestTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -316,7 +322,7 @@ def _r_AssignReplicasToDirsRequestDirectoryData_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[AssignReplicasToDirsRequestPartitionData] = []
         for _ in range(_n6):
-            _o9 = _new(AssignReplicasToDirsRequestPartitionData)
+            _o9 = AssignReplicasToDirsRequestPartitionData.__new__(AssignReplicasToDirsRequestPartitionData)
             (_o9.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             if data[pos]:
@@ -349,7 +355,7 @@ def _w_AssignReplicasToDirsRequest_v0(buf: bytearray, o: AssignReplicasToDirsReq
 
 def _r_AssignReplicasToDirsRequest_v0(data: bytes, pos: int) -> tuple[AssignReplicasToDirsRequest, int]:
     _len = len(data)
-    _o1 = _new(AssignReplicasToDirsRequest)
+    _o1 = AssignReplicasToDirsRequest.__new__(AssignReplicasToDirsRequest)
     _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     _n2 = data[pos]
@@ -364,7 +370,7 @@ def _r_AssignReplicasToDirsRequest_v0(data: bytes, pos: int) -> tuple[AssignRepl
         raise DecodeError("array count of directories exceeds the bytes left")
     _a3: list[AssignReplicasToDirsRequestDirectoryData] = []
     for _ in range(_n2):
-        _o5 = _new(AssignReplicasToDirsRequestDirectoryData)
+        _o5 = AssignReplicasToDirsRequestDirectoryData.__new__(AssignReplicasToDirsRequestDirectoryData)
         (_s4_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.id = uuid_from_bytes(_s4_id_raw)
@@ -380,7 +386,7 @@ def _r_AssignReplicasToDirsRequest_v0(data: bytes, pos: int) -> tuple[AssignRepl
             raise DecodeError("array count of topics exceeds the bytes left")
         _a7: list[AssignReplicasToDirsRequestTopicData] = []
         for _ in range(_n6):
-            _o9 = _new(AssignReplicasToDirsRequestTopicData)
+            _o9 = AssignReplicasToDirsRequestTopicData.__new__(AssignReplicasToDirsRequestTopicData)
             (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o9.topic_id = uuid_from_bytes(_s8_topic_id_raw)
@@ -396,7 +402,9 @@ def _r_AssignReplicasToDirsRequest_v0(data: bytes, pos: int) -> tuple[AssignRepl
                 raise DecodeError("array count of partitions exceeds the bytes left")
             _a11: list[AssignReplicasToDirsRequestPartitionData] = []
             for _ in range(_n10):
-                _o13 = _new(AssignReplicasToDirsRequestPartitionData)
+                _o13 = AssignReplicasToDirsRequestPartitionData.__new__(
+                    AssignReplicasToDirsRequestPartitionData
+                )
                 (_o13.partition_index,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 if data[pos]:
@@ -435,7 +443,7 @@ def _r_AssignReplicasToDirsResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(AssignReplicasToDirsResponsePartitionData)
+    _o1 = AssignReplicasToDirsResponsePartitionData.__new__(AssignReplicasToDirsResponsePartitionData)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
@@ -460,7 +468,7 @@ def _r_AssignReplicasToDirsResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(AssignReplicasToDirsResponseTopicData)
+    _o1 = AssignReplicasToDirsResponseTopicData.__new__(AssignReplicasToDirsResponseTopicData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -476,7 +484,7 @@ def _r_AssignReplicasToDirsResponseTopicData_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[AssignReplicasToDirsResponsePartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(AssignReplicasToDirsResponsePartitionData)
+        _o5 = AssignReplicasToDirsResponsePartitionData.__new__(AssignReplicasToDirsResponsePartitionData)
         _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
@@ -507,7 +515,7 @@ def _r_AssignReplicasToDirsResponseDirectoryData_v0(
     data: bytes, pos: int
 ) -> tuple[AssignReplicasToDirsResponseDirectoryData, int]:
     _len = len(data)
-    _o1 = _new(AssignReplicasToDirsResponseDirectoryData)
+    _o1 = AssignReplicasToDirsResponseDirectoryData.__new__(AssignReplicasToDirsResponseDirectoryData)
     (_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.id = uuid_from_bytes(_id_raw)
@@ -523,7 +531,7 @@ def _r_AssignReplicasToDirsResponseDirectoryData_v0(
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[AssignReplicasToDirsResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(AssignReplicasToDirsResponseTopicData)
+        _o5 = AssignReplicasToDirsResponseTopicData.__new__(AssignReplicasToDirsResponseTopicData)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -539,7 +547,7 @@ def _r_AssignReplicasToDirsResponseDirectoryData_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[AssignReplicasToDirsResponsePartitionData] = []
         for _ in range(_n6):
-            _o9 = _new(AssignReplicasToDirsResponsePartitionData)
+            _o9 = AssignReplicasToDirsResponsePartitionData.__new__(AssignReplicasToDirsResponsePartitionData)
             _o9.partition_index, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
@@ -572,7 +580,7 @@ def _w_AssignReplicasToDirsResponse_v0(buf: bytearray, o: AssignReplicasToDirsRe
 
 def _r_AssignReplicasToDirsResponse_v0(data: bytes, pos: int) -> tuple[AssignReplicasToDirsResponse, int]:
     _len = len(data)
-    _o1 = _new(AssignReplicasToDirsResponse)
+    _o1 = AssignReplicasToDirsResponse.__new__(AssignReplicasToDirsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -587,7 +595,7 @@ def _r_AssignReplicasToDirsResponse_v0(data: bytes, pos: int) -> tuple[AssignRep
         raise DecodeError("array count of directories exceeds the bytes left")
     _a3: list[AssignReplicasToDirsResponseDirectoryData] = []
     for _ in range(_n2):
-        _o5 = _new(AssignReplicasToDirsResponseDirectoryData)
+        _o5 = AssignReplicasToDirsResponseDirectoryData.__new__(AssignReplicasToDirsResponseDirectoryData)
         (_s4_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.id = uuid_from_bytes(_s4_id_raw)
@@ -603,7 +611,7 @@ def _r_AssignReplicasToDirsResponse_v0(data: bytes, pos: int) -> tuple[AssignRep
             raise DecodeError("array count of topics exceeds the bytes left")
         _a7: list[AssignReplicasToDirsResponseTopicData] = []
         for _ in range(_n6):
-            _o9 = _new(AssignReplicasToDirsResponseTopicData)
+            _o9 = AssignReplicasToDirsResponseTopicData.__new__(AssignReplicasToDirsResponseTopicData)
             (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o9.topic_id = uuid_from_bytes(_s8_topic_id_raw)
@@ -619,7 +627,9 @@ def _r_AssignReplicasToDirsResponse_v0(data: bytes, pos: int) -> tuple[AssignRep
                 raise DecodeError("array count of partitions exceeds the bytes left")
             _a11: list[AssignReplicasToDirsResponsePartitionData] = []
             for _ in range(_n10):
-                _o13 = _new(AssignReplicasToDirsResponsePartitionData)
+                _o13 = AssignReplicasToDirsResponsePartitionData.__new__(
+                    AssignReplicasToDirsResponsePartitionData
+                )
                 _o13.partition_index, _o13.error_code = _S_ih.unpack_from(data, pos)
                 pos += 6
                 if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -54,11 +52,12 @@ class BeginQuorumEpochRequestPartitionData(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
-    NAME: ClassVar[str] = "BeginQuorumEpochRequestPartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+BeginQuorumEpochRequestPartitionData.NAME = "BeginQuorumEpochRequestPartitionData"
+BeginQuorumEpochRequestPartitionData.SPEC_NAME = "PartitionData"
+BeginQuorumEpochRequestPartitionData.MIN_VERSION = 0
+BeginQuorumEpochRequestPartitionData.MAX_VERSION = 1
+BeginQuorumEpochRequestPartitionData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -73,11 +72,12 @@ class BeginQuorumEpochRequestTopicData(Struct):
     topic_name: str = ""
     partitions: list[BeginQuorumEpochRequestPartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "BeginQuorumEpochRequestTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+BeginQuorumEpochRequestTopicData.NAME = "BeginQuorumEpochRequestTopicData"
+BeginQuorumEpochRequestTopicData.SPEC_NAME = "TopicData"
+BeginQuorumEpochRequestTopicData.MIN_VERSION = 0
+BeginQuorumEpochRequestTopicData.MAX_VERSION = 1
+BeginQuorumEpochRequestTopicData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -94,11 +94,12 @@ class LeaderEndpoint(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "LeaderEndpoint"
-    SPEC_NAME: ClassVar[str] = "LeaderEndpoint"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+LeaderEndpoint.NAME = "LeaderEndpoint"
+LeaderEndpoint.SPEC_NAME = "LeaderEndpoint"
+LeaderEndpoint.MIN_VERSION = 1
+LeaderEndpoint.MAX_VERSION = 1
+LeaderEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -119,14 +120,15 @@ class BeginQuorumEpochRequest(Message):
     topics: list[BeginQuorumEpochRequestTopicData] = field(default_factory=list)
     leader_endpoints: list[LeaderEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "BeginQuorumEpochRequest"
-    SPEC_NAME: ClassVar[str] = "BeginQuorumEpochRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 53
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+BeginQuorumEpochRequest.NAME = "BeginQuorumEpochRequest"
+BeginQuorumEpochRequest.SPEC_NAME = "BeginQuorumEpochRequest"
+BeginQuorumEpochRequest.MIN_VERSION = 0
+BeginQuorumEpochRequest.MAX_VERSION = 1
+BeginQuorumEpochRequest.FLEXIBLE_MIN_VERSION = 1
+BeginQuorumEpochRequest.API_KEY = 53
+BeginQuorumEpochRequest.DEPRECATED_VERSIONS = None
+BeginQuorumEpochRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -145,11 +147,12 @@ class BeginQuorumEpochResponsePartitionData(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
-    NAME: ClassVar[str] = "BeginQuorumEpochResponsePartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+BeginQuorumEpochResponsePartitionData.NAME = "BeginQuorumEpochResponsePartitionData"
+BeginQuorumEpochResponsePartitionData.SPEC_NAME = "PartitionData"
+BeginQuorumEpochResponsePartitionData.MIN_VERSION = 0
+BeginQuorumEpochResponsePartitionData.MAX_VERSION = 1
+BeginQuorumEpochResponsePartitionData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -164,11 +167,12 @@ class BeginQuorumEpochResponseTopicData(Struct):
     topic_name: str = ""
     partitions: list[BeginQuorumEpochResponsePartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "BeginQuorumEpochResponseTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+BeginQuorumEpochResponseTopicData.NAME = "BeginQuorumEpochResponseTopicData"
+BeginQuorumEpochResponseTopicData.SPEC_NAME = "TopicData"
+BeginQuorumEpochResponseTopicData.MIN_VERSION = 0
+BeginQuorumEpochResponseTopicData.MAX_VERSION = 1
+BeginQuorumEpochResponseTopicData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -185,11 +189,12 @@ class NodeEndpoint(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "NodeEndpoint"
-    SPEC_NAME: ClassVar[str] = "NodeEndpoint"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+NodeEndpoint.NAME = "NodeEndpoint"
+NodeEndpoint.SPEC_NAME = "NodeEndpoint"
+NodeEndpoint.MIN_VERSION = 1
+NodeEndpoint.MAX_VERSION = 1
+NodeEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -208,14 +213,15 @@ class BeginQuorumEpochResponse(Message):
     topics: list[BeginQuorumEpochResponseTopicData] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "BeginQuorumEpochResponse"
-    SPEC_NAME: ClassVar[str] = "BeginQuorumEpochResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 53
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+BeginQuorumEpochResponse.NAME = "BeginQuorumEpochResponse"
+BeginQuorumEpochResponse.SPEC_NAME = "BeginQuorumEpochResponse"
+BeginQuorumEpochResponse.MIN_VERSION = 0
+BeginQuorumEpochResponse.MAX_VERSION = 1
+BeginQuorumEpochResponse.FLEXIBLE_MIN_VERSION = 1
+BeginQuorumEpochResponse.API_KEY = 53
+BeginQuorumEpochResponse.DEPRECATED_VERSIONS = None
+BeginQuorumEpochResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -238,7 +244,7 @@ def _r_BeginQuorumEpochRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochRequestPartitionData)
+    _o1 = BeginQuorumEpochRequestPartitionData.__new__(BeginQuorumEpochRequestPartitionData)
     _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
     _o1.voter_directory_id = ZERO_UUID
@@ -249,7 +255,7 @@ def _r_BeginQuorumEpochRequestPartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochRequestPartitionData)
+    _o1 = BeginQuorumEpochRequestPartitionData.__new__(BeginQuorumEpochRequestPartitionData)
     _o1.partition_index, _voter_directory_id_raw, _o1.leader_id, _o1.leader_epoch = _S_i16sii.unpack_from(
         data, pos
     )
@@ -289,7 +295,7 @@ def _r_BeginQuorumEpochRequestTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochRequestTopicData)
+    _o1 = BeginQuorumEpochRequestTopicData.__new__(BeginQuorumEpochRequestTopicData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -307,7 +313,7 @@ def _r_BeginQuorumEpochRequestTopicData_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[BeginQuorumEpochRequestPartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(BeginQuorumEpochRequestPartitionData)
+        _o7 = BeginQuorumEpochRequestPartitionData.__new__(BeginQuorumEpochRequestPartitionData)
         _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
         _o7.voter_directory_id = ZERO_UUID
@@ -320,7 +326,7 @@ def _r_BeginQuorumEpochRequestTopicData_v1(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochRequestTopicData)
+    _o1 = BeginQuorumEpochRequestTopicData.__new__(BeginQuorumEpochRequestTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -348,7 +354,7 @@ def _r_BeginQuorumEpochRequestTopicData_v1(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[BeginQuorumEpochRequestPartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(BeginQuorumEpochRequestPartitionData)
+        _o7 = BeginQuorumEpochRequestPartitionData.__new__(BeginQuorumEpochRequestPartitionData)
         _o7.partition_index, _s6_voter_directory_id_raw, _o7.leader_id, _o7.leader_epoch = (
             _S_i16sii.unpack_from(data, pos)
         )
@@ -384,7 +390,7 @@ def _w_LeaderEndpoint_v1(buf: bytearray, o: LeaderEndpoint) -> None:
 
 def _r_LeaderEndpoint_v1(data: bytes, pos: int) -> tuple[LeaderEndpoint, int]:
     _len = len(data)
-    _o1 = _new(LeaderEndpoint)
+    _o1 = LeaderEndpoint.__new__(LeaderEndpoint)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -460,7 +466,7 @@ def _w_BeginQuorumEpochRequest_v1(buf: bytearray, o: BeginQuorumEpochRequest) ->
 
 def _r_BeginQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[BeginQuorumEpochRequest, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochRequest)
+    _o1 = BeginQuorumEpochRequest.__new__(BeginQuorumEpochRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -481,7 +487,7 @@ def _r_BeginQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[BeginQuorumEpo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[BeginQuorumEpochRequestTopicData] = []
     for _ in range(_n4):
-        _o7 = _new(BeginQuorumEpochRequestTopicData)
+        _o7 = BeginQuorumEpochRequestTopicData.__new__(BeginQuorumEpochRequestTopicData)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -499,7 +505,7 @@ def _r_BeginQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[BeginQuorumEpo
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[BeginQuorumEpochRequestPartitionData] = []
         for _ in range(_n10):
-            _o13 = _new(BeginQuorumEpochRequestPartitionData)
+            _o13 = BeginQuorumEpochRequestPartitionData.__new__(BeginQuorumEpochRequestPartitionData)
             _o13.partition_index, _o13.leader_id, _o13.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
             _o13.voter_directory_id = ZERO_UUID
@@ -514,7 +520,7 @@ def _r_BeginQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[BeginQuorumEpo
 
 def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpochRequest, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochRequest)
+    _o1 = BeginQuorumEpochRequest.__new__(BeginQuorumEpochRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -547,7 +553,7 @@ def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[BeginQuorumEpochRequestTopicData] = []
     for _ in range(_n4):
-        _o7 = _new(BeginQuorumEpochRequestTopicData)
+        _o7 = BeginQuorumEpochRequestTopicData.__new__(BeginQuorumEpochRequestTopicData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -575,7 +581,7 @@ def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpo
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[BeginQuorumEpochRequestPartitionData] = []
         for _ in range(_n10):
-            _o13 = _new(BeginQuorumEpochRequestPartitionData)
+            _o13 = BeginQuorumEpochRequestPartitionData.__new__(BeginQuorumEpochRequestPartitionData)
             _o13.partition_index, _s12_voter_directory_id_raw, _o13.leader_id, _o13.leader_epoch = (
                 _S_i16sii.unpack_from(data, pos)
             )
@@ -605,7 +611,7 @@ def _r_BeginQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpo
         raise DecodeError("array count of leader_endpoints exceeds the bytes left")
     _a15: list[LeaderEndpoint] = []
     for _ in range(_n14):
-        _o17 = _new(LeaderEndpoint)
+        _o17 = LeaderEndpoint.__new__(LeaderEndpoint)
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1
@@ -668,7 +674,7 @@ def _r_BeginQuorumEpochResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochResponsePartitionData)
+    _o1 = BeginQuorumEpochResponsePartitionData.__new__(BeginQuorumEpochResponsePartitionData)
     _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
     return _o1, pos
@@ -678,7 +684,7 @@ def _r_BeginQuorumEpochResponsePartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochResponsePartitionData)
+    _o1 = BeginQuorumEpochResponsePartitionData.__new__(BeginQuorumEpochResponsePartitionData)
     _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
     if data[pos]:
@@ -715,7 +721,7 @@ def _r_BeginQuorumEpochResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochResponseTopicData)
+    _o1 = BeginQuorumEpochResponseTopicData.__new__(BeginQuorumEpochResponseTopicData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -733,7 +739,7 @@ def _r_BeginQuorumEpochResponseTopicData_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[BeginQuorumEpochResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(BeginQuorumEpochResponsePartitionData)
+        _o7 = BeginQuorumEpochResponsePartitionData.__new__(BeginQuorumEpochResponsePartitionData)
         _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         _a5.append(_o7)
@@ -745,7 +751,7 @@ def _r_BeginQuorumEpochResponseTopicData_v1(
     data: bytes, pos: int
 ) -> tuple[BeginQuorumEpochResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochResponseTopicData)
+    _o1 = BeginQuorumEpochResponseTopicData.__new__(BeginQuorumEpochResponseTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -773,7 +779,7 @@ def _r_BeginQuorumEpochResponseTopicData_v1(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[BeginQuorumEpochResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(BeginQuorumEpochResponsePartitionData)
+        _o7 = BeginQuorumEpochResponsePartitionData.__new__(BeginQuorumEpochResponsePartitionData)
         _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         if data[pos]:
@@ -802,7 +808,7 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    _o1 = _new(NodeEndpoint)
+    _o1 = NodeEndpoint.__new__(NodeEndpoint)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -862,7 +868,7 @@ def _w_BeginQuorumEpochResponse_v1(buf: bytearray, o: BeginQuorumEpochResponse) 
 
 def _r_BeginQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[BeginQuorumEpochResponse, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochResponse)
+    _o1 = BeginQuorumEpochResponse.__new__(BeginQuorumEpochResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -873,7 +879,7 @@ def _r_BeginQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[BeginQuorumEp
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[BeginQuorumEpochResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(BeginQuorumEpochResponseTopicData)
+        _o5 = BeginQuorumEpochResponseTopicData.__new__(BeginQuorumEpochResponseTopicData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -891,7 +897,7 @@ def _r_BeginQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[BeginQuorumEp
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[BeginQuorumEpochResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(BeginQuorumEpochResponsePartitionData)
+            _o11 = BeginQuorumEpochResponsePartitionData.__new__(BeginQuorumEpochResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
@@ -906,7 +912,7 @@ def _r_BeginQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[BeginQuorumEp
 
 def _r_BeginQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[BeginQuorumEpochResponse, int]:
     _len = len(data)
-    _o1 = _new(BeginQuorumEpochResponse)
+    _o1 = BeginQuorumEpochResponse.__new__(BeginQuorumEpochResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -921,7 +927,7 @@ def _r_BeginQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[BeginQuorumEp
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[BeginQuorumEpochResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(BeginQuorumEpochResponseTopicData)
+        _o5 = BeginQuorumEpochResponseTopicData.__new__(BeginQuorumEpochResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -949,7 +955,7 @@ def _r_BeginQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[BeginQuorumEp
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[BeginQuorumEpochResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(BeginQuorumEpochResponsePartitionData)
+            _o11 = BeginQuorumEpochResponsePartitionData.__new__(BeginQuorumEpochResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
@@ -987,7 +993,7 @@ def _r_BeginQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[BeginQuorumEp
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
             _a16: list[NodeEndpoint] = []
             for _ in range(_n15):
-                _o18 = _new(NodeEndpoint)
+                _o18 = NodeEndpoint.__new__(NodeEndpoint)
                 (_o18.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 _n19 = data[pos]

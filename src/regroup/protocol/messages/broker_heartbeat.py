@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -53,14 +51,15 @@ class BrokerHeartbeatRequest(Message):
     want_shut_down: bool = False
     offline_log_dirs: list[uuid.UUID] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "BrokerHeartbeatRequest"
-    SPEC_NAME: ClassVar[str] = "BrokerHeartbeatRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 63
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+BrokerHeartbeatRequest.NAME = "BrokerHeartbeatRequest"
+BrokerHeartbeatRequest.SPEC_NAME = "BrokerHeartbeatRequest"
+BrokerHeartbeatRequest.MIN_VERSION = 0
+BrokerHeartbeatRequest.MAX_VERSION = 1
+BrokerHeartbeatRequest.FLEXIBLE_MIN_VERSION = 0
+BrokerHeartbeatRequest.API_KEY = 63
+BrokerHeartbeatRequest.DEPRECATED_VERSIONS = None
+BrokerHeartbeatRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -82,14 +81,15 @@ class BrokerHeartbeatResponse(Message):
     is_fenced: bool = True
     should_shut_down: bool = False
 
-    NAME: ClassVar[str] = "BrokerHeartbeatResponse"
-    SPEC_NAME: ClassVar[str] = "BrokerHeartbeatResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 63
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+BrokerHeartbeatResponse.NAME = "BrokerHeartbeatResponse"
+BrokerHeartbeatResponse.SPEC_NAME = "BrokerHeartbeatResponse"
+BrokerHeartbeatResponse.MIN_VERSION = 0
+BrokerHeartbeatResponse.MAX_VERSION = 1
+BrokerHeartbeatResponse.FLEXIBLE_MIN_VERSION = 0
+BrokerHeartbeatResponse.API_KEY = 63
+BrokerHeartbeatResponse.DEPRECATED_VERSIONS = None
+BrokerHeartbeatResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -133,7 +133,7 @@ def _w_BrokerHeartbeatRequest_v1(buf: bytearray, o: BrokerHeartbeatRequest) -> N
 
 def _r_BrokerHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[BrokerHeartbeatRequest, int]:
     _len = len(data)
-    _o1 = _new(BrokerHeartbeatRequest)
+    _o1 = BrokerHeartbeatRequest.__new__(BrokerHeartbeatRequest)
     _o1.broker_id, _o1.broker_epoch, _o1.current_metadata_offset, _o1.want_fence, _o1.want_shut_down = (
         _S_iqqoo.unpack_from(data, pos)
     )
@@ -148,7 +148,7 @@ def _r_BrokerHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[BrokerHeartbeat
 
 def _r_BrokerHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[BrokerHeartbeatRequest, int]:
     _len = len(data)
-    _o1 = _new(BrokerHeartbeatRequest)
+    _o1 = BrokerHeartbeatRequest.__new__(BrokerHeartbeatRequest)
     _o1.broker_id, _o1.broker_epoch, _o1.current_metadata_offset, _o1.want_fence, _o1.want_shut_down = (
         _S_iqqoo.unpack_from(data, pos)
     )
@@ -199,7 +199,7 @@ def _w_BrokerHeartbeatResponse_v0(buf: bytearray, o: BrokerHeartbeatResponse) ->
 
 def _r_BrokerHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[BrokerHeartbeatResponse, int]:
     _len = len(data)
-    _o1 = _new(BrokerHeartbeatResponse)
+    _o1 = BrokerHeartbeatResponse.__new__(BrokerHeartbeatResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.is_caught_up, _o1.is_fenced, _o1.should_shut_down = (
         _S_ihooo.unpack_from(data, pos)
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -54,11 +52,12 @@ class Listener(Struct):
     port: int = 0
     security_protocol: int = 0
 
-    NAME: ClassVar[str] = "Listener"
-    SPEC_NAME: ClassVar[str] = "Listener"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Listener.NAME = "Listener"
+Listener.SPEC_NAME = "Listener"
+Listener.MIN_VERSION = 0
+Listener.MAX_VERSION = 4
+Listener.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -75,11 +74,12 @@ class Feature(Struct):
     min_supported_version: int = 0
     max_supported_version: int = 0
 
-    NAME: ClassVar[str] = "Feature"
-    SPEC_NAME: ClassVar[str] = "Feature"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Feature.NAME = "Feature"
+Feature.SPEC_NAME = "Feature"
+Feature.MIN_VERSION = 0
+Feature.MAX_VERSION = 4
+Feature.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -110,14 +110,15 @@ class BrokerRegistrationRequest(Message):
     log_dirs: list[uuid.UUID] = field(default_factory=list)
     previous_broker_epoch: int = -1
 
-    NAME: ClassVar[str] = "BrokerRegistrationRequest"
-    SPEC_NAME: ClassVar[str] = "BrokerRegistrationRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 62
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+BrokerRegistrationRequest.NAME = "BrokerRegistrationRequest"
+BrokerRegistrationRequest.SPEC_NAME = "BrokerRegistrationRequest"
+BrokerRegistrationRequest.MIN_VERSION = 0
+BrokerRegistrationRequest.MAX_VERSION = 4
+BrokerRegistrationRequest.FLEXIBLE_MIN_VERSION = 0
+BrokerRegistrationRequest.API_KEY = 62
+BrokerRegistrationRequest.DEPRECATED_VERSIONS = None
+BrokerRegistrationRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -135,14 +136,15 @@ class BrokerRegistrationResponse(Message):
     error_code: int = 0
     broker_epoch: int = -1
 
-    NAME: ClassVar[str] = "BrokerRegistrationResponse"
-    SPEC_NAME: ClassVar[str] = "BrokerRegistrationResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 62
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+BrokerRegistrationResponse.NAME = "BrokerRegistrationResponse"
+BrokerRegistrationResponse.SPEC_NAME = "BrokerRegistrationResponse"
+BrokerRegistrationResponse.MIN_VERSION = 0
+BrokerRegistrationResponse.MAX_VERSION = 4
+BrokerRegistrationResponse.FLEXIBLE_MIN_VERSION = 0
+BrokerRegistrationResponse.API_KEY = 62
+BrokerRegistrationResponse.DEPRECATED_VERSIONS = None
+BrokerRegistrationResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -165,7 +167,7 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _o1 = _new(Listener)
+    _o1 = Listener.__new__(Listener)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -217,7 +219,7 @@ def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
 
 def _r_Feature_v0(data: bytes, pos: int) -> tuple[Feature, int]:
     _len = len(data)
-    _o1 = _new(Feature)
+    _o1 = Feature.__new__(Feature)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -374,7 +376,7 @@ def _w_BrokerRegistrationRequest_v3(buf: bytearray, o: BrokerRegistrationRequest
 
 def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegistrationRequest, int]:
     _len = len(data)
-    _o1 = _new(BrokerRegistrationRequest)
+    _o1 = BrokerRegistrationRequest.__new__(BrokerRegistrationRequest)
     (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -407,7 +409,7 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
         raise DecodeError("array count of listeners exceeds the bytes left")
     _a5: list[Listener] = []
     for _ in range(_n4):
-        _o7 = _new(Listener)
+        _o7 = Listener.__new__(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -458,7 +460,7 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
         raise DecodeError("array count of features exceeds the bytes left")
     _a13: list[Feature] = []
     for _ in range(_n12):
-        _o15 = _new(Feature)
+        _o15 = Feature.__new__(Feature)
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -512,7 +514,7 @@ def _r_BrokerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[BrokerRegist
 
 def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegistrationRequest, int]:
     _len = len(data)
-    _o1 = _new(BrokerRegistrationRequest)
+    _o1 = BrokerRegistrationRequest.__new__(BrokerRegistrationRequest)
     (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -545,7 +547,7 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
         raise DecodeError("array count of listeners exceeds the bytes left")
     _a5: list[Listener] = []
     for _ in range(_n4):
-        _o7 = _new(Listener)
+        _o7 = Listener.__new__(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -596,7 +598,7 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
         raise DecodeError("array count of features exceeds the bytes left")
     _a13: list[Feature] = []
     for _ in range(_n12):
-        _o15 = _new(Feature)
+        _o15 = Feature.__new__(Feature)
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -651,7 +653,7 @@ def _r_BrokerRegistrationRequest_v1(data: bytes, pos: int) -> tuple[BrokerRegist
 
 def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegistrationRequest, int]:
     _len = len(data)
-    _o1 = _new(BrokerRegistrationRequest)
+    _o1 = BrokerRegistrationRequest.__new__(BrokerRegistrationRequest)
     (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -684,7 +686,7 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
         raise DecodeError("array count of listeners exceeds the bytes left")
     _a5: list[Listener] = []
     for _ in range(_n4):
-        _o7 = _new(Listener)
+        _o7 = Listener.__new__(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -735,7 +737,7 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
         raise DecodeError("array count of features exceeds the bytes left")
     _a13: list[Feature] = []
     for _ in range(_n12):
-        _o15 = _new(Feature)
+        _o15 = Feature.__new__(Feature)
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -807,7 +809,7 @@ def _r_BrokerRegistrationRequest_v2(data: bytes, pos: int) -> tuple[BrokerRegist
 
 def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegistrationRequest, int]:
     _len = len(data)
-    _o1 = _new(BrokerRegistrationRequest)
+    _o1 = BrokerRegistrationRequest.__new__(BrokerRegistrationRequest)
     (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -840,7 +842,7 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
         raise DecodeError("array count of listeners exceeds the bytes left")
     _a5: list[Listener] = []
     for _ in range(_n4):
-        _o7 = _new(Listener)
+        _o7 = Listener.__new__(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -891,7 +893,7 @@ def _r_BrokerRegistrationRequest_v3(data: bytes, pos: int) -> tuple[BrokerRegist
         raise DecodeError("array count of features exceeds the bytes left")
     _a13: list[Feature] = []
     for _ in range(_n12):
-        _o15 = _new(Feature)
+        _o15 = Feature.__new__(Feature)
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -969,7 +971,7 @@ def _w_BrokerRegistrationResponse_v0(buf: bytearray, o: BrokerRegistrationRespon
 
 def _r_BrokerRegistrationResponse_v0(data: bytes, pos: int) -> tuple[BrokerRegistrationResponse, int]:
     _len = len(data)
-    _o1 = _new(BrokerRegistrationResponse)
+    _o1 = BrokerRegistrationResponse.__new__(BrokerRegistrationResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.broker_epoch = _S_ihq.unpack_from(data, pos)
     pos += 14
     if data[pos]:

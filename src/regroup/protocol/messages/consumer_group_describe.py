@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -52,14 +50,15 @@ class ConsumerGroupDescribeRequest(Message):
     group_ids: list[str] = field(default_factory=list)
     include_authorized_operations: bool = False
 
-    NAME: ClassVar[str] = "ConsumerGroupDescribeRequest"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupDescribeRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 69
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ConsumerGroupDescribeRequest.NAME = "ConsumerGroupDescribeRequest"
+ConsumerGroupDescribeRequest.SPEC_NAME = "ConsumerGroupDescribeRequest"
+ConsumerGroupDescribeRequest.MIN_VERSION = 0
+ConsumerGroupDescribeRequest.MAX_VERSION = 1
+ConsumerGroupDescribeRequest.FLEXIBLE_MIN_VERSION = 0
+ConsumerGroupDescribeRequest.API_KEY = 69
+ConsumerGroupDescribeRequest.DEPRECATED_VERSIONS = None
+ConsumerGroupDescribeRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -76,11 +75,12 @@ class TopicPartitions(Struct):
     topic_name: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicPartitions"
-    SPEC_NAME: ClassVar[str] = "TopicPartitions"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicPartitions.NAME = "TopicPartitions"
+TopicPartitions.SPEC_NAME = "TopicPartitions"
+TopicPartitions.MIN_VERSION = 0
+TopicPartitions.MAX_VERSION = 1
+TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -93,11 +93,12 @@ class Assignment(Struct):
 
     topic_partitions: list[TopicPartitions] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "Assignment"
-    SPEC_NAME: ClassVar[str] = "Assignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Assignment.NAME = "Assignment"
+Assignment.SPEC_NAME = "Assignment"
+Assignment.MIN_VERSION = 0
+Assignment.MAX_VERSION = 1
+Assignment.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -131,11 +132,12 @@ class Member(Struct):
     target_assignment: Assignment = field(default_factory=Assignment)
     member_type: int = -1
 
-    NAME: ClassVar[str] = "Member"
-    SPEC_NAME: ClassVar[str] = "Member"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Member.NAME = "Member"
+Member.SPEC_NAME = "Member"
+Member.MIN_VERSION = 0
+Member.MAX_VERSION = 1
+Member.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -164,11 +166,12 @@ class DescribedGroup(Struct):
     members: list[Member] = field(default_factory=list)
     authorized_operations: int = -2147483648
 
-    NAME: ClassVar[str] = "DescribedGroup"
-    SPEC_NAME: ClassVar[str] = "DescribedGroup"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribedGroup.NAME = "DescribedGroup"
+DescribedGroup.SPEC_NAME = "DescribedGroup"
+DescribedGroup.MIN_VERSION = 0
+DescribedGroup.MAX_VERSION = 1
+DescribedGroup.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -195,14 +198,15 @@ class ConsumerGroupDescribeResponse(Message):
     throttle_time_ms: int = 0
     groups: list[DescribedGroup] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ConsumerGroupDescribeResponse"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupDescribeResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 69
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ConsumerGroupDescribeResponse.NAME = "ConsumerGroupDescribeResponse"
+ConsumerGroupDescribeResponse.SPEC_NAME = "ConsumerGroupDescribeResponse"
+ConsumerGroupDescribeResponse.MIN_VERSION = 0
+ConsumerGroupDescribeResponse.MAX_VERSION = 1
+ConsumerGroupDescribeResponse.FLEXIBLE_MIN_VERSION = 0
+ConsumerGroupDescribeResponse.API_KEY = 69
+ConsumerGroupDescribeResponse.DEPRECATED_VERSIONS = None
+ConsumerGroupDescribeResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -225,7 +229,7 @@ def _w_ConsumerGroupDescribeRequest_v0(buf: bytearray, o: ConsumerGroupDescribeR
 
 def _r_ConsumerGroupDescribeRequest_v0(data: bytes, pos: int) -> tuple[ConsumerGroupDescribeRequest, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupDescribeRequest)
+    _o1 = ConsumerGroupDescribeRequest.__new__(ConsumerGroupDescribeRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -279,7 +283,7 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
-    _o1 = _new(TopicPartitions)
+    _o1 = TopicPartitions.__new__(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -327,7 +331,7 @@ def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
 
 def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
     _len = len(data)
-    _o1 = _new(Assignment)
+    _o1 = Assignment.__new__(Assignment)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -340,7 +344,7 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a3: list[TopicPartitions] = []
     for _ in range(_n2):
-        _o5 = _new(TopicPartitions)
+        _o5 = TopicPartitions.__new__(TopicPartitions)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -495,7 +499,7 @@ def _w_Member_v1(buf: bytearray, o: Member) -> None:
 
 def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _len = len(data)
-    _o1 = _new(Member)
+    _o1 = Member.__new__(Member)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -626,7 +630,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
             raise DecodeError("subscribed_topic_regex overruns the buffer")
         _o1.subscribed_topic_regex = data[pos:_end18].decode()
         pos = _end18
-    _o20 = _new(Assignment)
+    _o20 = Assignment.__new__(Assignment)
     _n21 = data[pos]
     if _n21 < 128:
         pos += 1
@@ -639,7 +643,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a22: list[TopicPartitions] = []
     for _ in range(_n21):
-        _o24 = _new(TopicPartitions)
+        _o24 = TopicPartitions.__new__(TopicPartitions)
         (_s23_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o24.topic_id = uuid_from_bytes(_s23_topic_id_raw)
@@ -681,7 +685,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     else:
         pos += 1
     _o1.assignment = _o20
-    _o29 = _new(Assignment)
+    _o29 = Assignment.__new__(Assignment)
     _n30 = data[pos]
     if _n30 < 128:
         pos += 1
@@ -694,7 +698,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a31: list[TopicPartitions] = []
     for _ in range(_n30):
-        _o33 = _new(TopicPartitions)
+        _o33 = TopicPartitions.__new__(TopicPartitions)
         (_s32_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o33.topic_id = uuid_from_bytes(_s32_topic_id_raw)
@@ -746,7 +750,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
 
 def _r_Member_v1(data: bytes, pos: int) -> tuple[Member, int]:
     _len = len(data)
-    _o1 = _new(Member)
+    _o1 = Member.__new__(Member)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -877,7 +881,7 @@ def _r_Member_v1(data: bytes, pos: int) -> tuple[Member, int]:
             raise DecodeError("subscribed_topic_regex overruns the buffer")
         _o1.subscribed_topic_regex = data[pos:_end18].decode()
         pos = _end18
-    _o20 = _new(Assignment)
+    _o20 = Assignment.__new__(Assignment)
     _n21 = data[pos]
     if _n21 < 128:
         pos += 1
@@ -890,7 +894,7 @@ def _r_Member_v1(data: bytes, pos: int) -> tuple[Member, int]:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a22: list[TopicPartitions] = []
     for _ in range(_n21):
-        _o24 = _new(TopicPartitions)
+        _o24 = TopicPartitions.__new__(TopicPartitions)
         (_s23_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o24.topic_id = uuid_from_bytes(_s23_topic_id_raw)
@@ -932,7 +936,7 @@ def _r_Member_v1(data: bytes, pos: int) -> tuple[Member, int]:
     else:
         pos += 1
     _o1.assignment = _o20
-    _o29 = _new(Assignment)
+    _o29 = Assignment.__new__(Assignment)
     _n30 = data[pos]
     if _n30 < 128:
         pos += 1
@@ -945,7 +949,7 @@ def _r_Member_v1(data: bytes, pos: int) -> tuple[Member, int]:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a31: list[TopicPartitions] = []
     for _ in range(_n30):
-        _o33 = _new(TopicPartitions)
+        _o33 = TopicPartitions.__new__(TopicPartitions)
         (_s32_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o33.topic_id = uuid_from_bytes(_s32_topic_id_raw)
@@ -1066,7 +1070,7 @@ def _w_DescribedGroup_v1(buf: bytearray, o: DescribedGroup) -> None:
 
 def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroup)
+    _o1 = DescribedGroup.__new__(DescribedGroup)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1146,7 +1150,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         raise DecodeError("array count of members exceeds the bytes left")
     _a11: list[Member] = []
     for _ in range(_n10):
-        _o13 = _new(Member)
+        _o13 = Member.__new__(Member)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -1277,7 +1281,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
                 raise DecodeError("subscribed_topic_regex overruns the buffer")
             _o13.subscribed_topic_regex = data[pos:_end30].decode()
             pos = _end30
-        _o32 = _new(Assignment)
+        _o32 = Assignment.__new__(Assignment)
         _n33 = data[pos]
         if _n33 < 128:
             pos += 1
@@ -1290,7 +1294,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
         _a34: list[TopicPartitions] = []
         for _ in range(_n33):
-            _o36 = _new(TopicPartitions)
+            _o36 = TopicPartitions.__new__(TopicPartitions)
             (_s35_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o36.topic_id = uuid_from_bytes(_s35_topic_id_raw)
@@ -1332,7 +1336,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         else:
             pos += 1
         _o13.assignment = _o32
-        _o41 = _new(Assignment)
+        _o41 = Assignment.__new__(Assignment)
         _n42 = data[pos]
         if _n42 < 128:
             pos += 1
@@ -1345,7 +1349,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
         _a43: list[TopicPartitions] = []
         for _ in range(_n42):
-            _o45 = _new(TopicPartitions)
+            _o45 = TopicPartitions.__new__(TopicPartitions)
             (_s44_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o45.topic_id = uuid_from_bytes(_s44_topic_id_raw)
@@ -1405,7 +1409,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
 
 def _r_DescribedGroup_v1(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroup)
+    _o1 = DescribedGroup.__new__(DescribedGroup)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1485,7 +1489,7 @@ def _r_DescribedGroup_v1(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         raise DecodeError("array count of members exceeds the bytes left")
     _a11: list[Member] = []
     for _ in range(_n10):
-        _o13 = _new(Member)
+        _o13 = Member.__new__(Member)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -1616,7 +1620,7 @@ def _r_DescribedGroup_v1(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
                 raise DecodeError("subscribed_topic_regex overruns the buffer")
             _o13.subscribed_topic_regex = data[pos:_end30].decode()
             pos = _end30
-        _o32 = _new(Assignment)
+        _o32 = Assignment.__new__(Assignment)
         _n33 = data[pos]
         if _n33 < 128:
             pos += 1
@@ -1629,7 +1633,7 @@ def _r_DescribedGroup_v1(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
         _a34: list[TopicPartitions] = []
         for _ in range(_n33):
-            _o36 = _new(TopicPartitions)
+            _o36 = TopicPartitions.__new__(TopicPartitions)
             (_s35_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o36.topic_id = uuid_from_bytes(_s35_topic_id_raw)
@@ -1671,7 +1675,7 @@ def _r_DescribedGroup_v1(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         else:
             pos += 1
         _o13.assignment = _o32
-        _o41 = _new(Assignment)
+        _o41 = Assignment.__new__(Assignment)
         _n42 = data[pos]
         if _n42 < 128:
             pos += 1
@@ -1684,7 +1688,7 @@ def _r_DescribedGroup_v1(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
         _a43: list[TopicPartitions] = []
         for _ in range(_n42):
-            _o45 = _new(TopicPartitions)
+            _o45 = TopicPartitions.__new__(TopicPartitions)
             (_s44_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o45.topic_id = uuid_from_bytes(_s44_topic_id_raw)
@@ -1763,7 +1767,7 @@ def _w_ConsumerGroupDescribeResponse_v1(buf: bytearray, o: ConsumerGroupDescribe
 
 def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ConsumerGroupDescribeResponse, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupDescribeResponse)
+    _o1 = ConsumerGroupDescribeResponse.__new__(ConsumerGroupDescribeResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1778,7 +1782,7 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[DescribedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedGroup)
+        _o5 = DescribedGroup.__new__(DescribedGroup)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -1858,7 +1862,7 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
             raise DecodeError("array count of members exceeds the bytes left")
         _a15: list[Member] = []
         for _ in range(_n14):
-            _o17 = _new(Member)
+            _o17 = Member.__new__(Member)
             _n18 = data[pos]
             if _n18 < 128:
                 pos += 1
@@ -1989,7 +1993,7 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                     raise DecodeError("subscribed_topic_regex overruns the buffer")
                 _o17.subscribed_topic_regex = data[pos:_end34].decode()
                 pos = _end34
-            _o36 = _new(Assignment)
+            _o36 = Assignment.__new__(Assignment)
             _n37 = data[pos]
             if _n37 < 128:
                 pos += 1
@@ -2002,7 +2006,7 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                 raise DecodeError("array count of topic_partitions exceeds the bytes left")
             _a38: list[TopicPartitions] = []
             for _ in range(_n37):
-                _o40 = _new(TopicPartitions)
+                _o40 = TopicPartitions.__new__(TopicPartitions)
                 (_s39_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
                 _o40.topic_id = uuid_from_bytes(_s39_topic_id_raw)
@@ -2044,7 +2048,7 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
             else:
                 pos += 1
             _o17.assignment = _o36
-            _o45 = _new(Assignment)
+            _o45 = Assignment.__new__(Assignment)
             _n46 = data[pos]
             if _n46 < 128:
                 pos += 1
@@ -2057,7 +2061,7 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
                 raise DecodeError("array count of topic_partitions exceeds the bytes left")
             _a47: list[TopicPartitions] = []
             for _ in range(_n46):
-                _o49 = _new(TopicPartitions)
+                _o49 = TopicPartitions.__new__(TopicPartitions)
                 (_s48_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
                 _o49.topic_id = uuid_from_bytes(_s48_topic_id_raw)
@@ -2123,7 +2127,7 @@ def _r_ConsumerGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[Consumer
 
 def _r_ConsumerGroupDescribeResponse_v1(data: bytes, pos: int) -> tuple[ConsumerGroupDescribeResponse, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupDescribeResponse)
+    _o1 = ConsumerGroupDescribeResponse.__new__(ConsumerGroupDescribeResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -2138,7 +2142,7 @@ def _r_ConsumerGroupDescribeResponse_v1(data: bytes, pos: int) -> tuple[Consumer
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[DescribedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedGroup)
+        _o5 = DescribedGroup.__new__(DescribedGroup)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -2218,7 +2222,7 @@ def _r_ConsumerGroupDescribeResponse_v1(data: bytes, pos: int) -> tuple[Consumer
             raise DecodeError("array count of members exceeds the bytes left")
         _a15: list[Member] = []
         for _ in range(_n14):
-            _o17 = _new(Member)
+            _o17 = Member.__new__(Member)
             _n18 = data[pos]
             if _n18 < 128:
                 pos += 1
@@ -2349,7 +2353,7 @@ def _r_ConsumerGroupDescribeResponse_v1(data: bytes, pos: int) -> tuple[Consumer
                     raise DecodeError("subscribed_topic_regex overruns the buffer")
                 _o17.subscribed_topic_regex = data[pos:_end34].decode()
                 pos = _end34
-            _o36 = _new(Assignment)
+            _o36 = Assignment.__new__(Assignment)
             _n37 = data[pos]
             if _n37 < 128:
                 pos += 1
@@ -2362,7 +2366,7 @@ def _r_ConsumerGroupDescribeResponse_v1(data: bytes, pos: int) -> tuple[Consumer
                 raise DecodeError("array count of topic_partitions exceeds the bytes left")
             _a38: list[TopicPartitions] = []
             for _ in range(_n37):
-                _o40 = _new(TopicPartitions)
+                _o40 = TopicPartitions.__new__(TopicPartitions)
                 (_s39_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
                 _o40.topic_id = uuid_from_bytes(_s39_topic_id_raw)
@@ -2404,7 +2408,7 @@ def _r_ConsumerGroupDescribeResponse_v1(data: bytes, pos: int) -> tuple[Consumer
             else:
                 pos += 1
             _o17.assignment = _o36
-            _o45 = _new(Assignment)
+            _o45 = Assignment.__new__(Assignment)
             _n46 = data[pos]
             if _n46 < 128:
                 pos += 1
@@ -2417,7 +2421,7 @@ def _r_ConsumerGroupDescribeResponse_v1(data: bytes, pos: int) -> tuple[Consumer
                 raise DecodeError("array count of topic_partitions exceeds the bytes left")
             _a47: list[TopicPartitions] = []
             for _ in range(_n46):
-                _o49 = _new(TopicPartitions)
+                _o49 = TopicPartitions.__new__(TopicPartitions)
                 (_s48_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
                 _o49.topic_id = uuid_from_bytes(_s48_topic_id_raw)

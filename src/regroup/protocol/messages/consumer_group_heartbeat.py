@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,11 +45,12 @@ class ConsumerGroupHeartbeatRequestTopicPartitions(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ConsumerGroupHeartbeatRequestTopicPartitions"
-    SPEC_NAME: ClassVar[str] = "TopicPartitions"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ConsumerGroupHeartbeatRequestTopicPartitions.NAME = "ConsumerGroupHeartbeatRequestTopicPartitions"
+ConsumerGroupHeartbeatRequestTopicPartitions.SPEC_NAME = "TopicPartitions"
+ConsumerGroupHeartbeatRequestTopicPartitions.MIN_VERSION = 0
+ConsumerGroupHeartbeatRequestTopicPartitions.MAX_VERSION = 1
+ConsumerGroupHeartbeatRequestTopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -93,14 +92,15 @@ class ConsumerGroupHeartbeatRequest(Message):
     server_assignor: str | None = None
     topic_partitions: list[ConsumerGroupHeartbeatRequestTopicPartitions] | None = None
 
-    NAME: ClassVar[str] = "ConsumerGroupHeartbeatRequest"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupHeartbeatRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 68
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+ConsumerGroupHeartbeatRequest.NAME = "ConsumerGroupHeartbeatRequest"
+ConsumerGroupHeartbeatRequest.SPEC_NAME = "ConsumerGroupHeartbeatRequest"
+ConsumerGroupHeartbeatRequest.MIN_VERSION = 0
+ConsumerGroupHeartbeatRequest.MAX_VERSION = 1
+ConsumerGroupHeartbeatRequest.FLEXIBLE_MIN_VERSION = 0
+ConsumerGroupHeartbeatRequest.API_KEY = 68
+ConsumerGroupHeartbeatRequest.DEPRECATED_VERSIONS = None
+ConsumerGroupHeartbeatRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -115,11 +115,12 @@ class ConsumerGroupHeartbeatResponseTopicPartitions(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ConsumerGroupHeartbeatResponseTopicPartitions"
-    SPEC_NAME: ClassVar[str] = "TopicPartitions"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ConsumerGroupHeartbeatResponseTopicPartitions.NAME = "ConsumerGroupHeartbeatResponseTopicPartitions"
+ConsumerGroupHeartbeatResponseTopicPartitions.SPEC_NAME = "TopicPartitions"
+ConsumerGroupHeartbeatResponseTopicPartitions.MIN_VERSION = 0
+ConsumerGroupHeartbeatResponseTopicPartitions.MAX_VERSION = 1
+ConsumerGroupHeartbeatResponseTopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -132,11 +133,12 @@ class Assignment(Struct):
 
     topic_partitions: list[ConsumerGroupHeartbeatResponseTopicPartitions] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "Assignment"
-    SPEC_NAME: ClassVar[str] = "Assignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Assignment.NAME = "Assignment"
+Assignment.SPEC_NAME = "Assignment"
+Assignment.MIN_VERSION = 0
+Assignment.MAX_VERSION = 1
+Assignment.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -176,14 +178,15 @@ class ConsumerGroupHeartbeatResponse(Message):
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
 
-    NAME: ClassVar[str] = "ConsumerGroupHeartbeatResponse"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupHeartbeatResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 68
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ConsumerGroupHeartbeatResponse.NAME = "ConsumerGroupHeartbeatResponse"
+ConsumerGroupHeartbeatResponse.SPEC_NAME = "ConsumerGroupHeartbeatResponse"
+ConsumerGroupHeartbeatResponse.MIN_VERSION = 0
+ConsumerGroupHeartbeatResponse.MAX_VERSION = 1
+ConsumerGroupHeartbeatResponse.FLEXIBLE_MIN_VERSION = 0
+ConsumerGroupHeartbeatResponse.API_KEY = 68
+ConsumerGroupHeartbeatResponse.DEPRECATED_VERSIONS = None
+ConsumerGroupHeartbeatResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -203,7 +206,7 @@ def _r_ConsumerGroupHeartbeatRequestTopicPartitions_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupHeartbeatRequestTopicPartitions, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupHeartbeatRequestTopicPartitions)
+    _o1 = ConsumerGroupHeartbeatRequestTopicPartitions.__new__(ConsumerGroupHeartbeatRequestTopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -356,7 +359,7 @@ def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbea
 
 def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[ConsumerGroupHeartbeatRequest, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupHeartbeatRequest)
+    _o1 = ConsumerGroupHeartbeatRequest.__new__(ConsumerGroupHeartbeatRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -492,7 +495,9 @@ def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[Consumer
     else:
         _a18: list[ConsumerGroupHeartbeatRequestTopicPartitions] = []
         for _ in range(_n17):
-            _o20 = _new(ConsumerGroupHeartbeatRequestTopicPartitions)
+            _o20 = ConsumerGroupHeartbeatRequestTopicPartitions.__new__(
+                ConsumerGroupHeartbeatRequestTopicPartitions
+            )
             (_s19_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o20.topic_id = uuid_from_bytes(_s19_topic_id_raw)
@@ -524,7 +529,7 @@ def _r_ConsumerGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[Consumer
 
 def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[ConsumerGroupHeartbeatRequest, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupHeartbeatRequest)
+    _o1 = ConsumerGroupHeartbeatRequest.__new__(ConsumerGroupHeartbeatRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -678,7 +683,9 @@ def _r_ConsumerGroupHeartbeatRequest_v1(data: bytes, pos: int) -> tuple[Consumer
     else:
         _a20: list[ConsumerGroupHeartbeatRequestTopicPartitions] = []
         for _ in range(_n19):
-            _o22 = _new(ConsumerGroupHeartbeatRequestTopicPartitions)
+            _o22 = ConsumerGroupHeartbeatRequestTopicPartitions.__new__(
+                ConsumerGroupHeartbeatRequestTopicPartitions
+            )
             (_s21_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o22.topic_id = uuid_from_bytes(_s21_topic_id_raw)
@@ -721,7 +728,7 @@ def _r_ConsumerGroupHeartbeatResponseTopicPartitions_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupHeartbeatResponseTopicPartitions, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupHeartbeatResponseTopicPartitions)
+    _o1 = ConsumerGroupHeartbeatResponseTopicPartitions.__new__(ConsumerGroupHeartbeatResponseTopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -754,7 +761,7 @@ def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
 
 def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
     _len = len(data)
-    _o1 = _new(Assignment)
+    _o1 = Assignment.__new__(Assignment)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -767,7 +774,9 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a3: list[ConsumerGroupHeartbeatResponseTopicPartitions] = []
     for _ in range(_n2):
-        _o5 = _new(ConsumerGroupHeartbeatResponseTopicPartitions)
+        _o5 = ConsumerGroupHeartbeatResponseTopicPartitions.__new__(
+            ConsumerGroupHeartbeatResponseTopicPartitions
+        )
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -825,7 +834,7 @@ def _w_ConsumerGroupHeartbeatResponse_v0(buf: bytearray, o: ConsumerGroupHeartbe
 
 def _r_ConsumerGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[ConsumerGroupHeartbeatResponse, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupHeartbeatResponse)
+    _o1 = ConsumerGroupHeartbeatResponse.__new__(ConsumerGroupHeartbeatResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -871,7 +880,7 @@ def _r_ConsumerGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[Consume
     if _m6 < 0:
         _o1.assignment = None
     else:
-        _o8 = _new(Assignment)
+        _o8 = Assignment.__new__(Assignment)
         _n9 = data[pos]
         if _n9 < 128:
             pos += 1
@@ -884,7 +893,9 @@ def _r_ConsumerGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[Consume
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
         _a10: list[ConsumerGroupHeartbeatResponseTopicPartitions] = []
         for _ in range(_n9):
-            _o12 = _new(ConsumerGroupHeartbeatResponseTopicPartitions)
+            _o12 = ConsumerGroupHeartbeatResponseTopicPartitions.__new__(
+                ConsumerGroupHeartbeatResponseTopicPartitions
+            )
             (_s11_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o12.topic_id = uuid_from_bytes(_s11_topic_id_raw)

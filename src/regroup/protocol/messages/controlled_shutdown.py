@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -54,14 +52,15 @@ class ControlledShutdownRequest(Message):
     broker_id: int = 0
     broker_epoch: int = -1
 
-    NAME: ClassVar[str] = "ControlledShutdownRequest"
-    SPEC_NAME: ClassVar[str] = "ControlledShutdownRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 7
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ControlledShutdownRequest.NAME = "ControlledShutdownRequest"
+ControlledShutdownRequest.SPEC_NAME = "ControlledShutdownRequest"
+ControlledShutdownRequest.MIN_VERSION = 0
+ControlledShutdownRequest.MAX_VERSION = 3
+ControlledShutdownRequest.FLEXIBLE_MIN_VERSION = 3
+ControlledShutdownRequest.API_KEY = 7
+ControlledShutdownRequest.DEPRECATED_VERSIONS = None
+ControlledShutdownRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -76,11 +75,12 @@ class RemainingPartition(Struct):
     topic_name: str = ""
     partition_index: int = 0
 
-    NAME: ClassVar[str] = "RemainingPartition"
-    SPEC_NAME: ClassVar[str] = "RemainingPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+RemainingPartition.NAME = "RemainingPartition"
+RemainingPartition.SPEC_NAME = "RemainingPartition"
+RemainingPartition.MIN_VERSION = 0
+RemainingPartition.MAX_VERSION = 3
+RemainingPartition.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -97,14 +97,15 @@ class ControlledShutdownResponse(Message):
     error_code: int = 0
     remaining_partitions: list[RemainingPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ControlledShutdownResponse"
-    SPEC_NAME: ClassVar[str] = "ControlledShutdownResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 7
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ControlledShutdownResponse.NAME = "ControlledShutdownResponse"
+ControlledShutdownResponse.SPEC_NAME = "ControlledShutdownResponse"
+ControlledShutdownResponse.MIN_VERSION = 0
+ControlledShutdownResponse.MAX_VERSION = 3
+ControlledShutdownResponse.FLEXIBLE_MIN_VERSION = 3
+ControlledShutdownResponse.API_KEY = 7
+ControlledShutdownResponse.DEPRECATED_VERSIONS = None
+ControlledShutdownResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -125,7 +126,7 @@ def _w_ControlledShutdownRequest_v3(buf: bytearray, o: ControlledShutdownRequest
 
 def _r_ControlledShutdownRequest_v0(data: bytes, pos: int) -> tuple[ControlledShutdownRequest, int]:
     _len = len(data)
-    _o1 = _new(ControlledShutdownRequest)
+    _o1 = ControlledShutdownRequest.__new__(ControlledShutdownRequest)
     (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _o1.broker_epoch = -1
@@ -134,7 +135,7 @@ def _r_ControlledShutdownRequest_v0(data: bytes, pos: int) -> tuple[ControlledSh
 
 def _r_ControlledShutdownRequest_v2(data: bytes, pos: int) -> tuple[ControlledShutdownRequest, int]:
     _len = len(data)
-    _o1 = _new(ControlledShutdownRequest)
+    _o1 = ControlledShutdownRequest.__new__(ControlledShutdownRequest)
     _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     return _o1, pos
@@ -142,7 +143,7 @@ def _r_ControlledShutdownRequest_v2(data: bytes, pos: int) -> tuple[ControlledSh
 
 def _r_ControlledShutdownRequest_v3(data: bytes, pos: int) -> tuple[ControlledShutdownRequest, int]:
     _len = len(data)
-    _o1 = _new(ControlledShutdownRequest)
+    _o1 = ControlledShutdownRequest.__new__(ControlledShutdownRequest)
     _o1.broker_id, _o1.broker_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -171,7 +172,7 @@ def _w_RemainingPartition_v3(buf: bytearray, o: RemainingPartition) -> None:
 
 def _r_RemainingPartition_v0(data: bytes, pos: int) -> tuple[RemainingPartition, int]:
     _len = len(data)
-    _o1 = _new(RemainingPartition)
+    _o1 = RemainingPartition.__new__(RemainingPartition)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -188,7 +189,7 @@ def _r_RemainingPartition_v0(data: bytes, pos: int) -> tuple[RemainingPartition,
 
 def _r_RemainingPartition_v3(data: bytes, pos: int) -> tuple[RemainingPartition, int]:
     _len = len(data)
-    _o1 = _new(RemainingPartition)
+    _o1 = RemainingPartition.__new__(RemainingPartition)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -232,7 +233,7 @@ def _w_ControlledShutdownResponse_v3(buf: bytearray, o: ControlledShutdownRespon
 
 def _r_ControlledShutdownResponse_v0(data: bytes, pos: int) -> tuple[ControlledShutdownResponse, int]:
     _len = len(data)
-    _o1 = _new(ControlledShutdownResponse)
+    _o1 = ControlledShutdownResponse.__new__(ControlledShutdownResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -243,7 +244,7 @@ def _r_ControlledShutdownResponse_v0(data: bytes, pos: int) -> tuple[ControlledS
         raise DecodeError("array count of remaining_partitions exceeds the bytes left")
     _a3: list[RemainingPartition] = []
     for _ in range(_n2):
-        _o5 = _new(RemainingPartition)
+        _o5 = RemainingPartition.__new__(RemainingPartition)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -262,7 +263,7 @@ def _r_ControlledShutdownResponse_v0(data: bytes, pos: int) -> tuple[ControlledS
 
 def _r_ControlledShutdownResponse_v3(data: bytes, pos: int) -> tuple[ControlledShutdownResponse, int]:
     _len = len(data)
-    _o1 = _new(ControlledShutdownResponse)
+    _o1 = ControlledShutdownResponse.__new__(ControlledShutdownResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -277,7 +278,7 @@ def _r_ControlledShutdownResponse_v3(data: bytes, pos: int) -> tuple[ControlledS
         raise DecodeError("array count of remaining_partitions exceeds the bytes left")
     _a3: list[RemainingPartition] = []
     for _ in range(_n2):
-        _o5 = _new(RemainingPartition)
+        _o5 = RemainingPartition.__new__(RemainingPartition)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

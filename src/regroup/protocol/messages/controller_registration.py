@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -51,11 +49,12 @@ class Listener(Struct):
     port: int = 0
     security_protocol: int = 0
 
-    NAME: ClassVar[str] = "Listener"
-    SPEC_NAME: ClassVar[str] = "Listener"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Listener.NAME = "Listener"
+Listener.SPEC_NAME = "Listener"
+Listener.MIN_VERSION = 0
+Listener.MAX_VERSION = 0
+Listener.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -72,11 +71,12 @@ class Feature(Struct):
     min_supported_version: int = 0
     max_supported_version: int = 0
 
-    NAME: ClassVar[str] = "Feature"
-    SPEC_NAME: ClassVar[str] = "Feature"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Feature.NAME = "Feature"
+Feature.SPEC_NAME = "Feature"
+Feature.MIN_VERSION = 0
+Feature.MAX_VERSION = 0
+Feature.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -97,14 +97,15 @@ class ControllerRegistrationRequest(Message):
     listeners: list[Listener] = field(default_factory=list)
     features: list[Feature] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ControllerRegistrationRequest"
-    SPEC_NAME: ClassVar[str] = "ControllerRegistrationRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 70
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ControllerRegistrationRequest.NAME = "ControllerRegistrationRequest"
+ControllerRegistrationRequest.SPEC_NAME = "ControllerRegistrationRequest"
+ControllerRegistrationRequest.MIN_VERSION = 0
+ControllerRegistrationRequest.MAX_VERSION = 0
+ControllerRegistrationRequest.FLEXIBLE_MIN_VERSION = 0
+ControllerRegistrationRequest.API_KEY = 70
+ControllerRegistrationRequest.DEPRECATED_VERSIONS = None
+ControllerRegistrationRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -122,14 +123,15 @@ class ControllerRegistrationResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "ControllerRegistrationResponse"
-    SPEC_NAME: ClassVar[str] = "ControllerRegistrationResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 70
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ControllerRegistrationResponse.NAME = "ControllerRegistrationResponse"
+ControllerRegistrationResponse.SPEC_NAME = "ControllerRegistrationResponse"
+ControllerRegistrationResponse.MIN_VERSION = 0
+ControllerRegistrationResponse.MAX_VERSION = 0
+ControllerRegistrationResponse.FLEXIBLE_MIN_VERSION = 0
+ControllerRegistrationResponse.API_KEY = 70
+ControllerRegistrationResponse.DEPRECATED_VERSIONS = None
+ControllerRegistrationResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -152,7 +154,7 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _o1 = _new(Listener)
+    _o1 = Listener.__new__(Listener)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -204,7 +206,7 @@ def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
 
 def _r_Feature_v0(data: bytes, pos: int) -> tuple[Feature, int]:
     _len = len(data)
-    _o1 = _new(Feature)
+    _o1 = Feature.__new__(Feature)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -246,7 +248,7 @@ def _w_ControllerRegistrationRequest_v0(buf: bytearray, o: ControllerRegistratio
 
 def _r_ControllerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[ControllerRegistrationRequest, int]:
     _len = len(data)
-    _o1 = _new(ControllerRegistrationRequest)
+    _o1 = ControllerRegistrationRequest.__new__(ControllerRegistrationRequest)
     _o1.controller_id, _incarnation_id_raw, _o1.zk_migration_ready = _S_i16so.unpack_from(data, pos)
     pos += 21
     _o1.incarnation_id = uuid_from_bytes(_incarnation_id_raw)
@@ -262,7 +264,7 @@ def _r_ControllerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[Controll
         raise DecodeError("array count of listeners exceeds the bytes left")
     _a3: list[Listener] = []
     for _ in range(_n2):
-        _o5 = _new(Listener)
+        _o5 = Listener.__new__(Listener)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -313,7 +315,7 @@ def _r_ControllerRegistrationRequest_v0(data: bytes, pos: int) -> tuple[Controll
         raise DecodeError("array count of features exceeds the bytes left")
     _a11: list[Feature] = []
     for _ in range(_n10):
-        _o13 = _new(Feature)
+        _o13 = Feature.__new__(Feature)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -359,7 +361,7 @@ def _w_ControllerRegistrationResponse_v0(buf: bytearray, o: ControllerRegistrati
 
 def _r_ControllerRegistrationResponse_v0(data: bytes, pos: int) -> tuple[ControllerRegistrationResponse, int]:
     _len = len(data)
-    _o1 = _new(ControllerRegistrationResponse)
+    _o1 = ControllerRegistrationResponse.__new__(ControllerRegistrationResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]

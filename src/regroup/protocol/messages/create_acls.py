@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -57,11 +55,12 @@ class AclCreation(Struct):
     operation: int = 0
     permission_type: int = 0
 
-    NAME: ClassVar[str] = "AclCreation"
-    SPEC_NAME: ClassVar[str] = "AclCreation"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AclCreation.NAME = "AclCreation"
+AclCreation.SPEC_NAME = "AclCreation"
+AclCreation.MIN_VERSION = 0
+AclCreation.MAX_VERSION = 3
+AclCreation.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -78,14 +77,15 @@ class CreateAclsRequest(Message):
 
     creations: list[AclCreation] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "CreateAclsRequest"
-    SPEC_NAME: ClassVar[str] = "CreateAclsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 30
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+CreateAclsRequest.NAME = "CreateAclsRequest"
+CreateAclsRequest.SPEC_NAME = "CreateAclsRequest"
+CreateAclsRequest.MIN_VERSION = 0
+CreateAclsRequest.MAX_VERSION = 3
+CreateAclsRequest.FLEXIBLE_MIN_VERSION = 2
+CreateAclsRequest.API_KEY = 30
+CreateAclsRequest.DEPRECATED_VERSIONS = (0, 0)
+CreateAclsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -100,11 +100,12 @@ class AclCreationResult(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "AclCreationResult"
-    SPEC_NAME: ClassVar[str] = "AclCreationResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AclCreationResult.NAME = "AclCreationResult"
+AclCreationResult.SPEC_NAME = "AclCreationResult"
+AclCreationResult.MIN_VERSION = 0
+AclCreationResult.MAX_VERSION = 3
+AclCreationResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -124,14 +125,15 @@ class CreateAclsResponse(Message):
     throttle_time_ms: int = 0
     results: list[AclCreationResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "CreateAclsResponse"
-    SPEC_NAME: ClassVar[str] = "CreateAclsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 30
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+CreateAclsResponse.NAME = "CreateAclsResponse"
+CreateAclsResponse.SPEC_NAME = "CreateAclsResponse"
+CreateAclsResponse.MIN_VERSION = 0
+CreateAclsResponse.MAX_VERSION = 3
+CreateAclsResponse.FLEXIBLE_MIN_VERSION = 2
+CreateAclsResponse.API_KEY = 30
+CreateAclsResponse.DEPRECATED_VERSIONS = None
+CreateAclsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -192,7 +194,7 @@ def _w_AclCreation_v2(buf: bytearray, o: AclCreation) -> None:
 
 def _r_AclCreation_v0(data: bytes, pos: int) -> tuple[AclCreation, int]:
     _len = len(data)
-    _o1 = _new(AclCreation)
+    _o1 = AclCreation.__new__(AclCreation)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -230,7 +232,7 @@ def _r_AclCreation_v0(data: bytes, pos: int) -> tuple[AclCreation, int]:
 
 def _r_AclCreation_v1(data: bytes, pos: int) -> tuple[AclCreation, int]:
     _len = len(data)
-    _o1 = _new(AclCreation)
+    _o1 = AclCreation.__new__(AclCreation)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -269,7 +271,7 @@ def _r_AclCreation_v1(data: bytes, pos: int) -> tuple[AclCreation, int]:
 
 def _r_AclCreation_v2(data: bytes, pos: int) -> tuple[AclCreation, int]:
     _len = len(data)
-    _o1 = _new(AclCreation)
+    _o1 = AclCreation.__new__(AclCreation)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     _n2 = data[pos]
@@ -352,7 +354,7 @@ def _w_CreateAclsRequest_v2(buf: bytearray, o: CreateAclsRequest) -> None:
 
 def _r_CreateAclsRequest_v0(data: bytes, pos: int) -> tuple[CreateAclsRequest, int]:
     _len = len(data)
-    _o1 = _new(CreateAclsRequest)
+    _o1 = CreateAclsRequest.__new__(CreateAclsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -361,7 +363,7 @@ def _r_CreateAclsRequest_v0(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
         raise DecodeError("array count of creations exceeds the bytes left")
     _a3: list[AclCreation] = []
     for _ in range(_n2):
-        _o5 = _new(AclCreation)
+        _o5 = AclCreation.__new__(AclCreation)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
@@ -401,7 +403,7 @@ def _r_CreateAclsRequest_v0(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
 
 def _r_CreateAclsRequest_v1(data: bytes, pos: int) -> tuple[CreateAclsRequest, int]:
     _len = len(data)
-    _o1 = _new(CreateAclsRequest)
+    _o1 = CreateAclsRequest.__new__(CreateAclsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -410,7 +412,7 @@ def _r_CreateAclsRequest_v1(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
         raise DecodeError("array count of creations exceeds the bytes left")
     _a3: list[AclCreation] = []
     for _ in range(_n2):
-        _o5 = _new(AclCreation)
+        _o5 = AclCreation.__new__(AclCreation)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
@@ -451,7 +453,7 @@ def _r_CreateAclsRequest_v1(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
 
 def _r_CreateAclsRequest_v2(data: bytes, pos: int) -> tuple[CreateAclsRequest, int]:
     _len = len(data)
-    _o1 = _new(CreateAclsRequest)
+    _o1 = CreateAclsRequest.__new__(CreateAclsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -464,7 +466,7 @@ def _r_CreateAclsRequest_v2(data: bytes, pos: int) -> tuple[CreateAclsRequest, i
         raise DecodeError("array count of creations exceeds the bytes left")
     _a3: list[AclCreation] = []
     for _ in range(_n2):
-        _o5 = _new(AclCreation)
+        _o5 = AclCreation.__new__(AclCreation)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n6 = data[pos]
@@ -554,7 +556,7 @@ def _w_AclCreationResult_v2(buf: bytearray, o: AclCreationResult) -> None:
 
 def _r_AclCreationResult_v0(data: bytes, pos: int) -> tuple[AclCreationResult, int]:
     _len = len(data)
-    _o1 = _new(AclCreationResult)
+    _o1 = AclCreationResult.__new__(AclCreationResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -574,7 +576,7 @@ def _r_AclCreationResult_v0(data: bytes, pos: int) -> tuple[AclCreationResult, i
 
 def _r_AclCreationResult_v2(data: bytes, pos: int) -> tuple[AclCreationResult, int]:
     _len = len(data)
-    _o1 = _new(AclCreationResult)
+    _o1 = AclCreationResult.__new__(AclCreationResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -621,7 +623,7 @@ def _w_CreateAclsResponse_v2(buf: bytearray, o: CreateAclsResponse) -> None:
 
 def _r_CreateAclsResponse_v0(data: bytes, pos: int) -> tuple[CreateAclsResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateAclsResponse)
+    _o1 = CreateAclsResponse.__new__(CreateAclsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -632,7 +634,7 @@ def _r_CreateAclsResponse_v0(data: bytes, pos: int) -> tuple[CreateAclsResponse,
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[AclCreationResult] = []
     for _ in range(_n2):
-        _o5 = _new(AclCreationResult)
+        _o5 = AclCreationResult.__new__(AclCreationResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -654,7 +656,7 @@ def _r_CreateAclsResponse_v0(data: bytes, pos: int) -> tuple[CreateAclsResponse,
 
 def _r_CreateAclsResponse_v2(data: bytes, pos: int) -> tuple[CreateAclsResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateAclsResponse)
+    _o1 = CreateAclsResponse.__new__(CreateAclsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -669,7 +671,7 @@ def _r_CreateAclsResponse_v2(data: bytes, pos: int) -> tuple[CreateAclsResponse,
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[AclCreationResult] = []
     for _ in range(_n2):
-        _o5 = _new(AclCreationResult)
+        _o5 = AclCreationResult.__new__(AclCreationResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,11 +45,12 @@ class CreatableRenewers(Struct):
     principal_type: str = ""
     principal_name: str = ""
 
-    NAME: ClassVar[str] = "CreatableRenewers"
-    SPEC_NAME: ClassVar[str] = "CreatableRenewers"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+CreatableRenewers.NAME = "CreatableRenewers"
+CreatableRenewers.SPEC_NAME = "CreatableRenewers"
+CreatableRenewers.MIN_VERSION = 0
+CreatableRenewers.MAX_VERSION = 3
+CreatableRenewers.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -79,14 +78,15 @@ class CreateDelegationTokenRequest(Message):
     renewers: list[CreatableRenewers] = field(default_factory=list)
     max_lifetime_ms: int = 0
 
-    NAME: ClassVar[str] = "CreateDelegationTokenRequest"
-    SPEC_NAME: ClassVar[str] = "CreateDelegationTokenRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 38
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+CreateDelegationTokenRequest.NAME = "CreateDelegationTokenRequest"
+CreateDelegationTokenRequest.SPEC_NAME = "CreateDelegationTokenRequest"
+CreateDelegationTokenRequest.MIN_VERSION = 0
+CreateDelegationTokenRequest.MAX_VERSION = 3
+CreateDelegationTokenRequest.FLEXIBLE_MIN_VERSION = 2
+CreateDelegationTokenRequest.API_KEY = 38
+CreateDelegationTokenRequest.DEPRECATED_VERSIONS = (0, 0)
+CreateDelegationTokenRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -126,14 +126,15 @@ class CreateDelegationTokenResponse(Message):
     hmac: bytes = b""
     throttle_time_ms: int = 0
 
-    NAME: ClassVar[str] = "CreateDelegationTokenResponse"
-    SPEC_NAME: ClassVar[str] = "CreateDelegationTokenResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 38
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+CreateDelegationTokenResponse.NAME = "CreateDelegationTokenResponse"
+CreateDelegationTokenResponse.SPEC_NAME = "CreateDelegationTokenResponse"
+CreateDelegationTokenResponse.MIN_VERSION = 0
+CreateDelegationTokenResponse.MAX_VERSION = 3
+CreateDelegationTokenResponse.FLEXIBLE_MIN_VERSION = 2
+CreateDelegationTokenResponse.API_KEY = 38
+CreateDelegationTokenResponse.DEPRECATED_VERSIONS = None
+CreateDelegationTokenResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -164,7 +165,7 @@ def _w_CreatableRenewers_v2(buf: bytearray, o: CreatableRenewers) -> None:
 
 def _r_CreatableRenewers_v0(data: bytes, pos: int) -> tuple[CreatableRenewers, int]:
     _len = len(data)
-    _o1 = _new(CreatableRenewers)
+    _o1 = CreatableRenewers.__new__(CreatableRenewers)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -188,7 +189,7 @@ def _r_CreatableRenewers_v0(data: bytes, pos: int) -> tuple[CreatableRenewers, i
 
 def _r_CreatableRenewers_v2(data: bytes, pos: int) -> tuple[CreatableRenewers, int]:
     _len = len(data)
-    _o1 = _new(CreatableRenewers)
+    _o1 = CreatableRenewers.__new__(CreatableRenewers)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -286,7 +287,7 @@ def _w_CreateDelegationTokenRequest_v3(buf: bytearray, o: CreateDelegationTokenR
 
 def _r_CreateDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[CreateDelegationTokenRequest, int]:
     _len = len(data)
-    _o1 = _new(CreateDelegationTokenRequest)
+    _o1 = CreateDelegationTokenRequest.__new__(CreateDelegationTokenRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -295,7 +296,7 @@ def _r_CreateDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[CreateDel
         raise DecodeError("array count of renewers exceeds the bytes left")
     _a3: list[CreatableRenewers] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableRenewers)
+        _o5 = CreatableRenewers.__new__(CreatableRenewers)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -325,7 +326,7 @@ def _r_CreateDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[CreateDel
 
 def _r_CreateDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[CreateDelegationTokenRequest, int]:
     _len = len(data)
-    _o1 = _new(CreateDelegationTokenRequest)
+    _o1 = CreateDelegationTokenRequest.__new__(CreateDelegationTokenRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -338,7 +339,7 @@ def _r_CreateDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[CreateDel
         raise DecodeError("array count of renewers exceeds the bytes left")
     _a3: list[CreatableRenewers] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableRenewers)
+        _o5 = CreatableRenewers.__new__(CreatableRenewers)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -388,7 +389,7 @@ def _r_CreateDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[CreateDel
 
 def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDelegationTokenRequest, int]:
     _len = len(data)
-    _o1 = _new(CreateDelegationTokenRequest)
+    _o1 = CreateDelegationTokenRequest.__new__(CreateDelegationTokenRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -437,7 +438,7 @@ def _r_CreateDelegationTokenRequest_v3(data: bytes, pos: int) -> tuple[CreateDel
         raise DecodeError("array count of renewers exceeds the bytes left")
     _a7: list[CreatableRenewers] = []
     for _ in range(_n6):
-        _o9 = _new(CreatableRenewers)
+        _o9 = CreatableRenewers.__new__(CreatableRenewers)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -576,7 +577,7 @@ def _w_CreateDelegationTokenResponse_v3(buf: bytearray, o: CreateDelegationToken
 
 def _r_CreateDelegationTokenResponse_v0(data: bytes, pos: int) -> tuple[CreateDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateDelegationTokenResponse)
+    _o1 = CreateDelegationTokenResponse.__new__(CreateDelegationTokenResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -626,7 +627,7 @@ def _r_CreateDelegationTokenResponse_v0(data: bytes, pos: int) -> tuple[CreateDe
 
 def _r_CreateDelegationTokenResponse_v2(data: bytes, pos: int) -> tuple[CreateDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateDelegationTokenResponse)
+    _o1 = CreateDelegationTokenResponse.__new__(CreateDelegationTokenResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -702,7 +703,7 @@ def _r_CreateDelegationTokenResponse_v2(data: bytes, pos: int) -> tuple[CreateDe
 
 def _r_CreateDelegationTokenResponse_v3(data: bytes, pos: int) -> tuple[CreateDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateDelegationTokenResponse)
+    _o1 = CreateDelegationTokenResponse.__new__(CreateDelegationTokenResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]

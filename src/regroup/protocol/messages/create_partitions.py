@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -44,11 +42,12 @@ class CreatePartitionsAssignment(Struct):
 
     broker_ids: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "CreatePartitionsAssignment"
-    SPEC_NAME: ClassVar[str] = "CreatePartitionsAssignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+CreatePartitionsAssignment.NAME = "CreatePartitionsAssignment"
+CreatePartitionsAssignment.SPEC_NAME = "CreatePartitionsAssignment"
+CreatePartitionsAssignment.MIN_VERSION = 0
+CreatePartitionsAssignment.MAX_VERSION = 3
+CreatePartitionsAssignment.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -65,11 +64,12 @@ class CreatePartitionsTopic(Struct):
     count: int = 0
     assignments: list[CreatePartitionsAssignment] | None = field(default_factory=list)
 
-    NAME: ClassVar[str] = "CreatePartitionsTopic"
-    SPEC_NAME: ClassVar[str] = "CreatePartitionsTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+CreatePartitionsTopic.NAME = "CreatePartitionsTopic"
+CreatePartitionsTopic.SPEC_NAME = "CreatePartitionsTopic"
+CreatePartitionsTopic.MIN_VERSION = 0
+CreatePartitionsTopic.MAX_VERSION = 3
+CreatePartitionsTopic.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -94,14 +94,15 @@ class CreatePartitionsRequest(Message):
     timeout_ms: int = 0
     validate_only: bool = False
 
-    NAME: ClassVar[str] = "CreatePartitionsRequest"
-    SPEC_NAME: ClassVar[str] = "CreatePartitionsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 37
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+CreatePartitionsRequest.NAME = "CreatePartitionsRequest"
+CreatePartitionsRequest.SPEC_NAME = "CreatePartitionsRequest"
+CreatePartitionsRequest.MIN_VERSION = 0
+CreatePartitionsRequest.MAX_VERSION = 3
+CreatePartitionsRequest.FLEXIBLE_MIN_VERSION = 2
+CreatePartitionsRequest.API_KEY = 37
+CreatePartitionsRequest.DEPRECATED_VERSIONS = None
+CreatePartitionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -118,11 +119,12 @@ class CreatePartitionsTopicResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
-    NAME: ClassVar[str] = "CreatePartitionsTopicResult"
-    SPEC_NAME: ClassVar[str] = "CreatePartitionsTopicResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+CreatePartitionsTopicResult.NAME = "CreatePartitionsTopicResult"
+CreatePartitionsTopicResult.SPEC_NAME = "CreatePartitionsTopicResult"
+CreatePartitionsTopicResult.MIN_VERSION = 0
+CreatePartitionsTopicResult.MAX_VERSION = 3
+CreatePartitionsTopicResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -145,14 +147,15 @@ class CreatePartitionsResponse(Message):
     throttle_time_ms: int = 0
     results: list[CreatePartitionsTopicResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "CreatePartitionsResponse"
-    SPEC_NAME: ClassVar[str] = "CreatePartitionsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 37
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+CreatePartitionsResponse.NAME = "CreatePartitionsResponse"
+CreatePartitionsResponse.SPEC_NAME = "CreatePartitionsResponse"
+CreatePartitionsResponse.MIN_VERSION = 0
+CreatePartitionsResponse.MAX_VERSION = 3
+CreatePartitionsResponse.FLEXIBLE_MIN_VERSION = 2
+CreatePartitionsResponse.API_KEY = 37
+CreatePartitionsResponse.DEPRECATED_VERSIONS = None
+CreatePartitionsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -173,7 +176,7 @@ def _w_CreatePartitionsAssignment_v2(buf: bytearray, o: CreatePartitionsAssignme
 
 def _r_CreatePartitionsAssignment_v0(data: bytes, pos: int) -> tuple[CreatePartitionsAssignment, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsAssignment)
+    _o1 = CreatePartitionsAssignment.__new__(CreatePartitionsAssignment)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -187,7 +190,7 @@ def _r_CreatePartitionsAssignment_v0(data: bytes, pos: int) -> tuple[CreateParti
 
 def _r_CreatePartitionsAssignment_v2(data: bytes, pos: int) -> tuple[CreatePartitionsAssignment, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsAssignment)
+    _o1 = CreatePartitionsAssignment.__new__(CreatePartitionsAssignment)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -240,7 +243,7 @@ def _w_CreatePartitionsTopic_v2(buf: bytearray, o: CreatePartitionsTopic) -> Non
 
 def _r_CreatePartitionsTopic_v0(data: bytes, pos: int) -> tuple[CreatePartitionsTopic, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsTopic)
+    _o1 = CreatePartitionsTopic.__new__(CreatePartitionsTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -263,7 +266,7 @@ def _r_CreatePartitionsTopic_v0(data: bytes, pos: int) -> tuple[CreatePartitions
     else:
         _a5: list[CreatePartitionsAssignment] = []
         for _ in range(_n4):
-            _o7 = _new(CreatePartitionsAssignment)
+            _o7 = CreatePartitionsAssignment.__new__(CreatePartitionsAssignment)
             (_n8,) = _I32.unpack_from(data, pos)
             pos += 4
             if _n8 < 0:
@@ -279,7 +282,7 @@ def _r_CreatePartitionsTopic_v0(data: bytes, pos: int) -> tuple[CreatePartitions
 
 def _r_CreatePartitionsTopic_v2(data: bytes, pos: int) -> tuple[CreatePartitionsTopic, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsTopic)
+    _o1 = CreatePartitionsTopic.__new__(CreatePartitionsTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -312,7 +315,7 @@ def _r_CreatePartitionsTopic_v2(data: bytes, pos: int) -> tuple[CreatePartitions
     else:
         _a5: list[CreatePartitionsAssignment] = []
         for _ in range(_n4):
-            _o7 = _new(CreatePartitionsAssignment)
+            _o7 = CreatePartitionsAssignment.__new__(CreatePartitionsAssignment)
             _n8 = data[pos]
             if _n8 < 128:
                 pos += 1
@@ -361,7 +364,7 @@ def _w_CreatePartitionsRequest_v2(buf: bytearray, o: CreatePartitionsRequest) ->
 
 def _r_CreatePartitionsRequest_v0(data: bytes, pos: int) -> tuple[CreatePartitionsRequest, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsRequest)
+    _o1 = CreatePartitionsRequest.__new__(CreatePartitionsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -370,7 +373,7 @@ def _r_CreatePartitionsRequest_v0(data: bytes, pos: int) -> tuple[CreatePartitio
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatePartitionsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(CreatePartitionsTopic)
+        _o5 = CreatePartitionsTopic.__new__(CreatePartitionsTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -393,7 +396,7 @@ def _r_CreatePartitionsRequest_v0(data: bytes, pos: int) -> tuple[CreatePartitio
         else:
             _a9: list[CreatePartitionsAssignment] = []
             for _ in range(_n8):
-                _o11 = _new(CreatePartitionsAssignment)
+                _o11 = CreatePartitionsAssignment.__new__(CreatePartitionsAssignment)
                 (_n12,) = _I32.unpack_from(data, pos)
                 pos += 4
                 if _n12 < 0:
@@ -413,7 +416,7 @@ def _r_CreatePartitionsRequest_v0(data: bytes, pos: int) -> tuple[CreatePartitio
 
 def _r_CreatePartitionsRequest_v2(data: bytes, pos: int) -> tuple[CreatePartitionsRequest, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsRequest)
+    _o1 = CreatePartitionsRequest.__new__(CreatePartitionsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -426,7 +429,7 @@ def _r_CreatePartitionsRequest_v2(data: bytes, pos: int) -> tuple[CreatePartitio
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatePartitionsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(CreatePartitionsTopic)
+        _o5 = CreatePartitionsTopic.__new__(CreatePartitionsTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -459,7 +462,7 @@ def _r_CreatePartitionsRequest_v2(data: bytes, pos: int) -> tuple[CreatePartitio
         else:
             _a9: list[CreatePartitionsAssignment] = []
             for _ in range(_n8):
-                _o11 = _new(CreatePartitionsAssignment)
+                _o11 = CreatePartitionsAssignment.__new__(CreatePartitionsAssignment)
                 _n12 = data[pos]
                 if _n12 < 128:
                     pos += 1
@@ -526,7 +529,7 @@ def _w_CreatePartitionsTopicResult_v2(buf: bytearray, o: CreatePartitionsTopicRe
 
 def _r_CreatePartitionsTopicResult_v0(data: bytes, pos: int) -> tuple[CreatePartitionsTopicResult, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsTopicResult)
+    _o1 = CreatePartitionsTopicResult.__new__(CreatePartitionsTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -555,7 +558,7 @@ def _r_CreatePartitionsTopicResult_v0(data: bytes, pos: int) -> tuple[CreatePart
 
 def _r_CreatePartitionsTopicResult_v2(data: bytes, pos: int) -> tuple[CreatePartitionsTopicResult, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsTopicResult)
+    _o1 = CreatePartitionsTopicResult.__new__(CreatePartitionsTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -617,7 +620,7 @@ def _w_CreatePartitionsResponse_v2(buf: bytearray, o: CreatePartitionsResponse) 
 
 def _r_CreatePartitionsResponse_v0(data: bytes, pos: int) -> tuple[CreatePartitionsResponse, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsResponse)
+    _o1 = CreatePartitionsResponse.__new__(CreatePartitionsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -628,7 +631,7 @@ def _r_CreatePartitionsResponse_v0(data: bytes, pos: int) -> tuple[CreatePartiti
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[CreatePartitionsTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(CreatePartitionsTopicResult)
+        _o5 = CreatePartitionsTopicResult.__new__(CreatePartitionsTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -659,7 +662,7 @@ def _r_CreatePartitionsResponse_v0(data: bytes, pos: int) -> tuple[CreatePartiti
 
 def _r_CreatePartitionsResponse_v2(data: bytes, pos: int) -> tuple[CreatePartitionsResponse, int]:
     _len = len(data)
-    _o1 = _new(CreatePartitionsResponse)
+    _o1 = CreatePartitionsResponse.__new__(CreatePartitionsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -674,7 +677,7 @@ def _r_CreatePartitionsResponse_v2(data: bytes, pos: int) -> tuple[CreatePartiti
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[CreatePartitionsTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(CreatePartitionsTopicResult)
+        _o5 = CreatePartitionsTopicResult.__new__(CreatePartitionsTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -49,11 +47,12 @@ class CreatableReplicaAssignment(Struct):
     partition_index: int = 0
     broker_ids: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "CreatableReplicaAssignment"
-    SPEC_NAME: ClassVar[str] = "CreatableReplicaAssignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
+
+CreatableReplicaAssignment.NAME = "CreatableReplicaAssignment"
+CreatableReplicaAssignment.SPEC_NAME = "CreatableReplicaAssignment"
+CreatableReplicaAssignment.MIN_VERSION = 0
+CreatableReplicaAssignment.MAX_VERSION = 7
+CreatableReplicaAssignment.FLEXIBLE_MIN_VERSION = 5
 
 
 @dataclass(slots=True)
@@ -68,11 +67,12 @@ class CreatableTopicConfig(Struct):
     name: str = ""
     value: str | None = ""
 
-    NAME: ClassVar[str] = "CreatableTopicConfig"
-    SPEC_NAME: ClassVar[str] = "CreatableTopicConfig"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
+
+CreatableTopicConfig.NAME = "CreatableTopicConfig"
+CreatableTopicConfig.SPEC_NAME = "CreatableTopicConfig"
+CreatableTopicConfig.MIN_VERSION = 0
+CreatableTopicConfig.MAX_VERSION = 7
+CreatableTopicConfig.FLEXIBLE_MIN_VERSION = 5
 
 
 @dataclass(slots=True)
@@ -96,11 +96,12 @@ class CreatableTopic(Struct):
     assignments: list[CreatableReplicaAssignment] = field(default_factory=list)
     configs: list[CreatableTopicConfig] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "CreatableTopic"
-    SPEC_NAME: ClassVar[str] = "CreatableTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
+
+CreatableTopic.NAME = "CreatableTopic"
+CreatableTopic.SPEC_NAME = "CreatableTopic"
+CreatableTopic.MIN_VERSION = 0
+CreatableTopic.MAX_VERSION = 7
+CreatableTopic.FLEXIBLE_MIN_VERSION = 5
 
 
 @dataclass(slots=True)
@@ -130,14 +131,15 @@ class CreateTopicsRequest(Message):
     timeout_ms: int = 60000
     validate_only: bool = False
 
-    NAME: ClassVar[str] = "CreateTopicsRequest"
-    SPEC_NAME: ClassVar[str] = "CreateTopicsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
-    API_KEY: ClassVar[int] = 19
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 1)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+CreateTopicsRequest.NAME = "CreateTopicsRequest"
+CreateTopicsRequest.SPEC_NAME = "CreateTopicsRequest"
+CreateTopicsRequest.MIN_VERSION = 0
+CreateTopicsRequest.MAX_VERSION = 7
+CreateTopicsRequest.FLEXIBLE_MIN_VERSION = 5
+CreateTopicsRequest.API_KEY = 19
+CreateTopicsRequest.DEPRECATED_VERSIONS = (0, 1)
+CreateTopicsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -158,11 +160,12 @@ class CreatableTopicConfigs(Struct):
     config_source: int = -1
     is_sensitive: bool = False
 
-    NAME: ClassVar[str] = "CreatableTopicConfigs"
-    SPEC_NAME: ClassVar[str] = "CreatableTopicConfigs"
-    MIN_VERSION: ClassVar[int] = 5
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
+
+CreatableTopicConfigs.NAME = "CreatableTopicConfigs"
+CreatableTopicConfigs.SPEC_NAME = "CreatableTopicConfigs"
+CreatableTopicConfigs.MIN_VERSION = 5
+CreatableTopicConfigs.MAX_VERSION = 7
+CreatableTopicConfigs.FLEXIBLE_MIN_VERSION = 5
 
 
 @dataclass(slots=True)
@@ -190,11 +193,12 @@ class CreatableTopicResult(Struct):
     replication_factor: int = -1
     configs: list[CreatableTopicConfigs] | None = field(default_factory=list)
 
-    NAME: ClassVar[str] = "CreatableTopicResult"
-    SPEC_NAME: ClassVar[str] = "CreatableTopicResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
+
+CreatableTopicResult.NAME = "CreatableTopicResult"
+CreatableTopicResult.SPEC_NAME = "CreatableTopicResult"
+CreatableTopicResult.MIN_VERSION = 0
+CreatableTopicResult.MAX_VERSION = 7
+CreatableTopicResult.FLEXIBLE_MIN_VERSION = 5
 
 
 @dataclass(slots=True)
@@ -226,14 +230,15 @@ class CreateTopicsResponse(Message):
     throttle_time_ms: int = 0
     topics: list[CreatableTopicResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "CreateTopicsResponse"
-    SPEC_NAME: ClassVar[str] = "CreateTopicsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
-    API_KEY: ClassVar[int] = 19
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+CreateTopicsResponse.NAME = "CreateTopicsResponse"
+CreateTopicsResponse.SPEC_NAME = "CreateTopicsResponse"
+CreateTopicsResponse.MIN_VERSION = 0
+CreateTopicsResponse.MAX_VERSION = 7
+CreateTopicsResponse.FLEXIBLE_MIN_VERSION = 5
+CreateTopicsResponse.API_KEY = 19
+CreateTopicsResponse.DEPRECATED_VERSIONS = None
+CreateTopicsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -256,7 +261,7 @@ def _w_CreatableReplicaAssignment_v5(buf: bytearray, o: CreatableReplicaAssignme
 
 def _r_CreatableReplicaAssignment_v0(data: bytes, pos: int) -> tuple[CreatableReplicaAssignment, int]:
     _len = len(data)
-    _o1 = _new(CreatableReplicaAssignment)
+    _o1 = CreatableReplicaAssignment.__new__(CreatableReplicaAssignment)
     (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -272,7 +277,7 @@ def _r_CreatableReplicaAssignment_v0(data: bytes, pos: int) -> tuple[CreatableRe
 
 def _r_CreatableReplicaAssignment_v5(data: bytes, pos: int) -> tuple[CreatableReplicaAssignment, int]:
     _len = len(data)
-    _o1 = _new(CreatableReplicaAssignment)
+    _o1 = CreatableReplicaAssignment.__new__(CreatableReplicaAssignment)
     (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -325,7 +330,7 @@ def _w_CreatableTopicConfig_v5(buf: bytearray, o: CreatableTopicConfig) -> None:
 
 def _r_CreatableTopicConfig_v0(data: bytes, pos: int) -> tuple[CreatableTopicConfig, int]:
     _len = len(data)
-    _o1 = _new(CreatableTopicConfig)
+    _o1 = CreatableTopicConfig.__new__(CreatableTopicConfig)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -352,7 +357,7 @@ def _r_CreatableTopicConfig_v0(data: bytes, pos: int) -> tuple[CreatableTopicCon
 
 def _r_CreatableTopicConfig_v5(data: bytes, pos: int) -> tuple[CreatableTopicConfig, int]:
     _len = len(data)
-    _o1 = _new(CreatableTopicConfig)
+    _o1 = CreatableTopicConfig.__new__(CreatableTopicConfig)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -428,7 +433,7 @@ def _w_CreatableTopic_v5(buf: bytearray, o: CreatableTopic) -> None:
 
 def _r_CreatableTopic_v0(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
     _len = len(data)
-    _o1 = _new(CreatableTopic)
+    _o1 = CreatableTopic.__new__(CreatableTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -448,7 +453,7 @@ def _r_CreatableTopic_v0(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
         raise DecodeError("array count of assignments exceeds the bytes left")
     _a5: list[CreatableReplicaAssignment] = []
     for _ in range(_n4):
-        _o7 = _new(CreatableReplicaAssignment)
+        _o7 = CreatableReplicaAssignment.__new__(CreatableReplicaAssignment)
         (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n8,) = _I32.unpack_from(data, pos)
@@ -469,7 +474,7 @@ def _r_CreatableTopic_v0(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
         raise DecodeError("array count of configs exceeds the bytes left")
     _a10: list[CreatableTopicConfig] = []
     for _ in range(_n9):
-        _o12 = _new(CreatableTopicConfig)
+        _o12 = CreatableTopicConfig.__new__(CreatableTopicConfig)
         (_n13,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n13 < 0:
@@ -498,7 +503,7 @@ def _r_CreatableTopic_v0(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
 
 def _r_CreatableTopic_v5(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
     _len = len(data)
-    _o1 = _new(CreatableTopic)
+    _o1 = CreatableTopic.__new__(CreatableTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -528,7 +533,7 @@ def _r_CreatableTopic_v5(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
         raise DecodeError("array count of assignments exceeds the bytes left")
     _a5: list[CreatableReplicaAssignment] = []
     for _ in range(_n4):
-        _o7 = _new(CreatableReplicaAssignment)
+        _o7 = CreatableReplicaAssignment.__new__(CreatableReplicaAssignment)
         (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n8 = data[pos]
@@ -561,7 +566,7 @@ def _r_CreatableTopic_v5(data: bytes, pos: int) -> tuple[CreatableTopic, int]:
         raise DecodeError("array count of configs exceeds the bytes left")
     _a10: list[CreatableTopicConfig] = []
     for _ in range(_n9):
-        _o12 = _new(CreatableTopicConfig)
+        _o12 = CreatableTopicConfig.__new__(CreatableTopicConfig)
         _n13 = data[pos]
         if _n13 < 128:
             pos += 1
@@ -641,7 +646,7 @@ def _w_CreateTopicsRequest_v5(buf: bytearray, o: CreateTopicsRequest) -> None:
 
 def _r_CreateTopicsRequest_v0(data: bytes, pos: int) -> tuple[CreateTopicsRequest, int]:
     _len = len(data)
-    _o1 = _new(CreateTopicsRequest)
+    _o1 = CreateTopicsRequest.__new__(CreateTopicsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -650,7 +655,7 @@ def _r_CreateTopicsRequest_v0(data: bytes, pos: int) -> tuple[CreateTopicsReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatableTopic] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableTopic)
+        _o5 = CreatableTopic.__new__(CreatableTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -670,7 +675,7 @@ def _r_CreateTopicsRequest_v0(data: bytes, pos: int) -> tuple[CreateTopicsReques
             raise DecodeError("array count of assignments exceeds the bytes left")
         _a9: list[CreatableReplicaAssignment] = []
         for _ in range(_n8):
-            _o11 = _new(CreatableReplicaAssignment)
+            _o11 = CreatableReplicaAssignment.__new__(CreatableReplicaAssignment)
             (_o11.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n12,) = _I32.unpack_from(data, pos)
@@ -691,7 +696,7 @@ def _r_CreateTopicsRequest_v0(data: bytes, pos: int) -> tuple[CreateTopicsReques
             raise DecodeError("array count of configs exceeds the bytes left")
         _a14: list[CreatableTopicConfig] = []
         for _ in range(_n13):
-            _o16 = _new(CreatableTopicConfig)
+            _o16 = CreatableTopicConfig.__new__(CreatableTopicConfig)
             (_n17,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n17 < 0:
@@ -725,7 +730,7 @@ def _r_CreateTopicsRequest_v0(data: bytes, pos: int) -> tuple[CreateTopicsReques
 
 def _r_CreateTopicsRequest_v1(data: bytes, pos: int) -> tuple[CreateTopicsRequest, int]:
     _len = len(data)
-    _o1 = _new(CreateTopicsRequest)
+    _o1 = CreateTopicsRequest.__new__(CreateTopicsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -734,7 +739,7 @@ def _r_CreateTopicsRequest_v1(data: bytes, pos: int) -> tuple[CreateTopicsReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatableTopic] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableTopic)
+        _o5 = CreatableTopic.__new__(CreatableTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -754,7 +759,7 @@ def _r_CreateTopicsRequest_v1(data: bytes, pos: int) -> tuple[CreateTopicsReques
             raise DecodeError("array count of assignments exceeds the bytes left")
         _a9: list[CreatableReplicaAssignment] = []
         for _ in range(_n8):
-            _o11 = _new(CreatableReplicaAssignment)
+            _o11 = CreatableReplicaAssignment.__new__(CreatableReplicaAssignment)
             (_o11.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n12,) = _I32.unpack_from(data, pos)
@@ -775,7 +780,7 @@ def _r_CreateTopicsRequest_v1(data: bytes, pos: int) -> tuple[CreateTopicsReques
             raise DecodeError("array count of configs exceeds the bytes left")
         _a14: list[CreatableTopicConfig] = []
         for _ in range(_n13):
-            _o16 = _new(CreatableTopicConfig)
+            _o16 = CreatableTopicConfig.__new__(CreatableTopicConfig)
             (_n17,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n17 < 0:
@@ -808,7 +813,7 @@ def _r_CreateTopicsRequest_v1(data: bytes, pos: int) -> tuple[CreateTopicsReques
 
 def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsRequest, int]:
     _len = len(data)
-    _o1 = _new(CreateTopicsRequest)
+    _o1 = CreateTopicsRequest.__new__(CreateTopicsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -821,7 +826,7 @@ def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatableTopic] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableTopic)
+        _o5 = CreatableTopic.__new__(CreatableTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -851,7 +856,7 @@ def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsReques
             raise DecodeError("array count of assignments exceeds the bytes left")
         _a9: list[CreatableReplicaAssignment] = []
         for _ in range(_n8):
-            _o11 = _new(CreatableReplicaAssignment)
+            _o11 = CreatableReplicaAssignment.__new__(CreatableReplicaAssignment)
             (_o11.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n12 = data[pos]
@@ -884,7 +889,7 @@ def _r_CreateTopicsRequest_v5(data: bytes, pos: int) -> tuple[CreateTopicsReques
             raise DecodeError("array count of configs exceeds the bytes left")
         _a14: list[CreatableTopicConfig] = []
         for _ in range(_n13):
-            _o16 = _new(CreatableTopicConfig)
+            _o16 = CreatableTopicConfig.__new__(CreatableTopicConfig)
             _n17 = data[pos]
             if _n17 < 128:
                 pos += 1
@@ -963,7 +968,7 @@ def _w_CreatableTopicConfigs_v5(buf: bytearray, o: CreatableTopicConfigs) -> Non
 
 def _r_CreatableTopicConfigs_v5(data: bytes, pos: int) -> tuple[CreatableTopicConfigs, int]:
     _len = len(data)
-    _o1 = _new(CreatableTopicConfigs)
+    _o1 = CreatableTopicConfigs.__new__(CreatableTopicConfigs)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1098,7 +1103,7 @@ def _w_CreatableTopicResult_v7(buf: bytearray, o: CreatableTopicResult) -> None:
 
 def _r_CreatableTopicResult_v0(data: bytes, pos: int) -> tuple[CreatableTopicResult, int]:
     _len = len(data)
-    _o1 = _new(CreatableTopicResult)
+    _o1 = CreatableTopicResult.__new__(CreatableTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1121,7 +1126,7 @@ def _r_CreatableTopicResult_v0(data: bytes, pos: int) -> tuple[CreatableTopicRes
 
 def _r_CreatableTopicResult_v1(data: bytes, pos: int) -> tuple[CreatableTopicResult, int]:
     _len = len(data)
-    _o1 = _new(CreatableTopicResult)
+    _o1 = CreatableTopicResult.__new__(CreatableTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1155,7 +1160,7 @@ def _r_CreatableTopicResult_v1(data: bytes, pos: int) -> tuple[CreatableTopicRes
 
 def _r_CreatableTopicResult_v5(data: bytes, pos: int) -> tuple[CreatableTopicResult, int]:
     _len = len(data)
-    _o1 = _new(CreatableTopicResult)
+    _o1 = CreatableTopicResult.__new__(CreatableTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1208,7 +1213,7 @@ def _r_CreatableTopicResult_v5(data: bytes, pos: int) -> tuple[CreatableTopicRes
     else:
         _a7: list[CreatableTopicConfigs] = []
         for _ in range(_n6):
-            _o9 = _new(CreatableTopicConfigs)
+            _o9 = CreatableTopicConfigs.__new__(CreatableTopicConfigs)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -1270,7 +1275,7 @@ def _r_CreatableTopicResult_v5(data: bytes, pos: int) -> tuple[CreatableTopicRes
 
 def _r_CreatableTopicResult_v7(data: bytes, pos: int) -> tuple[CreatableTopicResult, int]:
     _len = len(data)
-    _o1 = _new(CreatableTopicResult)
+    _o1 = CreatableTopicResult.__new__(CreatableTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1324,7 +1329,7 @@ def _r_CreatableTopicResult_v7(data: bytes, pos: int) -> tuple[CreatableTopicRes
     else:
         _a7: list[CreatableTopicConfigs] = []
         for _ in range(_n6):
-            _o9 = _new(CreatableTopicConfigs)
+            _o9 = CreatableTopicConfigs.__new__(CreatableTopicConfigs)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -1425,7 +1430,7 @@ def _w_CreateTopicsResponse_v7(buf: bytearray, o: CreateTopicsResponse) -> None:
 
 def _r_CreateTopicsResponse_v0(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateTopicsResponse)
+    _o1 = CreateTopicsResponse.__new__(CreateTopicsResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1434,7 +1439,7 @@ def _r_CreateTopicsResponse_v0(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableTopicResult)
+        _o5 = CreatableTopicResult.__new__(CreatableTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1460,7 +1465,7 @@ def _r_CreateTopicsResponse_v0(data: bytes, pos: int) -> tuple[CreateTopicsRespo
 
 def _r_CreateTopicsResponse_v1(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateTopicsResponse)
+    _o1 = CreateTopicsResponse.__new__(CreateTopicsResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1469,7 +1474,7 @@ def _r_CreateTopicsResponse_v1(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableTopicResult)
+        _o5 = CreatableTopicResult.__new__(CreatableTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1506,7 +1511,7 @@ def _r_CreateTopicsResponse_v1(data: bytes, pos: int) -> tuple[CreateTopicsRespo
 
 def _r_CreateTopicsResponse_v2(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateTopicsResponse)
+    _o1 = CreateTopicsResponse.__new__(CreateTopicsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1517,7 +1522,7 @@ def _r_CreateTopicsResponse_v2(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableTopicResult)
+        _o5 = CreatableTopicResult.__new__(CreatableTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1553,7 +1558,7 @@ def _r_CreateTopicsResponse_v2(data: bytes, pos: int) -> tuple[CreateTopicsRespo
 
 def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateTopicsResponse)
+    _o1 = CreateTopicsResponse.__new__(CreateTopicsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1568,7 +1573,7 @@ def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableTopicResult)
+        _o5 = CreatableTopicResult.__new__(CreatableTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1621,7 +1626,7 @@ def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         else:
             _a11: list[CreatableTopicConfigs] = []
             for _ in range(_n10):
-                _o13 = _new(CreatableTopicConfigs)
+                _o13 = CreatableTopicConfigs.__new__(CreatableTopicConfigs)
                 _n14 = data[pos]
                 if _n14 < 128:
                     pos += 1
@@ -1689,7 +1694,7 @@ def _r_CreateTopicsResponse_v5(data: bytes, pos: int) -> tuple[CreateTopicsRespo
 
 def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(CreateTopicsResponse)
+    _o1 = CreateTopicsResponse.__new__(CreateTopicsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1704,7 +1709,7 @@ def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[CreatableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(CreatableTopicResult)
+        _o5 = CreatableTopicResult.__new__(CreatableTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1758,7 +1763,7 @@ def _r_CreateTopicsResponse_v7(data: bytes, pos: int) -> tuple[CreateTopicsRespo
         else:
             _a11: list[CreatableTopicConfigs] = []
             for _ in range(_n10):
-                _o13 = _new(CreatableTopicConfigs)
+                _o13 = CreatableTopicConfigs.__new__(CreatableTopicConfigs)
                 _n14 = data[pos]
                 if _n14 < 128:
                     pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -57,11 +55,12 @@ class DeleteAclsFilter(Struct):
     operation: int = 0
     permission_type: int = 0
 
-    NAME: ClassVar[str] = "DeleteAclsFilter"
-    SPEC_NAME: ClassVar[str] = "DeleteAclsFilter"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DeleteAclsFilter.NAME = "DeleteAclsFilter"
+DeleteAclsFilter.SPEC_NAME = "DeleteAclsFilter"
+DeleteAclsFilter.MIN_VERSION = 0
+DeleteAclsFilter.MAX_VERSION = 3
+DeleteAclsFilter.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -78,14 +77,15 @@ class DeleteAclsRequest(Message):
 
     filters: list[DeleteAclsFilter] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteAclsRequest"
-    SPEC_NAME: ClassVar[str] = "DeleteAclsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 31
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DeleteAclsRequest.NAME = "DeleteAclsRequest"
+DeleteAclsRequest.SPEC_NAME = "DeleteAclsRequest"
+DeleteAclsRequest.MIN_VERSION = 0
+DeleteAclsRequest.MAX_VERSION = 3
+DeleteAclsRequest.FLEXIBLE_MIN_VERSION = 2
+DeleteAclsRequest.API_KEY = 31
+DeleteAclsRequest.DEPRECATED_VERSIONS = (0, 0)
+DeleteAclsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -114,11 +114,12 @@ class DeleteAclsMatchingAcl(Struct):
     operation: int = 0
     permission_type: int = 0
 
-    NAME: ClassVar[str] = "DeleteAclsMatchingAcl"
-    SPEC_NAME: ClassVar[str] = "DeleteAclsMatchingAcl"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DeleteAclsMatchingAcl.NAME = "DeleteAclsMatchingAcl"
+DeleteAclsMatchingAcl.SPEC_NAME = "DeleteAclsMatchingAcl"
+DeleteAclsMatchingAcl.MIN_VERSION = 0
+DeleteAclsMatchingAcl.MAX_VERSION = 3
+DeleteAclsMatchingAcl.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -135,11 +136,12 @@ class DeleteAclsFilterResult(Struct):
     error_message: str | None = ""
     matching_acls: list[DeleteAclsMatchingAcl] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteAclsFilterResult"
-    SPEC_NAME: ClassVar[str] = "DeleteAclsFilterResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DeleteAclsFilterResult.NAME = "DeleteAclsFilterResult"
+DeleteAclsFilterResult.SPEC_NAME = "DeleteAclsFilterResult"
+DeleteAclsFilterResult.MIN_VERSION = 0
+DeleteAclsFilterResult.MAX_VERSION = 3
+DeleteAclsFilterResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -160,14 +162,15 @@ class DeleteAclsResponse(Message):
     throttle_time_ms: int = 0
     filter_results: list[DeleteAclsFilterResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteAclsResponse"
-    SPEC_NAME: ClassVar[str] = "DeleteAclsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 31
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DeleteAclsResponse.NAME = "DeleteAclsResponse"
+DeleteAclsResponse.SPEC_NAME = "DeleteAclsResponse"
+DeleteAclsResponse.MIN_VERSION = 0
+DeleteAclsResponse.MAX_VERSION = 3
+DeleteAclsResponse.FLEXIBLE_MIN_VERSION = 2
+DeleteAclsResponse.API_KEY = 31
+DeleteAclsResponse.DEPRECATED_VERSIONS = None
+DeleteAclsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -255,7 +258,7 @@ def _w_DeleteAclsFilter_v2(buf: bytearray, o: DeleteAclsFilter) -> None:
 
 def _r_DeleteAclsFilter_v0(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsFilter)
+    _o1 = DeleteAclsFilter.__new__(DeleteAclsFilter)
     (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -302,7 +305,7 @@ def _r_DeleteAclsFilter_v0(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int
 
 def _r_DeleteAclsFilter_v1(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsFilter)
+    _o1 = DeleteAclsFilter.__new__(DeleteAclsFilter)
     (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -350,7 +353,7 @@ def _r_DeleteAclsFilter_v1(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int
 
 def _r_DeleteAclsFilter_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilter, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsFilter)
+    _o1 = DeleteAclsFilter.__new__(DeleteAclsFilter)
     (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
     _n2 = data[pos]
@@ -442,7 +445,7 @@ def _w_DeleteAclsRequest_v2(buf: bytearray, o: DeleteAclsRequest) -> None:
 
 def _r_DeleteAclsRequest_v0(data: bytes, pos: int) -> tuple[DeleteAclsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsRequest)
+    _o1 = DeleteAclsRequest.__new__(DeleteAclsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -451,7 +454,7 @@ def _r_DeleteAclsRequest_v0(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
         raise DecodeError("array count of filters exceeds the bytes left")
     _a3: list[DeleteAclsFilter] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteAclsFilter)
+        _o5 = DeleteAclsFilter.__new__(DeleteAclsFilter)
         (_o5.resource_type_filter,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
@@ -500,7 +503,7 @@ def _r_DeleteAclsRequest_v0(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
 
 def _r_DeleteAclsRequest_v1(data: bytes, pos: int) -> tuple[DeleteAclsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsRequest)
+    _o1 = DeleteAclsRequest.__new__(DeleteAclsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -509,7 +512,7 @@ def _r_DeleteAclsRequest_v1(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
         raise DecodeError("array count of filters exceeds the bytes left")
     _a3: list[DeleteAclsFilter] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteAclsFilter)
+        _o5 = DeleteAclsFilter.__new__(DeleteAclsFilter)
         (_o5.resource_type_filter,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
@@ -559,7 +562,7 @@ def _r_DeleteAclsRequest_v1(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
 
 def _r_DeleteAclsRequest_v2(data: bytes, pos: int) -> tuple[DeleteAclsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsRequest)
+    _o1 = DeleteAclsRequest.__new__(DeleteAclsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -572,7 +575,7 @@ def _r_DeleteAclsRequest_v2(data: bytes, pos: int) -> tuple[DeleteAclsRequest, i
         raise DecodeError("array count of filters exceeds the bytes left")
     _a3: list[DeleteAclsFilter] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteAclsFilter)
+        _o5 = DeleteAclsFilter.__new__(DeleteAclsFilter)
         (_o5.resource_type_filter,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n6 = data[pos]
@@ -724,7 +727,7 @@ def _w_DeleteAclsMatchingAcl_v2(buf: bytearray, o: DeleteAclsMatchingAcl) -> Non
 
 def _r_DeleteAclsMatchingAcl_v0(data: bytes, pos: int) -> tuple[DeleteAclsMatchingAcl, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsMatchingAcl)
+    _o1 = DeleteAclsMatchingAcl.__new__(DeleteAclsMatchingAcl)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -776,7 +779,7 @@ def _r_DeleteAclsMatchingAcl_v0(data: bytes, pos: int) -> tuple[DeleteAclsMatchi
 
 def _r_DeleteAclsMatchingAcl_v1(data: bytes, pos: int) -> tuple[DeleteAclsMatchingAcl, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsMatchingAcl)
+    _o1 = DeleteAclsMatchingAcl.__new__(DeleteAclsMatchingAcl)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -829,7 +832,7 @@ def _r_DeleteAclsMatchingAcl_v1(data: bytes, pos: int) -> tuple[DeleteAclsMatchi
 
 def _r_DeleteAclsMatchingAcl_v2(data: bytes, pos: int) -> tuple[DeleteAclsMatchingAcl, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsMatchingAcl)
+    _o1 = DeleteAclsMatchingAcl.__new__(DeleteAclsMatchingAcl)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -955,7 +958,7 @@ def _w_DeleteAclsFilterResult_v2(buf: bytearray, o: DeleteAclsFilterResult) -> N
 
 def _r_DeleteAclsFilterResult_v0(data: bytes, pos: int) -> tuple[DeleteAclsFilterResult, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsFilterResult)
+    _o1 = DeleteAclsFilterResult.__new__(DeleteAclsFilterResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -978,7 +981,7 @@ def _r_DeleteAclsFilterResult_v0(data: bytes, pos: int) -> tuple[DeleteAclsFilte
         raise DecodeError("array count of matching_acls exceeds the bytes left")
     _a5: list[DeleteAclsMatchingAcl] = []
     for _ in range(_n4):
-        _o7 = _new(DeleteAclsMatchingAcl)
+        _o7 = DeleteAclsMatchingAcl.__new__(DeleteAclsMatchingAcl)
         (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n8,) = _I16.unpack_from(data, pos)
@@ -1032,7 +1035,7 @@ def _r_DeleteAclsFilterResult_v0(data: bytes, pos: int) -> tuple[DeleteAclsFilte
 
 def _r_DeleteAclsFilterResult_v1(data: bytes, pos: int) -> tuple[DeleteAclsFilterResult, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsFilterResult)
+    _o1 = DeleteAclsFilterResult.__new__(DeleteAclsFilterResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1055,7 +1058,7 @@ def _r_DeleteAclsFilterResult_v1(data: bytes, pos: int) -> tuple[DeleteAclsFilte
         raise DecodeError("array count of matching_acls exceeds the bytes left")
     _a5: list[DeleteAclsMatchingAcl] = []
     for _ in range(_n4):
-        _o7 = _new(DeleteAclsMatchingAcl)
+        _o7 = DeleteAclsMatchingAcl.__new__(DeleteAclsMatchingAcl)
         (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n8,) = _I16.unpack_from(data, pos)
@@ -1110,7 +1113,7 @@ def _r_DeleteAclsFilterResult_v1(data: bytes, pos: int) -> tuple[DeleteAclsFilte
 
 def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilterResult, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsFilterResult)
+    _o1 = DeleteAclsFilterResult.__new__(DeleteAclsFilterResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1143,7 +1146,7 @@ def _r_DeleteAclsFilterResult_v2(data: bytes, pos: int) -> tuple[DeleteAclsFilte
         raise DecodeError("array count of matching_acls exceeds the bytes left")
     _a5: list[DeleteAclsMatchingAcl] = []
     for _ in range(_n4):
-        _o7 = _new(DeleteAclsMatchingAcl)
+        _o7 = DeleteAclsMatchingAcl.__new__(DeleteAclsMatchingAcl)
         (_o7.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n8 = data[pos]
@@ -1255,7 +1258,7 @@ def _w_DeleteAclsResponse_v2(buf: bytearray, o: DeleteAclsResponse) -> None:
 
 def _r_DeleteAclsResponse_v0(data: bytes, pos: int) -> tuple[DeleteAclsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsResponse)
+    _o1 = DeleteAclsResponse.__new__(DeleteAclsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1266,7 +1269,7 @@ def _r_DeleteAclsResponse_v0(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
         raise DecodeError("array count of filter_results exceeds the bytes left")
     _a3: list[DeleteAclsFilterResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteAclsFilterResult)
+        _o5 = DeleteAclsFilterResult.__new__(DeleteAclsFilterResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1289,7 +1292,7 @@ def _r_DeleteAclsResponse_v0(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
             raise DecodeError("array count of matching_acls exceeds the bytes left")
         _a9: list[DeleteAclsMatchingAcl] = []
         for _ in range(_n8):
-            _o11 = _new(DeleteAclsMatchingAcl)
+            _o11 = DeleteAclsMatchingAcl.__new__(DeleteAclsMatchingAcl)
             (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
             (_n12,) = _I16.unpack_from(data, pos)
@@ -1345,7 +1348,7 @@ def _r_DeleteAclsResponse_v0(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
 
 def _r_DeleteAclsResponse_v1(data: bytes, pos: int) -> tuple[DeleteAclsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsResponse)
+    _o1 = DeleteAclsResponse.__new__(DeleteAclsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1356,7 +1359,7 @@ def _r_DeleteAclsResponse_v1(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
         raise DecodeError("array count of filter_results exceeds the bytes left")
     _a3: list[DeleteAclsFilterResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteAclsFilterResult)
+        _o5 = DeleteAclsFilterResult.__new__(DeleteAclsFilterResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1379,7 +1382,7 @@ def _r_DeleteAclsResponse_v1(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
             raise DecodeError("array count of matching_acls exceeds the bytes left")
         _a9: list[DeleteAclsMatchingAcl] = []
         for _ in range(_n8):
-            _o11 = _new(DeleteAclsMatchingAcl)
+            _o11 = DeleteAclsMatchingAcl.__new__(DeleteAclsMatchingAcl)
             (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
             (_n12,) = _I16.unpack_from(data, pos)
@@ -1436,7 +1439,7 @@ def _r_DeleteAclsResponse_v1(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
 
 def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteAclsResponse)
+    _o1 = DeleteAclsResponse.__new__(DeleteAclsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1451,7 +1454,7 @@ def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
         raise DecodeError("array count of filter_results exceeds the bytes left")
     _a3: list[DeleteAclsFilterResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteAclsFilterResult)
+        _o5 = DeleteAclsFilterResult.__new__(DeleteAclsFilterResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -1484,7 +1487,7 @@ def _r_DeleteAclsResponse_v2(data: bytes, pos: int) -> tuple[DeleteAclsResponse,
             raise DecodeError("array count of matching_acls exceeds the bytes left")
         _a9: list[DeleteAclsMatchingAcl] = []
         for _ in range(_n8):
-            _o11 = _new(DeleteAclsMatchingAcl)
+            _o11 = DeleteAclsMatchingAcl.__new__(DeleteAclsMatchingAcl)
             (_o11.error_code,) = _S_h.unpack_from(data, pos)
             pos += 2
             _n12 = data[pos]

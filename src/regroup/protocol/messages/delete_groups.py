@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,14 +45,15 @@ class DeleteGroupsRequest(Message):
 
     groups_names: list[str] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteGroupsRequest"
-    SPEC_NAME: ClassVar[str] = "DeleteGroupsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 42
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DeleteGroupsRequest.NAME = "DeleteGroupsRequest"
+DeleteGroupsRequest.SPEC_NAME = "DeleteGroupsRequest"
+DeleteGroupsRequest.MIN_VERSION = 0
+DeleteGroupsRequest.MAX_VERSION = 2
+DeleteGroupsRequest.FLEXIBLE_MIN_VERSION = 2
+DeleteGroupsRequest.API_KEY = 42
+DeleteGroupsRequest.DEPRECATED_VERSIONS = (0, 0)
+DeleteGroupsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -69,11 +68,12 @@ class DeletableGroupResult(Struct):
     group_id: str = ""
     error_code: int = 0
 
-    NAME: ClassVar[str] = "DeletableGroupResult"
-    SPEC_NAME: ClassVar[str] = "DeletableGroupResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DeletableGroupResult.NAME = "DeletableGroupResult"
+DeletableGroupResult.SPEC_NAME = "DeletableGroupResult"
+DeletableGroupResult.MIN_VERSION = 0
+DeletableGroupResult.MAX_VERSION = 2
+DeletableGroupResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -93,14 +93,15 @@ class DeleteGroupsResponse(Message):
     throttle_time_ms: int = 0
     results: list[DeletableGroupResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteGroupsResponse"
-    SPEC_NAME: ClassVar[str] = "DeleteGroupsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 42
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DeleteGroupsResponse.NAME = "DeleteGroupsResponse"
+DeleteGroupsResponse.SPEC_NAME = "DeleteGroupsResponse"
+DeleteGroupsResponse.MIN_VERSION = 0
+DeleteGroupsResponse.MAX_VERSION = 2
+DeleteGroupsResponse.FLEXIBLE_MIN_VERSION = 2
+DeleteGroupsResponse.API_KEY = 42
+DeleteGroupsResponse.DEPRECATED_VERSIONS = None
+DeleteGroupsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -129,7 +130,7 @@ def _w_DeleteGroupsRequest_v2(buf: bytearray, o: DeleteGroupsRequest) -> None:
 
 def _r_DeleteGroupsRequest_v0(data: bytes, pos: int) -> tuple[DeleteGroupsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteGroupsRequest)
+    _o1 = DeleteGroupsRequest.__new__(DeleteGroupsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -154,7 +155,7 @@ def _r_DeleteGroupsRequest_v0(data: bytes, pos: int) -> tuple[DeleteGroupsReques
 
 def _r_DeleteGroupsRequest_v2(data: bytes, pos: int) -> tuple[DeleteGroupsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteGroupsRequest)
+    _o1 = DeleteGroupsRequest.__new__(DeleteGroupsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -210,7 +211,7 @@ def _w_DeletableGroupResult_v2(buf: bytearray, o: DeletableGroupResult) -> None:
 
 def _r_DeletableGroupResult_v0(data: bytes, pos: int) -> tuple[DeletableGroupResult, int]:
     _len = len(data)
-    _o1 = _new(DeletableGroupResult)
+    _o1 = DeletableGroupResult.__new__(DeletableGroupResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -227,7 +228,7 @@ def _r_DeletableGroupResult_v0(data: bytes, pos: int) -> tuple[DeletableGroupRes
 
 def _r_DeletableGroupResult_v2(data: bytes, pos: int) -> tuple[DeletableGroupResult, int]:
     _len = len(data)
-    _o1 = _new(DeletableGroupResult)
+    _o1 = DeletableGroupResult.__new__(DeletableGroupResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -271,7 +272,7 @@ def _w_DeleteGroupsResponse_v2(buf: bytearray, o: DeleteGroupsResponse) -> None:
 
 def _r_DeleteGroupsResponse_v0(data: bytes, pos: int) -> tuple[DeleteGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteGroupsResponse)
+    _o1 = DeleteGroupsResponse.__new__(DeleteGroupsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -282,7 +283,7 @@ def _r_DeleteGroupsResponse_v0(data: bytes, pos: int) -> tuple[DeleteGroupsRespo
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DeletableGroupResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeletableGroupResult)
+        _o5 = DeletableGroupResult.__new__(DeletableGroupResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -301,7 +302,7 @@ def _r_DeleteGroupsResponse_v0(data: bytes, pos: int) -> tuple[DeleteGroupsRespo
 
 def _r_DeleteGroupsResponse_v2(data: bytes, pos: int) -> tuple[DeleteGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteGroupsResponse)
+    _o1 = DeleteGroupsResponse.__new__(DeleteGroupsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -316,7 +317,7 @@ def _r_DeleteGroupsResponse_v2(data: bytes, pos: int) -> tuple[DeleteGroupsRespo
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DeletableGroupResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeletableGroupResult)
+        _o5 = DeletableGroupResult.__new__(DeletableGroupResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

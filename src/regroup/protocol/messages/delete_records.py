@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,11 +46,12 @@ class DeleteRecordsPartition(Struct):
     partition_index: int = 0
     offset: int = 0
 
-    NAME: ClassVar[str] = "DeleteRecordsPartition"
-    SPEC_NAME: ClassVar[str] = "DeleteRecordsPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DeleteRecordsPartition.NAME = "DeleteRecordsPartition"
+DeleteRecordsPartition.SPEC_NAME = "DeleteRecordsPartition"
+DeleteRecordsPartition.MIN_VERSION = 0
+DeleteRecordsPartition.MAX_VERSION = 2
+DeleteRecordsPartition.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -67,11 +66,12 @@ class DeleteRecordsTopic(Struct):
     name: str = ""
     partitions: list[DeleteRecordsPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteRecordsTopic"
-    SPEC_NAME: ClassVar[str] = "DeleteRecordsTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DeleteRecordsTopic.NAME = "DeleteRecordsTopic"
+DeleteRecordsTopic.SPEC_NAME = "DeleteRecordsTopic"
+DeleteRecordsTopic.MIN_VERSION = 0
+DeleteRecordsTopic.MAX_VERSION = 2
+DeleteRecordsTopic.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -89,14 +89,15 @@ class DeleteRecordsRequest(Message):
     topics: list[DeleteRecordsTopic] = field(default_factory=list)
     timeout_ms: int = 0
 
-    NAME: ClassVar[str] = "DeleteRecordsRequest"
-    SPEC_NAME: ClassVar[str] = "DeleteRecordsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 21
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DeleteRecordsRequest.NAME = "DeleteRecordsRequest"
+DeleteRecordsRequest.SPEC_NAME = "DeleteRecordsRequest"
+DeleteRecordsRequest.MIN_VERSION = 0
+DeleteRecordsRequest.MAX_VERSION = 2
+DeleteRecordsRequest.FLEXIBLE_MIN_VERSION = 2
+DeleteRecordsRequest.API_KEY = 21
+DeleteRecordsRequest.DEPRECATED_VERSIONS = None
+DeleteRecordsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -113,11 +114,12 @@ class DeleteRecordsPartitionResult(Struct):
     low_watermark: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "DeleteRecordsPartitionResult"
-    SPEC_NAME: ClassVar[str] = "DeleteRecordsPartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DeleteRecordsPartitionResult.NAME = "DeleteRecordsPartitionResult"
+DeleteRecordsPartitionResult.SPEC_NAME = "DeleteRecordsPartitionResult"
+DeleteRecordsPartitionResult.MIN_VERSION = 0
+DeleteRecordsPartitionResult.MAX_VERSION = 2
+DeleteRecordsPartitionResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -132,11 +134,12 @@ class DeleteRecordsTopicResult(Struct):
     name: str = ""
     partitions: list[DeleteRecordsPartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteRecordsTopicResult"
-    SPEC_NAME: ClassVar[str] = "DeleteRecordsTopicResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DeleteRecordsTopicResult.NAME = "DeleteRecordsTopicResult"
+DeleteRecordsTopicResult.SPEC_NAME = "DeleteRecordsTopicResult"
+DeleteRecordsTopicResult.MIN_VERSION = 0
+DeleteRecordsTopicResult.MAX_VERSION = 2
+DeleteRecordsTopicResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -155,14 +158,15 @@ class DeleteRecordsResponse(Message):
     throttle_time_ms: int = 0
     topics: list[DeleteRecordsTopicResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteRecordsResponse"
-    SPEC_NAME: ClassVar[str] = "DeleteRecordsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 21
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DeleteRecordsResponse.NAME = "DeleteRecordsResponse"
+DeleteRecordsResponse.SPEC_NAME = "DeleteRecordsResponse"
+DeleteRecordsResponse.MIN_VERSION = 0
+DeleteRecordsResponse.MAX_VERSION = 2
+DeleteRecordsResponse.FLEXIBLE_MIN_VERSION = 2
+DeleteRecordsResponse.API_KEY = 21
+DeleteRecordsResponse.DEPRECATED_VERSIONS = None
+DeleteRecordsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -179,7 +183,7 @@ def _w_DeleteRecordsPartition_v2(buf: bytearray, o: DeleteRecordsPartition) -> N
 
 def _r_DeleteRecordsPartition_v0(data: bytes, pos: int) -> tuple[DeleteRecordsPartition, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsPartition)
+    _o1 = DeleteRecordsPartition.__new__(DeleteRecordsPartition)
     _o1.partition_index, _o1.offset = _S_iq.unpack_from(data, pos)
     pos += 12
     return _o1, pos
@@ -187,7 +191,7 @@ def _r_DeleteRecordsPartition_v0(data: bytes, pos: int) -> tuple[DeleteRecordsPa
 
 def _r_DeleteRecordsPartition_v2(data: bytes, pos: int) -> tuple[DeleteRecordsPartition, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsPartition)
+    _o1 = DeleteRecordsPartition.__new__(DeleteRecordsPartition)
     _o1.partition_index, _o1.offset = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -222,7 +226,7 @@ def _w_DeleteRecordsTopic_v2(buf: bytearray, o: DeleteRecordsTopic) -> None:
 
 def _r_DeleteRecordsTopic_v0(data: bytes, pos: int) -> tuple[DeleteRecordsTopic, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsTopic)
+    _o1 = DeleteRecordsTopic.__new__(DeleteRecordsTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -240,7 +244,7 @@ def _r_DeleteRecordsTopic_v0(data: bytes, pos: int) -> tuple[DeleteRecordsTopic,
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DeleteRecordsPartition] = []
     for _ in range(_n4):
-        _o7 = _new(DeleteRecordsPartition)
+        _o7 = DeleteRecordsPartition.__new__(DeleteRecordsPartition)
         _o7.partition_index, _o7.offset = _S_iq.unpack_from(data, pos)
         pos += 12
         _a5.append(_o7)
@@ -250,7 +254,7 @@ def _r_DeleteRecordsTopic_v0(data: bytes, pos: int) -> tuple[DeleteRecordsTopic,
 
 def _r_DeleteRecordsTopic_v2(data: bytes, pos: int) -> tuple[DeleteRecordsTopic, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsTopic)
+    _o1 = DeleteRecordsTopic.__new__(DeleteRecordsTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -278,7 +282,7 @@ def _r_DeleteRecordsTopic_v2(data: bytes, pos: int) -> tuple[DeleteRecordsTopic,
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DeleteRecordsPartition] = []
     for _ in range(_n4):
-        _o7 = _new(DeleteRecordsPartition)
+        _o7 = DeleteRecordsPartition.__new__(DeleteRecordsPartition)
         _o7.partition_index, _o7.offset = _S_iq.unpack_from(data, pos)
         pos += 12
         if data[pos]:
@@ -313,7 +317,7 @@ def _w_DeleteRecordsRequest_v2(buf: bytearray, o: DeleteRecordsRequest) -> None:
 
 def _r_DeleteRecordsRequest_v0(data: bytes, pos: int) -> tuple[DeleteRecordsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsRequest)
+    _o1 = DeleteRecordsRequest.__new__(DeleteRecordsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -322,7 +326,7 @@ def _r_DeleteRecordsRequest_v0(data: bytes, pos: int) -> tuple[DeleteRecordsRequ
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[DeleteRecordsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteRecordsTopic)
+        _o5 = DeleteRecordsTopic.__new__(DeleteRecordsTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -340,7 +344,7 @@ def _r_DeleteRecordsRequest_v0(data: bytes, pos: int) -> tuple[DeleteRecordsRequ
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[DeleteRecordsPartition] = []
         for _ in range(_n8):
-            _o11 = _new(DeleteRecordsPartition)
+            _o11 = DeleteRecordsPartition.__new__(DeleteRecordsPartition)
             _o11.partition_index, _o11.offset = _S_iq.unpack_from(data, pos)
             pos += 12
             _a9.append(_o11)
@@ -354,7 +358,7 @@ def _r_DeleteRecordsRequest_v0(data: bytes, pos: int) -> tuple[DeleteRecordsRequ
 
 def _r_DeleteRecordsRequest_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsRequest)
+    _o1 = DeleteRecordsRequest.__new__(DeleteRecordsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -367,7 +371,7 @@ def _r_DeleteRecordsRequest_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRequ
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[DeleteRecordsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteRecordsTopic)
+        _o5 = DeleteRecordsTopic.__new__(DeleteRecordsTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -395,7 +399,7 @@ def _r_DeleteRecordsRequest_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRequ
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[DeleteRecordsPartition] = []
         for _ in range(_n8):
-            _o11 = _new(DeleteRecordsPartition)
+            _o11 = DeleteRecordsPartition.__new__(DeleteRecordsPartition)
             _o11.partition_index, _o11.offset = _S_iq.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -430,7 +434,7 @@ def _w_DeleteRecordsPartitionResult_v2(buf: bytearray, o: DeleteRecordsPartition
 
 def _r_DeleteRecordsPartitionResult_v0(data: bytes, pos: int) -> tuple[DeleteRecordsPartitionResult, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsPartitionResult)
+    _o1 = DeleteRecordsPartitionResult.__new__(DeleteRecordsPartitionResult)
     _o1.partition_index, _o1.low_watermark, _o1.error_code = _S_iqh.unpack_from(data, pos)
     pos += 14
     return _o1, pos
@@ -438,7 +442,7 @@ def _r_DeleteRecordsPartitionResult_v0(data: bytes, pos: int) -> tuple[DeleteRec
 
 def _r_DeleteRecordsPartitionResult_v2(data: bytes, pos: int) -> tuple[DeleteRecordsPartitionResult, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsPartitionResult)
+    _o1 = DeleteRecordsPartitionResult.__new__(DeleteRecordsPartitionResult)
     _o1.partition_index, _o1.low_watermark, _o1.error_code = _S_iqh.unpack_from(data, pos)
     pos += 14
     if data[pos]:
@@ -473,7 +477,7 @@ def _w_DeleteRecordsTopicResult_v2(buf: bytearray, o: DeleteRecordsTopicResult) 
 
 def _r_DeleteRecordsTopicResult_v0(data: bytes, pos: int) -> tuple[DeleteRecordsTopicResult, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsTopicResult)
+    _o1 = DeleteRecordsTopicResult.__new__(DeleteRecordsTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -491,7 +495,7 @@ def _r_DeleteRecordsTopicResult_v0(data: bytes, pos: int) -> tuple[DeleteRecords
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DeleteRecordsPartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(DeleteRecordsPartitionResult)
+        _o7 = DeleteRecordsPartitionResult.__new__(DeleteRecordsPartitionResult)
         _o7.partition_index, _o7.low_watermark, _o7.error_code = _S_iqh.unpack_from(data, pos)
         pos += 14
         _a5.append(_o7)
@@ -501,7 +505,7 @@ def _r_DeleteRecordsTopicResult_v0(data: bytes, pos: int) -> tuple[DeleteRecords
 
 def _r_DeleteRecordsTopicResult_v2(data: bytes, pos: int) -> tuple[DeleteRecordsTopicResult, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsTopicResult)
+    _o1 = DeleteRecordsTopicResult.__new__(DeleteRecordsTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -529,7 +533,7 @@ def _r_DeleteRecordsTopicResult_v2(data: bytes, pos: int) -> tuple[DeleteRecords
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DeleteRecordsPartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(DeleteRecordsPartitionResult)
+        _o7 = DeleteRecordsPartitionResult.__new__(DeleteRecordsPartitionResult)
         _o7.partition_index, _o7.low_watermark, _o7.error_code = _S_iqh.unpack_from(data, pos)
         pos += 14
         if data[pos]:
@@ -564,7 +568,7 @@ def _w_DeleteRecordsResponse_v2(buf: bytearray, o: DeleteRecordsResponse) -> Non
 
 def _r_DeleteRecordsResponse_v0(data: bytes, pos: int) -> tuple[DeleteRecordsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsResponse)
+    _o1 = DeleteRecordsResponse.__new__(DeleteRecordsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -575,7 +579,7 @@ def _r_DeleteRecordsResponse_v0(data: bytes, pos: int) -> tuple[DeleteRecordsRes
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[DeleteRecordsTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteRecordsTopicResult)
+        _o5 = DeleteRecordsTopicResult.__new__(DeleteRecordsTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -593,7 +597,7 @@ def _r_DeleteRecordsResponse_v0(data: bytes, pos: int) -> tuple[DeleteRecordsRes
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[DeleteRecordsPartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(DeleteRecordsPartitionResult)
+            _o11 = DeleteRecordsPartitionResult.__new__(DeleteRecordsPartitionResult)
             _o11.partition_index, _o11.low_watermark, _o11.error_code = _S_iqh.unpack_from(data, pos)
             pos += 14
             _a9.append(_o11)
@@ -605,7 +609,7 @@ def _r_DeleteRecordsResponse_v0(data: bytes, pos: int) -> tuple[DeleteRecordsRes
 
 def _r_DeleteRecordsResponse_v2(data: bytes, pos: int) -> tuple[DeleteRecordsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteRecordsResponse)
+    _o1 = DeleteRecordsResponse.__new__(DeleteRecordsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -620,7 +624,7 @@ def _r_DeleteRecordsResponse_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRes
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[DeleteRecordsTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteRecordsTopicResult)
+        _o5 = DeleteRecordsTopicResult.__new__(DeleteRecordsTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -648,7 +652,7 @@ def _r_DeleteRecordsResponse_v2(data: bytes, pos: int) -> tuple[DeleteRecordsRes
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[DeleteRecordsPartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(DeleteRecordsPartitionResult)
+            _o11 = DeleteRecordsPartitionResult.__new__(DeleteRecordsPartitionResult)
             _o11.partition_index, _o11.low_watermark, _o11.error_code = _S_iqh.unpack_from(data, pos)
             pos += 14
             if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -45,11 +43,12 @@ class PartitionData(Struct):
 
     partition: int = 0
 
-    NAME: ClassVar[str] = "PartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionData.NAME = "PartitionData"
+PartitionData.SPEC_NAME = "PartitionData"
+PartitionData.MIN_VERSION = 0
+PartitionData.MAX_VERSION = 0
+PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -64,11 +63,12 @@ class DeleteStateData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteStateData"
-    SPEC_NAME: ClassVar[str] = "DeleteStateData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DeleteStateData.NAME = "DeleteStateData"
+DeleteStateData.SPEC_NAME = "DeleteStateData"
+DeleteStateData.MIN_VERSION = 0
+DeleteStateData.MAX_VERSION = 0
+DeleteStateData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -83,14 +83,15 @@ class DeleteShareGroupStateRequest(Message):
     group_id: str = ""
     topics: list[DeleteStateData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteShareGroupStateRequest"
-    SPEC_NAME: ClassVar[str] = "DeleteShareGroupStateRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 86
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+DeleteShareGroupStateRequest.NAME = "DeleteShareGroupStateRequest"
+DeleteShareGroupStateRequest.SPEC_NAME = "DeleteShareGroupStateRequest"
+DeleteShareGroupStateRequest.MIN_VERSION = 0
+DeleteShareGroupStateRequest.MAX_VERSION = 0
+DeleteShareGroupStateRequest.FLEXIBLE_MIN_VERSION = 0
+DeleteShareGroupStateRequest.API_KEY = 86
+DeleteShareGroupStateRequest.DEPRECATED_VERSIONS = None
+DeleteShareGroupStateRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -107,11 +108,12 @@ class PartitionResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
-    NAME: ClassVar[str] = "PartitionResult"
-    SPEC_NAME: ClassVar[str] = "PartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionResult.NAME = "PartitionResult"
+PartitionResult.SPEC_NAME = "PartitionResult"
+PartitionResult.MIN_VERSION = 0
+PartitionResult.MAX_VERSION = 0
+PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -126,11 +128,12 @@ class DeleteStateResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteStateResult"
-    SPEC_NAME: ClassVar[str] = "DeleteStateResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DeleteStateResult.NAME = "DeleteStateResult"
+DeleteStateResult.SPEC_NAME = "DeleteStateResult"
+DeleteStateResult.MIN_VERSION = 0
+DeleteStateResult.MAX_VERSION = 0
+DeleteStateResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -151,14 +154,15 @@ class DeleteShareGroupStateResponse(Message):
 
     results: list[DeleteStateResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteShareGroupStateResponse"
-    SPEC_NAME: ClassVar[str] = "DeleteShareGroupStateResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 86
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DeleteShareGroupStateResponse.NAME = "DeleteShareGroupStateResponse"
+DeleteShareGroupStateResponse.SPEC_NAME = "DeleteShareGroupStateResponse"
+DeleteShareGroupStateResponse.MIN_VERSION = 0
+DeleteShareGroupStateResponse.MAX_VERSION = 0
+DeleteShareGroupStateResponse.FLEXIBLE_MIN_VERSION = 0
+DeleteShareGroupStateResponse.API_KEY = 86
+DeleteShareGroupStateResponse.DEPRECATED_VERSIONS = None
+DeleteShareGroupStateResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -171,7 +175,7 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     (_o1.partition,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
@@ -192,7 +196,7 @@ def _w_DeleteStateData_v0(buf: bytearray, o: DeleteStateData) -> None:
 
 def _r_DeleteStateData_v0(data: bytes, pos: int) -> tuple[DeleteStateData, int]:
     _len = len(data)
-    _o1 = _new(DeleteStateData)
+    _o1 = DeleteStateData.__new__(DeleteStateData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -208,7 +212,7 @@ def _r_DeleteStateData_v0(data: bytes, pos: int) -> tuple[DeleteStateData, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionData)
+        _o5 = PartitionData.__new__(PartitionData)
         (_o5.partition,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
@@ -239,7 +243,7 @@ def _w_DeleteShareGroupStateRequest_v0(buf: bytearray, o: DeleteShareGroupStateR
 
 def _r_DeleteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[DeleteShareGroupStateRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteShareGroupStateRequest)
+    _o1 = DeleteShareGroupStateRequest.__new__(DeleteShareGroupStateRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -267,7 +271,7 @@ def _r_DeleteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[DeleteSha
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[DeleteStateData] = []
     for _ in range(_n4):
-        _o7 = _new(DeleteStateData)
+        _o7 = DeleteStateData.__new__(DeleteStateData)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
@@ -283,7 +287,7 @@ def _r_DeleteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[DeleteSha
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             (_o11.partition,) = _S_i.unpack_from(data, pos)
             pos += 4
             if data[pos]:
@@ -320,7 +324,7 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
 
 def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _o1 = _new(PartitionResult)
+    _o1 = PartitionResult.__new__(PartitionResult)
     _o1.partition, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -359,7 +363,7 @@ def _w_DeleteStateResult_v0(buf: bytearray, o: DeleteStateResult) -> None:
 
 def _r_DeleteStateResult_v0(data: bytes, pos: int) -> tuple[DeleteStateResult, int]:
     _len = len(data)
-    _o1 = _new(DeleteStateResult)
+    _o1 = DeleteStateResult.__new__(DeleteStateResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -375,7 +379,7 @@ def _r_DeleteStateResult_v0(data: bytes, pos: int) -> tuple[DeleteStateResult, i
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionResult] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionResult)
+        _o5 = PartitionResult.__new__(PartitionResult)
         _o5.partition, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n6 = data[pos]
@@ -419,7 +423,7 @@ def _w_DeleteShareGroupStateResponse_v0(buf: bytearray, o: DeleteShareGroupState
 
 def _r_DeleteShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[DeleteShareGroupStateResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteShareGroupStateResponse)
+    _o1 = DeleteShareGroupStateResponse.__new__(DeleteShareGroupStateResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -432,7 +436,7 @@ def _r_DeleteShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[DeleteSh
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DeleteStateResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteStateResult)
+        _o5 = DeleteStateResult.__new__(DeleteStateResult)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -448,7 +452,7 @@ def _r_DeleteShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[DeleteSh
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[PartitionResult] = []
         for _ in range(_n6):
-            _o9 = _new(PartitionResult)
+            _o9 = PartitionResult.__new__(PartitionResult)
             _o9.partition, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n10 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,11 +45,12 @@ class DeleteTopicState(Struct):
     name: str | None = None
     topic_id: uuid.UUID = ZERO_UUID
 
-    NAME: ClassVar[str] = "DeleteTopicState"
-    SPEC_NAME: ClassVar[str] = "DeleteTopicState"
-    MIN_VERSION: ClassVar[int] = 6
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+DeleteTopicState.NAME = "DeleteTopicState"
+DeleteTopicState.SPEC_NAME = "DeleteTopicState"
+DeleteTopicState.MIN_VERSION = 6
+DeleteTopicState.MAX_VERSION = 6
+DeleteTopicState.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -77,14 +76,15 @@ class DeleteTopicsRequest(Message):
     topic_names: list[str] = field(default_factory=list)
     timeout_ms: int = 0
 
-    NAME: ClassVar[str] = "DeleteTopicsRequest"
-    SPEC_NAME: ClassVar[str] = "DeleteTopicsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 20
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DeleteTopicsRequest.NAME = "DeleteTopicsRequest"
+DeleteTopicsRequest.SPEC_NAME = "DeleteTopicsRequest"
+DeleteTopicsRequest.MIN_VERSION = 0
+DeleteTopicsRequest.MAX_VERSION = 6
+DeleteTopicsRequest.FLEXIBLE_MIN_VERSION = 4
+DeleteTopicsRequest.API_KEY = 20
+DeleteTopicsRequest.DEPRECATED_VERSIONS = (0, 0)
+DeleteTopicsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -103,11 +103,12 @@ class DeletableTopicResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
-    NAME: ClassVar[str] = "DeletableTopicResult"
-    SPEC_NAME: ClassVar[str] = "DeletableTopicResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+DeletableTopicResult.NAME = "DeletableTopicResult"
+DeletableTopicResult.SPEC_NAME = "DeletableTopicResult"
+DeletableTopicResult.MIN_VERSION = 0
+DeletableTopicResult.MAX_VERSION = 6
+DeletableTopicResult.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -138,14 +139,15 @@ class DeleteTopicsResponse(Message):
     throttle_time_ms: int = 0
     responses: list[DeletableTopicResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DeleteTopicsResponse"
-    SPEC_NAME: ClassVar[str] = "DeleteTopicsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 20
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DeleteTopicsResponse.NAME = "DeleteTopicsResponse"
+DeleteTopicsResponse.SPEC_NAME = "DeleteTopicsResponse"
+DeleteTopicsResponse.MIN_VERSION = 0
+DeleteTopicsResponse.MAX_VERSION = 6
+DeleteTopicsResponse.FLEXIBLE_MIN_VERSION = 4
+DeleteTopicsResponse.API_KEY = 20
+DeleteTopicsResponse.DEPRECATED_VERSIONS = None
+DeleteTopicsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -166,7 +168,7 @@ def _w_DeleteTopicState_v6(buf: bytearray, o: DeleteTopicState) -> None:
 
 def _r_DeleteTopicState_v6(data: bytes, pos: int) -> tuple[DeleteTopicState, int]:
     _len = len(data)
-    _o1 = _new(DeleteTopicState)
+    _o1 = DeleteTopicState.__new__(DeleteTopicState)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -233,7 +235,7 @@ def _w_DeleteTopicsRequest_v6(buf: bytearray, o: DeleteTopicsRequest) -> None:
 
 def _r_DeleteTopicsRequest_v0(data: bytes, pos: int) -> tuple[DeleteTopicsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteTopicsRequest)
+    _o1 = DeleteTopicsRequest.__new__(DeleteTopicsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -261,7 +263,7 @@ def _r_DeleteTopicsRequest_v0(data: bytes, pos: int) -> tuple[DeleteTopicsReques
 
 def _r_DeleteTopicsRequest_v4(data: bytes, pos: int) -> tuple[DeleteTopicsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteTopicsRequest)
+    _o1 = DeleteTopicsRequest.__new__(DeleteTopicsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -303,7 +305,7 @@ def _r_DeleteTopicsRequest_v4(data: bytes, pos: int) -> tuple[DeleteTopicsReques
 
 def _r_DeleteTopicsRequest_v6(data: bytes, pos: int) -> tuple[DeleteTopicsRequest, int]:
     _len = len(data)
-    _o1 = _new(DeleteTopicsRequest)
+    _o1 = DeleteTopicsRequest.__new__(DeleteTopicsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -316,7 +318,7 @@ def _r_DeleteTopicsRequest_v6(data: bytes, pos: int) -> tuple[DeleteTopicsReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[DeleteTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(DeleteTopicState)
+        _o5 = DeleteTopicState.__new__(DeleteTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -418,7 +420,7 @@ def _w_DeletableTopicResult_v6(buf: bytearray, o: DeletableTopicResult) -> None:
 
 def _r_DeletableTopicResult_v0(data: bytes, pos: int) -> tuple[DeletableTopicResult, int]:
     _len = len(data)
-    _o1 = _new(DeletableTopicResult)
+    _o1 = DeletableTopicResult.__new__(DeletableTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -437,7 +439,7 @@ def _r_DeletableTopicResult_v0(data: bytes, pos: int) -> tuple[DeletableTopicRes
 
 def _r_DeletableTopicResult_v4(data: bytes, pos: int) -> tuple[DeletableTopicResult, int]:
     _len = len(data)
-    _o1 = _new(DeletableTopicResult)
+    _o1 = DeletableTopicResult.__new__(DeletableTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -466,7 +468,7 @@ def _r_DeletableTopicResult_v4(data: bytes, pos: int) -> tuple[DeletableTopicRes
 
 def _r_DeletableTopicResult_v5(data: bytes, pos: int) -> tuple[DeletableTopicResult, int]:
     _len = len(data)
-    _o1 = _new(DeletableTopicResult)
+    _o1 = DeletableTopicResult.__new__(DeletableTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -512,7 +514,7 @@ def _r_DeletableTopicResult_v5(data: bytes, pos: int) -> tuple[DeletableTopicRes
 
 def _r_DeletableTopicResult_v6(data: bytes, pos: int) -> tuple[DeletableTopicResult, int]:
     _len = len(data)
-    _o1 = _new(DeletableTopicResult)
+    _o1 = DeletableTopicResult.__new__(DeletableTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -603,7 +605,7 @@ def _w_DeleteTopicsResponse_v6(buf: bytearray, o: DeleteTopicsResponse) -> None:
 
 def _r_DeleteTopicsResponse_v0(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteTopicsResponse)
+    _o1 = DeleteTopicsResponse.__new__(DeleteTopicsResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -612,7 +614,7 @@ def _r_DeleteTopicsResponse_v0(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[DeletableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeletableTopicResult)
+        _o5 = DeletableTopicResult.__new__(DeletableTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -634,7 +636,7 @@ def _r_DeleteTopicsResponse_v0(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
 
 def _r_DeleteTopicsResponse_v1(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteTopicsResponse)
+    _o1 = DeleteTopicsResponse.__new__(DeleteTopicsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -645,7 +647,7 @@ def _r_DeleteTopicsResponse_v1(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[DeletableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeletableTopicResult)
+        _o5 = DeletableTopicResult.__new__(DeletableTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -666,7 +668,7 @@ def _r_DeleteTopicsResponse_v1(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
 
 def _r_DeleteTopicsResponse_v4(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteTopicsResponse)
+    _o1 = DeleteTopicsResponse.__new__(DeleteTopicsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -681,7 +683,7 @@ def _r_DeleteTopicsResponse_v4(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[DeletableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeletableTopicResult)
+        _o5 = DeletableTopicResult.__new__(DeletableTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -716,7 +718,7 @@ def _r_DeleteTopicsResponse_v4(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
 
 def _r_DeleteTopicsResponse_v5(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteTopicsResponse)
+    _o1 = DeleteTopicsResponse.__new__(DeleteTopicsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -731,7 +733,7 @@ def _r_DeleteTopicsResponse_v5(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[DeletableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeletableTopicResult)
+        _o5 = DeletableTopicResult.__new__(DeletableTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -783,7 +785,7 @@ def _r_DeleteTopicsResponse_v5(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
 
 def _r_DeleteTopicsResponse_v6(data: bytes, pos: int) -> tuple[DeleteTopicsResponse, int]:
     _len = len(data)
-    _o1 = _new(DeleteTopicsResponse)
+    _o1 = DeleteTopicsResponse.__new__(DeleteTopicsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -798,7 +800,7 @@ def _r_DeleteTopicsResponse_v6(data: bytes, pos: int) -> tuple[DeleteTopicsRespo
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[DeletableTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(DeletableTopicResult)
+        _o5 = DeletableTopicResult.__new__(DeletableTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

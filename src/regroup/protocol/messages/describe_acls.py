@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -60,14 +58,15 @@ class DescribeAclsRequest(Message):
     operation: int = 0
     permission_type: int = 0
 
-    NAME: ClassVar[str] = "DescribeAclsRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeAclsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 29
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeAclsRequest.NAME = "DescribeAclsRequest"
+DescribeAclsRequest.SPEC_NAME = "DescribeAclsRequest"
+DescribeAclsRequest.MIN_VERSION = 0
+DescribeAclsRequest.MAX_VERSION = 3
+DescribeAclsRequest.FLEXIBLE_MIN_VERSION = 2
+DescribeAclsRequest.API_KEY = 29
+DescribeAclsRequest.DEPRECATED_VERSIONS = (0, 0)
+DescribeAclsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -86,11 +85,12 @@ class AclDescription(Struct):
     operation: int = 0
     permission_type: int = 0
 
-    NAME: ClassVar[str] = "AclDescription"
-    SPEC_NAME: ClassVar[str] = "AclDescription"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+AclDescription.NAME = "AclDescription"
+AclDescription.SPEC_NAME = "AclDescription"
+AclDescription.MIN_VERSION = 0
+AclDescription.MAX_VERSION = 3
+AclDescription.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -109,11 +109,12 @@ class DescribeAclsResource(Struct):
     pattern_type: int = 3
     acls: list[AclDescription] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeAclsResource"
-    SPEC_NAME: ClassVar[str] = "DescribeAclsResource"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DescribeAclsResource.NAME = "DescribeAclsResource"
+DescribeAclsResource.SPEC_NAME = "DescribeAclsResource"
+DescribeAclsResource.MIN_VERSION = 0
+DescribeAclsResource.MAX_VERSION = 3
+DescribeAclsResource.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -138,14 +139,15 @@ class DescribeAclsResponse(Message):
     error_message: str | None = ""
     resources: list[DescribeAclsResource] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeAclsResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeAclsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 29
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeAclsResponse.NAME = "DescribeAclsResponse"
+DescribeAclsResponse.SPEC_NAME = "DescribeAclsResponse"
+DescribeAclsResponse.MIN_VERSION = 0
+DescribeAclsResponse.MAX_VERSION = 3
+DescribeAclsResponse.FLEXIBLE_MIN_VERSION = 2
+DescribeAclsResponse.API_KEY = 29
+DescribeAclsResponse.DEPRECATED_VERSIONS = None
+DescribeAclsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -233,7 +235,7 @@ def _w_DescribeAclsRequest_v2(buf: bytearray, o: DescribeAclsRequest) -> None:
 
 def _r_DescribeAclsRequest_v0(data: bytes, pos: int) -> tuple[DescribeAclsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeAclsRequest)
+    _o1 = DescribeAclsRequest.__new__(DescribeAclsRequest)
     (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -280,7 +282,7 @@ def _r_DescribeAclsRequest_v0(data: bytes, pos: int) -> tuple[DescribeAclsReques
 
 def _r_DescribeAclsRequest_v1(data: bytes, pos: int) -> tuple[DescribeAclsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeAclsRequest)
+    _o1 = DescribeAclsRequest.__new__(DescribeAclsRequest)
     (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -328,7 +330,7 @@ def _r_DescribeAclsRequest_v1(data: bytes, pos: int) -> tuple[DescribeAclsReques
 
 def _r_DescribeAclsRequest_v2(data: bytes, pos: int) -> tuple[DescribeAclsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeAclsRequest)
+    _o1 = DescribeAclsRequest.__new__(DescribeAclsRequest)
     (_o1.resource_type_filter,) = _S_b.unpack_from(data, pos)
     pos += 1
     _n2 = data[pos]
@@ -423,7 +425,7 @@ def _w_AclDescription_v2(buf: bytearray, o: AclDescription) -> None:
 
 def _r_AclDescription_v0(data: bytes, pos: int) -> tuple[AclDescription, int]:
     _len = len(data)
-    _o1 = _new(AclDescription)
+    _o1 = AclDescription.__new__(AclDescription)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -449,7 +451,7 @@ def _r_AclDescription_v0(data: bytes, pos: int) -> tuple[AclDescription, int]:
 
 def _r_AclDescription_v2(data: bytes, pos: int) -> tuple[AclDescription, int]:
     _len = len(data)
-    _o1 = _new(AclDescription)
+    _o1 = AclDescription.__new__(AclDescription)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -531,7 +533,7 @@ def _w_DescribeAclsResource_v2(buf: bytearray, o: DescribeAclsResource) -> None:
 
 def _r_DescribeAclsResource_v0(data: bytes, pos: int) -> tuple[DescribeAclsResource, int]:
     _len = len(data)
-    _o1 = _new(DescribeAclsResource)
+    _o1 = DescribeAclsResource.__new__(DescribeAclsResource)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -551,7 +553,7 @@ def _r_DescribeAclsResource_v0(data: bytes, pos: int) -> tuple[DescribeAclsResou
         raise DecodeError("array count of acls exceeds the bytes left")
     _a5: list[AclDescription] = []
     for _ in range(_n4):
-        _o7 = _new(AclDescription)
+        _o7 = AclDescription.__new__(AclDescription)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -580,7 +582,7 @@ def _r_DescribeAclsResource_v0(data: bytes, pos: int) -> tuple[DescribeAclsResou
 
 def _r_DescribeAclsResource_v1(data: bytes, pos: int) -> tuple[DescribeAclsResource, int]:
     _len = len(data)
-    _o1 = _new(DescribeAclsResource)
+    _o1 = DescribeAclsResource.__new__(DescribeAclsResource)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -602,7 +604,7 @@ def _r_DescribeAclsResource_v1(data: bytes, pos: int) -> tuple[DescribeAclsResou
         raise DecodeError("array count of acls exceeds the bytes left")
     _a5: list[AclDescription] = []
     for _ in range(_n4):
-        _o7 = _new(AclDescription)
+        _o7 = AclDescription.__new__(AclDescription)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -630,7 +632,7 @@ def _r_DescribeAclsResource_v1(data: bytes, pos: int) -> tuple[DescribeAclsResou
 
 def _r_DescribeAclsResource_v2(data: bytes, pos: int) -> tuple[DescribeAclsResource, int]:
     _len = len(data)
-    _o1 = _new(DescribeAclsResource)
+    _o1 = DescribeAclsResource.__new__(DescribeAclsResource)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     _n2 = data[pos]
@@ -662,7 +664,7 @@ def _r_DescribeAclsResource_v2(data: bytes, pos: int) -> tuple[DescribeAclsResou
         raise DecodeError("array count of acls exceeds the bytes left")
     _a5: list[AclDescription] = []
     for _ in range(_n4):
-        _o7 = _new(AclDescription)
+        _o7 = AclDescription.__new__(AclDescription)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -755,7 +757,7 @@ def _w_DescribeAclsResponse_v2(buf: bytearray, o: DescribeAclsResponse) -> None:
 
 def _r_DescribeAclsResponse_v0(data: bytes, pos: int) -> tuple[DescribeAclsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeAclsResponse)
+    _o1 = DescribeAclsResponse.__new__(DescribeAclsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I16.unpack_from(data, pos)
@@ -778,7 +780,7 @@ def _r_DescribeAclsResponse_v0(data: bytes, pos: int) -> tuple[DescribeAclsRespo
         raise DecodeError("array count of resources exceeds the bytes left")
     _a5: list[DescribeAclsResource] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeAclsResource)
+        _o7 = DescribeAclsResource.__new__(DescribeAclsResource)
         (_o7.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n8,) = _I16.unpack_from(data, pos)
@@ -798,7 +800,7 @@ def _r_DescribeAclsResponse_v0(data: bytes, pos: int) -> tuple[DescribeAclsRespo
             raise DecodeError("array count of acls exceeds the bytes left")
         _a11: list[AclDescription] = []
         for _ in range(_n10):
-            _o13 = _new(AclDescription)
+            _o13 = AclDescription.__new__(AclDescription)
             (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n14 < 0:
@@ -829,7 +831,7 @@ def _r_DescribeAclsResponse_v0(data: bytes, pos: int) -> tuple[DescribeAclsRespo
 
 def _r_DescribeAclsResponse_v1(data: bytes, pos: int) -> tuple[DescribeAclsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeAclsResponse)
+    _o1 = DescribeAclsResponse.__new__(DescribeAclsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I16.unpack_from(data, pos)
@@ -852,7 +854,7 @@ def _r_DescribeAclsResponse_v1(data: bytes, pos: int) -> tuple[DescribeAclsRespo
         raise DecodeError("array count of resources exceeds the bytes left")
     _a5: list[DescribeAclsResource] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeAclsResource)
+        _o7 = DescribeAclsResource.__new__(DescribeAclsResource)
         (_o7.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n8,) = _I16.unpack_from(data, pos)
@@ -874,7 +876,7 @@ def _r_DescribeAclsResponse_v1(data: bytes, pos: int) -> tuple[DescribeAclsRespo
             raise DecodeError("array count of acls exceeds the bytes left")
         _a11: list[AclDescription] = []
         for _ in range(_n10):
-            _o13 = _new(AclDescription)
+            _o13 = AclDescription.__new__(AclDescription)
             (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n14 < 0:
@@ -904,7 +906,7 @@ def _r_DescribeAclsResponse_v1(data: bytes, pos: int) -> tuple[DescribeAclsRespo
 
 def _r_DescribeAclsResponse_v2(data: bytes, pos: int) -> tuple[DescribeAclsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeAclsResponse)
+    _o1 = DescribeAclsResponse.__new__(DescribeAclsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -937,7 +939,7 @@ def _r_DescribeAclsResponse_v2(data: bytes, pos: int) -> tuple[DescribeAclsRespo
         raise DecodeError("array count of resources exceeds the bytes left")
     _a5: list[DescribeAclsResource] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeAclsResource)
+        _o7 = DescribeAclsResource.__new__(DescribeAclsResource)
         (_o7.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n8 = data[pos]
@@ -969,7 +971,7 @@ def _r_DescribeAclsResponse_v2(data: bytes, pos: int) -> tuple[DescribeAclsRespo
             raise DecodeError("array count of acls exceeds the bytes left")
         _a11: list[AclDescription] = []
         for _ in range(_n10):
-            _o13 = _new(AclDescription)
+            _o13 = AclDescription.__new__(AclDescription)
             _n14 = data[pos]
             if _n14 < 128:
                 pos += 1

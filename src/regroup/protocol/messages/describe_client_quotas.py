@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -50,11 +48,12 @@ class ComponentData(Struct):
     match_type: int = 0
     match: str | None = ""
 
-    NAME: ClassVar[str] = "ComponentData"
-    SPEC_NAME: ClassVar[str] = "ComponentData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+ComponentData.NAME = "ComponentData"
+ComponentData.SPEC_NAME = "ComponentData"
+ComponentData.MIN_VERSION = 0
+ComponentData.MAX_VERSION = 1
+ComponentData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -72,14 +71,15 @@ class DescribeClientQuotasRequest(Message):
     components: list[ComponentData] = field(default_factory=list)
     strict: bool = False
 
-    NAME: ClassVar[str] = "DescribeClientQuotasRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeClientQuotasRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 48
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeClientQuotasRequest.NAME = "DescribeClientQuotasRequest"
+DescribeClientQuotasRequest.SPEC_NAME = "DescribeClientQuotasRequest"
+DescribeClientQuotasRequest.MIN_VERSION = 0
+DescribeClientQuotasRequest.MAX_VERSION = 1
+DescribeClientQuotasRequest.FLEXIBLE_MIN_VERSION = 1
+DescribeClientQuotasRequest.API_KEY = 48
+DescribeClientQuotasRequest.DEPRECATED_VERSIONS = None
+DescribeClientQuotasRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -94,11 +94,12 @@ class EntityData(Struct):
     entity_type: str = ""
     entity_name: str | None = ""
 
-    NAME: ClassVar[str] = "EntityData"
-    SPEC_NAME: ClassVar[str] = "EntityData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+EntityData.NAME = "EntityData"
+EntityData.SPEC_NAME = "EntityData"
+EntityData.MIN_VERSION = 0
+EntityData.MAX_VERSION = 1
+EntityData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -113,11 +114,12 @@ class ValueData(Struct):
     key: str = ""
     value: float = 0.0
 
-    NAME: ClassVar[str] = "ValueData"
-    SPEC_NAME: ClassVar[str] = "ValueData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+ValueData.NAME = "ValueData"
+ValueData.SPEC_NAME = "ValueData"
+ValueData.MIN_VERSION = 0
+ValueData.MAX_VERSION = 1
+ValueData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -132,11 +134,12 @@ class EntryData(Struct):
     entity: list[EntityData] = field(default_factory=list)
     values: list[ValueData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "EntryData"
-    SPEC_NAME: ClassVar[str] = "EntryData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+EntryData.NAME = "EntryData"
+EntryData.SPEC_NAME = "EntryData"
+EntryData.MIN_VERSION = 0
+EntryData.MAX_VERSION = 1
+EntryData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -158,14 +161,15 @@ class DescribeClientQuotasResponse(Message):
     error_message: str | None = ""
     entries: list[EntryData] | None = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeClientQuotasResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeClientQuotasResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 48
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeClientQuotasResponse.NAME = "DescribeClientQuotasResponse"
+DescribeClientQuotasResponse.SPEC_NAME = "DescribeClientQuotasResponse"
+DescribeClientQuotasResponse.MIN_VERSION = 0
+DescribeClientQuotasResponse.MAX_VERSION = 1
+DescribeClientQuotasResponse.FLEXIBLE_MIN_VERSION = 1
+DescribeClientQuotasResponse.API_KEY = 48
+DescribeClientQuotasResponse.DEPRECATED_VERSIONS = None
+DescribeClientQuotasResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -204,7 +208,7 @@ def _w_ComponentData_v1(buf: bytearray, o: ComponentData) -> None:
 
 def _r_ComponentData_v0(data: bytes, pos: int) -> tuple[ComponentData, int]:
     _len = len(data)
-    _o1 = _new(ComponentData)
+    _o1 = ComponentData.__new__(ComponentData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -233,7 +237,7 @@ def _r_ComponentData_v0(data: bytes, pos: int) -> tuple[ComponentData, int]:
 
 def _r_ComponentData_v1(data: bytes, pos: int) -> tuple[ComponentData, int]:
     _len = len(data)
-    _o1 = _new(ComponentData)
+    _o1 = ComponentData.__new__(ComponentData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -299,7 +303,7 @@ def _w_DescribeClientQuotasRequest_v1(buf: bytearray, o: DescribeClientQuotasReq
 
 def _r_DescribeClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[DescribeClientQuotasRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeClientQuotasRequest)
+    _o1 = DescribeClientQuotasRequest.__new__(DescribeClientQuotasRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -308,7 +312,7 @@ def _r_DescribeClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[DescribeCl
         raise DecodeError("array count of components exceeds the bytes left")
     _a3: list[ComponentData] = []
     for _ in range(_n2):
-        _o5 = _new(ComponentData)
+        _o5 = ComponentData.__new__(ComponentData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -341,7 +345,7 @@ def _r_DescribeClientQuotasRequest_v0(data: bytes, pos: int) -> tuple[DescribeCl
 
 def _r_DescribeClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[DescribeClientQuotasRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeClientQuotasRequest)
+    _o1 = DescribeClientQuotasRequest.__new__(DescribeClientQuotasRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -354,7 +358,7 @@ def _r_DescribeClientQuotasRequest_v1(data: bytes, pos: int) -> tuple[DescribeCl
         raise DecodeError("array count of components exceeds the bytes left")
     _a3: list[ComponentData] = []
     for _ in range(_n2):
-        _o5 = _new(ComponentData)
+        _o5 = ComponentData.__new__(ComponentData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -436,7 +440,7 @@ def _w_EntityData_v1(buf: bytearray, o: EntityData) -> None:
 
 def _r_EntityData_v0(data: bytes, pos: int) -> tuple[EntityData, int]:
     _len = len(data)
-    _o1 = _new(EntityData)
+    _o1 = EntityData.__new__(EntityData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -463,7 +467,7 @@ def _r_EntityData_v0(data: bytes, pos: int) -> tuple[EntityData, int]:
 
 def _r_EntityData_v1(data: bytes, pos: int) -> tuple[EntityData, int]:
     _len = len(data)
-    _o1 = _new(EntityData)
+    _o1 = EntityData.__new__(EntityData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -523,7 +527,7 @@ def _w_ValueData_v1(buf: bytearray, o: ValueData) -> None:
 
 def _r_ValueData_v0(data: bytes, pos: int) -> tuple[ValueData, int]:
     _len = len(data)
-    _o1 = _new(ValueData)
+    _o1 = ValueData.__new__(ValueData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -540,7 +544,7 @@ def _r_ValueData_v0(data: bytes, pos: int) -> tuple[ValueData, int]:
 
 def _r_ValueData_v1(data: bytes, pos: int) -> tuple[ValueData, int]:
     _len = len(data)
-    _o1 = _new(ValueData)
+    _o1 = ValueData.__new__(ValueData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -590,7 +594,7 @@ def _w_EntryData_v1(buf: bytearray, o: EntryData) -> None:
 
 def _r_EntryData_v0(data: bytes, pos: int) -> tuple[EntryData, int]:
     _len = len(data)
-    _o1 = _new(EntryData)
+    _o1 = EntryData.__new__(EntryData)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -599,7 +603,7 @@ def _r_EntryData_v0(data: bytes, pos: int) -> tuple[EntryData, int]:
         raise DecodeError("array count of entity exceeds the bytes left")
     _a3: list[EntityData] = []
     for _ in range(_n2):
-        _o5 = _new(EntityData)
+        _o5 = EntityData.__new__(EntityData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -631,7 +635,7 @@ def _r_EntryData_v0(data: bytes, pos: int) -> tuple[EntryData, int]:
         raise DecodeError("array count of values exceeds the bytes left")
     _a11: list[ValueData] = []
     for _ in range(_n10):
-        _o13 = _new(ValueData)
+        _o13 = ValueData.__new__(ValueData)
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
@@ -650,7 +654,7 @@ def _r_EntryData_v0(data: bytes, pos: int) -> tuple[EntryData, int]:
 
 def _r_EntryData_v1(data: bytes, pos: int) -> tuple[EntryData, int]:
     _len = len(data)
-    _o1 = _new(EntryData)
+    _o1 = EntryData.__new__(EntryData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -663,7 +667,7 @@ def _r_EntryData_v1(data: bytes, pos: int) -> tuple[EntryData, int]:
         raise DecodeError("array count of entity exceeds the bytes left")
     _a3: list[EntityData] = []
     for _ in range(_n2):
-        _o5 = _new(EntityData)
+        _o5 = EntityData.__new__(EntityData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -715,7 +719,7 @@ def _r_EntryData_v1(data: bytes, pos: int) -> tuple[EntryData, int]:
         raise DecodeError("array count of values exceeds the bytes left")
     _a11: list[ValueData] = []
     for _ in range(_n10):
-        _o13 = _new(ValueData)
+        _o13 = ValueData.__new__(ValueData)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -785,7 +789,7 @@ def _w_DescribeClientQuotasResponse_v1(buf: bytearray, o: DescribeClientQuotasRe
 
 def _r_DescribeClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[DescribeClientQuotasResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeClientQuotasResponse)
+    _o1 = DescribeClientQuotasResponse.__new__(DescribeClientQuotasResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I16.unpack_from(data, pos)
@@ -811,7 +815,7 @@ def _r_DescribeClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[DescribeC
     else:
         _a5: list[EntryData] = []
         for _ in range(_n4):
-            _o7 = _new(EntryData)
+            _o7 = EntryData.__new__(EntryData)
             (_n8,) = _I32.unpack_from(data, pos)
             pos += 4
             if _n8 < 0:
@@ -820,7 +824,7 @@ def _r_DescribeClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[DescribeC
                 raise DecodeError("array count of entity exceeds the bytes left")
             _a9: list[EntityData] = []
             for _ in range(_n8):
-                _o11 = _new(EntityData)
+                _o11 = EntityData.__new__(EntityData)
                 (_n12,) = _I16.unpack_from(data, pos)
                 pos += 2
                 if _n12 < 0:
@@ -852,7 +856,7 @@ def _r_DescribeClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[DescribeC
                 raise DecodeError("array count of values exceeds the bytes left")
             _a17: list[ValueData] = []
             for _ in range(_n16):
-                _o19 = _new(ValueData)
+                _o19 = ValueData.__new__(ValueData)
                 (_n20,) = _I16.unpack_from(data, pos)
                 pos += 2
                 if _n20 < 0:
@@ -873,7 +877,7 @@ def _r_DescribeClientQuotasResponse_v0(data: bytes, pos: int) -> tuple[DescribeC
 
 def _r_DescribeClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[DescribeClientQuotasResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeClientQuotasResponse)
+    _o1 = DescribeClientQuotasResponse.__new__(DescribeClientQuotasResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -909,7 +913,7 @@ def _r_DescribeClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[DescribeC
     else:
         _a5: list[EntryData] = []
         for _ in range(_n4):
-            _o7 = _new(EntryData)
+            _o7 = EntryData.__new__(EntryData)
             _n8 = data[pos]
             if _n8 < 128:
                 pos += 1
@@ -922,7 +926,7 @@ def _r_DescribeClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[DescribeC
                 raise DecodeError("array count of entity exceeds the bytes left")
             _a9: list[EntityData] = []
             for _ in range(_n8):
-                _o11 = _new(EntityData)
+                _o11 = EntityData.__new__(EntityData)
                 _n12 = data[pos]
                 if _n12 < 128:
                     pos += 1
@@ -974,7 +978,7 @@ def _r_DescribeClientQuotasResponse_v1(data: bytes, pos: int) -> tuple[DescribeC
                 raise DecodeError("array count of values exceeds the bytes left")
             _a17: list[ValueData] = []
             for _ in range(_n16):
-                _o19 = _new(ValueData)
+                _o19 = ValueData.__new__(ValueData)
                 _n20 = data[pos]
                 if _n20 < 128:
                     pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -51,14 +49,15 @@ class DescribeClusterRequest(Message):
     include_cluster_authorized_operations: bool = False
     endpoint_type: int = 1
 
-    NAME: ClassVar[str] = "DescribeClusterRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeClusterRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 60
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeClusterRequest.NAME = "DescribeClusterRequest"
+DescribeClusterRequest.SPEC_NAME = "DescribeClusterRequest"
+DescribeClusterRequest.MIN_VERSION = 0
+DescribeClusterRequest.MAX_VERSION = 1
+DescribeClusterRequest.FLEXIBLE_MIN_VERSION = 0
+DescribeClusterRequest.API_KEY = 60
+DescribeClusterRequest.DEPRECATED_VERSIONS = None
+DescribeClusterRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -77,11 +76,12 @@ class DescribeClusterBroker(Struct):
     port: int = 0
     rack: str | None = None
 
-    NAME: ClassVar[str] = "DescribeClusterBroker"
-    SPEC_NAME: ClassVar[str] = "DescribeClusterBroker"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeClusterBroker.NAME = "DescribeClusterBroker"
+DescribeClusterBroker.SPEC_NAME = "DescribeClusterBroker"
+DescribeClusterBroker.MIN_VERSION = 0
+DescribeClusterBroker.MAX_VERSION = 1
+DescribeClusterBroker.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -114,14 +114,15 @@ class DescribeClusterResponse(Message):
     brokers: list[DescribeClusterBroker] = field(default_factory=list)
     cluster_authorized_operations: int = -2147483648
 
-    NAME: ClassVar[str] = "DescribeClusterResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeClusterResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 60
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeClusterResponse.NAME = "DescribeClusterResponse"
+DescribeClusterResponse.SPEC_NAME = "DescribeClusterResponse"
+DescribeClusterResponse.MIN_VERSION = 0
+DescribeClusterResponse.MAX_VERSION = 1
+DescribeClusterResponse.FLEXIBLE_MIN_VERSION = 0
+DescribeClusterResponse.API_KEY = 60
+DescribeClusterResponse.DEPRECATED_VERSIONS = None
+DescribeClusterResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -145,7 +146,7 @@ def _w_DescribeClusterRequest_v1(buf: bytearray, o: DescribeClusterRequest) -> N
 
 def _r_DescribeClusterRequest_v0(data: bytes, pos: int) -> tuple[DescribeClusterRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeClusterRequest)
+    _o1 = DescribeClusterRequest.__new__(DescribeClusterRequest)
     (_o1.include_cluster_authorized_operations,) = _S_o.unpack_from(data, pos)
     pos += 1
     _o1.endpoint_type = 1
@@ -158,7 +159,7 @@ def _r_DescribeClusterRequest_v0(data: bytes, pos: int) -> tuple[DescribeCluster
 
 def _r_DescribeClusterRequest_v1(data: bytes, pos: int) -> tuple[DescribeClusterRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeClusterRequest)
+    _o1 = DescribeClusterRequest.__new__(DescribeClusterRequest)
     _o1.include_cluster_authorized_operations, _o1.endpoint_type = _S_ob.unpack_from(data, pos)
     pos += 2
     if data[pos]:
@@ -189,7 +190,7 @@ def _w_DescribeClusterBroker_v0(buf: bytearray, o: DescribeClusterBroker) -> Non
 
 def _r_DescribeClusterBroker_v0(data: bytes, pos: int) -> tuple[DescribeClusterBroker, int]:
     _len = len(data)
-    _o1 = _new(DescribeClusterBroker)
+    _o1 = DescribeClusterBroker.__new__(DescribeClusterBroker)
     (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -287,7 +288,7 @@ def _w_DescribeClusterResponse_v1(buf: bytearray, o: DescribeClusterResponse) ->
 
 def _r_DescribeClusterResponse_v0(data: bytes, pos: int) -> tuple[DescribeClusterResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeClusterResponse)
+    _o1 = DescribeClusterResponse.__new__(DescribeClusterResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -337,7 +338,7 @@ def _r_DescribeClusterResponse_v0(data: bytes, pos: int) -> tuple[DescribeCluste
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a7: list[DescribeClusterBroker] = []
     for _ in range(_n6):
-        _o9 = _new(DescribeClusterBroker)
+        _o9 = DescribeClusterBroker.__new__(DescribeClusterBroker)
         (_o9.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n10 = data[pos]
@@ -393,7 +394,7 @@ def _r_DescribeClusterResponse_v0(data: bytes, pos: int) -> tuple[DescribeCluste
 
 def _r_DescribeClusterResponse_v1(data: bytes, pos: int) -> tuple[DescribeClusterResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeClusterResponse)
+    _o1 = DescribeClusterResponse.__new__(DescribeClusterResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -445,7 +446,7 @@ def _r_DescribeClusterResponse_v1(data: bytes, pos: int) -> tuple[DescribeCluste
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a7: list[DescribeClusterBroker] = []
     for _ in range(_n6):
-        _o9 = _new(DescribeClusterBroker)
+        _o9 = DescribeClusterBroker.__new__(DescribeClusterBroker)
         (_o9.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n10 = data[pos]

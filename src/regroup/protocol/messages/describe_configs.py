@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -53,11 +51,12 @@ class DescribeConfigsResource(Struct):
     resource_name: str = ""
     configuration_keys: list[str] | None = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeConfigsResource"
-    SPEC_NAME: ClassVar[str] = "DescribeConfigsResource"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+DescribeConfigsResource.NAME = "DescribeConfigsResource"
+DescribeConfigsResource.SPEC_NAME = "DescribeConfigsResource"
+DescribeConfigsResource.MIN_VERSION = 0
+DescribeConfigsResource.MAX_VERSION = 4
+DescribeConfigsResource.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -78,14 +77,15 @@ class DescribeConfigsRequest(Message):
     include_synonyms: bool = False
     include_documentation: bool = False
 
-    NAME: ClassVar[str] = "DescribeConfigsRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeConfigsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 32
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeConfigsRequest.NAME = "DescribeConfigsRequest"
+DescribeConfigsRequest.SPEC_NAME = "DescribeConfigsRequest"
+DescribeConfigsRequest.MIN_VERSION = 0
+DescribeConfigsRequest.MAX_VERSION = 4
+DescribeConfigsRequest.FLEXIBLE_MIN_VERSION = 4
+DescribeConfigsRequest.API_KEY = 32
+DescribeConfigsRequest.DEPRECATED_VERSIONS = (0, 0)
+DescribeConfigsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -102,11 +102,12 @@ class DescribeConfigsSynonym(Struct):
     value: str | None = ""
     source: int = 0
 
-    NAME: ClassVar[str] = "DescribeConfigsSynonym"
-    SPEC_NAME: ClassVar[str] = "DescribeConfigsSynonym"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+DescribeConfigsSynonym.NAME = "DescribeConfigsSynonym"
+DescribeConfigsSynonym.SPEC_NAME = "DescribeConfigsSynonym"
+DescribeConfigsSynonym.MIN_VERSION = 1
+DescribeConfigsSynonym.MAX_VERSION = 4
+DescribeConfigsSynonym.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -136,11 +137,12 @@ class DescribeConfigsResourceResult(Struct):
     config_type: int = 0
     documentation: str | None = ""
 
-    NAME: ClassVar[str] = "DescribeConfigsResourceResult"
-    SPEC_NAME: ClassVar[str] = "DescribeConfigsResourceResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+DescribeConfigsResourceResult.NAME = "DescribeConfigsResourceResult"
+DescribeConfigsResourceResult.SPEC_NAME = "DescribeConfigsResourceResult"
+DescribeConfigsResourceResult.MIN_VERSION = 0
+DescribeConfigsResourceResult.MAX_VERSION = 4
+DescribeConfigsResourceResult.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -162,11 +164,12 @@ class DescribeConfigsResult(Struct):
     resource_name: str = ""
     configs: list[DescribeConfigsResourceResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeConfigsResult"
-    SPEC_NAME: ClassVar[str] = "DescribeConfigsResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+DescribeConfigsResult.NAME = "DescribeConfigsResult"
+DescribeConfigsResult.SPEC_NAME = "DescribeConfigsResult"
+DescribeConfigsResult.MIN_VERSION = 0
+DescribeConfigsResult.MAX_VERSION = 4
+DescribeConfigsResult.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -186,14 +189,15 @@ class DescribeConfigsResponse(Message):
     throttle_time_ms: int = 0
     results: list[DescribeConfigsResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeConfigsResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeConfigsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 32
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeConfigsResponse.NAME = "DescribeConfigsResponse"
+DescribeConfigsResponse.SPEC_NAME = "DescribeConfigsResponse"
+DescribeConfigsResponse.MIN_VERSION = 0
+DescribeConfigsResponse.MAX_VERSION = 4
+DescribeConfigsResponse.FLEXIBLE_MIN_VERSION = 4
+DescribeConfigsResponse.API_KEY = 32
+DescribeConfigsResponse.DEPRECATED_VERSIONS = None
+DescribeConfigsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -238,7 +242,7 @@ def _w_DescribeConfigsResource_v4(buf: bytearray, o: DescribeConfigsResource) ->
 
 def _r_DescribeConfigsResource_v0(data: bytes, pos: int) -> tuple[DescribeConfigsResource, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResource)
+    _o1 = DescribeConfigsResource.__new__(DescribeConfigsResource)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -277,7 +281,7 @@ def _r_DescribeConfigsResource_v0(data: bytes, pos: int) -> tuple[DescribeConfig
 
 def _r_DescribeConfigsResource_v4(data: bytes, pos: int) -> tuple[DescribeConfigsResource, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResource)
+    _o1 = DescribeConfigsResource.__new__(DescribeConfigsResource)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     _n2 = data[pos]
@@ -388,7 +392,7 @@ def _w_DescribeConfigsRequest_v4(buf: bytearray, o: DescribeConfigsRequest) -> N
 
 def _r_DescribeConfigsRequest_v0(data: bytes, pos: int) -> tuple[DescribeConfigsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsRequest)
+    _o1 = DescribeConfigsRequest.__new__(DescribeConfigsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -397,7 +401,7 @@ def _r_DescribeConfigsRequest_v0(data: bytes, pos: int) -> tuple[DescribeConfigs
         raise DecodeError("array count of resources exceeds the bytes left")
     _a3: list[DescribeConfigsResource] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeConfigsResource)
+        _o5 = DescribeConfigsResource.__new__(DescribeConfigsResource)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
@@ -440,7 +444,7 @@ def _r_DescribeConfigsRequest_v0(data: bytes, pos: int) -> tuple[DescribeConfigs
 
 def _r_DescribeConfigsRequest_v1(data: bytes, pos: int) -> tuple[DescribeConfigsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsRequest)
+    _o1 = DescribeConfigsRequest.__new__(DescribeConfigsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -449,7 +453,7 @@ def _r_DescribeConfigsRequest_v1(data: bytes, pos: int) -> tuple[DescribeConfigs
         raise DecodeError("array count of resources exceeds the bytes left")
     _a3: list[DescribeConfigsResource] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeConfigsResource)
+        _o5 = DescribeConfigsResource.__new__(DescribeConfigsResource)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
@@ -493,7 +497,7 @@ def _r_DescribeConfigsRequest_v1(data: bytes, pos: int) -> tuple[DescribeConfigs
 
 def _r_DescribeConfigsRequest_v3(data: bytes, pos: int) -> tuple[DescribeConfigsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsRequest)
+    _o1 = DescribeConfigsRequest.__new__(DescribeConfigsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -502,7 +506,7 @@ def _r_DescribeConfigsRequest_v3(data: bytes, pos: int) -> tuple[DescribeConfigs
         raise DecodeError("array count of resources exceeds the bytes left")
     _a3: list[DescribeConfigsResource] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeConfigsResource)
+        _o5 = DescribeConfigsResource.__new__(DescribeConfigsResource)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
@@ -545,7 +549,7 @@ def _r_DescribeConfigsRequest_v3(data: bytes, pos: int) -> tuple[DescribeConfigs
 
 def _r_DescribeConfigsRequest_v4(data: bytes, pos: int) -> tuple[DescribeConfigsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsRequest)
+    _o1 = DescribeConfigsRequest.__new__(DescribeConfigsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -558,7 +562,7 @@ def _r_DescribeConfigsRequest_v4(data: bytes, pos: int) -> tuple[DescribeConfigs
         raise DecodeError("array count of resources exceeds the bytes left")
     _a3: list[DescribeConfigsResource] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeConfigsResource)
+        _o5 = DescribeConfigsResource.__new__(DescribeConfigsResource)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n6 = data[pos]
@@ -656,7 +660,7 @@ def _w_DescribeConfigsSynonym_v4(buf: bytearray, o: DescribeConfigsSynonym) -> N
 
 def _r_DescribeConfigsSynonym_v1(data: bytes, pos: int) -> tuple[DescribeConfigsSynonym, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsSynonym)
+    _o1 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -685,7 +689,7 @@ def _r_DescribeConfigsSynonym_v1(data: bytes, pos: int) -> tuple[DescribeConfigs
 
 def _r_DescribeConfigsSynonym_v4(data: bytes, pos: int) -> tuple[DescribeConfigsSynonym, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsSynonym)
+    _o1 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -839,7 +843,7 @@ def _w_DescribeConfigsResourceResult_v4(buf: bytearray, o: DescribeConfigsResour
 
 def _r_DescribeConfigsResourceResult_v0(data: bytes, pos: int) -> tuple[DescribeConfigsResourceResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResourceResult)
+    _o1 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -872,7 +876,7 @@ def _r_DescribeConfigsResourceResult_v0(data: bytes, pos: int) -> tuple[Describe
 
 def _r_DescribeConfigsResourceResult_v1(data: bytes, pos: int) -> tuple[DescribeConfigsResourceResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResourceResult)
+    _o1 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -904,7 +908,7 @@ def _r_DescribeConfigsResourceResult_v1(data: bytes, pos: int) -> tuple[Describe
         raise DecodeError("array count of synonyms exceeds the bytes left")
     _a7: list[DescribeConfigsSynonym] = []
     for _ in range(_n6):
-        _o9 = _new(DescribeConfigsSynonym)
+        _o9 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -938,7 +942,7 @@ def _r_DescribeConfigsResourceResult_v1(data: bytes, pos: int) -> tuple[Describe
 
 def _r_DescribeConfigsResourceResult_v3(data: bytes, pos: int) -> tuple[DescribeConfigsResourceResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResourceResult)
+    _o1 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -970,7 +974,7 @@ def _r_DescribeConfigsResourceResult_v3(data: bytes, pos: int) -> tuple[Describe
         raise DecodeError("array count of synonyms exceeds the bytes left")
     _a7: list[DescribeConfigsSynonym] = []
     for _ in range(_n6):
-        _o9 = _new(DescribeConfigsSynonym)
+        _o9 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -1016,7 +1020,7 @@ def _r_DescribeConfigsResourceResult_v3(data: bytes, pos: int) -> tuple[Describe
 
 def _r_DescribeConfigsResourceResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsResourceResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResourceResult)
+    _o1 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1064,7 +1068,7 @@ def _r_DescribeConfigsResourceResult_v4(data: bytes, pos: int) -> tuple[Describe
         raise DecodeError("array count of synonyms exceeds the bytes left")
     _a7: list[DescribeConfigsSynonym] = []
     for _ in range(_n6):
-        _o9 = _new(DescribeConfigsSynonym)
+        _o9 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -1213,7 +1217,7 @@ def _w_DescribeConfigsResult_v4(buf: bytearray, o: DescribeConfigsResult) -> Non
 
 def _r_DescribeConfigsResult_v0(data: bytes, pos: int) -> tuple[DescribeConfigsResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResult)
+    _o1 = DescribeConfigsResult.__new__(DescribeConfigsResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1247,7 +1251,7 @@ def _r_DescribeConfigsResult_v0(data: bytes, pos: int) -> tuple[DescribeConfigsR
         raise DecodeError("array count of configs exceeds the bytes left")
     _a7: list[DescribeConfigsResourceResult] = []
     for _ in range(_n6):
-        _o9 = _new(DescribeConfigsResourceResult)
+        _o9 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -1282,7 +1286,7 @@ def _r_DescribeConfigsResult_v0(data: bytes, pos: int) -> tuple[DescribeConfigsR
 
 def _r_DescribeConfigsResult_v1(data: bytes, pos: int) -> tuple[DescribeConfigsResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResult)
+    _o1 = DescribeConfigsResult.__new__(DescribeConfigsResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1316,7 +1320,7 @@ def _r_DescribeConfigsResult_v1(data: bytes, pos: int) -> tuple[DescribeConfigsR
         raise DecodeError("array count of configs exceeds the bytes left")
     _a7: list[DescribeConfigsResourceResult] = []
     for _ in range(_n6):
-        _o9 = _new(DescribeConfigsResourceResult)
+        _o9 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -1348,7 +1352,7 @@ def _r_DescribeConfigsResult_v1(data: bytes, pos: int) -> tuple[DescribeConfigsR
             raise DecodeError("array count of synonyms exceeds the bytes left")
         _a15: list[DescribeConfigsSynonym] = []
         for _ in range(_n14):
-            _o17 = _new(DescribeConfigsSynonym)
+            _o17 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
             (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n18 < 0:
@@ -1384,7 +1388,7 @@ def _r_DescribeConfigsResult_v1(data: bytes, pos: int) -> tuple[DescribeConfigsR
 
 def _r_DescribeConfigsResult_v3(data: bytes, pos: int) -> tuple[DescribeConfigsResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResult)
+    _o1 = DescribeConfigsResult.__new__(DescribeConfigsResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1418,7 +1422,7 @@ def _r_DescribeConfigsResult_v3(data: bytes, pos: int) -> tuple[DescribeConfigsR
         raise DecodeError("array count of configs exceeds the bytes left")
     _a7: list[DescribeConfigsResourceResult] = []
     for _ in range(_n6):
-        _o9 = _new(DescribeConfigsResourceResult)
+        _o9 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -1450,7 +1454,7 @@ def _r_DescribeConfigsResult_v3(data: bytes, pos: int) -> tuple[DescribeConfigsR
             raise DecodeError("array count of synonyms exceeds the bytes left")
         _a15: list[DescribeConfigsSynonym] = []
         for _ in range(_n14):
-            _o17 = _new(DescribeConfigsSynonym)
+            _o17 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
             (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n18 < 0:
@@ -1498,7 +1502,7 @@ def _r_DescribeConfigsResult_v3(data: bytes, pos: int) -> tuple[DescribeConfigsR
 
 def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResult)
+    _o1 = DescribeConfigsResult.__new__(DescribeConfigsResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1548,7 +1552,7 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
         raise DecodeError("array count of configs exceeds the bytes left")
     _a7: list[DescribeConfigsResourceResult] = []
     for _ in range(_n6):
-        _o9 = _new(DescribeConfigsResourceResult)
+        _o9 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -1596,7 +1600,7 @@ def _r_DescribeConfigsResult_v4(data: bytes, pos: int) -> tuple[DescribeConfigsR
             raise DecodeError("array count of synonyms exceeds the bytes left")
         _a15: list[DescribeConfigsSynonym] = []
         for _ in range(_n14):
-            _o17 = _new(DescribeConfigsSynonym)
+            _o17 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
             _n18 = data[pos]
             if _n18 < 128:
                 pos += 1
@@ -1707,7 +1711,7 @@ def _w_DescribeConfigsResponse_v4(buf: bytearray, o: DescribeConfigsResponse) ->
 
 def _r_DescribeConfigsResponse_v0(data: bytes, pos: int) -> tuple[DescribeConfigsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResponse)
+    _o1 = DescribeConfigsResponse.__new__(DescribeConfigsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1718,7 +1722,7 @@ def _r_DescribeConfigsResponse_v0(data: bytes, pos: int) -> tuple[DescribeConfig
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DescribeConfigsResult] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeConfigsResult)
+        _o5 = DescribeConfigsResult.__new__(DescribeConfigsResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1752,7 +1756,7 @@ def _r_DescribeConfigsResponse_v0(data: bytes, pos: int) -> tuple[DescribeConfig
             raise DecodeError("array count of configs exceeds the bytes left")
         _a11: list[DescribeConfigsResourceResult] = []
         for _ in range(_n10):
-            _o13 = _new(DescribeConfigsResourceResult)
+            _o13 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
             (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n14 < 0:
@@ -1789,7 +1793,7 @@ def _r_DescribeConfigsResponse_v0(data: bytes, pos: int) -> tuple[DescribeConfig
 
 def _r_DescribeConfigsResponse_v1(data: bytes, pos: int) -> tuple[DescribeConfigsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResponse)
+    _o1 = DescribeConfigsResponse.__new__(DescribeConfigsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1800,7 +1804,7 @@ def _r_DescribeConfigsResponse_v1(data: bytes, pos: int) -> tuple[DescribeConfig
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DescribeConfigsResult] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeConfigsResult)
+        _o5 = DescribeConfigsResult.__new__(DescribeConfigsResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1834,7 +1838,7 @@ def _r_DescribeConfigsResponse_v1(data: bytes, pos: int) -> tuple[DescribeConfig
             raise DecodeError("array count of configs exceeds the bytes left")
         _a11: list[DescribeConfigsResourceResult] = []
         for _ in range(_n10):
-            _o13 = _new(DescribeConfigsResourceResult)
+            _o13 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
             (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n14 < 0:
@@ -1866,7 +1870,7 @@ def _r_DescribeConfigsResponse_v1(data: bytes, pos: int) -> tuple[DescribeConfig
                 raise DecodeError("array count of synonyms exceeds the bytes left")
             _a19: list[DescribeConfigsSynonym] = []
             for _ in range(_n18):
-                _o21 = _new(DescribeConfigsSynonym)
+                _o21 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
                 (_n22,) = _I16.unpack_from(data, pos)
                 pos += 2
                 if _n22 < 0:
@@ -1904,7 +1908,7 @@ def _r_DescribeConfigsResponse_v1(data: bytes, pos: int) -> tuple[DescribeConfig
 
 def _r_DescribeConfigsResponse_v3(data: bytes, pos: int) -> tuple[DescribeConfigsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResponse)
+    _o1 = DescribeConfigsResponse.__new__(DescribeConfigsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1915,7 +1919,7 @@ def _r_DescribeConfigsResponse_v3(data: bytes, pos: int) -> tuple[DescribeConfig
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DescribeConfigsResult] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeConfigsResult)
+        _o5 = DescribeConfigsResult.__new__(DescribeConfigsResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1949,7 +1953,7 @@ def _r_DescribeConfigsResponse_v3(data: bytes, pos: int) -> tuple[DescribeConfig
             raise DecodeError("array count of configs exceeds the bytes left")
         _a11: list[DescribeConfigsResourceResult] = []
         for _ in range(_n10):
-            _o13 = _new(DescribeConfigsResourceResult)
+            _o13 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
             (_n14,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n14 < 0:
@@ -1981,7 +1985,7 @@ def _r_DescribeConfigsResponse_v3(data: bytes, pos: int) -> tuple[DescribeConfig
                 raise DecodeError("array count of synonyms exceeds the bytes left")
             _a19: list[DescribeConfigsSynonym] = []
             for _ in range(_n18):
-                _o21 = _new(DescribeConfigsSynonym)
+                _o21 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
                 (_n22,) = _I16.unpack_from(data, pos)
                 pos += 2
                 if _n22 < 0:
@@ -2031,7 +2035,7 @@ def _r_DescribeConfigsResponse_v3(data: bytes, pos: int) -> tuple[DescribeConfig
 
 def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfigsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeConfigsResponse)
+    _o1 = DescribeConfigsResponse.__new__(DescribeConfigsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -2046,7 +2050,7 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DescribeConfigsResult] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeConfigsResult)
+        _o5 = DescribeConfigsResult.__new__(DescribeConfigsResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -2096,7 +2100,7 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
             raise DecodeError("array count of configs exceeds the bytes left")
         _a11: list[DescribeConfigsResourceResult] = []
         for _ in range(_n10):
-            _o13 = _new(DescribeConfigsResourceResult)
+            _o13 = DescribeConfigsResourceResult.__new__(DescribeConfigsResourceResult)
             _n14 = data[pos]
             if _n14 < 128:
                 pos += 1
@@ -2144,7 +2148,7 @@ def _r_DescribeConfigsResponse_v4(data: bytes, pos: int) -> tuple[DescribeConfig
                 raise DecodeError("array count of synonyms exceeds the bytes left")
             _a19: list[DescribeConfigsSynonym] = []
             for _ in range(_n18):
-                _o21 = _new(DescribeConfigsSynonym)
+                _o21 = DescribeConfigsSynonym.__new__(DescribeConfigsSynonym)
                 _n22 = data[pos]
                 if _n22 < 128:
                     pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -46,11 +44,12 @@ class DescribeDelegationTokenOwner(Struct):
     principal_type: str = ""
     principal_name: str = ""
 
-    NAME: ClassVar[str] = "DescribeDelegationTokenOwner"
-    SPEC_NAME: ClassVar[str] = "DescribeDelegationTokenOwner"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DescribeDelegationTokenOwner.NAME = "DescribeDelegationTokenOwner"
+DescribeDelegationTokenOwner.SPEC_NAME = "DescribeDelegationTokenOwner"
+DescribeDelegationTokenOwner.MIN_VERSION = 0
+DescribeDelegationTokenOwner.MAX_VERSION = 3
+DescribeDelegationTokenOwner.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -68,14 +67,15 @@ class DescribeDelegationTokenRequest(Message):
 
     owners: list[DescribeDelegationTokenOwner] | None = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeDelegationTokenRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeDelegationTokenRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 41
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeDelegationTokenRequest.NAME = "DescribeDelegationTokenRequest"
+DescribeDelegationTokenRequest.SPEC_NAME = "DescribeDelegationTokenRequest"
+DescribeDelegationTokenRequest.MIN_VERSION = 0
+DescribeDelegationTokenRequest.MAX_VERSION = 3
+DescribeDelegationTokenRequest.FLEXIBLE_MIN_VERSION = 2
+DescribeDelegationTokenRequest.API_KEY = 41
+DescribeDelegationTokenRequest.DEPRECATED_VERSIONS = (0, 0)
+DescribeDelegationTokenRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -90,11 +90,12 @@ class DescribedDelegationTokenRenewer(Struct):
     principal_type: str = ""
     principal_name: str = ""
 
-    NAME: ClassVar[str] = "DescribedDelegationTokenRenewer"
-    SPEC_NAME: ClassVar[str] = "DescribedDelegationTokenRenewer"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DescribedDelegationTokenRenewer.NAME = "DescribedDelegationTokenRenewer"
+DescribedDelegationTokenRenewer.SPEC_NAME = "DescribedDelegationTokenRenewer"
+DescribedDelegationTokenRenewer.MIN_VERSION = 0
+DescribedDelegationTokenRenewer.MAX_VERSION = 3
+DescribedDelegationTokenRenewer.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -125,11 +126,12 @@ class DescribedDelegationToken(Struct):
     hmac: bytes = b""
     renewers: list[DescribedDelegationTokenRenewer] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribedDelegationToken"
-    SPEC_NAME: ClassVar[str] = "DescribedDelegationToken"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DescribedDelegationToken.NAME = "DescribedDelegationToken"
+DescribedDelegationToken.SPEC_NAME = "DescribedDelegationToken"
+DescribedDelegationToken.MIN_VERSION = 0
+DescribedDelegationToken.MAX_VERSION = 3
+DescribedDelegationToken.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -151,14 +153,15 @@ class DescribeDelegationTokenResponse(Message):
     tokens: list[DescribedDelegationToken] = field(default_factory=list)
     throttle_time_ms: int = 0
 
-    NAME: ClassVar[str] = "DescribeDelegationTokenResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeDelegationTokenResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 41
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeDelegationTokenResponse.NAME = "DescribeDelegationTokenResponse"
+DescribeDelegationTokenResponse.SPEC_NAME = "DescribeDelegationTokenResponse"
+DescribeDelegationTokenResponse.MIN_VERSION = 0
+DescribeDelegationTokenResponse.MAX_VERSION = 3
+DescribeDelegationTokenResponse.FLEXIBLE_MIN_VERSION = 2
+DescribeDelegationTokenResponse.API_KEY = 41
+DescribeDelegationTokenResponse.DEPRECATED_VERSIONS = None
+DescribeDelegationTokenResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -189,7 +192,7 @@ def _w_DescribeDelegationTokenOwner_v2(buf: bytearray, o: DescribeDelegationToke
 
 def _r_DescribeDelegationTokenOwner_v0(data: bytes, pos: int) -> tuple[DescribeDelegationTokenOwner, int]:
     _len = len(data)
-    _o1 = _new(DescribeDelegationTokenOwner)
+    _o1 = DescribeDelegationTokenOwner.__new__(DescribeDelegationTokenOwner)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -213,7 +216,7 @@ def _r_DescribeDelegationTokenOwner_v0(data: bytes, pos: int) -> tuple[DescribeD
 
 def _r_DescribeDelegationTokenOwner_v2(data: bytes, pos: int) -> tuple[DescribeDelegationTokenOwner, int]:
     _len = len(data)
-    _o1 = _new(DescribeDelegationTokenOwner)
+    _o1 = DescribeDelegationTokenOwner.__new__(DescribeDelegationTokenOwner)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -274,7 +277,7 @@ def _w_DescribeDelegationTokenRequest_v2(buf: bytearray, o: DescribeDelegationTo
 
 def _r_DescribeDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[DescribeDelegationTokenRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeDelegationTokenRequest)
+    _o1 = DescribeDelegationTokenRequest.__new__(DescribeDelegationTokenRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -286,7 +289,7 @@ def _r_DescribeDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[Describ
     else:
         _a3: list[DescribeDelegationTokenOwner] = []
         for _ in range(_n2):
-            _o5 = _new(DescribeDelegationTokenOwner)
+            _o5 = DescribeDelegationTokenOwner.__new__(DescribeDelegationTokenOwner)
             (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n6 < 0:
@@ -312,7 +315,7 @@ def _r_DescribeDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[Describ
 
 def _r_DescribeDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[DescribeDelegationTokenRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeDelegationTokenRequest)
+    _o1 = DescribeDelegationTokenRequest.__new__(DescribeDelegationTokenRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -328,7 +331,7 @@ def _r_DescribeDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[Describ
     else:
         _a3: list[DescribeDelegationTokenOwner] = []
         for _ in range(_n2):
-            _o5 = _new(DescribeDelegationTokenOwner)
+            _o5 = DescribeDelegationTokenOwner.__new__(DescribeDelegationTokenOwner)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -399,7 +402,7 @@ def _r_DescribedDelegationTokenRenewer_v0(
     data: bytes, pos: int
 ) -> tuple[DescribedDelegationTokenRenewer, int]:
     _len = len(data)
-    _o1 = _new(DescribedDelegationTokenRenewer)
+    _o1 = DescribedDelegationTokenRenewer.__new__(DescribedDelegationTokenRenewer)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -425,7 +428,7 @@ def _r_DescribedDelegationTokenRenewer_v2(
     data: bytes, pos: int
 ) -> tuple[DescribedDelegationTokenRenewer, int]:
     _len = len(data)
-    _o1 = _new(DescribedDelegationTokenRenewer)
+    _o1 = DescribedDelegationTokenRenewer.__new__(DescribedDelegationTokenRenewer)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -562,7 +565,7 @@ def _w_DescribedDelegationToken_v3(buf: bytearray, o: DescribedDelegationToken) 
 
 def _r_DescribedDelegationToken_v0(data: bytes, pos: int) -> tuple[DescribedDelegationToken, int]:
     _len = len(data)
-    _o1 = _new(DescribedDelegationToken)
+    _o1 = DescribedDelegationToken.__new__(DescribedDelegationToken)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -609,7 +612,7 @@ def _r_DescribedDelegationToken_v0(data: bytes, pos: int) -> tuple[DescribedDele
         raise DecodeError("array count of renewers exceeds the bytes left")
     _a11: list[DescribedDelegationTokenRenewer] = []
     for _ in range(_n10):
-        _o13 = _new(DescribedDelegationTokenRenewer)
+        _o13 = DescribedDelegationTokenRenewer.__new__(DescribedDelegationTokenRenewer)
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
@@ -637,7 +640,7 @@ def _r_DescribedDelegationToken_v0(data: bytes, pos: int) -> tuple[DescribedDele
 
 def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDelegationToken, int]:
     _len = len(data)
-    _o1 = _new(DescribedDelegationToken)
+    _o1 = DescribedDelegationToken.__new__(DescribedDelegationToken)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -710,7 +713,7 @@ def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDele
         raise DecodeError("array count of renewers exceeds the bytes left")
     _a11: list[DescribedDelegationTokenRenewer] = []
     for _ in range(_n10):
-        _o13 = _new(DescribedDelegationTokenRenewer)
+        _o13 = DescribedDelegationTokenRenewer.__new__(DescribedDelegationTokenRenewer)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -758,7 +761,7 @@ def _r_DescribedDelegationToken_v2(data: bytes, pos: int) -> tuple[DescribedDele
 
 def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDelegationToken, int]:
     _len = len(data)
-    _o1 = _new(DescribedDelegationToken)
+    _o1 = DescribedDelegationToken.__new__(DescribedDelegationToken)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -861,7 +864,7 @@ def _r_DescribedDelegationToken_v3(data: bytes, pos: int) -> tuple[DescribedDele
         raise DecodeError("array count of renewers exceeds the bytes left")
     _a15: list[DescribedDelegationTokenRenewer] = []
     for _ in range(_n14):
-        _o17 = _new(DescribedDelegationTokenRenewer)
+        _o17 = DescribedDelegationTokenRenewer.__new__(DescribedDelegationTokenRenewer)
         _n18 = data[pos]
         if _n18 < 128:
             pos += 1
@@ -938,7 +941,7 @@ def _r_DescribeDelegationTokenResponse_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeDelegationTokenResponse)
+    _o1 = DescribeDelegationTokenResponse.__new__(DescribeDelegationTokenResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -949,7 +952,7 @@ def _r_DescribeDelegationTokenResponse_v0(
         raise DecodeError("array count of tokens exceeds the bytes left")
     _a3: list[DescribedDelegationToken] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedDelegationToken)
+        _o5 = DescribedDelegationToken.__new__(DescribedDelegationToken)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -996,7 +999,7 @@ def _r_DescribeDelegationTokenResponse_v0(
             raise DecodeError("array count of renewers exceeds the bytes left")
         _a15: list[DescribedDelegationTokenRenewer] = []
         for _ in range(_n14):
-            _o17 = _new(DescribedDelegationTokenRenewer)
+            _o17 = DescribedDelegationTokenRenewer.__new__(DescribedDelegationTokenRenewer)
             (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n18 < 0:
@@ -1030,7 +1033,7 @@ def _r_DescribeDelegationTokenResponse_v2(
     data: bytes, pos: int
 ) -> tuple[DescribeDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeDelegationTokenResponse)
+    _o1 = DescribeDelegationTokenResponse.__new__(DescribeDelegationTokenResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1045,7 +1048,7 @@ def _r_DescribeDelegationTokenResponse_v2(
         raise DecodeError("array count of tokens exceeds the bytes left")
     _a3: list[DescribedDelegationToken] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedDelegationToken)
+        _o5 = DescribedDelegationToken.__new__(DescribedDelegationToken)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1118,7 +1121,7 @@ def _r_DescribeDelegationTokenResponse_v2(
             raise DecodeError("array count of renewers exceeds the bytes left")
         _a15: list[DescribedDelegationTokenRenewer] = []
         for _ in range(_n14):
-            _o17 = _new(DescribedDelegationTokenRenewer)
+            _o17 = DescribedDelegationTokenRenewer.__new__(DescribedDelegationTokenRenewer)
             _n18 = data[pos]
             if _n18 < 128:
                 pos += 1
@@ -1176,7 +1179,7 @@ def _r_DescribeDelegationTokenResponse_v3(
     data: bytes, pos: int
 ) -> tuple[DescribeDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeDelegationTokenResponse)
+    _o1 = DescribeDelegationTokenResponse.__new__(DescribeDelegationTokenResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1191,7 +1194,7 @@ def _r_DescribeDelegationTokenResponse_v3(
         raise DecodeError("array count of tokens exceeds the bytes left")
     _a3: list[DescribedDelegationToken] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedDelegationToken)
+        _o5 = DescribedDelegationToken.__new__(DescribedDelegationToken)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1294,7 +1297,7 @@ def _r_DescribeDelegationTokenResponse_v3(
             raise DecodeError("array count of renewers exceeds the bytes left")
         _a19: list[DescribedDelegationTokenRenewer] = []
         for _ in range(_n18):
-            _o21 = _new(DescribedDelegationTokenRenewer)
+            _o21 = DescribedDelegationTokenRenewer.__new__(DescribedDelegationTokenRenewer)
             _n22 = data[pos]
             if _n22 < 128:
                 pos += 1

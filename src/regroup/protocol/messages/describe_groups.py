@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -56,14 +54,15 @@ class DescribeGroupsRequest(Message):
     groups: list[str] = field(default_factory=list)
     include_authorized_operations: bool = False
 
-    NAME: ClassVar[str] = "DescribeGroupsRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeGroupsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
-    API_KEY: ClassVar[int] = 15
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeGroupsRequest.NAME = "DescribeGroupsRequest"
+DescribeGroupsRequest.SPEC_NAME = "DescribeGroupsRequest"
+DescribeGroupsRequest.MIN_VERSION = 0
+DescribeGroupsRequest.MAX_VERSION = 6
+DescribeGroupsRequest.FLEXIBLE_MIN_VERSION = 5
+DescribeGroupsRequest.API_KEY = 15
+DescribeGroupsRequest.DEPRECATED_VERSIONS = None
+DescribeGroupsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -87,11 +86,12 @@ class DescribedGroupMember(Struct):
     member_metadata: bytes = b""
     member_assignment: bytes = b""
 
-    NAME: ClassVar[str] = "DescribedGroupMember"
-    SPEC_NAME: ClassVar[str] = "DescribedGroupMember"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
+
+DescribedGroupMember.NAME = "DescribedGroupMember"
+DescribedGroupMember.SPEC_NAME = "DescribedGroupMember"
+DescribedGroupMember.MIN_VERSION = 0
+DescribedGroupMember.MAX_VERSION = 6
+DescribedGroupMember.FLEXIBLE_MIN_VERSION = 5
 
 
 @dataclass(slots=True)
@@ -118,11 +118,12 @@ class DescribedGroup(Struct):
     members: list[DescribedGroupMember] = field(default_factory=list)
     authorized_operations: int = -2147483648
 
-    NAME: ClassVar[str] = "DescribedGroup"
-    SPEC_NAME: ClassVar[str] = "DescribedGroup"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
+
+DescribedGroup.NAME = "DescribedGroup"
+DescribedGroup.SPEC_NAME = "DescribedGroup"
+DescribedGroup.MIN_VERSION = 0
+DescribedGroup.MAX_VERSION = 6
+DescribedGroup.FLEXIBLE_MIN_VERSION = 5
 
 
 @dataclass(slots=True)
@@ -150,14 +151,15 @@ class DescribeGroupsResponse(Message):
     throttle_time_ms: int = 0
     groups: list[DescribedGroup] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeGroupsResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeGroupsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
-    API_KEY: ClassVar[int] = 15
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeGroupsResponse.NAME = "DescribeGroupsResponse"
+DescribeGroupsResponse.SPEC_NAME = "DescribeGroupsResponse"
+DescribeGroupsResponse.MIN_VERSION = 0
+DescribeGroupsResponse.MAX_VERSION = 6
+DescribeGroupsResponse.FLEXIBLE_MIN_VERSION = 5
+DescribeGroupsResponse.API_KEY = 15
+DescribeGroupsResponse.DEPRECATED_VERSIONS = None
+DescribeGroupsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -205,7 +207,7 @@ def _w_DescribeGroupsRequest_v5(buf: bytearray, o: DescribeGroupsRequest) -> Non
 
 def _r_DescribeGroupsRequest_v0(data: bytes, pos: int) -> tuple[DescribeGroupsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeGroupsRequest)
+    _o1 = DescribeGroupsRequest.__new__(DescribeGroupsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -231,7 +233,7 @@ def _r_DescribeGroupsRequest_v0(data: bytes, pos: int) -> tuple[DescribeGroupsRe
 
 def _r_DescribeGroupsRequest_v3(data: bytes, pos: int) -> tuple[DescribeGroupsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeGroupsRequest)
+    _o1 = DescribeGroupsRequest.__new__(DescribeGroupsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -258,7 +260,7 @@ def _r_DescribeGroupsRequest_v3(data: bytes, pos: int) -> tuple[DescribeGroupsRe
 
 def _r_DescribeGroupsRequest_v5(data: bytes, pos: int) -> tuple[DescribeGroupsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeGroupsRequest)
+    _o1 = DescribeGroupsRequest.__new__(DescribeGroupsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -368,7 +370,7 @@ def _w_DescribedGroupMember_v5(buf: bytearray, o: DescribedGroupMember) -> None:
 
 def _r_DescribedGroupMember_v0(data: bytes, pos: int) -> tuple[DescribedGroupMember, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroupMember)
+    _o1 = DescribedGroupMember.__new__(DescribedGroupMember)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -420,7 +422,7 @@ def _r_DescribedGroupMember_v0(data: bytes, pos: int) -> tuple[DescribedGroupMem
 
 def _r_DescribedGroupMember_v4(data: bytes, pos: int) -> tuple[DescribedGroupMember, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroupMember)
+    _o1 = DescribedGroupMember.__new__(DescribedGroupMember)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -483,7 +485,7 @@ def _r_DescribedGroupMember_v4(data: bytes, pos: int) -> tuple[DescribedGroupMem
 
 def _r_DescribedGroupMember_v5(data: bytes, pos: int) -> tuple[DescribedGroupMember, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroupMember)
+    _o1 = DescribedGroupMember.__new__(DescribedGroupMember)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -722,7 +724,7 @@ def _w_DescribedGroup_v6(buf: bytearray, o: DescribedGroup) -> None:
 
 def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroup)
+    _o1 = DescribedGroup.__new__(DescribedGroup)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -769,7 +771,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         raise DecodeError("array count of members exceeds the bytes left")
     _a11: list[DescribedGroupMember] = []
     for _ in range(_n10):
-        _o13 = _new(DescribedGroupMember)
+        _o13 = DescribedGroupMember.__new__(DescribedGroupMember)
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
@@ -825,7 +827,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
 
 def _r_DescribedGroup_v3(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroup)
+    _o1 = DescribedGroup.__new__(DescribedGroup)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -872,7 +874,7 @@ def _r_DescribedGroup_v3(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         raise DecodeError("array count of members exceeds the bytes left")
     _a11: list[DescribedGroupMember] = []
     for _ in range(_n10):
-        _o13 = _new(DescribedGroupMember)
+        _o13 = DescribedGroupMember.__new__(DescribedGroupMember)
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
@@ -929,7 +931,7 @@ def _r_DescribedGroup_v3(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
 
 def _r_DescribedGroup_v4(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroup)
+    _o1 = DescribedGroup.__new__(DescribedGroup)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -976,7 +978,7 @@ def _r_DescribedGroup_v4(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         raise DecodeError("array count of members exceeds the bytes left")
     _a11: list[DescribedGroupMember] = []
     for _ in range(_n10):
-        _o13 = _new(DescribedGroupMember)
+        _o13 = DescribedGroupMember.__new__(DescribedGroupMember)
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
@@ -1044,7 +1046,7 @@ def _r_DescribedGroup_v4(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
 
 def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroup)
+    _o1 = DescribedGroup.__new__(DescribedGroup)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1119,7 +1121,7 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         raise DecodeError("array count of members exceeds the bytes left")
     _a11: list[DescribedGroupMember] = []
     for _ in range(_n10):
-        _o13 = _new(DescribedGroupMember)
+        _o13 = DescribedGroupMember.__new__(DescribedGroupMember)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -1227,7 +1229,7 @@ def _r_DescribedGroup_v5(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
 
 def _r_DescribedGroup_v6(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroup)
+    _o1 = DescribedGroup.__new__(DescribedGroup)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1320,7 +1322,7 @@ def _r_DescribedGroup_v6(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         raise DecodeError("array count of members exceeds the bytes left")
     _a13: list[DescribedGroupMember] = []
     for _ in range(_n12):
-        _o15 = _new(DescribedGroupMember)
+        _o15 = DescribedGroupMember.__new__(DescribedGroupMember)
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -1476,7 +1478,7 @@ def _w_DescribeGroupsResponse_v6(buf: bytearray, o: DescribeGroupsResponse) -> N
 
 def _r_DescribeGroupsResponse_v0(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeGroupsResponse)
+    _o1 = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1485,7 +1487,7 @@ def _r_DescribeGroupsResponse_v0(data: bytes, pos: int) -> tuple[DescribeGroupsR
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[DescribedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedGroup)
+        _o5 = DescribedGroup.__new__(DescribedGroup)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1532,7 +1534,7 @@ def _r_DescribeGroupsResponse_v0(data: bytes, pos: int) -> tuple[DescribeGroupsR
             raise DecodeError("array count of members exceeds the bytes left")
         _a15: list[DescribedGroupMember] = []
         for _ in range(_n14):
-            _o17 = _new(DescribedGroupMember)
+            _o17 = DescribedGroupMember.__new__(DescribedGroupMember)
             (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n18 < 0:
@@ -1591,7 +1593,7 @@ def _r_DescribeGroupsResponse_v0(data: bytes, pos: int) -> tuple[DescribeGroupsR
 
 def _r_DescribeGroupsResponse_v1(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeGroupsResponse)
+    _o1 = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1602,7 +1604,7 @@ def _r_DescribeGroupsResponse_v1(data: bytes, pos: int) -> tuple[DescribeGroupsR
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[DescribedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedGroup)
+        _o5 = DescribedGroup.__new__(DescribedGroup)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1649,7 +1651,7 @@ def _r_DescribeGroupsResponse_v1(data: bytes, pos: int) -> tuple[DescribeGroupsR
             raise DecodeError("array count of members exceeds the bytes left")
         _a15: list[DescribedGroupMember] = []
         for _ in range(_n14):
-            _o17 = _new(DescribedGroupMember)
+            _o17 = DescribedGroupMember.__new__(DescribedGroupMember)
             (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n18 < 0:
@@ -1707,7 +1709,7 @@ def _r_DescribeGroupsResponse_v1(data: bytes, pos: int) -> tuple[DescribeGroupsR
 
 def _r_DescribeGroupsResponse_v3(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeGroupsResponse)
+    _o1 = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1718,7 +1720,7 @@ def _r_DescribeGroupsResponse_v3(data: bytes, pos: int) -> tuple[DescribeGroupsR
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[DescribedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedGroup)
+        _o5 = DescribedGroup.__new__(DescribedGroup)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1765,7 +1767,7 @@ def _r_DescribeGroupsResponse_v3(data: bytes, pos: int) -> tuple[DescribeGroupsR
             raise DecodeError("array count of members exceeds the bytes left")
         _a15: list[DescribedGroupMember] = []
         for _ in range(_n14):
-            _o17 = _new(DescribedGroupMember)
+            _o17 = DescribedGroupMember.__new__(DescribedGroupMember)
             (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n18 < 0:
@@ -1824,7 +1826,7 @@ def _r_DescribeGroupsResponse_v3(data: bytes, pos: int) -> tuple[DescribeGroupsR
 
 def _r_DescribeGroupsResponse_v4(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeGroupsResponse)
+    _o1 = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1835,7 +1837,7 @@ def _r_DescribeGroupsResponse_v4(data: bytes, pos: int) -> tuple[DescribeGroupsR
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[DescribedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedGroup)
+        _o5 = DescribedGroup.__new__(DescribedGroup)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1882,7 +1884,7 @@ def _r_DescribeGroupsResponse_v4(data: bytes, pos: int) -> tuple[DescribeGroupsR
             raise DecodeError("array count of members exceeds the bytes left")
         _a15: list[DescribedGroupMember] = []
         for _ in range(_n14):
-            _o17 = _new(DescribedGroupMember)
+            _o17 = DescribedGroupMember.__new__(DescribedGroupMember)
             (_n18,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n18 < 0:
@@ -1952,7 +1954,7 @@ def _r_DescribeGroupsResponse_v4(data: bytes, pos: int) -> tuple[DescribeGroupsR
 
 def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeGroupsResponse)
+    _o1 = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1967,7 +1969,7 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[DescribedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedGroup)
+        _o5 = DescribedGroup.__new__(DescribedGroup)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -2042,7 +2044,7 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
             raise DecodeError("array count of members exceeds the bytes left")
         _a15: list[DescribedGroupMember] = []
         for _ in range(_n14):
-            _o17 = _new(DescribedGroupMember)
+            _o17 = DescribedGroupMember.__new__(DescribedGroupMember)
             _n18 = data[pos]
             if _n18 < 128:
                 pos += 1
@@ -2156,7 +2158,7 @@ def _r_DescribeGroupsResponse_v5(data: bytes, pos: int) -> tuple[DescribeGroupsR
 
 def _r_DescribeGroupsResponse_v6(data: bytes, pos: int) -> tuple[DescribeGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeGroupsResponse)
+    _o1 = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -2171,7 +2173,7 @@ def _r_DescribeGroupsResponse_v6(data: bytes, pos: int) -> tuple[DescribeGroupsR
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[DescribedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedGroup)
+        _o5 = DescribedGroup.__new__(DescribedGroup)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -2264,7 +2266,7 @@ def _r_DescribeGroupsResponse_v6(data: bytes, pos: int) -> tuple[DescribeGroupsR
             raise DecodeError("array count of members exceeds the bytes left")
         _a17: list[DescribedGroupMember] = []
         for _ in range(_n16):
-            _o19 = _new(DescribedGroupMember)
+            _o19 = DescribedGroupMember.__new__(DescribedGroupMember)
             _n20 = data[pos]
             if _n20 < 128:
                 pos += 1

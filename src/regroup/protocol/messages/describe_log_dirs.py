@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,11 +46,12 @@ class DescribableLogDirTopic(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribableLogDirTopic"
-    SPEC_NAME: ClassVar[str] = "DescribableLogDirTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DescribableLogDirTopic.NAME = "DescribableLogDirTopic"
+DescribableLogDirTopic.SPEC_NAME = "DescribableLogDirTopic"
+DescribableLogDirTopic.MIN_VERSION = 0
+DescribableLogDirTopic.MAX_VERSION = 4
+DescribableLogDirTopic.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -71,14 +70,15 @@ class DescribeLogDirsRequest(Message):
 
     topics: list[DescribableLogDirTopic] | None = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeLogDirsRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeLogDirsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 35
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeLogDirsRequest.NAME = "DescribeLogDirsRequest"
+DescribeLogDirsRequest.SPEC_NAME = "DescribeLogDirsRequest"
+DescribeLogDirsRequest.MIN_VERSION = 0
+DescribeLogDirsRequest.MAX_VERSION = 4
+DescribeLogDirsRequest.FLEXIBLE_MIN_VERSION = 2
+DescribeLogDirsRequest.API_KEY = 35
+DescribeLogDirsRequest.DEPRECATED_VERSIONS = (0, 0)
+DescribeLogDirsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -99,11 +99,12 @@ class DescribeLogDirsPartition(Struct):
     offset_lag: int = 0
     is_future_key: bool = False
 
-    NAME: ClassVar[str] = "DescribeLogDirsPartition"
-    SPEC_NAME: ClassVar[str] = "DescribeLogDirsPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DescribeLogDirsPartition.NAME = "DescribeLogDirsPartition"
+DescribeLogDirsPartition.SPEC_NAME = "DescribeLogDirsPartition"
+DescribeLogDirsPartition.MIN_VERSION = 0
+DescribeLogDirsPartition.MAX_VERSION = 4
+DescribeLogDirsPartition.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -118,11 +119,12 @@ class DescribeLogDirsTopic(Struct):
     name: str = ""
     partitions: list[DescribeLogDirsPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeLogDirsTopic"
-    SPEC_NAME: ClassVar[str] = "DescribeLogDirsTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DescribeLogDirsTopic.NAME = "DescribeLogDirsTopic"
+DescribeLogDirsTopic.SPEC_NAME = "DescribeLogDirsTopic"
+DescribeLogDirsTopic.MIN_VERSION = 0
+DescribeLogDirsTopic.MAX_VERSION = 4
+DescribeLogDirsTopic.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -143,11 +145,12 @@ class DescribeLogDirsResult(Struct):
     total_bytes: int = -1
     usable_bytes: int = -1
 
-    NAME: ClassVar[str] = "DescribeLogDirsResult"
-    SPEC_NAME: ClassVar[str] = "DescribeLogDirsResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+DescribeLogDirsResult.NAME = "DescribeLogDirsResult"
+DescribeLogDirsResult.SPEC_NAME = "DescribeLogDirsResult"
+DescribeLogDirsResult.MIN_VERSION = 0
+DescribeLogDirsResult.MAX_VERSION = 4
+DescribeLogDirsResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -170,14 +173,15 @@ class DescribeLogDirsResponse(Message):
     error_code: int = 0
     results: list[DescribeLogDirsResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeLogDirsResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeLogDirsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 35
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeLogDirsResponse.NAME = "DescribeLogDirsResponse"
+DescribeLogDirsResponse.SPEC_NAME = "DescribeLogDirsResponse"
+DescribeLogDirsResponse.MIN_VERSION = 0
+DescribeLogDirsResponse.MAX_VERSION = 4
+DescribeLogDirsResponse.FLEXIBLE_MIN_VERSION = 2
+DescribeLogDirsResponse.API_KEY = 35
+DescribeLogDirsResponse.DEPRECATED_VERSIONS = None
+DescribeLogDirsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -206,7 +210,7 @@ def _w_DescribableLogDirTopic_v2(buf: bytearray, o: DescribableLogDirTopic) -> N
 
 def _r_DescribableLogDirTopic_v0(data: bytes, pos: int) -> tuple[DescribableLogDirTopic, int]:
     _len = len(data)
-    _o1 = _new(DescribableLogDirTopic)
+    _o1 = DescribableLogDirTopic.__new__(DescribableLogDirTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -229,7 +233,7 @@ def _r_DescribableLogDirTopic_v0(data: bytes, pos: int) -> tuple[DescribableLogD
 
 def _r_DescribableLogDirTopic_v2(data: bytes, pos: int) -> tuple[DescribableLogDirTopic, int]:
     _len = len(data)
-    _o1 = _new(DescribableLogDirTopic)
+    _o1 = DescribableLogDirTopic.__new__(DescribableLogDirTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -287,7 +291,7 @@ def _w_DescribeLogDirsRequest_v2(buf: bytearray, o: DescribeLogDirsRequest) -> N
 
 def _r_DescribeLogDirsRequest_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsRequest)
+    _o1 = DescribeLogDirsRequest.__new__(DescribeLogDirsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -299,7 +303,7 @@ def _r_DescribeLogDirsRequest_v0(data: bytes, pos: int) -> tuple[DescribeLogDirs
     else:
         _a3: list[DescribableLogDirTopic] = []
         for _ in range(_n2):
-            _o5 = _new(DescribableLogDirTopic)
+            _o5 = DescribableLogDirTopic.__new__(DescribableLogDirTopic)
             (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n6 < 0:
@@ -324,7 +328,7 @@ def _r_DescribeLogDirsRequest_v0(data: bytes, pos: int) -> tuple[DescribeLogDirs
 
 def _r_DescribeLogDirsRequest_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsRequest)
+    _o1 = DescribeLogDirsRequest.__new__(DescribeLogDirsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -340,7 +344,7 @@ def _r_DescribeLogDirsRequest_v2(data: bytes, pos: int) -> tuple[DescribeLogDirs
     else:
         _a3: list[DescribableLogDirTopic] = []
         for _ in range(_n2):
-            _o5 = _new(DescribableLogDirTopic)
+            _o5 = DescribableLogDirTopic.__new__(DescribableLogDirTopic)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -396,7 +400,7 @@ def _w_DescribeLogDirsPartition_v2(buf: bytearray, o: DescribeLogDirsPartition) 
 
 def _r_DescribeLogDirsPartition_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsPartition, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsPartition)
+    _o1 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
     _o1.partition_index, _o1.partition_size, _o1.offset_lag, _o1.is_future_key = _S_iqqo.unpack_from(
         data, pos
     )
@@ -406,7 +410,7 @@ def _r_DescribeLogDirsPartition_v0(data: bytes, pos: int) -> tuple[DescribeLogDi
 
 def _r_DescribeLogDirsPartition_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsPartition, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsPartition)
+    _o1 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
     _o1.partition_index, _o1.partition_size, _o1.offset_lag, _o1.is_future_key = _S_iqqo.unpack_from(
         data, pos
     )
@@ -443,7 +447,7 @@ def _w_DescribeLogDirsTopic_v2(buf: bytearray, o: DescribeLogDirsTopic) -> None:
 
 def _r_DescribeLogDirsTopic_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsTopic, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsTopic)
+    _o1 = DescribeLogDirsTopic.__new__(DescribeLogDirsTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -461,7 +465,7 @@ def _r_DescribeLogDirsTopic_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsTo
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DescribeLogDirsPartition] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeLogDirsPartition)
+        _o7 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
         _o7.partition_index, _o7.partition_size, _o7.offset_lag, _o7.is_future_key = _S_iqqo.unpack_from(
             data, pos
         )
@@ -473,7 +477,7 @@ def _r_DescribeLogDirsTopic_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsTo
 
 def _r_DescribeLogDirsTopic_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsTopic, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsTopic)
+    _o1 = DescribeLogDirsTopic.__new__(DescribeLogDirsTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -501,7 +505,7 @@ def _r_DescribeLogDirsTopic_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsTo
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DescribeLogDirsPartition] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeLogDirsPartition)
+        _o7 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
         _o7.partition_index, _o7.partition_size, _o7.offset_lag, _o7.is_future_key = _S_iqqo.unpack_from(
             data, pos
         )
@@ -561,7 +565,7 @@ def _w_DescribeLogDirsResult_v4(buf: bytearray, o: DescribeLogDirsResult) -> Non
 
 def _r_DescribeLogDirsResult_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsResult)
+    _o1 = DescribeLogDirsResult.__new__(DescribeLogDirsResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -581,7 +585,7 @@ def _r_DescribeLogDirsResult_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[DescribeLogDirsTopic] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeLogDirsTopic)
+        _o7 = DescribeLogDirsTopic.__new__(DescribeLogDirsTopic)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -599,7 +603,7 @@ def _r_DescribeLogDirsResult_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[DescribeLogDirsPartition] = []
         for _ in range(_n10):
-            _o13 = _new(DescribeLogDirsPartition)
+            _o13 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
             _o13.partition_index, _o13.partition_size, _o13.offset_lag, _o13.is_future_key = (
                 _S_iqqo.unpack_from(data, pos)
             )
@@ -615,7 +619,7 @@ def _r_DescribeLogDirsResult_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsR
 
 def _r_DescribeLogDirsResult_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsResult)
+    _o1 = DescribeLogDirsResult.__new__(DescribeLogDirsResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -645,7 +649,7 @@ def _r_DescribeLogDirsResult_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[DescribeLogDirsTopic] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeLogDirsTopic)
+        _o7 = DescribeLogDirsTopic.__new__(DescribeLogDirsTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -673,7 +677,7 @@ def _r_DescribeLogDirsResult_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[DescribeLogDirsPartition] = []
         for _ in range(_n10):
-            _o13 = _new(DescribeLogDirsPartition)
+            _o13 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
             _o13.partition_index, _o13.partition_size, _o13.offset_lag, _o13.is_future_key = (
                 _S_iqqo.unpack_from(data, pos)
             )
@@ -701,7 +705,7 @@ def _r_DescribeLogDirsResult_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsR
 
 def _r_DescribeLogDirsResult_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsResult)
+    _o1 = DescribeLogDirsResult.__new__(DescribeLogDirsResult)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -731,7 +735,7 @@ def _r_DescribeLogDirsResult_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[DescribeLogDirsTopic] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeLogDirsTopic)
+        _o7 = DescribeLogDirsTopic.__new__(DescribeLogDirsTopic)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -759,7 +763,7 @@ def _r_DescribeLogDirsResult_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[DescribeLogDirsPartition] = []
         for _ in range(_n10):
-            _o13 = _new(DescribeLogDirsPartition)
+            _o13 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
             _o13.partition_index, _o13.partition_size, _o13.offset_lag, _o13.is_future_key = (
                 _S_iqqo.unpack_from(data, pos)
             )
@@ -822,7 +826,7 @@ def _w_DescribeLogDirsResponse_v4(buf: bytearray, o: DescribeLogDirsResponse) ->
 
 def _r_DescribeLogDirsResponse_v0(data: bytes, pos: int) -> tuple[DescribeLogDirsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsResponse)
+    _o1 = DescribeLogDirsResponse.__new__(DescribeLogDirsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -833,7 +837,7 @@ def _r_DescribeLogDirsResponse_v0(data: bytes, pos: int) -> tuple[DescribeLogDir
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DescribeLogDirsResult] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeLogDirsResult)
+        _o5 = DescribeLogDirsResult.__new__(DescribeLogDirsResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -853,7 +857,7 @@ def _r_DescribeLogDirsResponse_v0(data: bytes, pos: int) -> tuple[DescribeLogDir
             raise DecodeError("array count of topics exceeds the bytes left")
         _a9: list[DescribeLogDirsTopic] = []
         for _ in range(_n8):
-            _o11 = _new(DescribeLogDirsTopic)
+            _o11 = DescribeLogDirsTopic.__new__(DescribeLogDirsTopic)
             (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n12 < 0:
@@ -871,7 +875,7 @@ def _r_DescribeLogDirsResponse_v0(data: bytes, pos: int) -> tuple[DescribeLogDir
                 raise DecodeError("array count of partitions exceeds the bytes left")
             _a15: list[DescribeLogDirsPartition] = []
             for _ in range(_n14):
-                _o17 = _new(DescribeLogDirsPartition)
+                _o17 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
                 _o17.partition_index, _o17.partition_size, _o17.offset_lag, _o17.is_future_key = (
                     _S_iqqo.unpack_from(data, pos)
                 )
@@ -890,7 +894,7 @@ def _r_DescribeLogDirsResponse_v0(data: bytes, pos: int) -> tuple[DescribeLogDir
 
 def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDirsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsResponse)
+    _o1 = DescribeLogDirsResponse.__new__(DescribeLogDirsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -905,7 +909,7 @@ def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDir
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DescribeLogDirsResult] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeLogDirsResult)
+        _o5 = DescribeLogDirsResult.__new__(DescribeLogDirsResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -935,7 +939,7 @@ def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDir
             raise DecodeError("array count of topics exceeds the bytes left")
         _a9: list[DescribeLogDirsTopic] = []
         for _ in range(_n8):
-            _o11 = _new(DescribeLogDirsTopic)
+            _o11 = DescribeLogDirsTopic.__new__(DescribeLogDirsTopic)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -963,7 +967,7 @@ def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDir
                 raise DecodeError("array count of partitions exceeds the bytes left")
             _a15: list[DescribeLogDirsPartition] = []
             for _ in range(_n14):
-                _o17 = _new(DescribeLogDirsPartition)
+                _o17 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
                 _o17.partition_index, _o17.partition_size, _o17.offset_lag, _o17.is_future_key = (
                     _S_iqqo.unpack_from(data, pos)
                 )
@@ -998,7 +1002,7 @@ def _r_DescribeLogDirsResponse_v2(data: bytes, pos: int) -> tuple[DescribeLogDir
 
 def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDirsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsResponse)
+    _o1 = DescribeLogDirsResponse.__new__(DescribeLogDirsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -1013,7 +1017,7 @@ def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDir
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DescribeLogDirsResult] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeLogDirsResult)
+        _o5 = DescribeLogDirsResult.__new__(DescribeLogDirsResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -1043,7 +1047,7 @@ def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDir
             raise DecodeError("array count of topics exceeds the bytes left")
         _a9: list[DescribeLogDirsTopic] = []
         for _ in range(_n8):
-            _o11 = _new(DescribeLogDirsTopic)
+            _o11 = DescribeLogDirsTopic.__new__(DescribeLogDirsTopic)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -1071,7 +1075,7 @@ def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDir
                 raise DecodeError("array count of partitions exceeds the bytes left")
             _a15: list[DescribeLogDirsPartition] = []
             for _ in range(_n14):
-                _o17 = _new(DescribeLogDirsPartition)
+                _o17 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
                 _o17.partition_index, _o17.partition_size, _o17.offset_lag, _o17.is_future_key = (
                     _S_iqqo.unpack_from(data, pos)
                 )
@@ -1105,7 +1109,7 @@ def _r_DescribeLogDirsResponse_v3(data: bytes, pos: int) -> tuple[DescribeLogDir
 
 def _r_DescribeLogDirsResponse_v4(data: bytes, pos: int) -> tuple[DescribeLogDirsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeLogDirsResponse)
+    _o1 = DescribeLogDirsResponse.__new__(DescribeLogDirsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -1120,7 +1124,7 @@ def _r_DescribeLogDirsResponse_v4(data: bytes, pos: int) -> tuple[DescribeLogDir
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[DescribeLogDirsResult] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeLogDirsResult)
+        _o5 = DescribeLogDirsResult.__new__(DescribeLogDirsResult)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -1150,7 +1154,7 @@ def _r_DescribeLogDirsResponse_v4(data: bytes, pos: int) -> tuple[DescribeLogDir
             raise DecodeError("array count of topics exceeds the bytes left")
         _a9: list[DescribeLogDirsTopic] = []
         for _ in range(_n8):
-            _o11 = _new(DescribeLogDirsTopic)
+            _o11 = DescribeLogDirsTopic.__new__(DescribeLogDirsTopic)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -1178,7 +1182,7 @@ def _r_DescribeLogDirsResponse_v4(data: bytes, pos: int) -> tuple[DescribeLogDir
                 raise DecodeError("array count of partitions exceeds the bytes left")
             _a15: list[DescribeLogDirsPartition] = []
             for _ in range(_n14):
-                _o17 = _new(DescribeLogDirsPartition)
+                _o17 = DescribeLogDirsPartition.__new__(DescribeLogDirsPartition)
                 _o17.partition_index, _o17.partition_size, _o17.offset_lag, _o17.is_future_key = (
                     _S_iqqo.unpack_from(data, pos)
                 )

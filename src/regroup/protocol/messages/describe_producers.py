@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,11 +45,12 @@ class TopicRequest(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicRequest"
-    SPEC_NAME: ClassVar[str] = "TopicRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicRequest.NAME = "TopicRequest"
+TopicRequest.SPEC_NAME = "TopicRequest"
+TopicRequest.MIN_VERSION = 0
+TopicRequest.MAX_VERSION = 0
+TopicRequest.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -64,14 +63,15 @@ class DescribeProducersRequest(Message):
 
     topics: list[TopicRequest] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeProducersRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeProducersRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 61
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeProducersRequest.NAME = "DescribeProducersRequest"
+DescribeProducersRequest.SPEC_NAME = "DescribeProducersRequest"
+DescribeProducersRequest.MIN_VERSION = 0
+DescribeProducersRequest.MAX_VERSION = 0
+DescribeProducersRequest.FLEXIBLE_MIN_VERSION = 0
+DescribeProducersRequest.API_KEY = 61
+DescribeProducersRequest.DEPRECATED_VERSIONS = None
+DescribeProducersRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -94,11 +94,12 @@ class ProducerState(Struct):
     coordinator_epoch: int = 0
     current_txn_start_offset: int = -1
 
-    NAME: ClassVar[str] = "ProducerState"
-    SPEC_NAME: ClassVar[str] = "ProducerState"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ProducerState.NAME = "ProducerState"
+ProducerState.SPEC_NAME = "ProducerState"
+ProducerState.MIN_VERSION = 0
+ProducerState.MAX_VERSION = 0
+ProducerState.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -118,11 +119,12 @@ class PartitionResponse(Struct):
     error_message: str | None = None
     active_producers: list[ProducerState] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "PartitionResponse"
-    SPEC_NAME: ClassVar[str] = "PartitionResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionResponse.NAME = "PartitionResponse"
+PartitionResponse.SPEC_NAME = "PartitionResponse"
+PartitionResponse.MIN_VERSION = 0
+PartitionResponse.MAX_VERSION = 0
+PartitionResponse.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -137,11 +139,12 @@ class TopicResponse(Struct):
     name: str = ""
     partitions: list[PartitionResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicResponse"
-    SPEC_NAME: ClassVar[str] = "TopicResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicResponse.NAME = "TopicResponse"
+TopicResponse.SPEC_NAME = "TopicResponse"
+TopicResponse.MIN_VERSION = 0
+TopicResponse.MAX_VERSION = 0
+TopicResponse.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -157,14 +160,15 @@ class DescribeProducersResponse(Message):
     throttle_time_ms: int = 0
     topics: list[TopicResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeProducersResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeProducersResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 61
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeProducersResponse.NAME = "DescribeProducersResponse"
+DescribeProducersResponse.SPEC_NAME = "DescribeProducersResponse"
+DescribeProducersResponse.MIN_VERSION = 0
+DescribeProducersResponse.MAX_VERSION = 0
+DescribeProducersResponse.FLEXIBLE_MIN_VERSION = 0
+DescribeProducersResponse.API_KEY = 61
+DescribeProducersResponse.DEPRECATED_VERSIONS = None
+DescribeProducersResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -184,7 +188,7 @@ def _w_TopicRequest_v0(buf: bytearray, o: TopicRequest) -> None:
 
 def _r_TopicRequest_v0(data: bytes, pos: int) -> tuple[TopicRequest, int]:
     _len = len(data)
-    _o1 = _new(TopicRequest)
+    _o1 = TopicRequest.__new__(TopicRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -229,7 +233,7 @@ def _w_DescribeProducersRequest_v0(buf: bytearray, o: DescribeProducersRequest) 
 
 def _r_DescribeProducersRequest_v0(data: bytes, pos: int) -> tuple[DescribeProducersRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeProducersRequest)
+    _o1 = DescribeProducersRequest.__new__(DescribeProducersRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -242,7 +246,7 @@ def _r_DescribeProducersRequest_v0(data: bytes, pos: int) -> tuple[DescribeProdu
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[TopicRequest] = []
     for _ in range(_n2):
-        _o5 = _new(TopicRequest)
+        _o5 = TopicRequest.__new__(TopicRequest)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -297,7 +301,7 @@ def _w_ProducerState_v0(buf: bytearray, o: ProducerState) -> None:
 
 def _r_ProducerState_v0(data: bytes, pos: int) -> tuple[ProducerState, int]:
     _len = len(data)
-    _o1 = _new(ProducerState)
+    _o1 = ProducerState.__new__(ProducerState)
     (
         _o1.producer_id,
         _o1.producer_epoch,
@@ -341,7 +345,7 @@ def _w_PartitionResponse_v0(buf: bytearray, o: PartitionResponse) -> None:
 
 def _r_PartitionResponse_v0(data: bytes, pos: int) -> tuple[PartitionResponse, int]:
     _len = len(data)
-    _o1 = _new(PartitionResponse)
+    _o1 = PartitionResponse.__new__(PartitionResponse)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -374,7 +378,7 @@ def _r_PartitionResponse_v0(data: bytes, pos: int) -> tuple[PartitionResponse, i
         raise DecodeError("array count of active_producers exceeds the bytes left")
     _a5: list[ProducerState] = []
     for _ in range(_n4):
-        _o7 = _new(ProducerState)
+        _o7 = ProducerState.__new__(ProducerState)
         (
             _o7.producer_id,
             _o7.producer_epoch,
@@ -412,7 +416,7 @@ def _w_TopicResponse_v0(buf: bytearray, o: TopicResponse) -> None:
 
 def _r_TopicResponse_v0(data: bytes, pos: int) -> tuple[TopicResponse, int]:
     _len = len(data)
-    _o1 = _new(TopicResponse)
+    _o1 = TopicResponse.__new__(TopicResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -440,7 +444,7 @@ def _r_TopicResponse_v0(data: bytes, pos: int) -> tuple[TopicResponse, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[PartitionResponse] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionResponse)
+        _o7 = PartitionResponse.__new__(PartitionResponse)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n8 = data[pos]
@@ -473,7 +477,7 @@ def _r_TopicResponse_v0(data: bytes, pos: int) -> tuple[TopicResponse, int]:
             raise DecodeError("array count of active_producers exceeds the bytes left")
         _a11: list[ProducerState] = []
         for _ in range(_n10):
-            _o13 = _new(ProducerState)
+            _o13 = ProducerState.__new__(ProducerState)
             (
                 _o13.producer_id,
                 _o13.producer_epoch,
@@ -513,7 +517,7 @@ def _w_DescribeProducersResponse_v0(buf: bytearray, o: DescribeProducersResponse
 
 def _r_DescribeProducersResponse_v0(data: bytes, pos: int) -> tuple[DescribeProducersResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeProducersResponse)
+    _o1 = DescribeProducersResponse.__new__(DescribeProducersResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -528,7 +532,7 @@ def _r_DescribeProducersResponse_v0(data: bytes, pos: int) -> tuple[DescribeProd
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[TopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(TopicResponse)
+        _o5 = TopicResponse.__new__(TopicResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -556,7 +560,7 @@ def _r_DescribeProducersResponse_v0(data: bytes, pos: int) -> tuple[DescribeProd
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionResponse] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionResponse)
+            _o11 = PartitionResponse.__new__(PartitionResponse)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n12 = data[pos]
@@ -589,7 +593,7 @@ def _r_DescribeProducersResponse_v0(data: bytes, pos: int) -> tuple[DescribeProd
                 raise DecodeError("array count of active_producers exceeds the bytes left")
             _a15: list[ProducerState] = []
             for _ in range(_n14):
-                _o17 = _new(ProducerState)
+                _o17 = ProducerState.__new__(ProducerState)
                 (
                     _o17.producer_id,
                     _o17.producer_epoch,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -51,11 +49,12 @@ class DescribeQuorumRequestPartitionData(Struct):
 
     partition_index: int = 0
 
-    NAME: ClassVar[str] = "DescribeQuorumRequestPartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeQuorumRequestPartitionData.NAME = "DescribeQuorumRequestPartitionData"
+DescribeQuorumRequestPartitionData.SPEC_NAME = "PartitionData"
+DescribeQuorumRequestPartitionData.MIN_VERSION = 0
+DescribeQuorumRequestPartitionData.MAX_VERSION = 2
+DescribeQuorumRequestPartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -70,11 +69,12 @@ class DescribeQuorumRequestTopicData(Struct):
     topic_name: str = ""
     partitions: list[DescribeQuorumRequestPartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeQuorumRequestTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeQuorumRequestTopicData.NAME = "DescribeQuorumRequestTopicData"
+DescribeQuorumRequestTopicData.SPEC_NAME = "TopicData"
+DescribeQuorumRequestTopicData.MIN_VERSION = 0
+DescribeQuorumRequestTopicData.MAX_VERSION = 2
+DescribeQuorumRequestTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -90,14 +90,15 @@ class DescribeQuorumRequest(Message):
 
     topics: list[DescribeQuorumRequestTopicData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeQuorumRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeQuorumRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 55
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeQuorumRequest.NAME = "DescribeQuorumRequest"
+DescribeQuorumRequest.SPEC_NAME = "DescribeQuorumRequest"
+DescribeQuorumRequest.MIN_VERSION = 0
+DescribeQuorumRequest.MAX_VERSION = 2
+DescribeQuorumRequest.FLEXIBLE_MIN_VERSION = 0
+DescribeQuorumRequest.API_KEY = 55
+DescribeQuorumRequest.DEPRECATED_VERSIONS = None
+DescribeQuorumRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -121,11 +122,12 @@ class ReplicaState(Struct):
     last_fetch_timestamp: int = -1
     last_caught_up_timestamp: int = -1
 
-    NAME: ClassVar[str] = "ReplicaState"
-    SPEC_NAME: ClassVar[str] = "ReplicaState"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ReplicaState.NAME = "ReplicaState"
+ReplicaState.SPEC_NAME = "ReplicaState"
+ReplicaState.MIN_VERSION = 0
+ReplicaState.MAX_VERSION = 2
+ReplicaState.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -152,11 +154,12 @@ class DescribeQuorumResponsePartitionData(Struct):
     current_voters: list[ReplicaState] = field(default_factory=list)
     observers: list[ReplicaState] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeQuorumResponsePartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeQuorumResponsePartitionData.NAME = "DescribeQuorumResponsePartitionData"
+DescribeQuorumResponsePartitionData.SPEC_NAME = "PartitionData"
+DescribeQuorumResponsePartitionData.MIN_VERSION = 0
+DescribeQuorumResponsePartitionData.MAX_VERSION = 2
+DescribeQuorumResponsePartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -171,11 +174,12 @@ class DescribeQuorumResponseTopicData(Struct):
     topic_name: str = ""
     partitions: list[DescribeQuorumResponsePartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeQuorumResponseTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeQuorumResponseTopicData.NAME = "DescribeQuorumResponseTopicData"
+DescribeQuorumResponseTopicData.SPEC_NAME = "TopicData"
+DescribeQuorumResponseTopicData.MIN_VERSION = 0
+DescribeQuorumResponseTopicData.MAX_VERSION = 2
+DescribeQuorumResponseTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -192,11 +196,12 @@ class Listener(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "Listener"
-    SPEC_NAME: ClassVar[str] = "Listener"
-    MIN_VERSION: ClassVar[int] = 2
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+Listener.NAME = "Listener"
+Listener.SPEC_NAME = "Listener"
+Listener.MIN_VERSION = 2
+Listener.MAX_VERSION = 2
+Listener.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -211,11 +216,12 @@ class Node(Struct):
     node_id: int = 0
     listeners: list[Listener] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "Node"
-    SPEC_NAME: ClassVar[str] = "Node"
-    MIN_VERSION: ClassVar[int] = 2
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+Node.NAME = "Node"
+Node.SPEC_NAME = "Node"
+Node.MIN_VERSION = 2
+Node.MAX_VERSION = 2
+Node.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -237,14 +243,15 @@ class DescribeQuorumResponse(Message):
     topics: list[DescribeQuorumResponseTopicData] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeQuorumResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeQuorumResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 55
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeQuorumResponse.NAME = "DescribeQuorumResponse"
+DescribeQuorumResponse.SPEC_NAME = "DescribeQuorumResponse"
+DescribeQuorumResponse.MIN_VERSION = 0
+DescribeQuorumResponse.MAX_VERSION = 2
+DescribeQuorumResponse.FLEXIBLE_MIN_VERSION = 0
+DescribeQuorumResponse.API_KEY = 55
+DescribeQuorumResponse.DEPRECATED_VERSIONS = None
+DescribeQuorumResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -259,7 +266,7 @@ def _r_DescribeQuorumRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumRequestPartitionData)
+    _o1 = DescribeQuorumRequestPartitionData.__new__(DescribeQuorumRequestPartitionData)
     (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
@@ -284,7 +291,7 @@ def _w_DescribeQuorumRequestTopicData_v0(buf: bytearray, o: DescribeQuorumReques
 
 def _r_DescribeQuorumRequestTopicData_v0(data: bytes, pos: int) -> tuple[DescribeQuorumRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumRequestTopicData)
+    _o1 = DescribeQuorumRequestTopicData.__new__(DescribeQuorumRequestTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -312,7 +319,7 @@ def _r_DescribeQuorumRequestTopicData_v0(data: bytes, pos: int) -> tuple[Describ
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DescribeQuorumRequestPartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeQuorumRequestPartitionData)
+        _o7 = DescribeQuorumRequestPartitionData.__new__(DescribeQuorumRequestPartitionData)
         (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         if data[pos]:
@@ -338,7 +345,7 @@ def _w_DescribeQuorumRequest_v0(buf: bytearray, o: DescribeQuorumRequest) -> Non
 
 def _r_DescribeQuorumRequest_v0(data: bytes, pos: int) -> tuple[DescribeQuorumRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumRequest)
+    _o1 = DescribeQuorumRequest.__new__(DescribeQuorumRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -351,7 +358,7 @@ def _r_DescribeQuorumRequest_v0(data: bytes, pos: int) -> tuple[DescribeQuorumRe
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[DescribeQuorumRequestTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeQuorumRequestTopicData)
+        _o5 = DescribeQuorumRequestTopicData.__new__(DescribeQuorumRequestTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -379,7 +386,7 @@ def _r_DescribeQuorumRequest_v0(data: bytes, pos: int) -> tuple[DescribeQuorumRe
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[DescribeQuorumRequestPartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(DescribeQuorumRequestPartitionData)
+            _o11 = DescribeQuorumRequestPartitionData.__new__(DescribeQuorumRequestPartitionData)
             (_o11.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             if data[pos]:
@@ -428,7 +435,7 @@ def _w_ReplicaState_v2(buf: bytearray, o: ReplicaState) -> None:
 
 def _r_ReplicaState_v0(data: bytes, pos: int) -> tuple[ReplicaState, int]:
     _len = len(data)
-    _o1 = _new(ReplicaState)
+    _o1 = ReplicaState.__new__(ReplicaState)
     _o1.replica_id, _o1.log_end_offset = _S_iq.unpack_from(data, pos)
     pos += 12
     _o1.replica_directory_id = ZERO_UUID
@@ -443,7 +450,7 @@ def _r_ReplicaState_v0(data: bytes, pos: int) -> tuple[ReplicaState, int]:
 
 def _r_ReplicaState_v1(data: bytes, pos: int) -> tuple[ReplicaState, int]:
     _len = len(data)
-    _o1 = _new(ReplicaState)
+    _o1 = ReplicaState.__new__(ReplicaState)
     _o1.replica_id, _o1.log_end_offset, _o1.last_fetch_timestamp, _o1.last_caught_up_timestamp = (
         _S_iqqq.unpack_from(data, pos)
     )
@@ -458,7 +465,7 @@ def _r_ReplicaState_v1(data: bytes, pos: int) -> tuple[ReplicaState, int]:
 
 def _r_ReplicaState_v2(data: bytes, pos: int) -> tuple[ReplicaState, int]:
     _len = len(data)
-    _o1 = _new(ReplicaState)
+    _o1 = ReplicaState.__new__(ReplicaState)
     (
         _o1.replica_id,
         _replica_directory_id_raw,
@@ -527,7 +534,7 @@ def _r_DescribeQuorumResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumResponsePartitionData)
+    _o1 = DescribeQuorumResponsePartitionData.__new__(DescribeQuorumResponsePartitionData)
     _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch, _o1.high_watermark = (
         _S_ihiiq.unpack_from(data, pos)
     )
@@ -544,7 +551,7 @@ def _r_DescribeQuorumResponsePartitionData_v0(
         raise DecodeError("array count of current_voters exceeds the bytes left")
     _a3: list[ReplicaState] = []
     for _ in range(_n2):
-        _o5 = _new(ReplicaState)
+        _o5 = ReplicaState.__new__(ReplicaState)
         _o5.replica_id, _o5.log_end_offset = _S_iq.unpack_from(data, pos)
         pos += 12
         _o5.replica_directory_id = ZERO_UUID
@@ -568,7 +575,7 @@ def _r_DescribeQuorumResponsePartitionData_v0(
         raise DecodeError("array count of observers exceeds the bytes left")
     _a7: list[ReplicaState] = []
     for _ in range(_n6):
-        _o9 = _new(ReplicaState)
+        _o9 = ReplicaState.__new__(ReplicaState)
         _o9.replica_id, _o9.log_end_offset = _S_iq.unpack_from(data, pos)
         pos += 12
         _o9.replica_directory_id = ZERO_UUID
@@ -592,7 +599,7 @@ def _r_DescribeQuorumResponsePartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumResponsePartitionData)
+    _o1 = DescribeQuorumResponsePartitionData.__new__(DescribeQuorumResponsePartitionData)
     _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch, _o1.high_watermark = (
         _S_ihiiq.unpack_from(data, pos)
     )
@@ -609,7 +616,7 @@ def _r_DescribeQuorumResponsePartitionData_v1(
         raise DecodeError("array count of current_voters exceeds the bytes left")
     _a3: list[ReplicaState] = []
     for _ in range(_n2):
-        _o5 = _new(ReplicaState)
+        _o5 = ReplicaState.__new__(ReplicaState)
         _o5.replica_id, _o5.log_end_offset, _o5.last_fetch_timestamp, _o5.last_caught_up_timestamp = (
             _S_iqqq.unpack_from(data, pos)
         )
@@ -633,7 +640,7 @@ def _r_DescribeQuorumResponsePartitionData_v1(
         raise DecodeError("array count of observers exceeds the bytes left")
     _a7: list[ReplicaState] = []
     for _ in range(_n6):
-        _o9 = _new(ReplicaState)
+        _o9 = ReplicaState.__new__(ReplicaState)
         _o9.replica_id, _o9.log_end_offset, _o9.last_fetch_timestamp, _o9.last_caught_up_timestamp = (
             _S_iqqq.unpack_from(data, pos)
         )
@@ -657,7 +664,7 @@ def _r_DescribeQuorumResponsePartitionData_v2(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumResponsePartitionData)
+    _o1 = DescribeQuorumResponsePartitionData.__new__(DescribeQuorumResponsePartitionData)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -692,7 +699,7 @@ def _r_DescribeQuorumResponsePartitionData_v2(
         raise DecodeError("array count of current_voters exceeds the bytes left")
     _a5: list[ReplicaState] = []
     for _ in range(_n4):
-        _o7 = _new(ReplicaState)
+        _o7 = ReplicaState.__new__(ReplicaState)
         (
             _o7.replica_id,
             _s6_replica_directory_id_raw,
@@ -720,7 +727,7 @@ def _r_DescribeQuorumResponsePartitionData_v2(
         raise DecodeError("array count of observers exceeds the bytes left")
     _a9: list[ReplicaState] = []
     for _ in range(_n8):
-        _o11 = _new(ReplicaState)
+        _o11 = ReplicaState.__new__(ReplicaState)
         (
             _o11.replica_id,
             _s10_replica_directory_id_raw,
@@ -786,7 +793,7 @@ def _r_DescribeQuorumResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumResponseTopicData)
+    _o1 = DescribeQuorumResponseTopicData.__new__(DescribeQuorumResponseTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -814,7 +821,7 @@ def _r_DescribeQuorumResponseTopicData_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DescribeQuorumResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeQuorumResponsePartitionData)
+        _o7 = DescribeQuorumResponsePartitionData.__new__(DescribeQuorumResponsePartitionData)
         _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch, _o7.high_watermark = (
             _S_ihiiq.unpack_from(data, pos)
         )
@@ -831,7 +838,7 @@ def _r_DescribeQuorumResponseTopicData_v0(
             raise DecodeError("array count of current_voters exceeds the bytes left")
         _a9: list[ReplicaState] = []
         for _ in range(_n8):
-            _o11 = _new(ReplicaState)
+            _o11 = ReplicaState.__new__(ReplicaState)
             _o11.replica_id, _o11.log_end_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             _o11.replica_directory_id = ZERO_UUID
@@ -855,7 +862,7 @@ def _r_DescribeQuorumResponseTopicData_v0(
             raise DecodeError("array count of observers exceeds the bytes left")
         _a13: list[ReplicaState] = []
         for _ in range(_n12):
-            _o15 = _new(ReplicaState)
+            _o15 = ReplicaState.__new__(ReplicaState)
             _o15.replica_id, _o15.log_end_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             _o15.replica_directory_id = ZERO_UUID
@@ -885,7 +892,7 @@ def _r_DescribeQuorumResponseTopicData_v1(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumResponseTopicData)
+    _o1 = DescribeQuorumResponseTopicData.__new__(DescribeQuorumResponseTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -913,7 +920,7 @@ def _r_DescribeQuorumResponseTopicData_v1(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DescribeQuorumResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeQuorumResponsePartitionData)
+        _o7 = DescribeQuorumResponsePartitionData.__new__(DescribeQuorumResponsePartitionData)
         _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch, _o7.high_watermark = (
             _S_ihiiq.unpack_from(data, pos)
         )
@@ -930,7 +937,7 @@ def _r_DescribeQuorumResponseTopicData_v1(
             raise DecodeError("array count of current_voters exceeds the bytes left")
         _a9: list[ReplicaState] = []
         for _ in range(_n8):
-            _o11 = _new(ReplicaState)
+            _o11 = ReplicaState.__new__(ReplicaState)
             _o11.replica_id, _o11.log_end_offset, _o11.last_fetch_timestamp, _o11.last_caught_up_timestamp = (
                 _S_iqqq.unpack_from(data, pos)
             )
@@ -954,7 +961,7 @@ def _r_DescribeQuorumResponseTopicData_v1(
             raise DecodeError("array count of observers exceeds the bytes left")
         _a13: list[ReplicaState] = []
         for _ in range(_n12):
-            _o15 = _new(ReplicaState)
+            _o15 = ReplicaState.__new__(ReplicaState)
             _o15.replica_id, _o15.log_end_offset, _o15.last_fetch_timestamp, _o15.last_caught_up_timestamp = (
                 _S_iqqq.unpack_from(data, pos)
             )
@@ -984,7 +991,7 @@ def _r_DescribeQuorumResponseTopicData_v2(
     data: bytes, pos: int
 ) -> tuple[DescribeQuorumResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumResponseTopicData)
+    _o1 = DescribeQuorumResponseTopicData.__new__(DescribeQuorumResponseTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1012,7 +1019,7 @@ def _r_DescribeQuorumResponseTopicData_v2(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DescribeQuorumResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeQuorumResponsePartitionData)
+        _o7 = DescribeQuorumResponsePartitionData.__new__(DescribeQuorumResponsePartitionData)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n8 = data[pos]
@@ -1047,7 +1054,7 @@ def _r_DescribeQuorumResponseTopicData_v2(
             raise DecodeError("array count of current_voters exceeds the bytes left")
         _a11: list[ReplicaState] = []
         for _ in range(_n10):
-            _o13 = _new(ReplicaState)
+            _o13 = ReplicaState.__new__(ReplicaState)
             (
                 _o13.replica_id,
                 _s12_replica_directory_id_raw,
@@ -1075,7 +1082,7 @@ def _r_DescribeQuorumResponseTopicData_v2(
             raise DecodeError("array count of observers exceeds the bytes left")
         _a15: list[ReplicaState] = []
         for _ in range(_n14):
-            _o17 = _new(ReplicaState)
+            _o17 = ReplicaState.__new__(ReplicaState)
             (
                 _o17.replica_id,
                 _s16_replica_directory_id_raw,
@@ -1121,7 +1128,7 @@ def _w_Listener_v2(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v2(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _o1 = _new(Listener)
+    _o1 = Listener.__new__(Listener)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1172,7 +1179,7 @@ def _w_Node_v2(buf: bytearray, o: Node) -> None:
 
 def _r_Node_v2(data: bytes, pos: int) -> tuple[Node, int]:
     _len = len(data)
-    _o1 = _new(Node)
+    _o1 = Node.__new__(Node)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1187,7 +1194,7 @@ def _r_Node_v2(data: bytes, pos: int) -> tuple[Node, int]:
         raise DecodeError("array count of listeners exceeds the bytes left")
     _a3: list[Listener] = []
     for _ in range(_n2):
-        _o5 = _new(Listener)
+        _o5 = Listener.__new__(Listener)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1278,7 +1285,7 @@ def _w_DescribeQuorumResponse_v2(buf: bytearray, o: DescribeQuorumResponse) -> N
 
 def _r_DescribeQuorumResponse_v0(data: bytes, pos: int) -> tuple[DescribeQuorumResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumResponse)
+    _o1 = DescribeQuorumResponse.__new__(DescribeQuorumResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1293,7 +1300,7 @@ def _r_DescribeQuorumResponse_v0(data: bytes, pos: int) -> tuple[DescribeQuorumR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[DescribeQuorumResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeQuorumResponseTopicData)
+        _o5 = DescribeQuorumResponseTopicData.__new__(DescribeQuorumResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1321,7 +1328,7 @@ def _r_DescribeQuorumResponse_v0(data: bytes, pos: int) -> tuple[DescribeQuorumR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[DescribeQuorumResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(DescribeQuorumResponsePartitionData)
+            _o11 = DescribeQuorumResponsePartitionData.__new__(DescribeQuorumResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch, _o11.high_watermark = (
                 _S_ihiiq.unpack_from(data, pos)
             )
@@ -1338,7 +1345,7 @@ def _r_DescribeQuorumResponse_v0(data: bytes, pos: int) -> tuple[DescribeQuorumR
                 raise DecodeError("array count of current_voters exceeds the bytes left")
             _a13: list[ReplicaState] = []
             for _ in range(_n12):
-                _o15 = _new(ReplicaState)
+                _o15 = ReplicaState.__new__(ReplicaState)
                 _o15.replica_id, _o15.log_end_offset = _S_iq.unpack_from(data, pos)
                 pos += 12
                 _o15.replica_directory_id = ZERO_UUID
@@ -1362,7 +1369,7 @@ def _r_DescribeQuorumResponse_v0(data: bytes, pos: int) -> tuple[DescribeQuorumR
                 raise DecodeError("array count of observers exceeds the bytes left")
             _a17: list[ReplicaState] = []
             for _ in range(_n16):
-                _o19 = _new(ReplicaState)
+                _o19 = ReplicaState.__new__(ReplicaState)
                 _o19.replica_id, _o19.log_end_offset = _S_iq.unpack_from(data, pos)
                 pos += 12
                 _o19.replica_directory_id = ZERO_UUID
@@ -1398,7 +1405,7 @@ def _r_DescribeQuorumResponse_v0(data: bytes, pos: int) -> tuple[DescribeQuorumR
 
 def _r_DescribeQuorumResponse_v1(data: bytes, pos: int) -> tuple[DescribeQuorumResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumResponse)
+    _o1 = DescribeQuorumResponse.__new__(DescribeQuorumResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1413,7 +1420,7 @@ def _r_DescribeQuorumResponse_v1(data: bytes, pos: int) -> tuple[DescribeQuorumR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[DescribeQuorumResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeQuorumResponseTopicData)
+        _o5 = DescribeQuorumResponseTopicData.__new__(DescribeQuorumResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1441,7 +1448,7 @@ def _r_DescribeQuorumResponse_v1(data: bytes, pos: int) -> tuple[DescribeQuorumR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[DescribeQuorumResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(DescribeQuorumResponsePartitionData)
+            _o11 = DescribeQuorumResponsePartitionData.__new__(DescribeQuorumResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch, _o11.high_watermark = (
                 _S_ihiiq.unpack_from(data, pos)
             )
@@ -1458,7 +1465,7 @@ def _r_DescribeQuorumResponse_v1(data: bytes, pos: int) -> tuple[DescribeQuorumR
                 raise DecodeError("array count of current_voters exceeds the bytes left")
             _a13: list[ReplicaState] = []
             for _ in range(_n12):
-                _o15 = _new(ReplicaState)
+                _o15 = ReplicaState.__new__(ReplicaState)
                 (
                     _o15.replica_id,
                     _o15.log_end_offset,
@@ -1485,7 +1492,7 @@ def _r_DescribeQuorumResponse_v1(data: bytes, pos: int) -> tuple[DescribeQuorumR
                 raise DecodeError("array count of observers exceeds the bytes left")
             _a17: list[ReplicaState] = []
             for _ in range(_n16):
-                _o19 = _new(ReplicaState)
+                _o19 = ReplicaState.__new__(ReplicaState)
                 (
                     _o19.replica_id,
                     _o19.log_end_offset,
@@ -1524,7 +1531,7 @@ def _r_DescribeQuorumResponse_v1(data: bytes, pos: int) -> tuple[DescribeQuorumR
 
 def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeQuorumResponse)
+    _o1 = DescribeQuorumResponse.__new__(DescribeQuorumResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1557,7 +1564,7 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[DescribeQuorumResponseTopicData] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeQuorumResponseTopicData)
+        _o7 = DescribeQuorumResponseTopicData.__new__(DescribeQuorumResponseTopicData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1585,7 +1592,7 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[DescribeQuorumResponsePartitionData] = []
         for _ in range(_n10):
-            _o13 = _new(DescribeQuorumResponsePartitionData)
+            _o13 = DescribeQuorumResponsePartitionData.__new__(DescribeQuorumResponsePartitionData)
             _o13.partition_index, _o13.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n14 = data[pos]
@@ -1620,7 +1627,7 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
                 raise DecodeError("array count of current_voters exceeds the bytes left")
             _a17: list[ReplicaState] = []
             for _ in range(_n16):
-                _o19 = _new(ReplicaState)
+                _o19 = ReplicaState.__new__(ReplicaState)
                 (
                     _o19.replica_id,
                     _s18_replica_directory_id_raw,
@@ -1648,7 +1655,7 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
                 raise DecodeError("array count of observers exceeds the bytes left")
             _a21: list[ReplicaState] = []
             for _ in range(_n20):
-                _o23 = _new(ReplicaState)
+                _o23 = ReplicaState.__new__(ReplicaState)
                 (
                     _o23.replica_id,
                     _s22_replica_directory_id_raw,
@@ -1688,7 +1695,7 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
         raise DecodeError("array count of nodes exceeds the bytes left")
     _a25: list[Node] = []
     for _ in range(_n24):
-        _o27 = _new(Node)
+        _o27 = Node.__new__(Node)
         (_o27.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n28 = data[pos]
@@ -1703,7 +1710,7 @@ def _r_DescribeQuorumResponse_v2(data: bytes, pos: int) -> tuple[DescribeQuorumR
             raise DecodeError("array count of listeners exceeds the bytes left")
         _a29: list[Listener] = []
         for _ in range(_n28):
-            _o31 = _new(Listener)
+            _o31 = Listener.__new__(Listener)
             _n32 = data[pos]
             if _n32 < 128:
                 pos += 1

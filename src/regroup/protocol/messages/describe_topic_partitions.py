@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -45,11 +43,12 @@ class TopicRequest(Struct):
 
     name: str = ""
 
-    NAME: ClassVar[str] = "TopicRequest"
-    SPEC_NAME: ClassVar[str] = "TopicRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicRequest.NAME = "TopicRequest"
+TopicRequest.SPEC_NAME = "TopicRequest"
+TopicRequest.MIN_VERSION = 0
+TopicRequest.MAX_VERSION = 0
+TopicRequest.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -64,11 +63,12 @@ class DescribeTopicPartitionsRequestCursor(Struct):
     topic_name: str = ""
     partition_index: int = 0
 
-    NAME: ClassVar[str] = "DescribeTopicPartitionsRequestCursor"
-    SPEC_NAME: ClassVar[str] = "Cursor"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeTopicPartitionsRequestCursor.NAME = "DescribeTopicPartitionsRequestCursor"
+DescribeTopicPartitionsRequestCursor.SPEC_NAME = "Cursor"
+DescribeTopicPartitionsRequestCursor.MIN_VERSION = 0
+DescribeTopicPartitionsRequestCursor.MAX_VERSION = 0
+DescribeTopicPartitionsRequestCursor.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -85,14 +85,15 @@ class DescribeTopicPartitionsRequest(Message):
     response_partition_limit: int = 2000
     cursor: DescribeTopicPartitionsRequestCursor | None = None
 
-    NAME: ClassVar[str] = "DescribeTopicPartitionsRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeTopicPartitionsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 75
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeTopicPartitionsRequest.NAME = "DescribeTopicPartitionsRequest"
+DescribeTopicPartitionsRequest.SPEC_NAME = "DescribeTopicPartitionsRequest"
+DescribeTopicPartitionsRequest.MIN_VERSION = 0
+DescribeTopicPartitionsRequest.MAX_VERSION = 0
+DescribeTopicPartitionsRequest.FLEXIBLE_MIN_VERSION = 0
+DescribeTopicPartitionsRequest.API_KEY = 75
+DescribeTopicPartitionsRequest.DEPRECATED_VERSIONS = None
+DescribeTopicPartitionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -121,11 +122,12 @@ class DescribeTopicPartitionsResponsePartition(Struct):
     last_known_elr: list[int] | None = None
     offline_replicas: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeTopicPartitionsResponsePartition"
-    SPEC_NAME: ClassVar[str] = "DescribeTopicPartitionsResponsePartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeTopicPartitionsResponsePartition.NAME = "DescribeTopicPartitionsResponsePartition"
+DescribeTopicPartitionsResponsePartition.SPEC_NAME = "DescribeTopicPartitionsResponsePartition"
+DescribeTopicPartitionsResponsePartition.MIN_VERSION = 0
+DescribeTopicPartitionsResponsePartition.MAX_VERSION = 0
+DescribeTopicPartitionsResponsePartition.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -149,11 +151,12 @@ class DescribeTopicPartitionsResponseTopic(Struct):
     partitions: list[DescribeTopicPartitionsResponsePartition] = field(default_factory=list)
     topic_authorized_operations: int = -2147483648
 
-    NAME: ClassVar[str] = "DescribeTopicPartitionsResponseTopic"
-    SPEC_NAME: ClassVar[str] = "DescribeTopicPartitionsResponseTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeTopicPartitionsResponseTopic.NAME = "DescribeTopicPartitionsResponseTopic"
+DescribeTopicPartitionsResponseTopic.SPEC_NAME = "DescribeTopicPartitionsResponseTopic"
+DescribeTopicPartitionsResponseTopic.MIN_VERSION = 0
+DescribeTopicPartitionsResponseTopic.MAX_VERSION = 0
+DescribeTopicPartitionsResponseTopic.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -168,11 +171,12 @@ class DescribeTopicPartitionsResponseCursor(Struct):
     topic_name: str = ""
     partition_index: int = 0
 
-    NAME: ClassVar[str] = "DescribeTopicPartitionsResponseCursor"
-    SPEC_NAME: ClassVar[str] = "Cursor"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeTopicPartitionsResponseCursor.NAME = "DescribeTopicPartitionsResponseCursor"
+DescribeTopicPartitionsResponseCursor.SPEC_NAME = "Cursor"
+DescribeTopicPartitionsResponseCursor.MIN_VERSION = 0
+DescribeTopicPartitionsResponseCursor.MAX_VERSION = 0
+DescribeTopicPartitionsResponseCursor.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -190,14 +194,15 @@ class DescribeTopicPartitionsResponse(Message):
     topics: list[DescribeTopicPartitionsResponseTopic] = field(default_factory=list)
     next_cursor: DescribeTopicPartitionsResponseCursor | None = None
 
-    NAME: ClassVar[str] = "DescribeTopicPartitionsResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeTopicPartitionsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 75
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeTopicPartitionsResponse.NAME = "DescribeTopicPartitionsResponse"
+DescribeTopicPartitionsResponse.SPEC_NAME = "DescribeTopicPartitionsResponse"
+DescribeTopicPartitionsResponse.MIN_VERSION = 0
+DescribeTopicPartitionsResponse.MAX_VERSION = 0
+DescribeTopicPartitionsResponse.FLEXIBLE_MIN_VERSION = 0
+DescribeTopicPartitionsResponse.API_KEY = 75
+DescribeTopicPartitionsResponse.DEPRECATED_VERSIONS = None
+DescribeTopicPartitionsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -214,7 +219,7 @@ def _w_TopicRequest_v0(buf: bytearray, o: TopicRequest) -> None:
 
 def _r_TopicRequest_v0(data: bytes, pos: int) -> tuple[TopicRequest, int]:
     _len = len(data)
-    _o1 = _new(TopicRequest)
+    _o1 = TopicRequest.__new__(TopicRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -253,7 +258,7 @@ def _r_DescribeTopicPartitionsRequestCursor_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsRequestCursor, int]:
     _len = len(data)
-    _o1 = _new(DescribeTopicPartitionsRequestCursor)
+    _o1 = DescribeTopicPartitionsRequestCursor.__new__(DescribeTopicPartitionsRequestCursor)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -294,7 +299,7 @@ def _w_DescribeTopicPartitionsRequest_v0(buf: bytearray, o: DescribeTopicPartiti
 
 def _r_DescribeTopicPartitionsRequest_v0(data: bytes, pos: int) -> tuple[DescribeTopicPartitionsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeTopicPartitionsRequest)
+    _o1 = DescribeTopicPartitionsRequest.__new__(DescribeTopicPartitionsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -307,7 +312,7 @@ def _r_DescribeTopicPartitionsRequest_v0(data: bytes, pos: int) -> tuple[Describ
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[TopicRequest] = []
     for _ in range(_n2):
-        _o5 = _new(TopicRequest)
+        _o5 = TopicRequest.__new__(TopicRequest)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -336,7 +341,7 @@ def _r_DescribeTopicPartitionsRequest_v0(data: bytes, pos: int) -> tuple[Describ
     if _m8 < 0:
         _o1.cursor = None
     else:
-        _o10 = _new(DescribeTopicPartitionsRequestCursor)
+        _o10 = DescribeTopicPartitionsRequestCursor.__new__(DescribeTopicPartitionsRequestCursor)
         _n11 = data[pos]
         if _n11 < 128:
             pos += 1
@@ -398,7 +403,7 @@ def _r_DescribeTopicPartitionsResponsePartition_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(DescribeTopicPartitionsResponsePartition)
+    _o1 = DescribeTopicPartitionsResponsePartition.__new__(DescribeTopicPartitionsResponsePartition)
     _o1.error_code, _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_hiii.unpack_from(data, pos)
     pos += 14
     _n2 = data[pos]
@@ -501,7 +506,7 @@ def _r_DescribeTopicPartitionsResponseTopic_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(DescribeTopicPartitionsResponseTopic)
+    _o1 = DescribeTopicPartitionsResponseTopic.__new__(DescribeTopicPartitionsResponseTopic)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -537,7 +542,7 @@ def _r_DescribeTopicPartitionsResponseTopic_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[DescribeTopicPartitionsResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeTopicPartitionsResponsePartition)
+        _o7 = DescribeTopicPartitionsResponsePartition.__new__(DescribeTopicPartitionsResponsePartition)
         _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
         _n8 = data[pos]
@@ -637,7 +642,7 @@ def _r_DescribeTopicPartitionsResponseCursor_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsResponseCursor, int]:
     _len = len(data)
-    _o1 = _new(DescribeTopicPartitionsResponseCursor)
+    _o1 = DescribeTopicPartitionsResponseCursor.__new__(DescribeTopicPartitionsResponseCursor)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -680,7 +685,7 @@ def _r_DescribeTopicPartitionsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeTopicPartitionsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeTopicPartitionsResponse)
+    _o1 = DescribeTopicPartitionsResponse.__new__(DescribeTopicPartitionsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -695,7 +700,7 @@ def _r_DescribeTopicPartitionsResponse_v0(
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[DescribeTopicPartitionsResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(DescribeTopicPartitionsResponseTopic)
+        _o5 = DescribeTopicPartitionsResponseTopic.__new__(DescribeTopicPartitionsResponseTopic)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -731,7 +736,7 @@ def _r_DescribeTopicPartitionsResponse_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[DescribeTopicPartitionsResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(DescribeTopicPartitionsResponsePartition)
+            _o11 = DescribeTopicPartitionsResponsePartition.__new__(DescribeTopicPartitionsResponsePartition)
             _o11.error_code, _o11.partition_index, _o11.leader_id, _o11.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
@@ -821,7 +826,7 @@ def _r_DescribeTopicPartitionsResponse_v0(
     if _m17 < 0:
         _o1.next_cursor = None
     else:
-        _o19 = _new(DescribeTopicPartitionsResponseCursor)
+        _o19 = DescribeTopicPartitionsResponseCursor.__new__(DescribeTopicPartitionsResponseCursor)
         _n20 = data[pos]
         if _n20 < 128:
             pos += 1

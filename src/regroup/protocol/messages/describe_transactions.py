@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -45,14 +43,15 @@ class DescribeTransactionsRequest(Message):
 
     transactional_ids: list[str] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeTransactionsRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeTransactionsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 65
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeTransactionsRequest.NAME = "DescribeTransactionsRequest"
+DescribeTransactionsRequest.SPEC_NAME = "DescribeTransactionsRequest"
+DescribeTransactionsRequest.MIN_VERSION = 0
+DescribeTransactionsRequest.MAX_VERSION = 0
+DescribeTransactionsRequest.FLEXIBLE_MIN_VERSION = 0
+DescribeTransactionsRequest.API_KEY = 65
+DescribeTransactionsRequest.DEPRECATED_VERSIONS = None
+DescribeTransactionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -67,11 +66,12 @@ class TopicData(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicData.NAME = "TopicData"
+TopicData.SPEC_NAME = "TopicData"
+TopicData.MIN_VERSION = 0
+TopicData.MAX_VERSION = 0
+TopicData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -100,11 +100,12 @@ class TransactionState(Struct):
     producer_epoch: int = 0
     topics: list[TopicData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TransactionState"
-    SPEC_NAME: ClassVar[str] = "TransactionState"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TransactionState.NAME = "TransactionState"
+TransactionState.SPEC_NAME = "TransactionState"
+TransactionState.MIN_VERSION = 0
+TransactionState.MAX_VERSION = 0
+TransactionState.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -120,14 +121,15 @@ class DescribeTransactionsResponse(Message):
     throttle_time_ms: int = 0
     transaction_states: list[TransactionState] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeTransactionsResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeTransactionsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 65
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeTransactionsResponse.NAME = "DescribeTransactionsResponse"
+DescribeTransactionsResponse.SPEC_NAME = "DescribeTransactionsResponse"
+DescribeTransactionsResponse.MIN_VERSION = 0
+DescribeTransactionsResponse.MAX_VERSION = 0
+DescribeTransactionsResponse.FLEXIBLE_MIN_VERSION = 0
+DescribeTransactionsResponse.API_KEY = 65
+DescribeTransactionsResponse.DEPRECATED_VERSIONS = None
+DescribeTransactionsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -147,7 +149,7 @@ def _w_DescribeTransactionsRequest_v0(buf: bytearray, o: DescribeTransactionsReq
 
 def _r_DescribeTransactionsRequest_v0(data: bytes, pos: int) -> tuple[DescribeTransactionsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeTransactionsRequest)
+    _o1 = DescribeTransactionsRequest.__new__(DescribeTransactionsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -198,7 +200,7 @@ def _w_TopicData_v0(buf: bytearray, o: TopicData) -> None:
 
 def _r_TopicData_v0(data: bytes, pos: int) -> tuple[TopicData, int]:
     _len = len(data)
-    _o1 = _new(TopicData)
+    _o1 = TopicData.__new__(TopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -257,7 +259,7 @@ def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
 
 def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int]:
     _len = len(data)
-    _o1 = _new(TransactionState)
+    _o1 = TransactionState.__new__(TransactionState)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -306,7 +308,7 @@ def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a7: list[TopicData] = []
     for _ in range(_n6):
-        _o9 = _new(TopicData)
+        _o9 = TopicData.__new__(TopicData)
         _n10 = data[pos]
         if _n10 < 128:
             pos += 1
@@ -358,7 +360,7 @@ def _w_DescribeTransactionsResponse_v0(buf: bytearray, o: DescribeTransactionsRe
 
 def _r_DescribeTransactionsResponse_v0(data: bytes, pos: int) -> tuple[DescribeTransactionsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeTransactionsResponse)
+    _o1 = DescribeTransactionsResponse.__new__(DescribeTransactionsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -373,7 +375,7 @@ def _r_DescribeTransactionsResponse_v0(data: bytes, pos: int) -> tuple[DescribeT
         raise DecodeError("array count of transaction_states exceeds the bytes left")
     _a3: list[TransactionState] = []
     for _ in range(_n2):
-        _o5 = _new(TransactionState)
+        _o5 = TransactionState.__new__(TransactionState)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -422,7 +424,7 @@ def _r_DescribeTransactionsResponse_v0(data: bytes, pos: int) -> tuple[DescribeT
             raise DecodeError("array count of topics exceeds the bytes left")
         _a11: list[TopicData] = []
         for _ in range(_n10):
-            _o13 = _new(TopicData)
+            _o13 = TopicData.__new__(TopicData)
             _n14 = data[pos]
             if _n14 < 128:
                 pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -45,11 +43,12 @@ class UserName(Struct):
 
     name: str = ""
 
-    NAME: ClassVar[str] = "UserName"
-    SPEC_NAME: ClassVar[str] = "UserName"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+UserName.NAME = "UserName"
+UserName.SPEC_NAME = "UserName"
+UserName.MIN_VERSION = 0
+UserName.MAX_VERSION = 0
+UserName.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -62,14 +61,15 @@ class DescribeUserScramCredentialsRequest(Message):
 
     users: list[UserName] | None = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeUserScramCredentialsRequest"
-    SPEC_NAME: ClassVar[str] = "DescribeUserScramCredentialsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 50
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeUserScramCredentialsRequest.NAME = "DescribeUserScramCredentialsRequest"
+DescribeUserScramCredentialsRequest.SPEC_NAME = "DescribeUserScramCredentialsRequest"
+DescribeUserScramCredentialsRequest.MIN_VERSION = 0
+DescribeUserScramCredentialsRequest.MAX_VERSION = 0
+DescribeUserScramCredentialsRequest.FLEXIBLE_MIN_VERSION = 0
+DescribeUserScramCredentialsRequest.API_KEY = 50
+DescribeUserScramCredentialsRequest.DEPRECATED_VERSIONS = None
+DescribeUserScramCredentialsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -84,11 +84,12 @@ class CredentialInfo(Struct):
     mechanism: int = 0
     iterations: int = 0
 
-    NAME: ClassVar[str] = "CredentialInfo"
-    SPEC_NAME: ClassVar[str] = "CredentialInfo"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+CredentialInfo.NAME = "CredentialInfo"
+CredentialInfo.SPEC_NAME = "CredentialInfo"
+CredentialInfo.MIN_VERSION = 0
+CredentialInfo.MAX_VERSION = 0
+CredentialInfo.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -108,11 +109,12 @@ class DescribeUserScramCredentialsResult(Struct):
     error_message: str | None = ""
     credential_infos: list[CredentialInfo] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeUserScramCredentialsResult"
-    SPEC_NAME: ClassVar[str] = "DescribeUserScramCredentialsResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribeUserScramCredentialsResult.NAME = "DescribeUserScramCredentialsResult"
+DescribeUserScramCredentialsResult.SPEC_NAME = "DescribeUserScramCredentialsResult"
+DescribeUserScramCredentialsResult.MIN_VERSION = 0
+DescribeUserScramCredentialsResult.MAX_VERSION = 0
+DescribeUserScramCredentialsResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -133,14 +135,15 @@ class DescribeUserScramCredentialsResponse(Message):
     error_message: str | None = ""
     results: list[DescribeUserScramCredentialsResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "DescribeUserScramCredentialsResponse"
-    SPEC_NAME: ClassVar[str] = "DescribeUserScramCredentialsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 50
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+DescribeUserScramCredentialsResponse.NAME = "DescribeUserScramCredentialsResponse"
+DescribeUserScramCredentialsResponse.SPEC_NAME = "DescribeUserScramCredentialsResponse"
+DescribeUserScramCredentialsResponse.MIN_VERSION = 0
+DescribeUserScramCredentialsResponse.MAX_VERSION = 0
+DescribeUserScramCredentialsResponse.FLEXIBLE_MIN_VERSION = 0
+DescribeUserScramCredentialsResponse.API_KEY = 50
+DescribeUserScramCredentialsResponse.DEPRECATED_VERSIONS = None
+DescribeUserScramCredentialsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -157,7 +160,7 @@ def _w_UserName_v0(buf: bytearray, o: UserName) -> None:
 
 def _r_UserName_v0(data: bytes, pos: int) -> tuple[UserName, int]:
     _len = len(data)
-    _o1 = _new(UserName)
+    _o1 = UserName.__new__(UserName)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -195,7 +198,7 @@ def _r_DescribeUserScramCredentialsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeUserScramCredentialsRequest, int]:
     _len = len(data)
-    _o1 = _new(DescribeUserScramCredentialsRequest)
+    _o1 = DescribeUserScramCredentialsRequest.__new__(DescribeUserScramCredentialsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -211,7 +214,7 @@ def _r_DescribeUserScramCredentialsRequest_v0(
     else:
         _a3: list[UserName] = []
         for _ in range(_n2):
-            _o5 = _new(UserName)
+            _o5 = UserName.__new__(UserName)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -247,7 +250,7 @@ def _w_CredentialInfo_v0(buf: bytearray, o: CredentialInfo) -> None:
 
 def _r_CredentialInfo_v0(data: bytes, pos: int) -> tuple[CredentialInfo, int]:
     _len = len(data)
-    _o1 = _new(CredentialInfo)
+    _o1 = CredentialInfo.__new__(CredentialInfo)
     _o1.mechanism, _o1.iterations = _S_bi.unpack_from(data, pos)
     pos += 5
     if data[pos]:
@@ -283,7 +286,7 @@ def _r_DescribeUserScramCredentialsResult_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeUserScramCredentialsResult, int]:
     _len = len(data)
-    _o1 = _new(DescribeUserScramCredentialsResult)
+    _o1 = DescribeUserScramCredentialsResult.__new__(DescribeUserScramCredentialsResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -331,7 +334,7 @@ def _r_DescribeUserScramCredentialsResult_v0(
         raise DecodeError("array count of credential_infos exceeds the bytes left")
     _a7: list[CredentialInfo] = []
     for _ in range(_n6):
-        _o9 = _new(CredentialInfo)
+        _o9 = CredentialInfo.__new__(CredentialInfo)
         _o9.mechanism, _o9.iterations = _S_bi.unpack_from(data, pos)
         pos += 5
         if data[pos]:
@@ -370,7 +373,7 @@ def _r_DescribeUserScramCredentialsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[DescribeUserScramCredentialsResponse, int]:
     _len = len(data)
-    _o1 = _new(DescribeUserScramCredentialsResponse)
+    _o1 = DescribeUserScramCredentialsResponse.__new__(DescribeUserScramCredentialsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -403,7 +406,7 @@ def _r_DescribeUserScramCredentialsResponse_v0(
         raise DecodeError("array count of results exceeds the bytes left")
     _a5: list[DescribeUserScramCredentialsResult] = []
     for _ in range(_n4):
-        _o7 = _new(DescribeUserScramCredentialsResult)
+        _o7 = DescribeUserScramCredentialsResult.__new__(DescribeUserScramCredentialsResult)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -451,7 +454,7 @@ def _r_DescribeUserScramCredentialsResponse_v0(
             raise DecodeError("array count of credential_infos exceeds the bytes left")
         _a13: list[CredentialInfo] = []
         for _ in range(_n12):
-            _o15 = _new(CredentialInfo)
+            _o15 = CredentialInfo.__new__(CredentialInfo)
             _o15.mechanism, _o15.iterations = _S_bi.unpack_from(data, pos)
             pos += 5
             if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -46,11 +44,12 @@ class TopicPartitions(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicPartitions"
-    SPEC_NAME: ClassVar[str] = "TopicPartitions"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+TopicPartitions.NAME = "TopicPartitions"
+TopicPartitions.SPEC_NAME = "TopicPartitions"
+TopicPartitions.MIN_VERSION = 0
+TopicPartitions.MAX_VERSION = 2
+TopicPartitions.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -72,14 +71,15 @@ class ElectLeadersRequest(Message):
     topic_partitions: list[TopicPartitions] | None = field(default_factory=list)
     timeout_ms: int = 60000
 
-    NAME: ClassVar[str] = "ElectLeadersRequest"
-    SPEC_NAME: ClassVar[str] = "ElectLeadersRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 43
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ElectLeadersRequest.NAME = "ElectLeadersRequest"
+ElectLeadersRequest.SPEC_NAME = "ElectLeadersRequest"
+ElectLeadersRequest.MIN_VERSION = 0
+ElectLeadersRequest.MAX_VERSION = 2
+ElectLeadersRequest.FLEXIBLE_MIN_VERSION = 2
+ElectLeadersRequest.API_KEY = 43
+ElectLeadersRequest.DEPRECATED_VERSIONS = None
+ElectLeadersRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -96,11 +96,12 @@ class PartitionResult(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "PartitionResult"
-    SPEC_NAME: ClassVar[str] = "PartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+PartitionResult.NAME = "PartitionResult"
+PartitionResult.SPEC_NAME = "PartitionResult"
+PartitionResult.MIN_VERSION = 0
+PartitionResult.MAX_VERSION = 2
+PartitionResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -115,11 +116,12 @@ class ReplicaElectionResult(Struct):
     topic: str = ""
     partition_result: list[PartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReplicaElectionResult"
-    SPEC_NAME: ClassVar[str] = "ReplicaElectionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+ReplicaElectionResult.NAME = "ReplicaElectionResult"
+ReplicaElectionResult.SPEC_NAME = "ReplicaElectionResult"
+ReplicaElectionResult.MIN_VERSION = 0
+ReplicaElectionResult.MAX_VERSION = 2
+ReplicaElectionResult.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -142,14 +144,15 @@ class ElectLeadersResponse(Message):
     error_code: int = 0
     replica_election_results: list[ReplicaElectionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ElectLeadersResponse"
-    SPEC_NAME: ClassVar[str] = "ElectLeadersResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 43
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ElectLeadersResponse.NAME = "ElectLeadersResponse"
+ElectLeadersResponse.SPEC_NAME = "ElectLeadersResponse"
+ElectLeadersResponse.MIN_VERSION = 0
+ElectLeadersResponse.MAX_VERSION = 2
+ElectLeadersResponse.FLEXIBLE_MIN_VERSION = 2
+ElectLeadersResponse.API_KEY = 43
+ElectLeadersResponse.DEPRECATED_VERSIONS = None
+ElectLeadersResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -178,7 +181,7 @@ def _w_TopicPartitions_v2(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
-    _o1 = _new(TopicPartitions)
+    _o1 = TopicPartitions.__new__(TopicPartitions)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -201,7 +204,7 @@ def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
 
 def _r_TopicPartitions_v2(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
-    _o1 = _new(TopicPartitions)
+    _o1 = TopicPartitions.__new__(TopicPartitions)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -276,7 +279,7 @@ def _w_ElectLeadersRequest_v2(buf: bytearray, o: ElectLeadersRequest) -> None:
 
 def _r_ElectLeadersRequest_v0(data: bytes, pos: int) -> tuple[ElectLeadersRequest, int]:
     _len = len(data)
-    _o1 = _new(ElectLeadersRequest)
+    _o1 = ElectLeadersRequest.__new__(ElectLeadersRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -288,7 +291,7 @@ def _r_ElectLeadersRequest_v0(data: bytes, pos: int) -> tuple[ElectLeadersReques
     else:
         _a3: list[TopicPartitions] = []
         for _ in range(_n2):
-            _o5 = _new(TopicPartitions)
+            _o5 = TopicPartitions.__new__(TopicPartitions)
             (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n6 < 0:
@@ -316,7 +319,7 @@ def _r_ElectLeadersRequest_v0(data: bytes, pos: int) -> tuple[ElectLeadersReques
 
 def _r_ElectLeadersRequest_v1(data: bytes, pos: int) -> tuple[ElectLeadersRequest, int]:
     _len = len(data)
-    _o1 = _new(ElectLeadersRequest)
+    _o1 = ElectLeadersRequest.__new__(ElectLeadersRequest)
     (_o1.election_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I32.unpack_from(data, pos)
@@ -330,7 +333,7 @@ def _r_ElectLeadersRequest_v1(data: bytes, pos: int) -> tuple[ElectLeadersReques
     else:
         _a3: list[TopicPartitions] = []
         for _ in range(_n2):
-            _o5 = _new(TopicPartitions)
+            _o5 = TopicPartitions.__new__(TopicPartitions)
             (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n6 < 0:
@@ -357,7 +360,7 @@ def _r_ElectLeadersRequest_v1(data: bytes, pos: int) -> tuple[ElectLeadersReques
 
 def _r_ElectLeadersRequest_v2(data: bytes, pos: int) -> tuple[ElectLeadersRequest, int]:
     _len = len(data)
-    _o1 = _new(ElectLeadersRequest)
+    _o1 = ElectLeadersRequest.__new__(ElectLeadersRequest)
     (_o1.election_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     _n2 = data[pos]
@@ -375,7 +378,7 @@ def _r_ElectLeadersRequest_v2(data: bytes, pos: int) -> tuple[ElectLeadersReques
     else:
         _a3: list[TopicPartitions] = []
         for _ in range(_n2):
-            _o5 = _new(TopicPartitions)
+            _o5 = TopicPartitions.__new__(TopicPartitions)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -443,7 +446,7 @@ def _w_PartitionResult_v2(buf: bytearray, o: PartitionResult) -> None:
 
 def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _o1 = _new(PartitionResult)
+    _o1 = PartitionResult.__new__(PartitionResult)
     _o1.partition_id, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I16.unpack_from(data, pos)
@@ -463,7 +466,7 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
 
 def _r_PartitionResult_v2(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _o1 = _new(PartitionResult)
+    _o1 = PartitionResult.__new__(PartitionResult)
     _o1.partition_id, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -516,7 +519,7 @@ def _w_ReplicaElectionResult_v2(buf: bytearray, o: ReplicaElectionResult) -> Non
 
 def _r_ReplicaElectionResult_v0(data: bytes, pos: int) -> tuple[ReplicaElectionResult, int]:
     _len = len(data)
-    _o1 = _new(ReplicaElectionResult)
+    _o1 = ReplicaElectionResult.__new__(ReplicaElectionResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -534,7 +537,7 @@ def _r_ReplicaElectionResult_v0(data: bytes, pos: int) -> tuple[ReplicaElectionR
         raise DecodeError("array count of partition_result exceeds the bytes left")
     _a5: list[PartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionResult)
+        _o7 = PartitionResult.__new__(PartitionResult)
         _o7.partition_id, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         (_n8,) = _I16.unpack_from(data, pos)
@@ -556,7 +559,7 @@ def _r_ReplicaElectionResult_v0(data: bytes, pos: int) -> tuple[ReplicaElectionR
 
 def _r_ReplicaElectionResult_v2(data: bytes, pos: int) -> tuple[ReplicaElectionResult, int]:
     _len = len(data)
-    _o1 = _new(ReplicaElectionResult)
+    _o1 = ReplicaElectionResult.__new__(ReplicaElectionResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -584,7 +587,7 @@ def _r_ReplicaElectionResult_v2(data: bytes, pos: int) -> tuple[ReplicaElectionR
         raise DecodeError("array count of partition_result exceeds the bytes left")
     _a5: list[PartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionResult)
+        _o7 = PartitionResult.__new__(PartitionResult)
         _o7.partition_id, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n8 = data[pos]
@@ -647,7 +650,7 @@ def _w_ElectLeadersResponse_v2(buf: bytearray, o: ElectLeadersResponse) -> None:
 
 def _r_ElectLeadersResponse_v0(data: bytes, pos: int) -> tuple[ElectLeadersResponse, int]:
     _len = len(data)
-    _o1 = _new(ElectLeadersResponse)
+    _o1 = ElectLeadersResponse.__new__(ElectLeadersResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -658,7 +661,7 @@ def _r_ElectLeadersResponse_v0(data: bytes, pos: int) -> tuple[ElectLeadersRespo
         raise DecodeError("array count of replica_election_results exceeds the bytes left")
     _a3: list[ReplicaElectionResult] = []
     for _ in range(_n2):
-        _o5 = _new(ReplicaElectionResult)
+        _o5 = ReplicaElectionResult.__new__(ReplicaElectionResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -676,7 +679,7 @@ def _r_ElectLeadersResponse_v0(data: bytes, pos: int) -> tuple[ElectLeadersRespo
             raise DecodeError("array count of partition_result exceeds the bytes left")
         _a9: list[PartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionResult)
+            _o11 = PartitionResult.__new__(PartitionResult)
             _o11.partition_id, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             (_n12,) = _I16.unpack_from(data, pos)
@@ -701,7 +704,7 @@ def _r_ElectLeadersResponse_v0(data: bytes, pos: int) -> tuple[ElectLeadersRespo
 
 def _r_ElectLeadersResponse_v1(data: bytes, pos: int) -> tuple[ElectLeadersResponse, int]:
     _len = len(data)
-    _o1 = _new(ElectLeadersResponse)
+    _o1 = ElectLeadersResponse.__new__(ElectLeadersResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I32.unpack_from(data, pos)
@@ -712,7 +715,7 @@ def _r_ElectLeadersResponse_v1(data: bytes, pos: int) -> tuple[ElectLeadersRespo
         raise DecodeError("array count of replica_election_results exceeds the bytes left")
     _a3: list[ReplicaElectionResult] = []
     for _ in range(_n2):
-        _o5 = _new(ReplicaElectionResult)
+        _o5 = ReplicaElectionResult.__new__(ReplicaElectionResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -730,7 +733,7 @@ def _r_ElectLeadersResponse_v1(data: bytes, pos: int) -> tuple[ElectLeadersRespo
             raise DecodeError("array count of partition_result exceeds the bytes left")
         _a9: list[PartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionResult)
+            _o11 = PartitionResult.__new__(PartitionResult)
             _o11.partition_id, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             (_n12,) = _I16.unpack_from(data, pos)
@@ -754,7 +757,7 @@ def _r_ElectLeadersResponse_v1(data: bytes, pos: int) -> tuple[ElectLeadersRespo
 
 def _r_ElectLeadersResponse_v2(data: bytes, pos: int) -> tuple[ElectLeadersResponse, int]:
     _len = len(data)
-    _o1 = _new(ElectLeadersResponse)
+    _o1 = ElectLeadersResponse.__new__(ElectLeadersResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -769,7 +772,7 @@ def _r_ElectLeadersResponse_v2(data: bytes, pos: int) -> tuple[ElectLeadersRespo
         raise DecodeError("array count of replica_election_results exceeds the bytes left")
     _a3: list[ReplicaElectionResult] = []
     for _ in range(_n2):
-        _o5 = _new(ReplicaElectionResult)
+        _o5 = ReplicaElectionResult.__new__(ReplicaElectionResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -797,7 +800,7 @@ def _r_ElectLeadersResponse_v2(data: bytes, pos: int) -> tuple[ElectLeadersRespo
             raise DecodeError("array count of partition_result exceeds the bytes left")
         _a9: list[PartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionResult)
+            _o11 = PartitionResult.__new__(PartitionResult)
             _o11.partition_id, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n12 = data[pos]

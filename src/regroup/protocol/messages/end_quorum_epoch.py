@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -50,11 +48,12 @@ class ReplicaInfo(Struct):
     candidate_id: int = 0
     candidate_directory_id: uuid.UUID = ZERO_UUID
 
-    NAME: ClassVar[str] = "ReplicaInfo"
-    SPEC_NAME: ClassVar[str] = "ReplicaInfo"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+ReplicaInfo.NAME = "ReplicaInfo"
+ReplicaInfo.SPEC_NAME = "ReplicaInfo"
+ReplicaInfo.MIN_VERSION = 1
+ReplicaInfo.MAX_VERSION = 1
+ReplicaInfo.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -75,11 +74,12 @@ class EndQuorumEpochRequestPartitionData(Struct):
     preferred_successors: list[int] = field(default_factory=list)
     preferred_candidates: list[ReplicaInfo] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "EndQuorumEpochRequestPartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+EndQuorumEpochRequestPartitionData.NAME = "EndQuorumEpochRequestPartitionData"
+EndQuorumEpochRequestPartitionData.SPEC_NAME = "PartitionData"
+EndQuorumEpochRequestPartitionData.MIN_VERSION = 0
+EndQuorumEpochRequestPartitionData.MAX_VERSION = 1
+EndQuorumEpochRequestPartitionData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -94,11 +94,12 @@ class EndQuorumEpochRequestTopicData(Struct):
     topic_name: str = ""
     partitions: list[EndQuorumEpochRequestPartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "EndQuorumEpochRequestTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+EndQuorumEpochRequestTopicData.NAME = "EndQuorumEpochRequestTopicData"
+EndQuorumEpochRequestTopicData.SPEC_NAME = "TopicData"
+EndQuorumEpochRequestTopicData.MIN_VERSION = 0
+EndQuorumEpochRequestTopicData.MAX_VERSION = 1
+EndQuorumEpochRequestTopicData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -115,11 +116,12 @@ class LeaderEndpoint(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "LeaderEndpoint"
-    SPEC_NAME: ClassVar[str] = "LeaderEndpoint"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+LeaderEndpoint.NAME = "LeaderEndpoint"
+LeaderEndpoint.SPEC_NAME = "LeaderEndpoint"
+LeaderEndpoint.MIN_VERSION = 1
+LeaderEndpoint.MAX_VERSION = 1
+LeaderEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -139,14 +141,15 @@ class EndQuorumEpochRequest(Message):
     topics: list[EndQuorumEpochRequestTopicData] = field(default_factory=list)
     leader_endpoints: list[LeaderEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "EndQuorumEpochRequest"
-    SPEC_NAME: ClassVar[str] = "EndQuorumEpochRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 54
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+EndQuorumEpochRequest.NAME = "EndQuorumEpochRequest"
+EndQuorumEpochRequest.SPEC_NAME = "EndQuorumEpochRequest"
+EndQuorumEpochRequest.MIN_VERSION = 0
+EndQuorumEpochRequest.MAX_VERSION = 1
+EndQuorumEpochRequest.FLEXIBLE_MIN_VERSION = 1
+EndQuorumEpochRequest.API_KEY = 54
+EndQuorumEpochRequest.DEPRECATED_VERSIONS = None
+EndQuorumEpochRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -165,11 +168,12 @@ class EndQuorumEpochResponsePartitionData(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
-    NAME: ClassVar[str] = "EndQuorumEpochResponsePartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+EndQuorumEpochResponsePartitionData.NAME = "EndQuorumEpochResponsePartitionData"
+EndQuorumEpochResponsePartitionData.SPEC_NAME = "PartitionData"
+EndQuorumEpochResponsePartitionData.MIN_VERSION = 0
+EndQuorumEpochResponsePartitionData.MAX_VERSION = 1
+EndQuorumEpochResponsePartitionData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -184,11 +188,12 @@ class EndQuorumEpochResponseTopicData(Struct):
     topic_name: str = ""
     partitions: list[EndQuorumEpochResponsePartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "EndQuorumEpochResponseTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+EndQuorumEpochResponseTopicData.NAME = "EndQuorumEpochResponseTopicData"
+EndQuorumEpochResponseTopicData.SPEC_NAME = "TopicData"
+EndQuorumEpochResponseTopicData.MIN_VERSION = 0
+EndQuorumEpochResponseTopicData.MAX_VERSION = 1
+EndQuorumEpochResponseTopicData.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -205,11 +210,12 @@ class NodeEndpoint(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "NodeEndpoint"
-    SPEC_NAME: ClassVar[str] = "NodeEndpoint"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+NodeEndpoint.NAME = "NodeEndpoint"
+NodeEndpoint.SPEC_NAME = "NodeEndpoint"
+NodeEndpoint.MIN_VERSION = 1
+NodeEndpoint.MAX_VERSION = 1
+NodeEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -228,14 +234,15 @@ class EndQuorumEpochResponse(Message):
     topics: list[EndQuorumEpochResponseTopicData] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "EndQuorumEpochResponse"
-    SPEC_NAME: ClassVar[str] = "EndQuorumEpochResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 54
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+EndQuorumEpochResponse.NAME = "EndQuorumEpochResponse"
+EndQuorumEpochResponse.SPEC_NAME = "EndQuorumEpochResponse"
+EndQuorumEpochResponse.MIN_VERSION = 0
+EndQuorumEpochResponse.MAX_VERSION = 1
+EndQuorumEpochResponse.FLEXIBLE_MIN_VERSION = 1
+EndQuorumEpochResponse.API_KEY = 54
+EndQuorumEpochResponse.DEPRECATED_VERSIONS = None
+EndQuorumEpochResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -248,7 +255,7 @@ def _w_ReplicaInfo_v1(buf: bytearray, o: ReplicaInfo) -> None:
 
 def _r_ReplicaInfo_v1(data: bytes, pos: int) -> tuple[ReplicaInfo, int]:
     _len = len(data)
-    _o1 = _new(ReplicaInfo)
+    _o1 = ReplicaInfo.__new__(ReplicaInfo)
     _o1.candidate_id, _candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
     pos += 20
     _o1.candidate_directory_id = uuid_from_bytes(_candidate_directory_id_raw)
@@ -279,7 +286,7 @@ def _r_EndQuorumEpochRequestPartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochRequestPartitionData)
+    _o1 = EndQuorumEpochRequestPartitionData.__new__(EndQuorumEpochRequestPartitionData)
     _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
     (_n2,) = _I32.unpack_from(data, pos)
@@ -298,7 +305,7 @@ def _r_EndQuorumEpochRequestPartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochRequestPartitionData)
+    _o1 = EndQuorumEpochRequestPartitionData.__new__(EndQuorumEpochRequestPartitionData)
     _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
     _n2 = data[pos]
@@ -313,7 +320,7 @@ def _r_EndQuorumEpochRequestPartitionData_v1(
         raise DecodeError("array count of preferred_candidates exceeds the bytes left")
     _a3: list[ReplicaInfo] = []
     for _ in range(_n2):
-        _o5 = _new(ReplicaInfo)
+        _o5 = ReplicaInfo.__new__(ReplicaInfo)
         _o5.candidate_id, _s4_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
         pos += 20
         _o5.candidate_directory_id = uuid_from_bytes(_s4_candidate_directory_id_raw)
@@ -356,7 +363,7 @@ def _w_EndQuorumEpochRequestTopicData_v1(buf: bytearray, o: EndQuorumEpochReques
 
 def _r_EndQuorumEpochRequestTopicData_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochRequestTopicData)
+    _o1 = EndQuorumEpochRequestTopicData.__new__(EndQuorumEpochRequestTopicData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -374,7 +381,7 @@ def _r_EndQuorumEpochRequestTopicData_v0(data: bytes, pos: int) -> tuple[EndQuor
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[EndQuorumEpochRequestPartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(EndQuorumEpochRequestPartitionData)
+        _o7 = EndQuorumEpochRequestPartitionData.__new__(EndQuorumEpochRequestPartitionData)
         _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
         (_n8,) = _I32.unpack_from(data, pos)
@@ -393,7 +400,7 @@ def _r_EndQuorumEpochRequestTopicData_v0(data: bytes, pos: int) -> tuple[EndQuor
 
 def _r_EndQuorumEpochRequestTopicData_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochRequestTopicData)
+    _o1 = EndQuorumEpochRequestTopicData.__new__(EndQuorumEpochRequestTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -421,7 +428,7 @@ def _r_EndQuorumEpochRequestTopicData_v1(data: bytes, pos: int) -> tuple[EndQuor
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[EndQuorumEpochRequestPartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(EndQuorumEpochRequestPartitionData)
+        _o7 = EndQuorumEpochRequestPartitionData.__new__(EndQuorumEpochRequestPartitionData)
         _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
         _n8 = data[pos]
@@ -436,7 +443,7 @@ def _r_EndQuorumEpochRequestTopicData_v1(data: bytes, pos: int) -> tuple[EndQuor
             raise DecodeError("array count of preferred_candidates exceeds the bytes left")
         _a9: list[ReplicaInfo] = []
         for _ in range(_n8):
-            _o11 = _new(ReplicaInfo)
+            _o11 = ReplicaInfo.__new__(ReplicaInfo)
             _o11.candidate_id, _s10_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
             pos += 20
             _o11.candidate_directory_id = uuid_from_bytes(_s10_candidate_directory_id_raw)
@@ -477,7 +484,7 @@ def _w_LeaderEndpoint_v1(buf: bytearray, o: LeaderEndpoint) -> None:
 
 def _r_LeaderEndpoint_v1(data: bytes, pos: int) -> tuple[LeaderEndpoint, int]:
     _len = len(data)
-    _o1 = _new(LeaderEndpoint)
+    _o1 = LeaderEndpoint.__new__(LeaderEndpoint)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -552,7 +559,7 @@ def _w_EndQuorumEpochRequest_v1(buf: bytearray, o: EndQuorumEpochRequest) -> Non
 
 def _r_EndQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochRequest, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochRequest)
+    _o1 = EndQuorumEpochRequest.__new__(EndQuorumEpochRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -573,7 +580,7 @@ def _r_EndQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[EndQuorumEpochRequestTopicData] = []
     for _ in range(_n4):
-        _o7 = _new(EndQuorumEpochRequestTopicData)
+        _o7 = EndQuorumEpochRequestTopicData.__new__(EndQuorumEpochRequestTopicData)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -591,7 +598,7 @@ def _r_EndQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[EndQuorumEpochRequestPartitionData] = []
         for _ in range(_n10):
-            _o13 = _new(EndQuorumEpochRequestPartitionData)
+            _o13 = EndQuorumEpochRequestPartitionData.__new__(EndQuorumEpochRequestPartitionData)
             _o13.partition_index, _o13.leader_id, _o13.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
             (_n14,) = _I32.unpack_from(data, pos)
@@ -613,7 +620,7 @@ def _r_EndQuorumEpochRequest_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
 
 def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRequest, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochRequest)
+    _o1 = EndQuorumEpochRequest.__new__(EndQuorumEpochRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -644,7 +651,7 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[EndQuorumEpochRequestTopicData] = []
     for _ in range(_n4):
-        _o7 = _new(EndQuorumEpochRequestTopicData)
+        _o7 = EndQuorumEpochRequestTopicData.__new__(EndQuorumEpochRequestTopicData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -672,7 +679,7 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[EndQuorumEpochRequestPartitionData] = []
         for _ in range(_n10):
-            _o13 = _new(EndQuorumEpochRequestPartitionData)
+            _o13 = EndQuorumEpochRequestPartitionData.__new__(EndQuorumEpochRequestPartitionData)
             _o13.partition_index, _o13.leader_id, _o13.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
             _n14 = data[pos]
@@ -687,7 +694,7 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
                 raise DecodeError("array count of preferred_candidates exceeds the bytes left")
             _a15: list[ReplicaInfo] = []
             for _ in range(_n14):
-                _o17 = _new(ReplicaInfo)
+                _o17 = ReplicaInfo.__new__(ReplicaInfo)
                 _o17.candidate_id, _s16_candidate_directory_id_raw = _S_i16s.unpack_from(data, pos)
                 pos += 20
                 _o17.candidate_directory_id = uuid_from_bytes(_s16_candidate_directory_id_raw)
@@ -722,7 +729,7 @@ def _r_EndQuorumEpochRequest_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochRe
         raise DecodeError("array count of leader_endpoints exceeds the bytes left")
     _a19: list[LeaderEndpoint] = []
     for _ in range(_n18):
-        _o21 = _new(LeaderEndpoint)
+        _o21 = LeaderEndpoint.__new__(LeaderEndpoint)
         _n22 = data[pos]
         if _n22 < 128:
             pos += 1
@@ -781,7 +788,7 @@ def _r_EndQuorumEpochResponsePartitionData_v0(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochResponsePartitionData)
+    _o1 = EndQuorumEpochResponsePartitionData.__new__(EndQuorumEpochResponsePartitionData)
     _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
     return _o1, pos
@@ -791,7 +798,7 @@ def _r_EndQuorumEpochResponsePartitionData_v1(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochResponsePartitionData)
+    _o1 = EndQuorumEpochResponsePartitionData.__new__(EndQuorumEpochResponsePartitionData)
     _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch = _S_ihii.unpack_from(data, pos)
     pos += 14
     if data[pos]:
@@ -828,7 +835,7 @@ def _r_EndQuorumEpochResponseTopicData_v0(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochResponseTopicData)
+    _o1 = EndQuorumEpochResponseTopicData.__new__(EndQuorumEpochResponseTopicData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -846,7 +853,7 @@ def _r_EndQuorumEpochResponseTopicData_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[EndQuorumEpochResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(EndQuorumEpochResponsePartitionData)
+        _o7 = EndQuorumEpochResponsePartitionData.__new__(EndQuorumEpochResponsePartitionData)
         _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         _a5.append(_o7)
@@ -858,7 +865,7 @@ def _r_EndQuorumEpochResponseTopicData_v1(
     data: bytes, pos: int
 ) -> tuple[EndQuorumEpochResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochResponseTopicData)
+    _o1 = EndQuorumEpochResponseTopicData.__new__(EndQuorumEpochResponseTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -886,7 +893,7 @@ def _r_EndQuorumEpochResponseTopicData_v1(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[EndQuorumEpochResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(EndQuorumEpochResponsePartitionData)
+        _o7 = EndQuorumEpochResponsePartitionData.__new__(EndQuorumEpochResponsePartitionData)
         _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch = _S_ihii.unpack_from(data, pos)
         pos += 14
         if data[pos]:
@@ -915,7 +922,7 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    _o1 = _new(NodeEndpoint)
+    _o1 = NodeEndpoint.__new__(NodeEndpoint)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -975,7 +982,7 @@ def _w_EndQuorumEpochResponse_v1(buf: bytearray, o: EndQuorumEpochResponse) -> N
 
 def _r_EndQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochResponse, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochResponse)
+    _o1 = EndQuorumEpochResponse.__new__(EndQuorumEpochResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -986,7 +993,7 @@ def _r_EndQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[EndQuorumEpochResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(EndQuorumEpochResponseTopicData)
+        _o5 = EndQuorumEpochResponseTopicData.__new__(EndQuorumEpochResponseTopicData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1004,7 +1011,7 @@ def _r_EndQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[EndQuorumEpochResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(EndQuorumEpochResponsePartitionData)
+            _o11 = EndQuorumEpochResponsePartitionData.__new__(EndQuorumEpochResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
@@ -1019,7 +1026,7 @@ def _r_EndQuorumEpochResponse_v0(data: bytes, pos: int) -> tuple[EndQuorumEpochR
 
 def _r_EndQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochResponse, int]:
     _len = len(data)
-    _o1 = _new(EndQuorumEpochResponse)
+    _o1 = EndQuorumEpochResponse.__new__(EndQuorumEpochResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1034,7 +1041,7 @@ def _r_EndQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochR
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[EndQuorumEpochResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(EndQuorumEpochResponseTopicData)
+        _o5 = EndQuorumEpochResponseTopicData.__new__(EndQuorumEpochResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1062,7 +1069,7 @@ def _r_EndQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochR
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[EndQuorumEpochResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(EndQuorumEpochResponsePartitionData)
+            _o11 = EndQuorumEpochResponsePartitionData.__new__(EndQuorumEpochResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch = _S_ihii.unpack_from(
                 data, pos
             )
@@ -1100,7 +1107,7 @@ def _r_EndQuorumEpochResponse_v1(data: bytes, pos: int) -> tuple[EndQuorumEpochR
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
             _a16: list[NodeEndpoint] = []
             for _ in range(_n15):
-                _o18 = _new(NodeEndpoint)
+                _o18 = NodeEndpoint.__new__(NodeEndpoint)
                 (_o18.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 _n19 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -60,14 +58,15 @@ class EndTxnRequest(Message):
     producer_epoch: int = 0
     committed: bool = False
 
-    NAME: ClassVar[str] = "EndTxnRequest"
-    SPEC_NAME: ClassVar[str] = "EndTxnRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 26
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+EndTxnRequest.NAME = "EndTxnRequest"
+EndTxnRequest.SPEC_NAME = "EndTxnRequest"
+EndTxnRequest.MIN_VERSION = 0
+EndTxnRequest.MAX_VERSION = 5
+EndTxnRequest.FLEXIBLE_MIN_VERSION = 3
+EndTxnRequest.API_KEY = 26
+EndTxnRequest.DEPRECATED_VERSIONS = None
+EndTxnRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -97,14 +96,15 @@ class EndTxnResponse(Message):
     producer_id: int = -1
     producer_epoch: int = -1
 
-    NAME: ClassVar[str] = "EndTxnResponse"
-    SPEC_NAME: ClassVar[str] = "EndTxnResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 26
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+EndTxnResponse.NAME = "EndTxnResponse"
+EndTxnResponse.SPEC_NAME = "EndTxnResponse"
+EndTxnResponse.MIN_VERSION = 0
+EndTxnResponse.MAX_VERSION = 5
+EndTxnResponse.FLEXIBLE_MIN_VERSION = 3
+EndTxnResponse.API_KEY = 26
+EndTxnResponse.DEPRECATED_VERSIONS = None
+EndTxnResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -133,7 +133,7 @@ def _w_EndTxnRequest_v3(buf: bytearray, o: EndTxnRequest) -> None:
 
 def _r_EndTxnRequest_v0(data: bytes, pos: int) -> tuple[EndTxnRequest, int]:
     _len = len(data)
-    _o1 = _new(EndTxnRequest)
+    _o1 = EndTxnRequest.__new__(EndTxnRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -150,7 +150,7 @@ def _r_EndTxnRequest_v0(data: bytes, pos: int) -> tuple[EndTxnRequest, int]:
 
 def _r_EndTxnRequest_v3(data: bytes, pos: int) -> tuple[EndTxnRequest, int]:
     _len = len(data)
-    _o1 = _new(EndTxnRequest)
+    _o1 = EndTxnRequest.__new__(EndTxnRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -191,7 +191,7 @@ def _w_EndTxnResponse_v5(buf: bytearray, o: EndTxnResponse) -> None:
 
 def _r_EndTxnResponse_v0(data: bytes, pos: int) -> tuple[EndTxnResponse, int]:
     _len = len(data)
-    _o1 = _new(EndTxnResponse)
+    _o1 = EndTxnResponse.__new__(EndTxnResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _o1.producer_id = -1
@@ -201,7 +201,7 @@ def _r_EndTxnResponse_v0(data: bytes, pos: int) -> tuple[EndTxnResponse, int]:
 
 def _r_EndTxnResponse_v3(data: bytes, pos: int) -> tuple[EndTxnResponse, int]:
     _len = len(data)
-    _o1 = _new(EndTxnResponse)
+    _o1 = EndTxnResponse.__new__(EndTxnResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _o1.producer_id = -1
@@ -215,7 +215,7 @@ def _r_EndTxnResponse_v3(data: bytes, pos: int) -> tuple[EndTxnResponse, int]:
 
 def _r_EndTxnResponse_v5(data: bytes, pos: int) -> tuple[EndTxnResponse, int]:
     _len = len(data)
-    _o1 = _new(EndTxnResponse)
+    _o1 = EndTxnResponse.__new__(EndTxnResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.producer_id, _o1.producer_epoch = _S_ihqh.unpack_from(data, pos)
     pos += 16
     if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -49,14 +47,15 @@ class EnvelopeRequest(Message):
     request_principal: bytes | None = b""
     client_host_address: bytes = b""
 
-    NAME: ClassVar[str] = "EnvelopeRequest"
-    SPEC_NAME: ClassVar[str] = "EnvelopeRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 58
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+EnvelopeRequest.NAME = "EnvelopeRequest"
+EnvelopeRequest.SPEC_NAME = "EnvelopeRequest"
+EnvelopeRequest.MIN_VERSION = 0
+EnvelopeRequest.MAX_VERSION = 0
+EnvelopeRequest.FLEXIBLE_MIN_VERSION = 0
+EnvelopeRequest.API_KEY = 58
+EnvelopeRequest.DEPRECATED_VERSIONS = None
+EnvelopeRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -73,14 +72,15 @@ class EnvelopeResponse(Message):
     response_data: bytes | None = None
     error_code: int = 0
 
-    NAME: ClassVar[str] = "EnvelopeResponse"
-    SPEC_NAME: ClassVar[str] = "EnvelopeResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 58
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+EnvelopeResponse.NAME = "EnvelopeResponse"
+EnvelopeResponse.SPEC_NAME = "EnvelopeResponse"
+EnvelopeResponse.MIN_VERSION = 0
+EnvelopeResponse.MAX_VERSION = 0
+EnvelopeResponse.FLEXIBLE_MIN_VERSION = 0
+EnvelopeResponse.API_KEY = 58
+EnvelopeResponse.DEPRECATED_VERSIONS = None
+EnvelopeResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -101,7 +101,7 @@ def _w_EnvelopeRequest_v0(buf: bytearray, o: EnvelopeRequest) -> None:
 
 def _r_EnvelopeRequest_v0(data: bytes, pos: int) -> tuple[EnvelopeRequest, int]:
     _len = len(data)
-    _o1 = _new(EnvelopeRequest)
+    _o1 = EnvelopeRequest.__new__(EnvelopeRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -163,7 +163,7 @@ def _w_EnvelopeResponse_v0(buf: bytearray, o: EnvelopeResponse) -> None:
 
 def _r_EnvelopeResponse_v0(data: bytes, pos: int) -> tuple[EnvelopeResponse, int]:
     _len = len(data)
-    _o1 = _new(EnvelopeResponse)
+    _o1 = EnvelopeResponse.__new__(EnvelopeResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1

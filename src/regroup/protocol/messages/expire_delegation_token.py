@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,14 +46,15 @@ class ExpireDelegationTokenRequest(Message):
     hmac: bytes = b""
     expiry_time_period_ms: int = 0
 
-    NAME: ClassVar[str] = "ExpireDelegationTokenRequest"
-    SPEC_NAME: ClassVar[str] = "ExpireDelegationTokenRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 40
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ExpireDelegationTokenRequest.NAME = "ExpireDelegationTokenRequest"
+ExpireDelegationTokenRequest.SPEC_NAME = "ExpireDelegationTokenRequest"
+ExpireDelegationTokenRequest.MIN_VERSION = 0
+ExpireDelegationTokenRequest.MAX_VERSION = 2
+ExpireDelegationTokenRequest.FLEXIBLE_MIN_VERSION = 2
+ExpireDelegationTokenRequest.API_KEY = 40
+ExpireDelegationTokenRequest.DEPRECATED_VERSIONS = (0, 0)
+ExpireDelegationTokenRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -76,14 +75,15 @@ class ExpireDelegationTokenResponse(Message):
     expiry_timestamp_ms: int = 0
     throttle_time_ms: int = 0
 
-    NAME: ClassVar[str] = "ExpireDelegationTokenResponse"
-    SPEC_NAME: ClassVar[str] = "ExpireDelegationTokenResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 40
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ExpireDelegationTokenResponse.NAME = "ExpireDelegationTokenResponse"
+ExpireDelegationTokenResponse.SPEC_NAME = "ExpireDelegationTokenResponse"
+ExpireDelegationTokenResponse.MIN_VERSION = 0
+ExpireDelegationTokenResponse.MAX_VERSION = 2
+ExpireDelegationTokenResponse.FLEXIBLE_MIN_VERSION = 2
+ExpireDelegationTokenResponse.API_KEY = 40
+ExpireDelegationTokenResponse.DEPRECATED_VERSIONS = None
+ExpireDelegationTokenResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -104,7 +104,7 @@ def _w_ExpireDelegationTokenRequest_v2(buf: bytearray, o: ExpireDelegationTokenR
 
 def _r_ExpireDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[ExpireDelegationTokenRequest, int]:
     _len = len(data)
-    _o1 = _new(ExpireDelegationTokenRequest)
+    _o1 = ExpireDelegationTokenRequest.__new__(ExpireDelegationTokenRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -121,7 +121,7 @@ def _r_ExpireDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[ExpireDel
 
 def _r_ExpireDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[ExpireDelegationTokenRequest, int]:
     _len = len(data)
-    _o1 = _new(ExpireDelegationTokenRequest)
+    _o1 = ExpireDelegationTokenRequest.__new__(ExpireDelegationTokenRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -155,7 +155,7 @@ def _w_ExpireDelegationTokenResponse_v2(buf: bytearray, o: ExpireDelegationToken
 
 def _r_ExpireDelegationTokenResponse_v0(data: bytes, pos: int) -> tuple[ExpireDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(ExpireDelegationTokenResponse)
+    _o1 = ExpireDelegationTokenResponse.__new__(ExpireDelegationTokenResponse)
     _o1.error_code, _o1.expiry_timestamp_ms, _o1.throttle_time_ms = _S_hqi.unpack_from(data, pos)
     pos += 14
     return _o1, pos
@@ -163,7 +163,7 @@ def _r_ExpireDelegationTokenResponse_v0(data: bytes, pos: int) -> tuple[ExpireDe
 
 def _r_ExpireDelegationTokenResponse_v2(data: bytes, pos: int) -> tuple[ExpireDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(ExpireDelegationTokenResponse)
+    _o1 = ExpireDelegationTokenResponse.__new__(ExpireDelegationTokenResponse)
     _o1.error_code, _o1.expiry_timestamp_ms, _o1.throttle_time_ms = _S_hqi.unpack_from(data, pos)
     pos += 14
     if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -64,11 +62,12 @@ class ReplicaState(Struct):
     replica_id: int = -1
     replica_epoch: int = -1
 
-    NAME: ClassVar[str] = "ReplicaState"
-    SPEC_NAME: ClassVar[str] = "ReplicaState"
-    MIN_VERSION: ClassVar[int] = 15
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 15
+
+ReplicaState.NAME = "ReplicaState"
+ReplicaState.SPEC_NAME = "ReplicaState"
+ReplicaState.MIN_VERSION = 15
+ReplicaState.MAX_VERSION = 17
+ReplicaState.FLEXIBLE_MIN_VERSION = 15
 
 
 @dataclass(slots=True)
@@ -95,11 +94,12 @@ class FetchPartition(Struct):
     partition_max_bytes: int = 0
     replica_directory_id: uuid.UUID = ZERO_UUID
 
-    NAME: ClassVar[str] = "FetchPartition"
-    SPEC_NAME: ClassVar[str] = "FetchPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
+
+FetchPartition.NAME = "FetchPartition"
+FetchPartition.SPEC_NAME = "FetchPartition"
+FetchPartition.MIN_VERSION = 0
+FetchPartition.MAX_VERSION = 17
+FetchPartition.FLEXIBLE_MIN_VERSION = 12
 
 
 @dataclass(slots=True)
@@ -116,11 +116,12 @@ class FetchTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[FetchPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FetchTopic"
-    SPEC_NAME: ClassVar[str] = "FetchTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
+
+FetchTopic.NAME = "FetchTopic"
+FetchTopic.SPEC_NAME = "FetchTopic"
+FetchTopic.MIN_VERSION = 0
+FetchTopic.MAX_VERSION = 17
+FetchTopic.FLEXIBLE_MIN_VERSION = 12
 
 
 @dataclass(slots=True)
@@ -137,11 +138,12 @@ class ForgottenTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ForgottenTopic"
-    SPEC_NAME: ClassVar[str] = "ForgottenTopic"
-    MIN_VERSION: ClassVar[int] = 7
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
+
+ForgottenTopic.NAME = "ForgottenTopic"
+ForgottenTopic.SPEC_NAME = "ForgottenTopic"
+ForgottenTopic.MIN_VERSION = 7
+ForgottenTopic.MAX_VERSION = 17
+ForgottenTopic.FLEXIBLE_MIN_VERSION = 12
 
 
 @dataclass(slots=True)
@@ -223,14 +225,15 @@ class FetchRequest(Message):
     forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
     rack_id: str = ""
 
-    NAME: ClassVar[str] = "FetchRequest"
-    SPEC_NAME: ClassVar[str] = "FetchRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
-    API_KEY: ClassVar[int] = 1
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 3)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+FetchRequest.NAME = "FetchRequest"
+FetchRequest.SPEC_NAME = "FetchRequest"
+FetchRequest.MIN_VERSION = 0
+FetchRequest.MAX_VERSION = 17
+FetchRequest.FLEXIBLE_MIN_VERSION = 12
+FetchRequest.API_KEY = 1
+FetchRequest.DEPRECATED_VERSIONS = (0, 3)
+FetchRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -245,11 +248,12 @@ class EpochEndOffset(Struct):
     epoch: int = -1
     end_offset: int = -1
 
-    NAME: ClassVar[str] = "EpochEndOffset"
-    SPEC_NAME: ClassVar[str] = "EpochEndOffset"
-    MIN_VERSION: ClassVar[int] = 12
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
+
+EpochEndOffset.NAME = "EpochEndOffset"
+EpochEndOffset.SPEC_NAME = "EpochEndOffset"
+EpochEndOffset.MIN_VERSION = 12
+EpochEndOffset.MAX_VERSION = 17
+EpochEndOffset.FLEXIBLE_MIN_VERSION = 12
 
 
 @dataclass(slots=True)
@@ -264,11 +268,12 @@ class LeaderIdAndEpoch(Struct):
     leader_id: int = -1
     leader_epoch: int = -1
 
-    NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    SPEC_NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    MIN_VERSION: ClassVar[int] = 12
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
+
+LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.SPEC_NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.MIN_VERSION = 12
+LeaderIdAndEpoch.MAX_VERSION = 17
+LeaderIdAndEpoch.FLEXIBLE_MIN_VERSION = 12
 
 
 @dataclass(slots=True)
@@ -283,11 +288,12 @@ class SnapshotId(Struct):
     end_offset: int = -1
     epoch: int = -1
 
-    NAME: ClassVar[str] = "SnapshotId"
-    SPEC_NAME: ClassVar[str] = "SnapshotId"
-    MIN_VERSION: ClassVar[int] = 12
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
+
+SnapshotId.NAME = "SnapshotId"
+SnapshotId.SPEC_NAME = "SnapshotId"
+SnapshotId.MIN_VERSION = 12
+SnapshotId.MAX_VERSION = 17
+SnapshotId.FLEXIBLE_MIN_VERSION = 12
 
 
 @dataclass(slots=True)
@@ -302,11 +308,12 @@ class AbortedTransaction(Struct):
     producer_id: int = 0
     first_offset: int = 0
 
-    NAME: ClassVar[str] = "AbortedTransaction"
-    SPEC_NAME: ClassVar[str] = "AbortedTransaction"
-    MIN_VERSION: ClassVar[int] = 4
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
+
+AbortedTransaction.NAME = "AbortedTransaction"
+AbortedTransaction.SPEC_NAME = "AbortedTransaction"
+AbortedTransaction.MIN_VERSION = 4
+AbortedTransaction.MAX_VERSION = 17
+AbortedTransaction.FLEXIBLE_MIN_VERSION = 12
 
 
 @dataclass(slots=True)
@@ -345,11 +352,12 @@ class PartitionData(Struct):
     preferred_read_replica: int = -1
     records: bytes | None = b""
 
-    NAME: ClassVar[str] = "PartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
+
+PartitionData.NAME = "PartitionData"
+PartitionData.SPEC_NAME = "PartitionData"
+PartitionData.MIN_VERSION = 0
+PartitionData.MAX_VERSION = 17
+PartitionData.FLEXIBLE_MIN_VERSION = 12
 
 
 @dataclass(slots=True)
@@ -366,11 +374,12 @@ class FetchableTopicResponse(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FetchableTopicResponse"
-    SPEC_NAME: ClassVar[str] = "FetchableTopicResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
+
+FetchableTopicResponse.NAME = "FetchableTopicResponse"
+FetchableTopicResponse.SPEC_NAME = "FetchableTopicResponse"
+FetchableTopicResponse.MIN_VERSION = 0
+FetchableTopicResponse.MAX_VERSION = 17
+FetchableTopicResponse.FLEXIBLE_MIN_VERSION = 12
 
 
 @dataclass(slots=True)
@@ -389,11 +398,12 @@ class NodeEndpoint(Struct):
     port: int = 0
     rack: str | None = None
 
-    NAME: ClassVar[str] = "NodeEndpoint"
-    SPEC_NAME: ClassVar[str] = "NodeEndpoint"
-    MIN_VERSION: ClassVar[int] = 16
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 16
+
+NodeEndpoint.NAME = "NodeEndpoint"
+NodeEndpoint.SPEC_NAME = "NodeEndpoint"
+NodeEndpoint.MIN_VERSION = 16
+NodeEndpoint.MAX_VERSION = 17
+NodeEndpoint.FLEXIBLE_MIN_VERSION = 16
 
 
 @dataclass(slots=True)
@@ -449,14 +459,15 @@ class FetchResponse(Message):
     responses: list[FetchableTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FetchResponse"
-    SPEC_NAME: ClassVar[str] = "FetchResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 17
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
-    API_KEY: ClassVar[int] = 1
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+FetchResponse.NAME = "FetchResponse"
+FetchResponse.SPEC_NAME = "FetchResponse"
+FetchResponse.MIN_VERSION = 0
+FetchResponse.MAX_VERSION = 17
+FetchResponse.FLEXIBLE_MIN_VERSION = 12
+FetchResponse.API_KEY = 1
+FetchResponse.DEPRECATED_VERSIONS = None
+FetchResponse.LATEST_VERSION_UNSTABLE = False
 
 
 DEFAULT_EpochEndOffset = EpochEndOffset()
@@ -475,7 +486,7 @@ def _w_ReplicaState_v15(buf: bytearray, o: ReplicaState) -> None:
 
 def _r_ReplicaState_v15(data: bytes, pos: int) -> tuple[ReplicaState, int]:
     _len = len(data)
-    _o1 = _new(ReplicaState)
+    _o1 = ReplicaState.__new__(ReplicaState)
     _o1.replica_id, _o1.replica_epoch = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -540,7 +551,7 @@ def _w_FetchPartition_v17(buf: bytearray, o: FetchPartition) -> None:
 
 def _r_FetchPartition_v0(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _o1 = _new(FetchPartition)
+    _o1 = FetchPartition.__new__(FetchPartition)
     _o1.partition, _o1.fetch_offset, _o1.partition_max_bytes = _S_iqi.unpack_from(data, pos)
     pos += 16
     _o1.current_leader_epoch = -1
@@ -552,7 +563,7 @@ def _r_FetchPartition_v0(data: bytes, pos: int) -> tuple[FetchPartition, int]:
 
 def _r_FetchPartition_v5(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _o1 = _new(FetchPartition)
+    _o1 = FetchPartition.__new__(FetchPartition)
     _o1.partition, _o1.fetch_offset, _o1.log_start_offset, _o1.partition_max_bytes = _S_iqqi.unpack_from(
         data, pos
     )
@@ -565,7 +576,7 @@ def _r_FetchPartition_v5(data: bytes, pos: int) -> tuple[FetchPartition, int]:
 
 def _r_FetchPartition_v9(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _o1 = _new(FetchPartition)
+    _o1 = FetchPartition.__new__(FetchPartition)
     (
         _o1.partition,
         _o1.current_leader_epoch,
@@ -581,7 +592,7 @@ def _r_FetchPartition_v9(data: bytes, pos: int) -> tuple[FetchPartition, int]:
 
 def _r_FetchPartition_v12(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _o1 = _new(FetchPartition)
+    _o1 = FetchPartition.__new__(FetchPartition)
     (
         _o1.partition,
         _o1.current_leader_epoch,
@@ -601,7 +612,7 @@ def _r_FetchPartition_v12(data: bytes, pos: int) -> tuple[FetchPartition, int]:
 
 def _r_FetchPartition_v17(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _o1 = _new(FetchPartition)
+    _o1 = FetchPartition.__new__(FetchPartition)
     (
         _o1.partition,
         _o1.current_leader_epoch,
@@ -709,7 +720,7 @@ def _w_FetchTopic_v17(buf: bytearray, o: FetchTopic) -> None:
 
 def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    _o1 = _new(FetchTopic)
+    _o1 = FetchTopic.__new__(FetchTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -727,7 +738,7 @@ def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[FetchPartition] = []
     for _ in range(_n4):
-        _o7 = _new(FetchPartition)
+        _o7 = FetchPartition.__new__(FetchPartition)
         _o7.partition, _o7.fetch_offset, _o7.partition_max_bytes = _S_iqi.unpack_from(data, pos)
         pos += 16
         _o7.current_leader_epoch = -1
@@ -742,7 +753,7 @@ def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
 
 def _r_FetchTopic_v5(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    _o1 = _new(FetchTopic)
+    _o1 = FetchTopic.__new__(FetchTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -760,7 +771,7 @@ def _r_FetchTopic_v5(data: bytes, pos: int) -> tuple[FetchTopic, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[FetchPartition] = []
     for _ in range(_n4):
-        _o7 = _new(FetchPartition)
+        _o7 = FetchPartition.__new__(FetchPartition)
         _o7.partition, _o7.fetch_offset, _o7.log_start_offset, _o7.partition_max_bytes = _S_iqqi.unpack_from(
             data, pos
         )
@@ -776,7 +787,7 @@ def _r_FetchTopic_v5(data: bytes, pos: int) -> tuple[FetchTopic, int]:
 
 def _r_FetchTopic_v9(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    _o1 = _new(FetchTopic)
+    _o1 = FetchTopic.__new__(FetchTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -794,7 +805,7 @@ def _r_FetchTopic_v9(data: bytes, pos: int) -> tuple[FetchTopic, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[FetchPartition] = []
     for _ in range(_n4):
-        _o7 = _new(FetchPartition)
+        _o7 = FetchPartition.__new__(FetchPartition)
         (
             _o7.partition,
             _o7.current_leader_epoch,
@@ -813,7 +824,7 @@ def _r_FetchTopic_v9(data: bytes, pos: int) -> tuple[FetchTopic, int]:
 
 def _r_FetchTopic_v12(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    _o1 = _new(FetchTopic)
+    _o1 = FetchTopic.__new__(FetchTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -841,7 +852,7 @@ def _r_FetchTopic_v12(data: bytes, pos: int) -> tuple[FetchTopic, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[FetchPartition] = []
     for _ in range(_n4):
-        _o7 = _new(FetchPartition)
+        _o7 = FetchPartition.__new__(FetchPartition)
         (
             _o7.partition,
             _o7.current_leader_epoch,
@@ -868,7 +879,7 @@ def _r_FetchTopic_v12(data: bytes, pos: int) -> tuple[FetchTopic, int]:
 
 def _r_FetchTopic_v13(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    _o1 = _new(FetchTopic)
+    _o1 = FetchTopic.__new__(FetchTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -884,7 +895,7 @@ def _r_FetchTopic_v13(data: bytes, pos: int) -> tuple[FetchTopic, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[FetchPartition] = []
     for _ in range(_n2):
-        _o5 = _new(FetchPartition)
+        _o5 = FetchPartition.__new__(FetchPartition)
         (
             _o5.partition,
             _o5.current_leader_epoch,
@@ -911,7 +922,7 @@ def _r_FetchTopic_v13(data: bytes, pos: int) -> tuple[FetchTopic, int]:
 
 def _r_FetchTopic_v17(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    _o1 = _new(FetchTopic)
+    _o1 = FetchTopic.__new__(FetchTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -927,7 +938,7 @@ def _r_FetchTopic_v17(data: bytes, pos: int) -> tuple[FetchTopic, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[FetchPartition] = []
     for _ in range(_n2):
-        _o5 = _new(FetchPartition)
+        _o5 = FetchPartition.__new__(FetchPartition)
         (
             _o5.partition,
             _o5.current_leader_epoch,
@@ -994,7 +1005,7 @@ def _w_ForgottenTopic_v13(buf: bytearray, o: ForgottenTopic) -> None:
 
 def _r_ForgottenTopic_v7(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _len = len(data)
-    _o1 = _new(ForgottenTopic)
+    _o1 = ForgottenTopic.__new__(ForgottenTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1018,7 +1029,7 @@ def _r_ForgottenTopic_v7(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
 
 def _r_ForgottenTopic_v12(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _len = len(data)
-    _o1 = _new(ForgottenTopic)
+    _o1 = ForgottenTopic.__new__(ForgottenTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1056,7 +1067,7 @@ def _r_ForgottenTopic_v12(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
 
 def _r_ForgottenTopic_v13(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _len = len(data)
-    _o1 = _new(ForgottenTopic)
+    _o1 = ForgottenTopic.__new__(ForgottenTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -1359,7 +1370,7 @@ def _w_FetchRequest_v17(buf: bytearray, o: FetchRequest) -> None:
 
 def _r_FetchRequest_v0(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     _o1.replica_id, _o1.max_wait_ms, _o1.min_bytes = _S_iii.unpack_from(data, pos)
     pos += 12
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1370,7 +1381,7 @@ def _r_FetchRequest_v0(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1388,7 +1399,7 @@ def _r_FetchRequest_v0(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchPartition] = []
         for _ in range(_n8):
-            _o11 = _new(FetchPartition)
+            _o11 = FetchPartition.__new__(FetchPartition)
             _o11.partition, _o11.fetch_offset, _o11.partition_max_bytes = _S_iqi.unpack_from(data, pos)
             pos += 16
             _o11.current_leader_epoch = -1
@@ -1413,7 +1424,7 @@ def _r_FetchRequest_v0(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v3(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     _o1.replica_id, _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes = _S_iiii.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1424,7 +1435,7 @@ def _r_FetchRequest_v3(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1442,7 +1453,7 @@ def _r_FetchRequest_v3(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchPartition] = []
         for _ in range(_n8):
-            _o11 = _new(FetchPartition)
+            _o11 = FetchPartition.__new__(FetchPartition)
             _o11.partition, _o11.fetch_offset, _o11.partition_max_bytes = _S_iqi.unpack_from(data, pos)
             pos += 16
             _o11.current_leader_epoch = -1
@@ -1466,7 +1477,7 @@ def _r_FetchRequest_v3(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v4(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     _o1.replica_id, _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes, _o1.isolation_level = _S_iiiib.unpack_from(
         data, pos
     )
@@ -1479,7 +1490,7 @@ def _r_FetchRequest_v4(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1497,7 +1508,7 @@ def _r_FetchRequest_v4(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchPartition] = []
         for _ in range(_n8):
-            _o11 = _new(FetchPartition)
+            _o11 = FetchPartition.__new__(FetchPartition)
             _o11.partition, _o11.fetch_offset, _o11.partition_max_bytes = _S_iqi.unpack_from(data, pos)
             pos += 16
             _o11.current_leader_epoch = -1
@@ -1520,7 +1531,7 @@ def _r_FetchRequest_v4(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v5(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     _o1.replica_id, _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes, _o1.isolation_level = _S_iiiib.unpack_from(
         data, pos
     )
@@ -1533,7 +1544,7 @@ def _r_FetchRequest_v5(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1551,7 +1562,7 @@ def _r_FetchRequest_v5(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchPartition] = []
         for _ in range(_n8):
-            _o11 = _new(FetchPartition)
+            _o11 = FetchPartition.__new__(FetchPartition)
             _o11.partition, _o11.fetch_offset, _o11.log_start_offset, _o11.partition_max_bytes = (
                 _S_iqqi.unpack_from(data, pos)
             )
@@ -1575,7 +1586,7 @@ def _r_FetchRequest_v5(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v7(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     (
         _o1.replica_id,
         _o1.max_wait_ms,
@@ -1594,7 +1605,7 @@ def _r_FetchRequest_v7(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1612,7 +1623,7 @@ def _r_FetchRequest_v7(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchPartition] = []
         for _ in range(_n8):
-            _o11 = _new(FetchPartition)
+            _o11 = FetchPartition.__new__(FetchPartition)
             _o11.partition, _o11.fetch_offset, _o11.log_start_offset, _o11.partition_max_bytes = (
                 _S_iqqi.unpack_from(data, pos)
             )
@@ -1633,7 +1644,7 @@ def _r_FetchRequest_v7(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
     _a13: list[ForgottenTopic] = []
     for _ in range(_n12):
-        _o15 = _new(ForgottenTopic)
+        _o15 = ForgottenTopic.__new__(ForgottenTopic)
         (_n16,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n16 < 0:
@@ -1662,7 +1673,7 @@ def _r_FetchRequest_v7(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v9(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     (
         _o1.replica_id,
         _o1.max_wait_ms,
@@ -1681,7 +1692,7 @@ def _r_FetchRequest_v9(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1699,7 +1710,7 @@ def _r_FetchRequest_v9(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchPartition] = []
         for _ in range(_n8):
-            _o11 = _new(FetchPartition)
+            _o11 = FetchPartition.__new__(FetchPartition)
             (
                 _o11.partition,
                 _o11.current_leader_epoch,
@@ -1723,7 +1734,7 @@ def _r_FetchRequest_v9(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
     _a13: list[ForgottenTopic] = []
     for _ in range(_n12):
-        _o15 = _new(ForgottenTopic)
+        _o15 = ForgottenTopic.__new__(ForgottenTopic)
         (_n16,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n16 < 0:
@@ -1752,7 +1763,7 @@ def _r_FetchRequest_v9(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v11(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     (
         _o1.replica_id,
         _o1.max_wait_ms,
@@ -1771,7 +1782,7 @@ def _r_FetchRequest_v11(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1789,7 +1800,7 @@ def _r_FetchRequest_v11(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchPartition] = []
         for _ in range(_n8):
-            _o11 = _new(FetchPartition)
+            _o11 = FetchPartition.__new__(FetchPartition)
             (
                 _o11.partition,
                 _o11.current_leader_epoch,
@@ -1813,7 +1824,7 @@ def _r_FetchRequest_v11(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
     _a13: list[ForgottenTopic] = []
     for _ in range(_n12):
-        _o15 = _new(ForgottenTopic)
+        _o15 = ForgottenTopic.__new__(ForgottenTopic)
         (_n16,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n16 < 0:
@@ -1850,7 +1861,7 @@ def _r_FetchRequest_v11(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     (
         _o1.replica_id,
         _o1.max_wait_ms,
@@ -1873,7 +1884,7 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1901,7 +1912,7 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchPartition] = []
         for _ in range(_n8):
-            _o11 = _new(FetchPartition)
+            _o11 = FetchPartition.__new__(FetchPartition)
             (
                 _o11.partition,
                 _o11.current_leader_epoch,
@@ -1937,7 +1948,7 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
     _a13: list[ForgottenTopic] = []
     for _ in range(_n12):
-        _o15 = _new(ForgottenTopic)
+        _o15 = ForgottenTopic.__new__(ForgottenTopic)
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -2023,7 +2034,7 @@ def _r_FetchRequest_v12(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     (
         _o1.replica_id,
         _o1.max_wait_ms,
@@ -2046,7 +2057,7 @@ def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -2062,7 +2073,7 @@ def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[FetchPartition] = []
         for _ in range(_n6):
-            _o9 = _new(FetchPartition)
+            _o9 = FetchPartition.__new__(FetchPartition)
             (
                 _o9.partition,
                 _o9.current_leader_epoch,
@@ -2098,7 +2109,7 @@ def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
     _a11: list[ForgottenTopic] = []
     for _ in range(_n10):
-        _o13 = _new(ForgottenTopic)
+        _o13 = ForgottenTopic.__new__(ForgottenTopic)
         (_s12_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o13.topic_id = uuid_from_bytes(_s12_topic_id_raw)
@@ -2172,7 +2183,7 @@ def _r_FetchRequest_v13(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes, _o1.isolation_level, _o1.session_id, _o1.session_epoch = (
         _S_iiibii.unpack_from(data, pos)
     )
@@ -2189,7 +2200,7 @@ def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -2205,7 +2216,7 @@ def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[FetchPartition] = []
         for _ in range(_n6):
-            _o9 = _new(FetchPartition)
+            _o9 = FetchPartition.__new__(FetchPartition)
             (
                 _o9.partition,
                 _o9.current_leader_epoch,
@@ -2241,7 +2252,7 @@ def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
     _a11: list[ForgottenTopic] = []
     for _ in range(_n10):
-        _o13 = _new(ForgottenTopic)
+        _o13 = ForgottenTopic.__new__(ForgottenTopic)
         (_s12_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o13.topic_id = uuid_from_bytes(_s12_topic_id_raw)
@@ -2311,7 +2322,7 @@ def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             if pos != _tend19:
                 raise DecodeError("tagged field cluster_id has the wrong size")
         elif _tag18 == 1:
-            _o23 = _new(ReplicaState)
+            _o23 = ReplicaState.__new__(ReplicaState)
             _o23.replica_id, _o23.replica_epoch = _S_iq.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -2327,7 +2338,7 @@ def _r_FetchRequest_v15(data: bytes, pos: int) -> tuple[FetchRequest, int]:
 
 def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchRequest)
+    _o1 = FetchRequest.__new__(FetchRequest)
     _o1.max_wait_ms, _o1.min_bytes, _o1.max_bytes, _o1.isolation_level, _o1.session_id, _o1.session_epoch = (
         _S_iiibii.unpack_from(data, pos)
     )
@@ -2344,7 +2355,7 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchTopic] = []
     for _ in range(_n2):
-        _o5 = _new(FetchTopic)
+        _o5 = FetchTopic.__new__(FetchTopic)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -2360,7 +2371,7 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[FetchPartition] = []
         for _ in range(_n6):
-            _o9 = _new(FetchPartition)
+            _o9 = FetchPartition.__new__(FetchPartition)
             (
                 _o9.partition,
                 _o9.current_leader_epoch,
@@ -2407,7 +2418,7 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
     _a14: list[ForgottenTopic] = []
     for _ in range(_n13):
-        _o16 = _new(ForgottenTopic)
+        _o16 = ForgottenTopic.__new__(ForgottenTopic)
         (_s15_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o16.topic_id = uuid_from_bytes(_s15_topic_id_raw)
@@ -2477,7 +2488,7 @@ def _r_FetchRequest_v17(data: bytes, pos: int) -> tuple[FetchRequest, int]:
             if pos != _tend22:
                 raise DecodeError("tagged field cluster_id has the wrong size")
         elif _tag21 == 1:
-            _o26 = _new(ReplicaState)
+            _o26 = ReplicaState.__new__(ReplicaState)
             _o26.replica_id, _o26.replica_epoch = _S_iq.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -2498,7 +2509,7 @@ def _w_EpochEndOffset_v12(buf: bytearray, o: EpochEndOffset) -> None:
 
 def _r_EpochEndOffset_v12(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
     _len = len(data)
-    _o1 = _new(EpochEndOffset)
+    _o1 = EpochEndOffset.__new__(EpochEndOffset)
     _o1.epoch, _o1.end_offset = _S_iq.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -2515,7 +2526,7 @@ def _w_LeaderIdAndEpoch_v12(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v12(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _o1 = _new(LeaderIdAndEpoch)
+    _o1 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
     _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
@@ -2532,7 +2543,7 @@ def _w_SnapshotId_v12(buf: bytearray, o: SnapshotId) -> None:
 
 def _r_SnapshotId_v12(data: bytes, pos: int) -> tuple[SnapshotId, int]:
     _len = len(data)
-    _o1 = _new(SnapshotId)
+    _o1 = SnapshotId.__new__(SnapshotId)
     _o1.end_offset, _o1.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -2553,7 +2564,7 @@ def _w_AbortedTransaction_v12(buf: bytearray, o: AbortedTransaction) -> None:
 
 def _r_AbortedTransaction_v4(data: bytes, pos: int) -> tuple[AbortedTransaction, int]:
     _len = len(data)
-    _o1 = _new(AbortedTransaction)
+    _o1 = AbortedTransaction.__new__(AbortedTransaction)
     _o1.producer_id, _o1.first_offset = _S_qq.unpack_from(data, pos)
     pos += 16
     return _o1, pos
@@ -2561,7 +2572,7 @@ def _r_AbortedTransaction_v4(data: bytes, pos: int) -> tuple[AbortedTransaction,
 
 def _r_AbortedTransaction_v12(data: bytes, pos: int) -> tuple[AbortedTransaction, int]:
     _len = len(data)
-    _o1 = _new(AbortedTransaction)
+    _o1 = AbortedTransaction.__new__(AbortedTransaction)
     _o1.producer_id, _o1.first_offset = _S_qq.unpack_from(data, pos)
     pos += 16
     if data[pos]:
@@ -2702,7 +2713,7 @@ def _w_PartitionData_v12(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition_index, _o1.error_code, _o1.high_watermark = _S_ihq.unpack_from(data, pos)
     pos += 14
     (_n2,) = _I32.unpack_from(data, pos)
@@ -2729,7 +2740,7 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
 
 def _r_PartitionData_v4(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition_index, _o1.error_code, _o1.high_watermark, _o1.last_stable_offset = _S_ihqq.unpack_from(
         data, pos
     )
@@ -2745,7 +2756,7 @@ def _r_PartitionData_v4(data: bytes, pos: int) -> tuple[PartitionData, int]:
     else:
         _a3: list[AbortedTransaction] = []
         for _ in range(_n2):
-            _o5 = _new(AbortedTransaction)
+            _o5 = AbortedTransaction.__new__(AbortedTransaction)
             _o5.producer_id, _o5.first_offset = _S_qq.unpack_from(data, pos)
             pos += 16
             _a3.append(_o5)
@@ -2772,7 +2783,7 @@ def _r_PartitionData_v4(data: bytes, pos: int) -> tuple[PartitionData, int]:
 
 def _r_PartitionData_v5(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition_index, _o1.error_code, _o1.high_watermark, _o1.last_stable_offset, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
@@ -2788,7 +2799,7 @@ def _r_PartitionData_v5(data: bytes, pos: int) -> tuple[PartitionData, int]:
     else:
         _a3: list[AbortedTransaction] = []
         for _ in range(_n2):
-            _o5 = _new(AbortedTransaction)
+            _o5 = AbortedTransaction.__new__(AbortedTransaction)
             _o5.producer_id, _o5.first_offset = _S_qq.unpack_from(data, pos)
             pos += 16
             _a3.append(_o5)
@@ -2814,7 +2825,7 @@ def _r_PartitionData_v5(data: bytes, pos: int) -> tuple[PartitionData, int]:
 
 def _r_PartitionData_v11(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition_index, _o1.error_code, _o1.high_watermark, _o1.last_stable_offset, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
@@ -2830,7 +2841,7 @@ def _r_PartitionData_v11(data: bytes, pos: int) -> tuple[PartitionData, int]:
     else:
         _a3: list[AbortedTransaction] = []
         for _ in range(_n2):
-            _o5 = _new(AbortedTransaction)
+            _o5 = AbortedTransaction.__new__(AbortedTransaction)
             _o5.producer_id, _o5.first_offset = _S_qq.unpack_from(data, pos)
             pos += 16
             _a3.append(_o5)
@@ -2857,7 +2868,7 @@ def _r_PartitionData_v11(data: bytes, pos: int) -> tuple[PartitionData, int]:
 
 def _r_PartitionData_v12(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition_index, _o1.error_code, _o1.high_watermark, _o1.last_stable_offset, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
@@ -2877,7 +2888,7 @@ def _r_PartitionData_v12(data: bytes, pos: int) -> tuple[PartitionData, int]:
     else:
         _a3: list[AbortedTransaction] = []
         for _ in range(_n2):
-            _o5 = _new(AbortedTransaction)
+            _o5 = AbortedTransaction.__new__(AbortedTransaction)
             _o5.producer_id, _o5.first_offset = _S_qq.unpack_from(data, pos)
             pos += 16
             if data[pos]:
@@ -2915,7 +2926,7 @@ def _r_PartitionData_v12(data: bytes, pos: int) -> tuple[PartitionData, int]:
         if _tend10 > _len:
             raise DecodeError("tagged field overruns its buffer")
         if _tag9 == 0:
-            _o12 = _new(EpochEndOffset)
+            _o12 = EpochEndOffset.__new__(EpochEndOffset)
             _o12.epoch, _o12.end_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -2926,7 +2937,7 @@ def _r_PartitionData_v12(data: bytes, pos: int) -> tuple[PartitionData, int]:
             if pos != _tend10:
                 raise DecodeError("tagged field diverging_epoch has the wrong size")
         elif _tag9 == 1:
-            _o14 = _new(LeaderIdAndEpoch)
+            _o14 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
             _o14.leader_id, _o14.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
@@ -2937,7 +2948,7 @@ def _r_PartitionData_v12(data: bytes, pos: int) -> tuple[PartitionData, int]:
             if pos != _tend10:
                 raise DecodeError("tagged field current_leader has the wrong size")
         elif _tag9 == 2:
-            _o16 = _new(SnapshotId)
+            _o16 = SnapshotId.__new__(SnapshotId)
             _o16.end_offset, _o16.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -3015,7 +3026,7 @@ def _w_FetchableTopicResponse_v13(buf: bytearray, o: FetchableTopicResponse) -> 
 
 def _r_FetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchableTopicResponse)
+    _o1 = FetchableTopicResponse.__new__(FetchableTopicResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -3033,7 +3044,7 @@ def _r_FetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[FetchableTopicR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[PartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionData)
+        _o7 = PartitionData.__new__(PartitionData)
         _o7.partition_index, _o7.error_code, _o7.high_watermark = _S_ihq.unpack_from(data, pos)
         pos += 14
         (_n8,) = _I32.unpack_from(data, pos)
@@ -3063,7 +3074,7 @@ def _r_FetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[FetchableTopicR
 
 def _r_FetchableTopicResponse_v4(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchableTopicResponse)
+    _o1 = FetchableTopicResponse.__new__(FetchableTopicResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -3081,7 +3092,7 @@ def _r_FetchableTopicResponse_v4(data: bytes, pos: int) -> tuple[FetchableTopicR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[PartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionData)
+        _o7 = PartitionData.__new__(PartitionData)
         _o7.partition_index, _o7.error_code, _o7.high_watermark, _o7.last_stable_offset = _S_ihqq.unpack_from(
             data, pos
         )
@@ -3097,7 +3108,7 @@ def _r_FetchableTopicResponse_v4(data: bytes, pos: int) -> tuple[FetchableTopicR
         else:
             _a9: list[AbortedTransaction] = []
             for _ in range(_n8):
-                _o11 = _new(AbortedTransaction)
+                _o11 = AbortedTransaction.__new__(AbortedTransaction)
                 _o11.producer_id, _o11.first_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
                 _a9.append(_o11)
@@ -3127,7 +3138,7 @@ def _r_FetchableTopicResponse_v4(data: bytes, pos: int) -> tuple[FetchableTopicR
 
 def _r_FetchableTopicResponse_v5(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchableTopicResponse)
+    _o1 = FetchableTopicResponse.__new__(FetchableTopicResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -3145,7 +3156,7 @@ def _r_FetchableTopicResponse_v5(data: bytes, pos: int) -> tuple[FetchableTopicR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[PartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionData)
+        _o7 = PartitionData.__new__(PartitionData)
         (
             _o7.partition_index,
             _o7.error_code,
@@ -3165,7 +3176,7 @@ def _r_FetchableTopicResponse_v5(data: bytes, pos: int) -> tuple[FetchableTopicR
         else:
             _a9: list[AbortedTransaction] = []
             for _ in range(_n8):
-                _o11 = _new(AbortedTransaction)
+                _o11 = AbortedTransaction.__new__(AbortedTransaction)
                 _o11.producer_id, _o11.first_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
                 _a9.append(_o11)
@@ -3194,7 +3205,7 @@ def _r_FetchableTopicResponse_v5(data: bytes, pos: int) -> tuple[FetchableTopicR
 
 def _r_FetchableTopicResponse_v11(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchableTopicResponse)
+    _o1 = FetchableTopicResponse.__new__(FetchableTopicResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -3212,7 +3223,7 @@ def _r_FetchableTopicResponse_v11(data: bytes, pos: int) -> tuple[FetchableTopic
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[PartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionData)
+        _o7 = PartitionData.__new__(PartitionData)
         (
             _o7.partition_index,
             _o7.error_code,
@@ -3232,7 +3243,7 @@ def _r_FetchableTopicResponse_v11(data: bytes, pos: int) -> tuple[FetchableTopic
         else:
             _a9: list[AbortedTransaction] = []
             for _ in range(_n8):
-                _o11 = _new(AbortedTransaction)
+                _o11 = AbortedTransaction.__new__(AbortedTransaction)
                 _o11.producer_id, _o11.first_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
                 _a9.append(_o11)
@@ -3262,7 +3273,7 @@ def _r_FetchableTopicResponse_v11(data: bytes, pos: int) -> tuple[FetchableTopic
 
 def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchableTopicResponse)
+    _o1 = FetchableTopicResponse.__new__(FetchableTopicResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -3290,7 +3301,7 @@ def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopic
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[PartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionData)
+        _o7 = PartitionData.__new__(PartitionData)
         (
             _o7.partition_index,
             _o7.error_code,
@@ -3314,7 +3325,7 @@ def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopic
         else:
             _a9: list[AbortedTransaction] = []
             for _ in range(_n8):
-                _o11 = _new(AbortedTransaction)
+                _o11 = AbortedTransaction.__new__(AbortedTransaction)
                 _o11.producer_id, _o11.first_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
                 if data[pos]:
@@ -3352,7 +3363,7 @@ def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopic
             if _tend16 > _len:
                 raise DecodeError("tagged field overruns its buffer")
             if _tag15 == 0:
-                _o18 = _new(EpochEndOffset)
+                _o18 = EpochEndOffset.__new__(EpochEndOffset)
                 _o18.epoch, _o18.end_offset = _S_iq.unpack_from(data, pos)
                 pos += 12
                 if data[pos]:
@@ -3363,7 +3374,7 @@ def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopic
                 if pos != _tend16:
                     raise DecodeError("tagged field diverging_epoch has the wrong size")
             elif _tag15 == 1:
-                _o20 = _new(LeaderIdAndEpoch)
+                _o20 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                 _o20.leader_id, _o20.leader_epoch = _S_ii.unpack_from(data, pos)
                 pos += 8
                 if data[pos]:
@@ -3374,7 +3385,7 @@ def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopic
                 if pos != _tend16:
                     raise DecodeError("tagged field current_leader has the wrong size")
             elif _tag15 == 2:
-                _o22 = _new(SnapshotId)
+                _o22 = SnapshotId.__new__(SnapshotId)
                 _o22.end_offset, _o22.epoch = _S_qi.unpack_from(data, pos)
                 pos += 12
                 if data[pos]:
@@ -3397,7 +3408,7 @@ def _r_FetchableTopicResponse_v12(data: bytes, pos: int) -> tuple[FetchableTopic
 
 def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchableTopicResponse)
+    _o1 = FetchableTopicResponse.__new__(FetchableTopicResponse)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -3413,7 +3424,7 @@ def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopic
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionData)
+        _o5 = PartitionData.__new__(PartitionData)
         (
             _o5.partition_index,
             _o5.error_code,
@@ -3437,7 +3448,7 @@ def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopic
         else:
             _a7: list[AbortedTransaction] = []
             for _ in range(_n6):
-                _o9 = _new(AbortedTransaction)
+                _o9 = AbortedTransaction.__new__(AbortedTransaction)
                 _o9.producer_id, _o9.first_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
                 if data[pos]:
@@ -3475,7 +3486,7 @@ def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopic
             if _tend14 > _len:
                 raise DecodeError("tagged field overruns its buffer")
             if _tag13 == 0:
-                _o16 = _new(EpochEndOffset)
+                _o16 = EpochEndOffset.__new__(EpochEndOffset)
                 _o16.epoch, _o16.end_offset = _S_iq.unpack_from(data, pos)
                 pos += 12
                 if data[pos]:
@@ -3486,7 +3497,7 @@ def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopic
                 if pos != _tend14:
                     raise DecodeError("tagged field diverging_epoch has the wrong size")
             elif _tag13 == 1:
-                _o18 = _new(LeaderIdAndEpoch)
+                _o18 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                 _o18.leader_id, _o18.leader_epoch = _S_ii.unpack_from(data, pos)
                 pos += 8
                 if data[pos]:
@@ -3497,7 +3508,7 @@ def _r_FetchableTopicResponse_v13(data: bytes, pos: int) -> tuple[FetchableTopic
                 if pos != _tend14:
                     raise DecodeError("tagged field current_leader has the wrong size")
             elif _tag13 == 2:
-                _o20 = _new(SnapshotId)
+                _o20 = SnapshotId.__new__(SnapshotId)
                 _o20.end_offset, _o20.epoch = _S_qi.unpack_from(data, pos)
                 pos += 12
                 if data[pos]:
@@ -3539,7 +3550,7 @@ def _w_NodeEndpoint_v16(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v16(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    _o1 = _new(NodeEndpoint)
+    _o1 = NodeEndpoint.__new__(NodeEndpoint)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -3696,7 +3707,7 @@ def _w_FetchResponse_v16(buf: bytearray, o: FetchResponse) -> None:
 
 def _r_FetchResponse_v0(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchResponse)
+    _o1 = FetchResponse.__new__(FetchResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -3705,7 +3716,7 @@ def _r_FetchResponse_v0(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[FetchableTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(FetchableTopicResponse)
+        _o5 = FetchableTopicResponse.__new__(FetchableTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -3723,7 +3734,7 @@ def _r_FetchResponse_v0(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             _o11.partition_index, _o11.error_code, _o11.high_watermark = _S_ihq.unpack_from(data, pos)
             pos += 14
             (_n12,) = _I32.unpack_from(data, pos)
@@ -3759,7 +3770,7 @@ def _r_FetchResponse_v0(data: bytes, pos: int) -> tuple[FetchResponse, int]:
 
 def _r_FetchResponse_v1(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchResponse)
+    _o1 = FetchResponse.__new__(FetchResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -3770,7 +3781,7 @@ def _r_FetchResponse_v1(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[FetchableTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(FetchableTopicResponse)
+        _o5 = FetchableTopicResponse.__new__(FetchableTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -3788,7 +3799,7 @@ def _r_FetchResponse_v1(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             _o11.partition_index, _o11.error_code, _o11.high_watermark = _S_ihq.unpack_from(data, pos)
             pos += 14
             (_n12,) = _I32.unpack_from(data, pos)
@@ -3823,7 +3834,7 @@ def _r_FetchResponse_v1(data: bytes, pos: int) -> tuple[FetchResponse, int]:
 
 def _r_FetchResponse_v4(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchResponse)
+    _o1 = FetchResponse.__new__(FetchResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -3834,7 +3845,7 @@ def _r_FetchResponse_v4(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[FetchableTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(FetchableTopicResponse)
+        _o5 = FetchableTopicResponse.__new__(FetchableTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -3852,7 +3863,7 @@ def _r_FetchResponse_v4(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             _o11.partition_index, _o11.error_code, _o11.high_watermark, _o11.last_stable_offset = (
                 _S_ihqq.unpack_from(data, pos)
             )
@@ -3868,7 +3879,7 @@ def _r_FetchResponse_v4(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             else:
                 _a13: list[AbortedTransaction] = []
                 for _ in range(_n12):
-                    _o15 = _new(AbortedTransaction)
+                    _o15 = AbortedTransaction.__new__(AbortedTransaction)
                     _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
                     pos += 16
                     _a13.append(_o15)
@@ -3903,7 +3914,7 @@ def _r_FetchResponse_v4(data: bytes, pos: int) -> tuple[FetchResponse, int]:
 
 def _r_FetchResponse_v5(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchResponse)
+    _o1 = FetchResponse.__new__(FetchResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -3914,7 +3925,7 @@ def _r_FetchResponse_v5(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[FetchableTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(FetchableTopicResponse)
+        _o5 = FetchableTopicResponse.__new__(FetchableTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -3932,7 +3943,7 @@ def _r_FetchResponse_v5(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             (
                 _o11.partition_index,
                 _o11.error_code,
@@ -3952,7 +3963,7 @@ def _r_FetchResponse_v5(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             else:
                 _a13: list[AbortedTransaction] = []
                 for _ in range(_n12):
-                    _o15 = _new(AbortedTransaction)
+                    _o15 = AbortedTransaction.__new__(AbortedTransaction)
                     _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
                     pos += 16
                     _a13.append(_o15)
@@ -3986,7 +3997,7 @@ def _r_FetchResponse_v5(data: bytes, pos: int) -> tuple[FetchResponse, int]:
 
 def _r_FetchResponse_v7(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchResponse)
+    _o1 = FetchResponse.__new__(FetchResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     (_n2,) = _I32.unpack_from(data, pos)
@@ -3997,7 +4008,7 @@ def _r_FetchResponse_v7(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[FetchableTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(FetchableTopicResponse)
+        _o5 = FetchableTopicResponse.__new__(FetchableTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -4015,7 +4026,7 @@ def _r_FetchResponse_v7(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             (
                 _o11.partition_index,
                 _o11.error_code,
@@ -4035,7 +4046,7 @@ def _r_FetchResponse_v7(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             else:
                 _a13: list[AbortedTransaction] = []
                 for _ in range(_n12):
-                    _o15 = _new(AbortedTransaction)
+                    _o15 = AbortedTransaction.__new__(AbortedTransaction)
                     _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
                     pos += 16
                     _a13.append(_o15)
@@ -4067,7 +4078,7 @@ def _r_FetchResponse_v7(data: bytes, pos: int) -> tuple[FetchResponse, int]:
 
 def _r_FetchResponse_v11(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchResponse)
+    _o1 = FetchResponse.__new__(FetchResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     (_n2,) = _I32.unpack_from(data, pos)
@@ -4078,7 +4089,7 @@ def _r_FetchResponse_v11(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[FetchableTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(FetchableTopicResponse)
+        _o5 = FetchableTopicResponse.__new__(FetchableTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -4096,7 +4107,7 @@ def _r_FetchResponse_v11(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             (
                 _o11.partition_index,
                 _o11.error_code,
@@ -4116,7 +4127,7 @@ def _r_FetchResponse_v11(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             else:
                 _a13: list[AbortedTransaction] = []
                 for _ in range(_n12):
-                    _o15 = _new(AbortedTransaction)
+                    _o15 = AbortedTransaction.__new__(AbortedTransaction)
                     _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
                     pos += 16
                     _a13.append(_o15)
@@ -4149,7 +4160,7 @@ def _r_FetchResponse_v11(data: bytes, pos: int) -> tuple[FetchResponse, int]:
 
 def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchResponse)
+    _o1 = FetchResponse.__new__(FetchResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     _n2 = data[pos]
@@ -4164,7 +4175,7 @@ def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[FetchableTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(FetchableTopicResponse)
+        _o5 = FetchableTopicResponse.__new__(FetchableTopicResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -4192,7 +4203,7 @@ def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             (
                 _o11.partition_index,
                 _o11.error_code,
@@ -4216,7 +4227,7 @@ def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             else:
                 _a13: list[AbortedTransaction] = []
                 for _ in range(_n12):
-                    _o15 = _new(AbortedTransaction)
+                    _o15 = AbortedTransaction.__new__(AbortedTransaction)
                     _o15.producer_id, _o15.first_offset = _S_qq.unpack_from(data, pos)
                     pos += 16
                     if data[pos]:
@@ -4254,7 +4265,7 @@ def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                 if _tend20 > _len:
                     raise DecodeError("tagged field overruns its buffer")
                 if _tag19 == 0:
-                    _o22 = _new(EpochEndOffset)
+                    _o22 = EpochEndOffset.__new__(EpochEndOffset)
                     _o22.epoch, _o22.end_offset = _S_iq.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
@@ -4265,7 +4276,7 @@ def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                     if pos != _tend20:
                         raise DecodeError("tagged field diverging_epoch has the wrong size")
                 elif _tag19 == 1:
-                    _o24 = _new(LeaderIdAndEpoch)
+                    _o24 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                     _o24.leader_id, _o24.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
@@ -4276,7 +4287,7 @@ def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                     if pos != _tend20:
                         raise DecodeError("tagged field current_leader has the wrong size")
                 elif _tag19 == 2:
-                    _o26 = _new(SnapshotId)
+                    _o26 = SnapshotId.__new__(SnapshotId)
                     _o26.end_offset, _o26.epoch = _S_qi.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
@@ -4306,7 +4317,7 @@ def _r_FetchResponse_v12(data: bytes, pos: int) -> tuple[FetchResponse, int]:
 
 def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchResponse)
+    _o1 = FetchResponse.__new__(FetchResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     _n2 = data[pos]
@@ -4321,7 +4332,7 @@ def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[FetchableTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(FetchableTopicResponse)
+        _o5 = FetchableTopicResponse.__new__(FetchableTopicResponse)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -4337,7 +4348,7 @@ def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[PartitionData] = []
         for _ in range(_n6):
-            _o9 = _new(PartitionData)
+            _o9 = PartitionData.__new__(PartitionData)
             (
                 _o9.partition_index,
                 _o9.error_code,
@@ -4361,7 +4372,7 @@ def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             else:
                 _a11: list[AbortedTransaction] = []
                 for _ in range(_n10):
-                    _o13 = _new(AbortedTransaction)
+                    _o13 = AbortedTransaction.__new__(AbortedTransaction)
                     _o13.producer_id, _o13.first_offset = _S_qq.unpack_from(data, pos)
                     pos += 16
                     if data[pos]:
@@ -4399,7 +4410,7 @@ def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                 if _tend18 > _len:
                     raise DecodeError("tagged field overruns its buffer")
                 if _tag17 == 0:
-                    _o20 = _new(EpochEndOffset)
+                    _o20 = EpochEndOffset.__new__(EpochEndOffset)
                     _o20.epoch, _o20.end_offset = _S_iq.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
@@ -4410,7 +4421,7 @@ def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                     if pos != _tend18:
                         raise DecodeError("tagged field diverging_epoch has the wrong size")
                 elif _tag17 == 1:
-                    _o22 = _new(LeaderIdAndEpoch)
+                    _o22 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                     _o22.leader_id, _o22.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
@@ -4421,7 +4432,7 @@ def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                     if pos != _tend18:
                         raise DecodeError("tagged field current_leader has the wrong size")
                 elif _tag17 == 2:
-                    _o24 = _new(SnapshotId)
+                    _o24 = SnapshotId.__new__(SnapshotId)
                     _o24.end_offset, _o24.epoch = _S_qi.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
@@ -4451,7 +4462,7 @@ def _r_FetchResponse_v13(data: bytes, pos: int) -> tuple[FetchResponse, int]:
 
 def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchResponse)
+    _o1 = FetchResponse.__new__(FetchResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.session_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     _n2 = data[pos]
@@ -4466,7 +4477,7 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[FetchableTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(FetchableTopicResponse)
+        _o5 = FetchableTopicResponse.__new__(FetchableTopicResponse)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -4482,7 +4493,7 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[PartitionData] = []
         for _ in range(_n6):
-            _o9 = _new(PartitionData)
+            _o9 = PartitionData.__new__(PartitionData)
             (
                 _o9.partition_index,
                 _o9.error_code,
@@ -4506,7 +4517,7 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
             else:
                 _a11: list[AbortedTransaction] = []
                 for _ in range(_n10):
-                    _o13 = _new(AbortedTransaction)
+                    _o13 = AbortedTransaction.__new__(AbortedTransaction)
                     _o13.producer_id, _o13.first_offset = _S_qq.unpack_from(data, pos)
                     pos += 16
                     if data[pos]:
@@ -4544,7 +4555,7 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                 if _tend18 > _len:
                     raise DecodeError("tagged field overruns its buffer")
                 if _tag17 == 0:
-                    _o20 = _new(EpochEndOffset)
+                    _o20 = EpochEndOffset.__new__(EpochEndOffset)
                     _o20.epoch, _o20.end_offset = _S_iq.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
@@ -4555,7 +4566,7 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                     if pos != _tend18:
                         raise DecodeError("tagged field diverging_epoch has the wrong size")
                 elif _tag17 == 1:
-                    _o22 = _new(LeaderIdAndEpoch)
+                    _o22 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                     _o22.leader_id, _o22.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
@@ -4566,7 +4577,7 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                     if pos != _tend18:
                         raise DecodeError("tagged field current_leader has the wrong size")
                 elif _tag17 == 2:
-                    _o24 = _new(SnapshotId)
+                    _o24 = SnapshotId.__new__(SnapshotId)
                     _o24.end_offset, _o24.epoch = _S_qi.unpack_from(data, pos)
                     pos += 12
                     if data[pos]:
@@ -4607,7 +4618,7 @@ def _r_FetchResponse_v16(data: bytes, pos: int) -> tuple[FetchResponse, int]:
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
             _a29: list[NodeEndpoint] = []
             for _ in range(_n28):
-                _o31 = _new(NodeEndpoint)
+                _o31 = NodeEndpoint.__new__(NodeEndpoint)
                 (_o31.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 _n32 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -50,11 +48,12 @@ class FetchSnapshotRequestSnapshotId(Struct):
     end_offset: int = 0
     epoch: int = 0
 
-    NAME: ClassVar[str] = "FetchSnapshotRequestSnapshotId"
-    SPEC_NAME: ClassVar[str] = "SnapshotId"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+FetchSnapshotRequestSnapshotId.NAME = "FetchSnapshotRequestSnapshotId"
+FetchSnapshotRequestSnapshotId.SPEC_NAME = "SnapshotId"
+FetchSnapshotRequestSnapshotId.MIN_VERSION = 0
+FetchSnapshotRequestSnapshotId.MAX_VERSION = 1
+FetchSnapshotRequestSnapshotId.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -75,11 +74,12 @@ class FetchSnapshotRequestPartitionSnapshot(Struct):
     position: int = 0
     replica_directory_id: uuid.UUID = ZERO_UUID
 
-    NAME: ClassVar[str] = "FetchSnapshotRequestPartitionSnapshot"
-    SPEC_NAME: ClassVar[str] = "PartitionSnapshot"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+FetchSnapshotRequestPartitionSnapshot.NAME = "FetchSnapshotRequestPartitionSnapshot"
+FetchSnapshotRequestPartitionSnapshot.SPEC_NAME = "PartitionSnapshot"
+FetchSnapshotRequestPartitionSnapshot.MIN_VERSION = 0
+FetchSnapshotRequestPartitionSnapshot.MAX_VERSION = 1
+FetchSnapshotRequestPartitionSnapshot.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -94,11 +94,12 @@ class FetchSnapshotRequestTopicSnapshot(Struct):
     name: str = ""
     partitions: list[FetchSnapshotRequestPartitionSnapshot] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FetchSnapshotRequestTopicSnapshot"
-    SPEC_NAME: ClassVar[str] = "TopicSnapshot"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+FetchSnapshotRequestTopicSnapshot.NAME = "FetchSnapshotRequestTopicSnapshot"
+FetchSnapshotRequestTopicSnapshot.SPEC_NAME = "TopicSnapshot"
+FetchSnapshotRequestTopicSnapshot.MIN_VERSION = 0
+FetchSnapshotRequestTopicSnapshot.MAX_VERSION = 1
+FetchSnapshotRequestTopicSnapshot.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -120,14 +121,15 @@ class FetchSnapshotRequest(Message):
     max_bytes: int = 2147483647
     topics: list[FetchSnapshotRequestTopicSnapshot] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FetchSnapshotRequest"
-    SPEC_NAME: ClassVar[str] = "FetchSnapshotRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 59
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+FetchSnapshotRequest.NAME = "FetchSnapshotRequest"
+FetchSnapshotRequest.SPEC_NAME = "FetchSnapshotRequest"
+FetchSnapshotRequest.MIN_VERSION = 0
+FetchSnapshotRequest.MAX_VERSION = 1
+FetchSnapshotRequest.FLEXIBLE_MIN_VERSION = 0
+FetchSnapshotRequest.API_KEY = 59
+FetchSnapshotRequest.DEPRECATED_VERSIONS = None
+FetchSnapshotRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -142,11 +144,12 @@ class FetchSnapshotResponseSnapshotId(Struct):
     end_offset: int = 0
     epoch: int = 0
 
-    NAME: ClassVar[str] = "FetchSnapshotResponseSnapshotId"
-    SPEC_NAME: ClassVar[str] = "SnapshotId"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+FetchSnapshotResponseSnapshotId.NAME = "FetchSnapshotResponseSnapshotId"
+FetchSnapshotResponseSnapshotId.SPEC_NAME = "SnapshotId"
+FetchSnapshotResponseSnapshotId.MIN_VERSION = 0
+FetchSnapshotResponseSnapshotId.MAX_VERSION = 1
+FetchSnapshotResponseSnapshotId.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -161,11 +164,12 @@ class LeaderIdAndEpoch(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
-    NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    SPEC_NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.SPEC_NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.MIN_VERSION = 0
+LeaderIdAndEpoch.MAX_VERSION = 1
+LeaderIdAndEpoch.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -191,11 +195,12 @@ class FetchSnapshotResponsePartitionSnapshot(Struct):
     position: int = 0
     unaligned_records: bytes = b""
 
-    NAME: ClassVar[str] = "FetchSnapshotResponsePartitionSnapshot"
-    SPEC_NAME: ClassVar[str] = "PartitionSnapshot"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+FetchSnapshotResponsePartitionSnapshot.NAME = "FetchSnapshotResponsePartitionSnapshot"
+FetchSnapshotResponsePartitionSnapshot.SPEC_NAME = "PartitionSnapshot"
+FetchSnapshotResponsePartitionSnapshot.MIN_VERSION = 0
+FetchSnapshotResponsePartitionSnapshot.MAX_VERSION = 1
+FetchSnapshotResponsePartitionSnapshot.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -210,11 +215,12 @@ class FetchSnapshotResponseTopicSnapshot(Struct):
     name: str = ""
     partitions: list[FetchSnapshotResponsePartitionSnapshot] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FetchSnapshotResponseTopicSnapshot"
-    SPEC_NAME: ClassVar[str] = "TopicSnapshot"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+FetchSnapshotResponseTopicSnapshot.NAME = "FetchSnapshotResponseTopicSnapshot"
+FetchSnapshotResponseTopicSnapshot.SPEC_NAME = "TopicSnapshot"
+FetchSnapshotResponseTopicSnapshot.MIN_VERSION = 0
+FetchSnapshotResponseTopicSnapshot.MAX_VERSION = 1
+FetchSnapshotResponseTopicSnapshot.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -231,11 +237,12 @@ class NodeEndpoint(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "NodeEndpoint"
-    SPEC_NAME: ClassVar[str] = "NodeEndpoint"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+NodeEndpoint.NAME = "NodeEndpoint"
+NodeEndpoint.SPEC_NAME = "NodeEndpoint"
+NodeEndpoint.MIN_VERSION = 1
+NodeEndpoint.MAX_VERSION = 1
+NodeEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -257,14 +264,15 @@ class FetchSnapshotResponse(Message):
     topics: list[FetchSnapshotResponseTopicSnapshot] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FetchSnapshotResponse"
-    SPEC_NAME: ClassVar[str] = "FetchSnapshotResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 59
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+FetchSnapshotResponse.NAME = "FetchSnapshotResponse"
+FetchSnapshotResponse.SPEC_NAME = "FetchSnapshotResponse"
+FetchSnapshotResponse.MIN_VERSION = 0
+FetchSnapshotResponse.MAX_VERSION = 1
+FetchSnapshotResponse.FLEXIBLE_MIN_VERSION = 0
+FetchSnapshotResponse.API_KEY = 59
+FetchSnapshotResponse.DEPRECATED_VERSIONS = None
+FetchSnapshotResponse.LATEST_VERSION_UNSTABLE = False
 
 
 DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
@@ -280,7 +288,7 @@ def _w_FetchSnapshotRequestSnapshotId_v0(buf: bytearray, o: FetchSnapshotRequest
 
 def _r_FetchSnapshotRequestSnapshotId_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequestSnapshotId, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotRequestSnapshotId)
+    _o1 = FetchSnapshotRequestSnapshotId.__new__(FetchSnapshotRequestSnapshotId)
     _o1.end_offset, _o1.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -321,10 +329,10 @@ def _r_FetchSnapshotRequestPartitionSnapshot_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotRequestPartitionSnapshot, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotRequestPartitionSnapshot)
+    _o1 = FetchSnapshotRequestPartitionSnapshot.__new__(FetchSnapshotRequestPartitionSnapshot)
     _o1.partition, _o1.current_leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _o3 = _new(FetchSnapshotRequestSnapshotId)
+    _o3 = FetchSnapshotRequestSnapshotId.__new__(FetchSnapshotRequestSnapshotId)
     _o3.end_offset, _o3.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -346,10 +354,10 @@ def _r_FetchSnapshotRequestPartitionSnapshot_v1(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotRequestPartitionSnapshot, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotRequestPartitionSnapshot)
+    _o1 = FetchSnapshotRequestPartitionSnapshot.__new__(FetchSnapshotRequestPartitionSnapshot)
     _o1.partition, _o1.current_leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
-    _o3 = _new(FetchSnapshotRequestSnapshotId)
+    _o3 = FetchSnapshotRequestSnapshotId.__new__(FetchSnapshotRequestSnapshotId)
     _o3.end_offset, _o3.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -408,7 +416,7 @@ def _r_FetchSnapshotRequestTopicSnapshot_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotRequestTopicSnapshot, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotRequestTopicSnapshot)
+    _o1 = FetchSnapshotRequestTopicSnapshot.__new__(FetchSnapshotRequestTopicSnapshot)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -436,10 +444,10 @@ def _r_FetchSnapshotRequestTopicSnapshot_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[FetchSnapshotRequestPartitionSnapshot] = []
     for _ in range(_n4):
-        _o7 = _new(FetchSnapshotRequestPartitionSnapshot)
+        _o7 = FetchSnapshotRequestPartitionSnapshot.__new__(FetchSnapshotRequestPartitionSnapshot)
         _o7.partition, _o7.current_leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
-        _o9 = _new(FetchSnapshotRequestSnapshotId)
+        _o9 = FetchSnapshotRequestSnapshotId.__new__(FetchSnapshotRequestSnapshotId)
         _o9.end_offset, _o9.epoch = _S_qi.unpack_from(data, pos)
         pos += 12
         if data[pos]:
@@ -467,7 +475,7 @@ def _r_FetchSnapshotRequestTopicSnapshot_v1(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotRequestTopicSnapshot, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotRequestTopicSnapshot)
+    _o1 = FetchSnapshotRequestTopicSnapshot.__new__(FetchSnapshotRequestTopicSnapshot)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -495,10 +503,10 @@ def _r_FetchSnapshotRequestTopicSnapshot_v1(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[FetchSnapshotRequestPartitionSnapshot] = []
     for _ in range(_n4):
-        _o7 = _new(FetchSnapshotRequestPartitionSnapshot)
+        _o7 = FetchSnapshotRequestPartitionSnapshot.__new__(FetchSnapshotRequestPartitionSnapshot)
         _o7.partition, _o7.current_leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
-        _o9 = _new(FetchSnapshotRequestSnapshotId)
+        _o9 = FetchSnapshotRequestSnapshotId.__new__(FetchSnapshotRequestSnapshotId)
         _o9.end_offset, _o9.epoch = _S_qi.unpack_from(data, pos)
         pos += 12
         if data[pos]:
@@ -579,7 +587,7 @@ def _w_FetchSnapshotRequest_v1(buf: bytearray, o: FetchSnapshotRequest) -> None:
 
 def _r_FetchSnapshotRequest_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotRequest)
+    _o1 = FetchSnapshotRequest.__new__(FetchSnapshotRequest)
     _o1.replica_id, _o1.max_bytes = _S_ii.unpack_from(data, pos)
     pos += 8
     _n2 = data[pos]
@@ -594,7 +602,7 @@ def _r_FetchSnapshotRequest_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchSnapshotRequestTopicSnapshot] = []
     for _ in range(_n2):
-        _o5 = _new(FetchSnapshotRequestTopicSnapshot)
+        _o5 = FetchSnapshotRequestTopicSnapshot.__new__(FetchSnapshotRequestTopicSnapshot)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -622,10 +630,10 @@ def _r_FetchSnapshotRequest_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchSnapshotRequestPartitionSnapshot] = []
         for _ in range(_n8):
-            _o11 = _new(FetchSnapshotRequestPartitionSnapshot)
+            _o11 = FetchSnapshotRequestPartitionSnapshot.__new__(FetchSnapshotRequestPartitionSnapshot)
             _o11.partition, _o11.current_leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
-            _o13 = _new(FetchSnapshotRequestSnapshotId)
+            _o13 = FetchSnapshotRequestSnapshotId.__new__(FetchSnapshotRequestSnapshotId)
             _o13.end_offset, _o13.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -683,7 +691,7 @@ def _r_FetchSnapshotRequest_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
 
 def _r_FetchSnapshotRequest_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRequest, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotRequest)
+    _o1 = FetchSnapshotRequest.__new__(FetchSnapshotRequest)
     _o1.replica_id, _o1.max_bytes = _S_ii.unpack_from(data, pos)
     pos += 8
     _n2 = data[pos]
@@ -698,7 +706,7 @@ def _r_FetchSnapshotRequest_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchSnapshotRequestTopicSnapshot] = []
     for _ in range(_n2):
-        _o5 = _new(FetchSnapshotRequestTopicSnapshot)
+        _o5 = FetchSnapshotRequestTopicSnapshot.__new__(FetchSnapshotRequestTopicSnapshot)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -726,10 +734,10 @@ def _r_FetchSnapshotRequest_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRequ
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchSnapshotRequestPartitionSnapshot] = []
         for _ in range(_n8):
-            _o11 = _new(FetchSnapshotRequestPartitionSnapshot)
+            _o11 = FetchSnapshotRequestPartitionSnapshot.__new__(FetchSnapshotRequestPartitionSnapshot)
             _o11.partition, _o11.current_leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
-            _o13 = _new(FetchSnapshotRequestSnapshotId)
+            _o13 = FetchSnapshotRequestSnapshotId.__new__(FetchSnapshotRequestSnapshotId)
             _o13.end_offset, _o13.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -805,7 +813,7 @@ def _r_FetchSnapshotResponseSnapshotId_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotResponseSnapshotId, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotResponseSnapshotId)
+    _o1 = FetchSnapshotResponseSnapshotId.__new__(FetchSnapshotResponseSnapshotId)
     _o1.end_offset, _o1.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -822,7 +830,7 @@ def _w_LeaderIdAndEpoch_v0(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v0(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _o1 = _new(LeaderIdAndEpoch)
+    _o1 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
     _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
@@ -856,10 +864,10 @@ def _r_FetchSnapshotResponsePartitionSnapshot_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotResponsePartitionSnapshot, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotResponsePartitionSnapshot)
+    _o1 = FetchSnapshotResponsePartitionSnapshot.__new__(FetchSnapshotResponsePartitionSnapshot)
     _o1.index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
-    _o3 = _new(FetchSnapshotResponseSnapshotId)
+    _o3 = FetchSnapshotResponseSnapshotId.__new__(FetchSnapshotResponseSnapshotId)
     _o3.end_offset, _o3.epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -891,7 +899,7 @@ def _r_FetchSnapshotResponsePartitionSnapshot_v0(
         if _tend8 > _len:
             raise DecodeError("tagged field overruns its buffer")
         if _tag7 == 0:
-            _o10 = _new(LeaderIdAndEpoch)
+            _o10 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
             _o10.leader_id, _o10.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
@@ -922,7 +930,7 @@ def _r_FetchSnapshotResponseTopicSnapshot_v0(
     data: bytes, pos: int
 ) -> tuple[FetchSnapshotResponseTopicSnapshot, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotResponseTopicSnapshot)
+    _o1 = FetchSnapshotResponseTopicSnapshot.__new__(FetchSnapshotResponseTopicSnapshot)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -950,10 +958,10 @@ def _r_FetchSnapshotResponseTopicSnapshot_v0(
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[FetchSnapshotResponsePartitionSnapshot] = []
     for _ in range(_n4):
-        _o7 = _new(FetchSnapshotResponsePartitionSnapshot)
+        _o7 = FetchSnapshotResponsePartitionSnapshot.__new__(FetchSnapshotResponsePartitionSnapshot)
         _o7.index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
-        _o9 = _new(FetchSnapshotResponseSnapshotId)
+        _o9 = FetchSnapshotResponseSnapshotId.__new__(FetchSnapshotResponseSnapshotId)
         _o9.end_offset, _o9.epoch = _S_qi.unpack_from(data, pos)
         pos += 12
         if data[pos]:
@@ -985,7 +993,7 @@ def _r_FetchSnapshotResponseTopicSnapshot_v0(
             if _tend14 > _len:
                 raise DecodeError("tagged field overruns its buffer")
             if _tag13 == 0:
-                _o16 = _new(LeaderIdAndEpoch)
+                _o16 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                 _o16.leader_id, _o16.leader_epoch = _S_ii.unpack_from(data, pos)
                 pos += 8
                 if data[pos]:
@@ -1018,7 +1026,7 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    _o1 = _new(NodeEndpoint)
+    _o1 = NodeEndpoint.__new__(NodeEndpoint)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1079,7 +1087,7 @@ def _w_FetchSnapshotResponse_v1(buf: bytearray, o: FetchSnapshotResponse) -> Non
 
 def _r_FetchSnapshotResponse_v0(data: bytes, pos: int) -> tuple[FetchSnapshotResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotResponse)
+    _o1 = FetchSnapshotResponse.__new__(FetchSnapshotResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -1094,7 +1102,7 @@ def _r_FetchSnapshotResponse_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRes
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchSnapshotResponseTopicSnapshot] = []
     for _ in range(_n2):
-        _o5 = _new(FetchSnapshotResponseTopicSnapshot)
+        _o5 = FetchSnapshotResponseTopicSnapshot.__new__(FetchSnapshotResponseTopicSnapshot)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1122,10 +1130,10 @@ def _r_FetchSnapshotResponse_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRes
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchSnapshotResponsePartitionSnapshot] = []
         for _ in range(_n8):
-            _o11 = _new(FetchSnapshotResponsePartitionSnapshot)
+            _o11 = FetchSnapshotResponsePartitionSnapshot.__new__(FetchSnapshotResponsePartitionSnapshot)
             _o11.index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _o13 = _new(FetchSnapshotResponseSnapshotId)
+            _o13 = FetchSnapshotResponseSnapshotId.__new__(FetchSnapshotResponseSnapshotId)
             _o13.end_offset, _o13.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -1157,7 +1165,7 @@ def _r_FetchSnapshotResponse_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRes
                 if _tend18 > _len:
                     raise DecodeError("tagged field overruns its buffer")
                 if _tag17 == 0:
-                    _o20 = _new(LeaderIdAndEpoch)
+                    _o20 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                     _o20.leader_id, _o20.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
@@ -1186,7 +1194,7 @@ def _r_FetchSnapshotResponse_v0(data: bytes, pos: int) -> tuple[FetchSnapshotRes
 
 def _r_FetchSnapshotResponse_v1(data: bytes, pos: int) -> tuple[FetchSnapshotResponse, int]:
     _len = len(data)
-    _o1 = _new(FetchSnapshotResponse)
+    _o1 = FetchSnapshotResponse.__new__(FetchSnapshotResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -1201,7 +1209,7 @@ def _r_FetchSnapshotResponse_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRes
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[FetchSnapshotResponseTopicSnapshot] = []
     for _ in range(_n2):
-        _o5 = _new(FetchSnapshotResponseTopicSnapshot)
+        _o5 = FetchSnapshotResponseTopicSnapshot.__new__(FetchSnapshotResponseTopicSnapshot)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1229,10 +1237,10 @@ def _r_FetchSnapshotResponse_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRes
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[FetchSnapshotResponsePartitionSnapshot] = []
         for _ in range(_n8):
-            _o11 = _new(FetchSnapshotResponsePartitionSnapshot)
+            _o11 = FetchSnapshotResponsePartitionSnapshot.__new__(FetchSnapshotResponsePartitionSnapshot)
             _o11.index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
-            _o13 = _new(FetchSnapshotResponseSnapshotId)
+            _o13 = FetchSnapshotResponseSnapshotId.__new__(FetchSnapshotResponseSnapshotId)
             _o13.end_offset, _o13.epoch = _S_qi.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -1264,7 +1272,7 @@ def _r_FetchSnapshotResponse_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRes
                 if _tend18 > _len:
                     raise DecodeError("tagged field overruns its buffer")
                 if _tag17 == 0:
-                    _o20 = _new(LeaderIdAndEpoch)
+                    _o20 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                     _o20.leader_id, _o20.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
@@ -1304,7 +1312,7 @@ def _r_FetchSnapshotResponse_v1(data: bytes, pos: int) -> tuple[FetchSnapshotRes
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
             _a25: list[NodeEndpoint] = []
             for _ in range(_n24):
-                _o27 = _new(NodeEndpoint)
+                _o27 = NodeEndpoint.__new__(NodeEndpoint)
                 (_o27.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 _n28 = data[pos]

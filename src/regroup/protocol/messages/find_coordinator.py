@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -61,14 +59,15 @@ class FindCoordinatorRequest(Message):
     key_type: int = 0
     coordinator_keys: list[str] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FindCoordinatorRequest"
-    SPEC_NAME: ClassVar[str] = "FindCoordinatorRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 10
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+FindCoordinatorRequest.NAME = "FindCoordinatorRequest"
+FindCoordinatorRequest.SPEC_NAME = "FindCoordinatorRequest"
+FindCoordinatorRequest.MIN_VERSION = 0
+FindCoordinatorRequest.MAX_VERSION = 6
+FindCoordinatorRequest.FLEXIBLE_MIN_VERSION = 3
+FindCoordinatorRequest.API_KEY = 10
+FindCoordinatorRequest.DEPRECATED_VERSIONS = (0, 0)
+FindCoordinatorRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -91,11 +90,12 @@ class Coordinator(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "Coordinator"
-    SPEC_NAME: ClassVar[str] = "Coordinator"
-    MIN_VERSION: ClassVar[int] = 4
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+Coordinator.NAME = "Coordinator"
+Coordinator.SPEC_NAME = "Coordinator"
+Coordinator.MIN_VERSION = 4
+Coordinator.MAX_VERSION = 6
+Coordinator.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -133,14 +133,15 @@ class FindCoordinatorResponse(Message):
     port: int = 0
     coordinators: list[Coordinator] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FindCoordinatorResponse"
-    SPEC_NAME: ClassVar[str] = "FindCoordinatorResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 10
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+FindCoordinatorResponse.NAME = "FindCoordinatorResponse"
+FindCoordinatorResponse.SPEC_NAME = "FindCoordinatorResponse"
+FindCoordinatorResponse.MIN_VERSION = 0
+FindCoordinatorResponse.MAX_VERSION = 6
+FindCoordinatorResponse.FLEXIBLE_MIN_VERSION = 3
+FindCoordinatorResponse.API_KEY = 10
+FindCoordinatorResponse.DEPRECATED_VERSIONS = None
+FindCoordinatorResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -194,7 +195,7 @@ def _w_FindCoordinatorRequest_v4(buf: bytearray, o: FindCoordinatorRequest) -> N
 
 def _r_FindCoordinatorRequest_v0(data: bytes, pos: int) -> tuple[FindCoordinatorRequest, int]:
     _len = len(data)
-    _o1 = _new(FindCoordinatorRequest)
+    _o1 = FindCoordinatorRequest.__new__(FindCoordinatorRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -211,7 +212,7 @@ def _r_FindCoordinatorRequest_v0(data: bytes, pos: int) -> tuple[FindCoordinator
 
 def _r_FindCoordinatorRequest_v1(data: bytes, pos: int) -> tuple[FindCoordinatorRequest, int]:
     _len = len(data)
-    _o1 = _new(FindCoordinatorRequest)
+    _o1 = FindCoordinatorRequest.__new__(FindCoordinatorRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -229,7 +230,7 @@ def _r_FindCoordinatorRequest_v1(data: bytes, pos: int) -> tuple[FindCoordinator
 
 def _r_FindCoordinatorRequest_v3(data: bytes, pos: int) -> tuple[FindCoordinatorRequest, int]:
     _len = len(data)
-    _o1 = _new(FindCoordinatorRequest)
+    _o1 = FindCoordinatorRequest.__new__(FindCoordinatorRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -257,7 +258,7 @@ def _r_FindCoordinatorRequest_v3(data: bytes, pos: int) -> tuple[FindCoordinator
 
 def _r_FindCoordinatorRequest_v4(data: bytes, pos: int) -> tuple[FindCoordinatorRequest, int]:
     _len = len(data)
-    _o1 = _new(FindCoordinatorRequest)
+    _o1 = FindCoordinatorRequest.__new__(FindCoordinatorRequest)
     (_o1.key_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     _n2 = data[pos]
@@ -323,7 +324,7 @@ def _w_Coordinator_v4(buf: bytearray, o: Coordinator) -> None:
 
 def _r_Coordinator_v4(data: bytes, pos: int) -> tuple[Coordinator, int]:
     _len = len(data)
-    _o1 = _new(Coordinator)
+    _o1 = Coordinator.__new__(Coordinator)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -451,7 +452,7 @@ def _w_FindCoordinatorResponse_v4(buf: bytearray, o: FindCoordinatorResponse) ->
 
 def _r_FindCoordinatorResponse_v0(data: bytes, pos: int) -> tuple[FindCoordinatorResponse, int]:
     _len = len(data)
-    _o1 = _new(FindCoordinatorResponse)
+    _o1 = FindCoordinatorResponse.__new__(FindCoordinatorResponse)
     _o1.error_code, _o1.node_id = _S_hi.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I16.unpack_from(data, pos)
@@ -473,7 +474,7 @@ def _r_FindCoordinatorResponse_v0(data: bytes, pos: int) -> tuple[FindCoordinato
 
 def _r_FindCoordinatorResponse_v1(data: bytes, pos: int) -> tuple[FindCoordinatorResponse, int]:
     _len = len(data)
-    _o1 = _new(FindCoordinatorResponse)
+    _o1 = FindCoordinatorResponse.__new__(FindCoordinatorResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I16.unpack_from(data, pos)
@@ -507,7 +508,7 @@ def _r_FindCoordinatorResponse_v1(data: bytes, pos: int) -> tuple[FindCoordinato
 
 def _r_FindCoordinatorResponse_v3(data: bytes, pos: int) -> tuple[FindCoordinatorResponse, int]:
     _len = len(data)
-    _o1 = _new(FindCoordinatorResponse)
+    _o1 = FindCoordinatorResponse.__new__(FindCoordinatorResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -557,7 +558,7 @@ def _r_FindCoordinatorResponse_v3(data: bytes, pos: int) -> tuple[FindCoordinato
 
 def _r_FindCoordinatorResponse_v4(data: bytes, pos: int) -> tuple[FindCoordinatorResponse, int]:
     _len = len(data)
-    _o1 = _new(FindCoordinatorResponse)
+    _o1 = FindCoordinatorResponse.__new__(FindCoordinatorResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -572,7 +573,7 @@ def _r_FindCoordinatorResponse_v4(data: bytes, pos: int) -> tuple[FindCoordinato
         raise DecodeError("array count of coordinators exceeds the bytes left")
     _a3: list[Coordinator] = []
     for _ in range(_n2):
-        _o5 = _new(Coordinator)
+        _o5 = Coordinator.__new__(Coordinator)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -44,14 +42,15 @@ class GetTelemetrySubscriptionsRequest(Message):
 
     client_instance_id: uuid.UUID = ZERO_UUID
 
-    NAME: ClassVar[str] = "GetTelemetrySubscriptionsRequest"
-    SPEC_NAME: ClassVar[str] = "GetTelemetrySubscriptionsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 71
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+GetTelemetrySubscriptionsRequest.NAME = "GetTelemetrySubscriptionsRequest"
+GetTelemetrySubscriptionsRequest.SPEC_NAME = "GetTelemetrySubscriptionsRequest"
+GetTelemetrySubscriptionsRequest.MIN_VERSION = 0
+GetTelemetrySubscriptionsRequest.MAX_VERSION = 0
+GetTelemetrySubscriptionsRequest.FLEXIBLE_MIN_VERSION = 0
+GetTelemetrySubscriptionsRequest.API_KEY = 71
+GetTelemetrySubscriptionsRequest.DEPRECATED_VERSIONS = None
+GetTelemetrySubscriptionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -87,14 +86,15 @@ class GetTelemetrySubscriptionsResponse(Message):
     delta_temporality: bool = False
     requested_metrics: list[str] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "GetTelemetrySubscriptionsResponse"
-    SPEC_NAME: ClassVar[str] = "GetTelemetrySubscriptionsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 71
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+GetTelemetrySubscriptionsResponse.NAME = "GetTelemetrySubscriptionsResponse"
+GetTelemetrySubscriptionsResponse.SPEC_NAME = "GetTelemetrySubscriptionsResponse"
+GetTelemetrySubscriptionsResponse.MIN_VERSION = 0
+GetTelemetrySubscriptionsResponse.MAX_VERSION = 0
+GetTelemetrySubscriptionsResponse.FLEXIBLE_MIN_VERSION = 0
+GetTelemetrySubscriptionsResponse.API_KEY = 71
+GetTelemetrySubscriptionsResponse.DEPRECATED_VERSIONS = None
+GetTelemetrySubscriptionsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -109,7 +109,7 @@ def _r_GetTelemetrySubscriptionsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[GetTelemetrySubscriptionsRequest, int]:
     _len = len(data)
-    _o1 = _new(GetTelemetrySubscriptionsRequest)
+    _o1 = GetTelemetrySubscriptionsRequest.__new__(GetTelemetrySubscriptionsRequest)
     (_client_instance_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.client_instance_id = uuid_from_bytes(_client_instance_id_raw)
@@ -143,7 +143,7 @@ def _r_GetTelemetrySubscriptionsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[GetTelemetrySubscriptionsResponse, int]:
     _len = len(data)
-    _o1 = _new(GetTelemetrySubscriptionsResponse)
+    _o1 = GetTelemetrySubscriptionsResponse.__new__(GetTelemetrySubscriptionsResponse)
     _o1.throttle_time_ms, _o1.error_code, _client_instance_id_raw, _o1.subscription_id = (
         _S_ih16si.unpack_from(data, pos)
     )

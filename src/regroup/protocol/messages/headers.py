@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -55,14 +53,15 @@ class RequestHeader(Message):
     correlation_id: int = 0
     client_id: str | None = ""
 
-    NAME: ClassVar[str] = "RequestHeader"
-    SPEC_NAME: ClassVar[str] = "RequestHeader"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = -1
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+RequestHeader.NAME = "RequestHeader"
+RequestHeader.SPEC_NAME = "RequestHeader"
+RequestHeader.MIN_VERSION = 0
+RequestHeader.MAX_VERSION = 2
+RequestHeader.FLEXIBLE_MIN_VERSION = 2
+RequestHeader.API_KEY = -1
+RequestHeader.DEPRECATED_VERSIONS = None
+RequestHeader.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -77,14 +76,15 @@ class ResponseHeader(Message):
 
     correlation_id: int = 0
 
-    NAME: ClassVar[str] = "ResponseHeader"
-    SPEC_NAME: ClassVar[str] = "ResponseHeader"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = -1
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ResponseHeader.NAME = "ResponseHeader"
+ResponseHeader.SPEC_NAME = "ResponseHeader"
+ResponseHeader.MIN_VERSION = 0
+ResponseHeader.MAX_VERSION = 1
+ResponseHeader.FLEXIBLE_MIN_VERSION = 1
+ResponseHeader.API_KEY = -1
+ResponseHeader.DEPRECATED_VERSIONS = None
+ResponseHeader.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -117,7 +117,7 @@ def _w_RequestHeader_v2(buf: bytearray, o: RequestHeader) -> None:
 
 def _r_RequestHeader_v0(data: bytes, pos: int) -> tuple[RequestHeader, int]:
     _len = len(data)
-    _o1 = _new(RequestHeader)
+    _o1 = RequestHeader.__new__(RequestHeader)
     _o1.request_api_key, _o1.request_api_version, _o1.correlation_id = _S_hhi.unpack_from(data, pos)
     pos += 8
     _o1.client_id = ""
@@ -126,7 +126,7 @@ def _r_RequestHeader_v0(data: bytes, pos: int) -> tuple[RequestHeader, int]:
 
 def _r_RequestHeader_v1(data: bytes, pos: int) -> tuple[RequestHeader, int]:
     _len = len(data)
-    _o1 = _new(RequestHeader)
+    _o1 = RequestHeader.__new__(RequestHeader)
     _o1.request_api_key, _o1.request_api_version, _o1.correlation_id = _S_hhi.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I16.unpack_from(data, pos)
@@ -146,7 +146,7 @@ def _r_RequestHeader_v1(data: bytes, pos: int) -> tuple[RequestHeader, int]:
 
 def _r_RequestHeader_v2(data: bytes, pos: int) -> tuple[RequestHeader, int]:
     _len = len(data)
-    _o1 = _new(RequestHeader)
+    _o1 = RequestHeader.__new__(RequestHeader)
     _o1.request_api_key, _o1.request_api_version, _o1.correlation_id = _S_hhi.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I16.unpack_from(data, pos)
@@ -179,7 +179,7 @@ def _w_ResponseHeader_v1(buf: bytearray, o: ResponseHeader) -> None:
 
 def _r_ResponseHeader_v0(data: bytes, pos: int) -> tuple[ResponseHeader, int]:
     _len = len(data)
-    _o1 = _new(ResponseHeader)
+    _o1 = ResponseHeader.__new__(ResponseHeader)
     (_o1.correlation_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     return _o1, pos
@@ -187,7 +187,7 @@ def _r_ResponseHeader_v0(data: bytes, pos: int) -> tuple[ResponseHeader, int]:
 
 def _r_ResponseHeader_v1(data: bytes, pos: int) -> tuple[ResponseHeader, int]:
     _len = len(data)
-    _o1 = _new(ResponseHeader)
+    _o1 = ResponseHeader.__new__(ResponseHeader)
     (_o1.correlation_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -57,14 +55,15 @@ class HeartbeatRequest(Message):
     member_id: str = ""
     group_instance_id: str | None = None
 
-    NAME: ClassVar[str] = "HeartbeatRequest"
-    SPEC_NAME: ClassVar[str] = "HeartbeatRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 12
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+HeartbeatRequest.NAME = "HeartbeatRequest"
+HeartbeatRequest.SPEC_NAME = "HeartbeatRequest"
+HeartbeatRequest.MIN_VERSION = 0
+HeartbeatRequest.MAX_VERSION = 4
+HeartbeatRequest.FLEXIBLE_MIN_VERSION = 4
+HeartbeatRequest.API_KEY = 12
+HeartbeatRequest.DEPRECATED_VERSIONS = None
+HeartbeatRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -88,14 +87,15 @@ class HeartbeatResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "HeartbeatResponse"
-    SPEC_NAME: ClassVar[str] = "HeartbeatResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 12
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+HeartbeatResponse.NAME = "HeartbeatResponse"
+HeartbeatResponse.SPEC_NAME = "HeartbeatResponse"
+HeartbeatResponse.MIN_VERSION = 0
+HeartbeatResponse.MAX_VERSION = 4
+HeartbeatResponse.FLEXIBLE_MIN_VERSION = 4
+HeartbeatResponse.API_KEY = 12
+HeartbeatResponse.DEPRECATED_VERSIONS = None
+HeartbeatResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -154,7 +154,7 @@ def _w_HeartbeatRequest_v4(buf: bytearray, o: HeartbeatRequest) -> None:
 
 def _r_HeartbeatRequest_v0(data: bytes, pos: int) -> tuple[HeartbeatRequest, int]:
     _len = len(data)
-    _o1 = _new(HeartbeatRequest)
+    _o1 = HeartbeatRequest.__new__(HeartbeatRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -181,7 +181,7 @@ def _r_HeartbeatRequest_v0(data: bytes, pos: int) -> tuple[HeartbeatRequest, int
 
 def _r_HeartbeatRequest_v3(data: bytes, pos: int) -> tuple[HeartbeatRequest, int]:
     _len = len(data)
-    _o1 = _new(HeartbeatRequest)
+    _o1 = HeartbeatRequest.__new__(HeartbeatRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -219,7 +219,7 @@ def _r_HeartbeatRequest_v3(data: bytes, pos: int) -> tuple[HeartbeatRequest, int
 
 def _r_HeartbeatRequest_v4(data: bytes, pos: int) -> tuple[HeartbeatRequest, int]:
     _len = len(data)
-    _o1 = _new(HeartbeatRequest)
+    _o1 = HeartbeatRequest.__new__(HeartbeatRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -292,7 +292,7 @@ def _w_HeartbeatResponse_v4(buf: bytearray, o: HeartbeatResponse) -> None:
 
 def _r_HeartbeatResponse_v0(data: bytes, pos: int) -> tuple[HeartbeatResponse, int]:
     _len = len(data)
-    _o1 = _new(HeartbeatResponse)
+    _o1 = HeartbeatResponse.__new__(HeartbeatResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _o1.throttle_time_ms = 0
@@ -301,7 +301,7 @@ def _r_HeartbeatResponse_v0(data: bytes, pos: int) -> tuple[HeartbeatResponse, i
 
 def _r_HeartbeatResponse_v1(data: bytes, pos: int) -> tuple[HeartbeatResponse, int]:
     _len = len(data)
-    _o1 = _new(HeartbeatResponse)
+    _o1 = HeartbeatResponse.__new__(HeartbeatResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     return _o1, pos
@@ -309,7 +309,7 @@ def _r_HeartbeatResponse_v1(data: bytes, pos: int) -> tuple[HeartbeatResponse, i
 
 def _r_HeartbeatResponse_v4(data: bytes, pos: int) -> tuple[HeartbeatResponse, int]:
     _len = len(data)
-    _o1 = _new(HeartbeatResponse)
+    _o1 = HeartbeatResponse.__new__(HeartbeatResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -49,11 +47,12 @@ class AlterableConfig(Struct):
     config_operation: int = 0
     value: str | None = ""
 
-    NAME: ClassVar[str] = "AlterableConfig"
-    SPEC_NAME: ClassVar[str] = "AlterableConfig"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+AlterableConfig.NAME = "AlterableConfig"
+AlterableConfig.SPEC_NAME = "AlterableConfig"
+AlterableConfig.MIN_VERSION = 0
+AlterableConfig.MAX_VERSION = 1
+AlterableConfig.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -70,11 +69,12 @@ class AlterConfigsResource(Struct):
     resource_name: str = ""
     configs: list[AlterableConfig] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AlterConfigsResource"
-    SPEC_NAME: ClassVar[str] = "AlterConfigsResource"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+AlterConfigsResource.NAME = "AlterConfigsResource"
+AlterConfigsResource.SPEC_NAME = "AlterConfigsResource"
+AlterConfigsResource.MIN_VERSION = 0
+AlterConfigsResource.MAX_VERSION = 1
+AlterConfigsResource.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -91,14 +91,15 @@ class IncrementalAlterConfigsRequest(Message):
     resources: list[AlterConfigsResource] = field(default_factory=list)
     validate_only: bool = False
 
-    NAME: ClassVar[str] = "IncrementalAlterConfigsRequest"
-    SPEC_NAME: ClassVar[str] = "IncrementalAlterConfigsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 44
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+IncrementalAlterConfigsRequest.NAME = "IncrementalAlterConfigsRequest"
+IncrementalAlterConfigsRequest.SPEC_NAME = "IncrementalAlterConfigsRequest"
+IncrementalAlterConfigsRequest.MIN_VERSION = 0
+IncrementalAlterConfigsRequest.MAX_VERSION = 1
+IncrementalAlterConfigsRequest.FLEXIBLE_MIN_VERSION = 1
+IncrementalAlterConfigsRequest.API_KEY = 44
+IncrementalAlterConfigsRequest.DEPRECATED_VERSIONS = None
+IncrementalAlterConfigsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -117,11 +118,12 @@ class AlterConfigsResourceResponse(Struct):
     resource_type: int = 0
     resource_name: str = ""
 
-    NAME: ClassVar[str] = "AlterConfigsResourceResponse"
-    SPEC_NAME: ClassVar[str] = "AlterConfigsResourceResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+AlterConfigsResourceResponse.NAME = "AlterConfigsResourceResponse"
+AlterConfigsResourceResponse.SPEC_NAME = "AlterConfigsResourceResponse"
+AlterConfigsResourceResponse.MIN_VERSION = 0
+AlterConfigsResourceResponse.MAX_VERSION = 1
+AlterConfigsResourceResponse.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -139,14 +141,15 @@ class IncrementalAlterConfigsResponse(Message):
     throttle_time_ms: int = 0
     responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "IncrementalAlterConfigsResponse"
-    SPEC_NAME: ClassVar[str] = "IncrementalAlterConfigsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 44
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+IncrementalAlterConfigsResponse.NAME = "IncrementalAlterConfigsResponse"
+IncrementalAlterConfigsResponse.SPEC_NAME = "IncrementalAlterConfigsResponse"
+IncrementalAlterConfigsResponse.MIN_VERSION = 0
+IncrementalAlterConfigsResponse.MAX_VERSION = 1
+IncrementalAlterConfigsResponse.FLEXIBLE_MIN_VERSION = 1
+IncrementalAlterConfigsResponse.API_KEY = 44
+IncrementalAlterConfigsResponse.DEPRECATED_VERSIONS = None
+IncrementalAlterConfigsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -185,7 +188,7 @@ def _w_AlterableConfig_v1(buf: bytearray, o: AlterableConfig) -> None:
 
 def _r_AlterableConfig_v0(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
     _len = len(data)
-    _o1 = _new(AlterableConfig)
+    _o1 = AlterableConfig.__new__(AlterableConfig)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -214,7 +217,7 @@ def _r_AlterableConfig_v0(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
 
 def _r_AlterableConfig_v1(data: bytes, pos: int) -> tuple[AlterableConfig, int]:
     _len = len(data)
-    _o1 = _new(AlterableConfig)
+    _o1 = AlterableConfig.__new__(AlterableConfig)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -284,7 +287,7 @@ def _w_AlterConfigsResource_v1(buf: bytearray, o: AlterConfigsResource) -> None:
 
 def _r_AlterConfigsResource_v0(data: bytes, pos: int) -> tuple[AlterConfigsResource, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResource)
+    _o1 = AlterConfigsResource.__new__(AlterConfigsResource)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     (_n2,) = _I16.unpack_from(data, pos)
@@ -304,7 +307,7 @@ def _r_AlterConfigsResource_v0(data: bytes, pos: int) -> tuple[AlterConfigsResou
         raise DecodeError("array count of configs exceeds the bytes left")
     _a5: list[AlterableConfig] = []
     for _ in range(_n4):
-        _o7 = _new(AlterableConfig)
+        _o7 = AlterableConfig.__new__(AlterableConfig)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -335,7 +338,7 @@ def _r_AlterConfigsResource_v0(data: bytes, pos: int) -> tuple[AlterConfigsResou
 
 def _r_AlterConfigsResource_v1(data: bytes, pos: int) -> tuple[AlterConfigsResource, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResource)
+    _o1 = AlterConfigsResource.__new__(AlterConfigsResource)
     (_o1.resource_type,) = _S_b.unpack_from(data, pos)
     pos += 1
     _n2 = data[pos]
@@ -365,7 +368,7 @@ def _r_AlterConfigsResource_v1(data: bytes, pos: int) -> tuple[AlterConfigsResou
         raise DecodeError("array count of configs exceeds the bytes left")
     _a5: list[AlterableConfig] = []
     for _ in range(_n4):
-        _o7 = _new(AlterableConfig)
+        _o7 = AlterableConfig.__new__(AlterableConfig)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -437,7 +440,7 @@ def _w_IncrementalAlterConfigsRequest_v1(buf: bytearray, o: IncrementalAlterConf
 
 def _r_IncrementalAlterConfigsRequest_v0(data: bytes, pos: int) -> tuple[IncrementalAlterConfigsRequest, int]:
     _len = len(data)
-    _o1 = _new(IncrementalAlterConfigsRequest)
+    _o1 = IncrementalAlterConfigsRequest.__new__(IncrementalAlterConfigsRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -446,7 +449,7 @@ def _r_IncrementalAlterConfigsRequest_v0(data: bytes, pos: int) -> tuple[Increme
         raise DecodeError("array count of resources exceeds the bytes left")
     _a3: list[AlterConfigsResource] = []
     for _ in range(_n2):
-        _o5 = _new(AlterConfigsResource)
+        _o5 = AlterConfigsResource.__new__(AlterConfigsResource)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         (_n6,) = _I16.unpack_from(data, pos)
@@ -466,7 +469,7 @@ def _r_IncrementalAlterConfigsRequest_v0(data: bytes, pos: int) -> tuple[Increme
             raise DecodeError("array count of configs exceeds the bytes left")
         _a9: list[AlterableConfig] = []
         for _ in range(_n8):
-            _o11 = _new(AlterableConfig)
+            _o11 = AlterableConfig.__new__(AlterableConfig)
             (_n12,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n12 < 0:
@@ -501,7 +504,7 @@ def _r_IncrementalAlterConfigsRequest_v0(data: bytes, pos: int) -> tuple[Increme
 
 def _r_IncrementalAlterConfigsRequest_v1(data: bytes, pos: int) -> tuple[IncrementalAlterConfigsRequest, int]:
     _len = len(data)
-    _o1 = _new(IncrementalAlterConfigsRequest)
+    _o1 = IncrementalAlterConfigsRequest.__new__(IncrementalAlterConfigsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -514,7 +517,7 @@ def _r_IncrementalAlterConfigsRequest_v1(data: bytes, pos: int) -> tuple[Increme
         raise DecodeError("array count of resources exceeds the bytes left")
     _a3: list[AlterConfigsResource] = []
     for _ in range(_n2):
-        _o5 = _new(AlterConfigsResource)
+        _o5 = AlterConfigsResource.__new__(AlterConfigsResource)
         (_o5.resource_type,) = _S_b.unpack_from(data, pos)
         pos += 1
         _n6 = data[pos]
@@ -544,7 +547,7 @@ def _r_IncrementalAlterConfigsRequest_v1(data: bytes, pos: int) -> tuple[Increme
             raise DecodeError("array count of configs exceeds the bytes left")
         _a9: list[AlterableConfig] = []
         for _ in range(_n8):
-            _o11 = _new(AlterableConfig)
+            _o11 = AlterableConfig.__new__(AlterableConfig)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -636,7 +639,7 @@ def _w_AlterConfigsResourceResponse_v1(buf: bytearray, o: AlterConfigsResourceRe
 
 def _r_AlterConfigsResourceResponse_v0(data: bytes, pos: int) -> tuple[AlterConfigsResourceResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResourceResponse)
+    _o1 = AlterConfigsResourceResponse.__new__(AlterConfigsResourceResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -667,7 +670,7 @@ def _r_AlterConfigsResourceResponse_v0(data: bytes, pos: int) -> tuple[AlterConf
 
 def _r_AlterConfigsResourceResponse_v1(data: bytes, pos: int) -> tuple[AlterConfigsResourceResponse, int]:
     _len = len(data)
-    _o1 = _new(AlterConfigsResourceResponse)
+    _o1 = AlterConfigsResourceResponse.__new__(AlterConfigsResourceResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -733,7 +736,7 @@ def _r_IncrementalAlterConfigsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[IncrementalAlterConfigsResponse, int]:
     _len = len(data)
-    _o1 = _new(IncrementalAlterConfigsResponse)
+    _o1 = IncrementalAlterConfigsResponse.__new__(IncrementalAlterConfigsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -744,7 +747,7 @@ def _r_IncrementalAlterConfigsResponse_v0(
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[AlterConfigsResourceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(AlterConfigsResourceResponse)
+        _o5 = AlterConfigsResourceResponse.__new__(AlterConfigsResourceResponse)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n6,) = _I16.unpack_from(data, pos)
@@ -779,7 +782,7 @@ def _r_IncrementalAlterConfigsResponse_v1(
     data: bytes, pos: int
 ) -> tuple[IncrementalAlterConfigsResponse, int]:
     _len = len(data)
-    _o1 = _new(IncrementalAlterConfigsResponse)
+    _o1 = IncrementalAlterConfigsResponse.__new__(IncrementalAlterConfigsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -794,7 +797,7 @@ def _r_IncrementalAlterConfigsResponse_v1(
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[AlterConfigsResourceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(AlterConfigsResourceResponse)
+        _o5 = AlterConfigsResourceResponse.__new__(AlterConfigsResourceResponse)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -64,14 +62,15 @@ class InitProducerIdRequest(Message):
     producer_id: int = -1
     producer_epoch: int = -1
 
-    NAME: ClassVar[str] = "InitProducerIdRequest"
-    SPEC_NAME: ClassVar[str] = "InitProducerIdRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 22
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+InitProducerIdRequest.NAME = "InitProducerIdRequest"
+InitProducerIdRequest.SPEC_NAME = "InitProducerIdRequest"
+InitProducerIdRequest.MIN_VERSION = 0
+InitProducerIdRequest.MAX_VERSION = 5
+InitProducerIdRequest.FLEXIBLE_MIN_VERSION = 2
+InitProducerIdRequest.API_KEY = 22
+InitProducerIdRequest.DEPRECATED_VERSIONS = None
+InitProducerIdRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -101,14 +100,15 @@ class InitProducerIdResponse(Message):
     producer_id: int = -1
     producer_epoch: int = 0
 
-    NAME: ClassVar[str] = "InitProducerIdResponse"
-    SPEC_NAME: ClassVar[str] = "InitProducerIdResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 22
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+InitProducerIdResponse.NAME = "InitProducerIdResponse"
+InitProducerIdResponse.SPEC_NAME = "InitProducerIdResponse"
+InitProducerIdResponse.MIN_VERSION = 0
+InitProducerIdResponse.MAX_VERSION = 5
+InitProducerIdResponse.FLEXIBLE_MIN_VERSION = 2
+InitProducerIdResponse.API_KEY = 22
+InitProducerIdResponse.DEPRECATED_VERSIONS = None
+InitProducerIdResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -160,7 +160,7 @@ def _w_InitProducerIdRequest_v3(buf: bytearray, o: InitProducerIdRequest) -> Non
 
 def _r_InitProducerIdRequest_v0(data: bytes, pos: int) -> tuple[InitProducerIdRequest, int]:
     _len = len(data)
-    _o1 = _new(InitProducerIdRequest)
+    _o1 = InitProducerIdRequest.__new__(InitProducerIdRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -182,7 +182,7 @@ def _r_InitProducerIdRequest_v0(data: bytes, pos: int) -> tuple[InitProducerIdRe
 
 def _r_InitProducerIdRequest_v2(data: bytes, pos: int) -> tuple[InitProducerIdRequest, int]:
     _len = len(data)
-    _o1 = _new(InitProducerIdRequest)
+    _o1 = InitProducerIdRequest.__new__(InitProducerIdRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -214,7 +214,7 @@ def _r_InitProducerIdRequest_v2(data: bytes, pos: int) -> tuple[InitProducerIdRe
 
 def _r_InitProducerIdRequest_v3(data: bytes, pos: int) -> tuple[InitProducerIdRequest, int]:
     _len = len(data)
-    _o1 = _new(InitProducerIdRequest)
+    _o1 = InitProducerIdRequest.__new__(InitProducerIdRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -253,7 +253,7 @@ def _w_InitProducerIdResponse_v2(buf: bytearray, o: InitProducerIdResponse) -> N
 
 def _r_InitProducerIdResponse_v0(data: bytes, pos: int) -> tuple[InitProducerIdResponse, int]:
     _len = len(data)
-    _o1 = _new(InitProducerIdResponse)
+    _o1 = InitProducerIdResponse.__new__(InitProducerIdResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.producer_id, _o1.producer_epoch = _S_ihqh.unpack_from(data, pos)
     pos += 16
     return _o1, pos
@@ -261,7 +261,7 @@ def _r_InitProducerIdResponse_v0(data: bytes, pos: int) -> tuple[InitProducerIdR
 
 def _r_InitProducerIdResponse_v2(data: bytes, pos: int) -> tuple[InitProducerIdResponse, int]:
     _len = len(data)
-    _o1 = _new(InitProducerIdResponse)
+    _o1 = InitProducerIdResponse.__new__(InitProducerIdResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.producer_id, _o1.producer_epoch = _S_ihqh.unpack_from(data, pos)
     pos += 16
     if data[pos]:

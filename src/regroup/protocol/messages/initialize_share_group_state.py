@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -50,11 +48,12 @@ class PartitionData(Struct):
     state_epoch: int = 0
     start_offset: int = 0
 
-    NAME: ClassVar[str] = "PartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionData.NAME = "PartitionData"
+PartitionData.SPEC_NAME = "PartitionData"
+PartitionData.MIN_VERSION = 0
+PartitionData.MAX_VERSION = 0
+PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -69,11 +68,12 @@ class InitializeStateData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "InitializeStateData"
-    SPEC_NAME: ClassVar[str] = "InitializeStateData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+InitializeStateData.NAME = "InitializeStateData"
+InitializeStateData.SPEC_NAME = "InitializeStateData"
+InitializeStateData.MIN_VERSION = 0
+InitializeStateData.MAX_VERSION = 0
+InitializeStateData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -88,14 +88,15 @@ class InitializeShareGroupStateRequest(Message):
     group_id: str = ""
     topics: list[InitializeStateData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "InitializeShareGroupStateRequest"
-    SPEC_NAME: ClassVar[str] = "InitializeShareGroupStateRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 83
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+InitializeShareGroupStateRequest.NAME = "InitializeShareGroupStateRequest"
+InitializeShareGroupStateRequest.SPEC_NAME = "InitializeShareGroupStateRequest"
+InitializeShareGroupStateRequest.MIN_VERSION = 0
+InitializeShareGroupStateRequest.MAX_VERSION = 0
+InitializeShareGroupStateRequest.FLEXIBLE_MIN_VERSION = 0
+InitializeShareGroupStateRequest.API_KEY = 83
+InitializeShareGroupStateRequest.DEPRECATED_VERSIONS = None
+InitializeShareGroupStateRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -112,11 +113,12 @@ class PartitionResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
-    NAME: ClassVar[str] = "PartitionResult"
-    SPEC_NAME: ClassVar[str] = "PartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionResult.NAME = "PartitionResult"
+PartitionResult.SPEC_NAME = "PartitionResult"
+PartitionResult.MIN_VERSION = 0
+PartitionResult.MAX_VERSION = 0
+PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -131,11 +133,12 @@ class InitializeStateResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "InitializeStateResult"
-    SPEC_NAME: ClassVar[str] = "InitializeStateResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+InitializeStateResult.NAME = "InitializeStateResult"
+InitializeStateResult.SPEC_NAME = "InitializeStateResult"
+InitializeStateResult.MIN_VERSION = 0
+InitializeStateResult.MAX_VERSION = 0
+InitializeStateResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -154,14 +157,15 @@ class InitializeShareGroupStateResponse(Message):
 
     results: list[InitializeStateResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "InitializeShareGroupStateResponse"
-    SPEC_NAME: ClassVar[str] = "InitializeShareGroupStateResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 83
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+InitializeShareGroupStateResponse.NAME = "InitializeShareGroupStateResponse"
+InitializeShareGroupStateResponse.SPEC_NAME = "InitializeShareGroupStateResponse"
+InitializeShareGroupStateResponse.MIN_VERSION = 0
+InitializeShareGroupStateResponse.MAX_VERSION = 0
+InitializeShareGroupStateResponse.FLEXIBLE_MIN_VERSION = 0
+InitializeShareGroupStateResponse.API_KEY = 83
+InitializeShareGroupStateResponse.DEPRECATED_VERSIONS = None
+InitializeShareGroupStateResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -174,7 +178,7 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition, _o1.state_epoch, _o1.start_offset = _S_iiq.unpack_from(data, pos)
     pos += 16
     if data[pos]:
@@ -195,7 +199,7 @@ def _w_InitializeStateData_v0(buf: bytearray, o: InitializeStateData) -> None:
 
 def _r_InitializeStateData_v0(data: bytes, pos: int) -> tuple[InitializeStateData, int]:
     _len = len(data)
-    _o1 = _new(InitializeStateData)
+    _o1 = InitializeStateData.__new__(InitializeStateData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -211,7 +215,7 @@ def _r_InitializeStateData_v0(data: bytes, pos: int) -> tuple[InitializeStateDat
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionData)
+        _o5 = PartitionData.__new__(PartitionData)
         _o5.partition, _o5.state_epoch, _o5.start_offset = _S_iiq.unpack_from(data, pos)
         pos += 16
         if data[pos]:
@@ -244,7 +248,7 @@ def _r_InitializeShareGroupStateRequest_v0(
     data: bytes, pos: int
 ) -> tuple[InitializeShareGroupStateRequest, int]:
     _len = len(data)
-    _o1 = _new(InitializeShareGroupStateRequest)
+    _o1 = InitializeShareGroupStateRequest.__new__(InitializeShareGroupStateRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -272,7 +276,7 @@ def _r_InitializeShareGroupStateRequest_v0(
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[InitializeStateData] = []
     for _ in range(_n4):
-        _o7 = _new(InitializeStateData)
+        _o7 = InitializeStateData.__new__(InitializeStateData)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
@@ -288,7 +292,7 @@ def _r_InitializeShareGroupStateRequest_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             _o11.partition, _o11.state_epoch, _o11.start_offset = _S_iiq.unpack_from(data, pos)
             pos += 16
             if data[pos]:
@@ -325,7 +329,7 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
 
 def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _o1 = _new(PartitionResult)
+    _o1 = PartitionResult.__new__(PartitionResult)
     _o1.partition, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -364,7 +368,7 @@ def _w_InitializeStateResult_v0(buf: bytearray, o: InitializeStateResult) -> Non
 
 def _r_InitializeStateResult_v0(data: bytes, pos: int) -> tuple[InitializeStateResult, int]:
     _len = len(data)
-    _o1 = _new(InitializeStateResult)
+    _o1 = InitializeStateResult.__new__(InitializeStateResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -380,7 +384,7 @@ def _r_InitializeStateResult_v0(data: bytes, pos: int) -> tuple[InitializeStateR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionResult] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionResult)
+        _o5 = PartitionResult.__new__(PartitionResult)
         _o5.partition, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n6 = data[pos]
@@ -426,7 +430,7 @@ def _r_InitializeShareGroupStateResponse_v0(
     data: bytes, pos: int
 ) -> tuple[InitializeShareGroupStateResponse, int]:
     _len = len(data)
-    _o1 = _new(InitializeShareGroupStateResponse)
+    _o1 = InitializeShareGroupStateResponse.__new__(InitializeShareGroupStateResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -439,7 +443,7 @@ def _r_InitializeShareGroupStateResponse_v0(
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[InitializeStateResult] = []
     for _ in range(_n2):
-        _o5 = _new(InitializeStateResult)
+        _o5 = InitializeStateResult.__new__(InitializeStateResult)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -455,7 +459,7 @@ def _r_InitializeShareGroupStateResponse_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[PartitionResult] = []
         for _ in range(_n6):
-            _o9 = _new(PartitionResult)
+            _o9 = PartitionResult.__new__(PartitionResult)
             _o9.partition, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n10 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,11 +46,12 @@ class JoinGroupRequestProtocol(Struct):
     name: str = ""
     metadata: bytes = b""
 
-    NAME: ClassVar[str] = "JoinGroupRequestProtocol"
-    SPEC_NAME: ClassVar[str] = "JoinGroupRequestProtocol"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+JoinGroupRequestProtocol.NAME = "JoinGroupRequestProtocol"
+JoinGroupRequestProtocol.SPEC_NAME = "JoinGroupRequestProtocol"
+JoinGroupRequestProtocol.MIN_VERSION = 0
+JoinGroupRequestProtocol.MAX_VERSION = 9
+JoinGroupRequestProtocol.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -100,14 +99,15 @@ class JoinGroupRequest(Message):
     protocols: list[JoinGroupRequestProtocol] = field(default_factory=list)
     reason: str | None = None
 
-    NAME: ClassVar[str] = "JoinGroupRequest"
-    SPEC_NAME: ClassVar[str] = "JoinGroupRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
-    API_KEY: ClassVar[int] = 11
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 1)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+JoinGroupRequest.NAME = "JoinGroupRequest"
+JoinGroupRequest.SPEC_NAME = "JoinGroupRequest"
+JoinGroupRequest.MIN_VERSION = 0
+JoinGroupRequest.MAX_VERSION = 9
+JoinGroupRequest.FLEXIBLE_MIN_VERSION = 6
+JoinGroupRequest.API_KEY = 11
+JoinGroupRequest.DEPRECATED_VERSIONS = (0, 1)
+JoinGroupRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -125,11 +125,12 @@ class JoinGroupResponseMember(Struct):
     group_instance_id: str | None = None
     metadata: bytes = b""
 
-    NAME: ClassVar[str] = "JoinGroupResponseMember"
-    SPEC_NAME: ClassVar[str] = "JoinGroupResponseMember"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+JoinGroupResponseMember.NAME = "JoinGroupResponseMember"
+JoinGroupResponseMember.SPEC_NAME = "JoinGroupResponseMember"
+JoinGroupResponseMember.MIN_VERSION = 0
+JoinGroupResponseMember.MAX_VERSION = 9
+JoinGroupResponseMember.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -178,14 +179,15 @@ class JoinGroupResponse(Message):
     member_id: str = ""
     members: list[JoinGroupResponseMember] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "JoinGroupResponse"
-    SPEC_NAME: ClassVar[str] = "JoinGroupResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
-    API_KEY: ClassVar[int] = 11
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+JoinGroupResponse.NAME = "JoinGroupResponse"
+JoinGroupResponse.SPEC_NAME = "JoinGroupResponse"
+JoinGroupResponse.MIN_VERSION = 0
+JoinGroupResponse.MAX_VERSION = 9
+JoinGroupResponse.FLEXIBLE_MIN_VERSION = 6
+JoinGroupResponse.API_KEY = 11
+JoinGroupResponse.DEPRECATED_VERSIONS = None
+JoinGroupResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -212,7 +214,7 @@ def _w_JoinGroupRequestProtocol_v6(buf: bytearray, o: JoinGroupRequestProtocol) 
 
 def _r_JoinGroupRequestProtocol_v0(data: bytes, pos: int) -> tuple[JoinGroupRequestProtocol, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupRequestProtocol)
+    _o1 = JoinGroupRequestProtocol.__new__(JoinGroupRequestProtocol)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -236,7 +238,7 @@ def _r_JoinGroupRequestProtocol_v0(data: bytes, pos: int) -> tuple[JoinGroupRequ
 
 def _r_JoinGroupRequestProtocol_v6(data: bytes, pos: int) -> tuple[JoinGroupRequestProtocol, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupRequestProtocol)
+    _o1 = JoinGroupRequestProtocol.__new__(JoinGroupRequestProtocol)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -407,7 +409,7 @@ def _w_JoinGroupRequest_v8(buf: bytearray, o: JoinGroupRequest) -> None:
 
 def _r_JoinGroupRequest_v0(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupRequest)
+    _o1 = JoinGroupRequest.__new__(JoinGroupRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -445,7 +447,7 @@ def _r_JoinGroupRequest_v0(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
         raise DecodeError("array count of protocols exceeds the bytes left")
     _a9: list[JoinGroupRequestProtocol] = []
     for _ in range(_n8):
-        _o11 = _new(JoinGroupRequestProtocol)
+        _o11 = JoinGroupRequestProtocol.__new__(JoinGroupRequestProtocol)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -474,7 +476,7 @@ def _r_JoinGroupRequest_v0(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
 
 def _r_JoinGroupRequest_v1(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupRequest)
+    _o1 = JoinGroupRequest.__new__(JoinGroupRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -512,7 +514,7 @@ def _r_JoinGroupRequest_v1(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
         raise DecodeError("array count of protocols exceeds the bytes left")
     _a9: list[JoinGroupRequestProtocol] = []
     for _ in range(_n8):
-        _o11 = _new(JoinGroupRequestProtocol)
+        _o11 = JoinGroupRequestProtocol.__new__(JoinGroupRequestProtocol)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -540,7 +542,7 @@ def _r_JoinGroupRequest_v1(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
 
 def _r_JoinGroupRequest_v5(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupRequest)
+    _o1 = JoinGroupRequest.__new__(JoinGroupRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -590,7 +592,7 @@ def _r_JoinGroupRequest_v5(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
         raise DecodeError("array count of protocols exceeds the bytes left")
     _a11: list[JoinGroupRequestProtocol] = []
     for _ in range(_n10):
-        _o13 = _new(JoinGroupRequestProtocol)
+        _o13 = JoinGroupRequestProtocol.__new__(JoinGroupRequestProtocol)
         (_n14,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n14 < 0:
@@ -617,7 +619,7 @@ def _r_JoinGroupRequest_v5(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
 
 def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupRequest)
+    _o1 = JoinGroupRequest.__new__(JoinGroupRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -695,7 +697,7 @@ def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
         raise DecodeError("array count of protocols exceeds the bytes left")
     _a11: list[JoinGroupRequestProtocol] = []
     for _ in range(_n10):
-        _o13 = _new(JoinGroupRequestProtocol)
+        _o13 = JoinGroupRequestProtocol.__new__(JoinGroupRequestProtocol)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -740,7 +742,7 @@ def _r_JoinGroupRequest_v6(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
 
 def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupRequest)
+    _o1 = JoinGroupRequest.__new__(JoinGroupRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -818,7 +820,7 @@ def _r_JoinGroupRequest_v8(data: bytes, pos: int) -> tuple[JoinGroupRequest, int
         raise DecodeError("array count of protocols exceeds the bytes left")
     _a11: list[JoinGroupRequestProtocol] = []
     for _ in range(_n10):
-        _o13 = _new(JoinGroupRequestProtocol)
+        _o13 = JoinGroupRequestProtocol.__new__(JoinGroupRequestProtocol)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -921,7 +923,7 @@ def _w_JoinGroupResponseMember_v6(buf: bytearray, o: JoinGroupResponseMember) ->
 
 def _r_JoinGroupResponseMember_v0(data: bytes, pos: int) -> tuple[JoinGroupResponseMember, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupResponseMember)
+    _o1 = JoinGroupResponseMember.__new__(JoinGroupResponseMember)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -946,7 +948,7 @@ def _r_JoinGroupResponseMember_v0(data: bytes, pos: int) -> tuple[JoinGroupRespo
 
 def _r_JoinGroupResponseMember_v5(data: bytes, pos: int) -> tuple[JoinGroupResponseMember, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupResponseMember)
+    _o1 = JoinGroupResponseMember.__new__(JoinGroupResponseMember)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -982,7 +984,7 @@ def _r_JoinGroupResponseMember_v5(data: bytes, pos: int) -> tuple[JoinGroupRespo
 
 def _r_JoinGroupResponseMember_v6(data: bytes, pos: int) -> tuple[JoinGroupResponseMember, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupResponseMember)
+    _o1 = JoinGroupResponseMember.__new__(JoinGroupResponseMember)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1204,7 +1206,7 @@ def _w_JoinGroupResponse_v9(buf: bytearray, o: JoinGroupResponse) -> None:
 
 def _r_JoinGroupResponse_v0(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupResponse)
+    _o1 = JoinGroupResponse.__new__(JoinGroupResponse)
     _o1.error_code, _o1.generation_id = _S_hi.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1242,7 +1244,7 @@ def _r_JoinGroupResponse_v0(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         raise DecodeError("array count of members exceeds the bytes left")
     _a9: list[JoinGroupResponseMember] = []
     for _ in range(_n8):
-        _o11 = _new(JoinGroupResponseMember)
+        _o11 = JoinGroupResponseMember.__new__(JoinGroupResponseMember)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -1272,7 +1274,7 @@ def _r_JoinGroupResponse_v0(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
 
 def _r_JoinGroupResponse_v2(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupResponse)
+    _o1 = JoinGroupResponse.__new__(JoinGroupResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1310,7 +1312,7 @@ def _r_JoinGroupResponse_v2(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         raise DecodeError("array count of members exceeds the bytes left")
     _a9: list[JoinGroupResponseMember] = []
     for _ in range(_n8):
-        _o11 = _new(JoinGroupResponseMember)
+        _o11 = JoinGroupResponseMember.__new__(JoinGroupResponseMember)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -1339,7 +1341,7 @@ def _r_JoinGroupResponse_v2(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
 
 def _r_JoinGroupResponse_v5(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupResponse)
+    _o1 = JoinGroupResponse.__new__(JoinGroupResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1377,7 +1379,7 @@ def _r_JoinGroupResponse_v5(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         raise DecodeError("array count of members exceeds the bytes left")
     _a9: list[JoinGroupResponseMember] = []
     for _ in range(_n8):
-        _o11 = _new(JoinGroupResponseMember)
+        _o11 = JoinGroupResponseMember.__new__(JoinGroupResponseMember)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -1417,7 +1419,7 @@ def _r_JoinGroupResponse_v5(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
 
 def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupResponse)
+    _o1 = JoinGroupResponse.__new__(JoinGroupResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     _n2 = data[pos]
@@ -1477,7 +1479,7 @@ def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         raise DecodeError("array count of members exceeds the bytes left")
     _a9: list[JoinGroupResponseMember] = []
     for _ in range(_n8):
-        _o11 = _new(JoinGroupResponseMember)
+        _o11 = JoinGroupResponseMember.__new__(JoinGroupResponseMember)
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -1541,7 +1543,7 @@ def _r_JoinGroupResponse_v6(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
 
 def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupResponse)
+    _o1 = JoinGroupResponse.__new__(JoinGroupResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     _n2 = data[pos]
@@ -1622,7 +1624,7 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         raise DecodeError("array count of members exceeds the bytes left")
     _a11: list[JoinGroupResponseMember] = []
     for _ in range(_n10):
-        _o13 = _new(JoinGroupResponseMember)
+        _o13 = JoinGroupResponseMember.__new__(JoinGroupResponseMember)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -1685,7 +1687,7 @@ def _r_JoinGroupResponse_v7(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
 
 def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(JoinGroupResponse)
+    _o1 = JoinGroupResponse.__new__(JoinGroupResponse)
     _o1.throttle_time_ms, _o1.error_code, _o1.generation_id = _S_ihi.unpack_from(data, pos)
     pos += 10
     _n2 = data[pos]
@@ -1768,7 +1770,7 @@ def _r_JoinGroupResponse_v9(data: bytes, pos: int) -> tuple[JoinGroupResponse, i
         raise DecodeError("array count of members exceeds the bytes left")
     _a11: list[JoinGroupResponseMember] = []
     for _ in range(_n10):
-        _o13 = _new(JoinGroupResponseMember)
+        _o13 = JoinGroupResponseMember.__new__(JoinGroupResponseMember)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -80,11 +78,12 @@ class LeaderAndIsrPartitionState(Struct):
     is_new: bool = False
     leader_recovery_state: int = 0
 
-    NAME: ClassVar[str] = "LeaderAndIsrPartitionState"
-    SPEC_NAME: ClassVar[str] = "LeaderAndIsrPartitionState"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+LeaderAndIsrPartitionState.NAME = "LeaderAndIsrPartitionState"
+LeaderAndIsrPartitionState.SPEC_NAME = "LeaderAndIsrPartitionState"
+LeaderAndIsrPartitionState.MIN_VERSION = 0
+LeaderAndIsrPartitionState.MAX_VERSION = 7
+LeaderAndIsrPartitionState.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -101,11 +100,12 @@ class LeaderAndIsrTopicState(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partition_states: list[LeaderAndIsrPartitionState] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "LeaderAndIsrTopicState"
-    SPEC_NAME: ClassVar[str] = "LeaderAndIsrTopicState"
-    MIN_VERSION: ClassVar[int] = 2
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+LeaderAndIsrTopicState.NAME = "LeaderAndIsrTopicState"
+LeaderAndIsrTopicState.SPEC_NAME = "LeaderAndIsrTopicState"
+LeaderAndIsrTopicState.MIN_VERSION = 2
+LeaderAndIsrTopicState.MAX_VERSION = 7
+LeaderAndIsrTopicState.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -122,11 +122,12 @@ class LeaderAndIsrLiveLeader(Struct):
     host_name: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "LeaderAndIsrLiveLeader"
-    SPEC_NAME: ClassVar[str] = "LeaderAndIsrLiveLeader"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+LeaderAndIsrLiveLeader.NAME = "LeaderAndIsrLiveLeader"
+LeaderAndIsrLiveLeader.SPEC_NAME = "LeaderAndIsrLiveLeader"
+LeaderAndIsrLiveLeader.MIN_VERSION = 0
+LeaderAndIsrLiveLeader.MAX_VERSION = 7
+LeaderAndIsrLiveLeader.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -167,14 +168,15 @@ class LeaderAndIsrRequest(Message):
     topic_states: list[LeaderAndIsrTopicState] = field(default_factory=list)
     live_leaders: list[LeaderAndIsrLiveLeader] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "LeaderAndIsrRequest"
-    SPEC_NAME: ClassVar[str] = "LeaderAndIsrRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 4
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+LeaderAndIsrRequest.NAME = "LeaderAndIsrRequest"
+LeaderAndIsrRequest.SPEC_NAME = "LeaderAndIsrRequest"
+LeaderAndIsrRequest.MIN_VERSION = 0
+LeaderAndIsrRequest.MAX_VERSION = 7
+LeaderAndIsrRequest.FLEXIBLE_MIN_VERSION = 4
+LeaderAndIsrRequest.API_KEY = 4
+LeaderAndIsrRequest.DEPRECATED_VERSIONS = None
+LeaderAndIsrRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -191,11 +193,12 @@ class LeaderAndIsrPartitionError(Struct):
     partition_index: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "LeaderAndIsrPartitionError"
-    SPEC_NAME: ClassVar[str] = "LeaderAndIsrPartitionError"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+LeaderAndIsrPartitionError.NAME = "LeaderAndIsrPartitionError"
+LeaderAndIsrPartitionError.SPEC_NAME = "LeaderAndIsrPartitionError"
+LeaderAndIsrPartitionError.MIN_VERSION = 0
+LeaderAndIsrPartitionError.MAX_VERSION = 7
+LeaderAndIsrPartitionError.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -210,11 +213,12 @@ class LeaderAndIsrTopicError(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partition_errors: list[LeaderAndIsrPartitionError] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "LeaderAndIsrTopicError"
-    SPEC_NAME: ClassVar[str] = "LeaderAndIsrTopicError"
-    MIN_VERSION: ClassVar[int] = 5
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
+
+LeaderAndIsrTopicError.NAME = "LeaderAndIsrTopicError"
+LeaderAndIsrTopicError.SPEC_NAME = "LeaderAndIsrTopicError"
+LeaderAndIsrTopicError.MIN_VERSION = 5
+LeaderAndIsrTopicError.MAX_VERSION = 7
+LeaderAndIsrTopicError.FLEXIBLE_MIN_VERSION = 5
 
 
 @dataclass(slots=True)
@@ -242,14 +246,15 @@ class LeaderAndIsrResponse(Message):
     partition_errors: list[LeaderAndIsrPartitionError] = field(default_factory=list)
     topics: list[LeaderAndIsrTopicError] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "LeaderAndIsrResponse"
-    SPEC_NAME: ClassVar[str] = "LeaderAndIsrResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 4
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+LeaderAndIsrResponse.NAME = "LeaderAndIsrResponse"
+LeaderAndIsrResponse.SPEC_NAME = "LeaderAndIsrResponse"
+LeaderAndIsrResponse.MIN_VERSION = 0
+LeaderAndIsrResponse.MAX_VERSION = 7
+LeaderAndIsrResponse.FLEXIBLE_MIN_VERSION = 4
+LeaderAndIsrResponse.API_KEY = 4
+LeaderAndIsrResponse.DEPRECATED_VERSIONS = None
+LeaderAndIsrResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -384,7 +389,7 @@ def _w_LeaderAndIsrPartitionState_v6(buf: bytearray, o: LeaderAndIsrPartitionSta
 
 def _r_LeaderAndIsrPartitionState_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -423,7 +428,7 @@ def _r_LeaderAndIsrPartitionState_v0(data: bytes, pos: int) -> tuple[LeaderAndIs
 
 def _r_LeaderAndIsrPartitionState_v1(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -463,7 +468,7 @@ def _r_LeaderAndIsrPartitionState_v1(data: bytes, pos: int) -> tuple[LeaderAndIs
 
 def _r_LeaderAndIsrPartitionState_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
     _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I32.unpack_from(data, pos)
@@ -495,7 +500,7 @@ def _r_LeaderAndIsrPartitionState_v2(data: bytes, pos: int) -> tuple[LeaderAndIs
 
 def _r_LeaderAndIsrPartitionState_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
     _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I32.unpack_from(data, pos)
@@ -541,7 +546,7 @@ def _r_LeaderAndIsrPartitionState_v3(data: bytes, pos: int) -> tuple[LeaderAndIs
 
 def _r_LeaderAndIsrPartitionState_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
     _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -607,7 +612,7 @@ def _r_LeaderAndIsrPartitionState_v4(data: bytes, pos: int) -> tuple[LeaderAndIs
 
 def _r_LeaderAndIsrPartitionState_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrPartitionState)
+    _o1 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
     _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -733,7 +738,7 @@ def _w_LeaderAndIsrTopicState_v6(buf: bytearray, o: LeaderAndIsrTopicState) -> N
 
 def _r_LeaderAndIsrTopicState_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrTopicState)
+    _o1 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -751,7 +756,7 @@ def _r_LeaderAndIsrTopicState_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
         raise DecodeError("array count of partition_states exceeds the bytes left")
     _a5: list[LeaderAndIsrPartitionState] = []
     for _ in range(_n4):
-        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
         _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
@@ -788,7 +793,7 @@ def _r_LeaderAndIsrTopicState_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
 
 def _r_LeaderAndIsrTopicState_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrTopicState)
+    _o1 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -806,7 +811,7 @@ def _r_LeaderAndIsrTopicState_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
         raise DecodeError("array count of partition_states exceeds the bytes left")
     _a5: list[LeaderAndIsrPartitionState] = []
     for _ in range(_n4):
-        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
         _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
@@ -857,7 +862,7 @@ def _r_LeaderAndIsrTopicState_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
 
 def _r_LeaderAndIsrTopicState_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrTopicState)
+    _o1 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -885,7 +890,7 @@ def _r_LeaderAndIsrTopicState_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
         raise DecodeError("array count of partition_states exceeds the bytes left")
     _a5: list[LeaderAndIsrPartitionState] = []
     for _ in range(_n4):
-        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
         _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
@@ -960,7 +965,7 @@ def _r_LeaderAndIsrTopicState_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
 
 def _r_LeaderAndIsrTopicState_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrTopicState)
+    _o1 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -991,7 +996,7 @@ def _r_LeaderAndIsrTopicState_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
         raise DecodeError("array count of partition_states exceeds the bytes left")
     _a5: list[LeaderAndIsrPartitionState] = []
     for _ in range(_n4):
-        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
         _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
@@ -1065,7 +1070,7 @@ def _r_LeaderAndIsrTopicState_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
 
 def _r_LeaderAndIsrTopicState_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrTopicState)
+    _o1 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1096,7 +1101,7 @@ def _r_LeaderAndIsrTopicState_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
         raise DecodeError("array count of partition_states exceeds the bytes left")
     _a5: list[LeaderAndIsrPartitionState] = []
     for _ in range(_n4):
-        _o7 = _new(LeaderAndIsrPartitionState)
+        _o7 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
         _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
@@ -1188,7 +1193,7 @@ def _w_LeaderAndIsrLiveLeader_v4(buf: bytearray, o: LeaderAndIsrLiveLeader) -> N
 
 def _r_LeaderAndIsrLiveLeader_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrLiveLeader, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrLiveLeader)
+    _o1 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
     (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1207,7 +1212,7 @@ def _r_LeaderAndIsrLiveLeader_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrLiv
 
 def _r_LeaderAndIsrLiveLeader_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrLiveLeader, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrLiveLeader)
+    _o1 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
     (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1390,7 +1395,7 @@ def _w_LeaderAndIsrRequest_v7(buf: bytearray, o: LeaderAndIsrRequest) -> None:
 
 def _r_LeaderAndIsrRequest_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrRequest)
+    _o1 = LeaderAndIsrRequest.__new__(LeaderAndIsrRequest)
     _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1401,7 +1406,7 @@ def _r_LeaderAndIsrRequest_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
     _a3: list[LeaderAndIsrPartitionState] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrPartitionState)
+        _o5 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1447,7 +1452,7 @@ def _r_LeaderAndIsrRequest_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of live_leaders exceeds the bytes left")
     _a11: list[LeaderAndIsrLiveLeader] = []
     for _ in range(_n10):
-        _o13 = _new(LeaderAndIsrLiveLeader)
+        _o13 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
         (_o13.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n14,) = _I16.unpack_from(data, pos)
@@ -1472,7 +1477,7 @@ def _r_LeaderAndIsrRequest_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
 
 def _r_LeaderAndIsrRequest_v1(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrRequest)
+    _o1 = LeaderAndIsrRequest.__new__(LeaderAndIsrRequest)
     _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1483,7 +1488,7 @@ def _r_LeaderAndIsrRequest_v1(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
     _a3: list[LeaderAndIsrPartitionState] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrPartitionState)
+        _o5 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1530,7 +1535,7 @@ def _r_LeaderAndIsrRequest_v1(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of live_leaders exceeds the bytes left")
     _a11: list[LeaderAndIsrLiveLeader] = []
     for _ in range(_n10):
-        _o13 = _new(LeaderAndIsrLiveLeader)
+        _o13 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
         (_o13.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n14,) = _I16.unpack_from(data, pos)
@@ -1555,7 +1560,7 @@ def _r_LeaderAndIsrRequest_v1(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
 
 def _r_LeaderAndIsrRequest_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrRequest)
+    _o1 = LeaderAndIsrRequest.__new__(LeaderAndIsrRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1566,7 +1571,7 @@ def _r_LeaderAndIsrRequest_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[LeaderAndIsrTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrTopicState)
+        _o5 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1584,7 +1589,7 @@ def _r_LeaderAndIsrRequest_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[LeaderAndIsrPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -1626,7 +1631,7 @@ def _r_LeaderAndIsrRequest_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of live_leaders exceeds the bytes left")
     _a15: list[LeaderAndIsrLiveLeader] = []
     for _ in range(_n14):
-        _o17 = _new(LeaderAndIsrLiveLeader)
+        _o17 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
         (_o17.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n18,) = _I16.unpack_from(data, pos)
@@ -1650,7 +1655,7 @@ def _r_LeaderAndIsrRequest_v2(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
 
 def _r_LeaderAndIsrRequest_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrRequest)
+    _o1 = LeaderAndIsrRequest.__new__(LeaderAndIsrRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1661,7 +1666,7 @@ def _r_LeaderAndIsrRequest_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[LeaderAndIsrTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrTopicState)
+        _o5 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1679,7 +1684,7 @@ def _r_LeaderAndIsrRequest_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[LeaderAndIsrPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -1735,7 +1740,7 @@ def _r_LeaderAndIsrRequest_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of live_leaders exceeds the bytes left")
     _a17: list[LeaderAndIsrLiveLeader] = []
     for _ in range(_n16):
-        _o19 = _new(LeaderAndIsrLiveLeader)
+        _o19 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
         (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n20,) = _I16.unpack_from(data, pos)
@@ -1759,7 +1764,7 @@ def _r_LeaderAndIsrRequest_v3(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
 
 def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrRequest)
+    _o1 = LeaderAndIsrRequest.__new__(LeaderAndIsrRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -1774,7 +1779,7 @@ def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[LeaderAndIsrTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrTopicState)
+        _o5 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1802,7 +1807,7 @@ def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[LeaderAndIsrPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -1886,7 +1891,7 @@ def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of live_leaders exceeds the bytes left")
     _a17: list[LeaderAndIsrLiveLeader] = []
     for _ in range(_n16):
-        _o19 = _new(LeaderAndIsrLiveLeader)
+        _o19 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
         (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n20 = data[pos]
@@ -1924,7 +1929,7 @@ def _r_LeaderAndIsrRequest_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
 
 def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrRequest)
+    _o1 = LeaderAndIsrRequest.__new__(LeaderAndIsrRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch, _o1.type = _S_iiqb.unpack_from(data, pos)
     pos += 17
     _n2 = data[pos]
@@ -1939,7 +1944,7 @@ def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[LeaderAndIsrTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrTopicState)
+        _o5 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1970,7 +1975,7 @@ def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[LeaderAndIsrPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -2053,7 +2058,7 @@ def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of live_leaders exceeds the bytes left")
     _a17: list[LeaderAndIsrLiveLeader] = []
     for _ in range(_n16):
-        _o19 = _new(LeaderAndIsrLiveLeader)
+        _o19 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
         (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n20 = data[pos]
@@ -2090,7 +2095,7 @@ def _r_LeaderAndIsrRequest_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
 
 def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrRequest)
+    _o1 = LeaderAndIsrRequest.__new__(LeaderAndIsrRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch, _o1.type = _S_iiqb.unpack_from(data, pos)
     pos += 17
     _n2 = data[pos]
@@ -2105,7 +2110,7 @@ def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[LeaderAndIsrTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrTopicState)
+        _o5 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2136,7 +2141,7 @@ def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[LeaderAndIsrPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -2218,7 +2223,7 @@ def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of live_leaders exceeds the bytes left")
     _a17: list[LeaderAndIsrLiveLeader] = []
     for _ in range(_n16):
-        _o19 = _new(LeaderAndIsrLiveLeader)
+        _o19 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
         (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n20 = data[pos]
@@ -2255,7 +2260,7 @@ def _r_LeaderAndIsrRequest_v6(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
 
 def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrRequest)
+    _o1 = LeaderAndIsrRequest.__new__(LeaderAndIsrRequest)
     _o1.controller_id, _o1.is_k_raft_controller, _o1.controller_epoch, _o1.broker_epoch, _o1.type = (
         _S_ioiqb.unpack_from(data, pos)
     )
@@ -2272,7 +2277,7 @@ def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[LeaderAndIsrTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrTopicState)
+        _o5 = LeaderAndIsrTopicState.__new__(LeaderAndIsrTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2303,7 +2308,7 @@ def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[LeaderAndIsrPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(LeaderAndIsrPartitionState)
+            _o11 = LeaderAndIsrPartitionState.__new__(LeaderAndIsrPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -2385,7 +2390,7 @@ def _r_LeaderAndIsrRequest_v7(data: bytes, pos: int) -> tuple[LeaderAndIsrReques
         raise DecodeError("array count of live_leaders exceeds the bytes left")
     _a17: list[LeaderAndIsrLiveLeader] = []
     for _ in range(_n16):
-        _o19 = _new(LeaderAndIsrLiveLeader)
+        _o19 = LeaderAndIsrLiveLeader.__new__(LeaderAndIsrLiveLeader)
         (_o19.broker_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n20 = data[pos]
@@ -2443,7 +2448,7 @@ def _w_LeaderAndIsrPartitionError_v5(buf: bytearray, o: LeaderAndIsrPartitionErr
 
 def _r_LeaderAndIsrPartitionError_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionError, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrPartitionError)
+    _o1 = LeaderAndIsrPartitionError.__new__(LeaderAndIsrPartitionError)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -2460,7 +2465,7 @@ def _r_LeaderAndIsrPartitionError_v0(data: bytes, pos: int) -> tuple[LeaderAndIs
 
 def _r_LeaderAndIsrPartitionError_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionError, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrPartitionError)
+    _o1 = LeaderAndIsrPartitionError.__new__(LeaderAndIsrPartitionError)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -2487,7 +2492,7 @@ def _r_LeaderAndIsrPartitionError_v4(data: bytes, pos: int) -> tuple[LeaderAndIs
 
 def _r_LeaderAndIsrPartitionError_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrPartitionError, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrPartitionError)
+    _o1 = LeaderAndIsrPartitionError.__new__(LeaderAndIsrPartitionError)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _o1.topic_name = ""
@@ -2509,7 +2514,7 @@ def _w_LeaderAndIsrTopicError_v5(buf: bytearray, o: LeaderAndIsrTopicError) -> N
 
 def _r_LeaderAndIsrTopicError_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTopicError, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrTopicError)
+    _o1 = LeaderAndIsrTopicError.__new__(LeaderAndIsrTopicError)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -2525,7 +2530,7 @@ def _r_LeaderAndIsrTopicError_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrTop
         raise DecodeError("array count of partition_errors exceeds the bytes left")
     _a3: list[LeaderAndIsrPartitionError] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrPartitionError)
+        _o5 = LeaderAndIsrPartitionError.__new__(LeaderAndIsrPartitionError)
         _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _o5.topic_name = ""
@@ -2576,7 +2581,7 @@ def _w_LeaderAndIsrResponse_v5(buf: bytearray, o: LeaderAndIsrResponse) -> None:
 
 def _r_LeaderAndIsrResponse_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrResponse, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrResponse)
+    _o1 = LeaderAndIsrResponse.__new__(LeaderAndIsrResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -2587,7 +2592,7 @@ def _r_LeaderAndIsrResponse_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrRespo
         raise DecodeError("array count of partition_errors exceeds the bytes left")
     _a3: list[LeaderAndIsrPartitionError] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrPartitionError)
+        _o5 = LeaderAndIsrPartitionError.__new__(LeaderAndIsrPartitionError)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -2607,7 +2612,7 @@ def _r_LeaderAndIsrResponse_v0(data: bytes, pos: int) -> tuple[LeaderAndIsrRespo
 
 def _r_LeaderAndIsrResponse_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrResponse, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrResponse)
+    _o1 = LeaderAndIsrResponse.__new__(LeaderAndIsrResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -2622,7 +2627,7 @@ def _r_LeaderAndIsrResponse_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrRespo
         raise DecodeError("array count of partition_errors exceeds the bytes left")
     _a3: list[LeaderAndIsrPartitionError] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrPartitionError)
+        _o5 = LeaderAndIsrPartitionError.__new__(LeaderAndIsrPartitionError)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2656,7 +2661,7 @@ def _r_LeaderAndIsrResponse_v4(data: bytes, pos: int) -> tuple[LeaderAndIsrRespo
 
 def _r_LeaderAndIsrResponse_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrResponse, int]:
     _len = len(data)
-    _o1 = _new(LeaderAndIsrResponse)
+    _o1 = LeaderAndIsrResponse.__new__(LeaderAndIsrResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -2671,7 +2676,7 @@ def _r_LeaderAndIsrResponse_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[LeaderAndIsrTopicError] = []
     for _ in range(_n2):
-        _o5 = _new(LeaderAndIsrTopicError)
+        _o5 = LeaderAndIsrTopicError.__new__(LeaderAndIsrTopicError)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -2687,7 +2692,7 @@ def _r_LeaderAndIsrResponse_v5(data: bytes, pos: int) -> tuple[LeaderAndIsrRespo
             raise DecodeError("array count of partition_errors exceeds the bytes left")
         _a7: list[LeaderAndIsrPartitionError] = []
         for _ in range(_n6):
-            _o9 = _new(LeaderAndIsrPartitionError)
+            _o9 = LeaderAndIsrPartitionError.__new__(LeaderAndIsrPartitionError)
             _o9.partition_index, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _o9.topic_name = ""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,11 +45,12 @@ class MemberIdentity(Struct):
     group_instance_id: str | None = None
     reason: str | None = None
 
-    NAME: ClassVar[str] = "MemberIdentity"
-    SPEC_NAME: ClassVar[str] = "MemberIdentity"
-    MIN_VERSION: ClassVar[int] = 3
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+MemberIdentity.NAME = "MemberIdentity"
+MemberIdentity.SPEC_NAME = "MemberIdentity"
+MemberIdentity.MIN_VERSION = 3
+MemberIdentity.MAX_VERSION = 5
+MemberIdentity.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -76,14 +75,15 @@ class LeaveGroupRequest(Message):
     member_id: str = ""
     members: list[MemberIdentity] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "LeaveGroupRequest"
-    SPEC_NAME: ClassVar[str] = "LeaveGroupRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 13
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+LeaveGroupRequest.NAME = "LeaveGroupRequest"
+LeaveGroupRequest.SPEC_NAME = "LeaveGroupRequest"
+LeaveGroupRequest.MIN_VERSION = 0
+LeaveGroupRequest.MAX_VERSION = 5
+LeaveGroupRequest.FLEXIBLE_MIN_VERSION = 4
+LeaveGroupRequest.API_KEY = 13
+LeaveGroupRequest.DEPRECATED_VERSIONS = None
+LeaveGroupRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -100,11 +100,12 @@ class MemberResponse(Struct):
     group_instance_id: str | None = ""
     error_code: int = 0
 
-    NAME: ClassVar[str] = "MemberResponse"
-    SPEC_NAME: ClassVar[str] = "MemberResponse"
-    MIN_VERSION: ClassVar[int] = 3
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+MemberResponse.NAME = "MemberResponse"
+MemberResponse.SPEC_NAME = "MemberResponse"
+MemberResponse.MIN_VERSION = 3
+MemberResponse.MAX_VERSION = 5
+MemberResponse.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -132,14 +133,15 @@ class LeaveGroupResponse(Message):
     error_code: int = 0
     members: list[MemberResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "LeaveGroupResponse"
-    SPEC_NAME: ClassVar[str] = "LeaveGroupResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 13
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+LeaveGroupResponse.NAME = "LeaveGroupResponse"
+LeaveGroupResponse.SPEC_NAME = "LeaveGroupResponse"
+LeaveGroupResponse.MIN_VERSION = 0
+LeaveGroupResponse.MAX_VERSION = 5
+LeaveGroupResponse.FLEXIBLE_MIN_VERSION = 4
+LeaveGroupResponse.API_KEY = 13
+LeaveGroupResponse.DEPRECATED_VERSIONS = None
+LeaveGroupResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -201,7 +203,7 @@ def _w_MemberIdentity_v5(buf: bytearray, o: MemberIdentity) -> None:
 
 def _r_MemberIdentity_v3(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
     _len = len(data)
-    _o1 = _new(MemberIdentity)
+    _o1 = MemberIdentity.__new__(MemberIdentity)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -229,7 +231,7 @@ def _r_MemberIdentity_v3(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
 
 def _r_MemberIdentity_v4(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
     _len = len(data)
-    _o1 = _new(MemberIdentity)
+    _o1 = MemberIdentity.__new__(MemberIdentity)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -273,7 +275,7 @@ def _r_MemberIdentity_v4(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
 
 def _r_MemberIdentity_v5(data: bytes, pos: int) -> tuple[MemberIdentity, int]:
     _len = len(data)
-    _o1 = _new(MemberIdentity)
+    _o1 = MemberIdentity.__new__(MemberIdentity)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -387,7 +389,7 @@ def _w_LeaveGroupRequest_v5(buf: bytearray, o: LeaveGroupRequest) -> None:
 
 def _r_LeaveGroupRequest_v0(data: bytes, pos: int) -> tuple[LeaveGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaveGroupRequest)
+    _o1 = LeaveGroupRequest.__new__(LeaveGroupRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -412,7 +414,7 @@ def _r_LeaveGroupRequest_v0(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
 
 def _r_LeaveGroupRequest_v3(data: bytes, pos: int) -> tuple[LeaveGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaveGroupRequest)
+    _o1 = LeaveGroupRequest.__new__(LeaveGroupRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -430,7 +432,7 @@ def _r_LeaveGroupRequest_v3(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
         raise DecodeError("array count of members exceeds the bytes left")
     _a5: list[MemberIdentity] = []
     for _ in range(_n4):
-        _o7 = _new(MemberIdentity)
+        _o7 = MemberIdentity.__new__(MemberIdentity)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -461,7 +463,7 @@ def _r_LeaveGroupRequest_v3(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
 
 def _r_LeaveGroupRequest_v4(data: bytes, pos: int) -> tuple[LeaveGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaveGroupRequest)
+    _o1 = LeaveGroupRequest.__new__(LeaveGroupRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -489,7 +491,7 @@ def _r_LeaveGroupRequest_v4(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
         raise DecodeError("array count of members exceeds the bytes left")
     _a5: list[MemberIdentity] = []
     for _ in range(_n4):
-        _o7 = _new(MemberIdentity)
+        _o7 = MemberIdentity.__new__(MemberIdentity)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -540,7 +542,7 @@ def _r_LeaveGroupRequest_v4(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
 
 def _r_LeaveGroupRequest_v5(data: bytes, pos: int) -> tuple[LeaveGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(LeaveGroupRequest)
+    _o1 = LeaveGroupRequest.__new__(LeaveGroupRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -568,7 +570,7 @@ def _r_LeaveGroupRequest_v5(data: bytes, pos: int) -> tuple[LeaveGroupRequest, i
         raise DecodeError("array count of members exceeds the bytes left")
     _a5: list[MemberIdentity] = []
     for _ in range(_n4):
-        _o7 = _new(MemberIdentity)
+        _o7 = MemberIdentity.__new__(MemberIdentity)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -667,7 +669,7 @@ def _w_MemberResponse_v4(buf: bytearray, o: MemberResponse) -> None:
 
 def _r_MemberResponse_v3(data: bytes, pos: int) -> tuple[MemberResponse, int]:
     _len = len(data)
-    _o1 = _new(MemberResponse)
+    _o1 = MemberResponse.__new__(MemberResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -696,7 +698,7 @@ def _r_MemberResponse_v3(data: bytes, pos: int) -> tuple[MemberResponse, int]:
 
 def _r_MemberResponse_v4(data: bytes, pos: int) -> tuple[MemberResponse, int]:
     _len = len(data)
-    _o1 = _new(MemberResponse)
+    _o1 = MemberResponse.__new__(MemberResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -770,7 +772,7 @@ def _w_LeaveGroupResponse_v4(buf: bytearray, o: LeaveGroupResponse) -> None:
 
 def _r_LeaveGroupResponse_v0(data: bytes, pos: int) -> tuple[LeaveGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(LeaveGroupResponse)
+    _o1 = LeaveGroupResponse.__new__(LeaveGroupResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _o1.throttle_time_ms = 0
@@ -780,7 +782,7 @@ def _r_LeaveGroupResponse_v0(data: bytes, pos: int) -> tuple[LeaveGroupResponse,
 
 def _r_LeaveGroupResponse_v1(data: bytes, pos: int) -> tuple[LeaveGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(LeaveGroupResponse)
+    _o1 = LeaveGroupResponse.__new__(LeaveGroupResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _o1.members = []
@@ -789,7 +791,7 @@ def _r_LeaveGroupResponse_v1(data: bytes, pos: int) -> tuple[LeaveGroupResponse,
 
 def _r_LeaveGroupResponse_v3(data: bytes, pos: int) -> tuple[LeaveGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(LeaveGroupResponse)
+    _o1 = LeaveGroupResponse.__new__(LeaveGroupResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I32.unpack_from(data, pos)
@@ -800,7 +802,7 @@ def _r_LeaveGroupResponse_v3(data: bytes, pos: int) -> tuple[LeaveGroupResponse,
         raise DecodeError("array count of members exceeds the bytes left")
     _a3: list[MemberResponse] = []
     for _ in range(_n2):
-        _o5 = _new(MemberResponse)
+        _o5 = MemberResponse.__new__(MemberResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -831,7 +833,7 @@ def _r_LeaveGroupResponse_v3(data: bytes, pos: int) -> tuple[LeaveGroupResponse,
 
 def _r_LeaveGroupResponse_v4(data: bytes, pos: int) -> tuple[LeaveGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(LeaveGroupResponse)
+    _o1 = LeaveGroupResponse.__new__(LeaveGroupResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -846,7 +848,7 @@ def _r_LeaveGroupResponse_v4(data: bytes, pos: int) -> tuple[LeaveGroupResponse,
         raise DecodeError("array count of members exceeds the bytes left")
     _a3: list[MemberResponse] = []
     for _ in range(_n2):
-        _o5 = _new(MemberResponse)
+        _o5 = MemberResponse.__new__(MemberResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

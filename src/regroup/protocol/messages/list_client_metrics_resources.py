@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -39,14 +37,15 @@ class ListClientMetricsResourcesRequest(Message):
     Attributes:
     """
 
-    NAME: ClassVar[str] = "ListClientMetricsResourcesRequest"
-    SPEC_NAME: ClassVar[str] = "ListClientMetricsResourcesRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 74
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListClientMetricsResourcesRequest.NAME = "ListClientMetricsResourcesRequest"
+ListClientMetricsResourcesRequest.SPEC_NAME = "ListClientMetricsResourcesRequest"
+ListClientMetricsResourcesRequest.MIN_VERSION = 0
+ListClientMetricsResourcesRequest.MAX_VERSION = 0
+ListClientMetricsResourcesRequest.FLEXIBLE_MIN_VERSION = 0
+ListClientMetricsResourcesRequest.API_KEY = 74
+ListClientMetricsResourcesRequest.DEPRECATED_VERSIONS = None
+ListClientMetricsResourcesRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -59,11 +58,12 @@ class ClientMetricsResource(Struct):
 
     name: str = ""
 
-    NAME: ClassVar[str] = "ClientMetricsResource"
-    SPEC_NAME: ClassVar[str] = "ClientMetricsResource"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ClientMetricsResource.NAME = "ClientMetricsResource"
+ClientMetricsResource.SPEC_NAME = "ClientMetricsResource"
+ClientMetricsResource.MIN_VERSION = 0
+ClientMetricsResource.MAX_VERSION = 0
+ClientMetricsResource.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -81,14 +81,15 @@ class ListClientMetricsResourcesResponse(Message):
     error_code: int = 0
     client_metrics_resources: list[ClientMetricsResource] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ListClientMetricsResourcesResponse"
-    SPEC_NAME: ClassVar[str] = "ListClientMetricsResourcesResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 74
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListClientMetricsResourcesResponse.NAME = "ListClientMetricsResourcesResponse"
+ListClientMetricsResourcesResponse.SPEC_NAME = "ListClientMetricsResourcesResponse"
+ListClientMetricsResourcesResponse.MIN_VERSION = 0
+ListClientMetricsResourcesResponse.MAX_VERSION = 0
+ListClientMetricsResourcesResponse.FLEXIBLE_MIN_VERSION = 0
+ListClientMetricsResourcesResponse.API_KEY = 74
+ListClientMetricsResourcesResponse.DEPRECATED_VERSIONS = None
+ListClientMetricsResourcesResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -102,7 +103,7 @@ def _r_ListClientMetricsResourcesRequest_v0(
     data: bytes, pos: int
 ) -> tuple[ListClientMetricsResourcesRequest, int]:
     _len = len(data)
-    _o1 = _new(ListClientMetricsResourcesRequest)
+    _o1 = ListClientMetricsResourcesRequest.__new__(ListClientMetricsResourcesRequest)
     if data[pos]:
         pos = skip_tagged_fields(data, pos)
     else:
@@ -121,7 +122,7 @@ def _w_ClientMetricsResource_v0(buf: bytearray, o: ClientMetricsResource) -> Non
 
 def _r_ClientMetricsResource_v0(data: bytes, pos: int) -> tuple[ClientMetricsResource, int]:
     _len = len(data)
-    _o1 = _new(ClientMetricsResource)
+    _o1 = ClientMetricsResource.__new__(ClientMetricsResource)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -157,7 +158,7 @@ def _r_ListClientMetricsResourcesResponse_v0(
     data: bytes, pos: int
 ) -> tuple[ListClientMetricsResourcesResponse, int]:
     _len = len(data)
-    _o1 = _new(ListClientMetricsResourcesResponse)
+    _o1 = ListClientMetricsResourcesResponse.__new__(ListClientMetricsResourcesResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -172,7 +173,7 @@ def _r_ListClientMetricsResourcesResponse_v0(
         raise DecodeError("array count of client_metrics_resources exceeds the bytes left")
     _a3: list[ClientMetricsResource] = []
     for _ in range(_n2):
-        _o5 = _new(ClientMetricsResource)
+        _o5 = ClientMetricsResource.__new__(ClientMetricsResource)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

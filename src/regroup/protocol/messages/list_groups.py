@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -55,14 +53,15 @@ class ListGroupsRequest(Message):
     states_filter: list[str] = field(default_factory=list)
     types_filter: list[str] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ListGroupsRequest"
-    SPEC_NAME: ClassVar[str] = "ListGroupsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 16
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListGroupsRequest.NAME = "ListGroupsRequest"
+ListGroupsRequest.SPEC_NAME = "ListGroupsRequest"
+ListGroupsRequest.MIN_VERSION = 0
+ListGroupsRequest.MAX_VERSION = 5
+ListGroupsRequest.FLEXIBLE_MIN_VERSION = 3
+ListGroupsRequest.API_KEY = 16
+ListGroupsRequest.DEPRECATED_VERSIONS = None
+ListGroupsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -81,11 +80,12 @@ class ListedGroup(Struct):
     group_state: str = ""
     group_type: str = ""
 
-    NAME: ClassVar[str] = "ListedGroup"
-    SPEC_NAME: ClassVar[str] = "ListedGroup"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+ListedGroup.NAME = "ListedGroup"
+ListedGroup.SPEC_NAME = "ListedGroup"
+ListedGroup.MIN_VERSION = 0
+ListedGroup.MAX_VERSION = 5
+ListedGroup.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -114,14 +114,15 @@ class ListGroupsResponse(Message):
     error_code: int = 0
     groups: list[ListedGroup] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ListGroupsResponse"
-    SPEC_NAME: ClassVar[str] = "ListGroupsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 16
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListGroupsResponse.NAME = "ListGroupsResponse"
+ListGroupsResponse.SPEC_NAME = "ListGroupsResponse"
+ListGroupsResponse.MIN_VERSION = 0
+ListGroupsResponse.MAX_VERSION = 5
+ListGroupsResponse.FLEXIBLE_MIN_VERSION = 3
+ListGroupsResponse.API_KEY = 16
+ListGroupsResponse.DEPRECATED_VERSIONS = None
+ListGroupsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -178,7 +179,7 @@ def _w_ListGroupsRequest_v5(buf: bytearray, o: ListGroupsRequest) -> None:
 
 def _r_ListGroupsRequest_v0(data: bytes, pos: int) -> tuple[ListGroupsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListGroupsRequest)
+    _o1 = ListGroupsRequest.__new__(ListGroupsRequest)
     _o1.states_filter = []
     _o1.types_filter = []
     return _o1, pos
@@ -186,7 +187,7 @@ def _r_ListGroupsRequest_v0(data: bytes, pos: int) -> tuple[ListGroupsRequest, i
 
 def _r_ListGroupsRequest_v3(data: bytes, pos: int) -> tuple[ListGroupsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListGroupsRequest)
+    _o1 = ListGroupsRequest.__new__(ListGroupsRequest)
     _o1.states_filter = []
     _o1.types_filter = []
     if data[pos]:
@@ -198,7 +199,7 @@ def _r_ListGroupsRequest_v3(data: bytes, pos: int) -> tuple[ListGroupsRequest, i
 
 def _r_ListGroupsRequest_v4(data: bytes, pos: int) -> tuple[ListGroupsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListGroupsRequest)
+    _o1 = ListGroupsRequest.__new__(ListGroupsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -238,7 +239,7 @@ def _r_ListGroupsRequest_v4(data: bytes, pos: int) -> tuple[ListGroupsRequest, i
 
 def _r_ListGroupsRequest_v5(data: bytes, pos: int) -> tuple[ListGroupsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListGroupsRequest)
+    _o1 = ListGroupsRequest.__new__(ListGroupsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -372,7 +373,7 @@ def _w_ListedGroup_v5(buf: bytearray, o: ListedGroup) -> None:
 
 def _r_ListedGroup_v0(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _len = len(data)
-    _o1 = _new(ListedGroup)
+    _o1 = ListedGroup.__new__(ListedGroup)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -398,7 +399,7 @@ def _r_ListedGroup_v0(data: bytes, pos: int) -> tuple[ListedGroup, int]:
 
 def _r_ListedGroup_v3(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _len = len(data)
-    _o1 = _new(ListedGroup)
+    _o1 = ListedGroup.__new__(ListedGroup)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -440,7 +441,7 @@ def _r_ListedGroup_v3(data: bytes, pos: int) -> tuple[ListedGroup, int]:
 
 def _r_ListedGroup_v4(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _len = len(data)
-    _o1 = _new(ListedGroup)
+    _o1 = ListedGroup.__new__(ListedGroup)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -496,7 +497,7 @@ def _r_ListedGroup_v4(data: bytes, pos: int) -> tuple[ListedGroup, int]:
 
 def _r_ListedGroup_v5(data: bytes, pos: int) -> tuple[ListedGroup, int]:
     _len = len(data)
-    _o1 = _new(ListedGroup)
+    _o1 = ListedGroup.__new__(ListedGroup)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -609,7 +610,7 @@ def _w_ListGroupsResponse_v5(buf: bytearray, o: ListGroupsResponse) -> None:
 
 def _r_ListGroupsResponse_v0(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListGroupsResponse)
+    _o1 = ListGroupsResponse.__new__(ListGroupsResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -620,7 +621,7 @@ def _r_ListGroupsResponse_v0(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[ListedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(ListedGroup)
+        _o5 = ListedGroup.__new__(ListedGroup)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -649,7 +650,7 @@ def _r_ListGroupsResponse_v0(data: bytes, pos: int) -> tuple[ListGroupsResponse,
 
 def _r_ListGroupsResponse_v1(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListGroupsResponse)
+    _o1 = ListGroupsResponse.__new__(ListGroupsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I32.unpack_from(data, pos)
@@ -660,7 +661,7 @@ def _r_ListGroupsResponse_v1(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[ListedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(ListedGroup)
+        _o5 = ListedGroup.__new__(ListedGroup)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -688,7 +689,7 @@ def _r_ListGroupsResponse_v1(data: bytes, pos: int) -> tuple[ListGroupsResponse,
 
 def _r_ListGroupsResponse_v3(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListGroupsResponse)
+    _o1 = ListGroupsResponse.__new__(ListGroupsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -703,7 +704,7 @@ def _r_ListGroupsResponse_v3(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[ListedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(ListedGroup)
+        _o5 = ListedGroup.__new__(ListedGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -751,7 +752,7 @@ def _r_ListGroupsResponse_v3(data: bytes, pos: int) -> tuple[ListGroupsResponse,
 
 def _r_ListGroupsResponse_v4(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListGroupsResponse)
+    _o1 = ListGroupsResponse.__new__(ListGroupsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -766,7 +767,7 @@ def _r_ListGroupsResponse_v4(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[ListedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(ListedGroup)
+        _o5 = ListedGroup.__new__(ListedGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -828,7 +829,7 @@ def _r_ListGroupsResponse_v4(data: bytes, pos: int) -> tuple[ListGroupsResponse,
 
 def _r_ListGroupsResponse_v5(data: bytes, pos: int) -> tuple[ListGroupsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListGroupsResponse)
+    _o1 = ListGroupsResponse.__new__(ListGroupsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -843,7 +844,7 @@ def _r_ListGroupsResponse_v5(data: bytes, pos: int) -> tuple[ListGroupsResponse,
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[ListedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(ListedGroup)
+        _o5 = ListedGroup.__new__(ListedGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

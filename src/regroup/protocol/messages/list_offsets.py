@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -55,11 +53,12 @@ class ListOffsetsPartition(Struct):
     timestamp: int = 0
     max_num_offsets: int = 1
 
-    NAME: ClassVar[str] = "ListOffsetsPartition"
-    SPEC_NAME: ClassVar[str] = "ListOffsetsPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 10
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+ListOffsetsPartition.NAME = "ListOffsetsPartition"
+ListOffsetsPartition.SPEC_NAME = "ListOffsetsPartition"
+ListOffsetsPartition.MIN_VERSION = 0
+ListOffsetsPartition.MAX_VERSION = 10
+ListOffsetsPartition.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -74,11 +73,12 @@ class ListOffsetsTopic(Struct):
     name: str = ""
     partitions: list[ListOffsetsPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ListOffsetsTopic"
-    SPEC_NAME: ClassVar[str] = "ListOffsetsTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 10
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+ListOffsetsTopic.NAME = "ListOffsetsTopic"
+ListOffsetsTopic.SPEC_NAME = "ListOffsetsTopic"
+ListOffsetsTopic.MIN_VERSION = 0
+ListOffsetsTopic.MAX_VERSION = 10
+ListOffsetsTopic.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -125,14 +125,15 @@ class ListOffsetsRequest(Message):
     topics: list[ListOffsetsTopic] = field(default_factory=list)
     timeout_ms: int = 0
 
-    NAME: ClassVar[str] = "ListOffsetsRequest"
-    SPEC_NAME: ClassVar[str] = "ListOffsetsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 10
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
-    API_KEY: ClassVar[int] = 2
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListOffsetsRequest.NAME = "ListOffsetsRequest"
+ListOffsetsRequest.SPEC_NAME = "ListOffsetsRequest"
+ListOffsetsRequest.MIN_VERSION = 0
+ListOffsetsRequest.MAX_VERSION = 10
+ListOffsetsRequest.FLEXIBLE_MIN_VERSION = 6
+ListOffsetsRequest.API_KEY = 2
+ListOffsetsRequest.DEPRECATED_VERSIONS = (0, 0)
+ListOffsetsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -155,11 +156,12 @@ class ListOffsetsPartitionResponse(Struct):
     offset: int = -1
     leader_epoch: int = -1
 
-    NAME: ClassVar[str] = "ListOffsetsPartitionResponse"
-    SPEC_NAME: ClassVar[str] = "ListOffsetsPartitionResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 10
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+ListOffsetsPartitionResponse.NAME = "ListOffsetsPartitionResponse"
+ListOffsetsPartitionResponse.SPEC_NAME = "ListOffsetsPartitionResponse"
+ListOffsetsPartitionResponse.MIN_VERSION = 0
+ListOffsetsPartitionResponse.MAX_VERSION = 10
+ListOffsetsPartitionResponse.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -174,11 +176,12 @@ class ListOffsetsTopicResponse(Struct):
     name: str = ""
     partitions: list[ListOffsetsPartitionResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ListOffsetsTopicResponse"
-    SPEC_NAME: ClassVar[str] = "ListOffsetsTopicResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 10
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+ListOffsetsTopicResponse.NAME = "ListOffsetsTopicResponse"
+ListOffsetsTopicResponse.SPEC_NAME = "ListOffsetsTopicResponse"
+ListOffsetsTopicResponse.MIN_VERSION = 0
+ListOffsetsTopicResponse.MAX_VERSION = 10
+ListOffsetsTopicResponse.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -216,14 +219,15 @@ class ListOffsetsResponse(Message):
     throttle_time_ms: int = 0
     topics: list[ListOffsetsTopicResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ListOffsetsResponse"
-    SPEC_NAME: ClassVar[str] = "ListOffsetsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 10
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
-    API_KEY: ClassVar[int] = 2
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListOffsetsResponse.NAME = "ListOffsetsResponse"
+ListOffsetsResponse.SPEC_NAME = "ListOffsetsResponse"
+ListOffsetsResponse.MIN_VERSION = 0
+ListOffsetsResponse.MAX_VERSION = 10
+ListOffsetsResponse.FLEXIBLE_MIN_VERSION = 6
+ListOffsetsResponse.API_KEY = 2
+ListOffsetsResponse.DEPRECATED_VERSIONS = None
+ListOffsetsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -254,7 +258,7 @@ def _w_ListOffsetsPartition_v6(buf: bytearray, o: ListOffsetsPartition) -> None:
 
 def _r_ListOffsetsPartition_v0(data: bytes, pos: int) -> tuple[ListOffsetsPartition, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsPartition)
+    _o1 = ListOffsetsPartition.__new__(ListOffsetsPartition)
     _o1.partition_index, _o1.timestamp, _o1.max_num_offsets = _S_iqi.unpack_from(data, pos)
     pos += 16
     _o1.current_leader_epoch = -1
@@ -263,7 +267,7 @@ def _r_ListOffsetsPartition_v0(data: bytes, pos: int) -> tuple[ListOffsetsPartit
 
 def _r_ListOffsetsPartition_v1(data: bytes, pos: int) -> tuple[ListOffsetsPartition, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsPartition)
+    _o1 = ListOffsetsPartition.__new__(ListOffsetsPartition)
     _o1.partition_index, _o1.timestamp = _S_iq.unpack_from(data, pos)
     pos += 12
     _o1.current_leader_epoch = -1
@@ -273,7 +277,7 @@ def _r_ListOffsetsPartition_v1(data: bytes, pos: int) -> tuple[ListOffsetsPartit
 
 def _r_ListOffsetsPartition_v4(data: bytes, pos: int) -> tuple[ListOffsetsPartition, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsPartition)
+    _o1 = ListOffsetsPartition.__new__(ListOffsetsPartition)
     _o1.partition_index, _o1.current_leader_epoch, _o1.timestamp = _S_iiq.unpack_from(data, pos)
     pos += 16
     _o1.max_num_offsets = 1
@@ -282,7 +286,7 @@ def _r_ListOffsetsPartition_v4(data: bytes, pos: int) -> tuple[ListOffsetsPartit
 
 def _r_ListOffsetsPartition_v6(data: bytes, pos: int) -> tuple[ListOffsetsPartition, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsPartition)
+    _o1 = ListOffsetsPartition.__new__(ListOffsetsPartition)
     _o1.partition_index, _o1.current_leader_epoch, _o1.timestamp = _S_iiq.unpack_from(data, pos)
     pos += 16
     _o1.max_num_offsets = 1
@@ -338,7 +342,7 @@ def _w_ListOffsetsTopic_v6(buf: bytearray, o: ListOffsetsTopic) -> None:
 
 def _r_ListOffsetsTopic_v0(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsTopic)
+    _o1 = ListOffsetsTopic.__new__(ListOffsetsTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -356,7 +360,7 @@ def _r_ListOffsetsTopic_v0(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ListOffsetsPartition] = []
     for _ in range(_n4):
-        _o7 = _new(ListOffsetsPartition)
+        _o7 = ListOffsetsPartition.__new__(ListOffsetsPartition)
         _o7.partition_index, _o7.timestamp, _o7.max_num_offsets = _S_iqi.unpack_from(data, pos)
         pos += 16
         _o7.current_leader_epoch = -1
@@ -367,7 +371,7 @@ def _r_ListOffsetsTopic_v0(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int
 
 def _r_ListOffsetsTopic_v1(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsTopic)
+    _o1 = ListOffsetsTopic.__new__(ListOffsetsTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -385,7 +389,7 @@ def _r_ListOffsetsTopic_v1(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ListOffsetsPartition] = []
     for _ in range(_n4):
-        _o7 = _new(ListOffsetsPartition)
+        _o7 = ListOffsetsPartition.__new__(ListOffsetsPartition)
         _o7.partition_index, _o7.timestamp = _S_iq.unpack_from(data, pos)
         pos += 12
         _o7.current_leader_epoch = -1
@@ -397,7 +401,7 @@ def _r_ListOffsetsTopic_v1(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int
 
 def _r_ListOffsetsTopic_v4(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsTopic)
+    _o1 = ListOffsetsTopic.__new__(ListOffsetsTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -415,7 +419,7 @@ def _r_ListOffsetsTopic_v4(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ListOffsetsPartition] = []
     for _ in range(_n4):
-        _o7 = _new(ListOffsetsPartition)
+        _o7 = ListOffsetsPartition.__new__(ListOffsetsPartition)
         _o7.partition_index, _o7.current_leader_epoch, _o7.timestamp = _S_iiq.unpack_from(data, pos)
         pos += 16
         _o7.max_num_offsets = 1
@@ -426,7 +430,7 @@ def _r_ListOffsetsTopic_v4(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int
 
 def _r_ListOffsetsTopic_v6(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsTopic)
+    _o1 = ListOffsetsTopic.__new__(ListOffsetsTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -454,7 +458,7 @@ def _r_ListOffsetsTopic_v6(data: bytes, pos: int) -> tuple[ListOffsetsTopic, int
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ListOffsetsPartition] = []
     for _ in range(_n4):
-        _o7 = _new(ListOffsetsPartition)
+        _o7 = ListOffsetsPartition.__new__(ListOffsetsPartition)
         _o7.partition_index, _o7.current_leader_epoch, _o7.timestamp = _S_iiq.unpack_from(data, pos)
         pos += 16
         _o7.max_num_offsets = 1
@@ -528,7 +532,7 @@ def _w_ListOffsetsRequest_v10(buf: bytearray, o: ListOffsetsRequest) -> None:
 
 def _r_ListOffsetsRequest_v0(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsRequest)
+    _o1 = ListOffsetsRequest.__new__(ListOffsetsRequest)
     (_o1.replica_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -539,7 +543,7 @@ def _r_ListOffsetsRequest_v0(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopic)
+        _o5 = ListOffsetsTopic.__new__(ListOffsetsTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -557,7 +561,7 @@ def _r_ListOffsetsRequest_v0(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartition] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartition)
+            _o11 = ListOffsetsPartition.__new__(ListOffsetsPartition)
             _o11.partition_index, _o11.timestamp, _o11.max_num_offsets = _S_iqi.unpack_from(data, pos)
             pos += 16
             _o11.current_leader_epoch = -1
@@ -572,7 +576,7 @@ def _r_ListOffsetsRequest_v0(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
 
 def _r_ListOffsetsRequest_v1(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsRequest)
+    _o1 = ListOffsetsRequest.__new__(ListOffsetsRequest)
     (_o1.replica_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -583,7 +587,7 @@ def _r_ListOffsetsRequest_v1(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopic)
+        _o5 = ListOffsetsTopic.__new__(ListOffsetsTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -601,7 +605,7 @@ def _r_ListOffsetsRequest_v1(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartition] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartition)
+            _o11 = ListOffsetsPartition.__new__(ListOffsetsPartition)
             _o11.partition_index, _o11.timestamp = _S_iq.unpack_from(data, pos)
             pos += 12
             _o11.current_leader_epoch = -1
@@ -617,7 +621,7 @@ def _r_ListOffsetsRequest_v1(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
 
 def _r_ListOffsetsRequest_v2(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsRequest)
+    _o1 = ListOffsetsRequest.__new__(ListOffsetsRequest)
     _o1.replica_id, _o1.isolation_level = _S_ib.unpack_from(data, pos)
     pos += 5
     (_n2,) = _I32.unpack_from(data, pos)
@@ -628,7 +632,7 @@ def _r_ListOffsetsRequest_v2(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopic)
+        _o5 = ListOffsetsTopic.__new__(ListOffsetsTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -646,7 +650,7 @@ def _r_ListOffsetsRequest_v2(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartition] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartition)
+            _o11 = ListOffsetsPartition.__new__(ListOffsetsPartition)
             _o11.partition_index, _o11.timestamp = _S_iq.unpack_from(data, pos)
             pos += 12
             _o11.current_leader_epoch = -1
@@ -661,7 +665,7 @@ def _r_ListOffsetsRequest_v2(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
 
 def _r_ListOffsetsRequest_v4(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsRequest)
+    _o1 = ListOffsetsRequest.__new__(ListOffsetsRequest)
     _o1.replica_id, _o1.isolation_level = _S_ib.unpack_from(data, pos)
     pos += 5
     (_n2,) = _I32.unpack_from(data, pos)
@@ -672,7 +676,7 @@ def _r_ListOffsetsRequest_v4(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopic)
+        _o5 = ListOffsetsTopic.__new__(ListOffsetsTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -690,7 +694,7 @@ def _r_ListOffsetsRequest_v4(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartition] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartition)
+            _o11 = ListOffsetsPartition.__new__(ListOffsetsPartition)
             _o11.partition_index, _o11.current_leader_epoch, _o11.timestamp = _S_iiq.unpack_from(data, pos)
             pos += 16
             _o11.max_num_offsets = 1
@@ -704,7 +708,7 @@ def _r_ListOffsetsRequest_v4(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
 
 def _r_ListOffsetsRequest_v6(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsRequest)
+    _o1 = ListOffsetsRequest.__new__(ListOffsetsRequest)
     _o1.replica_id, _o1.isolation_level = _S_ib.unpack_from(data, pos)
     pos += 5
     _n2 = data[pos]
@@ -719,7 +723,7 @@ def _r_ListOffsetsRequest_v6(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopic)
+        _o5 = ListOffsetsTopic.__new__(ListOffsetsTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -747,7 +751,7 @@ def _r_ListOffsetsRequest_v6(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartition] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartition)
+            _o11 = ListOffsetsPartition.__new__(ListOffsetsPartition)
             _o11.partition_index, _o11.current_leader_epoch, _o11.timestamp = _S_iiq.unpack_from(data, pos)
             pos += 16
             _o11.max_num_offsets = 1
@@ -773,7 +777,7 @@ def _r_ListOffsetsRequest_v6(data: bytes, pos: int) -> tuple[ListOffsetsRequest,
 
 def _r_ListOffsetsRequest_v10(data: bytes, pos: int) -> tuple[ListOffsetsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsRequest)
+    _o1 = ListOffsetsRequest.__new__(ListOffsetsRequest)
     _o1.replica_id, _o1.isolation_level = _S_ib.unpack_from(data, pos)
     pos += 5
     _n2 = data[pos]
@@ -788,7 +792,7 @@ def _r_ListOffsetsRequest_v10(data: bytes, pos: int) -> tuple[ListOffsetsRequest
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopic] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopic)
+        _o5 = ListOffsetsTopic.__new__(ListOffsetsTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -816,7 +820,7 @@ def _r_ListOffsetsRequest_v10(data: bytes, pos: int) -> tuple[ListOffsetsRequest
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartition] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartition)
+            _o11 = ListOffsetsPartition.__new__(ListOffsetsPartition)
             _o11.partition_index, _o11.current_leader_epoch, _o11.timestamp = _S_iiq.unpack_from(data, pos)
             pos += 16
             _o11.max_num_offsets = 1
@@ -883,7 +887,7 @@ def _w_ListOffsetsPartitionResponse_v6(buf: bytearray, o: ListOffsetsPartitionRe
 
 def _r_ListOffsetsPartitionResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsPartitionResponse)
+    _o1 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I32.unpack_from(data, pos)
@@ -902,7 +906,7 @@ def _r_ListOffsetsPartitionResponse_v0(data: bytes, pos: int) -> tuple[ListOffse
 
 def _r_ListOffsetsPartitionResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsPartitionResponse)
+    _o1 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
     _o1.partition_index, _o1.error_code, _o1.timestamp, _o1.offset = _S_ihqq.unpack_from(data, pos)
     pos += 22
     _o1.old_style_offsets = []
@@ -912,7 +916,7 @@ def _r_ListOffsetsPartitionResponse_v1(data: bytes, pos: int) -> tuple[ListOffse
 
 def _r_ListOffsetsPartitionResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsPartitionResponse)
+    _o1 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
     _o1.partition_index, _o1.error_code, _o1.timestamp, _o1.offset, _o1.leader_epoch = _S_ihqqi.unpack_from(
         data, pos
     )
@@ -923,7 +927,7 @@ def _r_ListOffsetsPartitionResponse_v4(data: bytes, pos: int) -> tuple[ListOffse
 
 def _r_ListOffsetsPartitionResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsPartitionResponse)
+    _o1 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
     _o1.partition_index, _o1.error_code, _o1.timestamp, _o1.offset, _o1.leader_epoch = _S_ihqqi.unpack_from(
         data, pos
     )
@@ -981,7 +985,7 @@ def _w_ListOffsetsTopicResponse_v6(buf: bytearray, o: ListOffsetsTopicResponse) 
 
 def _r_ListOffsetsTopicResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsTopicResponse)
+    _o1 = ListOffsetsTopicResponse.__new__(ListOffsetsTopicResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -999,7 +1003,7 @@ def _r_ListOffsetsTopicResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsTo
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ListOffsetsPartitionResponse] = []
     for _ in range(_n4):
-        _o7 = _new(ListOffsetsPartitionResponse)
+        _o7 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         (_n8,) = _I32.unpack_from(data, pos)
@@ -1020,7 +1024,7 @@ def _r_ListOffsetsTopicResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsTo
 
 def _r_ListOffsetsTopicResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsTopicResponse)
+    _o1 = ListOffsetsTopicResponse.__new__(ListOffsetsTopicResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1038,7 +1042,7 @@ def _r_ListOffsetsTopicResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsTo
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ListOffsetsPartitionResponse] = []
     for _ in range(_n4):
-        _o7 = _new(ListOffsetsPartitionResponse)
+        _o7 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
         _o7.partition_index, _o7.error_code, _o7.timestamp, _o7.offset = _S_ihqq.unpack_from(data, pos)
         pos += 22
         _o7.old_style_offsets = []
@@ -1050,7 +1054,7 @@ def _r_ListOffsetsTopicResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsTo
 
 def _r_ListOffsetsTopicResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsTopicResponse)
+    _o1 = ListOffsetsTopicResponse.__new__(ListOffsetsTopicResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1068,7 +1072,7 @@ def _r_ListOffsetsTopicResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsTo
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ListOffsetsPartitionResponse] = []
     for _ in range(_n4):
-        _o7 = _new(ListOffsetsPartitionResponse)
+        _o7 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
         _o7.partition_index, _o7.error_code, _o7.timestamp, _o7.offset, _o7.leader_epoch = (
             _S_ihqqi.unpack_from(data, pos)
         )
@@ -1081,7 +1085,7 @@ def _r_ListOffsetsTopicResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsTo
 
 def _r_ListOffsetsTopicResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsTopicResponse)
+    _o1 = ListOffsetsTopicResponse.__new__(ListOffsetsTopicResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1109,7 +1113,7 @@ def _r_ListOffsetsTopicResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsTo
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[ListOffsetsPartitionResponse] = []
     for _ in range(_n4):
-        _o7 = _new(ListOffsetsPartitionResponse)
+        _o7 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
         _o7.partition_index, _o7.error_code, _o7.timestamp, _o7.offset, _o7.leader_epoch = (
             _S_ihqqi.unpack_from(data, pos)
         )
@@ -1169,7 +1173,7 @@ def _w_ListOffsetsResponse_v6(buf: bytearray, o: ListOffsetsResponse) -> None:
 
 def _r_ListOffsetsResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsResponse)
+    _o1 = ListOffsetsResponse.__new__(ListOffsetsResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1178,7 +1182,7 @@ def _r_ListOffsetsResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopicResponse)
+        _o5 = ListOffsetsTopicResponse.__new__(ListOffsetsTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1196,7 +1200,7 @@ def _r_ListOffsetsResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartitionResponse] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             (_n12,) = _I32.unpack_from(data, pos)
@@ -1220,7 +1224,7 @@ def _r_ListOffsetsResponse_v0(data: bytes, pos: int) -> tuple[ListOffsetsRespons
 
 def _r_ListOffsetsResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsResponse)
+    _o1 = ListOffsetsResponse.__new__(ListOffsetsResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1229,7 +1233,7 @@ def _r_ListOffsetsResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopicResponse)
+        _o5 = ListOffsetsTopicResponse.__new__(ListOffsetsTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1247,7 +1251,7 @@ def _r_ListOffsetsResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartitionResponse] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
             _o11.partition_index, _o11.error_code, _o11.timestamp, _o11.offset = _S_ihqq.unpack_from(
                 data, pos
             )
@@ -1264,7 +1268,7 @@ def _r_ListOffsetsResponse_v1(data: bytes, pos: int) -> tuple[ListOffsetsRespons
 
 def _r_ListOffsetsResponse_v2(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsResponse)
+    _o1 = ListOffsetsResponse.__new__(ListOffsetsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1275,7 +1279,7 @@ def _r_ListOffsetsResponse_v2(data: bytes, pos: int) -> tuple[ListOffsetsRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopicResponse)
+        _o5 = ListOffsetsTopicResponse.__new__(ListOffsetsTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1293,7 +1297,7 @@ def _r_ListOffsetsResponse_v2(data: bytes, pos: int) -> tuple[ListOffsetsRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartitionResponse] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
             _o11.partition_index, _o11.error_code, _o11.timestamp, _o11.offset = _S_ihqq.unpack_from(
                 data, pos
             )
@@ -1309,7 +1313,7 @@ def _r_ListOffsetsResponse_v2(data: bytes, pos: int) -> tuple[ListOffsetsRespons
 
 def _r_ListOffsetsResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsResponse)
+    _o1 = ListOffsetsResponse.__new__(ListOffsetsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1320,7 +1324,7 @@ def _r_ListOffsetsResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopicResponse)
+        _o5 = ListOffsetsTopicResponse.__new__(ListOffsetsTopicResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1338,7 +1342,7 @@ def _r_ListOffsetsResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartitionResponse] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
             _o11.partition_index, _o11.error_code, _o11.timestamp, _o11.offset, _o11.leader_epoch = (
                 _S_ihqqi.unpack_from(data, pos)
             )
@@ -1353,7 +1357,7 @@ def _r_ListOffsetsResponse_v4(data: bytes, pos: int) -> tuple[ListOffsetsRespons
 
 def _r_ListOffsetsResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListOffsetsResponse)
+    _o1 = ListOffsetsResponse.__new__(ListOffsetsResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1368,7 +1372,7 @@ def _r_ListOffsetsResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[ListOffsetsTopicResponse] = []
     for _ in range(_n2):
-        _o5 = _new(ListOffsetsTopicResponse)
+        _o5 = ListOffsetsTopicResponse.__new__(ListOffsetsTopicResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1396,7 +1400,7 @@ def _r_ListOffsetsResponse_v6(data: bytes, pos: int) -> tuple[ListOffsetsRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[ListOffsetsPartitionResponse] = []
         for _ in range(_n8):
-            _o11 = _new(ListOffsetsPartitionResponse)
+            _o11 = ListOffsetsPartitionResponse.__new__(ListOffsetsPartitionResponse)
             _o11.partition_index, _o11.error_code, _o11.timestamp, _o11.offset, _o11.leader_epoch = (
                 _S_ihqqi.unpack_from(data, pos)
             )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -45,11 +43,12 @@ class ListPartitionReassignmentsTopics(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ListPartitionReassignmentsTopics"
-    SPEC_NAME: ClassVar[str] = "ListPartitionReassignmentsTopics"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ListPartitionReassignmentsTopics.NAME = "ListPartitionReassignmentsTopics"
+ListPartitionReassignmentsTopics.SPEC_NAME = "ListPartitionReassignmentsTopics"
+ListPartitionReassignmentsTopics.MIN_VERSION = 0
+ListPartitionReassignmentsTopics.MAX_VERSION = 0
+ListPartitionReassignmentsTopics.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -64,14 +63,15 @@ class ListPartitionReassignmentsRequest(Message):
     timeout_ms: int = 60000
     topics: list[ListPartitionReassignmentsTopics] | None = None
 
-    NAME: ClassVar[str] = "ListPartitionReassignmentsRequest"
-    SPEC_NAME: ClassVar[str] = "ListPartitionReassignmentsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 46
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListPartitionReassignmentsRequest.NAME = "ListPartitionReassignmentsRequest"
+ListPartitionReassignmentsRequest.SPEC_NAME = "ListPartitionReassignmentsRequest"
+ListPartitionReassignmentsRequest.MIN_VERSION = 0
+ListPartitionReassignmentsRequest.MAX_VERSION = 0
+ListPartitionReassignmentsRequest.FLEXIBLE_MIN_VERSION = 0
+ListPartitionReassignmentsRequest.API_KEY = 46
+ListPartitionReassignmentsRequest.DEPRECATED_VERSIONS = None
+ListPartitionReassignmentsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -90,11 +90,12 @@ class OngoingPartitionReassignment(Struct):
     adding_replicas: list[int] = field(default_factory=list)
     removing_replicas: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OngoingPartitionReassignment"
-    SPEC_NAME: ClassVar[str] = "OngoingPartitionReassignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+OngoingPartitionReassignment.NAME = "OngoingPartitionReassignment"
+OngoingPartitionReassignment.SPEC_NAME = "OngoingPartitionReassignment"
+OngoingPartitionReassignment.MIN_VERSION = 0
+OngoingPartitionReassignment.MAX_VERSION = 0
+OngoingPartitionReassignment.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -109,11 +110,12 @@ class OngoingTopicReassignment(Struct):
     name: str = ""
     partitions: list[OngoingPartitionReassignment] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OngoingTopicReassignment"
-    SPEC_NAME: ClassVar[str] = "OngoingTopicReassignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+OngoingTopicReassignment.NAME = "OngoingTopicReassignment"
+OngoingTopicReassignment.SPEC_NAME = "OngoingTopicReassignment"
+OngoingTopicReassignment.MIN_VERSION = 0
+OngoingTopicReassignment.MAX_VERSION = 0
+OngoingTopicReassignment.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -133,14 +135,15 @@ class ListPartitionReassignmentsResponse(Message):
     error_message: str | None = ""
     topics: list[OngoingTopicReassignment] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ListPartitionReassignmentsResponse"
-    SPEC_NAME: ClassVar[str] = "ListPartitionReassignmentsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 46
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListPartitionReassignmentsResponse.NAME = "ListPartitionReassignmentsResponse"
+ListPartitionReassignmentsResponse.SPEC_NAME = "ListPartitionReassignmentsResponse"
+ListPartitionReassignmentsResponse.MIN_VERSION = 0
+ListPartitionReassignmentsResponse.MAX_VERSION = 0
+ListPartitionReassignmentsResponse.FLEXIBLE_MIN_VERSION = 0
+ListPartitionReassignmentsResponse.API_KEY = 46
+ListPartitionReassignmentsResponse.DEPRECATED_VERSIONS = None
+ListPartitionReassignmentsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -162,7 +165,7 @@ def _r_ListPartitionReassignmentsTopics_v0(
     data: bytes, pos: int
 ) -> tuple[ListPartitionReassignmentsTopics, int]:
     _len = len(data)
-    _o1 = _new(ListPartitionReassignmentsTopics)
+    _o1 = ListPartitionReassignmentsTopics.__new__(ListPartitionReassignmentsTopics)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -213,7 +216,7 @@ def _r_ListPartitionReassignmentsRequest_v0(
     data: bytes, pos: int
 ) -> tuple[ListPartitionReassignmentsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListPartitionReassignmentsRequest)
+    _o1 = ListPartitionReassignmentsRequest.__new__(ListPartitionReassignmentsRequest)
     (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -231,7 +234,7 @@ def _r_ListPartitionReassignmentsRequest_v0(
     else:
         _a3: list[ListPartitionReassignmentsTopics] = []
         for _ in range(_n2):
-            _o5 = _new(ListPartitionReassignmentsTopics)
+            _o5 = ListPartitionReassignmentsTopics.__new__(ListPartitionReassignmentsTopics)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -288,7 +291,7 @@ def _w_OngoingPartitionReassignment_v0(buf: bytearray, o: OngoingPartitionReassi
 
 def _r_OngoingPartitionReassignment_v0(data: bytes, pos: int) -> tuple[OngoingPartitionReassignment, int]:
     _len = len(data)
-    _o1 = _new(OngoingPartitionReassignment)
+    _o1 = OngoingPartitionReassignment.__new__(OngoingPartitionReassignment)
     (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -349,7 +352,7 @@ def _w_OngoingTopicReassignment_v0(buf: bytearray, o: OngoingTopicReassignment) 
 
 def _r_OngoingTopicReassignment_v0(data: bytes, pos: int) -> tuple[OngoingTopicReassignment, int]:
     _len = len(data)
-    _o1 = _new(OngoingTopicReassignment)
+    _o1 = OngoingTopicReassignment.__new__(OngoingTopicReassignment)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -377,7 +380,7 @@ def _r_OngoingTopicReassignment_v0(data: bytes, pos: int) -> tuple[OngoingTopicR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OngoingPartitionReassignment] = []
     for _ in range(_n4):
-        _o7 = _new(OngoingPartitionReassignment)
+        _o7 = OngoingPartitionReassignment.__new__(OngoingPartitionReassignment)
         (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n8 = data[pos]
@@ -450,7 +453,7 @@ def _r_ListPartitionReassignmentsResponse_v0(
     data: bytes, pos: int
 ) -> tuple[ListPartitionReassignmentsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListPartitionReassignmentsResponse)
+    _o1 = ListPartitionReassignmentsResponse.__new__(ListPartitionReassignmentsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -483,7 +486,7 @@ def _r_ListPartitionReassignmentsResponse_v0(
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[OngoingTopicReassignment] = []
     for _ in range(_n4):
-        _o7 = _new(OngoingTopicReassignment)
+        _o7 = OngoingTopicReassignment.__new__(OngoingTopicReassignment)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -511,7 +514,7 @@ def _r_ListPartitionReassignmentsResponse_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[OngoingPartitionReassignment] = []
         for _ in range(_n10):
-            _o13 = _new(OngoingPartitionReassignment)
+            _o13 = OngoingPartitionReassignment.__new__(OngoingPartitionReassignment)
             (_o13.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n14 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -53,14 +51,15 @@ class ListTransactionsRequest(Message):
     producer_id_filters: list[int] = field(default_factory=list)
     duration_filter: int = -1
 
-    NAME: ClassVar[str] = "ListTransactionsRequest"
-    SPEC_NAME: ClassVar[str] = "ListTransactionsRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 66
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListTransactionsRequest.NAME = "ListTransactionsRequest"
+ListTransactionsRequest.SPEC_NAME = "ListTransactionsRequest"
+ListTransactionsRequest.MIN_VERSION = 0
+ListTransactionsRequest.MAX_VERSION = 1
+ListTransactionsRequest.FLEXIBLE_MIN_VERSION = 0
+ListTransactionsRequest.API_KEY = 66
+ListTransactionsRequest.DEPRECATED_VERSIONS = None
+ListTransactionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -77,11 +76,12 @@ class TransactionState(Struct):
     producer_id: int = 0
     transaction_state: str = ""
 
-    NAME: ClassVar[str] = "TransactionState"
-    SPEC_NAME: ClassVar[str] = "TransactionState"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TransactionState.NAME = "TransactionState"
+TransactionState.SPEC_NAME = "TransactionState"
+TransactionState.MIN_VERSION = 0
+TransactionState.MAX_VERSION = 1
+TransactionState.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -104,14 +104,15 @@ class ListTransactionsResponse(Message):
     unknown_state_filters: list[str] = field(default_factory=list)
     transaction_states: list[TransactionState] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ListTransactionsResponse"
-    SPEC_NAME: ClassVar[str] = "ListTransactionsResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 66
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ListTransactionsResponse.NAME = "ListTransactionsResponse"
+ListTransactionsResponse.SPEC_NAME = "ListTransactionsResponse"
+ListTransactionsResponse.MIN_VERSION = 0
+ListTransactionsResponse.MAX_VERSION = 1
+ListTransactionsResponse.FLEXIBLE_MIN_VERSION = 0
+ListTransactionsResponse.API_KEY = 66
+ListTransactionsResponse.DEPRECATED_VERSIONS = None
+ListTransactionsResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -152,7 +153,7 @@ def _w_ListTransactionsRequest_v1(buf: bytearray, o: ListTransactionsRequest) ->
 
 def _r_ListTransactionsRequest_v0(data: bytes, pos: int) -> tuple[ListTransactionsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListTransactionsRequest)
+    _o1 = ListTransactionsRequest.__new__(ListTransactionsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -204,7 +205,7 @@ def _r_ListTransactionsRequest_v0(data: bytes, pos: int) -> tuple[ListTransactio
 
 def _r_ListTransactionsRequest_v1(data: bytes, pos: int) -> tuple[ListTransactionsRequest, int]:
     _len = len(data)
-    _o1 = _new(ListTransactionsRequest)
+    _o1 = ListTransactionsRequest.__new__(ListTransactionsRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -272,7 +273,7 @@ def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
 
 def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int]:
     _len = len(data)
-    _o1 = _new(TransactionState)
+    _o1 = TransactionState.__new__(TransactionState)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -331,7 +332,7 @@ def _w_ListTransactionsResponse_v0(buf: bytearray, o: ListTransactionsResponse) 
 
 def _r_ListTransactionsResponse_v0(data: bytes, pos: int) -> tuple[ListTransactionsResponse, int]:
     _len = len(data)
-    _o1 = _new(ListTransactionsResponse)
+    _o1 = ListTransactionsResponse.__new__(ListTransactionsResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -375,7 +376,7 @@ def _r_ListTransactionsResponse_v0(data: bytes, pos: int) -> tuple[ListTransacti
         raise DecodeError("array count of transaction_states exceeds the bytes left")
     _a8: list[TransactionState] = []
     for _ in range(_n7):
-        _o10 = _new(TransactionState)
+        _o10 = TransactionState.__new__(TransactionState)
         _n11 = data[pos]
         if _n11 < 128:
             pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -52,11 +50,12 @@ class MetadataRequestTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     name: str | None = ""
 
-    NAME: ClassVar[str] = "MetadataRequestTopic"
-    SPEC_NAME: ClassVar[str] = "MetadataRequestTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
+
+MetadataRequestTopic.NAME = "MetadataRequestTopic"
+MetadataRequestTopic.SPEC_NAME = "MetadataRequestTopic"
+MetadataRequestTopic.MIN_VERSION = 0
+MetadataRequestTopic.MAX_VERSION = 12
+MetadataRequestTopic.FLEXIBLE_MIN_VERSION = 9
 
 
 @dataclass(slots=True)
@@ -76,14 +75,15 @@ class MetadataRequest(Message):
     include_cluster_authorized_operations: bool = False
     include_topic_authorized_operations: bool = False
 
-    NAME: ClassVar[str] = "MetadataRequest"
-    SPEC_NAME: ClassVar[str] = "MetadataRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
-    API_KEY: ClassVar[int] = 3
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 3)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+MetadataRequest.NAME = "MetadataRequest"
+MetadataRequest.SPEC_NAME = "MetadataRequest"
+MetadataRequest.MIN_VERSION = 0
+MetadataRequest.MAX_VERSION = 12
+MetadataRequest.FLEXIBLE_MIN_VERSION = 9
+MetadataRequest.API_KEY = 3
+MetadataRequest.DEPRECATED_VERSIONS = (0, 3)
+MetadataRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -102,11 +102,12 @@ class MetadataResponseBroker(Struct):
     port: int = 0
     rack: str | None = None
 
-    NAME: ClassVar[str] = "MetadataResponseBroker"
-    SPEC_NAME: ClassVar[str] = "MetadataResponseBroker"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
+
+MetadataResponseBroker.NAME = "MetadataResponseBroker"
+MetadataResponseBroker.SPEC_NAME = "MetadataResponseBroker"
+MetadataResponseBroker.MIN_VERSION = 0
+MetadataResponseBroker.MAX_VERSION = 12
+MetadataResponseBroker.FLEXIBLE_MIN_VERSION = 9
 
 
 @dataclass(slots=True)
@@ -131,11 +132,12 @@ class MetadataResponsePartition(Struct):
     isr_nodes: list[int] = field(default_factory=list)
     offline_replicas: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "MetadataResponsePartition"
-    SPEC_NAME: ClassVar[str] = "MetadataResponsePartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
+
+MetadataResponsePartition.NAME = "MetadataResponsePartition"
+MetadataResponsePartition.SPEC_NAME = "MetadataResponsePartition"
+MetadataResponsePartition.MIN_VERSION = 0
+MetadataResponsePartition.MAX_VERSION = 12
+MetadataResponsePartition.FLEXIBLE_MIN_VERSION = 9
 
 
 @dataclass(slots=True)
@@ -161,11 +163,12 @@ class MetadataResponseTopic(Struct):
     partitions: list[MetadataResponsePartition] = field(default_factory=list)
     topic_authorized_operations: int = -2147483648
 
-    NAME: ClassVar[str] = "MetadataResponseTopic"
-    SPEC_NAME: ClassVar[str] = "MetadataResponseTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
+
+MetadataResponseTopic.NAME = "MetadataResponseTopic"
+MetadataResponseTopic.SPEC_NAME = "MetadataResponseTopic"
+MetadataResponseTopic.MIN_VERSION = 0
+MetadataResponseTopic.MAX_VERSION = 12
+MetadataResponseTopic.FLEXIBLE_MIN_VERSION = 9
 
 
 @dataclass(slots=True)
@@ -216,14 +219,15 @@ class MetadataResponse(Message):
     topics: list[MetadataResponseTopic] = field(default_factory=list)
     cluster_authorized_operations: int = -2147483648
 
-    NAME: ClassVar[str] = "MetadataResponse"
-    SPEC_NAME: ClassVar[str] = "MetadataResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
-    API_KEY: ClassVar[int] = 3
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+MetadataResponse.NAME = "MetadataResponse"
+MetadataResponse.SPEC_NAME = "MetadataResponse"
+MetadataResponse.MIN_VERSION = 0
+MetadataResponse.MAX_VERSION = 12
+MetadataResponse.FLEXIBLE_MIN_VERSION = 9
+MetadataResponse.API_KEY = 3
+MetadataResponse.DEPRECATED_VERSIONS = None
+MetadataResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -263,7 +267,7 @@ def _w_MetadataRequestTopic_v10(buf: bytearray, o: MetadataRequestTopic) -> None
 
 def _r_MetadataRequestTopic_v0(data: bytes, pos: int) -> tuple[MetadataRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequestTopic)
+    _o1 = MetadataRequestTopic.__new__(MetadataRequestTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -279,7 +283,7 @@ def _r_MetadataRequestTopic_v0(data: bytes, pos: int) -> tuple[MetadataRequestTo
 
 def _r_MetadataRequestTopic_v9(data: bytes, pos: int) -> tuple[MetadataRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequestTopic)
+    _o1 = MetadataRequestTopic.__new__(MetadataRequestTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -305,7 +309,7 @@ def _r_MetadataRequestTopic_v9(data: bytes, pos: int) -> tuple[MetadataRequestTo
 
 def _r_MetadataRequestTopic_v10(data: bytes, pos: int) -> tuple[MetadataRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequestTopic)
+    _o1 = MetadataRequestTopic.__new__(MetadataRequestTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -481,7 +485,7 @@ def _w_MetadataRequest_v11(buf: bytearray, o: MetadataRequest) -> None:
 
 def _r_MetadataRequest_v0(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequest)
+    _o1 = MetadataRequest.__new__(MetadataRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -490,7 +494,7 @@ def _r_MetadataRequest_v0(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[MetadataRequestTopic] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataRequestTopic)
+        _o5 = MetadataRequestTopic.__new__(MetadataRequestTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -511,7 +515,7 @@ def _r_MetadataRequest_v0(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
 
 def _r_MetadataRequest_v1(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequest)
+    _o1 = MetadataRequest.__new__(MetadataRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -523,7 +527,7 @@ def _r_MetadataRequest_v1(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     else:
         _a3: list[MetadataRequestTopic] = []
         for _ in range(_n2):
-            _o5 = _new(MetadataRequestTopic)
+            _o5 = MetadataRequestTopic.__new__(MetadataRequestTopic)
             (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n6 < 0:
@@ -544,7 +548,7 @@ def _r_MetadataRequest_v1(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
 
 def _r_MetadataRequest_v4(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequest)
+    _o1 = MetadataRequest.__new__(MetadataRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -556,7 +560,7 @@ def _r_MetadataRequest_v4(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     else:
         _a3: list[MetadataRequestTopic] = []
         for _ in range(_n2):
-            _o5 = _new(MetadataRequestTopic)
+            _o5 = MetadataRequestTopic.__new__(MetadataRequestTopic)
             (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n6 < 0:
@@ -578,7 +582,7 @@ def _r_MetadataRequest_v4(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
 
 def _r_MetadataRequest_v8(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequest)
+    _o1 = MetadataRequest.__new__(MetadataRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -590,7 +594,7 @@ def _r_MetadataRequest_v8(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     else:
         _a3: list[MetadataRequestTopic] = []
         for _ in range(_n2):
-            _o5 = _new(MetadataRequestTopic)
+            _o5 = MetadataRequestTopic.__new__(MetadataRequestTopic)
             (_n6,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n6 < 0:
@@ -614,7 +618,7 @@ def _r_MetadataRequest_v8(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
 
 def _r_MetadataRequest_v9(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequest)
+    _o1 = MetadataRequest.__new__(MetadataRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -630,7 +634,7 @@ def _r_MetadataRequest_v9(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     else:
         _a3: list[MetadataRequestTopic] = []
         for _ in range(_n2):
-            _o5 = _new(MetadataRequestTopic)
+            _o5 = MetadataRequestTopic.__new__(MetadataRequestTopic)
             _n6 = data[pos]
             if _n6 < 128:
                 pos += 1
@@ -668,7 +672,7 @@ def _r_MetadataRequest_v9(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
 
 def _r_MetadataRequest_v10(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequest)
+    _o1 = MetadataRequest.__new__(MetadataRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -684,7 +688,7 @@ def _r_MetadataRequest_v10(data: bytes, pos: int) -> tuple[MetadataRequest, int]
     else:
         _a3: list[MetadataRequestTopic] = []
         for _ in range(_n2):
-            _o5 = _new(MetadataRequestTopic)
+            _o5 = MetadataRequestTopic.__new__(MetadataRequestTopic)
             (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -727,7 +731,7 @@ def _r_MetadataRequest_v10(data: bytes, pos: int) -> tuple[MetadataRequest, int]
 
 def _r_MetadataRequest_v11(data: bytes, pos: int) -> tuple[MetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(MetadataRequest)
+    _o1 = MetadataRequest.__new__(MetadataRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -743,7 +747,7 @@ def _r_MetadataRequest_v11(data: bytes, pos: int) -> tuple[MetadataRequest, int]
     else:
         _a3: list[MetadataRequestTopic] = []
         for _ in range(_n2):
-            _o5 = _new(MetadataRequestTopic)
+            _o5 = MetadataRequestTopic.__new__(MetadataRequestTopic)
             (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -824,7 +828,7 @@ def _w_MetadataResponseBroker_v9(buf: bytearray, o: MetadataResponseBroker) -> N
 
 def _r_MetadataResponseBroker_v0(data: bytes, pos: int) -> tuple[MetadataResponseBroker, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseBroker)
+    _o1 = MetadataResponseBroker.__new__(MetadataResponseBroker)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I16.unpack_from(data, pos)
@@ -844,7 +848,7 @@ def _r_MetadataResponseBroker_v0(data: bytes, pos: int) -> tuple[MetadataRespons
 
 def _r_MetadataResponseBroker_v1(data: bytes, pos: int) -> tuple[MetadataResponseBroker, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseBroker)
+    _o1 = MetadataResponseBroker.__new__(MetadataResponseBroker)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I16.unpack_from(data, pos)
@@ -875,7 +879,7 @@ def _r_MetadataResponseBroker_v1(data: bytes, pos: int) -> tuple[MetadataRespons
 
 def _r_MetadataResponseBroker_v9(data: bytes, pos: int) -> tuple[MetadataResponseBroker, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseBroker)
+    _o1 = MetadataResponseBroker.__new__(MetadataResponseBroker)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -972,7 +976,7 @@ def _w_MetadataResponsePartition_v9(buf: bytearray, o: MetadataResponsePartition
 
 def _r_MetadataResponsePartition_v0(data: bytes, pos: int) -> tuple[MetadataResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponsePartition)
+    _o1 = MetadataResponsePartition.__new__(MetadataResponsePartition)
     _o1.error_code, _o1.partition_index, _o1.leader_id = _S_hii.unpack_from(data, pos)
     pos += 10
     (_n2,) = _I32.unpack_from(data, pos)
@@ -998,7 +1002,7 @@ def _r_MetadataResponsePartition_v0(data: bytes, pos: int) -> tuple[MetadataResp
 
 def _r_MetadataResponsePartition_v5(data: bytes, pos: int) -> tuple[MetadataResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponsePartition)
+    _o1 = MetadataResponsePartition.__new__(MetadataResponsePartition)
     _o1.error_code, _o1.partition_index, _o1.leader_id = _S_hii.unpack_from(data, pos)
     pos += 10
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1031,7 +1035,7 @@ def _r_MetadataResponsePartition_v5(data: bytes, pos: int) -> tuple[MetadataResp
 
 def _r_MetadataResponsePartition_v7(data: bytes, pos: int) -> tuple[MetadataResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponsePartition)
+    _o1 = MetadataResponsePartition.__new__(MetadataResponsePartition)
     _o1.error_code, _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_hiii.unpack_from(data, pos)
     pos += 14
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1063,7 +1067,7 @@ def _r_MetadataResponsePartition_v7(data: bytes, pos: int) -> tuple[MetadataResp
 
 def _r_MetadataResponsePartition_v9(data: bytes, pos: int) -> tuple[MetadataResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponsePartition)
+    _o1 = MetadataResponsePartition.__new__(MetadataResponsePartition)
     _o1.error_code, _o1.partition_index, _o1.leader_id, _o1.leader_epoch = _S_hiii.unpack_from(data, pos)
     pos += 14
     _n2 = data[pos]
@@ -1266,7 +1270,7 @@ def _w_MetadataResponseTopic_v12(buf: bytearray, o: MetadataResponseTopic) -> No
 
 def _r_MetadataResponseTopic_v0(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseTopic)
+    _o1 = MetadataResponseTopic.__new__(MetadataResponseTopic)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1286,7 +1290,7 @@ def _r_MetadataResponseTopic_v0(data: bytes, pos: int) -> tuple[MetadataResponse
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[MetadataResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(MetadataResponsePartition)
+        _o7 = MetadataResponsePartition.__new__(MetadataResponsePartition)
         _o7.error_code, _o7.partition_index, _o7.leader_id = _S_hii.unpack_from(data, pos)
         pos += 10
         (_n8,) = _I32.unpack_from(data, pos)
@@ -1317,7 +1321,7 @@ def _r_MetadataResponseTopic_v0(data: bytes, pos: int) -> tuple[MetadataResponse
 
 def _r_MetadataResponseTopic_v1(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseTopic)
+    _o1 = MetadataResponseTopic.__new__(MetadataResponseTopic)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1339,7 +1343,7 @@ def _r_MetadataResponseTopic_v1(data: bytes, pos: int) -> tuple[MetadataResponse
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[MetadataResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(MetadataResponsePartition)
+        _o7 = MetadataResponsePartition.__new__(MetadataResponsePartition)
         _o7.error_code, _o7.partition_index, _o7.leader_id = _S_hii.unpack_from(data, pos)
         pos += 10
         (_n8,) = _I32.unpack_from(data, pos)
@@ -1369,7 +1373,7 @@ def _r_MetadataResponseTopic_v1(data: bytes, pos: int) -> tuple[MetadataResponse
 
 def _r_MetadataResponseTopic_v5(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseTopic)
+    _o1 = MetadataResponseTopic.__new__(MetadataResponseTopic)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1391,7 +1395,7 @@ def _r_MetadataResponseTopic_v5(data: bytes, pos: int) -> tuple[MetadataResponse
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[MetadataResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(MetadataResponsePartition)
+        _o7 = MetadataResponsePartition.__new__(MetadataResponsePartition)
         _o7.error_code, _o7.partition_index, _o7.leader_id = _S_hii.unpack_from(data, pos)
         pos += 10
         (_n8,) = _I32.unpack_from(data, pos)
@@ -1428,7 +1432,7 @@ def _r_MetadataResponseTopic_v5(data: bytes, pos: int) -> tuple[MetadataResponse
 
 def _r_MetadataResponseTopic_v7(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseTopic)
+    _o1 = MetadataResponseTopic.__new__(MetadataResponseTopic)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1450,7 +1454,7 @@ def _r_MetadataResponseTopic_v7(data: bytes, pos: int) -> tuple[MetadataResponse
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[MetadataResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(MetadataResponsePartition)
+        _o7 = MetadataResponsePartition.__new__(MetadataResponsePartition)
         _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
         (_n8,) = _I32.unpack_from(data, pos)
@@ -1486,7 +1490,7 @@ def _r_MetadataResponseTopic_v7(data: bytes, pos: int) -> tuple[MetadataResponse
 
 def _r_MetadataResponseTopic_v8(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseTopic)
+    _o1 = MetadataResponseTopic.__new__(MetadataResponseTopic)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1508,7 +1512,7 @@ def _r_MetadataResponseTopic_v8(data: bytes, pos: int) -> tuple[MetadataResponse
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[MetadataResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(MetadataResponsePartition)
+        _o7 = MetadataResponsePartition.__new__(MetadataResponsePartition)
         _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
         (_n8,) = _I32.unpack_from(data, pos)
@@ -1545,7 +1549,7 @@ def _r_MetadataResponseTopic_v8(data: bytes, pos: int) -> tuple[MetadataResponse
 
 def _r_MetadataResponseTopic_v9(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseTopic)
+    _o1 = MetadataResponseTopic.__new__(MetadataResponseTopic)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1577,7 +1581,7 @@ def _r_MetadataResponseTopic_v9(data: bytes, pos: int) -> tuple[MetadataResponse
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[MetadataResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(MetadataResponsePartition)
+        _o7 = MetadataResponsePartition.__new__(MetadataResponsePartition)
         _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
         _n8 = data[pos]
@@ -1634,7 +1638,7 @@ def _r_MetadataResponseTopic_v9(data: bytes, pos: int) -> tuple[MetadataResponse
 
 def _r_MetadataResponseTopic_v10(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseTopic)
+    _o1 = MetadataResponseTopic.__new__(MetadataResponseTopic)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1667,7 +1671,7 @@ def _r_MetadataResponseTopic_v10(data: bytes, pos: int) -> tuple[MetadataRespons
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[MetadataResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(MetadataResponsePartition)
+        _o7 = MetadataResponsePartition.__new__(MetadataResponsePartition)
         _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
         _n8 = data[pos]
@@ -1723,7 +1727,7 @@ def _r_MetadataResponseTopic_v10(data: bytes, pos: int) -> tuple[MetadataRespons
 
 def _r_MetadataResponseTopic_v12(data: bytes, pos: int) -> tuple[MetadataResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponseTopic)
+    _o1 = MetadataResponseTopic.__new__(MetadataResponseTopic)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -1759,7 +1763,7 @@ def _r_MetadataResponseTopic_v12(data: bytes, pos: int) -> tuple[MetadataRespons
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[MetadataResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(MetadataResponsePartition)
+        _o7 = MetadataResponsePartition.__new__(MetadataResponsePartition)
         _o7.error_code, _o7.partition_index, _o7.leader_id, _o7.leader_epoch = _S_hiii.unpack_from(data, pos)
         pos += 14
         _n8 = data[pos]
@@ -2055,7 +2059,7 @@ def _w_MetadataResponse_v12(buf: bytearray, o: MetadataResponse) -> None:
 
 def _r_MetadataResponse_v0(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -2064,7 +2068,7 @@ def _r_MetadataResponse_v0(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -2089,7 +2093,7 @@ def _r_MetadataResponse_v0(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a9: list[MetadataResponseTopic] = []
     for _ in range(_n8):
-        _o11 = _new(MetadataResponseTopic)
+        _o11 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o11.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n12,) = _I16.unpack_from(data, pos)
@@ -2109,7 +2113,7 @@ def _r_MetadataResponse_v0(data: bytes, pos: int) -> tuple[MetadataResponse, int
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a15: list[MetadataResponsePartition] = []
         for _ in range(_n14):
-            _o17 = _new(MetadataResponsePartition)
+            _o17 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o17.error_code, _o17.partition_index, _o17.leader_id = _S_hii.unpack_from(data, pos)
             pos += 10
             (_n18,) = _I32.unpack_from(data, pos)
@@ -2146,7 +2150,7 @@ def _r_MetadataResponse_v0(data: bytes, pos: int) -> tuple[MetadataResponse, int
 
 def _r_MetadataResponse_v1(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -2155,7 +2159,7 @@ def _r_MetadataResponse_v1(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -2193,7 +2197,7 @@ def _r_MetadataResponse_v1(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a11: list[MetadataResponseTopic] = []
     for _ in range(_n10):
-        _o13 = _new(MetadataResponseTopic)
+        _o13 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o13.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n14,) = _I16.unpack_from(data, pos)
@@ -2215,7 +2219,7 @@ def _r_MetadataResponse_v1(data: bytes, pos: int) -> tuple[MetadataResponse, int
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a17: list[MetadataResponsePartition] = []
         for _ in range(_n16):
-            _o19 = _new(MetadataResponsePartition)
+            _o19 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o19.error_code, _o19.partition_index, _o19.leader_id = _S_hii.unpack_from(data, pos)
             pos += 10
             (_n20,) = _I32.unpack_from(data, pos)
@@ -2250,7 +2254,7 @@ def _r_MetadataResponse_v1(data: bytes, pos: int) -> tuple[MetadataResponse, int
 
 def _r_MetadataResponse_v2(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -2259,7 +2263,7 @@ def _r_MetadataResponse_v2(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -2309,7 +2313,7 @@ def _r_MetadataResponse_v2(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a13: list[MetadataResponseTopic] = []
     for _ in range(_n12):
-        _o15 = _new(MetadataResponseTopic)
+        _o15 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n16,) = _I16.unpack_from(data, pos)
@@ -2331,7 +2335,7 @@ def _r_MetadataResponse_v2(data: bytes, pos: int) -> tuple[MetadataResponse, int
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a19: list[MetadataResponsePartition] = []
         for _ in range(_n18):
-            _o21 = _new(MetadataResponsePartition)
+            _o21 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o21.error_code, _o21.partition_index, _o21.leader_id = _S_hii.unpack_from(data, pos)
             pos += 10
             (_n22,) = _I32.unpack_from(data, pos)
@@ -2365,7 +2369,7 @@ def _r_MetadataResponse_v2(data: bytes, pos: int) -> tuple[MetadataResponse, int
 
 def _r_MetadataResponse_v3(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -2376,7 +2380,7 @@ def _r_MetadataResponse_v3(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -2426,7 +2430,7 @@ def _r_MetadataResponse_v3(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a13: list[MetadataResponseTopic] = []
     for _ in range(_n12):
-        _o15 = _new(MetadataResponseTopic)
+        _o15 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n16,) = _I16.unpack_from(data, pos)
@@ -2448,7 +2452,7 @@ def _r_MetadataResponse_v3(data: bytes, pos: int) -> tuple[MetadataResponse, int
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a19: list[MetadataResponsePartition] = []
         for _ in range(_n18):
-            _o21 = _new(MetadataResponsePartition)
+            _o21 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o21.error_code, _o21.partition_index, _o21.leader_id = _S_hii.unpack_from(data, pos)
             pos += 10
             (_n22,) = _I32.unpack_from(data, pos)
@@ -2481,7 +2485,7 @@ def _r_MetadataResponse_v3(data: bytes, pos: int) -> tuple[MetadataResponse, int
 
 def _r_MetadataResponse_v5(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -2492,7 +2496,7 @@ def _r_MetadataResponse_v5(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -2542,7 +2546,7 @@ def _r_MetadataResponse_v5(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a13: list[MetadataResponseTopic] = []
     for _ in range(_n12):
-        _o15 = _new(MetadataResponseTopic)
+        _o15 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n16,) = _I16.unpack_from(data, pos)
@@ -2564,7 +2568,7 @@ def _r_MetadataResponse_v5(data: bytes, pos: int) -> tuple[MetadataResponse, int
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a19: list[MetadataResponsePartition] = []
         for _ in range(_n18):
-            _o21 = _new(MetadataResponsePartition)
+            _o21 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o21.error_code, _o21.partition_index, _o21.leader_id = _S_hii.unpack_from(data, pos)
             pos += 10
             (_n22,) = _I32.unpack_from(data, pos)
@@ -2604,7 +2608,7 @@ def _r_MetadataResponse_v5(data: bytes, pos: int) -> tuple[MetadataResponse, int
 
 def _r_MetadataResponse_v7(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -2615,7 +2619,7 @@ def _r_MetadataResponse_v7(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -2665,7 +2669,7 @@ def _r_MetadataResponse_v7(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a13: list[MetadataResponseTopic] = []
     for _ in range(_n12):
-        _o15 = _new(MetadataResponseTopic)
+        _o15 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n16,) = _I16.unpack_from(data, pos)
@@ -2687,7 +2691,7 @@ def _r_MetadataResponse_v7(data: bytes, pos: int) -> tuple[MetadataResponse, int
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a19: list[MetadataResponsePartition] = []
         for _ in range(_n18):
-            _o21 = _new(MetadataResponsePartition)
+            _o21 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
@@ -2728,7 +2732,7 @@ def _r_MetadataResponse_v7(data: bytes, pos: int) -> tuple[MetadataResponse, int
 
 def _r_MetadataResponse_v8(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -2739,7 +2743,7 @@ def _r_MetadataResponse_v8(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -2789,7 +2793,7 @@ def _r_MetadataResponse_v8(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a13: list[MetadataResponseTopic] = []
     for _ in range(_n12):
-        _o15 = _new(MetadataResponseTopic)
+        _o15 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         (_n16,) = _I16.unpack_from(data, pos)
@@ -2811,7 +2815,7 @@ def _r_MetadataResponse_v8(data: bytes, pos: int) -> tuple[MetadataResponse, int
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a19: list[MetadataResponsePartition] = []
         for _ in range(_n18):
-            _o21 = _new(MetadataResponsePartition)
+            _o21 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
@@ -2854,7 +2858,7 @@ def _r_MetadataResponse_v8(data: bytes, pos: int) -> tuple[MetadataResponse, int
 
 def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -2869,7 +2873,7 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
@@ -2945,7 +2949,7 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
         raise DecodeError("array count of topics exceeds the bytes left")
     _a13: list[MetadataResponseTopic] = []
     for _ in range(_n12):
-        _o15 = _new(MetadataResponseTopic)
+        _o15 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n16 = data[pos]
@@ -2977,7 +2981,7 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a19: list[MetadataResponsePartition] = []
         for _ in range(_n18):
-            _o21 = _new(MetadataResponsePartition)
+            _o21 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
@@ -3044,7 +3048,7 @@ def _r_MetadataResponse_v9(data: bytes, pos: int) -> tuple[MetadataResponse, int
 
 def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -3059,7 +3063,7 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
@@ -3135,7 +3139,7 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
         raise DecodeError("array count of topics exceeds the bytes left")
     _a13: list[MetadataResponseTopic] = []
     for _ in range(_n12):
-        _o15 = _new(MetadataResponseTopic)
+        _o15 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n16 = data[pos]
@@ -3168,7 +3172,7 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a19: list[MetadataResponsePartition] = []
         for _ in range(_n18):
-            _o21 = _new(MetadataResponsePartition)
+            _o21 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
@@ -3234,7 +3238,7 @@ def _r_MetadataResponse_v10(data: bytes, pos: int) -> tuple[MetadataResponse, in
 
 def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -3249,7 +3253,7 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
@@ -3325,7 +3329,7 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
         raise DecodeError("array count of topics exceeds the bytes left")
     _a13: list[MetadataResponseTopic] = []
     for _ in range(_n12):
-        _o15 = _new(MetadataResponseTopic)
+        _o15 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n16 = data[pos]
@@ -3358,7 +3362,7 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a19: list[MetadataResponsePartition] = []
         for _ in range(_n18):
-            _o21 = _new(MetadataResponsePartition)
+            _o21 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )
@@ -3423,7 +3427,7 @@ def _r_MetadataResponse_v11(data: bytes, pos: int) -> tuple[MetadataResponse, in
 
 def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(MetadataResponse)
+    _o1 = MetadataResponse.__new__(MetadataResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -3438,7 +3442,7 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
         raise DecodeError("array count of brokers exceeds the bytes left")
     _a3: list[MetadataResponseBroker] = []
     for _ in range(_n2):
-        _o5 = _new(MetadataResponseBroker)
+        _o5 = MetadataResponseBroker.__new__(MetadataResponseBroker)
         (_o5.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
@@ -3514,7 +3518,7 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
         raise DecodeError("array count of topics exceeds the bytes left")
     _a13: list[MetadataResponseTopic] = []
     for _ in range(_n12):
-        _o15 = _new(MetadataResponseTopic)
+        _o15 = MetadataResponseTopic.__new__(MetadataResponseTopic)
         (_o15.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n16 = data[pos]
@@ -3550,7 +3554,7 @@ def _r_MetadataResponse_v12(data: bytes, pos: int) -> tuple[MetadataResponse, in
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a19: list[MetadataResponsePartition] = []
         for _ in range(_n18):
-            _o21 = _new(MetadataResponsePartition)
+            _o21 = MetadataResponsePartition.__new__(MetadataResponsePartition)
             _o21.error_code, _o21.partition_index, _o21.leader_id, _o21.leader_epoch = _S_hiii.unpack_from(
                 data, pos
             )

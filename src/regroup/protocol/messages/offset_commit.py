@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -56,11 +54,12 @@ class OffsetCommitRequestPartition(Struct):
     commit_timestamp: int = -1
     committed_metadata: str | None = ""
 
-    NAME: ClassVar[str] = "OffsetCommitRequestPartition"
-    SPEC_NAME: ClassVar[str] = "OffsetCommitRequestPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
+
+OffsetCommitRequestPartition.NAME = "OffsetCommitRequestPartition"
+OffsetCommitRequestPartition.SPEC_NAME = "OffsetCommitRequestPartition"
+OffsetCommitRequestPartition.MIN_VERSION = 0
+OffsetCommitRequestPartition.MAX_VERSION = 9
+OffsetCommitRequestPartition.FLEXIBLE_MIN_VERSION = 8
 
 
 @dataclass(slots=True)
@@ -75,11 +74,12 @@ class OffsetCommitRequestTopic(Struct):
     name: str = ""
     partitions: list[OffsetCommitRequestPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetCommitRequestTopic"
-    SPEC_NAME: ClassVar[str] = "OffsetCommitRequestTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
+
+OffsetCommitRequestTopic.NAME = "OffsetCommitRequestTopic"
+OffsetCommitRequestTopic.SPEC_NAME = "OffsetCommitRequestTopic"
+OffsetCommitRequestTopic.MIN_VERSION = 0
+OffsetCommitRequestTopic.MAX_VERSION = 9
+OffsetCommitRequestTopic.FLEXIBLE_MIN_VERSION = 8
 
 
 @dataclass(slots=True)
@@ -121,14 +121,15 @@ class OffsetCommitRequest(Message):
     retention_time_ms: int = -1
     topics: list[OffsetCommitRequestTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetCommitRequest"
-    SPEC_NAME: ClassVar[str] = "OffsetCommitRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
-    API_KEY: ClassVar[int] = 8
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 1)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+OffsetCommitRequest.NAME = "OffsetCommitRequest"
+OffsetCommitRequest.SPEC_NAME = "OffsetCommitRequest"
+OffsetCommitRequest.MIN_VERSION = 0
+OffsetCommitRequest.MAX_VERSION = 9
+OffsetCommitRequest.FLEXIBLE_MIN_VERSION = 8
+OffsetCommitRequest.API_KEY = 8
+OffsetCommitRequest.DEPRECATED_VERSIONS = (0, 1)
+OffsetCommitRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -143,11 +144,12 @@ class OffsetCommitResponsePartition(Struct):
     partition_index: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "OffsetCommitResponsePartition"
-    SPEC_NAME: ClassVar[str] = "OffsetCommitResponsePartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
+
+OffsetCommitResponsePartition.NAME = "OffsetCommitResponsePartition"
+OffsetCommitResponsePartition.SPEC_NAME = "OffsetCommitResponsePartition"
+OffsetCommitResponsePartition.MIN_VERSION = 0
+OffsetCommitResponsePartition.MAX_VERSION = 9
+OffsetCommitResponsePartition.FLEXIBLE_MIN_VERSION = 8
 
 
 @dataclass(slots=True)
@@ -162,11 +164,12 @@ class OffsetCommitResponseTopic(Struct):
     name: str = ""
     partitions: list[OffsetCommitResponsePartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetCommitResponseTopic"
-    SPEC_NAME: ClassVar[str] = "OffsetCommitResponseTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
+
+OffsetCommitResponseTopic.NAME = "OffsetCommitResponseTopic"
+OffsetCommitResponseTopic.SPEC_NAME = "OffsetCommitResponseTopic"
+OffsetCommitResponseTopic.MIN_VERSION = 0
+OffsetCommitResponseTopic.MAX_VERSION = 9
+OffsetCommitResponseTopic.FLEXIBLE_MIN_VERSION = 8
 
 
 @dataclass(slots=True)
@@ -209,14 +212,15 @@ class OffsetCommitResponse(Message):
     throttle_time_ms: int = 0
     topics: list[OffsetCommitResponseTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetCommitResponse"
-    SPEC_NAME: ClassVar[str] = "OffsetCommitResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
-    API_KEY: ClassVar[int] = 8
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+OffsetCommitResponse.NAME = "OffsetCommitResponse"
+OffsetCommitResponse.SPEC_NAME = "OffsetCommitResponse"
+OffsetCommitResponse.MIN_VERSION = 0
+OffsetCommitResponse.MAX_VERSION = 9
+OffsetCommitResponse.FLEXIBLE_MIN_VERSION = 8
+OffsetCommitResponse.API_KEY = 8
+OffsetCommitResponse.DEPRECATED_VERSIONS = None
+OffsetCommitResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -279,7 +283,7 @@ def _w_OffsetCommitRequestPartition_v8(buf: bytearray, o: OffsetCommitRequestPar
 
 def _r_OffsetCommitRequestPartition_v0(data: bytes, pos: int) -> tuple[OffsetCommitRequestPartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequestPartition)
+    _o1 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
     _o1.partition_index, _o1.committed_offset = _S_iq.unpack_from(data, pos)
     pos += 12
     (_n2,) = _I16.unpack_from(data, pos)
@@ -301,7 +305,7 @@ def _r_OffsetCommitRequestPartition_v0(data: bytes, pos: int) -> tuple[OffsetCom
 
 def _r_OffsetCommitRequestPartition_v1(data: bytes, pos: int) -> tuple[OffsetCommitRequestPartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequestPartition)
+    _o1 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
     _o1.partition_index, _o1.committed_offset, _o1.commit_timestamp = _S_iqq.unpack_from(data, pos)
     pos += 20
     (_n2,) = _I16.unpack_from(data, pos)
@@ -322,7 +326,7 @@ def _r_OffsetCommitRequestPartition_v1(data: bytes, pos: int) -> tuple[OffsetCom
 
 def _r_OffsetCommitRequestPartition_v6(data: bytes, pos: int) -> tuple[OffsetCommitRequestPartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequestPartition)
+    _o1 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
     _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I16.unpack_from(data, pos)
@@ -343,7 +347,7 @@ def _r_OffsetCommitRequestPartition_v6(data: bytes, pos: int) -> tuple[OffsetCom
 
 def _r_OffsetCommitRequestPartition_v8(data: bytes, pos: int) -> tuple[OffsetCommitRequestPartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequestPartition)
+    _o1 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
     _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -417,7 +421,7 @@ def _w_OffsetCommitRequestTopic_v8(buf: bytearray, o: OffsetCommitRequestTopic) 
 
 def _r_OffsetCommitRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequestTopic)
+    _o1 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -435,7 +439,7 @@ def _r_OffsetCommitRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetCommitR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetCommitRequestPartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetCommitRequestPartition)
+        _o7 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
         _o7.partition_index, _o7.committed_offset = _S_iq.unpack_from(data, pos)
         pos += 12
         (_n8,) = _I16.unpack_from(data, pos)
@@ -459,7 +463,7 @@ def _r_OffsetCommitRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetCommitR
 
 def _r_OffsetCommitRequestTopic_v1(data: bytes, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequestTopic)
+    _o1 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -477,7 +481,7 @@ def _r_OffsetCommitRequestTopic_v1(data: bytes, pos: int) -> tuple[OffsetCommitR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetCommitRequestPartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetCommitRequestPartition)
+        _o7 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
         _o7.partition_index, _o7.committed_offset, _o7.commit_timestamp = _S_iqq.unpack_from(data, pos)
         pos += 20
         (_n8,) = _I16.unpack_from(data, pos)
@@ -500,7 +504,7 @@ def _r_OffsetCommitRequestTopic_v1(data: bytes, pos: int) -> tuple[OffsetCommitR
 
 def _r_OffsetCommitRequestTopic_v6(data: bytes, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequestTopic)
+    _o1 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -518,7 +522,7 @@ def _r_OffsetCommitRequestTopic_v6(data: bytes, pos: int) -> tuple[OffsetCommitR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetCommitRequestPartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetCommitRequestPartition)
+        _o7 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
         _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
         (_n8,) = _I16.unpack_from(data, pos)
@@ -541,7 +545,7 @@ def _r_OffsetCommitRequestTopic_v6(data: bytes, pos: int) -> tuple[OffsetCommitR
 
 def _r_OffsetCommitRequestTopic_v8(data: bytes, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequestTopic)
+    _o1 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -569,7 +573,7 @@ def _r_OffsetCommitRequestTopic_v8(data: bytes, pos: int) -> tuple[OffsetCommitR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetCommitRequestPartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetCommitRequestPartition)
+        _o7 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
         _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
         _n8 = data[pos]
@@ -730,7 +734,7 @@ def _w_OffsetCommitRequest_v8(buf: bytearray, o: OffsetCommitRequest) -> None:
 
 def _r_OffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequest)
+    _o1 = OffsetCommitRequest.__new__(OffsetCommitRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -748,7 +752,7 @@ def _r_OffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[OffsetCommitReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[OffsetCommitRequestTopic] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetCommitRequestTopic)
+        _o7 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -766,7 +770,7 @@ def _r_OffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[OffsetCommitReques
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[OffsetCommitRequestPartition] = []
         for _ in range(_n10):
-            _o13 = _new(OffsetCommitRequestPartition)
+            _o13 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
             _o13.partition_index, _o13.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             (_n14,) = _I16.unpack_from(data, pos)
@@ -796,7 +800,7 @@ def _r_OffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[OffsetCommitReques
 
 def _r_OffsetCommitRequest_v1(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequest)
+    _o1 = OffsetCommitRequest.__new__(OffsetCommitRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -825,7 +829,7 @@ def _r_OffsetCommitRequest_v1(data: bytes, pos: int) -> tuple[OffsetCommitReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a7: list[OffsetCommitRequestTopic] = []
     for _ in range(_n6):
-        _o9 = _new(OffsetCommitRequestTopic)
+        _o9 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -843,7 +847,7 @@ def _r_OffsetCommitRequest_v1(data: bytes, pos: int) -> tuple[OffsetCommitReques
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a13: list[OffsetCommitRequestPartition] = []
         for _ in range(_n12):
-            _o15 = _new(OffsetCommitRequestPartition)
+            _o15 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
             _o15.partition_index, _o15.committed_offset, _o15.commit_timestamp = _S_iqq.unpack_from(data, pos)
             pos += 20
             (_n16,) = _I16.unpack_from(data, pos)
@@ -870,7 +874,7 @@ def _r_OffsetCommitRequest_v1(data: bytes, pos: int) -> tuple[OffsetCommitReques
 
 def _r_OffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequest)
+    _o1 = OffsetCommitRequest.__new__(OffsetCommitRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -901,7 +905,7 @@ def _r_OffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[OffsetCommitReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a7: list[OffsetCommitRequestTopic] = []
     for _ in range(_n6):
-        _o9 = _new(OffsetCommitRequestTopic)
+        _o9 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -919,7 +923,7 @@ def _r_OffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[OffsetCommitReques
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a13: list[OffsetCommitRequestPartition] = []
         for _ in range(_n12):
-            _o15 = _new(OffsetCommitRequestPartition)
+            _o15 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
             _o15.partition_index, _o15.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             (_n16,) = _I16.unpack_from(data, pos)
@@ -946,7 +950,7 @@ def _r_OffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[OffsetCommitReques
 
 def _r_OffsetCommitRequest_v5(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequest)
+    _o1 = OffsetCommitRequest.__new__(OffsetCommitRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -975,7 +979,7 @@ def _r_OffsetCommitRequest_v5(data: bytes, pos: int) -> tuple[OffsetCommitReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a7: list[OffsetCommitRequestTopic] = []
     for _ in range(_n6):
-        _o9 = _new(OffsetCommitRequestTopic)
+        _o9 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -993,7 +997,7 @@ def _r_OffsetCommitRequest_v5(data: bytes, pos: int) -> tuple[OffsetCommitReques
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a13: list[OffsetCommitRequestPartition] = []
         for _ in range(_n12):
-            _o15 = _new(OffsetCommitRequestPartition)
+            _o15 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
             _o15.partition_index, _o15.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             (_n16,) = _I16.unpack_from(data, pos)
@@ -1021,7 +1025,7 @@ def _r_OffsetCommitRequest_v5(data: bytes, pos: int) -> tuple[OffsetCommitReques
 
 def _r_OffsetCommitRequest_v6(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequest)
+    _o1 = OffsetCommitRequest.__new__(OffsetCommitRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1050,7 +1054,7 @@ def _r_OffsetCommitRequest_v6(data: bytes, pos: int) -> tuple[OffsetCommitReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a7: list[OffsetCommitRequestTopic] = []
     for _ in range(_n6):
-        _o9 = _new(OffsetCommitRequestTopic)
+        _o9 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -1068,7 +1072,7 @@ def _r_OffsetCommitRequest_v6(data: bytes, pos: int) -> tuple[OffsetCommitReques
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a13: list[OffsetCommitRequestPartition] = []
         for _ in range(_n12):
-            _o15 = _new(OffsetCommitRequestPartition)
+            _o15 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
             _o15.partition_index, _o15.committed_offset, _o15.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
@@ -1097,7 +1101,7 @@ def _r_OffsetCommitRequest_v6(data: bytes, pos: int) -> tuple[OffsetCommitReques
 
 def _r_OffsetCommitRequest_v7(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequest)
+    _o1 = OffsetCommitRequest.__new__(OffsetCommitRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1138,7 +1142,7 @@ def _r_OffsetCommitRequest_v7(data: bytes, pos: int) -> tuple[OffsetCommitReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a9: list[OffsetCommitRequestTopic] = []
     for _ in range(_n8):
-        _o11 = _new(OffsetCommitRequestTopic)
+        _o11 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -1156,7 +1160,7 @@ def _r_OffsetCommitRequest_v7(data: bytes, pos: int) -> tuple[OffsetCommitReques
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a15: list[OffsetCommitRequestPartition] = []
         for _ in range(_n14):
-            _o17 = _new(OffsetCommitRequestPartition)
+            _o17 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
             _o17.partition_index, _o17.committed_offset, _o17.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
@@ -1184,7 +1188,7 @@ def _r_OffsetCommitRequest_v7(data: bytes, pos: int) -> tuple[OffsetCommitReques
 
 def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitRequest)
+    _o1 = OffsetCommitRequest.__new__(OffsetCommitRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1247,7 +1251,7 @@ def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a9: list[OffsetCommitRequestTopic] = []
     for _ in range(_n8):
-        _o11 = _new(OffsetCommitRequestTopic)
+        _o11 = OffsetCommitRequestTopic.__new__(OffsetCommitRequestTopic)
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -1275,7 +1279,7 @@ def _r_OffsetCommitRequest_v8(data: bytes, pos: int) -> tuple[OffsetCommitReques
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a15: list[OffsetCommitRequestPartition] = []
         for _ in range(_n14):
-            _o17 = _new(OffsetCommitRequestPartition)
+            _o17 = OffsetCommitRequestPartition.__new__(OffsetCommitRequestPartition)
             _o17.partition_index, _o17.committed_offset, _o17.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
@@ -1330,7 +1334,7 @@ def _w_OffsetCommitResponsePartition_v8(buf: bytearray, o: OffsetCommitResponseP
 
 def _r_OffsetCommitResponsePartition_v0(data: bytes, pos: int) -> tuple[OffsetCommitResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitResponsePartition)
+    _o1 = OffsetCommitResponsePartition.__new__(OffsetCommitResponsePartition)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     return _o1, pos
@@ -1338,7 +1342,7 @@ def _r_OffsetCommitResponsePartition_v0(data: bytes, pos: int) -> tuple[OffsetCo
 
 def _r_OffsetCommitResponsePartition_v8(data: bytes, pos: int) -> tuple[OffsetCommitResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitResponsePartition)
+    _o1 = OffsetCommitResponsePartition.__new__(OffsetCommitResponsePartition)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
@@ -1373,7 +1377,7 @@ def _w_OffsetCommitResponseTopic_v8(buf: bytearray, o: OffsetCommitResponseTopic
 
 def _r_OffsetCommitResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetCommitResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitResponseTopic)
+    _o1 = OffsetCommitResponseTopic.__new__(OffsetCommitResponseTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1391,7 +1395,7 @@ def _r_OffsetCommitResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetCommit
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetCommitResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetCommitResponsePartition)
+        _o7 = OffsetCommitResponsePartition.__new__(OffsetCommitResponsePartition)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _a5.append(_o7)
@@ -1401,7 +1405,7 @@ def _r_OffsetCommitResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetCommit
 
 def _r_OffsetCommitResponseTopic_v8(data: bytes, pos: int) -> tuple[OffsetCommitResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitResponseTopic)
+    _o1 = OffsetCommitResponseTopic.__new__(OffsetCommitResponseTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1429,7 +1433,7 @@ def _r_OffsetCommitResponseTopic_v8(data: bytes, pos: int) -> tuple[OffsetCommit
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetCommitResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetCommitResponsePartition)
+        _o7 = OffsetCommitResponsePartition.__new__(OffsetCommitResponsePartition)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
@@ -1471,7 +1475,7 @@ def _w_OffsetCommitResponse_v8(buf: bytearray, o: OffsetCommitResponse) -> None:
 
 def _r_OffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[OffsetCommitResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitResponse)
+    _o1 = OffsetCommitResponse.__new__(OffsetCommitResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1480,7 +1484,7 @@ def _r_OffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[OffsetCommitRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetCommitResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetCommitResponseTopic)
+        _o5 = OffsetCommitResponseTopic.__new__(OffsetCommitResponseTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1498,7 +1502,7 @@ def _r_OffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[OffsetCommitRespo
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetCommitResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetCommitResponsePartition)
+            _o11 = OffsetCommitResponsePartition.__new__(OffsetCommitResponsePartition)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _a9.append(_o11)
@@ -1511,7 +1515,7 @@ def _r_OffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[OffsetCommitRespo
 
 def _r_OffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[OffsetCommitResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitResponse)
+    _o1 = OffsetCommitResponse.__new__(OffsetCommitResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1522,7 +1526,7 @@ def _r_OffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[OffsetCommitRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetCommitResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetCommitResponseTopic)
+        _o5 = OffsetCommitResponseTopic.__new__(OffsetCommitResponseTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1540,7 +1544,7 @@ def _r_OffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[OffsetCommitRespo
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetCommitResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetCommitResponsePartition)
+            _o11 = OffsetCommitResponsePartition.__new__(OffsetCommitResponsePartition)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _a9.append(_o11)
@@ -1552,7 +1556,7 @@ def _r_OffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[OffsetCommitRespo
 
 def _r_OffsetCommitResponse_v8(data: bytes, pos: int) -> tuple[OffsetCommitResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitResponse)
+    _o1 = OffsetCommitResponse.__new__(OffsetCommitResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1567,7 +1571,7 @@ def _r_OffsetCommitResponse_v8(data: bytes, pos: int) -> tuple[OffsetCommitRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetCommitResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetCommitResponseTopic)
+        _o5 = OffsetCommitResponseTopic.__new__(OffsetCommitResponseTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1595,7 +1599,7 @@ def _r_OffsetCommitResponse_v8(data: bytes, pos: int) -> tuple[OffsetCommitRespo
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetCommitResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetCommitResponsePartition)
+            _o11 = OffsetCommitResponsePartition.__new__(OffsetCommitResponsePartition)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:

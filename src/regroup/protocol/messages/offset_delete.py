@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -44,11 +42,12 @@ class OffsetDeleteRequestPartition(Struct):
 
     partition_index: int = 0
 
-    NAME: ClassVar[str] = "OffsetDeleteRequestPartition"
-    SPEC_NAME: ClassVar[str] = "OffsetDeleteRequestPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+OffsetDeleteRequestPartition.NAME = "OffsetDeleteRequestPartition"
+OffsetDeleteRequestPartition.SPEC_NAME = "OffsetDeleteRequestPartition"
+OffsetDeleteRequestPartition.MIN_VERSION = 0
+OffsetDeleteRequestPartition.MAX_VERSION = 0
+OffsetDeleteRequestPartition.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -63,11 +62,12 @@ class OffsetDeleteRequestTopic(Struct):
     name: str = ""
     partitions: list[OffsetDeleteRequestPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetDeleteRequestTopic"
-    SPEC_NAME: ClassVar[str] = "OffsetDeleteRequestTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+OffsetDeleteRequestTopic.NAME = "OffsetDeleteRequestTopic"
+OffsetDeleteRequestTopic.SPEC_NAME = "OffsetDeleteRequestTopic"
+OffsetDeleteRequestTopic.MIN_VERSION = 0
+OffsetDeleteRequestTopic.MAX_VERSION = 0
+OffsetDeleteRequestTopic.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -82,14 +82,15 @@ class OffsetDeleteRequest(Message):
     group_id: str = ""
     topics: list[OffsetDeleteRequestTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetDeleteRequest"
-    SPEC_NAME: ClassVar[str] = "OffsetDeleteRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
-    API_KEY: ClassVar[int] = 47
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+OffsetDeleteRequest.NAME = "OffsetDeleteRequest"
+OffsetDeleteRequest.SPEC_NAME = "OffsetDeleteRequest"
+OffsetDeleteRequest.MIN_VERSION = 0
+OffsetDeleteRequest.MAX_VERSION = 0
+OffsetDeleteRequest.FLEXIBLE_MIN_VERSION = None
+OffsetDeleteRequest.API_KEY = 47
+OffsetDeleteRequest.DEPRECATED_VERSIONS = None
+OffsetDeleteRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -104,11 +105,12 @@ class OffsetDeleteResponsePartition(Struct):
     partition_index: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "OffsetDeleteResponsePartition"
-    SPEC_NAME: ClassVar[str] = "OffsetDeleteResponsePartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+OffsetDeleteResponsePartition.NAME = "OffsetDeleteResponsePartition"
+OffsetDeleteResponsePartition.SPEC_NAME = "OffsetDeleteResponsePartition"
+OffsetDeleteResponsePartition.MIN_VERSION = 0
+OffsetDeleteResponsePartition.MAX_VERSION = 0
+OffsetDeleteResponsePartition.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -123,11 +125,12 @@ class OffsetDeleteResponseTopic(Struct):
     name: str = ""
     partitions: list[OffsetDeleteResponsePartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetDeleteResponseTopic"
-    SPEC_NAME: ClassVar[str] = "OffsetDeleteResponseTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+OffsetDeleteResponseTopic.NAME = "OffsetDeleteResponseTopic"
+OffsetDeleteResponseTopic.SPEC_NAME = "OffsetDeleteResponseTopic"
+OffsetDeleteResponseTopic.MIN_VERSION = 0
+OffsetDeleteResponseTopic.MAX_VERSION = 0
+OffsetDeleteResponseTopic.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -145,14 +148,15 @@ class OffsetDeleteResponse(Message):
     throttle_time_ms: int = 0
     topics: list[OffsetDeleteResponseTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetDeleteResponse"
-    SPEC_NAME: ClassVar[str] = "OffsetDeleteResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
-    API_KEY: ClassVar[int] = 47
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+OffsetDeleteResponse.NAME = "OffsetDeleteResponse"
+OffsetDeleteResponse.SPEC_NAME = "OffsetDeleteResponse"
+OffsetDeleteResponse.MIN_VERSION = 0
+OffsetDeleteResponse.MAX_VERSION = 0
+OffsetDeleteResponse.FLEXIBLE_MIN_VERSION = None
+OffsetDeleteResponse.API_KEY = 47
+OffsetDeleteResponse.DEPRECATED_VERSIONS = None
+OffsetDeleteResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -164,7 +168,7 @@ def _w_OffsetDeleteRequestPartition_v0(buf: bytearray, o: OffsetDeleteRequestPar
 
 def _r_OffsetDeleteRequestPartition_v0(data: bytes, pos: int) -> tuple[OffsetDeleteRequestPartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetDeleteRequestPartition)
+    _o1 = OffsetDeleteRequestPartition.__new__(OffsetDeleteRequestPartition)
     (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     return _o1, pos
@@ -182,7 +186,7 @@ def _w_OffsetDeleteRequestTopic_v0(buf: bytearray, o: OffsetDeleteRequestTopic) 
 
 def _r_OffsetDeleteRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetDeleteRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetDeleteRequestTopic)
+    _o1 = OffsetDeleteRequestTopic.__new__(OffsetDeleteRequestTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -200,7 +204,7 @@ def _r_OffsetDeleteRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetDeleteR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetDeleteRequestPartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetDeleteRequestPartition)
+        _o7 = OffsetDeleteRequestPartition.__new__(OffsetDeleteRequestPartition)
         (_o7.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         _a5.append(_o7)
@@ -220,7 +224,7 @@ def _w_OffsetDeleteRequest_v0(buf: bytearray, o: OffsetDeleteRequest) -> None:
 
 def _r_OffsetDeleteRequest_v0(data: bytes, pos: int) -> tuple[OffsetDeleteRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetDeleteRequest)
+    _o1 = OffsetDeleteRequest.__new__(OffsetDeleteRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -238,7 +242,7 @@ def _r_OffsetDeleteRequest_v0(data: bytes, pos: int) -> tuple[OffsetDeleteReques
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[OffsetDeleteRequestTopic] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetDeleteRequestTopic)
+        _o7 = OffsetDeleteRequestTopic.__new__(OffsetDeleteRequestTopic)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -256,7 +260,7 @@ def _r_OffsetDeleteRequest_v0(data: bytes, pos: int) -> tuple[OffsetDeleteReques
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[OffsetDeleteRequestPartition] = []
         for _ in range(_n10):
-            _o13 = _new(OffsetDeleteRequestPartition)
+            _o13 = OffsetDeleteRequestPartition.__new__(OffsetDeleteRequestPartition)
             (_o13.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             _a11.append(_o13)
@@ -272,7 +276,7 @@ def _w_OffsetDeleteResponsePartition_v0(buf: bytearray, o: OffsetDeleteResponseP
 
 def _r_OffsetDeleteResponsePartition_v0(data: bytes, pos: int) -> tuple[OffsetDeleteResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetDeleteResponsePartition)
+    _o1 = OffsetDeleteResponsePartition.__new__(OffsetDeleteResponsePartition)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     return _o1, pos
@@ -290,7 +294,7 @@ def _w_OffsetDeleteResponseTopic_v0(buf: bytearray, o: OffsetDeleteResponseTopic
 
 def _r_OffsetDeleteResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetDeleteResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetDeleteResponseTopic)
+    _o1 = OffsetDeleteResponseTopic.__new__(OffsetDeleteResponseTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -308,7 +312,7 @@ def _r_OffsetDeleteResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetDelete
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetDeleteResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetDeleteResponsePartition)
+        _o7 = OffsetDeleteResponsePartition.__new__(OffsetDeleteResponsePartition)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _a5.append(_o7)
@@ -326,7 +330,7 @@ def _w_OffsetDeleteResponse_v0(buf: bytearray, o: OffsetDeleteResponse) -> None:
 
 def _r_OffsetDeleteResponse_v0(data: bytes, pos: int) -> tuple[OffsetDeleteResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetDeleteResponse)
+    _o1 = OffsetDeleteResponse.__new__(OffsetDeleteResponse)
     _o1.error_code, _o1.throttle_time_ms = _S_hi.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I32.unpack_from(data, pos)
@@ -337,7 +341,7 @@ def _r_OffsetDeleteResponse_v0(data: bytes, pos: int) -> tuple[OffsetDeleteRespo
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetDeleteResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetDeleteResponseTopic)
+        _o5 = OffsetDeleteResponseTopic.__new__(OffsetDeleteResponseTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -355,7 +359,7 @@ def _r_OffsetDeleteResponse_v0(data: bytes, pos: int) -> tuple[OffsetDeleteRespo
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetDeleteResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetDeleteResponsePartition)
+            _o11 = OffsetDeleteResponsePartition.__new__(OffsetDeleteResponsePartition)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _a9.append(_o11)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,11 +46,12 @@ class OffsetFetchRequestTopic(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetFetchRequestTopic"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchRequestTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+OffsetFetchRequestTopic.NAME = "OffsetFetchRequestTopic"
+OffsetFetchRequestTopic.SPEC_NAME = "OffsetFetchRequestTopic"
+OffsetFetchRequestTopic.MIN_VERSION = 0
+OffsetFetchRequestTopic.MAX_VERSION = 7
+OffsetFetchRequestTopic.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -67,11 +66,12 @@ class OffsetFetchRequestTopics(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetFetchRequestTopics"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchRequestTopics"
-    MIN_VERSION: ClassVar[int] = 8
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
+
+OffsetFetchRequestTopics.NAME = "OffsetFetchRequestTopics"
+OffsetFetchRequestTopics.SPEC_NAME = "OffsetFetchRequestTopics"
+OffsetFetchRequestTopics.MIN_VERSION = 8
+OffsetFetchRequestTopics.MAX_VERSION = 9
+OffsetFetchRequestTopics.FLEXIBLE_MIN_VERSION = 8
 
 
 @dataclass(slots=True)
@@ -92,11 +92,12 @@ class OffsetFetchRequestGroup(Struct):
     member_epoch: int = -1
     topics: list[OffsetFetchRequestTopics] | None = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetFetchRequestGroup"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchRequestGroup"
-    MIN_VERSION: ClassVar[int] = 8
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
+
+OffsetFetchRequestGroup.NAME = "OffsetFetchRequestGroup"
+OffsetFetchRequestGroup.SPEC_NAME = "OffsetFetchRequestGroup"
+OffsetFetchRequestGroup.MIN_VERSION = 8
+OffsetFetchRequestGroup.MAX_VERSION = 9
+OffsetFetchRequestGroup.FLEXIBLE_MIN_VERSION = 8
 
 
 @dataclass(slots=True)
@@ -136,14 +137,15 @@ class OffsetFetchRequest(Message):
     groups: list[OffsetFetchRequestGroup] = field(default_factory=list)
     require_stable: bool = False
 
-    NAME: ClassVar[str] = "OffsetFetchRequest"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
-    API_KEY: ClassVar[int] = 9
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+OffsetFetchRequest.NAME = "OffsetFetchRequest"
+OffsetFetchRequest.SPEC_NAME = "OffsetFetchRequest"
+OffsetFetchRequest.MIN_VERSION = 0
+OffsetFetchRequest.MAX_VERSION = 9
+OffsetFetchRequest.FLEXIBLE_MIN_VERSION = 6
+OffsetFetchRequest.API_KEY = 9
+OffsetFetchRequest.DEPRECATED_VERSIONS = (0, 0)
+OffsetFetchRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -164,11 +166,12 @@ class OffsetFetchResponsePartition(Struct):
     metadata: str | None = ""
     error_code: int = 0
 
-    NAME: ClassVar[str] = "OffsetFetchResponsePartition"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchResponsePartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+OffsetFetchResponsePartition.NAME = "OffsetFetchResponsePartition"
+OffsetFetchResponsePartition.SPEC_NAME = "OffsetFetchResponsePartition"
+OffsetFetchResponsePartition.MIN_VERSION = 0
+OffsetFetchResponsePartition.MAX_VERSION = 7
+OffsetFetchResponsePartition.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -183,11 +186,12 @@ class OffsetFetchResponseTopic(Struct):
     name: str = ""
     partitions: list[OffsetFetchResponsePartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetFetchResponseTopic"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchResponseTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 7
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+OffsetFetchResponseTopic.NAME = "OffsetFetchResponseTopic"
+OffsetFetchResponseTopic.SPEC_NAME = "OffsetFetchResponseTopic"
+OffsetFetchResponseTopic.MIN_VERSION = 0
+OffsetFetchResponseTopic.MAX_VERSION = 7
+OffsetFetchResponseTopic.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -208,11 +212,12 @@ class OffsetFetchResponsePartitions(Struct):
     metadata: str | None = ""
     error_code: int = 0
 
-    NAME: ClassVar[str] = "OffsetFetchResponsePartitions"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchResponsePartitions"
-    MIN_VERSION: ClassVar[int] = 8
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
+
+OffsetFetchResponsePartitions.NAME = "OffsetFetchResponsePartitions"
+OffsetFetchResponsePartitions.SPEC_NAME = "OffsetFetchResponsePartitions"
+OffsetFetchResponsePartitions.MIN_VERSION = 8
+OffsetFetchResponsePartitions.MAX_VERSION = 9
+OffsetFetchResponsePartitions.FLEXIBLE_MIN_VERSION = 8
 
 
 @dataclass(slots=True)
@@ -227,11 +232,12 @@ class OffsetFetchResponseTopics(Struct):
     name: str = ""
     partitions: list[OffsetFetchResponsePartitions] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetFetchResponseTopics"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchResponseTopics"
-    MIN_VERSION: ClassVar[int] = 8
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
+
+OffsetFetchResponseTopics.NAME = "OffsetFetchResponseTopics"
+OffsetFetchResponseTopics.SPEC_NAME = "OffsetFetchResponseTopics"
+OffsetFetchResponseTopics.MIN_VERSION = 8
+OffsetFetchResponseTopics.MAX_VERSION = 9
+OffsetFetchResponseTopics.FLEXIBLE_MIN_VERSION = 8
 
 
 @dataclass(slots=True)
@@ -248,11 +254,12 @@ class OffsetFetchResponseGroup(Struct):
     topics: list[OffsetFetchResponseTopics] = field(default_factory=list)
     error_code: int = 0
 
-    NAME: ClassVar[str] = "OffsetFetchResponseGroup"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchResponseGroup"
-    MIN_VERSION: ClassVar[int] = 8
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
+
+OffsetFetchResponseGroup.NAME = "OffsetFetchResponseGroup"
+OffsetFetchResponseGroup.SPEC_NAME = "OffsetFetchResponseGroup"
+OffsetFetchResponseGroup.MIN_VERSION = 8
+OffsetFetchResponseGroup.MAX_VERSION = 9
+OffsetFetchResponseGroup.FLEXIBLE_MIN_VERSION = 8
 
 
 @dataclass(slots=True)
@@ -301,14 +308,15 @@ class OffsetFetchResponse(Message):
     error_code: int = 0
     groups: list[OffsetFetchResponseGroup] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetFetchResponse"
-    SPEC_NAME: ClassVar[str] = "OffsetFetchResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
-    API_KEY: ClassVar[int] = 9
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+OffsetFetchResponse.NAME = "OffsetFetchResponse"
+OffsetFetchResponse.SPEC_NAME = "OffsetFetchResponse"
+OffsetFetchResponse.MIN_VERSION = 0
+OffsetFetchResponse.MAX_VERSION = 9
+OffsetFetchResponse.FLEXIBLE_MIN_VERSION = 6
+OffsetFetchResponse.API_KEY = 9
+OffsetFetchResponse.DEPRECATED_VERSIONS = None
+OffsetFetchResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -337,7 +345,7 @@ def _w_OffsetFetchRequestTopic_v6(buf: bytearray, o: OffsetFetchRequestTopic) ->
 
 def _r_OffsetFetchRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetFetchRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequestTopic)
+    _o1 = OffsetFetchRequestTopic.__new__(OffsetFetchRequestTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -360,7 +368,7 @@ def _r_OffsetFetchRequestTopic_v0(data: bytes, pos: int) -> tuple[OffsetFetchReq
 
 def _r_OffsetFetchRequestTopic_v6(data: bytes, pos: int) -> tuple[OffsetFetchRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequestTopic)
+    _o1 = OffsetFetchRequestTopic.__new__(OffsetFetchRequestTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -409,7 +417,7 @@ def _w_OffsetFetchRequestTopics_v8(buf: bytearray, o: OffsetFetchRequestTopics) 
 
 def _r_OffsetFetchRequestTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequestTopics, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequestTopics)
+    _o1 = OffsetFetchRequestTopics.__new__(OffsetFetchRequestTopics)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -487,7 +495,7 @@ def _w_OffsetFetchRequestGroup_v9(buf: bytearray, o: OffsetFetchRequestGroup) ->
 
 def _r_OffsetFetchRequestGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequestGroup, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequestGroup)
+    _o1 = OffsetFetchRequestGroup.__new__(OffsetFetchRequestGroup)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -518,7 +526,7 @@ def _r_OffsetFetchRequestGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchReq
     else:
         _a5: list[OffsetFetchRequestTopics] = []
         for _ in range(_n4):
-            _o7 = _new(OffsetFetchRequestTopics)
+            _o7 = OffsetFetchRequestTopics.__new__(OffsetFetchRequestTopics)
             _n8 = data[pos]
             if _n8 < 128:
                 pos += 1
@@ -563,7 +571,7 @@ def _r_OffsetFetchRequestGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchReq
 
 def _r_OffsetFetchRequestGroup_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequestGroup, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequestGroup)
+    _o1 = OffsetFetchRequestGroup.__new__(OffsetFetchRequestGroup)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -614,7 +622,7 @@ def _r_OffsetFetchRequestGroup_v9(data: bytes, pos: int) -> tuple[OffsetFetchReq
     else:
         _a7: list[OffsetFetchRequestTopics] = []
         for _ in range(_n6):
-            _o9 = _new(OffsetFetchRequestTopics)
+            _o9 = OffsetFetchRequestTopics.__new__(OffsetFetchRequestTopics)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -761,7 +769,7 @@ def _w_OffsetFetchRequest_v9(buf: bytearray, o: OffsetFetchRequest) -> None:
 
 def _r_OffsetFetchRequest_v0(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequest)
+    _o1 = OffsetFetchRequest.__new__(OffsetFetchRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -779,7 +787,7 @@ def _r_OffsetFetchRequest_v0(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[OffsetFetchRequestTopic] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetFetchRequestTopic)
+        _o7 = OffsetFetchRequestTopic.__new__(OffsetFetchRequestTopic)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -806,7 +814,7 @@ def _r_OffsetFetchRequest_v0(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
 
 def _r_OffsetFetchRequest_v2(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequest)
+    _o1 = OffsetFetchRequest.__new__(OffsetFetchRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -827,7 +835,7 @@ def _r_OffsetFetchRequest_v2(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
     else:
         _a5: list[OffsetFetchRequestTopic] = []
         for _ in range(_n4):
-            _o7 = _new(OffsetFetchRequestTopic)
+            _o7 = OffsetFetchRequestTopic.__new__(OffsetFetchRequestTopic)
             (_n8,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n8 < 0:
@@ -854,7 +862,7 @@ def _r_OffsetFetchRequest_v2(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
 
 def _r_OffsetFetchRequest_v6(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequest)
+    _o1 = OffsetFetchRequest.__new__(OffsetFetchRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -885,7 +893,7 @@ def _r_OffsetFetchRequest_v6(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
     else:
         _a5: list[OffsetFetchRequestTopic] = []
         for _ in range(_n4):
-            _o7 = _new(OffsetFetchRequestTopic)
+            _o7 = OffsetFetchRequestTopic.__new__(OffsetFetchRequestTopic)
             _n8 = data[pos]
             if _n8 < 128:
                 pos += 1
@@ -930,7 +938,7 @@ def _r_OffsetFetchRequest_v6(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
 
 def _r_OffsetFetchRequest_v7(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequest)
+    _o1 = OffsetFetchRequest.__new__(OffsetFetchRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -961,7 +969,7 @@ def _r_OffsetFetchRequest_v7(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
     else:
         _a5: list[OffsetFetchRequestTopic] = []
         for _ in range(_n4):
-            _o7 = _new(OffsetFetchRequestTopic)
+            _o7 = OffsetFetchRequestTopic.__new__(OffsetFetchRequestTopic)
             _n8 = data[pos]
             if _n8 < 128:
                 pos += 1
@@ -1007,7 +1015,7 @@ def _r_OffsetFetchRequest_v7(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
 
 def _r_OffsetFetchRequest_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequest)
+    _o1 = OffsetFetchRequest.__new__(OffsetFetchRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1020,7 +1028,7 @@ def _r_OffsetFetchRequest_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[OffsetFetchRequestGroup] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetFetchRequestGroup)
+        _o5 = OffsetFetchRequestGroup.__new__(OffsetFetchRequestGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1051,7 +1059,7 @@ def _r_OffsetFetchRequest_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
         else:
             _a9: list[OffsetFetchRequestTopics] = []
             for _ in range(_n8):
-                _o11 = _new(OffsetFetchRequestTopics)
+                _o11 = OffsetFetchRequestTopics.__new__(OffsetFetchRequestTopics)
                 _n12 = data[pos]
                 if _n12 < 128:
                     pos += 1
@@ -1106,7 +1114,7 @@ def _r_OffsetFetchRequest_v8(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
 
 def _r_OffsetFetchRequest_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchRequest)
+    _o1 = OffsetFetchRequest.__new__(OffsetFetchRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1119,7 +1127,7 @@ def _r_OffsetFetchRequest_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[OffsetFetchRequestGroup] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetFetchRequestGroup)
+        _o5 = OffsetFetchRequestGroup.__new__(OffsetFetchRequestGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1170,7 +1178,7 @@ def _r_OffsetFetchRequest_v9(data: bytes, pos: int) -> tuple[OffsetFetchRequest,
         else:
             _a11: list[OffsetFetchRequestTopics] = []
             for _ in range(_n10):
-                _o13 = _new(OffsetFetchRequestTopics)
+                _o13 = OffsetFetchRequestTopics.__new__(OffsetFetchRequestTopics)
                 _n14 = data[pos]
                 if _n14 < 128:
                     pos += 1
@@ -1259,7 +1267,7 @@ def _w_OffsetFetchResponsePartition_v6(buf: bytearray, o: OffsetFetchResponsePar
 
 def _r_OffsetFetchResponsePartition_v0(data: bytes, pos: int) -> tuple[OffsetFetchResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponsePartition)
+    _o1 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
     _o1.partition_index, _o1.committed_offset = _S_iq.unpack_from(data, pos)
     pos += 12
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1282,7 +1290,7 @@ def _r_OffsetFetchResponsePartition_v0(data: bytes, pos: int) -> tuple[OffsetFet
 
 def _r_OffsetFetchResponsePartition_v5(data: bytes, pos: int) -> tuple[OffsetFetchResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponsePartition)
+    _o1 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
     _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I16.unpack_from(data, pos)
@@ -1304,7 +1312,7 @@ def _r_OffsetFetchResponsePartition_v5(data: bytes, pos: int) -> tuple[OffsetFet
 
 def _r_OffsetFetchResponsePartition_v6(data: bytes, pos: int) -> tuple[OffsetFetchResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponsePartition)
+    _o1 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
     _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -1369,7 +1377,7 @@ def _w_OffsetFetchResponseTopic_v6(buf: bytearray, o: OffsetFetchResponseTopic) 
 
 def _r_OffsetFetchResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponseTopic)
+    _o1 = OffsetFetchResponseTopic.__new__(OffsetFetchResponseTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1387,7 +1395,7 @@ def _r_OffsetFetchResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetFetchRe
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetFetchResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetFetchResponsePartition)
+        _o7 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
         _o7.partition_index, _o7.committed_offset = _S_iq.unpack_from(data, pos)
         pos += 12
         (_n8,) = _I16.unpack_from(data, pos)
@@ -1412,7 +1420,7 @@ def _r_OffsetFetchResponseTopic_v0(data: bytes, pos: int) -> tuple[OffsetFetchRe
 
 def _r_OffsetFetchResponseTopic_v5(data: bytes, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponseTopic)
+    _o1 = OffsetFetchResponseTopic.__new__(OffsetFetchResponseTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1430,7 +1438,7 @@ def _r_OffsetFetchResponseTopic_v5(data: bytes, pos: int) -> tuple[OffsetFetchRe
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetFetchResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetFetchResponsePartition)
+        _o7 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
         _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
         (_n8,) = _I16.unpack_from(data, pos)
@@ -1454,7 +1462,7 @@ def _r_OffsetFetchResponseTopic_v5(data: bytes, pos: int) -> tuple[OffsetFetchRe
 
 def _r_OffsetFetchResponseTopic_v6(data: bytes, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponseTopic)
+    _o1 = OffsetFetchResponseTopic.__new__(OffsetFetchResponseTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1482,7 +1490,7 @@ def _r_OffsetFetchResponseTopic_v6(data: bytes, pos: int) -> tuple[OffsetFetchRe
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetFetchResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetFetchResponsePartition)
+        _o7 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
         _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
         _n8 = data[pos]
@@ -1534,7 +1542,7 @@ def _w_OffsetFetchResponsePartitions_v8(buf: bytearray, o: OffsetFetchResponsePa
 
 def _r_OffsetFetchResponsePartitions_v8(data: bytes, pos: int) -> tuple[OffsetFetchResponsePartitions, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponsePartitions)
+    _o1 = OffsetFetchResponsePartitions.__new__(OffsetFetchResponsePartitions)
     _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -1579,7 +1587,7 @@ def _w_OffsetFetchResponseTopics_v8(buf: bytearray, o: OffsetFetchResponseTopics
 
 def _r_OffsetFetchResponseTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchResponseTopics, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponseTopics)
+    _o1 = OffsetFetchResponseTopics.__new__(OffsetFetchResponseTopics)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1607,7 +1615,7 @@ def _r_OffsetFetchResponseTopics_v8(data: bytes, pos: int) -> tuple[OffsetFetchR
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetFetchResponsePartitions] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetFetchResponsePartitions)
+        _o7 = OffsetFetchResponsePartitions.__new__(OffsetFetchResponsePartitions)
         _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
         _n8 = data[pos]
@@ -1659,7 +1667,7 @@ def _w_OffsetFetchResponseGroup_v8(buf: bytearray, o: OffsetFetchResponseGroup) 
 
 def _r_OffsetFetchResponseGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchResponseGroup, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponseGroup)
+    _o1 = OffsetFetchResponseGroup.__new__(OffsetFetchResponseGroup)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1687,7 +1695,7 @@ def _r_OffsetFetchResponseGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchRe
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[OffsetFetchResponseTopics] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetFetchResponseTopics)
+        _o7 = OffsetFetchResponseTopics.__new__(OffsetFetchResponseTopics)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -1715,7 +1723,7 @@ def _r_OffsetFetchResponseGroup_v8(data: bytes, pos: int) -> tuple[OffsetFetchRe
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[OffsetFetchResponsePartitions] = []
         for _ in range(_n10):
-            _o13 = _new(OffsetFetchResponsePartitions)
+            _o13 = OffsetFetchResponsePartitions.__new__(OffsetFetchResponsePartitions)
             _o13.partition_index, _o13.committed_offset, _o13.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
@@ -1827,7 +1835,7 @@ def _w_OffsetFetchResponse_v8(buf: bytearray, o: OffsetFetchResponse) -> None:
 
 def _r_OffsetFetchResponse_v0(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponse)
+    _o1 = OffsetFetchResponse.__new__(OffsetFetchResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1836,7 +1844,7 @@ def _r_OffsetFetchResponse_v0(data: bytes, pos: int) -> tuple[OffsetFetchRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetFetchResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetFetchResponseTopic)
+        _o5 = OffsetFetchResponseTopic.__new__(OffsetFetchResponseTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1854,7 +1862,7 @@ def _r_OffsetFetchResponse_v0(data: bytes, pos: int) -> tuple[OffsetFetchRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetFetchResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetFetchResponsePartition)
+            _o11 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
             _o11.partition_index, _o11.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             (_n12,) = _I16.unpack_from(data, pos)
@@ -1884,7 +1892,7 @@ def _r_OffsetFetchResponse_v0(data: bytes, pos: int) -> tuple[OffsetFetchRespons
 
 def _r_OffsetFetchResponse_v2(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponse)
+    _o1 = OffsetFetchResponse.__new__(OffsetFetchResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1893,7 +1901,7 @@ def _r_OffsetFetchResponse_v2(data: bytes, pos: int) -> tuple[OffsetFetchRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetFetchResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetFetchResponseTopic)
+        _o5 = OffsetFetchResponseTopic.__new__(OffsetFetchResponseTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1911,7 +1919,7 @@ def _r_OffsetFetchResponse_v2(data: bytes, pos: int) -> tuple[OffsetFetchRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetFetchResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetFetchResponsePartition)
+            _o11 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
             _o11.partition_index, _o11.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             (_n12,) = _I16.unpack_from(data, pos)
@@ -1942,7 +1950,7 @@ def _r_OffsetFetchResponse_v2(data: bytes, pos: int) -> tuple[OffsetFetchRespons
 
 def _r_OffsetFetchResponse_v3(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponse)
+    _o1 = OffsetFetchResponse.__new__(OffsetFetchResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1953,7 +1961,7 @@ def _r_OffsetFetchResponse_v3(data: bytes, pos: int) -> tuple[OffsetFetchRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetFetchResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetFetchResponseTopic)
+        _o5 = OffsetFetchResponseTopic.__new__(OffsetFetchResponseTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1971,7 +1979,7 @@ def _r_OffsetFetchResponse_v3(data: bytes, pos: int) -> tuple[OffsetFetchRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetFetchResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetFetchResponsePartition)
+            _o11 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
             _o11.partition_index, _o11.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             (_n12,) = _I16.unpack_from(data, pos)
@@ -2001,7 +2009,7 @@ def _r_OffsetFetchResponse_v3(data: bytes, pos: int) -> tuple[OffsetFetchRespons
 
 def _r_OffsetFetchResponse_v5(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponse)
+    _o1 = OffsetFetchResponse.__new__(OffsetFetchResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -2012,7 +2020,7 @@ def _r_OffsetFetchResponse_v5(data: bytes, pos: int) -> tuple[OffsetFetchRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetFetchResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetFetchResponseTopic)
+        _o5 = OffsetFetchResponseTopic.__new__(OffsetFetchResponseTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -2030,7 +2038,7 @@ def _r_OffsetFetchResponse_v5(data: bytes, pos: int) -> tuple[OffsetFetchRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetFetchResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetFetchResponsePartition)
+            _o11 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
             _o11.partition_index, _o11.committed_offset, _o11.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
@@ -2061,7 +2069,7 @@ def _r_OffsetFetchResponse_v5(data: bytes, pos: int) -> tuple[OffsetFetchRespons
 
 def _r_OffsetFetchResponse_v6(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponse)
+    _o1 = OffsetFetchResponse.__new__(OffsetFetchResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -2076,7 +2084,7 @@ def _r_OffsetFetchResponse_v6(data: bytes, pos: int) -> tuple[OffsetFetchRespons
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetFetchResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetFetchResponseTopic)
+        _o5 = OffsetFetchResponseTopic.__new__(OffsetFetchResponseTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2104,7 +2112,7 @@ def _r_OffsetFetchResponse_v6(data: bytes, pos: int) -> tuple[OffsetFetchRespons
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetFetchResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetFetchResponsePartition)
+            _o11 = OffsetFetchResponsePartition.__new__(OffsetFetchResponsePartition)
             _o11.partition_index, _o11.committed_offset, _o11.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
@@ -2153,7 +2161,7 @@ def _r_OffsetFetchResponse_v6(data: bytes, pos: int) -> tuple[OffsetFetchRespons
 
 def _r_OffsetFetchResponse_v8(data: bytes, pos: int) -> tuple[OffsetFetchResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetFetchResponse)
+    _o1 = OffsetFetchResponse.__new__(OffsetFetchResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -2168,7 +2176,7 @@ def _r_OffsetFetchResponse_v8(data: bytes, pos: int) -> tuple[OffsetFetchRespons
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[OffsetFetchResponseGroup] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetFetchResponseGroup)
+        _o5 = OffsetFetchResponseGroup.__new__(OffsetFetchResponseGroup)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2196,7 +2204,7 @@ def _r_OffsetFetchResponse_v8(data: bytes, pos: int) -> tuple[OffsetFetchRespons
             raise DecodeError("array count of topics exceeds the bytes left")
         _a9: list[OffsetFetchResponseTopics] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetFetchResponseTopics)
+            _o11 = OffsetFetchResponseTopics.__new__(OffsetFetchResponseTopics)
             _n12 = data[pos]
             if _n12 < 128:
                 pos += 1
@@ -2224,7 +2232,7 @@ def _r_OffsetFetchResponse_v8(data: bytes, pos: int) -> tuple[OffsetFetchRespons
                 raise DecodeError("array count of partitions exceeds the bytes left")
             _a15: list[OffsetFetchResponsePartitions] = []
             for _ in range(_n14):
-                _o17 = _new(OffsetFetchResponsePartitions)
+                _o17 = OffsetFetchResponsePartitions.__new__(OffsetFetchResponsePartitions)
                 _o17.partition_index, _o17.committed_offset, _o17.committed_leader_epoch = _S_iqi.unpack_from(
                     data, pos
                 )

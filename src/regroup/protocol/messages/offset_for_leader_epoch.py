@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -55,11 +53,12 @@ class OffsetForLeaderPartition(Struct):
     current_leader_epoch: int = -1
     leader_epoch: int = 0
 
-    NAME: ClassVar[str] = "OffsetForLeaderPartition"
-    SPEC_NAME: ClassVar[str] = "OffsetForLeaderPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+OffsetForLeaderPartition.NAME = "OffsetForLeaderPartition"
+OffsetForLeaderPartition.SPEC_NAME = "OffsetForLeaderPartition"
+OffsetForLeaderPartition.MIN_VERSION = 0
+OffsetForLeaderPartition.MAX_VERSION = 4
+OffsetForLeaderPartition.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -74,11 +73,12 @@ class OffsetForLeaderTopic(Struct):
     topic: str = ""
     partitions: list[OffsetForLeaderPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetForLeaderTopic"
-    SPEC_NAME: ClassVar[str] = "OffsetForLeaderTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+OffsetForLeaderTopic.NAME = "OffsetForLeaderTopic"
+OffsetForLeaderTopic.SPEC_NAME = "OffsetForLeaderTopic"
+OffsetForLeaderTopic.MIN_VERSION = 0
+OffsetForLeaderTopic.MAX_VERSION = 4
+OffsetForLeaderTopic.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -103,14 +103,15 @@ class OffsetForLeaderEpochRequest(Message):
     replica_id: int = -2
     topics: list[OffsetForLeaderTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetForLeaderEpochRequest"
-    SPEC_NAME: ClassVar[str] = "OffsetForLeaderEpochRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 23
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 1)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+OffsetForLeaderEpochRequest.NAME = "OffsetForLeaderEpochRequest"
+OffsetForLeaderEpochRequest.SPEC_NAME = "OffsetForLeaderEpochRequest"
+OffsetForLeaderEpochRequest.MIN_VERSION = 0
+OffsetForLeaderEpochRequest.MAX_VERSION = 4
+OffsetForLeaderEpochRequest.FLEXIBLE_MIN_VERSION = 4
+OffsetForLeaderEpochRequest.API_KEY = 23
+OffsetForLeaderEpochRequest.DEPRECATED_VERSIONS = (0, 1)
+OffsetForLeaderEpochRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -129,11 +130,12 @@ class EpochEndOffset(Struct):
     leader_epoch: int = -1
     end_offset: int = -1
 
-    NAME: ClassVar[str] = "EpochEndOffset"
-    SPEC_NAME: ClassVar[str] = "EpochEndOffset"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+EpochEndOffset.NAME = "EpochEndOffset"
+EpochEndOffset.SPEC_NAME = "EpochEndOffset"
+EpochEndOffset.MIN_VERSION = 0
+EpochEndOffset.MAX_VERSION = 4
+EpochEndOffset.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -148,11 +150,12 @@ class OffsetForLeaderTopicResult(Struct):
     topic: str = ""
     partitions: list[EpochEndOffset] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetForLeaderTopicResult"
-    SPEC_NAME: ClassVar[str] = "OffsetForLeaderTopicResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+OffsetForLeaderTopicResult.NAME = "OffsetForLeaderTopicResult"
+OffsetForLeaderTopicResult.SPEC_NAME = "OffsetForLeaderTopicResult"
+OffsetForLeaderTopicResult.MIN_VERSION = 0
+OffsetForLeaderTopicResult.MAX_VERSION = 4
+OffsetForLeaderTopicResult.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -176,14 +179,15 @@ class OffsetForLeaderEpochResponse(Message):
     throttle_time_ms: int = 0
     topics: list[OffsetForLeaderTopicResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "OffsetForLeaderEpochResponse"
-    SPEC_NAME: ClassVar[str] = "OffsetForLeaderEpochResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 23
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+OffsetForLeaderEpochResponse.NAME = "OffsetForLeaderEpochResponse"
+OffsetForLeaderEpochResponse.SPEC_NAME = "OffsetForLeaderEpochResponse"
+OffsetForLeaderEpochResponse.MIN_VERSION = 0
+OffsetForLeaderEpochResponse.MAX_VERSION = 4
+OffsetForLeaderEpochResponse.FLEXIBLE_MIN_VERSION = 4
+OffsetForLeaderEpochResponse.API_KEY = 23
+OffsetForLeaderEpochResponse.DEPRECATED_VERSIONS = None
+OffsetForLeaderEpochResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -204,7 +208,7 @@ def _w_OffsetForLeaderPartition_v4(buf: bytearray, o: OffsetForLeaderPartition) 
 
 def _r_OffsetForLeaderPartition_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderPartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderPartition)
+    _o1 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
     _o1.partition, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     _o1.current_leader_epoch = -1
@@ -213,7 +217,7 @@ def _r_OffsetForLeaderPartition_v0(data: bytes, pos: int) -> tuple[OffsetForLead
 
 def _r_OffsetForLeaderPartition_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderPartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderPartition)
+    _o1 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
     _o1.partition, _o1.current_leader_epoch, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
     return _o1, pos
@@ -221,7 +225,7 @@ def _r_OffsetForLeaderPartition_v2(data: bytes, pos: int) -> tuple[OffsetForLead
 
 def _r_OffsetForLeaderPartition_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderPartition, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderPartition)
+    _o1 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
     _o1.partition, _o1.current_leader_epoch, _o1.leader_epoch = _S_iii.unpack_from(data, pos)
     pos += 12
     if data[pos]:
@@ -266,7 +270,7 @@ def _w_OffsetForLeaderTopic_v4(buf: bytearray, o: OffsetForLeaderTopic) -> None:
 
 def _r_OffsetForLeaderTopic_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderTopic)
+    _o1 = OffsetForLeaderTopic.__new__(OffsetForLeaderTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -284,7 +288,7 @@ def _r_OffsetForLeaderTopic_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderTo
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetForLeaderPartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetForLeaderPartition)
+        _o7 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
         _o7.partition, _o7.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         _o7.current_leader_epoch = -1
@@ -295,7 +299,7 @@ def _r_OffsetForLeaderTopic_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderTo
 
 def _r_OffsetForLeaderTopic_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderTopic)
+    _o1 = OffsetForLeaderTopic.__new__(OffsetForLeaderTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -313,7 +317,7 @@ def _r_OffsetForLeaderTopic_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderTo
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetForLeaderPartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetForLeaderPartition)
+        _o7 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
         _o7.partition, _o7.current_leader_epoch, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
         _a5.append(_o7)
@@ -323,7 +327,7 @@ def _r_OffsetForLeaderTopic_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderTo
 
 def _r_OffsetForLeaderTopic_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderTopic, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderTopic)
+    _o1 = OffsetForLeaderTopic.__new__(OffsetForLeaderTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -351,7 +355,7 @@ def _r_OffsetForLeaderTopic_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderTo
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[OffsetForLeaderPartition] = []
     for _ in range(_n4):
-        _o7 = _new(OffsetForLeaderPartition)
+        _o7 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
         _o7.partition, _o7.current_leader_epoch, _o7.leader_epoch = _S_iii.unpack_from(data, pos)
         pos += 12
         if data[pos]:
@@ -400,7 +404,7 @@ def _w_OffsetForLeaderEpochRequest_v4(buf: bytearray, o: OffsetForLeaderEpochReq
 
 def _r_OffsetForLeaderEpochRequest_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderEpochRequest)
+    _o1 = OffsetForLeaderEpochRequest.__new__(OffsetForLeaderEpochRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -409,7 +413,7 @@ def _r_OffsetForLeaderEpochRequest_v0(data: bytes, pos: int) -> tuple[OffsetForL
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetForLeaderTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetForLeaderTopic)
+        _o5 = OffsetForLeaderTopic.__new__(OffsetForLeaderTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -427,7 +431,7 @@ def _r_OffsetForLeaderEpochRequest_v0(data: bytes, pos: int) -> tuple[OffsetForL
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetForLeaderPartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetForLeaderPartition)
+            _o11 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
             _o11.partition, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             _o11.current_leader_epoch = -1
@@ -441,7 +445,7 @@ def _r_OffsetForLeaderEpochRequest_v0(data: bytes, pos: int) -> tuple[OffsetForL
 
 def _r_OffsetForLeaderEpochRequest_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderEpochRequest)
+    _o1 = OffsetForLeaderEpochRequest.__new__(OffsetForLeaderEpochRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -450,7 +454,7 @@ def _r_OffsetForLeaderEpochRequest_v2(data: bytes, pos: int) -> tuple[OffsetForL
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetForLeaderTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetForLeaderTopic)
+        _o5 = OffsetForLeaderTopic.__new__(OffsetForLeaderTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -468,7 +472,7 @@ def _r_OffsetForLeaderEpochRequest_v2(data: bytes, pos: int) -> tuple[OffsetForL
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetForLeaderPartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetForLeaderPartition)
+            _o11 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
             _o11.partition, _o11.current_leader_epoch, _o11.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
             _a9.append(_o11)
@@ -481,7 +485,7 @@ def _r_OffsetForLeaderEpochRequest_v2(data: bytes, pos: int) -> tuple[OffsetForL
 
 def _r_OffsetForLeaderEpochRequest_v3(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderEpochRequest)
+    _o1 = OffsetForLeaderEpochRequest.__new__(OffsetForLeaderEpochRequest)
     (_o1.replica_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -492,7 +496,7 @@ def _r_OffsetForLeaderEpochRequest_v3(data: bytes, pos: int) -> tuple[OffsetForL
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetForLeaderTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetForLeaderTopic)
+        _o5 = OffsetForLeaderTopic.__new__(OffsetForLeaderTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -510,7 +514,7 @@ def _r_OffsetForLeaderEpochRequest_v3(data: bytes, pos: int) -> tuple[OffsetForL
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetForLeaderPartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetForLeaderPartition)
+            _o11 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
             _o11.partition, _o11.current_leader_epoch, _o11.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
             _a9.append(_o11)
@@ -522,7 +526,7 @@ def _r_OffsetForLeaderEpochRequest_v3(data: bytes, pos: int) -> tuple[OffsetForL
 
 def _r_OffsetForLeaderEpochRequest_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderEpochRequest)
+    _o1 = OffsetForLeaderEpochRequest.__new__(OffsetForLeaderEpochRequest)
     (_o1.replica_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -537,7 +541,7 @@ def _r_OffsetForLeaderEpochRequest_v4(data: bytes, pos: int) -> tuple[OffsetForL
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetForLeaderTopic] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetForLeaderTopic)
+        _o5 = OffsetForLeaderTopic.__new__(OffsetForLeaderTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -565,7 +569,7 @@ def _r_OffsetForLeaderEpochRequest_v4(data: bytes, pos: int) -> tuple[OffsetForL
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[OffsetForLeaderPartition] = []
         for _ in range(_n8):
-            _o11 = _new(OffsetForLeaderPartition)
+            _o11 = OffsetForLeaderPartition.__new__(OffsetForLeaderPartition)
             _o11.partition, _o11.current_leader_epoch, _o11.leader_epoch = _S_iii.unpack_from(data, pos)
             pos += 12
             if data[pos]:
@@ -602,7 +606,7 @@ def _w_EpochEndOffset_v4(buf: bytearray, o: EpochEndOffset) -> None:
 
 def _r_EpochEndOffset_v0(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
     _len = len(data)
-    _o1 = _new(EpochEndOffset)
+    _o1 = EpochEndOffset.__new__(EpochEndOffset)
     _o1.error_code, _o1.partition, _o1.end_offset = _S_hiq.unpack_from(data, pos)
     pos += 14
     _o1.leader_epoch = -1
@@ -611,7 +615,7 @@ def _r_EpochEndOffset_v0(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
 
 def _r_EpochEndOffset_v1(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
     _len = len(data)
-    _o1 = _new(EpochEndOffset)
+    _o1 = EpochEndOffset.__new__(EpochEndOffset)
     _o1.error_code, _o1.partition, _o1.leader_epoch, _o1.end_offset = _S_hiiq.unpack_from(data, pos)
     pos += 18
     return _o1, pos
@@ -619,7 +623,7 @@ def _r_EpochEndOffset_v1(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
 
 def _r_EpochEndOffset_v4(data: bytes, pos: int) -> tuple[EpochEndOffset, int]:
     _len = len(data)
-    _o1 = _new(EpochEndOffset)
+    _o1 = EpochEndOffset.__new__(EpochEndOffset)
     _o1.error_code, _o1.partition, _o1.leader_epoch, _o1.end_offset = _S_hiiq.unpack_from(data, pos)
     pos += 18
     if data[pos]:
@@ -664,7 +668,7 @@ def _w_OffsetForLeaderTopicResult_v4(buf: bytearray, o: OffsetForLeaderTopicResu
 
 def _r_OffsetForLeaderTopicResult_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderTopicResult)
+    _o1 = OffsetForLeaderTopicResult.__new__(OffsetForLeaderTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -682,7 +686,7 @@ def _r_OffsetForLeaderTopicResult_v0(data: bytes, pos: int) -> tuple[OffsetForLe
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[EpochEndOffset] = []
     for _ in range(_n4):
-        _o7 = _new(EpochEndOffset)
+        _o7 = EpochEndOffset.__new__(EpochEndOffset)
         _o7.error_code, _o7.partition, _o7.end_offset = _S_hiq.unpack_from(data, pos)
         pos += 14
         _o7.leader_epoch = -1
@@ -693,7 +697,7 @@ def _r_OffsetForLeaderTopicResult_v0(data: bytes, pos: int) -> tuple[OffsetForLe
 
 def _r_OffsetForLeaderTopicResult_v1(data: bytes, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderTopicResult)
+    _o1 = OffsetForLeaderTopicResult.__new__(OffsetForLeaderTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -711,7 +715,7 @@ def _r_OffsetForLeaderTopicResult_v1(data: bytes, pos: int) -> tuple[OffsetForLe
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[EpochEndOffset] = []
     for _ in range(_n4):
-        _o7 = _new(EpochEndOffset)
+        _o7 = EpochEndOffset.__new__(EpochEndOffset)
         _o7.error_code, _o7.partition, _o7.leader_epoch, _o7.end_offset = _S_hiiq.unpack_from(data, pos)
         pos += 18
         _a5.append(_o7)
@@ -721,7 +725,7 @@ def _r_OffsetForLeaderTopicResult_v1(data: bytes, pos: int) -> tuple[OffsetForLe
 
 def _r_OffsetForLeaderTopicResult_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderTopicResult)
+    _o1 = OffsetForLeaderTopicResult.__new__(OffsetForLeaderTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -749,7 +753,7 @@ def _r_OffsetForLeaderTopicResult_v4(data: bytes, pos: int) -> tuple[OffsetForLe
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[EpochEndOffset] = []
     for _ in range(_n4):
-        _o7 = _new(EpochEndOffset)
+        _o7 = EpochEndOffset.__new__(EpochEndOffset)
         _o7.error_code, _o7.partition, _o7.leader_epoch, _o7.end_offset = _S_hiiq.unpack_from(data, pos)
         pos += 18
         if data[pos]:
@@ -798,7 +802,7 @@ def _w_OffsetForLeaderEpochResponse_v4(buf: bytearray, o: OffsetForLeaderEpochRe
 
 def _r_OffsetForLeaderEpochResponse_v0(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderEpochResponse)
+    _o1 = OffsetForLeaderEpochResponse.__new__(OffsetForLeaderEpochResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -807,7 +811,7 @@ def _r_OffsetForLeaderEpochResponse_v0(data: bytes, pos: int) -> tuple[OffsetFor
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetForLeaderTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetForLeaderTopicResult)
+        _o5 = OffsetForLeaderTopicResult.__new__(OffsetForLeaderTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -825,7 +829,7 @@ def _r_OffsetForLeaderEpochResponse_v0(data: bytes, pos: int) -> tuple[OffsetFor
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[EpochEndOffset] = []
         for _ in range(_n8):
-            _o11 = _new(EpochEndOffset)
+            _o11 = EpochEndOffset.__new__(EpochEndOffset)
             _o11.error_code, _o11.partition, _o11.end_offset = _S_hiq.unpack_from(data, pos)
             pos += 14
             _o11.leader_epoch = -1
@@ -839,7 +843,7 @@ def _r_OffsetForLeaderEpochResponse_v0(data: bytes, pos: int) -> tuple[OffsetFor
 
 def _r_OffsetForLeaderEpochResponse_v1(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderEpochResponse)
+    _o1 = OffsetForLeaderEpochResponse.__new__(OffsetForLeaderEpochResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -848,7 +852,7 @@ def _r_OffsetForLeaderEpochResponse_v1(data: bytes, pos: int) -> tuple[OffsetFor
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetForLeaderTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetForLeaderTopicResult)
+        _o5 = OffsetForLeaderTopicResult.__new__(OffsetForLeaderTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -866,7 +870,7 @@ def _r_OffsetForLeaderEpochResponse_v1(data: bytes, pos: int) -> tuple[OffsetFor
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[EpochEndOffset] = []
         for _ in range(_n8):
-            _o11 = _new(EpochEndOffset)
+            _o11 = EpochEndOffset.__new__(EpochEndOffset)
             _o11.error_code, _o11.partition, _o11.leader_epoch, _o11.end_offset = _S_hiiq.unpack_from(
                 data, pos
             )
@@ -881,7 +885,7 @@ def _r_OffsetForLeaderEpochResponse_v1(data: bytes, pos: int) -> tuple[OffsetFor
 
 def _r_OffsetForLeaderEpochResponse_v2(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderEpochResponse)
+    _o1 = OffsetForLeaderEpochResponse.__new__(OffsetForLeaderEpochResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -892,7 +896,7 @@ def _r_OffsetForLeaderEpochResponse_v2(data: bytes, pos: int) -> tuple[OffsetFor
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetForLeaderTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetForLeaderTopicResult)
+        _o5 = OffsetForLeaderTopicResult.__new__(OffsetForLeaderTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -910,7 +914,7 @@ def _r_OffsetForLeaderEpochResponse_v2(data: bytes, pos: int) -> tuple[OffsetFor
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[EpochEndOffset] = []
         for _ in range(_n8):
-            _o11 = _new(EpochEndOffset)
+            _o11 = EpochEndOffset.__new__(EpochEndOffset)
             _o11.error_code, _o11.partition, _o11.leader_epoch, _o11.end_offset = _S_hiiq.unpack_from(
                 data, pos
             )
@@ -924,7 +928,7 @@ def _r_OffsetForLeaderEpochResponse_v2(data: bytes, pos: int) -> tuple[OffsetFor
 
 def _r_OffsetForLeaderEpochResponse_v4(data: bytes, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     _len = len(data)
-    _o1 = _new(OffsetForLeaderEpochResponse)
+    _o1 = OffsetForLeaderEpochResponse.__new__(OffsetForLeaderEpochResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -939,7 +943,7 @@ def _r_OffsetForLeaderEpochResponse_v4(data: bytes, pos: int) -> tuple[OffsetFor
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[OffsetForLeaderTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(OffsetForLeaderTopicResult)
+        _o5 = OffsetForLeaderTopicResult.__new__(OffsetForLeaderTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -967,7 +971,7 @@ def _r_OffsetForLeaderEpochResponse_v4(data: bytes, pos: int) -> tuple[OffsetFor
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[EpochEndOffset] = []
         for _ in range(_n8):
-            _o11 = _new(EpochEndOffset)
+            _o11 = EpochEndOffset.__new__(EpochEndOffset)
             _o11.error_code, _o11.partition, _o11.leader_epoch, _o11.end_offset = _S_hiiq.unpack_from(
                 data, pos
             )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -49,11 +47,12 @@ class PartitionProduceData(Struct):
     index: int = 0
     records: bytes | None = b""
 
-    NAME: ClassVar[str] = "PartitionProduceData"
-    SPEC_NAME: ClassVar[str] = "PartitionProduceData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
+
+PartitionProduceData.NAME = "PartitionProduceData"
+PartitionProduceData.SPEC_NAME = "PartitionProduceData"
+PartitionProduceData.MIN_VERSION = 0
+PartitionProduceData.MAX_VERSION = 11
+PartitionProduceData.FLEXIBLE_MIN_VERSION = 9
 
 
 @dataclass(slots=True)
@@ -68,11 +67,12 @@ class TopicProduceData(Struct):
     name: str = ""
     partition_data: list[PartitionProduceData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicProduceData"
-    SPEC_NAME: ClassVar[str] = "TopicProduceData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
+
+TopicProduceData.NAME = "TopicProduceData"
+TopicProduceData.SPEC_NAME = "TopicProduceData"
+TopicProduceData.MIN_VERSION = 0
+TopicProduceData.MAX_VERSION = 11
+TopicProduceData.FLEXIBLE_MIN_VERSION = 9
 
 
 @dataclass(slots=True)
@@ -114,14 +114,15 @@ class ProduceRequest(Message):
     timeout_ms: int = 0
     topic_data: list[TopicProduceData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ProduceRequest"
-    SPEC_NAME: ClassVar[str] = "ProduceRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
-    API_KEY: ClassVar[int] = 0
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 6)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ProduceRequest.NAME = "ProduceRequest"
+ProduceRequest.SPEC_NAME = "ProduceRequest"
+ProduceRequest.MIN_VERSION = 0
+ProduceRequest.MAX_VERSION = 11
+ProduceRequest.FLEXIBLE_MIN_VERSION = 9
+ProduceRequest.API_KEY = 0
+ProduceRequest.DEPRECATED_VERSIONS = (0, 6)
+ProduceRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -137,11 +138,12 @@ class BatchIndexAndErrorMessage(Struct):
     batch_index: int = 0
     batch_index_error_message: str | None = None
 
-    NAME: ClassVar[str] = "BatchIndexAndErrorMessage"
-    SPEC_NAME: ClassVar[str] = "BatchIndexAndErrorMessage"
-    MIN_VERSION: ClassVar[int] = 8
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
+
+BatchIndexAndErrorMessage.NAME = "BatchIndexAndErrorMessage"
+BatchIndexAndErrorMessage.SPEC_NAME = "BatchIndexAndErrorMessage"
+BatchIndexAndErrorMessage.MIN_VERSION = 8
+BatchIndexAndErrorMessage.MAX_VERSION = 11
+BatchIndexAndErrorMessage.FLEXIBLE_MIN_VERSION = 9
 
 
 @dataclass(slots=True)
@@ -156,11 +158,12 @@ class LeaderIdAndEpoch(Struct):
     leader_id: int = -1
     leader_epoch: int = -1
 
-    NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    SPEC_NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    MIN_VERSION: ClassVar[int] = 10
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 10
+
+LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.SPEC_NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.MIN_VERSION = 10
+LeaderIdAndEpoch.MAX_VERSION = 11
+LeaderIdAndEpoch.FLEXIBLE_MIN_VERSION = 10
 
 
 @dataclass(slots=True)
@@ -190,11 +193,12 @@ class PartitionProduceResponse(Struct):
     error_message: str | None = None
     current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
 
-    NAME: ClassVar[str] = "PartitionProduceResponse"
-    SPEC_NAME: ClassVar[str] = "PartitionProduceResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
+
+PartitionProduceResponse.NAME = "PartitionProduceResponse"
+PartitionProduceResponse.SPEC_NAME = "PartitionProduceResponse"
+PartitionProduceResponse.MIN_VERSION = 0
+PartitionProduceResponse.MAX_VERSION = 11
+PartitionProduceResponse.FLEXIBLE_MIN_VERSION = 9
 
 
 @dataclass(slots=True)
@@ -209,11 +213,12 @@ class TopicProduceResponse(Struct):
     name: str = ""
     partition_responses: list[PartitionProduceResponse] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicProduceResponse"
-    SPEC_NAME: ClassVar[str] = "TopicProduceResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
+
+TopicProduceResponse.NAME = "TopicProduceResponse"
+TopicProduceResponse.SPEC_NAME = "TopicProduceResponse"
+TopicProduceResponse.MIN_VERSION = 0
+TopicProduceResponse.MAX_VERSION = 11
+TopicProduceResponse.FLEXIBLE_MIN_VERSION = 9
 
 
 @dataclass(slots=True)
@@ -232,11 +237,12 @@ class NodeEndpoint(Struct):
     port: int = 0
     rack: str | None = None
 
-    NAME: ClassVar[str] = "NodeEndpoint"
-    SPEC_NAME: ClassVar[str] = "NodeEndpoint"
-    MIN_VERSION: ClassVar[int] = 10
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 10
+
+NodeEndpoint.NAME = "NodeEndpoint"
+NodeEndpoint.SPEC_NAME = "NodeEndpoint"
+NodeEndpoint.MIN_VERSION = 10
+NodeEndpoint.MAX_VERSION = 11
+NodeEndpoint.FLEXIBLE_MIN_VERSION = 10
 
 
 @dataclass(slots=True)
@@ -275,14 +281,15 @@ class ProduceResponse(Message):
     throttle_time_ms: int = 0
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ProduceResponse"
-    SPEC_NAME: ClassVar[str] = "ProduceResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
-    API_KEY: ClassVar[int] = 0
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ProduceResponse.NAME = "ProduceResponse"
+ProduceResponse.SPEC_NAME = "ProduceResponse"
+ProduceResponse.MIN_VERSION = 0
+ProduceResponse.MAX_VERSION = 11
+ProduceResponse.FLEXIBLE_MIN_VERSION = 9
+ProduceResponse.API_KEY = 0
+ProduceResponse.DEPRECATED_VERSIONS = None
+ProduceResponse.LATEST_VERSION_UNSTABLE = False
 
 
 DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
@@ -312,7 +319,7 @@ def _w_PartitionProduceData_v9(buf: bytearray, o: PartitionProduceData) -> None:
 
 def _r_PartitionProduceData_v0(data: bytes, pos: int) -> tuple[PartitionProduceData, int]:
     _len = len(data)
-    _o1 = _new(PartitionProduceData)
+    _o1 = PartitionProduceData.__new__(PartitionProduceData)
     (_o1.index,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -332,7 +339,7 @@ def _r_PartitionProduceData_v0(data: bytes, pos: int) -> tuple[PartitionProduceD
 
 def _r_PartitionProduceData_v9(data: bytes, pos: int) -> tuple[PartitionProduceData, int]:
     _len = len(data)
-    _o1 = _new(PartitionProduceData)
+    _o1 = PartitionProduceData.__new__(PartitionProduceData)
     (_o1.index,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -383,7 +390,7 @@ def _w_TopicProduceData_v9(buf: bytearray, o: TopicProduceData) -> None:
 
 def _r_TopicProduceData_v0(data: bytes, pos: int) -> tuple[TopicProduceData, int]:
     _len = len(data)
-    _o1 = _new(TopicProduceData)
+    _o1 = TopicProduceData.__new__(TopicProduceData)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -401,7 +408,7 @@ def _r_TopicProduceData_v0(data: bytes, pos: int) -> tuple[TopicProduceData, int
         raise DecodeError("array count of partition_data exceeds the bytes left")
     _a5: list[PartitionProduceData] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionProduceData)
+        _o7 = PartitionProduceData.__new__(PartitionProduceData)
         (_o7.index,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n8,) = _I32.unpack_from(data, pos)
@@ -423,7 +430,7 @@ def _r_TopicProduceData_v0(data: bytes, pos: int) -> tuple[TopicProduceData, int
 
 def _r_TopicProduceData_v9(data: bytes, pos: int) -> tuple[TopicProduceData, int]:
     _len = len(data)
-    _o1 = _new(TopicProduceData)
+    _o1 = TopicProduceData.__new__(TopicProduceData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -451,7 +458,7 @@ def _r_TopicProduceData_v9(data: bytes, pos: int) -> tuple[TopicProduceData, int
         raise DecodeError("array count of partition_data exceeds the bytes left")
     _a5: list[PartitionProduceData] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionProduceData)
+        _o7 = PartitionProduceData.__new__(PartitionProduceData)
         (_o7.index,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n8 = data[pos]
@@ -526,7 +533,7 @@ def _w_ProduceRequest_v9(buf: bytearray, o: ProduceRequest) -> None:
 
 def _r_ProduceRequest_v0(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
     _len = len(data)
-    _o1 = _new(ProduceRequest)
+    _o1 = ProduceRequest.__new__(ProduceRequest)
     _o1.acks, _o1.timeout_ms = _S_hi.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I32.unpack_from(data, pos)
@@ -537,7 +544,7 @@ def _r_ProduceRequest_v0(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
         raise DecodeError("array count of topic_data exceeds the bytes left")
     _a3: list[TopicProduceData] = []
     for _ in range(_n2):
-        _o5 = _new(TopicProduceData)
+        _o5 = TopicProduceData.__new__(TopicProduceData)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -555,7 +562,7 @@ def _r_ProduceRequest_v0(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
             raise DecodeError("array count of partition_data exceeds the bytes left")
         _a9: list[PartitionProduceData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionProduceData)
+            _o11 = PartitionProduceData.__new__(PartitionProduceData)
             (_o11.index,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n12,) = _I32.unpack_from(data, pos)
@@ -580,7 +587,7 @@ def _r_ProduceRequest_v0(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
 
 def _r_ProduceRequest_v3(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
     _len = len(data)
-    _o1 = _new(ProduceRequest)
+    _o1 = ProduceRequest.__new__(ProduceRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -603,7 +610,7 @@ def _r_ProduceRequest_v3(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
         raise DecodeError("array count of topic_data exceeds the bytes left")
     _a5: list[TopicProduceData] = []
     for _ in range(_n4):
-        _o7 = _new(TopicProduceData)
+        _o7 = TopicProduceData.__new__(TopicProduceData)
         (_n8,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n8 < 0:
@@ -621,7 +628,7 @@ def _r_ProduceRequest_v3(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
             raise DecodeError("array count of partition_data exceeds the bytes left")
         _a11: list[PartitionProduceData] = []
         for _ in range(_n10):
-            _o13 = _new(PartitionProduceData)
+            _o13 = PartitionProduceData.__new__(PartitionProduceData)
             (_o13.index,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n14,) = _I32.unpack_from(data, pos)
@@ -645,7 +652,7 @@ def _r_ProduceRequest_v3(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
 
 def _r_ProduceRequest_v9(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
     _len = len(data)
-    _o1 = _new(ProduceRequest)
+    _o1 = ProduceRequest.__new__(ProduceRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -678,7 +685,7 @@ def _r_ProduceRequest_v9(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
         raise DecodeError("array count of topic_data exceeds the bytes left")
     _a5: list[TopicProduceData] = []
     for _ in range(_n4):
-        _o7 = _new(TopicProduceData)
+        _o7 = TopicProduceData.__new__(TopicProduceData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -706,7 +713,7 @@ def _r_ProduceRequest_v9(data: bytes, pos: int) -> tuple[ProduceRequest, int]:
             raise DecodeError("array count of partition_data exceeds the bytes left")
         _a11: list[PartitionProduceData] = []
         for _ in range(_n10):
-            _o13 = _new(PartitionProduceData)
+            _o13 = PartitionProduceData.__new__(PartitionProduceData)
             (_o13.index,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n14 = data[pos]
@@ -769,7 +776,7 @@ def _w_BatchIndexAndErrorMessage_v9(buf: bytearray, o: BatchIndexAndErrorMessage
 
 def _r_BatchIndexAndErrorMessage_v8(data: bytes, pos: int) -> tuple[BatchIndexAndErrorMessage, int]:
     _len = len(data)
-    _o1 = _new(BatchIndexAndErrorMessage)
+    _o1 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
     (_o1.batch_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I16.unpack_from(data, pos)
@@ -789,7 +796,7 @@ def _r_BatchIndexAndErrorMessage_v8(data: bytes, pos: int) -> tuple[BatchIndexAn
 
 def _r_BatchIndexAndErrorMessage_v9(data: bytes, pos: int) -> tuple[BatchIndexAndErrorMessage, int]:
     _len = len(data)
-    _o1 = _new(BatchIndexAndErrorMessage)
+    _o1 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
     (_o1.batch_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -824,7 +831,7 @@ def _w_LeaderIdAndEpoch_v10(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v10(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _o1 = _new(LeaderIdAndEpoch)
+    _o1 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
     _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
@@ -915,7 +922,7 @@ def _w_PartitionProduceResponse_v10(buf: bytearray, o: PartitionProduceResponse)
 
 def _r_PartitionProduceResponse_v0(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(PartitionProduceResponse)
+    _o1 = PartitionProduceResponse.__new__(PartitionProduceResponse)
     _o1.index, _o1.error_code, _o1.base_offset = _S_ihq.unpack_from(data, pos)
     pos += 14
     _o1.log_append_time_ms = -1
@@ -928,7 +935,7 @@ def _r_PartitionProduceResponse_v0(data: bytes, pos: int) -> tuple[PartitionProd
 
 def _r_PartitionProduceResponse_v2(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(PartitionProduceResponse)
+    _o1 = PartitionProduceResponse.__new__(PartitionProduceResponse)
     _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms = _S_ihqq.unpack_from(data, pos)
     pos += 22
     _o1.log_start_offset = -1
@@ -940,7 +947,7 @@ def _r_PartitionProduceResponse_v2(data: bytes, pos: int) -> tuple[PartitionProd
 
 def _r_PartitionProduceResponse_v5(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(PartitionProduceResponse)
+    _o1 = PartitionProduceResponse.__new__(PartitionProduceResponse)
     _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
@@ -953,7 +960,7 @@ def _r_PartitionProduceResponse_v5(data: bytes, pos: int) -> tuple[PartitionProd
 
 def _r_PartitionProduceResponse_v8(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(PartitionProduceResponse)
+    _o1 = PartitionProduceResponse.__new__(PartitionProduceResponse)
     _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
@@ -966,7 +973,7 @@ def _r_PartitionProduceResponse_v8(data: bytes, pos: int) -> tuple[PartitionProd
         raise DecodeError("array count of record_errors exceeds the bytes left")
     _a3: list[BatchIndexAndErrorMessage] = []
     for _ in range(_n2):
-        _o5 = _new(BatchIndexAndErrorMessage)
+        _o5 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
         (_o5.batch_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1001,7 +1008,7 @@ def _r_PartitionProduceResponse_v8(data: bytes, pos: int) -> tuple[PartitionProd
 
 def _r_PartitionProduceResponse_v9(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(PartitionProduceResponse)
+    _o1 = PartitionProduceResponse.__new__(PartitionProduceResponse)
     _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
@@ -1018,7 +1025,7 @@ def _r_PartitionProduceResponse_v9(data: bytes, pos: int) -> tuple[PartitionProd
         raise DecodeError("array count of record_errors exceeds the bytes left")
     _a3: list[BatchIndexAndErrorMessage] = []
     for _ in range(_n2):
-        _o5 = _new(BatchIndexAndErrorMessage)
+        _o5 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
         (_o5.batch_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
@@ -1073,7 +1080,7 @@ def _r_PartitionProduceResponse_v9(data: bytes, pos: int) -> tuple[PartitionProd
 
 def _r_PartitionProduceResponse_v10(data: bytes, pos: int) -> tuple[PartitionProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(PartitionProduceResponse)
+    _o1 = PartitionProduceResponse.__new__(PartitionProduceResponse)
     _o1.index, _o1.error_code, _o1.base_offset, _o1.log_append_time_ms, _o1.log_start_offset = (
         _S_ihqqq.unpack_from(data, pos)
     )
@@ -1090,7 +1097,7 @@ def _r_PartitionProduceResponse_v10(data: bytes, pos: int) -> tuple[PartitionPro
         raise DecodeError("array count of record_errors exceeds the bytes left")
     _a3: list[BatchIndexAndErrorMessage] = []
     for _ in range(_n2):
-        _o5 = _new(BatchIndexAndErrorMessage)
+        _o5 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
         (_o5.batch_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
@@ -1144,7 +1151,7 @@ def _r_PartitionProduceResponse_v10(data: bytes, pos: int) -> tuple[PartitionPro
         if _tend12 > _len:
             raise DecodeError("tagged field overruns its buffer")
         if _tag11 == 0:
-            _o14 = _new(LeaderIdAndEpoch)
+            _o14 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
             _o14.leader_id, _o14.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
@@ -1226,7 +1233,7 @@ def _w_TopicProduceResponse_v10(buf: bytearray, o: TopicProduceResponse) -> None
 
 def _r_TopicProduceResponse_v0(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(TopicProduceResponse)
+    _o1 = TopicProduceResponse.__new__(TopicProduceResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1244,7 +1251,7 @@ def _r_TopicProduceResponse_v0(data: bytes, pos: int) -> tuple[TopicProduceRespo
         raise DecodeError("array count of partition_responses exceeds the bytes left")
     _a5: list[PartitionProduceResponse] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionProduceResponse)
+        _o7 = PartitionProduceResponse.__new__(PartitionProduceResponse)
         _o7.index, _o7.error_code, _o7.base_offset = _S_ihq.unpack_from(data, pos)
         pos += 14
         _o7.log_append_time_ms = -1
@@ -1259,7 +1266,7 @@ def _r_TopicProduceResponse_v0(data: bytes, pos: int) -> tuple[TopicProduceRespo
 
 def _r_TopicProduceResponse_v2(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(TopicProduceResponse)
+    _o1 = TopicProduceResponse.__new__(TopicProduceResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1277,7 +1284,7 @@ def _r_TopicProduceResponse_v2(data: bytes, pos: int) -> tuple[TopicProduceRespo
         raise DecodeError("array count of partition_responses exceeds the bytes left")
     _a5: list[PartitionProduceResponse] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionProduceResponse)
+        _o7 = PartitionProduceResponse.__new__(PartitionProduceResponse)
         _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms = _S_ihqq.unpack_from(data, pos)
         pos += 22
         _o7.log_start_offset = -1
@@ -1291,7 +1298,7 @@ def _r_TopicProduceResponse_v2(data: bytes, pos: int) -> tuple[TopicProduceRespo
 
 def _r_TopicProduceResponse_v5(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(TopicProduceResponse)
+    _o1 = TopicProduceResponse.__new__(TopicProduceResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1309,7 +1316,7 @@ def _r_TopicProduceResponse_v5(data: bytes, pos: int) -> tuple[TopicProduceRespo
         raise DecodeError("array count of partition_responses exceeds the bytes left")
     _a5: list[PartitionProduceResponse] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionProduceResponse)
+        _o7 = PartitionProduceResponse.__new__(PartitionProduceResponse)
         _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms, _o7.log_start_offset = (
             _S_ihqqq.unpack_from(data, pos)
         )
@@ -1324,7 +1331,7 @@ def _r_TopicProduceResponse_v5(data: bytes, pos: int) -> tuple[TopicProduceRespo
 
 def _r_TopicProduceResponse_v8(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(TopicProduceResponse)
+    _o1 = TopicProduceResponse.__new__(TopicProduceResponse)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -1342,7 +1349,7 @@ def _r_TopicProduceResponse_v8(data: bytes, pos: int) -> tuple[TopicProduceRespo
         raise DecodeError("array count of partition_responses exceeds the bytes left")
     _a5: list[PartitionProduceResponse] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionProduceResponse)
+        _o7 = PartitionProduceResponse.__new__(PartitionProduceResponse)
         _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms, _o7.log_start_offset = (
             _S_ihqqq.unpack_from(data, pos)
         )
@@ -1355,7 +1362,7 @@ def _r_TopicProduceResponse_v8(data: bytes, pos: int) -> tuple[TopicProduceRespo
             raise DecodeError("array count of record_errors exceeds the bytes left")
         _a9: list[BatchIndexAndErrorMessage] = []
         for _ in range(_n8):
-            _o11 = _new(BatchIndexAndErrorMessage)
+            _o11 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
             (_o11.batch_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n12,) = _I16.unpack_from(data, pos)
@@ -1392,7 +1399,7 @@ def _r_TopicProduceResponse_v8(data: bytes, pos: int) -> tuple[TopicProduceRespo
 
 def _r_TopicProduceResponse_v9(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(TopicProduceResponse)
+    _o1 = TopicProduceResponse.__new__(TopicProduceResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1420,7 +1427,7 @@ def _r_TopicProduceResponse_v9(data: bytes, pos: int) -> tuple[TopicProduceRespo
         raise DecodeError("array count of partition_responses exceeds the bytes left")
     _a5: list[PartitionProduceResponse] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionProduceResponse)
+        _o7 = PartitionProduceResponse.__new__(PartitionProduceResponse)
         _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms, _o7.log_start_offset = (
             _S_ihqqq.unpack_from(data, pos)
         )
@@ -1437,7 +1444,7 @@ def _r_TopicProduceResponse_v9(data: bytes, pos: int) -> tuple[TopicProduceRespo
             raise DecodeError("array count of record_errors exceeds the bytes left")
         _a9: list[BatchIndexAndErrorMessage] = []
         for _ in range(_n8):
-            _o11 = _new(BatchIndexAndErrorMessage)
+            _o11 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
             (_o11.batch_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n12 = data[pos]
@@ -1498,7 +1505,7 @@ def _r_TopicProduceResponse_v9(data: bytes, pos: int) -> tuple[TopicProduceRespo
 
 def _r_TopicProduceResponse_v10(data: bytes, pos: int) -> tuple[TopicProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(TopicProduceResponse)
+    _o1 = TopicProduceResponse.__new__(TopicProduceResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1526,7 +1533,7 @@ def _r_TopicProduceResponse_v10(data: bytes, pos: int) -> tuple[TopicProduceResp
         raise DecodeError("array count of partition_responses exceeds the bytes left")
     _a5: list[PartitionProduceResponse] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionProduceResponse)
+        _o7 = PartitionProduceResponse.__new__(PartitionProduceResponse)
         _o7.index, _o7.error_code, _o7.base_offset, _o7.log_append_time_ms, _o7.log_start_offset = (
             _S_ihqqq.unpack_from(data, pos)
         )
@@ -1543,7 +1550,7 @@ def _r_TopicProduceResponse_v10(data: bytes, pos: int) -> tuple[TopicProduceResp
             raise DecodeError("array count of record_errors exceeds the bytes left")
         _a9: list[BatchIndexAndErrorMessage] = []
         for _ in range(_n8):
-            _o11 = _new(BatchIndexAndErrorMessage)
+            _o11 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
             (_o11.batch_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n12 = data[pos]
@@ -1597,7 +1604,7 @@ def _r_TopicProduceResponse_v10(data: bytes, pos: int) -> tuple[TopicProduceResp
             if _tend18 > _len:
                 raise DecodeError("tagged field overruns its buffer")
             if _tag17 == 0:
-                _o20 = _new(LeaderIdAndEpoch)
+                _o20 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                 _o20.leader_id, _o20.leader_epoch = _S_ii.unpack_from(data, pos)
                 pos += 8
                 if data[pos]:
@@ -1638,7 +1645,7 @@ def _w_NodeEndpoint_v10(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v10(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    _o1 = _new(NodeEndpoint)
+    _o1 = NodeEndpoint.__new__(NodeEndpoint)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1766,7 +1773,7 @@ def _w_ProduceResponse_v10(buf: bytearray, o: ProduceResponse) -> None:
 
 def _r_ProduceResponse_v0(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(ProduceResponse)
+    _o1 = ProduceResponse.__new__(ProduceResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1775,7 +1782,7 @@ def _r_ProduceResponse_v0(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[TopicProduceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(TopicProduceResponse)
+        _o5 = TopicProduceResponse.__new__(TopicProduceResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1793,7 +1800,7 @@ def _r_ProduceResponse_v0(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
         _a9: list[PartitionProduceResponse] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionProduceResponse)
+            _o11 = PartitionProduceResponse.__new__(PartitionProduceResponse)
             _o11.index, _o11.error_code, _o11.base_offset = _S_ihq.unpack_from(data, pos)
             pos += 14
             _o11.log_append_time_ms = -1
@@ -1812,7 +1819,7 @@ def _r_ProduceResponse_v0(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
 
 def _r_ProduceResponse_v1(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(ProduceResponse)
+    _o1 = ProduceResponse.__new__(ProduceResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1821,7 +1828,7 @@ def _r_ProduceResponse_v1(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[TopicProduceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(TopicProduceResponse)
+        _o5 = TopicProduceResponse.__new__(TopicProduceResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1839,7 +1846,7 @@ def _r_ProduceResponse_v1(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
         _a9: list[PartitionProduceResponse] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionProduceResponse)
+            _o11 = PartitionProduceResponse.__new__(PartitionProduceResponse)
             _o11.index, _o11.error_code, _o11.base_offset = _S_ihq.unpack_from(data, pos)
             pos += 14
             _o11.log_append_time_ms = -1
@@ -1859,7 +1866,7 @@ def _r_ProduceResponse_v1(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
 
 def _r_ProduceResponse_v2(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(ProduceResponse)
+    _o1 = ProduceResponse.__new__(ProduceResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1868,7 +1875,7 @@ def _r_ProduceResponse_v2(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[TopicProduceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(TopicProduceResponse)
+        _o5 = TopicProduceResponse.__new__(TopicProduceResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1886,7 +1893,7 @@ def _r_ProduceResponse_v2(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
         _a9: list[PartitionProduceResponse] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionProduceResponse)
+            _o11 = PartitionProduceResponse.__new__(PartitionProduceResponse)
             _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms = _S_ihqq.unpack_from(
                 data, pos
             )
@@ -1907,7 +1914,7 @@ def _r_ProduceResponse_v2(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
 
 def _r_ProduceResponse_v5(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(ProduceResponse)
+    _o1 = ProduceResponse.__new__(ProduceResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1916,7 +1923,7 @@ def _r_ProduceResponse_v5(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[TopicProduceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(TopicProduceResponse)
+        _o5 = TopicProduceResponse.__new__(TopicProduceResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1934,7 +1941,7 @@ def _r_ProduceResponse_v5(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
         _a9: list[PartitionProduceResponse] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionProduceResponse)
+            _o11 = PartitionProduceResponse.__new__(PartitionProduceResponse)
             _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms, _o11.log_start_offset = (
                 _S_ihqqq.unpack_from(data, pos)
             )
@@ -1954,7 +1961,7 @@ def _r_ProduceResponse_v5(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
 
 def _r_ProduceResponse_v8(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(ProduceResponse)
+    _o1 = ProduceResponse.__new__(ProduceResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -1963,7 +1970,7 @@ def _r_ProduceResponse_v8(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[TopicProduceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(TopicProduceResponse)
+        _o5 = TopicProduceResponse.__new__(TopicProduceResponse)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1981,7 +1988,7 @@ def _r_ProduceResponse_v8(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
         _a9: list[PartitionProduceResponse] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionProduceResponse)
+            _o11 = PartitionProduceResponse.__new__(PartitionProduceResponse)
             _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms, _o11.log_start_offset = (
                 _S_ihqqq.unpack_from(data, pos)
             )
@@ -1994,7 +2001,7 @@ def _r_ProduceResponse_v8(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
                 raise DecodeError("array count of record_errors exceeds the bytes left")
             _a13: list[BatchIndexAndErrorMessage] = []
             for _ in range(_n12):
-                _o15 = _new(BatchIndexAndErrorMessage)
+                _o15 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
                 (_o15.batch_index,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 (_n16,) = _I16.unpack_from(data, pos)
@@ -2036,7 +2043,7 @@ def _r_ProduceResponse_v8(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
 
 def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(ProduceResponse)
+    _o1 = ProduceResponse.__new__(ProduceResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -2049,7 +2056,7 @@ def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[TopicProduceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(TopicProduceResponse)
+        _o5 = TopicProduceResponse.__new__(TopicProduceResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2077,7 +2084,7 @@ def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
             raise DecodeError("array count of partition_responses exceeds the bytes left")
         _a9: list[PartitionProduceResponse] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionProduceResponse)
+            _o11 = PartitionProduceResponse.__new__(PartitionProduceResponse)
             _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms, _o11.log_start_offset = (
                 _S_ihqqq.unpack_from(data, pos)
             )
@@ -2094,7 +2101,7 @@ def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
                 raise DecodeError("array count of record_errors exceeds the bytes left")
             _a13: list[BatchIndexAndErrorMessage] = []
             for _ in range(_n12):
-                _o15 = _new(BatchIndexAndErrorMessage)
+                _o15 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
                 (_o15.batch_index,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 _n16 = data[pos]
@@ -2164,7 +2171,7 @@ def _r_ProduceResponse_v9(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
 
 def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]:
     _len = len(data)
-    _o1 = _new(ProduceResponse)
+    _o1 = ProduceResponse.__new__(ProduceResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -2177,7 +2184,7 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
         raise DecodeError("array count of responses exceeds the bytes left")
     _a3: list[TopicProduceResponse] = []
     for _ in range(_n2):
-        _o5 = _new(TopicProduceResponse)
+        _o5 = TopicProduceResponse.__new__(TopicProduceResponse)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2205,7 +2212,7 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
             raise DecodeError("array count of partition_responses exceeds the bytes left")
         _a9: list[PartitionProduceResponse] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionProduceResponse)
+            _o11 = PartitionProduceResponse.__new__(PartitionProduceResponse)
             _o11.index, _o11.error_code, _o11.base_offset, _o11.log_append_time_ms, _o11.log_start_offset = (
                 _S_ihqqq.unpack_from(data, pos)
             )
@@ -2222,7 +2229,7 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
                 raise DecodeError("array count of record_errors exceeds the bytes left")
             _a13: list[BatchIndexAndErrorMessage] = []
             for _ in range(_n12):
-                _o15 = _new(BatchIndexAndErrorMessage)
+                _o15 = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
                 (_o15.batch_index,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 _n16 = data[pos]
@@ -2276,7 +2283,7 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
                 if _tend22 > _len:
                     raise DecodeError("tagged field overruns its buffer")
                 if _tag21 == 0:
-                    _o24 = _new(LeaderIdAndEpoch)
+                    _o24 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
                     _o24.leader_id, _o24.leader_epoch = _S_ii.unpack_from(data, pos)
                     pos += 8
                     if data[pos]:
@@ -2318,7 +2325,7 @@ def _r_ProduceResponse_v10(data: bytes, pos: int) -> tuple[ProduceResponse, int]
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
             _a29: list[NodeEndpoint] = []
             for _ in range(_n28):
-                _o31 = _new(NodeEndpoint)
+                _o31 = NodeEndpoint.__new__(NodeEndpoint)
                 (_o31.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 _n32 = data[pos]

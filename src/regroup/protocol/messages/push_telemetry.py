@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -51,14 +49,15 @@ class PushTelemetryRequest(Message):
     compression_type: int = 0
     metrics: bytes = b""
 
-    NAME: ClassVar[str] = "PushTelemetryRequest"
-    SPEC_NAME: ClassVar[str] = "PushTelemetryRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 72
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+PushTelemetryRequest.NAME = "PushTelemetryRequest"
+PushTelemetryRequest.SPEC_NAME = "PushTelemetryRequest"
+PushTelemetryRequest.MIN_VERSION = 0
+PushTelemetryRequest.MAX_VERSION = 0
+PushTelemetryRequest.FLEXIBLE_MIN_VERSION = 0
+PushTelemetryRequest.API_KEY = 72
+PushTelemetryRequest.DEPRECATED_VERSIONS = None
+PushTelemetryRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -74,14 +73,15 @@ class PushTelemetryResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "PushTelemetryResponse"
-    SPEC_NAME: ClassVar[str] = "PushTelemetryResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 72
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+PushTelemetryResponse.NAME = "PushTelemetryResponse"
+PushTelemetryResponse.SPEC_NAME = "PushTelemetryResponse"
+PushTelemetryResponse.MIN_VERSION = 0
+PushTelemetryResponse.MAX_VERSION = 0
+PushTelemetryResponse.FLEXIBLE_MIN_VERSION = 0
+PushTelemetryResponse.API_KEY = 72
+PushTelemetryResponse.DEPRECATED_VERSIONS = None
+PushTelemetryResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -98,7 +98,7 @@ def _w_PushTelemetryRequest_v0(buf: bytearray, o: PushTelemetryRequest) -> None:
 
 def _r_PushTelemetryRequest_v0(data: bytes, pos: int) -> tuple[PushTelemetryRequest, int]:
     _len = len(data)
-    _o1 = _new(PushTelemetryRequest)
+    _o1 = PushTelemetryRequest.__new__(PushTelemetryRequest)
     _client_instance_id_raw, _o1.subscription_id, _o1.terminating, _o1.compression_type = (
         _S_16siob.unpack_from(data, pos)
     )
@@ -131,7 +131,7 @@ def _w_PushTelemetryResponse_v0(buf: bytearray, o: PushTelemetryResponse) -> Non
 
 def _r_PushTelemetryResponse_v0(data: bytes, pos: int) -> tuple[PushTelemetryResponse, int]:
     _len = len(data)
-    _o1 = _new(PushTelemetryResponse)
+    _o1 = PushTelemetryResponse.__new__(PushTelemetryResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -50,11 +48,12 @@ class PartitionData(Struct):
     partition: int = 0
     leader_epoch: int = 0
 
-    NAME: ClassVar[str] = "PartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionData.NAME = "PartitionData"
+PartitionData.SPEC_NAME = "PartitionData"
+PartitionData.MIN_VERSION = 0
+PartitionData.MAX_VERSION = 0
+PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -69,11 +68,12 @@ class ReadStateData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReadStateData"
-    SPEC_NAME: ClassVar[str] = "ReadStateData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ReadStateData.NAME = "ReadStateData"
+ReadStateData.SPEC_NAME = "ReadStateData"
+ReadStateData.MIN_VERSION = 0
+ReadStateData.MAX_VERSION = 0
+ReadStateData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -88,14 +88,15 @@ class ReadShareGroupStateRequest(Message):
     group_id: str = ""
     topics: list[ReadStateData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReadShareGroupStateRequest"
-    SPEC_NAME: ClassVar[str] = "ReadShareGroupStateRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 84
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+ReadShareGroupStateRequest.NAME = "ReadShareGroupStateRequest"
+ReadShareGroupStateRequest.SPEC_NAME = "ReadShareGroupStateRequest"
+ReadShareGroupStateRequest.MIN_VERSION = 0
+ReadShareGroupStateRequest.MAX_VERSION = 0
+ReadShareGroupStateRequest.FLEXIBLE_MIN_VERSION = 0
+ReadShareGroupStateRequest.API_KEY = 84
+ReadShareGroupStateRequest.DEPRECATED_VERSIONS = None
+ReadShareGroupStateRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -114,11 +115,12 @@ class StateBatch(Struct):
     delivery_state: int = 0
     delivery_count: int = 0
 
-    NAME: ClassVar[str] = "StateBatch"
-    SPEC_NAME: ClassVar[str] = "StateBatch"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+StateBatch.NAME = "StateBatch"
+StateBatch.SPEC_NAME = "StateBatch"
+StateBatch.MIN_VERSION = 0
+StateBatch.MAX_VERSION = 0
+StateBatch.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -141,11 +143,12 @@ class PartitionResult(Struct):
     start_offset: int = 0
     state_batches: list[StateBatch] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "PartitionResult"
-    SPEC_NAME: ClassVar[str] = "PartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionResult.NAME = "PartitionResult"
+PartitionResult.SPEC_NAME = "PartitionResult"
+PartitionResult.MIN_VERSION = 0
+PartitionResult.MAX_VERSION = 0
+PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -160,11 +163,12 @@ class ReadStateResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReadStateResult"
-    SPEC_NAME: ClassVar[str] = "ReadStateResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ReadStateResult.NAME = "ReadStateResult"
+ReadStateResult.SPEC_NAME = "ReadStateResult"
+ReadStateResult.MIN_VERSION = 0
+ReadStateResult.MAX_VERSION = 0
+ReadStateResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -184,14 +188,15 @@ class ReadShareGroupStateResponse(Message):
 
     results: list[ReadStateResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReadShareGroupStateResponse"
-    SPEC_NAME: ClassVar[str] = "ReadShareGroupStateResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 84
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ReadShareGroupStateResponse.NAME = "ReadShareGroupStateResponse"
+ReadShareGroupStateResponse.SPEC_NAME = "ReadShareGroupStateResponse"
+ReadShareGroupStateResponse.MIN_VERSION = 0
+ReadShareGroupStateResponse.MAX_VERSION = 0
+ReadShareGroupStateResponse.FLEXIBLE_MIN_VERSION = 0
+ReadShareGroupStateResponse.API_KEY = 84
+ReadShareGroupStateResponse.DEPRECATED_VERSIONS = None
+ReadShareGroupStateResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -204,7 +209,7 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
@@ -225,7 +230,7 @@ def _w_ReadStateData_v0(buf: bytearray, o: ReadStateData) -> None:
 
 def _r_ReadStateData_v0(data: bytes, pos: int) -> tuple[ReadStateData, int]:
     _len = len(data)
-    _o1 = _new(ReadStateData)
+    _o1 = ReadStateData.__new__(ReadStateData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -241,7 +246,7 @@ def _r_ReadStateData_v0(data: bytes, pos: int) -> tuple[ReadStateData, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionData)
+        _o5 = PartitionData.__new__(PartitionData)
         _o5.partition, _o5.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         if data[pos]:
@@ -272,7 +277,7 @@ def _w_ReadShareGroupStateRequest_v0(buf: bytearray, o: ReadShareGroupStateReque
 
 def _r_ReadShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[ReadShareGroupStateRequest, int]:
     _len = len(data)
-    _o1 = _new(ReadShareGroupStateRequest)
+    _o1 = ReadShareGroupStateRequest.__new__(ReadShareGroupStateRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -300,7 +305,7 @@ def _r_ReadShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[ReadShareGr
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[ReadStateData] = []
     for _ in range(_n4):
-        _o7 = _new(ReadStateData)
+        _o7 = ReadStateData.__new__(ReadStateData)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
@@ -316,7 +321,7 @@ def _r_ReadShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[ReadShareGr
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             _o11.partition, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
@@ -345,7 +350,7 @@ def _w_StateBatch_v0(buf: bytearray, o: StateBatch) -> None:
 
 def _r_StateBatch_v0(data: bytes, pos: int) -> tuple[StateBatch, int]:
     _len = len(data)
-    _o1 = _new(StateBatch)
+    _o1 = StateBatch.__new__(StateBatch)
     _o1.first_offset, _o1.last_offset, _o1.delivery_state, _o1.delivery_count = _S_qqbh.unpack_from(data, pos)
     pos += 19
     if data[pos]:
@@ -375,7 +380,7 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
 
 def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _o1 = _new(PartitionResult)
+    _o1 = PartitionResult.__new__(PartitionResult)
     _o1.partition, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -410,7 +415,7 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
         raise DecodeError("array count of state_batches exceeds the bytes left")
     _a5: list[StateBatch] = []
     for _ in range(_n4):
-        _o7 = _new(StateBatch)
+        _o7 = StateBatch.__new__(StateBatch)
         _o7.first_offset, _o7.last_offset, _o7.delivery_state, _o7.delivery_count = _S_qqbh.unpack_from(
             data, pos
         )
@@ -439,7 +444,7 @@ def _w_ReadStateResult_v0(buf: bytearray, o: ReadStateResult) -> None:
 
 def _r_ReadStateResult_v0(data: bytes, pos: int) -> tuple[ReadStateResult, int]:
     _len = len(data)
-    _o1 = _new(ReadStateResult)
+    _o1 = ReadStateResult.__new__(ReadStateResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -455,7 +460,7 @@ def _r_ReadStateResult_v0(data: bytes, pos: int) -> tuple[ReadStateResult, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionResult] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionResult)
+        _o5 = PartitionResult.__new__(PartitionResult)
         _o5.partition, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n6 = data[pos]
@@ -490,7 +495,7 @@ def _r_ReadStateResult_v0(data: bytes, pos: int) -> tuple[ReadStateResult, int]:
             raise DecodeError("array count of state_batches exceeds the bytes left")
         _a9: list[StateBatch] = []
         for _ in range(_n8):
-            _o11 = _new(StateBatch)
+            _o11 = StateBatch.__new__(StateBatch)
             _o11.first_offset, _o11.last_offset, _o11.delivery_state, _o11.delivery_count = (
                 _S_qqbh.unpack_from(data, pos)
             )
@@ -524,7 +529,7 @@ def _w_ReadShareGroupStateResponse_v0(buf: bytearray, o: ReadShareGroupStateResp
 
 def _r_ReadShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[ReadShareGroupStateResponse, int]:
     _len = len(data)
-    _o1 = _new(ReadShareGroupStateResponse)
+    _o1 = ReadShareGroupStateResponse.__new__(ReadShareGroupStateResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -537,7 +542,7 @@ def _r_ReadShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[ReadShareG
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[ReadStateResult] = []
     for _ in range(_n2):
-        _o5 = _new(ReadStateResult)
+        _o5 = ReadStateResult.__new__(ReadStateResult)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -553,7 +558,7 @@ def _r_ReadShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[ReadShareG
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[PartitionResult] = []
         for _ in range(_n6):
-            _o9 = _new(PartitionResult)
+            _o9 = PartitionResult.__new__(PartitionResult)
             _o9.partition, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n10 = data[pos]
@@ -588,7 +593,7 @@ def _r_ReadShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[ReadShareG
                 raise DecodeError("array count of state_batches exceeds the bytes left")
             _a13: list[StateBatch] = []
             for _ in range(_n12):
-                _o15 = _new(StateBatch)
+                _o15 = StateBatch.__new__(StateBatch)
                 _o15.first_offset, _o15.last_offset, _o15.delivery_state, _o15.delivery_count = (
                     _S_qqbh.unpack_from(data, pos)
                 )

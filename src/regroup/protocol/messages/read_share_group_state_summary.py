@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,11 +46,12 @@ class PartitionData(Struct):
     partition: int = 0
     leader_epoch: int = 0
 
-    NAME: ClassVar[str] = "PartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionData.NAME = "PartitionData"
+PartitionData.SPEC_NAME = "PartitionData"
+PartitionData.MIN_VERSION = 0
+PartitionData.MAX_VERSION = 0
+PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -67,11 +66,12 @@ class ReadStateSummaryData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReadStateSummaryData"
-    SPEC_NAME: ClassVar[str] = "ReadStateSummaryData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ReadStateSummaryData.NAME = "ReadStateSummaryData"
+ReadStateSummaryData.SPEC_NAME = "ReadStateSummaryData"
+ReadStateSummaryData.MIN_VERSION = 0
+ReadStateSummaryData.MAX_VERSION = 0
+ReadStateSummaryData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -86,14 +86,15 @@ class ReadShareGroupStateSummaryRequest(Message):
     group_id: str = ""
     topics: list[ReadStateSummaryData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReadShareGroupStateSummaryRequest"
-    SPEC_NAME: ClassVar[str] = "ReadShareGroupStateSummaryRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 87
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+ReadShareGroupStateSummaryRequest.NAME = "ReadShareGroupStateSummaryRequest"
+ReadShareGroupStateSummaryRequest.SPEC_NAME = "ReadShareGroupStateSummaryRequest"
+ReadShareGroupStateSummaryRequest.MIN_VERSION = 0
+ReadShareGroupStateSummaryRequest.MAX_VERSION = 0
+ReadShareGroupStateSummaryRequest.FLEXIBLE_MIN_VERSION = 0
+ReadShareGroupStateSummaryRequest.API_KEY = 87
+ReadShareGroupStateSummaryRequest.DEPRECATED_VERSIONS = None
+ReadShareGroupStateSummaryRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -114,11 +115,12 @@ class PartitionResult(Struct):
     state_epoch: int = 0
     start_offset: int = 0
 
-    NAME: ClassVar[str] = "PartitionResult"
-    SPEC_NAME: ClassVar[str] = "PartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionResult.NAME = "PartitionResult"
+PartitionResult.SPEC_NAME = "PartitionResult"
+PartitionResult.MIN_VERSION = 0
+PartitionResult.MAX_VERSION = 0
+PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -133,11 +135,12 @@ class ReadStateSummaryResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReadStateSummaryResult"
-    SPEC_NAME: ClassVar[str] = "ReadStateSummaryResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ReadStateSummaryResult.NAME = "ReadStateSummaryResult"
+ReadStateSummaryResult.SPEC_NAME = "ReadStateSummaryResult"
+ReadStateSummaryResult.MIN_VERSION = 0
+ReadStateSummaryResult.MAX_VERSION = 0
+ReadStateSummaryResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -158,14 +161,15 @@ class ReadShareGroupStateSummaryResponse(Message):
 
     results: list[ReadStateSummaryResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ReadShareGroupStateSummaryResponse"
-    SPEC_NAME: ClassVar[str] = "ReadShareGroupStateSummaryResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 87
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ReadShareGroupStateSummaryResponse.NAME = "ReadShareGroupStateSummaryResponse"
+ReadShareGroupStateSummaryResponse.SPEC_NAME = "ReadShareGroupStateSummaryResponse"
+ReadShareGroupStateSummaryResponse.MIN_VERSION = 0
+ReadShareGroupStateSummaryResponse.MAX_VERSION = 0
+ReadShareGroupStateSummaryResponse.FLEXIBLE_MIN_VERSION = 0
+ReadShareGroupStateSummaryResponse.API_KEY = 87
+ReadShareGroupStateSummaryResponse.DEPRECATED_VERSIONS = None
+ReadShareGroupStateSummaryResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -178,7 +182,7 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
@@ -199,7 +203,7 @@ def _w_ReadStateSummaryData_v0(buf: bytearray, o: ReadStateSummaryData) -> None:
 
 def _r_ReadStateSummaryData_v0(data: bytes, pos: int) -> tuple[ReadStateSummaryData, int]:
     _len = len(data)
-    _o1 = _new(ReadStateSummaryData)
+    _o1 = ReadStateSummaryData.__new__(ReadStateSummaryData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -215,7 +219,7 @@ def _r_ReadStateSummaryData_v0(data: bytes, pos: int) -> tuple[ReadStateSummaryD
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionData)
+        _o5 = PartitionData.__new__(PartitionData)
         _o5.partition, _o5.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         if data[pos]:
@@ -248,7 +252,7 @@ def _r_ReadShareGroupStateSummaryRequest_v0(
     data: bytes, pos: int
 ) -> tuple[ReadShareGroupStateSummaryRequest, int]:
     _len = len(data)
-    _o1 = _new(ReadShareGroupStateSummaryRequest)
+    _o1 = ReadShareGroupStateSummaryRequest.__new__(ReadShareGroupStateSummaryRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -276,7 +280,7 @@ def _r_ReadShareGroupStateSummaryRequest_v0(
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[ReadStateSummaryData] = []
     for _ in range(_n4):
-        _o7 = _new(ReadStateSummaryData)
+        _o7 = ReadStateSummaryData.__new__(ReadStateSummaryData)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
@@ -292,7 +296,7 @@ def _r_ReadShareGroupStateSummaryRequest_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             _o11.partition, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
@@ -330,7 +334,7 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
 
 def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _o1 = _new(PartitionResult)
+    _o1 = PartitionResult.__new__(PartitionResult)
     _o1.partition, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -371,7 +375,7 @@ def _w_ReadStateSummaryResult_v0(buf: bytearray, o: ReadStateSummaryResult) -> N
 
 def _r_ReadStateSummaryResult_v0(data: bytes, pos: int) -> tuple[ReadStateSummaryResult, int]:
     _len = len(data)
-    _o1 = _new(ReadStateSummaryResult)
+    _o1 = ReadStateSummaryResult.__new__(ReadStateSummaryResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -387,7 +391,7 @@ def _r_ReadStateSummaryResult_v0(data: bytes, pos: int) -> tuple[ReadStateSummar
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionResult] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionResult)
+        _o5 = PartitionResult.__new__(PartitionResult)
         _o5.partition, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n6 = data[pos]
@@ -435,7 +439,7 @@ def _r_ReadShareGroupStateSummaryResponse_v0(
     data: bytes, pos: int
 ) -> tuple[ReadShareGroupStateSummaryResponse, int]:
     _len = len(data)
-    _o1 = _new(ReadShareGroupStateSummaryResponse)
+    _o1 = ReadShareGroupStateSummaryResponse.__new__(ReadShareGroupStateSummaryResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -448,7 +452,7 @@ def _r_ReadShareGroupStateSummaryResponse_v0(
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[ReadStateSummaryResult] = []
     for _ in range(_n2):
-        _o5 = _new(ReadStateSummaryResult)
+        _o5 = ReadStateSummaryResult.__new__(ReadStateSummaryResult)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -464,7 +468,7 @@ def _r_ReadShareGroupStateSummaryResponse_v0(
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[PartitionResult] = []
         for _ in range(_n6):
-            _o9 = _new(PartitionResult)
+            _o9 = PartitionResult.__new__(PartitionResult)
             _o9.partition, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n10 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,14 +45,15 @@ class RemoveRaftVoterRequest(Message):
     voter_id: int = 0
     voter_directory_id: uuid.UUID = ZERO_UUID
 
-    NAME: ClassVar[str] = "RemoveRaftVoterRequest"
-    SPEC_NAME: ClassVar[str] = "RemoveRaftVoterRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 81
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+RemoveRaftVoterRequest.NAME = "RemoveRaftVoterRequest"
+RemoveRaftVoterRequest.SPEC_NAME = "RemoveRaftVoterRequest"
+RemoveRaftVoterRequest.MIN_VERSION = 0
+RemoveRaftVoterRequest.MAX_VERSION = 0
+RemoveRaftVoterRequest.FLEXIBLE_MIN_VERSION = 0
+RemoveRaftVoterRequest.API_KEY = 81
+RemoveRaftVoterRequest.DEPRECATED_VERSIONS = None
+RemoveRaftVoterRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -72,14 +71,15 @@ class RemoveRaftVoterResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "RemoveRaftVoterResponse"
-    SPEC_NAME: ClassVar[str] = "RemoveRaftVoterResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 81
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+RemoveRaftVoterResponse.NAME = "RemoveRaftVoterResponse"
+RemoveRaftVoterResponse.SPEC_NAME = "RemoveRaftVoterResponse"
+RemoveRaftVoterResponse.MIN_VERSION = 0
+RemoveRaftVoterResponse.MAX_VERSION = 0
+RemoveRaftVoterResponse.FLEXIBLE_MIN_VERSION = 0
+RemoveRaftVoterResponse.API_KEY = 81
+RemoveRaftVoterResponse.DEPRECATED_VERSIONS = None
+RemoveRaftVoterResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -100,7 +100,7 @@ def _w_RemoveRaftVoterRequest_v0(buf: bytearray, o: RemoveRaftVoterRequest) -> N
 
 def _r_RemoveRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[RemoveRaftVoterRequest, int]:
     _len = len(data)
-    _o1 = _new(RemoveRaftVoterRequest)
+    _o1 = RemoveRaftVoterRequest.__new__(RemoveRaftVoterRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -144,7 +144,7 @@ def _w_RemoveRaftVoterResponse_v0(buf: bytearray, o: RemoveRaftVoterResponse) ->
 
 def _r_RemoveRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[RemoveRaftVoterResponse, int]:
     _len = len(data)
-    _o1 = _new(RemoveRaftVoterResponse)
+    _o1 = RemoveRaftVoterResponse.__new__(RemoveRaftVoterResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,14 +46,15 @@ class RenewDelegationTokenRequest(Message):
     hmac: bytes = b""
     renew_period_ms: int = 0
 
-    NAME: ClassVar[str] = "RenewDelegationTokenRequest"
-    SPEC_NAME: ClassVar[str] = "RenewDelegationTokenRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 39
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+RenewDelegationTokenRequest.NAME = "RenewDelegationTokenRequest"
+RenewDelegationTokenRequest.SPEC_NAME = "RenewDelegationTokenRequest"
+RenewDelegationTokenRequest.MIN_VERSION = 0
+RenewDelegationTokenRequest.MAX_VERSION = 2
+RenewDelegationTokenRequest.FLEXIBLE_MIN_VERSION = 2
+RenewDelegationTokenRequest.API_KEY = 39
+RenewDelegationTokenRequest.DEPRECATED_VERSIONS = (0, 0)
+RenewDelegationTokenRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -76,14 +75,15 @@ class RenewDelegationTokenResponse(Message):
     expiry_timestamp_ms: int = 0
     throttle_time_ms: int = 0
 
-    NAME: ClassVar[str] = "RenewDelegationTokenResponse"
-    SPEC_NAME: ClassVar[str] = "RenewDelegationTokenResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 39
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+RenewDelegationTokenResponse.NAME = "RenewDelegationTokenResponse"
+RenewDelegationTokenResponse.SPEC_NAME = "RenewDelegationTokenResponse"
+RenewDelegationTokenResponse.MIN_VERSION = 0
+RenewDelegationTokenResponse.MAX_VERSION = 2
+RenewDelegationTokenResponse.FLEXIBLE_MIN_VERSION = 2
+RenewDelegationTokenResponse.API_KEY = 39
+RenewDelegationTokenResponse.DEPRECATED_VERSIONS = None
+RenewDelegationTokenResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -104,7 +104,7 @@ def _w_RenewDelegationTokenRequest_v2(buf: bytearray, o: RenewDelegationTokenReq
 
 def _r_RenewDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[RenewDelegationTokenRequest, int]:
     _len = len(data)
-    _o1 = _new(RenewDelegationTokenRequest)
+    _o1 = RenewDelegationTokenRequest.__new__(RenewDelegationTokenRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -121,7 +121,7 @@ def _r_RenewDelegationTokenRequest_v0(data: bytes, pos: int) -> tuple[RenewDeleg
 
 def _r_RenewDelegationTokenRequest_v2(data: bytes, pos: int) -> tuple[RenewDelegationTokenRequest, int]:
     _len = len(data)
-    _o1 = _new(RenewDelegationTokenRequest)
+    _o1 = RenewDelegationTokenRequest.__new__(RenewDelegationTokenRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -155,7 +155,7 @@ def _w_RenewDelegationTokenResponse_v2(buf: bytearray, o: RenewDelegationTokenRe
 
 def _r_RenewDelegationTokenResponse_v0(data: bytes, pos: int) -> tuple[RenewDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(RenewDelegationTokenResponse)
+    _o1 = RenewDelegationTokenResponse.__new__(RenewDelegationTokenResponse)
     _o1.error_code, _o1.expiry_timestamp_ms, _o1.throttle_time_ms = _S_hqi.unpack_from(data, pos)
     pos += 14
     return _o1, pos
@@ -163,7 +163,7 @@ def _r_RenewDelegationTokenResponse_v0(data: bytes, pos: int) -> tuple[RenewDele
 
 def _r_RenewDelegationTokenResponse_v2(data: bytes, pos: int) -> tuple[RenewDelegationTokenResponse, int]:
     _len = len(data)
-    _o1 = _new(RenewDelegationTokenResponse)
+    _o1 = RenewDelegationTokenResponse.__new__(RenewDelegationTokenResponse)
     _o1.error_code, _o1.expiry_timestamp_ms, _o1.throttle_time_ms = _S_hqi.unpack_from(data, pos)
     pos += 14
     if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -46,14 +44,15 @@ class SaslAuthenticateRequest(Message):
 
     auth_bytes: bytes = b""
 
-    NAME: ClassVar[str] = "SaslAuthenticateRequest"
-    SPEC_NAME: ClassVar[str] = "SaslAuthenticateRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 36
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+SaslAuthenticateRequest.NAME = "SaslAuthenticateRequest"
+SaslAuthenticateRequest.SPEC_NAME = "SaslAuthenticateRequest"
+SaslAuthenticateRequest.MIN_VERSION = 0
+SaslAuthenticateRequest.MAX_VERSION = 2
+SaslAuthenticateRequest.FLEXIBLE_MIN_VERSION = 2
+SaslAuthenticateRequest.API_KEY = 36
+SaslAuthenticateRequest.DEPRECATED_VERSIONS = None
+SaslAuthenticateRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -76,14 +75,15 @@ class SaslAuthenticateResponse(Message):
     auth_bytes: bytes = b""
     session_lifetime_ms: int = 0
 
-    NAME: ClassVar[str] = "SaslAuthenticateResponse"
-    SPEC_NAME: ClassVar[str] = "SaslAuthenticateResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 36
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+SaslAuthenticateResponse.NAME = "SaslAuthenticateResponse"
+SaslAuthenticateResponse.SPEC_NAME = "SaslAuthenticateResponse"
+SaslAuthenticateResponse.MIN_VERSION = 0
+SaslAuthenticateResponse.MAX_VERSION = 2
+SaslAuthenticateResponse.FLEXIBLE_MIN_VERSION = 2
+SaslAuthenticateResponse.API_KEY = 36
+SaslAuthenticateResponse.DEPRECATED_VERSIONS = None
+SaslAuthenticateResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -102,7 +102,7 @@ def _w_SaslAuthenticateRequest_v2(buf: bytearray, o: SaslAuthenticateRequest) ->
 
 def _r_SaslAuthenticateRequest_v0(data: bytes, pos: int) -> tuple[SaslAuthenticateRequest, int]:
     _len = len(data)
-    _o1 = _new(SaslAuthenticateRequest)
+    _o1 = SaslAuthenticateRequest.__new__(SaslAuthenticateRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -117,7 +117,7 @@ def _r_SaslAuthenticateRequest_v0(data: bytes, pos: int) -> tuple[SaslAuthentica
 
 def _r_SaslAuthenticateRequest_v2(data: bytes, pos: int) -> tuple[SaslAuthenticateRequest, int]:
     _len = len(data)
-    _o1 = _new(SaslAuthenticateRequest)
+    _o1 = SaslAuthenticateRequest.__new__(SaslAuthenticateRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -181,7 +181,7 @@ def _w_SaslAuthenticateResponse_v2(buf: bytearray, o: SaslAuthenticateResponse) 
 
 def _r_SaslAuthenticateResponse_v0(data: bytes, pos: int) -> tuple[SaslAuthenticateResponse, int]:
     _len = len(data)
-    _o1 = _new(SaslAuthenticateResponse)
+    _o1 = SaslAuthenticateResponse.__new__(SaslAuthenticateResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -211,7 +211,7 @@ def _r_SaslAuthenticateResponse_v0(data: bytes, pos: int) -> tuple[SaslAuthentic
 
 def _r_SaslAuthenticateResponse_v1(data: bytes, pos: int) -> tuple[SaslAuthenticateResponse, int]:
     _len = len(data)
-    _o1 = _new(SaslAuthenticateResponse)
+    _o1 = SaslAuthenticateResponse.__new__(SaslAuthenticateResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I16.unpack_from(data, pos)
@@ -242,7 +242,7 @@ def _r_SaslAuthenticateResponse_v1(data: bytes, pos: int) -> tuple[SaslAuthentic
 
 def _r_SaslAuthenticateResponse_v2(data: bytes, pos: int) -> tuple[SaslAuthenticateResponse, int]:
     _len = len(data)
-    _o1 = _new(SaslAuthenticateResponse)
+    _o1 = SaslAuthenticateResponse.__new__(SaslAuthenticateResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -47,14 +45,15 @@ class SaslHandshakeRequest(Message):
 
     mechanism: str = ""
 
-    NAME: ClassVar[str] = "SaslHandshakeRequest"
-    SPEC_NAME: ClassVar[str] = "SaslHandshakeRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
-    API_KEY: ClassVar[int] = 17
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+SaslHandshakeRequest.NAME = "SaslHandshakeRequest"
+SaslHandshakeRequest.SPEC_NAME = "SaslHandshakeRequest"
+SaslHandshakeRequest.MIN_VERSION = 0
+SaslHandshakeRequest.MAX_VERSION = 1
+SaslHandshakeRequest.FLEXIBLE_MIN_VERSION = None
+SaslHandshakeRequest.API_KEY = 17
+SaslHandshakeRequest.DEPRECATED_VERSIONS = (0, 0)
+SaslHandshakeRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -74,14 +73,15 @@ class SaslHandshakeResponse(Message):
     error_code: int = 0
     mechanisms: list[str] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "SaslHandshakeResponse"
-    SPEC_NAME: ClassVar[str] = "SaslHandshakeResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
-    API_KEY: ClassVar[int] = 17
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+SaslHandshakeResponse.NAME = "SaslHandshakeResponse"
+SaslHandshakeResponse.SPEC_NAME = "SaslHandshakeResponse"
+SaslHandshakeResponse.MIN_VERSION = 0
+SaslHandshakeResponse.MAX_VERSION = 1
+SaslHandshakeResponse.FLEXIBLE_MIN_VERSION = None
+SaslHandshakeResponse.API_KEY = 17
+SaslHandshakeResponse.DEPRECATED_VERSIONS = None
+SaslHandshakeResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -95,7 +95,7 @@ def _w_SaslHandshakeRequest_v0(buf: bytearray, o: SaslHandshakeRequest) -> None:
 
 def _r_SaslHandshakeRequest_v0(data: bytes, pos: int) -> tuple[SaslHandshakeRequest, int]:
     _len = len(data)
-    _o1 = _new(SaslHandshakeRequest)
+    _o1 = SaslHandshakeRequest.__new__(SaslHandshakeRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -120,7 +120,7 @@ def _w_SaslHandshakeResponse_v0(buf: bytearray, o: SaslHandshakeResponse) -> Non
 
 def _r_SaslHandshakeResponse_v0(data: bytes, pos: int) -> tuple[SaslHandshakeResponse, int]:
     _len = len(data)
-    _o1 = _new(SaslHandshakeResponse)
+    _o1 = SaslHandshakeResponse.__new__(SaslHandshakeResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -50,11 +48,12 @@ class AcknowledgementBatch(Struct):
     last_offset: int = 0
     acknowledge_types: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AcknowledgementBatch"
-    SPEC_NAME: ClassVar[str] = "AcknowledgementBatch"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AcknowledgementBatch.NAME = "AcknowledgementBatch"
+AcknowledgementBatch.SPEC_NAME = "AcknowledgementBatch"
+AcknowledgementBatch.MIN_VERSION = 0
+AcknowledgementBatch.MAX_VERSION = 0
+AcknowledgementBatch.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -69,11 +68,12 @@ class AcknowledgePartition(Struct):
     partition_index: int = 0
     acknowledgement_batches: list[AcknowledgementBatch] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AcknowledgePartition"
-    SPEC_NAME: ClassVar[str] = "AcknowledgePartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AcknowledgePartition.NAME = "AcknowledgePartition"
+AcknowledgePartition.SPEC_NAME = "AcknowledgePartition"
+AcknowledgePartition.MIN_VERSION = 0
+AcknowledgePartition.MAX_VERSION = 0
+AcknowledgePartition.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -88,11 +88,12 @@ class AcknowledgeTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AcknowledgePartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AcknowledgeTopic"
-    SPEC_NAME: ClassVar[str] = "AcknowledgeTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AcknowledgeTopic.NAME = "AcknowledgeTopic"
+AcknowledgeTopic.SPEC_NAME = "AcknowledgeTopic"
+AcknowledgeTopic.MIN_VERSION = 0
+AcknowledgeTopic.MAX_VERSION = 0
+AcknowledgeTopic.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -116,14 +117,15 @@ class ShareAcknowledgeRequest(Message):
     share_session_epoch: int = 0
     topics: list[AcknowledgeTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareAcknowledgeRequest"
-    SPEC_NAME: ClassVar[str] = "ShareAcknowledgeRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 79
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+ShareAcknowledgeRequest.NAME = "ShareAcknowledgeRequest"
+ShareAcknowledgeRequest.SPEC_NAME = "ShareAcknowledgeRequest"
+ShareAcknowledgeRequest.MIN_VERSION = 0
+ShareAcknowledgeRequest.MAX_VERSION = 0
+ShareAcknowledgeRequest.FLEXIBLE_MIN_VERSION = 0
+ShareAcknowledgeRequest.API_KEY = 79
+ShareAcknowledgeRequest.DEPRECATED_VERSIONS = None
+ShareAcknowledgeRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -138,11 +140,12 @@ class LeaderIdAndEpoch(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
-    NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    SPEC_NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.SPEC_NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.MIN_VERSION = 0
+LeaderIdAndEpoch.MAX_VERSION = 0
+LeaderIdAndEpoch.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -161,11 +164,12 @@ class PartitionData(Struct):
     error_message: str | None = None
     current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
 
-    NAME: ClassVar[str] = "PartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionData.NAME = "PartitionData"
+PartitionData.SPEC_NAME = "PartitionData"
+PartitionData.MIN_VERSION = 0
+PartitionData.MAX_VERSION = 0
+PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -180,11 +184,12 @@ class ShareAcknowledgeTopicResponse(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareAcknowledgeTopicResponse"
-    SPEC_NAME: ClassVar[str] = "ShareAcknowledgeTopicResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ShareAcknowledgeTopicResponse.NAME = "ShareAcknowledgeTopicResponse"
+ShareAcknowledgeTopicResponse.SPEC_NAME = "ShareAcknowledgeTopicResponse"
+ShareAcknowledgeTopicResponse.MIN_VERSION = 0
+ShareAcknowledgeTopicResponse.MAX_VERSION = 0
+ShareAcknowledgeTopicResponse.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -203,11 +208,12 @@ class NodeEndpoint(Struct):
     port: int = 0
     rack: str | None = None
 
-    NAME: ClassVar[str] = "NodeEndpoint"
-    SPEC_NAME: ClassVar[str] = "NodeEndpoint"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+NodeEndpoint.NAME = "NodeEndpoint"
+NodeEndpoint.SPEC_NAME = "NodeEndpoint"
+NodeEndpoint.MIN_VERSION = 0
+NodeEndpoint.MAX_VERSION = 0
+NodeEndpoint.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -243,14 +249,15 @@ class ShareAcknowledgeResponse(Message):
     responses: list[ShareAcknowledgeTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareAcknowledgeResponse"
-    SPEC_NAME: ClassVar[str] = "ShareAcknowledgeResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 79
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ShareAcknowledgeResponse.NAME = "ShareAcknowledgeResponse"
+ShareAcknowledgeResponse.SPEC_NAME = "ShareAcknowledgeResponse"
+ShareAcknowledgeResponse.MIN_VERSION = 0
+ShareAcknowledgeResponse.MAX_VERSION = 0
+ShareAcknowledgeResponse.FLEXIBLE_MIN_VERSION = 0
+ShareAcknowledgeResponse.API_KEY = 79
+ShareAcknowledgeResponse.DEPRECATED_VERSIONS = None
+ShareAcknowledgeResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -266,7 +273,7 @@ def _w_AcknowledgementBatch_v0(buf: bytearray, o: AcknowledgementBatch) -> None:
 
 def _r_AcknowledgementBatch_v0(data: bytes, pos: int) -> tuple[AcknowledgementBatch, int]:
     _len = len(data)
-    _o1 = _new(AcknowledgementBatch)
+    _o1 = AcknowledgementBatch.__new__(AcknowledgementBatch)
     _o1.first_offset, _o1.last_offset = _S_qq.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -299,7 +306,7 @@ def _w_AcknowledgePartition_v0(buf: bytearray, o: AcknowledgePartition) -> None:
 
 def _r_AcknowledgePartition_v0(data: bytes, pos: int) -> tuple[AcknowledgePartition, int]:
     _len = len(data)
-    _o1 = _new(AcknowledgePartition)
+    _o1 = AcknowledgePartition.__new__(AcknowledgePartition)
     (_o1.partition_index,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -314,7 +321,7 @@ def _r_AcknowledgePartition_v0(data: bytes, pos: int) -> tuple[AcknowledgePartit
         raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
     _a3: list[AcknowledgementBatch] = []
     for _ in range(_n2):
-        _o5 = _new(AcknowledgementBatch)
+        _o5 = AcknowledgementBatch.__new__(AcknowledgementBatch)
         _o5.first_offset, _o5.last_offset = _S_qq.unpack_from(data, pos)
         pos += 16
         _n6 = data[pos]
@@ -353,7 +360,7 @@ def _w_AcknowledgeTopic_v0(buf: bytearray, o: AcknowledgeTopic) -> None:
 
 def _r_AcknowledgeTopic_v0(data: bytes, pos: int) -> tuple[AcknowledgeTopic, int]:
     _len = len(data)
-    _o1 = _new(AcknowledgeTopic)
+    _o1 = AcknowledgeTopic.__new__(AcknowledgeTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -369,7 +376,7 @@ def _r_AcknowledgeTopic_v0(data: bytes, pos: int) -> tuple[AcknowledgeTopic, int
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[AcknowledgePartition] = []
     for _ in range(_n2):
-        _o5 = _new(AcknowledgePartition)
+        _o5 = AcknowledgePartition.__new__(AcknowledgePartition)
         (_o5.partition_index,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
@@ -384,7 +391,7 @@ def _r_AcknowledgeTopic_v0(data: bytes, pos: int) -> tuple[AcknowledgeTopic, int
             raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
         _a7: list[AcknowledgementBatch] = []
         for _ in range(_n6):
-            _o9 = _new(AcknowledgementBatch)
+            _o9 = AcknowledgementBatch.__new__(AcknowledgementBatch)
             _o9.first_offset, _o9.last_offset = _S_qq.unpack_from(data, pos)
             pos += 16
             _n10 = data[pos]
@@ -445,7 +452,7 @@ def _w_ShareAcknowledgeRequest_v0(buf: bytearray, o: ShareAcknowledgeRequest) ->
 
 def _r_ShareAcknowledgeRequest_v0(data: bytes, pos: int) -> tuple[ShareAcknowledgeRequest, int]:
     _len = len(data)
-    _o1 = _new(ShareAcknowledgeRequest)
+    _o1 = ShareAcknowledgeRequest.__new__(ShareAcknowledgeRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -496,7 +503,7 @@ def _r_ShareAcknowledgeRequest_v0(data: bytes, pos: int) -> tuple[ShareAcknowled
         raise DecodeError("array count of topics exceeds the bytes left")
     _a7: list[AcknowledgeTopic] = []
     for _ in range(_n6):
-        _o9 = _new(AcknowledgeTopic)
+        _o9 = AcknowledgeTopic.__new__(AcknowledgeTopic)
         (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o9.topic_id = uuid_from_bytes(_s8_topic_id_raw)
@@ -512,7 +519,7 @@ def _r_ShareAcknowledgeRequest_v0(data: bytes, pos: int) -> tuple[ShareAcknowled
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[AcknowledgePartition] = []
         for _ in range(_n10):
-            _o13 = _new(AcknowledgePartition)
+            _o13 = AcknowledgePartition.__new__(AcknowledgePartition)
             (_o13.partition_index,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n14 = data[pos]
@@ -527,7 +534,7 @@ def _r_ShareAcknowledgeRequest_v0(data: bytes, pos: int) -> tuple[ShareAcknowled
                 raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
             _a15: list[AcknowledgementBatch] = []
             for _ in range(_n14):
-                _o17 = _new(AcknowledgementBatch)
+                _o17 = AcknowledgementBatch.__new__(AcknowledgementBatch)
                 _o17.first_offset, _o17.last_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
                 _n18 = data[pos]
@@ -574,7 +581,7 @@ def _w_LeaderIdAndEpoch_v0(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v0(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _o1 = _new(LeaderIdAndEpoch)
+    _o1 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
     _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
@@ -600,7 +607,7 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -621,7 +628,7 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
             raise DecodeError("error_message overruns the buffer")
         _o1.error_message = data[pos:_end3].decode()
         pos = _end3
-    _o5 = _new(LeaderIdAndEpoch)
+    _o5 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
     _o5.leader_id, _o5.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
@@ -647,7 +654,7 @@ def _w_ShareAcknowledgeTopicResponse_v0(buf: bytearray, o: ShareAcknowledgeTopic
 
 def _r_ShareAcknowledgeTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowledgeTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(ShareAcknowledgeTopicResponse)
+    _o1 = ShareAcknowledgeTopicResponse.__new__(ShareAcknowledgeTopicResponse)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -663,7 +670,7 @@ def _r_ShareAcknowledgeTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareAck
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionData)
+        _o5 = PartitionData.__new__(PartitionData)
         _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n6 = data[pos]
@@ -684,7 +691,7 @@ def _r_ShareAcknowledgeTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareAck
                 raise DecodeError("error_message overruns the buffer")
             _o5.error_message = data[pos:_end7].decode()
             pos = _end7
-        _o9 = _new(LeaderIdAndEpoch)
+        _o9 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
         _o9.leader_id, _o9.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         if data[pos]:
@@ -726,7 +733,7 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v0(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    _o1 = _new(NodeEndpoint)
+    _o1 = NodeEndpoint.__new__(NodeEndpoint)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -794,7 +801,7 @@ def _w_ShareAcknowledgeResponse_v0(buf: bytearray, o: ShareAcknowledgeResponse) 
 
 def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowledgeResponse, int]:
     _len = len(data)
-    _o1 = _new(ShareAcknowledgeResponse)
+    _o1 = ShareAcknowledgeResponse.__new__(ShareAcknowledgeResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -827,7 +834,7 @@ def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowle
         raise DecodeError("array count of responses exceeds the bytes left")
     _a5: list[ShareAcknowledgeTopicResponse] = []
     for _ in range(_n4):
-        _o7 = _new(ShareAcknowledgeTopicResponse)
+        _o7 = ShareAcknowledgeTopicResponse.__new__(ShareAcknowledgeTopicResponse)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
@@ -843,7 +850,7 @@ def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowle
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n12 = data[pos]
@@ -864,7 +871,7 @@ def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowle
                     raise DecodeError("error_message overruns the buffer")
                 _o11.error_message = data[pos:_end13].decode()
                 pos = _end13
-            _o15 = _new(LeaderIdAndEpoch)
+            _o15 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
             _o15.leader_id, _o15.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
@@ -896,7 +903,7 @@ def _r_ShareAcknowledgeResponse_v0(data: bytes, pos: int) -> tuple[ShareAcknowle
         raise DecodeError("array count of node_endpoints exceeds the bytes left")
     _a17: list[NodeEndpoint] = []
     for _ in range(_n16):
-        _o19 = _new(NodeEndpoint)
+        _o19 = NodeEndpoint.__new__(NodeEndpoint)
         (_o19.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n20 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -54,11 +52,12 @@ class AcknowledgementBatch(Struct):
     last_offset: int = 0
     acknowledge_types: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "AcknowledgementBatch"
-    SPEC_NAME: ClassVar[str] = "AcknowledgementBatch"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AcknowledgementBatch.NAME = "AcknowledgementBatch"
+AcknowledgementBatch.SPEC_NAME = "AcknowledgementBatch"
+AcknowledgementBatch.MIN_VERSION = 0
+AcknowledgementBatch.MAX_VERSION = 0
+AcknowledgementBatch.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -77,11 +76,12 @@ class FetchPartition(Struct):
     partition_max_bytes: int = 0
     acknowledgement_batches: list[AcknowledgementBatch] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FetchPartition"
-    SPEC_NAME: ClassVar[str] = "FetchPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+FetchPartition.NAME = "FetchPartition"
+FetchPartition.SPEC_NAME = "FetchPartition"
+FetchPartition.MIN_VERSION = 0
+FetchPartition.MAX_VERSION = 0
+FetchPartition.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -96,11 +96,12 @@ class FetchTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[FetchPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "FetchTopic"
-    SPEC_NAME: ClassVar[str] = "FetchTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+FetchTopic.NAME = "FetchTopic"
+FetchTopic.SPEC_NAME = "FetchTopic"
+FetchTopic.MIN_VERSION = 0
+FetchTopic.MAX_VERSION = 0
+FetchTopic.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -115,11 +116,12 @@ class ForgottenTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ForgottenTopic"
-    SPEC_NAME: ClassVar[str] = "ForgottenTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ForgottenTopic.NAME = "ForgottenTopic"
+ForgottenTopic.SPEC_NAME = "ForgottenTopic"
+ForgottenTopic.MIN_VERSION = 0
+ForgottenTopic.MAX_VERSION = 0
+ForgottenTopic.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -152,14 +154,15 @@ class ShareFetchRequest(Message):
     topics: list[FetchTopic] = field(default_factory=list)
     forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareFetchRequest"
-    SPEC_NAME: ClassVar[str] = "ShareFetchRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 78
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+ShareFetchRequest.NAME = "ShareFetchRequest"
+ShareFetchRequest.SPEC_NAME = "ShareFetchRequest"
+ShareFetchRequest.MIN_VERSION = 0
+ShareFetchRequest.MAX_VERSION = 0
+ShareFetchRequest.FLEXIBLE_MIN_VERSION = 0
+ShareFetchRequest.API_KEY = 78
+ShareFetchRequest.DEPRECATED_VERSIONS = None
+ShareFetchRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -174,11 +177,12 @@ class LeaderIdAndEpoch(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
-    NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    SPEC_NAME: ClassVar[str] = "LeaderIdAndEpoch"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.SPEC_NAME = "LeaderIdAndEpoch"
+LeaderIdAndEpoch.MIN_VERSION = 0
+LeaderIdAndEpoch.MAX_VERSION = 0
+LeaderIdAndEpoch.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -195,11 +199,12 @@ class AcquiredRecords(Struct):
     last_offset: int = 0
     delivery_count: int = 0
 
-    NAME: ClassVar[str] = "AcquiredRecords"
-    SPEC_NAME: ClassVar[str] = "AcquiredRecords"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+AcquiredRecords.NAME = "AcquiredRecords"
+AcquiredRecords.SPEC_NAME = "AcquiredRecords"
+AcquiredRecords.MIN_VERSION = 0
+AcquiredRecords.MAX_VERSION = 0
+AcquiredRecords.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -227,11 +232,12 @@ class PartitionData(Struct):
     records: bytes | None = b""
     acquired_records: list[AcquiredRecords] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "PartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionData.NAME = "PartitionData"
+PartitionData.SPEC_NAME = "PartitionData"
+PartitionData.MIN_VERSION = 0
+PartitionData.MAX_VERSION = 0
+PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -246,11 +252,12 @@ class ShareFetchableTopicResponse(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareFetchableTopicResponse"
-    SPEC_NAME: ClassVar[str] = "ShareFetchableTopicResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ShareFetchableTopicResponse.NAME = "ShareFetchableTopicResponse"
+ShareFetchableTopicResponse.SPEC_NAME = "ShareFetchableTopicResponse"
+ShareFetchableTopicResponse.MIN_VERSION = 0
+ShareFetchableTopicResponse.MAX_VERSION = 0
+ShareFetchableTopicResponse.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -269,11 +276,12 @@ class NodeEndpoint(Struct):
     port: int = 0
     rack: str | None = None
 
-    NAME: ClassVar[str] = "NodeEndpoint"
-    SPEC_NAME: ClassVar[str] = "NodeEndpoint"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+NodeEndpoint.NAME = "NodeEndpoint"
+NodeEndpoint.SPEC_NAME = "NodeEndpoint"
+NodeEndpoint.MIN_VERSION = 0
+NodeEndpoint.MAX_VERSION = 0
+NodeEndpoint.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -310,14 +318,15 @@ class ShareFetchResponse(Message):
     responses: list[ShareFetchableTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareFetchResponse"
-    SPEC_NAME: ClassVar[str] = "ShareFetchResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 78
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ShareFetchResponse.NAME = "ShareFetchResponse"
+ShareFetchResponse.SPEC_NAME = "ShareFetchResponse"
+ShareFetchResponse.MIN_VERSION = 0
+ShareFetchResponse.MAX_VERSION = 0
+ShareFetchResponse.FLEXIBLE_MIN_VERSION = 0
+ShareFetchResponse.API_KEY = 78
+ShareFetchResponse.DEPRECATED_VERSIONS = None
+ShareFetchResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -333,7 +342,7 @@ def _w_AcknowledgementBatch_v0(buf: bytearray, o: AcknowledgementBatch) -> None:
 
 def _r_AcknowledgementBatch_v0(data: bytes, pos: int) -> tuple[AcknowledgementBatch, int]:
     _len = len(data)
-    _o1 = _new(AcknowledgementBatch)
+    _o1 = AcknowledgementBatch.__new__(AcknowledgementBatch)
     _o1.first_offset, _o1.last_offset = _S_qq.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -366,7 +375,7 @@ def _w_FetchPartition_v0(buf: bytearray, o: FetchPartition) -> None:
 
 def _r_FetchPartition_v0(data: bytes, pos: int) -> tuple[FetchPartition, int]:
     _len = len(data)
-    _o1 = _new(FetchPartition)
+    _o1 = FetchPartition.__new__(FetchPartition)
     _o1.partition_index, _o1.partition_max_bytes = _S_ii.unpack_from(data, pos)
     pos += 8
     _n2 = data[pos]
@@ -381,7 +390,7 @@ def _r_FetchPartition_v0(data: bytes, pos: int) -> tuple[FetchPartition, int]:
         raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
     _a3: list[AcknowledgementBatch] = []
     for _ in range(_n2):
-        _o5 = _new(AcknowledgementBatch)
+        _o5 = AcknowledgementBatch.__new__(AcknowledgementBatch)
         _o5.first_offset, _o5.last_offset = _S_qq.unpack_from(data, pos)
         pos += 16
         _n6 = data[pos]
@@ -420,7 +429,7 @@ def _w_FetchTopic_v0(buf: bytearray, o: FetchTopic) -> None:
 
 def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
     _len = len(data)
-    _o1 = _new(FetchTopic)
+    _o1 = FetchTopic.__new__(FetchTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -436,7 +445,7 @@ def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[FetchPartition] = []
     for _ in range(_n2):
-        _o5 = _new(FetchPartition)
+        _o5 = FetchPartition.__new__(FetchPartition)
         _o5.partition_index, _o5.partition_max_bytes = _S_ii.unpack_from(data, pos)
         pos += 8
         _n6 = data[pos]
@@ -451,7 +460,7 @@ def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
             raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
         _a7: list[AcknowledgementBatch] = []
         for _ in range(_n6):
-            _o9 = _new(AcknowledgementBatch)
+            _o9 = AcknowledgementBatch.__new__(AcknowledgementBatch)
             _o9.first_offset, _o9.last_offset = _S_qq.unpack_from(data, pos)
             pos += 16
             _n10 = data[pos]
@@ -495,7 +504,7 @@ def _w_ForgottenTopic_v0(buf: bytearray, o: ForgottenTopic) -> None:
 
 def _r_ForgottenTopic_v0(data: bytes, pos: int) -> tuple[ForgottenTopic, int]:
     _len = len(data)
-    _o1 = _new(ForgottenTopic)
+    _o1 = ForgottenTopic.__new__(ForgottenTopic)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -549,7 +558,7 @@ def _w_ShareFetchRequest_v0(buf: bytearray, o: ShareFetchRequest) -> None:
 
 def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, int]:
     _len = len(data)
-    _o1 = _new(ShareFetchRequest)
+    _o1 = ShareFetchRequest.__new__(ShareFetchRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -600,7 +609,7 @@ def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, i
         raise DecodeError("array count of topics exceeds the bytes left")
     _a7: list[FetchTopic] = []
     for _ in range(_n6):
-        _o9 = _new(FetchTopic)
+        _o9 = FetchTopic.__new__(FetchTopic)
         (_s8_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o9.topic_id = uuid_from_bytes(_s8_topic_id_raw)
@@ -616,7 +625,7 @@ def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, i
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[FetchPartition] = []
         for _ in range(_n10):
-            _o13 = _new(FetchPartition)
+            _o13 = FetchPartition.__new__(FetchPartition)
             _o13.partition_index, _o13.partition_max_bytes = _S_ii.unpack_from(data, pos)
             pos += 8
             _n14 = data[pos]
@@ -631,7 +640,7 @@ def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, i
                 raise DecodeError("array count of acknowledgement_batches exceeds the bytes left")
             _a15: list[AcknowledgementBatch] = []
             for _ in range(_n14):
-                _o17 = _new(AcknowledgementBatch)
+                _o17 = AcknowledgementBatch.__new__(AcknowledgementBatch)
                 _o17.first_offset, _o17.last_offset = _S_qq.unpack_from(data, pos)
                 pos += 16
                 _n18 = data[pos]
@@ -676,7 +685,7 @@ def _r_ShareFetchRequest_v0(data: bytes, pos: int) -> tuple[ShareFetchRequest, i
         raise DecodeError("array count of forgotten_topics_data exceeds the bytes left")
     _a20: list[ForgottenTopic] = []
     for _ in range(_n19):
-        _o22 = _new(ForgottenTopic)
+        _o22 = ForgottenTopic.__new__(ForgottenTopic)
         (_s21_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o22.topic_id = uuid_from_bytes(_s21_topic_id_raw)
@@ -712,7 +721,7 @@ def _w_LeaderIdAndEpoch_v0(buf: bytearray, o: LeaderIdAndEpoch) -> None:
 
 def _r_LeaderIdAndEpoch_v0(data: bytes, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     _len = len(data)
-    _o1 = _new(LeaderIdAndEpoch)
+    _o1 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
     _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
@@ -729,7 +738,7 @@ def _w_AcquiredRecords_v0(buf: bytearray, o: AcquiredRecords) -> None:
 
 def _r_AcquiredRecords_v0(data: bytes, pos: int) -> tuple[AcquiredRecords, int]:
     _len = len(data)
-    _o1 = _new(AcquiredRecords)
+    _o1 = AcquiredRecords.__new__(AcquiredRecords)
     _o1.first_offset, _o1.last_offset, _o1.delivery_count = _S_qqh.unpack_from(data, pos)
     pos += 18
     if data[pos]:
@@ -773,7 +782,7 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -814,7 +823,7 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
             raise DecodeError("acknowledge_error_message overruns the buffer")
         _o1.acknowledge_error_message = data[pos:_end5].decode()
         pos = _end5
-    _o7 = _new(LeaderIdAndEpoch)
+    _o7 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
     _o7.leader_id, _o7.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     if data[pos]:
@@ -850,7 +859,7 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
         raise DecodeError("array count of acquired_records exceeds the bytes left")
     _a11: list[AcquiredRecords] = []
     for _ in range(_n10):
-        _o13 = _new(AcquiredRecords)
+        _o13 = AcquiredRecords.__new__(AcquiredRecords)
         _o13.first_offset, _o13.last_offset, _o13.delivery_count = _S_qqh.unpack_from(data, pos)
         pos += 18
         if data[pos]:
@@ -877,7 +886,7 @@ def _w_ShareFetchableTopicResponse_v0(buf: bytearray, o: ShareFetchableTopicResp
 
 def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchableTopicResponse, int]:
     _len = len(data)
-    _o1 = _new(ShareFetchableTopicResponse)
+    _o1 = ShareFetchableTopicResponse.__new__(ShareFetchableTopicResponse)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -893,7 +902,7 @@ def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetch
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionData)
+        _o5 = PartitionData.__new__(PartitionData)
         _o5.partition_index, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n6 = data[pos]
@@ -934,7 +943,7 @@ def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetch
                 raise DecodeError("acknowledge_error_message overruns the buffer")
             _o5.acknowledge_error_message = data[pos:_end9].decode()
             pos = _end9
-        _o11 = _new(LeaderIdAndEpoch)
+        _o11 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
         _o11.leader_id, _o11.leader_epoch = _S_ii.unpack_from(data, pos)
         pos += 8
         if data[pos]:
@@ -970,7 +979,7 @@ def _r_ShareFetchableTopicResponse_v0(data: bytes, pos: int) -> tuple[ShareFetch
             raise DecodeError("array count of acquired_records exceeds the bytes left")
         _a15: list[AcquiredRecords] = []
         for _ in range(_n14):
-            _o17 = _new(AcquiredRecords)
+            _o17 = AcquiredRecords.__new__(AcquiredRecords)
             _o17.first_offset, _o17.last_offset, _o17.delivery_count = _S_qqh.unpack_from(data, pos)
             pos += 18
             if data[pos]:
@@ -1013,7 +1022,7 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v0(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    _o1 = _new(NodeEndpoint)
+    _o1 = NodeEndpoint.__new__(NodeEndpoint)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1081,7 +1090,7 @@ def _w_ShareFetchResponse_v0(buf: bytearray, o: ShareFetchResponse) -> None:
 
 def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse, int]:
     _len = len(data)
-    _o1 = _new(ShareFetchResponse)
+    _o1 = ShareFetchResponse.__new__(ShareFetchResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -1114,7 +1123,7 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
         raise DecodeError("array count of responses exceeds the bytes left")
     _a5: list[ShareFetchableTopicResponse] = []
     for _ in range(_n4):
-        _o7 = _new(ShareFetchableTopicResponse)
+        _o7 = ShareFetchableTopicResponse.__new__(ShareFetchableTopicResponse)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
@@ -1130,7 +1139,7 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n12 = data[pos]
@@ -1171,7 +1180,7 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
                     raise DecodeError("acknowledge_error_message overruns the buffer")
                 _o11.acknowledge_error_message = data[pos:_end15].decode()
                 pos = _end15
-            _o17 = _new(LeaderIdAndEpoch)
+            _o17 = LeaderIdAndEpoch.__new__(LeaderIdAndEpoch)
             _o17.leader_id, _o17.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             if data[pos]:
@@ -1207,7 +1216,7 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
                 raise DecodeError("array count of acquired_records exceeds the bytes left")
             _a21: list[AcquiredRecords] = []
             for _ in range(_n20):
-                _o23 = _new(AcquiredRecords)
+                _o23 = AcquiredRecords.__new__(AcquiredRecords)
                 _o23.first_offset, _o23.last_offset, _o23.delivery_count = _S_qqh.unpack_from(data, pos)
                 pos += 18
                 if data[pos]:
@@ -1240,7 +1249,7 @@ def _r_ShareFetchResponse_v0(data: bytes, pos: int) -> tuple[ShareFetchResponse,
         raise DecodeError("array count of node_endpoints exceeds the bytes left")
     _a25: list[NodeEndpoint] = []
     for _ in range(_n24):
-        _o27 = _new(NodeEndpoint)
+        _o27 = NodeEndpoint.__new__(NodeEndpoint)
         (_o27.node_id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n28 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -52,14 +50,15 @@ class ShareGroupDescribeRequest(Message):
     group_ids: list[str] = field(default_factory=list)
     include_authorized_operations: bool = False
 
-    NAME: ClassVar[str] = "ShareGroupDescribeRequest"
-    SPEC_NAME: ClassVar[str] = "ShareGroupDescribeRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 77
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+ShareGroupDescribeRequest.NAME = "ShareGroupDescribeRequest"
+ShareGroupDescribeRequest.SPEC_NAME = "ShareGroupDescribeRequest"
+ShareGroupDescribeRequest.MIN_VERSION = 0
+ShareGroupDescribeRequest.MAX_VERSION = 0
+ShareGroupDescribeRequest.FLEXIBLE_MIN_VERSION = 0
+ShareGroupDescribeRequest.API_KEY = 77
+ShareGroupDescribeRequest.DEPRECATED_VERSIONS = None
+ShareGroupDescribeRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -76,11 +75,12 @@ class TopicPartitions(Struct):
     topic_name: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicPartitions"
-    SPEC_NAME: ClassVar[str] = "TopicPartitions"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicPartitions.NAME = "TopicPartitions"
+TopicPartitions.SPEC_NAME = "TopicPartitions"
+TopicPartitions.MIN_VERSION = 0
+TopicPartitions.MAX_VERSION = 0
+TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -93,11 +93,12 @@ class Assignment(Struct):
 
     topic_partitions: list[TopicPartitions] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "Assignment"
-    SPEC_NAME: ClassVar[str] = "Assignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Assignment.NAME = "Assignment"
+Assignment.SPEC_NAME = "Assignment"
+Assignment.MIN_VERSION = 0
+Assignment.MAX_VERSION = 0
+Assignment.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -122,11 +123,12 @@ class Member(Struct):
     subscribed_topic_names: list[str] = field(default_factory=list)
     assignment: Assignment = field(default_factory=Assignment)
 
-    NAME: ClassVar[str] = "Member"
-    SPEC_NAME: ClassVar[str] = "Member"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Member.NAME = "Member"
+Member.SPEC_NAME = "Member"
+Member.MIN_VERSION = 0
+Member.MAX_VERSION = 0
+Member.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -155,11 +157,12 @@ class DescribedGroup(Struct):
     members: list[Member] = field(default_factory=list)
     authorized_operations: int = -2147483648
 
-    NAME: ClassVar[str] = "DescribedGroup"
-    SPEC_NAME: ClassVar[str] = "DescribedGroup"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+DescribedGroup.NAME = "DescribedGroup"
+DescribedGroup.SPEC_NAME = "DescribedGroup"
+DescribedGroup.MIN_VERSION = 0
+DescribedGroup.MAX_VERSION = 0
+DescribedGroup.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -184,14 +187,15 @@ class ShareGroupDescribeResponse(Message):
     throttle_time_ms: int = 0
     groups: list[DescribedGroup] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareGroupDescribeResponse"
-    SPEC_NAME: ClassVar[str] = "ShareGroupDescribeResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 77
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ShareGroupDescribeResponse.NAME = "ShareGroupDescribeResponse"
+ShareGroupDescribeResponse.SPEC_NAME = "ShareGroupDescribeResponse"
+ShareGroupDescribeResponse.MIN_VERSION = 0
+ShareGroupDescribeResponse.MAX_VERSION = 0
+ShareGroupDescribeResponse.FLEXIBLE_MIN_VERSION = 0
+ShareGroupDescribeResponse.API_KEY = 77
+ShareGroupDescribeResponse.DEPRECATED_VERSIONS = None
+ShareGroupDescribeResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -214,7 +218,7 @@ def _w_ShareGroupDescribeRequest_v0(buf: bytearray, o: ShareGroupDescribeRequest
 
 def _r_ShareGroupDescribeRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupDescribeRequest, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupDescribeRequest)
+    _o1 = ShareGroupDescribeRequest.__new__(ShareGroupDescribeRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -268,7 +272,7 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
-    _o1 = _new(TopicPartitions)
+    _o1 = TopicPartitions.__new__(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -316,7 +320,7 @@ def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
 
 def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
     _len = len(data)
-    _o1 = _new(Assignment)
+    _o1 = Assignment.__new__(Assignment)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -329,7 +333,7 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a3: list[TopicPartitions] = []
     for _ in range(_n2):
-        _o5 = _new(TopicPartitions)
+        _o5 = TopicPartitions.__new__(TopicPartitions)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -412,7 +416,7 @@ def _w_Member_v0(buf: bytearray, o: Member) -> None:
 
 def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
     _len = len(data)
-    _o1 = _new(Member)
+    _o1 = Member.__new__(Member)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -507,7 +511,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         pos = _end14
         _a11.append(_e12)
     _o1.subscribed_topic_names = _a11
-    _o16 = _new(Assignment)
+    _o16 = Assignment.__new__(Assignment)
     _n17 = data[pos]
     if _n17 < 128:
         pos += 1
@@ -520,7 +524,7 @@ def _r_Member_v0(data: bytes, pos: int) -> tuple[Member, int]:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a18: list[TopicPartitions] = []
     for _ in range(_n17):
-        _o20 = _new(TopicPartitions)
+        _o20 = TopicPartitions.__new__(TopicPartitions)
         (_s19_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o20.topic_id = uuid_from_bytes(_s19_topic_id_raw)
@@ -605,7 +609,7 @@ def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
 
 def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
     _len = len(data)
-    _o1 = _new(DescribedGroup)
+    _o1 = DescribedGroup.__new__(DescribedGroup)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -685,7 +689,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
         raise DecodeError("array count of members exceeds the bytes left")
     _a11: list[Member] = []
     for _ in range(_n10):
-        _o13 = _new(Member)
+        _o13 = Member.__new__(Member)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -780,7 +784,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             pos = _end26
             _a23.append(_e24)
         _o13.subscribed_topic_names = _a23
-        _o28 = _new(Assignment)
+        _o28 = Assignment.__new__(Assignment)
         _n29 = data[pos]
         if _n29 < 128:
             pos += 1
@@ -793,7 +797,7 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
         _a30: list[TopicPartitions] = []
         for _ in range(_n29):
-            _o32 = _new(TopicPartitions)
+            _o32 = TopicPartitions.__new__(TopicPartitions)
             (_s31_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o32.topic_id = uuid_from_bytes(_s31_topic_id_raw)
@@ -861,7 +865,7 @@ def _w_ShareGroupDescribeResponse_v0(buf: bytearray, o: ShareGroupDescribeRespon
 
 def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupDescribeResponse, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupDescribeResponse)
+    _o1 = ShareGroupDescribeResponse.__new__(ShareGroupDescribeResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -876,7 +880,7 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
         raise DecodeError("array count of groups exceeds the bytes left")
     _a3: list[DescribedGroup] = []
     for _ in range(_n2):
-        _o5 = _new(DescribedGroup)
+        _o5 = DescribedGroup.__new__(DescribedGroup)
         (_o5.error_code,) = _S_h.unpack_from(data, pos)
         pos += 2
         _n6 = data[pos]
@@ -956,7 +960,7 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
             raise DecodeError("array count of members exceeds the bytes left")
         _a15: list[Member] = []
         for _ in range(_n14):
-            _o17 = _new(Member)
+            _o17 = Member.__new__(Member)
             _n18 = data[pos]
             if _n18 < 128:
                 pos += 1
@@ -1051,7 +1055,7 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
                 pos = _end30
                 _a27.append(_e28)
             _o17.subscribed_topic_names = _a27
-            _o32 = _new(Assignment)
+            _o32 = Assignment.__new__(Assignment)
             _n33 = data[pos]
             if _n33 < 128:
                 pos += 1
@@ -1064,7 +1068,7 @@ def _r_ShareGroupDescribeResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupD
                 raise DecodeError("array count of topic_partitions exceeds the bytes left")
             _a34: list[TopicPartitions] = []
             for _ in range(_n33):
-                _o36 = _new(TopicPartitions)
+                _o36 = TopicPartitions.__new__(TopicPartitions)
                 (_s35_topic_id_raw,) = _S_16s.unpack_from(data, pos)
                 pos += 16
                 _o36.topic_id = uuid_from_bytes(_s35_topic_id_raw)

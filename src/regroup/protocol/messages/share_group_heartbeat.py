@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -60,14 +58,15 @@ class ShareGroupHeartbeatRequest(Message):
     rack_id: str | None = None
     subscribed_topic_names: list[str] | None = None
 
-    NAME: ClassVar[str] = "ShareGroupHeartbeatRequest"
-    SPEC_NAME: ClassVar[str] = "ShareGroupHeartbeatRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 76
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+ShareGroupHeartbeatRequest.NAME = "ShareGroupHeartbeatRequest"
+ShareGroupHeartbeatRequest.SPEC_NAME = "ShareGroupHeartbeatRequest"
+ShareGroupHeartbeatRequest.MIN_VERSION = 0
+ShareGroupHeartbeatRequest.MAX_VERSION = 0
+ShareGroupHeartbeatRequest.FLEXIBLE_MIN_VERSION = 0
+ShareGroupHeartbeatRequest.API_KEY = 76
+ShareGroupHeartbeatRequest.DEPRECATED_VERSIONS = None
+ShareGroupHeartbeatRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -82,11 +81,12 @@ class TopicPartitions(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicPartitions"
-    SPEC_NAME: ClassVar[str] = "TopicPartitions"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicPartitions.NAME = "TopicPartitions"
+TopicPartitions.SPEC_NAME = "TopicPartitions"
+TopicPartitions.MIN_VERSION = 0
+TopicPartitions.MAX_VERSION = 0
+TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -99,11 +99,12 @@ class Assignment(Struct):
 
     topic_partitions: list[TopicPartitions] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "Assignment"
-    SPEC_NAME: ClassVar[str] = "Assignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Assignment.NAME = "Assignment"
+Assignment.SPEC_NAME = "Assignment"
+Assignment.MIN_VERSION = 0
+Assignment.MAX_VERSION = 0
+Assignment.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -139,14 +140,15 @@ class ShareGroupHeartbeatResponse(Message):
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
 
-    NAME: ClassVar[str] = "ShareGroupHeartbeatResponse"
-    SPEC_NAME: ClassVar[str] = "ShareGroupHeartbeatResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 76
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+ShareGroupHeartbeatResponse.NAME = "ShareGroupHeartbeatResponse"
+ShareGroupHeartbeatResponse.SPEC_NAME = "ShareGroupHeartbeatResponse"
+ShareGroupHeartbeatResponse.MIN_VERSION = 0
+ShareGroupHeartbeatResponse.MAX_VERSION = 0
+ShareGroupHeartbeatResponse.FLEXIBLE_MIN_VERSION = 0
+ShareGroupHeartbeatResponse.API_KEY = 76
+ShareGroupHeartbeatResponse.DEPRECATED_VERSIONS = None
+ShareGroupHeartbeatResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -188,7 +190,7 @@ def _w_ShareGroupHeartbeatRequest_v0(buf: bytearray, o: ShareGroupHeartbeatReque
 
 def _r_ShareGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupHeartbeatRequest, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupHeartbeatRequest)
+    _o1 = ShareGroupHeartbeatRequest.__new__(ShareGroupHeartbeatRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -288,7 +290,7 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
-    _o1 = _new(TopicPartitions)
+    _o1 = TopicPartitions.__new__(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -321,7 +323,7 @@ def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
 
 def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
     _len = len(data)
-    _o1 = _new(Assignment)
+    _o1 = Assignment.__new__(Assignment)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -334,7 +336,7 @@ def _r_Assignment_v0(data: bytes, pos: int) -> tuple[Assignment, int]:
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a3: list[TopicPartitions] = []
     for _ in range(_n2):
-        _o5 = _new(TopicPartitions)
+        _o5 = TopicPartitions.__new__(TopicPartitions)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -392,7 +394,7 @@ def _w_ShareGroupHeartbeatResponse_v0(buf: bytearray, o: ShareGroupHeartbeatResp
 
 def _r_ShareGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[ShareGroupHeartbeatResponse, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupHeartbeatResponse)
+    _o1 = ShareGroupHeartbeatResponse.__new__(ShareGroupHeartbeatResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -438,7 +440,7 @@ def _r_ShareGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[ShareGroup
     if _m6 < 0:
         _o1.assignment = None
     else:
-        _o8 = _new(Assignment)
+        _o8 = Assignment.__new__(Assignment)
         _n9 = data[pos]
         if _n9 < 128:
             pos += 1
@@ -451,7 +453,7 @@ def _r_ShareGroupHeartbeatResponse_v0(data: bytes, pos: int) -> tuple[ShareGroup
             raise DecodeError("array count of topic_partitions exceeds the bytes left")
         _a10: list[TopicPartitions] = []
         for _ in range(_n9):
-            _o12 = _new(TopicPartitions)
+            _o12 = TopicPartitions.__new__(TopicPartitions)
             (_s11_topic_id_raw,) = _S_16s.unpack_from(data, pos)
             pos += 16
             _o12.topic_id = uuid_from_bytes(_s11_topic_id_raw)

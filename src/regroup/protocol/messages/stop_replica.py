@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -50,11 +48,12 @@ class StopReplicaPartitionV0(Struct):
     topic_name: str = ""
     partition_index: int = 0
 
-    NAME: ClassVar[str] = "StopReplicaPartitionV0"
-    SPEC_NAME: ClassVar[str] = "StopReplicaPartitionV0"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+StopReplicaPartitionV0.NAME = "StopReplicaPartitionV0"
+StopReplicaPartitionV0.SPEC_NAME = "StopReplicaPartitionV0"
+StopReplicaPartitionV0.MIN_VERSION = 0
+StopReplicaPartitionV0.MAX_VERSION = 0
+StopReplicaPartitionV0.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -69,11 +68,12 @@ class StopReplicaTopicV1(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "StopReplicaTopicV1"
-    SPEC_NAME: ClassVar[str] = "StopReplicaTopicV1"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+StopReplicaTopicV1.NAME = "StopReplicaTopicV1"
+StopReplicaTopicV1.SPEC_NAME = "StopReplicaTopicV1"
+StopReplicaTopicV1.MIN_VERSION = 1
+StopReplicaTopicV1.MAX_VERSION = 2
+StopReplicaTopicV1.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -90,11 +90,12 @@ class StopReplicaPartitionState(Struct):
     leader_epoch: int = -1
     delete_partition: bool = False
 
-    NAME: ClassVar[str] = "StopReplicaPartitionState"
-    SPEC_NAME: ClassVar[str] = "StopReplicaPartitionState"
-    MIN_VERSION: ClassVar[int] = 3
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+StopReplicaPartitionState.NAME = "StopReplicaPartitionState"
+StopReplicaPartitionState.SPEC_NAME = "StopReplicaPartitionState"
+StopReplicaPartitionState.MIN_VERSION = 3
+StopReplicaPartitionState.MAX_VERSION = 4
+StopReplicaPartitionState.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -109,11 +110,12 @@ class StopReplicaTopicState(Struct):
     topic_name: str = ""
     partition_states: list[StopReplicaPartitionState] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "StopReplicaTopicState"
-    SPEC_NAME: ClassVar[str] = "StopReplicaTopicState"
-    MIN_VERSION: ClassVar[int] = 3
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+StopReplicaTopicState.NAME = "StopReplicaTopicState"
+StopReplicaTopicState.SPEC_NAME = "StopReplicaTopicState"
+StopReplicaTopicState.MIN_VERSION = 3
+StopReplicaTopicState.MAX_VERSION = 4
+StopReplicaTopicState.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -149,14 +151,15 @@ class StopReplicaRequest(Message):
     topics: list[StopReplicaTopicV1] = field(default_factory=list)
     topic_states: list[StopReplicaTopicState] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "StopReplicaRequest"
-    SPEC_NAME: ClassVar[str] = "StopReplicaRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 5
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+StopReplicaRequest.NAME = "StopReplicaRequest"
+StopReplicaRequest.SPEC_NAME = "StopReplicaRequest"
+StopReplicaRequest.MIN_VERSION = 0
+StopReplicaRequest.MAX_VERSION = 4
+StopReplicaRequest.FLEXIBLE_MIN_VERSION = 2
+StopReplicaRequest.API_KEY = 5
+StopReplicaRequest.DEPRECATED_VERSIONS = None
+StopReplicaRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -173,11 +176,12 @@ class StopReplicaPartitionError(Struct):
     partition_index: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "StopReplicaPartitionError"
-    SPEC_NAME: ClassVar[str] = "StopReplicaPartitionError"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
+
+StopReplicaPartitionError.NAME = "StopReplicaPartitionError"
+StopReplicaPartitionError.SPEC_NAME = "StopReplicaPartitionError"
+StopReplicaPartitionError.MIN_VERSION = 0
+StopReplicaPartitionError.MAX_VERSION = 4
+StopReplicaPartitionError.FLEXIBLE_MIN_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -198,14 +202,15 @@ class StopReplicaResponse(Message):
     error_code: int = 0
     partition_errors: list[StopReplicaPartitionError] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "StopReplicaResponse"
-    SPEC_NAME: ClassVar[str] = "StopReplicaResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
-    API_KEY: ClassVar[int] = 5
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+StopReplicaResponse.NAME = "StopReplicaResponse"
+StopReplicaResponse.SPEC_NAME = "StopReplicaResponse"
+StopReplicaResponse.MIN_VERSION = 0
+StopReplicaResponse.MAX_VERSION = 4
+StopReplicaResponse.FLEXIBLE_MIN_VERSION = 2
+StopReplicaResponse.API_KEY = 5
+StopReplicaResponse.DEPRECATED_VERSIONS = None
+StopReplicaResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -220,7 +225,7 @@ def _w_StopReplicaPartitionV0_v0(buf: bytearray, o: StopReplicaPartitionV0) -> N
 
 def _r_StopReplicaPartitionV0_v0(data: bytes, pos: int) -> tuple[StopReplicaPartitionV0, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaPartitionV0)
+    _o1 = StopReplicaPartitionV0.__new__(StopReplicaPartitionV0)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -258,7 +263,7 @@ def _w_StopReplicaTopicV1_v2(buf: bytearray, o: StopReplicaTopicV1) -> None:
 
 def _r_StopReplicaTopicV1_v1(data: bytes, pos: int) -> tuple[StopReplicaTopicV1, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaTopicV1)
+    _o1 = StopReplicaTopicV1.__new__(StopReplicaTopicV1)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -281,7 +286,7 @@ def _r_StopReplicaTopicV1_v1(data: bytes, pos: int) -> tuple[StopReplicaTopicV1,
 
 def _r_StopReplicaTopicV1_v2(data: bytes, pos: int) -> tuple[StopReplicaTopicV1, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaTopicV1)
+    _o1 = StopReplicaTopicV1.__new__(StopReplicaTopicV1)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -325,7 +330,7 @@ def _w_StopReplicaPartitionState_v3(buf: bytearray, o: StopReplicaPartitionState
 
 def _r_StopReplicaPartitionState_v3(data: bytes, pos: int) -> tuple[StopReplicaPartitionState, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaPartitionState)
+    _o1 = StopReplicaPartitionState.__new__(StopReplicaPartitionState)
     _o1.partition_index, _o1.leader_epoch, _o1.delete_partition = _S_iio.unpack_from(data, pos)
     pos += 9
     if data[pos]:
@@ -350,7 +355,7 @@ def _w_StopReplicaTopicState_v3(buf: bytearray, o: StopReplicaTopicState) -> Non
 
 def _r_StopReplicaTopicState_v3(data: bytes, pos: int) -> tuple[StopReplicaTopicState, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaTopicState)
+    _o1 = StopReplicaTopicState.__new__(StopReplicaTopicState)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -378,7 +383,7 @@ def _r_StopReplicaTopicState_v3(data: bytes, pos: int) -> tuple[StopReplicaTopic
         raise DecodeError("array count of partition_states exceeds the bytes left")
     _a5: list[StopReplicaPartitionState] = []
     for _ in range(_n4):
-        _o7 = _new(StopReplicaPartitionState)
+        _o7 = StopReplicaPartitionState.__new__(StopReplicaPartitionState)
         _o7.partition_index, _o7.leader_epoch, _o7.delete_partition = _S_iio.unpack_from(data, pos)
         pos += 9
         if data[pos]:
@@ -479,7 +484,7 @@ def _w_StopReplicaRequest_v4(buf: bytearray, o: StopReplicaRequest) -> None:
 
 def _r_StopReplicaRequest_v0(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaRequest)
+    _o1 = StopReplicaRequest.__new__(StopReplicaRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.delete_partitions = _S_iio.unpack_from(data, pos)
     pos += 9
     (_n2,) = _I32.unpack_from(data, pos)
@@ -490,7 +495,7 @@ def _r_StopReplicaRequest_v0(data: bytes, pos: int) -> tuple[StopReplicaRequest,
         raise DecodeError("array count of ungrouped_partitions exceeds the bytes left")
     _a3: list[StopReplicaPartitionV0] = []
     for _ in range(_n2):
-        _o5 = _new(StopReplicaPartitionV0)
+        _o5 = StopReplicaPartitionV0.__new__(StopReplicaPartitionV0)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -513,7 +518,7 @@ def _r_StopReplicaRequest_v0(data: bytes, pos: int) -> tuple[StopReplicaRequest,
 
 def _r_StopReplicaRequest_v1(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaRequest)
+    _o1 = StopReplicaRequest.__new__(StopReplicaRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch, _o1.delete_partitions = _S_iiqo.unpack_from(
         data, pos
     )
@@ -526,7 +531,7 @@ def _r_StopReplicaRequest_v1(data: bytes, pos: int) -> tuple[StopReplicaRequest,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[StopReplicaTopicV1] = []
     for _ in range(_n2):
-        _o5 = _new(StopReplicaTopicV1)
+        _o5 = StopReplicaTopicV1.__new__(StopReplicaTopicV1)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -554,7 +559,7 @@ def _r_StopReplicaRequest_v1(data: bytes, pos: int) -> tuple[StopReplicaRequest,
 
 def _r_StopReplicaRequest_v2(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaRequest)
+    _o1 = StopReplicaRequest.__new__(StopReplicaRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch, _o1.delete_partitions = _S_iiqo.unpack_from(
         data, pos
     )
@@ -571,7 +576,7 @@ def _r_StopReplicaRequest_v2(data: bytes, pos: int) -> tuple[StopReplicaRequest,
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[StopReplicaTopicV1] = []
     for _ in range(_n2):
-        _o5 = _new(StopReplicaTopicV1)
+        _o5 = StopReplicaTopicV1.__new__(StopReplicaTopicV1)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -617,7 +622,7 @@ def _r_StopReplicaRequest_v2(data: bytes, pos: int) -> tuple[StopReplicaRequest,
 
 def _r_StopReplicaRequest_v3(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaRequest)
+    _o1 = StopReplicaRequest.__new__(StopReplicaRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -632,7 +637,7 @@ def _r_StopReplicaRequest_v3(data: bytes, pos: int) -> tuple[StopReplicaRequest,
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[StopReplicaTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(StopReplicaTopicState)
+        _o5 = StopReplicaTopicState.__new__(StopReplicaTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -660,7 +665,7 @@ def _r_StopReplicaRequest_v3(data: bytes, pos: int) -> tuple[StopReplicaRequest,
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[StopReplicaPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(StopReplicaPartitionState)
+            _o11 = StopReplicaPartitionState.__new__(StopReplicaPartitionState)
             _o11.partition_index, _o11.leader_epoch, _o11.delete_partition = _S_iio.unpack_from(data, pos)
             pos += 9
             if data[pos]:
@@ -688,7 +693,7 @@ def _r_StopReplicaRequest_v3(data: bytes, pos: int) -> tuple[StopReplicaRequest,
 
 def _r_StopReplicaRequest_v4(data: bytes, pos: int) -> tuple[StopReplicaRequest, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaRequest)
+    _o1 = StopReplicaRequest.__new__(StopReplicaRequest)
     _o1.controller_id, _o1.is_k_raft_controller, _o1.controller_epoch, _o1.broker_epoch = _S_ioiq.unpack_from(
         data, pos
     )
@@ -705,7 +710,7 @@ def _r_StopReplicaRequest_v4(data: bytes, pos: int) -> tuple[StopReplicaRequest,
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[StopReplicaTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(StopReplicaTopicState)
+        _o5 = StopReplicaTopicState.__new__(StopReplicaTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -733,7 +738,7 @@ def _r_StopReplicaRequest_v4(data: bytes, pos: int) -> tuple[StopReplicaRequest,
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[StopReplicaPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(StopReplicaPartitionState)
+            _o11 = StopReplicaPartitionState.__new__(StopReplicaPartitionState)
             _o11.partition_index, _o11.leader_epoch, _o11.delete_partition = _S_iio.unpack_from(data, pos)
             pos += 9
             if data[pos]:
@@ -777,7 +782,7 @@ def _w_StopReplicaPartitionError_v2(buf: bytearray, o: StopReplicaPartitionError
 
 def _r_StopReplicaPartitionError_v0(data: bytes, pos: int) -> tuple[StopReplicaPartitionError, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaPartitionError)
+    _o1 = StopReplicaPartitionError.__new__(StopReplicaPartitionError)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -794,7 +799,7 @@ def _r_StopReplicaPartitionError_v0(data: bytes, pos: int) -> tuple[StopReplicaP
 
 def _r_StopReplicaPartitionError_v2(data: bytes, pos: int) -> tuple[StopReplicaPartitionError, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaPartitionError)
+    _o1 = StopReplicaPartitionError.__new__(StopReplicaPartitionError)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -838,7 +843,7 @@ def _w_StopReplicaResponse_v2(buf: bytearray, o: StopReplicaResponse) -> None:
 
 def _r_StopReplicaResponse_v0(data: bytes, pos: int) -> tuple[StopReplicaResponse, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaResponse)
+    _o1 = StopReplicaResponse.__new__(StopReplicaResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -849,7 +854,7 @@ def _r_StopReplicaResponse_v0(data: bytes, pos: int) -> tuple[StopReplicaRespons
         raise DecodeError("array count of partition_errors exceeds the bytes left")
     _a3: list[StopReplicaPartitionError] = []
     for _ in range(_n2):
-        _o5 = _new(StopReplicaPartitionError)
+        _o5 = StopReplicaPartitionError.__new__(StopReplicaPartitionError)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -868,7 +873,7 @@ def _r_StopReplicaResponse_v0(data: bytes, pos: int) -> tuple[StopReplicaRespons
 
 def _r_StopReplicaResponse_v2(data: bytes, pos: int) -> tuple[StopReplicaResponse, int]:
     _len = len(data)
-    _o1 = _new(StopReplicaResponse)
+    _o1 = StopReplicaResponse.__new__(StopReplicaResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -883,7 +888,7 @@ def _r_StopReplicaResponse_v2(data: bytes, pos: int) -> tuple[StopReplicaRespons
         raise DecodeError("array count of partition_errors exceeds the bytes left")
     _a3: list[StopReplicaPartitionError] = []
     for _ in range(_n2):
-        _o5 = _new(StopReplicaPartitionError)
+        _o5 = StopReplicaPartitionError.__new__(StopReplicaPartitionError)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1

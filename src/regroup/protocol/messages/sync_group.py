@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -46,11 +44,12 @@ class SyncGroupRequestAssignment(Struct):
     member_id: str = ""
     assignment: bytes = b""
 
-    NAME: ClassVar[str] = "SyncGroupRequestAssignment"
-    SPEC_NAME: ClassVar[str] = "SyncGroupRequestAssignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+SyncGroupRequestAssignment.NAME = "SyncGroupRequestAssignment"
+SyncGroupRequestAssignment.SPEC_NAME = "SyncGroupRequestAssignment"
+SyncGroupRequestAssignment.MIN_VERSION = 0
+SyncGroupRequestAssignment.MAX_VERSION = 5
+SyncGroupRequestAssignment.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -86,14 +85,15 @@ class SyncGroupRequest(Message):
     protocol_name: str | None = None
     assignments: list[SyncGroupRequestAssignment] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "SyncGroupRequest"
-    SPEC_NAME: ClassVar[str] = "SyncGroupRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 14
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+SyncGroupRequest.NAME = "SyncGroupRequest"
+SyncGroupRequest.SPEC_NAME = "SyncGroupRequest"
+SyncGroupRequest.MIN_VERSION = 0
+SyncGroupRequest.MAX_VERSION = 5
+SyncGroupRequest.FLEXIBLE_MIN_VERSION = 4
+SyncGroupRequest.API_KEY = 14
+SyncGroupRequest.DEPRECATED_VERSIONS = None
+SyncGroupRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -126,14 +126,15 @@ class SyncGroupResponse(Message):
     protocol_name: str | None = None
     assignment: bytes = b""
 
-    NAME: ClassVar[str] = "SyncGroupResponse"
-    SPEC_NAME: ClassVar[str] = "SyncGroupResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
-    API_KEY: ClassVar[int] = 14
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+SyncGroupResponse.NAME = "SyncGroupResponse"
+SyncGroupResponse.SPEC_NAME = "SyncGroupResponse"
+SyncGroupResponse.MIN_VERSION = 0
+SyncGroupResponse.MAX_VERSION = 5
+SyncGroupResponse.FLEXIBLE_MIN_VERSION = 4
+SyncGroupResponse.API_KEY = 14
+SyncGroupResponse.DEPRECATED_VERSIONS = None
+SyncGroupResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -160,7 +161,7 @@ def _w_SyncGroupRequestAssignment_v4(buf: bytearray, o: SyncGroupRequestAssignme
 
 def _r_SyncGroupRequestAssignment_v0(data: bytes, pos: int) -> tuple[SyncGroupRequestAssignment, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupRequestAssignment)
+    _o1 = SyncGroupRequestAssignment.__new__(SyncGroupRequestAssignment)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -184,7 +185,7 @@ def _r_SyncGroupRequestAssignment_v0(data: bytes, pos: int) -> tuple[SyncGroupRe
 
 def _r_SyncGroupRequestAssignment_v4(data: bytes, pos: int) -> tuple[SyncGroupRequestAssignment, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupRequestAssignment)
+    _o1 = SyncGroupRequestAssignment.__new__(SyncGroupRequestAssignment)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -328,7 +329,7 @@ def _w_SyncGroupRequest_v5(buf: bytearray, o: SyncGroupRequest) -> None:
 
 def _r_SyncGroupRequest_v0(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupRequest)
+    _o1 = SyncGroupRequest.__new__(SyncGroupRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -357,7 +358,7 @@ def _r_SyncGroupRequest_v0(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
         raise DecodeError("array count of assignments exceeds the bytes left")
     _a7: list[SyncGroupRequestAssignment] = []
     for _ in range(_n6):
-        _o9 = _new(SyncGroupRequestAssignment)
+        _o9 = SyncGroupRequestAssignment.__new__(SyncGroupRequestAssignment)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -386,7 +387,7 @@ def _r_SyncGroupRequest_v0(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
 
 def _r_SyncGroupRequest_v3(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupRequest)
+    _o1 = SyncGroupRequest.__new__(SyncGroupRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -427,7 +428,7 @@ def _r_SyncGroupRequest_v3(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
         raise DecodeError("array count of assignments exceeds the bytes left")
     _a9: list[SyncGroupRequestAssignment] = []
     for _ in range(_n8):
-        _o11 = _new(SyncGroupRequestAssignment)
+        _o11 = SyncGroupRequestAssignment.__new__(SyncGroupRequestAssignment)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -455,7 +456,7 @@ def _r_SyncGroupRequest_v3(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
 
 def _r_SyncGroupRequest_v4(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupRequest)
+    _o1 = SyncGroupRequest.__new__(SyncGroupRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -518,7 +519,7 @@ def _r_SyncGroupRequest_v4(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
         raise DecodeError("array count of assignments exceeds the bytes left")
     _a9: list[SyncGroupRequestAssignment] = []
     for _ in range(_n8):
-        _o11 = _new(SyncGroupRequestAssignment)
+        _o11 = SyncGroupRequestAssignment.__new__(SyncGroupRequestAssignment)
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1
@@ -564,7 +565,7 @@ def _r_SyncGroupRequest_v4(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
 
 def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupRequest)
+    _o1 = SyncGroupRequest.__new__(SyncGroupRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -663,7 +664,7 @@ def _r_SyncGroupRequest_v5(data: bytes, pos: int) -> tuple[SyncGroupRequest, int
         raise DecodeError("array count of assignments exceeds the bytes left")
     _a13: list[SyncGroupRequestAssignment] = []
     for _ in range(_n12):
-        _o15 = _new(SyncGroupRequestAssignment)
+        _o15 = SyncGroupRequestAssignment.__new__(SyncGroupRequestAssignment)
         _n16 = data[pos]
         if _n16 < 128:
             pos += 1
@@ -749,7 +750,7 @@ def _w_SyncGroupResponse_v5(buf: bytearray, o: SyncGroupResponse) -> None:
 
 def _r_SyncGroupResponse_v0(data: bytes, pos: int) -> tuple[SyncGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupResponse)
+    _o1 = SyncGroupResponse.__new__(SyncGroupResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     (_n2,) = _I32.unpack_from(data, pos)
@@ -769,7 +770,7 @@ def _r_SyncGroupResponse_v0(data: bytes, pos: int) -> tuple[SyncGroupResponse, i
 
 def _r_SyncGroupResponse_v1(data: bytes, pos: int) -> tuple[SyncGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupResponse)
+    _o1 = SyncGroupResponse.__new__(SyncGroupResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     (_n2,) = _I32.unpack_from(data, pos)
@@ -788,7 +789,7 @@ def _r_SyncGroupResponse_v1(data: bytes, pos: int) -> tuple[SyncGroupResponse, i
 
 def _r_SyncGroupResponse_v4(data: bytes, pos: int) -> tuple[SyncGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupResponse)
+    _o1 = SyncGroupResponse.__new__(SyncGroupResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -815,7 +816,7 @@ def _r_SyncGroupResponse_v4(data: bytes, pos: int) -> tuple[SyncGroupResponse, i
 
 def _r_SyncGroupResponse_v5(data: bytes, pos: int) -> tuple[SyncGroupResponse, int]:
     _len = len(data)
-    _o1 = _new(SyncGroupResponse)
+    _o1 = SyncGroupResponse.__new__(SyncGroupResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -54,11 +52,12 @@ class TxnOffsetCommitRequestPartition(Struct):
     committed_leader_epoch: int = -1
     committed_metadata: str | None = ""
 
-    NAME: ClassVar[str] = "TxnOffsetCommitRequestPartition"
-    SPEC_NAME: ClassVar[str] = "TxnOffsetCommitRequestPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+TxnOffsetCommitRequestPartition.NAME = "TxnOffsetCommitRequestPartition"
+TxnOffsetCommitRequestPartition.SPEC_NAME = "TxnOffsetCommitRequestPartition"
+TxnOffsetCommitRequestPartition.MIN_VERSION = 0
+TxnOffsetCommitRequestPartition.MAX_VERSION = 4
+TxnOffsetCommitRequestPartition.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -73,11 +72,12 @@ class TxnOffsetCommitRequestTopic(Struct):
     name: str = ""
     partitions: list[TxnOffsetCommitRequestPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TxnOffsetCommitRequestTopic"
-    SPEC_NAME: ClassVar[str] = "TxnOffsetCommitRequestTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+TxnOffsetCommitRequestTopic.NAME = "TxnOffsetCommitRequestTopic"
+TxnOffsetCommitRequestTopic.SPEC_NAME = "TxnOffsetCommitRequestTopic"
+TxnOffsetCommitRequestTopic.MIN_VERSION = 0
+TxnOffsetCommitRequestTopic.MAX_VERSION = 4
+TxnOffsetCommitRequestTopic.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -113,14 +113,15 @@ class TxnOffsetCommitRequest(Message):
     group_instance_id: str | None = None
     topics: list[TxnOffsetCommitRequestTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TxnOffsetCommitRequest"
-    SPEC_NAME: ClassVar[str] = "TxnOffsetCommitRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 28
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+TxnOffsetCommitRequest.NAME = "TxnOffsetCommitRequest"
+TxnOffsetCommitRequest.SPEC_NAME = "TxnOffsetCommitRequest"
+TxnOffsetCommitRequest.MIN_VERSION = 0
+TxnOffsetCommitRequest.MAX_VERSION = 4
+TxnOffsetCommitRequest.FLEXIBLE_MIN_VERSION = 3
+TxnOffsetCommitRequest.API_KEY = 28
+TxnOffsetCommitRequest.DEPRECATED_VERSIONS = None
+TxnOffsetCommitRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -135,11 +136,12 @@ class TxnOffsetCommitResponsePartition(Struct):
     partition_index: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "TxnOffsetCommitResponsePartition"
-    SPEC_NAME: ClassVar[str] = "TxnOffsetCommitResponsePartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+TxnOffsetCommitResponsePartition.NAME = "TxnOffsetCommitResponsePartition"
+TxnOffsetCommitResponsePartition.SPEC_NAME = "TxnOffsetCommitResponsePartition"
+TxnOffsetCommitResponsePartition.MIN_VERSION = 0
+TxnOffsetCommitResponsePartition.MAX_VERSION = 4
+TxnOffsetCommitResponsePartition.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -154,11 +156,12 @@ class TxnOffsetCommitResponseTopic(Struct):
     name: str = ""
     partitions: list[TxnOffsetCommitResponsePartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TxnOffsetCommitResponseTopic"
-    SPEC_NAME: ClassVar[str] = "TxnOffsetCommitResponseTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
+
+TxnOffsetCommitResponseTopic.NAME = "TxnOffsetCommitResponseTopic"
+TxnOffsetCommitResponseTopic.SPEC_NAME = "TxnOffsetCommitResponseTopic"
+TxnOffsetCommitResponseTopic.MIN_VERSION = 0
+TxnOffsetCommitResponseTopic.MAX_VERSION = 4
+TxnOffsetCommitResponseTopic.FLEXIBLE_MIN_VERSION = 3
 
 
 @dataclass(slots=True)
@@ -182,14 +185,15 @@ class TxnOffsetCommitResponse(Message):
     throttle_time_ms: int = 0
     topics: list[TxnOffsetCommitResponseTopic] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TxnOffsetCommitResponse"
-    SPEC_NAME: ClassVar[str] = "TxnOffsetCommitResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
-    API_KEY: ClassVar[int] = 28
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+TxnOffsetCommitResponse.NAME = "TxnOffsetCommitResponse"
+TxnOffsetCommitResponse.SPEC_NAME = "TxnOffsetCommitResponse"
+TxnOffsetCommitResponse.MIN_VERSION = 0
+TxnOffsetCommitResponse.MAX_VERSION = 4
+TxnOffsetCommitResponse.FLEXIBLE_MIN_VERSION = 3
+TxnOffsetCommitResponse.API_KEY = 28
+TxnOffsetCommitResponse.DEPRECATED_VERSIONS = None
+TxnOffsetCommitResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -232,7 +236,7 @@ def _r_TxnOffsetCommitRequestPartition_v0(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitRequestPartition, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitRequestPartition)
+    _o1 = TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequestPartition)
     _o1.partition_index, _o1.committed_offset = _S_iq.unpack_from(data, pos)
     pos += 12
     (_n2,) = _I16.unpack_from(data, pos)
@@ -255,7 +259,7 @@ def _r_TxnOffsetCommitRequestPartition_v2(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitRequestPartition, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitRequestPartition)
+    _o1 = TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequestPartition)
     _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I16.unpack_from(data, pos)
@@ -277,7 +281,7 @@ def _r_TxnOffsetCommitRequestPartition_v3(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitRequestPartition, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitRequestPartition)
+    _o1 = TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequestPartition)
     _o1.partition_index, _o1.committed_offset, _o1.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -340,7 +344,7 @@ def _w_TxnOffsetCommitRequestTopic_v3(buf: bytearray, o: TxnOffsetCommitRequestT
 
 def _r_TxnOffsetCommitRequestTopic_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitRequestTopic)
+    _o1 = TxnOffsetCommitRequestTopic.__new__(TxnOffsetCommitRequestTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -358,7 +362,7 @@ def _r_TxnOffsetCommitRequestTopic_v0(data: bytes, pos: int) -> tuple[TxnOffsetC
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[TxnOffsetCommitRequestPartition] = []
     for _ in range(_n4):
-        _o7 = _new(TxnOffsetCommitRequestPartition)
+        _o7 = TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequestPartition)
         _o7.partition_index, _o7.committed_offset = _S_iq.unpack_from(data, pos)
         pos += 12
         (_n8,) = _I16.unpack_from(data, pos)
@@ -381,7 +385,7 @@ def _r_TxnOffsetCommitRequestTopic_v0(data: bytes, pos: int) -> tuple[TxnOffsetC
 
 def _r_TxnOffsetCommitRequestTopic_v2(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitRequestTopic)
+    _o1 = TxnOffsetCommitRequestTopic.__new__(TxnOffsetCommitRequestTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -399,7 +403,7 @@ def _r_TxnOffsetCommitRequestTopic_v2(data: bytes, pos: int) -> tuple[TxnOffsetC
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[TxnOffsetCommitRequestPartition] = []
     for _ in range(_n4):
-        _o7 = _new(TxnOffsetCommitRequestPartition)
+        _o7 = TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequestPartition)
         _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
         (_n8,) = _I16.unpack_from(data, pos)
@@ -421,7 +425,7 @@ def _r_TxnOffsetCommitRequestTopic_v2(data: bytes, pos: int) -> tuple[TxnOffsetC
 
 def _r_TxnOffsetCommitRequestTopic_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitRequestTopic)
+    _o1 = TxnOffsetCommitRequestTopic.__new__(TxnOffsetCommitRequestTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -449,7 +453,7 @@ def _r_TxnOffsetCommitRequestTopic_v3(data: bytes, pos: int) -> tuple[TxnOffsetC
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[TxnOffsetCommitRequestPartition] = []
     for _ in range(_n4):
-        _o7 = _new(TxnOffsetCommitRequestPartition)
+        _o7 = TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequestPartition)
         _o7.partition_index, _o7.committed_offset, _o7.committed_leader_epoch = _S_iqi.unpack_from(data, pos)
         pos += 16
         _n8 = data[pos]
@@ -557,7 +561,7 @@ def _w_TxnOffsetCommitRequest_v3(buf: bytearray, o: TxnOffsetCommitRequest) -> N
 
 def _r_TxnOffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitRequest)
+    _o1 = TxnOffsetCommitRequest.__new__(TxnOffsetCommitRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -586,7 +590,7 @@ def _r_TxnOffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommit
         raise DecodeError("array count of topics exceeds the bytes left")
     _a7: list[TxnOffsetCommitRequestTopic] = []
     for _ in range(_n6):
-        _o9 = _new(TxnOffsetCommitRequestTopic)
+        _o9 = TxnOffsetCommitRequestTopic.__new__(TxnOffsetCommitRequestTopic)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -604,7 +608,7 @@ def _r_TxnOffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommit
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a13: list[TxnOffsetCommitRequestPartition] = []
         for _ in range(_n12):
-            _o15 = _new(TxnOffsetCommitRequestPartition)
+            _o15 = TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequestPartition)
             _o15.partition_index, _o15.committed_offset = _S_iq.unpack_from(data, pos)
             pos += 12
             (_n16,) = _I16.unpack_from(data, pos)
@@ -632,7 +636,7 @@ def _r_TxnOffsetCommitRequest_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommit
 
 def _r_TxnOffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitRequest)
+    _o1 = TxnOffsetCommitRequest.__new__(TxnOffsetCommitRequest)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -661,7 +665,7 @@ def _r_TxnOffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[TxnOffsetCommit
         raise DecodeError("array count of topics exceeds the bytes left")
     _a7: list[TxnOffsetCommitRequestTopic] = []
     for _ in range(_n6):
-        _o9 = _new(TxnOffsetCommitRequestTopic)
+        _o9 = TxnOffsetCommitRequestTopic.__new__(TxnOffsetCommitRequestTopic)
         (_n10,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n10 < 0:
@@ -679,7 +683,7 @@ def _r_TxnOffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[TxnOffsetCommit
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a13: list[TxnOffsetCommitRequestPartition] = []
         for _ in range(_n12):
-            _o15 = _new(TxnOffsetCommitRequestPartition)
+            _o15 = TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequestPartition)
             _o15.partition_index, _o15.committed_offset, _o15.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
@@ -708,7 +712,7 @@ def _r_TxnOffsetCommitRequest_v2(data: bytes, pos: int) -> tuple[TxnOffsetCommit
 
 def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitRequest)
+    _o1 = TxnOffsetCommitRequest.__new__(TxnOffsetCommitRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -786,7 +790,7 @@ def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommit
         raise DecodeError("array count of topics exceeds the bytes left")
     _a11: list[TxnOffsetCommitRequestTopic] = []
     for _ in range(_n10):
-        _o13 = _new(TxnOffsetCommitRequestTopic)
+        _o13 = TxnOffsetCommitRequestTopic.__new__(TxnOffsetCommitRequestTopic)
         _n14 = data[pos]
         if _n14 < 128:
             pos += 1
@@ -814,7 +818,7 @@ def _r_TxnOffsetCommitRequest_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommit
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a17: list[TxnOffsetCommitRequestPartition] = []
         for _ in range(_n16):
-            _o19 = _new(TxnOffsetCommitRequestPartition)
+            _o19 = TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequestPartition)
             _o19.partition_index, _o19.committed_offset, _o19.committed_leader_epoch = _S_iqi.unpack_from(
                 data, pos
             )
@@ -869,7 +873,7 @@ def _r_TxnOffsetCommitResponsePartition_v0(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitResponsePartition)
+    _o1 = TxnOffsetCommitResponsePartition.__new__(TxnOffsetCommitResponsePartition)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     return _o1, pos
@@ -879,7 +883,7 @@ def _r_TxnOffsetCommitResponsePartition_v3(
     data: bytes, pos: int
 ) -> tuple[TxnOffsetCommitResponsePartition, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitResponsePartition)
+    _o1 = TxnOffsetCommitResponsePartition.__new__(TxnOffsetCommitResponsePartition)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
@@ -914,7 +918,7 @@ def _w_TxnOffsetCommitResponseTopic_v3(buf: bytearray, o: TxnOffsetCommitRespons
 
 def _r_TxnOffsetCommitResponseTopic_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommitResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitResponseTopic)
+    _o1 = TxnOffsetCommitResponseTopic.__new__(TxnOffsetCommitResponseTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -932,7 +936,7 @@ def _r_TxnOffsetCommitResponseTopic_v0(data: bytes, pos: int) -> tuple[TxnOffset
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[TxnOffsetCommitResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(TxnOffsetCommitResponsePartition)
+        _o7 = TxnOffsetCommitResponsePartition.__new__(TxnOffsetCommitResponsePartition)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _a5.append(_o7)
@@ -942,7 +946,7 @@ def _r_TxnOffsetCommitResponseTopic_v0(data: bytes, pos: int) -> tuple[TxnOffset
 
 def _r_TxnOffsetCommitResponseTopic_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommitResponseTopic, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitResponseTopic)
+    _o1 = TxnOffsetCommitResponseTopic.__new__(TxnOffsetCommitResponseTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -970,7 +974,7 @@ def _r_TxnOffsetCommitResponseTopic_v3(data: bytes, pos: int) -> tuple[TxnOffset
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[TxnOffsetCommitResponsePartition] = []
     for _ in range(_n4):
-        _o7 = _new(TxnOffsetCommitResponsePartition)
+        _o7 = TxnOffsetCommitResponsePartition.__new__(TxnOffsetCommitResponsePartition)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
@@ -1005,7 +1009,7 @@ def _w_TxnOffsetCommitResponse_v3(buf: bytearray, o: TxnOffsetCommitResponse) ->
 
 def _r_TxnOffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommitResponse, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitResponse)
+    _o1 = TxnOffsetCommitResponse.__new__(TxnOffsetCommitResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1016,7 +1020,7 @@ def _r_TxnOffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommi
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[TxnOffsetCommitResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(TxnOffsetCommitResponseTopic)
+        _o5 = TxnOffsetCommitResponseTopic.__new__(TxnOffsetCommitResponseTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1034,7 +1038,7 @@ def _r_TxnOffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommi
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[TxnOffsetCommitResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(TxnOffsetCommitResponsePartition)
+            _o11 = TxnOffsetCommitResponsePartition.__new__(TxnOffsetCommitResponsePartition)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _a9.append(_o11)
@@ -1046,7 +1050,7 @@ def _r_TxnOffsetCommitResponse_v0(data: bytes, pos: int) -> tuple[TxnOffsetCommi
 
 def _r_TxnOffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommitResponse, int]:
     _len = len(data)
-    _o1 = _new(TxnOffsetCommitResponse)
+    _o1 = TxnOffsetCommitResponse.__new__(TxnOffsetCommitResponse)
     (_o1.throttle_time_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1061,7 +1065,7 @@ def _r_TxnOffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommi
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[TxnOffsetCommitResponseTopic] = []
     for _ in range(_n2):
-        _o5 = _new(TxnOffsetCommitResponseTopic)
+        _o5 = TxnOffsetCommitResponseTopic.__new__(TxnOffsetCommitResponseTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -1089,7 +1093,7 @@ def _r_TxnOffsetCommitResponse_v3(data: bytes, pos: int) -> tuple[TxnOffsetCommi
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[TxnOffsetCommitResponsePartition] = []
         for _ in range(_n8):
-            _o11 = _new(TxnOffsetCommitResponsePartition)
+            _o11 = TxnOffsetCommitResponsePartition.__new__(TxnOffsetCommitResponsePartition)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:

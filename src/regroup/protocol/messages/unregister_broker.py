@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -43,14 +41,15 @@ class UnregisterBrokerRequest(Message):
 
     broker_id: int = 0
 
-    NAME: ClassVar[str] = "UnregisterBrokerRequest"
-    SPEC_NAME: ClassVar[str] = "UnregisterBrokerRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 64
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+UnregisterBrokerRequest.NAME = "UnregisterBrokerRequest"
+UnregisterBrokerRequest.SPEC_NAME = "UnregisterBrokerRequest"
+UnregisterBrokerRequest.MIN_VERSION = 0
+UnregisterBrokerRequest.MAX_VERSION = 0
+UnregisterBrokerRequest.FLEXIBLE_MIN_VERSION = 0
+UnregisterBrokerRequest.API_KEY = 64
+UnregisterBrokerRequest.DEPRECATED_VERSIONS = None
+UnregisterBrokerRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -69,14 +68,15 @@ class UnregisterBrokerResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "UnregisterBrokerResponse"
-    SPEC_NAME: ClassVar[str] = "UnregisterBrokerResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 64
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+UnregisterBrokerResponse.NAME = "UnregisterBrokerResponse"
+UnregisterBrokerResponse.SPEC_NAME = "UnregisterBrokerResponse"
+UnregisterBrokerResponse.MIN_VERSION = 0
+UnregisterBrokerResponse.MAX_VERSION = 0
+UnregisterBrokerResponse.FLEXIBLE_MIN_VERSION = 0
+UnregisterBrokerResponse.API_KEY = 64
+UnregisterBrokerResponse.DEPRECATED_VERSIONS = None
+UnregisterBrokerResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -89,7 +89,7 @@ def _w_UnregisterBrokerRequest_v0(buf: bytearray, o: UnregisterBrokerRequest) ->
 
 def _r_UnregisterBrokerRequest_v0(data: bytes, pos: int) -> tuple[UnregisterBrokerRequest, int]:
     _len = len(data)
-    _o1 = _new(UnregisterBrokerRequest)
+    _o1 = UnregisterBrokerRequest.__new__(UnregisterBrokerRequest)
     (_o1.broker_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
@@ -114,7 +114,7 @@ def _w_UnregisterBrokerResponse_v0(buf: bytearray, o: UnregisterBrokerResponse) 
 
 def _r_UnregisterBrokerResponse_v0(data: bytes, pos: int) -> tuple[UnregisterBrokerResponse, int]:
     _len = len(data)
-    _o1 = _new(UnregisterBrokerResponse)
+    _o1 = UnregisterBrokerResponse.__new__(UnregisterBrokerResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -59,11 +57,12 @@ class FeatureUpdateKey(Struct):
     allow_downgrade: bool = False
     upgrade_type: int = 1
 
-    NAME: ClassVar[str] = "FeatureUpdateKey"
-    SPEC_NAME: ClassVar[str] = "FeatureUpdateKey"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+FeatureUpdateKey.NAME = "FeatureUpdateKey"
+FeatureUpdateKey.SPEC_NAME = "FeatureUpdateKey"
+FeatureUpdateKey.MIN_VERSION = 0
+FeatureUpdateKey.MAX_VERSION = 2
+FeatureUpdateKey.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -85,14 +84,15 @@ class UpdateFeaturesRequest(Message):
     feature_updates: list[FeatureUpdateKey] = field(default_factory=list)
     validate_only: bool = False
 
-    NAME: ClassVar[str] = "UpdateFeaturesRequest"
-    SPEC_NAME: ClassVar[str] = "UpdateFeaturesRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 57
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+UpdateFeaturesRequest.NAME = "UpdateFeaturesRequest"
+UpdateFeaturesRequest.SPEC_NAME = "UpdateFeaturesRequest"
+UpdateFeaturesRequest.MIN_VERSION = 0
+UpdateFeaturesRequest.MAX_VERSION = 2
+UpdateFeaturesRequest.FLEXIBLE_MIN_VERSION = 0
+UpdateFeaturesRequest.API_KEY = 57
+UpdateFeaturesRequest.DEPRECATED_VERSIONS = None
+UpdateFeaturesRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -109,11 +109,12 @@ class UpdatableFeatureResult(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
-    NAME: ClassVar[str] = "UpdatableFeatureResult"
-    SPEC_NAME: ClassVar[str] = "UpdatableFeatureResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+UpdatableFeatureResult.NAME = "UpdatableFeatureResult"
+UpdatableFeatureResult.SPEC_NAME = "UpdatableFeatureResult"
+UpdatableFeatureResult.MIN_VERSION = 0
+UpdatableFeatureResult.MAX_VERSION = 1
+UpdatableFeatureResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -134,14 +135,15 @@ class UpdateFeaturesResponse(Message):
     error_message: str | None = ""
     results: list[UpdatableFeatureResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "UpdateFeaturesResponse"
-    SPEC_NAME: ClassVar[str] = "UpdateFeaturesResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 57
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+UpdateFeaturesResponse.NAME = "UpdateFeaturesResponse"
+UpdateFeaturesResponse.SPEC_NAME = "UpdateFeaturesResponse"
+UpdateFeaturesResponse.MIN_VERSION = 0
+UpdateFeaturesResponse.MAX_VERSION = 2
+UpdateFeaturesResponse.FLEXIBLE_MIN_VERSION = 0
+UpdateFeaturesResponse.API_KEY = 57
+UpdateFeaturesResponse.DEPRECATED_VERSIONS = None
+UpdateFeaturesResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -175,7 +177,7 @@ def _w_FeatureUpdateKey_v1(buf: bytearray, o: FeatureUpdateKey) -> None:
 
 def _r_FeatureUpdateKey_v0(data: bytes, pos: int) -> tuple[FeatureUpdateKey, int]:
     _len = len(data)
-    _o1 = _new(FeatureUpdateKey)
+    _o1 = FeatureUpdateKey.__new__(FeatureUpdateKey)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -203,7 +205,7 @@ def _r_FeatureUpdateKey_v0(data: bytes, pos: int) -> tuple[FeatureUpdateKey, int
 
 def _r_FeatureUpdateKey_v1(data: bytes, pos: int) -> tuple[FeatureUpdateKey, int]:
     _len = len(data)
-    _o1 = _new(FeatureUpdateKey)
+    _o1 = FeatureUpdateKey.__new__(FeatureUpdateKey)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -254,7 +256,7 @@ def _w_UpdateFeaturesRequest_v1(buf: bytearray, o: UpdateFeaturesRequest) -> Non
 
 def _r_UpdateFeaturesRequest_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateFeaturesRequest)
+    _o1 = UpdateFeaturesRequest.__new__(UpdateFeaturesRequest)
     (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -269,7 +271,7 @@ def _r_UpdateFeaturesRequest_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesRe
         raise DecodeError("array count of feature_updates exceeds the bytes left")
     _a3: list[FeatureUpdateKey] = []
     for _ in range(_n2):
-        _o5 = _new(FeatureUpdateKey)
+        _o5 = FeatureUpdateKey.__new__(FeatureUpdateKey)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -304,7 +306,7 @@ def _r_UpdateFeaturesRequest_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesRe
 
 def _r_UpdateFeaturesRequest_v1(data: bytes, pos: int) -> tuple[UpdateFeaturesRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateFeaturesRequest)
+    _o1 = UpdateFeaturesRequest.__new__(UpdateFeaturesRequest)
     (_o1.timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -319,7 +321,7 @@ def _r_UpdateFeaturesRequest_v1(data: bytes, pos: int) -> tuple[UpdateFeaturesRe
         raise DecodeError("array count of feature_updates exceeds the bytes left")
     _a3: list[FeatureUpdateKey] = []
     for _ in range(_n2):
-        _o5 = _new(FeatureUpdateKey)
+        _o5 = FeatureUpdateKey.__new__(FeatureUpdateKey)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -373,7 +375,7 @@ def _w_UpdatableFeatureResult_v0(buf: bytearray, o: UpdatableFeatureResult) -> N
 
 def _r_UpdatableFeatureResult_v0(data: bytes, pos: int) -> tuple[UpdatableFeatureResult, int]:
     _len = len(data)
-    _o1 = _new(UpdatableFeatureResult)
+    _o1 = UpdatableFeatureResult.__new__(UpdatableFeatureResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -448,7 +450,7 @@ def _w_UpdateFeaturesResponse_v2(buf: bytearray, o: UpdateFeaturesResponse) -> N
 
 def _r_UpdateFeaturesResponse_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesResponse, int]:
     _len = len(data)
-    _o1 = _new(UpdateFeaturesResponse)
+    _o1 = UpdateFeaturesResponse.__new__(UpdateFeaturesResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -481,7 +483,7 @@ def _r_UpdateFeaturesResponse_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesR
         raise DecodeError("array count of results exceeds the bytes left")
     _a5: list[UpdatableFeatureResult] = []
     for _ in range(_n4):
-        _o7 = _new(UpdatableFeatureResult)
+        _o7 = UpdatableFeatureResult.__new__(UpdatableFeatureResult)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -532,7 +534,7 @@ def _r_UpdateFeaturesResponse_v0(data: bytes, pos: int) -> tuple[UpdateFeaturesR
 
 def _r_UpdateFeaturesResponse_v2(data: bytes, pos: int) -> tuple[UpdateFeaturesResponse, int]:
     _len = len(data)
-    _o1 = _new(UpdateFeaturesResponse)
+    _o1 = UpdateFeaturesResponse.__new__(UpdateFeaturesResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]

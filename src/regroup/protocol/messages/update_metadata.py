@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -65,11 +63,12 @@ class UpdateMetadataPartitionState(Struct):
     replicas: list[int] = field(default_factory=list)
     offline_replicas: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "UpdateMetadataPartitionState"
-    SPEC_NAME: ClassVar[str] = "UpdateMetadataPartitionState"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 8
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+UpdateMetadataPartitionState.NAME = "UpdateMetadataPartitionState"
+UpdateMetadataPartitionState.SPEC_NAME = "UpdateMetadataPartitionState"
+UpdateMetadataPartitionState.MIN_VERSION = 0
+UpdateMetadataPartitionState.MAX_VERSION = 8
+UpdateMetadataPartitionState.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -86,11 +85,12 @@ class UpdateMetadataTopicState(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partition_states: list[UpdateMetadataPartitionState] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "UpdateMetadataTopicState"
-    SPEC_NAME: ClassVar[str] = "UpdateMetadataTopicState"
-    MIN_VERSION: ClassVar[int] = 5
-    MAX_VERSION: ClassVar[int] = 8
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+UpdateMetadataTopicState.NAME = "UpdateMetadataTopicState"
+UpdateMetadataTopicState.SPEC_NAME = "UpdateMetadataTopicState"
+UpdateMetadataTopicState.MIN_VERSION = 5
+UpdateMetadataTopicState.MAX_VERSION = 8
+UpdateMetadataTopicState.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -109,11 +109,12 @@ class UpdateMetadataEndpoint(Struct):
     listener: str = ""
     security_protocol: int = 0
 
-    NAME: ClassVar[str] = "UpdateMetadataEndpoint"
-    SPEC_NAME: ClassVar[str] = "UpdateMetadataEndpoint"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 8
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+UpdateMetadataEndpoint.NAME = "UpdateMetadataEndpoint"
+UpdateMetadataEndpoint.SPEC_NAME = "UpdateMetadataEndpoint"
+UpdateMetadataEndpoint.MIN_VERSION = 1
+UpdateMetadataEndpoint.MAX_VERSION = 8
+UpdateMetadataEndpoint.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -134,11 +135,12 @@ class UpdateMetadataBroker(Struct):
     endpoints: list[UpdateMetadataEndpoint] = field(default_factory=list)
     rack: str | None = ""
 
-    NAME: ClassVar[str] = "UpdateMetadataBroker"
-    SPEC_NAME: ClassVar[str] = "UpdateMetadataBroker"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 8
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
+
+UpdateMetadataBroker.NAME = "UpdateMetadataBroker"
+UpdateMetadataBroker.SPEC_NAME = "UpdateMetadataBroker"
+UpdateMetadataBroker.MIN_VERSION = 0
+UpdateMetadataBroker.MAX_VERSION = 8
+UpdateMetadataBroker.FLEXIBLE_MIN_VERSION = 6
 
 
 @dataclass(slots=True)
@@ -181,14 +183,15 @@ class UpdateMetadataRequest(Message):
     topic_states: list[UpdateMetadataTopicState] = field(default_factory=list)
     live_brokers: list[UpdateMetadataBroker] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "UpdateMetadataRequest"
-    SPEC_NAME: ClassVar[str] = "UpdateMetadataRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 8
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
-    API_KEY: ClassVar[int] = 6
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+UpdateMetadataRequest.NAME = "UpdateMetadataRequest"
+UpdateMetadataRequest.SPEC_NAME = "UpdateMetadataRequest"
+UpdateMetadataRequest.MIN_VERSION = 0
+UpdateMetadataRequest.MAX_VERSION = 8
+UpdateMetadataRequest.FLEXIBLE_MIN_VERSION = 6
+UpdateMetadataRequest.API_KEY = 6
+UpdateMetadataRequest.DEPRECATED_VERSIONS = None
+UpdateMetadataRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -203,14 +206,15 @@ class UpdateMetadataResponse(Message):
 
     error_code: int = 0
 
-    NAME: ClassVar[str] = "UpdateMetadataResponse"
-    SPEC_NAME: ClassVar[str] = "UpdateMetadataResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 8
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
-    API_KEY: ClassVar[int] = 6
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+UpdateMetadataResponse.NAME = "UpdateMetadataResponse"
+UpdateMetadataResponse.SPEC_NAME = "UpdateMetadataResponse"
+UpdateMetadataResponse.MIN_VERSION = 0
+UpdateMetadataResponse.MAX_VERSION = 8
+UpdateMetadataResponse.FLEXIBLE_MIN_VERSION = 6
+UpdateMetadataResponse.API_KEY = 6
+UpdateMetadataResponse.DEPRECATED_VERSIONS = None
+UpdateMetadataResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -278,7 +282,7 @@ def _w_UpdateMetadataPartitionState_v6(buf: bytearray, o: UpdateMetadataPartitio
 
 def _r_UpdateMetadataPartitionState_v0(data: bytes, pos: int) -> tuple[UpdateMetadataPartitionState, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataPartitionState)
+    _o1 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -314,7 +318,7 @@ def _r_UpdateMetadataPartitionState_v0(data: bytes, pos: int) -> tuple[UpdateMet
 
 def _r_UpdateMetadataPartitionState_v4(data: bytes, pos: int) -> tuple[UpdateMetadataPartitionState, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataPartitionState)
+    _o1 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -357,7 +361,7 @@ def _r_UpdateMetadataPartitionState_v4(data: bytes, pos: int) -> tuple[UpdateMet
 
 def _r_UpdateMetadataPartitionState_v5(data: bytes, pos: int) -> tuple[UpdateMetadataPartitionState, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataPartitionState)
+    _o1 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
     _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I32.unpack_from(data, pos)
@@ -392,7 +396,7 @@ def _r_UpdateMetadataPartitionState_v5(data: bytes, pos: int) -> tuple[UpdateMet
 
 def _r_UpdateMetadataPartitionState_v6(data: bytes, pos: int) -> tuple[UpdateMetadataPartitionState, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataPartitionState)
+    _o1 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
     _o1.partition_index, _o1.controller_epoch, _o1.leader, _o1.leader_epoch = _S_iiii.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -480,7 +484,7 @@ def _w_UpdateMetadataTopicState_v7(buf: bytearray, o: UpdateMetadataTopicState) 
 
 def _r_UpdateMetadataTopicState_v5(data: bytes, pos: int) -> tuple[UpdateMetadataTopicState, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataTopicState)
+    _o1 = UpdateMetadataTopicState.__new__(UpdateMetadataTopicState)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -498,7 +502,7 @@ def _r_UpdateMetadataTopicState_v5(data: bytes, pos: int) -> tuple[UpdateMetadat
         raise DecodeError("array count of partition_states exceeds the bytes left")
     _a5: list[UpdateMetadataPartitionState] = []
     for _ in range(_n4):
-        _o7 = _new(UpdateMetadataPartitionState)
+        _o7 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
         _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
@@ -538,7 +542,7 @@ def _r_UpdateMetadataTopicState_v5(data: bytes, pos: int) -> tuple[UpdateMetadat
 
 def _r_UpdateMetadataTopicState_v6(data: bytes, pos: int) -> tuple[UpdateMetadataTopicState, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataTopicState)
+    _o1 = UpdateMetadataTopicState.__new__(UpdateMetadataTopicState)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -566,7 +570,7 @@ def _r_UpdateMetadataTopicState_v6(data: bytes, pos: int) -> tuple[UpdateMetadat
         raise DecodeError("array count of partition_states exceeds the bytes left")
     _a5: list[UpdateMetadataPartitionState] = []
     for _ in range(_n4):
-        _o7 = _new(UpdateMetadataPartitionState)
+        _o7 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
         _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
@@ -626,7 +630,7 @@ def _r_UpdateMetadataTopicState_v6(data: bytes, pos: int) -> tuple[UpdateMetadat
 
 def _r_UpdateMetadataTopicState_v7(data: bytes, pos: int) -> tuple[UpdateMetadataTopicState, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataTopicState)
+    _o1 = UpdateMetadataTopicState.__new__(UpdateMetadataTopicState)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -657,7 +661,7 @@ def _r_UpdateMetadataTopicState_v7(data: bytes, pos: int) -> tuple[UpdateMetadat
         raise DecodeError("array count of partition_states exceeds the bytes left")
     _a5: list[UpdateMetadataPartitionState] = []
     for _ in range(_n4):
-        _o7 = _new(UpdateMetadataPartitionState)
+        _o7 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
         _o7.partition_index, _o7.controller_epoch, _o7.leader, _o7.leader_epoch = _S_iiii.unpack_from(
             data, pos
         )
@@ -751,7 +755,7 @@ def _w_UpdateMetadataEndpoint_v6(buf: bytearray, o: UpdateMetadataEndpoint) -> N
 
 def _r_UpdateMetadataEndpoint_v1(data: bytes, pos: int) -> tuple[UpdateMetadataEndpoint, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataEndpoint)
+    _o1 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
     (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I16.unpack_from(data, pos)
@@ -771,7 +775,7 @@ def _r_UpdateMetadataEndpoint_v1(data: bytes, pos: int) -> tuple[UpdateMetadataE
 
 def _r_UpdateMetadataEndpoint_v3(data: bytes, pos: int) -> tuple[UpdateMetadataEndpoint, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataEndpoint)
+    _o1 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
     (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I16.unpack_from(data, pos)
@@ -799,7 +803,7 @@ def _r_UpdateMetadataEndpoint_v3(data: bytes, pos: int) -> tuple[UpdateMetadataE
 
 def _r_UpdateMetadataEndpoint_v6(data: bytes, pos: int) -> tuple[UpdateMetadataEndpoint, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataEndpoint)
+    _o1 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
     (_o1.port,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -904,7 +908,7 @@ def _w_UpdateMetadataBroker_v6(buf: bytearray, o: UpdateMetadataBroker) -> None:
 
 def _r_UpdateMetadataBroker_v0(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataBroker)
+    _o1 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
     (_o1.id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I16.unpack_from(data, pos)
@@ -925,7 +929,7 @@ def _r_UpdateMetadataBroker_v0(data: bytes, pos: int) -> tuple[UpdateMetadataBro
 
 def _r_UpdateMetadataBroker_v1(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataBroker)
+    _o1 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
     (_o1.id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -936,7 +940,7 @@ def _r_UpdateMetadataBroker_v1(data: bytes, pos: int) -> tuple[UpdateMetadataBro
         raise DecodeError("array count of endpoints exceeds the bytes left")
     _a3: list[UpdateMetadataEndpoint] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataEndpoint)
+        _o5 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
         (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -961,7 +965,7 @@ def _r_UpdateMetadataBroker_v1(data: bytes, pos: int) -> tuple[UpdateMetadataBro
 
 def _r_UpdateMetadataBroker_v2(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataBroker)
+    _o1 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
     (_o1.id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -972,7 +976,7 @@ def _r_UpdateMetadataBroker_v2(data: bytes, pos: int) -> tuple[UpdateMetadataBro
         raise DecodeError("array count of endpoints exceeds the bytes left")
     _a3: list[UpdateMetadataEndpoint] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataEndpoint)
+        _o5 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
         (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1008,7 +1012,7 @@ def _r_UpdateMetadataBroker_v2(data: bytes, pos: int) -> tuple[UpdateMetadataBro
 
 def _r_UpdateMetadataBroker_v3(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataBroker)
+    _o1 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
     (_o1.id,) = _S_i.unpack_from(data, pos)
     pos += 4
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1019,7 +1023,7 @@ def _r_UpdateMetadataBroker_v3(data: bytes, pos: int) -> tuple[UpdateMetadataBro
         raise DecodeError("array count of endpoints exceeds the bytes left")
     _a3: list[UpdateMetadataEndpoint] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataEndpoint)
+        _o5 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
         (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n6,) = _I16.unpack_from(data, pos)
@@ -1063,7 +1067,7 @@ def _r_UpdateMetadataBroker_v3(data: bytes, pos: int) -> tuple[UpdateMetadataBro
 
 def _r_UpdateMetadataBroker_v6(data: bytes, pos: int) -> tuple[UpdateMetadataBroker, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataBroker)
+    _o1 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
     (_o1.id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -1078,7 +1082,7 @@ def _r_UpdateMetadataBroker_v6(data: bytes, pos: int) -> tuple[UpdateMetadataBro
         raise DecodeError("array count of endpoints exceeds the bytes left")
     _a3: list[UpdateMetadataEndpoint] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataEndpoint)
+        _o5 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
         (_o5.port,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n6 = data[pos]
@@ -1344,7 +1348,7 @@ def _w_UpdateMetadataRequest_v8(buf: bytearray, o: UpdateMetadataRequest) -> Non
 
 def _r_UpdateMetadataRequest_v0(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataRequest)
+    _o1 = UpdateMetadataRequest.__new__(UpdateMetadataRequest)
     _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1355,7 +1359,7 @@ def _r_UpdateMetadataRequest_v0(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
     _a3: list[UpdateMetadataPartitionState] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataPartitionState)
+        _o5 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1398,7 +1402,7 @@ def _r_UpdateMetadataRequest_v0(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of live_brokers exceeds the bytes left")
     _a11: list[UpdateMetadataBroker] = []
     for _ in range(_n10):
-        _o13 = _new(UpdateMetadataBroker)
+        _o13 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
         (_o13.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n14,) = _I16.unpack_from(data, pos)
@@ -1425,7 +1429,7 @@ def _r_UpdateMetadataRequest_v0(data: bytes, pos: int) -> tuple[UpdateMetadataRe
 
 def _r_UpdateMetadataRequest_v1(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataRequest)
+    _o1 = UpdateMetadataRequest.__new__(UpdateMetadataRequest)
     _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1436,7 +1440,7 @@ def _r_UpdateMetadataRequest_v1(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
     _a3: list[UpdateMetadataPartitionState] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataPartitionState)
+        _o5 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1479,7 +1483,7 @@ def _r_UpdateMetadataRequest_v1(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of live_brokers exceeds the bytes left")
     _a11: list[UpdateMetadataBroker] = []
     for _ in range(_n10):
-        _o13 = _new(UpdateMetadataBroker)
+        _o13 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
         (_o13.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n14,) = _I32.unpack_from(data, pos)
@@ -1490,7 +1494,7 @@ def _r_UpdateMetadataRequest_v1(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of endpoints exceeds the bytes left")
         _a15: list[UpdateMetadataEndpoint] = []
         for _ in range(_n14):
-            _o17 = _new(UpdateMetadataEndpoint)
+            _o17 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
             (_o17.port,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n18,) = _I16.unpack_from(data, pos)
@@ -1521,7 +1525,7 @@ def _r_UpdateMetadataRequest_v1(data: bytes, pos: int) -> tuple[UpdateMetadataRe
 
 def _r_UpdateMetadataRequest_v2(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataRequest)
+    _o1 = UpdateMetadataRequest.__new__(UpdateMetadataRequest)
     _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1532,7 +1536,7 @@ def _r_UpdateMetadataRequest_v2(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
     _a3: list[UpdateMetadataPartitionState] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataPartitionState)
+        _o5 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1575,7 +1579,7 @@ def _r_UpdateMetadataRequest_v2(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of live_brokers exceeds the bytes left")
     _a11: list[UpdateMetadataBroker] = []
     for _ in range(_n10):
-        _o13 = _new(UpdateMetadataBroker)
+        _o13 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
         (_o13.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n14,) = _I32.unpack_from(data, pos)
@@ -1586,7 +1590,7 @@ def _r_UpdateMetadataRequest_v2(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of endpoints exceeds the bytes left")
         _a15: list[UpdateMetadataEndpoint] = []
         for _ in range(_n14):
-            _o17 = _new(UpdateMetadataEndpoint)
+            _o17 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
             (_o17.port,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n18,) = _I16.unpack_from(data, pos)
@@ -1628,7 +1632,7 @@ def _r_UpdateMetadataRequest_v2(data: bytes, pos: int) -> tuple[UpdateMetadataRe
 
 def _r_UpdateMetadataRequest_v3(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataRequest)
+    _o1 = UpdateMetadataRequest.__new__(UpdateMetadataRequest)
     _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1639,7 +1643,7 @@ def _r_UpdateMetadataRequest_v3(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
     _a3: list[UpdateMetadataPartitionState] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataPartitionState)
+        _o5 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1682,7 +1686,7 @@ def _r_UpdateMetadataRequest_v3(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of live_brokers exceeds the bytes left")
     _a11: list[UpdateMetadataBroker] = []
     for _ in range(_n10):
-        _o13 = _new(UpdateMetadataBroker)
+        _o13 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
         (_o13.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n14,) = _I32.unpack_from(data, pos)
@@ -1693,7 +1697,7 @@ def _r_UpdateMetadataRequest_v3(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of endpoints exceeds the bytes left")
         _a15: list[UpdateMetadataEndpoint] = []
         for _ in range(_n14):
-            _o17 = _new(UpdateMetadataEndpoint)
+            _o17 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
             (_o17.port,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n18,) = _I16.unpack_from(data, pos)
@@ -1743,7 +1747,7 @@ def _r_UpdateMetadataRequest_v3(data: bytes, pos: int) -> tuple[UpdateMetadataRe
 
 def _r_UpdateMetadataRequest_v4(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataRequest)
+    _o1 = UpdateMetadataRequest.__new__(UpdateMetadataRequest)
     _o1.controller_id, _o1.controller_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1754,7 +1758,7 @@ def _r_UpdateMetadataRequest_v4(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of ungrouped_partition_states exceeds the bytes left")
     _a3: list[UpdateMetadataPartitionState] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataPartitionState)
+        _o5 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1804,7 +1808,7 @@ def _r_UpdateMetadataRequest_v4(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of live_brokers exceeds the bytes left")
     _a12: list[UpdateMetadataBroker] = []
     for _ in range(_n11):
-        _o14 = _new(UpdateMetadataBroker)
+        _o14 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
         (_o14.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n15,) = _I32.unpack_from(data, pos)
@@ -1815,7 +1819,7 @@ def _r_UpdateMetadataRequest_v4(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of endpoints exceeds the bytes left")
         _a16: list[UpdateMetadataEndpoint] = []
         for _ in range(_n15):
-            _o18 = _new(UpdateMetadataEndpoint)
+            _o18 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
             (_o18.port,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n19,) = _I16.unpack_from(data, pos)
@@ -1865,7 +1869,7 @@ def _r_UpdateMetadataRequest_v4(data: bytes, pos: int) -> tuple[UpdateMetadataRe
 
 def _r_UpdateMetadataRequest_v5(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataRequest)
+    _o1 = UpdateMetadataRequest.__new__(UpdateMetadataRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
     (_n2,) = _I32.unpack_from(data, pos)
@@ -1876,7 +1880,7 @@ def _r_UpdateMetadataRequest_v5(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[UpdateMetadataTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataTopicState)
+        _o5 = UpdateMetadataTopicState.__new__(UpdateMetadataTopicState)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -1894,7 +1898,7 @@ def _r_UpdateMetadataRequest_v5(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[UpdateMetadataPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(UpdateMetadataPartitionState)
+            _o11 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -1939,7 +1943,7 @@ def _r_UpdateMetadataRequest_v5(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of live_brokers exceeds the bytes left")
     _a16: list[UpdateMetadataBroker] = []
     for _ in range(_n15):
-        _o18 = _new(UpdateMetadataBroker)
+        _o18 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
         (_o18.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         (_n19,) = _I32.unpack_from(data, pos)
@@ -1950,7 +1954,7 @@ def _r_UpdateMetadataRequest_v5(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of endpoints exceeds the bytes left")
         _a20: list[UpdateMetadataEndpoint] = []
         for _ in range(_n19):
-            _o22 = _new(UpdateMetadataEndpoint)
+            _o22 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
             (_o22.port,) = _S_i.unpack_from(data, pos)
             pos += 4
             (_n23,) = _I16.unpack_from(data, pos)
@@ -1999,7 +2003,7 @@ def _r_UpdateMetadataRequest_v5(data: bytes, pos: int) -> tuple[UpdateMetadataRe
 
 def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataRequest)
+    _o1 = UpdateMetadataRequest.__new__(UpdateMetadataRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -2014,7 +2018,7 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[UpdateMetadataTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataTopicState)
+        _o5 = UpdateMetadataTopicState.__new__(UpdateMetadataTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2042,7 +2046,7 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[UpdateMetadataPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(UpdateMetadataPartitionState)
+            _o11 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -2111,7 +2115,7 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of live_brokers exceeds the bytes left")
     _a16: list[UpdateMetadataBroker] = []
     for _ in range(_n15):
-        _o18 = _new(UpdateMetadataBroker)
+        _o18 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
         (_o18.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n19 = data[pos]
@@ -2126,7 +2130,7 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of endpoints exceeds the bytes left")
         _a20: list[UpdateMetadataEndpoint] = []
         for _ in range(_n19):
-            _o22 = _new(UpdateMetadataEndpoint)
+            _o22 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
             (_o22.port,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n23 = data[pos]
@@ -2205,7 +2209,7 @@ def _r_UpdateMetadataRequest_v6(data: bytes, pos: int) -> tuple[UpdateMetadataRe
 
 def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataRequest)
+    _o1 = UpdateMetadataRequest.__new__(UpdateMetadataRequest)
     _o1.controller_id, _o1.controller_epoch, _o1.broker_epoch = _S_iiq.unpack_from(data, pos)
     pos += 16
     _n2 = data[pos]
@@ -2220,7 +2224,7 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[UpdateMetadataTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataTopicState)
+        _o5 = UpdateMetadataTopicState.__new__(UpdateMetadataTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2251,7 +2255,7 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[UpdateMetadataPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(UpdateMetadataPartitionState)
+            _o11 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -2319,7 +2323,7 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of live_brokers exceeds the bytes left")
     _a16: list[UpdateMetadataBroker] = []
     for _ in range(_n15):
-        _o18 = _new(UpdateMetadataBroker)
+        _o18 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
         (_o18.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n19 = data[pos]
@@ -2334,7 +2338,7 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of endpoints exceeds the bytes left")
         _a20: list[UpdateMetadataEndpoint] = []
         for _ in range(_n19):
-            _o22 = _new(UpdateMetadataEndpoint)
+            _o22 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
             (_o22.port,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n23 = data[pos]
@@ -2413,7 +2417,7 @@ def _r_UpdateMetadataRequest_v7(data: bytes, pos: int) -> tuple[UpdateMetadataRe
 
 def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataRequest)
+    _o1 = UpdateMetadataRequest.__new__(UpdateMetadataRequest)
     _o1.controller_id, _o1.is_k_raft_controller, _o1.controller_epoch, _o1.broker_epoch = _S_ioiq.unpack_from(
         data, pos
     )
@@ -2430,7 +2434,7 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of topic_states exceeds the bytes left")
     _a3: list[UpdateMetadataTopicState] = []
     for _ in range(_n2):
-        _o5 = _new(UpdateMetadataTopicState)
+        _o5 = UpdateMetadataTopicState.__new__(UpdateMetadataTopicState)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -2461,7 +2465,7 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of partition_states exceeds the bytes left")
         _a9: list[UpdateMetadataPartitionState] = []
         for _ in range(_n8):
-            _o11 = _new(UpdateMetadataPartitionState)
+            _o11 = UpdateMetadataPartitionState.__new__(UpdateMetadataPartitionState)
             _o11.partition_index, _o11.controller_epoch, _o11.leader, _o11.leader_epoch = _S_iiii.unpack_from(
                 data, pos
             )
@@ -2529,7 +2533,7 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
         raise DecodeError("array count of live_brokers exceeds the bytes left")
     _a16: list[UpdateMetadataBroker] = []
     for _ in range(_n15):
-        _o18 = _new(UpdateMetadataBroker)
+        _o18 = UpdateMetadataBroker.__new__(UpdateMetadataBroker)
         (_o18.id,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n19 = data[pos]
@@ -2544,7 +2548,7 @@ def _r_UpdateMetadataRequest_v8(data: bytes, pos: int) -> tuple[UpdateMetadataRe
             raise DecodeError("array count of endpoints exceeds the bytes left")
         _a20: list[UpdateMetadataEndpoint] = []
         for _ in range(_n19):
-            _o22 = _new(UpdateMetadataEndpoint)
+            _o22 = UpdateMetadataEndpoint.__new__(UpdateMetadataEndpoint)
             (_o22.port,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n23 = data[pos]
@@ -2640,7 +2644,7 @@ def _w_UpdateMetadataResponse_v6(buf: bytearray, o: UpdateMetadataResponse) -> N
 
 def _r_UpdateMetadataResponse_v0(data: bytes, pos: int) -> tuple[UpdateMetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataResponse)
+    _o1 = UpdateMetadataResponse.__new__(UpdateMetadataResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     return _o1, pos
@@ -2648,7 +2652,7 @@ def _r_UpdateMetadataResponse_v0(data: bytes, pos: int) -> tuple[UpdateMetadataR
 
 def _r_UpdateMetadataResponse_v6(data: bytes, pos: int) -> tuple[UpdateMetadataResponse, int]:
     _len = len(data)
-    _o1 = _new(UpdateMetadataResponse)
+    _o1 = UpdateMetadataResponse.__new__(UpdateMetadataResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     if data[pos]:

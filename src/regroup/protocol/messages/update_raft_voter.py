@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -51,11 +49,12 @@ class Listener(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "Listener"
-    SPEC_NAME: ClassVar[str] = "Listener"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+Listener.NAME = "Listener"
+Listener.SPEC_NAME = "Listener"
+Listener.MIN_VERSION = 0
+Listener.MAX_VERSION = 0
+Listener.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -70,11 +69,12 @@ class KRaftVersionFeature(Struct):
     min_supported_version: int = 0
     max_supported_version: int = 0
 
-    NAME: ClassVar[str] = "KRaftVersionFeature"
-    SPEC_NAME: ClassVar[str] = "KRaftVersionFeature"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+KRaftVersionFeature.NAME = "KRaftVersionFeature"
+KRaftVersionFeature.SPEC_NAME = "KRaftVersionFeature"
+KRaftVersionFeature.MIN_VERSION = 0
+KRaftVersionFeature.MAX_VERSION = 0
+KRaftVersionFeature.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -97,14 +97,15 @@ class UpdateRaftVoterRequest(Message):
     listeners: list[Listener] = field(default_factory=list)
     k_raft_version_feature: KRaftVersionFeature = field(default_factory=KRaftVersionFeature)
 
-    NAME: ClassVar[str] = "UpdateRaftVoterRequest"
-    SPEC_NAME: ClassVar[str] = "UpdateRaftVoterRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 82
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+UpdateRaftVoterRequest.NAME = "UpdateRaftVoterRequest"
+UpdateRaftVoterRequest.SPEC_NAME = "UpdateRaftVoterRequest"
+UpdateRaftVoterRequest.MIN_VERSION = 0
+UpdateRaftVoterRequest.MAX_VERSION = 0
+UpdateRaftVoterRequest.FLEXIBLE_MIN_VERSION = 0
+UpdateRaftVoterRequest.API_KEY = 82
+UpdateRaftVoterRequest.DEPRECATED_VERSIONS = None
+UpdateRaftVoterRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -123,11 +124,12 @@ class CurrentLeader(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "CurrentLeader"
-    SPEC_NAME: ClassVar[str] = "CurrentLeader"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+CurrentLeader.NAME = "CurrentLeader"
+CurrentLeader.SPEC_NAME = "CurrentLeader"
+CurrentLeader.MIN_VERSION = 0
+CurrentLeader.MAX_VERSION = 0
+CurrentLeader.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -145,14 +147,15 @@ class UpdateRaftVoterResponse(Message):
     error_code: int = 0
     current_leader: CurrentLeader = field(default_factory=CurrentLeader)
 
-    NAME: ClassVar[str] = "UpdateRaftVoterResponse"
-    SPEC_NAME: ClassVar[str] = "UpdateRaftVoterResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 82
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+UpdateRaftVoterResponse.NAME = "UpdateRaftVoterResponse"
+UpdateRaftVoterResponse.SPEC_NAME = "UpdateRaftVoterResponse"
+UpdateRaftVoterResponse.MIN_VERSION = 0
+UpdateRaftVoterResponse.MAX_VERSION = 0
+UpdateRaftVoterResponse.FLEXIBLE_MIN_VERSION = 0
+UpdateRaftVoterResponse.API_KEY = 82
+UpdateRaftVoterResponse.DEPRECATED_VERSIONS = None
+UpdateRaftVoterResponse.LATEST_VERSION_UNSTABLE = False
 
 
 DEFAULT_CurrentLeader = CurrentLeader()
@@ -178,7 +181,7 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
 
 def _r_Listener_v0(data: bytes, pos: int) -> tuple[Listener, int]:
     _len = len(data)
-    _o1 = _new(Listener)
+    _o1 = Listener.__new__(Listener)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -225,7 +228,7 @@ def _w_KRaftVersionFeature_v0(buf: bytearray, o: KRaftVersionFeature) -> None:
 
 def _r_KRaftVersionFeature_v0(data: bytes, pos: int) -> tuple[KRaftVersionFeature, int]:
     _len = len(data)
-    _o1 = _new(KRaftVersionFeature)
+    _o1 = KRaftVersionFeature.__new__(KRaftVersionFeature)
     _o1.min_supported_version, _o1.max_supported_version = _S_hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
@@ -255,7 +258,7 @@ def _w_UpdateRaftVoterRequest_v0(buf: bytearray, o: UpdateRaftVoterRequest) -> N
 
 def _r_UpdateRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoterRequest, int]:
     _len = len(data)
-    _o1 = _new(UpdateRaftVoterRequest)
+    _o1 = UpdateRaftVoterRequest.__new__(UpdateRaftVoterRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -289,7 +292,7 @@ def _r_UpdateRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoter
         raise DecodeError("array count of listeners exceeds the bytes left")
     _a5: list[Listener] = []
     for _ in range(_n4):
-        _o7 = _new(Listener)
+        _o7 = Listener.__new__(Listener)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -328,7 +331,7 @@ def _r_UpdateRaftVoterRequest_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoter
             pos += 1
         _a5.append(_o7)
     _o1.listeners = _a5
-    _o13 = _new(KRaftVersionFeature)
+    _o13 = KRaftVersionFeature.__new__(KRaftVersionFeature)
     _o13.min_supported_version, _o13.max_supported_version = _S_hh.unpack_from(data, pos)
     pos += 4
     if data[pos]:
@@ -356,7 +359,7 @@ def _w_CurrentLeader_v0(buf: bytearray, o: CurrentLeader) -> None:
 
 def _r_CurrentLeader_v0(data: bytes, pos: int) -> tuple[CurrentLeader, int]:
     _len = len(data)
-    _o1 = _new(CurrentLeader)
+    _o1 = CurrentLeader.__new__(CurrentLeader)
     _o1.leader_id, _o1.leader_epoch = _S_ii.unpack_from(data, pos)
     pos += 8
     _n2 = data[pos]
@@ -399,7 +402,7 @@ def _w_UpdateRaftVoterResponse_v0(buf: bytearray, o: UpdateRaftVoterResponse) ->
 
 def _r_UpdateRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[UpdateRaftVoterResponse, int]:
     _len = len(data)
-    _o1 = _new(UpdateRaftVoterResponse)
+    _o1 = UpdateRaftVoterResponse.__new__(UpdateRaftVoterResponse)
     _o1.throttle_time_ms, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _o1.current_leader = CurrentLeader()
@@ -411,7 +414,7 @@ def _r_UpdateRaftVoterResponse_v0(data: bytes, pos: int) -> tuple[UpdateRaftVote
         if _tend4 > _len:
             raise DecodeError("tagged field overruns its buffer")
         if _tag3 == 0:
-            _o6 = _new(CurrentLeader)
+            _o6 = CurrentLeader.__new__(CurrentLeader)
             _o6.leader_id, _o6.leader_epoch = _S_ii.unpack_from(data, pos)
             pos += 8
             _n7 = data[pos]

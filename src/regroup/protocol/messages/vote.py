@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -60,11 +58,12 @@ class VoteRequestPartitionData(Struct):
     last_offset_epoch: int = 0
     last_offset: int = 0
 
-    NAME: ClassVar[str] = "VoteRequestPartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+VoteRequestPartitionData.NAME = "VoteRequestPartitionData"
+VoteRequestPartitionData.SPEC_NAME = "PartitionData"
+VoteRequestPartitionData.MIN_VERSION = 0
+VoteRequestPartitionData.MAX_VERSION = 1
+VoteRequestPartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -79,11 +78,12 @@ class VoteRequestTopicData(Struct):
     topic_name: str = ""
     partitions: list[VoteRequestPartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "VoteRequestTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+VoteRequestTopicData.NAME = "VoteRequestTopicData"
+VoteRequestTopicData.SPEC_NAME = "TopicData"
+VoteRequestTopicData.MIN_VERSION = 0
+VoteRequestTopicData.MAX_VERSION = 1
+VoteRequestTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -102,14 +102,15 @@ class VoteRequest(Message):
     voter_id: int = -1
     topics: list[VoteRequestTopicData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "VoteRequest"
-    SPEC_NAME: ClassVar[str] = "VoteRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 52
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+VoteRequest.NAME = "VoteRequest"
+VoteRequest.SPEC_NAME = "VoteRequest"
+VoteRequest.MIN_VERSION = 0
+VoteRequest.MAX_VERSION = 1
+VoteRequest.FLEXIBLE_MIN_VERSION = 0
+VoteRequest.API_KEY = 52
+VoteRequest.DEPRECATED_VERSIONS = None
+VoteRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -130,11 +131,12 @@ class VoteResponsePartitionData(Struct):
     leader_epoch: int = 0
     vote_granted: bool = False
 
-    NAME: ClassVar[str] = "VoteResponsePartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+VoteResponsePartitionData.NAME = "VoteResponsePartitionData"
+VoteResponsePartitionData.SPEC_NAME = "PartitionData"
+VoteResponsePartitionData.MIN_VERSION = 0
+VoteResponsePartitionData.MAX_VERSION = 1
+VoteResponsePartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -149,11 +151,12 @@ class VoteResponseTopicData(Struct):
     topic_name: str = ""
     partitions: list[VoteResponsePartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "VoteResponseTopicData"
-    SPEC_NAME: ClassVar[str] = "TopicData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+VoteResponseTopicData.NAME = "VoteResponseTopicData"
+VoteResponseTopicData.SPEC_NAME = "TopicData"
+VoteResponseTopicData.MIN_VERSION = 0
+VoteResponseTopicData.MAX_VERSION = 1
+VoteResponseTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -170,11 +173,12 @@ class NodeEndpoint(Struct):
     host: str = ""
     port: int = 0
 
-    NAME: ClassVar[str] = "NodeEndpoint"
-    SPEC_NAME: ClassVar[str] = "NodeEndpoint"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+NodeEndpoint.NAME = "NodeEndpoint"
+NodeEndpoint.SPEC_NAME = "NodeEndpoint"
+NodeEndpoint.MIN_VERSION = 1
+NodeEndpoint.MAX_VERSION = 1
+NodeEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -193,14 +197,15 @@ class VoteResponse(Message):
     topics: list[VoteResponseTopicData] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "VoteResponse"
-    SPEC_NAME: ClassVar[str] = "VoteResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 52
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+VoteResponse.NAME = "VoteResponse"
+VoteResponse.SPEC_NAME = "VoteResponse"
+VoteResponse.MIN_VERSION = 0
+VoteResponse.MAX_VERSION = 1
+VoteResponse.FLEXIBLE_MIN_VERSION = 0
+VoteResponse.API_KEY = 52
+VoteResponse.DEPRECATED_VERSIONS = None
+VoteResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -228,7 +233,7 @@ def _w_VoteRequestPartitionData_v1(buf: bytearray, o: VoteRequestPartitionData) 
 
 def _r_VoteRequestPartitionData_v0(data: bytes, pos: int) -> tuple[VoteRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(VoteRequestPartitionData)
+    _o1 = VoteRequestPartitionData.__new__(VoteRequestPartitionData)
     _o1.partition_index, _o1.candidate_epoch, _o1.candidate_id, _o1.last_offset_epoch, _o1.last_offset = (
         _S_iiiiq.unpack_from(data, pos)
     )
@@ -244,7 +249,7 @@ def _r_VoteRequestPartitionData_v0(data: bytes, pos: int) -> tuple[VoteRequestPa
 
 def _r_VoteRequestPartitionData_v1(data: bytes, pos: int) -> tuple[VoteRequestPartitionData, int]:
     _len = len(data)
-    _o1 = _new(VoteRequestPartitionData)
+    _o1 = VoteRequestPartitionData.__new__(VoteRequestPartitionData)
     (
         _o1.partition_index,
         _o1.candidate_epoch,
@@ -299,7 +304,7 @@ def _w_VoteRequestTopicData_v1(buf: bytearray, o: VoteRequestTopicData) -> None:
 
 def _r_VoteRequestTopicData_v0(data: bytes, pos: int) -> tuple[VoteRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(VoteRequestTopicData)
+    _o1 = VoteRequestTopicData.__new__(VoteRequestTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -327,7 +332,7 @@ def _r_VoteRequestTopicData_v0(data: bytes, pos: int) -> tuple[VoteRequestTopicD
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[VoteRequestPartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(VoteRequestPartitionData)
+        _o7 = VoteRequestPartitionData.__new__(VoteRequestPartitionData)
         _o7.partition_index, _o7.candidate_epoch, _o7.candidate_id, _o7.last_offset_epoch, _o7.last_offset = (
             _S_iiiiq.unpack_from(data, pos)
         )
@@ -349,7 +354,7 @@ def _r_VoteRequestTopicData_v0(data: bytes, pos: int) -> tuple[VoteRequestTopicD
 
 def _r_VoteRequestTopicData_v1(data: bytes, pos: int) -> tuple[VoteRequestTopicData, int]:
     _len = len(data)
-    _o1 = _new(VoteRequestTopicData)
+    _o1 = VoteRequestTopicData.__new__(VoteRequestTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -377,7 +382,7 @@ def _r_VoteRequestTopicData_v1(data: bytes, pos: int) -> tuple[VoteRequestTopicD
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[VoteRequestPartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(VoteRequestPartitionData)
+        _o7 = VoteRequestPartitionData.__new__(VoteRequestPartitionData)
         (
             _o7.partition_index,
             _o7.candidate_epoch,
@@ -438,7 +443,7 @@ def _w_VoteRequest_v1(buf: bytearray, o: VoteRequest) -> None:
 
 def _r_VoteRequest_v0(data: bytes, pos: int) -> tuple[VoteRequest, int]:
     _len = len(data)
-    _o1 = _new(VoteRequest)
+    _o1 = VoteRequest.__new__(VoteRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -469,7 +474,7 @@ def _r_VoteRequest_v0(data: bytes, pos: int) -> tuple[VoteRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[VoteRequestTopicData] = []
     for _ in range(_n4):
-        _o7 = _new(VoteRequestTopicData)
+        _o7 = VoteRequestTopicData.__new__(VoteRequestTopicData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -497,7 +502,7 @@ def _r_VoteRequest_v0(data: bytes, pos: int) -> tuple[VoteRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[VoteRequestPartitionData] = []
         for _ in range(_n10):
-            _o13 = _new(VoteRequestPartitionData)
+            _o13 = VoteRequestPartitionData.__new__(VoteRequestPartitionData)
             (
                 _o13.partition_index,
                 _o13.candidate_epoch,
@@ -530,7 +535,7 @@ def _r_VoteRequest_v0(data: bytes, pos: int) -> tuple[VoteRequest, int]:
 
 def _r_VoteRequest_v1(data: bytes, pos: int) -> tuple[VoteRequest, int]:
     _len = len(data)
-    _o1 = _new(VoteRequest)
+    _o1 = VoteRequest.__new__(VoteRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -563,7 +568,7 @@ def _r_VoteRequest_v1(data: bytes, pos: int) -> tuple[VoteRequest, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[VoteRequestTopicData] = []
     for _ in range(_n4):
-        _o7 = _new(VoteRequestTopicData)
+        _o7 = VoteRequestTopicData.__new__(VoteRequestTopicData)
         _n8 = data[pos]
         if _n8 < 128:
             pos += 1
@@ -591,7 +596,7 @@ def _r_VoteRequest_v1(data: bytes, pos: int) -> tuple[VoteRequest, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a11: list[VoteRequestPartitionData] = []
         for _ in range(_n10):
-            _o13 = _new(VoteRequestPartitionData)
+            _o13 = VoteRequestPartitionData.__new__(VoteRequestPartitionData)
             (
                 _o13.partition_index,
                 _o13.candidate_epoch,
@@ -632,7 +637,7 @@ def _w_VoteResponsePartitionData_v0(buf: bytearray, o: VoteResponsePartitionData
 
 def _r_VoteResponsePartitionData_v0(data: bytes, pos: int) -> tuple[VoteResponsePartitionData, int]:
     _len = len(data)
-    _o1 = _new(VoteResponsePartitionData)
+    _o1 = VoteResponsePartitionData.__new__(VoteResponsePartitionData)
     _o1.partition_index, _o1.error_code, _o1.leader_id, _o1.leader_epoch, _o1.vote_granted = (
         _S_ihiio.unpack_from(data, pos)
     )
@@ -659,7 +664,7 @@ def _w_VoteResponseTopicData_v0(buf: bytearray, o: VoteResponseTopicData) -> Non
 
 def _r_VoteResponseTopicData_v0(data: bytes, pos: int) -> tuple[VoteResponseTopicData, int]:
     _len = len(data)
-    _o1 = _new(VoteResponseTopicData)
+    _o1 = VoteResponseTopicData.__new__(VoteResponseTopicData)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -687,7 +692,7 @@ def _r_VoteResponseTopicData_v0(data: bytes, pos: int) -> tuple[VoteResponseTopi
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[VoteResponsePartitionData] = []
     for _ in range(_n4):
-        _o7 = _new(VoteResponsePartitionData)
+        _o7 = VoteResponsePartitionData.__new__(VoteResponsePartitionData)
         _o7.partition_index, _o7.error_code, _o7.leader_id, _o7.leader_epoch, _o7.vote_granted = (
             _S_ihiio.unpack_from(data, pos)
         )
@@ -718,7 +723,7 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
 
 def _r_NodeEndpoint_v1(data: bytes, pos: int) -> tuple[NodeEndpoint, int]:
     _len = len(data)
-    _o1 = _new(NodeEndpoint)
+    _o1 = NodeEndpoint.__new__(NodeEndpoint)
     (_o1.node_id,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -779,7 +784,7 @@ def _w_VoteResponse_v1(buf: bytearray, o: VoteResponse) -> None:
 
 def _r_VoteResponse_v0(data: bytes, pos: int) -> tuple[VoteResponse, int]:
     _len = len(data)
-    _o1 = _new(VoteResponse)
+    _o1 = VoteResponse.__new__(VoteResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -794,7 +799,7 @@ def _r_VoteResponse_v0(data: bytes, pos: int) -> tuple[VoteResponse, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[VoteResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(VoteResponseTopicData)
+        _o5 = VoteResponseTopicData.__new__(VoteResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -822,7 +827,7 @@ def _r_VoteResponse_v0(data: bytes, pos: int) -> tuple[VoteResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[VoteResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(VoteResponsePartitionData)
+            _o11 = VoteResponsePartitionData.__new__(VoteResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch, _o11.vote_granted = (
                 _S_ihiio.unpack_from(data, pos)
             )
@@ -849,7 +854,7 @@ def _r_VoteResponse_v0(data: bytes, pos: int) -> tuple[VoteResponse, int]:
 
 def _r_VoteResponse_v1(data: bytes, pos: int) -> tuple[VoteResponse, int]:
     _len = len(data)
-    _o1 = _new(VoteResponse)
+    _o1 = VoteResponse.__new__(VoteResponse)
     (_o1.error_code,) = _S_h.unpack_from(data, pos)
     pos += 2
     _n2 = data[pos]
@@ -864,7 +869,7 @@ def _r_VoteResponse_v1(data: bytes, pos: int) -> tuple[VoteResponse, int]:
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[VoteResponseTopicData] = []
     for _ in range(_n2):
-        _o5 = _new(VoteResponseTopicData)
+        _o5 = VoteResponseTopicData.__new__(VoteResponseTopicData)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -892,7 +897,7 @@ def _r_VoteResponse_v1(data: bytes, pos: int) -> tuple[VoteResponse, int]:
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[VoteResponsePartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(VoteResponsePartitionData)
+            _o11 = VoteResponsePartitionData.__new__(VoteResponsePartitionData)
             _o11.partition_index, _o11.error_code, _o11.leader_id, _o11.leader_epoch, _o11.vote_granted = (
                 _S_ihiio.unpack_from(data, pos)
             )
@@ -930,7 +935,7 @@ def _r_VoteResponse_v1(data: bytes, pos: int) -> tuple[VoteResponse, int]:
                 raise DecodeError("array count of node_endpoints exceeds the bytes left")
             _a16: list[NodeEndpoint] = []
             for _ in range(_n15):
-                _o18 = _new(NodeEndpoint)
+                _o18 = NodeEndpoint.__new__(NodeEndpoint)
                 (_o18.node_id,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 _n19 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -52,11 +50,12 @@ class StateBatch(Struct):
     delivery_state: int = 0
     delivery_count: int = 0
 
-    NAME: ClassVar[str] = "StateBatch"
-    SPEC_NAME: ClassVar[str] = "StateBatch"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+StateBatch.NAME = "StateBatch"
+StateBatch.SPEC_NAME = "StateBatch"
+StateBatch.MIN_VERSION = 0
+StateBatch.MAX_VERSION = 0
+StateBatch.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -78,11 +77,12 @@ class PartitionData(Struct):
     start_offset: int = 0
     state_batches: list[StateBatch] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "PartitionData"
-    SPEC_NAME: ClassVar[str] = "PartitionData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionData.NAME = "PartitionData"
+PartitionData.SPEC_NAME = "PartitionData"
+PartitionData.MIN_VERSION = 0
+PartitionData.MAX_VERSION = 0
+PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -97,11 +97,12 @@ class WriteStateData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "WriteStateData"
-    SPEC_NAME: ClassVar[str] = "WriteStateData"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+WriteStateData.NAME = "WriteStateData"
+WriteStateData.SPEC_NAME = "WriteStateData"
+WriteStateData.MIN_VERSION = 0
+WriteStateData.MAX_VERSION = 0
+WriteStateData.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -116,14 +117,15 @@ class WriteShareGroupStateRequest(Message):
     group_id: str = ""
     topics: list[WriteStateData] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "WriteShareGroupStateRequest"
-    SPEC_NAME: ClassVar[str] = "WriteShareGroupStateRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 85
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+
+WriteShareGroupStateRequest.NAME = "WriteShareGroupStateRequest"
+WriteShareGroupStateRequest.SPEC_NAME = "WriteShareGroupStateRequest"
+WriteShareGroupStateRequest.MIN_VERSION = 0
+WriteShareGroupStateRequest.MAX_VERSION = 0
+WriteShareGroupStateRequest.FLEXIBLE_MIN_VERSION = 0
+WriteShareGroupStateRequest.API_KEY = 85
+WriteShareGroupStateRequest.DEPRECATED_VERSIONS = None
+WriteShareGroupStateRequest.LATEST_VERSION_UNSTABLE = True
 
 
 @dataclass(slots=True)
@@ -140,11 +142,12 @@ class PartitionResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
-    NAME: ClassVar[str] = "PartitionResult"
-    SPEC_NAME: ClassVar[str] = "PartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionResult.NAME = "PartitionResult"
+PartitionResult.SPEC_NAME = "PartitionResult"
+PartitionResult.MIN_VERSION = 0
+PartitionResult.MAX_VERSION = 0
+PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -159,11 +162,12 @@ class WriteStateResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "WriteStateResult"
-    SPEC_NAME: ClassVar[str] = "WriteStateResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+WriteStateResult.NAME = "WriteStateResult"
+WriteStateResult.SPEC_NAME = "WriteStateResult"
+WriteStateResult.MIN_VERSION = 0
+WriteStateResult.MAX_VERSION = 0
+WriteStateResult.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -184,14 +188,15 @@ class WriteShareGroupStateResponse(Message):
 
     results: list[WriteStateResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "WriteShareGroupStateResponse"
-    SPEC_NAME: ClassVar[str] = "WriteShareGroupStateResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
-    API_KEY: ClassVar[int] = 85
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+WriteShareGroupStateResponse.NAME = "WriteShareGroupStateResponse"
+WriteShareGroupStateResponse.SPEC_NAME = "WriteShareGroupStateResponse"
+WriteShareGroupStateResponse.MIN_VERSION = 0
+WriteShareGroupStateResponse.MAX_VERSION = 0
+WriteShareGroupStateResponse.FLEXIBLE_MIN_VERSION = 0
+WriteShareGroupStateResponse.API_KEY = 85
+WriteShareGroupStateResponse.DEPRECATED_VERSIONS = None
+WriteShareGroupStateResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -204,7 +209,7 @@ def _w_StateBatch_v0(buf: bytearray, o: StateBatch) -> None:
 
 def _r_StateBatch_v0(data: bytes, pos: int) -> tuple[StateBatch, int]:
     _len = len(data)
-    _o1 = _new(StateBatch)
+    _o1 = StateBatch.__new__(StateBatch)
     _o1.first_offset, _o1.last_offset, _o1.delivery_state, _o1.delivery_count = _S_qqbh.unpack_from(data, pos)
     pos += 19
     if data[pos]:
@@ -225,7 +230,7 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
 
 def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
     _len = len(data)
-    _o1 = _new(PartitionData)
+    _o1 = PartitionData.__new__(PartitionData)
     _o1.partition, _o1.state_epoch, _o1.leader_epoch, _o1.start_offset = _S_iiiq.unpack_from(data, pos)
     pos += 20
     _n2 = data[pos]
@@ -240,7 +245,7 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
         raise DecodeError("array count of state_batches exceeds the bytes left")
     _a3: list[StateBatch] = []
     for _ in range(_n2):
-        _o5 = _new(StateBatch)
+        _o5 = StateBatch.__new__(StateBatch)
         _o5.first_offset, _o5.last_offset, _o5.delivery_state, _o5.delivery_count = _S_qqbh.unpack_from(
             data, pos
         )
@@ -269,7 +274,7 @@ def _w_WriteStateData_v0(buf: bytearray, o: WriteStateData) -> None:
 
 def _r_WriteStateData_v0(data: bytes, pos: int) -> tuple[WriteStateData, int]:
     _len = len(data)
-    _o1 = _new(WriteStateData)
+    _o1 = WriteStateData.__new__(WriteStateData)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -285,7 +290,7 @@ def _r_WriteStateData_v0(data: bytes, pos: int) -> tuple[WriteStateData, int]:
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionData] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionData)
+        _o5 = PartitionData.__new__(PartitionData)
         _o5.partition, _o5.state_epoch, _o5.leader_epoch, _o5.start_offset = _S_iiiq.unpack_from(data, pos)
         pos += 20
         _n6 = data[pos]
@@ -300,7 +305,7 @@ def _r_WriteStateData_v0(data: bytes, pos: int) -> tuple[WriteStateData, int]:
             raise DecodeError("array count of state_batches exceeds the bytes left")
         _a7: list[StateBatch] = []
         for _ in range(_n6):
-            _o9 = _new(StateBatch)
+            _o9 = StateBatch.__new__(StateBatch)
             _o9.first_offset, _o9.last_offset, _o9.delivery_state, _o9.delivery_count = _S_qqbh.unpack_from(
                 data, pos
             )
@@ -339,7 +344,7 @@ def _w_WriteShareGroupStateRequest_v0(buf: bytearray, o: WriteShareGroupStateReq
 
 def _r_WriteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[WriteShareGroupStateRequest, int]:
     _len = len(data)
-    _o1 = _new(WriteShareGroupStateRequest)
+    _o1 = WriteShareGroupStateRequest.__new__(WriteShareGroupStateRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -367,7 +372,7 @@ def _r_WriteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[WriteShare
         raise DecodeError("array count of topics exceeds the bytes left")
     _a5: list[WriteStateData] = []
     for _ in range(_n4):
-        _o7 = _new(WriteStateData)
+        _o7 = WriteStateData.__new__(WriteStateData)
         (_s6_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o7.topic_id = uuid_from_bytes(_s6_topic_id_raw)
@@ -383,7 +388,7 @@ def _r_WriteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[WriteShare
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[PartitionData] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionData)
+            _o11 = PartitionData.__new__(PartitionData)
             _o11.partition, _o11.state_epoch, _o11.leader_epoch, _o11.start_offset = _S_iiiq.unpack_from(
                 data, pos
             )
@@ -400,7 +405,7 @@ def _r_WriteShareGroupStateRequest_v0(data: bytes, pos: int) -> tuple[WriteShare
                 raise DecodeError("array count of state_batches exceeds the bytes left")
             _a13: list[StateBatch] = []
             for _ in range(_n12):
-                _o15 = _new(StateBatch)
+                _o15 = StateBatch.__new__(StateBatch)
                 _o15.first_offset, _o15.last_offset, _o15.delivery_state, _o15.delivery_count = (
                     _S_qqbh.unpack_from(data, pos)
                 )
@@ -445,7 +450,7 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
 
 def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
     _len = len(data)
-    _o1 = _new(PartitionResult)
+    _o1 = PartitionResult.__new__(PartitionResult)
     _o1.partition, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     _n2 = data[pos]
@@ -484,7 +489,7 @@ def _w_WriteStateResult_v0(buf: bytearray, o: WriteStateResult) -> None:
 
 def _r_WriteStateResult_v0(data: bytes, pos: int) -> tuple[WriteStateResult, int]:
     _len = len(data)
-    _o1 = _new(WriteStateResult)
+    _o1 = WriteStateResult.__new__(WriteStateResult)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -500,7 +505,7 @@ def _r_WriteStateResult_v0(data: bytes, pos: int) -> tuple[WriteStateResult, int
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a3: list[PartitionResult] = []
     for _ in range(_n2):
-        _o5 = _new(PartitionResult)
+        _o5 = PartitionResult.__new__(PartitionResult)
         _o5.partition, _o5.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _n6 = data[pos]
@@ -544,7 +549,7 @@ def _w_WriteShareGroupStateResponse_v0(buf: bytearray, o: WriteShareGroupStateRe
 
 def _r_WriteShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[WriteShareGroupStateResponse, int]:
     _len = len(data)
-    _o1 = _new(WriteShareGroupStateResponse)
+    _o1 = WriteShareGroupStateResponse.__new__(WriteShareGroupStateResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -557,7 +562,7 @@ def _r_WriteShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[WriteShar
         raise DecodeError("array count of results exceeds the bytes left")
     _a3: list[WriteStateResult] = []
     for _ in range(_n2):
-        _o5 = _new(WriteStateResult)
+        _o5 = WriteStateResult.__new__(WriteStateResult)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -573,7 +578,7 @@ def _r_WriteShareGroupStateResponse_v0(data: bytes, pos: int) -> tuple[WriteShar
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a7: list[PartitionResult] = []
         for _ in range(_n6):
-            _o9 = _new(PartitionResult)
+            _o9 = PartitionResult.__new__(PartitionResult)
             _o9.partition, _o9.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _n10 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -48,11 +46,12 @@ class WritableTxnMarkerTopic(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "WritableTxnMarkerTopic"
-    SPEC_NAME: ClassVar[str] = "WritableTxnMarkerTopic"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+WritableTxnMarkerTopic.NAME = "WritableTxnMarkerTopic"
+WritableTxnMarkerTopic.SPEC_NAME = "WritableTxnMarkerTopic"
+WritableTxnMarkerTopic.MIN_VERSION = 0
+WritableTxnMarkerTopic.MAX_VERSION = 1
+WritableTxnMarkerTopic.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -75,11 +74,12 @@ class WritableTxnMarker(Struct):
     topics: list[WritableTxnMarkerTopic] = field(default_factory=list)
     coordinator_epoch: int = 0
 
-    NAME: ClassVar[str] = "WritableTxnMarker"
-    SPEC_NAME: ClassVar[str] = "WritableTxnMarker"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+WritableTxnMarker.NAME = "WritableTxnMarker"
+WritableTxnMarker.SPEC_NAME = "WritableTxnMarker"
+WritableTxnMarker.MIN_VERSION = 0
+WritableTxnMarker.MAX_VERSION = 1
+WritableTxnMarker.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -94,14 +94,15 @@ class WriteTxnMarkersRequest(Message):
 
     markers: list[WritableTxnMarker] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "WriteTxnMarkersRequest"
-    SPEC_NAME: ClassVar[str] = "WriteTxnMarkersRequest"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 27
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+WriteTxnMarkersRequest.NAME = "WriteTxnMarkersRequest"
+WriteTxnMarkersRequest.SPEC_NAME = "WriteTxnMarkersRequest"
+WriteTxnMarkersRequest.MIN_VERSION = 0
+WriteTxnMarkersRequest.MAX_VERSION = 1
+WriteTxnMarkersRequest.FLEXIBLE_MIN_VERSION = 1
+WriteTxnMarkersRequest.API_KEY = 27
+WriteTxnMarkersRequest.DEPRECATED_VERSIONS = None
+WriteTxnMarkersRequest.LATEST_VERSION_UNSTABLE = False
 
 
 @dataclass(slots=True)
@@ -116,11 +117,12 @@ class WritableTxnMarkerPartitionResult(Struct):
     partition_index: int = 0
     error_code: int = 0
 
-    NAME: ClassVar[str] = "WritableTxnMarkerPartitionResult"
-    SPEC_NAME: ClassVar[str] = "WritableTxnMarkerPartitionResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+WritableTxnMarkerPartitionResult.NAME = "WritableTxnMarkerPartitionResult"
+WritableTxnMarkerPartitionResult.SPEC_NAME = "WritableTxnMarkerPartitionResult"
+WritableTxnMarkerPartitionResult.MIN_VERSION = 0
+WritableTxnMarkerPartitionResult.MAX_VERSION = 1
+WritableTxnMarkerPartitionResult.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -135,11 +137,12 @@ class WritableTxnMarkerTopicResult(Struct):
     name: str = ""
     partitions: list[WritableTxnMarkerPartitionResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "WritableTxnMarkerTopicResult"
-    SPEC_NAME: ClassVar[str] = "WritableTxnMarkerTopicResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+WritableTxnMarkerTopicResult.NAME = "WritableTxnMarkerTopicResult"
+WritableTxnMarkerTopicResult.SPEC_NAME = "WritableTxnMarkerTopicResult"
+WritableTxnMarkerTopicResult.MIN_VERSION = 0
+WritableTxnMarkerTopicResult.MAX_VERSION = 1
+WritableTxnMarkerTopicResult.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -154,11 +157,12 @@ class WritableTxnMarkerResult(Struct):
     producer_id: int = 0
     topics: list[WritableTxnMarkerTopicResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "WritableTxnMarkerResult"
-    SPEC_NAME: ClassVar[str] = "WritableTxnMarkerResult"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
+
+WritableTxnMarkerResult.NAME = "WritableTxnMarkerResult"
+WritableTxnMarkerResult.SPEC_NAME = "WritableTxnMarkerResult"
+WritableTxnMarkerResult.MIN_VERSION = 0
+WritableTxnMarkerResult.MAX_VERSION = 1
+WritableTxnMarkerResult.FLEXIBLE_MIN_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -173,14 +177,15 @@ class WriteTxnMarkersResponse(Message):
 
     markers: list[WritableTxnMarkerResult] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "WriteTxnMarkersResponse"
-    SPEC_NAME: ClassVar[str] = "WriteTxnMarkersResponse"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
-    API_KEY: ClassVar[int] = 27
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+
+WriteTxnMarkersResponse.NAME = "WriteTxnMarkersResponse"
+WriteTxnMarkersResponse.SPEC_NAME = "WriteTxnMarkersResponse"
+WriteTxnMarkersResponse.MIN_VERSION = 0
+WriteTxnMarkersResponse.MAX_VERSION = 1
+WriteTxnMarkersResponse.FLEXIBLE_MIN_VERSION = 1
+WriteTxnMarkersResponse.API_KEY = 27
+WriteTxnMarkersResponse.DEPRECATED_VERSIONS = None
+WriteTxnMarkersResponse.LATEST_VERSION_UNSTABLE = False
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -209,7 +214,7 @@ def _w_WritableTxnMarkerTopic_v1(buf: bytearray, o: WritableTxnMarkerTopic) -> N
 
 def _r_WritableTxnMarkerTopic_v0(data: bytes, pos: int) -> tuple[WritableTxnMarkerTopic, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarkerTopic)
+    _o1 = WritableTxnMarkerTopic.__new__(WritableTxnMarkerTopic)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -232,7 +237,7 @@ def _r_WritableTxnMarkerTopic_v0(data: bytes, pos: int) -> tuple[WritableTxnMark
 
 def _r_WritableTxnMarkerTopic_v1(data: bytes, pos: int) -> tuple[WritableTxnMarkerTopic, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarkerTopic)
+    _o1 = WritableTxnMarkerTopic.__new__(WritableTxnMarkerTopic)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -292,7 +297,7 @@ def _w_WritableTxnMarker_v1(buf: bytearray, o: WritableTxnMarker) -> None:
 
 def _r_WritableTxnMarker_v0(data: bytes, pos: int) -> tuple[WritableTxnMarker, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarker)
+    _o1 = WritableTxnMarker.__new__(WritableTxnMarker)
     _o1.producer_id, _o1.producer_epoch, _o1.transaction_result = _S_qho.unpack_from(data, pos)
     pos += 11
     (_n2,) = _I32.unpack_from(data, pos)
@@ -303,7 +308,7 @@ def _r_WritableTxnMarker_v0(data: bytes, pos: int) -> tuple[WritableTxnMarker, i
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[WritableTxnMarkerTopic] = []
     for _ in range(_n2):
-        _o5 = _new(WritableTxnMarkerTopic)
+        _o5 = WritableTxnMarkerTopic.__new__(WritableTxnMarkerTopic)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -330,7 +335,7 @@ def _r_WritableTxnMarker_v0(data: bytes, pos: int) -> tuple[WritableTxnMarker, i
 
 def _r_WritableTxnMarker_v1(data: bytes, pos: int) -> tuple[WritableTxnMarker, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarker)
+    _o1 = WritableTxnMarker.__new__(WritableTxnMarker)
     _o1.producer_id, _o1.producer_epoch, _o1.transaction_result = _S_qho.unpack_from(data, pos)
     pos += 11
     _n2 = data[pos]
@@ -345,7 +350,7 @@ def _r_WritableTxnMarker_v1(data: bytes, pos: int) -> tuple[WritableTxnMarker, i
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[WritableTxnMarkerTopic] = []
     for _ in range(_n2):
-        _o5 = _new(WritableTxnMarkerTopic)
+        _o5 = WritableTxnMarkerTopic.__new__(WritableTxnMarkerTopic)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -405,7 +410,7 @@ def _w_WriteTxnMarkersRequest_v1(buf: bytearray, o: WriteTxnMarkersRequest) -> N
 
 def _r_WriteTxnMarkersRequest_v0(data: bytes, pos: int) -> tuple[WriteTxnMarkersRequest, int]:
     _len = len(data)
-    _o1 = _new(WriteTxnMarkersRequest)
+    _o1 = WriteTxnMarkersRequest.__new__(WriteTxnMarkersRequest)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -414,7 +419,7 @@ def _r_WriteTxnMarkersRequest_v0(data: bytes, pos: int) -> tuple[WriteTxnMarkers
         raise DecodeError("array count of markers exceeds the bytes left")
     _a3: list[WritableTxnMarker] = []
     for _ in range(_n2):
-        _o5 = _new(WritableTxnMarker)
+        _o5 = WritableTxnMarker.__new__(WritableTxnMarker)
         _o5.producer_id, _o5.producer_epoch, _o5.transaction_result = _S_qho.unpack_from(data, pos)
         pos += 11
         (_n6,) = _I32.unpack_from(data, pos)
@@ -425,7 +430,7 @@ def _r_WriteTxnMarkersRequest_v0(data: bytes, pos: int) -> tuple[WriteTxnMarkers
             raise DecodeError("array count of topics exceeds the bytes left")
         _a7: list[WritableTxnMarkerTopic] = []
         for _ in range(_n6):
-            _o9 = _new(WritableTxnMarkerTopic)
+            _o9 = WritableTxnMarkerTopic.__new__(WritableTxnMarkerTopic)
             (_n10,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n10 < 0:
@@ -454,7 +459,7 @@ def _r_WriteTxnMarkersRequest_v0(data: bytes, pos: int) -> tuple[WriteTxnMarkers
 
 def _r_WriteTxnMarkersRequest_v1(data: bytes, pos: int) -> tuple[WriteTxnMarkersRequest, int]:
     _len = len(data)
-    _o1 = _new(WriteTxnMarkersRequest)
+    _o1 = WriteTxnMarkersRequest.__new__(WriteTxnMarkersRequest)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -467,7 +472,7 @@ def _r_WriteTxnMarkersRequest_v1(data: bytes, pos: int) -> tuple[WriteTxnMarkers
         raise DecodeError("array count of markers exceeds the bytes left")
     _a3: list[WritableTxnMarker] = []
     for _ in range(_n2):
-        _o5 = _new(WritableTxnMarker)
+        _o5 = WritableTxnMarker.__new__(WritableTxnMarker)
         _o5.producer_id, _o5.producer_epoch, _o5.transaction_result = _S_qho.unpack_from(data, pos)
         pos += 11
         _n6 = data[pos]
@@ -482,7 +487,7 @@ def _r_WriteTxnMarkersRequest_v1(data: bytes, pos: int) -> tuple[WriteTxnMarkers
             raise DecodeError("array count of topics exceeds the bytes left")
         _a7: list[WritableTxnMarkerTopic] = []
         for _ in range(_n6):
-            _o9 = _new(WritableTxnMarkerTopic)
+            _o9 = WritableTxnMarkerTopic.__new__(WritableTxnMarkerTopic)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -544,7 +549,7 @@ def _r_WritableTxnMarkerPartitionResult_v0(
     data: bytes, pos: int
 ) -> tuple[WritableTxnMarkerPartitionResult, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarkerPartitionResult)
+    _o1 = WritableTxnMarkerPartitionResult.__new__(WritableTxnMarkerPartitionResult)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     return _o1, pos
@@ -554,7 +559,7 @@ def _r_WritableTxnMarkerPartitionResult_v1(
     data: bytes, pos: int
 ) -> tuple[WritableTxnMarkerPartitionResult, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarkerPartitionResult)
+    _o1 = WritableTxnMarkerPartitionResult.__new__(WritableTxnMarkerPartitionResult)
     _o1.partition_index, _o1.error_code = _S_ih.unpack_from(data, pos)
     pos += 6
     if data[pos]:
@@ -589,7 +594,7 @@ def _w_WritableTxnMarkerTopicResult_v1(buf: bytearray, o: WritableTxnMarkerTopic
 
 def _r_WritableTxnMarkerTopicResult_v0(data: bytes, pos: int) -> tuple[WritableTxnMarkerTopicResult, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarkerTopicResult)
+    _o1 = WritableTxnMarkerTopicResult.__new__(WritableTxnMarkerTopicResult)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -607,7 +612,7 @@ def _r_WritableTxnMarkerTopicResult_v0(data: bytes, pos: int) -> tuple[WritableT
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[WritableTxnMarkerPartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(WritableTxnMarkerPartitionResult)
+        _o7 = WritableTxnMarkerPartitionResult.__new__(WritableTxnMarkerPartitionResult)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         _a5.append(_o7)
@@ -617,7 +622,7 @@ def _r_WritableTxnMarkerTopicResult_v0(data: bytes, pos: int) -> tuple[WritableT
 
 def _r_WritableTxnMarkerTopicResult_v1(data: bytes, pos: int) -> tuple[WritableTxnMarkerTopicResult, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarkerTopicResult)
+    _o1 = WritableTxnMarkerTopicResult.__new__(WritableTxnMarkerTopicResult)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -645,7 +650,7 @@ def _r_WritableTxnMarkerTopicResult_v1(data: bytes, pos: int) -> tuple[WritableT
         raise DecodeError("array count of partitions exceeds the bytes left")
     _a5: list[WritableTxnMarkerPartitionResult] = []
     for _ in range(_n4):
-        _o7 = _new(WritableTxnMarkerPartitionResult)
+        _o7 = WritableTxnMarkerPartitionResult.__new__(WritableTxnMarkerPartitionResult)
         _o7.partition_index, _o7.error_code = _S_ih.unpack_from(data, pos)
         pos += 6
         if data[pos]:
@@ -680,7 +685,7 @@ def _w_WritableTxnMarkerResult_v1(buf: bytearray, o: WritableTxnMarkerResult) ->
 
 def _r_WritableTxnMarkerResult_v0(data: bytes, pos: int) -> tuple[WritableTxnMarkerResult, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarkerResult)
+    _o1 = WritableTxnMarkerResult.__new__(WritableTxnMarkerResult)
     (_o1.producer_id,) = _S_q.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I32.unpack_from(data, pos)
@@ -691,7 +696,7 @@ def _r_WritableTxnMarkerResult_v0(data: bytes, pos: int) -> tuple[WritableTxnMar
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[WritableTxnMarkerTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(WritableTxnMarkerTopicResult)
+        _o5 = WritableTxnMarkerTopicResult.__new__(WritableTxnMarkerTopicResult)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:
@@ -709,7 +714,7 @@ def _r_WritableTxnMarkerResult_v0(data: bytes, pos: int) -> tuple[WritableTxnMar
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[WritableTxnMarkerPartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(WritableTxnMarkerPartitionResult)
+            _o11 = WritableTxnMarkerPartitionResult.__new__(WritableTxnMarkerPartitionResult)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             _a9.append(_o11)
@@ -721,7 +726,7 @@ def _r_WritableTxnMarkerResult_v0(data: bytes, pos: int) -> tuple[WritableTxnMar
 
 def _r_WritableTxnMarkerResult_v1(data: bytes, pos: int) -> tuple[WritableTxnMarkerResult, int]:
     _len = len(data)
-    _o1 = _new(WritableTxnMarkerResult)
+    _o1 = WritableTxnMarkerResult.__new__(WritableTxnMarkerResult)
     (_o1.producer_id,) = _S_q.unpack_from(data, pos)
     pos += 8
     _n2 = data[pos]
@@ -736,7 +741,7 @@ def _r_WritableTxnMarkerResult_v1(data: bytes, pos: int) -> tuple[WritableTxnMar
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[WritableTxnMarkerTopicResult] = []
     for _ in range(_n2):
-        _o5 = _new(WritableTxnMarkerTopicResult)
+        _o5 = WritableTxnMarkerTopicResult.__new__(WritableTxnMarkerTopicResult)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -764,7 +769,7 @@ def _r_WritableTxnMarkerResult_v1(data: bytes, pos: int) -> tuple[WritableTxnMar
             raise DecodeError("array count of partitions exceeds the bytes left")
         _a9: list[WritableTxnMarkerPartitionResult] = []
         for _ in range(_n8):
-            _o11 = _new(WritableTxnMarkerPartitionResult)
+            _o11 = WritableTxnMarkerPartitionResult.__new__(WritableTxnMarkerPartitionResult)
             _o11.partition_index, _o11.error_code = _S_ih.unpack_from(data, pos)
             pos += 6
             if data[pos]:
@@ -803,7 +808,7 @@ def _w_WriteTxnMarkersResponse_v1(buf: bytearray, o: WriteTxnMarkersResponse) ->
 
 def _r_WriteTxnMarkersResponse_v0(data: bytes, pos: int) -> tuple[WriteTxnMarkersResponse, int]:
     _len = len(data)
-    _o1 = _new(WriteTxnMarkersResponse)
+    _o1 = WriteTxnMarkersResponse.__new__(WriteTxnMarkersResponse)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -812,7 +817,7 @@ def _r_WriteTxnMarkersResponse_v0(data: bytes, pos: int) -> tuple[WriteTxnMarker
         raise DecodeError("array count of markers exceeds the bytes left")
     _a3: list[WritableTxnMarkerResult] = []
     for _ in range(_n2):
-        _o5 = _new(WritableTxnMarkerResult)
+        _o5 = WritableTxnMarkerResult.__new__(WritableTxnMarkerResult)
         (_o5.producer_id,) = _S_q.unpack_from(data, pos)
         pos += 8
         (_n6,) = _I32.unpack_from(data, pos)
@@ -823,7 +828,7 @@ def _r_WriteTxnMarkersResponse_v0(data: bytes, pos: int) -> tuple[WriteTxnMarker
             raise DecodeError("array count of topics exceeds the bytes left")
         _a7: list[WritableTxnMarkerTopicResult] = []
         for _ in range(_n6):
-            _o9 = _new(WritableTxnMarkerTopicResult)
+            _o9 = WritableTxnMarkerTopicResult.__new__(WritableTxnMarkerTopicResult)
             (_n10,) = _I16.unpack_from(data, pos)
             pos += 2
             if _n10 < 0:
@@ -841,7 +846,7 @@ def _r_WriteTxnMarkersResponse_v0(data: bytes, pos: int) -> tuple[WriteTxnMarker
                 raise DecodeError("array count of partitions exceeds the bytes left")
             _a13: list[WritableTxnMarkerPartitionResult] = []
             for _ in range(_n12):
-                _o15 = _new(WritableTxnMarkerPartitionResult)
+                _o15 = WritableTxnMarkerPartitionResult.__new__(WritableTxnMarkerPartitionResult)
                 _o15.partition_index, _o15.error_code = _S_ih.unpack_from(data, pos)
                 pos += 6
                 _a13.append(_o15)
@@ -855,7 +860,7 @@ def _r_WriteTxnMarkersResponse_v0(data: bytes, pos: int) -> tuple[WriteTxnMarker
 
 def _r_WriteTxnMarkersResponse_v1(data: bytes, pos: int) -> tuple[WriteTxnMarkersResponse, int]:
     _len = len(data)
-    _o1 = _new(WriteTxnMarkersResponse)
+    _o1 = WriteTxnMarkersResponse.__new__(WriteTxnMarkersResponse)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -868,7 +873,7 @@ def _r_WriteTxnMarkersResponse_v1(data: bytes, pos: int) -> tuple[WriteTxnMarker
         raise DecodeError("array count of markers exceeds the bytes left")
     _a3: list[WritableTxnMarkerResult] = []
     for _ in range(_n2):
-        _o5 = _new(WritableTxnMarkerResult)
+        _o5 = WritableTxnMarkerResult.__new__(WritableTxnMarkerResult)
         (_o5.producer_id,) = _S_q.unpack_from(data, pos)
         pos += 8
         _n6 = data[pos]
@@ -883,7 +888,7 @@ def _r_WriteTxnMarkersResponse_v1(data: bytes, pos: int) -> tuple[WriteTxnMarker
             raise DecodeError("array count of topics exceeds the bytes left")
         _a7: list[WritableTxnMarkerTopicResult] = []
         for _ in range(_n6):
-            _o9 = _new(WritableTxnMarkerTopicResult)
+            _o9 = WritableTxnMarkerTopicResult.__new__(WritableTxnMarkerTopicResult)
             _n10 = data[pos]
             if _n10 < 128:
                 pos += 1
@@ -911,7 +916,7 @@ def _r_WriteTxnMarkersResponse_v1(data: bytes, pos: int) -> tuple[WriteTxnMarker
                 raise DecodeError("array count of partitions exceeds the bytes left")
             _a13: list[WritableTxnMarkerPartitionResult] = []
             for _ in range(_n12):
-                _o15 = _new(WritableTxnMarkerPartitionResult)
+                _o15 = WritableTxnMarkerPartitionResult.__new__(WritableTxnMarkerPartitionResult)
                 _o15.partition_index, _o15.error_code = _S_ih.unpack_from(data, pos)
                 pos += 6
                 if data[pos]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -45,11 +43,12 @@ class ConsumerGroupCurrentMemberAssignmentKey(Data):
     group_id: str = ""
     member_id: str = ""
 
-    NAME: ClassVar[str] = "ConsumerGroupCurrentMemberAssignmentKey"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupCurrentMemberAssignmentKey"
-    MIN_VERSION: ClassVar[int] = 8
-    MAX_VERSION: ClassVar[int] = 8
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerGroupCurrentMemberAssignmentKey.NAME = "ConsumerGroupCurrentMemberAssignmentKey"
+ConsumerGroupCurrentMemberAssignmentKey.SPEC_NAME = "ConsumerGroupCurrentMemberAssignmentKey"
+ConsumerGroupCurrentMemberAssignmentKey.MIN_VERSION = 8
+ConsumerGroupCurrentMemberAssignmentKey.MAX_VERSION = 8
+ConsumerGroupCurrentMemberAssignmentKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -67,11 +66,12 @@ class TopicPartitions(Struct):
     partitions: list[int] = field(default_factory=list)
     assignment_epochs: list[int] | None = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicPartitions"
-    SPEC_NAME: ClassVar[str] = "TopicPartitions"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicPartitions.NAME = "TopicPartitions"
+TopicPartitions.SPEC_NAME = "TopicPartitions"
+TopicPartitions.MIN_VERSION = 0
+TopicPartitions.MAX_VERSION = 0
+TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -94,11 +94,12 @@ class ConsumerGroupCurrentMemberAssignmentValue(Data):
     assigned_partitions: list[TopicPartitions] = field(default_factory=list)
     partitions_pending_revocation: list[TopicPartitions] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ConsumerGroupCurrentMemberAssignmentValue"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupCurrentMemberAssignmentValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ConsumerGroupCurrentMemberAssignmentValue.NAME = "ConsumerGroupCurrentMemberAssignmentValue"
+ConsumerGroupCurrentMemberAssignmentValue.SPEC_NAME = "ConsumerGroupCurrentMemberAssignmentValue"
+ConsumerGroupCurrentMemberAssignmentValue.MIN_VERSION = 0
+ConsumerGroupCurrentMemberAssignmentValue.MAX_VERSION = 0
+ConsumerGroupCurrentMemberAssignmentValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -119,7 +120,7 @@ def _r_ConsumerGroupCurrentMemberAssignmentKey_v8(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupCurrentMemberAssignmentKey, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupCurrentMemberAssignmentKey)
+    _o1 = ConsumerGroupCurrentMemberAssignmentKey.__new__(ConsumerGroupCurrentMemberAssignmentKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -165,7 +166,7 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
-    _o1 = _new(TopicPartitions)
+    _o1 = TopicPartitions.__new__(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -230,7 +231,7 @@ def _r_ConsumerGroupCurrentMemberAssignmentValue_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupCurrentMemberAssignmentValue, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupCurrentMemberAssignmentValue)
+    _o1 = ConsumerGroupCurrentMemberAssignmentValue.__new__(ConsumerGroupCurrentMemberAssignmentValue)
     _o1.member_epoch, _o1.previous_member_epoch, _o1.state = _S_iib.unpack_from(data, pos)
     pos += 9
     _n2 = data[pos]
@@ -245,7 +246,7 @@ def _r_ConsumerGroupCurrentMemberAssignmentValue_v0(
         raise DecodeError("array count of assigned_partitions exceeds the bytes left")
     _a3: list[TopicPartitions] = []
     for _ in range(_n2):
-        _o5 = _new(TopicPartitions)
+        _o5 = TopicPartitions.__new__(TopicPartitions)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -302,7 +303,7 @@ def _r_ConsumerGroupCurrentMemberAssignmentValue_v0(
         raise DecodeError("array count of partitions_pending_revocation exceeds the bytes left")
     _a12: list[TopicPartitions] = []
     for _ in range(_n11):
-        _o14 = _new(TopicPartitions)
+        _o14 = TopicPartitions.__new__(TopicPartitions)
         (_s13_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o14.topic_id = uuid_from_bytes(_s13_topic_id_raw)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -44,11 +42,12 @@ class ConsumerGroupMemberMetadataKey(Data):
     group_id: str = ""
     member_id: str = ""
 
-    NAME: ClassVar[str] = "ConsumerGroupMemberMetadataKey"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupMemberMetadataKey"
-    MIN_VERSION: ClassVar[int] = 5
-    MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerGroupMemberMetadataKey.NAME = "ConsumerGroupMemberMetadataKey"
+ConsumerGroupMemberMetadataKey.SPEC_NAME = "ConsumerGroupMemberMetadataKey"
+ConsumerGroupMemberMetadataKey.MIN_VERSION = 5
+ConsumerGroupMemberMetadataKey.MAX_VERSION = 5
+ConsumerGroupMemberMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -63,11 +62,12 @@ class ClassicProtocol(Struct):
     name: str = ""
     metadata: bytes = b""
 
-    NAME: ClassVar[str] = "ClassicProtocol"
-    SPEC_NAME: ClassVar[str] = "ClassicProtocol"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ClassicProtocol.NAME = "ClassicProtocol"
+ClassicProtocol.SPEC_NAME = "ClassicProtocol"
+ClassicProtocol.MIN_VERSION = 0
+ClassicProtocol.MAX_VERSION = 0
+ClassicProtocol.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -83,11 +83,12 @@ class ClassicMemberMetadata(Struct):
     session_timeout_ms: int = 0
     supported_protocols: list[ClassicProtocol] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ClassicMemberMetadata"
-    SPEC_NAME: ClassVar[str] = "ClassicMemberMetadata"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ClassicMemberMetadata.NAME = "ClassicMemberMetadata"
+ClassicMemberMetadata.SPEC_NAME = "ClassicMemberMetadata"
+ClassicMemberMetadata.MIN_VERSION = 0
+ClassicMemberMetadata.MAX_VERSION = 0
+ClassicMemberMetadata.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -118,11 +119,12 @@ class ConsumerGroupMemberMetadataValue(Data):
     server_assignor: str | None = ""
     classic_member_metadata: ClassicMemberMetadata | None = field(default_factory=ClassicMemberMetadata)
 
-    NAME: ClassVar[str] = "ConsumerGroupMemberMetadataValue"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupMemberMetadataValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ConsumerGroupMemberMetadataValue.NAME = "ConsumerGroupMemberMetadataValue"
+ConsumerGroupMemberMetadataValue.SPEC_NAME = "ConsumerGroupMemberMetadataValue"
+ConsumerGroupMemberMetadataValue.MIN_VERSION = 0
+ConsumerGroupMemberMetadataValue.MAX_VERSION = 0
+ConsumerGroupMemberMetadataValue.FLEXIBLE_MIN_VERSION = 0
 
 
 DEFAULT_ClassicMemberMetadata = ClassicMemberMetadata()
@@ -142,7 +144,7 @@ def _w_ConsumerGroupMemberMetadataKey_v5(buf: bytearray, o: ConsumerGroupMemberM
 
 def _r_ConsumerGroupMemberMetadataKey_v5(data: bytes, pos: int) -> tuple[ConsumerGroupMemberMetadataKey, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupMemberMetadataKey)
+    _o1 = ConsumerGroupMemberMetadataKey.__new__(ConsumerGroupMemberMetadataKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -177,7 +179,7 @@ def _w_ClassicProtocol_v0(buf: bytearray, o: ClassicProtocol) -> None:
 
 def _r_ClassicProtocol_v0(data: bytes, pos: int) -> tuple[ClassicProtocol, int]:
     _len = len(data)
-    _o1 = _new(ClassicProtocol)
+    _o1 = ClassicProtocol.__new__(ClassicProtocol)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -224,7 +226,7 @@ def _w_ClassicMemberMetadata_v0(buf: bytearray, o: ClassicMemberMetadata) -> Non
 
 def _r_ClassicMemberMetadata_v0(data: bytes, pos: int) -> tuple[ClassicMemberMetadata, int]:
     _len = len(data)
-    _o1 = _new(ClassicMemberMetadata)
+    _o1 = ClassicMemberMetadata.__new__(ClassicMemberMetadata)
     (_o1.session_timeout_ms,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -239,7 +241,7 @@ def _r_ClassicMemberMetadata_v0(data: bytes, pos: int) -> tuple[ClassicMemberMet
         raise DecodeError("array count of supported_protocols exceeds the bytes left")
     _a3: list[ClassicProtocol] = []
     for _ in range(_n2):
-        _o5 = _new(ClassicProtocol)
+        _o5 = ClassicProtocol.__new__(ClassicProtocol)
         _n6 = data[pos]
         if _n6 < 128:
             pos += 1
@@ -356,7 +358,7 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupMemberMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupMemberMetadataValue)
+    _o1 = ConsumerGroupMemberMetadataValue.__new__(ConsumerGroupMemberMetadataValue)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -503,7 +505,7 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
             if _m22 <= 0:
                 _o1.classic_member_metadata = None
             else:
-                _o24 = _new(ClassicMemberMetadata)
+                _o24 = ClassicMemberMetadata.__new__(ClassicMemberMetadata)
                 (_o24.session_timeout_ms,) = _S_i.unpack_from(data, pos)
                 pos += 4
                 _n25 = data[pos]
@@ -518,7 +520,7 @@ def _r_ConsumerGroupMemberMetadataValue_v0(
                     raise DecodeError("array count of supported_protocols exceeds the bytes left")
                 _a26: list[ClassicProtocol] = []
                 for _ in range(_n25):
-                    _o28 = _new(ClassicProtocol)
+                    _o28 = ClassicProtocol.__new__(ClassicProtocol)
                     _n29 = data[pos]
                     if _n29 < 128:
                         pos += 1

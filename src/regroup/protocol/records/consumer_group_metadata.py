@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -43,11 +41,12 @@ class ConsumerGroupMetadataKey(Data):
 
     group_id: str = ""
 
-    NAME: ClassVar[str] = "ConsumerGroupMetadataKey"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupMetadataKey"
-    MIN_VERSION: ClassVar[int] = 3
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerGroupMetadataKey.NAME = "ConsumerGroupMetadataKey"
+ConsumerGroupMetadataKey.SPEC_NAME = "ConsumerGroupMetadataKey"
+ConsumerGroupMetadataKey.MIN_VERSION = 3
+ConsumerGroupMetadataKey.MAX_VERSION = 3
+ConsumerGroupMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -62,11 +61,12 @@ class ConsumerGroupMetadataValue(Data):
     epoch: int = 0
     metadata_hash: int = 0
 
-    NAME: ClassVar[str] = "ConsumerGroupMetadataValue"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupMetadataValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ConsumerGroupMetadataValue.NAME = "ConsumerGroupMetadataValue"
+ConsumerGroupMetadataValue.SPEC_NAME = "ConsumerGroupMetadataValue"
+ConsumerGroupMetadataValue.MIN_VERSION = 0
+ConsumerGroupMetadataValue.MAX_VERSION = 0
+ConsumerGroupMetadataValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -80,7 +80,7 @@ def _w_ConsumerGroupMetadataKey_v3(buf: bytearray, o: ConsumerGroupMetadataKey) 
 
 def _r_ConsumerGroupMetadataKey_v3(data: bytes, pos: int) -> tuple[ConsumerGroupMetadataKey, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupMetadataKey)
+    _o1 = ConsumerGroupMetadataKey.__new__(ConsumerGroupMetadataKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -109,7 +109,7 @@ def _w_ConsumerGroupMetadataValue_v0(buf: bytearray, o: ConsumerGroupMetadataVal
 
 def _r_ConsumerGroupMetadataValue_v0(data: bytes, pos: int) -> tuple[ConsumerGroupMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupMetadataValue)
+    _o1 = ConsumerGroupMetadataValue.__new__(ConsumerGroupMetadataValue)
     (_o1.epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
     _o1.metadata_hash = 0

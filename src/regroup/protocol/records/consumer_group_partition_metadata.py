@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -43,11 +41,12 @@ class ConsumerGroupPartitionMetadataKey(Data):
 
     group_id: str = ""
 
-    NAME: ClassVar[str] = "ConsumerGroupPartitionMetadataKey"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupPartitionMetadataKey"
-    MIN_VERSION: ClassVar[int] = 4
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerGroupPartitionMetadataKey.NAME = "ConsumerGroupPartitionMetadataKey"
+ConsumerGroupPartitionMetadataKey.SPEC_NAME = "ConsumerGroupPartitionMetadataKey"
+ConsumerGroupPartitionMetadataKey.MIN_VERSION = 4
+ConsumerGroupPartitionMetadataKey.MAX_VERSION = 4
+ConsumerGroupPartitionMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -62,11 +61,12 @@ class PartitionMetadata(Struct):
     partition: int = 0
     racks: list[str] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "PartitionMetadata"
-    SPEC_NAME: ClassVar[str] = "PartitionMetadata"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+PartitionMetadata.NAME = "PartitionMetadata"
+PartitionMetadata.SPEC_NAME = "PartitionMetadata"
+PartitionMetadata.MIN_VERSION = 0
+PartitionMetadata.MAX_VERSION = 0
+PartitionMetadata.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -86,11 +86,12 @@ class TopicMetadata(Struct):
     num_partitions: int = 0
     partition_metadata: list[PartitionMetadata] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicMetadata"
-    SPEC_NAME: ClassVar[str] = "TopicMetadata"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicMetadata.NAME = "TopicMetadata"
+TopicMetadata.SPEC_NAME = "TopicMetadata"
+TopicMetadata.MIN_VERSION = 0
+TopicMetadata.MAX_VERSION = 0
+TopicMetadata.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -103,11 +104,12 @@ class ConsumerGroupPartitionMetadataValue(Data):
 
     topics: list[TopicMetadata] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ConsumerGroupPartitionMetadataValue"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupPartitionMetadataValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ConsumerGroupPartitionMetadataValue.NAME = "ConsumerGroupPartitionMetadataValue"
+ConsumerGroupPartitionMetadataValue.SPEC_NAME = "ConsumerGroupPartitionMetadataValue"
+ConsumerGroupPartitionMetadataValue.MIN_VERSION = 0
+ConsumerGroupPartitionMetadataValue.MAX_VERSION = 0
+ConsumerGroupPartitionMetadataValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -123,7 +125,7 @@ def _r_ConsumerGroupPartitionMetadataKey_v4(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupPartitionMetadataKey, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupPartitionMetadataKey)
+    _o1 = ConsumerGroupPartitionMetadataKey.__new__(ConsumerGroupPartitionMetadataKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -151,7 +153,7 @@ def _w_PartitionMetadata_v0(buf: bytearray, o: PartitionMetadata) -> None:
 
 def _r_PartitionMetadata_v0(data: bytes, pos: int) -> tuple[PartitionMetadata, int]:
     _len = len(data)
-    _o1 = _new(PartitionMetadata)
+    _o1 = PartitionMetadata.__new__(PartitionMetadata)
     (_o1.partition,) = _S_i.unpack_from(data, pos)
     pos += 4
     _n2 = data[pos]
@@ -207,7 +209,7 @@ def _w_TopicMetadata_v0(buf: bytearray, o: TopicMetadata) -> None:
 
 def _r_TopicMetadata_v0(data: bytes, pos: int) -> tuple[TopicMetadata, int]:
     _len = len(data)
-    _o1 = _new(TopicMetadata)
+    _o1 = TopicMetadata.__new__(TopicMetadata)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -240,7 +242,7 @@ def _r_TopicMetadata_v0(data: bytes, pos: int) -> tuple[TopicMetadata, int]:
         raise DecodeError("array count of partition_metadata exceeds the bytes left")
     _a5: list[PartitionMetadata] = []
     for _ in range(_n4):
-        _o7 = _new(PartitionMetadata)
+        _o7 = PartitionMetadata.__new__(PartitionMetadata)
         (_o7.partition,) = _S_i.unpack_from(data, pos)
         pos += 4
         _n8 = data[pos]
@@ -297,7 +299,7 @@ def _r_ConsumerGroupPartitionMetadataValue_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupPartitionMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupPartitionMetadataValue)
+    _o1 = ConsumerGroupPartitionMetadataValue.__new__(ConsumerGroupPartitionMetadataValue)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -310,7 +312,7 @@ def _r_ConsumerGroupPartitionMetadataValue_v0(
         raise DecodeError("array count of topics exceeds the bytes left")
     _a3: list[TopicMetadata] = []
     for _ in range(_n2):
-        _o5 = _new(TopicMetadata)
+        _o5 = TopicMetadata.__new__(TopicMetadata)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -343,7 +345,7 @@ def _r_ConsumerGroupPartitionMetadataValue_v0(
             raise DecodeError("array count of partition_metadata exceeds the bytes left")
         _a9: list[PartitionMetadata] = []
         for _ in range(_n8):
-            _o11 = _new(PartitionMetadata)
+            _o11 = PartitionMetadata.__new__(PartitionMetadata)
             (_o11.partition,) = _S_i.unpack_from(data, pos)
             pos += 4
             _n12 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -44,11 +42,12 @@ class ConsumerGroupRegularExpressionKey(Data):
     group_id: str = ""
     regular_expression: str = ""
 
-    NAME: ClassVar[str] = "ConsumerGroupRegularExpressionKey"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupRegularExpressionKey"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerGroupRegularExpressionKey.NAME = "ConsumerGroupRegularExpressionKey"
+ConsumerGroupRegularExpressionKey.SPEC_NAME = "ConsumerGroupRegularExpressionKey"
+ConsumerGroupRegularExpressionKey.MIN_VERSION = 0
+ConsumerGroupRegularExpressionKey.MAX_VERSION = 0
+ConsumerGroupRegularExpressionKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -65,11 +64,12 @@ class ConsumerGroupRegularExpressionValue(Data):
     version: int = 0
     timestamp: int = 0
 
-    NAME: ClassVar[str] = "ConsumerGroupRegularExpressionValue"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupRegularExpressionValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ConsumerGroupRegularExpressionValue.NAME = "ConsumerGroupRegularExpressionValue"
+ConsumerGroupRegularExpressionValue.SPEC_NAME = "ConsumerGroupRegularExpressionValue"
+ConsumerGroupRegularExpressionValue.MIN_VERSION = 0
+ConsumerGroupRegularExpressionValue.MAX_VERSION = 0
+ConsumerGroupRegularExpressionValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -88,7 +88,7 @@ def _r_ConsumerGroupRegularExpressionKey_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupRegularExpressionKey, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupRegularExpressionKey)
+    _o1 = ConsumerGroupRegularExpressionKey.__new__(ConsumerGroupRegularExpressionKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -127,7 +127,7 @@ def _r_ConsumerGroupRegularExpressionValue_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupRegularExpressionValue, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupRegularExpressionValue)
+    _o1 = ConsumerGroupRegularExpressionValue.__new__(ConsumerGroupRegularExpressionValue)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1

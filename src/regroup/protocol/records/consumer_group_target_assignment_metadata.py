@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -43,11 +41,12 @@ class ConsumerGroupTargetAssignmentMetadataKey(Data):
 
     group_id: str = ""
 
-    NAME: ClassVar[str] = "ConsumerGroupTargetAssignmentMetadataKey"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupTargetAssignmentMetadataKey"
-    MIN_VERSION: ClassVar[int] = 6
-    MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerGroupTargetAssignmentMetadataKey.NAME = "ConsumerGroupTargetAssignmentMetadataKey"
+ConsumerGroupTargetAssignmentMetadataKey.SPEC_NAME = "ConsumerGroupTargetAssignmentMetadataKey"
+ConsumerGroupTargetAssignmentMetadataKey.MIN_VERSION = 6
+ConsumerGroupTargetAssignmentMetadataKey.MAX_VERSION = 6
+ConsumerGroupTargetAssignmentMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -62,11 +61,12 @@ class ConsumerGroupTargetAssignmentMetadataValue(Data):
     assignment_epoch: int = 0
     assignment_timestamp: int = 0
 
-    NAME: ClassVar[str] = "ConsumerGroupTargetAssignmentMetadataValue"
-    SPEC_NAME: ClassVar[str] = "ConsumerGroupTargetAssignmentMetadataValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ConsumerGroupTargetAssignmentMetadataValue.NAME = "ConsumerGroupTargetAssignmentMetadataValue"
+ConsumerGroupTargetAssignmentMetadataValue.SPEC_NAME = "ConsumerGroupTargetAssignmentMetadataValue"
+ConsumerGroupTargetAssignmentMetadataValue.MIN_VERSION = 0
+ConsumerGroupTargetAssignmentMetadataValue.MAX_VERSION = 0
+ConsumerGroupTargetAssignmentMetadataValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -84,7 +84,7 @@ def _r_ConsumerGroupTargetAssignmentMetadataKey_v6(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupTargetAssignmentMetadataKey, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupTargetAssignmentMetadataKey)
+    _o1 = ConsumerGroupTargetAssignmentMetadataKey.__new__(ConsumerGroupTargetAssignmentMetadataKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -117,7 +117,7 @@ def _r_ConsumerGroupTargetAssignmentMetadataValue_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerGroupTargetAssignmentMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(ConsumerGroupTargetAssignmentMetadataValue)
+    _o1 = ConsumerGroupTargetAssignmentMetadataValue.__new__(ConsumerGroupTargetAssignmentMetadataValue)
     (_o1.assignment_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
     _o1.assignment_timestamp = 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -44,11 +42,12 @@ class ConsumerProtocolSubscriptionTopicPartition(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ConsumerProtocolSubscriptionTopicPartition"
-    SPEC_NAME: ClassVar[str] = "TopicPartition"
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerProtocolSubscriptionTopicPartition.NAME = "ConsumerProtocolSubscriptionTopicPartition"
+ConsumerProtocolSubscriptionTopicPartition.SPEC_NAME = "TopicPartition"
+ConsumerProtocolSubscriptionTopicPartition.MIN_VERSION = 1
+ConsumerProtocolSubscriptionTopicPartition.MAX_VERSION = 3
+ConsumerProtocolSubscriptionTopicPartition.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -78,11 +77,12 @@ class ConsumerProtocolSubscription(Data):
     generation_id: int = -1
     rack_id: str | None = None
 
-    NAME: ClassVar[str] = "ConsumerProtocolSubscription"
-    SPEC_NAME: ClassVar[str] = "ConsumerProtocolSubscription"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerProtocolSubscription.NAME = "ConsumerProtocolSubscription"
+ConsumerProtocolSubscription.SPEC_NAME = "ConsumerProtocolSubscription"
+ConsumerProtocolSubscription.MIN_VERSION = 0
+ConsumerProtocolSubscription.MAX_VERSION = 3
+ConsumerProtocolSubscription.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -97,11 +97,12 @@ class ConsumerProtocolAssignmentTopicPartition(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ConsumerProtocolAssignmentTopicPartition"
-    SPEC_NAME: ClassVar[str] = "TopicPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerProtocolAssignmentTopicPartition.NAME = "ConsumerProtocolAssignmentTopicPartition"
+ConsumerProtocolAssignmentTopicPartition.SPEC_NAME = "TopicPartition"
+ConsumerProtocolAssignmentTopicPartition.MIN_VERSION = 0
+ConsumerProtocolAssignmentTopicPartition.MAX_VERSION = 3
+ConsumerProtocolAssignmentTopicPartition.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -125,11 +126,12 @@ class ConsumerProtocolAssignment(Data):
     assigned_partitions: list[ConsumerProtocolAssignmentTopicPartition] = field(default_factory=list)
     user_data: bytes | None = None
 
-    NAME: ClassVar[str] = "ConsumerProtocolAssignment"
-    SPEC_NAME: ClassVar[str] = "ConsumerProtocolAssignment"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ConsumerProtocolAssignment.NAME = "ConsumerProtocolAssignment"
+ConsumerProtocolAssignment.SPEC_NAME = "ConsumerProtocolAssignment"
+ConsumerProtocolAssignment.MIN_VERSION = 0
+ConsumerProtocolAssignment.MAX_VERSION = 3
+ConsumerProtocolAssignment.FLEXIBLE_MIN_VERSION = None
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -150,7 +152,7 @@ def _r_ConsumerProtocolSubscriptionTopicPartition_v1(
     data: bytes, pos: int
 ) -> tuple[ConsumerProtocolSubscriptionTopicPartition, int]:
     _len = len(data)
-    _o1 = _new(ConsumerProtocolSubscriptionTopicPartition)
+    _o1 = ConsumerProtocolSubscriptionTopicPartition.__new__(ConsumerProtocolSubscriptionTopicPartition)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -249,7 +251,7 @@ def _w_ConsumerProtocolSubscription_v3(buf: bytearray, o: ConsumerProtocolSubscr
 
 def _r_ConsumerProtocolSubscription_v0(data: bytes, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     _len = len(data)
-    _o1 = _new(ConsumerProtocolSubscription)
+    _o1 = ConsumerProtocolSubscription.__new__(ConsumerProtocolSubscription)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -289,7 +291,7 @@ def _r_ConsumerProtocolSubscription_v0(data: bytes, pos: int) -> tuple[ConsumerP
 
 def _r_ConsumerProtocolSubscription_v1(data: bytes, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     _len = len(data)
-    _o1 = _new(ConsumerProtocolSubscription)
+    _o1 = ConsumerProtocolSubscription.__new__(ConsumerProtocolSubscription)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -329,7 +331,7 @@ def _r_ConsumerProtocolSubscription_v1(data: bytes, pos: int) -> tuple[ConsumerP
         raise DecodeError("array count of owned_partitions exceeds the bytes left")
     _a10: list[ConsumerProtocolSubscriptionTopicPartition] = []
     for _ in range(_n9):
-        _o12 = _new(ConsumerProtocolSubscriptionTopicPartition)
+        _o12 = ConsumerProtocolSubscriptionTopicPartition.__new__(ConsumerProtocolSubscriptionTopicPartition)
         (_n13,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n13 < 0:
@@ -356,7 +358,7 @@ def _r_ConsumerProtocolSubscription_v1(data: bytes, pos: int) -> tuple[ConsumerP
 
 def _r_ConsumerProtocolSubscription_v2(data: bytes, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     _len = len(data)
-    _o1 = _new(ConsumerProtocolSubscription)
+    _o1 = ConsumerProtocolSubscription.__new__(ConsumerProtocolSubscription)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -396,7 +398,7 @@ def _r_ConsumerProtocolSubscription_v2(data: bytes, pos: int) -> tuple[ConsumerP
         raise DecodeError("array count of owned_partitions exceeds the bytes left")
     _a10: list[ConsumerProtocolSubscriptionTopicPartition] = []
     for _ in range(_n9):
-        _o12 = _new(ConsumerProtocolSubscriptionTopicPartition)
+        _o12 = ConsumerProtocolSubscriptionTopicPartition.__new__(ConsumerProtocolSubscriptionTopicPartition)
         (_n13,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n13 < 0:
@@ -424,7 +426,7 @@ def _r_ConsumerProtocolSubscription_v2(data: bytes, pos: int) -> tuple[ConsumerP
 
 def _r_ConsumerProtocolSubscription_v3(data: bytes, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     _len = len(data)
-    _o1 = _new(ConsumerProtocolSubscription)
+    _o1 = ConsumerProtocolSubscription.__new__(ConsumerProtocolSubscription)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -464,7 +466,7 @@ def _r_ConsumerProtocolSubscription_v3(data: bytes, pos: int) -> tuple[ConsumerP
         raise DecodeError("array count of owned_partitions exceeds the bytes left")
     _a10: list[ConsumerProtocolSubscriptionTopicPartition] = []
     for _ in range(_n9):
-        _o12 = _new(ConsumerProtocolSubscriptionTopicPartition)
+        _o12 = ConsumerProtocolSubscriptionTopicPartition.__new__(ConsumerProtocolSubscriptionTopicPartition)
         (_n13,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n13 < 0:
@@ -516,7 +518,7 @@ def _r_ConsumerProtocolAssignmentTopicPartition_v0(
     data: bytes, pos: int
 ) -> tuple[ConsumerProtocolAssignmentTopicPartition, int]:
     _len = len(data)
-    _o1 = _new(ConsumerProtocolAssignmentTopicPartition)
+    _o1 = ConsumerProtocolAssignmentTopicPartition.__new__(ConsumerProtocolAssignmentTopicPartition)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -551,7 +553,7 @@ def _w_ConsumerProtocolAssignment_v0(buf: bytearray, o: ConsumerProtocolAssignme
 
 def _r_ConsumerProtocolAssignment_v0(data: bytes, pos: int) -> tuple[ConsumerProtocolAssignment, int]:
     _len = len(data)
-    _o1 = _new(ConsumerProtocolAssignment)
+    _o1 = ConsumerProtocolAssignment.__new__(ConsumerProtocolAssignment)
     (_n2,) = _I32.unpack_from(data, pos)
     pos += 4
     if _n2 < 0:
@@ -560,7 +562,7 @@ def _r_ConsumerProtocolAssignment_v0(data: bytes, pos: int) -> tuple[ConsumerPro
         raise DecodeError("array count of assigned_partitions exceeds the bytes left")
     _a3: list[ConsumerProtocolAssignmentTopicPartition] = []
     for _ in range(_n2):
-        _o5 = _new(ConsumerProtocolAssignmentTopicPartition)
+        _o5 = ConsumerProtocolAssignmentTopicPartition.__new__(ConsumerProtocolAssignmentTopicPartition)
         (_n6,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n6 < 0:

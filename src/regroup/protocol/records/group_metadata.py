@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -44,11 +42,12 @@ class GroupMetadataKey(Data):
 
     group: str = ""
 
-    NAME: ClassVar[str] = "GroupMetadataKey"
-    SPEC_NAME: ClassVar[str] = "GroupMetadataKey"
-    MIN_VERSION: ClassVar[int] = 2
-    MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+GroupMetadataKey.NAME = "GroupMetadataKey"
+GroupMetadataKey.SPEC_NAME = "GroupMetadataKey"
+GroupMetadataKey.MIN_VERSION = 2
+GroupMetadataKey.MAX_VERSION = 2
+GroupMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -75,11 +74,12 @@ class MemberMetadata(Struct):
     subscription: bytes = b""
     assignment: bytes = b""
 
-    NAME: ClassVar[str] = "MemberMetadata"
-    SPEC_NAME: ClassVar[str] = "MemberMetadata"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+MemberMetadata.NAME = "MemberMetadata"
+MemberMetadata.SPEC_NAME = "MemberMetadata"
+MemberMetadata.MIN_VERSION = 0
+MemberMetadata.MAX_VERSION = 4
+MemberMetadata.FLEXIBLE_MIN_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -106,11 +106,12 @@ class GroupMetadataValue(Data):
     current_state_timestamp: int = -1
     members: list[MemberMetadata] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "GroupMetadataValue"
-    SPEC_NAME: ClassVar[str] = "GroupMetadataValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+GroupMetadataValue.NAME = "GroupMetadataValue"
+GroupMetadataValue.SPEC_NAME = "GroupMetadataValue"
+GroupMetadataValue.MIN_VERSION = 0
+GroupMetadataValue.MAX_VERSION = 4
+GroupMetadataValue.FLEXIBLE_MIN_VERSION = 4
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -124,7 +125,7 @@ def _w_GroupMetadataKey_v2(buf: bytearray, o: GroupMetadataKey) -> None:
 
 def _r_GroupMetadataKey_v2(data: bytes, pos: int) -> tuple[GroupMetadataKey, int]:
     _len = len(data)
-    _o1 = _new(GroupMetadataKey)
+    _o1 = GroupMetadataKey.__new__(GroupMetadataKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -228,7 +229,7 @@ def _w_MemberMetadata_v4(buf: bytearray, o: MemberMetadata) -> None:
 
 def _r_MemberMetadata_v0(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _len = len(data)
-    _o1 = _new(MemberMetadata)
+    _o1 = MemberMetadata.__new__(MemberMetadata)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -283,7 +284,7 @@ def _r_MemberMetadata_v0(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
 
 def _r_MemberMetadata_v1(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _len = len(data)
-    _o1 = _new(MemberMetadata)
+    _o1 = MemberMetadata.__new__(MemberMetadata)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -337,7 +338,7 @@ def _r_MemberMetadata_v1(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
 
 def _r_MemberMetadata_v3(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _len = len(data)
-    _o1 = _new(MemberMetadata)
+    _o1 = MemberMetadata.__new__(MemberMetadata)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -402,7 +403,7 @@ def _r_MemberMetadata_v3(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
 
 def _r_MemberMetadata_v4(data: bytes, pos: int) -> tuple[MemberMetadata, int]:
     _len = len(data)
-    _o1 = _new(MemberMetadata)
+    _o1 = MemberMetadata.__new__(MemberMetadata)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -628,7 +629,7 @@ def _w_GroupMetadataValue_v4(buf: bytearray, o: GroupMetadataValue) -> None:
 
 def _r_GroupMetadataValue_v0(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(GroupMetadataValue)
+    _o1 = GroupMetadataValue.__new__(GroupMetadataValue)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -672,7 +673,7 @@ def _r_GroupMetadataValue_v0(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         raise DecodeError("array count of members exceeds the bytes left")
     _a9: list[MemberMetadata] = []
     for _ in range(_n8):
-        _o11 = _new(MemberMetadata)
+        _o11 = MemberMetadata.__new__(MemberMetadata)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -730,7 +731,7 @@ def _r_GroupMetadataValue_v0(data: bytes, pos: int) -> tuple[GroupMetadataValue,
 
 def _r_GroupMetadataValue_v1(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(GroupMetadataValue)
+    _o1 = GroupMetadataValue.__new__(GroupMetadataValue)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -774,7 +775,7 @@ def _r_GroupMetadataValue_v1(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         raise DecodeError("array count of members exceeds the bytes left")
     _a9: list[MemberMetadata] = []
     for _ in range(_n8):
-        _o11 = _new(MemberMetadata)
+        _o11 = MemberMetadata.__new__(MemberMetadata)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -831,7 +832,7 @@ def _r_GroupMetadataValue_v1(data: bytes, pos: int) -> tuple[GroupMetadataValue,
 
 def _r_GroupMetadataValue_v2(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(GroupMetadataValue)
+    _o1 = GroupMetadataValue.__new__(GroupMetadataValue)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -877,7 +878,7 @@ def _r_GroupMetadataValue_v2(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         raise DecodeError("array count of members exceeds the bytes left")
     _a9: list[MemberMetadata] = []
     for _ in range(_n8):
-        _o11 = _new(MemberMetadata)
+        _o11 = MemberMetadata.__new__(MemberMetadata)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -933,7 +934,7 @@ def _r_GroupMetadataValue_v2(data: bytes, pos: int) -> tuple[GroupMetadataValue,
 
 def _r_GroupMetadataValue_v3(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(GroupMetadataValue)
+    _o1 = GroupMetadataValue.__new__(GroupMetadataValue)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -979,7 +980,7 @@ def _r_GroupMetadataValue_v3(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         raise DecodeError("array count of members exceeds the bytes left")
     _a9: list[MemberMetadata] = []
     for _ in range(_n8):
-        _o11 = _new(MemberMetadata)
+        _o11 = MemberMetadata.__new__(MemberMetadata)
         (_n12,) = _I16.unpack_from(data, pos)
         pos += 2
         if _n12 < 0:
@@ -1046,7 +1047,7 @@ def _r_GroupMetadataValue_v3(data: bytes, pos: int) -> tuple[GroupMetadataValue,
 
 def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(GroupMetadataValue)
+    _o1 = GroupMetadataValue.__new__(GroupMetadataValue)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -1114,7 +1115,7 @@ def _r_GroupMetadataValue_v4(data: bytes, pos: int) -> tuple[GroupMetadataValue,
         raise DecodeError("array count of members exceeds the bytes left")
     _a9: list[MemberMetadata] = []
     for _ in range(_n8):
-        _o11 = _new(MemberMetadata)
+        _o11 = MemberMetadata.__new__(MemberMetadata)
         _n12 = data[pos]
         if _n12 < 128:
             pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -49,11 +47,12 @@ class OffsetCommitKey(Data):
     topic: str = ""
     partition: int = 0
 
-    NAME: ClassVar[str] = "OffsetCommitKey"
-    SPEC_NAME: ClassVar[str] = "OffsetCommitKey"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+OffsetCommitKey.NAME = "OffsetCommitKey"
+OffsetCommitKey.SPEC_NAME = "OffsetCommitKey"
+OffsetCommitKey.MIN_VERSION = 0
+OffsetCommitKey.MAX_VERSION = 1
+OffsetCommitKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -80,11 +79,12 @@ class OffsetCommitValue(Data):
     expire_timestamp: int = -1
     topic_id: uuid.UUID = ZERO_UUID
 
-    NAME: ClassVar[str] = "OffsetCommitValue"
-    SPEC_NAME: ClassVar[str] = "OffsetCommitValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
+
+OffsetCommitValue.NAME = "OffsetCommitValue"
+OffsetCommitValue.SPEC_NAME = "OffsetCommitValue"
+OffsetCommitValue.MIN_VERSION = 0
+OffsetCommitValue.MAX_VERSION = 4
+OffsetCommitValue.FLEXIBLE_MIN_VERSION = 4
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -102,7 +102,7 @@ def _w_OffsetCommitKey_v0(buf: bytearray, o: OffsetCommitKey) -> None:
 
 def _r_OffsetCommitKey_v0(data: bytes, pos: int) -> tuple[OffsetCommitKey, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitKey)
+    _o1 = OffsetCommitKey.__new__(OffsetCommitKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -172,7 +172,7 @@ def _w_OffsetCommitValue_v4(buf: bytearray, o: OffsetCommitValue) -> None:
 
 def _r_OffsetCommitValue_v0(data: bytes, pos: int) -> tuple[OffsetCommitValue, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitValue)
+    _o1 = OffsetCommitValue.__new__(OffsetCommitValue)
     (_o1.offset,) = _S_q.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I16.unpack_from(data, pos)
@@ -194,7 +194,7 @@ def _r_OffsetCommitValue_v0(data: bytes, pos: int) -> tuple[OffsetCommitValue, i
 
 def _r_OffsetCommitValue_v1(data: bytes, pos: int) -> tuple[OffsetCommitValue, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitValue)
+    _o1 = OffsetCommitValue.__new__(OffsetCommitValue)
     (_o1.offset,) = _S_q.unpack_from(data, pos)
     pos += 8
     (_n2,) = _I16.unpack_from(data, pos)
@@ -215,7 +215,7 @@ def _r_OffsetCommitValue_v1(data: bytes, pos: int) -> tuple[OffsetCommitValue, i
 
 def _r_OffsetCommitValue_v3(data: bytes, pos: int) -> tuple[OffsetCommitValue, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitValue)
+    _o1 = OffsetCommitValue.__new__(OffsetCommitValue)
     _o1.offset, _o1.leader_epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     (_n2,) = _I16.unpack_from(data, pos)
@@ -236,7 +236,7 @@ def _r_OffsetCommitValue_v3(data: bytes, pos: int) -> tuple[OffsetCommitValue, i
 
 def _r_OffsetCommitValue_v4(data: bytes, pos: int) -> tuple[OffsetCommitValue, int]:
     _len = len(data)
-    _o1 = _new(OffsetCommitValue)
+    _o1 = OffsetCommitValue.__new__(OffsetCommitValue)
     _o1.offset, _o1.leader_epoch = _S_qi.unpack_from(data, pos)
     pos += 12
     _n2 = data[pos]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -45,11 +43,12 @@ class ShareGroupCurrentMemberAssignmentKey(Data):
     group_id: str = ""
     member_id: str = ""
 
-    NAME: ClassVar[str] = "ShareGroupCurrentMemberAssignmentKey"
-    SPEC_NAME: ClassVar[str] = "ShareGroupCurrentMemberAssignmentKey"
-    MIN_VERSION: ClassVar[int] = 14
-    MAX_VERSION: ClassVar[int] = 14
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ShareGroupCurrentMemberAssignmentKey.NAME = "ShareGroupCurrentMemberAssignmentKey"
+ShareGroupCurrentMemberAssignmentKey.SPEC_NAME = "ShareGroupCurrentMemberAssignmentKey"
+ShareGroupCurrentMemberAssignmentKey.MIN_VERSION = 14
+ShareGroupCurrentMemberAssignmentKey.MAX_VERSION = 14
+ShareGroupCurrentMemberAssignmentKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -64,11 +63,12 @@ class TopicPartitions(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicPartitions"
-    SPEC_NAME: ClassVar[str] = "TopicPartitions"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicPartitions.NAME = "TopicPartitions"
+TopicPartitions.SPEC_NAME = "TopicPartitions"
+TopicPartitions.MIN_VERSION = 0
+TopicPartitions.MAX_VERSION = 0
+TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -89,11 +89,12 @@ class ShareGroupCurrentMemberAssignmentValue(Data):
     state: int = 0
     assigned_partitions: list[TopicPartitions] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareGroupCurrentMemberAssignmentValue"
-    SPEC_NAME: ClassVar[str] = "ShareGroupCurrentMemberAssignmentValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ShareGroupCurrentMemberAssignmentValue.NAME = "ShareGroupCurrentMemberAssignmentValue"
+ShareGroupCurrentMemberAssignmentValue.SPEC_NAME = "ShareGroupCurrentMemberAssignmentValue"
+ShareGroupCurrentMemberAssignmentValue.MIN_VERSION = 0
+ShareGroupCurrentMemberAssignmentValue.MAX_VERSION = 0
+ShareGroupCurrentMemberAssignmentValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -114,7 +115,7 @@ def _r_ShareGroupCurrentMemberAssignmentKey_v14(
     data: bytes, pos: int
 ) -> tuple[ShareGroupCurrentMemberAssignmentKey, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupCurrentMemberAssignmentKey)
+    _o1 = ShareGroupCurrentMemberAssignmentKey.__new__(ShareGroupCurrentMemberAssignmentKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -146,7 +147,7 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
 
 def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
     _len = len(data)
-    _o1 = _new(TopicPartitions)
+    _o1 = TopicPartitions.__new__(TopicPartitions)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -184,7 +185,7 @@ def _r_ShareGroupCurrentMemberAssignmentValue_v0(
     data: bytes, pos: int
 ) -> tuple[ShareGroupCurrentMemberAssignmentValue, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupCurrentMemberAssignmentValue)
+    _o1 = ShareGroupCurrentMemberAssignmentValue.__new__(ShareGroupCurrentMemberAssignmentValue)
     _o1.member_epoch, _o1.previous_member_epoch, _o1.state = _S_iib.unpack_from(data, pos)
     pos += 9
     _n2 = data[pos]
@@ -199,7 +200,7 @@ def _r_ShareGroupCurrentMemberAssignmentValue_v0(
         raise DecodeError("array count of assigned_partitions exceeds the bytes left")
     _a3: list[TopicPartitions] = []
     for _ in range(_n2):
-        _o5 = _new(TopicPartitions)
+        _o5 = TopicPartitions.__new__(TopicPartitions)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)

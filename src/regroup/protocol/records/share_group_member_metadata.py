@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -42,11 +40,12 @@ class ShareGroupMemberMetadataKey(Data):
     group_id: str = ""
     member_id: str = ""
 
-    NAME: ClassVar[str] = "ShareGroupMemberMetadataKey"
-    SPEC_NAME: ClassVar[str] = "ShareGroupMemberMetadataKey"
-    MIN_VERSION: ClassVar[int] = 10
-    MAX_VERSION: ClassVar[int] = 10
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ShareGroupMemberMetadataKey.NAME = "ShareGroupMemberMetadataKey"
+ShareGroupMemberMetadataKey.SPEC_NAME = "ShareGroupMemberMetadataKey"
+ShareGroupMemberMetadataKey.MIN_VERSION = 10
+ShareGroupMemberMetadataKey.MAX_VERSION = 10
+ShareGroupMemberMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -65,11 +64,12 @@ class ShareGroupMemberMetadataValue(Data):
     client_host: str = ""
     subscribed_topic_names: list[str] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareGroupMemberMetadataValue"
-    SPEC_NAME: ClassVar[str] = "ShareGroupMemberMetadataValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ShareGroupMemberMetadataValue.NAME = "ShareGroupMemberMetadataValue"
+ShareGroupMemberMetadataValue.SPEC_NAME = "ShareGroupMemberMetadataValue"
+ShareGroupMemberMetadataValue.MIN_VERSION = 0
+ShareGroupMemberMetadataValue.MAX_VERSION = 0
+ShareGroupMemberMetadataValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -86,7 +86,7 @@ def _w_ShareGroupMemberMetadataKey_v10(buf: bytearray, o: ShareGroupMemberMetada
 
 def _r_ShareGroupMemberMetadataKey_v10(data: bytes, pos: int) -> tuple[ShareGroupMemberMetadataKey, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupMemberMetadataKey)
+    _o1 = ShareGroupMemberMetadataKey.__new__(ShareGroupMemberMetadataKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -140,7 +140,7 @@ def _w_ShareGroupMemberMetadataValue_v0(buf: bytearray, o: ShareGroupMemberMetad
 
 def _r_ShareGroupMemberMetadataValue_v0(data: bytes, pos: int) -> tuple[ShareGroupMemberMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupMemberMetadataValue)
+    _o1 = ShareGroupMemberMetadataValue.__new__(ShareGroupMemberMetadataValue)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -42,11 +40,12 @@ class ShareGroupMetadataKey(Data):
 
     group_id: str = ""
 
-    NAME: ClassVar[str] = "ShareGroupMetadataKey"
-    SPEC_NAME: ClassVar[str] = "ShareGroupMetadataKey"
-    MIN_VERSION: ClassVar[int] = 11
-    MAX_VERSION: ClassVar[int] = 11
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ShareGroupMetadataKey.NAME = "ShareGroupMetadataKey"
+ShareGroupMetadataKey.SPEC_NAME = "ShareGroupMetadataKey"
+ShareGroupMetadataKey.MIN_VERSION = 11
+ShareGroupMetadataKey.MAX_VERSION = 11
+ShareGroupMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -59,11 +58,12 @@ class ShareGroupMetadataValue(Data):
 
     epoch: int = 0
 
-    NAME: ClassVar[str] = "ShareGroupMetadataValue"
-    SPEC_NAME: ClassVar[str] = "ShareGroupMetadataValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ShareGroupMetadataValue.NAME = "ShareGroupMetadataValue"
+ShareGroupMetadataValue.SPEC_NAME = "ShareGroupMetadataValue"
+ShareGroupMetadataValue.MIN_VERSION = 0
+ShareGroupMetadataValue.MAX_VERSION = 0
+ShareGroupMetadataValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -77,7 +77,7 @@ def _w_ShareGroupMetadataKey_v11(buf: bytearray, o: ShareGroupMetadataKey) -> No
 
 def _r_ShareGroupMetadataKey_v11(data: bytes, pos: int) -> tuple[ShareGroupMetadataKey, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupMetadataKey)
+    _o1 = ShareGroupMetadataKey.__new__(ShareGroupMetadataKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -97,7 +97,7 @@ def _w_ShareGroupMetadataValue_v0(buf: bytearray, o: ShareGroupMetadataValue) ->
 
 def _r_ShareGroupMetadataValue_v0(data: bytes, pos: int) -> tuple[ShareGroupMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupMetadataValue)
+    _o1 = ShareGroupMetadataValue.__new__(ShareGroupMetadataValue)
     (_o1.epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:

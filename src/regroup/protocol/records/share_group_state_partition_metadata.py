@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -42,11 +40,12 @@ class ShareGroupStatePartitionMetadataKey(Data):
 
     group_id: str = ""
 
-    NAME: ClassVar[str] = "ShareGroupStatePartitionMetadataKey"
-    SPEC_NAME: ClassVar[str] = "ShareGroupStatePartitionMetadataKey"
-    MIN_VERSION: ClassVar[int] = 15
-    MAX_VERSION: ClassVar[int] = 15
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ShareGroupStatePartitionMetadataKey.NAME = "ShareGroupStatePartitionMetadataKey"
+ShareGroupStatePartitionMetadataKey.SPEC_NAME = "ShareGroupStatePartitionMetadataKey"
+ShareGroupStatePartitionMetadataKey.MIN_VERSION = 15
+ShareGroupStatePartitionMetadataKey.MAX_VERSION = 15
+ShareGroupStatePartitionMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -63,11 +62,12 @@ class TopicPartitionsInfo(Struct):
     topic_name: str = ""
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicPartitionsInfo"
-    SPEC_NAME: ClassVar[str] = "TopicPartitionsInfo"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicPartitionsInfo.NAME = "TopicPartitionsInfo"
+TopicPartitionsInfo.SPEC_NAME = "TopicPartitionsInfo"
+TopicPartitionsInfo.MIN_VERSION = 0
+TopicPartitionsInfo.MAX_VERSION = 0
+TopicPartitionsInfo.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -82,11 +82,12 @@ class TopicInfo(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     topic_name: str = ""
 
-    NAME: ClassVar[str] = "TopicInfo"
-    SPEC_NAME: ClassVar[str] = "TopicInfo"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicInfo.NAME = "TopicInfo"
+TopicInfo.SPEC_NAME = "TopicInfo"
+TopicInfo.MIN_VERSION = 0
+TopicInfo.MAX_VERSION = 0
+TopicInfo.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -101,11 +102,12 @@ class ShareGroupStatePartitionMetadataValue(Data):
     initialized_topics: list[TopicPartitionsInfo] = field(default_factory=list)
     deleting_topics: list[TopicInfo] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareGroupStatePartitionMetadataValue"
-    SPEC_NAME: ClassVar[str] = "ShareGroupStatePartitionMetadataValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ShareGroupStatePartitionMetadataValue.NAME = "ShareGroupStatePartitionMetadataValue"
+ShareGroupStatePartitionMetadataValue.SPEC_NAME = "ShareGroupStatePartitionMetadataValue"
+ShareGroupStatePartitionMetadataValue.MIN_VERSION = 0
+ShareGroupStatePartitionMetadataValue.MAX_VERSION = 0
+ShareGroupStatePartitionMetadataValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -123,7 +125,7 @@ def _r_ShareGroupStatePartitionMetadataKey_v15(
     data: bytes, pos: int
 ) -> tuple[ShareGroupStatePartitionMetadataKey, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupStatePartitionMetadataKey)
+    _o1 = ShareGroupStatePartitionMetadataKey.__new__(ShareGroupStatePartitionMetadataKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -151,7 +153,7 @@ def _w_TopicPartitionsInfo_v0(buf: bytearray, o: TopicPartitionsInfo) -> None:
 
 def _r_TopicPartitionsInfo_v0(data: bytes, pos: int) -> tuple[TopicPartitionsInfo, int]:
     _len = len(data)
-    _o1 = _new(TopicPartitionsInfo)
+    _o1 = TopicPartitionsInfo.__new__(TopicPartitionsInfo)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -201,7 +203,7 @@ def _w_TopicInfo_v0(buf: bytearray, o: TopicInfo) -> None:
 
 def _r_TopicInfo_v0(data: bytes, pos: int) -> tuple[TopicInfo, int]:
     _len = len(data)
-    _o1 = _new(TopicInfo)
+    _o1 = TopicInfo.__new__(TopicInfo)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -245,7 +247,7 @@ def _r_ShareGroupStatePartitionMetadataValue_v0(
     data: bytes, pos: int
 ) -> tuple[ShareGroupStatePartitionMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupStatePartitionMetadataValue)
+    _o1 = ShareGroupStatePartitionMetadataValue.__new__(ShareGroupStatePartitionMetadataValue)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -258,7 +260,7 @@ def _r_ShareGroupStatePartitionMetadataValue_v0(
         raise DecodeError("array count of initialized_topics exceeds the bytes left")
     _a3: list[TopicPartitionsInfo] = []
     for _ in range(_n2):
-        _o5 = _new(TopicPartitionsInfo)
+        _o5 = TopicPartitionsInfo.__new__(TopicPartitionsInfo)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)
@@ -307,7 +309,7 @@ def _r_ShareGroupStatePartitionMetadataValue_v0(
         raise DecodeError("array count of deleting_topics exceeds the bytes left")
     _a10: list[TopicInfo] = []
     for _ in range(_n9):
-        _o12 = _new(TopicInfo)
+        _o12 = TopicInfo.__new__(TopicInfo)
         (_s11_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o12.topic_id = uuid_from_bytes(_s11_topic_id_raw)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -44,11 +42,12 @@ class ShareGroupTargetAssignmentMemberKey(Data):
     group_id: str = ""
     member_id: str = ""
 
-    NAME: ClassVar[str] = "ShareGroupTargetAssignmentMemberKey"
-    SPEC_NAME: ClassVar[str] = "ShareGroupTargetAssignmentMemberKey"
-    MIN_VERSION: ClassVar[int] = 13
-    MAX_VERSION: ClassVar[int] = 13
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ShareGroupTargetAssignmentMemberKey.NAME = "ShareGroupTargetAssignmentMemberKey"
+ShareGroupTargetAssignmentMemberKey.SPEC_NAME = "ShareGroupTargetAssignmentMemberKey"
+ShareGroupTargetAssignmentMemberKey.MIN_VERSION = 13
+ShareGroupTargetAssignmentMemberKey.MAX_VERSION = 13
+ShareGroupTargetAssignmentMemberKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -63,11 +62,12 @@ class TopicPartition(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "TopicPartition"
-    SPEC_NAME: ClassVar[str] = "TopicPartition"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+TopicPartition.NAME = "TopicPartition"
+TopicPartition.SPEC_NAME = "TopicPartition"
+TopicPartition.MIN_VERSION = 0
+TopicPartition.MAX_VERSION = 0
+TopicPartition.FLEXIBLE_MIN_VERSION = 0
 
 
 @dataclass(slots=True)
@@ -80,11 +80,12 @@ class ShareGroupTargetAssignmentMemberValue(Data):
 
     topic_partitions: list[TopicPartition] = field(default_factory=list)
 
-    NAME: ClassVar[str] = "ShareGroupTargetAssignmentMemberValue"
-    SPEC_NAME: ClassVar[str] = "ShareGroupTargetAssignmentMemberValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ShareGroupTargetAssignmentMemberValue.NAME = "ShareGroupTargetAssignmentMemberValue"
+ShareGroupTargetAssignmentMemberValue.SPEC_NAME = "ShareGroupTargetAssignmentMemberValue"
+ShareGroupTargetAssignmentMemberValue.MIN_VERSION = 0
+ShareGroupTargetAssignmentMemberValue.MAX_VERSION = 0
+ShareGroupTargetAssignmentMemberValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -105,7 +106,7 @@ def _r_ShareGroupTargetAssignmentMemberKey_v13(
     data: bytes, pos: int
 ) -> tuple[ShareGroupTargetAssignmentMemberKey, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupTargetAssignmentMemberKey)
+    _o1 = ShareGroupTargetAssignmentMemberKey.__new__(ShareGroupTargetAssignmentMemberKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -137,7 +138,7 @@ def _w_TopicPartition_v0(buf: bytearray, o: TopicPartition) -> None:
 
 def _r_TopicPartition_v0(data: bytes, pos: int) -> tuple[TopicPartition, int]:
     _len = len(data)
-    _o1 = _new(TopicPartition)
+    _o1 = TopicPartition.__new__(TopicPartition)
     (_topic_id_raw,) = _S_16s.unpack_from(data, pos)
     pos += 16
     _o1.topic_id = uuid_from_bytes(_topic_id_raw)
@@ -174,7 +175,7 @@ def _r_ShareGroupTargetAssignmentMemberValue_v0(
     data: bytes, pos: int
 ) -> tuple[ShareGroupTargetAssignmentMemberValue, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupTargetAssignmentMemberValue)
+    _o1 = ShareGroupTargetAssignmentMemberValue.__new__(ShareGroupTargetAssignmentMemberValue)
     _n2 = data[pos]
     if _n2 < 128:
         pos += 1
@@ -187,7 +188,7 @@ def _r_ShareGroupTargetAssignmentMemberValue_v0(
         raise DecodeError("array count of topic_partitions exceeds the bytes left")
     _a3: list[TopicPartition] = []
     for _ in range(_n2):
-        _o5 = _new(TopicPartition)
+        _o5 = TopicPartition.__new__(TopicPartition)
         (_s4_topic_id_raw,) = _S_16s.unpack_from(data, pos)
         pos += 16
         _o5.topic_id = uuid_from_bytes(_s4_topic_id_raw)

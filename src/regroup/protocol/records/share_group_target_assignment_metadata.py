@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -25,7 +24,6 @@ from regroup.protocol.primitives import (
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_new = object.__new__
 _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
@@ -42,11 +40,12 @@ class ShareGroupTargetAssignmentMetadataKey(Data):
 
     group_id: str = ""
 
-    NAME: ClassVar[str] = "ShareGroupTargetAssignmentMetadataKey"
-    SPEC_NAME: ClassVar[str] = "ShareGroupTargetAssignmentMetadataKey"
-    MIN_VERSION: ClassVar[int] = 12
-    MAX_VERSION: ClassVar[int] = 12
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+
+ShareGroupTargetAssignmentMetadataKey.NAME = "ShareGroupTargetAssignmentMetadataKey"
+ShareGroupTargetAssignmentMetadataKey.SPEC_NAME = "ShareGroupTargetAssignmentMetadataKey"
+ShareGroupTargetAssignmentMetadataKey.MIN_VERSION = 12
+ShareGroupTargetAssignmentMetadataKey.MAX_VERSION = 12
+ShareGroupTargetAssignmentMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
 @dataclass(slots=True)
@@ -59,11 +58,12 @@ class ShareGroupTargetAssignmentMetadataValue(Data):
 
     assignment_epoch: int = 0
 
-    NAME: ClassVar[str] = "ShareGroupTargetAssignmentMetadataValue"
-    SPEC_NAME: ClassVar[str] = "ShareGroupTargetAssignmentMetadataValue"
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
+
+ShareGroupTargetAssignmentMetadataValue.NAME = "ShareGroupTargetAssignmentMetadataValue"
+ShareGroupTargetAssignmentMetadataValue.SPEC_NAME = "ShareGroupTargetAssignmentMetadataValue"
+ShareGroupTargetAssignmentMetadataValue.MIN_VERSION = 0
+ShareGroupTargetAssignmentMetadataValue.MAX_VERSION = 0
+ShareGroupTargetAssignmentMetadataValue.FLEXIBLE_MIN_VERSION = 0
 
 
 # ------------------------------------------------------------------ per-version codecs
@@ -81,7 +81,7 @@ def _r_ShareGroupTargetAssignmentMetadataKey_v12(
     data: bytes, pos: int
 ) -> tuple[ShareGroupTargetAssignmentMetadataKey, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupTargetAssignmentMetadataKey)
+    _o1 = ShareGroupTargetAssignmentMetadataKey.__new__(ShareGroupTargetAssignmentMetadataKey)
     (_n2,) = _I16.unpack_from(data, pos)
     pos += 2
     if _n2 < 0:
@@ -105,7 +105,7 @@ def _r_ShareGroupTargetAssignmentMetadataValue_v0(
     data: bytes, pos: int
 ) -> tuple[ShareGroupTargetAssignmentMetadataValue, int]:
     _len = len(data)
-    _o1 = _new(ShareGroupTargetAssignmentMetadataValue)
+    _o1 = ShareGroupTargetAssignmentMetadataValue.__new__(ShareGroupTargetAssignmentMetadataValue)
     (_o1.assignment_epoch,) = _S_i.unpack_from(data, pos)
     pos += 4
     if data[pos]:
