@@ -115,3 +115,78 @@ def test_no_compiled_handlers_share_a_name_across_exception_types() -> None:
 def test_the_except_check_sees_a_shared_name() -> None:
     code = "try:\n    pass\nexcept A as e:\n    pass\nexcept B as e:\n    pass\n"
     assert _except_names_rebound_across_types(ast.parse(code)) == [1]
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(Path(__file__).resolve().parents[1] / "src").with_suffix("").parts)
+
+
+def _own_init_mismatches(cls: type) -> list[str]:
+    """How a dataclass's hand-written ``__init__`` differs from the one the decorator would write: its
+    parameters must be the fields, in order, with the fields' defaults (a new list for a list factory)."""
+    import dataclasses
+    import inspect
+
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    fields = dataclasses.fields(cls)
+    if [p.name for p in params] != [f.name for f in fields]:
+        return [f"{cls.__qualname__}: parameters {[p.name for p in params]}"]
+    # Built with every argument left out that has a default, the others given as a marker.
+    marker = object()
+    obj = cls(*(marker for p in params if p.default is inspect.Parameter.empty))
+    wrong = []
+    for p, f in zip(params, fields, strict=True):
+        value = getattr(obj, f.name)
+        if f.default is not dataclasses.MISSING:
+            ok = p.default is not inspect.Parameter.empty and value == f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            ok = value == f.default_factory() and value is not p.default
+        else:
+            ok = value is marker
+        if not ok:
+            wrong.append(f"{cls.__qualname__}.{f.name}: {value!r}")
+    return wrong
+
+
+def test_the_init_check_sees_a_wrong_default() -> None:
+    import dataclasses
+
+    @dataclasses.dataclass(init=False)
+    class Wrong:
+        a: int
+        b: list[int] = dataclasses.field(default_factory=list)
+        c: int = 1
+
+        def __init__(self, a: int, b: list[int] | None = None, c: int = 2) -> None:
+            self.a, self.b, self.c = a, b or [], c
+
+    assert _own_init_mismatches(Wrong) == ["test_the_init_check_sees_a_wrong_default.<locals>.Wrong.c: 2"]
+
+
+@pytest.mark.skipif(compiled(), reason="a compiled __init__ has no signature to read; the pure pass checks")
+def test_hand_written_dataclass_inits_match_their_fields() -> None:
+    """Compiled modules' dataclasses on the hot path write their own ``__init__`` (``init=False``), and the
+    generated codecs do too: each must take exactly the fields with their defaults."""
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import regroup.protocol.messages
+    import regroup.protocol.records
+
+    names = {_module_name(p) for p in _compiled_sources()}
+    for package in (regroup.protocol.messages, regroup.protocol.records):
+        names.update(m.name for m in pkgutil.iter_modules(package.__path__, package.__name__ + "."))
+    checked = 0
+    wrong: list[str] = []
+    for name in sorted(names):
+        module = importlib.import_module(name)
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and cls.__module__ == name and dataclasses.is_dataclass(cls)):
+                continue
+            if cls.__dataclass_params__.init or "__init__" not in vars(cls):  # type: ignore[attr-defined]
+                continue
+            checked += 1
+            wrong.extend(_own_init_mismatches(cls))
+    assert checked > 400
+    assert wrong == []

@@ -41,6 +41,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import {bases}
 from regroup.protocol.primitives import (
@@ -589,8 +590,32 @@ def _size(spec: str) -> int:
     return sum(_SIZES[c] for c in re.findall(r"16s|[bhiqHd?]", spec))
 
 
+def _own_init(st: StructSpec) -> bool:
+    """Whether the class gets an ``__init__`` of its own (every class but those with a struct-valued field
+    whose default is a new struct, which keep the dataclass's)."""
+    return not any(f.struct is not None and not f.is_array and _default_expr(f) != "None" for f in st.fields)
+
+
+def _init_lines(st: StructSpec) -> list[str]:
+    """The class's ``__init__``, the dataclass's own in all but speed: compiled by mypyc it runs as C, where
+    the one the dataclass decorator generates runs as Python (several times slower per object). An array
+    left out gets a new list, as ``field(default_factory=list)`` gives."""
+    params = ["self"]
+    body: list[str] = []
+    for f in st.fields:
+        default = _default_expr(f)
+        if default == "[]":
+            params.append(f"{f.py}: {_annotation(f)} = _NO_LIST")
+            body.append(f"        self.{f.py} = [] if {f.py} is _NO_LIST else {f.py}")
+        else:
+            params.append(f"{f.py}: {_annotation(f)} = {default}")
+            body.append(f"        self.{f.py} = {f.py}")
+    return ["", f"    def __init__({', '.join(params)}) -> None:", *(body or ["        pass"])]
+
+
 def _class_lines(st: StructSpec, msg: MessageSpec, base: str, versions: list[int]) -> list[str]:
-    lines = ["", "", "@dataclass(slots=True)", f"class {st.class_name}({base}):"]
+    decorator = "@dataclass(slots=True, init=False)" if _own_init(st) else "@dataclass(slots=True)"
+    lines = ["", "", decorator, f"class {st.class_name}({base}):"]
     doc: list[str] = []
     if st is msg.root:
         kind = {"request": "Request", "response": "Response", "header": "Header"}.get(msg.kind, "Data")
@@ -630,6 +655,8 @@ def _class_lines(st: StructSpec, msg: MessageSpec, base: str, versions: list[int
             lines.append(f"    {f.py}: {_annotation(f)} = field(default_factory={f.struct.class_name})")
         else:
             lines.append(f"    {f.py}: {_annotation(f)} = {default}")
+    if _own_init(st):
+        lines.extend(_init_lines(st))
     # The class constants (declared as ClassVars by the bases) are set after the class: in a module
     # mypyc compiles, the dataclass decorator would take a constant in the class body for a field.
     lines.append("")
@@ -709,6 +736,7 @@ def generate_module(
                 st.class_name = m.name + st.name
             else:
                 st.class_name = st.name
+    structs = [st for m in msgs for st in _order(m)]
     class_blocks: list[str] = []
     tables: list[str] = []
     for m in msgs:
@@ -724,9 +752,15 @@ def generate_module(
             tables.append(f"{st.class_name}.FIELDS = ({''.join(_field_spec(f) + ', ' for f in st.fields)})")
     bases = sorted({base_for[m.kind] for m in msgs} | {"Struct", "FieldSpec"})
     sources = ", ".join(source(m) for m in msgs)
-    out = [HEADER.format(doc=doc, sources=sources, bases=", ".join(bases))]
+    header = HEADER.format(doc=doc, sources=sources, bases=", ".join(bases))
+    no_list = any(_own_init(st) and any(_default_expr(f) == "[]" for f in st.fields) for st in structs)
+    out = [header if no_list else header.replace("from typing import Any\n", "")]
     for spec, name in sorted(mod.formats.items(), key=lambda x: x[1]):
         out.append(f'{name} = struct.Struct(">{spec}")')
+    if no_list:
+        out.append("")
+        out.append("# An array argument's default when left out: never kept (__init__ makes a new list).")
+        out.append("_NO_LIST: list[Any] = []")
     out.append("\n".join(class_blocks))
     if mod.defaults:
         # Shared and never changed: writers compare struct fields with them, and a message built in bulk

@@ -116,6 +116,7 @@ class PartitionLog:
         self.directory = directory
         self.name = directory.name
         self.config = config
+        self._flush_policy = config.flush_policy  # built once: asked on every append
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._active = segments[-1]
@@ -304,6 +305,7 @@ class PartitionLog:
     def update_config(self, config: LogConfig) -> None:
         """Apply a changed topic config; index settings take effect from the next segment."""
         self.config = config
+        self._flush_policy = config.flush_policy
 
     def earliest(self) -> int:
         return self._log_start
@@ -920,7 +922,7 @@ class PartitionLog:
         if self._unflushed_segments or self._dir_dirty:
             return True
         last = self._last_flush_ms if self._last_flush_ms is not None else now_ms
-        return self.config.flush_policy.due(self._unflushed_messages, last, now_ms)
+        return self._flush_policy.due(self._unflushed_messages, last, now_ms)
 
     @property
     def unflushed_messages(self) -> int:

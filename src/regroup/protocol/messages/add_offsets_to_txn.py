@@ -31,7 +31,7 @@ _S_ih = struct.Struct(">ih")
 _S_qh = struct.Struct(">qh")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddOffsetsToTxnRequest(Message):
     """Request AddOffsetsToTxnRequest (API key 25), versions 0-4; flexible from v3.
 
@@ -55,6 +55,14 @@ class AddOffsetsToTxnRequest(Message):
     producer_epoch: int = 0
     group_id: str = ""
 
+    def __init__(
+        self, transactional_id: str = "", producer_id: int = 0, producer_epoch: int = 0, group_id: str = ""
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.group_id = group_id
+
 
 AddOffsetsToTxnRequest.NAME = "AddOffsetsToTxnRequest"
 AddOffsetsToTxnRequest.SPEC_NAME = "AddOffsetsToTxnRequest"
@@ -66,7 +74,7 @@ AddOffsetsToTxnRequest.DEPRECATED_VERSIONS = None
 AddOffsetsToTxnRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddOffsetsToTxnResponse(Message):
     """Response AddOffsetsToTxnResponse (API key 25), versions 0-4; flexible from v3.
 
@@ -86,6 +94,10 @@ class AddOffsetsToTxnResponse(Message):
 
     throttle_time_ms: int = 0
     error_code: int = 0
+
+    def __init__(self, throttle_time_ms: int = 0, error_code: int = 0) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
 
 
 AddOffsetsToTxnResponse.NAME = "AddOffsetsToTxnResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_ihB = struct.Struct(">ihB")
 _S_qh = struct.Struct(">qh")
 _S_qho = struct.Struct(">qh?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class AddPartitionsToTxnTopic(Struct):
     """The AddPartitionsToTxnTopic struct of AddPartitionsToTxnRequest.
 
@@ -46,6 +50,10 @@ class AddPartitionsToTxnTopic(Struct):
     name: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[int] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 AddPartitionsToTxnTopic.NAME = "AddPartitionsToTxnTopic"
 AddPartitionsToTxnTopic.SPEC_NAME = "AddPartitionsToTxnTopic"
@@ -54,7 +62,7 @@ AddPartitionsToTxnTopic.MAX_VERSION = 5
 AddPartitionsToTxnTopic.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddPartitionsToTxnTransaction(Struct):
     """List of transactions to add partitions to.
 
@@ -73,6 +81,20 @@ class AddPartitionsToTxnTransaction(Struct):
     verify_only: bool = False
     topics: list[AddPartitionsToTxnTopic] = field(default_factory=list)
 
+    def __init__(
+        self,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        verify_only: bool = False,
+        topics: list[AddPartitionsToTxnTopic] = _NO_LIST,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.verify_only = verify_only
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 AddPartitionsToTxnTransaction.NAME = "AddPartitionsToTxnTransaction"
 AddPartitionsToTxnTransaction.SPEC_NAME = "AddPartitionsToTxnTransaction"
@@ -81,7 +103,7 @@ AddPartitionsToTxnTransaction.MAX_VERSION = 5
 AddPartitionsToTxnTransaction.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddPartitionsToTxnRequest(Message):
     """Request AddPartitionsToTxnRequest (API key 24), versions 0-5; flexible from v3.
 
@@ -110,6 +132,20 @@ class AddPartitionsToTxnRequest(Message):
     v3_and_below_producer_epoch: int = 0
     v3_and_below_topics: list[AddPartitionsToTxnTopic] = field(default_factory=list)
 
+    def __init__(
+        self,
+        transactions: list[AddPartitionsToTxnTransaction] = _NO_LIST,
+        v3_and_below_transactional_id: str = "",
+        v3_and_below_producer_id: int = 0,
+        v3_and_below_producer_epoch: int = 0,
+        v3_and_below_topics: list[AddPartitionsToTxnTopic] = _NO_LIST,
+    ) -> None:
+        self.transactions = [] if transactions is _NO_LIST else transactions
+        self.v3_and_below_transactional_id = v3_and_below_transactional_id
+        self.v3_and_below_producer_id = v3_and_below_producer_id
+        self.v3_and_below_producer_epoch = v3_and_below_producer_epoch
+        self.v3_and_below_topics = [] if v3_and_below_topics is _NO_LIST else v3_and_below_topics
+
 
 AddPartitionsToTxnRequest.NAME = "AddPartitionsToTxnRequest"
 AddPartitionsToTxnRequest.SPEC_NAME = "AddPartitionsToTxnRequest"
@@ -121,7 +157,7 @@ AddPartitionsToTxnRequest.DEPRECATED_VERSIONS = None
 AddPartitionsToTxnRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddPartitionsToTxnPartitionResult(Struct):
     """The AddPartitionsToTxnPartitionResult struct of AddPartitionsToTxnResponse.
 
@@ -133,6 +169,10 @@ class AddPartitionsToTxnPartitionResult(Struct):
     partition_index: int = 0
     partition_error_code: int = 0
 
+    def __init__(self, partition_index: int = 0, partition_error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.partition_error_code = partition_error_code
+
 
 AddPartitionsToTxnPartitionResult.NAME = "AddPartitionsToTxnPartitionResult"
 AddPartitionsToTxnPartitionResult.SPEC_NAME = "AddPartitionsToTxnPartitionResult"
@@ -141,7 +181,7 @@ AddPartitionsToTxnPartitionResult.MAX_VERSION = 5
 AddPartitionsToTxnPartitionResult.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddPartitionsToTxnTopicResult(Struct):
     """The AddPartitionsToTxnTopicResult struct of AddPartitionsToTxnResponse.
 
@@ -153,6 +193,12 @@ class AddPartitionsToTxnTopicResult(Struct):
     name: str = ""
     results_by_partition: list[AddPartitionsToTxnPartitionResult] = field(default_factory=list)
 
+    def __init__(
+        self, name: str = "", results_by_partition: list[AddPartitionsToTxnPartitionResult] = _NO_LIST
+    ) -> None:
+        self.name = name
+        self.results_by_partition = [] if results_by_partition is _NO_LIST else results_by_partition
+
 
 AddPartitionsToTxnTopicResult.NAME = "AddPartitionsToTxnTopicResult"
 AddPartitionsToTxnTopicResult.SPEC_NAME = "AddPartitionsToTxnTopicResult"
@@ -161,7 +207,7 @@ AddPartitionsToTxnTopicResult.MAX_VERSION = 5
 AddPartitionsToTxnTopicResult.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddPartitionsToTxnResult(Struct):
     """Results categorized by transactional ID.
 
@@ -173,6 +219,12 @@ class AddPartitionsToTxnResult(Struct):
     transactional_id: str = ""
     topic_results: list[AddPartitionsToTxnTopicResult] = field(default_factory=list)
 
+    def __init__(
+        self, transactional_id: str = "", topic_results: list[AddPartitionsToTxnTopicResult] = _NO_LIST
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.topic_results = [] if topic_results is _NO_LIST else topic_results
+
 
 AddPartitionsToTxnResult.NAME = "AddPartitionsToTxnResult"
 AddPartitionsToTxnResult.SPEC_NAME = "AddPartitionsToTxnResult"
@@ -181,7 +233,7 @@ AddPartitionsToTxnResult.MAX_VERSION = 5
 AddPartitionsToTxnResult.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddPartitionsToTxnResponse(Message):
     """Response AddPartitionsToTxnResponse (API key 24), versions 0-5; flexible from v3.
 
@@ -207,6 +259,20 @@ class AddPartitionsToTxnResponse(Message):
     error_code: int = 0
     results_by_transaction: list[AddPartitionsToTxnResult] = field(default_factory=list)
     results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        results_by_transaction: list[AddPartitionsToTxnResult] = _NO_LIST,
+        results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results_by_transaction = [] if results_by_transaction is _NO_LIST else results_by_transaction
+        self.results_by_topic_v3_and_below = (
+            [] if results_by_topic_v3_and_below is _NO_LIST else results_by_topic_v3_and_below
+        )
 
 
 AddPartitionsToTxnResponse.NAME = "AddPartitionsToTxnResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_H = struct.Struct(">H")
 _S_ih = struct.Struct(">ih")
 _S_ii16s = struct.Struct(">ii16s")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Listener(Struct):
     """The endpoints that can be used to communicate with the voter
 
@@ -46,6 +50,11 @@ class Listener(Struct):
     host: str = ""
     port: int = 0
 
+    def __init__(self, name: str = "", host: str = "", port: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+
 
 Listener.NAME = "Listener"
 Listener.SPEC_NAME = "Listener"
@@ -54,7 +63,7 @@ Listener.MAX_VERSION = 0
 Listener.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddRaftVoterRequest(Message):
     """Request AddRaftVoterRequest (API key 80), versions 0-0; flexible from v0.
 
@@ -72,6 +81,20 @@ class AddRaftVoterRequest(Message):
     voter_directory_id: uuid.UUID = ZERO_UUID
     listeners: list[Listener] = field(default_factory=list)
 
+    def __init__(
+        self,
+        cluster_id: str | None = "",
+        timeout_ms: int = 0,
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        listeners: list[Listener] = _NO_LIST,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.timeout_ms = timeout_ms
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.listeners = [] if listeners is _NO_LIST else listeners
+
 
 AddRaftVoterRequest.NAME = "AddRaftVoterRequest"
 AddRaftVoterRequest.SPEC_NAME = "AddRaftVoterRequest"
@@ -83,7 +106,7 @@ AddRaftVoterRequest.DEPRECATED_VERSIONS = None
 AddRaftVoterRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddRaftVoterResponse(Message):
     """Response AddRaftVoterResponse (API key 80), versions 0-0; flexible from v0.
 
@@ -97,6 +120,13 @@ class AddRaftVoterResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = ""
+
+    def __init__(
+        self, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = ""
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
 
 
 AddRaftVoterResponse.NAME = "AddRaftVoterResponse"

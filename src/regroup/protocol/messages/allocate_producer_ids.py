@@ -31,7 +31,7 @@ _S_ihqi = struct.Struct(">ihqi")
 _S_iq = struct.Struct(">iq")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AllocateProducerIdsRequest(Message):
     """Request AllocateProducerIdsRequest (API key 67), versions 0-0; flexible from v0.
 
@@ -42,6 +42,10 @@ class AllocateProducerIdsRequest(Message):
 
     broker_id: int = 0
     broker_epoch: int = -1
+
+    def __init__(self, broker_id: int = 0, broker_epoch: int = -1) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
 
 
 AllocateProducerIdsRequest.NAME = "AllocateProducerIdsRequest"
@@ -54,7 +58,7 @@ AllocateProducerIdsRequest.DEPRECATED_VERSIONS = None
 AllocateProducerIdsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AllocateProducerIdsResponse(Message):
     """Response AllocateProducerIdsResponse (API key 67), versions 0-0; flexible from v0.
 
@@ -70,6 +74,18 @@ class AllocateProducerIdsResponse(Message):
     error_code: int = 0
     producer_id_start: int = 0
     producer_id_len: int = 0
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        producer_id_start: int = 0,
+        producer_id_len: int = 0,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id_start = producer_id_start
+        self.producer_id_len = producer_id_len
 
 
 AllocateProducerIdsResponse.NAME = "AllocateProducerIdsResponse"

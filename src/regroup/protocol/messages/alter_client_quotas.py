@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class AlterClientQuotasRequestEntityData(Struct):
     """The quota entity to alter.
 
@@ -45,6 +49,10 @@ class AlterClientQuotasRequestEntityData(Struct):
     entity_type: str = ""
     entity_name: str | None = ""
 
+    def __init__(self, entity_type: str = "", entity_name: str | None = "") -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+
 
 AlterClientQuotasRequestEntityData.NAME = "AlterClientQuotasRequestEntityData"
 AlterClientQuotasRequestEntityData.SPEC_NAME = "EntityData"
@@ -53,7 +61,7 @@ AlterClientQuotasRequestEntityData.MAX_VERSION = 1
 AlterClientQuotasRequestEntityData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OpData(Struct):
     """An individual quota configuration entry to alter.
 
@@ -67,6 +75,11 @@ class OpData(Struct):
     value: float = 0.0
     remove: bool = False
 
+    def __init__(self, key: str = "", value: float = 0.0, remove: bool = False) -> None:
+        self.key = key
+        self.value = value
+        self.remove = remove
+
 
 OpData.NAME = "OpData"
 OpData.SPEC_NAME = "OpData"
@@ -75,7 +88,7 @@ OpData.MAX_VERSION = 1
 OpData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterClientQuotasRequestEntryData(Struct):
     """The quota configuration entries to alter.
 
@@ -87,6 +100,12 @@ class AlterClientQuotasRequestEntryData(Struct):
     entity: list[AlterClientQuotasRequestEntityData] = field(default_factory=list)
     ops: list[OpData] = field(default_factory=list)
 
+    def __init__(
+        self, entity: list[AlterClientQuotasRequestEntityData] = _NO_LIST, ops: list[OpData] = _NO_LIST
+    ) -> None:
+        self.entity = [] if entity is _NO_LIST else entity
+        self.ops = [] if ops is _NO_LIST else ops
+
 
 AlterClientQuotasRequestEntryData.NAME = "AlterClientQuotasRequestEntryData"
 AlterClientQuotasRequestEntryData.SPEC_NAME = "EntryData"
@@ -95,7 +114,7 @@ AlterClientQuotasRequestEntryData.MAX_VERSION = 1
 AlterClientQuotasRequestEntryData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterClientQuotasRequest(Message):
     """Request AlterClientQuotasRequest (API key 49), versions 0-1; flexible from v1.
 
@@ -109,6 +128,12 @@ class AlterClientQuotasRequest(Message):
     entries: list[AlterClientQuotasRequestEntryData] = field(default_factory=list)
     validate_only: bool = False
 
+    def __init__(
+        self, entries: list[AlterClientQuotasRequestEntryData] = _NO_LIST, validate_only: bool = False
+    ) -> None:
+        self.entries = [] if entries is _NO_LIST else entries
+        self.validate_only = validate_only
+
 
 AlterClientQuotasRequest.NAME = "AlterClientQuotasRequest"
 AlterClientQuotasRequest.SPEC_NAME = "AlterClientQuotasRequest"
@@ -120,7 +145,7 @@ AlterClientQuotasRequest.DEPRECATED_VERSIONS = None
 AlterClientQuotasRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterClientQuotasResponseEntityData(Struct):
     """The quota entity to alter.
 
@@ -132,6 +157,10 @@ class AlterClientQuotasResponseEntityData(Struct):
     entity_type: str = ""
     entity_name: str | None = ""
 
+    def __init__(self, entity_type: str = "", entity_name: str | None = "") -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+
 
 AlterClientQuotasResponseEntityData.NAME = "AlterClientQuotasResponseEntityData"
 AlterClientQuotasResponseEntityData.SPEC_NAME = "EntityData"
@@ -140,7 +169,7 @@ AlterClientQuotasResponseEntityData.MAX_VERSION = 1
 AlterClientQuotasResponseEntityData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterClientQuotasResponseEntryData(Struct):
     """The quota configuration entries to alter.
 
@@ -154,6 +183,16 @@ class AlterClientQuotasResponseEntryData(Struct):
     error_message: str | None = ""
     entity: list[AlterClientQuotasResponseEntityData] = field(default_factory=list)
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        entity: list[AlterClientQuotasResponseEntityData] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entity = [] if entity is _NO_LIST else entity
+
 
 AlterClientQuotasResponseEntryData.NAME = "AlterClientQuotasResponseEntryData"
 AlterClientQuotasResponseEntryData.SPEC_NAME = "EntryData"
@@ -162,7 +201,7 @@ AlterClientQuotasResponseEntryData.MAX_VERSION = 1
 AlterClientQuotasResponseEntryData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterClientQuotasResponse(Message):
     """Response AlterClientQuotasResponse (API key 49), versions 0-1; flexible from v1.
 
@@ -176,6 +215,12 @@ class AlterClientQuotasResponse(Message):
 
     throttle_time_ms: int = 0
     entries: list[AlterClientQuotasResponseEntryData] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, entries: list[AlterClientQuotasResponseEntryData] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.entries = [] if entries is _NO_LIST else entries
 
 
 AlterClientQuotasResponse.NAME = "AlterClientQuotasResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class AlterableConfig(Struct):
     """The configurations.
 
@@ -45,6 +49,10 @@ class AlterableConfig(Struct):
     name: str = ""
     value: str | None = ""
 
+    def __init__(self, name: str = "", value: str | None = "") -> None:
+        self.name = name
+        self.value = value
+
 
 AlterableConfig.NAME = "AlterableConfig"
 AlterableConfig.SPEC_NAME = "AlterableConfig"
@@ -53,7 +61,7 @@ AlterableConfig.MAX_VERSION = 2
 AlterableConfig.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterConfigsResource(Struct):
     """The updates for each resource.
 
@@ -67,6 +75,13 @@ class AlterConfigsResource(Struct):
     resource_name: str = ""
     configs: list[AlterableConfig] = field(default_factory=list)
 
+    def __init__(
+        self, resource_type: int = 0, resource_name: str = "", configs: list[AlterableConfig] = _NO_LIST
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is _NO_LIST else configs
+
 
 AlterConfigsResource.NAME = "AlterConfigsResource"
 AlterConfigsResource.SPEC_NAME = "AlterConfigsResource"
@@ -75,7 +90,7 @@ AlterConfigsResource.MAX_VERSION = 2
 AlterConfigsResource.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterConfigsRequest(Message):
     """Request AlterConfigsRequest (API key 33), versions 0-2; flexible from v2.
 
@@ -90,6 +105,10 @@ class AlterConfigsRequest(Message):
     resources: list[AlterConfigsResource] = field(default_factory=list)
     validate_only: bool = False
 
+    def __init__(self, resources: list[AlterConfigsResource] = _NO_LIST, validate_only: bool = False) -> None:
+        self.resources = [] if resources is _NO_LIST else resources
+        self.validate_only = validate_only
+
 
 AlterConfigsRequest.NAME = "AlterConfigsRequest"
 AlterConfigsRequest.SPEC_NAME = "AlterConfigsRequest"
@@ -101,7 +120,7 @@ AlterConfigsRequest.DEPRECATED_VERSIONS = None
 AlterConfigsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterConfigsResourceResponse(Struct):
     """The responses for each resource.
 
@@ -117,6 +136,18 @@ class AlterConfigsResourceResponse(Struct):
     resource_type: int = 0
     resource_name: str = ""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+
 
 AlterConfigsResourceResponse.NAME = "AlterConfigsResourceResponse"
 AlterConfigsResourceResponse.SPEC_NAME = "AlterConfigsResourceResponse"
@@ -125,7 +156,7 @@ AlterConfigsResourceResponse.MAX_VERSION = 2
 AlterConfigsResourceResponse.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterConfigsResponse(Message):
     """Response AlterConfigsResponse (API key 33), versions 0-2; flexible from v2.
 
@@ -140,6 +171,12 @@ class AlterConfigsResponse(Message):
 
     throttle_time_ms: int = 0
     responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, responses: list[AlterConfigsResourceResponse] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is _NO_LIST else responses
 
 
 AlterConfigsResponse.NAME = "AlterConfigsResponse"

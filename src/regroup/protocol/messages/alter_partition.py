@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -36,8 +37,11 @@ _S_ii = struct.Struct(">ii")
 _S_iq = struct.Struct(">iq")
 _S_iqB = struct.Struct(">iqB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class BrokerState(Struct):
     """The BrokerState struct of AlterPartitionRequest.
 
@@ -49,6 +53,10 @@ class BrokerState(Struct):
     broker_id: int = 0
     broker_epoch: int = -1
 
+    def __init__(self, broker_id: int = 0, broker_epoch: int = -1) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+
 
 BrokerState.NAME = "BrokerState"
 BrokerState.SPEC_NAME = "BrokerState"
@@ -57,7 +65,7 @@ BrokerState.MAX_VERSION = 3
 BrokerState.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterPartitionRequestPartitionData(Struct):
     """The PartitionData struct of AlterPartitionRequest.
 
@@ -79,6 +87,22 @@ class AlterPartitionRequestPartitionData(Struct):
     leader_recovery_state: int = 0
     partition_epoch: int = 0
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        leader_epoch: int = 0,
+        new_isr: list[int] = _NO_LIST,
+        new_isr_with_epochs: list[BrokerState] = _NO_LIST,
+        leader_recovery_state: int = 0,
+        partition_epoch: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.new_isr = [] if new_isr is _NO_LIST else new_isr
+        self.new_isr_with_epochs = [] if new_isr_with_epochs is _NO_LIST else new_isr_with_epochs
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
+
 
 AlterPartitionRequestPartitionData.NAME = "AlterPartitionRequestPartitionData"
 AlterPartitionRequestPartitionData.SPEC_NAME = "PartitionData"
@@ -87,7 +111,7 @@ AlterPartitionRequestPartitionData.MAX_VERSION = 3
 AlterPartitionRequestPartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterPartitionRequestTopicData(Struct):
     """The TopicData struct of AlterPartitionRequest.
 
@@ -101,6 +125,16 @@ class AlterPartitionRequestTopicData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AlterPartitionRequestPartitionData] = field(default_factory=list)
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[AlterPartitionRequestPartitionData] = _NO_LIST,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 AlterPartitionRequestTopicData.NAME = "AlterPartitionRequestTopicData"
 AlterPartitionRequestTopicData.SPEC_NAME = "TopicData"
@@ -109,7 +143,7 @@ AlterPartitionRequestTopicData.MAX_VERSION = 3
 AlterPartitionRequestTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterPartitionRequest(Message):
     """Request AlterPartitionRequest (API key 56), versions 0-3; flexible from v0.
 
@@ -129,6 +163,16 @@ class AlterPartitionRequest(Message):
     broker_epoch: int = -1
     topics: list[AlterPartitionRequestTopicData] = field(default_factory=list)
 
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        topics: list[AlterPartitionRequestTopicData] = _NO_LIST,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 AlterPartitionRequest.NAME = "AlterPartitionRequest"
 AlterPartitionRequest.SPEC_NAME = "AlterPartitionRequest"
@@ -140,7 +184,7 @@ AlterPartitionRequest.DEPRECATED_VERSIONS = None
 AlterPartitionRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterPartitionResponsePartitionData(Struct):
     """The PartitionData struct of AlterPartitionResponse.
 
@@ -164,6 +208,24 @@ class AlterPartitionResponsePartitionData(Struct):
     leader_recovery_state: int = 0
     partition_epoch: int = 0
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] = _NO_LIST,
+        leader_recovery_state: int = 0,
+        partition_epoch: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is _NO_LIST else isr
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
+
 
 AlterPartitionResponsePartitionData.NAME = "AlterPartitionResponsePartitionData"
 AlterPartitionResponsePartitionData.SPEC_NAME = "PartitionData"
@@ -172,7 +234,7 @@ AlterPartitionResponsePartitionData.MAX_VERSION = 3
 AlterPartitionResponsePartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterPartitionResponseTopicData(Struct):
     """The TopicData struct of AlterPartitionResponse.
 
@@ -186,6 +248,16 @@ class AlterPartitionResponseTopicData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AlterPartitionResponsePartitionData] = field(default_factory=list)
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[AlterPartitionResponsePartitionData] = _NO_LIST,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 AlterPartitionResponseTopicData.NAME = "AlterPartitionResponseTopicData"
 AlterPartitionResponseTopicData.SPEC_NAME = "TopicData"
@@ -194,7 +266,7 @@ AlterPartitionResponseTopicData.MAX_VERSION = 3
 AlterPartitionResponseTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterPartitionResponse(Message):
     """Response AlterPartitionResponse (API key 56), versions 0-3; flexible from v0.
 
@@ -215,6 +287,16 @@ class AlterPartitionResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     topics: list[AlterPartitionResponseTopicData] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        topics: list[AlterPartitionResponseTopicData] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 AlterPartitionResponse.NAME = "AlterPartitionResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ReassignablePartition(Struct):
     """The partitions to reassign.
 
@@ -44,6 +48,10 @@ class ReassignablePartition(Struct):
     partition_index: int = 0
     replicas: list[int] | None = None
 
+    def __init__(self, partition_index: int = 0, replicas: list[int] | None = None) -> None:
+        self.partition_index = partition_index
+        self.replicas = replicas
+
 
 ReassignablePartition.NAME = "ReassignablePartition"
 ReassignablePartition.SPEC_NAME = "ReassignablePartition"
@@ -52,7 +60,7 @@ ReassignablePartition.MAX_VERSION = 0
 ReassignablePartition.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReassignableTopic(Struct):
     """The topics to reassign.
 
@@ -64,6 +72,10 @@ class ReassignableTopic(Struct):
     name: str = ""
     partitions: list[ReassignablePartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[ReassignablePartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ReassignableTopic.NAME = "ReassignableTopic"
 ReassignableTopic.SPEC_NAME = "ReassignableTopic"
@@ -72,7 +84,7 @@ ReassignableTopic.MAX_VERSION = 0
 ReassignableTopic.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterPartitionReassignmentsRequest(Message):
     """Request AlterPartitionReassignmentsRequest (API key 45), versions 0-0; flexible from v0.
 
@@ -83,6 +95,10 @@ class AlterPartitionReassignmentsRequest(Message):
 
     timeout_ms: int = 60000
     topics: list[ReassignableTopic] = field(default_factory=list)
+
+    def __init__(self, timeout_ms: int = 60000, topics: list[ReassignableTopic] = _NO_LIST) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 AlterPartitionReassignmentsRequest.NAME = "AlterPartitionReassignmentsRequest"
@@ -95,7 +111,7 @@ AlterPartitionReassignmentsRequest.DEPRECATED_VERSIONS = None
 AlterPartitionReassignmentsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReassignablePartitionResponse(Struct):
     """The responses to partitions to reassign
 
@@ -109,6 +125,11 @@ class ReassignablePartitionResponse(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
+    def __init__(self, partition_index: int = 0, error_code: int = 0, error_message: str | None = "") -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 ReassignablePartitionResponse.NAME = "ReassignablePartitionResponse"
 ReassignablePartitionResponse.SPEC_NAME = "ReassignablePartitionResponse"
@@ -117,7 +138,7 @@ ReassignablePartitionResponse.MAX_VERSION = 0
 ReassignablePartitionResponse.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReassignableTopicResponse(Struct):
     """The responses to topics to reassign.
 
@@ -129,6 +150,10 @@ class ReassignableTopicResponse(Struct):
     name: str = ""
     partitions: list[ReassignablePartitionResponse] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[ReassignablePartitionResponse] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ReassignableTopicResponse.NAME = "ReassignableTopicResponse"
 ReassignableTopicResponse.SPEC_NAME = "ReassignableTopicResponse"
@@ -137,7 +162,7 @@ ReassignableTopicResponse.MAX_VERSION = 0
 ReassignableTopicResponse.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterPartitionReassignmentsResponse(Message):
     """Response AlterPartitionReassignmentsResponse (API key 45), versions 0-0; flexible from v0.
 
@@ -153,6 +178,18 @@ class AlterPartitionReassignmentsResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
     responses: list[ReassignableTopicResponse] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        responses: list[ReassignableTopicResponse] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is _NO_LIST else responses
 
 
 AlterPartitionReassignmentsResponse.NAME = "AlterPartitionReassignmentsResponse"

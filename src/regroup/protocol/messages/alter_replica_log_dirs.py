@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_ihB = struct.Struct(">ihB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class AlterReplicaLogDirTopic(Struct):
     """The topics to add to the directory.
 
@@ -44,6 +48,10 @@ class AlterReplicaLogDirTopic(Struct):
     name: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[int] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 AlterReplicaLogDirTopic.NAME = "AlterReplicaLogDirTopic"
 AlterReplicaLogDirTopic.SPEC_NAME = "AlterReplicaLogDirTopic"
@@ -52,7 +60,7 @@ AlterReplicaLogDirTopic.MAX_VERSION = 2
 AlterReplicaLogDirTopic.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterReplicaLogDir(Struct):
     """The alterations to make for each directory.
 
@@ -64,6 +72,10 @@ class AlterReplicaLogDir(Struct):
     path: str = ""
     topics: list[AlterReplicaLogDirTopic] = field(default_factory=list)
 
+    def __init__(self, path: str = "", topics: list[AlterReplicaLogDirTopic] = _NO_LIST) -> None:
+        self.path = path
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 AlterReplicaLogDir.NAME = "AlterReplicaLogDir"
 AlterReplicaLogDir.SPEC_NAME = "AlterReplicaLogDir"
@@ -72,7 +84,7 @@ AlterReplicaLogDir.MAX_VERSION = 2
 AlterReplicaLogDir.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterReplicaLogDirsRequest(Message):
     """Request AlterReplicaLogDirsRequest (API key 34), versions 0-2; flexible from v2.
 
@@ -85,6 +97,9 @@ class AlterReplicaLogDirsRequest(Message):
 
     dirs: list[AlterReplicaLogDir] = field(default_factory=list)
 
+    def __init__(self, dirs: list[AlterReplicaLogDir] = _NO_LIST) -> None:
+        self.dirs = [] if dirs is _NO_LIST else dirs
+
 
 AlterReplicaLogDirsRequest.NAME = "AlterReplicaLogDirsRequest"
 AlterReplicaLogDirsRequest.SPEC_NAME = "AlterReplicaLogDirsRequest"
@@ -96,7 +111,7 @@ AlterReplicaLogDirsRequest.DEPRECATED_VERSIONS = (0, 0)
 AlterReplicaLogDirsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterReplicaLogDirPartitionResult(Struct):
     """The results for each partition.
 
@@ -108,6 +123,10 @@ class AlterReplicaLogDirPartitionResult(Struct):
     partition_index: int = 0
     error_code: int = 0
 
+    def __init__(self, partition_index: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+
 
 AlterReplicaLogDirPartitionResult.NAME = "AlterReplicaLogDirPartitionResult"
 AlterReplicaLogDirPartitionResult.SPEC_NAME = "AlterReplicaLogDirPartitionResult"
@@ -116,7 +135,7 @@ AlterReplicaLogDirPartitionResult.MAX_VERSION = 2
 AlterReplicaLogDirPartitionResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterReplicaLogDirTopicResult(Struct):
     """The results for each topic.
 
@@ -128,6 +147,12 @@ class AlterReplicaLogDirTopicResult(Struct):
     topic_name: str = ""
     partitions: list[AlterReplicaLogDirPartitionResult] = field(default_factory=list)
 
+    def __init__(
+        self, topic_name: str = "", partitions: list[AlterReplicaLogDirPartitionResult] = _NO_LIST
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 AlterReplicaLogDirTopicResult.NAME = "AlterReplicaLogDirTopicResult"
 AlterReplicaLogDirTopicResult.SPEC_NAME = "AlterReplicaLogDirTopicResult"
@@ -136,7 +161,7 @@ AlterReplicaLogDirTopicResult.MAX_VERSION = 2
 AlterReplicaLogDirTopicResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterReplicaLogDirsResponse(Message):
     """Response AlterReplicaLogDirsResponse (API key 34), versions 0-2; flexible from v2.
 
@@ -151,6 +176,12 @@ class AlterReplicaLogDirsResponse(Message):
 
     throttle_time_ms: int = 0
     results: list[AlterReplicaLogDirTopicResult] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, results: list[AlterReplicaLogDirTopicResult] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is _NO_LIST else results
 
 
 AlterReplicaLogDirsResponse.NAME = "AlterReplicaLogDirsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_bi = struct.Struct(">bi")
 _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ScramCredentialDeletion(Struct):
     """The SCRAM credentials to remove.
 
@@ -45,6 +49,10 @@ class ScramCredentialDeletion(Struct):
     name: str = ""
     mechanism: int = 0
 
+    def __init__(self, name: str = "", mechanism: int = 0) -> None:
+        self.name = name
+        self.mechanism = mechanism
+
 
 ScramCredentialDeletion.NAME = "ScramCredentialDeletion"
 ScramCredentialDeletion.SPEC_NAME = "ScramCredentialDeletion"
@@ -53,7 +61,7 @@ ScramCredentialDeletion.MAX_VERSION = 0
 ScramCredentialDeletion.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ScramCredentialUpsertion(Struct):
     """The SCRAM credentials to update/insert.
 
@@ -71,6 +79,20 @@ class ScramCredentialUpsertion(Struct):
     salt: bytes = b""
     salted_password: bytes = b""
 
+    def __init__(
+        self,
+        name: str = "",
+        mechanism: int = 0,
+        iterations: int = 0,
+        salt: bytes = b"",
+        salted_password: bytes = b"",
+    ) -> None:
+        self.name = name
+        self.mechanism = mechanism
+        self.iterations = iterations
+        self.salt = salt
+        self.salted_password = salted_password
+
 
 ScramCredentialUpsertion.NAME = "ScramCredentialUpsertion"
 ScramCredentialUpsertion.SPEC_NAME = "ScramCredentialUpsertion"
@@ -79,7 +101,7 @@ ScramCredentialUpsertion.MAX_VERSION = 0
 ScramCredentialUpsertion.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterUserScramCredentialsRequest(Message):
     """Request AlterUserScramCredentialsRequest (API key 51), versions 0-0; flexible from v0.
 
@@ -90,6 +112,14 @@ class AlterUserScramCredentialsRequest(Message):
 
     deletions: list[ScramCredentialDeletion] = field(default_factory=list)
     upsertions: list[ScramCredentialUpsertion] = field(default_factory=list)
+
+    def __init__(
+        self,
+        deletions: list[ScramCredentialDeletion] = _NO_LIST,
+        upsertions: list[ScramCredentialUpsertion] = _NO_LIST,
+    ) -> None:
+        self.deletions = [] if deletions is _NO_LIST else deletions
+        self.upsertions = [] if upsertions is _NO_LIST else upsertions
 
 
 AlterUserScramCredentialsRequest.NAME = "AlterUserScramCredentialsRequest"
@@ -102,7 +132,7 @@ AlterUserScramCredentialsRequest.DEPRECATED_VERSIONS = None
 AlterUserScramCredentialsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterUserScramCredentialsResult(Struct):
     """The results for deletions and alterations, one per affected user.
 
@@ -116,6 +146,11 @@ class AlterUserScramCredentialsResult(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
+    def __init__(self, user: str = "", error_code: int = 0, error_message: str | None = "") -> None:
+        self.user = user
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 AlterUserScramCredentialsResult.NAME = "AlterUserScramCredentialsResult"
 AlterUserScramCredentialsResult.SPEC_NAME = "AlterUserScramCredentialsResult"
@@ -124,7 +159,7 @@ AlterUserScramCredentialsResult.MAX_VERSION = 0
 AlterUserScramCredentialsResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterUserScramCredentialsResponse(Message):
     """Response AlterUserScramCredentialsResponse (API key 51), versions 0-0; flexible from v0.
 
@@ -136,6 +171,12 @@ class AlterUserScramCredentialsResponse(Message):
 
     throttle_time_ms: int = 0
     results: list[AlterUserScramCredentialsResult] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, results: list[AlterUserScramCredentialsResult] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is _NO_LIST else results
 
 
 AlterUserScramCredentialsResponse.NAME = "AlterUserScramCredentialsResponse"

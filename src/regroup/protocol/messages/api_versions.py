@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 _S_q = struct.Struct(">q")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ApiVersionsRequest(Message):
     """Request ApiVersionsRequest (API key 18), versions 0-4; flexible from v3.
 
@@ -54,6 +58,10 @@ class ApiVersionsRequest(Message):
     client_software_name: str = ""
     client_software_version: str = ""
 
+    def __init__(self, client_software_name: str = "", client_software_version: str = "") -> None:
+        self.client_software_name = client_software_name
+        self.client_software_version = client_software_version
+
 
 ApiVersionsRequest.NAME = "ApiVersionsRequest"
 ApiVersionsRequest.SPEC_NAME = "ApiVersionsRequest"
@@ -65,7 +73,7 @@ ApiVersionsRequest.DEPRECATED_VERSIONS = None
 ApiVersionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ApiVersion(Struct):
     """The APIs supported by the broker.
 
@@ -79,6 +87,11 @@ class ApiVersion(Struct):
     min_version: int = 0
     max_version: int = 0
 
+    def __init__(self, api_key: int = 0, min_version: int = 0, max_version: int = 0) -> None:
+        self.api_key = api_key
+        self.min_version = min_version
+        self.max_version = max_version
+
 
 ApiVersion.NAME = "ApiVersion"
 ApiVersion.SPEC_NAME = "ApiVersion"
@@ -87,7 +100,7 @@ ApiVersion.MAX_VERSION = 4
 ApiVersion.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SupportedFeatureKey(Struct):
     """Features supported by the broker. Note: in v0-v3, features with MinSupportedVersion = 0 are omitted.
 
@@ -101,6 +114,11 @@ class SupportedFeatureKey(Struct):
     min_version: int = 0
     max_version: int = 0
 
+    def __init__(self, name: str = "", min_version: int = 0, max_version: int = 0) -> None:
+        self.name = name
+        self.min_version = min_version
+        self.max_version = max_version
+
 
 SupportedFeatureKey.NAME = "SupportedFeatureKey"
 SupportedFeatureKey.SPEC_NAME = "SupportedFeatureKey"
@@ -109,7 +127,7 @@ SupportedFeatureKey.MAX_VERSION = 4
 SupportedFeatureKey.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FinalizedFeatureKey(Struct):
     """List of cluster-wide finalized features. The information is valid only if FinalizedFeaturesEpoch >= 0.
 
@@ -123,6 +141,11 @@ class FinalizedFeatureKey(Struct):
     max_version_level: int = 0
     min_version_level: int = 0
 
+    def __init__(self, name: str = "", max_version_level: int = 0, min_version_level: int = 0) -> None:
+        self.name = name
+        self.max_version_level = max_version_level
+        self.min_version_level = min_version_level
+
 
 FinalizedFeatureKey.NAME = "FinalizedFeatureKey"
 FinalizedFeatureKey.SPEC_NAME = "FinalizedFeatureKey"
@@ -131,7 +154,7 @@ FinalizedFeatureKey.MAX_VERSION = 4
 FinalizedFeatureKey.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ApiVersionsResponse(Message):
     """Response ApiVersionsResponse (API key 18), versions 0-4; flexible from v3.
 
@@ -170,6 +193,24 @@ class ApiVersionsResponse(Message):
     finalized_features_epoch: int = -1
     finalized_features: list[FinalizedFeatureKey] = field(default_factory=list)
     zk_migration_ready: bool = False
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        api_keys: list[ApiVersion] = _NO_LIST,
+        throttle_time_ms: int = 0,
+        supported_features: list[SupportedFeatureKey] = _NO_LIST,
+        finalized_features_epoch: int = -1,
+        finalized_features: list[FinalizedFeatureKey] = _NO_LIST,
+        zk_migration_ready: bool = False,
+    ) -> None:
+        self.error_code = error_code
+        self.api_keys = [] if api_keys is _NO_LIST else api_keys
+        self.throttle_time_ms = throttle_time_ms
+        self.supported_features = [] if supported_features is _NO_LIST else supported_features
+        self.finalized_features_epoch = finalized_features_epoch
+        self.finalized_features = [] if finalized_features is _NO_LIST else finalized_features
+        self.zk_migration_ready = zk_migration_ready
 
 
 ApiVersionsResponse.NAME = "ApiVersionsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -34,8 +35,11 @@ _S_ih = struct.Struct(">ih")
 _S_ihB = struct.Struct(">ihB")
 _S_iq = struct.Struct(">iq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class AssignReplicasToDirsRequestPartitionData(Struct):
     """The PartitionData struct of AssignReplicasToDirsRequest.
 
@@ -45,6 +49,9 @@ class AssignReplicasToDirsRequestPartitionData(Struct):
 
     partition_index: int = 0
 
+    def __init__(self, partition_index: int = 0) -> None:
+        self.partition_index = partition_index
+
 
 AssignReplicasToDirsRequestPartitionData.NAME = "AssignReplicasToDirsRequestPartitionData"
 AssignReplicasToDirsRequestPartitionData.SPEC_NAME = "PartitionData"
@@ -53,7 +60,7 @@ AssignReplicasToDirsRequestPartitionData.MAX_VERSION = 0
 AssignReplicasToDirsRequestPartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AssignReplicasToDirsRequestTopicData(Struct):
     """The TopicData struct of AssignReplicasToDirsRequest.
 
@@ -65,6 +72,14 @@ class AssignReplicasToDirsRequestTopicData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AssignReplicasToDirsRequestPartitionData] = field(default_factory=list)
 
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[AssignReplicasToDirsRequestPartitionData] = _NO_LIST,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 AssignReplicasToDirsRequestTopicData.NAME = "AssignReplicasToDirsRequestTopicData"
 AssignReplicasToDirsRequestTopicData.SPEC_NAME = "TopicData"
@@ -73,7 +88,7 @@ AssignReplicasToDirsRequestTopicData.MAX_VERSION = 0
 AssignReplicasToDirsRequestTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AssignReplicasToDirsRequestDirectoryData(Struct):
     """The DirectoryData struct of AssignReplicasToDirsRequest.
 
@@ -85,6 +100,12 @@ class AssignReplicasToDirsRequestDirectoryData(Struct):
     id: uuid.UUID = ZERO_UUID
     topics: list[AssignReplicasToDirsRequestTopicData] = field(default_factory=list)
 
+    def __init__(
+        self, id: uuid.UUID = ZERO_UUID, topics: list[AssignReplicasToDirsRequestTopicData] = _NO_LIST
+    ) -> None:
+        self.id = id
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 AssignReplicasToDirsRequestDirectoryData.NAME = "AssignReplicasToDirsRequestDirectoryData"
 AssignReplicasToDirsRequestDirectoryData.SPEC_NAME = "DirectoryData"
@@ -93,7 +114,7 @@ AssignReplicasToDirsRequestDirectoryData.MAX_VERSION = 0
 AssignReplicasToDirsRequestDirectoryData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AssignReplicasToDirsRequest(Message):
     """Request AssignReplicasToDirsRequest (API key 73), versions 0-0; flexible from v0.
 
@@ -107,6 +128,16 @@ class AssignReplicasToDirsRequest(Message):
     broker_epoch: int = -1
     directories: list[AssignReplicasToDirsRequestDirectoryData] = field(default_factory=list)
 
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        directories: list[AssignReplicasToDirsRequestDirectoryData] = _NO_LIST,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.directories = [] if directories is _NO_LIST else directories
+
 
 AssignReplicasToDirsRequest.NAME = "AssignReplicasToDirsRequest"
 AssignReplicasToDirsRequest.SPEC_NAME = "AssignReplicasToDirsRequest"
@@ -118,7 +149,7 @@ AssignReplicasToDirsRequest.DEPRECATED_VERSIONS = None
 AssignReplicasToDirsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AssignReplicasToDirsResponsePartitionData(Struct):
     """The PartitionData struct of AssignReplicasToDirsResponse.
 
@@ -130,6 +161,10 @@ class AssignReplicasToDirsResponsePartitionData(Struct):
     partition_index: int = 0
     error_code: int = 0
 
+    def __init__(self, partition_index: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+
 
 AssignReplicasToDirsResponsePartitionData.NAME = "AssignReplicasToDirsResponsePartitionData"
 AssignReplicasToDirsResponsePartitionData.SPEC_NAME = "PartitionData"
@@ -138,7 +173,7 @@ AssignReplicasToDirsResponsePartitionData.MAX_VERSION = 0
 AssignReplicasToDirsResponsePartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AssignReplicasToDirsResponseTopicData(Struct):
     """The TopicData struct of AssignReplicasToDirsResponse.
 
@@ -150,6 +185,14 @@ class AssignReplicasToDirsResponseTopicData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AssignReplicasToDirsResponsePartitionData] = field(default_factory=list)
 
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[AssignReplicasToDirsResponsePartitionData] = _NO_LIST,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 AssignReplicasToDirsResponseTopicData.NAME = "AssignReplicasToDirsResponseTopicData"
 AssignReplicasToDirsResponseTopicData.SPEC_NAME = "TopicData"
@@ -158,7 +201,7 @@ AssignReplicasToDirsResponseTopicData.MAX_VERSION = 0
 AssignReplicasToDirsResponseTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AssignReplicasToDirsResponseDirectoryData(Struct):
     """The DirectoryData struct of AssignReplicasToDirsResponse.
 
@@ -170,6 +213,12 @@ class AssignReplicasToDirsResponseDirectoryData(Struct):
     id: uuid.UUID = ZERO_UUID
     topics: list[AssignReplicasToDirsResponseTopicData] = field(default_factory=list)
 
+    def __init__(
+        self, id: uuid.UUID = ZERO_UUID, topics: list[AssignReplicasToDirsResponseTopicData] = _NO_LIST
+    ) -> None:
+        self.id = id
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 AssignReplicasToDirsResponseDirectoryData.NAME = "AssignReplicasToDirsResponseDirectoryData"
 AssignReplicasToDirsResponseDirectoryData.SPEC_NAME = "DirectoryData"
@@ -178,7 +227,7 @@ AssignReplicasToDirsResponseDirectoryData.MAX_VERSION = 0
 AssignReplicasToDirsResponseDirectoryData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AssignReplicasToDirsResponse(Message):
     """Response AssignReplicasToDirsResponse (API key 73), versions 0-0; flexible from v0.
 
@@ -192,6 +241,16 @@ class AssignReplicasToDirsResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     directories: list[AssignReplicasToDirsResponseDirectoryData] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        directories: list[AssignReplicasToDirsResponseDirectoryData] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.directories = [] if directories is _NO_LIST else directories
 
 
 AssignReplicasToDirsResponse.NAME = "AssignReplicasToDirsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_ihii = struct.Struct(">ihii")
 _S_ihiiB = struct.Struct(">ihiiB")
 _S_iii = struct.Struct(">iii")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class BeginQuorumEpochRequestPartitionData(Struct):
     """The PartitionData struct of BeginQuorumEpochRequest.
 
@@ -52,6 +56,18 @@ class BeginQuorumEpochRequestPartitionData(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.voter_directory_id = voter_directory_id
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
 
 BeginQuorumEpochRequestPartitionData.NAME = "BeginQuorumEpochRequestPartitionData"
 BeginQuorumEpochRequestPartitionData.SPEC_NAME = "PartitionData"
@@ -60,7 +76,7 @@ BeginQuorumEpochRequestPartitionData.MAX_VERSION = 1
 BeginQuorumEpochRequestPartitionData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BeginQuorumEpochRequestTopicData(Struct):
     """The TopicData struct of BeginQuorumEpochRequest.
 
@@ -72,6 +88,12 @@ class BeginQuorumEpochRequestTopicData(Struct):
     topic_name: str = ""
     partitions: list[BeginQuorumEpochRequestPartitionData] = field(default_factory=list)
 
+    def __init__(
+        self, topic_name: str = "", partitions: list[BeginQuorumEpochRequestPartitionData] = _NO_LIST
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 BeginQuorumEpochRequestTopicData.NAME = "BeginQuorumEpochRequestTopicData"
 BeginQuorumEpochRequestTopicData.SPEC_NAME = "TopicData"
@@ -80,7 +102,7 @@ BeginQuorumEpochRequestTopicData.MAX_VERSION = 1
 BeginQuorumEpochRequestTopicData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderEndpoint(Struct):
     """Endpoints for the leader
 
@@ -94,6 +116,11 @@ class LeaderEndpoint(Struct):
     host: str = ""
     port: int = 0
 
+    def __init__(self, name: str = "", host: str = "", port: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+
 
 LeaderEndpoint.NAME = "LeaderEndpoint"
 LeaderEndpoint.SPEC_NAME = "LeaderEndpoint"
@@ -102,7 +129,7 @@ LeaderEndpoint.MAX_VERSION = 1
 LeaderEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BeginQuorumEpochRequest(Message):
     """Request BeginQuorumEpochRequest (API key 53), versions 0-1; flexible from v1.
 
@@ -120,6 +147,18 @@ class BeginQuorumEpochRequest(Message):
     topics: list[BeginQuorumEpochRequestTopicData] = field(default_factory=list)
     leader_endpoints: list[LeaderEndpoint] = field(default_factory=list)
 
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        voter_id: int = -1,
+        topics: list[BeginQuorumEpochRequestTopicData] = _NO_LIST,
+        leader_endpoints: list[LeaderEndpoint] = _NO_LIST,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.topics = [] if topics is _NO_LIST else topics
+        self.leader_endpoints = [] if leader_endpoints is _NO_LIST else leader_endpoints
+
 
 BeginQuorumEpochRequest.NAME = "BeginQuorumEpochRequest"
 BeginQuorumEpochRequest.SPEC_NAME = "BeginQuorumEpochRequest"
@@ -131,7 +170,7 @@ BeginQuorumEpochRequest.DEPRECATED_VERSIONS = None
 BeginQuorumEpochRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BeginQuorumEpochResponsePartitionData(Struct):
     """The PartitionData struct of BeginQuorumEpochResponse.
 
@@ -147,6 +186,14 @@ class BeginQuorumEpochResponsePartitionData(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
+    def __init__(
+        self, partition_index: int = 0, error_code: int = 0, leader_id: int = 0, leader_epoch: int = 0
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
 
 BeginQuorumEpochResponsePartitionData.NAME = "BeginQuorumEpochResponsePartitionData"
 BeginQuorumEpochResponsePartitionData.SPEC_NAME = "PartitionData"
@@ -155,7 +202,7 @@ BeginQuorumEpochResponsePartitionData.MAX_VERSION = 1
 BeginQuorumEpochResponsePartitionData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BeginQuorumEpochResponseTopicData(Struct):
     """The TopicData struct of BeginQuorumEpochResponse.
 
@@ -167,6 +214,12 @@ class BeginQuorumEpochResponseTopicData(Struct):
     topic_name: str = ""
     partitions: list[BeginQuorumEpochResponsePartitionData] = field(default_factory=list)
 
+    def __init__(
+        self, topic_name: str = "", partitions: list[BeginQuorumEpochResponsePartitionData] = _NO_LIST
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 BeginQuorumEpochResponseTopicData.NAME = "BeginQuorumEpochResponseTopicData"
 BeginQuorumEpochResponseTopicData.SPEC_NAME = "TopicData"
@@ -175,7 +228,7 @@ BeginQuorumEpochResponseTopicData.MAX_VERSION = 1
 BeginQuorumEpochResponseTopicData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NodeEndpoint(Struct):
     """Endpoints for all leaders enumerated in PartitionData
 
@@ -189,6 +242,11 @@ class NodeEndpoint(Struct):
     host: str = ""
     port: int = 0
 
+    def __init__(self, node_id: int = 0, host: str = "", port: int = 0) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+
 
 NodeEndpoint.NAME = "NodeEndpoint"
 NodeEndpoint.SPEC_NAME = "NodeEndpoint"
@@ -197,7 +255,7 @@ NodeEndpoint.MAX_VERSION = 1
 NodeEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BeginQuorumEpochResponse(Message):
     """Response BeginQuorumEpochResponse (API key 53), versions 0-1; flexible from v1.
 
@@ -212,6 +270,16 @@ class BeginQuorumEpochResponse(Message):
     error_code: int = 0
     topics: list[BeginQuorumEpochResponseTopicData] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        topics: list[BeginQuorumEpochResponseTopicData] = _NO_LIST,
+        node_endpoints: list[NodeEndpoint] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.topics = [] if topics is _NO_LIST else topics
+        self.node_endpoints = [] if node_endpoints is _NO_LIST else node_endpoints
 
 
 BeginQuorumEpochResponse.NAME = "BeginQuorumEpochResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_ihooo = struct.Struct(">ih???")
 _S_iqqoo = struct.Struct(">iqq??")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class BrokerHeartbeatRequest(Message):
     """Request BrokerHeartbeatRequest (API key 63), versions 0-1; flexible from v0.
 
@@ -51,6 +55,22 @@ class BrokerHeartbeatRequest(Message):
     want_shut_down: bool = False
     offline_log_dirs: list[uuid.UUID] = field(default_factory=list)
 
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        current_metadata_offset: int = 0,
+        want_fence: bool = False,
+        want_shut_down: bool = False,
+        offline_log_dirs: list[uuid.UUID] = _NO_LIST,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.current_metadata_offset = current_metadata_offset
+        self.want_fence = want_fence
+        self.want_shut_down = want_shut_down
+        self.offline_log_dirs = [] if offline_log_dirs is _NO_LIST else offline_log_dirs
+
 
 BrokerHeartbeatRequest.NAME = "BrokerHeartbeatRequest"
 BrokerHeartbeatRequest.SPEC_NAME = "BrokerHeartbeatRequest"
@@ -62,7 +82,7 @@ BrokerHeartbeatRequest.DEPRECATED_VERSIONS = None
 BrokerHeartbeatRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BrokerHeartbeatResponse(Message):
     """Response BrokerHeartbeatResponse (API key 63), versions 0-1; flexible from v0.
 
@@ -80,6 +100,20 @@ class BrokerHeartbeatResponse(Message):
     is_caught_up: bool = False
     is_fenced: bool = True
     should_shut_down: bool = False
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        is_caught_up: bool = False,
+        is_fenced: bool = True,
+        should_shut_down: bool = False,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.is_caught_up = is_caught_up
+        self.is_fenced = is_fenced
+        self.should_shut_down = should_shut_down
 
 
 BrokerHeartbeatResponse.NAME = "BrokerHeartbeatResponse"

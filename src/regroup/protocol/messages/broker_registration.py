@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_ihq = struct.Struct(">ihq")
 _S_o = struct.Struct(">?")
 _S_q = struct.Struct(">q")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Listener(Struct):
     """The listeners of this broker
 
@@ -52,6 +56,12 @@ class Listener(Struct):
     port: int = 0
     security_protocol: int = 0
 
+    def __init__(self, name: str = "", host: str = "", port: int = 0, security_protocol: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.security_protocol = security_protocol
+
 
 Listener.NAME = "Listener"
 Listener.SPEC_NAME = "Listener"
@@ -60,7 +70,7 @@ Listener.MAX_VERSION = 4
 Listener.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Feature(Struct):
     """The features on this broker. Note: in v0-v3, features with MinSupportedVersion = 0 are omitted.
 
@@ -74,6 +84,13 @@ class Feature(Struct):
     min_supported_version: int = 0
     max_supported_version: int = 0
 
+    def __init__(
+        self, name: str = "", min_supported_version: int = 0, max_supported_version: int = 0
+    ) -> None:
+        self.name = name
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+
 
 Feature.NAME = "Feature"
 Feature.SPEC_NAME = "Feature"
@@ -82,7 +99,7 @@ Feature.MAX_VERSION = 4
 Feature.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BrokerRegistrationRequest(Message):
     """Request BrokerRegistrationRequest (API key 62), versions 0-4; flexible from v0.
 
@@ -110,6 +127,28 @@ class BrokerRegistrationRequest(Message):
     log_dirs: list[uuid.UUID] = field(default_factory=list)
     previous_broker_epoch: int = -1
 
+    def __init__(
+        self,
+        broker_id: int = 0,
+        cluster_id: str = "",
+        incarnation_id: uuid.UUID = ZERO_UUID,
+        listeners: list[Listener] = _NO_LIST,
+        features: list[Feature] = _NO_LIST,
+        rack: str | None = "",
+        is_migrating_zk_broker: bool = False,
+        log_dirs: list[uuid.UUID] = _NO_LIST,
+        previous_broker_epoch: int = -1,
+    ) -> None:
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.incarnation_id = incarnation_id
+        self.listeners = [] if listeners is _NO_LIST else listeners
+        self.features = [] if features is _NO_LIST else features
+        self.rack = rack
+        self.is_migrating_zk_broker = is_migrating_zk_broker
+        self.log_dirs = [] if log_dirs is _NO_LIST else log_dirs
+        self.previous_broker_epoch = previous_broker_epoch
+
 
 BrokerRegistrationRequest.NAME = "BrokerRegistrationRequest"
 BrokerRegistrationRequest.SPEC_NAME = "BrokerRegistrationRequest"
@@ -121,7 +160,7 @@ BrokerRegistrationRequest.DEPRECATED_VERSIONS = None
 BrokerRegistrationRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BrokerRegistrationResponse(Message):
     """Response BrokerRegistrationResponse (API key 62), versions 0-4; flexible from v0.
 
@@ -135,6 +174,11 @@ class BrokerRegistrationResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     broker_epoch: int = -1
+
+    def __init__(self, throttle_time_ms: int = 0, error_code: int = 0, broker_epoch: int = -1) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.broker_epoch = broker_epoch
 
 
 BrokerRegistrationResponse.NAME = "BrokerRegistrationResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -34,8 +35,11 @@ _S_i = struct.Struct(">i")
 _S_ii = struct.Struct(">ii")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ConsumerGroupDescribeRequest(Message):
     """Request ConsumerGroupDescribeRequest (API key 69), versions 0-1; flexible from v0.
 
@@ -50,6 +54,10 @@ class ConsumerGroupDescribeRequest(Message):
     group_ids: list[str] = field(default_factory=list)
     include_authorized_operations: bool = False
 
+    def __init__(self, group_ids: list[str] = _NO_LIST, include_authorized_operations: bool = False) -> None:
+        self.group_ids = [] if group_ids is _NO_LIST else group_ids
+        self.include_authorized_operations = include_authorized_operations
+
 
 ConsumerGroupDescribeRequest.NAME = "ConsumerGroupDescribeRequest"
 ConsumerGroupDescribeRequest.SPEC_NAME = "ConsumerGroupDescribeRequest"
@@ -61,7 +69,7 @@ ConsumerGroupDescribeRequest.DEPRECATED_VERSIONS = None
 ConsumerGroupDescribeRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicPartitions(Struct):
     """The TopicPartitions struct of ConsumerGroupDescribeResponse.
 
@@ -75,6 +83,13 @@ class TopicPartitions(Struct):
     topic_name: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(
+        self, topic_id: uuid.UUID = ZERO_UUID, topic_name: str = "", partitions: list[int] = _NO_LIST
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TopicPartitions.NAME = "TopicPartitions"
 TopicPartitions.SPEC_NAME = "TopicPartitions"
@@ -83,7 +98,7 @@ TopicPartitions.MAX_VERSION = 1
 TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Assignment(Struct):
     """The Assignment struct of ConsumerGroupDescribeResponse.
 
@@ -92,6 +107,9 @@ class Assignment(Struct):
     """
 
     topic_partitions: list[TopicPartitions] = field(default_factory=list)
+
+    def __init__(self, topic_partitions: list[TopicPartitions] = _NO_LIST) -> None:
+        self.topic_partitions = [] if topic_partitions is _NO_LIST else topic_partitions
 
 
 Assignment.NAME = "Assignment"
@@ -140,7 +158,7 @@ Member.MAX_VERSION = 1
 Member.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribedGroup(Struct):
     """Each described group.
 
@@ -166,6 +184,28 @@ class DescribedGroup(Struct):
     members: list[Member] = field(default_factory=list)
     authorized_operations: int = -2147483648
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = None,
+        group_id: str = "",
+        group_state: str = "",
+        group_epoch: int = 0,
+        assignment_epoch: int = 0,
+        assignor_name: str = "",
+        members: list[Member] = _NO_LIST,
+        authorized_operations: int = -2147483648,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.group_id = group_id
+        self.group_state = group_state
+        self.group_epoch = group_epoch
+        self.assignment_epoch = assignment_epoch
+        self.assignor_name = assignor_name
+        self.members = [] if members is _NO_LIST else members
+        self.authorized_operations = authorized_operations
+
 
 DescribedGroup.NAME = "DescribedGroup"
 DescribedGroup.SPEC_NAME = "DescribedGroup"
@@ -174,7 +214,7 @@ DescribedGroup.MAX_VERSION = 1
 DescribedGroup.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupDescribeResponse(Message):
     """Response ConsumerGroupDescribeResponse (API key 69), versions 0-1; flexible from v0.
 
@@ -197,6 +237,10 @@ class ConsumerGroupDescribeResponse(Message):
 
     throttle_time_ms: int = 0
     groups: list[DescribedGroup] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, groups: list[DescribedGroup] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is _NO_LIST else groups
 
 
 ConsumerGroupDescribeResponse.NAME = "ConsumerGroupDescribeResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ConsumerGroupHeartbeatRequestTopicPartitions(Struct):
     """null if it didn't change since the last heartbeat; the partitions owned by the member.
 
@@ -45,6 +49,10 @@ class ConsumerGroupHeartbeatRequestTopicPartitions(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ConsumerGroupHeartbeatRequestTopicPartitions.NAME = "ConsumerGroupHeartbeatRequestTopicPartitions"
 ConsumerGroupHeartbeatRequestTopicPartitions.SPEC_NAME = "TopicPartitions"
@@ -53,7 +61,7 @@ ConsumerGroupHeartbeatRequestTopicPartitions.MAX_VERSION = 1
 ConsumerGroupHeartbeatRequestTopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupHeartbeatRequest(Message):
     """Request ConsumerGroupHeartbeatRequest (API key 68), versions 0-1; flexible from v0.
 
@@ -92,6 +100,30 @@ class ConsumerGroupHeartbeatRequest(Message):
     server_assignor: str | None = None
     topic_partitions: list[ConsumerGroupHeartbeatRequestTopicPartitions] | None = None
 
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        member_epoch: int = 0,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        rebalance_timeout_ms: int = -1,
+        subscribed_topic_names: list[str] | None = None,
+        subscribed_topic_regex: str | None = None,
+        server_assignor: str | None = None,
+        topic_partitions: list[ConsumerGroupHeartbeatRequestTopicPartitions] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.subscribed_topic_names = subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.server_assignor = server_assignor
+        self.topic_partitions = topic_partitions
+
 
 ConsumerGroupHeartbeatRequest.NAME = "ConsumerGroupHeartbeatRequest"
 ConsumerGroupHeartbeatRequest.SPEC_NAME = "ConsumerGroupHeartbeatRequest"
@@ -103,7 +135,7 @@ ConsumerGroupHeartbeatRequest.DEPRECATED_VERSIONS = None
 ConsumerGroupHeartbeatRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupHeartbeatResponseTopicPartitions(Struct):
     """The TopicPartitions struct of ConsumerGroupHeartbeatResponse.
 
@@ -115,6 +147,10 @@ class ConsumerGroupHeartbeatResponseTopicPartitions(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ConsumerGroupHeartbeatResponseTopicPartitions.NAME = "ConsumerGroupHeartbeatResponseTopicPartitions"
 ConsumerGroupHeartbeatResponseTopicPartitions.SPEC_NAME = "TopicPartitions"
@@ -123,7 +159,7 @@ ConsumerGroupHeartbeatResponseTopicPartitions.MAX_VERSION = 1
 ConsumerGroupHeartbeatResponseTopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Assignment(Struct):
     """null if not provided; the assignment otherwise.
 
@@ -133,6 +169,11 @@ class Assignment(Struct):
 
     topic_partitions: list[ConsumerGroupHeartbeatResponseTopicPartitions] = field(default_factory=list)
 
+    def __init__(
+        self, topic_partitions: list[ConsumerGroupHeartbeatResponseTopicPartitions] = _NO_LIST
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is _NO_LIST else topic_partitions
+
 
 Assignment.NAME = "Assignment"
 Assignment.SPEC_NAME = "Assignment"
@@ -141,7 +182,7 @@ Assignment.MAX_VERSION = 1
 Assignment.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupHeartbeatResponse(Message):
     """Response ConsumerGroupHeartbeatResponse (API key 68), versions 0-1; flexible from v0.
 
@@ -177,6 +218,24 @@ class ConsumerGroupHeartbeatResponse(Message):
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        member_id: str | None = None,
+        member_epoch: int = 0,
+        heartbeat_interval_ms: int = 0,
+        assignment: Assignment | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.assignment = assignment
 
 
 ConsumerGroupHeartbeatResponse.NAME = "ConsumerGroupHeartbeatResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_iq = struct.Struct(">iq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ControlledShutdownRequest(Message):
     """Request ControlledShutdownRequest (API key 7), versions 0-3; flexible from v3.
 
@@ -52,6 +56,10 @@ class ControlledShutdownRequest(Message):
     broker_id: int = 0
     broker_epoch: int = -1
 
+    def __init__(self, broker_id: int = 0, broker_epoch: int = -1) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+
 
 ControlledShutdownRequest.NAME = "ControlledShutdownRequest"
 ControlledShutdownRequest.SPEC_NAME = "ControlledShutdownRequest"
@@ -63,7 +71,7 @@ ControlledShutdownRequest.DEPRECATED_VERSIONS = None
 ControlledShutdownRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RemainingPartition(Struct):
     """The partitions that the broker still leads.
 
@@ -75,6 +83,10 @@ class RemainingPartition(Struct):
     topic_name: str = ""
     partition_index: int = 0
 
+    def __init__(self, topic_name: str = "", partition_index: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+
 
 RemainingPartition.NAME = "RemainingPartition"
 RemainingPartition.SPEC_NAME = "RemainingPartition"
@@ -83,7 +95,7 @@ RemainingPartition.MAX_VERSION = 3
 RemainingPartition.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ControlledShutdownResponse(Message):
     """Response ControlledShutdownResponse (API key 7), versions 0-3; flexible from v3.
 
@@ -96,6 +108,12 @@ class ControlledShutdownResponse(Message):
 
     error_code: int = 0
     remaining_partitions: list[RemainingPartition] = field(default_factory=list)
+
+    def __init__(
+        self, error_code: int = 0, remaining_partitions: list[RemainingPartition] = _NO_LIST
+    ) -> None:
+        self.error_code = error_code
+        self.remaining_partitions = [] if remaining_partitions is _NO_LIST else remaining_partitions
 
 
 ControlledShutdownResponse.NAME = "ControlledShutdownResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_hh = struct.Struct(">hh")
 _S_i16so = struct.Struct(">i16s?")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Listener(Struct):
     """The listeners of this controller
 
@@ -49,6 +53,12 @@ class Listener(Struct):
     port: int = 0
     security_protocol: int = 0
 
+    def __init__(self, name: str = "", host: str = "", port: int = 0, security_protocol: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.security_protocol = security_protocol
+
 
 Listener.NAME = "Listener"
 Listener.SPEC_NAME = "Listener"
@@ -57,7 +67,7 @@ Listener.MAX_VERSION = 0
 Listener.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Feature(Struct):
     """The features on this controller
 
@@ -71,6 +81,13 @@ class Feature(Struct):
     min_supported_version: int = 0
     max_supported_version: int = 0
 
+    def __init__(
+        self, name: str = "", min_supported_version: int = 0, max_supported_version: int = 0
+    ) -> None:
+        self.name = name
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+
 
 Feature.NAME = "Feature"
 Feature.SPEC_NAME = "Feature"
@@ -79,7 +96,7 @@ Feature.MAX_VERSION = 0
 Feature.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ControllerRegistrationRequest(Message):
     """Request ControllerRegistrationRequest (API key 70), versions 0-0; flexible from v0.
 
@@ -97,6 +114,20 @@ class ControllerRegistrationRequest(Message):
     listeners: list[Listener] = field(default_factory=list)
     features: list[Feature] = field(default_factory=list)
 
+    def __init__(
+        self,
+        controller_id: int = 0,
+        incarnation_id: uuid.UUID = ZERO_UUID,
+        zk_migration_ready: bool = False,
+        listeners: list[Listener] = _NO_LIST,
+        features: list[Feature] = _NO_LIST,
+    ) -> None:
+        self.controller_id = controller_id
+        self.incarnation_id = incarnation_id
+        self.zk_migration_ready = zk_migration_ready
+        self.listeners = [] if listeners is _NO_LIST else listeners
+        self.features = [] if features is _NO_LIST else features
+
 
 ControllerRegistrationRequest.NAME = "ControllerRegistrationRequest"
 ControllerRegistrationRequest.SPEC_NAME = "ControllerRegistrationRequest"
@@ -108,7 +139,7 @@ ControllerRegistrationRequest.DEPRECATED_VERSIONS = None
 ControllerRegistrationRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ControllerRegistrationResponse(Message):
     """Response ControllerRegistrationResponse (API key 70), versions 0-0; flexible from v0.
 
@@ -122,6 +153,13 @@ class ControllerRegistrationResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = ""
+
+    def __init__(
+        self, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = ""
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
 
 
 ControllerRegistrationResponse.NAME = "ControllerRegistrationResponse"

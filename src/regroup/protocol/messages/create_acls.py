@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_bb = struct.Struct(">bb")
 _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class AclCreation(Struct):
     """The ACLs that we want to create.
 
@@ -55,6 +59,24 @@ class AclCreation(Struct):
     operation: int = 0
     permission_type: int = 0
 
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = "",
+        resource_pattern_type: int = 3,
+        principal: str = "",
+        host: str = "",
+        operation: int = 0,
+        permission_type: int = 0,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.resource_pattern_type = resource_pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+
 
 AclCreation.NAME = "AclCreation"
 AclCreation.SPEC_NAME = "AclCreation"
@@ -63,7 +85,7 @@ AclCreation.MAX_VERSION = 3
 AclCreation.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreateAclsRequest(Message):
     """Request CreateAclsRequest (API key 30), versions 0-3; flexible from v2.
 
@@ -77,6 +99,9 @@ class CreateAclsRequest(Message):
 
     creations: list[AclCreation] = field(default_factory=list)
 
+    def __init__(self, creations: list[AclCreation] = _NO_LIST) -> None:
+        self.creations = [] if creations is _NO_LIST else creations
+
 
 CreateAclsRequest.NAME = "CreateAclsRequest"
 CreateAclsRequest.SPEC_NAME = "CreateAclsRequest"
@@ -88,7 +113,7 @@ CreateAclsRequest.DEPRECATED_VERSIONS = (0, 0)
 CreateAclsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AclCreationResult(Struct):
     """The results for each ACL creation.
 
@@ -100,6 +125,10 @@ class AclCreationResult(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
+    def __init__(self, error_code: int = 0, error_message: str | None = "") -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 AclCreationResult.NAME = "AclCreationResult"
 AclCreationResult.SPEC_NAME = "AclCreationResult"
@@ -108,7 +137,7 @@ AclCreationResult.MAX_VERSION = 3
 AclCreationResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreateAclsResponse(Message):
     """Response CreateAclsResponse (API key 30), versions 0-3; flexible from v2.
 
@@ -124,6 +153,10 @@ class CreateAclsResponse(Message):
 
     throttle_time_ms: int = 0
     results: list[AclCreationResult] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, results: list[AclCreationResult] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is _NO_LIST else results
 
 
 CreateAclsResponse.NAME = "CreateAclsResponse"

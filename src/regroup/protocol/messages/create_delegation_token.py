@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_i = struct.Struct(">i")
 _S_q = struct.Struct(">q")
 _S_qqq = struct.Struct(">qqq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class CreatableRenewers(Struct):
     """A list of those who are allowed to renew this token before it expires.
 
@@ -45,6 +49,10 @@ class CreatableRenewers(Struct):
     principal_type: str = ""
     principal_name: str = ""
 
+    def __init__(self, principal_type: str = "", principal_name: str = "") -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+
 
 CreatableRenewers.NAME = "CreatableRenewers"
 CreatableRenewers.SPEC_NAME = "CreatableRenewers"
@@ -53,7 +61,7 @@ CreatableRenewers.MAX_VERSION = 3
 CreatableRenewers.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreateDelegationTokenRequest(Message):
     """Request CreateDelegationTokenRequest (API key 38), versions 0-3; flexible from v2.
 
@@ -78,6 +86,18 @@ class CreateDelegationTokenRequest(Message):
     renewers: list[CreatableRenewers] = field(default_factory=list)
     max_lifetime_ms: int = 0
 
+    def __init__(
+        self,
+        owner_principal_type: str | None = "",
+        owner_principal_name: str | None = "",
+        renewers: list[CreatableRenewers] = _NO_LIST,
+        max_lifetime_ms: int = 0,
+    ) -> None:
+        self.owner_principal_type = owner_principal_type
+        self.owner_principal_name = owner_principal_name
+        self.renewers = [] if renewers is _NO_LIST else renewers
+        self.max_lifetime_ms = max_lifetime_ms
+
 
 CreateDelegationTokenRequest.NAME = "CreateDelegationTokenRequest"
 CreateDelegationTokenRequest.SPEC_NAME = "CreateDelegationTokenRequest"
@@ -89,7 +109,7 @@ CreateDelegationTokenRequest.DEPRECATED_VERSIONS = (0, 0)
 CreateDelegationTokenRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreateDelegationTokenResponse(Message):
     """Response CreateDelegationTokenResponse (API key 38), versions 0-3; flexible from v2.
 
@@ -125,6 +145,32 @@ class CreateDelegationTokenResponse(Message):
     token_id: str = ""
     hmac: bytes = b""
     throttle_time_ms: int = 0
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        principal_type: str = "",
+        principal_name: str = "",
+        token_requester_principal_type: str = "",
+        token_requester_principal_name: str = "",
+        issue_timestamp_ms: int = 0,
+        expiry_timestamp_ms: int = 0,
+        max_timestamp_ms: int = 0,
+        token_id: str = "",
+        hmac: bytes = b"",
+        throttle_time_ms: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp_ms = issue_timestamp_ms
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.max_timestamp_ms = max_timestamp_ms
+        self.token_id = token_id
+        self.hmac = hmac
+        self.throttle_time_ms = throttle_time_ms
 
 
 CreateDelegationTokenResponse.NAME = "CreateDelegationTokenResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_io = struct.Struct(">i?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class CreatePartitionsAssignment(Struct):
     """The new partition assignments.
 
@@ -42,6 +46,9 @@ class CreatePartitionsAssignment(Struct):
 
     broker_ids: list[int] = field(default_factory=list)
 
+    def __init__(self, broker_ids: list[int] = _NO_LIST) -> None:
+        self.broker_ids = [] if broker_ids is _NO_LIST else broker_ids
+
 
 CreatePartitionsAssignment.NAME = "CreatePartitionsAssignment"
 CreatePartitionsAssignment.SPEC_NAME = "CreatePartitionsAssignment"
@@ -50,7 +57,7 @@ CreatePartitionsAssignment.MAX_VERSION = 3
 CreatePartitionsAssignment.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreatePartitionsTopic(Struct):
     """Each topic that we want to create new partitions inside.
 
@@ -64,6 +71,13 @@ class CreatePartitionsTopic(Struct):
     count: int = 0
     assignments: list[CreatePartitionsAssignment] | None = field(default_factory=list)
 
+    def __init__(
+        self, name: str = "", count: int = 0, assignments: list[CreatePartitionsAssignment] | None = _NO_LIST
+    ) -> None:
+        self.name = name
+        self.count = count
+        self.assignments = [] if assignments is _NO_LIST else assignments
+
 
 CreatePartitionsTopic.NAME = "CreatePartitionsTopic"
 CreatePartitionsTopic.SPEC_NAME = "CreatePartitionsTopic"
@@ -72,7 +86,7 @@ CreatePartitionsTopic.MAX_VERSION = 3
 CreatePartitionsTopic.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreatePartitionsRequest(Message):
     """Request CreatePartitionsRequest (API key 37), versions 0-3; flexible from v2.
 
@@ -94,6 +108,13 @@ class CreatePartitionsRequest(Message):
     timeout_ms: int = 0
     validate_only: bool = False
 
+    def __init__(
+        self, topics: list[CreatePartitionsTopic] = _NO_LIST, timeout_ms: int = 0, validate_only: bool = False
+    ) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
+
 
 CreatePartitionsRequest.NAME = "CreatePartitionsRequest"
 CreatePartitionsRequest.SPEC_NAME = "CreatePartitionsRequest"
@@ -105,7 +126,7 @@ CreatePartitionsRequest.DEPRECATED_VERSIONS = None
 CreatePartitionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreatePartitionsTopicResult(Struct):
     """The partition creation results for each topic.
 
@@ -119,6 +140,11 @@ class CreatePartitionsTopicResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
+    def __init__(self, name: str = "", error_code: int = 0, error_message: str | None = None) -> None:
+        self.name = name
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 CreatePartitionsTopicResult.NAME = "CreatePartitionsTopicResult"
 CreatePartitionsTopicResult.SPEC_NAME = "CreatePartitionsTopicResult"
@@ -127,7 +153,7 @@ CreatePartitionsTopicResult.MAX_VERSION = 3
 CreatePartitionsTopicResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreatePartitionsResponse(Message):
     """Response CreatePartitionsResponse (API key 37), versions 0-3; flexible from v2.
 
@@ -146,6 +172,12 @@ class CreatePartitionsResponse(Message):
 
     throttle_time_ms: int = 0
     results: list[CreatePartitionsTopicResult] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, results: list[CreatePartitionsTopicResult] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is _NO_LIST else results
 
 
 CreatePartitionsResponse.NAME = "CreatePartitionsResponse"

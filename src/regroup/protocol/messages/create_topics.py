@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -34,8 +35,11 @@ _S_ih = struct.Struct(">ih")
 _S_io = struct.Struct(">i?")
 _S_obo = struct.Struct(">?b?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class CreatableReplicaAssignment(Struct):
     """The manual partition assignment, or the empty array if we are using automatic assignment.
 
@@ -47,6 +51,10 @@ class CreatableReplicaAssignment(Struct):
     partition_index: int = 0
     broker_ids: list[int] = field(default_factory=list)
 
+    def __init__(self, partition_index: int = 0, broker_ids: list[int] = _NO_LIST) -> None:
+        self.partition_index = partition_index
+        self.broker_ids = [] if broker_ids is _NO_LIST else broker_ids
+
 
 CreatableReplicaAssignment.NAME = "CreatableReplicaAssignment"
 CreatableReplicaAssignment.SPEC_NAME = "CreatableReplicaAssignment"
@@ -55,7 +63,7 @@ CreatableReplicaAssignment.MAX_VERSION = 7
 CreatableReplicaAssignment.FLEXIBLE_MIN_VERSION = 5
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreatableTopicConfig(Struct):
     """The custom topic configurations to set.
 
@@ -67,6 +75,10 @@ class CreatableTopicConfig(Struct):
     name: str = ""
     value: str | None = ""
 
+    def __init__(self, name: str = "", value: str | None = "") -> None:
+        self.name = name
+        self.value = value
+
 
 CreatableTopicConfig.NAME = "CreatableTopicConfig"
 CreatableTopicConfig.SPEC_NAME = "CreatableTopicConfig"
@@ -75,7 +87,7 @@ CreatableTopicConfig.MAX_VERSION = 7
 CreatableTopicConfig.FLEXIBLE_MIN_VERSION = 5
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreatableTopic(Struct):
     """The topics to create.
 
@@ -96,6 +108,20 @@ class CreatableTopic(Struct):
     assignments: list[CreatableReplicaAssignment] = field(default_factory=list)
     configs: list[CreatableTopicConfig] = field(default_factory=list)
 
+    def __init__(
+        self,
+        name: str = "",
+        num_partitions: int = 0,
+        replication_factor: int = 0,
+        assignments: list[CreatableReplicaAssignment] = _NO_LIST,
+        configs: list[CreatableTopicConfig] = _NO_LIST,
+    ) -> None:
+        self.name = name
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.assignments = [] if assignments is _NO_LIST else assignments
+        self.configs = [] if configs is _NO_LIST else configs
+
 
 CreatableTopic.NAME = "CreatableTopic"
 CreatableTopic.SPEC_NAME = "CreatableTopic"
@@ -104,7 +130,7 @@ CreatableTopic.MAX_VERSION = 7
 CreatableTopic.FLEXIBLE_MIN_VERSION = 5
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreateTopicsRequest(Message):
     """Request CreateTopicsRequest (API key 19), versions 0-7; flexible from v5.
 
@@ -131,6 +157,13 @@ class CreateTopicsRequest(Message):
     timeout_ms: int = 60000
     validate_only: bool = False
 
+    def __init__(
+        self, topics: list[CreatableTopic] = _NO_LIST, timeout_ms: int = 60000, validate_only: bool = False
+    ) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
+
 
 CreateTopicsRequest.NAME = "CreateTopicsRequest"
 CreateTopicsRequest.SPEC_NAME = "CreateTopicsRequest"
@@ -142,7 +175,7 @@ CreateTopicsRequest.DEPRECATED_VERSIONS = (0, 1)
 CreateTopicsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreatableTopicConfigs(Struct):
     """Configuration of the topic.
 
@@ -160,6 +193,20 @@ class CreatableTopicConfigs(Struct):
     config_source: int = -1
     is_sensitive: bool = False
 
+    def __init__(
+        self,
+        name: str = "",
+        value: str | None = "",
+        read_only: bool = False,
+        config_source: int = -1,
+        is_sensitive: bool = False,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
+
 
 CreatableTopicConfigs.NAME = "CreatableTopicConfigs"
 CreatableTopicConfigs.SPEC_NAME = "CreatableTopicConfigs"
@@ -168,7 +215,7 @@ CreatableTopicConfigs.MAX_VERSION = 7
 CreatableTopicConfigs.FLEXIBLE_MIN_VERSION = 5
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreatableTopicResult(Struct):
     """Results for each topic we tried to create.
 
@@ -193,6 +240,26 @@ class CreatableTopicResult(Struct):
     replication_factor: int = -1
     configs: list[CreatableTopicConfigs] | None = field(default_factory=list)
 
+    def __init__(
+        self,
+        name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        error_code: int = 0,
+        error_message: str | None = "",
+        topic_config_error_code: int = 0,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: list[CreatableTopicConfigs] | None = _NO_LIST,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topic_config_error_code = topic_config_error_code
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.configs = [] if configs is _NO_LIST else configs
+
 
 CreatableTopicResult.NAME = "CreatableTopicResult"
 CreatableTopicResult.SPEC_NAME = "CreatableTopicResult"
@@ -201,7 +268,7 @@ CreatableTopicResult.MAX_VERSION = 7
 CreatableTopicResult.FLEXIBLE_MIN_VERSION = 5
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CreateTopicsResponse(Message):
     """Response CreateTopicsResponse (API key 19), versions 0-7; flexible from v5.
 
@@ -229,6 +296,10 @@ class CreateTopicsResponse(Message):
 
     throttle_time_ms: int = 0
     topics: list[CreatableTopicResult] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, topics: list[CreatableTopicResult] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 CreateTopicsResponse.NAME = "CreateTopicsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_bb = struct.Struct(">bb")
 _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DeleteAclsFilter(Struct):
     """The filters to use when deleting ACLs.
 
@@ -55,6 +59,24 @@ class DeleteAclsFilter(Struct):
     operation: int = 0
     permission_type: int = 0
 
+    def __init__(
+        self,
+        resource_type_filter: int = 0,
+        resource_name_filter: str | None = "",
+        pattern_type_filter: int = 3,
+        principal_filter: str | None = "",
+        host_filter: str | None = "",
+        operation: int = 0,
+        permission_type: int = 0,
+    ) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
+
 
 DeleteAclsFilter.NAME = "DeleteAclsFilter"
 DeleteAclsFilter.SPEC_NAME = "DeleteAclsFilter"
@@ -63,7 +85,7 @@ DeleteAclsFilter.MAX_VERSION = 3
 DeleteAclsFilter.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteAclsRequest(Message):
     """Request DeleteAclsRequest (API key 31), versions 0-3; flexible from v2.
 
@@ -77,6 +99,9 @@ class DeleteAclsRequest(Message):
 
     filters: list[DeleteAclsFilter] = field(default_factory=list)
 
+    def __init__(self, filters: list[DeleteAclsFilter] = _NO_LIST) -> None:
+        self.filters = [] if filters is _NO_LIST else filters
+
 
 DeleteAclsRequest.NAME = "DeleteAclsRequest"
 DeleteAclsRequest.SPEC_NAME = "DeleteAclsRequest"
@@ -88,7 +113,7 @@ DeleteAclsRequest.DEPRECATED_VERSIONS = (0, 0)
 DeleteAclsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteAclsMatchingAcl(Struct):
     """The ACLs which matched this filter.
 
@@ -114,6 +139,28 @@ class DeleteAclsMatchingAcl(Struct):
     operation: int = 0
     permission_type: int = 0
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+        pattern_type: int = 3,
+        principal: str = "",
+        host: str = "",
+        operation: int = 0,
+        permission_type: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+
 
 DeleteAclsMatchingAcl.NAME = "DeleteAclsMatchingAcl"
 DeleteAclsMatchingAcl.SPEC_NAME = "DeleteAclsMatchingAcl"
@@ -122,7 +169,7 @@ DeleteAclsMatchingAcl.MAX_VERSION = 3
 DeleteAclsMatchingAcl.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteAclsFilterResult(Struct):
     """The results for each filter.
 
@@ -136,6 +183,16 @@ class DeleteAclsFilterResult(Struct):
     error_message: str | None = ""
     matching_acls: list[DeleteAclsMatchingAcl] = field(default_factory=list)
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        matching_acls: list[DeleteAclsMatchingAcl] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.matching_acls = [] if matching_acls is _NO_LIST else matching_acls
+
 
 DeleteAclsFilterResult.NAME = "DeleteAclsFilterResult"
 DeleteAclsFilterResult.SPEC_NAME = "DeleteAclsFilterResult"
@@ -144,7 +201,7 @@ DeleteAclsFilterResult.MAX_VERSION = 3
 DeleteAclsFilterResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteAclsResponse(Message):
     """Response DeleteAclsResponse (API key 31), versions 0-3; flexible from v2.
 
@@ -161,6 +218,12 @@ class DeleteAclsResponse(Message):
 
     throttle_time_ms: int = 0
     filter_results: list[DeleteAclsFilterResult] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, filter_results: list[DeleteAclsFilterResult] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.filter_results = [] if filter_results is _NO_LIST else filter_results
 
 
 DeleteAclsResponse.NAME = "DeleteAclsResponse"

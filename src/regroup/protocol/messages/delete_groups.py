@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DeleteGroupsRequest(Message):
     """Request DeleteGroupsRequest (API key 42), versions 0-2; flexible from v2.
 
@@ -45,6 +49,9 @@ class DeleteGroupsRequest(Message):
 
     groups_names: list[str] = field(default_factory=list)
 
+    def __init__(self, groups_names: list[str] = _NO_LIST) -> None:
+        self.groups_names = [] if groups_names is _NO_LIST else groups_names
+
 
 DeleteGroupsRequest.NAME = "DeleteGroupsRequest"
 DeleteGroupsRequest.SPEC_NAME = "DeleteGroupsRequest"
@@ -56,7 +63,7 @@ DeleteGroupsRequest.DEPRECATED_VERSIONS = (0, 0)
 DeleteGroupsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeletableGroupResult(Struct):
     """The deletion results
 
@@ -68,6 +75,10 @@ class DeletableGroupResult(Struct):
     group_id: str = ""
     error_code: int = 0
 
+    def __init__(self, group_id: str = "", error_code: int = 0) -> None:
+        self.group_id = group_id
+        self.error_code = error_code
+
 
 DeletableGroupResult.NAME = "DeletableGroupResult"
 DeletableGroupResult.SPEC_NAME = "DeletableGroupResult"
@@ -76,7 +87,7 @@ DeletableGroupResult.MAX_VERSION = 2
 DeletableGroupResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteGroupsResponse(Message):
     """Response DeleteGroupsResponse (API key 42), versions 0-2; flexible from v2.
 
@@ -92,6 +103,10 @@ class DeleteGroupsResponse(Message):
 
     throttle_time_ms: int = 0
     results: list[DeletableGroupResult] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, results: list[DeletableGroupResult] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is _NO_LIST else results
 
 
 DeleteGroupsResponse.NAME = "DeleteGroupsResponse"

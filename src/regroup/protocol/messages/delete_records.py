@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_iqB = struct.Struct(">iqB")
 _S_iqh = struct.Struct(">iqh")
 _S_iqhB = struct.Struct(">iqhB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DeleteRecordsPartition(Struct):
     """Each partition that we want to delete records from.
 
@@ -46,6 +50,10 @@ class DeleteRecordsPartition(Struct):
     partition_index: int = 0
     offset: int = 0
 
+    def __init__(self, partition_index: int = 0, offset: int = 0) -> None:
+        self.partition_index = partition_index
+        self.offset = offset
+
 
 DeleteRecordsPartition.NAME = "DeleteRecordsPartition"
 DeleteRecordsPartition.SPEC_NAME = "DeleteRecordsPartition"
@@ -54,7 +62,7 @@ DeleteRecordsPartition.MAX_VERSION = 2
 DeleteRecordsPartition.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteRecordsTopic(Struct):
     """Each topic that we want to delete records from.
 
@@ -66,6 +74,10 @@ class DeleteRecordsTopic(Struct):
     name: str = ""
     partitions: list[DeleteRecordsPartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[DeleteRecordsPartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 DeleteRecordsTopic.NAME = "DeleteRecordsTopic"
 DeleteRecordsTopic.SPEC_NAME = "DeleteRecordsTopic"
@@ -74,7 +86,7 @@ DeleteRecordsTopic.MAX_VERSION = 2
 DeleteRecordsTopic.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteRecordsRequest(Message):
     """Request DeleteRecordsRequest (API key 21), versions 0-2; flexible from v2.
 
@@ -89,6 +101,10 @@ class DeleteRecordsRequest(Message):
     topics: list[DeleteRecordsTopic] = field(default_factory=list)
     timeout_ms: int = 0
 
+    def __init__(self, topics: list[DeleteRecordsTopic] = _NO_LIST, timeout_ms: int = 0) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+        self.timeout_ms = timeout_ms
+
 
 DeleteRecordsRequest.NAME = "DeleteRecordsRequest"
 DeleteRecordsRequest.SPEC_NAME = "DeleteRecordsRequest"
@@ -100,7 +116,7 @@ DeleteRecordsRequest.DEPRECATED_VERSIONS = None
 DeleteRecordsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteRecordsPartitionResult(Struct):
     """Each partition that we wanted to delete records from.
 
@@ -114,6 +130,11 @@ class DeleteRecordsPartitionResult(Struct):
     low_watermark: int = 0
     error_code: int = 0
 
+    def __init__(self, partition_index: int = 0, low_watermark: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.low_watermark = low_watermark
+        self.error_code = error_code
+
 
 DeleteRecordsPartitionResult.NAME = "DeleteRecordsPartitionResult"
 DeleteRecordsPartitionResult.SPEC_NAME = "DeleteRecordsPartitionResult"
@@ -122,7 +143,7 @@ DeleteRecordsPartitionResult.MAX_VERSION = 2
 DeleteRecordsPartitionResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteRecordsTopicResult(Struct):
     """Each topic that we wanted to delete records from.
 
@@ -134,6 +155,10 @@ class DeleteRecordsTopicResult(Struct):
     name: str = ""
     partitions: list[DeleteRecordsPartitionResult] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[DeleteRecordsPartitionResult] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 DeleteRecordsTopicResult.NAME = "DeleteRecordsTopicResult"
 DeleteRecordsTopicResult.SPEC_NAME = "DeleteRecordsTopicResult"
@@ -142,7 +167,7 @@ DeleteRecordsTopicResult.MAX_VERSION = 2
 DeleteRecordsTopicResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteRecordsResponse(Message):
     """Response DeleteRecordsResponse (API key 21), versions 0-2; flexible from v2.
 
@@ -157,6 +182,10 @@ class DeleteRecordsResponse(Message):
 
     throttle_time_ms: int = 0
     topics: list[DeleteRecordsTopicResult] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, topics: list[DeleteRecordsTopicResult] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 DeleteRecordsResponse.NAME = "DeleteRecordsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_i = struct.Struct(">i")
 _S_iB = struct.Struct(">iB")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class PartitionData(Struct):
     """The data for the partitions.
 
@@ -43,6 +47,9 @@ class PartitionData(Struct):
 
     partition: int = 0
 
+    def __init__(self, partition: int = 0) -> None:
+        self.partition = partition
+
 
 PartitionData.NAME = "PartitionData"
 PartitionData.SPEC_NAME = "PartitionData"
@@ -51,7 +58,7 @@ PartitionData.MAX_VERSION = 0
 PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteStateData(Struct):
     """The data for the topics.
 
@@ -63,6 +70,10 @@ class DeleteStateData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 DeleteStateData.NAME = "DeleteStateData"
 DeleteStateData.SPEC_NAME = "DeleteStateData"
@@ -71,7 +82,7 @@ DeleteStateData.MAX_VERSION = 0
 DeleteStateData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteShareGroupStateRequest(Message):
     """Request DeleteShareGroupStateRequest (API key 86), versions 0-0; flexible from v0.
 
@@ -82,6 +93,10 @@ class DeleteShareGroupStateRequest(Message):
 
     group_id: str = ""
     topics: list[DeleteStateData] = field(default_factory=list)
+
+    def __init__(self, group_id: str = "", topics: list[DeleteStateData] = _NO_LIST) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 DeleteShareGroupStateRequest.NAME = "DeleteShareGroupStateRequest"
@@ -94,7 +109,7 @@ DeleteShareGroupStateRequest.DEPRECATED_VERSIONS = None
 DeleteShareGroupStateRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PartitionResult(Struct):
     """The results for the partitions.
 
@@ -108,6 +123,11 @@ class PartitionResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
+    def __init__(self, partition: int = 0, error_code: int = 0, error_message: str | None = None) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 PartitionResult.NAME = "PartitionResult"
 PartitionResult.SPEC_NAME = "PartitionResult"
@@ -116,7 +136,7 @@ PartitionResult.MAX_VERSION = 0
 PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteStateResult(Struct):
     """The delete results
 
@@ -128,6 +148,10 @@ class DeleteStateResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionResult] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 DeleteStateResult.NAME = "DeleteStateResult"
 DeleteStateResult.SPEC_NAME = "DeleteStateResult"
@@ -136,7 +160,7 @@ DeleteStateResult.MAX_VERSION = 0
 DeleteStateResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteShareGroupStateResponse(Message):
     """Response DeleteShareGroupStateResponse (API key 86), versions 0-0; flexible from v0.
 
@@ -153,6 +177,9 @@ class DeleteShareGroupStateResponse(Message):
     """
 
     results: list[DeleteStateResult] = field(default_factory=list)
+
+    def __init__(self, results: list[DeleteStateResult] = _NO_LIST) -> None:
+        self.results = [] if results is _NO_LIST else results
 
 
 DeleteShareGroupStateResponse.NAME = "DeleteShareGroupStateResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_16sh = struct.Struct(">16sh")
 _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DeleteTopicState(Struct):
     """The name or topic ID of the topic
 
@@ -45,6 +49,10 @@ class DeleteTopicState(Struct):
     name: str | None = None
     topic_id: uuid.UUID = ZERO_UUID
 
+    def __init__(self, name: str | None = None, topic_id: uuid.UUID = ZERO_UUID) -> None:
+        self.name = name
+        self.topic_id = topic_id
+
 
 DeleteTopicState.NAME = "DeleteTopicState"
 DeleteTopicState.SPEC_NAME = "DeleteTopicState"
@@ -53,7 +61,7 @@ DeleteTopicState.MAX_VERSION = 6
 DeleteTopicState.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteTopicsRequest(Message):
     """Request DeleteTopicsRequest (API key 20), versions 0-6; flexible from v4.
 
@@ -76,6 +84,16 @@ class DeleteTopicsRequest(Message):
     topic_names: list[str] = field(default_factory=list)
     timeout_ms: int = 0
 
+    def __init__(
+        self,
+        topics: list[DeleteTopicState] = _NO_LIST,
+        topic_names: list[str] = _NO_LIST,
+        timeout_ms: int = 0,
+    ) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+        self.topic_names = [] if topic_names is _NO_LIST else topic_names
+        self.timeout_ms = timeout_ms
+
 
 DeleteTopicsRequest.NAME = "DeleteTopicsRequest"
 DeleteTopicsRequest.SPEC_NAME = "DeleteTopicsRequest"
@@ -87,7 +105,7 @@ DeleteTopicsRequest.DEPRECATED_VERSIONS = (0, 0)
 DeleteTopicsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeletableTopicResult(Struct):
     """The results for each topic we tried to delete.
 
@@ -103,6 +121,18 @@ class DeletableTopicResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
+    def __init__(
+        self,
+        name: str | None = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        error_code: int = 0,
+        error_message: str | None = None,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 DeletableTopicResult.NAME = "DeletableTopicResult"
 DeletableTopicResult.SPEC_NAME = "DeletableTopicResult"
@@ -111,7 +141,7 @@ DeletableTopicResult.MAX_VERSION = 6
 DeletableTopicResult.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeleteTopicsResponse(Message):
     """Response DeleteTopicsResponse (API key 20), versions 0-6; flexible from v4.
 
@@ -138,6 +168,10 @@ class DeleteTopicsResponse(Message):
 
     throttle_time_ms: int = 0
     responses: list[DeletableTopicResult] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, responses: list[DeletableTopicResult] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is _NO_LIST else responses
 
 
 DeleteTopicsResponse.NAME = "DeleteTopicsResponse"

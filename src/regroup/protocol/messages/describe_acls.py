@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_b = struct.Struct(">b")
 _S_bb = struct.Struct(">bb")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DescribeAclsRequest(Message):
     """Request DescribeAclsRequest (API key 29), versions 0-3; flexible from v2.
 
@@ -58,6 +62,24 @@ class DescribeAclsRequest(Message):
     operation: int = 0
     permission_type: int = 0
 
+    def __init__(
+        self,
+        resource_type_filter: int = 0,
+        resource_name_filter: str | None = "",
+        pattern_type_filter: int = 3,
+        principal_filter: str | None = "",
+        host_filter: str | None = "",
+        operation: int = 0,
+        permission_type: int = 0,
+    ) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
+
 
 DescribeAclsRequest.NAME = "DescribeAclsRequest"
 DescribeAclsRequest.SPEC_NAME = "DescribeAclsRequest"
@@ -69,7 +91,7 @@ DescribeAclsRequest.DEPRECATED_VERSIONS = (0, 0)
 DescribeAclsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AclDescription(Struct):
     """The ACLs.
 
@@ -85,6 +107,14 @@ class AclDescription(Struct):
     operation: int = 0
     permission_type: int = 0
 
+    def __init__(
+        self, principal: str = "", host: str = "", operation: int = 0, permission_type: int = 0
+    ) -> None:
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+
 
 AclDescription.NAME = "AclDescription"
 AclDescription.SPEC_NAME = "AclDescription"
@@ -93,7 +123,7 @@ AclDescription.MAX_VERSION = 3
 AclDescription.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeAclsResource(Struct):
     """Each Resource that is referenced in an ACL.
 
@@ -109,6 +139,18 @@ class DescribeAclsResource(Struct):
     pattern_type: int = 3
     acls: list[AclDescription] = field(default_factory=list)
 
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = "",
+        pattern_type: int = 3,
+        acls: list[AclDescription] = _NO_LIST,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.acls = [] if acls is _NO_LIST else acls
+
 
 DescribeAclsResource.NAME = "DescribeAclsResource"
 DescribeAclsResource.SPEC_NAME = "DescribeAclsResource"
@@ -117,7 +159,7 @@ DescribeAclsResource.MAX_VERSION = 3
 DescribeAclsResource.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeAclsResponse(Message):
     """Response DescribeAclsResponse (API key 29), versions 0-3; flexible from v2.
 
@@ -138,6 +180,18 @@ class DescribeAclsResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
     resources: list[DescribeAclsResource] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resources: list[DescribeAclsResource] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resources = [] if resources is _NO_LIST else resources
 
 
 DescribeAclsResponse.NAME = "DescribeAclsResponse"

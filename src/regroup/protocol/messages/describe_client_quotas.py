@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_d = struct.Struct(">d")
 _S_ih = struct.Struct(">ih")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ComponentData(Struct):
     """Filter components to apply to quota entities.
 
@@ -48,6 +52,11 @@ class ComponentData(Struct):
     match_type: int = 0
     match: str | None = ""
 
+    def __init__(self, entity_type: str = "", match_type: int = 0, match: str | None = "") -> None:
+        self.entity_type = entity_type
+        self.match_type = match_type
+        self.match = match
+
 
 ComponentData.NAME = "ComponentData"
 ComponentData.SPEC_NAME = "ComponentData"
@@ -56,7 +65,7 @@ ComponentData.MAX_VERSION = 1
 ComponentData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeClientQuotasRequest(Message):
     """Request DescribeClientQuotasRequest (API key 48), versions 0-1; flexible from v1.
 
@@ -71,6 +80,10 @@ class DescribeClientQuotasRequest(Message):
     components: list[ComponentData] = field(default_factory=list)
     strict: bool = False
 
+    def __init__(self, components: list[ComponentData] = _NO_LIST, strict: bool = False) -> None:
+        self.components = [] if components is _NO_LIST else components
+        self.strict = strict
+
 
 DescribeClientQuotasRequest.NAME = "DescribeClientQuotasRequest"
 DescribeClientQuotasRequest.SPEC_NAME = "DescribeClientQuotasRequest"
@@ -82,7 +95,7 @@ DescribeClientQuotasRequest.DEPRECATED_VERSIONS = None
 DescribeClientQuotasRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EntityData(Struct):
     """The quota entity description.
 
@@ -94,6 +107,10 @@ class EntityData(Struct):
     entity_type: str = ""
     entity_name: str | None = ""
 
+    def __init__(self, entity_type: str = "", entity_name: str | None = "") -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+
 
 EntityData.NAME = "EntityData"
 EntityData.SPEC_NAME = "EntityData"
@@ -102,7 +119,7 @@ EntityData.MAX_VERSION = 1
 EntityData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ValueData(Struct):
     """The quota values for the entity.
 
@@ -114,6 +131,10 @@ class ValueData(Struct):
     key: str = ""
     value: float = 0.0
 
+    def __init__(self, key: str = "", value: float = 0.0) -> None:
+        self.key = key
+        self.value = value
+
 
 ValueData.NAME = "ValueData"
 ValueData.SPEC_NAME = "ValueData"
@@ -122,7 +143,7 @@ ValueData.MAX_VERSION = 1
 ValueData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EntryData(Struct):
     """A result entry.
 
@@ -134,6 +155,10 @@ class EntryData(Struct):
     entity: list[EntityData] = field(default_factory=list)
     values: list[ValueData] = field(default_factory=list)
 
+    def __init__(self, entity: list[EntityData] = _NO_LIST, values: list[ValueData] = _NO_LIST) -> None:
+        self.entity = [] if entity is _NO_LIST else entity
+        self.values = [] if values is _NO_LIST else values
+
 
 EntryData.NAME = "EntryData"
 EntryData.SPEC_NAME = "EntryData"
@@ -142,7 +167,7 @@ EntryData.MAX_VERSION = 1
 EntryData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeClientQuotasResponse(Message):
     """Response DescribeClientQuotasResponse (API key 48), versions 0-1; flexible from v1.
 
@@ -160,6 +185,18 @@ class DescribeClientQuotasResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
     entries: list[EntryData] | None = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        entries: list[EntryData] | None = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entries = [] if entries is _NO_LIST else entries
 
 
 DescribeClientQuotasResponse.NAME = "DescribeClientQuotasResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_ih = struct.Struct(">ih")
 _S_o = struct.Struct(">?")
 _S_ob = struct.Struct(">?b")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DescribeClusterRequest(Message):
     """Request DescribeClusterRequest (API key 60), versions 0-1; flexible from v0.
 
@@ -49,6 +53,10 @@ class DescribeClusterRequest(Message):
     include_cluster_authorized_operations: bool = False
     endpoint_type: int = 1
 
+    def __init__(self, include_cluster_authorized_operations: bool = False, endpoint_type: int = 1) -> None:
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.endpoint_type = endpoint_type
+
 
 DescribeClusterRequest.NAME = "DescribeClusterRequest"
 DescribeClusterRequest.SPEC_NAME = "DescribeClusterRequest"
@@ -60,7 +68,7 @@ DescribeClusterRequest.DEPRECATED_VERSIONS = None
 DescribeClusterRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeClusterBroker(Struct):
     """Each broker in the response.
 
@@ -76,6 +84,12 @@ class DescribeClusterBroker(Struct):
     port: int = 0
     rack: str | None = None
 
+    def __init__(self, broker_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
 
 DescribeClusterBroker.NAME = "DescribeClusterBroker"
 DescribeClusterBroker.SPEC_NAME = "DescribeClusterBroker"
@@ -84,7 +98,7 @@ DescribeClusterBroker.MAX_VERSION = 1
 DescribeClusterBroker.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeClusterResponse(Message):
     """Response DescribeClusterResponse (API key 60), versions 0-1; flexible from v0.
 
@@ -113,6 +127,26 @@ class DescribeClusterResponse(Message):
     controller_id: int = -1
     brokers: list[DescribeClusterBroker] = field(default_factory=list)
     cluster_authorized_operations: int = -2147483648
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        endpoint_type: int = 1,
+        cluster_id: str = "",
+        controller_id: int = -1,
+        brokers: list[DescribeClusterBroker] = _NO_LIST,
+        cluster_authorized_operations: int = -2147483648,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.endpoint_type = endpoint_type
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.brokers = [] if brokers is _NO_LIST else brokers
+        self.cluster_authorized_operations = cluster_authorized_operations
 
 
 DescribeClusterResponse.NAME = "DescribeClusterResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_obo = struct.Struct(">?b?")
 _S_oo = struct.Struct(">??")
 _S_ooo = struct.Struct(">???")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DescribeConfigsResource(Struct):
     """The resources whose configurations we want to describe.
 
@@ -51,6 +55,13 @@ class DescribeConfigsResource(Struct):
     resource_name: str = ""
     configuration_keys: list[str] | None = field(default_factory=list)
 
+    def __init__(
+        self, resource_type: int = 0, resource_name: str = "", configuration_keys: list[str] | None = _NO_LIST
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configuration_keys = [] if configuration_keys is _NO_LIST else configuration_keys
+
 
 DescribeConfigsResource.NAME = "DescribeConfigsResource"
 DescribeConfigsResource.SPEC_NAME = "DescribeConfigsResource"
@@ -59,7 +70,7 @@ DescribeConfigsResource.MAX_VERSION = 4
 DescribeConfigsResource.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeConfigsRequest(Message):
     """Request DescribeConfigsRequest (API key 32), versions 0-4; flexible from v4.
 
@@ -77,6 +88,16 @@ class DescribeConfigsRequest(Message):
     include_synonyms: bool = False
     include_documentation: bool = False
 
+    def __init__(
+        self,
+        resources: list[DescribeConfigsResource] = _NO_LIST,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> None:
+        self.resources = [] if resources is _NO_LIST else resources
+        self.include_synonyms = include_synonyms
+        self.include_documentation = include_documentation
+
 
 DescribeConfigsRequest.NAME = "DescribeConfigsRequest"
 DescribeConfigsRequest.SPEC_NAME = "DescribeConfigsRequest"
@@ -88,7 +109,7 @@ DescribeConfigsRequest.DEPRECATED_VERSIONS = (0, 0)
 DescribeConfigsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeConfigsSynonym(Struct):
     """The synonyms for this configuration key.
 
@@ -102,6 +123,11 @@ class DescribeConfigsSynonym(Struct):
     value: str | None = ""
     source: int = 0
 
+    def __init__(self, name: str = "", value: str | None = "", source: int = 0) -> None:
+        self.name = name
+        self.value = value
+        self.source = source
+
 
 DescribeConfigsSynonym.NAME = "DescribeConfigsSynonym"
 DescribeConfigsSynonym.SPEC_NAME = "DescribeConfigsSynonym"
@@ -110,7 +136,7 @@ DescribeConfigsSynonym.MAX_VERSION = 4
 DescribeConfigsSynonym.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeConfigsResourceResult(Struct):
     """Each listed configuration.
 
@@ -137,6 +163,28 @@ class DescribeConfigsResourceResult(Struct):
     config_type: int = 0
     documentation: str | None = ""
 
+    def __init__(
+        self,
+        name: str = "",
+        value: str | None = "",
+        read_only: bool = False,
+        is_default: bool = False,
+        config_source: int = -1,
+        is_sensitive: bool = False,
+        synonyms: list[DescribeConfigsSynonym] = _NO_LIST,
+        config_type: int = 0,
+        documentation: str | None = "",
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.is_default = is_default
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
+        self.synonyms = [] if synonyms is _NO_LIST else synonyms
+        self.config_type = config_type
+        self.documentation = documentation
+
 
 DescribeConfigsResourceResult.NAME = "DescribeConfigsResourceResult"
 DescribeConfigsResourceResult.SPEC_NAME = "DescribeConfigsResourceResult"
@@ -145,7 +193,7 @@ DescribeConfigsResourceResult.MAX_VERSION = 4
 DescribeConfigsResourceResult.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeConfigsResult(Struct):
     """The results for each resource.
 
@@ -164,6 +212,20 @@ class DescribeConfigsResult(Struct):
     resource_name: str = ""
     configs: list[DescribeConfigsResourceResult] = field(default_factory=list)
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+        configs: list[DescribeConfigsResourceResult] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is _NO_LIST else configs
+
 
 DescribeConfigsResult.NAME = "DescribeConfigsResult"
 DescribeConfigsResult.SPEC_NAME = "DescribeConfigsResult"
@@ -172,7 +234,7 @@ DescribeConfigsResult.MAX_VERSION = 4
 DescribeConfigsResult.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeConfigsResponse(Message):
     """Response DescribeConfigsResponse (API key 32), versions 0-4; flexible from v4.
 
@@ -188,6 +250,10 @@ class DescribeConfigsResponse(Message):
 
     throttle_time_ms: int = 0
     results: list[DescribeConfigsResult] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, results: list[DescribeConfigsResult] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is _NO_LIST else results
 
 
 DescribeConfigsResponse.NAME = "DescribeConfigsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_qqq = struct.Struct(">qqq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DescribeDelegationTokenOwner(Struct):
     """Each owner that we want to describe delegation tokens for, or null to describe all tokens.
 
@@ -44,6 +48,10 @@ class DescribeDelegationTokenOwner(Struct):
     principal_type: str = ""
     principal_name: str = ""
 
+    def __init__(self, principal_type: str = "", principal_name: str = "") -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+
 
 DescribeDelegationTokenOwner.NAME = "DescribeDelegationTokenOwner"
 DescribeDelegationTokenOwner.SPEC_NAME = "DescribeDelegationTokenOwner"
@@ -52,7 +60,7 @@ DescribeDelegationTokenOwner.MAX_VERSION = 3
 DescribeDelegationTokenOwner.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeDelegationTokenRequest(Message):
     """Request DescribeDelegationTokenRequest (API key 41), versions 0-3; flexible from v2.
 
@@ -67,6 +75,9 @@ class DescribeDelegationTokenRequest(Message):
 
     owners: list[DescribeDelegationTokenOwner] | None = field(default_factory=list)
 
+    def __init__(self, owners: list[DescribeDelegationTokenOwner] | None = _NO_LIST) -> None:
+        self.owners = [] if owners is _NO_LIST else owners
+
 
 DescribeDelegationTokenRequest.NAME = "DescribeDelegationTokenRequest"
 DescribeDelegationTokenRequest.SPEC_NAME = "DescribeDelegationTokenRequest"
@@ -78,7 +89,7 @@ DescribeDelegationTokenRequest.DEPRECATED_VERSIONS = (0, 0)
 DescribeDelegationTokenRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribedDelegationTokenRenewer(Struct):
     """Those who are able to renew this token before it expires.
 
@@ -90,6 +101,10 @@ class DescribedDelegationTokenRenewer(Struct):
     principal_type: str = ""
     principal_name: str = ""
 
+    def __init__(self, principal_type: str = "", principal_name: str = "") -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+
 
 DescribedDelegationTokenRenewer.NAME = "DescribedDelegationTokenRenewer"
 DescribedDelegationTokenRenewer.SPEC_NAME = "DescribedDelegationTokenRenewer"
@@ -98,7 +113,7 @@ DescribedDelegationTokenRenewer.MAX_VERSION = 3
 DescribedDelegationTokenRenewer.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribedDelegationToken(Struct):
     """The tokens.
 
@@ -126,6 +141,30 @@ class DescribedDelegationToken(Struct):
     hmac: bytes = b""
     renewers: list[DescribedDelegationTokenRenewer] = field(default_factory=list)
 
+    def __init__(
+        self,
+        principal_type: str = "",
+        principal_name: str = "",
+        token_requester_principal_type: str = "",
+        token_requester_principal_name: str = "",
+        issue_timestamp: int = 0,
+        expiry_timestamp: int = 0,
+        max_timestamp: int = 0,
+        token_id: str = "",
+        hmac: bytes = b"",
+        renewers: list[DescribedDelegationTokenRenewer] = _NO_LIST,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp = issue_timestamp
+        self.expiry_timestamp = expiry_timestamp
+        self.max_timestamp = max_timestamp
+        self.token_id = token_id
+        self.hmac = hmac
+        self.renewers = [] if renewers is _NO_LIST else renewers
+
 
 DescribedDelegationToken.NAME = "DescribedDelegationToken"
 DescribedDelegationToken.SPEC_NAME = "DescribedDelegationToken"
@@ -134,7 +173,7 @@ DescribedDelegationToken.MAX_VERSION = 3
 DescribedDelegationToken.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeDelegationTokenResponse(Message):
     """Response DescribeDelegationTokenResponse (API key 41), versions 0-3; flexible from v2.
 
@@ -152,6 +191,16 @@ class DescribeDelegationTokenResponse(Message):
     error_code: int = 0
     tokens: list[DescribedDelegationToken] = field(default_factory=list)
     throttle_time_ms: int = 0
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        tokens: list[DescribedDelegationToken] = _NO_LIST,
+        throttle_time_ms: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.tokens = [] if tokens is _NO_LIST else tokens
+        self.throttle_time_ms = throttle_time_ms
 
 
 DescribeDelegationTokenResponse.NAME = "DescribeDelegationTokenResponse"

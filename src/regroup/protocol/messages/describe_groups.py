@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DescribeGroupsRequest(Message):
     """Request DescribeGroupsRequest (API key 15), versions 0-6; flexible from v5.
 
@@ -54,6 +58,10 @@ class DescribeGroupsRequest(Message):
     groups: list[str] = field(default_factory=list)
     include_authorized_operations: bool = False
 
+    def __init__(self, groups: list[str] = _NO_LIST, include_authorized_operations: bool = False) -> None:
+        self.groups = [] if groups is _NO_LIST else groups
+        self.include_authorized_operations = include_authorized_operations
+
 
 DescribeGroupsRequest.NAME = "DescribeGroupsRequest"
 DescribeGroupsRequest.SPEC_NAME = "DescribeGroupsRequest"
@@ -65,7 +73,7 @@ DescribeGroupsRequest.DEPRECATED_VERSIONS = None
 DescribeGroupsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribedGroupMember(Struct):
     """The group members.
 
@@ -86,6 +94,22 @@ class DescribedGroupMember(Struct):
     member_metadata: bytes = b""
     member_assignment: bytes = b""
 
+    def __init__(
+        self,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        member_metadata: bytes = b"",
+        member_assignment: bytes = b"",
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.member_metadata = member_metadata
+        self.member_assignment = member_assignment
+
 
 DescribedGroupMember.NAME = "DescribedGroupMember"
 DescribedGroupMember.SPEC_NAME = "DescribedGroupMember"
@@ -94,7 +118,7 @@ DescribedGroupMember.MAX_VERSION = 6
 DescribedGroupMember.FLEXIBLE_MIN_VERSION = 5
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribedGroup(Struct):
     """Each described group.
 
@@ -118,6 +142,26 @@ class DescribedGroup(Struct):
     members: list[DescribedGroupMember] = field(default_factory=list)
     authorized_operations: int = -2147483648
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = None,
+        group_id: str = "",
+        group_state: str = "",
+        protocol_type: str = "",
+        protocol_data: str = "",
+        members: list[DescribedGroupMember] = _NO_LIST,
+        authorized_operations: int = -2147483648,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.group_id = group_id
+        self.group_state = group_state
+        self.protocol_type = protocol_type
+        self.protocol_data = protocol_data
+        self.members = [] if members is _NO_LIST else members
+        self.authorized_operations = authorized_operations
+
 
 DescribedGroup.NAME = "DescribedGroup"
 DescribedGroup.SPEC_NAME = "DescribedGroup"
@@ -126,7 +170,7 @@ DescribedGroup.MAX_VERSION = 6
 DescribedGroup.FLEXIBLE_MIN_VERSION = 5
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeGroupsResponse(Message):
     """Response DescribeGroupsResponse (API key 15), versions 0-6; flexible from v5.
 
@@ -150,6 +194,10 @@ class DescribeGroupsResponse(Message):
 
     throttle_time_ms: int = 0
     groups: list[DescribedGroup] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, groups: list[DescribedGroup] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is _NO_LIST else groups
 
 
 DescribeGroupsResponse.NAME = "DescribeGroupsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_ih = struct.Struct(">ih")
 _S_iqqo = struct.Struct(">iqq?")
 _S_qq = struct.Struct(">qq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DescribableLogDirTopic(Struct):
     """Each topic that we want to describe log directories for, or null for all topics.
 
@@ -46,6 +50,10 @@ class DescribableLogDirTopic(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic: str = "", partitions: list[int] = _NO_LIST) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 DescribableLogDirTopic.NAME = "DescribableLogDirTopic"
 DescribableLogDirTopic.SPEC_NAME = "DescribableLogDirTopic"
@@ -54,7 +62,7 @@ DescribableLogDirTopic.MAX_VERSION = 4
 DescribableLogDirTopic.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeLogDirsRequest(Message):
     """Request DescribeLogDirsRequest (API key 35), versions 0-4; flexible from v2.
 
@@ -70,6 +78,9 @@ class DescribeLogDirsRequest(Message):
 
     topics: list[DescribableLogDirTopic] | None = field(default_factory=list)
 
+    def __init__(self, topics: list[DescribableLogDirTopic] | None = _NO_LIST) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 DescribeLogDirsRequest.NAME = "DescribeLogDirsRequest"
 DescribeLogDirsRequest.SPEC_NAME = "DescribeLogDirsRequest"
@@ -81,7 +92,7 @@ DescribeLogDirsRequest.DEPRECATED_VERSIONS = (0, 0)
 DescribeLogDirsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeLogDirsPartition(Struct):
     """The DescribeLogDirsPartition struct of DescribeLogDirsResponse.
 
@@ -99,6 +110,18 @@ class DescribeLogDirsPartition(Struct):
     offset_lag: int = 0
     is_future_key: bool = False
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        partition_size: int = 0,
+        offset_lag: int = 0,
+        is_future_key: bool = False,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_size = partition_size
+        self.offset_lag = offset_lag
+        self.is_future_key = is_future_key
+
 
 DescribeLogDirsPartition.NAME = "DescribeLogDirsPartition"
 DescribeLogDirsPartition.SPEC_NAME = "DescribeLogDirsPartition"
@@ -107,7 +130,7 @@ DescribeLogDirsPartition.MAX_VERSION = 4
 DescribeLogDirsPartition.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeLogDirsTopic(Struct):
     """Each topic.
 
@@ -119,6 +142,10 @@ class DescribeLogDirsTopic(Struct):
     name: str = ""
     partitions: list[DescribeLogDirsPartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[DescribeLogDirsPartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 DescribeLogDirsTopic.NAME = "DescribeLogDirsTopic"
 DescribeLogDirsTopic.SPEC_NAME = "DescribeLogDirsTopic"
@@ -127,7 +154,7 @@ DescribeLogDirsTopic.MAX_VERSION = 4
 DescribeLogDirsTopic.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeLogDirsResult(Struct):
     """The log directories.
 
@@ -145,6 +172,20 @@ class DescribeLogDirsResult(Struct):
     total_bytes: int = -1
     usable_bytes: int = -1
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        log_dir: str = "",
+        topics: list[DescribeLogDirsTopic] = _NO_LIST,
+        total_bytes: int = -1,
+        usable_bytes: int = -1,
+    ) -> None:
+        self.error_code = error_code
+        self.log_dir = log_dir
+        self.topics = [] if topics is _NO_LIST else topics
+        self.total_bytes = total_bytes
+        self.usable_bytes = usable_bytes
+
 
 DescribeLogDirsResult.NAME = "DescribeLogDirsResult"
 DescribeLogDirsResult.SPEC_NAME = "DescribeLogDirsResult"
@@ -153,7 +194,7 @@ DescribeLogDirsResult.MAX_VERSION = 4
 DescribeLogDirsResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeLogDirsResponse(Message):
     """Response DescribeLogDirsResponse (API key 35), versions 0-4; flexible from v2.
 
@@ -172,6 +213,13 @@ class DescribeLogDirsResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     results: list[DescribeLogDirsResult] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, error_code: int = 0, results: list[DescribeLogDirsResult] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results = [] if results is _NO_LIST else results
 
 
 DescribeLogDirsResponse.NAME = "DescribeLogDirsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_ih = struct.Struct(">ih")
 _S_qiiqiq = struct.Struct(">qiiqiq")
 _S_qiiqiqB = struct.Struct(">qiiqiqB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class TopicRequest(Struct):
     """The TopicRequest struct of DescribeProducersRequest.
 
@@ -45,6 +49,10 @@ class TopicRequest(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partition_indexes: list[int] = _NO_LIST) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is _NO_LIST else partition_indexes
+
 
 TopicRequest.NAME = "TopicRequest"
 TopicRequest.SPEC_NAME = "TopicRequest"
@@ -53,7 +61,7 @@ TopicRequest.MAX_VERSION = 0
 TopicRequest.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeProducersRequest(Message):
     """Request DescribeProducersRequest (API key 61), versions 0-0; flexible from v0.
 
@@ -62,6 +70,9 @@ class DescribeProducersRequest(Message):
     """
 
     topics: list[TopicRequest] = field(default_factory=list)
+
+    def __init__(self, topics: list[TopicRequest] = _NO_LIST) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 DescribeProducersRequest.NAME = "DescribeProducersRequest"
@@ -74,7 +85,7 @@ DescribeProducersRequest.DEPRECATED_VERSIONS = None
 DescribeProducersRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ProducerState(Struct):
     """The ProducerState struct of DescribeProducersResponse.
 
@@ -94,6 +105,22 @@ class ProducerState(Struct):
     coordinator_epoch: int = 0
     current_txn_start_offset: int = -1
 
+    def __init__(
+        self,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        last_sequence: int = -1,
+        last_timestamp: int = -1,
+        coordinator_epoch: int = 0,
+        current_txn_start_offset: int = -1,
+    ) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.last_sequence = last_sequence
+        self.last_timestamp = last_timestamp
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_start_offset = current_txn_start_offset
+
 
 ProducerState.NAME = "ProducerState"
 ProducerState.SPEC_NAME = "ProducerState"
@@ -102,7 +129,7 @@ ProducerState.MAX_VERSION = 0
 ProducerState.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PartitionResponse(Struct):
     """Each partition in the response.
 
@@ -119,6 +146,18 @@ class PartitionResponse(Struct):
     error_message: str | None = None
     active_producers: list[ProducerState] = field(default_factory=list)
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        active_producers: list[ProducerState] = _NO_LIST,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.active_producers = [] if active_producers is _NO_LIST else active_producers
+
 
 PartitionResponse.NAME = "PartitionResponse"
 PartitionResponse.SPEC_NAME = "PartitionResponse"
@@ -127,7 +166,7 @@ PartitionResponse.MAX_VERSION = 0
 PartitionResponse.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicResponse(Struct):
     """Each topic in the response.
 
@@ -139,6 +178,10 @@ class TopicResponse(Struct):
     name: str = ""
     partitions: list[PartitionResponse] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[PartitionResponse] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TopicResponse.NAME = "TopicResponse"
 TopicResponse.SPEC_NAME = "TopicResponse"
@@ -147,7 +190,7 @@ TopicResponse.MAX_VERSION = 0
 TopicResponse.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeProducersResponse(Message):
     """Response DescribeProducersResponse (API key 61), versions 0-0; flexible from v0.
 
@@ -159,6 +202,10 @@ class DescribeProducersResponse(Message):
 
     throttle_time_ms: int = 0
     topics: list[TopicResponse] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, topics: list[TopicResponse] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 DescribeProducersResponse.NAME = "DescribeProducersResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -38,8 +39,11 @@ _S_iiq = struct.Struct(">iiq")
 _S_iq = struct.Struct(">iq")
 _S_iqqq = struct.Struct(">iqqq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DescribeQuorumRequestPartitionData(Struct):
     """The PartitionData struct of DescribeQuorumRequest.
 
@@ -49,6 +53,9 @@ class DescribeQuorumRequestPartitionData(Struct):
 
     partition_index: int = 0
 
+    def __init__(self, partition_index: int = 0) -> None:
+        self.partition_index = partition_index
+
 
 DescribeQuorumRequestPartitionData.NAME = "DescribeQuorumRequestPartitionData"
 DescribeQuorumRequestPartitionData.SPEC_NAME = "PartitionData"
@@ -57,7 +64,7 @@ DescribeQuorumRequestPartitionData.MAX_VERSION = 2
 DescribeQuorumRequestPartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeQuorumRequestTopicData(Struct):
     """The TopicData struct of DescribeQuorumRequest.
 
@@ -69,6 +76,12 @@ class DescribeQuorumRequestTopicData(Struct):
     topic_name: str = ""
     partitions: list[DescribeQuorumRequestPartitionData] = field(default_factory=list)
 
+    def __init__(
+        self, topic_name: str = "", partitions: list[DescribeQuorumRequestPartitionData] = _NO_LIST
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 DescribeQuorumRequestTopicData.NAME = "DescribeQuorumRequestTopicData"
 DescribeQuorumRequestTopicData.SPEC_NAME = "TopicData"
@@ -77,7 +90,7 @@ DescribeQuorumRequestTopicData.MAX_VERSION = 2
 DescribeQuorumRequestTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeQuorumRequest(Message):
     """Request DescribeQuorumRequest (API key 55), versions 0-2; flexible from v0.
 
@@ -90,6 +103,9 @@ class DescribeQuorumRequest(Message):
 
     topics: list[DescribeQuorumRequestTopicData] = field(default_factory=list)
 
+    def __init__(self, topics: list[DescribeQuorumRequestTopicData] = _NO_LIST) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 DescribeQuorumRequest.NAME = "DescribeQuorumRequest"
 DescribeQuorumRequest.SPEC_NAME = "DescribeQuorumRequest"
@@ -101,7 +117,7 @@ DescribeQuorumRequest.DEPRECATED_VERSIONS = None
 DescribeQuorumRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReplicaState(Struct):
     """The ReplicaState struct of DescribeQuorumResponse.
 
@@ -122,6 +138,20 @@ class ReplicaState(Struct):
     last_fetch_timestamp: int = -1
     last_caught_up_timestamp: int = -1
 
+    def __init__(
+        self,
+        replica_id: int = 0,
+        replica_directory_id: uuid.UUID = ZERO_UUID,
+        log_end_offset: int = 0,
+        last_fetch_timestamp: int = -1,
+        last_caught_up_timestamp: int = -1,
+    ) -> None:
+        self.replica_id = replica_id
+        self.replica_directory_id = replica_directory_id
+        self.log_end_offset = log_end_offset
+        self.last_fetch_timestamp = last_fetch_timestamp
+        self.last_caught_up_timestamp = last_caught_up_timestamp
+
 
 ReplicaState.NAME = "ReplicaState"
 ReplicaState.SPEC_NAME = "ReplicaState"
@@ -130,7 +160,7 @@ ReplicaState.MAX_VERSION = 2
 ReplicaState.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeQuorumResponsePartitionData(Struct):
     """The PartitionData struct of DescribeQuorumResponse.
 
@@ -154,6 +184,26 @@ class DescribeQuorumResponsePartitionData(Struct):
     current_voters: list[ReplicaState] = field(default_factory=list)
     observers: list[ReplicaState] = field(default_factory=list)
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        high_watermark: int = 0,
+        current_voters: list[ReplicaState] = _NO_LIST,
+        observers: list[ReplicaState] = _NO_LIST,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.high_watermark = high_watermark
+        self.current_voters = [] if current_voters is _NO_LIST else current_voters
+        self.observers = [] if observers is _NO_LIST else observers
+
 
 DescribeQuorumResponsePartitionData.NAME = "DescribeQuorumResponsePartitionData"
 DescribeQuorumResponsePartitionData.SPEC_NAME = "PartitionData"
@@ -162,7 +212,7 @@ DescribeQuorumResponsePartitionData.MAX_VERSION = 2
 DescribeQuorumResponsePartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeQuorumResponseTopicData(Struct):
     """The TopicData struct of DescribeQuorumResponse.
 
@@ -174,6 +224,12 @@ class DescribeQuorumResponseTopicData(Struct):
     topic_name: str = ""
     partitions: list[DescribeQuorumResponsePartitionData] = field(default_factory=list)
 
+    def __init__(
+        self, topic_name: str = "", partitions: list[DescribeQuorumResponsePartitionData] = _NO_LIST
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 DescribeQuorumResponseTopicData.NAME = "DescribeQuorumResponseTopicData"
 DescribeQuorumResponseTopicData.SPEC_NAME = "TopicData"
@@ -182,7 +238,7 @@ DescribeQuorumResponseTopicData.MAX_VERSION = 2
 DescribeQuorumResponseTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Listener(Struct):
     """The listeners of this controller
 
@@ -196,6 +252,11 @@ class Listener(Struct):
     host: str = ""
     port: int = 0
 
+    def __init__(self, name: str = "", host: str = "", port: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+
 
 Listener.NAME = "Listener"
 Listener.SPEC_NAME = "Listener"
@@ -204,7 +265,7 @@ Listener.MAX_VERSION = 2
 Listener.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Node(Struct):
     """The Node struct of DescribeQuorumResponse.
 
@@ -216,6 +277,10 @@ class Node(Struct):
     node_id: int = 0
     listeners: list[Listener] = field(default_factory=list)
 
+    def __init__(self, node_id: int = 0, listeners: list[Listener] = _NO_LIST) -> None:
+        self.node_id = node_id
+        self.listeners = [] if listeners is _NO_LIST else listeners
+
 
 Node.NAME = "Node"
 Node.SPEC_NAME = "Node"
@@ -224,7 +289,7 @@ Node.MAX_VERSION = 2
 Node.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeQuorumResponse(Message):
     """Response DescribeQuorumResponse (API key 55), versions 0-2; flexible from v0.
 
@@ -242,6 +307,18 @@ class DescribeQuorumResponse(Message):
     error_message: str | None = ""
     topics: list[DescribeQuorumResponseTopicData] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        topics: list[DescribeQuorumResponseTopicData] = _NO_LIST,
+        nodes: list[Node] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is _NO_LIST else topics
+        self.nodes = [] if nodes is _NO_LIST else nodes
 
 
 DescribeQuorumResponse.NAME = "DescribeQuorumResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_h = struct.Struct(">h")
 _S_hiii = struct.Struct(">hiii")
 _S_i = struct.Struct(">i")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class TopicRequest(Struct):
     """The topics to fetch details for.
 
@@ -43,6 +47,9 @@ class TopicRequest(Struct):
 
     name: str = ""
 
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+
 
 TopicRequest.NAME = "TopicRequest"
 TopicRequest.SPEC_NAME = "TopicRequest"
@@ -51,7 +58,7 @@ TopicRequest.MAX_VERSION = 0
 TopicRequest.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeTopicPartitionsRequestCursor(Struct):
     """The first topic and partition index to fetch details for.
 
@@ -63,6 +70,10 @@ class DescribeTopicPartitionsRequestCursor(Struct):
     topic_name: str = ""
     partition_index: int = 0
 
+    def __init__(self, topic_name: str = "", partition_index: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+
 
 DescribeTopicPartitionsRequestCursor.NAME = "DescribeTopicPartitionsRequestCursor"
 DescribeTopicPartitionsRequestCursor.SPEC_NAME = "Cursor"
@@ -71,7 +82,7 @@ DescribeTopicPartitionsRequestCursor.MAX_VERSION = 0
 DescribeTopicPartitionsRequestCursor.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeTopicPartitionsRequest(Message):
     """Request DescribeTopicPartitionsRequest (API key 75), versions 0-0; flexible from v0.
 
@@ -85,6 +96,16 @@ class DescribeTopicPartitionsRequest(Message):
     response_partition_limit: int = 2000
     cursor: DescribeTopicPartitionsRequestCursor | None = None
 
+    def __init__(
+        self,
+        topics: list[TopicRequest] = _NO_LIST,
+        response_partition_limit: int = 2000,
+        cursor: DescribeTopicPartitionsRequestCursor | None = None,
+    ) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+        self.response_partition_limit = response_partition_limit
+        self.cursor = cursor
+
 
 DescribeTopicPartitionsRequest.NAME = "DescribeTopicPartitionsRequest"
 DescribeTopicPartitionsRequest.SPEC_NAME = "DescribeTopicPartitionsRequest"
@@ -96,7 +117,7 @@ DescribeTopicPartitionsRequest.DEPRECATED_VERSIONS = None
 DescribeTopicPartitionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeTopicPartitionsResponsePartition(Struct):
     """Each partition in the topic.
 
@@ -122,6 +143,28 @@ class DescribeTopicPartitionsResponsePartition(Struct):
     last_known_elr: list[int] | None = None
     offline_replicas: list[int] = field(default_factory=list)
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = -1,
+        replica_nodes: list[int] = _NO_LIST,
+        isr_nodes: list[int] = _NO_LIST,
+        eligible_leader_replicas: list[int] | None = None,
+        last_known_elr: list[int] | None = None,
+        offline_replicas: list[int] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = [] if replica_nodes is _NO_LIST else replica_nodes
+        self.isr_nodes = [] if isr_nodes is _NO_LIST else isr_nodes
+        self.eligible_leader_replicas = eligible_leader_replicas
+        self.last_known_elr = last_known_elr
+        self.offline_replicas = [] if offline_replicas is _NO_LIST else offline_replicas
+
 
 DescribeTopicPartitionsResponsePartition.NAME = "DescribeTopicPartitionsResponsePartition"
 DescribeTopicPartitionsResponsePartition.SPEC_NAME = "DescribeTopicPartitionsResponsePartition"
@@ -130,7 +173,7 @@ DescribeTopicPartitionsResponsePartition.MAX_VERSION = 0
 DescribeTopicPartitionsResponsePartition.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeTopicPartitionsResponseTopic(Struct):
     """Each topic in the response.
 
@@ -151,6 +194,22 @@ class DescribeTopicPartitionsResponseTopic(Struct):
     partitions: list[DescribeTopicPartitionsResponsePartition] = field(default_factory=list)
     topic_authorized_operations: int = -2147483648
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        name: str | None = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        is_internal: bool = False,
+        partitions: list[DescribeTopicPartitionsResponsePartition] = _NO_LIST,
+        topic_authorized_operations: int = -2147483648,
+    ) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = [] if partitions is _NO_LIST else partitions
+        self.topic_authorized_operations = topic_authorized_operations
+
 
 DescribeTopicPartitionsResponseTopic.NAME = "DescribeTopicPartitionsResponseTopic"
 DescribeTopicPartitionsResponseTopic.SPEC_NAME = "DescribeTopicPartitionsResponseTopic"
@@ -159,7 +218,7 @@ DescribeTopicPartitionsResponseTopic.MAX_VERSION = 0
 DescribeTopicPartitionsResponseTopic.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeTopicPartitionsResponseCursor(Struct):
     """The next topic and partition index to fetch details for.
 
@@ -171,6 +230,10 @@ class DescribeTopicPartitionsResponseCursor(Struct):
     topic_name: str = ""
     partition_index: int = 0
 
+    def __init__(self, topic_name: str = "", partition_index: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+
 
 DescribeTopicPartitionsResponseCursor.NAME = "DescribeTopicPartitionsResponseCursor"
 DescribeTopicPartitionsResponseCursor.SPEC_NAME = "Cursor"
@@ -179,7 +242,7 @@ DescribeTopicPartitionsResponseCursor.MAX_VERSION = 0
 DescribeTopicPartitionsResponseCursor.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeTopicPartitionsResponse(Message):
     """Response DescribeTopicPartitionsResponse (API key 75), versions 0-0; flexible from v0.
 
@@ -193,6 +256,16 @@ class DescribeTopicPartitionsResponse(Message):
     throttle_time_ms: int = 0
     topics: list[DescribeTopicPartitionsResponseTopic] = field(default_factory=list)
     next_cursor: DescribeTopicPartitionsResponseCursor | None = None
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[DescribeTopicPartitionsResponseTopic] = _NO_LIST,
+        next_cursor: DescribeTopicPartitionsResponseCursor | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
+        self.next_cursor = next_cursor
 
 
 DescribeTopicPartitionsResponse.NAME = "DescribeTopicPartitionsResponse"

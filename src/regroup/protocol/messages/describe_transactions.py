@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_iqqh = struct.Struct(">iqqh")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DescribeTransactionsRequest(Message):
     """Request DescribeTransactionsRequest (API key 65), versions 0-0; flexible from v0.
 
@@ -42,6 +46,9 @@ class DescribeTransactionsRequest(Message):
     """
 
     transactional_ids: list[str] = field(default_factory=list)
+
+    def __init__(self, transactional_ids: list[str] = _NO_LIST) -> None:
+        self.transactional_ids = [] if transactional_ids is _NO_LIST else transactional_ids
 
 
 DescribeTransactionsRequest.NAME = "DescribeTransactionsRequest"
@@ -54,7 +61,7 @@ DescribeTransactionsRequest.DEPRECATED_VERSIONS = None
 DescribeTransactionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicData(Struct):
     """The set of partitions included in the current transaction (if active). When a transaction is preparing to commit or abort, this will include only partitions which do not have markers.
 
@@ -66,6 +73,10 @@ class TopicData(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic: str = "", partitions: list[int] = _NO_LIST) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TopicData.NAME = "TopicData"
 TopicData.SPEC_NAME = "TopicData"
@@ -74,7 +85,7 @@ TopicData.MAX_VERSION = 0
 TopicData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TransactionState(Struct):
     """The TransactionState struct of DescribeTransactionsResponse.
 
@@ -100,6 +111,26 @@ class TransactionState(Struct):
     producer_epoch: int = 0
     topics: list[TopicData] = field(default_factory=list)
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        transactional_id: str = "",
+        transaction_state: str = "",
+        transaction_timeout_ms: int = 0,
+        transaction_start_time_ms: int = 0,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        topics: list[TopicData] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.transactional_id = transactional_id
+        self.transaction_state = transaction_state
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_start_time_ms = transaction_start_time_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 TransactionState.NAME = "TransactionState"
 TransactionState.SPEC_NAME = "TransactionState"
@@ -108,7 +139,7 @@ TransactionState.MAX_VERSION = 0
 TransactionState.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeTransactionsResponse(Message):
     """Response DescribeTransactionsResponse (API key 65), versions 0-0; flexible from v0.
 
@@ -120,6 +151,12 @@ class DescribeTransactionsResponse(Message):
 
     throttle_time_ms: int = 0
     transaction_states: list[TransactionState] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, transaction_states: list[TransactionState] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.transaction_states = [] if transaction_states is _NO_LIST else transaction_states
 
 
 DescribeTransactionsResponse.NAME = "DescribeTransactionsResponse"

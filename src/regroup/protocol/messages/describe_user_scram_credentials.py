@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_biB = struct.Struct(">biB")
 _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class UserName(Struct):
     """The users to describe, or null/empty to describe all users.
 
@@ -43,6 +47,9 @@ class UserName(Struct):
 
     name: str = ""
 
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+
 
 UserName.NAME = "UserName"
 UserName.SPEC_NAME = "UserName"
@@ -51,7 +58,7 @@ UserName.MAX_VERSION = 0
 UserName.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeUserScramCredentialsRequest(Message):
     """Request DescribeUserScramCredentialsRequest (API key 50), versions 0-0; flexible from v0.
 
@@ -60,6 +67,9 @@ class DescribeUserScramCredentialsRequest(Message):
     """
 
     users: list[UserName] | None = field(default_factory=list)
+
+    def __init__(self, users: list[UserName] | None = _NO_LIST) -> None:
+        self.users = [] if users is _NO_LIST else users
 
 
 DescribeUserScramCredentialsRequest.NAME = "DescribeUserScramCredentialsRequest"
@@ -72,7 +82,7 @@ DescribeUserScramCredentialsRequest.DEPRECATED_VERSIONS = None
 DescribeUserScramCredentialsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CredentialInfo(Struct):
     """The mechanism and related information associated with the user's SCRAM credentials.
 
@@ -84,6 +94,10 @@ class CredentialInfo(Struct):
     mechanism: int = 0
     iterations: int = 0
 
+    def __init__(self, mechanism: int = 0, iterations: int = 0) -> None:
+        self.mechanism = mechanism
+        self.iterations = iterations
+
 
 CredentialInfo.NAME = "CredentialInfo"
 CredentialInfo.SPEC_NAME = "CredentialInfo"
@@ -92,7 +106,7 @@ CredentialInfo.MAX_VERSION = 0
 CredentialInfo.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeUserScramCredentialsResult(Struct):
     """The results for descriptions, one per user.
 
@@ -109,6 +123,18 @@ class DescribeUserScramCredentialsResult(Struct):
     error_message: str | None = ""
     credential_infos: list[CredentialInfo] = field(default_factory=list)
 
+    def __init__(
+        self,
+        user: str = "",
+        error_code: int = 0,
+        error_message: str | None = "",
+        credential_infos: list[CredentialInfo] = _NO_LIST,
+    ) -> None:
+        self.user = user
+        self.error_code = error_code
+        self.error_message = error_message
+        self.credential_infos = [] if credential_infos is _NO_LIST else credential_infos
+
 
 DescribeUserScramCredentialsResult.NAME = "DescribeUserScramCredentialsResult"
 DescribeUserScramCredentialsResult.SPEC_NAME = "DescribeUserScramCredentialsResult"
@@ -117,7 +143,7 @@ DescribeUserScramCredentialsResult.MAX_VERSION = 0
 DescribeUserScramCredentialsResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribeUserScramCredentialsResponse(Message):
     """Response DescribeUserScramCredentialsResponse (API key 50), versions 0-0; flexible from v0.
 
@@ -134,6 +160,18 @@ class DescribeUserScramCredentialsResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
     results: list[DescribeUserScramCredentialsResult] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        results: list[DescribeUserScramCredentialsResult] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is _NO_LIST else results
 
 
 DescribeUserScramCredentialsResponse.NAME = "DescribeUserScramCredentialsResponse"

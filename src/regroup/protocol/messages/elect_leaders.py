@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_b = struct.Struct(">b")
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class TopicPartitions(Struct):
     """The topic partitions to elect leaders.
 
@@ -44,6 +48,10 @@ class TopicPartitions(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic: str = "", partitions: list[int] = _NO_LIST) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TopicPartitions.NAME = "TopicPartitions"
 TopicPartitions.SPEC_NAME = "TopicPartitions"
@@ -52,7 +60,7 @@ TopicPartitions.MAX_VERSION = 2
 TopicPartitions.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ElectLeadersRequest(Message):
     """Request ElectLeadersRequest (API key 43), versions 0-2; flexible from v2.
 
@@ -71,6 +79,16 @@ class ElectLeadersRequest(Message):
     topic_partitions: list[TopicPartitions] | None = field(default_factory=list)
     timeout_ms: int = 60000
 
+    def __init__(
+        self,
+        election_type: int = 0,
+        topic_partitions: list[TopicPartitions] | None = _NO_LIST,
+        timeout_ms: int = 60000,
+    ) -> None:
+        self.election_type = election_type
+        self.topic_partitions = [] if topic_partitions is _NO_LIST else topic_partitions
+        self.timeout_ms = timeout_ms
+
 
 ElectLeadersRequest.NAME = "ElectLeadersRequest"
 ElectLeadersRequest.SPEC_NAME = "ElectLeadersRequest"
@@ -82,7 +100,7 @@ ElectLeadersRequest.DEPRECATED_VERSIONS = None
 ElectLeadersRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PartitionResult(Struct):
     """The results for each partition
 
@@ -96,6 +114,11 @@ class PartitionResult(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
+    def __init__(self, partition_id: int = 0, error_code: int = 0, error_message: str | None = "") -> None:
+        self.partition_id = partition_id
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 PartitionResult.NAME = "PartitionResult"
 PartitionResult.SPEC_NAME = "PartitionResult"
@@ -104,7 +127,7 @@ PartitionResult.MAX_VERSION = 2
 PartitionResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReplicaElectionResult(Struct):
     """The election results, or an empty array if the requester did not have permission and the request asks for all partitions.
 
@@ -116,6 +139,10 @@ class ReplicaElectionResult(Struct):
     topic: str = ""
     partition_result: list[PartitionResult] = field(default_factory=list)
 
+    def __init__(self, topic: str = "", partition_result: list[PartitionResult] = _NO_LIST) -> None:
+        self.topic = topic
+        self.partition_result = [] if partition_result is _NO_LIST else partition_result
+
 
 ReplicaElectionResult.NAME = "ReplicaElectionResult"
 ReplicaElectionResult.SPEC_NAME = "ReplicaElectionResult"
@@ -124,7 +151,7 @@ ReplicaElectionResult.MAX_VERSION = 2
 ReplicaElectionResult.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ElectLeadersResponse(Message):
     """Response ElectLeadersResponse (API key 43), versions 0-2; flexible from v2.
 
@@ -143,6 +170,18 @@ class ElectLeadersResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     replica_election_results: list[ReplicaElectionResult] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        replica_election_results: list[ReplicaElectionResult] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.replica_election_results = (
+            [] if replica_election_results is _NO_LIST else replica_election_results
+        )
 
 
 ElectLeadersResponse.NAME = "ElectLeadersResponse"

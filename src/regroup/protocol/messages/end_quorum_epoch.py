@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_ihii = struct.Struct(">ihii")
 _S_ihiiB = struct.Struct(">ihiiB")
 _S_iii = struct.Struct(">iii")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ReplicaInfo(Struct):
     """A sorted list of preferred candidates to start the election
 
@@ -48,6 +52,10 @@ class ReplicaInfo(Struct):
     candidate_id: int = 0
     candidate_directory_id: uuid.UUID = ZERO_UUID
 
+    def __init__(self, candidate_id: int = 0, candidate_directory_id: uuid.UUID = ZERO_UUID) -> None:
+        self.candidate_id = candidate_id
+        self.candidate_directory_id = candidate_directory_id
+
 
 ReplicaInfo.NAME = "ReplicaInfo"
 ReplicaInfo.SPEC_NAME = "ReplicaInfo"
@@ -56,7 +64,7 @@ ReplicaInfo.MAX_VERSION = 1
 ReplicaInfo.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EndQuorumEpochRequestPartitionData(Struct):
     """The PartitionData struct of EndQuorumEpochRequest.
 
@@ -74,6 +82,20 @@ class EndQuorumEpochRequestPartitionData(Struct):
     preferred_successors: list[int] = field(default_factory=list)
     preferred_candidates: list[ReplicaInfo] = field(default_factory=list)
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        preferred_successors: list[int] = _NO_LIST,
+        preferred_candidates: list[ReplicaInfo] = _NO_LIST,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.preferred_successors = [] if preferred_successors is _NO_LIST else preferred_successors
+        self.preferred_candidates = [] if preferred_candidates is _NO_LIST else preferred_candidates
+
 
 EndQuorumEpochRequestPartitionData.NAME = "EndQuorumEpochRequestPartitionData"
 EndQuorumEpochRequestPartitionData.SPEC_NAME = "PartitionData"
@@ -82,7 +104,7 @@ EndQuorumEpochRequestPartitionData.MAX_VERSION = 1
 EndQuorumEpochRequestPartitionData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EndQuorumEpochRequestTopicData(Struct):
     """The TopicData struct of EndQuorumEpochRequest.
 
@@ -94,6 +116,12 @@ class EndQuorumEpochRequestTopicData(Struct):
     topic_name: str = ""
     partitions: list[EndQuorumEpochRequestPartitionData] = field(default_factory=list)
 
+    def __init__(
+        self, topic_name: str = "", partitions: list[EndQuorumEpochRequestPartitionData] = _NO_LIST
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 EndQuorumEpochRequestTopicData.NAME = "EndQuorumEpochRequestTopicData"
 EndQuorumEpochRequestTopicData.SPEC_NAME = "TopicData"
@@ -102,7 +130,7 @@ EndQuorumEpochRequestTopicData.MAX_VERSION = 1
 EndQuorumEpochRequestTopicData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderEndpoint(Struct):
     """Endpoints for the leader
 
@@ -116,6 +144,11 @@ class LeaderEndpoint(Struct):
     host: str = ""
     port: int = 0
 
+    def __init__(self, name: str = "", host: str = "", port: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+
 
 LeaderEndpoint.NAME = "LeaderEndpoint"
 LeaderEndpoint.SPEC_NAME = "LeaderEndpoint"
@@ -124,7 +157,7 @@ LeaderEndpoint.MAX_VERSION = 1
 LeaderEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EndQuorumEpochRequest(Message):
     """Request EndQuorumEpochRequest (API key 54), versions 0-1; flexible from v1.
 
@@ -141,6 +174,16 @@ class EndQuorumEpochRequest(Message):
     topics: list[EndQuorumEpochRequestTopicData] = field(default_factory=list)
     leader_endpoints: list[LeaderEndpoint] = field(default_factory=list)
 
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        topics: list[EndQuorumEpochRequestTopicData] = _NO_LIST,
+        leader_endpoints: list[LeaderEndpoint] = _NO_LIST,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.topics = [] if topics is _NO_LIST else topics
+        self.leader_endpoints = [] if leader_endpoints is _NO_LIST else leader_endpoints
+
 
 EndQuorumEpochRequest.NAME = "EndQuorumEpochRequest"
 EndQuorumEpochRequest.SPEC_NAME = "EndQuorumEpochRequest"
@@ -152,7 +195,7 @@ EndQuorumEpochRequest.DEPRECATED_VERSIONS = None
 EndQuorumEpochRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EndQuorumEpochResponsePartitionData(Struct):
     """The PartitionData struct of EndQuorumEpochResponse.
 
@@ -168,6 +211,14 @@ class EndQuorumEpochResponsePartitionData(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
+    def __init__(
+        self, partition_index: int = 0, error_code: int = 0, leader_id: int = 0, leader_epoch: int = 0
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
 
 EndQuorumEpochResponsePartitionData.NAME = "EndQuorumEpochResponsePartitionData"
 EndQuorumEpochResponsePartitionData.SPEC_NAME = "PartitionData"
@@ -176,7 +227,7 @@ EndQuorumEpochResponsePartitionData.MAX_VERSION = 1
 EndQuorumEpochResponsePartitionData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EndQuorumEpochResponseTopicData(Struct):
     """The TopicData struct of EndQuorumEpochResponse.
 
@@ -188,6 +239,12 @@ class EndQuorumEpochResponseTopicData(Struct):
     topic_name: str = ""
     partitions: list[EndQuorumEpochResponsePartitionData] = field(default_factory=list)
 
+    def __init__(
+        self, topic_name: str = "", partitions: list[EndQuorumEpochResponsePartitionData] = _NO_LIST
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 EndQuorumEpochResponseTopicData.NAME = "EndQuorumEpochResponseTopicData"
 EndQuorumEpochResponseTopicData.SPEC_NAME = "TopicData"
@@ -196,7 +253,7 @@ EndQuorumEpochResponseTopicData.MAX_VERSION = 1
 EndQuorumEpochResponseTopicData.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NodeEndpoint(Struct):
     """Endpoints for all leaders enumerated in PartitionData
 
@@ -210,6 +267,11 @@ class NodeEndpoint(Struct):
     host: str = ""
     port: int = 0
 
+    def __init__(self, node_id: int = 0, host: str = "", port: int = 0) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+
 
 NodeEndpoint.NAME = "NodeEndpoint"
 NodeEndpoint.SPEC_NAME = "NodeEndpoint"
@@ -218,7 +280,7 @@ NodeEndpoint.MAX_VERSION = 1
 NodeEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EndQuorumEpochResponse(Message):
     """Response EndQuorumEpochResponse (API key 54), versions 0-1; flexible from v1.
 
@@ -233,6 +295,16 @@ class EndQuorumEpochResponse(Message):
     error_code: int = 0
     topics: list[EndQuorumEpochResponseTopicData] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        topics: list[EndQuorumEpochResponseTopicData] = _NO_LIST,
+        node_endpoints: list[NodeEndpoint] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.topics = [] if topics is _NO_LIST else topics
+        self.node_endpoints = [] if node_endpoints is _NO_LIST else node_endpoints
 
 
 EndQuorumEpochResponse.NAME = "EndQuorumEpochResponse"

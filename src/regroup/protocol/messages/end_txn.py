@@ -32,7 +32,7 @@ _S_ihqh = struct.Struct(">ihqh")
 _S_qho = struct.Struct(">qh?")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EndTxnRequest(Message):
     """Request EndTxnRequest (API key 26), versions 0-5; flexible from v3.
 
@@ -58,6 +58,18 @@ class EndTxnRequest(Message):
     producer_epoch: int = 0
     committed: bool = False
 
+    def __init__(
+        self,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        committed: bool = False,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.committed = committed
+
 
 EndTxnRequest.NAME = "EndTxnRequest"
 EndTxnRequest.SPEC_NAME = "EndTxnRequest"
@@ -69,7 +81,7 @@ EndTxnRequest.DEPRECATED_VERSIONS = None
 EndTxnRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EndTxnResponse(Message):
     """Response EndTxnResponse (API key 26), versions 0-5; flexible from v3.
 
@@ -95,6 +107,14 @@ class EndTxnResponse(Message):
     error_code: int = 0
     producer_id: int = -1
     producer_epoch: int = -1
+
+    def __init__(
+        self, throttle_time_ms: int = 0, error_code: int = 0, producer_id: int = -1, producer_epoch: int = -1
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
 
 
 EndTxnResponse.NAME = "EndTxnResponse"

@@ -30,7 +30,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_h = struct.Struct(">h")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EnvelopeRequest(Message):
     """Request EnvelopeRequest (API key 58), versions 0-0; flexible from v0.
 
@@ -47,6 +47,16 @@ class EnvelopeRequest(Message):
     request_principal: bytes | None = b""
     client_host_address: bytes = b""
 
+    def __init__(
+        self,
+        request_data: bytes = b"",
+        request_principal: bytes | None = b"",
+        client_host_address: bytes = b"",
+    ) -> None:
+        self.request_data = request_data
+        self.request_principal = request_principal
+        self.client_host_address = client_host_address
+
 
 EnvelopeRequest.NAME = "EnvelopeRequest"
 EnvelopeRequest.SPEC_NAME = "EnvelopeRequest"
@@ -58,7 +68,7 @@ EnvelopeRequest.DEPRECATED_VERSIONS = None
 EnvelopeRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EnvelopeResponse(Message):
     """Response EnvelopeResponse (API key 58), versions 0-0; flexible from v0.
 
@@ -71,6 +81,10 @@ class EnvelopeResponse(Message):
 
     response_data: bytes | None = None
     error_code: int = 0
+
+    def __init__(self, response_data: bytes | None = None, error_code: int = 0) -> None:
+        self.response_data = response_data
+        self.error_code = error_code
 
 
 EnvelopeResponse.NAME = "EnvelopeResponse"

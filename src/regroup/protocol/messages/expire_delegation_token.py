@@ -31,7 +31,7 @@ _S_hqi = struct.Struct(">hqi")
 _S_q = struct.Struct(">q")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ExpireDelegationTokenRequest(Message):
     """Request ExpireDelegationTokenRequest (API key 40), versions 0-2; flexible from v2.
 
@@ -46,6 +46,10 @@ class ExpireDelegationTokenRequest(Message):
     hmac: bytes = b""
     expiry_time_period_ms: int = 0
 
+    def __init__(self, hmac: bytes = b"", expiry_time_period_ms: int = 0) -> None:
+        self.hmac = hmac
+        self.expiry_time_period_ms = expiry_time_period_ms
+
 
 ExpireDelegationTokenRequest.NAME = "ExpireDelegationTokenRequest"
 ExpireDelegationTokenRequest.SPEC_NAME = "ExpireDelegationTokenRequest"
@@ -57,7 +61,7 @@ ExpireDelegationTokenRequest.DEPRECATED_VERSIONS = (0, 0)
 ExpireDelegationTokenRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ExpireDelegationTokenResponse(Message):
     """Response ExpireDelegationTokenResponse (API key 40), versions 0-2; flexible from v2.
 
@@ -74,6 +78,11 @@ class ExpireDelegationTokenResponse(Message):
     error_code: int = 0
     expiry_timestamp_ms: int = 0
     throttle_time_ms: int = 0
+
+    def __init__(self, error_code: int = 0, expiry_timestamp_ms: int = 0, throttle_time_ms: int = 0) -> None:
+        self.error_code = error_code
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.throttle_time_ms = throttle_time_ms
 
 
 ExpireDelegationTokenResponse.NAME = "ExpireDelegationTokenResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -49,8 +50,11 @@ _S_qi = struct.Struct(">qi")
 _S_qq = struct.Struct(">qq")
 _S_qqB = struct.Struct(">qqB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ReplicaState(Struct):
     """The ReplicaState struct of FetchRequest.
 
@@ -62,6 +66,10 @@ class ReplicaState(Struct):
     replica_id: int = -1
     replica_epoch: int = -1
 
+    def __init__(self, replica_id: int = -1, replica_epoch: int = -1) -> None:
+        self.replica_id = replica_id
+        self.replica_epoch = replica_epoch
+
 
 ReplicaState.NAME = "ReplicaState"
 ReplicaState.SPEC_NAME = "ReplicaState"
@@ -70,7 +78,7 @@ ReplicaState.MAX_VERSION = 17
 ReplicaState.FLEXIBLE_MIN_VERSION = 15
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchPartition(Struct):
     """The partitions to fetch.
 
@@ -94,6 +102,24 @@ class FetchPartition(Struct):
     partition_max_bytes: int = 0
     replica_directory_id: uuid.UUID = ZERO_UUID
 
+    def __init__(
+        self,
+        partition: int = 0,
+        current_leader_epoch: int = -1,
+        fetch_offset: int = 0,
+        last_fetched_epoch: int = -1,
+        log_start_offset: int = -1,
+        partition_max_bytes: int = 0,
+        replica_directory_id: uuid.UUID = ZERO_UUID,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.fetch_offset = fetch_offset
+        self.last_fetched_epoch = last_fetched_epoch
+        self.log_start_offset = log_start_offset
+        self.partition_max_bytes = partition_max_bytes
+        self.replica_directory_id = replica_directory_id
+
 
 FetchPartition.NAME = "FetchPartition"
 FetchPartition.SPEC_NAME = "FetchPartition"
@@ -102,7 +128,7 @@ FetchPartition.MAX_VERSION = 17
 FetchPartition.FLEXIBLE_MIN_VERSION = 12
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchTopic(Struct):
     """The topics to fetch.
 
@@ -116,6 +142,13 @@ class FetchTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[FetchPartition] = field(default_factory=list)
 
+    def __init__(
+        self, topic: str = "", topic_id: uuid.UUID = ZERO_UUID, partitions: list[FetchPartition] = _NO_LIST
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 FetchTopic.NAME = "FetchTopic"
 FetchTopic.SPEC_NAME = "FetchTopic"
@@ -124,7 +157,7 @@ FetchTopic.MAX_VERSION = 17
 FetchTopic.FLEXIBLE_MIN_VERSION = 12
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ForgottenTopic(Struct):
     """In an incremental fetch request, the partitions to remove.
 
@@ -137,6 +170,13 @@ class ForgottenTopic(Struct):
     topic: str = ""
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
+
+    def __init__(
+        self, topic: str = "", topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = _NO_LIST
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
 
 
 ForgottenTopic.NAME = "ForgottenTopic"
@@ -236,7 +276,7 @@ FetchRequest.DEPRECATED_VERSIONS = (0, 3)
 FetchRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EpochEndOffset(Struct):
     """In case divergence is detected based on the `LastFetchedEpoch` and `FetchOffset` in the request, this field indicates the largest epoch and its end offset such that subsequent records are known to diverge
 
@@ -248,6 +288,10 @@ class EpochEndOffset(Struct):
     epoch: int = -1
     end_offset: int = -1
 
+    def __init__(self, epoch: int = -1, end_offset: int = -1) -> None:
+        self.epoch = epoch
+        self.end_offset = end_offset
+
 
 EpochEndOffset.NAME = "EpochEndOffset"
 EpochEndOffset.SPEC_NAME = "EpochEndOffset"
@@ -256,7 +300,7 @@ EpochEndOffset.MAX_VERSION = 17
 EpochEndOffset.FLEXIBLE_MIN_VERSION = 12
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderIdAndEpoch(Struct):
     """The LeaderIdAndEpoch struct of FetchResponse.
 
@@ -268,6 +312,10 @@ class LeaderIdAndEpoch(Struct):
     leader_id: int = -1
     leader_epoch: int = -1
 
+    def __init__(self, leader_id: int = -1, leader_epoch: int = -1) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
 
 LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
 LeaderIdAndEpoch.SPEC_NAME = "LeaderIdAndEpoch"
@@ -276,7 +324,7 @@ LeaderIdAndEpoch.MAX_VERSION = 17
 LeaderIdAndEpoch.FLEXIBLE_MIN_VERSION = 12
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SnapshotId(Struct):
     """In the case of fetching an offset less than the LogStartOffset, this is the end offset and epoch that should be used in the FetchSnapshot request.
 
@@ -288,6 +336,10 @@ class SnapshotId(Struct):
     end_offset: int = -1
     epoch: int = -1
 
+    def __init__(self, end_offset: int = -1, epoch: int = -1) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
+
 
 SnapshotId.NAME = "SnapshotId"
 SnapshotId.SPEC_NAME = "SnapshotId"
@@ -296,7 +348,7 @@ SnapshotId.MAX_VERSION = 17
 SnapshotId.FLEXIBLE_MIN_VERSION = 12
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AbortedTransaction(Struct):
     """The aborted transactions.
 
@@ -307,6 +359,10 @@ class AbortedTransaction(Struct):
 
     producer_id: int = 0
     first_offset: int = 0
+
+    def __init__(self, producer_id: int = 0, first_offset: int = 0) -> None:
+        self.producer_id = producer_id
+        self.first_offset = first_offset
 
 
 AbortedTransaction.NAME = "AbortedTransaction"
@@ -360,7 +416,7 @@ PartitionData.MAX_VERSION = 17
 PartitionData.FLEXIBLE_MIN_VERSION = 12
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchableTopicResponse(Struct):
     """The response topics.
 
@@ -374,6 +430,13 @@ class FetchableTopicResponse(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
+    def __init__(
+        self, topic: str = "", topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = _NO_LIST
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 FetchableTopicResponse.NAME = "FetchableTopicResponse"
 FetchableTopicResponse.SPEC_NAME = "FetchableTopicResponse"
@@ -382,7 +445,7 @@ FetchableTopicResponse.MAX_VERSION = 17
 FetchableTopicResponse.FLEXIBLE_MIN_VERSION = 12
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NodeEndpoint(Struct):
     """Endpoints for all current-leaders enumerated in PartitionData, with errors NOT_LEADER_OR_FOLLOWER & FENCED_LEADER_EPOCH.
 
@@ -398,6 +461,12 @@ class NodeEndpoint(Struct):
     port: int = 0
     rack: str | None = None
 
+    def __init__(self, node_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
 
 NodeEndpoint.NAME = "NodeEndpoint"
 NodeEndpoint.SPEC_NAME = "NodeEndpoint"
@@ -406,7 +475,7 @@ NodeEndpoint.MAX_VERSION = 17
 NodeEndpoint.FLEXIBLE_MIN_VERSION = 16
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchResponse(Message):
     """Response FetchResponse (API key 1), versions 0-17; flexible from v12.
 
@@ -458,6 +527,20 @@ class FetchResponse(Message):
     session_id: int = 0
     responses: list[FetchableTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        session_id: int = 0,
+        responses: list[FetchableTopicResponse] = _NO_LIST,
+        node_endpoints: list[NodeEndpoint] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.session_id = session_id
+        self.responses = [] if responses is _NO_LIST else responses
+        self.node_endpoints = [] if node_endpoints is _NO_LIST else node_endpoints
 
 
 FetchResponse.NAME = "FetchResponse"

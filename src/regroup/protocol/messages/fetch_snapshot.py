@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_q = struct.Struct(">q")
 _S_qi = struct.Struct(">qi")
 _S_qq = struct.Struct(">qq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class FetchSnapshotRequestSnapshotId(Struct):
     """The snapshot endOffset and epoch to fetch
 
@@ -47,6 +51,10 @@ class FetchSnapshotRequestSnapshotId(Struct):
 
     end_offset: int = 0
     epoch: int = 0
+
+    def __init__(self, end_offset: int = 0, epoch: int = 0) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
 
 
 FetchSnapshotRequestSnapshotId.NAME = "FetchSnapshotRequestSnapshotId"
@@ -82,7 +90,7 @@ FetchSnapshotRequestPartitionSnapshot.MAX_VERSION = 1
 FetchSnapshotRequestPartitionSnapshot.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchSnapshotRequestTopicSnapshot(Struct):
     """The topics to fetch
 
@@ -94,6 +102,12 @@ class FetchSnapshotRequestTopicSnapshot(Struct):
     name: str = ""
     partitions: list[FetchSnapshotRequestPartitionSnapshot] = field(default_factory=list)
 
+    def __init__(
+        self, name: str = "", partitions: list[FetchSnapshotRequestPartitionSnapshot] = _NO_LIST
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 FetchSnapshotRequestTopicSnapshot.NAME = "FetchSnapshotRequestTopicSnapshot"
 FetchSnapshotRequestTopicSnapshot.SPEC_NAME = "TopicSnapshot"
@@ -102,7 +116,7 @@ FetchSnapshotRequestTopicSnapshot.MAX_VERSION = 1
 FetchSnapshotRequestTopicSnapshot.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchSnapshotRequest(Message):
     """Request FetchSnapshotRequest (API key 59), versions 0-1; flexible from v0.
 
@@ -121,6 +135,18 @@ class FetchSnapshotRequest(Message):
     max_bytes: int = 2147483647
     topics: list[FetchSnapshotRequestTopicSnapshot] = field(default_factory=list)
 
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        replica_id: int = -1,
+        max_bytes: int = 2147483647,
+        topics: list[FetchSnapshotRequestTopicSnapshot] = _NO_LIST,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self.max_bytes = max_bytes
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 FetchSnapshotRequest.NAME = "FetchSnapshotRequest"
 FetchSnapshotRequest.SPEC_NAME = "FetchSnapshotRequest"
@@ -132,7 +158,7 @@ FetchSnapshotRequest.DEPRECATED_VERSIONS = None
 FetchSnapshotRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchSnapshotResponseSnapshotId(Struct):
     """The snapshot endOffset and epoch fetched
 
@@ -144,6 +170,10 @@ class FetchSnapshotResponseSnapshotId(Struct):
     end_offset: int = 0
     epoch: int = 0
 
+    def __init__(self, end_offset: int = 0, epoch: int = 0) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
+
 
 FetchSnapshotResponseSnapshotId.NAME = "FetchSnapshotResponseSnapshotId"
 FetchSnapshotResponseSnapshotId.SPEC_NAME = "SnapshotId"
@@ -152,7 +182,7 @@ FetchSnapshotResponseSnapshotId.MAX_VERSION = 1
 FetchSnapshotResponseSnapshotId.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderIdAndEpoch(Struct):
     """The LeaderIdAndEpoch struct of FetchSnapshotResponse.
 
@@ -163,6 +193,10 @@ class LeaderIdAndEpoch(Struct):
 
     leader_id: int = 0
     leader_epoch: int = 0
+
+    def __init__(self, leader_id: int = 0, leader_epoch: int = 0) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
 
 
 LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
@@ -203,7 +237,7 @@ FetchSnapshotResponsePartitionSnapshot.MAX_VERSION = 1
 FetchSnapshotResponsePartitionSnapshot.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchSnapshotResponseTopicSnapshot(Struct):
     """The topics to fetch.
 
@@ -215,6 +249,12 @@ class FetchSnapshotResponseTopicSnapshot(Struct):
     name: str = ""
     partitions: list[FetchSnapshotResponsePartitionSnapshot] = field(default_factory=list)
 
+    def __init__(
+        self, name: str = "", partitions: list[FetchSnapshotResponsePartitionSnapshot] = _NO_LIST
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 FetchSnapshotResponseTopicSnapshot.NAME = "FetchSnapshotResponseTopicSnapshot"
 FetchSnapshotResponseTopicSnapshot.SPEC_NAME = "TopicSnapshot"
@@ -223,7 +263,7 @@ FetchSnapshotResponseTopicSnapshot.MAX_VERSION = 1
 FetchSnapshotResponseTopicSnapshot.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NodeEndpoint(Struct):
     """Endpoints for all current-leaders enumerated in PartitionSnapshot
 
@@ -237,6 +277,11 @@ class NodeEndpoint(Struct):
     host: str = ""
     port: int = 0
 
+    def __init__(self, node_id: int = 0, host: str = "", port: int = 0) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+
 
 NodeEndpoint.NAME = "NodeEndpoint"
 NodeEndpoint.SPEC_NAME = "NodeEndpoint"
@@ -245,7 +290,7 @@ NodeEndpoint.MAX_VERSION = 1
 NodeEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchSnapshotResponse(Message):
     """Response FetchSnapshotResponse (API key 59), versions 0-1; flexible from v0.
 
@@ -263,6 +308,18 @@ class FetchSnapshotResponse(Message):
     error_code: int = 0
     topics: list[FetchSnapshotResponseTopicSnapshot] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        topics: list[FetchSnapshotResponseTopicSnapshot] = _NO_LIST,
+        node_endpoints: list[NodeEndpoint] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.topics = [] if topics is _NO_LIST else topics
+        self.node_endpoints = [] if node_endpoints is _NO_LIST else node_endpoints
 
 
 FetchSnapshotResponse.NAME = "FetchSnapshotResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_hi = struct.Struct(">hi")
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class FindCoordinatorRequest(Message):
     """Request FindCoordinatorRequest (API key 10), versions 0-6; flexible from v3.
 
@@ -59,6 +63,11 @@ class FindCoordinatorRequest(Message):
     key_type: int = 0
     coordinator_keys: list[str] = field(default_factory=list)
 
+    def __init__(self, key: str = "", key_type: int = 0, coordinator_keys: list[str] = _NO_LIST) -> None:
+        self.key = key
+        self.key_type = key_type
+        self.coordinator_keys = [] if coordinator_keys is _NO_LIST else coordinator_keys
+
 
 FindCoordinatorRequest.NAME = "FindCoordinatorRequest"
 FindCoordinatorRequest.SPEC_NAME = "FindCoordinatorRequest"
@@ -70,7 +79,7 @@ FindCoordinatorRequest.DEPRECATED_VERSIONS = (0, 0)
 FindCoordinatorRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Coordinator(Struct):
     """Each coordinator result in the response
 
@@ -90,6 +99,22 @@ class Coordinator(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
+    def __init__(
+        self,
+        key: str = "",
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+    ) -> None:
+        self.key = key
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 Coordinator.NAME = "Coordinator"
 Coordinator.SPEC_NAME = "Coordinator"
@@ -98,7 +123,7 @@ Coordinator.MAX_VERSION = 6
 Coordinator.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FindCoordinatorResponse(Message):
     """Response FindCoordinatorResponse (API key 10), versions 0-6; flexible from v3.
 
@@ -132,6 +157,24 @@ class FindCoordinatorResponse(Message):
     host: str = ""
     port: int = 0
     coordinators: list[Coordinator] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        coordinators: list[Coordinator] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.coordinators = [] if coordinators is _NO_LIST else coordinators
 
 
 FindCoordinatorResponse.NAME = "FindCoordinatorResponse"

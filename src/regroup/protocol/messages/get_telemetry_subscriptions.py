@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_16s = struct.Struct(">16s")
 _S_ih16si = struct.Struct(">ih16si")
 _S_iio = struct.Struct(">ii?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class GetTelemetrySubscriptionsRequest(Message):
     """Request GetTelemetrySubscriptionsRequest (API key 71), versions 0-0; flexible from v0.
 
@@ -41,6 +45,9 @@ class GetTelemetrySubscriptionsRequest(Message):
     """
 
     client_instance_id: uuid.UUID = ZERO_UUID
+
+    def __init__(self, client_instance_id: uuid.UUID = ZERO_UUID) -> None:
+        self.client_instance_id = client_instance_id
 
 
 GetTelemetrySubscriptionsRequest.NAME = "GetTelemetrySubscriptionsRequest"
@@ -53,7 +60,7 @@ GetTelemetrySubscriptionsRequest.DEPRECATED_VERSIONS = None
 GetTelemetrySubscriptionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class GetTelemetrySubscriptionsResponse(Message):
     """Response GetTelemetrySubscriptionsResponse (API key 71), versions 0-0; flexible from v0.
 
@@ -85,6 +92,30 @@ class GetTelemetrySubscriptionsResponse(Message):
     telemetry_max_bytes: int = 0
     delta_temporality: bool = False
     requested_metrics: list[str] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        client_instance_id: uuid.UUID = ZERO_UUID,
+        subscription_id: int = 0,
+        accepted_compression_types: list[int] = _NO_LIST,
+        push_interval_ms: int = 0,
+        telemetry_max_bytes: int = 0,
+        delta_temporality: bool = False,
+        requested_metrics: list[str] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.accepted_compression_types = (
+            [] if accepted_compression_types is _NO_LIST else accepted_compression_types
+        )
+        self.push_interval_ms = push_interval_ms
+        self.telemetry_max_bytes = telemetry_max_bytes
+        self.delta_temporality = delta_temporality
+        self.requested_metrics = [] if requested_metrics is _NO_LIST else requested_metrics
 
 
 GetTelemetrySubscriptionsResponse.NAME = "GetTelemetrySubscriptionsResponse"

@@ -31,7 +31,7 @@ _S_hhi = struct.Struct(">hhi")
 _S_i = struct.Struct(">i")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RequestHeader(Message):
     """Header RequestHeader, versions 0-2; flexible from v2.
 
@@ -53,6 +53,18 @@ class RequestHeader(Message):
     correlation_id: int = 0
     client_id: str | None = ""
 
+    def __init__(
+        self,
+        request_api_key: int = 0,
+        request_api_version: int = 0,
+        correlation_id: int = 0,
+        client_id: str | None = "",
+    ) -> None:
+        self.request_api_key = request_api_key
+        self.request_api_version = request_api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+
 
 RequestHeader.NAME = "RequestHeader"
 RequestHeader.SPEC_NAME = "RequestHeader"
@@ -64,7 +76,7 @@ RequestHeader.DEPRECATED_VERSIONS = None
 RequestHeader.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ResponseHeader(Message):
     """Header ResponseHeader, versions 0-1; flexible from v1.
 
@@ -75,6 +87,9 @@ class ResponseHeader(Message):
     """
 
     correlation_id: int = 0
+
+    def __init__(self, correlation_id: int = 0) -> None:
+        self.correlation_id = correlation_id
 
 
 ResponseHeader.NAME = "ResponseHeader"

@@ -32,7 +32,7 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class HeartbeatRequest(Message):
     """Request HeartbeatRequest (API key 12), versions 0-4; flexible from v4.
 
@@ -55,6 +55,18 @@ class HeartbeatRequest(Message):
     member_id: str = ""
     group_instance_id: str | None = None
 
+    def __init__(
+        self,
+        group_id: str = "",
+        generation_id: int = 0,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+
 
 HeartbeatRequest.NAME = "HeartbeatRequest"
 HeartbeatRequest.SPEC_NAME = "HeartbeatRequest"
@@ -66,7 +78,7 @@ HeartbeatRequest.DEPRECATED_VERSIONS = None
 HeartbeatRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class HeartbeatResponse(Message):
     """Response HeartbeatResponse (API key 12), versions 0-4; flexible from v4.
 
@@ -86,6 +98,10 @@ class HeartbeatResponse(Message):
 
     throttle_time_ms: int = 0
     error_code: int = 0
+
+    def __init__(self, throttle_time_ms: int = 0, error_code: int = 0) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
 
 
 HeartbeatResponse.NAME = "HeartbeatResponse"

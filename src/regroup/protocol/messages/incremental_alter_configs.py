@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class AlterableConfig(Struct):
     """The configurations.
 
@@ -47,6 +51,11 @@ class AlterableConfig(Struct):
     config_operation: int = 0
     value: str | None = ""
 
+    def __init__(self, name: str = "", config_operation: int = 0, value: str | None = "") -> None:
+        self.name = name
+        self.config_operation = config_operation
+        self.value = value
+
 
 AlterableConfig.NAME = "AlterableConfig"
 AlterableConfig.SPEC_NAME = "AlterableConfig"
@@ -55,7 +64,7 @@ AlterableConfig.MAX_VERSION = 1
 AlterableConfig.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterConfigsResource(Struct):
     """The incremental updates for each resource.
 
@@ -69,6 +78,13 @@ class AlterConfigsResource(Struct):
     resource_name: str = ""
     configs: list[AlterableConfig] = field(default_factory=list)
 
+    def __init__(
+        self, resource_type: int = 0, resource_name: str = "", configs: list[AlterableConfig] = _NO_LIST
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is _NO_LIST else configs
+
 
 AlterConfigsResource.NAME = "AlterConfigsResource"
 AlterConfigsResource.SPEC_NAME = "AlterConfigsResource"
@@ -77,7 +93,7 @@ AlterConfigsResource.MAX_VERSION = 1
 AlterConfigsResource.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class IncrementalAlterConfigsRequest(Message):
     """Request IncrementalAlterConfigsRequest (API key 44), versions 0-1; flexible from v1.
 
@@ -91,6 +107,10 @@ class IncrementalAlterConfigsRequest(Message):
     resources: list[AlterConfigsResource] = field(default_factory=list)
     validate_only: bool = False
 
+    def __init__(self, resources: list[AlterConfigsResource] = _NO_LIST, validate_only: bool = False) -> None:
+        self.resources = [] if resources is _NO_LIST else resources
+        self.validate_only = validate_only
+
 
 IncrementalAlterConfigsRequest.NAME = "IncrementalAlterConfigsRequest"
 IncrementalAlterConfigsRequest.SPEC_NAME = "IncrementalAlterConfigsRequest"
@@ -102,7 +122,7 @@ IncrementalAlterConfigsRequest.DEPRECATED_VERSIONS = None
 IncrementalAlterConfigsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AlterConfigsResourceResponse(Struct):
     """The responses for each resource.
 
@@ -118,6 +138,18 @@ class AlterConfigsResourceResponse(Struct):
     resource_type: int = 0
     resource_name: str = ""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+
 
 AlterConfigsResourceResponse.NAME = "AlterConfigsResourceResponse"
 AlterConfigsResourceResponse.SPEC_NAME = "AlterConfigsResourceResponse"
@@ -126,7 +158,7 @@ AlterConfigsResourceResponse.MAX_VERSION = 1
 AlterConfigsResourceResponse.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class IncrementalAlterConfigsResponse(Message):
     """Response IncrementalAlterConfigsResponse (API key 44), versions 0-1; flexible from v1.
 
@@ -140,6 +172,12 @@ class IncrementalAlterConfigsResponse(Message):
 
     throttle_time_ms: int = 0
     responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, responses: list[AlterConfigsResourceResponse] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is _NO_LIST else responses
 
 
 IncrementalAlterConfigsResponse.NAME = "IncrementalAlterConfigsResponse"

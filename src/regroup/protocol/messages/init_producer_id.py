@@ -32,7 +32,7 @@ _S_ihqh = struct.Struct(">ihqh")
 _S_iqh = struct.Struct(">iqh")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class InitProducerIdRequest(Message):
     """Request InitProducerIdRequest (API key 22), versions 0-5; flexible from v2.
 
@@ -62,6 +62,18 @@ class InitProducerIdRequest(Message):
     producer_id: int = -1
     producer_epoch: int = -1
 
+    def __init__(
+        self,
+        transactional_id: str | None = "",
+        transaction_timeout_ms: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
 
 InitProducerIdRequest.NAME = "InitProducerIdRequest"
 InitProducerIdRequest.SPEC_NAME = "InitProducerIdRequest"
@@ -73,7 +85,7 @@ InitProducerIdRequest.DEPRECATED_VERSIONS = None
 InitProducerIdRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class InitProducerIdResponse(Message):
     """Response InitProducerIdResponse (API key 22), versions 0-5; flexible from v2.
 
@@ -99,6 +111,14 @@ class InitProducerIdResponse(Message):
     error_code: int = 0
     producer_id: int = -1
     producer_epoch: int = 0
+
+    def __init__(
+        self, throttle_time_ms: int = 0, error_code: int = 0, producer_id: int = -1, producer_epoch: int = 0
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
 
 
 InitProducerIdResponse.NAME = "InitProducerIdResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_ih = struct.Struct(">ih")
 _S_iiq = struct.Struct(">iiq")
 _S_iiqB = struct.Struct(">iiqB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class PartitionData(Struct):
     """The data for the partitions.
 
@@ -48,6 +52,11 @@ class PartitionData(Struct):
     state_epoch: int = 0
     start_offset: int = 0
 
+    def __init__(self, partition: int = 0, state_epoch: int = 0, start_offset: int = 0) -> None:
+        self.partition = partition
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+
 
 PartitionData.NAME = "PartitionData"
 PartitionData.SPEC_NAME = "PartitionData"
@@ -56,7 +65,7 @@ PartitionData.MAX_VERSION = 0
 PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class InitializeStateData(Struct):
     """The data for the topics.
 
@@ -68,6 +77,10 @@ class InitializeStateData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 InitializeStateData.NAME = "InitializeStateData"
 InitializeStateData.SPEC_NAME = "InitializeStateData"
@@ -76,7 +89,7 @@ InitializeStateData.MAX_VERSION = 0
 InitializeStateData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class InitializeShareGroupStateRequest(Message):
     """Request InitializeShareGroupStateRequest (API key 83), versions 0-0; flexible from v0.
 
@@ -87,6 +100,10 @@ class InitializeShareGroupStateRequest(Message):
 
     group_id: str = ""
     topics: list[InitializeStateData] = field(default_factory=list)
+
+    def __init__(self, group_id: str = "", topics: list[InitializeStateData] = _NO_LIST) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 InitializeShareGroupStateRequest.NAME = "InitializeShareGroupStateRequest"
@@ -99,7 +116,7 @@ InitializeShareGroupStateRequest.DEPRECATED_VERSIONS = None
 InitializeShareGroupStateRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PartitionResult(Struct):
     """The results for the partitions.
 
@@ -113,6 +130,11 @@ class PartitionResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
+    def __init__(self, partition: int = 0, error_code: int = 0, error_message: str | None = None) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 PartitionResult.NAME = "PartitionResult"
 PartitionResult.SPEC_NAME = "PartitionResult"
@@ -121,7 +143,7 @@ PartitionResult.MAX_VERSION = 0
 PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class InitializeStateResult(Struct):
     """The initialization results
 
@@ -133,6 +155,10 @@ class InitializeStateResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionResult] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 InitializeStateResult.NAME = "InitializeStateResult"
 InitializeStateResult.SPEC_NAME = "InitializeStateResult"
@@ -141,7 +167,7 @@ InitializeStateResult.MAX_VERSION = 0
 InitializeStateResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class InitializeShareGroupStateResponse(Message):
     """Response InitializeShareGroupStateResponse (API key 83), versions 0-0; flexible from v0.
 
@@ -156,6 +182,9 @@ class InitializeShareGroupStateResponse(Message):
     """
 
     results: list[InitializeStateResult] = field(default_factory=list)
+
+    def __init__(self, results: list[InitializeStateResult] = _NO_LIST) -> None:
+        self.results = [] if results is _NO_LIST else results
 
 
 InitializeShareGroupStateResponse.NAME = "InitializeShareGroupStateResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_ihi = struct.Struct(">ihi")
 _S_ii = struct.Struct(">ii")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class JoinGroupRequestProtocol(Struct):
     """The list of protocols that the member supports.
 
@@ -46,6 +50,10 @@ class JoinGroupRequestProtocol(Struct):
     name: str = ""
     metadata: bytes = b""
 
+    def __init__(self, name: str = "", metadata: bytes = b"") -> None:
+        self.name = name
+        self.metadata = metadata
+
 
 JoinGroupRequestProtocol.NAME = "JoinGroupRequestProtocol"
 JoinGroupRequestProtocol.SPEC_NAME = "JoinGroupRequestProtocol"
@@ -54,7 +62,7 @@ JoinGroupRequestProtocol.MAX_VERSION = 9
 JoinGroupRequestProtocol.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class JoinGroupRequest(Message):
     """Request JoinGroupRequest (API key 11), versions 0-9; flexible from v6.
 
@@ -99,6 +107,26 @@ class JoinGroupRequest(Message):
     protocols: list[JoinGroupRequestProtocol] = field(default_factory=list)
     reason: str | None = None
 
+    def __init__(
+        self,
+        group_id: str = "",
+        session_timeout_ms: int = 0,
+        rebalance_timeout_ms: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        protocol_type: str = "",
+        protocols: list[JoinGroupRequestProtocol] = _NO_LIST,
+        reason: str | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocols = [] if protocols is _NO_LIST else protocols
+        self.reason = reason
+
 
 JoinGroupRequest.NAME = "JoinGroupRequest"
 JoinGroupRequest.SPEC_NAME = "JoinGroupRequest"
@@ -110,7 +138,7 @@ JoinGroupRequest.DEPRECATED_VERSIONS = (0, 1)
 JoinGroupRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class JoinGroupResponseMember(Struct):
     """The JoinGroupResponseMember struct of JoinGroupResponse.
 
@@ -125,6 +153,13 @@ class JoinGroupResponseMember(Struct):
     group_instance_id: str | None = None
     metadata: bytes = b""
 
+    def __init__(
+        self, member_id: str = "", group_instance_id: str | None = None, metadata: bytes = b""
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.metadata = metadata
+
 
 JoinGroupResponseMember.NAME = "JoinGroupResponseMember"
 JoinGroupResponseMember.SPEC_NAME = "JoinGroupResponseMember"
@@ -133,7 +168,7 @@ JoinGroupResponseMember.MAX_VERSION = 9
 JoinGroupResponseMember.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class JoinGroupResponse(Message):
     """Response JoinGroupResponse (API key 11), versions 0-9; flexible from v6.
 
@@ -178,6 +213,28 @@ class JoinGroupResponse(Message):
     skip_assignment: bool = False
     member_id: str = ""
     members: list[JoinGroupResponseMember] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        generation_id: int = -1,
+        protocol_type: str | None = None,
+        protocol_name: str | None = "",
+        leader: str = "",
+        skip_assignment: bool = False,
+        member_id: str = "",
+        members: list[JoinGroupResponseMember] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.generation_id = generation_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.leader = leader
+        self.skip_assignment = skip_assignment
+        self.member_id = member_id
+        self.members = [] if members is _NO_LIST else members
 
 
 JoinGroupResponse.NAME = "JoinGroupResponse"

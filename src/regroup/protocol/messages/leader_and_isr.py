@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -40,8 +41,11 @@ _S_ioiqb = struct.Struct(">i?iqb")
 _S_o = struct.Struct(">?")
 _S_ob = struct.Struct(">?b")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class LeaderAndIsrPartitionState(Struct):
     """The LeaderAndIsrPartitionState struct of LeaderAndIsrRequest.
 
@@ -78,6 +82,34 @@ class LeaderAndIsrPartitionState(Struct):
     is_new: bool = False
     leader_recovery_state: int = 0
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        controller_epoch: int = 0,
+        leader: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] = _NO_LIST,
+        partition_epoch: int = 0,
+        replicas: list[int] = _NO_LIST,
+        adding_replicas: list[int] = _NO_LIST,
+        removing_replicas: list[int] = _NO_LIST,
+        is_new: bool = False,
+        leader_recovery_state: int = 0,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is _NO_LIST else isr
+        self.partition_epoch = partition_epoch
+        self.replicas = [] if replicas is _NO_LIST else replicas
+        self.adding_replicas = [] if adding_replicas is _NO_LIST else adding_replicas
+        self.removing_replicas = [] if removing_replicas is _NO_LIST else removing_replicas
+        self.is_new = is_new
+        self.leader_recovery_state = leader_recovery_state
+
 
 LeaderAndIsrPartitionState.NAME = "LeaderAndIsrPartitionState"
 LeaderAndIsrPartitionState.SPEC_NAME = "LeaderAndIsrPartitionState"
@@ -86,7 +118,7 @@ LeaderAndIsrPartitionState.MAX_VERSION = 7
 LeaderAndIsrPartitionState.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderAndIsrTopicState(Struct):
     """Each topic.
 
@@ -100,6 +132,16 @@ class LeaderAndIsrTopicState(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partition_states: list[LeaderAndIsrPartitionState] = field(default_factory=list)
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition_states: list[LeaderAndIsrPartitionState] = _NO_LIST,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = [] if partition_states is _NO_LIST else partition_states
+
 
 LeaderAndIsrTopicState.NAME = "LeaderAndIsrTopicState"
 LeaderAndIsrTopicState.SPEC_NAME = "LeaderAndIsrTopicState"
@@ -108,7 +150,7 @@ LeaderAndIsrTopicState.MAX_VERSION = 7
 LeaderAndIsrTopicState.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderAndIsrLiveLeader(Struct):
     """The current live leaders.
 
@@ -122,6 +164,11 @@ class LeaderAndIsrLiveLeader(Struct):
     host_name: str = ""
     port: int = 0
 
+    def __init__(self, broker_id: int = 0, host_name: str = "", port: int = 0) -> None:
+        self.broker_id = broker_id
+        self.host_name = host_name
+        self.port = port
+
 
 LeaderAndIsrLiveLeader.NAME = "LeaderAndIsrLiveLeader"
 LeaderAndIsrLiveLeader.SPEC_NAME = "LeaderAndIsrLiveLeader"
@@ -130,7 +177,7 @@ LeaderAndIsrLiveLeader.MAX_VERSION = 7
 LeaderAndIsrLiveLeader.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderAndIsrRequest(Message):
     """Request LeaderAndIsrRequest (API key 4), versions 0-7; flexible from v4.
 
@@ -168,6 +215,28 @@ class LeaderAndIsrRequest(Message):
     topic_states: list[LeaderAndIsrTopicState] = field(default_factory=list)
     live_leaders: list[LeaderAndIsrLiveLeader] = field(default_factory=list)
 
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        type: int = 0,
+        ungrouped_partition_states: list[LeaderAndIsrPartitionState] = _NO_LIST,
+        topic_states: list[LeaderAndIsrTopicState] = _NO_LIST,
+        live_leaders: list[LeaderAndIsrLiveLeader] = _NO_LIST,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.type = type
+        self.ungrouped_partition_states = (
+            [] if ungrouped_partition_states is _NO_LIST else ungrouped_partition_states
+        )
+        self.topic_states = [] if topic_states is _NO_LIST else topic_states
+        self.live_leaders = [] if live_leaders is _NO_LIST else live_leaders
+
 
 LeaderAndIsrRequest.NAME = "LeaderAndIsrRequest"
 LeaderAndIsrRequest.SPEC_NAME = "LeaderAndIsrRequest"
@@ -179,7 +248,7 @@ LeaderAndIsrRequest.DEPRECATED_VERSIONS = None
 LeaderAndIsrRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderAndIsrPartitionError(Struct):
     """The LeaderAndIsrPartitionError struct of LeaderAndIsrResponse.
 
@@ -193,6 +262,11 @@ class LeaderAndIsrPartitionError(Struct):
     partition_index: int = 0
     error_code: int = 0
 
+    def __init__(self, topic_name: str = "", partition_index: int = 0, error_code: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
+
 
 LeaderAndIsrPartitionError.NAME = "LeaderAndIsrPartitionError"
 LeaderAndIsrPartitionError.SPEC_NAME = "LeaderAndIsrPartitionError"
@@ -201,7 +275,7 @@ LeaderAndIsrPartitionError.MAX_VERSION = 7
 LeaderAndIsrPartitionError.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderAndIsrTopicError(Struct):
     """Each topic
 
@@ -213,6 +287,12 @@ class LeaderAndIsrTopicError(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partition_errors: list[LeaderAndIsrPartitionError] = field(default_factory=list)
 
+    def __init__(
+        self, topic_id: uuid.UUID = ZERO_UUID, partition_errors: list[LeaderAndIsrPartitionError] = _NO_LIST
+    ) -> None:
+        self.topic_id = topic_id
+        self.partition_errors = [] if partition_errors is _NO_LIST else partition_errors
+
 
 LeaderAndIsrTopicError.NAME = "LeaderAndIsrTopicError"
 LeaderAndIsrTopicError.SPEC_NAME = "LeaderAndIsrTopicError"
@@ -221,7 +301,7 @@ LeaderAndIsrTopicError.MAX_VERSION = 7
 LeaderAndIsrTopicError.FLEXIBLE_MIN_VERSION = 5
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderAndIsrResponse(Message):
     """Response LeaderAndIsrResponse (API key 4), versions 0-7; flexible from v4.
 
@@ -245,6 +325,16 @@ class LeaderAndIsrResponse(Message):
     error_code: int = 0
     partition_errors: list[LeaderAndIsrPartitionError] = field(default_factory=list)
     topics: list[LeaderAndIsrTopicError] = field(default_factory=list)
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_errors: list[LeaderAndIsrPartitionError] = _NO_LIST,
+        topics: list[LeaderAndIsrTopicError] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_errors = [] if partition_errors is _NO_LIST else partition_errors
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 LeaderAndIsrResponse.NAME = "LeaderAndIsrResponse"

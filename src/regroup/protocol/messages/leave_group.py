@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class MemberIdentity(Struct):
     """List of leaving member identities.
 
@@ -45,6 +49,13 @@ class MemberIdentity(Struct):
     group_instance_id: str | None = None
     reason: str | None = None
 
+    def __init__(
+        self, member_id: str = "", group_instance_id: str | None = None, reason: str | None = None
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.reason = reason
+
 
 MemberIdentity.NAME = "MemberIdentity"
 MemberIdentity.SPEC_NAME = "MemberIdentity"
@@ -53,7 +64,7 @@ MemberIdentity.MAX_VERSION = 5
 MemberIdentity.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaveGroupRequest(Message):
     """Request LeaveGroupRequest (API key 13), versions 0-5; flexible from v4.
 
@@ -75,6 +86,13 @@ class LeaveGroupRequest(Message):
     member_id: str = ""
     members: list[MemberIdentity] = field(default_factory=list)
 
+    def __init__(
+        self, group_id: str = "", member_id: str = "", members: list[MemberIdentity] = _NO_LIST
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.members = [] if members is _NO_LIST else members
+
 
 LeaveGroupRequest.NAME = "LeaveGroupRequest"
 LeaveGroupRequest.SPEC_NAME = "LeaveGroupRequest"
@@ -86,7 +104,7 @@ LeaveGroupRequest.DEPRECATED_VERSIONS = None
 LeaveGroupRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MemberResponse(Struct):
     """List of leaving member responses.
 
@@ -100,6 +118,11 @@ class MemberResponse(Struct):
     group_instance_id: str | None = ""
     error_code: int = 0
 
+    def __init__(self, member_id: str = "", group_instance_id: str | None = "", error_code: int = 0) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.error_code = error_code
+
 
 MemberResponse.NAME = "MemberResponse"
 MemberResponse.SPEC_NAME = "MemberResponse"
@@ -108,7 +131,7 @@ MemberResponse.MAX_VERSION = 5
 MemberResponse.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaveGroupResponse(Message):
     """Response LeaveGroupResponse (API key 13), versions 0-5; flexible from v4.
 
@@ -132,6 +155,13 @@ class LeaveGroupResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     members: list[MemberResponse] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, error_code: int = 0, members: list[MemberResponse] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.members = [] if members is _NO_LIST else members
 
 
 LeaveGroupResponse.NAME = "LeaveGroupResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -29,13 +30,19 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ListClientMetricsResourcesRequest(Message):
     """Request ListClientMetricsResourcesRequest (API key 74), versions 0-0; flexible from v0.
 
     Attributes:
     """
+
+    def __init__(self) -> None:
+        pass
 
 
 ListClientMetricsResourcesRequest.NAME = "ListClientMetricsResourcesRequest"
@@ -48,7 +55,7 @@ ListClientMetricsResourcesRequest.DEPRECATED_VERSIONS = None
 ListClientMetricsResourcesRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ClientMetricsResource(Struct):
     """Each client metrics resource in the response.
 
@@ -58,6 +65,9 @@ class ClientMetricsResource(Struct):
 
     name: str = ""
 
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+
 
 ClientMetricsResource.NAME = "ClientMetricsResource"
 ClientMetricsResource.SPEC_NAME = "ClientMetricsResource"
@@ -66,7 +76,7 @@ ClientMetricsResource.MAX_VERSION = 0
 ClientMetricsResource.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListClientMetricsResourcesResponse(Message):
     """Response ListClientMetricsResourcesResponse (API key 74), versions 0-0; flexible from v0.
 
@@ -80,6 +90,18 @@ class ListClientMetricsResourcesResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     client_metrics_resources: list[ClientMetricsResource] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        client_metrics_resources: list[ClientMetricsResource] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_metrics_resources = (
+            [] if client_metrics_resources is _NO_LIST else client_metrics_resources
+        )
 
 
 ListClientMetricsResourcesResponse.NAME = "ListClientMetricsResourcesResponse"

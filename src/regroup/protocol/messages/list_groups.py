@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ListGroupsRequest(Message):
     """Request ListGroupsRequest (API key 16), versions 0-5; flexible from v3.
 
@@ -53,6 +57,10 @@ class ListGroupsRequest(Message):
     states_filter: list[str] = field(default_factory=list)
     types_filter: list[str] = field(default_factory=list)
 
+    def __init__(self, states_filter: list[str] = _NO_LIST, types_filter: list[str] = _NO_LIST) -> None:
+        self.states_filter = [] if states_filter is _NO_LIST else states_filter
+        self.types_filter = [] if types_filter is _NO_LIST else types_filter
+
 
 ListGroupsRequest.NAME = "ListGroupsRequest"
 ListGroupsRequest.SPEC_NAME = "ListGroupsRequest"
@@ -64,7 +72,7 @@ ListGroupsRequest.DEPRECATED_VERSIONS = None
 ListGroupsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListedGroup(Struct):
     """Each group in the response.
 
@@ -80,6 +88,14 @@ class ListedGroup(Struct):
     group_state: str = ""
     group_type: str = ""
 
+    def __init__(
+        self, group_id: str = "", protocol_type: str = "", group_state: str = "", group_type: str = ""
+    ) -> None:
+        self.group_id = group_id
+        self.protocol_type = protocol_type
+        self.group_state = group_state
+        self.group_type = group_type
+
 
 ListedGroup.NAME = "ListedGroup"
 ListedGroup.SPEC_NAME = "ListedGroup"
@@ -88,7 +104,7 @@ ListedGroup.MAX_VERSION = 5
 ListedGroup.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListGroupsResponse(Message):
     """Response ListGroupsResponse (API key 16), versions 0-5; flexible from v3.
 
@@ -113,6 +129,13 @@ class ListGroupsResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     groups: list[ListedGroup] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, error_code: int = 0, groups: list[ListedGroup] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.groups = [] if groups is _NO_LIST else groups
 
 
 ListGroupsResponse.NAME = "ListGroupsResponse"

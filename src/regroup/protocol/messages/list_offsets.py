@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -36,8 +37,11 @@ _S_iiq = struct.Struct(">iiq")
 _S_iq = struct.Struct(">iq")
 _S_iqi = struct.Struct(">iqi")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ListOffsetsPartition(Struct):
     """Each partition in the request.
 
@@ -53,6 +57,18 @@ class ListOffsetsPartition(Struct):
     timestamp: int = 0
     max_num_offsets: int = 1
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        current_leader_epoch: int = -1,
+        timestamp: int = 0,
+        max_num_offsets: int = 1,
+    ) -> None:
+        self.partition_index = partition_index
+        self.current_leader_epoch = current_leader_epoch
+        self.timestamp = timestamp
+        self.max_num_offsets = max_num_offsets
+
 
 ListOffsetsPartition.NAME = "ListOffsetsPartition"
 ListOffsetsPartition.SPEC_NAME = "ListOffsetsPartition"
@@ -61,7 +77,7 @@ ListOffsetsPartition.MAX_VERSION = 10
 ListOffsetsPartition.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListOffsetsTopic(Struct):
     """Each topic in the request.
 
@@ -73,6 +89,10 @@ class ListOffsetsTopic(Struct):
     name: str = ""
     partitions: list[ListOffsetsPartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[ListOffsetsPartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ListOffsetsTopic.NAME = "ListOffsetsTopic"
 ListOffsetsTopic.SPEC_NAME = "ListOffsetsTopic"
@@ -81,7 +101,7 @@ ListOffsetsTopic.MAX_VERSION = 10
 ListOffsetsTopic.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListOffsetsRequest(Message):
     """Request ListOffsetsRequest (API key 2), versions 0-10; flexible from v6.
 
@@ -125,6 +145,18 @@ class ListOffsetsRequest(Message):
     topics: list[ListOffsetsTopic] = field(default_factory=list)
     timeout_ms: int = 0
 
+    def __init__(
+        self,
+        replica_id: int = 0,
+        isolation_level: int = 0,
+        topics: list[ListOffsetsTopic] = _NO_LIST,
+        timeout_ms: int = 0,
+    ) -> None:
+        self.replica_id = replica_id
+        self.isolation_level = isolation_level
+        self.topics = [] if topics is _NO_LIST else topics
+        self.timeout_ms = timeout_ms
+
 
 ListOffsetsRequest.NAME = "ListOffsetsRequest"
 ListOffsetsRequest.SPEC_NAME = "ListOffsetsRequest"
@@ -136,7 +168,7 @@ ListOffsetsRequest.DEPRECATED_VERSIONS = (0, 0)
 ListOffsetsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListOffsetsPartitionResponse(Struct):
     """Each partition in the response.
 
@@ -156,6 +188,22 @@ class ListOffsetsPartitionResponse(Struct):
     offset: int = -1
     leader_epoch: int = -1
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        old_style_offsets: list[int] = _NO_LIST,
+        timestamp: int = -1,
+        offset: int = -1,
+        leader_epoch: int = -1,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.old_style_offsets = [] if old_style_offsets is _NO_LIST else old_style_offsets
+        self.timestamp = timestamp
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+
 
 ListOffsetsPartitionResponse.NAME = "ListOffsetsPartitionResponse"
 ListOffsetsPartitionResponse.SPEC_NAME = "ListOffsetsPartitionResponse"
@@ -164,7 +212,7 @@ ListOffsetsPartitionResponse.MAX_VERSION = 10
 ListOffsetsPartitionResponse.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListOffsetsTopicResponse(Struct):
     """Each topic in the response.
 
@@ -176,6 +224,10 @@ class ListOffsetsTopicResponse(Struct):
     name: str = ""
     partitions: list[ListOffsetsPartitionResponse] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[ListOffsetsPartitionResponse] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ListOffsetsTopicResponse.NAME = "ListOffsetsTopicResponse"
 ListOffsetsTopicResponse.SPEC_NAME = "ListOffsetsTopicResponse"
@@ -184,7 +236,7 @@ ListOffsetsTopicResponse.MAX_VERSION = 10
 ListOffsetsTopicResponse.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListOffsetsResponse(Message):
     """Response ListOffsetsResponse (API key 2), versions 0-10; flexible from v6.
 
@@ -218,6 +270,10 @@ class ListOffsetsResponse(Message):
 
     throttle_time_ms: int = 0
     topics: list[ListOffsetsTopicResponse] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, topics: list[ListOffsetsTopicResponse] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 ListOffsetsResponse.NAME = "ListOffsetsResponse"

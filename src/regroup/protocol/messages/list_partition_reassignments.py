@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ListPartitionReassignmentsTopics(Struct):
     """The topics to list partition reassignments for, or null to list everything.
 
@@ -43,6 +47,10 @@ class ListPartitionReassignmentsTopics(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partition_indexes: list[int] = _NO_LIST) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is _NO_LIST else partition_indexes
+
 
 ListPartitionReassignmentsTopics.NAME = "ListPartitionReassignmentsTopics"
 ListPartitionReassignmentsTopics.SPEC_NAME = "ListPartitionReassignmentsTopics"
@@ -51,7 +59,7 @@ ListPartitionReassignmentsTopics.MAX_VERSION = 0
 ListPartitionReassignmentsTopics.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListPartitionReassignmentsRequest(Message):
     """Request ListPartitionReassignmentsRequest (API key 46), versions 0-0; flexible from v0.
 
@@ -62,6 +70,12 @@ class ListPartitionReassignmentsRequest(Message):
 
     timeout_ms: int = 60000
     topics: list[ListPartitionReassignmentsTopics] | None = None
+
+    def __init__(
+        self, timeout_ms: int = 60000, topics: list[ListPartitionReassignmentsTopics] | None = None
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = topics
 
 
 ListPartitionReassignmentsRequest.NAME = "ListPartitionReassignmentsRequest"
@@ -74,7 +88,7 @@ ListPartitionReassignmentsRequest.DEPRECATED_VERSIONS = None
 ListPartitionReassignmentsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OngoingPartitionReassignment(Struct):
     """The ongoing reassignments for each partition.
 
@@ -90,6 +104,18 @@ class OngoingPartitionReassignment(Struct):
     adding_replicas: list[int] = field(default_factory=list)
     removing_replicas: list[int] = field(default_factory=list)
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        replicas: list[int] = _NO_LIST,
+        adding_replicas: list[int] = _NO_LIST,
+        removing_replicas: list[int] = _NO_LIST,
+    ) -> None:
+        self.partition_index = partition_index
+        self.replicas = [] if replicas is _NO_LIST else replicas
+        self.adding_replicas = [] if adding_replicas is _NO_LIST else adding_replicas
+        self.removing_replicas = [] if removing_replicas is _NO_LIST else removing_replicas
+
 
 OngoingPartitionReassignment.NAME = "OngoingPartitionReassignment"
 OngoingPartitionReassignment.SPEC_NAME = "OngoingPartitionReassignment"
@@ -98,7 +124,7 @@ OngoingPartitionReassignment.MAX_VERSION = 0
 OngoingPartitionReassignment.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OngoingTopicReassignment(Struct):
     """The ongoing reassignments for each topic.
 
@@ -110,6 +136,10 @@ class OngoingTopicReassignment(Struct):
     name: str = ""
     partitions: list[OngoingPartitionReassignment] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[OngoingPartitionReassignment] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 OngoingTopicReassignment.NAME = "OngoingTopicReassignment"
 OngoingTopicReassignment.SPEC_NAME = "OngoingTopicReassignment"
@@ -118,7 +148,7 @@ OngoingTopicReassignment.MAX_VERSION = 0
 OngoingTopicReassignment.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListPartitionReassignmentsResponse(Message):
     """Response ListPartitionReassignmentsResponse (API key 46), versions 0-0; flexible from v0.
 
@@ -134,6 +164,18 @@ class ListPartitionReassignmentsResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
     topics: list[OngoingTopicReassignment] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        topics: list[OngoingTopicReassignment] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 ListPartitionReassignmentsResponse.NAME = "ListPartitionReassignmentsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_ih = struct.Struct(">ih")
 _S_q = struct.Struct(">q")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ListTransactionsRequest(Message):
     """Request ListTransactionsRequest (API key 66), versions 0-1; flexible from v0.
 
@@ -51,6 +55,16 @@ class ListTransactionsRequest(Message):
     producer_id_filters: list[int] = field(default_factory=list)
     duration_filter: int = -1
 
+    def __init__(
+        self,
+        state_filters: list[str] = _NO_LIST,
+        producer_id_filters: list[int] = _NO_LIST,
+        duration_filter: int = -1,
+    ) -> None:
+        self.state_filters = [] if state_filters is _NO_LIST else state_filters
+        self.producer_id_filters = [] if producer_id_filters is _NO_LIST else producer_id_filters
+        self.duration_filter = duration_filter
+
 
 ListTransactionsRequest.NAME = "ListTransactionsRequest"
 ListTransactionsRequest.SPEC_NAME = "ListTransactionsRequest"
@@ -62,7 +76,7 @@ ListTransactionsRequest.DEPRECATED_VERSIONS = None
 ListTransactionsRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TransactionState(Struct):
     """The TransactionState struct of ListTransactionsResponse.
 
@@ -76,6 +90,11 @@ class TransactionState(Struct):
     producer_id: int = 0
     transaction_state: str = ""
 
+    def __init__(self, transactional_id: str = "", producer_id: int = 0, transaction_state: str = "") -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.transaction_state = transaction_state
+
 
 TransactionState.NAME = "TransactionState"
 TransactionState.SPEC_NAME = "TransactionState"
@@ -84,7 +103,7 @@ TransactionState.MAX_VERSION = 1
 TransactionState.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ListTransactionsResponse(Message):
     """Response ListTransactionsResponse (API key 66), versions 0-1; flexible from v0.
 
@@ -103,6 +122,18 @@ class ListTransactionsResponse(Message):
     error_code: int = 0
     unknown_state_filters: list[str] = field(default_factory=list)
     transaction_states: list[TransactionState] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        unknown_state_filters: list[str] = _NO_LIST,
+        transaction_states: list[TransactionState] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_state_filters = [] if unknown_state_filters is _NO_LIST else unknown_state_filters
+        self.transaction_states = [] if transaction_states is _NO_LIST else transaction_states
 
 
 ListTransactionsResponse.NAME = "ListTransactionsResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -37,8 +38,11 @@ _S_o = struct.Struct(">?")
 _S_oo = struct.Struct(">??")
 _S_ooo = struct.Struct(">???")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class MetadataRequestTopic(Struct):
     """The topics to fetch metadata for.
 
@@ -50,6 +54,10 @@ class MetadataRequestTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     name: str | None = ""
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, name: str | None = "") -> None:
+        self.topic_id = topic_id
+        self.name = name
+
 
 MetadataRequestTopic.NAME = "MetadataRequestTopic"
 MetadataRequestTopic.SPEC_NAME = "MetadataRequestTopic"
@@ -58,7 +66,7 @@ MetadataRequestTopic.MAX_VERSION = 12
 MetadataRequestTopic.FLEXIBLE_MIN_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MetadataRequest(Message):
     """Request MetadataRequest (API key 3), versions 0-12; flexible from v9.
 
@@ -75,6 +83,18 @@ class MetadataRequest(Message):
     include_cluster_authorized_operations: bool = False
     include_topic_authorized_operations: bool = False
 
+    def __init__(
+        self,
+        topics: list[MetadataRequestTopic] | None = _NO_LIST,
+        allow_auto_topic_creation: bool = True,
+        include_cluster_authorized_operations: bool = False,
+        include_topic_authorized_operations: bool = False,
+    ) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.include_topic_authorized_operations = include_topic_authorized_operations
+
 
 MetadataRequest.NAME = "MetadataRequest"
 MetadataRequest.SPEC_NAME = "MetadataRequest"
@@ -86,7 +106,7 @@ MetadataRequest.DEPRECATED_VERSIONS = (0, 3)
 MetadataRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MetadataResponseBroker(Struct):
     """A list of brokers present in the cluster.
 
@@ -102,6 +122,12 @@ class MetadataResponseBroker(Struct):
     port: int = 0
     rack: str | None = None
 
+    def __init__(self, node_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
 
 MetadataResponseBroker.NAME = "MetadataResponseBroker"
 MetadataResponseBroker.SPEC_NAME = "MetadataResponseBroker"
@@ -110,7 +136,7 @@ MetadataResponseBroker.MAX_VERSION = 12
 MetadataResponseBroker.FLEXIBLE_MIN_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MetadataResponsePartition(Struct):
     """Each partition in the topic.
 
@@ -132,6 +158,24 @@ class MetadataResponsePartition(Struct):
     isr_nodes: list[int] = field(default_factory=list)
     offline_replicas: list[int] = field(default_factory=list)
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = -1,
+        replica_nodes: list[int] = _NO_LIST,
+        isr_nodes: list[int] = _NO_LIST,
+        offline_replicas: list[int] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = [] if replica_nodes is _NO_LIST else replica_nodes
+        self.isr_nodes = [] if isr_nodes is _NO_LIST else isr_nodes
+        self.offline_replicas = [] if offline_replicas is _NO_LIST else offline_replicas
+
 
 MetadataResponsePartition.NAME = "MetadataResponsePartition"
 MetadataResponsePartition.SPEC_NAME = "MetadataResponsePartition"
@@ -140,7 +184,7 @@ MetadataResponsePartition.MAX_VERSION = 12
 MetadataResponsePartition.FLEXIBLE_MIN_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MetadataResponseTopic(Struct):
     """Each topic in the response.
 
@@ -163,6 +207,22 @@ class MetadataResponseTopic(Struct):
     partitions: list[MetadataResponsePartition] = field(default_factory=list)
     topic_authorized_operations: int = -2147483648
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        name: str | None = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        is_internal: bool = False,
+        partitions: list[MetadataResponsePartition] = _NO_LIST,
+        topic_authorized_operations: int = -2147483648,
+    ) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = [] if partitions is _NO_LIST else partitions
+        self.topic_authorized_operations = topic_authorized_operations
+
 
 MetadataResponseTopic.NAME = "MetadataResponseTopic"
 MetadataResponseTopic.SPEC_NAME = "MetadataResponseTopic"
@@ -171,7 +231,7 @@ MetadataResponseTopic.MAX_VERSION = 12
 MetadataResponseTopic.FLEXIBLE_MIN_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MetadataResponse(Message):
     """Response MetadataResponse (API key 3), versions 0-12; flexible from v9.
 
@@ -218,6 +278,22 @@ class MetadataResponse(Message):
     controller_id: int = -1
     topics: list[MetadataResponseTopic] = field(default_factory=list)
     cluster_authorized_operations: int = -2147483648
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        brokers: list[MetadataResponseBroker] = _NO_LIST,
+        cluster_id: str | None = None,
+        controller_id: int = -1,
+        topics: list[MetadataResponseTopic] = _NO_LIST,
+        cluster_authorized_operations: int = -2147483648,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.brokers = [] if brokers is _NO_LIST else brokers
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.topics = [] if topics is _NO_LIST else topics
+        self.cluster_authorized_operations = cluster_authorized_operations
 
 
 MetadataResponse.NAME = "MetadataResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_iqi = struct.Struct(">iqi")
 _S_iqq = struct.Struct(">iqq")
 _S_q = struct.Struct(">q")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class OffsetCommitRequestPartition(Struct):
     """Each partition to commit offsets for.
 
@@ -54,6 +58,20 @@ class OffsetCommitRequestPartition(Struct):
     commit_timestamp: int = -1
     committed_metadata: str | None = ""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        commit_timestamp: int = -1,
+        committed_metadata: str | None = "",
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.commit_timestamp = commit_timestamp
+        self.committed_metadata = committed_metadata
+
 
 OffsetCommitRequestPartition.NAME = "OffsetCommitRequestPartition"
 OffsetCommitRequestPartition.SPEC_NAME = "OffsetCommitRequestPartition"
@@ -62,7 +80,7 @@ OffsetCommitRequestPartition.MAX_VERSION = 9
 OffsetCommitRequestPartition.FLEXIBLE_MIN_VERSION = 8
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetCommitRequestTopic(Struct):
     """The topics to commit offsets for.
 
@@ -74,6 +92,10 @@ class OffsetCommitRequestTopic(Struct):
     name: str = ""
     partitions: list[OffsetCommitRequestPartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[OffsetCommitRequestPartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 OffsetCommitRequestTopic.NAME = "OffsetCommitRequestTopic"
 OffsetCommitRequestTopic.SPEC_NAME = "OffsetCommitRequestTopic"
@@ -82,7 +104,7 @@ OffsetCommitRequestTopic.MAX_VERSION = 9
 OffsetCommitRequestTopic.FLEXIBLE_MIN_VERSION = 8
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetCommitRequest(Message):
     """Request OffsetCommitRequest (API key 8), versions 0-9; flexible from v8.
 
@@ -121,6 +143,22 @@ class OffsetCommitRequest(Message):
     retention_time_ms: int = -1
     topics: list[OffsetCommitRequestTopic] = field(default_factory=list)
 
+    def __init__(
+        self,
+        group_id: str = "",
+        generation_id_or_member_epoch: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        retention_time_ms: int = -1,
+        topics: list[OffsetCommitRequestTopic] = _NO_LIST,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id_or_member_epoch = generation_id_or_member_epoch
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.retention_time_ms = retention_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 OffsetCommitRequest.NAME = "OffsetCommitRequest"
 OffsetCommitRequest.SPEC_NAME = "OffsetCommitRequest"
@@ -132,7 +170,7 @@ OffsetCommitRequest.DEPRECATED_VERSIONS = (0, 1)
 OffsetCommitRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetCommitResponsePartition(Struct):
     """The responses for each partition in the topic.
 
@@ -144,6 +182,10 @@ class OffsetCommitResponsePartition(Struct):
     partition_index: int = 0
     error_code: int = 0
 
+    def __init__(self, partition_index: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+
 
 OffsetCommitResponsePartition.NAME = "OffsetCommitResponsePartition"
 OffsetCommitResponsePartition.SPEC_NAME = "OffsetCommitResponsePartition"
@@ -152,7 +194,7 @@ OffsetCommitResponsePartition.MAX_VERSION = 9
 OffsetCommitResponsePartition.FLEXIBLE_MIN_VERSION = 8
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetCommitResponseTopic(Struct):
     """The responses for each topic.
 
@@ -164,6 +206,10 @@ class OffsetCommitResponseTopic(Struct):
     name: str = ""
     partitions: list[OffsetCommitResponsePartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[OffsetCommitResponsePartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 OffsetCommitResponseTopic.NAME = "OffsetCommitResponseTopic"
 OffsetCommitResponseTopic.SPEC_NAME = "OffsetCommitResponseTopic"
@@ -172,7 +218,7 @@ OffsetCommitResponseTopic.MAX_VERSION = 9
 OffsetCommitResponseTopic.FLEXIBLE_MIN_VERSION = 8
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetCommitResponse(Message):
     """Response OffsetCommitResponse (API key 8), versions 0-9; flexible from v8.
 
@@ -211,6 +257,10 @@ class OffsetCommitResponse(Message):
 
     throttle_time_ms: int = 0
     topics: list[OffsetCommitResponseTopic] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, topics: list[OffsetCommitResponseTopic] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 OffsetCommitResponse.NAME = "OffsetCommitResponse"

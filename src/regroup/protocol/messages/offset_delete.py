@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_hi = struct.Struct(">hi")
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class OffsetDeleteRequestPartition(Struct):
     """Each partition to delete offsets for.
 
@@ -42,6 +46,9 @@ class OffsetDeleteRequestPartition(Struct):
 
     partition_index: int = 0
 
+    def __init__(self, partition_index: int = 0) -> None:
+        self.partition_index = partition_index
+
 
 OffsetDeleteRequestPartition.NAME = "OffsetDeleteRequestPartition"
 OffsetDeleteRequestPartition.SPEC_NAME = "OffsetDeleteRequestPartition"
@@ -50,7 +57,7 @@ OffsetDeleteRequestPartition.MAX_VERSION = 0
 OffsetDeleteRequestPartition.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetDeleteRequestTopic(Struct):
     """The topics to delete offsets for
 
@@ -62,6 +69,10 @@ class OffsetDeleteRequestTopic(Struct):
     name: str = ""
     partitions: list[OffsetDeleteRequestPartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[OffsetDeleteRequestPartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 OffsetDeleteRequestTopic.NAME = "OffsetDeleteRequestTopic"
 OffsetDeleteRequestTopic.SPEC_NAME = "OffsetDeleteRequestTopic"
@@ -70,7 +81,7 @@ OffsetDeleteRequestTopic.MAX_VERSION = 0
 OffsetDeleteRequestTopic.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetDeleteRequest(Message):
     """Request OffsetDeleteRequest (API key 47), versions 0-0.
 
@@ -81,6 +92,10 @@ class OffsetDeleteRequest(Message):
 
     group_id: str = ""
     topics: list[OffsetDeleteRequestTopic] = field(default_factory=list)
+
+    def __init__(self, group_id: str = "", topics: list[OffsetDeleteRequestTopic] = _NO_LIST) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 OffsetDeleteRequest.NAME = "OffsetDeleteRequest"
@@ -93,7 +108,7 @@ OffsetDeleteRequest.DEPRECATED_VERSIONS = None
 OffsetDeleteRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetDeleteResponsePartition(Struct):
     """The responses for each partition in the topic.
 
@@ -105,6 +120,10 @@ class OffsetDeleteResponsePartition(Struct):
     partition_index: int = 0
     error_code: int = 0
 
+    def __init__(self, partition_index: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+
 
 OffsetDeleteResponsePartition.NAME = "OffsetDeleteResponsePartition"
 OffsetDeleteResponsePartition.SPEC_NAME = "OffsetDeleteResponsePartition"
@@ -113,7 +132,7 @@ OffsetDeleteResponsePartition.MAX_VERSION = 0
 OffsetDeleteResponsePartition.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetDeleteResponseTopic(Struct):
     """The responses for each topic.
 
@@ -125,6 +144,10 @@ class OffsetDeleteResponseTopic(Struct):
     name: str = ""
     partitions: list[OffsetDeleteResponsePartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[OffsetDeleteResponsePartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 OffsetDeleteResponseTopic.NAME = "OffsetDeleteResponseTopic"
 OffsetDeleteResponseTopic.SPEC_NAME = "OffsetDeleteResponseTopic"
@@ -133,7 +156,7 @@ OffsetDeleteResponseTopic.MAX_VERSION = 0
 OffsetDeleteResponseTopic.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetDeleteResponse(Message):
     """Response OffsetDeleteResponse (API key 47), versions 0-0.
 
@@ -147,6 +170,16 @@ class OffsetDeleteResponse(Message):
     error_code: int = 0
     throttle_time_ms: int = 0
     topics: list[OffsetDeleteResponseTopic] = field(default_factory=list)
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetDeleteResponseTopic] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 OffsetDeleteResponse.NAME = "OffsetDeleteResponse"

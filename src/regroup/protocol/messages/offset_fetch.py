@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_iq = struct.Struct(">iq")
 _S_iqi = struct.Struct(">iqi")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class OffsetFetchRequestTopic(Struct):
     """Each topic we would like to fetch offsets for, or null to fetch offsets for all topics.
 
@@ -46,6 +50,10 @@ class OffsetFetchRequestTopic(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partition_indexes: list[int] = _NO_LIST) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is _NO_LIST else partition_indexes
+
 
 OffsetFetchRequestTopic.NAME = "OffsetFetchRequestTopic"
 OffsetFetchRequestTopic.SPEC_NAME = "OffsetFetchRequestTopic"
@@ -54,7 +62,7 @@ OffsetFetchRequestTopic.MAX_VERSION = 7
 OffsetFetchRequestTopic.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetFetchRequestTopics(Struct):
     """Each topic we would like to fetch offsets for, or null to fetch offsets for all topics.
 
@@ -66,6 +74,10 @@ class OffsetFetchRequestTopics(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partition_indexes: list[int] = _NO_LIST) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is _NO_LIST else partition_indexes
+
 
 OffsetFetchRequestTopics.NAME = "OffsetFetchRequestTopics"
 OffsetFetchRequestTopics.SPEC_NAME = "OffsetFetchRequestTopics"
@@ -74,7 +86,7 @@ OffsetFetchRequestTopics.MAX_VERSION = 9
 OffsetFetchRequestTopics.FLEXIBLE_MIN_VERSION = 8
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetFetchRequestGroup(Struct):
     """Each group we would like to fetch offsets for
 
@@ -92,6 +104,18 @@ class OffsetFetchRequestGroup(Struct):
     member_epoch: int = -1
     topics: list[OffsetFetchRequestTopics] | None = field(default_factory=list)
 
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str | None = None,
+        member_epoch: int = -1,
+        topics: list[OffsetFetchRequestTopics] | None = _NO_LIST,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 OffsetFetchRequestGroup.NAME = "OffsetFetchRequestGroup"
 OffsetFetchRequestGroup.SPEC_NAME = "OffsetFetchRequestGroup"
@@ -100,7 +124,7 @@ OffsetFetchRequestGroup.MAX_VERSION = 9
 OffsetFetchRequestGroup.FLEXIBLE_MIN_VERSION = 8
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetFetchRequest(Message):
     """Request OffsetFetchRequest (API key 9), versions 0-9; flexible from v6.
 
@@ -137,6 +161,18 @@ class OffsetFetchRequest(Message):
     groups: list[OffsetFetchRequestGroup] = field(default_factory=list)
     require_stable: bool = False
 
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[OffsetFetchRequestTopic] | None = _NO_LIST,
+        groups: list[OffsetFetchRequestGroup] = _NO_LIST,
+        require_stable: bool = False,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _NO_LIST else topics
+        self.groups = [] if groups is _NO_LIST else groups
+        self.require_stable = require_stable
+
 
 OffsetFetchRequest.NAME = "OffsetFetchRequest"
 OffsetFetchRequest.SPEC_NAME = "OffsetFetchRequest"
@@ -148,7 +184,7 @@ OffsetFetchRequest.DEPRECATED_VERSIONS = (0, 0)
 OffsetFetchRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetFetchResponsePartition(Struct):
     """The responses per partition
 
@@ -166,6 +202,20 @@ class OffsetFetchResponsePartition(Struct):
     metadata: str | None = ""
     error_code: int = 0
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        metadata: str | None = "",
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
+
 
 OffsetFetchResponsePartition.NAME = "OffsetFetchResponsePartition"
 OffsetFetchResponsePartition.SPEC_NAME = "OffsetFetchResponsePartition"
@@ -174,7 +224,7 @@ OffsetFetchResponsePartition.MAX_VERSION = 7
 OffsetFetchResponsePartition.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetFetchResponseTopic(Struct):
     """The responses per topic.
 
@@ -186,6 +236,10 @@ class OffsetFetchResponseTopic(Struct):
     name: str = ""
     partitions: list[OffsetFetchResponsePartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[OffsetFetchResponsePartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 OffsetFetchResponseTopic.NAME = "OffsetFetchResponseTopic"
 OffsetFetchResponseTopic.SPEC_NAME = "OffsetFetchResponseTopic"
@@ -194,7 +248,7 @@ OffsetFetchResponseTopic.MAX_VERSION = 7
 OffsetFetchResponseTopic.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetFetchResponsePartitions(Struct):
     """The responses per partition
 
@@ -212,6 +266,20 @@ class OffsetFetchResponsePartitions(Struct):
     metadata: str | None = ""
     error_code: int = 0
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        metadata: str | None = "",
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
+
 
 OffsetFetchResponsePartitions.NAME = "OffsetFetchResponsePartitions"
 OffsetFetchResponsePartitions.SPEC_NAME = "OffsetFetchResponsePartitions"
@@ -220,7 +288,7 @@ OffsetFetchResponsePartitions.MAX_VERSION = 9
 OffsetFetchResponsePartitions.FLEXIBLE_MIN_VERSION = 8
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetFetchResponseTopics(Struct):
     """The responses per topic.
 
@@ -232,6 +300,10 @@ class OffsetFetchResponseTopics(Struct):
     name: str = ""
     partitions: list[OffsetFetchResponsePartitions] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[OffsetFetchResponsePartitions] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 OffsetFetchResponseTopics.NAME = "OffsetFetchResponseTopics"
 OffsetFetchResponseTopics.SPEC_NAME = "OffsetFetchResponseTopics"
@@ -240,7 +312,7 @@ OffsetFetchResponseTopics.MAX_VERSION = 9
 OffsetFetchResponseTopics.FLEXIBLE_MIN_VERSION = 8
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetFetchResponseGroup(Struct):
     """The responses per group id.
 
@@ -254,6 +326,13 @@ class OffsetFetchResponseGroup(Struct):
     topics: list[OffsetFetchResponseTopics] = field(default_factory=list)
     error_code: int = 0
 
+    def __init__(
+        self, group_id: str = "", topics: list[OffsetFetchResponseTopics] = _NO_LIST, error_code: int = 0
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _NO_LIST else topics
+        self.error_code = error_code
+
 
 OffsetFetchResponseGroup.NAME = "OffsetFetchResponseGroup"
 OffsetFetchResponseGroup.SPEC_NAME = "OffsetFetchResponseGroup"
@@ -262,7 +341,7 @@ OffsetFetchResponseGroup.MAX_VERSION = 9
 OffsetFetchResponseGroup.FLEXIBLE_MIN_VERSION = 8
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetFetchResponse(Message):
     """Response OffsetFetchResponse (API key 9), versions 0-9; flexible from v6.
 
@@ -307,6 +386,18 @@ class OffsetFetchResponse(Message):
     topics: list[OffsetFetchResponseTopic] = field(default_factory=list)
     error_code: int = 0
     groups: list[OffsetFetchResponseGroup] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetFetchResponseTopic] = _NO_LIST,
+        error_code: int = 0,
+        groups: list[OffsetFetchResponseGroup] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
+        self.error_code = error_code
+        self.groups = [] if groups is _NO_LIST else groups
 
 
 OffsetFetchResponse.NAME = "OffsetFetchResponse"

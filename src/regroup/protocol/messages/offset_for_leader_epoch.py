@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_ii = struct.Struct(">ii")
 _S_iii = struct.Struct(">iii")
 _S_iiiB = struct.Struct(">iiiB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class OffsetForLeaderPartition(Struct):
     """Each partition to get offsets for.
 
@@ -53,6 +57,11 @@ class OffsetForLeaderPartition(Struct):
     current_leader_epoch: int = -1
     leader_epoch: int = 0
 
+    def __init__(self, partition: int = 0, current_leader_epoch: int = -1, leader_epoch: int = 0) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.leader_epoch = leader_epoch
+
 
 OffsetForLeaderPartition.NAME = "OffsetForLeaderPartition"
 OffsetForLeaderPartition.SPEC_NAME = "OffsetForLeaderPartition"
@@ -61,7 +70,7 @@ OffsetForLeaderPartition.MAX_VERSION = 4
 OffsetForLeaderPartition.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetForLeaderTopic(Struct):
     """Each topic to get offsets for.
 
@@ -73,6 +82,10 @@ class OffsetForLeaderTopic(Struct):
     topic: str = ""
     partitions: list[OffsetForLeaderPartition] = field(default_factory=list)
 
+    def __init__(self, topic: str = "", partitions: list[OffsetForLeaderPartition] = _NO_LIST) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 OffsetForLeaderTopic.NAME = "OffsetForLeaderTopic"
 OffsetForLeaderTopic.SPEC_NAME = "OffsetForLeaderTopic"
@@ -81,7 +94,7 @@ OffsetForLeaderTopic.MAX_VERSION = 4
 OffsetForLeaderTopic.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetForLeaderEpochRequest(Message):
     """Request OffsetForLeaderEpochRequest (API key 23), versions 0-4; flexible from v4.
 
@@ -103,6 +116,10 @@ class OffsetForLeaderEpochRequest(Message):
     replica_id: int = -2
     topics: list[OffsetForLeaderTopic] = field(default_factory=list)
 
+    def __init__(self, replica_id: int = -2, topics: list[OffsetForLeaderTopic] = _NO_LIST) -> None:
+        self.replica_id = replica_id
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 OffsetForLeaderEpochRequest.NAME = "OffsetForLeaderEpochRequest"
 OffsetForLeaderEpochRequest.SPEC_NAME = "OffsetForLeaderEpochRequest"
@@ -114,7 +131,7 @@ OffsetForLeaderEpochRequest.DEPRECATED_VERSIONS = (0, 1)
 OffsetForLeaderEpochRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EpochEndOffset(Struct):
     """Each partition in the topic we fetched offsets for.
 
@@ -130,6 +147,14 @@ class EpochEndOffset(Struct):
     leader_epoch: int = -1
     end_offset: int = -1
 
+    def __init__(
+        self, error_code: int = 0, partition: int = 0, leader_epoch: int = -1, end_offset: int = -1
+    ) -> None:
+        self.error_code = error_code
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.end_offset = end_offset
+
 
 EpochEndOffset.NAME = "EpochEndOffset"
 EpochEndOffset.SPEC_NAME = "EpochEndOffset"
@@ -138,7 +163,7 @@ EpochEndOffset.MAX_VERSION = 4
 EpochEndOffset.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetForLeaderTopicResult(Struct):
     """Each topic we fetched offsets for.
 
@@ -150,6 +175,10 @@ class OffsetForLeaderTopicResult(Struct):
     topic: str = ""
     partitions: list[EpochEndOffset] = field(default_factory=list)
 
+    def __init__(self, topic: str = "", partitions: list[EpochEndOffset] = _NO_LIST) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 OffsetForLeaderTopicResult.NAME = "OffsetForLeaderTopicResult"
 OffsetForLeaderTopicResult.SPEC_NAME = "OffsetForLeaderTopicResult"
@@ -158,7 +187,7 @@ OffsetForLeaderTopicResult.MAX_VERSION = 4
 OffsetForLeaderTopicResult.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetForLeaderEpochResponse(Message):
     """Response OffsetForLeaderEpochResponse (API key 23), versions 0-4; flexible from v4.
 
@@ -178,6 +207,12 @@ class OffsetForLeaderEpochResponse(Message):
 
     throttle_time_ms: int = 0
     topics: list[OffsetForLeaderTopicResult] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, topics: list[OffsetForLeaderTopicResult] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 OffsetForLeaderEpochResponse.NAME = "OffsetForLeaderEpochResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -34,8 +35,11 @@ _S_ihqq = struct.Struct(">ihqq")
 _S_ihqqq = struct.Struct(">ihqqq")
 _S_ii = struct.Struct(">ii")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class PartitionProduceData(Struct):
     """Each partition to produce to.
 
@@ -47,6 +51,10 @@ class PartitionProduceData(Struct):
     index: int = 0
     records: bytes | None = b""
 
+    def __init__(self, index: int = 0, records: bytes | None = b"") -> None:
+        self.index = index
+        self.records = records
+
 
 PartitionProduceData.NAME = "PartitionProduceData"
 PartitionProduceData.SPEC_NAME = "PartitionProduceData"
@@ -55,7 +63,7 @@ PartitionProduceData.MAX_VERSION = 11
 PartitionProduceData.FLEXIBLE_MIN_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicProduceData(Struct):
     """Each topic to produce to.
 
@@ -67,6 +75,10 @@ class TopicProduceData(Struct):
     name: str = ""
     partition_data: list[PartitionProduceData] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partition_data: list[PartitionProduceData] = _NO_LIST) -> None:
+        self.name = name
+        self.partition_data = [] if partition_data is _NO_LIST else partition_data
+
 
 TopicProduceData.NAME = "TopicProduceData"
 TopicProduceData.SPEC_NAME = "TopicProduceData"
@@ -75,7 +87,7 @@ TopicProduceData.MAX_VERSION = 11
 TopicProduceData.FLEXIBLE_MIN_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ProduceRequest(Message):
     """Request ProduceRequest (API key 0), versions 0-11; flexible from v9.
 
@@ -114,6 +126,18 @@ class ProduceRequest(Message):
     timeout_ms: int = 0
     topic_data: list[TopicProduceData] = field(default_factory=list)
 
+    def __init__(
+        self,
+        transactional_id: str | None = None,
+        acks: int = 0,
+        timeout_ms: int = 0,
+        topic_data: list[TopicProduceData] = _NO_LIST,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.topic_data = [] if topic_data is _NO_LIST else topic_data
+
 
 ProduceRequest.NAME = "ProduceRequest"
 ProduceRequest.SPEC_NAME = "ProduceRequest"
@@ -125,7 +149,7 @@ ProduceRequest.DEPRECATED_VERSIONS = (0, 6)
 ProduceRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BatchIndexAndErrorMessage(Struct):
     """The batch indices of records that caused the batch to be dropped
 
@@ -138,6 +162,10 @@ class BatchIndexAndErrorMessage(Struct):
     batch_index: int = 0
     batch_index_error_message: str | None = None
 
+    def __init__(self, batch_index: int = 0, batch_index_error_message: str | None = None) -> None:
+        self.batch_index = batch_index
+        self.batch_index_error_message = batch_index_error_message
+
 
 BatchIndexAndErrorMessage.NAME = "BatchIndexAndErrorMessage"
 BatchIndexAndErrorMessage.SPEC_NAME = "BatchIndexAndErrorMessage"
@@ -146,7 +174,7 @@ BatchIndexAndErrorMessage.MAX_VERSION = 11
 BatchIndexAndErrorMessage.FLEXIBLE_MIN_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderIdAndEpoch(Struct):
     """The LeaderIdAndEpoch struct of ProduceResponse.
 
@@ -157,6 +185,10 @@ class LeaderIdAndEpoch(Struct):
 
     leader_id: int = -1
     leader_epoch: int = -1
+
+    def __init__(self, leader_id: int = -1, leader_epoch: int = -1) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
 
 
 LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
@@ -201,7 +233,7 @@ PartitionProduceResponse.MAX_VERSION = 11
 PartitionProduceResponse.FLEXIBLE_MIN_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicProduceResponse(Struct):
     """Each produce response
 
@@ -213,6 +245,12 @@ class TopicProduceResponse(Struct):
     name: str = ""
     partition_responses: list[PartitionProduceResponse] = field(default_factory=list)
 
+    def __init__(
+        self, name: str = "", partition_responses: list[PartitionProduceResponse] = _NO_LIST
+    ) -> None:
+        self.name = name
+        self.partition_responses = [] if partition_responses is _NO_LIST else partition_responses
+
 
 TopicProduceResponse.NAME = "TopicProduceResponse"
 TopicProduceResponse.SPEC_NAME = "TopicProduceResponse"
@@ -221,7 +259,7 @@ TopicProduceResponse.MAX_VERSION = 11
 TopicProduceResponse.FLEXIBLE_MIN_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NodeEndpoint(Struct):
     """Endpoints for all current-leaders enumerated in PartitionProduceResponses, with errors NOT_LEADER_OR_FOLLOWER.
 
@@ -237,6 +275,12 @@ class NodeEndpoint(Struct):
     port: int = 0
     rack: str | None = None
 
+    def __init__(self, node_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
 
 NodeEndpoint.NAME = "NodeEndpoint"
 NodeEndpoint.SPEC_NAME = "NodeEndpoint"
@@ -245,7 +289,7 @@ NodeEndpoint.MAX_VERSION = 11
 NodeEndpoint.FLEXIBLE_MIN_VERSION = 10
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ProduceResponse(Message):
     """Response ProduceResponse (API key 0), versions 0-11; flexible from v9.
 
@@ -280,6 +324,16 @@ class ProduceResponse(Message):
     responses: list[TopicProduceResponse] = field(default_factory=list)
     throttle_time_ms: int = 0
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+
+    def __init__(
+        self,
+        responses: list[TopicProduceResponse] = _NO_LIST,
+        throttle_time_ms: int = 0,
+        node_endpoints: list[NodeEndpoint] = _NO_LIST,
+    ) -> None:
+        self.responses = [] if responses is _NO_LIST else responses
+        self.throttle_time_ms = throttle_time_ms
+        self.node_endpoints = [] if node_endpoints is _NO_LIST else node_endpoints
 
 
 ProduceResponse.NAME = "ProduceResponse"

@@ -31,7 +31,7 @@ _S_16siob = struct.Struct(">16si?b")
 _S_ih = struct.Struct(">ih")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PushTelemetryRequest(Message):
     """Request PushTelemetryRequest (API key 72), versions 0-0; flexible from v0.
 
@@ -49,6 +49,20 @@ class PushTelemetryRequest(Message):
     compression_type: int = 0
     metrics: bytes = b""
 
+    def __init__(
+        self,
+        client_instance_id: uuid.UUID = ZERO_UUID,
+        subscription_id: int = 0,
+        terminating: bool = False,
+        compression_type: int = 0,
+        metrics: bytes = b"",
+    ) -> None:
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.terminating = terminating
+        self.compression_type = compression_type
+        self.metrics = metrics
+
 
 PushTelemetryRequest.NAME = "PushTelemetryRequest"
 PushTelemetryRequest.SPEC_NAME = "PushTelemetryRequest"
@@ -60,7 +74,7 @@ PushTelemetryRequest.DEPRECATED_VERSIONS = None
 PushTelemetryRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PushTelemetryResponse(Message):
     """Response PushTelemetryResponse (API key 72), versions 0-0; flexible from v0.
 
@@ -72,6 +86,10 @@ class PushTelemetryResponse(Message):
 
     throttle_time_ms: int = 0
     error_code: int = 0
+
+    def __init__(self, throttle_time_ms: int = 0, error_code: int = 0) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
 
 
 PushTelemetryResponse.NAME = "PushTelemetryResponse"

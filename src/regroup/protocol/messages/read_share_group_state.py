@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_iq = struct.Struct(">iq")
 _S_qqbh = struct.Struct(">qqbh")
 _S_qqbhB = struct.Struct(">qqbhB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class PartitionData(Struct):
     """The data for the partitions.
 
@@ -48,6 +52,10 @@ class PartitionData(Struct):
     partition: int = 0
     leader_epoch: int = 0
 
+    def __init__(self, partition: int = 0, leader_epoch: int = 0) -> None:
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+
 
 PartitionData.NAME = "PartitionData"
 PartitionData.SPEC_NAME = "PartitionData"
@@ -56,7 +64,7 @@ PartitionData.MAX_VERSION = 0
 PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReadStateData(Struct):
     """The data for the topics.
 
@@ -68,6 +76,10 @@ class ReadStateData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ReadStateData.NAME = "ReadStateData"
 ReadStateData.SPEC_NAME = "ReadStateData"
@@ -76,7 +88,7 @@ ReadStateData.MAX_VERSION = 0
 ReadStateData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReadShareGroupStateRequest(Message):
     """Request ReadShareGroupStateRequest (API key 84), versions 0-0; flexible from v0.
 
@@ -87,6 +99,10 @@ class ReadShareGroupStateRequest(Message):
 
     group_id: str = ""
     topics: list[ReadStateData] = field(default_factory=list)
+
+    def __init__(self, group_id: str = "", topics: list[ReadStateData] = _NO_LIST) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 ReadShareGroupStateRequest.NAME = "ReadShareGroupStateRequest"
@@ -99,7 +115,7 @@ ReadShareGroupStateRequest.DEPRECATED_VERSIONS = None
 ReadShareGroupStateRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StateBatch(Struct):
     """The StateBatch struct of ReadShareGroupStateResponse.
 
@@ -115,6 +131,14 @@ class StateBatch(Struct):
     delivery_state: int = 0
     delivery_count: int = 0
 
+    def __init__(
+        self, first_offset: int = 0, last_offset: int = 0, delivery_state: int = 0, delivery_count: int = 0
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
+
 
 StateBatch.NAME = "StateBatch"
 StateBatch.SPEC_NAME = "StateBatch"
@@ -123,7 +147,7 @@ StateBatch.MAX_VERSION = 0
 StateBatch.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PartitionResult(Struct):
     """The results for the partitions.
 
@@ -143,6 +167,22 @@ class PartitionResult(Struct):
     start_offset: int = 0
     state_batches: list[StateBatch] = field(default_factory=list)
 
+    def __init__(
+        self,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+        state_batches: list[StateBatch] = _NO_LIST,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+        self.state_batches = [] if state_batches is _NO_LIST else state_batches
+
 
 PartitionResult.NAME = "PartitionResult"
 PartitionResult.SPEC_NAME = "PartitionResult"
@@ -151,7 +191,7 @@ PartitionResult.MAX_VERSION = 0
 PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReadStateResult(Struct):
     """The read results
 
@@ -163,6 +203,10 @@ class ReadStateResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionResult] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ReadStateResult.NAME = "ReadStateResult"
 ReadStateResult.SPEC_NAME = "ReadStateResult"
@@ -171,7 +215,7 @@ ReadStateResult.MAX_VERSION = 0
 ReadStateResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReadShareGroupStateResponse(Message):
     """Response ReadShareGroupStateResponse (API key 84), versions 0-0; flexible from v0.
 
@@ -187,6 +231,9 @@ class ReadShareGroupStateResponse(Message):
     """
 
     results: list[ReadStateResult] = field(default_factory=list)
+
+    def __init__(self, results: list[ReadStateResult] = _NO_LIST) -> None:
+        self.results = [] if results is _NO_LIST else results
 
 
 ReadShareGroupStateResponse.NAME = "ReadShareGroupStateResponse"

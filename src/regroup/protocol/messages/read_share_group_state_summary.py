@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_ii = struct.Struct(">ii")
 _S_iiB = struct.Struct(">iiB")
 _S_iq = struct.Struct(">iq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class PartitionData(Struct):
     """The data for the partitions.
 
@@ -46,6 +50,10 @@ class PartitionData(Struct):
     partition: int = 0
     leader_epoch: int = 0
 
+    def __init__(self, partition: int = 0, leader_epoch: int = 0) -> None:
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+
 
 PartitionData.NAME = "PartitionData"
 PartitionData.SPEC_NAME = "PartitionData"
@@ -54,7 +62,7 @@ PartitionData.MAX_VERSION = 0
 PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReadStateSummaryData(Struct):
     """The data for the topics.
 
@@ -66,6 +74,10 @@ class ReadStateSummaryData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ReadStateSummaryData.NAME = "ReadStateSummaryData"
 ReadStateSummaryData.SPEC_NAME = "ReadStateSummaryData"
@@ -74,7 +86,7 @@ ReadStateSummaryData.MAX_VERSION = 0
 ReadStateSummaryData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReadShareGroupStateSummaryRequest(Message):
     """Request ReadShareGroupStateSummaryRequest (API key 87), versions 0-0; flexible from v0.
 
@@ -85,6 +97,10 @@ class ReadShareGroupStateSummaryRequest(Message):
 
     group_id: str = ""
     topics: list[ReadStateSummaryData] = field(default_factory=list)
+
+    def __init__(self, group_id: str = "", topics: list[ReadStateSummaryData] = _NO_LIST) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 ReadShareGroupStateSummaryRequest.NAME = "ReadShareGroupStateSummaryRequest"
@@ -97,7 +113,7 @@ ReadShareGroupStateSummaryRequest.DEPRECATED_VERSIONS = None
 ReadShareGroupStateSummaryRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PartitionResult(Struct):
     """The results for the partitions.
 
@@ -115,6 +131,20 @@ class PartitionResult(Struct):
     state_epoch: int = 0
     start_offset: int = 0
 
+    def __init__(
+        self,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+
 
 PartitionResult.NAME = "PartitionResult"
 PartitionResult.SPEC_NAME = "PartitionResult"
@@ -123,7 +153,7 @@ PartitionResult.MAX_VERSION = 0
 PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReadStateSummaryResult(Struct):
     """The read results
 
@@ -135,6 +165,10 @@ class ReadStateSummaryResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionResult] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ReadStateSummaryResult.NAME = "ReadStateSummaryResult"
 ReadStateSummaryResult.SPEC_NAME = "ReadStateSummaryResult"
@@ -143,7 +177,7 @@ ReadStateSummaryResult.MAX_VERSION = 0
 ReadStateSummaryResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReadShareGroupStateSummaryResponse(Message):
     """Response ReadShareGroupStateSummaryResponse (API key 87), versions 0-0; flexible from v0.
 
@@ -160,6 +194,9 @@ class ReadShareGroupStateSummaryResponse(Message):
     """
 
     results: list[ReadStateSummaryResult] = field(default_factory=list)
+
+    def __init__(self, results: list[ReadStateSummaryResult] = _NO_LIST) -> None:
+        self.results = [] if results is _NO_LIST else results
 
 
 ReadShareGroupStateSummaryResponse.NAME = "ReadShareGroupStateSummaryResponse"

@@ -31,7 +31,7 @@ _S_i16s = struct.Struct(">i16s")
 _S_ih = struct.Struct(">ih")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RemoveRaftVoterRequest(Message):
     """Request RemoveRaftVoterRequest (API key 81), versions 0-0; flexible from v0.
 
@@ -45,6 +45,13 @@ class RemoveRaftVoterRequest(Message):
     voter_id: int = 0
     voter_directory_id: uuid.UUID = ZERO_UUID
 
+    def __init__(
+        self, cluster_id: str | None = "", voter_id: int = 0, voter_directory_id: uuid.UUID = ZERO_UUID
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+
 
 RemoveRaftVoterRequest.NAME = "RemoveRaftVoterRequest"
 RemoveRaftVoterRequest.SPEC_NAME = "RemoveRaftVoterRequest"
@@ -56,7 +63,7 @@ RemoveRaftVoterRequest.DEPRECATED_VERSIONS = None
 RemoveRaftVoterRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RemoveRaftVoterResponse(Message):
     """Response RemoveRaftVoterResponse (API key 81), versions 0-0; flexible from v0.
 
@@ -70,6 +77,13 @@ class RemoveRaftVoterResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = ""
+
+    def __init__(
+        self, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = ""
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
 
 
 RemoveRaftVoterResponse.NAME = "RemoveRaftVoterResponse"

@@ -31,7 +31,7 @@ _S_hqi = struct.Struct(">hqi")
 _S_q = struct.Struct(">q")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RenewDelegationTokenRequest(Message):
     """Request RenewDelegationTokenRequest (API key 39), versions 0-2; flexible from v2.
 
@@ -46,6 +46,10 @@ class RenewDelegationTokenRequest(Message):
     hmac: bytes = b""
     renew_period_ms: int = 0
 
+    def __init__(self, hmac: bytes = b"", renew_period_ms: int = 0) -> None:
+        self.hmac = hmac
+        self.renew_period_ms = renew_period_ms
+
 
 RenewDelegationTokenRequest.NAME = "RenewDelegationTokenRequest"
 RenewDelegationTokenRequest.SPEC_NAME = "RenewDelegationTokenRequest"
@@ -57,7 +61,7 @@ RenewDelegationTokenRequest.DEPRECATED_VERSIONS = (0, 0)
 RenewDelegationTokenRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RenewDelegationTokenResponse(Message):
     """Response RenewDelegationTokenResponse (API key 39), versions 0-2; flexible from v2.
 
@@ -74,6 +78,11 @@ class RenewDelegationTokenResponse(Message):
     error_code: int = 0
     expiry_timestamp_ms: int = 0
     throttle_time_ms: int = 0
+
+    def __init__(self, error_code: int = 0, expiry_timestamp_ms: int = 0, throttle_time_ms: int = 0) -> None:
+        self.error_code = error_code
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.throttle_time_ms = throttle_time_ms
 
 
 RenewDelegationTokenResponse.NAME = "RenewDelegationTokenResponse"

@@ -31,7 +31,7 @@ _S_h = struct.Struct(">h")
 _S_q = struct.Struct(">q")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SaslAuthenticateRequest(Message):
     """Request SaslAuthenticateRequest (API key 36), versions 0-2; flexible from v2.
 
@@ -44,6 +44,9 @@ class SaslAuthenticateRequest(Message):
 
     auth_bytes: bytes = b""
 
+    def __init__(self, auth_bytes: bytes = b"") -> None:
+        self.auth_bytes = auth_bytes
+
 
 SaslAuthenticateRequest.NAME = "SaslAuthenticateRequest"
 SaslAuthenticateRequest.SPEC_NAME = "SaslAuthenticateRequest"
@@ -55,7 +58,7 @@ SaslAuthenticateRequest.DEPRECATED_VERSIONS = None
 SaslAuthenticateRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SaslAuthenticateResponse(Message):
     """Response SaslAuthenticateResponse (API key 36), versions 0-2; flexible from v2.
 
@@ -74,6 +77,18 @@ class SaslAuthenticateResponse(Message):
     error_message: str | None = ""
     auth_bytes: bytes = b""
     session_lifetime_ms: int = 0
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        auth_bytes: bytes = b"",
+        session_lifetime_ms: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.auth_bytes = auth_bytes
+        self.session_lifetime_ms = session_lifetime_ms
 
 
 SaslAuthenticateResponse.NAME = "SaslAuthenticateResponse"

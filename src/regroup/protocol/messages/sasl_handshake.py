@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -29,8 +30,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_h = struct.Struct(">h")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class SaslHandshakeRequest(Message):
     """Request SaslHandshakeRequest (API key 17), versions 0-1.
 
@@ -45,6 +49,9 @@ class SaslHandshakeRequest(Message):
 
     mechanism: str = ""
 
+    def __init__(self, mechanism: str = "") -> None:
+        self.mechanism = mechanism
+
 
 SaslHandshakeRequest.NAME = "SaslHandshakeRequest"
 SaslHandshakeRequest.SPEC_NAME = "SaslHandshakeRequest"
@@ -56,7 +63,7 @@ SaslHandshakeRequest.DEPRECATED_VERSIONS = (0, 0)
 SaslHandshakeRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SaslHandshakeResponse(Message):
     """Response SaslHandshakeResponse (API key 17), versions 0-1.
 
@@ -72,6 +79,10 @@ class SaslHandshakeResponse(Message):
 
     error_code: int = 0
     mechanisms: list[str] = field(default_factory=list)
+
+    def __init__(self, error_code: int = 0, mechanisms: list[str] = _NO_LIST) -> None:
+        self.error_code = error_code
+        self.mechanisms = [] if mechanisms is _NO_LIST else mechanisms
 
 
 SaslHandshakeResponse.NAME = "SaslHandshakeResponse"

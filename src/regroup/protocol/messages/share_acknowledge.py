@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
 _S_qq = struct.Struct(">qq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class AcknowledgementBatch(Struct):
     """Record batches to acknowledge.
 
@@ -48,6 +52,13 @@ class AcknowledgementBatch(Struct):
     last_offset: int = 0
     acknowledge_types: list[int] = field(default_factory=list)
 
+    def __init__(
+        self, first_offset: int = 0, last_offset: int = 0, acknowledge_types: list[int] = _NO_LIST
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.acknowledge_types = [] if acknowledge_types is _NO_LIST else acknowledge_types
+
 
 AcknowledgementBatch.NAME = "AcknowledgementBatch"
 AcknowledgementBatch.SPEC_NAME = "AcknowledgementBatch"
@@ -56,7 +67,7 @@ AcknowledgementBatch.MAX_VERSION = 0
 AcknowledgementBatch.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AcknowledgePartition(Struct):
     """The partitions containing records to acknowledge.
 
@@ -68,6 +79,12 @@ class AcknowledgePartition(Struct):
     partition_index: int = 0
     acknowledgement_batches: list[AcknowledgementBatch] = field(default_factory=list)
 
+    def __init__(
+        self, partition_index: int = 0, acknowledgement_batches: list[AcknowledgementBatch] = _NO_LIST
+    ) -> None:
+        self.partition_index = partition_index
+        self.acknowledgement_batches = [] if acknowledgement_batches is _NO_LIST else acknowledgement_batches
+
 
 AcknowledgePartition.NAME = "AcknowledgePartition"
 AcknowledgePartition.SPEC_NAME = "AcknowledgePartition"
@@ -76,7 +93,7 @@ AcknowledgePartition.MAX_VERSION = 0
 AcknowledgePartition.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AcknowledgeTopic(Struct):
     """The topics containing records to acknowledge.
 
@@ -88,6 +105,12 @@ class AcknowledgeTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[AcknowledgePartition] = field(default_factory=list)
 
+    def __init__(
+        self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[AcknowledgePartition] = _NO_LIST
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 AcknowledgeTopic.NAME = "AcknowledgeTopic"
 AcknowledgeTopic.SPEC_NAME = "AcknowledgeTopic"
@@ -96,7 +119,7 @@ AcknowledgeTopic.MAX_VERSION = 0
 AcknowledgeTopic.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareAcknowledgeRequest(Message):
     """Request ShareAcknowledgeRequest (API key 79), versions 0-0; flexible from v0.
 
@@ -117,6 +140,18 @@ class ShareAcknowledgeRequest(Message):
     share_session_epoch: int = 0
     topics: list[AcknowledgeTopic] = field(default_factory=list)
 
+    def __init__(
+        self,
+        group_id: str | None = None,
+        member_id: str | None = "",
+        share_session_epoch: int = 0,
+        topics: list[AcknowledgeTopic] = _NO_LIST,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 ShareAcknowledgeRequest.NAME = "ShareAcknowledgeRequest"
 ShareAcknowledgeRequest.SPEC_NAME = "ShareAcknowledgeRequest"
@@ -128,7 +163,7 @@ ShareAcknowledgeRequest.DEPRECATED_VERSIONS = None
 ShareAcknowledgeRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderIdAndEpoch(Struct):
     """The LeaderIdAndEpoch struct of ShareAcknowledgeResponse.
 
@@ -139,6 +174,10 @@ class LeaderIdAndEpoch(Struct):
 
     leader_id: int = 0
     leader_epoch: int = 0
+
+    def __init__(self, leader_id: int = 0, leader_epoch: int = 0) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
 
 
 LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
@@ -172,7 +211,7 @@ PartitionData.MAX_VERSION = 0
 PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareAcknowledgeTopicResponse(Struct):
     """The response topics.
 
@@ -184,6 +223,10 @@ class ShareAcknowledgeTopicResponse(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ShareAcknowledgeTopicResponse.NAME = "ShareAcknowledgeTopicResponse"
 ShareAcknowledgeTopicResponse.SPEC_NAME = "ShareAcknowledgeTopicResponse"
@@ -192,7 +235,7 @@ ShareAcknowledgeTopicResponse.MAX_VERSION = 0
 ShareAcknowledgeTopicResponse.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NodeEndpoint(Struct):
     """Endpoints for all current leaders enumerated in PartitionData with error NOT_LEADER_OR_FOLLOWER.
 
@@ -208,6 +251,12 @@ class NodeEndpoint(Struct):
     port: int = 0
     rack: str | None = None
 
+    def __init__(self, node_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
 
 NodeEndpoint.NAME = "NodeEndpoint"
 NodeEndpoint.SPEC_NAME = "NodeEndpoint"
@@ -216,7 +265,7 @@ NodeEndpoint.MAX_VERSION = 0
 NodeEndpoint.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareAcknowledgeResponse(Message):
     """Response ShareAcknowledgeResponse (API key 79), versions 0-0; flexible from v0.
 
@@ -248,6 +297,20 @@ class ShareAcknowledgeResponse(Message):
     error_message: str | None = None
     responses: list[ShareAcknowledgeTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        responses: list[ShareAcknowledgeTopicResponse] = _NO_LIST,
+        node_endpoints: list[NodeEndpoint] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is _NO_LIST else responses
+        self.node_endpoints = [] if node_endpoints is _NO_LIST else node_endpoints
 
 
 ShareAcknowledgeResponse.NAME = "ShareAcknowledgeResponse"

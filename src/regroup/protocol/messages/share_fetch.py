@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -37,8 +38,11 @@ _S_qq = struct.Struct(">qq")
 _S_qqh = struct.Struct(">qqh")
 _S_qqhB = struct.Struct(">qqhB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class AcknowledgementBatch(Struct):
     """Record batches to acknowledge.
 
@@ -52,6 +56,13 @@ class AcknowledgementBatch(Struct):
     last_offset: int = 0
     acknowledge_types: list[int] = field(default_factory=list)
 
+    def __init__(
+        self, first_offset: int = 0, last_offset: int = 0, acknowledge_types: list[int] = _NO_LIST
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.acknowledge_types = [] if acknowledge_types is _NO_LIST else acknowledge_types
+
 
 AcknowledgementBatch.NAME = "AcknowledgementBatch"
 AcknowledgementBatch.SPEC_NAME = "AcknowledgementBatch"
@@ -60,7 +71,7 @@ AcknowledgementBatch.MAX_VERSION = 0
 AcknowledgementBatch.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchPartition(Struct):
     """The partitions to fetch.
 
@@ -76,6 +87,16 @@ class FetchPartition(Struct):
     partition_max_bytes: int = 0
     acknowledgement_batches: list[AcknowledgementBatch] = field(default_factory=list)
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        partition_max_bytes: int = 0,
+        acknowledgement_batches: list[AcknowledgementBatch] = _NO_LIST,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_max_bytes = partition_max_bytes
+        self.acknowledgement_batches = [] if acknowledgement_batches is _NO_LIST else acknowledgement_batches
+
 
 FetchPartition.NAME = "FetchPartition"
 FetchPartition.SPEC_NAME = "FetchPartition"
@@ -84,7 +105,7 @@ FetchPartition.MAX_VERSION = 0
 FetchPartition.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchTopic(Struct):
     """The topics to fetch.
 
@@ -96,6 +117,10 @@ class FetchTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[FetchPartition] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[FetchPartition] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 FetchTopic.NAME = "FetchTopic"
 FetchTopic.SPEC_NAME = "FetchTopic"
@@ -104,7 +129,7 @@ FetchTopic.MAX_VERSION = 0
 FetchTopic.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ForgottenTopic(Struct):
     """The partitions to remove from this share session.
 
@@ -116,6 +141,10 @@ class ForgottenTopic(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ForgottenTopic.NAME = "ForgottenTopic"
 ForgottenTopic.SPEC_NAME = "ForgottenTopic"
@@ -124,7 +153,7 @@ ForgottenTopic.MAX_VERSION = 0
 ForgottenTopic.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareFetchRequest(Message):
     """Request ShareFetchRequest (API key 78), versions 0-0; flexible from v0.
 
@@ -154,6 +183,26 @@ class ShareFetchRequest(Message):
     topics: list[FetchTopic] = field(default_factory=list)
     forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
 
+    def __init__(
+        self,
+        group_id: str | None = None,
+        member_id: str | None = "",
+        share_session_epoch: int = 0,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        max_bytes: int = 2147483647,
+        topics: list[FetchTopic] = _NO_LIST,
+        forgotten_topics_data: list[ForgottenTopic] = _NO_LIST,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.topics = [] if topics is _NO_LIST else topics
+        self.forgotten_topics_data = [] if forgotten_topics_data is _NO_LIST else forgotten_topics_data
+
 
 ShareFetchRequest.NAME = "ShareFetchRequest"
 ShareFetchRequest.SPEC_NAME = "ShareFetchRequest"
@@ -165,7 +214,7 @@ ShareFetchRequest.DEPRECATED_VERSIONS = None
 ShareFetchRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeaderIdAndEpoch(Struct):
     """The LeaderIdAndEpoch struct of ShareFetchResponse.
 
@@ -177,6 +226,10 @@ class LeaderIdAndEpoch(Struct):
     leader_id: int = 0
     leader_epoch: int = 0
 
+    def __init__(self, leader_id: int = 0, leader_epoch: int = 0) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
 
 LeaderIdAndEpoch.NAME = "LeaderIdAndEpoch"
 LeaderIdAndEpoch.SPEC_NAME = "LeaderIdAndEpoch"
@@ -185,7 +238,7 @@ LeaderIdAndEpoch.MAX_VERSION = 0
 LeaderIdAndEpoch.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AcquiredRecords(Struct):
     """The acquired records.
 
@@ -198,6 +251,11 @@ class AcquiredRecords(Struct):
     first_offset: int = 0
     last_offset: int = 0
     delivery_count: int = 0
+
+    def __init__(self, first_offset: int = 0, last_offset: int = 0, delivery_count: int = 0) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_count = delivery_count
 
 
 AcquiredRecords.NAME = "AcquiredRecords"
@@ -240,7 +298,7 @@ PartitionData.MAX_VERSION = 0
 PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareFetchableTopicResponse(Struct):
     """The response topics.
 
@@ -252,6 +310,10 @@ class ShareFetchableTopicResponse(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ShareFetchableTopicResponse.NAME = "ShareFetchableTopicResponse"
 ShareFetchableTopicResponse.SPEC_NAME = "ShareFetchableTopicResponse"
@@ -260,7 +322,7 @@ ShareFetchableTopicResponse.MAX_VERSION = 0
 ShareFetchableTopicResponse.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NodeEndpoint(Struct):
     """Endpoints for all current leaders enumerated in PartitionData with error NOT_LEADER_OR_FOLLOWER.
 
@@ -276,6 +338,12 @@ class NodeEndpoint(Struct):
     port: int = 0
     rack: str | None = None
 
+    def __init__(self, node_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
 
 NodeEndpoint.NAME = "NodeEndpoint"
 NodeEndpoint.SPEC_NAME = "NodeEndpoint"
@@ -284,7 +352,7 @@ NodeEndpoint.MAX_VERSION = 0
 NodeEndpoint.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareFetchResponse(Message):
     """Response ShareFetchResponse (API key 78), versions 0-0; flexible from v0.
 
@@ -317,6 +385,20 @@ class ShareFetchResponse(Message):
     error_message: str | None = None
     responses: list[ShareFetchableTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        responses: list[ShareFetchableTopicResponse] = _NO_LIST,
+        node_endpoints: list[NodeEndpoint] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is _NO_LIST else responses
+        self.node_endpoints = [] if node_endpoints is _NO_LIST else node_endpoints
 
 
 ShareFetchResponse.NAME = "ShareFetchResponse"

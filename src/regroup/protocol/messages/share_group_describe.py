@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_i = struct.Struct(">i")
 _S_ii = struct.Struct(">ii")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ShareGroupDescribeRequest(Message):
     """Request ShareGroupDescribeRequest (API key 77), versions 0-0; flexible from v0.
 
@@ -50,6 +54,10 @@ class ShareGroupDescribeRequest(Message):
     group_ids: list[str] = field(default_factory=list)
     include_authorized_operations: bool = False
 
+    def __init__(self, group_ids: list[str] = _NO_LIST, include_authorized_operations: bool = False) -> None:
+        self.group_ids = [] if group_ids is _NO_LIST else group_ids
+        self.include_authorized_operations = include_authorized_operations
+
 
 ShareGroupDescribeRequest.NAME = "ShareGroupDescribeRequest"
 ShareGroupDescribeRequest.SPEC_NAME = "ShareGroupDescribeRequest"
@@ -61,7 +69,7 @@ ShareGroupDescribeRequest.DEPRECATED_VERSIONS = None
 ShareGroupDescribeRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicPartitions(Struct):
     """The TopicPartitions struct of ShareGroupDescribeResponse.
 
@@ -75,6 +83,13 @@ class TopicPartitions(Struct):
     topic_name: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(
+        self, topic_id: uuid.UUID = ZERO_UUID, topic_name: str = "", partitions: list[int] = _NO_LIST
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TopicPartitions.NAME = "TopicPartitions"
 TopicPartitions.SPEC_NAME = "TopicPartitions"
@@ -83,7 +98,7 @@ TopicPartitions.MAX_VERSION = 0
 TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Assignment(Struct):
     """The Assignment struct of ShareGroupDescribeResponse.
 
@@ -92,6 +107,9 @@ class Assignment(Struct):
     """
 
     topic_partitions: list[TopicPartitions] = field(default_factory=list)
+
+    def __init__(self, topic_partitions: list[TopicPartitions] = _NO_LIST) -> None:
+        self.topic_partitions = [] if topic_partitions is _NO_LIST else topic_partitions
 
 
 Assignment.NAME = "Assignment"
@@ -131,7 +149,7 @@ Member.MAX_VERSION = 0
 Member.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DescribedGroup(Struct):
     """Each described group.
 
@@ -157,6 +175,28 @@ class DescribedGroup(Struct):
     members: list[Member] = field(default_factory=list)
     authorized_operations: int = -2147483648
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = None,
+        group_id: str = "",
+        group_state: str = "",
+        group_epoch: int = 0,
+        assignment_epoch: int = 0,
+        assignor_name: str = "",
+        members: list[Member] = _NO_LIST,
+        authorized_operations: int = -2147483648,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.group_id = group_id
+        self.group_state = group_state
+        self.group_epoch = group_epoch
+        self.assignment_epoch = assignment_epoch
+        self.assignor_name = assignor_name
+        self.members = [] if members is _NO_LIST else members
+        self.authorized_operations = authorized_operations
+
 
 DescribedGroup.NAME = "DescribedGroup"
 DescribedGroup.SPEC_NAME = "DescribedGroup"
@@ -165,7 +205,7 @@ DescribedGroup.MAX_VERSION = 0
 DescribedGroup.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupDescribeResponse(Message):
     """Response ShareGroupDescribeResponse (API key 77), versions 0-0; flexible from v0.
 
@@ -186,6 +226,10 @@ class ShareGroupDescribeResponse(Message):
 
     throttle_time_ms: int = 0
     groups: list[DescribedGroup] = field(default_factory=list)
+
+    def __init__(self, throttle_time_ms: int = 0, groups: list[DescribedGroup] = _NO_LIST) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is _NO_LIST else groups
 
 
 ShareGroupDescribeResponse.NAME = "ShareGroupDescribeResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -32,8 +33,11 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ShareGroupHeartbeatRequest(Message):
     """Request ShareGroupHeartbeatRequest (API key 76), versions 0-0; flexible from v0.
 
@@ -58,6 +62,20 @@ class ShareGroupHeartbeatRequest(Message):
     rack_id: str | None = None
     subscribed_topic_names: list[str] | None = None
 
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        member_epoch: int = 0,
+        rack_id: str | None = None,
+        subscribed_topic_names: list[str] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.rack_id = rack_id
+        self.subscribed_topic_names = subscribed_topic_names
+
 
 ShareGroupHeartbeatRequest.NAME = "ShareGroupHeartbeatRequest"
 ShareGroupHeartbeatRequest.SPEC_NAME = "ShareGroupHeartbeatRequest"
@@ -69,7 +87,7 @@ ShareGroupHeartbeatRequest.DEPRECATED_VERSIONS = None
 ShareGroupHeartbeatRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicPartitions(Struct):
     """The TopicPartitions struct of ShareGroupHeartbeatResponse.
 
@@ -81,6 +99,10 @@ class TopicPartitions(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TopicPartitions.NAME = "TopicPartitions"
 TopicPartitions.SPEC_NAME = "TopicPartitions"
@@ -89,7 +111,7 @@ TopicPartitions.MAX_VERSION = 0
 TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Assignment(Struct):
     """null if not provided; the assignment otherwise.
 
@@ -99,6 +121,9 @@ class Assignment(Struct):
 
     topic_partitions: list[TopicPartitions] = field(default_factory=list)
 
+    def __init__(self, topic_partitions: list[TopicPartitions] = _NO_LIST) -> None:
+        self.topic_partitions = [] if topic_partitions is _NO_LIST else topic_partitions
+
 
 Assignment.NAME = "Assignment"
 Assignment.SPEC_NAME = "Assignment"
@@ -107,7 +132,7 @@ Assignment.MAX_VERSION = 0
 Assignment.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupHeartbeatResponse(Message):
     """Response ShareGroupHeartbeatResponse (API key 76), versions 0-0; flexible from v0.
 
@@ -139,6 +164,24 @@ class ShareGroupHeartbeatResponse(Message):
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        member_id: str | None = None,
+        member_epoch: int = 0,
+        heartbeat_interval_ms: int = 0,
+        assignment: Assignment | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.assignment = assignment
 
 
 ShareGroupHeartbeatResponse.NAME = "ShareGroupHeartbeatResponse"

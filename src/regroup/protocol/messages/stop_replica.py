@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_iiq = struct.Struct(">iiq")
 _S_iiqo = struct.Struct(">iiq?")
 _S_ioiq = struct.Struct(">i?iq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class StopReplicaPartitionV0(Struct):
     """The partitions to stop.
 
@@ -48,6 +52,10 @@ class StopReplicaPartitionV0(Struct):
     topic_name: str = ""
     partition_index: int = 0
 
+    def __init__(self, topic_name: str = "", partition_index: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+
 
 StopReplicaPartitionV0.NAME = "StopReplicaPartitionV0"
 StopReplicaPartitionV0.SPEC_NAME = "StopReplicaPartitionV0"
@@ -56,7 +64,7 @@ StopReplicaPartitionV0.MAX_VERSION = 0
 StopReplicaPartitionV0.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StopReplicaTopicV1(Struct):
     """The topics to stop.
 
@@ -68,6 +76,10 @@ class StopReplicaTopicV1(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partition_indexes: list[int] = _NO_LIST) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is _NO_LIST else partition_indexes
+
 
 StopReplicaTopicV1.NAME = "StopReplicaTopicV1"
 StopReplicaTopicV1.SPEC_NAME = "StopReplicaTopicV1"
@@ -76,7 +88,7 @@ StopReplicaTopicV1.MAX_VERSION = 2
 StopReplicaTopicV1.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StopReplicaPartitionState(Struct):
     """The state of each partition
 
@@ -90,6 +102,13 @@ class StopReplicaPartitionState(Struct):
     leader_epoch: int = -1
     delete_partition: bool = False
 
+    def __init__(
+        self, partition_index: int = 0, leader_epoch: int = -1, delete_partition: bool = False
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.delete_partition = delete_partition
+
 
 StopReplicaPartitionState.NAME = "StopReplicaPartitionState"
 StopReplicaPartitionState.SPEC_NAME = "StopReplicaPartitionState"
@@ -98,7 +117,7 @@ StopReplicaPartitionState.MAX_VERSION = 4
 StopReplicaPartitionState.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StopReplicaTopicState(Struct):
     """Each topic.
 
@@ -110,6 +129,12 @@ class StopReplicaTopicState(Struct):
     topic_name: str = ""
     partition_states: list[StopReplicaPartitionState] = field(default_factory=list)
 
+    def __init__(
+        self, topic_name: str = "", partition_states: list[StopReplicaPartitionState] = _NO_LIST
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_states = [] if partition_states is _NO_LIST else partition_states
+
 
 StopReplicaTopicState.NAME = "StopReplicaTopicState"
 StopReplicaTopicState.SPEC_NAME = "StopReplicaTopicState"
@@ -118,7 +143,7 @@ StopReplicaTopicState.MAX_VERSION = 4
 StopReplicaTopicState.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StopReplicaRequest(Message):
     """Request StopReplicaRequest (API key 5), versions 0-4; flexible from v2.
 
@@ -151,6 +176,26 @@ class StopReplicaRequest(Message):
     topics: list[StopReplicaTopicV1] = field(default_factory=list)
     topic_states: list[StopReplicaTopicState] = field(default_factory=list)
 
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        delete_partitions: bool = False,
+        ungrouped_partitions: list[StopReplicaPartitionV0] = _NO_LIST,
+        topics: list[StopReplicaTopicV1] = _NO_LIST,
+        topic_states: list[StopReplicaTopicState] = _NO_LIST,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.delete_partitions = delete_partitions
+        self.ungrouped_partitions = [] if ungrouped_partitions is _NO_LIST else ungrouped_partitions
+        self.topics = [] if topics is _NO_LIST else topics
+        self.topic_states = [] if topic_states is _NO_LIST else topic_states
+
 
 StopReplicaRequest.NAME = "StopReplicaRequest"
 StopReplicaRequest.SPEC_NAME = "StopReplicaRequest"
@@ -162,7 +207,7 @@ StopReplicaRequest.DEPRECATED_VERSIONS = None
 StopReplicaRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StopReplicaPartitionError(Struct):
     """The responses for each partition.
 
@@ -176,6 +221,11 @@ class StopReplicaPartitionError(Struct):
     partition_index: int = 0
     error_code: int = 0
 
+    def __init__(self, topic_name: str = "", partition_index: int = 0, error_code: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
+
 
 StopReplicaPartitionError.NAME = "StopReplicaPartitionError"
 StopReplicaPartitionError.SPEC_NAME = "StopReplicaPartitionError"
@@ -184,7 +234,7 @@ StopReplicaPartitionError.MAX_VERSION = 4
 StopReplicaPartitionError.FLEXIBLE_MIN_VERSION = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StopReplicaResponse(Message):
     """Response StopReplicaResponse (API key 5), versions 0-4; flexible from v2.
 
@@ -201,6 +251,12 @@ class StopReplicaResponse(Message):
 
     error_code: int = 0
     partition_errors: list[StopReplicaPartitionError] = field(default_factory=list)
+
+    def __init__(
+        self, error_code: int = 0, partition_errors: list[StopReplicaPartitionError] = _NO_LIST
+    ) -> None:
+        self.error_code = error_code
+        self.partition_errors = [] if partition_errors is _NO_LIST else partition_errors
 
 
 StopReplicaResponse.NAME = "StopReplicaResponse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class SyncGroupRequestAssignment(Struct):
     """Each assignment.
 
@@ -44,6 +48,10 @@ class SyncGroupRequestAssignment(Struct):
     member_id: str = ""
     assignment: bytes = b""
 
+    def __init__(self, member_id: str = "", assignment: bytes = b"") -> None:
+        self.member_id = member_id
+        self.assignment = assignment
+
 
 SyncGroupRequestAssignment.NAME = "SyncGroupRequestAssignment"
 SyncGroupRequestAssignment.SPEC_NAME = "SyncGroupRequestAssignment"
@@ -52,7 +60,7 @@ SyncGroupRequestAssignment.MAX_VERSION = 5
 SyncGroupRequestAssignment.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SyncGroupRequest(Message):
     """Request SyncGroupRequest (API key 14), versions 0-5; flexible from v4.
 
@@ -85,6 +93,24 @@ class SyncGroupRequest(Message):
     protocol_name: str | None = None
     assignments: list[SyncGroupRequestAssignment] = field(default_factory=list)
 
+    def __init__(
+        self,
+        group_id: str = "",
+        generation_id: int = 0,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignments: list[SyncGroupRequestAssignment] = _NO_LIST,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignments = [] if assignments is _NO_LIST else assignments
+
 
 SyncGroupRequest.NAME = "SyncGroupRequest"
 SyncGroupRequest.SPEC_NAME = "SyncGroupRequest"
@@ -96,7 +122,7 @@ SyncGroupRequest.DEPRECATED_VERSIONS = None
 SyncGroupRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SyncGroupResponse(Message):
     """Response SyncGroupResponse (API key 14), versions 0-5; flexible from v4.
 
@@ -125,6 +151,20 @@ class SyncGroupResponse(Message):
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignment: bytes = b""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignment: bytes = b"",
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignment = assignment
 
 
 SyncGroupResponse.NAME = "SyncGroupResponse"

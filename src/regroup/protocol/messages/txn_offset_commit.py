@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_iqi = struct.Struct(">iqi")
 _S_qh = struct.Struct(">qh")
 _S_qhi = struct.Struct(">qhi")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class TxnOffsetCommitRequestPartition(Struct):
     """The partitions inside the topic that we want to commit offsets for.
 
@@ -52,6 +56,18 @@ class TxnOffsetCommitRequestPartition(Struct):
     committed_leader_epoch: int = -1
     committed_metadata: str | None = ""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        committed_metadata: str | None = "",
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.committed_metadata = committed_metadata
+
 
 TxnOffsetCommitRequestPartition.NAME = "TxnOffsetCommitRequestPartition"
 TxnOffsetCommitRequestPartition.SPEC_NAME = "TxnOffsetCommitRequestPartition"
@@ -60,7 +76,7 @@ TxnOffsetCommitRequestPartition.MAX_VERSION = 4
 TxnOffsetCommitRequestPartition.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TxnOffsetCommitRequestTopic(Struct):
     """Each topic that we want to commit offsets for.
 
@@ -72,6 +88,10 @@ class TxnOffsetCommitRequestTopic(Struct):
     name: str = ""
     partitions: list[TxnOffsetCommitRequestPartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[TxnOffsetCommitRequestPartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TxnOffsetCommitRequestTopic.NAME = "TxnOffsetCommitRequestTopic"
 TxnOffsetCommitRequestTopic.SPEC_NAME = "TxnOffsetCommitRequestTopic"
@@ -80,7 +100,7 @@ TxnOffsetCommitRequestTopic.MAX_VERSION = 4
 TxnOffsetCommitRequestTopic.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TxnOffsetCommitRequest(Message):
     """Request TxnOffsetCommitRequest (API key 28), versions 0-4; flexible from v3.
 
@@ -113,6 +133,26 @@ class TxnOffsetCommitRequest(Message):
     group_instance_id: str | None = None
     topics: list[TxnOffsetCommitRequestTopic] = field(default_factory=list)
 
+    def __init__(
+        self,
+        transactional_id: str = "",
+        group_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        generation_id: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        topics: list[TxnOffsetCommitRequestTopic] = _NO_LIST,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.group_id = group_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 TxnOffsetCommitRequest.NAME = "TxnOffsetCommitRequest"
 TxnOffsetCommitRequest.SPEC_NAME = "TxnOffsetCommitRequest"
@@ -124,7 +164,7 @@ TxnOffsetCommitRequest.DEPRECATED_VERSIONS = None
 TxnOffsetCommitRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TxnOffsetCommitResponsePartition(Struct):
     """The responses for each partition in the topic.
 
@@ -136,6 +176,10 @@ class TxnOffsetCommitResponsePartition(Struct):
     partition_index: int = 0
     error_code: int = 0
 
+    def __init__(self, partition_index: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+
 
 TxnOffsetCommitResponsePartition.NAME = "TxnOffsetCommitResponsePartition"
 TxnOffsetCommitResponsePartition.SPEC_NAME = "TxnOffsetCommitResponsePartition"
@@ -144,7 +188,7 @@ TxnOffsetCommitResponsePartition.MAX_VERSION = 4
 TxnOffsetCommitResponsePartition.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TxnOffsetCommitResponseTopic(Struct):
     """The responses for each topic.
 
@@ -156,6 +200,10 @@ class TxnOffsetCommitResponseTopic(Struct):
     name: str = ""
     partitions: list[TxnOffsetCommitResponsePartition] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[TxnOffsetCommitResponsePartition] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TxnOffsetCommitResponseTopic.NAME = "TxnOffsetCommitResponseTopic"
 TxnOffsetCommitResponseTopic.SPEC_NAME = "TxnOffsetCommitResponseTopic"
@@ -164,7 +212,7 @@ TxnOffsetCommitResponseTopic.MAX_VERSION = 4
 TxnOffsetCommitResponseTopic.FLEXIBLE_MIN_VERSION = 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TxnOffsetCommitResponse(Message):
     """Response TxnOffsetCommitResponse (API key 28), versions 0-4; flexible from v3.
 
@@ -184,6 +232,12 @@ class TxnOffsetCommitResponse(Message):
 
     throttle_time_ms: int = 0
     topics: list[TxnOffsetCommitResponseTopic] = field(default_factory=list)
+
+    def __init__(
+        self, throttle_time_ms: int = 0, topics: list[TxnOffsetCommitResponseTopic] = _NO_LIST
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 TxnOffsetCommitResponse.NAME = "TxnOffsetCommitResponse"

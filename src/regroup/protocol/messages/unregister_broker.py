@@ -31,7 +31,7 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UnregisterBrokerRequest(Message):
     """Request UnregisterBrokerRequest (API key 64), versions 0-0; flexible from v0.
 
@@ -40,6 +40,9 @@ class UnregisterBrokerRequest(Message):
     """
 
     broker_id: int = 0
+
+    def __init__(self, broker_id: int = 0) -> None:
+        self.broker_id = broker_id
 
 
 UnregisterBrokerRequest.NAME = "UnregisterBrokerRequest"
@@ -52,7 +55,7 @@ UnregisterBrokerRequest.DEPRECATED_VERSIONS = None
 UnregisterBrokerRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UnregisterBrokerResponse(Message):
     """Response UnregisterBrokerResponse (API key 64), versions 0-0; flexible from v0.
 
@@ -67,6 +70,13 @@ class UnregisterBrokerResponse(Message):
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = ""
+
+    def __init__(
+        self, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = ""
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
 
 
 UnregisterBrokerResponse.NAME = "UnregisterBrokerResponse"

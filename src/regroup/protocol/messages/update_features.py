@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -34,8 +35,11 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_o = struct.Struct(">?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class FeatureUpdateKey(Struct):
     """The list of updates to finalized features.
 
@@ -57,6 +61,18 @@ class FeatureUpdateKey(Struct):
     allow_downgrade: bool = False
     upgrade_type: int = 1
 
+    def __init__(
+        self,
+        feature: str = "",
+        max_version_level: int = 0,
+        allow_downgrade: bool = False,
+        upgrade_type: int = 1,
+    ) -> None:
+        self.feature = feature
+        self.max_version_level = max_version_level
+        self.allow_downgrade = allow_downgrade
+        self.upgrade_type = upgrade_type
+
 
 FeatureUpdateKey.NAME = "FeatureUpdateKey"
 FeatureUpdateKey.SPEC_NAME = "FeatureUpdateKey"
@@ -65,7 +81,7 @@ FeatureUpdateKey.MAX_VERSION = 2
 FeatureUpdateKey.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UpdateFeaturesRequest(Message):
     """Request UpdateFeaturesRequest (API key 57), versions 0-2; flexible from v0.
 
@@ -84,6 +100,16 @@ class UpdateFeaturesRequest(Message):
     feature_updates: list[FeatureUpdateKey] = field(default_factory=list)
     validate_only: bool = False
 
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        feature_updates: list[FeatureUpdateKey] = _NO_LIST,
+        validate_only: bool = False,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.feature_updates = [] if feature_updates is _NO_LIST else feature_updates
+        self.validate_only = validate_only
+
 
 UpdateFeaturesRequest.NAME = "UpdateFeaturesRequest"
 UpdateFeaturesRequest.SPEC_NAME = "UpdateFeaturesRequest"
@@ -95,7 +121,7 @@ UpdateFeaturesRequest.DEPRECATED_VERSIONS = None
 UpdateFeaturesRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UpdatableFeatureResult(Struct):
     """Results for each feature update.
 
@@ -109,6 +135,11 @@ class UpdatableFeatureResult(Struct):
     error_code: int = 0
     error_message: str | None = ""
 
+    def __init__(self, feature: str = "", error_code: int = 0, error_message: str | None = "") -> None:
+        self.feature = feature
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 UpdatableFeatureResult.NAME = "UpdatableFeatureResult"
 UpdatableFeatureResult.SPEC_NAME = "UpdatableFeatureResult"
@@ -117,7 +148,7 @@ UpdatableFeatureResult.MAX_VERSION = 1
 UpdatableFeatureResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UpdateFeaturesResponse(Message):
     """Response UpdateFeaturesResponse (API key 57), versions 0-2; flexible from v0.
 
@@ -134,6 +165,18 @@ class UpdateFeaturesResponse(Message):
     error_code: int = 0
     error_message: str | None = ""
     results: list[UpdatableFeatureResult] = field(default_factory=list)
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        results: list[UpdatableFeatureResult] = _NO_LIST,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is _NO_LIST else results
 
 
 UpdateFeaturesResponse.NAME = "UpdateFeaturesResponse"

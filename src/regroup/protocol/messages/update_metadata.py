@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -36,8 +37,11 @@ _S_iiii = struct.Struct(">iiii")
 _S_iiq = struct.Struct(">iiq")
 _S_ioiq = struct.Struct(">i?iq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class UpdateMetadataPartitionState(Struct):
     """The UpdateMetadataPartitionState struct of UpdateMetadataRequest.
 
@@ -63,6 +67,28 @@ class UpdateMetadataPartitionState(Struct):
     replicas: list[int] = field(default_factory=list)
     offline_replicas: list[int] = field(default_factory=list)
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        controller_epoch: int = 0,
+        leader: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] = _NO_LIST,
+        zk_version: int = 0,
+        replicas: list[int] = _NO_LIST,
+        offline_replicas: list[int] = _NO_LIST,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is _NO_LIST else isr
+        self.zk_version = zk_version
+        self.replicas = [] if replicas is _NO_LIST else replicas
+        self.offline_replicas = [] if offline_replicas is _NO_LIST else offline_replicas
+
 
 UpdateMetadataPartitionState.NAME = "UpdateMetadataPartitionState"
 UpdateMetadataPartitionState.SPEC_NAME = "UpdateMetadataPartitionState"
@@ -71,7 +97,7 @@ UpdateMetadataPartitionState.MAX_VERSION = 8
 UpdateMetadataPartitionState.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UpdateMetadataTopicState(Struct):
     """In newer versions of this RPC, each topic that we would like to update.
 
@@ -85,6 +111,16 @@ class UpdateMetadataTopicState(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partition_states: list[UpdateMetadataPartitionState] = field(default_factory=list)
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition_states: list[UpdateMetadataPartitionState] = _NO_LIST,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = [] if partition_states is _NO_LIST else partition_states
+
 
 UpdateMetadataTopicState.NAME = "UpdateMetadataTopicState"
 UpdateMetadataTopicState.SPEC_NAME = "UpdateMetadataTopicState"
@@ -93,7 +129,7 @@ UpdateMetadataTopicState.MAX_VERSION = 8
 UpdateMetadataTopicState.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UpdateMetadataEndpoint(Struct):
     """The broker endpoints.
 
@@ -109,6 +145,12 @@ class UpdateMetadataEndpoint(Struct):
     listener: str = ""
     security_protocol: int = 0
 
+    def __init__(self, port: int = 0, host: str = "", listener: str = "", security_protocol: int = 0) -> None:
+        self.port = port
+        self.host = host
+        self.listener = listener
+        self.security_protocol = security_protocol
+
 
 UpdateMetadataEndpoint.NAME = "UpdateMetadataEndpoint"
 UpdateMetadataEndpoint.SPEC_NAME = "UpdateMetadataEndpoint"
@@ -117,7 +159,7 @@ UpdateMetadataEndpoint.MAX_VERSION = 8
 UpdateMetadataEndpoint.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UpdateMetadataBroker(Struct):
     """The UpdateMetadataBroker struct of UpdateMetadataRequest.
 
@@ -135,6 +177,20 @@ class UpdateMetadataBroker(Struct):
     endpoints: list[UpdateMetadataEndpoint] = field(default_factory=list)
     rack: str | None = ""
 
+    def __init__(
+        self,
+        id: int = 0,
+        v0_host: str = "",
+        v0_port: int = 0,
+        endpoints: list[UpdateMetadataEndpoint] = _NO_LIST,
+        rack: str | None = "",
+    ) -> None:
+        self.id = id
+        self.v0_host = v0_host
+        self.v0_port = v0_port
+        self.endpoints = [] if endpoints is _NO_LIST else endpoints
+        self.rack = rack
+
 
 UpdateMetadataBroker.NAME = "UpdateMetadataBroker"
 UpdateMetadataBroker.SPEC_NAME = "UpdateMetadataBroker"
@@ -143,7 +199,7 @@ UpdateMetadataBroker.MAX_VERSION = 8
 UpdateMetadataBroker.FLEXIBLE_MIN_VERSION = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UpdateMetadataRequest(Message):
     """Request UpdateMetadataRequest (API key 6), versions 0-8; flexible from v6.
 
@@ -183,6 +239,28 @@ class UpdateMetadataRequest(Message):
     topic_states: list[UpdateMetadataTopicState] = field(default_factory=list)
     live_brokers: list[UpdateMetadataBroker] = field(default_factory=list)
 
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        type: int = 0,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        ungrouped_partition_states: list[UpdateMetadataPartitionState] = _NO_LIST,
+        topic_states: list[UpdateMetadataTopicState] = _NO_LIST,
+        live_brokers: list[UpdateMetadataBroker] = _NO_LIST,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.type = type
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.ungrouped_partition_states = (
+            [] if ungrouped_partition_states is _NO_LIST else ungrouped_partition_states
+        )
+        self.topic_states = [] if topic_states is _NO_LIST else topic_states
+        self.live_brokers = [] if live_brokers is _NO_LIST else live_brokers
+
 
 UpdateMetadataRequest.NAME = "UpdateMetadataRequest"
 UpdateMetadataRequest.SPEC_NAME = "UpdateMetadataRequest"
@@ -194,7 +272,7 @@ UpdateMetadataRequest.DEPRECATED_VERSIONS = None
 UpdateMetadataRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UpdateMetadataResponse(Message):
     """Response UpdateMetadataResponse (API key 6), versions 0-8; flexible from v6.
 
@@ -205,6 +283,9 @@ class UpdateMetadataResponse(Message):
     """
 
     error_code: int = 0
+
+    def __init__(self, error_code: int = 0) -> None:
+        self.error_code = error_code
 
 
 UpdateMetadataResponse.NAME = "UpdateMetadataResponse"

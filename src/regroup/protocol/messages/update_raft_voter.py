@@ -35,7 +35,7 @@ _S_ii = struct.Struct(">ii")
 _S_ii16s = struct.Struct(">ii16s")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Listener(Struct):
     """The endpoint that can be used to communicate with the leader
 
@@ -49,6 +49,11 @@ class Listener(Struct):
     host: str = ""
     port: int = 0
 
+    def __init__(self, name: str = "", host: str = "", port: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+
 
 Listener.NAME = "Listener"
 Listener.SPEC_NAME = "Listener"
@@ -57,7 +62,7 @@ Listener.MAX_VERSION = 0
 Listener.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class KRaftVersionFeature(Struct):
     """The range of versions of the protocol that the replica supports
 
@@ -68,6 +73,10 @@ class KRaftVersionFeature(Struct):
 
     min_supported_version: int = 0
     max_supported_version: int = 0
+
+    def __init__(self, min_supported_version: int = 0, max_supported_version: int = 0) -> None:
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
 
 
 KRaftVersionFeature.NAME = "KRaftVersionFeature"
@@ -108,7 +117,7 @@ UpdateRaftVoterRequest.DEPRECATED_VERSIONS = None
 UpdateRaftVoterRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CurrentLeader(Struct):
     """The CurrentLeader struct of UpdateRaftVoterResponse.
 
@@ -123,6 +132,12 @@ class CurrentLeader(Struct):
     leader_epoch: int = -1
     host: str = ""
     port: int = 0
+
+    def __init__(self, leader_id: int = -1, leader_epoch: int = -1, host: str = "", port: int = 0) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.host = host
+        self.port = port
 
 
 CurrentLeader.NAME = "CurrentLeader"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -35,8 +36,11 @@ _S_iii16s16siq = struct.Struct(">iii16s16siq")
 _S_iiiiq = struct.Struct(">iiiiq")
 _S_iiiiqB = struct.Struct(">iiiiqB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class VoteRequestPartitionData(Struct):
     """The PartitionData struct of VoteRequest.
 
@@ -58,6 +62,24 @@ class VoteRequestPartitionData(Struct):
     last_offset_epoch: int = 0
     last_offset: int = 0
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        candidate_epoch: int = 0,
+        candidate_id: int = 0,
+        candidate_directory_id: uuid.UUID = ZERO_UUID,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        last_offset_epoch: int = 0,
+        last_offset: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.candidate_epoch = candidate_epoch
+        self.candidate_id = candidate_id
+        self.candidate_directory_id = candidate_directory_id
+        self.voter_directory_id = voter_directory_id
+        self.last_offset_epoch = last_offset_epoch
+        self.last_offset = last_offset
+
 
 VoteRequestPartitionData.NAME = "VoteRequestPartitionData"
 VoteRequestPartitionData.SPEC_NAME = "PartitionData"
@@ -66,7 +88,7 @@ VoteRequestPartitionData.MAX_VERSION = 1
 VoteRequestPartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class VoteRequestTopicData(Struct):
     """The TopicData struct of VoteRequest.
 
@@ -78,6 +100,10 @@ class VoteRequestTopicData(Struct):
     topic_name: str = ""
     partitions: list[VoteRequestPartitionData] = field(default_factory=list)
 
+    def __init__(self, topic_name: str = "", partitions: list[VoteRequestPartitionData] = _NO_LIST) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 VoteRequestTopicData.NAME = "VoteRequestTopicData"
 VoteRequestTopicData.SPEC_NAME = "TopicData"
@@ -86,7 +112,7 @@ VoteRequestTopicData.MAX_VERSION = 1
 VoteRequestTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class VoteRequest(Message):
     """Request VoteRequest (API key 52), versions 0-1; flexible from v0.
 
@@ -102,6 +128,13 @@ class VoteRequest(Message):
     voter_id: int = -1
     topics: list[VoteRequestTopicData] = field(default_factory=list)
 
+    def __init__(
+        self, cluster_id: str | None = None, voter_id: int = -1, topics: list[VoteRequestTopicData] = _NO_LIST
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 VoteRequest.NAME = "VoteRequest"
 VoteRequest.SPEC_NAME = "VoteRequest"
@@ -113,7 +146,7 @@ VoteRequest.DEPRECATED_VERSIONS = None
 VoteRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class VoteResponsePartitionData(Struct):
     """The PartitionData struct of VoteResponse.
 
@@ -131,6 +164,20 @@ class VoteResponsePartitionData(Struct):
     leader_epoch: int = 0
     vote_granted: bool = False
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        vote_granted: bool = False,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.vote_granted = vote_granted
+
 
 VoteResponsePartitionData.NAME = "VoteResponsePartitionData"
 VoteResponsePartitionData.SPEC_NAME = "PartitionData"
@@ -139,7 +186,7 @@ VoteResponsePartitionData.MAX_VERSION = 1
 VoteResponsePartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class VoteResponseTopicData(Struct):
     """The TopicData struct of VoteResponse.
 
@@ -151,6 +198,10 @@ class VoteResponseTopicData(Struct):
     topic_name: str = ""
     partitions: list[VoteResponsePartitionData] = field(default_factory=list)
 
+    def __init__(self, topic_name: str = "", partitions: list[VoteResponsePartitionData] = _NO_LIST) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 VoteResponseTopicData.NAME = "VoteResponseTopicData"
 VoteResponseTopicData.SPEC_NAME = "TopicData"
@@ -159,7 +210,7 @@ VoteResponseTopicData.MAX_VERSION = 1
 VoteResponseTopicData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NodeEndpoint(Struct):
     """Endpoints for all current-leaders enumerated in PartitionData
 
@@ -173,6 +224,11 @@ class NodeEndpoint(Struct):
     host: str = ""
     port: int = 0
 
+    def __init__(self, node_id: int = 0, host: str = "", port: int = 0) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+
 
 NodeEndpoint.NAME = "NodeEndpoint"
 NodeEndpoint.SPEC_NAME = "NodeEndpoint"
@@ -181,7 +237,7 @@ NodeEndpoint.MAX_VERSION = 1
 NodeEndpoint.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class VoteResponse(Message):
     """Response VoteResponse (API key 52), versions 0-1; flexible from v0.
 
@@ -196,6 +252,16 @@ class VoteResponse(Message):
     error_code: int = 0
     topics: list[VoteResponseTopicData] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        topics: list[VoteResponseTopicData] = _NO_LIST,
+        node_endpoints: list[NodeEndpoint] = _NO_LIST,
+    ) -> None:
+        self.error_code = error_code
+        self.topics = [] if topics is _NO_LIST else topics
+        self.node_endpoints = [] if node_endpoints is _NO_LIST else node_endpoints
 
 
 VoteResponse.NAME = "VoteResponse"

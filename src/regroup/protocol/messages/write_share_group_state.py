@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_iiiq = struct.Struct(">iiiq")
 _S_qqbh = struct.Struct(">qqbh")
 _S_qqbhB = struct.Struct(">qqbhB")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class StateBatch(Struct):
     """The StateBatch struct of WriteShareGroupStateRequest.
 
@@ -50,6 +54,14 @@ class StateBatch(Struct):
     delivery_state: int = 0
     delivery_count: int = 0
 
+    def __init__(
+        self, first_offset: int = 0, last_offset: int = 0, delivery_state: int = 0, delivery_count: int = 0
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
+
 
 StateBatch.NAME = "StateBatch"
 StateBatch.SPEC_NAME = "StateBatch"
@@ -58,7 +70,7 @@ StateBatch.MAX_VERSION = 0
 StateBatch.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PartitionData(Struct):
     """The data for the partitions.
 
@@ -77,6 +89,20 @@ class PartitionData(Struct):
     start_offset: int = 0
     state_batches: list[StateBatch] = field(default_factory=list)
 
+    def __init__(
+        self,
+        partition: int = 0,
+        state_epoch: int = 0,
+        leader_epoch: int = 0,
+        start_offset: int = 0,
+        state_batches: list[StateBatch] = _NO_LIST,
+    ) -> None:
+        self.partition = partition
+        self.state_epoch = state_epoch
+        self.leader_epoch = leader_epoch
+        self.start_offset = start_offset
+        self.state_batches = [] if state_batches is _NO_LIST else state_batches
+
 
 PartitionData.NAME = "PartitionData"
 PartitionData.SPEC_NAME = "PartitionData"
@@ -85,7 +111,7 @@ PartitionData.MAX_VERSION = 0
 PartitionData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WriteStateData(Struct):
     """The data for the topics.
 
@@ -97,6 +123,10 @@ class WriteStateData(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionData] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 WriteStateData.NAME = "WriteStateData"
 WriteStateData.SPEC_NAME = "WriteStateData"
@@ -105,7 +135,7 @@ WriteStateData.MAX_VERSION = 0
 WriteStateData.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WriteShareGroupStateRequest(Message):
     """Request WriteShareGroupStateRequest (API key 85), versions 0-0; flexible from v0.
 
@@ -116,6 +146,10 @@ class WriteShareGroupStateRequest(Message):
 
     group_id: str = ""
     topics: list[WriteStateData] = field(default_factory=list)
+
+    def __init__(self, group_id: str = "", topics: list[WriteStateData] = _NO_LIST) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 WriteShareGroupStateRequest.NAME = "WriteShareGroupStateRequest"
@@ -128,7 +162,7 @@ WriteShareGroupStateRequest.DEPRECATED_VERSIONS = None
 WriteShareGroupStateRequest.LATEST_VERSION_UNSTABLE = True
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PartitionResult(Struct):
     """The results for the partitions.
 
@@ -142,6 +176,11 @@ class PartitionResult(Struct):
     error_code: int = 0
     error_message: str | None = None
 
+    def __init__(self, partition: int = 0, error_code: int = 0, error_message: str | None = None) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+
 
 PartitionResult.NAME = "PartitionResult"
 PartitionResult.SPEC_NAME = "PartitionResult"
@@ -150,7 +189,7 @@ PartitionResult.MAX_VERSION = 0
 PartitionResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WriteStateResult(Struct):
     """The write results
 
@@ -162,6 +201,10 @@ class WriteStateResult(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[PartitionResult] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionResult] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 WriteStateResult.NAME = "WriteStateResult"
 WriteStateResult.SPEC_NAME = "WriteStateResult"
@@ -170,7 +213,7 @@ WriteStateResult.MAX_VERSION = 0
 WriteStateResult.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WriteShareGroupStateResponse(Message):
     """Response WriteShareGroupStateResponse (API key 85), versions 0-0; flexible from v0.
 
@@ -187,6 +230,9 @@ class WriteShareGroupStateResponse(Message):
     """
 
     results: list[WriteStateResult] = field(default_factory=list)
+
+    def __init__(self, results: list[WriteStateResult] = _NO_LIST) -> None:
+        self.results = [] if results is _NO_LIST else results
 
 
 WriteShareGroupStateResponse.NAME = "WriteShareGroupStateResponse"

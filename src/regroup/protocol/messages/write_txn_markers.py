@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import FieldSpec, Message, Struct
 from regroup.protocol.primitives import (
@@ -33,8 +34,11 @@ _S_ihB = struct.Struct(">ihB")
 _S_q = struct.Struct(">q")
 _S_qho = struct.Struct(">qh?")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class WritableTxnMarkerTopic(Struct):
     """Each topic that we want to write transaction marker(s) for.
 
@@ -46,6 +50,10 @@ class WritableTxnMarkerTopic(Struct):
     name: str = ""
     partition_indexes: list[int] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partition_indexes: list[int] = _NO_LIST) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is _NO_LIST else partition_indexes
+
 
 WritableTxnMarkerTopic.NAME = "WritableTxnMarkerTopic"
 WritableTxnMarkerTopic.SPEC_NAME = "WritableTxnMarkerTopic"
@@ -54,7 +62,7 @@ WritableTxnMarkerTopic.MAX_VERSION = 1
 WritableTxnMarkerTopic.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WritableTxnMarker(Struct):
     """The transaction markers to be written.
 
@@ -74,6 +82,20 @@ class WritableTxnMarker(Struct):
     topics: list[WritableTxnMarkerTopic] = field(default_factory=list)
     coordinator_epoch: int = 0
 
+    def __init__(
+        self,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        transaction_result: bool = False,
+        topics: list[WritableTxnMarkerTopic] = _NO_LIST,
+        coordinator_epoch: int = 0,
+    ) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.transaction_result = transaction_result
+        self.topics = [] if topics is _NO_LIST else topics
+        self.coordinator_epoch = coordinator_epoch
+
 
 WritableTxnMarker.NAME = "WritableTxnMarker"
 WritableTxnMarker.SPEC_NAME = "WritableTxnMarker"
@@ -82,7 +104,7 @@ WritableTxnMarker.MAX_VERSION = 1
 WritableTxnMarker.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WriteTxnMarkersRequest(Message):
     """Request WriteTxnMarkersRequest (API key 27), versions 0-1; flexible from v1.
 
@@ -93,6 +115,9 @@ class WriteTxnMarkersRequest(Message):
     """
 
     markers: list[WritableTxnMarker] = field(default_factory=list)
+
+    def __init__(self, markers: list[WritableTxnMarker] = _NO_LIST) -> None:
+        self.markers = [] if markers is _NO_LIST else markers
 
 
 WriteTxnMarkersRequest.NAME = "WriteTxnMarkersRequest"
@@ -105,7 +130,7 @@ WriteTxnMarkersRequest.DEPRECATED_VERSIONS = None
 WriteTxnMarkersRequest.LATEST_VERSION_UNSTABLE = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WritableTxnMarkerPartitionResult(Struct):
     """The results by partition.
 
@@ -117,6 +142,10 @@ class WritableTxnMarkerPartitionResult(Struct):
     partition_index: int = 0
     error_code: int = 0
 
+    def __init__(self, partition_index: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+
 
 WritableTxnMarkerPartitionResult.NAME = "WritableTxnMarkerPartitionResult"
 WritableTxnMarkerPartitionResult.SPEC_NAME = "WritableTxnMarkerPartitionResult"
@@ -125,7 +154,7 @@ WritableTxnMarkerPartitionResult.MAX_VERSION = 1
 WritableTxnMarkerPartitionResult.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WritableTxnMarkerTopicResult(Struct):
     """The results by topic.
 
@@ -137,6 +166,10 @@ class WritableTxnMarkerTopicResult(Struct):
     name: str = ""
     partitions: list[WritableTxnMarkerPartitionResult] = field(default_factory=list)
 
+    def __init__(self, name: str = "", partitions: list[WritableTxnMarkerPartitionResult] = _NO_LIST) -> None:
+        self.name = name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 WritableTxnMarkerTopicResult.NAME = "WritableTxnMarkerTopicResult"
 WritableTxnMarkerTopicResult.SPEC_NAME = "WritableTxnMarkerTopicResult"
@@ -145,7 +178,7 @@ WritableTxnMarkerTopicResult.MAX_VERSION = 1
 WritableTxnMarkerTopicResult.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WritableTxnMarkerResult(Struct):
     """The results for writing makers.
 
@@ -157,6 +190,10 @@ class WritableTxnMarkerResult(Struct):
     producer_id: int = 0
     topics: list[WritableTxnMarkerTopicResult] = field(default_factory=list)
 
+    def __init__(self, producer_id: int = 0, topics: list[WritableTxnMarkerTopicResult] = _NO_LIST) -> None:
+        self.producer_id = producer_id
+        self.topics = [] if topics is _NO_LIST else topics
+
 
 WritableTxnMarkerResult.NAME = "WritableTxnMarkerResult"
 WritableTxnMarkerResult.SPEC_NAME = "WritableTxnMarkerResult"
@@ -165,7 +202,7 @@ WritableTxnMarkerResult.MAX_VERSION = 1
 WritableTxnMarkerResult.FLEXIBLE_MIN_VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WriteTxnMarkersResponse(Message):
     """Response WriteTxnMarkersResponse (API key 27), versions 0-1; flexible from v1.
 
@@ -176,6 +213,9 @@ class WriteTxnMarkersResponse(Message):
     """
 
     markers: list[WritableTxnMarkerResult] = field(default_factory=list)
+
+    def __init__(self, markers: list[WritableTxnMarkerResult] = _NO_LIST) -> None:
+        self.markers = [] if markers is _NO_LIST else markers
 
 
 WriteTxnMarkersResponse.NAME = "WriteTxnMarkersResponse"

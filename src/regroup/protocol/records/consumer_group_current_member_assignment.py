@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_16s = struct.Struct(">16s")
 _S_iib = struct.Struct(">iib")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ConsumerGroupCurrentMemberAssignmentKey(Data):
     """Data ConsumerGroupCurrentMemberAssignmentKey, versions 8-8.
 
@@ -43,6 +47,10 @@ class ConsumerGroupCurrentMemberAssignmentKey(Data):
     group_id: str = ""
     member_id: str = ""
 
+    def __init__(self, group_id: str = "", member_id: str = "") -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+
 
 ConsumerGroupCurrentMemberAssignmentKey.NAME = "ConsumerGroupCurrentMemberAssignmentKey"
 ConsumerGroupCurrentMemberAssignmentKey.SPEC_NAME = "ConsumerGroupCurrentMemberAssignmentKey"
@@ -51,7 +59,7 @@ ConsumerGroupCurrentMemberAssignmentKey.MAX_VERSION = 8
 ConsumerGroupCurrentMemberAssignmentKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicPartitions(Struct):
     """The TopicPartitions struct of ConsumerGroupCurrentMemberAssignmentValue.
 
@@ -66,6 +74,16 @@ class TopicPartitions(Struct):
     partitions: list[int] = field(default_factory=list)
     assignment_epochs: list[int] | None = field(default_factory=list)
 
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] = _NO_LIST,
+        assignment_epochs: list[int] | None = _NO_LIST,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+        self.assignment_epochs = [] if assignment_epochs is _NO_LIST else assignment_epochs
+
 
 TopicPartitions.NAME = "TopicPartitions"
 TopicPartitions.SPEC_NAME = "TopicPartitions"
@@ -74,7 +92,7 @@ TopicPartitions.MAX_VERSION = 0
 TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupCurrentMemberAssignmentValue(Data):
     """Data ConsumerGroupCurrentMemberAssignmentValue (record type 8), versions 0-0; flexible from v0.
 
@@ -93,6 +111,22 @@ class ConsumerGroupCurrentMemberAssignmentValue(Data):
     state: int = 0
     assigned_partitions: list[TopicPartitions] = field(default_factory=list)
     partitions_pending_revocation: list[TopicPartitions] = field(default_factory=list)
+
+    def __init__(
+        self,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[TopicPartitions] = _NO_LIST,
+        partitions_pending_revocation: list[TopicPartitions] = _NO_LIST,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is _NO_LIST else assigned_partitions
+        self.partitions_pending_revocation = (
+            [] if partitions_pending_revocation is _NO_LIST else partitions_pending_revocation
+        )
 
 
 ConsumerGroupCurrentMemberAssignmentValue.NAME = "ConsumerGroupCurrentMemberAssignmentValue"

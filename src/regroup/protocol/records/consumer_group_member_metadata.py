@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -29,8 +30,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_i = struct.Struct(">i")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ConsumerGroupMemberMetadataKey(Data):
     """Data ConsumerGroupMemberMetadataKey, versions 5-5.
 
@@ -42,6 +46,10 @@ class ConsumerGroupMemberMetadataKey(Data):
     group_id: str = ""
     member_id: str = ""
 
+    def __init__(self, group_id: str = "", member_id: str = "") -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+
 
 ConsumerGroupMemberMetadataKey.NAME = "ConsumerGroupMemberMetadataKey"
 ConsumerGroupMemberMetadataKey.SPEC_NAME = "ConsumerGroupMemberMetadataKey"
@@ -50,7 +58,7 @@ ConsumerGroupMemberMetadataKey.MAX_VERSION = 5
 ConsumerGroupMemberMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ClassicProtocol(Struct):
     """The list of protocols that the member supports if the consumer uses the classic protocol.
 
@@ -62,6 +70,10 @@ class ClassicProtocol(Struct):
     name: str = ""
     metadata: bytes = b""
 
+    def __init__(self, name: str = "", metadata: bytes = b"") -> None:
+        self.name = name
+        self.metadata = metadata
+
 
 ClassicProtocol.NAME = "ClassicProtocol"
 ClassicProtocol.SPEC_NAME = "ClassicProtocol"
@@ -70,7 +82,7 @@ ClassicProtocol.MAX_VERSION = 0
 ClassicProtocol.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ClassicMemberMetadata(Struct):
     """The classic member metadata which includes the supported protocols of the consumer if it uses the classic protocol. The metadata is null if the consumer uses the consumer protocol.
 
@@ -82,6 +94,12 @@ class ClassicMemberMetadata(Struct):
 
     session_timeout_ms: int = 0
     supported_protocols: list[ClassicProtocol] = field(default_factory=list)
+
+    def __init__(
+        self, session_timeout_ms: int = 0, supported_protocols: list[ClassicProtocol] = _NO_LIST
+    ) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self.supported_protocols = [] if supported_protocols is _NO_LIST else supported_protocols
 
 
 ClassicMemberMetadata.NAME = "ClassicMemberMetadata"

@@ -31,7 +31,7 @@ _S_i = struct.Struct(">i")
 _S_q = struct.Struct(">q")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupMetadataKey(Data):
     """Data ConsumerGroupMetadataKey, versions 3-3.
 
@@ -41,6 +41,9 @@ class ConsumerGroupMetadataKey(Data):
 
     group_id: str = ""
 
+    def __init__(self, group_id: str = "") -> None:
+        self.group_id = group_id
+
 
 ConsumerGroupMetadataKey.NAME = "ConsumerGroupMetadataKey"
 ConsumerGroupMetadataKey.SPEC_NAME = "ConsumerGroupMetadataKey"
@@ -49,7 +52,7 @@ ConsumerGroupMetadataKey.MAX_VERSION = 3
 ConsumerGroupMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupMetadataValue(Data):
     """Data ConsumerGroupMetadataValue (record type 3), versions 0-0; flexible from v0.
 
@@ -60,6 +63,10 @@ class ConsumerGroupMetadataValue(Data):
 
     epoch: int = 0
     metadata_hash: int = 0
+
+    def __init__(self, epoch: int = 0, metadata_hash: int = 0) -> None:
+        self.epoch = epoch
+        self.metadata_hash = metadata_hash
 
 
 ConsumerGroupMetadataValue.NAME = "ConsumerGroupMetadataValue"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -29,8 +30,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_qq = struct.Struct(">qq")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ConsumerGroupRegularExpressionKey(Data):
     """Data ConsumerGroupRegularExpressionKey (record type 16), versions 0-0.
 
@@ -42,6 +46,10 @@ class ConsumerGroupRegularExpressionKey(Data):
     group_id: str = ""
     regular_expression: str = ""
 
+    def __init__(self, group_id: str = "", regular_expression: str = "") -> None:
+        self.group_id = group_id
+        self.regular_expression = regular_expression
+
 
 ConsumerGroupRegularExpressionKey.NAME = "ConsumerGroupRegularExpressionKey"
 ConsumerGroupRegularExpressionKey.SPEC_NAME = "ConsumerGroupRegularExpressionKey"
@@ -50,7 +58,7 @@ ConsumerGroupRegularExpressionKey.MAX_VERSION = 0
 ConsumerGroupRegularExpressionKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupRegularExpressionValue(Data):
     """Data ConsumerGroupRegularExpressionValue (record type 16), versions 0-0; flexible from v0.
 
@@ -63,6 +71,11 @@ class ConsumerGroupRegularExpressionValue(Data):
     topics: list[str] = field(default_factory=list)
     version: int = 0
     timestamp: int = 0
+
+    def __init__(self, topics: list[str] = _NO_LIST, version: int = 0, timestamp: int = 0) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+        self.version = version
+        self.timestamp = timestamp
 
 
 ConsumerGroupRegularExpressionValue.NAME = "ConsumerGroupRegularExpressionValue"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -29,8 +30,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_16s = struct.Struct(">16s")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ConsumerGroupTargetAssignmentMemberKey(Data):
     """Data ConsumerGroupTargetAssignmentMemberKey, versions 7-7.
 
@@ -42,6 +46,10 @@ class ConsumerGroupTargetAssignmentMemberKey(Data):
     group_id: str = ""
     member_id: str = ""
 
+    def __init__(self, group_id: str = "", member_id: str = "") -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+
 
 ConsumerGroupTargetAssignmentMemberKey.NAME = "ConsumerGroupTargetAssignmentMemberKey"
 ConsumerGroupTargetAssignmentMemberKey.SPEC_NAME = "ConsumerGroupTargetAssignmentMemberKey"
@@ -50,7 +58,7 @@ ConsumerGroupTargetAssignmentMemberKey.MAX_VERSION = 7
 ConsumerGroupTargetAssignmentMemberKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicPartition(Struct):
     """The assigned partitions.
 
@@ -62,6 +70,10 @@ class TopicPartition(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TopicPartition.NAME = "TopicPartition"
 TopicPartition.SPEC_NAME = "TopicPartition"
@@ -70,7 +82,7 @@ TopicPartition.MAX_VERSION = 0
 TopicPartition.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupTargetAssignmentMemberValue(Data):
     """Data ConsumerGroupTargetAssignmentMemberValue, versions 0-0; flexible from v0.
 
@@ -79,6 +91,9 @@ class ConsumerGroupTargetAssignmentMemberValue(Data):
     """
 
     topic_partitions: list[TopicPartition] = field(default_factory=list)
+
+    def __init__(self, topic_partitions: list[TopicPartition] = _NO_LIST) -> None:
+        self.topic_partitions = [] if topic_partitions is _NO_LIST else topic_partitions
 
 
 ConsumerGroupTargetAssignmentMemberValue.NAME = "ConsumerGroupTargetAssignmentMemberValue"

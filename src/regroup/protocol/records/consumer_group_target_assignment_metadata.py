@@ -31,7 +31,7 @@ _S_i = struct.Struct(">i")
 _S_q = struct.Struct(">q")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupTargetAssignmentMetadataKey(Data):
     """Data ConsumerGroupTargetAssignmentMetadataKey, versions 6-6.
 
@@ -41,6 +41,9 @@ class ConsumerGroupTargetAssignmentMetadataKey(Data):
 
     group_id: str = ""
 
+    def __init__(self, group_id: str = "") -> None:
+        self.group_id = group_id
+
 
 ConsumerGroupTargetAssignmentMetadataKey.NAME = "ConsumerGroupTargetAssignmentMetadataKey"
 ConsumerGroupTargetAssignmentMetadataKey.SPEC_NAME = "ConsumerGroupTargetAssignmentMetadataKey"
@@ -49,7 +52,7 @@ ConsumerGroupTargetAssignmentMetadataKey.MAX_VERSION = 6
 ConsumerGroupTargetAssignmentMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerGroupTargetAssignmentMetadataValue(Data):
     """Data ConsumerGroupTargetAssignmentMetadataValue (record type 6), versions 0-0; flexible from v0.
 
@@ -60,6 +63,10 @@ class ConsumerGroupTargetAssignmentMetadataValue(Data):
 
     assignment_epoch: int = 0
     assignment_timestamp: int = 0
+
+    def __init__(self, assignment_epoch: int = 0, assignment_timestamp: int = 0) -> None:
+        self.assignment_epoch = assignment_epoch
+        self.assignment_timestamp = assignment_timestamp
 
 
 ConsumerGroupTargetAssignmentMetadataValue.NAME = "ConsumerGroupTargetAssignmentMetadataValue"

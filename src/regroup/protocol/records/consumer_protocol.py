@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -29,8 +30,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_i = struct.Struct(">i")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ConsumerProtocolSubscriptionTopicPartition(Struct):
     """The TopicPartition struct of ConsumerProtocolSubscription.
 
@@ -42,6 +46,10 @@ class ConsumerProtocolSubscriptionTopicPartition(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic: str = "", partitions: list[int] = _NO_LIST) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ConsumerProtocolSubscriptionTopicPartition.NAME = "ConsumerProtocolSubscriptionTopicPartition"
 ConsumerProtocolSubscriptionTopicPartition.SPEC_NAME = "TopicPartition"
@@ -50,7 +58,7 @@ ConsumerProtocolSubscriptionTopicPartition.MAX_VERSION = 3
 ConsumerProtocolSubscriptionTopicPartition.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerProtocolSubscription(Data):
     """Data ConsumerProtocolSubscription, versions 0-3.
 
@@ -77,6 +85,20 @@ class ConsumerProtocolSubscription(Data):
     generation_id: int = -1
     rack_id: str | None = None
 
+    def __init__(
+        self,
+        topics: list[str] = _NO_LIST,
+        user_data: bytes | None = None,
+        owned_partitions: list[ConsumerProtocolSubscriptionTopicPartition] = _NO_LIST,
+        generation_id: int = -1,
+        rack_id: str | None = None,
+    ) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
+        self.user_data = user_data
+        self.owned_partitions = [] if owned_partitions is _NO_LIST else owned_partitions
+        self.generation_id = generation_id
+        self.rack_id = rack_id
+
 
 ConsumerProtocolSubscription.NAME = "ConsumerProtocolSubscription"
 ConsumerProtocolSubscription.SPEC_NAME = "ConsumerProtocolSubscription"
@@ -85,7 +107,7 @@ ConsumerProtocolSubscription.MAX_VERSION = 3
 ConsumerProtocolSubscription.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerProtocolAssignmentTopicPartition(Struct):
     """The TopicPartition struct of ConsumerProtocolAssignment.
 
@@ -97,6 +119,10 @@ class ConsumerProtocolAssignmentTopicPartition(Struct):
     topic: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic: str = "", partitions: list[int] = _NO_LIST) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 ConsumerProtocolAssignmentTopicPartition.NAME = "ConsumerProtocolAssignmentTopicPartition"
 ConsumerProtocolAssignmentTopicPartition.SPEC_NAME = "TopicPartition"
@@ -105,7 +131,7 @@ ConsumerProtocolAssignmentTopicPartition.MAX_VERSION = 3
 ConsumerProtocolAssignmentTopicPartition.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConsumerProtocolAssignment(Data):
     """Data ConsumerProtocolAssignment, versions 0-3.
 
@@ -125,6 +151,14 @@ class ConsumerProtocolAssignment(Data):
 
     assigned_partitions: list[ConsumerProtocolAssignmentTopicPartition] = field(default_factory=list)
     user_data: bytes | None = None
+
+    def __init__(
+        self,
+        assigned_partitions: list[ConsumerProtocolAssignmentTopicPartition] = _NO_LIST,
+        user_data: bytes | None = None,
+    ) -> None:
+        self.assigned_partitions = [] if assigned_partitions is _NO_LIST else assigned_partitions
+        self.user_data = user_data
 
 
 ConsumerProtocolAssignment.NAME = "ConsumerProtocolAssignment"

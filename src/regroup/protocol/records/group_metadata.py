@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -31,8 +32,11 @@ _S_i = struct.Struct(">i")
 _S_ii = struct.Struct(">ii")
 _S_q = struct.Struct(">q")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class GroupMetadataKey(Data):
     """Data GroupMetadataKey, versions 2-2.
 
@@ -42,6 +46,9 @@ class GroupMetadataKey(Data):
 
     group: str = ""
 
+    def __init__(self, group: str = "") -> None:
+        self.group = group
+
 
 GroupMetadataKey.NAME = "GroupMetadataKey"
 GroupMetadataKey.SPEC_NAME = "GroupMetadataKey"
@@ -50,7 +57,7 @@ GroupMetadataKey.MAX_VERSION = 2
 GroupMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MemberMetadata(Struct):
     """The MemberMetadata struct of GroupMetadataValue.
 
@@ -74,6 +81,26 @@ class MemberMetadata(Struct):
     subscription: bytes = b""
     assignment: bytes = b""
 
+    def __init__(
+        self,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        rebalance_timeout: int = -1,
+        session_timeout: int = 0,
+        subscription: bytes = b"",
+        assignment: bytes = b"",
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout = rebalance_timeout
+        self.session_timeout = session_timeout
+        self.subscription = subscription
+        self.assignment = assignment
+
 
 MemberMetadata.NAME = "MemberMetadata"
 MemberMetadata.SPEC_NAME = "MemberMetadata"
@@ -82,7 +109,7 @@ MemberMetadata.MAX_VERSION = 4
 MemberMetadata.FLEXIBLE_MIN_VERSION = 4
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class GroupMetadataValue(Data):
     """Data GroupMetadataValue, versions 0-4; flexible from v4.
 
@@ -105,6 +132,22 @@ class GroupMetadataValue(Data):
     leader: str | None = ""
     current_state_timestamp: int = -1
     members: list[MemberMetadata] = field(default_factory=list)
+
+    def __init__(
+        self,
+        protocol_type: str = "",
+        generation: int = 0,
+        protocol: str | None = "",
+        leader: str | None = "",
+        current_state_timestamp: int = -1,
+        members: list[MemberMetadata] = _NO_LIST,
+    ) -> None:
+        self.protocol_type = protocol_type
+        self.generation = generation
+        self.protocol = protocol
+        self.leader = leader
+        self.current_state_timestamp = current_state_timestamp
+        self.members = [] if members is _NO_LIST else members
 
 
 GroupMetadataValue.NAME = "GroupMetadataValue"

@@ -33,7 +33,7 @@ _S_qi = struct.Struct(">qi")
 _S_qq = struct.Struct(">qq")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetCommitKey(Data):
     """Data OffsetCommitKey, versions 0-1.
 
@@ -47,6 +47,11 @@ class OffsetCommitKey(Data):
     topic: str = ""
     partition: int = 0
 
+    def __init__(self, group: str = "", topic: str = "", partition: int = 0) -> None:
+        self.group = group
+        self.topic = topic
+        self.partition = partition
+
 
 OffsetCommitKey.NAME = "OffsetCommitKey"
 OffsetCommitKey.SPEC_NAME = "OffsetCommitKey"
@@ -55,7 +60,7 @@ OffsetCommitKey.MAX_VERSION = 1
 OffsetCommitKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OffsetCommitValue(Data):
     """Data OffsetCommitValue, versions 0-4; flexible from v4.
 
@@ -78,6 +83,22 @@ class OffsetCommitValue(Data):
     commit_timestamp: int = 0
     expire_timestamp: int = -1
     topic_id: uuid.UUID = ZERO_UUID
+
+    def __init__(
+        self,
+        offset: int = 0,
+        leader_epoch: int = -1,
+        metadata: str = "",
+        commit_timestamp: int = 0,
+        expire_timestamp: int = -1,
+        topic_id: uuid.UUID = ZERO_UUID,
+    ) -> None:
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+        self.metadata = metadata
+        self.commit_timestamp = commit_timestamp
+        self.expire_timestamp = expire_timestamp
+        self.topic_id = topic_id
 
 
 OffsetCommitValue.NAME = "OffsetCommitValue"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_16s = struct.Struct(">16s")
 _S_iib = struct.Struct(">iib")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ShareGroupCurrentMemberAssignmentKey(Data):
     """Data ShareGroupCurrentMemberAssignmentKey, versions 14-14.
 
@@ -43,6 +47,10 @@ class ShareGroupCurrentMemberAssignmentKey(Data):
     group_id: str = ""
     member_id: str = ""
 
+    def __init__(self, group_id: str = "", member_id: str = "") -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+
 
 ShareGroupCurrentMemberAssignmentKey.NAME = "ShareGroupCurrentMemberAssignmentKey"
 ShareGroupCurrentMemberAssignmentKey.SPEC_NAME = "ShareGroupCurrentMemberAssignmentKey"
@@ -51,7 +59,7 @@ ShareGroupCurrentMemberAssignmentKey.MAX_VERSION = 14
 ShareGroupCurrentMemberAssignmentKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicPartitions(Struct):
     """The TopicPartitions struct of ShareGroupCurrentMemberAssignmentValue.
 
@@ -63,6 +71,10 @@ class TopicPartitions(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = _NO_LIST) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TopicPartitions.NAME = "TopicPartitions"
 TopicPartitions.SPEC_NAME = "TopicPartitions"
@@ -71,7 +83,7 @@ TopicPartitions.MAX_VERSION = 0
 TopicPartitions.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupCurrentMemberAssignmentValue(Data):
     """Data ShareGroupCurrentMemberAssignmentValue, versions 0-0; flexible from v0.
 
@@ -88,6 +100,18 @@ class ShareGroupCurrentMemberAssignmentValue(Data):
     previous_member_epoch: int = 0
     state: int = 0
     assigned_partitions: list[TopicPartitions] = field(default_factory=list)
+
+    def __init__(
+        self,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[TopicPartitions] = _NO_LIST,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is _NO_LIST else assigned_partitions
 
 
 ShareGroupCurrentMemberAssignmentValue.NAME = "ShareGroupCurrentMemberAssignmentValue"

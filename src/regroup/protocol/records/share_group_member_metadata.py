@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -28,7 +29,11 @@ _NULL16 = b"\xff\xff"
 _NULL32 = b"\xff\xff\xff\xff"
 
 
-@dataclass(slots=True)
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
+
+
+@dataclass(slots=True, init=False)
 class ShareGroupMemberMetadataKey(Data):
     """Data ShareGroupMemberMetadataKey, versions 10-10.
 
@@ -40,6 +45,10 @@ class ShareGroupMemberMetadataKey(Data):
     group_id: str = ""
     member_id: str = ""
 
+    def __init__(self, group_id: str = "", member_id: str = "") -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+
 
 ShareGroupMemberMetadataKey.NAME = "ShareGroupMemberMetadataKey"
 ShareGroupMemberMetadataKey.SPEC_NAME = "ShareGroupMemberMetadataKey"
@@ -48,7 +57,7 @@ ShareGroupMemberMetadataKey.MAX_VERSION = 10
 ShareGroupMemberMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupMemberMetadataValue(Data):
     """Data ShareGroupMemberMetadataValue, versions 0-0; flexible from v0.
 
@@ -63,6 +72,18 @@ class ShareGroupMemberMetadataValue(Data):
     client_id: str = ""
     client_host: str = ""
     subscribed_topic_names: list[str] = field(default_factory=list)
+
+    def __init__(
+        self,
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = _NO_LIST,
+    ) -> None:
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is _NO_LIST else subscribed_topic_names
 
 
 ShareGroupMemberMetadataValue.NAME = "ShareGroupMemberMetadataValue"

@@ -30,7 +30,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_i = struct.Struct(">i")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupMetadataKey(Data):
     """Data ShareGroupMetadataKey, versions 11-11.
 
@@ -40,6 +40,9 @@ class ShareGroupMetadataKey(Data):
 
     group_id: str = ""
 
+    def __init__(self, group_id: str = "") -> None:
+        self.group_id = group_id
+
 
 ShareGroupMetadataKey.NAME = "ShareGroupMetadataKey"
 ShareGroupMetadataKey.SPEC_NAME = "ShareGroupMetadataKey"
@@ -48,7 +51,7 @@ ShareGroupMetadataKey.MAX_VERSION = 11
 ShareGroupMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupMetadataValue(Data):
     """Data ShareGroupMetadataValue, versions 0-0; flexible from v0.
 
@@ -57,6 +60,9 @@ class ShareGroupMetadataValue(Data):
     """
 
     epoch: int = 0
+
+    def __init__(self, epoch: int = 0) -> None:
+        self.epoch = epoch
 
 
 ShareGroupMetadataValue.NAME = "ShareGroupMetadataValue"

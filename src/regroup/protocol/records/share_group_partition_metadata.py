@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -30,8 +31,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_16s = struct.Struct(">16s")
 _S_i = struct.Struct(">i")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ShareGroupPartitionMetadataKey(Data):
     """Data ShareGroupPartitionMetadataKey, versions 9-9.
 
@@ -41,6 +45,9 @@ class ShareGroupPartitionMetadataKey(Data):
 
     group_id: str = ""
 
+    def __init__(self, group_id: str = "") -> None:
+        self.group_id = group_id
+
 
 ShareGroupPartitionMetadataKey.NAME = "ShareGroupPartitionMetadataKey"
 ShareGroupPartitionMetadataKey.SPEC_NAME = "ShareGroupPartitionMetadataKey"
@@ -49,7 +56,7 @@ ShareGroupPartitionMetadataKey.MAX_VERSION = 9
 ShareGroupPartitionMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PartitionMetadata(Struct):
     """Partitions mapped to a set of racks. If the rack information is unavailable for all the partitions, an empty list is stored
 
@@ -61,6 +68,10 @@ class PartitionMetadata(Struct):
     partition: int = 0
     racks: list[str] = field(default_factory=list)
 
+    def __init__(self, partition: int = 0, racks: list[str] = _NO_LIST) -> None:
+        self.partition = partition
+        self.racks = [] if racks is _NO_LIST else racks
+
 
 PartitionMetadata.NAME = "PartitionMetadata"
 PartitionMetadata.SPEC_NAME = "PartitionMetadata"
@@ -69,7 +80,7 @@ PartitionMetadata.MAX_VERSION = 0
 PartitionMetadata.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicMetadata(Struct):
     """The list of topic metadata.
 
@@ -86,6 +97,18 @@ class TopicMetadata(Struct):
     num_partitions: int = 0
     partition_metadata: list[PartitionMetadata] = field(default_factory=list)
 
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        topic_name: str = "",
+        num_partitions: int = 0,
+        partition_metadata: list[PartitionMetadata] = _NO_LIST,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.num_partitions = num_partitions
+        self.partition_metadata = [] if partition_metadata is _NO_LIST else partition_metadata
+
 
 TopicMetadata.NAME = "TopicMetadata"
 TopicMetadata.SPEC_NAME = "TopicMetadata"
@@ -94,7 +117,7 @@ TopicMetadata.MAX_VERSION = 0
 TopicMetadata.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupPartitionMetadataValue(Data):
     """Data ShareGroupPartitionMetadataValue, versions 0-0; flexible from v0.
 
@@ -103,6 +126,9 @@ class ShareGroupPartitionMetadataValue(Data):
     """
 
     topics: list[TopicMetadata] = field(default_factory=list)
+
+    def __init__(self, topics: list[TopicMetadata] = _NO_LIST) -> None:
+        self.topics = [] if topics is _NO_LIST else topics
 
 
 ShareGroupPartitionMetadataValue.NAME = "ShareGroupPartitionMetadataValue"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.protocol.message import Data, FieldSpec, Struct
 from regroup.protocol.primitives import (
@@ -29,8 +30,11 @@ _NULL32 = b"\xff\xff\xff\xff"
 
 _S_16s = struct.Struct(">16s")
 
+# An array argument's default when left out: never kept (__init__ makes a new list).
+_NO_LIST: list[Any] = []
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ShareGroupStatePartitionMetadataKey(Data):
     """Data ShareGroupStatePartitionMetadataKey, versions 15-15.
 
@@ -40,6 +44,9 @@ class ShareGroupStatePartitionMetadataKey(Data):
 
     group_id: str = ""
 
+    def __init__(self, group_id: str = "") -> None:
+        self.group_id = group_id
+
 
 ShareGroupStatePartitionMetadataKey.NAME = "ShareGroupStatePartitionMetadataKey"
 ShareGroupStatePartitionMetadataKey.SPEC_NAME = "ShareGroupStatePartitionMetadataKey"
@@ -48,7 +55,7 @@ ShareGroupStatePartitionMetadataKey.MAX_VERSION = 15
 ShareGroupStatePartitionMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicPartitionsInfo(Struct):
     """The TopicPartitionsInfo struct of ShareGroupStatePartitionMetadataValue.
 
@@ -62,6 +69,13 @@ class TopicPartitionsInfo(Struct):
     topic_name: str = ""
     partitions: list[int] = field(default_factory=list)
 
+    def __init__(
+        self, topic_id: uuid.UUID = ZERO_UUID, topic_name: str = "", partitions: list[int] = _NO_LIST
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is _NO_LIST else partitions
+
 
 TopicPartitionsInfo.NAME = "TopicPartitionsInfo"
 TopicPartitionsInfo.SPEC_NAME = "TopicPartitionsInfo"
@@ -70,7 +84,7 @@ TopicPartitionsInfo.MAX_VERSION = 0
 TopicPartitionsInfo.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopicInfo(Struct):
     """The TopicInfo struct of ShareGroupStatePartitionMetadataValue.
 
@@ -82,6 +96,10 @@ class TopicInfo(Struct):
     topic_id: uuid.UUID = ZERO_UUID
     topic_name: str = ""
 
+    def __init__(self, topic_id: uuid.UUID = ZERO_UUID, topic_name: str = "") -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+
 
 TopicInfo.NAME = "TopicInfo"
 TopicInfo.SPEC_NAME = "TopicInfo"
@@ -90,7 +108,7 @@ TopicInfo.MAX_VERSION = 0
 TopicInfo.FLEXIBLE_MIN_VERSION = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupStatePartitionMetadataValue(Data):
     """Data ShareGroupStatePartitionMetadataValue, versions 0-0; flexible from v0.
 
@@ -101,6 +119,14 @@ class ShareGroupStatePartitionMetadataValue(Data):
 
     initialized_topics: list[TopicPartitionsInfo] = field(default_factory=list)
     deleting_topics: list[TopicInfo] = field(default_factory=list)
+
+    def __init__(
+        self,
+        initialized_topics: list[TopicPartitionsInfo] = _NO_LIST,
+        deleting_topics: list[TopicInfo] = _NO_LIST,
+    ) -> None:
+        self.initialized_topics = [] if initialized_topics is _NO_LIST else initialized_topics
+        self.deleting_topics = [] if deleting_topics is _NO_LIST else deleting_topics
 
 
 ShareGroupStatePartitionMetadataValue.NAME = "ShareGroupStatePartitionMetadataValue"

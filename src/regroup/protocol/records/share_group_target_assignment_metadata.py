@@ -30,7 +30,7 @@ _NULL32 = b"\xff\xff\xff\xff"
 _S_i = struct.Struct(">i")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupTargetAssignmentMetadataKey(Data):
     """Data ShareGroupTargetAssignmentMetadataKey, versions 12-12.
 
@@ -40,6 +40,9 @@ class ShareGroupTargetAssignmentMetadataKey(Data):
 
     group_id: str = ""
 
+    def __init__(self, group_id: str = "") -> None:
+        self.group_id = group_id
+
 
 ShareGroupTargetAssignmentMetadataKey.NAME = "ShareGroupTargetAssignmentMetadataKey"
 ShareGroupTargetAssignmentMetadataKey.SPEC_NAME = "ShareGroupTargetAssignmentMetadataKey"
@@ -48,7 +51,7 @@ ShareGroupTargetAssignmentMetadataKey.MAX_VERSION = 12
 ShareGroupTargetAssignmentMetadataKey.FLEXIBLE_MIN_VERSION = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ShareGroupTargetAssignmentMetadataValue(Data):
     """Data ShareGroupTargetAssignmentMetadataValue, versions 0-0; flexible from v0.
 
@@ -57,6 +60,9 @@ class ShareGroupTargetAssignmentMetadataValue(Data):
     """
 
     assignment_epoch: int = 0
+
+    def __init__(self, assignment_epoch: int = 0) -> None:
+        self.assignment_epoch = assignment_epoch
 
 
 ShareGroupTargetAssignmentMetadataValue.NAME = "ShareGroupTargetAssignmentMetadataValue"
