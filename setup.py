@@ -27,10 +27,10 @@ SRC = ROOT / "src"
 
 # Compiled: the group core, and the modules a heartbeat and a commit pass through — the codecs' bases,
 # the request and response headers and the two APIs' generated codecs, framing and record batches, the
-# runtime, the partition log and the two handlers. Left as Python: the other generated codecs (their
-# classes subclass the compiled bases), the primitive readers (the codecs hand them memoryviews where
-# ``bytes`` is declared, which compiled code refuses), the server (asyncio protocols and closures) and
-# everything off the hot path.
+# runtime, the partition log, the two handlers and the request metrics. Left as Python: the other
+# generated codecs (their classes subclass the compiled bases), the primitive readers (the codecs hand
+# them memoryviews where ``bytes`` is declared, which compiled code refuses), the server (asyncio
+# protocols and closures) and everything off the hot path.
 COMPILED_PACKAGES = ("regroup/group",)
 COMPILED_MODULES = (
     "regroup/protocol/message.py",
@@ -49,6 +49,7 @@ COMPILED_MODULES = (
     "regroup/broker/handlers/_groups.py",
     "regroup/broker/handlers/heartbeat.py",
     "regroup/broker/handlers/offset_commit.py",
+    "regroup/broker/ops/request_stats.py",
 )
 
 

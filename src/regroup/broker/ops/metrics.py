@@ -12,7 +12,6 @@ prometheus-client without any registry (nothing is registered in its global one)
 from __future__ import annotations
 
 import asyncio
-import bisect
 import functools
 import logging
 import time
@@ -23,15 +22,13 @@ from typing import TYPE_CHECKING, Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from regroup.broker.ops.looplag import LAG_BUCKETS, LoopLagMonitor
+from regroup.broker.ops.request_stats import LATENCY_BUCKETS, RequestStats
 from regroup.group.consumer_group import ConsumerGroupState
 from regroup.group.consumer_group_events import ConsumerGroupEpochBumped
 from regroup.group.history import GenerationCompleted, GenerationStable
 from regroup.group.offset_manager import OffsetsExpired
 from regroup.group.state import GroupState
 from regroup.protocol.api_keys import API_INFO, ApiKey
-from regroup.protocol.message import Message
-from regroup.protocol.messages.offset_commit import OffsetCommitResponse, OffsetCommitResponseTopic
-from regroup.protocol.messages.offset_delete import OffsetDeleteResponse, OffsetDeleteResponseTopic
 from regroup.runtime.group_view import CLASSIC, CONSUMER, GroupView
 from regroup.runtime.shard_runner import RunnerState
 
@@ -43,10 +40,8 @@ __all__ = ["BrokerCollector", "CoordinatorStats", "Families", "RequestStats", "b
 
 log = logging.getLogger("regroup.broker.ops")
 
-# Upper bounds (seconds) of the request latency histogram: sub-millisecond answers up to long polls.
 RATE_WINDOW_S: Final = 30.0
 """The window of the rates (Kafka's metrics sample window, ``metrics.sample.window.ms``)."""
-LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 _STATE_GAUGES: Final = (
     (GroupState.PREPARING_REBALANCE, "preparing_rebalance", "NumGroupsPreparingRebalance"),
@@ -62,42 +57,6 @@ def _api_name(api_key: int) -> str:
         return API_INFO[ApiKey(api_key)].name
     except ValueError:
         return str(api_key)
-
-
-def _succeeded(topics: Sequence[OffsetCommitResponseTopic] | Sequence[OffsetDeleteResponseTopic]) -> int:
-    """The partitions of a commit's or an offset deletion's answer that succeeded."""
-    count = 0
-    for topic in topics:
-        for partition in topic.partitions:
-            if not partition.error_code:
-                count += 1
-    return count
-
-
-class RequestStats:
-    """Per-API request counts (by version) and latency histograms, plus the offset commits and deletions
-    the responses report; fed by :class:`~regroup.broker.server.BrokerServer`'s request observer."""
-
-    def __init__(self, now: Callable[[], float]) -> None:
-        self._now = now
-        self.requests: dict[tuple[int, int], int] = {}
-        self.latency: dict[int, list[float]] = {}  # api key -> bucket counts (+Inf last), then the sum
-        self.offset_commits = 0
-        self.offset_deletions = 0
-
-    def observe(self, api_key: int, api_version: int, started: float, response: Message | None) -> None:
-        elapsed = max(0.0, self._now() - started)
-        key = (api_key, api_version)
-        self.requests[key] = self.requests.get(key, 0) + 1
-        hist = self.latency.get(api_key)
-        if hist is None:
-            hist = self.latency[api_key] = [0.0] * (len(LATENCY_BUCKETS) + 2)
-        hist[bisect.bisect_left(LATENCY_BUCKETS, elapsed)] += 1
-        hist[-1] += elapsed
-        if isinstance(response, OffsetCommitResponse):
-            self.offset_commits += _succeeded(response.topics)
-        elif isinstance(response, OffsetDeleteResponse) and response.error_code == 0:
-            self.offset_deletions += _succeeded(response.topics)
 
 
 class CoordinatorStats:
