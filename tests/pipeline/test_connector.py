@@ -104,6 +104,8 @@ def _env(home: Path, *, no_network_via: int | None = None) -> dict[str, str]:
         "HOME": str(home),
         "XDG_CACHE_HOME": str(home / ".cache"),
         "JAVA_TOOL_OPTIONS": " ".join([*([inherited] if inherited else []), *java_options]),
+        # Each of these JVMs has a home of its own: none would map the class archive it wrote at exit.
+        "REGROUP_JVM_ARCHIVE": "0",
     }
 
 
