@@ -127,11 +127,20 @@ def _complete(path: Path) -> bool:
     return len(head) == 4 and int.from_bytes(head, "little") == ARCHIVE_MAGIC
 
 
-def _prune(directory: Path, keep: Path) -> None:
-    archives = sorted(directory.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in [a for a in archives if a != keep][_KEEP - 1 :]:
+def _remove(archive: Path) -> None:
+    for path in (archive, archive.with_suffix(".mapped")):
         with contextlib.suppress(OSError):
-            old.unlink()
+            path.unlink()
+
+
+def _prune(directory: Path, keep: Path) -> None:
+    dated = []
+    for archive in directory.glob("*.jsa"):
+        with contextlib.suppress(OSError):
+            dated.append((archive.stat().st_mtime, archive))
+    others = [a for _, a in sorted(dated, reverse=True) if a != keep]
+    for old in others[_KEEP - 1 :]:
+        _remove(old)
 
 
 def plan(
@@ -175,7 +184,8 @@ def plan(
         age = (time.time() if now is None else now) - path.stat().st_mtime
         if age < _UNFINISHED_S:
             return None
-        path.unlink()
+    # A new archive is checked again by the first JVM that maps it.
+    _remove(path)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -205,6 +215,5 @@ def check(archive: Archive) -> bool:
         return True
     with contextlib.suppress(OSError):
         archive.path.with_suffix(".refused").touch()
-    with contextlib.suppress(OSError):
-        archive.path.unlink()
+    _remove(archive.path)
     return False

@@ -225,3 +225,19 @@ def _driver_memory() -> str:
     from regroup_pipeline.session import _local_driver_memory
 
     return _local_driver_memory()
+
+
+def test_a_new_archive_under_a_known_key_is_checked_again(tmp_path: Path) -> None:
+    spark_home, env = _setup(tmp_path)
+    archive = jvmcache.plan(spark_home, {}, env=env)
+    assert archive is not None
+    _complete(archive.path)
+    archive.path.with_suffix(".mapped").touch()
+    archive.path.unlink()
+    again = jvmcache.plan(spark_home, {}, env=env)
+    assert again == Archive(archive.path, writes=True)
+    assert not archive.path.with_suffix(".mapped").exists()
+    _complete(archive.path)
+    mapped = jvmcache.plan(spark_home, {}, env=env)
+    assert mapped is not None
+    assert mapped.log is not None
