@@ -310,7 +310,10 @@ class StructGen:
                 d += 1
             n = e.fresh("n")
             e.emit(f"{n} = len({expr})", d)
-            e.emit(f"{buf} += uvarint_bytes({n} + 1)" if flex else f"{buf} += _I32.pack({n})", d)
+            if flex:
+                _emit_length(e, buf, n, d)
+            else:
+                e.emit(f"{buf} += _I32.pack({n})", d)
             if f.struct is not None:
                 it = e.fresh("e")
                 packed = self.fixed_struct_format(f.struct, v)
@@ -371,7 +374,7 @@ class StructGen:
                 # Kafka caps strings at 32767 bytes in the compact encoding too.
                 e.emit(f"if len({b}) > 0x7FFF:", d)
                 e.emit('raise EncodeError("string longer than 32767 bytes")', d + 1)
-                e.emit(f"{buf} += uvarint_bytes(len({b}) + 1)", d)
+                _emit_length(e, buf, f"len({b})", d)
             else:
                 e.emit(f"{buf} += _I16.pack(len({b}))", d)
             e.emit(f"{buf} += {b}", d)
@@ -584,6 +587,15 @@ class StructGen:
 
 
 _SIZES = {"b": 1, "h": 2, "i": 4, "q": 8, "H": 2, "d": 8, "?": 1, "16s": 16}
+
+
+def _emit_length(e: Emitter, buf: str, length: str, d: int) -> None:
+    """A compact length (``length + 1`` as an unsigned varint): one byte appended for the short ones,
+    nearly all of them, without a call."""
+    e.emit(f"if {length} < 127:", d)
+    e.emit(f"{buf}.append({length} + 1)", d + 1)
+    e.emit("else:", d)
+    e.emit(f"{buf} += uvarint_bytes({length} + 1)", d + 1)
 
 
 def _size(spec: str) -> int:

@@ -301,10 +301,16 @@ def _w_AddPartitionsToTxnTopic_v3(buf: bytearray, o: AddPartitionsToTxnTopic) ->
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partitions)
     buf.append(0)
 
@@ -373,13 +379,19 @@ def _w_AddPartitionsToTxnTransaction_v4(buf: bytearray, o: AddPartitionsToTxnTra
     _b1 = o.transactional_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.verify_only is None:
         raise EncodeError("verify_only is null but not nullable")
     buf += _S_qho.pack(o.producer_id, o.producer_epoch, o.verify_only)
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_AddPartitionsToTxnTopic_v3(buf, _e3)
     buf.append(0)
@@ -477,11 +489,17 @@ def _w_AddPartitionsToTxnRequest_v3(buf: bytearray, o: AddPartitionsToTxnRequest
     _b1 = o.v3_and_below_transactional_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_qh.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
     _n2 = len(o.v3_and_below_topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.v3_and_below_topics:
         _w_AddPartitionsToTxnTopic_v3(buf, _e3)
     buf.append(0)
@@ -505,7 +523,10 @@ def _w_AddPartitionsToTxnRequest_v4(buf: bytearray, o: AddPartitionsToTxnRequest
             "AddPartitionsToTxnRequest.v3_and_below_topics is set but this version lacks the field"
         )
     _n1 = len(o.transactions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.transactions:
         _w_AddPartitionsToTxnTransaction_v4(buf, _e2)
     buf.append(0)
@@ -774,10 +795,16 @@ def _w_AddPartitionsToTxnTopicResult_v3(buf: bytearray, o: AddPartitionsToTxnTop
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.results_by_partition)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.results_by_partition:
         buf += _S_ihB.pack(_e3.partition_index, _e3.partition_error_code, 0)
     buf.append(0)
@@ -861,10 +888,16 @@ def _w_AddPartitionsToTxnResult_v4(buf: bytearray, o: AddPartitionsToTxnResult) 
     _b1 = o.transactional_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topic_results)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topic_results:
         _w_AddPartitionsToTxnTopicResult_v3(buf, _e3)
     buf.append(0)
@@ -969,7 +1002,10 @@ def _w_AddPartitionsToTxnResponse_v3(buf: bytearray, o: AddPartitionsToTxnRespon
         )
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.results_by_topic_v3_and_below)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results_by_topic_v3_and_below:
         _w_AddPartitionsToTxnTopicResult_v3(buf, _e2)
     buf.append(0)
@@ -982,7 +1018,10 @@ def _w_AddPartitionsToTxnResponse_v4(buf: bytearray, o: AddPartitionsToTxnRespon
         )
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.results_by_transaction)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results_by_transaction:
         _w_AddPartitionsToTxnResult_v4(buf, _e2)
     buf.append(0)

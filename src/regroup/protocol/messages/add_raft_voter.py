@@ -146,12 +146,18 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_H.pack(o.port)
     buf.append(0)
@@ -206,11 +212,17 @@ def _w_AddRaftVoterRequest_v0(buf: bytearray, o: AddRaftVoterRequest) -> None:
         _b1 = o.cluster_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_ii16s.pack(o.timeout_ms, o.voter_id, o.voter_directory_id.bytes)
     _n2 = len(o.listeners)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.listeners:
         _w_Listener_v0(buf, _e3)
     buf.append(0)
@@ -306,7 +318,10 @@ def _w_AddRaftVoterResponse_v0(buf: bytearray, o: AddRaftVoterResponse) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 

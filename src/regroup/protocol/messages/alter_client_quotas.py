@@ -252,7 +252,10 @@ def _w_AlterClientQuotasRequestEntityData_v1(buf: bytearray, o: AlterClientQuota
     _b1 = o.entity_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.entity_name is None:
         buf.append(0)
@@ -260,7 +263,10 @@ def _w_AlterClientQuotasRequestEntityData_v1(buf: bytearray, o: AlterClientQuota
         _b2 = o.entity_name.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -352,7 +358,10 @@ def _w_OpData_v1(buf: bytearray, o: OpData) -> None:
     _b1 = o.key.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.remove is None:
         raise EncodeError("remove is null but not nullable")
@@ -417,11 +426,17 @@ def _w_AlterClientQuotasRequestEntryData_v0(buf: bytearray, o: AlterClientQuotas
 
 def _w_AlterClientQuotasRequestEntryData_v1(buf: bytearray, o: AlterClientQuotasRequestEntryData) -> None:
     _n1 = len(o.entity)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.entity:
         _w_AlterClientQuotasRequestEntityData_v1(buf, _e2)
     _n3 = len(o.ops)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.ops:
         _w_OpData_v1(buf, _e4)
     buf.append(0)
@@ -601,7 +616,10 @@ def _w_AlterClientQuotasRequest_v0(buf: bytearray, o: AlterClientQuotasRequest) 
 
 def _w_AlterClientQuotasRequest_v1(buf: bytearray, o: AlterClientQuotasRequest) -> None:
     _n1 = len(o.entries)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.entries:
         _w_AlterClientQuotasRequestEntryData_v1(buf, _e2)
     if o.validate_only is None:
@@ -818,7 +836,10 @@ def _w_AlterClientQuotasResponseEntityData_v1(buf: bytearray, o: AlterClientQuot
     _b1 = o.entity_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.entity_name is None:
         buf.append(0)
@@ -826,7 +847,10 @@ def _w_AlterClientQuotasResponseEntityData_v1(buf: bytearray, o: AlterClientQuot
         _b2 = o.entity_name.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -927,10 +951,16 @@ def _w_AlterClientQuotasResponseEntryData_v1(buf: bytearray, o: AlterClientQuota
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.entity)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.entity:
         _w_AlterClientQuotasResponseEntityData_v1(buf, _e3)
     buf.append(0)
@@ -1085,7 +1115,10 @@ def _w_AlterClientQuotasResponse_v0(buf: bytearray, o: AlterClientQuotasResponse
 def _w_AlterClientQuotasResponse_v1(buf: bytearray, o: AlterClientQuotasResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.entries)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.entries:
         _w_AlterClientQuotasResponseEntryData_v1(buf, _e2)
     buf.append(0)

@@ -208,7 +208,10 @@ def _w_AlterableConfig_v2(buf: bytearray, o: AlterableConfig) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.value is None:
         buf.append(0)
@@ -216,7 +219,10 @@ def _w_AlterableConfig_v2(buf: bytearray, o: AlterableConfig) -> None:
         _b2 = o.value.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -307,10 +313,16 @@ def _w_AlterConfigsResource_v2(buf: bytearray, o: AlterConfigsResource) -> None:
     _b1 = o.resource_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.configs)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.configs:
         _w_AlterableConfig_v2(buf, _e3)
     buf.append(0)
@@ -456,7 +468,10 @@ def _w_AlterConfigsRequest_v0(buf: bytearray, o: AlterConfigsRequest) -> None:
 
 def _w_AlterConfigsRequest_v2(buf: bytearray, o: AlterConfigsRequest) -> None:
     _n1 = len(o.resources)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.resources:
         _w_AlterConfigsResource_v2(buf, _e2)
     if o.validate_only is None:
@@ -649,13 +664,19 @@ def _w_AlterConfigsResourceResponse_v2(buf: bytearray, o: AlterConfigsResourceRe
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.resource_type)
     _b2 = o.resource_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
 
@@ -749,7 +770,10 @@ def _w_AlterConfigsResponse_v0(buf: bytearray, o: AlterConfigsResponse) -> None:
 def _w_AlterConfigsResponse_v2(buf: bytearray, o: AlterConfigsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_AlterConfigsResourceResponse_v2(buf, _e2)
     buf.append(0)

@@ -340,7 +340,10 @@ def _w_AlterPartitionRequestPartitionData_v0(buf: bytearray, o: AlterPartitionRe
         )
     buf += _S_ii.pack(o.partition_index, o.leader_epoch)
     _n1 = len(o.new_isr)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.new_isr)
     buf += _S_i.pack(o.partition_epoch)
     buf.append(0)
@@ -353,7 +356,10 @@ def _w_AlterPartitionRequestPartitionData_v1(buf: bytearray, o: AlterPartitionRe
         )
     buf += _S_ii.pack(o.partition_index, o.leader_epoch)
     _n1 = len(o.new_isr)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.new_isr)
     buf += _S_bi.pack(o.leader_recovery_state, o.partition_epoch)
     buf.append(0)
@@ -366,7 +372,10 @@ def _w_AlterPartitionRequestPartitionData_v3(buf: bytearray, o: AlterPartitionRe
         )
     buf += _S_ii.pack(o.partition_index, o.leader_epoch)
     _n1 = len(o.new_isr_with_epochs)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.new_isr_with_epochs:
         buf += _S_iqB.pack(_e2.broker_id, _e2.broker_epoch, 0)
     buf += _S_bi.pack(o.leader_recovery_state, o.partition_epoch)
@@ -474,10 +483,16 @@ def _w_AlterPartitionRequestTopicData_v0(buf: bytearray, o: AlterPartitionReques
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_AlterPartitionRequestPartitionData_v0(buf, _e3)
     buf.append(0)
@@ -487,10 +502,16 @@ def _w_AlterPartitionRequestTopicData_v1(buf: bytearray, o: AlterPartitionReques
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_AlterPartitionRequestPartitionData_v1(buf, _e3)
     buf.append(0)
@@ -499,7 +520,10 @@ def _w_AlterPartitionRequestTopicData_v1(buf: bytearray, o: AlterPartitionReques
 def _w_AlterPartitionRequestTopicData_v2(buf: bytearray, o: AlterPartitionRequestTopicData) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_AlterPartitionRequestPartitionData_v1(buf, _e2)
     buf.append(0)
@@ -508,7 +532,10 @@ def _w_AlterPartitionRequestTopicData_v2(buf: bytearray, o: AlterPartitionReques
 def _w_AlterPartitionRequestTopicData_v3(buf: bytearray, o: AlterPartitionRequestTopicData) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_AlterPartitionRequestPartitionData_v3(buf, _e2)
     buf.append(0)
@@ -751,7 +778,10 @@ def _r_AlterPartitionRequestTopicData_v3(data: bytes, pos: int) -> tuple[AlterPa
 def _w_AlterPartitionRequest_v0(buf: bytearray, o: AlterPartitionRequest) -> None:
     buf += _S_iq.pack(o.broker_id, o.broker_epoch)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_AlterPartitionRequestTopicData_v0(buf, _e2)
     buf.append(0)
@@ -760,7 +790,10 @@ def _w_AlterPartitionRequest_v0(buf: bytearray, o: AlterPartitionRequest) -> Non
 def _w_AlterPartitionRequest_v1(buf: bytearray, o: AlterPartitionRequest) -> None:
     buf += _S_iq.pack(o.broker_id, o.broker_epoch)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_AlterPartitionRequestTopicData_v1(buf, _e2)
     buf.append(0)
@@ -769,7 +802,10 @@ def _w_AlterPartitionRequest_v1(buf: bytearray, o: AlterPartitionRequest) -> Non
 def _w_AlterPartitionRequest_v2(buf: bytearray, o: AlterPartitionRequest) -> None:
     buf += _S_iq.pack(o.broker_id, o.broker_epoch)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_AlterPartitionRequestTopicData_v2(buf, _e2)
     buf.append(0)
@@ -778,7 +814,10 @@ def _w_AlterPartitionRequest_v2(buf: bytearray, o: AlterPartitionRequest) -> Non
 def _w_AlterPartitionRequest_v3(buf: bytearray, o: AlterPartitionRequest) -> None:
     buf += _S_iq.pack(o.broker_id, o.broker_epoch)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_AlterPartitionRequestTopicData_v3(buf, _e2)
     buf.append(0)
@@ -1105,7 +1144,10 @@ def _r_AlterPartitionRequest_v3(data: bytes, pos: int) -> tuple[AlterPartitionRe
 def _w_AlterPartitionResponsePartitionData_v0(buf: bytearray, o: AlterPartitionResponsePartitionData) -> None:
     buf += _S_ihii.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch)
     _n1 = len(o.isr)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.isr)
     buf += _S_i.pack(o.partition_epoch)
     buf.append(0)
@@ -1114,7 +1156,10 @@ def _w_AlterPartitionResponsePartitionData_v0(buf: bytearray, o: AlterPartitionR
 def _w_AlterPartitionResponsePartitionData_v1(buf: bytearray, o: AlterPartitionResponsePartitionData) -> None:
     buf += _S_ihii.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch)
     _n1 = len(o.isr)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.isr)
     buf += _S_bi.pack(o.leader_recovery_state, o.partition_epoch)
     buf.append(0)
@@ -1181,10 +1226,16 @@ def _w_AlterPartitionResponseTopicData_v0(buf: bytearray, o: AlterPartitionRespo
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_AlterPartitionResponsePartitionData_v0(buf, _e3)
     buf.append(0)
@@ -1194,10 +1245,16 @@ def _w_AlterPartitionResponseTopicData_v1(buf: bytearray, o: AlterPartitionRespo
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_AlterPartitionResponsePartitionData_v1(buf, _e3)
     buf.append(0)
@@ -1206,7 +1263,10 @@ def _w_AlterPartitionResponseTopicData_v1(buf: bytearray, o: AlterPartitionRespo
 def _w_AlterPartitionResponseTopicData_v2(buf: bytearray, o: AlterPartitionResponseTopicData) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_AlterPartitionResponsePartitionData_v1(buf, _e2)
     buf.append(0)
@@ -1393,7 +1453,10 @@ def _r_AlterPartitionResponseTopicData_v2(
 def _w_AlterPartitionResponse_v0(buf: bytearray, o: AlterPartitionResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_AlterPartitionResponseTopicData_v0(buf, _e2)
     buf.append(0)
@@ -1402,7 +1465,10 @@ def _w_AlterPartitionResponse_v0(buf: bytearray, o: AlterPartitionResponse) -> N
 def _w_AlterPartitionResponse_v1(buf: bytearray, o: AlterPartitionResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_AlterPartitionResponseTopicData_v1(buf, _e2)
     buf.append(0)
@@ -1411,7 +1477,10 @@ def _w_AlterPartitionResponse_v1(buf: bytearray, o: AlterPartitionResponse) -> N
 def _w_AlterPartitionResponse_v2(buf: bytearray, o: AlterPartitionResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_AlterPartitionResponseTopicData_v2(buf, _e2)
     buf.append(0)

@@ -211,7 +211,10 @@ def _w_ReassignablePartition_v0(buf: bytearray, o: ReassignablePartition) -> Non
         buf.append(0)
     else:
         _n1 = len(o.replicas)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         buf += struct.pack(f">{_n1}i", *o.replicas)
     buf.append(0)
 
@@ -247,10 +250,16 @@ def _w_ReassignableTopic_v0(buf: bytearray, o: ReassignableTopic) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_ReassignablePartition_v0(buf, _e3)
     buf.append(0)
@@ -320,7 +329,10 @@ def _r_ReassignableTopic_v0(data: bytes, pos: int) -> tuple[ReassignableTopic, i
 def _w_AlterPartitionReassignmentsRequest_v0(buf: bytearray, o: AlterPartitionReassignmentsRequest) -> None:
     buf += _S_i.pack(o.timeout_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_ReassignableTopic_v0(buf, _e2)
     buf.append(0)
@@ -418,7 +430,10 @@ def _w_ReassignablePartitionResponse_v0(buf: bytearray, o: ReassignablePartition
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -457,10 +472,16 @@ def _w_ReassignableTopicResponse_v0(buf: bytearray, o: ReassignableTopicResponse
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_ReassignablePartitionResponse_v0(buf, _e3)
     buf.append(0)
@@ -538,10 +559,16 @@ def _w_AlterPartitionReassignmentsResponse_v0(buf: bytearray, o: AlterPartitionR
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.responses)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.responses:
         _w_ReassignableTopicResponse_v0(buf, _e3)
     buf.append(0)

@@ -210,10 +210,16 @@ def _w_AlterReplicaLogDirTopic_v2(buf: bytearray, o: AlterReplicaLogDirTopic) ->
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partitions)
     buf.append(0)
 
@@ -292,10 +298,16 @@ def _w_AlterReplicaLogDir_v2(buf: bytearray, o: AlterReplicaLogDir) -> None:
     _b1 = o.path.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_AlterReplicaLogDirTopic_v2(buf, _e3)
     buf.append(0)
@@ -424,7 +436,10 @@ def _w_AlterReplicaLogDirsRequest_v0(buf: bytearray, o: AlterReplicaLogDirsReque
 
 def _w_AlterReplicaLogDirsRequest_v2(buf: bytearray, o: AlterReplicaLogDirsRequest) -> None:
     _n1 = len(o.dirs)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.dirs:
         _w_AlterReplicaLogDir_v2(buf, _e2)
     buf.append(0)
@@ -621,10 +636,16 @@ def _w_AlterReplicaLogDirTopicResult_v2(buf: bytearray, o: AlterReplicaLogDirTop
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_ihB.pack(_e3.partition_index, _e3.error_code, 0)
     buf.append(0)
@@ -715,7 +736,10 @@ def _w_AlterReplicaLogDirsResponse_v0(buf: bytearray, o: AlterReplicaLogDirsResp
 def _w_AlterReplicaLogDirsResponse_v2(buf: bytearray, o: AlterReplicaLogDirsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_AlterReplicaLogDirTopicResult_v2(buf, _e2)
     buf.append(0)

@@ -196,7 +196,10 @@ def _w_ScramCredentialDeletion_v0(buf: bytearray, o: ScramCredentialDeletion) ->
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.mechanism)
     buf.append(0)
@@ -233,7 +236,10 @@ def _w_ScramCredentialUpsertion_v0(buf: bytearray, o: ScramCredentialUpsertion) 
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_bi.pack(o.mechanism, o.iterations)
     buf += uvarint_bytes(len(o.salt) + 1)
@@ -298,11 +304,17 @@ def _r_ScramCredentialUpsertion_v0(data: bytes, pos: int) -> tuple[ScramCredenti
 
 def _w_AlterUserScramCredentialsRequest_v0(buf: bytearray, o: AlterUserScramCredentialsRequest) -> None:
     _n1 = len(o.deletions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.deletions:
         _w_ScramCredentialDeletion_v0(buf, _e2)
     _n3 = len(o.upsertions)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.upsertions:
         _w_ScramCredentialUpsertion_v0(buf, _e4)
     buf.append(0)
@@ -422,7 +434,10 @@ def _w_AlterUserScramCredentialsResult_v0(buf: bytearray, o: AlterUserScramCrede
     _b1 = o.user.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
     if o.error_message is None:
@@ -431,7 +446,10 @@ def _w_AlterUserScramCredentialsResult_v0(buf: bytearray, o: AlterUserScramCrede
         _b2 = o.error_message.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -486,7 +504,10 @@ def _r_AlterUserScramCredentialsResult_v0(
 def _w_AlterUserScramCredentialsResponse_v0(buf: bytearray, o: AlterUserScramCredentialsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_AlterUserScramCredentialsResult_v0(buf, _e2)
     buf.append(0)

@@ -234,12 +234,18 @@ def _w_ApiVersionsRequest_v3(buf: bytearray, o: ApiVersionsRequest) -> None:
     _b1 = o.client_software_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.client_software_version.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
 
@@ -325,7 +331,10 @@ def _w_SupportedFeatureKey_v3(buf: bytearray, o: SupportedFeatureKey) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hh.pack(o.min_version, o.max_version)
     buf.append(0)
@@ -362,7 +371,10 @@ def _w_FinalizedFeatureKey_v3(buf: bytearray, o: FinalizedFeatureKey) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hh.pack(o.max_version_level, o.min_version_level)
     buf.append(0)
@@ -415,7 +427,10 @@ def _w_ApiVersionsResponse_v1(buf: bytearray, o: ApiVersionsResponse) -> None:
 def _w_ApiVersionsResponse_v3(buf: bytearray, o: ApiVersionsResponse) -> None:
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.api_keys)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.api_keys:
         buf += _S_hhhB.pack(_e2.api_key, _e2.min_version, _e2.max_version, 0)
     buf += _S_i.pack(o.throttle_time_ms)
@@ -423,7 +438,10 @@ def _w_ApiVersionsResponse_v3(buf: bytearray, o: ApiVersionsResponse) -> None:
     if o.supported_features != []:
         _t = bytearray()
         _n3 = len(o.supported_features)
-        _t += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            _t.append(_n3 + 1)
+        else:
+            _t += uvarint_bytes(_n3 + 1)
         for _e4 in o.supported_features:
             _w_SupportedFeatureKey_v3(_t, _e4)
         _tags.append((0, _t))
@@ -434,7 +452,10 @@ def _w_ApiVersionsResponse_v3(buf: bytearray, o: ApiVersionsResponse) -> None:
     if o.finalized_features != []:
         _t = bytearray()
         _n5 = len(o.finalized_features)
-        _t += uvarint_bytes(_n5 + 1)
+        if _n5 < 127:
+            _t.append(_n5 + 1)
+        else:
+            _t += uvarint_bytes(_n5 + 1)
         for _e6 in o.finalized_features:
             _w_FinalizedFeatureKey_v3(_t, _e6)
         _tags.append((2, _t))

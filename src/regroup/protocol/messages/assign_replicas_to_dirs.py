@@ -292,7 +292,10 @@ def _w_AssignReplicasToDirsRequestTopicData_v0(
 ) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         buf += _S_iB.pack(_e2.partition_index, 0)
     buf.append(0)
@@ -339,7 +342,10 @@ def _w_AssignReplicasToDirsRequestDirectoryData_v0(
 ) -> None:
     buf += _S_16s.pack(o.id.bytes)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_AssignReplicasToDirsRequestTopicData_v0(buf, _e2)
     buf.append(0)
@@ -406,7 +412,10 @@ def _r_AssignReplicasToDirsRequestDirectoryData_v0(
 def _w_AssignReplicasToDirsRequest_v0(buf: bytearray, o: AssignReplicasToDirsRequest) -> None:
     buf += _S_iq.pack(o.broker_id, o.broker_epoch)
     _n1 = len(o.directories)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.directories:
         _w_AssignReplicasToDirsRequestDirectoryData_v0(buf, _e2)
     buf.append(0)
@@ -517,7 +526,10 @@ def _w_AssignReplicasToDirsResponseTopicData_v0(
 ) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         buf += _S_ihB.pack(_e2.partition_index, _e2.error_code, 0)
     buf.append(0)
@@ -564,7 +576,10 @@ def _w_AssignReplicasToDirsResponseDirectoryData_v0(
 ) -> None:
     buf += _S_16s.pack(o.id.bytes)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_AssignReplicasToDirsResponseTopicData_v0(buf, _e2)
     buf.append(0)
@@ -631,7 +646,10 @@ def _r_AssignReplicasToDirsResponseDirectoryData_v0(
 def _w_AssignReplicasToDirsResponse_v0(buf: bytearray, o: AssignReplicasToDirsResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.directories)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.directories:
         _w_AssignReplicasToDirsResponseDirectoryData_v0(buf, _e2)
     buf.append(0)

@@ -154,7 +154,10 @@ def _w_BrokerHeartbeatRequest_v1(buf: bytearray, o: BrokerHeartbeatRequest) -> N
     if o.offline_log_dirs != []:
         _t = bytearray()
         _n1 = len(o.offline_log_dirs)
-        _t += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            _t.append(_n1 + 1)
+        else:
+            _t += uvarint_bytes(_n1 + 1)
         for _e2 in o.offline_log_dirs:
             _t += _e2.bytes
         _tags.append((0, _t))

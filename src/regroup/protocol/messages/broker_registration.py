@@ -198,12 +198,18 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_Hh.pack(o.port, o.security_protocol)
     buf.append(0)
@@ -255,7 +261,10 @@ def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hh.pack(o.min_supported_version, o.max_supported_version)
     buf.append(0)
@@ -297,15 +306,24 @@ def _w_BrokerRegistrationRequest_v0(buf: bytearray, o: BrokerRegistrationRequest
     _b1 = o.cluster_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.incarnation_id.bytes)
     _n2 = len(o.listeners)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.listeners:
         _w_Listener_v0(buf, _e3)
     _n4 = len(o.features)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.features:
         _w_Feature_v0(buf, _e5)
     if o.rack is None:
@@ -314,7 +332,10 @@ def _w_BrokerRegistrationRequest_v0(buf: bytearray, o: BrokerRegistrationRequest
         _b6 = o.rack.encode()
         if len(_b6) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b6) + 1)
+        if len(_b6) < 127:
+            buf.append(len(_b6) + 1)
+        else:
+            buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
     buf.append(0)
 
@@ -324,15 +345,24 @@ def _w_BrokerRegistrationRequest_v1(buf: bytearray, o: BrokerRegistrationRequest
     _b1 = o.cluster_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.incarnation_id.bytes)
     _n2 = len(o.listeners)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.listeners:
         _w_Listener_v0(buf, _e3)
     _n4 = len(o.features)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.features:
         _w_Feature_v0(buf, _e5)
     if o.rack is None:
@@ -341,7 +371,10 @@ def _w_BrokerRegistrationRequest_v1(buf: bytearray, o: BrokerRegistrationRequest
         _b6 = o.rack.encode()
         if len(_b6) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b6) + 1)
+        if len(_b6) < 127:
+            buf.append(len(_b6) + 1)
+        else:
+            buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
     if o.is_migrating_zk_broker is None:
         raise EncodeError("is_migrating_zk_broker is null but not nullable")
@@ -354,15 +387,24 @@ def _w_BrokerRegistrationRequest_v2(buf: bytearray, o: BrokerRegistrationRequest
     _b1 = o.cluster_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.incarnation_id.bytes)
     _n2 = len(o.listeners)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.listeners:
         _w_Listener_v0(buf, _e3)
     _n4 = len(o.features)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.features:
         _w_Feature_v0(buf, _e5)
     if o.rack is None:
@@ -371,13 +413,19 @@ def _w_BrokerRegistrationRequest_v2(buf: bytearray, o: BrokerRegistrationRequest
         _b6 = o.rack.encode()
         if len(_b6) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b6) + 1)
+        if len(_b6) < 127:
+            buf.append(len(_b6) + 1)
+        else:
+            buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
     if o.is_migrating_zk_broker is None:
         raise EncodeError("is_migrating_zk_broker is null but not nullable")
     buf += _S_o.pack(o.is_migrating_zk_broker)
     _n7 = len(o.log_dirs)
-    buf += uvarint_bytes(_n7 + 1)
+    if _n7 < 127:
+        buf.append(_n7 + 1)
+    else:
+        buf += uvarint_bytes(_n7 + 1)
     for _e8 in o.log_dirs:
         buf += _e8.bytes
     buf.append(0)
@@ -388,15 +436,24 @@ def _w_BrokerRegistrationRequest_v3(buf: bytearray, o: BrokerRegistrationRequest
     _b1 = o.cluster_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.incarnation_id.bytes)
     _n2 = len(o.listeners)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.listeners:
         _w_Listener_v0(buf, _e3)
     _n4 = len(o.features)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.features:
         _w_Feature_v0(buf, _e5)
     if o.rack is None:
@@ -405,13 +462,19 @@ def _w_BrokerRegistrationRequest_v3(buf: bytearray, o: BrokerRegistrationRequest
         _b6 = o.rack.encode()
         if len(_b6) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b6) + 1)
+        if len(_b6) < 127:
+            buf.append(len(_b6) + 1)
+        else:
+            buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
     if o.is_migrating_zk_broker is None:
         raise EncodeError("is_migrating_zk_broker is null but not nullable")
     buf += _S_o.pack(o.is_migrating_zk_broker)
     _n7 = len(o.log_dirs)
-    buf += uvarint_bytes(_n7 + 1)
+    if _n7 < 127:
+        buf.append(_n7 + 1)
+    else:
+        buf += uvarint_bytes(_n7 + 1)
     for _e8 in o.log_dirs:
         buf += _e8.bytes
     buf += _S_q.pack(o.previous_broker_epoch)

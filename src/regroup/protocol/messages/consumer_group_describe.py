@@ -258,12 +258,18 @@ ConsumerGroupDescribeResponse.LATEST_VERSION_UNSTABLE = False
 
 def _w_ConsumerGroupDescribeRequest_v0(buf: bytearray, o: ConsumerGroupDescribeRequest) -> None:
     _n1 = len(o.group_ids)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.group_ids:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.include_authorized_operations is None:
         raise EncodeError("include_authorized_operations is null but not nullable")
@@ -317,10 +323,16 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partitions)
     buf.append(0)
 
@@ -367,7 +379,10 @@ def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
 
 def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
     _n1 = len(o.topic_partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_partitions:
         _w_TopicPartitions_v0(buf, _e2)
     buf.append(0)
@@ -436,7 +451,10 @@ def _w_Member_v0(buf: bytearray, o: Member) -> None:
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.instance_id is None:
         buf.append(0)
@@ -444,7 +462,10 @@ def _w_Member_v0(buf: bytearray, o: Member) -> None:
         _b2 = o.instance_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.rack_id is None:
         buf.append(0)
@@ -452,26 +473,41 @@ def _w_Member_v0(buf: bytearray, o: Member) -> None:
         _b3 = o.rack_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.member_epoch)
     _b4 = o.client_id.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _b5 = o.client_host.encode()
     if len(_b5) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b5) + 1)
+    if len(_b5) < 127:
+        buf.append(len(_b5) + 1)
+    else:
+        buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _n6 = len(o.subscribed_topic_names)
-    buf += uvarint_bytes(_n6 + 1)
+    if _n6 < 127:
+        buf.append(_n6 + 1)
+    else:
+        buf += uvarint_bytes(_n6 + 1)
     for _e7 in o.subscribed_topic_names:
         _b8 = _e7.encode()
         if len(_b8) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b8) + 1)
+        if len(_b8) < 127:
+            buf.append(len(_b8) + 1)
+        else:
+            buf += uvarint_bytes(len(_b8) + 1)
         buf += _b8
     if o.subscribed_topic_regex is None:
         buf.append(0)
@@ -479,7 +515,10 @@ def _w_Member_v0(buf: bytearray, o: Member) -> None:
         _b9 = o.subscribed_topic_regex.encode()
         if len(_b9) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b9) + 1)
+        if len(_b9) < 127:
+            buf.append(len(_b9) + 1)
+        else:
+            buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     _w_Assignment_v0(buf, o.assignment)
     _w_Assignment_v0(buf, o.target_assignment)
@@ -490,7 +529,10 @@ def _w_Member_v1(buf: bytearray, o: Member) -> None:
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.instance_id is None:
         buf.append(0)
@@ -498,7 +540,10 @@ def _w_Member_v1(buf: bytearray, o: Member) -> None:
         _b2 = o.instance_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.rack_id is None:
         buf.append(0)
@@ -506,26 +551,41 @@ def _w_Member_v1(buf: bytearray, o: Member) -> None:
         _b3 = o.rack_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.member_epoch)
     _b4 = o.client_id.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _b5 = o.client_host.encode()
     if len(_b5) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b5) + 1)
+    if len(_b5) < 127:
+        buf.append(len(_b5) + 1)
+    else:
+        buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _n6 = len(o.subscribed_topic_names)
-    buf += uvarint_bytes(_n6 + 1)
+    if _n6 < 127:
+        buf.append(_n6 + 1)
+    else:
+        buf += uvarint_bytes(_n6 + 1)
     for _e7 in o.subscribed_topic_names:
         _b8 = _e7.encode()
         if len(_b8) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b8) + 1)
+        if len(_b8) < 127:
+            buf.append(len(_b8) + 1)
+        else:
+            buf += uvarint_bytes(len(_b8) + 1)
         buf += _b8
     if o.subscribed_topic_regex is None:
         buf.append(0)
@@ -533,7 +593,10 @@ def _w_Member_v1(buf: bytearray, o: Member) -> None:
         _b9 = o.subscribed_topic_regex.encode()
         if len(_b9) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b9) + 1)
+        if len(_b9) < 127:
+            buf.append(len(_b9) + 1)
+        else:
+            buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     _w_Assignment_v0(buf, o.assignment)
     _w_Assignment_v0(buf, o.target_assignment)
@@ -1052,26 +1115,41 @@ def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _b2 = o.group_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.group_state.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += _S_ii.pack(o.group_epoch, o.assignment_epoch)
     _b4 = o.assignor_name.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.members:
         _w_Member_v0(buf, _e6)
     buf += _S_i.pack(o.authorized_operations)
@@ -1086,26 +1164,41 @@ def _w_DescribedGroup_v1(buf: bytearray, o: DescribedGroup) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _b2 = o.group_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.group_state.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += _S_ii.pack(o.group_epoch, o.assignment_epoch)
     _b4 = o.assignor_name.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.members:
         _w_Member_v1(buf, _e6)
     buf += _S_i.pack(o.authorized_operations)
@@ -1794,7 +1887,10 @@ def _r_DescribedGroup_v1(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
 def _w_ConsumerGroupDescribeResponse_v0(buf: bytearray, o: ConsumerGroupDescribeResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.groups)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_DescribedGroup_v0(buf, _e2)
     buf.append(0)
@@ -1803,7 +1899,10 @@ def _w_ConsumerGroupDescribeResponse_v0(buf: bytearray, o: ConsumerGroupDescribe
 def _w_ConsumerGroupDescribeResponse_v1(buf: bytearray, o: ConsumerGroupDescribeResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.groups)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_DescribedGroup_v1(buf, _e2)
     buf.append(0)

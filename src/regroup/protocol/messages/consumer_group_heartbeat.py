@@ -256,7 +256,10 @@ def _w_ConsumerGroupHeartbeatRequestTopicPartitions_v0(
 ) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.partitions)
     buf.append(0)
 
@@ -296,12 +299,18 @@ def _w_ConsumerGroupHeartbeatRequest_v0(buf: bytearray, o: ConsumerGroupHeartbea
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.member_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.member_epoch)
     if o.instance_id is None:
@@ -310,7 +319,10 @@ def _w_ConsumerGroupHeartbeatRequest_v0(buf: bytearray, o: ConsumerGroupHeartbea
         _b3 = o.instance_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.rack_id is None:
         buf.append(0)
@@ -318,19 +330,28 @@ def _w_ConsumerGroupHeartbeatRequest_v0(buf: bytearray, o: ConsumerGroupHeartbea
         _b4 = o.rack_id.encode()
         if len(_b4) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b4) + 1)
+        if len(_b4) < 127:
+            buf.append(len(_b4) + 1)
+        else:
+            buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     buf += _S_i.pack(o.rebalance_timeout_ms)
     if o.subscribed_topic_names is None:
         buf.append(0)
     else:
         _n5 = len(o.subscribed_topic_names)
-        buf += uvarint_bytes(_n5 + 1)
+        if _n5 < 127:
+            buf.append(_n5 + 1)
+        else:
+            buf += uvarint_bytes(_n5 + 1)
         for _e6 in o.subscribed_topic_names:
             _b7 = _e6.encode()
             if len(_b7) > 0x7FFF:
                 raise EncodeError("string longer than 32767 bytes")
-            buf += uvarint_bytes(len(_b7) + 1)
+            if len(_b7) < 127:
+                buf.append(len(_b7) + 1)
+            else:
+                buf += uvarint_bytes(len(_b7) + 1)
             buf += _b7
     if o.server_assignor is None:
         buf.append(0)
@@ -338,13 +359,19 @@ def _w_ConsumerGroupHeartbeatRequest_v0(buf: bytearray, o: ConsumerGroupHeartbea
         _b8 = o.server_assignor.encode()
         if len(_b8) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b8) + 1)
+        if len(_b8) < 127:
+            buf.append(len(_b8) + 1)
+        else:
+            buf += uvarint_bytes(len(_b8) + 1)
         buf += _b8
     if o.topic_partitions is None:
         buf.append(0)
     else:
         _n9 = len(o.topic_partitions)
-        buf += uvarint_bytes(_n9 + 1)
+        if _n9 < 127:
+            buf.append(_n9 + 1)
+        else:
+            buf += uvarint_bytes(_n9 + 1)
         for _e10 in o.topic_partitions:
             _w_ConsumerGroupHeartbeatRequestTopicPartitions_v0(buf, _e10)
     buf.append(0)
@@ -354,12 +381,18 @@ def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbea
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.member_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.member_epoch)
     if o.instance_id is None:
@@ -368,7 +401,10 @@ def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbea
         _b3 = o.instance_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.rack_id is None:
         buf.append(0)
@@ -376,19 +412,28 @@ def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbea
         _b4 = o.rack_id.encode()
         if len(_b4) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b4) + 1)
+        if len(_b4) < 127:
+            buf.append(len(_b4) + 1)
+        else:
+            buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     buf += _S_i.pack(o.rebalance_timeout_ms)
     if o.subscribed_topic_names is None:
         buf.append(0)
     else:
         _n5 = len(o.subscribed_topic_names)
-        buf += uvarint_bytes(_n5 + 1)
+        if _n5 < 127:
+            buf.append(_n5 + 1)
+        else:
+            buf += uvarint_bytes(_n5 + 1)
         for _e6 in o.subscribed_topic_names:
             _b7 = _e6.encode()
             if len(_b7) > 0x7FFF:
                 raise EncodeError("string longer than 32767 bytes")
-            buf += uvarint_bytes(len(_b7) + 1)
+            if len(_b7) < 127:
+                buf.append(len(_b7) + 1)
+            else:
+                buf += uvarint_bytes(len(_b7) + 1)
             buf += _b7
     if o.subscribed_topic_regex is None:
         buf.append(0)
@@ -396,7 +441,10 @@ def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbea
         _b8 = o.subscribed_topic_regex.encode()
         if len(_b8) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b8) + 1)
+        if len(_b8) < 127:
+            buf.append(len(_b8) + 1)
+        else:
+            buf += uvarint_bytes(len(_b8) + 1)
         buf += _b8
     if o.server_assignor is None:
         buf.append(0)
@@ -404,13 +452,19 @@ def _w_ConsumerGroupHeartbeatRequest_v1(buf: bytearray, o: ConsumerGroupHeartbea
         _b9 = o.server_assignor.encode()
         if len(_b9) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b9) + 1)
+        if len(_b9) < 127:
+            buf.append(len(_b9) + 1)
+        else:
+            buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     if o.topic_partitions is None:
         buf.append(0)
     else:
         _n10 = len(o.topic_partitions)
-        buf += uvarint_bytes(_n10 + 1)
+        if _n10 < 127:
+            buf.append(_n10 + 1)
+        else:
+            buf += uvarint_bytes(_n10 + 1)
         for _e11 in o.topic_partitions:
             _w_ConsumerGroupHeartbeatRequestTopicPartitions_v0(buf, _e11)
     buf.append(0)
@@ -778,7 +832,10 @@ def _w_ConsumerGroupHeartbeatResponseTopicPartitions_v0(
 ) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.partitions)
     buf.append(0)
 
@@ -812,7 +869,10 @@ def _r_ConsumerGroupHeartbeatResponseTopicPartitions_v0(
 
 def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
     _n1 = len(o.topic_partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_partitions:
         _w_ConsumerGroupHeartbeatResponseTopicPartitions_v0(buf, _e2)
     buf.append(0)
@@ -872,7 +932,10 @@ def _w_ConsumerGroupHeartbeatResponse_v0(buf: bytearray, o: ConsumerGroupHeartbe
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.member_id is None:
         buf.append(0)
@@ -880,7 +943,10 @@ def _w_ConsumerGroupHeartbeatResponse_v0(buf: bytearray, o: ConsumerGroupHeartbe
         _b2 = o.member_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_ii.pack(o.member_epoch, o.heartbeat_interval_ms)
     if o.assignment is None:

@@ -182,7 +182,10 @@ def _w_RemainingPartition_v3(buf: bytearray, o: RemainingPartition) -> None:
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.partition_index)
     buf.append(0)
@@ -243,7 +246,10 @@ def _w_ControlledShutdownResponse_v0(buf: bytearray, o: ControlledShutdownRespon
 def _w_ControlledShutdownResponse_v3(buf: bytearray, o: ControlledShutdownResponse) -> None:
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.remaining_partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.remaining_partitions:
         _w_RemainingPartition_v3(buf, _e2)
     buf.append(0)

@@ -179,12 +179,18 @@ def _w_Listener_v0(buf: bytearray, o: Listener) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_Hh.pack(o.port, o.security_protocol)
     buf.append(0)
@@ -236,7 +242,10 @@ def _w_Feature_v0(buf: bytearray, o: Feature) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hh.pack(o.min_supported_version, o.max_supported_version)
     buf.append(0)
@@ -274,11 +283,17 @@ def _w_ControllerRegistrationRequest_v0(buf: bytearray, o: ControllerRegistratio
         raise EncodeError("zk_migration_ready is null but not nullable")
     buf += _S_i16so.pack(o.controller_id, o.incarnation_id.bytes, o.zk_migration_ready)
     _n1 = len(o.listeners)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.listeners:
         _w_Listener_v0(buf, _e2)
     _n3 = len(o.features)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.features:
         _w_Feature_v0(buf, _e4)
     buf.append(0)
@@ -392,7 +407,10 @@ def _w_ControllerRegistrationResponse_v0(buf: bytearray, o: ControllerRegistrati
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 

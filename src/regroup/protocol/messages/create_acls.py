@@ -208,18 +208,27 @@ def _w_AclCreation_v2(buf: bytearray, o: AclCreation) -> None:
     _b1 = o.resource_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.resource_pattern_type)
     _b2 = o.principal.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.host.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += _S_bb.pack(o.operation, o.permission_type)
     buf.append(0)
@@ -379,7 +388,10 @@ def _w_CreateAclsRequest_v1(buf: bytearray, o: CreateAclsRequest) -> None:
 
 def _w_CreateAclsRequest_v2(buf: bytearray, o: CreateAclsRequest) -> None:
     _n1 = len(o.creations)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.creations:
         _w_AclCreation_v2(buf, _e2)
     buf.append(0)
@@ -582,7 +594,10 @@ def _w_AclCreationResult_v2(buf: bytearray, o: AclCreationResult) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -648,7 +663,10 @@ def _w_CreateAclsResponse_v0(buf: bytearray, o: CreateAclsResponse) -> None:
 def _w_CreateAclsResponse_v2(buf: bytearray, o: CreateAclsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_AclCreationResult_v2(buf, _e2)
     buf.append(0)

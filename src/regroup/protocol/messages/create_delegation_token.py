@@ -199,12 +199,18 @@ def _w_CreatableRenewers_v2(buf: bytearray, o: CreatableRenewers) -> None:
     _b1 = o.principal_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
 
@@ -299,7 +305,10 @@ def _w_CreateDelegationTokenRequest_v2(buf: bytearray, o: CreateDelegationTokenR
             "CreateDelegationTokenRequest.owner_principal_name is set but this version lacks the field"
         )
     _n1 = len(o.renewers)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.renewers:
         _w_CreatableRenewers_v2(buf, _e2)
     buf += _S_q.pack(o.max_lifetime_ms)
@@ -313,7 +322,10 @@ def _w_CreateDelegationTokenRequest_v3(buf: bytearray, o: CreateDelegationTokenR
         _b1 = o.owner_principal_type.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.owner_principal_name is None:
         buf.append(0)
@@ -321,10 +333,16 @@ def _w_CreateDelegationTokenRequest_v3(buf: bytearray, o: CreateDelegationTokenR
         _b2 = o.owner_principal_name.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _n3 = len(o.renewers)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.renewers:
         _w_CreatableRenewers_v2(buf, _e4)
     buf += _S_q.pack(o.max_lifetime_ms)
@@ -568,18 +586,27 @@ def _w_CreateDelegationTokenResponse_v2(buf: bytearray, o: CreateDelegationToken
     _b1 = o.principal_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_qqq.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
     _b3 = o.token_id.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += uvarint_bytes(len(o.hmac) + 1)
     buf += o.hmac
@@ -592,28 +619,43 @@ def _w_CreateDelegationTokenResponse_v3(buf: bytearray, o: CreateDelegationToken
     _b1 = o.principal_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.token_requester_principal_type.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.token_requester_principal_name.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += _S_qqq.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
     _b5 = o.token_id.encode()
     if len(_b5) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b5) + 1)
+    if len(_b5) < 127:
+        buf.append(len(_b5) + 1)
+    else:
+        buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     buf += uvarint_bytes(len(o.hmac) + 1)
     buf += o.hmac

@@ -201,7 +201,10 @@ def _w_CreatePartitionsAssignment_v0(buf: bytearray, o: CreatePartitionsAssignme
 
 def _w_CreatePartitionsAssignment_v2(buf: bytearray, o: CreatePartitionsAssignment) -> None:
     _n1 = len(o.broker_ids)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.broker_ids)
     buf.append(0)
 
@@ -260,14 +263,20 @@ def _w_CreatePartitionsTopic_v2(buf: bytearray, o: CreatePartitionsTopic) -> Non
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.count)
     if o.assignments is None:
         buf.append(0)
     else:
         _n2 = len(o.assignments)
-        buf += uvarint_bytes(_n2 + 1)
+        if _n2 < 127:
+            buf.append(_n2 + 1)
+        else:
+            buf += uvarint_bytes(_n2 + 1)
         for _e3 in o.assignments:
             _w_CreatePartitionsAssignment_v2(buf, _e3)
     buf.append(0)
@@ -385,7 +394,10 @@ def _w_CreatePartitionsRequest_v0(buf: bytearray, o: CreatePartitionsRequest) ->
 
 def _w_CreatePartitionsRequest_v2(buf: bytearray, o: CreatePartitionsRequest) -> None:
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_CreatePartitionsTopic_v2(buf, _e2)
     if o.validate_only is None:
@@ -545,7 +557,10 @@ def _w_CreatePartitionsTopicResult_v2(buf: bytearray, o: CreatePartitionsTopicRe
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
     if o.error_message is None:
@@ -554,7 +569,10 @@ def _w_CreatePartitionsTopicResult_v2(buf: bytearray, o: CreatePartitionsTopicRe
         _b2 = o.error_message.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -644,7 +662,10 @@ def _w_CreatePartitionsResponse_v0(buf: bytearray, o: CreatePartitionsResponse) 
 def _w_CreatePartitionsResponse_v2(buf: bytearray, o: CreatePartitionsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_CreatePartitionsTopicResult_v2(buf, _e2)
     buf.append(0)

@@ -325,7 +325,10 @@ def _w_CreatableReplicaAssignment_v0(buf: bytearray, o: CreatableReplicaAssignme
 def _w_CreatableReplicaAssignment_v5(buf: bytearray, o: CreatableReplicaAssignment) -> None:
     buf += _S_i.pack(o.partition_index)
     _n1 = len(o.broker_ids)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.broker_ids)
     buf.append(0)
 
@@ -386,7 +389,10 @@ def _w_CreatableTopicConfig_v5(buf: bytearray, o: CreatableTopicConfig) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.value is None:
         buf.append(0)
@@ -394,7 +400,10 @@ def _w_CreatableTopicConfig_v5(buf: bytearray, o: CreatableTopicConfig) -> None:
         _b2 = o.value.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -488,15 +497,24 @@ def _w_CreatableTopic_v5(buf: bytearray, o: CreatableTopic) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ih.pack(o.num_partitions, o.replication_factor)
     _n2 = len(o.assignments)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.assignments:
         _w_CreatableReplicaAssignment_v5(buf, _e3)
     _n4 = len(o.configs)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.configs:
         _w_CreatableTopicConfig_v5(buf, _e5)
     buf.append(0)
@@ -706,7 +724,10 @@ def _w_CreateTopicsRequest_v1(buf: bytearray, o: CreateTopicsRequest) -> None:
 
 def _w_CreateTopicsRequest_v5(buf: bytearray, o: CreateTopicsRequest) -> None:
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_CreatableTopic_v5(buf, _e2)
     if o.validate_only is None:
@@ -1019,7 +1040,10 @@ def _w_CreatableTopicConfigs_v5(buf: bytearray, o: CreatableTopicConfigs) -> Non
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.value is None:
         buf.append(0)
@@ -1027,7 +1051,10 @@ def _w_CreatableTopicConfigs_v5(buf: bytearray, o: CreatableTopicConfigs) -> Non
         _b2 = o.value.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.read_only is None:
         raise EncodeError("read_only is null but not nullable")
@@ -1106,7 +1133,10 @@ def _w_CreatableTopicResult_v5(buf: bytearray, o: CreatableTopicResult) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
     if o.error_message is None:
@@ -1115,14 +1145,20 @@ def _w_CreatableTopicResult_v5(buf: bytearray, o: CreatableTopicResult) -> None:
         _b2 = o.error_message.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_ih.pack(o.num_partitions, o.replication_factor)
     if o.configs is None:
         buf.append(0)
     else:
         _n3 = len(o.configs)
-        buf += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            buf.append(_n3 + 1)
+        else:
+            buf += uvarint_bytes(_n3 + 1)
         for _e4 in o.configs:
             _w_CreatableTopicConfigs_v5(buf, _e4)
     _tags: list[tuple[int, bytearray]] = []
@@ -1141,7 +1177,10 @@ def _w_CreatableTopicResult_v7(buf: bytearray, o: CreatableTopicResult) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16sh.pack(o.topic_id.bytes, o.error_code)
     if o.error_message is None:
@@ -1150,14 +1189,20 @@ def _w_CreatableTopicResult_v7(buf: bytearray, o: CreatableTopicResult) -> None:
         _b2 = o.error_message.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_ih.pack(o.num_partitions, o.replication_factor)
     if o.configs is None:
         buf.append(0)
     else:
         _n3 = len(o.configs)
-        buf += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            buf.append(_n3 + 1)
+        else:
+            buf += uvarint_bytes(_n3 + 1)
         for _e4 in o.configs:
             _w_CreatableTopicConfigs_v5(buf, _e4)
     _tags: list[tuple[int, bytearray]] = []
@@ -1484,7 +1529,10 @@ def _w_CreateTopicsResponse_v2(buf: bytearray, o: CreateTopicsResponse) -> None:
 def _w_CreateTopicsResponse_v5(buf: bytearray, o: CreateTopicsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_CreatableTopicResult_v5(buf, _e2)
     buf.append(0)
@@ -1493,7 +1541,10 @@ def _w_CreateTopicsResponse_v5(buf: bytearray, o: CreateTopicsResponse) -> None:
 def _w_CreateTopicsResponse_v7(buf: bytearray, o: CreateTopicsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_CreatableTopicResult_v7(buf, _e2)
     buf.append(0)

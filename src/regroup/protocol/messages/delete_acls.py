@@ -296,7 +296,10 @@ def _w_DeleteAclsFilter_v2(buf: bytearray, o: DeleteAclsFilter) -> None:
         _b1 = o.resource_name_filter.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.pattern_type_filter)
     if o.principal_filter is None:
@@ -305,7 +308,10 @@ def _w_DeleteAclsFilter_v2(buf: bytearray, o: DeleteAclsFilter) -> None:
         _b2 = o.principal_filter.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.host_filter is None:
         buf.append(0)
@@ -313,7 +319,10 @@ def _w_DeleteAclsFilter_v2(buf: bytearray, o: DeleteAclsFilter) -> None:
         _b3 = o.host_filter.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_bb.pack(o.operation, o.permission_type)
     buf.append(0)
@@ -500,7 +509,10 @@ def _w_DeleteAclsRequest_v1(buf: bytearray, o: DeleteAclsRequest) -> None:
 
 def _w_DeleteAclsRequest_v2(buf: bytearray, o: DeleteAclsRequest) -> None:
     _n1 = len(o.filters)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.filters:
         _w_DeleteAclsFilter_v2(buf, _e2)
     buf.append(0)
@@ -765,24 +777,36 @@ def _w_DeleteAclsMatchingAcl_v2(buf: bytearray, o: DeleteAclsMatchingAcl) -> Non
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.resource_type)
     _b2 = o.resource_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_b.pack(o.pattern_type)
     _b3 = o.principal.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.host.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += _S_bb.pack(o.operation, o.permission_type)
     buf.append(0)
@@ -1010,10 +1034,16 @@ def _w_DeleteAclsFilterResult_v2(buf: bytearray, o: DeleteAclsFilterResult) -> N
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.matching_acls)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.matching_acls:
         _w_DeleteAclsMatchingAcl_v2(buf, _e3)
     buf.append(0)
@@ -1313,7 +1343,10 @@ def _w_DeleteAclsResponse_v1(buf: bytearray, o: DeleteAclsResponse) -> None:
 def _w_DeleteAclsResponse_v2(buf: bytearray, o: DeleteAclsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.filter_results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.filter_results:
         _w_DeleteAclsFilterResult_v2(buf, _e2)
     buf.append(0)

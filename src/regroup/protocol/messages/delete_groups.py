@@ -133,12 +133,18 @@ def _w_DeleteGroupsRequest_v0(buf: bytearray, o: DeleteGroupsRequest) -> None:
 
 def _w_DeleteGroupsRequest_v2(buf: bytearray, o: DeleteGroupsRequest) -> None:
     _n1 = len(o.groups_names)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups_names:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
 
@@ -218,7 +224,10 @@ def _w_DeletableGroupResult_v2(buf: bytearray, o: DeletableGroupResult) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
     buf.append(0)
@@ -279,7 +288,10 @@ def _w_DeleteGroupsResponse_v0(buf: bytearray, o: DeleteGroupsResponse) -> None:
 def _w_DeleteGroupsResponse_v2(buf: bytearray, o: DeleteGroupsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_DeletableGroupResult_v2(buf, _e2)
     buf.append(0)

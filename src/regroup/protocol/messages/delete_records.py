@@ -244,10 +244,16 @@ def _w_DeleteRecordsTopic_v2(buf: bytearray, o: DeleteRecordsTopic) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_iqB.pack(_e3.partition_index, _e3.offset, 0)
     buf.append(0)
@@ -337,7 +343,10 @@ def _w_DeleteRecordsRequest_v0(buf: bytearray, o: DeleteRecordsRequest) -> None:
 
 def _w_DeleteRecordsRequest_v2(buf: bytearray, o: DeleteRecordsRequest) -> None:
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_DeleteRecordsTopic_v2(buf, _e2)
     buf += _S_i.pack(o.timeout_ms)
@@ -495,10 +504,16 @@ def _w_DeleteRecordsTopicResult_v2(buf: bytearray, o: DeleteRecordsTopicResult) 
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_iqhB.pack(_e3.partition_index, _e3.low_watermark, _e3.error_code, 0)
     buf.append(0)
@@ -589,7 +604,10 @@ def _w_DeleteRecordsResponse_v0(buf: bytearray, o: DeleteRecordsResponse) -> Non
 def _w_DeleteRecordsResponse_v2(buf: bytearray, o: DeleteRecordsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_DeleteRecordsTopicResult_v2(buf, _e2)
     buf.append(0)

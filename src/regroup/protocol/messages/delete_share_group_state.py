@@ -215,7 +215,10 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
 def _w_DeleteStateData_v0(buf: bytearray, o: DeleteStateData) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         buf += _S_iB.pack(_e2.partition, 0)
     buf.append(0)
@@ -259,10 +262,16 @@ def _w_DeleteShareGroupStateRequest_v0(buf: bytearray, o: DeleteShareGroupStateR
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_DeleteStateData_v0(buf, _e3)
     buf.append(0)
@@ -344,7 +353,10 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -382,7 +394,10 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
 def _w_DeleteStateResult_v0(buf: bytearray, o: DeleteStateResult) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_PartitionResult_v0(buf, _e2)
     buf.append(0)
@@ -442,7 +457,10 @@ def _r_DeleteStateResult_v0(data: bytes, pos: int) -> tuple[DeleteStateResult, i
 
 def _w_DeleteShareGroupStateResponse_v0(buf: bytearray, o: DeleteShareGroupStateResponse) -> None:
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_DeleteStateResult_v0(buf, _e2)
     buf.append(0)

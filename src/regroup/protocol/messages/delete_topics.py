@@ -194,7 +194,10 @@ def _w_DeleteTopicState_v6(buf: bytearray, o: DeleteTopicState) -> None:
         _b1 = o.name.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_16s.pack(o.topic_id.bytes)
     buf.append(0)
@@ -247,12 +250,18 @@ def _w_DeleteTopicsRequest_v4(buf: bytearray, o: DeleteTopicsRequest) -> None:
     if o.topics != []:
         raise EncodeError("DeleteTopicsRequest.topics is set but this version lacks the field")
     _n1 = len(o.topic_names)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_names:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.timeout_ms)
     buf.append(0)
@@ -260,7 +269,10 @@ def _w_DeleteTopicsRequest_v4(buf: bytearray, o: DeleteTopicsRequest) -> None:
 
 def _w_DeleteTopicsRequest_v6(buf: bytearray, o: DeleteTopicsRequest) -> None:
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_DeleteTopicState_v6(buf, _e2)
     buf += _S_i.pack(o.timeout_ms)
@@ -405,7 +417,10 @@ def _w_DeletableTopicResult_v4(buf: bytearray, o: DeletableTopicResult) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
     buf.append(0)
@@ -417,7 +432,10 @@ def _w_DeletableTopicResult_v5(buf: bytearray, o: DeletableTopicResult) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
     if o.error_message is None:
@@ -426,7 +444,10 @@ def _w_DeletableTopicResult_v5(buf: bytearray, o: DeletableTopicResult) -> None:
         _b2 = o.error_message.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -438,7 +459,10 @@ def _w_DeletableTopicResult_v6(buf: bytearray, o: DeletableTopicResult) -> None:
         _b1 = o.name.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_16sh.pack(o.topic_id.bytes, o.error_code)
     if o.error_message is None:
@@ -447,7 +471,10 @@ def _w_DeletableTopicResult_v6(buf: bytearray, o: DeletableTopicResult) -> None:
         _b2 = o.error_message.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -613,7 +640,10 @@ def _w_DeleteTopicsResponse_v1(buf: bytearray, o: DeleteTopicsResponse) -> None:
 def _w_DeleteTopicsResponse_v4(buf: bytearray, o: DeleteTopicsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_DeletableTopicResult_v4(buf, _e2)
     buf.append(0)
@@ -622,7 +652,10 @@ def _w_DeleteTopicsResponse_v4(buf: bytearray, o: DeleteTopicsResponse) -> None:
 def _w_DeleteTopicsResponse_v5(buf: bytearray, o: DeleteTopicsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_DeletableTopicResult_v5(buf, _e2)
     buf.append(0)
@@ -631,7 +664,10 @@ def _w_DeleteTopicsResponse_v5(buf: bytearray, o: DeleteTopicsResponse) -> None:
 def _w_DeleteTopicsResponse_v6(buf: bytearray, o: DeleteTopicsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_DeletableTopicResult_v6(buf, _e2)
     buf.append(0)

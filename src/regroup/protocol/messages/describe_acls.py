@@ -264,7 +264,10 @@ def _w_DescribeAclsRequest_v2(buf: bytearray, o: DescribeAclsRequest) -> None:
         _b1 = o.resource_name_filter.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.pattern_type_filter)
     if o.principal_filter is None:
@@ -273,7 +276,10 @@ def _w_DescribeAclsRequest_v2(buf: bytearray, o: DescribeAclsRequest) -> None:
         _b2 = o.principal_filter.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.host_filter is None:
         buf.append(0)
@@ -281,7 +287,10 @@ def _w_DescribeAclsRequest_v2(buf: bytearray, o: DescribeAclsRequest) -> None:
         _b3 = o.host_filter.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_bb.pack(o.operation, o.permission_type)
     buf.append(0)
@@ -466,12 +475,18 @@ def _w_AclDescription_v2(buf: bytearray, o: AclDescription) -> None:
     _b1 = o.principal.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_bb.pack(o.operation, o.permission_type)
     buf.append(0)
@@ -575,11 +590,17 @@ def _w_DescribeAclsResource_v2(buf: bytearray, o: DescribeAclsResource) -> None:
     _b1 = o.resource_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.pattern_type)
     _n2 = len(o.acls)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.acls:
         _w_AclDescription_v2(buf, _e3)
     buf.append(0)
@@ -800,10 +821,16 @@ def _w_DescribeAclsResponse_v2(buf: bytearray, o: DescribeAclsResponse) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.resources)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.resources:
         _w_DescribeAclsResource_v2(buf, _e3)
     buf.append(0)

@@ -229,7 +229,10 @@ def _w_ComponentData_v1(buf: bytearray, o: ComponentData) -> None:
     _b1 = o.entity_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.match_type)
     if o.match is None:
@@ -238,7 +241,10 @@ def _w_ComponentData_v1(buf: bytearray, o: ComponentData) -> None:
         _b2 = o.match.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -329,7 +335,10 @@ def _w_DescribeClientQuotasRequest_v0(buf: bytearray, o: DescribeClientQuotasReq
 
 def _w_DescribeClientQuotasRequest_v1(buf: bytearray, o: DescribeClientQuotasRequest) -> None:
     _n1 = len(o.components)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.components:
         _w_ComponentData_v1(buf, _e2)
     if o.strict is None:
@@ -462,7 +471,10 @@ def _w_EntityData_v1(buf: bytearray, o: EntityData) -> None:
     _b1 = o.entity_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.entity_name is None:
         buf.append(0)
@@ -470,7 +482,10 @@ def _w_EntityData_v1(buf: bytearray, o: EntityData) -> None:
         _b2 = o.entity_name.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -556,7 +571,10 @@ def _w_ValueData_v1(buf: bytearray, o: ValueData) -> None:
     _b1 = o.key.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_d.pack(o.value)
     buf.append(0)
@@ -619,11 +637,17 @@ def _w_EntryData_v0(buf: bytearray, o: EntryData) -> None:
 
 def _w_EntryData_v1(buf: bytearray, o: EntryData) -> None:
     _n1 = len(o.entity)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.entity:
         _w_EntityData_v1(buf, _e2)
     _n3 = len(o.values)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.values:
         _w_ValueData_v1(buf, _e4)
     buf.append(0)
@@ -812,13 +836,19 @@ def _w_DescribeClientQuotasResponse_v1(buf: bytearray, o: DescribeClientQuotasRe
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.entries is None:
         buf.append(0)
     else:
         _n2 = len(o.entries)
-        buf += uvarint_bytes(_n2 + 1)
+        if _n2 < 127:
+            buf.append(_n2 + 1)
+        else:
+            buf += uvarint_bytes(_n2 + 1)
         for _e3 in o.entries:
             _w_EntryData_v1(buf, _e3)
     buf.append(0)

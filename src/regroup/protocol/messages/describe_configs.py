@@ -290,18 +290,27 @@ def _w_DescribeConfigsResource_v4(buf: bytearray, o: DescribeConfigsResource) ->
     _b1 = o.resource_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.configuration_keys is None:
         buf.append(0)
     else:
         _n2 = len(o.configuration_keys)
-        buf += uvarint_bytes(_n2 + 1)
+        if _n2 < 127:
+            buf.append(_n2 + 1)
+        else:
+            buf += uvarint_bytes(_n2 + 1)
         for _e3 in o.configuration_keys:
             _b4 = _e3.encode()
             if len(_b4) > 0x7FFF:
                 raise EncodeError("string longer than 32767 bytes")
-            buf += uvarint_bytes(len(_b4) + 1)
+            if len(_b4) < 127:
+                buf.append(len(_b4) + 1)
+            else:
+                buf += uvarint_bytes(len(_b4) + 1)
             buf += _b4
     buf.append(0)
 
@@ -445,7 +454,10 @@ def _w_DescribeConfigsRequest_v3(buf: bytearray, o: DescribeConfigsRequest) -> N
 
 def _w_DescribeConfigsRequest_v4(buf: bytearray, o: DescribeConfigsRequest) -> None:
     _n1 = len(o.resources)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.resources:
         _w_DescribeConfigsResource_v4(buf, _e2)
     if o.include_synonyms is None:
@@ -710,7 +722,10 @@ def _w_DescribeConfigsSynonym_v4(buf: bytearray, o: DescribeConfigsSynonym) -> N
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.value is None:
         buf.append(0)
@@ -718,7 +733,10 @@ def _w_DescribeConfigsSynonym_v4(buf: bytearray, o: DescribeConfigsSynonym) -> N
         _b2 = o.value.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_b.pack(o.source)
     buf.append(0)
@@ -876,7 +894,10 @@ def _w_DescribeConfigsResourceResult_v4(buf: bytearray, o: DescribeConfigsResour
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.value is None:
         buf.append(0)
@@ -884,7 +905,10 @@ def _w_DescribeConfigsResourceResult_v4(buf: bytearray, o: DescribeConfigsResour
         _b2 = o.value.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.read_only is None:
         raise EncodeError("read_only is null but not nullable")
@@ -892,7 +916,10 @@ def _w_DescribeConfigsResourceResult_v4(buf: bytearray, o: DescribeConfigsResour
         raise EncodeError("is_sensitive is null but not nullable")
     buf += _S_obo.pack(o.read_only, o.config_source, o.is_sensitive)
     _n3 = len(o.synonyms)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.synonyms:
         _w_DescribeConfigsSynonym_v4(buf, _e4)
     buf += _S_b.pack(o.config_type)
@@ -902,7 +929,10 @@ def _w_DescribeConfigsResourceResult_v4(buf: bytearray, o: DescribeConfigsResour
         _b5 = o.documentation.encode()
         if len(_b5) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b5) + 1)
+        if len(_b5) < 127:
+            buf.append(len(_b5) + 1)
+        else:
+            buf += uvarint_bytes(len(_b5) + 1)
         buf += _b5
     buf.append(0)
 
@@ -1266,16 +1296,25 @@ def _w_DescribeConfigsResult_v4(buf: bytearray, o: DescribeConfigsResult) -> Non
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.resource_type)
     _b2 = o.resource_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _n3 = len(o.configs)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.configs:
         _w_DescribeConfigsResourceResult_v4(buf, _e4)
     buf.append(0)
@@ -1769,7 +1808,10 @@ def _w_DescribeConfigsResponse_v3(buf: bytearray, o: DescribeConfigsResponse) ->
 def _w_DescribeConfigsResponse_v4(buf: bytearray, o: DescribeConfigsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_DescribeConfigsResult_v4(buf, _e2)
     buf.append(0)

@@ -229,12 +229,18 @@ def _w_DescribeDelegationTokenOwner_v2(buf: bytearray, o: DescribeDelegationToke
     _b1 = o.principal_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
 
@@ -318,7 +324,10 @@ def _w_DescribeDelegationTokenRequest_v2(buf: bytearray, o: DescribeDelegationTo
         buf.append(0)
     else:
         _n1 = len(o.owners)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.owners:
             _w_DescribeDelegationTokenOwner_v2(buf, _e2)
     buf.append(0)
@@ -437,12 +446,18 @@ def _w_DescribedDelegationTokenRenewer_v2(buf: bytearray, o: DescribedDelegation
     _b1 = o.principal_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
 
@@ -554,23 +569,35 @@ def _w_DescribedDelegationToken_v2(buf: bytearray, o: DescribedDelegationToken) 
     _b1 = o.principal_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_qqq.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
     _b3 = o.token_id.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += uvarint_bytes(len(o.hmac) + 1)
     buf += o.hmac
     _n4 = len(o.renewers)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.renewers:
         _w_DescribedDelegationTokenRenewer_v2(buf, _e5)
     buf.append(0)
@@ -580,33 +607,51 @@ def _w_DescribedDelegationToken_v3(buf: bytearray, o: DescribedDelegationToken) 
     _b1 = o.principal_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.principal_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.token_requester_principal_type.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.token_requester_principal_name.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += _S_qqq.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
     _b5 = o.token_id.encode()
     if len(_b5) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b5) + 1)
+    if len(_b5) < 127:
+        buf.append(len(_b5) + 1)
+    else:
+        buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     buf += uvarint_bytes(len(o.hmac) + 1)
     buf += o.hmac
     _n6 = len(o.renewers)
-    buf += uvarint_bytes(_n6 + 1)
+    if _n6 < 127:
+        buf.append(_n6 + 1)
+    else:
+        buf += uvarint_bytes(_n6 + 1)
     for _e7 in o.renewers:
         _w_DescribedDelegationTokenRenewer_v2(buf, _e7)
     buf.append(0)
@@ -969,7 +1014,10 @@ def _w_DescribeDelegationTokenResponse_v0(buf: bytearray, o: DescribeDelegationT
 def _w_DescribeDelegationTokenResponse_v2(buf: bytearray, o: DescribeDelegationTokenResponse) -> None:
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.tokens)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.tokens:
         _w_DescribedDelegationToken_v2(buf, _e2)
     buf += _S_i.pack(o.throttle_time_ms)
@@ -979,7 +1027,10 @@ def _w_DescribeDelegationTokenResponse_v2(buf: bytearray, o: DescribeDelegationT
 def _w_DescribeDelegationTokenResponse_v3(buf: bytearray, o: DescribeDelegationTokenResponse) -> None:
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.tokens)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.tokens:
         _w_DescribedDelegationToken_v3(buf, _e2)
     buf += _S_i.pack(o.throttle_time_ms)

@@ -240,12 +240,18 @@ def _w_DescribeGroupsRequest_v3(buf: bytearray, o: DescribeGroupsRequest) -> Non
 
 def _w_DescribeGroupsRequest_v5(buf: bytearray, o: DescribeGroupsRequest) -> None:
     _n1 = len(o.groups)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.include_authorized_operations is None:
         raise EncodeError("include_authorized_operations is null but not nullable")
@@ -389,7 +395,10 @@ def _w_DescribedGroupMember_v5(buf: bytearray, o: DescribedGroupMember) -> None:
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
@@ -397,17 +406,26 @@ def _w_DescribedGroupMember_v5(buf: bytearray, o: DescribedGroupMember) -> None:
         _b2 = o.group_instance_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.client_id.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.client_host.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += uvarint_bytes(len(o.member_metadata) + 1)
     buf += o.member_metadata
@@ -707,25 +725,40 @@ def _w_DescribedGroup_v5(buf: bytearray, o: DescribedGroup) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.group_state.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.protocol_type.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.protocol_data.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.members:
         _w_DescribedGroupMember_v5(buf, _e6)
     buf += _S_i.pack(o.authorized_operations)
@@ -740,30 +773,48 @@ def _w_DescribedGroup_v6(buf: bytearray, o: DescribedGroup) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _b2 = o.group_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.group_state.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.protocol_type.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _b5 = o.protocol_data.encode()
     if len(_b5) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b5) + 1)
+    if len(_b5) < 127:
+        buf.append(len(_b5) + 1)
+    else:
+        buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _n6 = len(o.members)
-    buf += uvarint_bytes(_n6 + 1)
+    if _n6 < 127:
+        buf.append(_n6 + 1)
+    else:
+        buf += uvarint_bytes(_n6 + 1)
     for _e7 in o.members:
         _w_DescribedGroupMember_v5(buf, _e7)
     buf += _S_i.pack(o.authorized_operations)
@@ -1509,7 +1560,10 @@ def _w_DescribeGroupsResponse_v4(buf: bytearray, o: DescribeGroupsResponse) -> N
 def _w_DescribeGroupsResponse_v5(buf: bytearray, o: DescribeGroupsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.groups)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_DescribedGroup_v5(buf, _e2)
     buf.append(0)
@@ -1518,7 +1572,10 @@ def _w_DescribeGroupsResponse_v5(buf: bytearray, o: DescribeGroupsResponse) -> N
 def _w_DescribeGroupsResponse_v6(buf: bytearray, o: DescribeGroupsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.groups)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_DescribedGroup_v6(buf, _e2)
     buf.append(0)

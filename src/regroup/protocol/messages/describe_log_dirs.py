@@ -248,10 +248,16 @@ def _w_DescribableLogDirTopic_v2(buf: bytearray, o: DescribableLogDirTopic) -> N
     _b1 = o.topic.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partitions)
     buf.append(0)
 
@@ -331,7 +337,10 @@ def _w_DescribeLogDirsRequest_v2(buf: bytearray, o: DescribeLogDirsRequest) -> N
         buf.append(0)
     else:
         _n1 = len(o.topics)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.topics:
             _w_DescribableLogDirTopic_v2(buf, _e2)
     buf.append(0)
@@ -484,10 +493,16 @@ def _w_DescribeLogDirsTopic_v2(buf: bytearray, o: DescribeLogDirsTopic) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_DescribeLogDirsPartition_v2(buf, _e3)
     buf.append(0)
@@ -587,10 +602,16 @@ def _w_DescribeLogDirsResult_v2(buf: bytearray, o: DescribeLogDirsResult) -> Non
     _b1 = o.log_dir.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_DescribeLogDirsTopic_v2(buf, _e3)
     buf.append(0)
@@ -601,10 +622,16 @@ def _w_DescribeLogDirsResult_v4(buf: bytearray, o: DescribeLogDirsResult) -> Non
     _b1 = o.log_dir.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_DescribeLogDirsTopic_v2(buf, _e3)
     buf += _S_qq.pack(o.total_bytes, o.usable_bytes)
@@ -848,7 +875,10 @@ def _w_DescribeLogDirsResponse_v0(buf: bytearray, o: DescribeLogDirsResponse) ->
 def _w_DescribeLogDirsResponse_v2(buf: bytearray, o: DescribeLogDirsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_DescribeLogDirsResult_v2(buf, _e2)
     buf.append(0)
@@ -857,7 +887,10 @@ def _w_DescribeLogDirsResponse_v2(buf: bytearray, o: DescribeLogDirsResponse) ->
 def _w_DescribeLogDirsResponse_v3(buf: bytearray, o: DescribeLogDirsResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_DescribeLogDirsResult_v2(buf, _e2)
     buf.append(0)
@@ -866,7 +899,10 @@ def _w_DescribeLogDirsResponse_v3(buf: bytearray, o: DescribeLogDirsResponse) ->
 def _w_DescribeLogDirsResponse_v4(buf: bytearray, o: DescribeLogDirsResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_DescribeLogDirsResult_v4(buf, _e2)
     buf.append(0)

@@ -225,10 +225,16 @@ def _w_TopicRequest_v0(buf: bytearray, o: TopicRequest) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partition_indexes)
     buf.append(0)
 
@@ -272,7 +278,10 @@ def _r_TopicRequest_v0(data: bytes, pos: int) -> tuple[TopicRequest, int]:
 
 def _w_DescribeProducersRequest_v0(buf: bytearray, o: DescribeProducersRequest) -> None:
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_TopicRequest_v0(buf, _e2)
     buf.append(0)
@@ -373,10 +382,16 @@ def _w_PartitionResponse_v0(buf: bytearray, o: PartitionResponse) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.active_producers)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.active_producers:
         buf += _S_qiiqiqB.pack(
             _e3.producer_id,
@@ -452,10 +467,16 @@ def _w_TopicResponse_v0(buf: bytearray, o: TopicResponse) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_PartitionResponse_v0(buf, _e3)
     buf.append(0)
@@ -556,7 +577,10 @@ def _r_TopicResponse_v0(data: bytes, pos: int) -> tuple[TopicResponse, int]:
 def _w_DescribeProducersResponse_v0(buf: bytearray, o: DescribeProducersResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_TopicResponse_v0(buf, _e2)
     buf.append(0)

@@ -357,10 +357,16 @@ def _w_DescribeQuorumRequestTopicData_v0(buf: bytearray, o: DescribeQuorumReques
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_iB.pack(_e3.partition_index, 0)
     buf.append(0)
@@ -414,7 +420,10 @@ def _r_DescribeQuorumRequestTopicData_v0(data: bytes, pos: int) -> tuple[Describ
 
 def _w_DescribeQuorumRequest_v0(buf: bytearray, o: DescribeQuorumRequest) -> None:
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_DescribeQuorumRequestTopicData_v0(buf, _e2)
     buf.append(0)
@@ -562,11 +571,17 @@ def _r_ReplicaState_v2(data: bytes, pos: int) -> tuple[ReplicaState, int]:
 def _w_DescribeQuorumResponsePartitionData_v0(buf: bytearray, o: DescribeQuorumResponsePartitionData) -> None:
     buf += _S_ihiiq.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
     _n1 = len(o.current_voters)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.current_voters:
         _w_ReplicaState_v0(buf, _e2)
     _n3 = len(o.observers)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.observers:
         _w_ReplicaState_v0(buf, _e4)
     buf.append(0)
@@ -575,11 +590,17 @@ def _w_DescribeQuorumResponsePartitionData_v0(buf: bytearray, o: DescribeQuorumR
 def _w_DescribeQuorumResponsePartitionData_v1(buf: bytearray, o: DescribeQuorumResponsePartitionData) -> None:
     buf += _S_ihiiq.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
     _n1 = len(o.current_voters)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.current_voters:
         _w_ReplicaState_v1(buf, _e2)
     _n3 = len(o.observers)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.observers:
         _w_ReplicaState_v1(buf, _e4)
     buf.append(0)
@@ -593,15 +614,24 @@ def _w_DescribeQuorumResponsePartitionData_v2(buf: bytearray, o: DescribeQuorumR
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_iiq.pack(o.leader_id, o.leader_epoch, o.high_watermark)
     _n2 = len(o.current_voters)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.current_voters:
         _w_ReplicaState_v2(buf, _e3)
     _n4 = len(o.observers)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.observers:
         _w_ReplicaState_v2(buf, _e5)
     buf.append(0)
@@ -831,10 +861,16 @@ def _w_DescribeQuorumResponseTopicData_v0(buf: bytearray, o: DescribeQuorumRespo
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_DescribeQuorumResponsePartitionData_v0(buf, _e3)
     buf.append(0)
@@ -844,10 +880,16 @@ def _w_DescribeQuorumResponseTopicData_v1(buf: bytearray, o: DescribeQuorumRespo
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_DescribeQuorumResponsePartitionData_v1(buf, _e3)
     buf.append(0)
@@ -857,10 +899,16 @@ def _w_DescribeQuorumResponseTopicData_v2(buf: bytearray, o: DescribeQuorumRespo
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_DescribeQuorumResponsePartitionData_v2(buf, _e3)
     buf.append(0)
@@ -1192,12 +1240,18 @@ def _w_Listener_v2(buf: bytearray, o: Listener) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_H.pack(o.port)
     buf.append(0)
@@ -1248,7 +1302,10 @@ def _r_Listener_v2(data: bytes, pos: int) -> tuple[Listener, int]:
 def _w_Node_v2(buf: bytearray, o: Node) -> None:
     buf += _S_i.pack(o.node_id)
     _n1 = len(o.listeners)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.listeners:
         _w_Listener_v2(buf, _e2)
     buf.append(0)
@@ -1322,7 +1379,10 @@ def _w_DescribeQuorumResponse_v0(buf: bytearray, o: DescribeQuorumResponse) -> N
         raise EncodeError("DescribeQuorumResponse.nodes is set but this version lacks the field")
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_DescribeQuorumResponseTopicData_v0(buf, _e2)
     buf.append(0)
@@ -1333,7 +1393,10 @@ def _w_DescribeQuorumResponse_v1(buf: bytearray, o: DescribeQuorumResponse) -> N
         raise EncodeError("DescribeQuorumResponse.nodes is set but this version lacks the field")
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_DescribeQuorumResponseTopicData_v1(buf, _e2)
     buf.append(0)
@@ -1347,14 +1410,23 @@ def _w_DescribeQuorumResponse_v2(buf: bytearray, o: DescribeQuorumResponse) -> N
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_DescribeQuorumResponseTopicData_v2(buf, _e3)
     _n4 = len(o.nodes)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.nodes:
         _w_Node_v2(buf, _e5)
     buf.append(0)

@@ -285,7 +285,10 @@ def _w_TopicRequest_v0(buf: bytearray, o: TopicRequest) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
 
@@ -321,7 +324,10 @@ def _w_DescribeTopicPartitionsRequestCursor_v0(
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.partition_index)
     buf.append(0)
@@ -358,7 +364,10 @@ def _r_DescribeTopicPartitionsRequestCursor_v0(
 
 def _w_DescribeTopicPartitionsRequest_v0(buf: bytearray, o: DescribeTopicPartitionsRequest) -> None:
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_TopicRequest_v0(buf, _e2)
     buf += _S_i.pack(o.response_partition_limit)
@@ -449,25 +458,40 @@ def _w_DescribeTopicPartitionsResponsePartition_v0(
 ) -> None:
     buf += _S_hiii.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     _n1 = len(o.replica_nodes)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.replica_nodes)
     _n2 = len(o.isr_nodes)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.isr_nodes)
     if o.eligible_leader_replicas is None:
         buf.append(0)
     else:
         _n3 = len(o.eligible_leader_replicas)
-        buf += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            buf.append(_n3 + 1)
+        else:
+            buf += uvarint_bytes(_n3 + 1)
         buf += struct.pack(f">{_n3}i", *o.eligible_leader_replicas)
     if o.last_known_elr is None:
         buf.append(0)
     else:
         _n4 = len(o.last_known_elr)
-        buf += uvarint_bytes(_n4 + 1)
+        if _n4 < 127:
+            buf.append(_n4 + 1)
+        else:
+            buf += uvarint_bytes(_n4 + 1)
         buf += struct.pack(f">{_n4}i", *o.last_known_elr)
     _n5 = len(o.offline_replicas)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     buf += struct.pack(f">{_n5}i", *o.offline_replicas)
     buf.append(0)
 
@@ -562,13 +586,19 @@ def _w_DescribeTopicPartitionsResponseTopic_v0(
         _b1 = o.name.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.is_internal is None:
         raise EncodeError("is_internal is null but not nullable")
     buf += _S_16so.pack(o.topic_id.bytes, o.is_internal)
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_DescribeTopicPartitionsResponsePartition_v0(buf, _e3)
     buf += _S_i.pack(o.topic_authorized_operations)
@@ -705,7 +735,10 @@ def _w_DescribeTopicPartitionsResponseCursor_v0(
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.partition_index)
     buf.append(0)
@@ -743,7 +776,10 @@ def _r_DescribeTopicPartitionsResponseCursor_v0(
 def _w_DescribeTopicPartitionsResponse_v0(buf: bytearray, o: DescribeTopicPartitionsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_DescribeTopicPartitionsResponseTopic_v0(buf, _e2)
     if o.next_cursor is None:

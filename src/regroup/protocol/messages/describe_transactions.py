@@ -174,12 +174,18 @@ DescribeTransactionsResponse.LATEST_VERSION_UNSTABLE = False
 
 def _w_DescribeTransactionsRequest_v0(buf: bytearray, o: DescribeTransactionsRequest) -> None:
     _n1 = len(o.transactional_ids)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.transactional_ids:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
 
@@ -227,10 +233,16 @@ def _w_TopicData_v0(buf: bytearray, o: TopicData) -> None:
     _b1 = o.topic.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partitions)
     buf.append(0)
 
@@ -277,18 +289,27 @@ def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
     _b1 = o.transactional_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.transaction_state.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_iqqh.pack(
         o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch
     )
     _n3 = len(o.topics)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.topics:
         _w_TopicData_v0(buf, _e4)
     buf.append(0)
@@ -389,7 +410,10 @@ def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int
 def _w_DescribeTransactionsResponse_v0(buf: bytearray, o: DescribeTransactionsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.transaction_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.transaction_states:
         _w_TransactionState_v0(buf, _e2)
     buf.append(0)

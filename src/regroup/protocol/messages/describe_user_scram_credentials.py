@@ -191,7 +191,10 @@ def _w_UserName_v0(buf: bytearray, o: UserName) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
 
@@ -226,7 +229,10 @@ def _w_DescribeUserScramCredentialsRequest_v0(buf: bytearray, o: DescribeUserScr
         buf.append(0)
     else:
         _n1 = len(o.users)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.users:
             _w_UserName_v0(buf, _e2)
     buf.append(0)
@@ -302,7 +308,10 @@ def _w_DescribeUserScramCredentialsResult_v0(buf: bytearray, o: DescribeUserScra
     _b1 = o.user.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
     if o.error_message is None:
@@ -311,10 +320,16 @@ def _w_DescribeUserScramCredentialsResult_v0(buf: bytearray, o: DescribeUserScra
         _b2 = o.error_message.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _n3 = len(o.credential_infos)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.credential_infos:
         buf += _S_biB.pack(_e4.mechanism, _e4.iterations, 0)
     buf.append(0)
@@ -398,10 +413,16 @@ def _w_DescribeUserScramCredentialsResponse_v0(
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.results)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.results:
         _w_DescribeUserScramCredentialsResult_v0(buf, _e3)
     buf.append(0)

@@ -210,10 +210,16 @@ def _w_TopicPartitions_v2(buf: bytearray, o: TopicPartitions) -> None:
     _b1 = o.topic.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partitions)
     buf.append(0)
 
@@ -309,7 +315,10 @@ def _w_ElectLeadersRequest_v2(buf: bytearray, o: ElectLeadersRequest) -> None:
         buf.append(0)
     else:
         _n1 = len(o.topic_partitions)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.topic_partitions:
             _w_TopicPartitions_v2(buf, _e2)
     buf += _S_i.pack(o.timeout_ms)
@@ -478,7 +487,10 @@ def _w_PartitionResult_v2(buf: bytearray, o: PartitionResult) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -547,10 +559,16 @@ def _w_ReplicaElectionResult_v2(buf: bytearray, o: ReplicaElectionResult) -> Non
     _b1 = o.topic.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_result)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_result:
         _w_PartitionResult_v2(buf, _e3)
     buf.append(0)
@@ -681,7 +699,10 @@ def _w_ElectLeadersResponse_v1(buf: bytearray, o: ElectLeadersResponse) -> None:
 def _w_ElectLeadersResponse_v2(buf: bytearray, o: ElectLeadersResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.replica_election_results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.replica_election_results:
         _w_ReplicaElectionResult_v2(buf, _e2)
     buf.append(0)

@@ -348,7 +348,10 @@ def _w_EndQuorumEpochRequestPartitionData_v0(buf: bytearray, o: EndQuorumEpochRe
 def _w_EndQuorumEpochRequestPartitionData_v1(buf: bytearray, o: EndQuorumEpochRequestPartitionData) -> None:
     buf += _S_iii.pack(o.partition_index, o.leader_id, o.leader_epoch)
     _n1 = len(o.preferred_candidates)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.preferred_candidates:
         _w_ReplicaInfo_v1(buf, _e2)
     buf.append(0)
@@ -424,10 +427,16 @@ def _w_EndQuorumEpochRequestTopicData_v1(buf: bytearray, o: EndQuorumEpochReques
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_EndQuorumEpochRequestPartitionData_v1(buf, _e3)
     buf.append(0)
@@ -543,12 +552,18 @@ def _w_LeaderEndpoint_v1(buf: bytearray, o: LeaderEndpoint) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.host.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_H.pack(o.port)
     buf.append(0)
@@ -616,14 +631,23 @@ def _w_EndQuorumEpochRequest_v1(buf: bytearray, o: EndQuorumEpochRequest) -> Non
         _b1 = o.cluster_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_EndQuorumEpochRequestTopicData_v1(buf, _e3)
     _n4 = len(o.leader_endpoints)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.leader_endpoints:
         _w_LeaderEndpoint_v1(buf, _e5)
     buf.append(0)
@@ -894,10 +918,16 @@ def _w_EndQuorumEpochResponseTopicData_v1(buf: bytearray, o: EndQuorumEpochRespo
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_ihiiB.pack(_e3.partition_index, _e3.error_code, _e3.leader_id, _e3.leader_epoch, 0)
     buf.append(0)
@@ -986,7 +1016,10 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
     _b1 = o.host.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_H.pack(o.port)
     buf.append(0)
@@ -1034,14 +1067,20 @@ def _w_EndQuorumEpochResponse_v0(buf: bytearray, o: EndQuorumEpochResponse) -> N
 def _w_EndQuorumEpochResponse_v1(buf: bytearray, o: EndQuorumEpochResponse) -> None:
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_EndQuorumEpochResponseTopicData_v1(buf, _e2)
     _tags: list[tuple[int, bytearray]] = []
     if o.node_endpoints != []:
         _t = bytearray()
         _n3 = len(o.node_endpoints)
-        _t += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            _t.append(_n3 + 1)
+        else:
+            _t += uvarint_bytes(_n3 + 1)
         for _e4 in o.node_endpoints:
             _w_NodeEndpoint_v1(_t, _e4)
         _tags.append((0, _t))

@@ -143,7 +143,10 @@ def _w_EndTxnRequest_v3(buf: bytearray, o: EndTxnRequest) -> None:
     _b1 = o.transactional_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.committed is None:
         raise EncodeError("committed is null but not nullable")

@@ -758,10 +758,16 @@ def _w_FetchTopic_v12(buf: bytearray, o: FetchTopic) -> None:
     _b1 = o.topic.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_iiqiqiB.pack(
             _e3.partition,
@@ -778,7 +784,10 @@ def _w_FetchTopic_v12(buf: bytearray, o: FetchTopic) -> None:
 def _w_FetchTopic_v13(buf: bytearray, o: FetchTopic) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         buf += _S_iiqiqiB.pack(
             _e2.partition,
@@ -795,7 +804,10 @@ def _w_FetchTopic_v13(buf: bytearray, o: FetchTopic) -> None:
 def _w_FetchTopic_v17(buf: bytearray, o: FetchTopic) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_FetchPartition_v17(buf, _e2)
     buf.append(0)
@@ -1070,10 +1082,16 @@ def _w_ForgottenTopic_v12(buf: bytearray, o: ForgottenTopic) -> None:
     _b1 = o.topic.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partitions)
     buf.append(0)
 
@@ -1081,7 +1099,10 @@ def _w_ForgottenTopic_v12(buf: bytearray, o: ForgottenTopic) -> None:
 def _w_ForgottenTopic_v13(buf: bytearray, o: ForgottenTopic) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.partitions)
     buf.append(0)
 
@@ -1304,17 +1325,26 @@ def _w_FetchRequest_v12(buf: bytearray, o: FetchRequest) -> None:
         o.session_epoch,
     )
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_FetchTopic_v12(buf, _e2)
     _n3 = len(o.forgotten_topics_data)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.forgotten_topics_data:
         _w_ForgottenTopic_v12(buf, _e4)
     _b5 = o.rack_id.encode()
     if len(_b5) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b5) + 1)
+    if len(_b5) < 127:
+        buf.append(len(_b5) + 1)
+    else:
+        buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _tags: list[tuple[int, bytearray]] = []
     if o.cluster_id is not None:
@@ -1322,7 +1352,10 @@ def _w_FetchRequest_v12(buf: bytearray, o: FetchRequest) -> None:
         _b6 = o.cluster_id.encode()
         if len(_b6) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        _t += uvarint_bytes(len(_b6) + 1)
+        if len(_b6) < 127:
+            _t.append(len(_b6) + 1)
+        else:
+            _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
     buf += uvarint_bytes(len(_tags))
@@ -1345,17 +1378,26 @@ def _w_FetchRequest_v13(buf: bytearray, o: FetchRequest) -> None:
         o.session_epoch,
     )
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_FetchTopic_v13(buf, _e2)
     _n3 = len(o.forgotten_topics_data)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.forgotten_topics_data:
         _w_ForgottenTopic_v13(buf, _e4)
     _b5 = o.rack_id.encode()
     if len(_b5) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b5) + 1)
+    if len(_b5) < 127:
+        buf.append(len(_b5) + 1)
+    else:
+        buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _tags: list[tuple[int, bytearray]] = []
     if o.cluster_id is not None:
@@ -1363,7 +1405,10 @@ def _w_FetchRequest_v13(buf: bytearray, o: FetchRequest) -> None:
         _b6 = o.cluster_id.encode()
         if len(_b6) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        _t += uvarint_bytes(len(_b6) + 1)
+        if len(_b6) < 127:
+            _t.append(len(_b6) + 1)
+        else:
+            _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
     buf += uvarint_bytes(len(_tags))
@@ -1380,17 +1425,26 @@ def _w_FetchRequest_v15(buf: bytearray, o: FetchRequest) -> None:
         o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch
     )
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_FetchTopic_v13(buf, _e2)
     _n3 = len(o.forgotten_topics_data)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.forgotten_topics_data:
         _w_ForgottenTopic_v13(buf, _e4)
     _b5 = o.rack_id.encode()
     if len(_b5) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b5) + 1)
+    if len(_b5) < 127:
+        buf.append(len(_b5) + 1)
+    else:
+        buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _tags: list[tuple[int, bytearray]] = []
     if o.cluster_id is not None:
@@ -1398,7 +1452,10 @@ def _w_FetchRequest_v15(buf: bytearray, o: FetchRequest) -> None:
         _b6 = o.cluster_id.encode()
         if len(_b6) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        _t += uvarint_bytes(len(_b6) + 1)
+        if len(_b6) < 127:
+            _t.append(len(_b6) + 1)
+        else:
+            _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
     if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
@@ -1419,17 +1476,26 @@ def _w_FetchRequest_v17(buf: bytearray, o: FetchRequest) -> None:
         o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch
     )
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_FetchTopic_v17(buf, _e2)
     _n3 = len(o.forgotten_topics_data)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.forgotten_topics_data:
         _w_ForgottenTopic_v13(buf, _e4)
     _b5 = o.rack_id.encode()
     if len(_b5) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b5) + 1)
+    if len(_b5) < 127:
+        buf.append(len(_b5) + 1)
+    else:
+        buf += uvarint_bytes(len(_b5) + 1)
     buf += _b5
     _tags: list[tuple[int, bytearray]] = []
     if o.cluster_id is not None:
@@ -1437,7 +1503,10 @@ def _w_FetchRequest_v17(buf: bytearray, o: FetchRequest) -> None:
         _b6 = o.cluster_id.encode()
         if len(_b6) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        _t += uvarint_bytes(len(_b6) + 1)
+        if len(_b6) < 127:
+            _t.append(len(_b6) + 1)
+        else:
+            _t += uvarint_bytes(len(_b6) + 1)
         _t += _b6
         _tags.append((0, _t))
     if o.replica_state is not DEFAULT_ReplicaState and o.replica_state != DEFAULT_ReplicaState:
@@ -2765,7 +2834,10 @@ def _w_PartitionData_v12(buf: bytearray, o: PartitionData) -> None:
         buf.append(0)
     else:
         _n1 = len(o.aborted_transactions)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.aborted_transactions:
             buf += _S_qqB.pack(_e2.producer_id, _e2.first_offset, 0)
     buf += _S_i.pack(o.preferred_read_replica)
@@ -3089,10 +3161,16 @@ def _w_FetchableTopicResponse_v12(buf: bytearray, o: FetchableTopicResponse) -> 
     _b1 = o.topic.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_PartitionData_v12(buf, _e3)
     buf.append(0)
@@ -3101,7 +3179,10 @@ def _w_FetchableTopicResponse_v12(buf: bytearray, o: FetchableTopicResponse) -> 
 def _w_FetchableTopicResponse_v13(buf: bytearray, o: FetchableTopicResponse) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_PartitionData_v12(buf, _e2)
     buf.append(0)
@@ -3617,7 +3698,10 @@ def _w_NodeEndpoint_v16(buf: bytearray, o: NodeEndpoint) -> None:
     _b1 = o.host.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
     if o.rack is None:
@@ -3626,7 +3710,10 @@ def _w_NodeEndpoint_v16(buf: bytearray, o: NodeEndpoint) -> None:
         _b2 = o.rack.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -3750,7 +3837,10 @@ def _w_FetchResponse_v12(buf: bytearray, o: FetchResponse) -> None:
         raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     buf += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_FetchableTopicResponse_v12(buf, _e2)
     buf.append(0)
@@ -3761,7 +3851,10 @@ def _w_FetchResponse_v13(buf: bytearray, o: FetchResponse) -> None:
         raise EncodeError("FetchResponse.node_endpoints is set but this version lacks the field")
     buf += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_FetchableTopicResponse_v13(buf, _e2)
     buf.append(0)
@@ -3770,14 +3863,20 @@ def _w_FetchResponse_v13(buf: bytearray, o: FetchResponse) -> None:
 def _w_FetchResponse_v16(buf: bytearray, o: FetchResponse) -> None:
     buf += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_FetchableTopicResponse_v13(buf, _e2)
     _tags: list[tuple[int, bytearray]] = []
     if o.node_endpoints != []:
         _t = bytearray()
         _n3 = len(o.node_endpoints)
-        _t += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            _t.append(_n3 + 1)
+        else:
+            _t += uvarint_bytes(_n3 + 1)
         for _e4 in o.node_endpoints:
             _w_NodeEndpoint_v16(_t, _e4)
         _tags.append((0, _t))

@@ -447,10 +447,16 @@ def _w_FetchSnapshotRequestTopicSnapshot_v0(buf: bytearray, o: FetchSnapshotRequ
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_FetchSnapshotRequestPartitionSnapshot_v0(buf, _e3)
     buf.append(0)
@@ -460,10 +466,16 @@ def _w_FetchSnapshotRequestTopicSnapshot_v1(buf: bytearray, o: FetchSnapshotRequ
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_FetchSnapshotRequestPartitionSnapshot_v1(buf, _e3)
     buf.append(0)
@@ -601,7 +613,10 @@ def _r_FetchSnapshotRequestTopicSnapshot_v1(
 def _w_FetchSnapshotRequest_v0(buf: bytearray, o: FetchSnapshotRequest) -> None:
     buf += _S_ii.pack(o.replica_id, o.max_bytes)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_FetchSnapshotRequestTopicSnapshot_v0(buf, _e2)
     _tags: list[tuple[int, bytearray]] = []
@@ -610,7 +625,10 @@ def _w_FetchSnapshotRequest_v0(buf: bytearray, o: FetchSnapshotRequest) -> None:
         _b3 = o.cluster_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        _t += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            _t.append(len(_b3) + 1)
+        else:
+            _t += uvarint_bytes(len(_b3) + 1)
         _t += _b3
         _tags.append((0, _t))
     buf += uvarint_bytes(len(_tags))
@@ -623,7 +641,10 @@ def _w_FetchSnapshotRequest_v0(buf: bytearray, o: FetchSnapshotRequest) -> None:
 def _w_FetchSnapshotRequest_v1(buf: bytearray, o: FetchSnapshotRequest) -> None:
     buf += _S_ii.pack(o.replica_id, o.max_bytes)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_FetchSnapshotRequestTopicSnapshot_v1(buf, _e2)
     _tags: list[tuple[int, bytearray]] = []
@@ -632,7 +653,10 @@ def _w_FetchSnapshotRequest_v1(buf: bytearray, o: FetchSnapshotRequest) -> None:
         _b3 = o.cluster_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        _t += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            _t.append(len(_b3) + 1)
+        else:
+            _t += uvarint_bytes(len(_b3) + 1)
         _t += _b3
         _tags.append((0, _t))
     buf += uvarint_bytes(len(_tags))
@@ -974,10 +998,16 @@ def _w_FetchSnapshotResponseTopicSnapshot_v0(buf: bytearray, o: FetchSnapshotRes
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_FetchSnapshotResponsePartitionSnapshot_v0(buf, _e3)
     buf.append(0)
@@ -1075,7 +1105,10 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
     _b1 = o.host.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_H.pack(o.port)
     buf.append(0)
@@ -1115,7 +1148,10 @@ def _w_FetchSnapshotResponse_v0(buf: bytearray, o: FetchSnapshotResponse) -> Non
         raise EncodeError("FetchSnapshotResponse.node_endpoints is set but this version lacks the field")
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_FetchSnapshotResponseTopicSnapshot_v0(buf, _e2)
     buf.append(0)
@@ -1124,14 +1160,20 @@ def _w_FetchSnapshotResponse_v0(buf: bytearray, o: FetchSnapshotResponse) -> Non
 def _w_FetchSnapshotResponse_v1(buf: bytearray, o: FetchSnapshotResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_FetchSnapshotResponseTopicSnapshot_v0(buf, _e2)
     _tags: list[tuple[int, bytearray]] = []
     if o.node_endpoints != []:
         _t = bytearray()
         _n3 = len(o.node_endpoints)
-        _t += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            _t.append(_n3 + 1)
+        else:
+            _t += uvarint_bytes(_n3 + 1)
         for _e4 in o.node_endpoints:
             _w_NodeEndpoint_v1(_t, _e4)
         _tags.append((0, _t))

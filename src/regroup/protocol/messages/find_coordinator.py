@@ -215,7 +215,10 @@ def _w_FindCoordinatorRequest_v3(buf: bytearray, o: FindCoordinatorRequest) -> N
     _b1 = o.key.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.key_type)
     buf.append(0)
@@ -226,12 +229,18 @@ def _w_FindCoordinatorRequest_v4(buf: bytearray, o: FindCoordinatorRequest) -> N
         raise EncodeError("FindCoordinatorRequest.key is set but this version lacks the field")
     buf += _S_b.pack(o.key_type)
     _n1 = len(o.coordinator_keys)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.coordinator_keys:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
 
@@ -345,13 +354,19 @@ def _w_Coordinator_v4(buf: bytearray, o: Coordinator) -> None:
     _b1 = o.key.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.node_id)
     _b2 = o.host.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_ih.pack(o.port, o.error_code)
     if o.error_message is None:
@@ -360,7 +375,10 @@ def _w_Coordinator_v4(buf: bytearray, o: Coordinator) -> None:
         _b3 = o.error_message.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
 
@@ -464,13 +482,19 @@ def _w_FindCoordinatorResponse_v3(buf: bytearray, o: FindCoordinatorResponse) ->
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_i.pack(o.node_id)
     _b2 = o.host.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.port)
     buf.append(0)
@@ -487,7 +511,10 @@ def _w_FindCoordinatorResponse_v4(buf: bytearray, o: FindCoordinatorResponse) ->
         raise EncodeError("FindCoordinatorResponse.port is set but this version lacks the field")
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.coordinators)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.coordinators:
         _w_Coordinator_v4(buf, _e2)
     buf.append(0)

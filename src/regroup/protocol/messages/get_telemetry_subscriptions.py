@@ -154,18 +154,27 @@ def _r_GetTelemetrySubscriptionsRequest_v0(
 def _w_GetTelemetrySubscriptionsResponse_v0(buf: bytearray, o: GetTelemetrySubscriptionsResponse) -> None:
     buf += _S_ih16si.pack(o.throttle_time_ms, o.error_code, o.client_instance_id.bytes, o.subscription_id)
     _n1 = len(o.accepted_compression_types)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}b", *o.accepted_compression_types)
     if o.delta_temporality is None:
         raise EncodeError("delta_temporality is null but not nullable")
     buf += _S_iio.pack(o.push_interval_ms, o.telemetry_max_bytes, o.delta_temporality)
     _n2 = len(o.requested_metrics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.requested_metrics:
         _b4 = _e3.encode()
         if len(_b4) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b4) + 1)
+        if len(_b4) < 127:
+            buf.append(len(_b4) + 1)
+        else:
+            buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     buf.append(0)
 

@@ -210,7 +210,10 @@ def _w_AlterableConfig_v1(buf: bytearray, o: AlterableConfig) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_b.pack(o.config_operation)
     if o.value is None:
@@ -219,7 +222,10 @@ def _w_AlterableConfig_v1(buf: bytearray, o: AlterableConfig) -> None:
         _b2 = o.value.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -314,10 +320,16 @@ def _w_AlterConfigsResource_v1(buf: bytearray, o: AlterConfigsResource) -> None:
     _b1 = o.resource_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.configs)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.configs:
         _w_AlterableConfig_v1(buf, _e3)
     buf.append(0)
@@ -467,7 +479,10 @@ def _w_IncrementalAlterConfigsRequest_v0(buf: bytearray, o: IncrementalAlterConf
 
 def _w_IncrementalAlterConfigsRequest_v1(buf: bytearray, o: IncrementalAlterConfigsRequest) -> None:
     _n1 = len(o.resources)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.resources:
         _w_AlterConfigsResource_v1(buf, _e2)
     if o.validate_only is None:
@@ -664,13 +679,19 @@ def _w_AlterConfigsResourceResponse_v1(buf: bytearray, o: AlterConfigsResourceRe
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_b.pack(o.resource_type)
     _b2 = o.resource_name.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
 
@@ -764,7 +785,10 @@ def _w_IncrementalAlterConfigsResponse_v0(buf: bytearray, o: IncrementalAlterCon
 def _w_IncrementalAlterConfigsResponse_v1(buf: bytearray, o: IncrementalAlterConfigsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_AlterConfigsResourceResponse_v1(buf, _e2)
     buf.append(0)

@@ -159,7 +159,10 @@ def _w_InitProducerIdRequest_v2(buf: bytearray, o: InitProducerIdRequest) -> Non
         _b1 = o.transactional_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_i.pack(o.transaction_timeout_ms)
     buf.append(0)
@@ -172,7 +175,10 @@ def _w_InitProducerIdRequest_v3(buf: bytearray, o: InitProducerIdRequest) -> Non
         _b1 = o.transactional_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_iqh.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
     buf.append(0)

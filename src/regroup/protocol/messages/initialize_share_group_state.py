@@ -220,7 +220,10 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
 def _w_InitializeStateData_v0(buf: bytearray, o: InitializeStateData) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         buf += _S_iiqB.pack(_e2.partition, _e2.state_epoch, _e2.start_offset, 0)
     buf.append(0)
@@ -264,10 +267,16 @@ def _w_InitializeShareGroupStateRequest_v0(buf: bytearray, o: InitializeShareGro
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_InitializeStateData_v0(buf, _e3)
     buf.append(0)
@@ -351,7 +360,10 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -389,7 +401,10 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
 def _w_InitializeStateResult_v0(buf: bytearray, o: InitializeStateResult) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_PartitionResult_v0(buf, _e2)
     buf.append(0)
@@ -449,7 +464,10 @@ def _r_InitializeStateResult_v0(data: bytes, pos: int) -> tuple[InitializeStateR
 
 def _w_InitializeShareGroupStateResponse_v0(buf: bytearray, o: InitializeShareGroupStateResponse) -> None:
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_InitializeStateResult_v0(buf, _e2)
     buf.append(0)

@@ -262,7 +262,10 @@ def _w_JoinGroupRequestProtocol_v6(buf: bytearray, o: JoinGroupRequestProtocol) 
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += uvarint_bytes(len(o.metadata) + 1)
     buf += o.metadata
@@ -396,13 +399,19 @@ def _w_JoinGroupRequest_v6(buf: bytearray, o: JoinGroupRequest) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _b2 = o.member_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
@@ -410,15 +419,24 @@ def _w_JoinGroupRequest_v6(buf: bytearray, o: JoinGroupRequest) -> None:
         _b3 = o.group_instance_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _b4 = o.protocol_type.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.protocols)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.protocols:
         _w_JoinGroupRequestProtocol_v6(buf, _e6)
     buf.append(0)
@@ -428,13 +446,19 @@ def _w_JoinGroupRequest_v8(buf: bytearray, o: JoinGroupRequest) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _b2 = o.member_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
@@ -442,15 +466,24 @@ def _w_JoinGroupRequest_v8(buf: bytearray, o: JoinGroupRequest) -> None:
         _b3 = o.group_instance_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _b4 = o.protocol_type.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.protocols)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.protocols:
         _w_JoinGroupRequestProtocol_v6(buf, _e6)
     if o.reason is None:
@@ -459,7 +492,10 @@ def _w_JoinGroupRequest_v8(buf: bytearray, o: JoinGroupRequest) -> None:
         _b7 = o.reason.encode()
         if len(_b7) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b7) + 1)
+        if len(_b7) < 127:
+            buf.append(len(_b7) + 1)
+        else:
+            buf += uvarint_bytes(len(_b7) + 1)
         buf += _b7
     buf.append(0)
 
@@ -963,7 +999,10 @@ def _w_JoinGroupResponseMember_v6(buf: bytearray, o: JoinGroupResponseMember) ->
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
@@ -971,7 +1010,10 @@ def _w_JoinGroupResponseMember_v6(buf: bytearray, o: JoinGroupResponseMember) ->
         _b2 = o.group_instance_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += uvarint_bytes(len(o.metadata) + 1)
     buf += o.metadata
@@ -1167,20 +1209,32 @@ def _w_JoinGroupResponse_v6(buf: bytearray, o: JoinGroupResponse) -> None:
     _b1 = o.protocol_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.leader.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.member_id.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _n4 = len(o.members)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.members:
         _w_JoinGroupResponseMember_v6(buf, _e5)
     buf.append(0)
@@ -1196,7 +1250,10 @@ def _w_JoinGroupResponse_v7(buf: bytearray, o: JoinGroupResponse) -> None:
         _b1 = o.protocol_type.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.protocol_name is None:
         buf.append(0)
@@ -1204,20 +1261,32 @@ def _w_JoinGroupResponse_v7(buf: bytearray, o: JoinGroupResponse) -> None:
         _b2 = o.protocol_name.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.leader.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.member_id.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.members:
         _w_JoinGroupResponseMember_v6(buf, _e6)
     buf.append(0)
@@ -1231,7 +1300,10 @@ def _w_JoinGroupResponse_v9(buf: bytearray, o: JoinGroupResponse) -> None:
         _b1 = o.protocol_type.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.protocol_name is None:
         buf.append(0)
@@ -1239,12 +1311,18 @@ def _w_JoinGroupResponse_v9(buf: bytearray, o: JoinGroupResponse) -> None:
         _b2 = o.protocol_name.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.leader.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     if o.skip_assignment is None:
         raise EncodeError("skip_assignment is null but not nullable")
@@ -1252,10 +1330,16 @@ def _w_JoinGroupResponse_v9(buf: bytearray, o: JoinGroupResponse) -> None:
     _b4 = o.member_id.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.members:
         _w_JoinGroupResponseMember_v6(buf, _e6)
     buf.append(0)

@@ -438,17 +438,29 @@ def _w_LeaderAndIsrPartitionState_v4(buf: bytearray, o: LeaderAndIsrPartitionSta
         )
     buf += _S_iiii.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _n1 = len(o.isr)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.isr)
     buf += _S_i.pack(o.partition_epoch)
     _n2 = len(o.replicas)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.replicas)
     _n3 = len(o.adding_replicas)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     buf += struct.pack(f">{_n3}i", *o.adding_replicas)
     _n4 = len(o.removing_replicas)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     buf += struct.pack(f">{_n4}i", *o.removing_replicas)
     if o.is_new is None:
         raise EncodeError("is_new is null but not nullable")
@@ -459,17 +471,29 @@ def _w_LeaderAndIsrPartitionState_v4(buf: bytearray, o: LeaderAndIsrPartitionSta
 def _w_LeaderAndIsrPartitionState_v6(buf: bytearray, o: LeaderAndIsrPartitionState) -> None:
     buf += _S_iiii.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _n1 = len(o.isr)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.isr)
     buf += _S_i.pack(o.partition_epoch)
     _n2 = len(o.replicas)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.replicas)
     _n3 = len(o.adding_replicas)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     buf += struct.pack(f">{_n3}i", *o.adding_replicas)
     _n4 = len(o.removing_replicas)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     buf += struct.pack(f">{_n4}i", *o.removing_replicas)
     if o.is_new is None:
         raise EncodeError("is_new is null but not nullable")
@@ -789,10 +813,16 @@ def _w_LeaderAndIsrTopicState_v4(buf: bytearray, o: LeaderAndIsrTopicState) -> N
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_states)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_states:
         _w_LeaderAndIsrPartitionState_v4(buf, _e3)
     buf.append(0)
@@ -802,11 +832,17 @@ def _w_LeaderAndIsrTopicState_v5(buf: bytearray, o: LeaderAndIsrTopicState) -> N
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.topic_id.bytes)
     _n2 = len(o.partition_states)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_states:
         _w_LeaderAndIsrPartitionState_v4(buf, _e3)
     buf.append(0)
@@ -816,11 +852,17 @@ def _w_LeaderAndIsrTopicState_v6(buf: bytearray, o: LeaderAndIsrTopicState) -> N
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.topic_id.bytes)
     _n2 = len(o.partition_states)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_states:
         _w_LeaderAndIsrPartitionState_v6(buf, _e3)
     buf.append(0)
@@ -1275,7 +1317,10 @@ def _w_LeaderAndIsrLiveLeader_v4(buf: bytearray, o: LeaderAndIsrLiveLeader) -> N
     _b1 = o.host_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
     buf.append(0)
@@ -1416,11 +1461,17 @@ def _w_LeaderAndIsrRequest_v4(buf: bytearray, o: LeaderAndIsrRequest) -> None:
         )
     buf += _S_iiq.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _n1 = len(o.topic_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_states:
         _w_LeaderAndIsrTopicState_v4(buf, _e2)
     _n3 = len(o.live_leaders)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.live_leaders:
         _w_LeaderAndIsrLiveLeader_v4(buf, _e4)
     buf.append(0)
@@ -1435,11 +1486,17 @@ def _w_LeaderAndIsrRequest_v5(buf: bytearray, o: LeaderAndIsrRequest) -> None:
         )
     buf += _S_iiqb.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.type)
     _n1 = len(o.topic_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_states:
         _w_LeaderAndIsrTopicState_v5(buf, _e2)
     _n3 = len(o.live_leaders)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.live_leaders:
         _w_LeaderAndIsrLiveLeader_v4(buf, _e4)
     buf.append(0)
@@ -1454,11 +1511,17 @@ def _w_LeaderAndIsrRequest_v6(buf: bytearray, o: LeaderAndIsrRequest) -> None:
         )
     buf += _S_iiqb.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.type)
     _n1 = len(o.topic_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_states:
         _w_LeaderAndIsrTopicState_v6(buf, _e2)
     _n3 = len(o.live_leaders)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.live_leaders:
         _w_LeaderAndIsrLiveLeader_v4(buf, _e4)
     buf.append(0)
@@ -1473,11 +1536,17 @@ def _w_LeaderAndIsrRequest_v7(buf: bytearray, o: LeaderAndIsrRequest) -> None:
         raise EncodeError("is_k_raft_controller is null but not nullable")
     buf += _S_ioiqb.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch, o.type)
     _n1 = len(o.topic_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_states:
         _w_LeaderAndIsrTopicState_v6(buf, _e2)
     _n3 = len(o.live_leaders)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.live_leaders:
         _w_LeaderAndIsrLiveLeader_v4(buf, _e4)
     buf.append(0)
@@ -2525,7 +2594,10 @@ def _w_LeaderAndIsrPartitionError_v4(buf: bytearray, o: LeaderAndIsrPartitionErr
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ih.pack(o.partition_index, o.error_code)
     buf.append(0)
@@ -2596,7 +2668,10 @@ def _r_LeaderAndIsrPartitionError_v5(data: bytes, pos: int) -> tuple[LeaderAndIs
 def _w_LeaderAndIsrTopicError_v5(buf: bytearray, o: LeaderAndIsrTopicError) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partition_errors)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partition_errors:
         buf += _S_ihB.pack(_e2.partition_index, _e2.error_code, 0)
     buf.append(0)
@@ -2652,7 +2727,10 @@ def _w_LeaderAndIsrResponse_v4(buf: bytearray, o: LeaderAndIsrResponse) -> None:
         raise EncodeError("LeaderAndIsrResponse.topics is set but this version lacks the field")
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.partition_errors)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partition_errors:
         _w_LeaderAndIsrPartitionError_v4(buf, _e2)
     buf.append(0)
@@ -2663,7 +2741,10 @@ def _w_LeaderAndIsrResponse_v5(buf: bytearray, o: LeaderAndIsrResponse) -> None:
         raise EncodeError("LeaderAndIsrResponse.partition_errors is set but this version lacks the field")
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_LeaderAndIsrTopicError_v5(buf, _e2)
     buf.append(0)

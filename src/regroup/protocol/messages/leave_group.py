@@ -193,7 +193,10 @@ def _w_MemberIdentity_v4(buf: bytearray, o: MemberIdentity) -> None:
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
@@ -201,7 +204,10 @@ def _w_MemberIdentity_v4(buf: bytearray, o: MemberIdentity) -> None:
         _b2 = o.group_instance_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -210,7 +216,10 @@ def _w_MemberIdentity_v5(buf: bytearray, o: MemberIdentity) -> None:
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
@@ -218,7 +227,10 @@ def _w_MemberIdentity_v5(buf: bytearray, o: MemberIdentity) -> None:
         _b2 = o.group_instance_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.reason is None:
         buf.append(0)
@@ -226,7 +238,10 @@ def _w_MemberIdentity_v5(buf: bytearray, o: MemberIdentity) -> None:
         _b3 = o.reason.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
 
@@ -393,10 +408,16 @@ def _w_LeaveGroupRequest_v4(buf: bytearray, o: LeaveGroupRequest) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.members)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.members:
         _w_MemberIdentity_v4(buf, _e3)
     buf.append(0)
@@ -408,10 +429,16 @@ def _w_LeaveGroupRequest_v5(buf: bytearray, o: LeaveGroupRequest) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.members)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.members:
         _w_MemberIdentity_v5(buf, _e3)
     buf.append(0)
@@ -683,7 +710,10 @@ def _w_MemberResponse_v4(buf: bytearray, o: MemberResponse) -> None:
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
@@ -691,7 +721,10 @@ def _w_MemberResponse_v4(buf: bytearray, o: MemberResponse) -> None:
         _b2 = o.group_instance_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_h.pack(o.error_code)
     buf.append(0)
@@ -794,7 +827,10 @@ def _w_LeaveGroupResponse_v3(buf: bytearray, o: LeaveGroupResponse) -> None:
 def _w_LeaveGroupResponse_v4(buf: bytearray, o: LeaveGroupResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.members)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.members:
         _w_MemberResponse_v4(buf, _e2)
     buf.append(0)

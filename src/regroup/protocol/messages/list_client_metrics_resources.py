@@ -137,7 +137,10 @@ def _w_ClientMetricsResource_v0(buf: bytearray, o: ClientMetricsResource) -> Non
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
 
@@ -170,7 +173,10 @@ def _r_ClientMetricsResource_v0(data: bytes, pos: int) -> tuple[ClientMetricsRes
 def _w_ListClientMetricsResourcesResponse_v0(buf: bytearray, o: ListClientMetricsResourcesResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.client_metrics_resources)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.client_metrics_resources:
         _w_ClientMetricsResource_v0(buf, _e2)
     buf.append(0)

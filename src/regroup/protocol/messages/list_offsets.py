@@ -387,10 +387,16 @@ def _w_ListOffsetsTopic_v6(buf: bytearray, o: ListOffsetsTopic) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_ListOffsetsPartition_v6(buf, _e3)
     buf.append(0)
@@ -570,7 +576,10 @@ def _w_ListOffsetsRequest_v4(buf: bytearray, o: ListOffsetsRequest) -> None:
 def _w_ListOffsetsRequest_v6(buf: bytearray, o: ListOffsetsRequest) -> None:
     buf += _S_ib.pack(o.replica_id, o.isolation_level)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_ListOffsetsTopic_v6(buf, _e2)
     buf.append(0)
@@ -579,7 +588,10 @@ def _w_ListOffsetsRequest_v6(buf: bytearray, o: ListOffsetsRequest) -> None:
 def _w_ListOffsetsRequest_v10(buf: bytearray, o: ListOffsetsRequest) -> None:
     buf += _S_ib.pack(o.replica_id, o.isolation_level)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_ListOffsetsTopic_v6(buf, _e2)
     buf += _S_i.pack(o.timeout_ms)
@@ -1030,10 +1042,16 @@ def _w_ListOffsetsTopicResponse_v6(buf: bytearray, o: ListOffsetsTopicResponse) 
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_ListOffsetsPartitionResponse_v6(buf, _e3)
     buf.append(0)
@@ -1221,7 +1239,10 @@ def _w_ListOffsetsResponse_v4(buf: bytearray, o: ListOffsetsResponse) -> None:
 def _w_ListOffsetsResponse_v6(buf: bytearray, o: ListOffsetsResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_ListOffsetsTopicResponse_v6(buf, _e2)
     buf.append(0)

@@ -195,10 +195,16 @@ def _w_ListPartitionReassignmentsTopics_v0(buf: bytearray, o: ListPartitionReass
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partition_indexes)
     buf.append(0)
 
@@ -248,7 +254,10 @@ def _w_ListPartitionReassignmentsRequest_v0(buf: bytearray, o: ListPartitionReas
         buf.append(0)
     else:
         _n1 = len(o.topics)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.topics:
             _w_ListPartitionReassignmentsTopics_v0(buf, _e2)
     buf.append(0)
@@ -320,13 +329,22 @@ def _r_ListPartitionReassignmentsRequest_v0(
 def _w_OngoingPartitionReassignment_v0(buf: bytearray, o: OngoingPartitionReassignment) -> None:
     buf += _S_i.pack(o.partition_index)
     _n1 = len(o.replicas)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.replicas)
     _n2 = len(o.adding_replicas)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.adding_replicas)
     _n3 = len(o.removing_replicas)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     buf += struct.pack(f">{_n3}i", *o.removing_replicas)
     buf.append(0)
 
@@ -383,10 +401,16 @@ def _w_OngoingTopicReassignment_v0(buf: bytearray, o: OngoingTopicReassignment) 
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_OngoingPartitionReassignment_v0(buf, _e3)
     buf.append(0)
@@ -482,10 +506,16 @@ def _w_ListPartitionReassignmentsResponse_v0(buf: bytearray, o: ListPartitionRea
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_OngoingTopicReassignment_v0(buf, _e3)
     buf.append(0)

@@ -153,30 +153,48 @@ def _w_ListTransactionsRequest_v0(buf: bytearray, o: ListTransactionsRequest) ->
     if o.duration_filter != -1:
         raise EncodeError("ListTransactionsRequest.duration_filter is set but this version lacks the field")
     _n1 = len(o.state_filters)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.state_filters:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.producer_id_filters)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     buf += struct.pack(f">{_n4}q", *o.producer_id_filters)
     buf.append(0)
 
 
 def _w_ListTransactionsRequest_v1(buf: bytearray, o: ListTransactionsRequest) -> None:
     _n1 = len(o.state_filters)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.state_filters:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.producer_id_filters)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     buf += struct.pack(f">{_n4}q", *o.producer_id_filters)
     buf += _S_q.pack(o.duration_filter)
     buf.append(0)
@@ -291,13 +309,19 @@ def _w_TransactionState_v0(buf: bytearray, o: TransactionState) -> None:
     _b1 = o.transactional_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_q.pack(o.producer_id)
     _b2 = o.transaction_state.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf.append(0)
 
@@ -347,15 +371,24 @@ def _r_TransactionState_v0(data: bytes, pos: int) -> tuple[TransactionState, int
 def _w_ListTransactionsResponse_v0(buf: bytearray, o: ListTransactionsResponse) -> None:
     buf += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _n1 = len(o.unknown_state_filters)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.unknown_state_filters:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.transaction_states)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.transaction_states:
         _w_TransactionState_v0(buf, _e5)
     buf.append(0)

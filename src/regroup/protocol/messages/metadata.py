@@ -323,7 +323,10 @@ def _w_MetadataRequestTopic_v9(buf: bytearray, o: MetadataRequestTopic) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
 
@@ -336,7 +339,10 @@ def _w_MetadataRequestTopic_v10(buf: bytearray, o: MetadataRequestTopic) -> None
         _b1 = o.name.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -500,7 +506,10 @@ def _w_MetadataRequest_v9(buf: bytearray, o: MetadataRequest) -> None:
         buf.append(0)
     else:
         _n1 = len(o.topics)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.topics:
             _w_MetadataRequestTopic_v9(buf, _e2)
     if o.allow_auto_topic_creation is None:
@@ -522,7 +531,10 @@ def _w_MetadataRequest_v10(buf: bytearray, o: MetadataRequest) -> None:
         buf.append(0)
     else:
         _n1 = len(o.topics)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.topics:
             _w_MetadataRequestTopic_v10(buf, _e2)
     if o.allow_auto_topic_creation is None:
@@ -548,7 +560,10 @@ def _w_MetadataRequest_v11(buf: bytearray, o: MetadataRequest) -> None:
         buf.append(0)
     else:
         _n1 = len(o.topics)
-        buf += uvarint_bytes(_n1 + 1)
+        if _n1 < 127:
+            buf.append(_n1 + 1)
+        else:
+            buf += uvarint_bytes(_n1 + 1)
         for _e2 in o.topics:
             _w_MetadataRequestTopic_v10(buf, _e2)
     if o.allow_auto_topic_creation is None:
@@ -888,7 +903,10 @@ def _w_MetadataResponseBroker_v9(buf: bytearray, o: MetadataResponseBroker) -> N
     _b1 = o.host.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
     if o.rack is None:
@@ -897,7 +915,10 @@ def _w_MetadataResponseBroker_v9(buf: bytearray, o: MetadataResponseBroker) -> N
         _b2 = o.rack.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -1039,13 +1060,22 @@ def _w_MetadataResponsePartition_v7(buf: bytearray, o: MetadataResponsePartition
 def _w_MetadataResponsePartition_v9(buf: bytearray, o: MetadataResponsePartition) -> None:
     buf += _S_hiii.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     _n1 = len(o.replica_nodes)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.replica_nodes)
     _n2 = len(o.isr_nodes)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.isr_nodes)
     _n3 = len(o.offline_replicas)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     buf += struct.pack(f">{_n3}i", *o.offline_replicas)
     buf.append(0)
 
@@ -1290,13 +1320,19 @@ def _w_MetadataResponseTopic_v9(buf: bytearray, o: MetadataResponseTopic) -> Non
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.is_internal is None:
         raise EncodeError("is_internal is null but not nullable")
     buf += _S_o.pack(o.is_internal)
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_MetadataResponsePartition_v9(buf, _e3)
     buf += _S_i.pack(o.topic_authorized_operations)
@@ -1310,13 +1346,19 @@ def _w_MetadataResponseTopic_v10(buf: bytearray, o: MetadataResponseTopic) -> No
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.is_internal is None:
         raise EncodeError("is_internal is null but not nullable")
     buf += _S_16so.pack(o.topic_id.bytes, o.is_internal)
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_MetadataResponsePartition_v9(buf, _e3)
     buf += _S_i.pack(o.topic_authorized_operations)
@@ -1331,13 +1373,19 @@ def _w_MetadataResponseTopic_v12(buf: bytearray, o: MetadataResponseTopic) -> No
         _b1 = o.name.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.is_internal is None:
         raise EncodeError("is_internal is null but not nullable")
     buf += _S_16so.pack(o.topic_id.bytes, o.is_internal)
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_MetadataResponsePartition_v9(buf, _e3)
     buf += _S_i.pack(o.topic_authorized_operations)
@@ -2038,7 +2086,10 @@ def _w_MetadataResponse_v8(buf: bytearray, o: MetadataResponse) -> None:
 def _w_MetadataResponse_v9(buf: bytearray, o: MetadataResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.brokers)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.brokers:
         _w_MetadataResponseBroker_v9(buf, _e2)
     if o.cluster_id is None:
@@ -2047,11 +2098,17 @@ def _w_MetadataResponse_v9(buf: bytearray, o: MetadataResponse) -> None:
         _b3 = o.cluster_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.controller_id)
     _n4 = len(o.topics)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.topics:
         _w_MetadataResponseTopic_v9(buf, _e5)
     buf += _S_i.pack(o.cluster_authorized_operations)
@@ -2061,7 +2118,10 @@ def _w_MetadataResponse_v9(buf: bytearray, o: MetadataResponse) -> None:
 def _w_MetadataResponse_v10(buf: bytearray, o: MetadataResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.brokers)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.brokers:
         _w_MetadataResponseBroker_v9(buf, _e2)
     if o.cluster_id is None:
@@ -2070,11 +2130,17 @@ def _w_MetadataResponse_v10(buf: bytearray, o: MetadataResponse) -> None:
         _b3 = o.cluster_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.controller_id)
     _n4 = len(o.topics)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.topics:
         _w_MetadataResponseTopic_v10(buf, _e5)
     buf += _S_i.pack(o.cluster_authorized_operations)
@@ -2088,7 +2154,10 @@ def _w_MetadataResponse_v11(buf: bytearray, o: MetadataResponse) -> None:
         )
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.brokers)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.brokers:
         _w_MetadataResponseBroker_v9(buf, _e2)
     if o.cluster_id is None:
@@ -2097,11 +2166,17 @@ def _w_MetadataResponse_v11(buf: bytearray, o: MetadataResponse) -> None:
         _b3 = o.cluster_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.controller_id)
     _n4 = len(o.topics)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.topics:
         _w_MetadataResponseTopic_v10(buf, _e5)
     buf.append(0)
@@ -2114,7 +2189,10 @@ def _w_MetadataResponse_v12(buf: bytearray, o: MetadataResponse) -> None:
         )
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.brokers)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.brokers:
         _w_MetadataResponseBroker_v9(buf, _e2)
     if o.cluster_id is None:
@@ -2123,11 +2201,17 @@ def _w_MetadataResponse_v12(buf: bytearray, o: MetadataResponse) -> None:
         _b3 = o.cluster_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_i.pack(o.controller_id)
     _n4 = len(o.topics)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.topics:
         _w_MetadataResponseTopic_v12(buf, _e5)
     buf.append(0)

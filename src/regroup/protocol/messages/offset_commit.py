@@ -326,7 +326,10 @@ def _w_OffsetCommitRequestPartition_v8(buf: bytearray, o: OffsetCommitRequestPar
         _b1 = o.committed_metadata.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -460,10 +463,16 @@ def _w_OffsetCommitRequestTopic_v8(buf: bytearray, o: OffsetCommitRequestTopic) 
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_OffsetCommitRequestPartition_v8(buf, _e3)
     buf.append(0)
@@ -759,13 +768,19 @@ def _w_OffsetCommitRequest_v8(buf: bytearray, o: OffsetCommitRequest) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.generation_id_or_member_epoch)
     _b2 = o.member_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
@@ -773,10 +788,16 @@ def _w_OffsetCommitRequest_v8(buf: bytearray, o: OffsetCommitRequest) -> None:
         _b3 = o.group_instance_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.topics)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.topics:
         _w_OffsetCommitRequestTopic_v8(buf, _e5)
     buf.append(0)
@@ -1416,10 +1437,16 @@ def _w_OffsetCommitResponseTopic_v8(buf: bytearray, o: OffsetCommitResponseTopic
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_ihB.pack(_e3.partition_index, _e3.error_code, 0)
     buf.append(0)
@@ -1517,7 +1544,10 @@ def _w_OffsetCommitResponse_v3(buf: bytearray, o: OffsetCommitResponse) -> None:
 def _w_OffsetCommitResponse_v8(buf: bytearray, o: OffsetCommitResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_OffsetCommitResponseTopic_v8(buf, _e2)
     buf.append(0)

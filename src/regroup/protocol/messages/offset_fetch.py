@@ -426,10 +426,16 @@ def _w_OffsetFetchRequestTopic_v6(buf: bytearray, o: OffsetFetchRequestTopic) ->
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partition_indexes)
     buf.append(0)
 
@@ -498,10 +504,16 @@ def _w_OffsetFetchRequestTopics_v8(buf: bytearray, o: OffsetFetchRequestTopics) 
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partition_indexes)
     buf.append(0)
 
@@ -547,13 +559,19 @@ def _w_OffsetFetchRequestGroup_v8(buf: bytearray, o: OffsetFetchRequestGroup) ->
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.topics is None:
         buf.append(0)
     else:
         _n2 = len(o.topics)
-        buf += uvarint_bytes(_n2 + 1)
+        if _n2 < 127:
+            buf.append(_n2 + 1)
+        else:
+            buf += uvarint_bytes(_n2 + 1)
         for _e3 in o.topics:
             _w_OffsetFetchRequestTopics_v8(buf, _e3)
     buf.append(0)
@@ -563,7 +581,10 @@ def _w_OffsetFetchRequestGroup_v9(buf: bytearray, o: OffsetFetchRequestGroup) ->
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.member_id is None:
         buf.append(0)
@@ -571,14 +592,20 @@ def _w_OffsetFetchRequestGroup_v9(buf: bytearray, o: OffsetFetchRequestGroup) ->
         _b2 = o.member_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_i.pack(o.member_epoch)
     if o.topics is None:
         buf.append(0)
     else:
         _n3 = len(o.topics)
-        buf += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            buf.append(_n3 + 1)
+        else:
+            buf += uvarint_bytes(_n3 + 1)
         for _e4 in o.topics:
             _w_OffsetFetchRequestTopics_v8(buf, _e4)
     buf.append(0)
@@ -795,13 +822,19 @@ def _w_OffsetFetchRequest_v6(buf: bytearray, o: OffsetFetchRequest) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.topics is None:
         buf.append(0)
     else:
         _n2 = len(o.topics)
-        buf += uvarint_bytes(_n2 + 1)
+        if _n2 < 127:
+            buf.append(_n2 + 1)
+        else:
+            buf += uvarint_bytes(_n2 + 1)
         for _e3 in o.topics:
             _w_OffsetFetchRequestTopic_v6(buf, _e3)
     buf.append(0)
@@ -813,13 +846,19 @@ def _w_OffsetFetchRequest_v7(buf: bytearray, o: OffsetFetchRequest) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.topics is None:
         buf.append(0)
     else:
         _n2 = len(o.topics)
-        buf += uvarint_bytes(_n2 + 1)
+        if _n2 < 127:
+            buf.append(_n2 + 1)
+        else:
+            buf += uvarint_bytes(_n2 + 1)
         for _e3 in o.topics:
             _w_OffsetFetchRequestTopic_v6(buf, _e3)
     if o.require_stable is None:
@@ -834,7 +873,10 @@ def _w_OffsetFetchRequest_v8(buf: bytearray, o: OffsetFetchRequest) -> None:
     if o.topics != []:
         raise EncodeError("OffsetFetchRequest.topics is set but this version lacks the field")
     _n1 = len(o.groups)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_OffsetFetchRequestGroup_v8(buf, _e2)
     if o.require_stable is None:
@@ -849,7 +891,10 @@ def _w_OffsetFetchRequest_v9(buf: bytearray, o: OffsetFetchRequest) -> None:
     if o.topics != []:
         raise EncodeError("OffsetFetchRequest.topics is set but this version lacks the field")
     _n1 = len(o.groups)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_OffsetFetchRequestGroup_v9(buf, _e2)
     if o.require_stable is None:
@@ -1350,7 +1395,10 @@ def _w_OffsetFetchResponsePartition_v6(buf: bytearray, o: OffsetFetchResponsePar
         _b1 = o.metadata.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_h.pack(o.error_code)
     buf.append(0)
@@ -1457,10 +1505,16 @@ def _w_OffsetFetchResponseTopic_v6(buf: bytearray, o: OffsetFetchResponseTopic) 
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_OffsetFetchResponsePartition_v6(buf, _e3)
     buf.append(0)
@@ -1625,7 +1679,10 @@ def _w_OffsetFetchResponsePartitions_v8(buf: bytearray, o: OffsetFetchResponsePa
         _b1 = o.metadata.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_h.pack(o.error_code)
     buf.append(0)
@@ -1667,10 +1724,16 @@ def _w_OffsetFetchResponseTopics_v8(buf: bytearray, o: OffsetFetchResponseTopics
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_OffsetFetchResponsePartitions_v8(buf, _e3)
     buf.append(0)
@@ -1746,10 +1809,16 @@ def _w_OffsetFetchResponseGroup_v8(buf: bytearray, o: OffsetFetchResponseGroup) 
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_OffsetFetchResponseTopics_v8(buf, _e3)
     buf += _S_h.pack(o.error_code)
@@ -1906,7 +1975,10 @@ def _w_OffsetFetchResponse_v6(buf: bytearray, o: OffsetFetchResponse) -> None:
         raise EncodeError("OffsetFetchResponse.groups is set but this version lacks the field")
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_OffsetFetchResponseTopic_v6(buf, _e2)
     buf += _S_h.pack(o.error_code)
@@ -1918,7 +1990,10 @@ def _w_OffsetFetchResponse_v8(buf: bytearray, o: OffsetFetchResponse) -> None:
         raise EncodeError("OffsetFetchResponse.topics is set but this version lacks the field")
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.groups)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_OffsetFetchResponseGroup_v8(buf, _e2)
     buf.append(0)

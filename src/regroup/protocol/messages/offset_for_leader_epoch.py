@@ -294,10 +294,16 @@ def _w_OffsetForLeaderTopic_v4(buf: bytearray, o: OffsetForLeaderTopic) -> None:
     _b1 = o.topic.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_iiiB.pack(_e3.partition, _e3.current_leader_epoch, _e3.leader_epoch, 0)
     buf.append(0)
@@ -431,7 +437,10 @@ def _w_OffsetForLeaderEpochRequest_v3(buf: bytearray, o: OffsetForLeaderEpochReq
 def _w_OffsetForLeaderEpochRequest_v4(buf: bytearray, o: OffsetForLeaderEpochRequest) -> None:
     buf += _S_i.pack(o.replica_id)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_OffsetForLeaderTopic_v4(buf, _e2)
     buf.append(0)
@@ -692,10 +701,16 @@ def _w_OffsetForLeaderTopicResult_v4(buf: bytearray, o: OffsetForLeaderTopicResu
     _b1 = o.topic.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_hiiqB.pack(_e3.error_code, _e3.partition, _e3.leader_epoch, _e3.end_offset, 0)
     buf.append(0)
@@ -829,7 +844,10 @@ def _w_OffsetForLeaderEpochResponse_v2(buf: bytearray, o: OffsetForLeaderEpochRe
 def _w_OffsetForLeaderEpochResponse_v4(buf: bytearray, o: OffsetForLeaderEpochResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_OffsetForLeaderTopicResult_v4(buf, _e2)
     buf.append(0)

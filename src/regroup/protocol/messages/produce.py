@@ -433,10 +433,16 @@ def _w_TopicProduceData_v9(buf: bytearray, o: TopicProduceData) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_data)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_data:
         _w_PartitionProduceData_v9(buf, _e3)
     buf.append(0)
@@ -575,11 +581,17 @@ def _w_ProduceRequest_v9(buf: bytearray, o: ProduceRequest) -> None:
         _b1 = o.transactional_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_hi.pack(o.acks, o.timeout_ms)
     _n2 = len(o.topic_data)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topic_data:
         _w_TopicProduceData_v9(buf, _e3)
     buf.append(0)
@@ -823,7 +835,10 @@ def _w_BatchIndexAndErrorMessage_v9(buf: bytearray, o: BatchIndexAndErrorMessage
         _b1 = o.batch_index_error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -934,7 +949,10 @@ def _w_PartitionProduceResponse_v9(buf: bytearray, o: PartitionProduceResponse) 
         raise EncodeError("PartitionProduceResponse.current_leader is set but this version lacks the field")
     buf += _S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _n1 = len(o.record_errors)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.record_errors:
         _w_BatchIndexAndErrorMessage_v9(buf, _e2)
     if o.error_message is None:
@@ -943,7 +961,10 @@ def _w_PartitionProduceResponse_v9(buf: bytearray, o: PartitionProduceResponse) 
         _b3 = o.error_message.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
 
@@ -951,7 +972,10 @@ def _w_PartitionProduceResponse_v9(buf: bytearray, o: PartitionProduceResponse) 
 def _w_PartitionProduceResponse_v10(buf: bytearray, o: PartitionProduceResponse) -> None:
     buf += _S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _n1 = len(o.record_errors)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.record_errors:
         _w_BatchIndexAndErrorMessage_v9(buf, _e2)
     if o.error_message is None:
@@ -960,7 +984,10 @@ def _w_PartitionProduceResponse_v10(buf: bytearray, o: PartitionProduceResponse)
         _b3 = o.error_message.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _tags: list[tuple[int, bytearray]] = []
     if o.current_leader is not DEFAULT_LeaderIdAndEpoch and o.current_leader != DEFAULT_LeaderIdAndEpoch:
@@ -1263,10 +1290,16 @@ def _w_TopicProduceResponse_v9(buf: bytearray, o: TopicProduceResponse) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_responses)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_responses:
         _w_PartitionProduceResponse_v9(buf, _e3)
     buf.append(0)
@@ -1276,10 +1309,16 @@ def _w_TopicProduceResponse_v10(buf: bytearray, o: TopicProduceResponse) -> None
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_responses)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_responses:
         _w_PartitionProduceResponse_v10(buf, _e3)
     buf.append(0)
@@ -1683,7 +1722,10 @@ def _w_NodeEndpoint_v10(buf: bytearray, o: NodeEndpoint) -> None:
     _b1 = o.host.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
     if o.rack is None:
@@ -1692,7 +1734,10 @@ def _w_NodeEndpoint_v10(buf: bytearray, o: NodeEndpoint) -> None:
         _b2 = o.rack.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -1797,7 +1842,10 @@ def _w_ProduceResponse_v9(buf: bytearray, o: ProduceResponse) -> None:
     if o.node_endpoints != []:
         raise EncodeError("ProduceResponse.node_endpoints is set but this version lacks the field")
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_TopicProduceResponse_v9(buf, _e2)
     buf += _S_i.pack(o.throttle_time_ms)
@@ -1806,7 +1854,10 @@ def _w_ProduceResponse_v9(buf: bytearray, o: ProduceResponse) -> None:
 
 def _w_ProduceResponse_v10(buf: bytearray, o: ProduceResponse) -> None:
     _n1 = len(o.responses)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.responses:
         _w_TopicProduceResponse_v10(buf, _e2)
     buf += _S_i.pack(o.throttle_time_ms)
@@ -1814,7 +1865,10 @@ def _w_ProduceResponse_v10(buf: bytearray, o: ProduceResponse) -> None:
     if o.node_endpoints != []:
         _t = bytearray()
         _n3 = len(o.node_endpoints)
-        _t += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            _t.append(_n3 + 1)
+        else:
+            _t += uvarint_bytes(_n3 + 1)
         for _e4 in o.node_endpoints:
             _w_NodeEndpoint_v10(_t, _e4)
         _tags.append((0, _t))

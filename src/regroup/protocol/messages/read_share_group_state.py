@@ -269,7 +269,10 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
 def _w_ReadStateData_v0(buf: bytearray, o: ReadStateData) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         buf += _S_iiB.pack(_e2.partition, _e2.leader_epoch, 0)
     buf.append(0)
@@ -313,10 +316,16 @@ def _w_ReadShareGroupStateRequest_v0(buf: bytearray, o: ReadShareGroupStateReque
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_ReadStateData_v0(buf, _e3)
     buf.append(0)
@@ -415,11 +424,17 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_iq.pack(o.state_epoch, o.start_offset)
     _n2 = len(o.state_batches)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.state_batches:
         buf += _S_qqbhB.pack(_e3.first_offset, _e3.last_offset, _e3.delivery_state, _e3.delivery_count, 0)
     buf.append(0)
@@ -483,7 +498,10 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
 def _w_ReadStateResult_v0(buf: bytearray, o: ReadStateResult) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_PartitionResult_v0(buf, _e2)
     buf.append(0)
@@ -568,7 +586,10 @@ def _r_ReadStateResult_v0(data: bytes, pos: int) -> tuple[ReadStateResult, int]:
 
 def _w_ReadShareGroupStateResponse_v0(buf: bytearray, o: ReadShareGroupStateResponse) -> None:
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_ReadStateResult_v0(buf, _e2)
     buf.append(0)

@@ -232,7 +232,10 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
 def _w_ReadStateSummaryData_v0(buf: bytearray, o: ReadStateSummaryData) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         buf += _S_iiB.pack(_e2.partition, _e2.leader_epoch, 0)
     buf.append(0)
@@ -276,10 +279,16 @@ def _w_ReadShareGroupStateSummaryRequest_v0(buf: bytearray, o: ReadShareGroupSta
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_ReadStateSummaryData_v0(buf, _e3)
     buf.append(0)
@@ -363,7 +372,10 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_iq.pack(o.state_epoch, o.start_offset)
     buf.append(0)
@@ -404,7 +416,10 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
 def _w_ReadStateSummaryResult_v0(buf: bytearray, o: ReadStateSummaryResult) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_PartitionResult_v0(buf, _e2)
     buf.append(0)
@@ -466,7 +481,10 @@ def _r_ReadStateSummaryResult_v0(data: bytes, pos: int) -> tuple[ReadStateSummar
 
 def _w_ReadShareGroupStateSummaryResponse_v0(buf: bytearray, o: ReadShareGroupStateSummaryResponse) -> None:
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_ReadStateSummaryResult_v0(buf, _e2)
     buf.append(0)

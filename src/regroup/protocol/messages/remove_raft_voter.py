@@ -106,7 +106,10 @@ def _w_RemoveRaftVoterRequest_v0(buf: bytearray, o: RemoveRaftVoterRequest) -> N
         _b1 = o.cluster_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_i16s.pack(o.voter_id, o.voter_directory_id.bytes)
     buf.append(0)
@@ -151,7 +154,10 @@ def _w_RemoveRaftVoterResponse_v0(buf: bytearray, o: RemoveRaftVoterResponse) ->
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 

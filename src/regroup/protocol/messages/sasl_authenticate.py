@@ -186,7 +186,10 @@ def _w_SaslAuthenticateResponse_v2(buf: bytearray, o: SaslAuthenticateResponse) 
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += uvarint_bytes(len(o.auth_bytes) + 1)
     buf += o.auth_bytes

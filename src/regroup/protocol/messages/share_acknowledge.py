@@ -329,7 +329,10 @@ ShareAcknowledgeResponse.LATEST_VERSION_UNSTABLE = False
 def _w_AcknowledgementBatch_v0(buf: bytearray, o: AcknowledgementBatch) -> None:
     buf += _S_qq.pack(o.first_offset, o.last_offset)
     _n1 = len(o.acknowledge_types)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}b", *o.acknowledge_types)
     buf.append(0)
 
@@ -361,7 +364,10 @@ def _r_AcknowledgementBatch_v0(data: bytes, pos: int) -> tuple[AcknowledgementBa
 def _w_AcknowledgePartition_v0(buf: bytearray, o: AcknowledgePartition) -> None:
     buf += _S_i.pack(o.partition_index)
     _n1 = len(o.acknowledgement_batches)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.acknowledgement_batches:
         _w_AcknowledgementBatch_v0(buf, _e2)
     buf.append(0)
@@ -415,7 +421,10 @@ def _r_AcknowledgePartition_v0(data: bytes, pos: int) -> tuple[AcknowledgePartit
 def _w_AcknowledgeTopic_v0(buf: bytearray, o: AcknowledgeTopic) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_AcknowledgePartition_v0(buf, _e2)
     buf.append(0)
@@ -495,7 +504,10 @@ def _w_ShareAcknowledgeRequest_v0(buf: bytearray, o: ShareAcknowledgeRequest) ->
         _b1 = o.group_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.member_id is None:
         buf.append(0)
@@ -503,11 +515,17 @@ def _w_ShareAcknowledgeRequest_v0(buf: bytearray, o: ShareAcknowledgeRequest) ->
         _b2 = o.member_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_i.pack(o.share_session_epoch)
     _n3 = len(o.topics)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.topics:
         _w_AcknowledgeTopic_v0(buf, _e4)
     buf.append(0)
@@ -662,7 +680,10 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _w_LeaderIdAndEpoch_v0(buf, o.current_leader)
     buf.append(0)
@@ -709,7 +730,10 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
 def _w_ShareAcknowledgeTopicResponse_v0(buf: bytearray, o: ShareAcknowledgeTopicResponse) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_PartitionData_v0(buf, _e2)
     buf.append(0)
@@ -780,7 +804,10 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
     _b1 = o.host.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
     if o.rack is None:
@@ -789,7 +816,10 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
         _b2 = o.rack.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -849,14 +879,23 @@ def _w_ShareAcknowledgeResponse_v0(buf: bytearray, o: ShareAcknowledgeResponse) 
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.responses)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.responses:
         _w_ShareAcknowledgeTopicResponse_v0(buf, _e3)
     _n4 = len(o.node_endpoints)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.node_endpoints:
         _w_NodeEndpoint_v0(buf, _e5)
     buf.append(0)

@@ -417,7 +417,10 @@ ShareFetchResponse.LATEST_VERSION_UNSTABLE = False
 def _w_AcknowledgementBatch_v0(buf: bytearray, o: AcknowledgementBatch) -> None:
     buf += _S_qq.pack(o.first_offset, o.last_offset)
     _n1 = len(o.acknowledge_types)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}b", *o.acknowledge_types)
     buf.append(0)
 
@@ -449,7 +452,10 @@ def _r_AcknowledgementBatch_v0(data: bytes, pos: int) -> tuple[AcknowledgementBa
 def _w_FetchPartition_v0(buf: bytearray, o: FetchPartition) -> None:
     buf += _S_ii.pack(o.partition_index, o.partition_max_bytes)
     _n1 = len(o.acknowledgement_batches)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.acknowledgement_batches:
         _w_AcknowledgementBatch_v0(buf, _e2)
     buf.append(0)
@@ -503,7 +509,10 @@ def _r_FetchPartition_v0(data: bytes, pos: int) -> tuple[FetchPartition, int]:
 def _w_FetchTopic_v0(buf: bytearray, o: FetchTopic) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_FetchPartition_v0(buf, _e2)
     buf.append(0)
@@ -579,7 +588,10 @@ def _r_FetchTopic_v0(data: bytes, pos: int) -> tuple[FetchTopic, int]:
 def _w_ForgottenTopic_v0(buf: bytearray, o: ForgottenTopic) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.partitions)
     buf.append(0)
 
@@ -616,7 +628,10 @@ def _w_ShareFetchRequest_v0(buf: bytearray, o: ShareFetchRequest) -> None:
         _b1 = o.group_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.member_id is None:
         buf.append(0)
@@ -624,15 +639,24 @@ def _w_ShareFetchRequest_v0(buf: bytearray, o: ShareFetchRequest) -> None:
         _b2 = o.member_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_iiii.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes)
     _n3 = len(o.topics)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.topics:
         _w_FetchTopic_v0(buf, _e4)
     _n5 = len(o.forgotten_topics_data)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.forgotten_topics_data:
         _w_ForgottenTopic_v0(buf, _e6)
     buf.append(0)
@@ -838,7 +862,10 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_h.pack(o.acknowledge_error_code)
     if o.acknowledge_error_message is None:
@@ -847,7 +874,10 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
         _b2 = o.acknowledge_error_message.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _w_LeaderIdAndEpoch_v0(buf, o.current_leader)
     if o.records is None:
@@ -856,7 +886,10 @@ def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
         buf += uvarint_bytes(len(o.records) + 1)
         buf += o.records
     _n3 = len(o.acquired_records)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.acquired_records:
         buf += _S_qqhB.pack(_e4.first_offset, _e4.last_offset, _e4.delivery_count, 0)
     buf.append(0)
@@ -960,7 +993,10 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
 def _w_ShareFetchableTopicResponse_v0(buf: bytearray, o: ShareFetchableTopicResponse) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_PartitionData_v0(buf, _e2)
     buf.append(0)
@@ -1088,7 +1124,10 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
     _b1 = o.host.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.port)
     if o.rack is None:
@@ -1097,7 +1136,10 @@ def _w_NodeEndpoint_v0(buf: bytearray, o: NodeEndpoint) -> None:
         _b2 = o.rack.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -1157,14 +1199,23 @@ def _w_ShareFetchResponse_v0(buf: bytearray, o: ShareFetchResponse) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.responses)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.responses:
         _w_ShareFetchableTopicResponse_v0(buf, _e3)
     _n4 = len(o.node_endpoints)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.node_endpoints:
         _w_NodeEndpoint_v0(buf, _e5)
     buf.append(0)

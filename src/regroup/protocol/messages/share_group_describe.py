@@ -247,12 +247,18 @@ ShareGroupDescribeResponse.LATEST_VERSION_UNSTABLE = False
 
 def _w_ShareGroupDescribeRequest_v0(buf: bytearray, o: ShareGroupDescribeRequest) -> None:
     _n1 = len(o.group_ids)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.group_ids:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.include_authorized_operations is None:
         raise EncodeError("include_authorized_operations is null but not nullable")
@@ -306,10 +312,16 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partitions)
     buf.append(0)
 
@@ -356,7 +368,10 @@ def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
 
 def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
     _n1 = len(o.topic_partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_partitions:
         _w_TopicPartitions_v0(buf, _e2)
     buf.append(0)
@@ -425,7 +440,10 @@ def _w_Member_v0(buf: bytearray, o: Member) -> None:
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.rack_id is None:
         buf.append(0)
@@ -433,26 +451,41 @@ def _w_Member_v0(buf: bytearray, o: Member) -> None:
         _b2 = o.rack_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_i.pack(o.member_epoch)
     _b3 = o.client_id.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.client_host.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.subscribed_topic_names)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.subscribed_topic_names:
         _b7 = _e6.encode()
         if len(_b7) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b7) + 1)
+        if len(_b7) < 127:
+            buf.append(len(_b7) + 1)
+        else:
+            buf += uvarint_bytes(len(_b7) + 1)
         buf += _b7
     _w_Assignment_v0(buf, o.assignment)
     buf.append(0)
@@ -625,26 +658,41 @@ def _w_DescribedGroup_v0(buf: bytearray, o: DescribedGroup) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _b2 = o.group_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.group_state.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     buf += _S_ii.pack(o.group_epoch, o.assignment_epoch)
     _b4 = o.assignor_name.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.members)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.members:
         _w_Member_v0(buf, _e6)
     buf += _S_i.pack(o.authorized_operations)
@@ -901,7 +949,10 @@ def _r_DescribedGroup_v0(data: bytes, pos: int) -> tuple[DescribedGroup, int]:
 def _w_ShareGroupDescribeResponse_v0(buf: bytearray, o: ShareGroupDescribeResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.groups)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.groups:
         _w_DescribedGroup_v0(buf, _e2)
     buf.append(0)

@@ -201,12 +201,18 @@ def _w_ShareGroupHeartbeatRequest_v0(buf: bytearray, o: ShareGroupHeartbeatReque
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.member_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_i.pack(o.member_epoch)
     if o.rack_id is None:
@@ -215,18 +221,27 @@ def _w_ShareGroupHeartbeatRequest_v0(buf: bytearray, o: ShareGroupHeartbeatReque
         _b3 = o.rack_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.subscribed_topic_names is None:
         buf.append(0)
     else:
         _n4 = len(o.subscribed_topic_names)
-        buf += uvarint_bytes(_n4 + 1)
+        if _n4 < 127:
+            buf.append(_n4 + 1)
+        else:
+            buf += uvarint_bytes(_n4 + 1)
         for _e5 in o.subscribed_topic_names:
             _b6 = _e5.encode()
             if len(_b6) > 0x7FFF:
                 raise EncodeError("string longer than 32767 bytes")
-            buf += uvarint_bytes(len(_b6) + 1)
+            if len(_b6) < 127:
+                buf.append(len(_b6) + 1)
+            else:
+                buf += uvarint_bytes(len(_b6) + 1)
             buf += _b6
     buf.append(0)
 
@@ -326,7 +341,10 @@ def _r_ShareGroupHeartbeatRequest_v0(data: bytes, pos: int) -> tuple[ShareGroupH
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.partitions)
     buf.append(0)
 
@@ -358,7 +376,10 @@ def _r_TopicPartitions_v0(data: bytes, pos: int) -> tuple[TopicPartitions, int]:
 
 def _w_Assignment_v0(buf: bytearray, o: Assignment) -> None:
     _n1 = len(o.topic_partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_partitions:
         _w_TopicPartitions_v0(buf, _e2)
     buf.append(0)
@@ -416,7 +437,10 @@ def _w_ShareGroupHeartbeatResponse_v0(buf: bytearray, o: ShareGroupHeartbeatResp
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.member_id is None:
         buf.append(0)
@@ -424,7 +448,10 @@ def _w_ShareGroupHeartbeatResponse_v0(buf: bytearray, o: ShareGroupHeartbeatResp
         _b2 = o.member_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += _S_ii.pack(o.member_epoch, o.heartbeat_interval_ms)
     if o.assignment is None:

@@ -309,10 +309,16 @@ def _w_StopReplicaTopicV1_v2(buf: bytearray, o: StopReplicaTopicV1) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partition_indexes)
     buf.append(0)
 
@@ -400,10 +406,16 @@ def _w_StopReplicaTopicState_v3(buf: bytearray, o: StopReplicaTopicState) -> Non
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_states)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_states:
         _w_StopReplicaPartitionState_v3(buf, _e3)
     buf.append(0)
@@ -498,7 +510,10 @@ def _w_StopReplicaRequest_v2(buf: bytearray, o: StopReplicaRequest) -> None:
         raise EncodeError("delete_partitions is null but not nullable")
     buf += _S_iiqo.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_StopReplicaTopicV1_v2(buf, _e2)
     buf.append(0)
@@ -515,7 +530,10 @@ def _w_StopReplicaRequest_v3(buf: bytearray, o: StopReplicaRequest) -> None:
         raise EncodeError("StopReplicaRequest.topics is set but this version lacks the field")
     buf += _S_iiq.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _n1 = len(o.topic_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_states:
         _w_StopReplicaTopicState_v3(buf, _e2)
     buf.append(0)
@@ -532,7 +550,10 @@ def _w_StopReplicaRequest_v4(buf: bytearray, o: StopReplicaRequest) -> None:
         raise EncodeError("is_k_raft_controller is null but not nullable")
     buf += _S_ioiq.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch)
     _n1 = len(o.topic_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_states:
         _w_StopReplicaTopicState_v3(buf, _e2)
     buf.append(0)
@@ -830,7 +851,10 @@ def _w_StopReplicaPartitionError_v2(buf: bytearray, o: StopReplicaPartitionError
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_ih.pack(o.partition_index, o.error_code)
     buf.append(0)
@@ -891,7 +915,10 @@ def _w_StopReplicaResponse_v0(buf: bytearray, o: StopReplicaResponse) -> None:
 def _w_StopReplicaResponse_v2(buf: bytearray, o: StopReplicaResponse) -> None:
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.partition_errors)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partition_errors:
         _w_StopReplicaPartitionError_v2(buf, _e2)
     buf.append(0)

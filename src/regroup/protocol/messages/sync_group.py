@@ -192,7 +192,10 @@ def _w_SyncGroupRequestAssignment_v4(buf: bytearray, o: SyncGroupRequestAssignme
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += uvarint_bytes(len(o.assignment) + 1)
     buf += o.assignment
@@ -301,13 +304,19 @@ def _w_SyncGroupRequest_v4(buf: bytearray, o: SyncGroupRequest) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.generation_id)
     _b2 = o.member_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
@@ -315,10 +324,16 @@ def _w_SyncGroupRequest_v4(buf: bytearray, o: SyncGroupRequest) -> None:
         _b3 = o.group_instance_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     _n4 = len(o.assignments)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.assignments:
         _w_SyncGroupRequestAssignment_v4(buf, _e5)
     buf.append(0)
@@ -328,13 +343,19 @@ def _w_SyncGroupRequest_v5(buf: bytearray, o: SyncGroupRequest) -> None:
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.generation_id)
     _b2 = o.member_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     if o.group_instance_id is None:
         buf.append(0)
@@ -342,7 +363,10 @@ def _w_SyncGroupRequest_v5(buf: bytearray, o: SyncGroupRequest) -> None:
         _b3 = o.group_instance_id.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     if o.protocol_type is None:
         buf.append(0)
@@ -350,7 +374,10 @@ def _w_SyncGroupRequest_v5(buf: bytearray, o: SyncGroupRequest) -> None:
         _b4 = o.protocol_type.encode()
         if len(_b4) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b4) + 1)
+        if len(_b4) < 127:
+            buf.append(len(_b4) + 1)
+        else:
+            buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     if o.protocol_name is None:
         buf.append(0)
@@ -358,10 +385,16 @@ def _w_SyncGroupRequest_v5(buf: bytearray, o: SyncGroupRequest) -> None:
         _b5 = o.protocol_name.encode()
         if len(_b5) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b5) + 1)
+        if len(_b5) < 127:
+            buf.append(len(_b5) + 1)
+        else:
+            buf += uvarint_bytes(len(_b5) + 1)
         buf += _b5
     _n6 = len(o.assignments)
-    buf += uvarint_bytes(_n6 + 1)
+    if _n6 < 127:
+        buf.append(_n6 + 1)
+    else:
+        buf += uvarint_bytes(_n6 + 1)
     for _e7 in o.assignments:
         _w_SyncGroupRequestAssignment_v4(buf, _e7)
     buf.append(0)
@@ -773,7 +806,10 @@ def _w_SyncGroupResponse_v5(buf: bytearray, o: SyncGroupResponse) -> None:
         _b1 = o.protocol_type.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.protocol_name is None:
         buf.append(0)
@@ -781,7 +817,10 @@ def _w_SyncGroupResponse_v5(buf: bytearray, o: SyncGroupResponse) -> None:
         _b2 = o.protocol_name.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf += uvarint_bytes(len(o.assignment) + 1)
     buf += o.assignment

@@ -281,7 +281,10 @@ def _w_TxnOffsetCommitRequestPartition_v3(buf: bytearray, o: TxnOffsetCommitRequ
         _b1 = o.committed_metadata.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -387,10 +390,16 @@ def _w_TxnOffsetCommitRequestTopic_v3(buf: bytearray, o: TxnOffsetCommitRequestT
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_TxnOffsetCommitRequestPartition_v3(buf, _e3)
     buf.append(0)
@@ -585,18 +594,27 @@ def _w_TxnOffsetCommitRequest_v3(buf: bytearray, o: TxnOffsetCommitRequest) -> N
     _b1 = o.transactional_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.group_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_qhi.pack(o.producer_id, o.producer_epoch, o.generation_id)
     _b3 = o.member_id.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     if o.group_instance_id is None:
         buf.append(0)
@@ -604,10 +622,16 @@ def _w_TxnOffsetCommitRequest_v3(buf: bytearray, o: TxnOffsetCommitRequest) -> N
         _b4 = o.group_instance_id.encode()
         if len(_b4) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b4) + 1)
+        if len(_b4) < 127:
+            buf.append(len(_b4) + 1)
+        else:
+            buf += uvarint_bytes(len(_b4) + 1)
         buf += _b4
     _n5 = len(o.topics)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.topics:
         _w_TxnOffsetCommitRequestTopic_v3(buf, _e6)
     buf.append(0)
@@ -961,10 +985,16 @@ def _w_TxnOffsetCommitResponseTopic_v3(buf: bytearray, o: TxnOffsetCommitRespons
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_ihB.pack(_e3.partition_index, _e3.error_code, 0)
     buf.append(0)
@@ -1055,7 +1085,10 @@ def _w_TxnOffsetCommitResponse_v0(buf: bytearray, o: TxnOffsetCommitResponse) ->
 def _w_TxnOffsetCommitResponse_v3(buf: bytearray, o: TxnOffsetCommitResponse) -> None:
     buf += _S_i.pack(o.throttle_time_ms)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_TxnOffsetCommitResponseTopic_v3(buf, _e2)
     buf.append(0)

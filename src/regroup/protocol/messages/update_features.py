@@ -198,7 +198,10 @@ def _w_FeatureUpdateKey_v0(buf: bytearray, o: FeatureUpdateKey) -> None:
     _b1 = o.feature.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.allow_downgrade is None:
         raise EncodeError("allow_downgrade is null but not nullable")
@@ -212,7 +215,10 @@ def _w_FeatureUpdateKey_v1(buf: bytearray, o: FeatureUpdateKey) -> None:
     _b1 = o.feature.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_hb.pack(o.max_version_level, o.upgrade_type)
     buf.append(0)
@@ -279,7 +285,10 @@ def _w_UpdateFeaturesRequest_v0(buf: bytearray, o: UpdateFeaturesRequest) -> Non
         raise EncodeError("UpdateFeaturesRequest.validate_only is set but this version lacks the field")
     buf += _S_i.pack(o.timeout_ms)
     _n1 = len(o.feature_updates)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.feature_updates:
         _w_FeatureUpdateKey_v0(buf, _e2)
     buf.append(0)
@@ -288,7 +297,10 @@ def _w_UpdateFeaturesRequest_v0(buf: bytearray, o: UpdateFeaturesRequest) -> Non
 def _w_UpdateFeaturesRequest_v1(buf: bytearray, o: UpdateFeaturesRequest) -> None:
     buf += _S_i.pack(o.timeout_ms)
     _n1 = len(o.feature_updates)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.feature_updates:
         _w_FeatureUpdateKey_v1(buf, _e2)
     if o.validate_only is None:
@@ -402,7 +414,10 @@ def _w_UpdatableFeatureResult_v0(buf: bytearray, o: UpdatableFeatureResult) -> N
     _b1 = o.feature.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_h.pack(o.error_code)
     if o.error_message is None:
@@ -411,7 +426,10 @@ def _w_UpdatableFeatureResult_v0(buf: bytearray, o: UpdatableFeatureResult) -> N
         _b2 = o.error_message.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     buf.append(0)
 
@@ -469,10 +487,16 @@ def _w_UpdateFeaturesResponse_v0(buf: bytearray, o: UpdateFeaturesResponse) -> N
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.results)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.results:
         _w_UpdatableFeatureResult_v0(buf, _e3)
     buf.append(0)
@@ -486,7 +510,10 @@ def _w_UpdateFeaturesResponse_v2(buf: bytearray, o: UpdateFeaturesResponse) -> N
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 

@@ -349,14 +349,23 @@ def _w_UpdateMetadataPartitionState_v5(buf: bytearray, o: UpdateMetadataPartitio
 def _w_UpdateMetadataPartitionState_v6(buf: bytearray, o: UpdateMetadataPartitionState) -> None:
     buf += _S_iiii.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _n1 = len(o.isr)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.isr)
     buf += _S_i.pack(o.zk_version)
     _n2 = len(o.replicas)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.replicas)
     _n3 = len(o.offline_replicas)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     buf += struct.pack(f">{_n3}i", *o.offline_replicas)
     buf.append(0)
 
@@ -540,10 +549,16 @@ def _w_UpdateMetadataTopicState_v6(buf: bytearray, o: UpdateMetadataTopicState) 
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_states)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_states:
         _w_UpdateMetadataPartitionState_v6(buf, _e3)
     buf.append(0)
@@ -553,11 +568,17 @@ def _w_UpdateMetadataTopicState_v7(buf: bytearray, o: UpdateMetadataTopicState) 
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_16s.pack(o.topic_id.bytes)
     _n2 = len(o.partition_states)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_states:
         _w_UpdateMetadataPartitionState_v6(buf, _e3)
     buf.append(0)
@@ -823,12 +844,18 @@ def _w_UpdateMetadataEndpoint_v6(buf: bytearray, o: UpdateMetadataEndpoint) -> N
     _b1 = o.host.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _b2 = o.listener.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     buf += _S_h.pack(o.security_protocol)
     buf.append(0)
@@ -973,7 +1000,10 @@ def _w_UpdateMetadataBroker_v3(buf: bytearray, o: UpdateMetadataBroker) -> None:
 def _w_UpdateMetadataBroker_v6(buf: bytearray, o: UpdateMetadataBroker) -> None:
     buf += _S_i.pack(o.id)
     _n1 = len(o.endpoints)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.endpoints:
         _w_UpdateMetadataEndpoint_v6(buf, _e2)
     if o.rack is None:
@@ -982,7 +1012,10 @@ def _w_UpdateMetadataBroker_v6(buf: bytearray, o: UpdateMetadataBroker) -> None:
         _b3 = o.rack.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
 
@@ -1366,11 +1399,17 @@ def _w_UpdateMetadataRequest_v6(buf: bytearray, o: UpdateMetadataRequest) -> Non
         )
     buf += _S_iiq.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _n1 = len(o.topic_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_states:
         _w_UpdateMetadataTopicState_v6(buf, _e2)
     _n3 = len(o.live_brokers)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.live_brokers:
         _w_UpdateMetadataBroker_v6(buf, _e4)
     buf.append(0)
@@ -1389,11 +1428,17 @@ def _w_UpdateMetadataRequest_v7(buf: bytearray, o: UpdateMetadataRequest) -> Non
         )
     buf += _S_iiq.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _n1 = len(o.topic_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_states:
         _w_UpdateMetadataTopicState_v7(buf, _e2)
     _n3 = len(o.live_brokers)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.live_brokers:
         _w_UpdateMetadataBroker_v6(buf, _e4)
     buf.append(0)
@@ -1408,11 +1453,17 @@ def _w_UpdateMetadataRequest_v8(buf: bytearray, o: UpdateMetadataRequest) -> Non
         raise EncodeError("is_k_raft_controller is null but not nullable")
     buf += _S_ioiq.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch)
     _n1 = len(o.topic_states)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_states:
         _w_UpdateMetadataTopicState_v7(buf, _e2)
     _n3 = len(o.live_brokers)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.live_brokers:
         _w_UpdateMetadataBroker_v6(buf, _e4)
     _tags: list[tuple[int, bytearray]] = []

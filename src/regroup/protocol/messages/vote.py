@@ -339,10 +339,16 @@ def _w_VoteRequestTopicData_v0(buf: bytearray, o: VoteRequestTopicData) -> None:
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_iiiiqB.pack(
             _e3.partition_index,
@@ -359,10 +365,16 @@ def _w_VoteRequestTopicData_v1(buf: bytearray, o: VoteRequestTopicData) -> None:
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_VoteRequestPartitionData_v1(buf, _e3)
     buf.append(0)
@@ -481,10 +493,16 @@ def _w_VoteRequest_v0(buf: bytearray, o: VoteRequest) -> None:
         _b1 = o.cluster_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_VoteRequestTopicData_v0(buf, _e3)
     buf.append(0)
@@ -497,11 +515,17 @@ def _w_VoteRequest_v1(buf: bytearray, o: VoteRequest) -> None:
         _b1 = o.cluster_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf += _S_i.pack(o.voter_id)
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_VoteRequestTopicData_v1(buf, _e3)
     buf.append(0)
@@ -719,10 +743,16 @@ def _w_VoteResponseTopicData_v0(buf: bytearray, o: VoteResponseTopicData) -> Non
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         _w_VoteResponsePartitionData_v0(buf, _e3)
     buf.append(0)
@@ -781,7 +811,10 @@ def _w_NodeEndpoint_v1(buf: bytearray, o: NodeEndpoint) -> None:
     _b1 = o.host.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_H.pack(o.port)
     buf.append(0)
@@ -821,7 +854,10 @@ def _w_VoteResponse_v0(buf: bytearray, o: VoteResponse) -> None:
         raise EncodeError("VoteResponse.node_endpoints is set but this version lacks the field")
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_VoteResponseTopicData_v0(buf, _e2)
     buf.append(0)
@@ -830,14 +866,20 @@ def _w_VoteResponse_v0(buf: bytearray, o: VoteResponse) -> None:
 def _w_VoteResponse_v1(buf: bytearray, o: VoteResponse) -> None:
     buf += _S_h.pack(o.error_code)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_VoteResponseTopicData_v0(buf, _e2)
     _tags: list[tuple[int, bytearray]] = []
     if o.node_endpoints != []:
         _t = bytearray()
         _n3 = len(o.node_endpoints)
-        _t += uvarint_bytes(_n3 + 1)
+        if _n3 < 127:
+            _t.append(_n3 + 1)
+        else:
+            _t += uvarint_bytes(_n3 + 1)
         for _e4 in o.node_endpoints:
             _w_NodeEndpoint_v1(_t, _e4)
         _tags.append((0, _t))

@@ -268,7 +268,10 @@ def _r_StateBatch_v0(data: bytes, pos: int) -> tuple[StateBatch, int]:
 def _w_PartitionData_v0(buf: bytearray, o: PartitionData) -> None:
     buf += _S_iiiq.pack(o.partition, o.state_epoch, o.leader_epoch, o.start_offset)
     _n1 = len(o.state_batches)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.state_batches:
         buf += _S_qqbhB.pack(_e2.first_offset, _e2.last_offset, _e2.delivery_state, _e2.delivery_count, 0)
     buf.append(0)
@@ -312,7 +315,10 @@ def _r_PartitionData_v0(data: bytes, pos: int) -> tuple[PartitionData, int]:
 def _w_WriteStateData_v0(buf: bytearray, o: WriteStateData) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_PartitionData_v0(buf, _e2)
     buf.append(0)
@@ -379,10 +385,16 @@ def _w_WriteShareGroupStateRequest_v0(buf: bytearray, o: WriteShareGroupStateReq
     _b1 = o.group_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.topics)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.topics:
         _w_WriteStateData_v0(buf, _e3)
     buf.append(0)
@@ -489,7 +501,10 @@ def _w_PartitionResult_v0(buf: bytearray, o: PartitionResult) -> None:
         _b1 = o.error_message.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     buf.append(0)
 
@@ -527,7 +542,10 @@ def _r_PartitionResult_v0(data: bytes, pos: int) -> tuple[PartitionResult, int]:
 def _w_WriteStateResult_v0(buf: bytearray, o: WriteStateResult) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.partitions:
         _w_PartitionResult_v0(buf, _e2)
     buf.append(0)
@@ -587,7 +605,10 @@ def _r_WriteStateResult_v0(data: bytes, pos: int) -> tuple[WriteStateResult, int
 
 def _w_WriteShareGroupStateResponse_v0(buf: bytearray, o: WriteShareGroupStateResponse) -> None:
     _n1 = len(o.results)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.results:
         _w_WriteStateResult_v0(buf, _e2)
     buf.append(0)

@@ -244,10 +244,16 @@ def _w_WritableTxnMarkerTopic_v1(buf: bytearray, o: WritableTxnMarkerTopic) -> N
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partition_indexes)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partition_indexes)
     buf.append(0)
 
@@ -328,7 +334,10 @@ def _w_WritableTxnMarker_v1(buf: bytearray, o: WritableTxnMarker) -> None:
         raise EncodeError("transaction_result is null but not nullable")
     buf += _S_qho.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_WritableTxnMarkerTopic_v1(buf, _e2)
     buf += _S_i.pack(o.coordinator_epoch)
@@ -442,7 +451,10 @@ def _w_WriteTxnMarkersRequest_v0(buf: bytearray, o: WriteTxnMarkersRequest) -> N
 
 def _w_WriteTxnMarkersRequest_v1(buf: bytearray, o: WriteTxnMarkersRequest) -> None:
     _n1 = len(o.markers)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.markers:
         _w_WritableTxnMarker_v1(buf, _e2)
     buf.append(0)
@@ -623,10 +635,16 @@ def _w_WritableTxnMarkerTopicResult_v1(buf: bytearray, o: WritableTxnMarkerTopic
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partitions:
         buf += _S_ihB.pack(_e3.partition_index, _e3.error_code, 0)
     buf.append(0)
@@ -717,7 +735,10 @@ def _w_WritableTxnMarkerResult_v0(buf: bytearray, o: WritableTxnMarkerResult) ->
 def _w_WritableTxnMarkerResult_v1(buf: bytearray, o: WritableTxnMarkerResult) -> None:
     buf += _S_q.pack(o.producer_id)
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_WritableTxnMarkerTopicResult_v1(buf, _e2)
     buf.append(0)
@@ -840,7 +861,10 @@ def _w_WriteTxnMarkersResponse_v0(buf: bytearray, o: WriteTxnMarkersResponse) ->
 
 def _w_WriteTxnMarkersResponse_v1(buf: bytearray, o: WriteTxnMarkersResponse) -> None:
     _n1 = len(o.markers)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.markers:
         _w_WritableTxnMarkerResult_v1(buf, _e2)
     buf.append(0)

@@ -179,7 +179,10 @@ def _r_ConsumerGroupCurrentMemberAssignmentKey_v8(
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.partitions)
     _tags: list[tuple[int, bytearray]] = []
     if o.assignment_epochs != []:
@@ -188,7 +191,10 @@ def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
             _t.append(0)
         else:
             _n2 = len(o.assignment_epochs)
-            _t += uvarint_bytes(_n2 + 1)
+            if _n2 < 127:
+                _t.append(_n2 + 1)
+            else:
+                _t += uvarint_bytes(_n2 + 1)
             _t += struct.pack(f">{_n2}i", *o.assignment_epochs)
         _tags.append((0, _t))
     buf += uvarint_bytes(len(_tags))
@@ -251,11 +257,17 @@ def _w_ConsumerGroupCurrentMemberAssignmentValue_v0(
 ) -> None:
     buf += _S_iib.pack(o.member_epoch, o.previous_member_epoch, o.state)
     _n1 = len(o.assigned_partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.assigned_partitions:
         _w_TopicPartitions_v0(buf, _e2)
     _n3 = len(o.partitions_pending_revocation)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.partitions_pending_revocation:
         _w_TopicPartitions_v0(buf, _e4)
     buf.append(0)

@@ -188,7 +188,10 @@ def _w_ClassicProtocol_v0(buf: bytearray, o: ClassicProtocol) -> None:
     _b1 = o.name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += uvarint_bytes(len(o.metadata) + 1)
     buf += o.metadata
@@ -236,7 +239,10 @@ def _r_ClassicProtocol_v0(data: bytes, pos: int) -> tuple[ClassicProtocol, int]:
 def _w_ClassicMemberMetadata_v0(buf: bytearray, o: ClassicMemberMetadata) -> None:
     buf += _S_i.pack(o.session_timeout_ms)
     _n1 = len(o.supported_protocols)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.supported_protocols:
         _w_ClassicProtocol_v0(buf, _e2)
     buf.append(0)
@@ -308,7 +314,10 @@ def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMembe
         _b1 = o.instance_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     if o.rack_id is None:
         buf.append(0)
@@ -316,25 +325,40 @@ def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMembe
         _b2 = o.rack_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.client_id.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.client_host.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     _n5 = len(o.subscribed_topic_names)
-    buf += uvarint_bytes(_n5 + 1)
+    if _n5 < 127:
+        buf.append(_n5 + 1)
+    else:
+        buf += uvarint_bytes(_n5 + 1)
     for _e6 in o.subscribed_topic_names:
         _b7 = _e6.encode()
         if len(_b7) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b7) + 1)
+        if len(_b7) < 127:
+            buf.append(len(_b7) + 1)
+        else:
+            buf += uvarint_bytes(len(_b7) + 1)
         buf += _b7
     if o.subscribed_topic_regex is None:
         buf.append(0)
@@ -342,7 +366,10 @@ def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMembe
         _b8 = o.subscribed_topic_regex.encode()
         if len(_b8) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b8) + 1)
+        if len(_b8) < 127:
+            buf.append(len(_b8) + 1)
+        else:
+            buf += uvarint_bytes(len(_b8) + 1)
         buf += _b8
     buf += _S_i.pack(o.rebalance_timeout_ms)
     if o.server_assignor is None:
@@ -351,7 +378,10 @@ def _w_ConsumerGroupMemberMetadataValue_v0(buf: bytearray, o: ConsumerGroupMembe
         _b9 = o.server_assignor.encode()
         if len(_b9) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b9) + 1)
+        if len(_b9) < 127:
+            buf.append(len(_b9) + 1)
+        else:
+            buf += uvarint_bytes(len(_b9) + 1)
         buf += _b9
     _tags: list[tuple[int, bytearray]] = []
     if (

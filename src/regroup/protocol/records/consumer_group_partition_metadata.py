@@ -167,12 +167,18 @@ def _r_ConsumerGroupPartitionMetadataKey_v4(
 def _w_PartitionMetadata_v0(buf: bytearray, o: PartitionMetadata) -> None:
     buf += _S_i.pack(o.partition)
     _n1 = len(o.racks)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.racks:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf.append(0)
 
@@ -223,11 +229,17 @@ def _w_TopicMetadata_v0(buf: bytearray, o: TopicMetadata) -> None:
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.num_partitions)
     _n2 = len(o.partition_metadata)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     for _e3 in o.partition_metadata:
         _w_PartitionMetadata_v0(buf, _e3)
     buf.append(0)
@@ -315,7 +327,10 @@ def _r_TopicMetadata_v0(data: bytes, pos: int) -> tuple[TopicMetadata, int]:
 
 def _w_ConsumerGroupPartitionMetadataValue_v0(buf: bytearray, o: ConsumerGroupPartitionMetadataValue) -> None:
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _w_TopicMetadata_v0(buf, _e2)
     buf.append(0)

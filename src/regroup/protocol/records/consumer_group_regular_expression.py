@@ -125,12 +125,18 @@ def _r_ConsumerGroupRegularExpressionKey_v0(
 
 def _w_ConsumerGroupRegularExpressionValue_v0(buf: bytearray, o: ConsumerGroupRegularExpressionValue) -> None:
     _n1 = len(o.topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topics:
         _b3 = _e2.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_qq.pack(o.version, o.timestamp)
     buf.append(0)

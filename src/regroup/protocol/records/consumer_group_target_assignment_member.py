@@ -146,7 +146,10 @@ def _r_ConsumerGroupTargetAssignmentMemberKey_v7(
 def _w_TopicPartition_v0(buf: bytearray, o: TopicPartition) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.partitions)
     buf.append(0)
 
@@ -180,7 +183,10 @@ def _w_ConsumerGroupTargetAssignmentMemberValue_v0(
     buf: bytearray, o: ConsumerGroupTargetAssignmentMemberValue
 ) -> None:
     _n1 = len(o.topic_partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.topic_partitions:
         _w_TopicPartition_v0(buf, _e2)
     buf.append(0)

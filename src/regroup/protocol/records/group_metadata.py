@@ -242,7 +242,10 @@ def _w_MemberMetadata_v4(buf: bytearray, o: MemberMetadata) -> None:
     _b1 = o.member_id.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     if o.group_instance_id is None:
         buf.append(0)
@@ -250,17 +253,26 @@ def _w_MemberMetadata_v4(buf: bytearray, o: MemberMetadata) -> None:
         _b2 = o.group_instance_id.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     _b3 = o.client_id.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _b4 = o.client_host.encode()
     if len(_b4) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b4) + 1)
+    if len(_b4) < 127:
+        buf.append(len(_b4) + 1)
+    else:
+        buf += uvarint_bytes(len(_b4) + 1)
     buf += _b4
     buf += _S_ii.pack(o.rebalance_timeout, o.session_timeout)
     buf += uvarint_bytes(len(o.subscription) + 1)
@@ -643,7 +655,10 @@ def _w_GroupMetadataValue_v4(buf: bytearray, o: GroupMetadataValue) -> None:
     _b1 = o.protocol_type.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_i.pack(o.generation)
     if o.protocol is None:
@@ -652,7 +667,10 @@ def _w_GroupMetadataValue_v4(buf: bytearray, o: GroupMetadataValue) -> None:
         _b2 = o.protocol.encode()
         if len(_b2) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b2) + 1)
+        if len(_b2) < 127:
+            buf.append(len(_b2) + 1)
+        else:
+            buf += uvarint_bytes(len(_b2) + 1)
         buf += _b2
     if o.leader is None:
         buf.append(0)
@@ -660,11 +678,17 @@ def _w_GroupMetadataValue_v4(buf: bytearray, o: GroupMetadataValue) -> None:
         _b3 = o.leader.encode()
         if len(_b3) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b3) + 1)
+        if len(_b3) < 127:
+            buf.append(len(_b3) + 1)
+        else:
+            buf += uvarint_bytes(len(_b3) + 1)
         buf += _b3
     buf += _S_q.pack(o.current_state_timestamp)
     _n4 = len(o.members)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.members:
         _w_MemberMetadata_v4(buf, _e5)
     buf.append(0)

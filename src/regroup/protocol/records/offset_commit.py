@@ -176,7 +176,10 @@ def _w_OffsetCommitValue_v4(buf: bytearray, o: OffsetCommitValue) -> None:
     _b1 = o.metadata.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf += _S_q.pack(o.commit_timestamp)
     _tags: list[tuple[int, bytearray]] = []

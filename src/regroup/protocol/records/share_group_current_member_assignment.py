@@ -164,7 +164,10 @@ def _r_ShareGroupCurrentMemberAssignmentKey_v14(
 def _w_TopicPartitions_v0(buf: bytearray, o: TopicPartitions) -> None:
     buf += _S_16s.pack(o.topic_id.bytes)
     _n1 = len(o.partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     buf += struct.pack(f">{_n1}i", *o.partitions)
     buf.append(0)
 
@@ -199,7 +202,10 @@ def _w_ShareGroupCurrentMemberAssignmentValue_v0(
 ) -> None:
     buf += _S_iib.pack(o.member_epoch, o.previous_member_epoch, o.state)
     _n1 = len(o.assigned_partitions)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.assigned_partitions:
         _w_TopicPartitions_v0(buf, _e2)
     buf.append(0)

@@ -136,25 +136,40 @@ def _w_ShareGroupMemberMetadataValue_v0(buf: bytearray, o: ShareGroupMemberMetad
         _b1 = o.rack_id.encode()
         if len(_b1) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b1) + 1)
+        if len(_b1) < 127:
+            buf.append(len(_b1) + 1)
+        else:
+            buf += uvarint_bytes(len(_b1) + 1)
         buf += _b1
     _b2 = o.client_id.encode()
     if len(_b2) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b2) + 1)
+    if len(_b2) < 127:
+        buf.append(len(_b2) + 1)
+    else:
+        buf += uvarint_bytes(len(_b2) + 1)
     buf += _b2
     _b3 = o.client_host.encode()
     if len(_b3) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b3) + 1)
+    if len(_b3) < 127:
+        buf.append(len(_b3) + 1)
+    else:
+        buf += uvarint_bytes(len(_b3) + 1)
     buf += _b3
     _n4 = len(o.subscribed_topic_names)
-    buf += uvarint_bytes(_n4 + 1)
+    if _n4 < 127:
+        buf.append(_n4 + 1)
+    else:
+        buf += uvarint_bytes(_n4 + 1)
     for _e5 in o.subscribed_topic_names:
         _b6 = _e5.encode()
         if len(_b6) > 0x7FFF:
             raise EncodeError("string longer than 32767 bytes")
-        buf += uvarint_bytes(len(_b6) + 1)
+        if len(_b6) < 127:
+            buf.append(len(_b6) + 1)
+        else:
+            buf += uvarint_bytes(len(_b6) + 1)
         buf += _b6
     buf.append(0)
 

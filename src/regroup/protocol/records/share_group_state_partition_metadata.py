@@ -169,10 +169,16 @@ def _w_TopicPartitionsInfo_v0(buf: bytearray, o: TopicPartitionsInfo) -> None:
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     _n2 = len(o.partitions)
-    buf += uvarint_bytes(_n2 + 1)
+    if _n2 < 127:
+        buf.append(_n2 + 1)
+    else:
+        buf += uvarint_bytes(_n2 + 1)
     buf += struct.pack(f">{_n2}i", *o.partitions)
     buf.append(0)
 
@@ -222,7 +228,10 @@ def _w_TopicInfo_v0(buf: bytearray, o: TopicInfo) -> None:
     _b1 = o.topic_name.encode()
     if len(_b1) > 0x7FFF:
         raise EncodeError("string longer than 32767 bytes")
-    buf += uvarint_bytes(len(_b1) + 1)
+    if len(_b1) < 127:
+        buf.append(len(_b1) + 1)
+    else:
+        buf += uvarint_bytes(len(_b1) + 1)
     buf += _b1
     buf.append(0)
 
@@ -259,11 +268,17 @@ def _w_ShareGroupStatePartitionMetadataValue_v0(
     buf: bytearray, o: ShareGroupStatePartitionMetadataValue
 ) -> None:
     _n1 = len(o.initialized_topics)
-    buf += uvarint_bytes(_n1 + 1)
+    if _n1 < 127:
+        buf.append(_n1 + 1)
+    else:
+        buf += uvarint_bytes(_n1 + 1)
     for _e2 in o.initialized_topics:
         _w_TopicPartitionsInfo_v0(buf, _e2)
     _n3 = len(o.deleting_topics)
-    buf += uvarint_bytes(_n3 + 1)
+    if _n3 < 127:
+        buf.append(_n3 + 1)
+    else:
+        buf += uvarint_bytes(_n3 + 1)
     for _e4 in o.deleting_topics:
         _w_TopicInfo_v0(buf, _e4)
     buf.append(0)
