@@ -2,8 +2,8 @@
 
 When ``pip install .`` builds a wheel, the group coordinator's core (``regroup.group``) and the rest of
 the heartbeat and commit paths except the server (``COMPILED_MODULES``) are compiled to C extension
-modules by mypyc: they are ``mypy --strict`` code already, and compiled a heartbeat costs a fifth and a
-commit a quarter fewer instructions (docs/benchmarks.md). The ``.py`` sources ship beside the
+modules by mypyc: they are ``mypy --strict`` code already, and compiled they take a fraction of the
+CPU of pure Python per heartbeat and per commit (docs/benchmarks.md). The ``.py`` sources ship beside the
 extensions.
 
 Pure Python is built instead when ``REGROUP_PURE_PYTHON=1`` is set, when mypyc is not available or
