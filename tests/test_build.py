@@ -5,8 +5,12 @@ pure Python must not pass for a compiled one."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 import importlib.util
+import inspect
 import os
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import regroup.group.classic_group
+import regroup.protocol.messages
+import regroup.protocol.records
 import regroup.runtime.shard_runner
 from regroup.build import compiled, describe
 
@@ -124,9 +130,6 @@ def _module_name(path: Path) -> str:
 def _own_init_mismatches(cls: type) -> list[str]:
     """How a dataclass's hand-written ``__init__`` differs from the one the decorator would write: its
     parameters must be the fields, in order, with the fields' defaults (a new list for a list factory)."""
-    import dataclasses
-    import inspect
-
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     fields = dataclasses.fields(cls)
     if [p.name for p in params] != [f.name for f in fields]:
@@ -149,8 +152,6 @@ def _own_init_mismatches(cls: type) -> list[str]:
 
 
 def test_the_init_check_sees_a_wrong_default() -> None:
-    import dataclasses
-
     @dataclasses.dataclass(init=False)
     class Wrong:
         a: int
@@ -167,13 +168,6 @@ def test_the_init_check_sees_a_wrong_default() -> None:
 def test_hand_written_dataclass_inits_match_their_fields() -> None:
     """Compiled modules' dataclasses on the hot path write their own ``__init__`` (``init=False``), and the
     generated codecs do too: each must take exactly the fields with their defaults."""
-    import dataclasses
-    import importlib
-    import pkgutil
-
-    import regroup.protocol.messages
-    import regroup.protocol.records
-
     names = {_module_name(p) for p in _compiled_sources()}
     for package in (regroup.protocol.messages, regroup.protocol.records):
         names.update(m.name for m in pkgutil.iter_modules(package.__path__, package.__name__ + "."))

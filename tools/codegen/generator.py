@@ -409,8 +409,9 @@ class StructGen:
         """
         fields = self.present(st, v)
         flex = self.flexible(v)
-        # Build the object without __init__: unpack straight into its slots (fewer bytecodes per field).
-        # ``X.__new__(X)``, not ``object.__new__(X)``: compiled by mypyc, X allocates through its own new.
+        # Build the object without calling __init__: unpack straight into its slots (fewer bytecodes per
+        # field). ``X.__new__(X)``, not ``object.__new__(X)``, which a class compiled by mypyc refuses; its
+        # own new runs its compiled __init__ with the defaults, which the fields read then overwrite.
         o = e.fresh("o")
         e.emit(f"{o} = {st.class_name}.__new__({st.class_name})", d)
         assigned: set[str] = set()
