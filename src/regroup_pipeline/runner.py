@@ -248,7 +248,12 @@ def write_all(
 
 def run_job(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    spark = build_session(args.master, kafka=bool(args.bootstrap_server), conf=dict(args.conf))
+    spark = build_session(
+        args.master,
+        kafka=bool(args.bootstrap_server),
+        conf=dict(args.conf),
+        one_shot=args.job != "stream",
+    )
     output = Path(args.output)
     if args.job == "stream":
         from regroup_pipeline.streaming import run_stream

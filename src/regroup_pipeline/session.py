@@ -18,9 +18,24 @@ from regroup_pipeline.connector import kafka_jars_conf, kafka_package
 from regroup_pipeline.datasource import register
 from regroup_pipeline.pyfiles import executor_zip
 
-__all__ = ["DEFAULT_MASTER", "build_session", "kafka_package", "ship_code", "with_class_archive"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "ONE_SHOT_JAVA_OPTIONS",
+    "build_session",
+    "kafka_package",
+    "ship_code",
+    "with_class_archive",
+]
 
 DEFAULT_MASTER: Final = "local[*]"
+
+# A local driver JVM in a process that runs one job and exits compiles with C1 only: that job's queries run
+# once, and C2's compiling costs more than its faster code wins back. In a local ``all`` over 10M commits
+# the JVM's compilations took 38 s (java.ci.totalTime, summed over its compile threads) of a first run
+# of 40 s, and 13-17 s of every later run of ~20 s, as new plans keep making methods hot, on the cores the
+# tasks run on. C1 alone sizes the code cache for itself (48 MB), which one ``all`` fills, and the JVM
+# then stops compiling: hence the size.
+ONE_SHOT_JAVA_OPTIONS: Final = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def _spark_home() -> Path:
@@ -86,12 +101,15 @@ def build_session(
     kafka: bool = True,
     conf: Mapping[str, str] | None = None,
     log_level: str = "WARN",
+    one_shot: bool = False,
 ) -> SparkSession:
     """A SparkSession for the pipeline. ``kafka`` puts Spark's Kafka connector on the classpath (resolved
     by :mod:`regroup_pipeline.connector` into regroup's cache on first use, then taken from there; raises
     :class:`~regroup_pipeline.connector.ConnectorError` when it cannot be); ``conf`` entries override
     everything set here. On a cluster the pipeline's code goes to the executors with the application
-    (:func:`ship_code`)."""
+    (:func:`ship_code`). ``one_shot``: the process runs one job and exits (a ``regroup pipeline`` command
+    other than ``stream``), so a local driver JVM it starts compiles for a short life
+    (:data:`ONE_SHOT_JAVA_OPTIONS`, before the user's own Java options, which win where they repeat)."""
     active = SparkSession.getActiveSession()
     if active is not None:
         # Inside an application that already runs Spark (a notebook, a test session): use its session.
@@ -142,6 +160,9 @@ def build_session(
     settings.update(user)
     # When this process starts the driver's JVM: with the class archive of this setup.
     starts_jvm = SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT")
+    if starts_jvm and one_shot and cores is not None:
+        given = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{ONE_SHOT_JAVA_OPTIONS} {given}".strip()
     archive = with_class_archive(settings) if starts_jvm else None
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
