@@ -46,13 +46,19 @@ def _spark_home() -> Path:
     return Path(home) if home else Path(pyspark.__file__).parent
 
 
+def _prepend_java_options(settings: dict[str, str], options: str) -> None:
+    """Put ``options`` before the driver's Java options in ``settings``: the JVM takes the last of options
+    that repeat, so the user's own still win."""
+    given = settings.get("spark.driver.extraJavaOptions", "")
+    settings["spark.driver.extraJavaOptions"] = f"{options} {given}".strip()
+
+
 def with_class_archive(settings: dict[str, str]) -> jvmcache.Archive | None:
     """Add the driver's class archive (:mod:`regroup_pipeline.jvmcache`) to ``settings``' Java options,
     before the user's own (the JVM takes the last of options that repeat); returns it."""
     archive = jvmcache.plan(_spark_home(), settings)
     if archive is not None:
-        given = settings.get("spark.driver.extraJavaOptions", "")
-        settings["spark.driver.extraJavaOptions"] = f"{archive.java_options} {given}".strip()
+        _prepend_java_options(settings, archive.java_options)
     return archive
 
 
@@ -161,8 +167,7 @@ def build_session(
     # When this process starts the driver's JVM: with the class archive of this setup.
     starts_jvm = SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT")
     if starts_jvm and one_shot and cores is not None:
-        given = settings.get("spark.driver.extraJavaOptions", "")
-        settings["spark.driver.extraJavaOptions"] = f"{ONE_SHOT_JAVA_OPTIONS} {given}".strip()
+        _prepend_java_options(settings, ONE_SHOT_JAVA_OPTIONS)
     archive = with_class_archive(settings) if starts_jvm else None
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
