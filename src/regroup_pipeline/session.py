@@ -158,6 +158,8 @@ def build_session(
         # tasks' JVM time in a profile of ``all``.
         settings["spark.sql.inMemoryColumnarStorage.compressed"] = "false"
         settings["spark.driver.memory"] = _local_driver_memory()
+        # Python workers forked with numpy, pyarrow, numba and the compiled passes already loaded.
+        settings["spark.python.daemon.module"] = "regroup_pipeline.pydaemon"
     user = dict(conf or {})
     if kafka:
         user.update(kafka_jars_conf(user))

@@ -35,5 +35,7 @@ def test_bench_runs_on_a_tiny_data_set(
     assert results["history_write_rows"] == 2000
     for key in ("vectorised_rows_per_s", "data_source_decode_rows_per_s", "baseline_rows_per_s"):
         assert results[key] > 0
+    assert results["data_source_first_seconds"] > 0
+    assert results["data_source_share_of_transfer"] > 0
     assert set(results["all_job_stage_seconds"]) >= {"offsets", "lag", "rebalances", "report"}
     assert spark.range(1).count() == 1  # the shared session is still usable
