@@ -213,8 +213,9 @@ def _commit_columns(
     """:func:`_commit_fields` over records given by key and value positions (length −1: null), written
     straight into Arrow buffers: the offset commits' int32 and int64 columns (timestamps in
     microseconds; ``L_ROW`` the record's row when ``rows``), their validity and boolean bitmaps, and
-    the offsets and bytes of the group, topic and metadata strings. The first element is how many
-    commits, −1 when a record is one this pass does not handle."""
+    the offsets and bytes of the group, topic and metadata strings. The first elements are how many
+    commits (−1 when a record is one this pass does not handle), how many of them are tombstones and
+    how many have no expire timestamp: the null counts."""
     n = kat.size
     key_bytes = 0
     value_bytes = 0
@@ -234,13 +235,15 @@ def _commit_columns(
     t = 0
     m = 0
     c = 0
+    tombstones = 0
+    no_expire = 0
     for i in range(n):
         (status, group_at, group_len, topic_at, topic_len, meta_at, meta_len, partition, epoch, key_version,
          value_version, committed, commit_ts, expire_ts) = _commit_fields(
             kbuf, kat[i], klen[i], vbuf, vat[i], vlen[i]
         )  # fmt: skip
         if status < 0:
-            return -1, ints, longs, bits, offsets, group, topic, meta
+            return -1, 0, 0, ints, longs, bits, offsets, group, topic, meta
         if status == 0:
             continue
         ints[I_PARTITION, c] = partition
@@ -256,10 +259,13 @@ def _commit_columns(
         bit = np.uint8(1 << (c & 7))
         if meta_len < 0:
             bits[B_DELETED, byte] |= bit
+            tombstones += 1
         else:
             bits[B_VALUE, byte] |= bit
-            if expire_ts >= 0:
-                bits[B_EXPIRE, byte] |= bit
+        if meta_len >= 0 and expire_ts >= 0:
+            bits[B_EXPIRE, byte] |= bit
+        else:
+            no_expire += 1
         for j in range(group_len):
             group[g + j] = kbuf[group_at + j]
         g += group_len
@@ -273,7 +279,7 @@ def _commit_columns(
         offsets[0, c] = g
         offsets[1, c] = t
         offsets[2, c] = m
-    return c, ints, longs, bits, offsets, group[:g], topic[:t], meta[:m]
+    return c, tombstones, no_expire, ints, longs, bits, offsets, group[:g], topic[:t], meta[:m]
 
 
 # Rows of the walk's output matrix: where each record kept is and what it is.
@@ -388,27 +394,21 @@ def _gather(buf: Any, at: Any, lengths: Any) -> tuple[Any, Any]:
     return offsets, data
 
 
-def _strings(buf: Any, at: Any, lengths: Any, null: Any = None, kind: Any = None) -> Any:
-    """An Arrow string (or ``kind``) array of ``buf[at[i] : at[i] + lengths[i]]``, null where ``null``."""
-    count = at.size
-    offsets, data = _gather(buf, at, lengths)
-    validity = None if null is None or not null.any() else pa.array(~null).buffers()[1]
-    return pa.Array.from_buffers(
-        kind or pa.string(), count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=-1
-    )
-
-
 def _binaries(buf: Any, at: Any, lengths: Any) -> Any:
-    return _strings(buf, at, lengths, lengths < 0, pa.binary())
+    """An Arrow binary array of ``buf[at[i] : at[i] + lengths[i]]``, null where the length is −1."""
+    offsets, data = _gather(buf, at, lengths)
+    null = lengths < 0
+    validity = pa.array(~null).buffers()[1] if null.any() else None
+    return pa.Array.from_buffers(
+        pa.binary(), at.size, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=-1
+    )
 
 
 def _commit_batch(columns: tuple[Any, ...], record_columns: list[Any]) -> Any:
     """A batch with ``COMMIT_ARROW_SCHEMA`` over the Arrow buffers :func:`_commit_columns` filled (no
     copies) and the record partition, offset and timestamp columns."""
-    count, ints, longs, bits, offsets, group, topic, meta = columns
+    count, tombstones, no_expire, ints, longs, bits, offsets, group, topic, meta = columns
     bitmaps = [pa.py_buffer(bits[i, : (count + 7) // 8]) for i in range(_BITS)]
-    tombstones = count - int(_set_bits(bits[B_VALUE], count))
-    no_expire = count - int(_set_bits(bits[B_EXPIRE], count))
     value = bitmaps[B_VALUE] if tombstones else None
     expire = bitmaps[B_EXPIRE] if no_expire else None
 
@@ -435,14 +435,6 @@ def _commit_batch(columns: tuple[Any, ...], record_columns: list[Any]) -> Any:
         *record_columns,
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=COMMIT_ARROW_SCHEMA)
-
-
-@njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
-def _set_bits(bitmap: Any, count: int) -> int:
-    total = 0
-    for i in range(count):
-        total += (bitmap[i >> 3] >> (i & 7)) & 1
-    return total
 
 
 _COMMIT_TYPES: Final = 0b011  # key types 0 and 1
@@ -543,10 +535,10 @@ def scan_commit_pairs(batch: Any) -> Any | None:
     kbuf, kstarts, klens = binary_parts(batch.column("key"))
     vbuf, vstarts, vlens = binary_parts(batch.column("value"))
     columns = _commit_columns(kbuf, kstarts, klens, vbuf, vstarts, vlens, True)
-    count = columns[0]
+    count, _tombstones, _no_expire, _ints, longs = columns[:5]
     if count < 0:
         return None
-    rows = pa.array(columns[2][L_ROW, :count])
+    rows = pa.array(longs[L_ROW, :count])
     ts = pa.timestamp("us", tz="UTC")
     records = [
         batch.column("partition").take(rows).cast(pa.int32()),

@@ -17,7 +17,7 @@ from .support import SPARK_SOCKETS
 pytestmark = [pytest.mark.spark, SPARK_SOCKETS]
 
 _LOADED = """
-import json, sys
+import json
 import numba
 from regroup_pipeline.pydaemon import preload
 preload()
@@ -26,7 +26,7 @@ print(json.dumps({
     f"{m.__name__}.{n}": len(f.signatures)
     for m in (commitscan, offsetkeys)
     for n, f in vars(m).items()
-    if isinstance(f, numba.core.registry.CPUDispatcher) and not getattr(f, "_inline", None)
+    if isinstance(f, numba.core.registry.CPUDispatcher)
 }))
 """
 
