@@ -297,7 +297,7 @@ def _decode_timings(spark: Any, raw: Any, rows: int, root: Path, workdir: Path) 
         "recordTypes": record_types_option(OFFSET_COMMIT_TYPES),
     }
     options["minPartitions"] = str(spark.sparkContext.defaultParallelism)
-    written = write_history(spark, options, HistoryOutputs(str(workdir / "history")))
+    written = write_history(spark, options, HistoryOutputs(str(workdir / "history"))).rows
     history_write = time.perf_counter() - start
     shutil.rmtree(workdir / "history", ignore_errors=True)
     return {

@@ -40,7 +40,7 @@ import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -58,10 +58,16 @@ from regroup_pipeline.logformat import (
     records_to_arrow,
 )
 
+if TYPE_CHECKING:
+    from regroup_pipeline.laglookup import RecordIndex
+    from regroup_pipeline.offsetkeys import LagGrid
+
 __all__ = [
     "FORMAT",
     "HistoryOutputs",
+    "HistoryWritten",
     "RegroupDataSource",
+    "first_commit_ms",
     "raw_schema",
     "record_types_option",
     "register",
@@ -73,6 +79,8 @@ DEFAULT_SPLIT_BYTES: Final = 64 * 1024 * 1024  # whole-partition reads and strea
 _TASK_BYTES: Final = 512 * 1024 * 1024  # other batch reads
 _CHUNK_BYTES: Final = 16 * 1024 * 1024
 _MIN_TASK_BYTES: Final = 1024 * 1024
+# How much of each segment's start :func:`first_commit_ms` reads looking for offset commits.
+_PROBE_BYTES: Final = 256 * 1024
 
 
 def _commit_schema() -> Any:
@@ -483,21 +491,67 @@ class HistoryOutputs:
     """Where :func:`write_history` writes: the ``offsets`` table (``history``) and, folded or decoded by the
     same tasks on the way, the per-key rows (``keys``,
     :data:`~regroup_pipeline.offsetkeys.KEY_ARROW_SCHEMA`), the commit runs (``runs``,
-    :data:`~regroup_pipeline.offsetkeys.RUN_ARROW_SCHEMA`; needs ``keys``), and the GroupMetadata and
+    :data:`~regroup_pipeline.offsetkeys.RUN_ARROW_SCHEMA`; needs ``keys``), the GroupMetadata and
     KIP-848 records of the partitions read (``group_records``, ``consumer_group_records``, with the schemas
-    of the ``group_metadata`` and ``consumer_group_records`` reads)."""
+    of the ``group_metadata`` and ``consumer_group_records`` reads), each key's last record (``latest``:
+    the history's rows with ``is_current``) and the committed offsets in force at the lag grid's instants,
+    looked up in the data topics' records (``samples``,
+    :data:`~regroup_pipeline.offsetkeys.SAMPLE_ARROW_SCHEMA`; needs a grid and the records' index)."""
 
     history: str
     keys: str | None = None
     runs: str | None = None
     group_records: str | None = None
     consumer_group_records: str | None = None
+    latest: str | None = None
+    samples: str | None = None
 
 
-def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) -> int:
+@dataclass(frozen=True, slots=True)
+class HistoryWritten:
+    """What :func:`write_history` wrote: the history's rows and its earliest record timestamp (epoch
+    milliseconds, rounded down; None without rows)."""
+
+    rows: int
+    first_record_ms: int | None
+
+
+def first_commit_ms(options: Mapping[str, str]) -> int | None:
+    """An estimate, read in this process before any task runs, of the earliest record timestamp of the
+    offset commits that ``write_history`` would read with ``options`` (epoch milliseconds): the earliest
+    among the first commits of each ``__consumer_offsets`` partition (from the start of its segments, up
+    to ``_PROBE_BYTES`` of each, until one holds commits). It is the true one when each partition's
+    timestamps grow with its offsets, as they do when a coordinator stamps the records it appends with its
+    clock; :class:`HistoryWritten` tells the true one. None when none was found."""
+    opts = ReadOptions.parse(
+        {**options, "recordTypes": record_types_option(OFFSET_COMMIT_TYPES), "decode": "offset_commits"}
+    )
+    earliest: int | None = None
+    for part in opts.partitions():
+        for split in logdir.plan_splits([part], logdir.partition_size(part) + 1):  # one per segment
+            probe = replace(split, end=min(split.end, split.start + _PROBE_BYTES))
+            stamps = [
+                batch.column("record_timestamp").cast("int64").to_numpy()
+                for _split, batch in _decoded_splits(_Task((probe,), None), opts)
+            ]
+            if stamps:
+                first = int(min(int(s.min()) for s in stamps)) // 1000
+                earliest = first if earliest is None else min(earliest, first)
+                break
+    return earliest
+
+
+def write_history(
+    spark: Any,
+    options: dict[str, str],
+    outputs: HistoryOutputs,
+    grid: LagGrid | None = None,
+    records: RecordIndex | None = None,
+) -> HistoryWritten:
     """Write the ``offset_history`` read of ``options`` (the data source's options; ``decode`` and
     ``recordTypes`` are set here) as a Parquet table at ``outputs.history`` (replacing what is there), and
-    what else ``outputs`` asks for, and return the history's row count.
+    what else ``outputs`` asks for (``samples`` at the instants of ``grid``, looked up in ``records``,
+    which goes to the tasks as a broadcast).
 
     The Spark tasks that read and decode the partitions write their rows with pyarrow as they go, one file
     per task, instead of handing every row to the JVM and Spark's Parquet writer: for millions of commits
@@ -511,6 +565,8 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
 
     if outputs.runs is not None and outputs.keys is None:
         raise ValueError("runs are folded with the keys: give a keys directory too")
+    if outputs.samples is not None and (grid is None or records is None):
+        raise ValueError("samples are taken at a grid's instants and looked up: give the grid and records")
     opts = ReadOptions.parse(
         {**options, "recordTypes": record_types_option(OFFSET_COMMIT_TYPES), "decode": "offset_history"}
     )
@@ -527,9 +583,11 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
     stagings = {name: f"{target}.tmp-{uuid.uuid4().hex}" for name, target in targets.items()}
     for staging in stagings.values():
         os.makedirs(staging)
+    shared = spark.sparkContext.broadcast(records) if outputs.samples is not None else None
 
-    def write_task(indices: Iterator[int]) -> Iterator[int]:
+    def write_task(indices: Iterator[int]) -> Iterator[tuple[int, int | None]]:
         import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
+        import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
         import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]  # pyarrow ships no type information
 
         from regroup_pipeline.decode import (
@@ -539,7 +597,12 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
             decode_consumer_group_records,
             decode_group_metadata,
         )
-        from regroup_pipeline.offsetkeys import OffsetKeys, membership_positions
+        from regroup_pipeline.offsetkeys import (
+            SAMPLE_ARROW_SCHEMA,
+            OffsetKeys,
+            grid_samples,
+            membership_positions,
+        )
 
         def records(wanted: bool, raw: list[Any], decoder: Any, schema: Any, output: str, file: str) -> Any:
             """The task's records of one kind (None unless ``wanted``), written out when asked for."""
@@ -570,6 +633,9 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
             boundaries = membership_positions(groups, consumer_groups) if outputs.runs is not None else None
             keys = OffsetKeys(boundaries) if outputs.keys is not None else None
             rows = 0
+            earliest: int | None = None
+            latest: list[Any] = []
+            samples: list[Any] = []
             history_file = os.path.join(stagings["history"], name)
             with pq.ParquetWriter(
                 history_file, HISTORY_ARROW_SCHEMA, compression="snappy", use_dictionary=history_dictionary
@@ -577,18 +643,32 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
                 for batch in _read_task(tasks[i], opts):
                     writer.write_batch(batch)
                     rows += batch.num_rows
+                    first = pc.min(batch.column("record_timestamp").cast(pa.int64())).as_py()
+                    if first is not None:
+                        earliest = first if earliest is None else min(earliest, first)
                     if keys is not None:
                         keys.feed(batch)
+                    if "latest" in stagings:
+                        latest.append(batch.filter(batch.column("is_current")))
+                    if shared is not None and grid is not None:
+                        samples.append(shared.value.fill(grid_samples(batch, grid)))
+            if "latest" in stagings:
+                table = pa.Table.from_batches(latest, HISTORY_ARROW_SCHEMA)
+                pq.write_table(table, os.path.join(stagings["latest"], name), compression="snappy")
+            if "samples" in stagings:
+                table = pa.concat_tables(samples) if samples else SAMPLE_ARROW_SCHEMA.empty_table()
+                pq.write_table(table, os.path.join(stagings["samples"], name), compression="snappy")
             if keys is not None:
                 pq.write_table(keys.finish(), os.path.join(stagings["keys"], name), compression="snappy")
                 if boundaries is not None:
                     pq.write_table(
                         keys.finish_runs(), os.path.join(stagings["runs"], name), compression="snappy"
                     )
-            yield rows
+            # Epoch microseconds to milliseconds, rounded down as Spark's unix_millis does.
+            yield rows, None if earliest is None else earliest // 1000
 
     try:
-        total = sum(
+        written = (
             spark.sparkContext.parallelize(range(len(tasks)), max(len(tasks), 1))
             .mapPartitions(write_task)
             .collect()
@@ -603,4 +683,7 @@ def write_history(spark: Any, options: dict[str, str], outputs: HistoryOutputs) 
     finally:
         for staging in stagings.values():
             shutil.rmtree(staging, ignore_errors=True)
-    return int(total)
+        if shared is not None:
+            shared.destroy()
+    firsts = [first for _rows, first in written if first is not None]
+    return HistoryWritten(sum(rows for rows, _first in written), min(firsts) if firsts else None)

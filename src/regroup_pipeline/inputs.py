@@ -138,6 +138,8 @@ class Inputs:
     data_options: Mapping[str, str] | None = None
     # Log start offsets, sizes and retention settings per partition (RETENTION_SCHEMA); None: unknown.
     retention: DataFrame | None = None
+    # Per topic of ``partitions``, its highest partition + 1, when the driver knows it (it listed them).
+    partition_counts: Mapping[str, int] | None = None
     # Decoded KIP-848 consumer groups' records, key types 3–8 and 16 (CONSUMER_GROUP_SCHEMA); None: not read.
     consumer_groups: DataFrame | None = None
     # topic_id (Kafka's string form), topic of the topics known to the input (TOPIC_ID_SCHEMA); None: unknown.
@@ -291,9 +293,13 @@ def from_datadir(
             return None, None
         return retention_settings({**KAFKA_RETENTION_DEFAULTS, **overrides.get(topic, {})})
 
+    listed: dict[str, int] | None = None
     if window.until_ms is None:
         dirs = logdir.list_partitions(paths, pattern=topic_pattern)
         ends = [logdir.partition_end(p) for p in dirs]
+        listed = {}
+        for e in ends:
+            listed[e.topic] = max(listed.get(e.topic, 0), e.partition + 1)
         partitions = spark.createDataFrame(
             [(e.topic, e.partition, e.log_end_offset) for e in ends], PARTITION_SCHEMA
         )
@@ -324,6 +330,7 @@ def from_datadir(
         partitions=partitions,
         window=window,
         retention=retention,
+        partition_counts=listed,
         consumer_groups=reader(
             topics=CONSUMER_OFFSETS,
             recordTypes=record_types_option(CONSUMER_GROUP_RECORD_TYPES),

@@ -23,6 +23,7 @@ ConsumerGroupMetadata: ``consumer``); a ``consumer`` group's state is Kafka's (`
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,16 +36,19 @@ from regroup_pipeline import laglookup, monitoring
 from regroup_pipeline.datasource import read_local
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
 from regroup_pipeline.inputs import DATA_COLUMNS, Inputs, TimeWindow
+from regroup_pipeline.offsetkeys import LagGrid
 
 __all__ = [
     "CONSUMER_GROUP_MEMBERS_SCHEMA",
     "DEFAULT_LAG_SAMPLES",
     "DEFAULT_RETENTION_MINUTES",
+    "Folded",
     "MonitoringTables",
     "Tables",
     "assignment_health",
     "compute_all",
     "consumer_group_members",
+    "data_record_index",
     "expiring_offsets",
     "group_states",
     "lag",
@@ -388,32 +392,41 @@ def group_states(inputs: Inputs, *, history: DataFrame | None = None) -> DataFra
 # ------------------------------------------------------------------------------------------ lag
 
 
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """What the tasks that wrote a whole commit history folded on the way
+    (:func:`~regroup_pipeline.datasource.write_history`): the per-key rows and commit runs
+    (:mod:`~regroup_pipeline.offsetkeys`), each key's last record (``latest``), the history's earliest
+    record timestamp (epoch ms; None: no commits), and the committed offsets in force at the instants of
+    ``grid``, looked up in the data topics' records (``samples``), which serve as the lag table's grid
+    rows when its grid is that one. ``records``: the index of the data topics' records those lookups used,
+    for the others to use too."""
+
+    keys: DataFrame
+    first_record_ms: int | None
+    runs: DataFrame | None = None
+    latest: DataFrame | None = None
+    grid: LagGrid | None = None
+    samples: DataFrame | None = None
+    records: laglookup.RecordIndex | None = None
+
+
 def _grid(
-    inputs: Inputs, history: DataFrame, samples: int, interval_ms: int | None, keys: DataFrame | None = None
-) -> tuple[int, int, int] | None:
-    """(start, step, count) of the lag sampling grid, which ends before the window's end. ``keys``: the
-    history's per-key rows (:mod:`~regroup_pipeline.offsetkeys`), which know its first instant."""
+    inputs: Inputs, history: DataFrame, samples: int, interval_ms: int | None, folded: Folded | None = None
+) -> LagGrid | None:
+    """The lag sampling grid, which ends before the window's end; from the first commit without
+    ``since``."""
     w = inputs.window
     start = w.since_ms
-    if start is None:
-        earliest = (
-            history.agg(F.min(_ms("record_timestamp")))
-            if keys is None
-            else keys.agg(F.min(_ms("min_record_timestamp")))
-        )
-        first = earliest.first()
-        if first is None or first[0] is None:
-            return None
-        start = int(first[0])
-    span = w.as_of_ms - start
-    if span <= 0:
-        return None
-    step = interval_ms if interval_ms else max(1, -(-span // samples))
-    count = -(-span // step)  # samples at start + i*step < as_of
-    return start, step, count
+    if start is None and folded is not None:
+        start = folded.first_record_ms
+    elif start is None:
+        first = history.agg(F.min(_ms("record_timestamp"))).first()
+        start = None if first is None or first[0] is None else int(first[0])
+    return None if start is None else LagGrid.spanning(start, w.as_of_ms, samples, interval_ms)
 
 
-def _lag_rows(
+def _lag_parts(
     inputs: Inputs,
     *,
     history: DataFrame,
@@ -421,12 +434,14 @@ def _lag_rows(
     samples: int | None,
     interval_ms: int | None,
     anchors: DataFrame | None,
-    keys: DataFrame | None = None,
-) -> DataFrame:
+    folded: Folded | None = None,
+) -> tuple[DataFrame, DataFrame | None]:
     """Lag rows with their ``kind``: the window's end (:data:`monitoring.CURRENT`), the sampling grid
     (``"sample"``; none when ``samples`` is None) and ``anchors`` (group, topic, partition, kind,
-    sample_time, committed_offset), all looked up in one pass over the data topics' records, with lag
-    and time lag computed."""
+    sample_time, committed_offset), with lag and time lag computed; in two parts: the rows that one pass
+    over the data topics' records looks up, and the grid's rows when ``folded`` has them at that grid,
+    looked up already by the tasks that wrote the history (else they are in the first part: the second is
+    None)."""
     w = inputs.window
     rows = (
         _current_offsets(latest)
@@ -440,31 +455,30 @@ def _lag_rows(
         )
         .join(F.broadcast(inputs.partitions.select(*_TP, "log_end_offset")), list(_TP), "left")
     )
-    grid = _grid(inputs, history, samples, interval_ms, keys) if samples is not None else None
-    if grid is not None:
-        start, step, count = grid
-        interval_end = F.coalesce(_ms("valid_until"), F.lit(w.as_of_ms))
-        first_i = F.greatest(F.lit(0), F.ceil((_ms("record_timestamp") - start) / step))
-        last_i = F.least(F.lit(count - 1), F.ceil((interval_end - start) / step) - 1)
-        past = (
-            history.where(~F.col("deleted"))
-            .select(*_GTP, "committed_offset", "commit_timestamp", first_i.alias("i0"), last_i.alias("i1"))
-            .where(F.col("i0") <= F.col("i1"))
-            .select(
+    grid = _grid(inputs, history, samples, interval_ms, folded) if samples is not None else None
+    grid_rows = None
+    if grid is not None and folded is not None and folded.samples is not None and folded.grid == grid:
+        grid_rows = _with_lag(
+            folded.samples.select(
                 *_GTP,
-                F.explode(F.sequence(F.col("i0").cast("long"), F.col("i1").cast("long"))).alias("i"),
-                "committed_offset",
-                "commit_timestamp",
-            )
-            .select(
-                *_GTP,
-                _ts(F.lit(start) + F.col("i") * step).alias("sample_time"),
+                "sample_time",
                 F.lit(False).alias("is_current"),
                 F.lit(_SAMPLE).alias("kind"),
                 "committed_offset",
                 "commit_timestamp",
-                F.lit(None).cast("long").alias("log_end_offset"),
+                "log_end_offset",
+                "first_unconsumed_timestamp",
             )
+        )
+    elif grid is not None:
+        past = _grid_samples(history, grid).select(
+            *_GTP,
+            "sample_time",
+            F.lit(False).alias("is_current"),
+            F.lit(_SAMPLE).alias("kind"),
+            "committed_offset",
+            "commit_timestamp",
+            F.lit(None).cast("long").alias("log_end_offset"),
         )
         rows = past.unionByName(rows)
     if anchors is not None:
@@ -479,7 +493,13 @@ def _lag_rows(
                 F.lit(None).cast("long").alias("log_end_offset"),
             )
         )
-    rows = _lookup_records(rows.select(*_LOOKUP_INPUT), inputs, latest.select(*_TP).distinct())
+    records = folded.records if folded is not None else None
+    looked_up = _lookup_records(rows.select(*_LOOKUP_INPUT), inputs, latest.select(*_TP).distinct(), records)
+    return _with_lag(looked_up), grid_rows
+
+
+def _with_lag(rows: DataFrame) -> DataFrame:
+    """Looked-up lag rows (:data:`~regroup_pipeline.laglookup.LOOKUP_SCHEMA`) with lag and time lag."""
     lag_records = F.col("log_end_offset") - F.col("committed_offset")
     behind = F.col("committed_offset") < F.col("log_end_offset")
     time_lag = F.when(
@@ -500,8 +520,34 @@ def _lag_rows(
     )
 
 
+def _grid_samples(history: DataFrame, grid: LagGrid) -> DataFrame:
+    """Each commit in force at an instant of ``grid``, once per instant: group, topic, partition,
+    sample_time, committed_offset, commit_timestamp (what :func:`~regroup_pipeline.offsetkeys.grid_samples`
+    picks out while the history is read)."""
+    interval_end = F.coalesce(_ms("valid_until"), F.lit(grid.end_ms))
+    first_i = F.greatest(F.lit(0), F.ceil((_ms("record_timestamp") - grid.start_ms) / grid.step_ms))
+    last_i = F.least(F.lit(grid.count - 1), F.ceil((interval_end - grid.start_ms) / grid.step_ms) - 1)
+    return (
+        history.where(~F.col("deleted"))
+        .select(*_GTP, "committed_offset", "commit_timestamp", first_i.alias("i0"), last_i.alias("i1"))
+        .where(F.col("i0") <= F.col("i1"))
+        .select(
+            *_GTP,
+            F.explode(F.sequence(F.col("i0").cast("long"), F.col("i1").cast("long"))).alias("i"),
+            "committed_offset",
+            "commit_timestamp",
+        )
+        .select(
+            *_GTP,
+            _ts(F.lit(grid.start_ms) + F.col("i") * grid.step_ms).alias("sample_time"),
+            "committed_offset",
+            "commit_timestamp",
+        )
+    )
+
+
 def _lag_table(rows: DataFrame, states: DataFrame, window: TimeWindow) -> DataFrame:
-    """The ``lag`` table from :func:`_lag_rows`: the grid and the window's end, with the group state."""
+    """The ``lag`` table from :func:`_lag_parts`: the grid and the window's end, with the group state."""
     out = (
         rows.where(F.col("kind").isin(_SAMPLE, monitoring.CURRENT))
         .drop("kind")
@@ -534,7 +580,7 @@ def lag(
         latest = _latest(history)
     if states is None:
         states = group_states(inputs, history=history)
-    rows = _lag_rows(
+    rows, _folded_rows = _lag_parts(
         inputs, history=history, latest=latest, samples=samples, interval_ms=interval_ms, anchors=None
     )
     return _lag_table(rows, states, inputs.window)
@@ -564,27 +610,39 @@ def release_lookups() -> None:
         _BROADCASTS.pop().destroy()
 
 
-def _lookup_records(rows: DataFrame, inputs: Inputs, tps: DataFrame) -> DataFrame:
+def data_record_index(inputs: Inputs) -> laglookup.RecordIndex | None:
+    """The index of a data directory's records for the lag lookups, when they are few (up to
+    ``BROADCAST_RECORDS``), read by the driver: sooner than Spark's tasks would, and all of them, also
+    those of partitions that no lag row looks up. None for other inputs and more records."""
+    if inputs.data_options is None:
+        return None
+    few = read_local(inputs.data_options, laglookup.BROADCAST_RECORDS)
+    return None if few is None else laglookup.RecordIndex(few.select(list(DATA_COLUMNS)))
+
+
+def _lookup_records(
+    rows: DataFrame, inputs: Inputs, tps: DataFrame, index: laglookup.RecordIndex | None = None
+) -> DataFrame:
     """Fill, from each partition's records: the log end offset at past sample times, and the timestamp of
     the first unconsumed record (the smallest offset at or above the committed one), by binary searches in
     numpy (:mod:`~regroup_pipeline.laglookup`). When the records are few (up to ``BROADCAST_RECORDS``: a data
     directory's counted as the driver reads them, others bounded by the partitions' log end offsets), they
-    are broadcast to the rows' tasks; else one shuffle brings each partition's rows and records together."""
+    are broadcast to the rows' tasks (``index``: their index, built already); else one shuffle brings each
+    partition's rows and records together."""
     records = inputs.data.join(F.broadcast(tps), list(_TP), "left_semi").select(*DATA_COLUMNS)
-    limit = laglookup.BROADCAST_RECORDS
-    if inputs.data_options is not None:
-        # A data directory's records are read by the driver, sooner than Spark's tasks would: all of them,
-        # also those of partitions that no row looks up.
-        few = read_local(inputs.data_options, limit)
-    else:
+    if index is None and inputs.data_options is not None:
+        index = data_record_index(inputs)
+    elif index is None:
         bound = inputs.partitions.agg(
             F.sum("log_end_offset").alias("records"),
             F.count_if(F.col("log_end_offset").isNull()).alias("unknown"),
         ).first()
-        known = bound is not None and not bound.unknown and (bound.records or 0) <= limit
-        few = records.toArrow() if known else None
-    if few is not None:
-        index = laglookup.RecordIndex(few.select(list(DATA_COLUMNS)))
+        known = (
+            bound is not None and not bound.unknown and (bound.records or 0) <= laglookup.BROADCAST_RECORDS
+        )
+        if known:
+            index = laglookup.RecordIndex(records.toArrow().select(list(DATA_COLUMNS)))
+    if index is not None:
         shared = rows.sparkSession.sparkContext.broadcast(index)
         _BROADCASTS.append(shared)
         return rows.mapInArrow(functools.partial(laglookup.lookup_batches, shared), laglookup.LOOKUP_SCHEMA)
@@ -697,25 +755,30 @@ def rebalance_frequency(rebalance_table: DataFrame) -> DataFrame:
 # ------------------------------------------------------------------------------------------ assignment health
 
 
-def _partition_counts(partitions: DataFrame) -> Column:
-    """A literal map topic → partition count (topics are few; this keeps the health check row-local)."""
-    # One row per partition: counted here, one Spark job where an aggregation would run three.
-    highest: dict[str, int] = {}
-    for topic, partition in partitions.select("topic", "partition").collect():
-        if partition is not None:
-            highest[topic] = max(highest.get(topic, partition), partition)
-    if not highest:
+def _partition_counts(partitions: DataFrame, known: Mapping[str, int] | None = None) -> Column:
+    """A literal map topic → partition count (topics are few; this keeps the health check row-local):
+    ``known`` (what the driver listed), else counted from ``partitions``."""
+    counts = dict(known) if known is not None else None
+    if counts is None:
+        # One row per partition: counted here, one Spark job where an aggregation would run three.
+        counts = {}
+        for topic, partition in partitions.select("topic", "partition").collect():
+            if partition is not None:
+                counts[topic] = max(counts.get(topic, 0), partition + 1)
+    if not counts:
         return F.create_map().cast("map<string,int>")
-    return F.create_map(*[F.lit(x) for t, p in highest.items() for x in (t, p + 1)])
+    return F.create_map(*[F.lit(x) for t, n in counts.items() for x in (t, n)])
 
 
-def assignment_health(rebalance_table: DataFrame, partitions: DataFrame) -> DataFrame:
+def assignment_health(
+    rebalance_table: DataFrame, partitions: DataFrame, partition_counts: Mapping[str, int] | None = None
+) -> DataFrame:
     """Per Stable generation of a ``consumer`` group: partitions of subscribed topics that no member was
     assigned (``unassigned``), partitions assigned to more than one member (``multiply_assigned``), and
     assignments of partitions that do not exist or whose topic the member did not subscribe to
     (``unexpected``). Partition counts are today's. (Cooperative assignors leave partitions unassigned for
     one generation on purpose while they move them.)"""
-    counts = _partition_counts(partitions)
+    counts = _partition_counts(partitions, partition_counts)
     no_topics = F.array().cast("array<string>")
     subscribed = F.array_sort(
         F.array_distinct(
@@ -1016,7 +1079,8 @@ class MonitoringTables:
     stuck_partitions: DataFrame
     member_commits: DataFrame
     group_summary: DataFrame
-    lag_rows: DataFrame  # _lag_rows of the window's end and the anchors (and the grid, when asked for)
+    # Rows of :func:`_lag_parts`, both parts: the window's end, the anchors (and the grid, when asked for).
+    lag_rows: DataFrame
     cached: tuple[DataFrame, ...] = ()
 
 
@@ -1030,16 +1094,14 @@ def monitoring_tables(
     states: DataFrame | None = None,
     lag_samples: int | None = None,
     lag_interval_ms: int | None = None,
-    keys: DataFrame | None = None,
-    runs: DataFrame | None = None,
+    folded: Folded | None = None,
 ) -> MonitoringTables:
     """Lag trend, retention risk, stuck partitions, member commits and the group summary
     (:mod:`regroup_pipeline.monitoring`). Their lag lookups — at each key's window start and at the instant
     its committed offset stopped moving — share one pass over the data topics' records with the lag table's
     grid when ``lag_samples`` is given (``lag_rows`` then holds the grid too). The intermediates are kept in
-    memory (``cached``). ``keys``: the history's per-key rows (:mod:`~regroup_pipeline.offsetkeys`), for a
-    window without ``since``, and its commits' ``runs`` between membership records spare aggregations over
-    every commit."""
+    memory (``cached``). ``folded``: what the tasks that wrote the history folded (a window without
+    ``since``), which spares aggregations over every commit."""
     level = StorageLevel.MEMORY_AND_DISK
     w = inputs.window
     if history is None:
@@ -1048,20 +1110,21 @@ def monitoring_tables(
         latest = _latest(history)
     if states is None:
         states = group_states(inputs, history=latest)
-    if keys is not None and w.since_ms is None:
-        activity = monitoring.activity_from_keys(keys, w).persist(level)
+    if folded is not None and w.since_ms is None:
+        activity = monitoring.activity_from_keys(folded.keys, w).persist(level)
     else:
-        keys = runs = None
+        folded = None
         activity = monitoring.commit_activity(history, w).persist(level)
-    rows = _lag_rows(
+    looked_up, grid_rows = _lag_parts(
         inputs,
         history=history,
         latest=latest,
         samples=lag_samples,
         interval_ms=lag_interval_ms,
         anchors=monitoring.anchor_rows(activity),
-        keys=keys,
-    ).persist(level)
+        folded=folded,
+    )
+    rows = looked_up.persist(level)
     trend = monitoring.lag_trend(rows, activity, states, w).persist(level)
     # Kept: the group summary aggregates them again.
     risk = monitoring.retention_risk(trend, inputs.retention, w, horizon_ms=horizon_ms).persist(level)
@@ -1073,9 +1136,11 @@ def monitoring_tables(
         lag_trend=trend,
         retention_risk=risk,
         stuck_partitions=stuck,
-        member_commits=monitoring.member_commits(history, inputs.groups, w, assignments, runs),
+        member_commits=monitoring.member_commits(
+            history, inputs.groups, w, assignments, folded.runs if folded is not None else None
+        ),
         group_summary=monitoring.group_summary(states, trend, risk, stuck),
-        lag_rows=rows,
+        lag_rows=rows if grid_rows is None else rows.unionByName(grid_rows),
         cached=(activity, rows, trend, risk, stuck),
     )
 
@@ -1089,22 +1154,21 @@ def compute_all(
     lag_interval_ms: int | None = None,
     stuck_after_ms: int = monitoring.DEFAULT_STUCK_AFTER_MS,
     history: DataFrame | None = None,
-    keys: DataFrame | None = None,
-    runs: DataFrame | None = None,
+    folded: Folded | None = None,
 ) -> Tables:
     """Every table. The commit history, group states and generations that several tables share are
     computed once and kept in memory (``Tables.unpersist()`` releases them); the caller may also
     ``persist()`` the inputs. ``history``: an :func:`offsets` table computed before (without ``since``),
     for instance written and read back, used instead of computing and caching the history again;
-    ``keys``: that history's per-key rows (:mod:`~regroup_pipeline.offsetkeys`), when the reading tasks
-    folded them, and ``runs`` its commits' runs between membership records. The lag table and the
+    ``folded``: what the tasks that wrote that history folded on the way. The lag table and the
     monitoring tables read the data topics' records once, together."""
     level = StorageLevel.MEMORY_AND_DISK
     cached_history = history is None
     if history is None:
         history = _offset_history(inputs).persist(level)
     # States, current lag and expiration need only each key's last record: one pass over the history.
-    latest = _latest(history).persist(level)
+    folded_latest = folded.latest if folded is not None else None
+    latest = (folded_latest if folded_latest is not None else _latest(history)).persist(level)
     states = group_states(inputs, history=latest).persist(level)
     reb = rebalances(inputs).persist(level)
     watched = monitoring_tables(
@@ -1116,8 +1180,7 @@ def compute_all(
         states=states,
         lag_samples=lag_samples,
         lag_interval_ms=lag_interval_ms,
-        keys=keys,
-        runs=runs,
+        folded=folded,
     )
     return Tables(
         offsets=offsets(inputs, history=history),
@@ -1127,7 +1190,7 @@ def compute_all(
         expiring_offsets=expiring_offsets(
             inputs, retention_minutes=retention_minutes, horizon_ms=horizon_ms, history=latest, states=states
         ),
-        assignment_health=assignment_health(reb, inputs.partitions),
+        assignment_health=assignment_health(reb, inputs.partitions, inputs.partition_counts),
         lag_trend=watched.lag_trend,
         retention_risk=watched.retention_risk,
         stuck_partitions=watched.stuck_partitions,

@@ -65,6 +65,14 @@ def _per_second(count: Column, span_ms: Column) -> Column:
     return F.when(span_ms > 0, count * 1000.0 / span_ms)
 
 
+def _ordered_sum(column: str) -> Column:
+    """The sum of a floating-point column added up in ascending order (null without values): rounding
+    depends on the order of the additions, and a shuffle hands an aggregation its rows in the order the
+    tasks before it finished, so a plain sum can differ in its last digits from one run to the next."""
+    values = F.array_sort(F.collect_list(column))
+    return F.when(F.size(values) > 0, F.aggregate(values, F.lit(0.0), lambda total, x: total + x))
+
+
 # ------------------------------------------------------------------------------------------ activity
 
 
@@ -568,7 +576,7 @@ def group_summary(
         F.sum("lag").alias("lag"),
         F.sum("start_lag").alias("start_lag"),
         F.max("time_lag_ms").alias("max_time_lag_ms"),
-        F.sum("lag_trend").alias("lag_trend"),
+        _ordered_sum("lag_trend").alias("lag_trend"),
         F.max("catch_up_ms").alias("longest_catch_up_ms"),
         F.count(F.when((F.col("lag") > 0) & F.col("catch_up_ms").isNull(), 1)).alias("not_catching_up"),
         F.max("last_commit_timestamp").alias("last_commit_timestamp"),

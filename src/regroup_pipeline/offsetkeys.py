@@ -11,10 +11,17 @@ Given the positions of the groups' membership records (GroupMetadata and KIP-848
 records, which say who owns which partition from there on), the same pass also cuts each key's commits
 into runs that no membership record interrupts (:data:`RUN_ARROW_SCHEMA`): every commit of a run has the
 same owner, so ``member_commits`` credits runs instead of every commit.
+
+Given the lag table's sampling grid (:class:`LagGrid`), the tasks also pick out the committed offset in
+force at each of its instants (:func:`grid_samples`): each record is in force from its timestamp until its
+successor's (``valid_until``), so the instants its interval holds follow from the record alone. Looked up
+in the data topics' records (:class:`~regroup_pipeline.laglookup.RecordIndex`) by the same tasks, they
+are the lag table's rows of its grid.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
@@ -24,7 +31,15 @@ from numba import njit  # type: ignore[import-untyped,unused-ignore]  # numba sh
 
 from regroup_pipeline.logformat import TIMESTAMP, key_ids
 
-__all__ = ["KEY_ARROW_SCHEMA", "RUN_ARROW_SCHEMA", "OffsetKeys", "membership_positions"]
+__all__ = [
+    "KEY_ARROW_SCHEMA",
+    "RUN_ARROW_SCHEMA",
+    "SAMPLE_ARROW_SCHEMA",
+    "LagGrid",
+    "OffsetKeys",
+    "grid_samples",
+    "membership_positions",
+]
 
 # One row per group/topic/partition of a commit history. ``deleted``: its last record is a tombstone (the
 # other columns but ``min_record_timestamp`` then say nothing). The life is what follows the last
@@ -62,6 +77,74 @@ RUN_ARROW_SCHEMA: Final = pa.schema(
         pa.field("first_record_timestamp", TIMESTAMP),
     ]
 )
+
+# The committed offset of a group/topic/partition in force at an instant of the lag grid (tombstones are in
+# force too, but say there is none: they have no rows), and what the lag lookup finds for it: where the log
+# ended then, and the timestamp of the first record at or above the committed offset.
+SAMPLE_ARROW_SCHEMA: Final = pa.schema(
+    [
+        pa.field("group", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("sample_time", TIMESTAMP),
+        pa.field("committed_offset", pa.int64()),
+        pa.field("commit_timestamp", TIMESTAMP),
+        pa.field("log_end_offset", pa.int64()),
+        pa.field("first_unconsumed_timestamp", TIMESTAMP),
+    ]
+)
+_GRID_ARROW_SCHEMA: Final = SAMPLE_ARROW_SCHEMA.remove(len(SAMPLE_ARROW_SCHEMA) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class LagGrid:
+    """The instants at which the lag table samples every key: ``start_ms + i * step_ms`` for
+    ``0 <= i < count``, all before ``end_ms`` (the window's end, where each key's last record stops being
+    in force)."""
+
+    start_ms: int
+    step_ms: int
+    count: int
+    end_ms: int
+
+    @classmethod
+    def spanning(cls, start_ms: int, end_ms: int, samples: int, interval_ms: int | None) -> LagGrid | None:
+        """``samples`` instants from ``start_ms`` to ``end_ms`` (or one every ``interval_ms``); None for an
+        empty span."""
+        span = end_ms - start_ms
+        if span <= 0:
+            return None
+        step = interval_ms if interval_ms else max(1, -(-span // samples))
+        return cls(start_ms, step, -(-span // step), end_ms)
+
+
+def _ceil_div(a: Any, b: int) -> Any:
+    return -(-a // b)
+
+
+def grid_samples(batch: Any, grid: LagGrid) -> Any:
+    """Rows of :data:`SAMPLE_ARROW_SCHEMA` without its last column, the lookups still to do
+    (``log_end_offset`` null), as a ``pyarrow.Table``, for the history rows of ``batch``
+    (:data:`~regroup_pipeline.decode.HISTORY_ARROW_SCHEMA`): each commit in force at an instant of
+    ``grid``, once per instant. Instants are compared in milliseconds, as the lag table's are (a
+    timestamp's milliseconds rounded down)."""
+    stamp = batch.column("record_timestamp").cast(pa.int64()).to_numpy() // 1000
+    until = batch.column("valid_until").cast(pa.int64()).fill_null(grid.end_ms * 1000).to_numpy() // 1000
+    deleted = batch.column("deleted").fill_null(False).to_numpy(zero_copy_only=False)
+    first = np.maximum(0, _ceil_div(stamp - grid.start_ms, grid.step_ms))
+    last = np.minimum(grid.count - 1, _ceil_div(until - grid.start_ms, grid.step_ms) - 1)
+    counts = np.where(deleted, 0, np.maximum(0, last - first + 1))
+    rows = np.repeat(np.arange(counts.size), counts)
+    # Each row's instants are consecutive: the first, then one more per repeat.
+    nth = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    instants = grid.start_ms + (first[rows] + nth) * grid.step_ms
+    at = pa.array(rows)
+    columns = [batch.column(name).take(at) for name in ("group", "topic", "partition")]
+    columns.append(pa.array(instants * 1000, pa.int64()).cast(TIMESTAMP))
+    columns.extend(batch.column(name).take(at) for name in ("committed_offset", "commit_timestamp"))
+    columns.append(pa.nulls(rows.size, pa.int64()))
+    return pa.Table.from_arrays(columns, schema=_GRID_ARROW_SCHEMA)
+
 
 # Columns of the fold's state, one slot per key.
 _MIN_TS, _LAST_OFFSET, _LAST_COMMIT_TS, _LIFE_STARTED, _LIFE_OFFSET, _CHANGED_UNTIL = range(6)

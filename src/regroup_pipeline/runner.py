@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -20,7 +21,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from regroup_pipeline import jobs, monitoring
-from regroup_pipeline.datasource import HistoryOutputs, write_history
+from regroup_pipeline.datasource import HistoryOutputs, first_commit_ms, write_history
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
 from regroup_pipeline.inputs import (
     CONSUMER_GROUP_SCHEMA,
@@ -31,7 +32,7 @@ from regroup_pipeline.inputs import (
     from_datadir,
     from_kafka,
 )
-from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, RUN_ARROW_SCHEMA
+from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, RUN_ARROW_SCHEMA, SAMPLE_ARROW_SCHEMA, LagGrid
 from regroup_pipeline.report import parquet_bytes, read_table, write_report_from_tables
 from regroup_pipeline.session import build_session
 from regroup_pipeline.timespec import parse_time
@@ -47,7 +48,8 @@ __all__ = [
 ]
 
 # Where ``all`` keeps what the tasks that write the offsets table fold and decode on the way (per-key rows,
-# commit runs, group records; see datasource.HistoryOutputs) while it runs; removed when it is done. They sit
+# commit runs, group records, each key's last record, the lag grid's samples; see
+# datasource.HistoryOutputs) while it runs; removed when it is done. They sit
 # in a directory whose name starts with "_", which Spark and Hadoop skip when they list the output directory,
 # while their own names do not: Spark warns "All paths were ignored" about a path it reads whose last part
 # starts with "_" or ".".
@@ -57,6 +59,8 @@ WORK_DIRECTORIES: Final = {
     "runs": "commit_runs",
     "group_records": "group_records",
     "consumer_group_records": "consumer_group_records",
+    "latest": "latest_offsets",
+    "samples": "lag_samples",
 }
 MONITORING_JOBS: Final = (
     "lag_trend",
@@ -119,6 +123,13 @@ SINGLE_PARTITION_BYTES: Final = 32 * 2**20
 def _read_small(spark: SparkSession, directory: Path, schema: StructType) -> DataFrame:
     df = read_table(spark, directory, schema)
     return df.coalesce(1) if (parquet_bytes(directory) or 0) <= SINGLE_PARTITION_BYTES else df
+
+
+# Tables ``all`` writes at once. Most of its jobs run a task or two (the tables derived from the history
+# are small), and between them the driver plans, optimises and compiles the next query on one core: with
+# two tables under way, one's planning overlaps the other's tasks. Spark runs their jobs side by side and
+# computes a table they share (the cached intermediates) once, the other waiting for its blocks.
+TABLE_WRITERS: Final = 2
 
 
 def write_table(df: DataFrame, output: Path, name: str) -> None:
@@ -197,18 +208,45 @@ def write_all(
     """
     spark = inputs.commits.sparkSession
     steps = _Steps(spark, counts)
-    history = keys = runs = None
+    history = folded = None
     work = {name: output / WORK_ROOT / directory for name, directory in WORK_DIRECTORIES.items()}
     decoded_groups = False
     if inputs.window.since_ms is None:
         with steps.step("offsets"):
             schema = None
             if inputs.history_options is not None:
-                written = HistoryOutputs(str(output / "offsets"), **{n: str(d) for n, d in work.items()})
-                write_history(spark, dict(inputs.history_options), written)
+                # The lag grid starts at the first commit, which the tasks that read the commits learn
+                # together with their samples: they sample at the grid of the first commit that the
+                # partitions' starts tell, which is the grid when that was the earliest. They look the
+                # samples up in the data topics' records when those are few enough to broadcast.
+                first = first_commit_ms(inputs.history_options)
+                grid = (
+                    LagGrid.spanning(first, inputs.window.as_of_ms, lag_samples, lag_interval_ms)
+                    if first is not None
+                    else None
+                )
+                records = jobs.data_record_index(inputs) if grid is not None else None
+                sampling = grid is not None and records is not None
+                outputs = HistoryOutputs(
+                    str(output / "offsets"),
+                    **{n: str(d) for n, d in work.items() if sampling or n != "samples"},
+                )
+                written = write_history(
+                    spark, dict(inputs.history_options), outputs, grid if sampling else None, records
+                )
                 schema = from_arrow_schema(HISTORY_ARROW_SCHEMA)
-                keys = _read_small(spark, work["keys"], from_arrow_schema(KEY_ARROW_SCHEMA))
-                runs = _read_small(spark, work["runs"], from_arrow_schema(RUN_ARROW_SCHEMA))
+                sampled = sampling and written.first_record_ms == first
+                folded = jobs.Folded(
+                    keys=_read_small(spark, work["keys"], from_arrow_schema(KEY_ARROW_SCHEMA)),
+                    first_record_ms=written.first_record_ms,
+                    runs=_read_small(spark, work["runs"], from_arrow_schema(RUN_ARROW_SCHEMA)),
+                    latest=_read_small(spark, work["latest"], schema),
+                    grid=grid if sampled else None,
+                    samples=_read_small(spark, work["samples"], from_arrow_schema(SAMPLE_ARROW_SCHEMA))
+                    if sampled
+                    else None,
+                    records=records,
+                )
                 # The same records the data source would decode again, read back as Parquet.
                 inputs = dataclasses.replace(
                     inputs,
@@ -229,13 +267,18 @@ def write_all(
             lag_interval_ms=lag_interval_ms,
             stuck_after_ms=stuck_after_ms,
             history=history,
-            keys=keys,
-            runs=runs,
+            folded=folded,
         )
+
+    def write(name: str, df: DataFrame) -> None:
+        with steps.step(name):
+            write_table(df, output, name)
+
+    to_write = [(name, df) for name, df in tables.items() if name != "offsets" or history is None]
+    with ThreadPoolExecutor(TABLE_WRITERS, thread_name_prefix="regroup-table") as writers:
+        for done in [writers.submit(write, name, df) for name, df in to_write]:
+            done.result()
     for name, df in tables.items():
-        if name != "offsets" or history is None:
-            with steps.step(name):
-                write_table(df, output, name)
         _show(df, name, show)
     tables.unpersist()
     unpersist_inputs(inputs)
@@ -319,7 +362,12 @@ def run_job(args: argparse.Namespace) -> int:
             ]
         elif args.job == "assignment_health":
             produced = [
-                ("assignment_health", jobs.assignment_health(jobs.rebalances(inputs), inputs.partitions))
+                (
+                    "assignment_health",
+                    jobs.assignment_health(
+                        jobs.rebalances(inputs), inputs.partitions, inputs.partition_counts
+                    ),
+                )
             ]
         elif args.job == "consumer_group_members":
             produced = [("consumer_group_members", jobs.consumer_group_members(inputs))]

@@ -5,6 +5,7 @@ re-commits, the ``since`` window, size-based retention, KIP-848 groups, moving o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -586,3 +587,126 @@ def test_activity_and_runs_folded_while_reading_equal_the_aggregated_ones(
             history_df, inputs.groups, TimeWindow(now_ms=AS_OF, since_ms=T0), assignments, runs
         )
     unpersist_inputs(inputs)
+
+
+def test_lag_grid_samples_and_latest_folded_while_reading_equal_the_history_path(
+    spark: Any, history: Any, tmp_path: Path
+) -> None:
+    """The grid samples the reading tasks pick out and look up (``all`` over a data directory) give the
+    same lag rows as sampling the whole history in Spark and looking the samples up after — across a
+    tombstone, a re-commit, a moved log start and the window's end — and their last records are the
+    history's current ones; samples at another grid than the lag table's are not used."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from regroup_pipeline.datasource import HistoryOutputs, first_commit_ms, write_history
+    from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
+    from regroup_pipeline.offsetkeys import KEY_ARROW_SCHEMA, SAMPLE_ARROW_SCHEMA, LagGrid
+
+    inputs = persist_inputs(from_datadir(spark, [str(history.path)], TimeWindow(now_ms=AS_OF)))
+    assert inputs.history_options is not None
+    options = dict(inputs.history_options)
+    # The first offset commit ("moving" at minute 1; the GroupMetadata records at T0 are not commits).
+    assert first_commit_ms(options) == T0 + MIN
+    samples = 7
+    grid = LagGrid.spanning(T0 + MIN, AS_OF, samples, None)
+    assert grid is not None
+    assert (grid.step_ms, grid.count) == (-(-99 * MIN // samples), samples)
+    index = jobs.data_record_index(inputs)
+    assert index is not None
+    names = ("offsets", "keys", "latest", "samples")
+    outputs = HistoryOutputs(
+        **{field: str(tmp_path / name) for field, name in zip(("history", *names[1:]), names, strict=True)}
+    )
+    written = write_history(spark, options, outputs, grid, index)
+    history_df = jobs.offsets(inputs)
+    assert (written.rows, written.first_record_ms) == (history_df.count(), T0 + MIN)
+
+    def read(name: str, schema: Any) -> Any:
+        return spark.read.schema(from_arrow_schema(schema)).parquet(str(tmp_path / name))
+
+    latest = read("latest", HISTORY_ARROW_SCHEMA)
+    assert rows(latest) == rows(jobs._latest(history_df))
+    folded = jobs.Folded(
+        keys=read("keys", KEY_ARROW_SCHEMA),
+        first_record_ms=written.first_record_ms,
+        latest=latest,
+        grid=grid,
+        samples=read("samples", SAMPLE_ARROW_SCHEMA),
+        records=index,
+    )
+    args: dict[str, Any] = {
+        "history": history_df,
+        "latest": latest,
+        "samples": samples,
+        "interval_ms": None,
+        "anchors": None,
+    }
+    everything, none = jobs._lag_parts(inputs, **args)  # without samples folded: all looked up
+    assert none is None
+    expected = rows(everything)
+    looked_up, grid_rows = jobs._lag_parts(inputs, **args, folded=folded)
+    assert grid_rows is not None
+    assert sorted(rows(looked_up) + rows(grid_rows), key=repr) == expected
+    by_sample = by_key([r for r in expected if r["kind"] == "sample"], "group", "sample_time")
+    # "again" between its tombstone (minute 20) and its next commit (minute 40) has no committed offset.
+    again = sorted(t for g, t in by_sample if g == "again")
+    assert not [t for t in again if T0 + 20 * MIN <= t < T0 + 40 * MIN]
+    catching = by_sample[("catching", grid.start_ms + 3 * grid.step_ms)]  # minute 43: offset 0, 43 records
+    assert (catching["committed_offset"], catching["log_end_offset"], catching["lag"]) == (0, 44, 44)
+
+    # Samples taken at another grid (a probe that missed the first commit) are not the lag table's.
+    other = LagGrid.spanning(T0 + 2 * MIN, AS_OF, samples, None)
+    looked_up, grid_rows = jobs._lag_parts(inputs, **args, folded=dataclasses.replace(folded, grid=other))
+    assert grid_rows is None
+    assert rows(looked_up) == expected
+    unpersist_inputs(inputs)
+
+
+def test_the_group_summarys_lag_trend_is_added_up_in_one_order(spark: Any) -> None:
+    """A plain floating-point sum depends on the order its rows arrive in, which follows the order the
+    tasks before a shuffle finished; the summary's is the sum in ascending order however the rows come."""
+    from pyspark.sql import functions as F
+
+    from regroup_pipeline import monitoring
+
+    values = [1e16, 1.0, -1e16, 1.0, 3.0, -2.5, 0.5]
+    assert len({sum(values), sum(reversed(values)), sum(sorted(values))}) > 1
+    expected = sum(sorted(values))
+    data = [("g", v) for v in values] + [("none", None)]
+    for seed in range(4):
+        df = spark.createDataFrame(data, "group string, lag_trend double").repartition(3, F.rand(seed))
+        got = {
+            r["group"]: r["total"]
+            for r in df.groupBy("group").agg(monitoring._ordered_sum("lag_trend").alias("total")).collect()
+        }
+        assert got == {"g": expected, "none": None}
+
+
+def test_all_samples_the_lag_grid_from_the_history_when_the_probe_missed_the_first_commit(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The driver's probe reads only the start of each ``__consumer_offsets`` partition: a commit stamped
+    before those further on in the log (a clock that went back) starts the grid earlier than the tasks
+    sampled, and ``all`` then samples the grid from the history: its lag table is ``compute_all``'s."""
+    from regroup_pipeline.datasource import first_commit_ms
+    from regroup_pipeline.runner import write_all
+
+    late = T0 + 30 * MIN
+    commits = [
+        (late + i, *offset_commit(f"g{i % 50}", "t", 0, i % 100, commit_ts=late + i)) for i in range(20_000)
+    ]
+    commits.append((T0, *offset_commit("early", "t", 0, 5, commit_ts=T0)))
+    data = [(T0 + j * MIN, None, b"x") for j in range(100)]
+    writes = [Batch("__consumer_offsets", 0, commits[i : i + 1000]) for i in range(0, len(commits), 1000)]
+    built = build(tmp_path / "data", {"__consumer_offsets": 1, "t": 1}, [*writes, Batch("t", 0, data)], T0)
+    window = TimeWindow(now_ms=AS_OF)
+    inputs = from_datadir(spark, [str(built.path)], window)
+    assert inputs.history_options is not None
+    assert first_commit_ms(dict(inputs.history_options)) == late  # the probe did not reach "early"
+    out = tmp_path / "tables"
+    write_all(inputs, out, out / "report.html")
+    expected = jobs.compute_all(from_datadir(spark, [str(built.path)], window))
+    lag = rows(expected.lag)
+    assert min(r["sample_time"] for r in lag) == T0  # the grid starts at "early"'s commit
+    assert rows(spark.read.parquet(str(out / "lag"))) == lag
+    expected.unpersist()
