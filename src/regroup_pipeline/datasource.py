@@ -535,7 +535,7 @@ def first_commit_ms(options: Mapping[str, str]) -> int | None:
                 for _split, batch in _decoded_splits(_Task((probe,), None), opts)
             ]
             if stamps:
-                first = int(min(int(s.min()) for s in stamps)) // 1000
+                first = min(int(s.min()) for s in stamps) // 1000
                 earliest = first if earliest is None else min(earliest, first)
                 break
     return earliest

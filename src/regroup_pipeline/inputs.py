@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -49,6 +49,7 @@ __all__ = [
     "TOPIC_ID_SCHEMA",
     "Inputs",
     "TimeWindow",
+    "count_partitions",
     "decode_commits",
     "decode_consumer_groups",
     "decode_groups",
@@ -174,6 +175,16 @@ def decode_consumer_groups(raw: DataFrame) -> DataFrame:
     return cols.mapInArrow(consumer_group_batches, CONSUMER_GROUP_SCHEMA)
 
 
+def count_partitions(partitions: Iterable[tuple[str, int | None]]) -> dict[str, int]:
+    """Per topic among (topic, partition) pairs, its highest partition + 1 (pairs without a partition
+    count for nothing)."""
+    counts: dict[str, int] = {}
+    for topic, partition in partitions:
+        if partition is not None:
+            counts[topic] = max(counts.get(topic, 0), partition + 1)
+    return counts
+
+
 def retention_settings(configs: Mapping[str, str] | None) -> tuple[int | None, int | None]:
     """(retention.ms, retention.bytes) from a topic's effective configs: -1 each when its cleanup.policy
     does not include ``delete`` (nothing is deleted by age or size), (None, None) when unknown."""
@@ -297,9 +308,7 @@ def from_datadir(
     if window.until_ms is None:
         dirs = logdir.list_partitions(paths, pattern=topic_pattern)
         ends = [logdir.partition_end(p) for p in dirs]
-        listed = {}
-        for e in ends:
-            listed[e.topic] = max(listed.get(e.topic, 0), e.partition + 1)
+        listed = count_partitions((e.topic, e.partition) for e in ends)
         partitions = spark.createDataFrame(
             [(e.topic, e.partition, e.log_end_offset) for e in ends], PARTITION_SCHEMA
         )

@@ -35,7 +35,7 @@ from pyspark.sql.types import ArrayType
 from regroup_pipeline import laglookup, monitoring
 from regroup_pipeline.datasource import read_local
 from regroup_pipeline.decode import HISTORY_ARROW_SCHEMA
-from regroup_pipeline.inputs import DATA_COLUMNS, Inputs, TimeWindow
+from regroup_pipeline.inputs import DATA_COLUMNS, Inputs, TimeWindow, count_partitions
 from regroup_pipeline.offsetkeys import LagGrid
 
 __all__ = [
@@ -457,29 +457,22 @@ def _lag_parts(
     )
     grid = _grid(inputs, history, samples, interval_ms, folded) if samples is not None else None
     grid_rows = None
-    if grid is not None and folded is not None and folded.samples is not None and folded.grid == grid:
-        grid_rows = _with_lag(
-            folded.samples.select(
-                *_GTP,
-                "sample_time",
-                F.lit(False).alias("is_current"),
-                F.lit(_SAMPLE).alias("kind"),
-                "committed_offset",
-                "commit_timestamp",
-                "log_end_offset",
-                "first_unconsumed_timestamp",
-            )
-        )
-    elif grid is not None:
-        past = _grid_samples(history, grid).select(
+
+    def sample_rows(samples: DataFrame, *looked_up: str | Column) -> DataFrame:
+        return samples.select(
             *_GTP,
             "sample_time",
             F.lit(False).alias("is_current"),
             F.lit(_SAMPLE).alias("kind"),
             "committed_offset",
             "commit_timestamp",
-            F.lit(None).cast("long").alias("log_end_offset"),
+            *looked_up,
         )
+
+    if grid is not None and folded is not None and folded.samples is not None and folded.grid == grid:
+        grid_rows = _with_lag(sample_rows(folded.samples, "log_end_offset", "first_unconsumed_timestamp"))
+    elif grid is not None:
+        past = sample_rows(_grid_samples(history, grid), F.lit(None).cast("long").alias("log_end_offset"))
         rows = past.unionByName(rows)
     if anchors is not None:
         rows = rows.unionByName(
@@ -758,13 +751,10 @@ def rebalance_frequency(rebalance_table: DataFrame) -> DataFrame:
 def _partition_counts(partitions: DataFrame, known: Mapping[str, int] | None = None) -> Column:
     """A literal map topic → partition count (topics are few; this keeps the health check row-local):
     ``known`` (what the driver listed), else counted from ``partitions``."""
-    counts = dict(known) if known is not None else None
-    if counts is None:
-        # One row per partition: counted here, one Spark job where an aggregation would run three.
-        counts = {}
-        for topic, partition in partitions.select("topic", "partition").collect():
-            if partition is not None:
-                counts[topic] = max(counts.get(topic, 0), partition + 1)
+    # One row per partition: counted here, one Spark job where an aggregation would run three.
+    counts = (
+        known if known is not None else count_partitions(partitions.select("topic", "partition").collect())
+    )
     if not counts:
         return F.create_map().cast("map<string,int>")
     return F.create_map(*[F.lit(x) for t, n in counts.items() for x in (t, n)])

@@ -96,6 +96,10 @@ SAMPLE_ARROW_SCHEMA: Final = pa.schema(
 _GRID_ARROW_SCHEMA: Final = SAMPLE_ARROW_SCHEMA.remove(len(SAMPLE_ARROW_SCHEMA) - 1)
 
 
+def _ceil_div(a: Any, b: int) -> Any:
+    return -(-a // b)
+
+
 @dataclass(frozen=True, slots=True)
 class LagGrid:
     """The instants at which the lag table samples every key: ``start_ms + i * step_ms`` for
@@ -114,12 +118,8 @@ class LagGrid:
         span = end_ms - start_ms
         if span <= 0:
             return None
-        step = interval_ms if interval_ms else max(1, -(-span // samples))
-        return cls(start_ms, step, -(-span // step), end_ms)
-
-
-def _ceil_div(a: Any, b: int) -> Any:
-    return -(-a // b)
+        step = interval_ms if interval_ms else max(1, _ceil_div(span, samples))
+        return cls(start_ms, step, _ceil_div(span, step), end_ms)
 
 
 def grid_samples(batch: Any, grid: LagGrid) -> Any:

@@ -217,8 +217,9 @@ def write_all(
             if inputs.history_options is not None:
                 # The lag grid starts at the first commit, which the tasks that read the commits learn
                 # together with their samples: they sample at the grid of the first commit that the
-                # partitions' starts tell, which is the grid when that was the earliest. They look the
-                # samples up in the data topics' records when those are few enough to broadcast.
+                # partitions' starts tell, which is the grid when that was the earliest (the lag rows
+                # use the samples only then). They look the samples up in the data topics' records when
+                # those are few enough to broadcast.
                 first = first_commit_ms(inputs.history_options)
                 grid = (
                     LagGrid.spanning(first, inputs.window.as_of_ms, lag_samples, lag_interval_ms)
@@ -235,15 +236,14 @@ def write_all(
                     spark, dict(inputs.history_options), outputs, grid if sampling else None, records
                 )
                 schema = from_arrow_schema(HISTORY_ARROW_SCHEMA)
-                sampled = sampling and written.first_record_ms == first
                 folded = jobs.Folded(
                     keys=_read_small(spark, work["keys"], from_arrow_schema(KEY_ARROW_SCHEMA)),
                     first_record_ms=written.first_record_ms,
                     runs=_read_small(spark, work["runs"], from_arrow_schema(RUN_ARROW_SCHEMA)),
                     latest=_read_small(spark, work["latest"], schema),
-                    grid=grid if sampled else None,
+                    grid=grid if sampling else None,
                     samples=_read_small(spark, work["samples"], from_arrow_schema(SAMPLE_ARROW_SCHEMA))
-                    if sampled
+                    if sampling
                     else None,
                     records=records,
                 )
