@@ -161,10 +161,10 @@ def _arrow_decode_only(batches: Iterator[Any]) -> int:
     return sum(decode_offset_commits(b).num_rows for b in batches)
 
 
-def _transfer_source(root: Path, rows: int, tasks: int) -> Any:
-    """A data source that yields already decoded offset commits — the first chunk of
-    ``__consumer_offsets-0``, decoded once per task and sent again until ``rows`` — in ``tasks`` tasks: what
-    moving decoded batches from Python into Spark costs on its own, the bound for the data source."""
+def _transfer_source(options: dict[str, str], rows: int, tasks: int) -> Any:
+    """A data source that yields already decoded offset commits — the data source's own first batch for
+    ``options``, decoded once per task and sent again until ``rows`` — in ``tasks`` tasks: what moving
+    decoded batches from Python into Spark costs on its own, the bound for the data source."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -175,12 +175,9 @@ def _transfer_source(root: Path, rows: int, tasks: int) -> Any:
             return [InputPartition(i) for i in range(tasks)]
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
-            from regroup_pipeline import logdir
-            from regroup_pipeline.commitscan import scan_offset_commits
+            from regroup_pipeline.datasource import first_batch
 
-            part = logdir.list_partitions([str(root)], topics=["__consumer_offsets"])[0]
-            data, limit = next(logdir.read_split(logdir.plan_splits([part], 1 << 62)[0], 16 * 1024 * 1024))
-            batch = scan_offset_commits(data, limit, 0)
+            batch = first_batch(options)
             assert batch is not None
             assert batch.num_rows
             left = rows // tasks + (1 if partition.value < rows % tasks else 0)
@@ -271,19 +268,18 @@ def _decode_timings(spark: Any, raw: Any, rows: int, root: Path, workdir: Path) 
     _timed(raw)  # warm the Parquet read path and the JVM
     scan = _timed(raw)
     vectorised = _timed(decode_commits(raw))
-    in_source = (
-        spark.read.format("regroup")
-        .option("path", str(root))
-        .option("topics", CONSUMER_OFFSETS)
-        .option("recordTypes", record_types_option(OFFSET_COMMIT_TYPES))
-        .option("decode", "offset_commits")
-        .load()
-    )
+    source_options = {
+        "path": str(root),
+        "topics": CONSUMER_OFFSETS,
+        "recordTypes": record_types_option(OFFSET_COMMIT_TYPES),
+        "decode": "offset_commits",
+    }
+    in_source = spark.read.format("regroup").options(**source_options).load()
     _timed(in_source.limit(1000))  # start the data source's Python workers
     # The first full read also warms the JVM's Arrow read path, which the transfer shares: each is then
     # timed twice, alternately, and the faster run of each kept, so both are compared warm.
     source_first = _timed(in_source)
-    spark.dataSource.register(_transfer_source(root, rows, spark.sparkContext.defaultParallelism))
+    spark.dataSource.register(_transfer_source(source_options, rows, spark.sparkContext.defaultParallelism))
     transfer_df = spark.read.format("regroup_bench_transfer").load()
     transfers, sources = [], []
     for _ in range(2):
@@ -291,11 +287,7 @@ def _decode_timings(spark: Any, raw: Any, rows: int, root: Path, workdir: Path) 
         sources.append(_timed(in_source))
     source_decode, transfer = min(sources), min(transfers)
     start = time.perf_counter()
-    options = {
-        "path": str(root),
-        "topics": CONSUMER_OFFSETS,
-        "recordTypes": record_types_option(OFFSET_COMMIT_TYPES),
-    }
+    options = {k: v for k, v in source_options.items() if k != "decode"}
     options["minPartitions"] = str(spark.sparkContext.defaultParallelism)
     written = write_history(spark, options, HistoryOutputs(str(workdir / "history"))).rows
     history_write = time.perf_counter() - start

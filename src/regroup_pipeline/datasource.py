@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -67,6 +67,7 @@ __all__ = [
     "HistoryOutputs",
     "HistoryWritten",
     "RegroupDataSource",
+    "first_batch",
     "first_commit_ms",
     "raw_schema",
     "record_types_option",
@@ -78,7 +79,14 @@ FORMAT: Final = "regroup"
 DEFAULT_SPLIT_BYTES: Final = 64 * 1024 * 1024  # whole-partition reads and streaming micro-batches
 _TASK_BYTES: Final = 512 * 1024 * 1024  # other batch reads
 _CHUNK_BYTES: Final = 16 * 1024 * 1024
+# The compiled commit pass reads a segment in pieces this big and hands Spark batches of at most
+# _BATCH_ROWS commits out of at most _CHUNK_BYTES of segment.
+_PIECE_BYTES: Final = 1024 * 1024
+_BATCH_ROWS: Final = 1 << 18
 _MIN_TASK_BYTES: Final = 1024 * 1024
+# A split's lowest offset, the offset it ends before and the newest timestamp wanted.
+_Bounds = tuple[int, int | None, int | None]
+_General = Callable[[logdir.Split, bytes | bytearray | memoryview, int, _Bounds], Any]
 # How much of each segment's start :func:`first_commit_ms` reads looking for offset commits.
 _PROBE_BYTES: Final = 256 * 1024
 
@@ -298,7 +306,7 @@ def _read_splits(task: _Task, opts: ReadOptions) -> Iterator[Any]:
 
 
 def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Split, Any]]:
-    from regroup_pipeline.commitscan import scan_offset_commits, scan_records
+    from regroup_pipeline.commitscan import scan_records
     from regroup_pipeline.decode import (
         decode_consumer_group_metadata,
         decode_consumer_group_records,
@@ -324,50 +332,90 @@ def _decoded_splits(task: _Task, opts: ReadOptions) -> Iterator[tuple[logdir.Spl
         rare_types = tuple(t for t in rare_types if t in kinds)
     scan_rare = bool(rare_types)
 
+    def general(
+        split: logdir.Split, data: bytes | bytearray | memoryview, limit: int, bounds: _Bounds
+    ) -> Any | None:
+        """The piece's records by the numpy decoders, filtered and decoded as asked; None when none is
+        left."""
+        min_offset, max_offset, until_ms = bounds
+        records = decode_records(data, index_batches(data, 0, limit))
+        keep = records.offset >= min_offset
+        if max_offset is not None:
+            keep &= records.offset < max_offset
+        if until_ms is not None:
+            keep &= records.timestamp <= until_ms
+        if not bool(keep.all()):
+            records = records.select(keep)
+        if records.count == 0:
+            return None
+        batch = records_to_arrow(records, split.topic, split.partition, payload=opts.payload_for(split.topic))
+        if opts.record_types is not None:
+            types = record_types(batch.column("key"))
+            wanted = np.isin(types, np.asarray(opts.record_types, np.int64))
+            if not bool(wanted.all()):
+                batch = batch.filter(wanted)
+            if batch.num_rows == 0:
+                return None
+        if decoder is not None:
+            batch = decoder(batch)
+            if batch.num_rows == 0:
+                return None
+        return batch
+
     for i, split in enumerate(task.splits):
         max_offset = task.max_offsets[i] if task.max_offsets is not None else None
+        bounds = (split.min_offset, max_offset, opts.until_ms)
+        if scan_commits:
+            yield from ((split, batch) for batch in _scanned_commits(split, bounds, general))
+            continue
         for data, limit in logdir.read_split(split, _CHUNK_BYTES):
-            if max_offset is not None and int.from_bytes(data[:8], "big", signed=True) >= max_offset:
+            if _past(data, max_offset):
                 break
-            bounds = (split.min_offset, max_offset, opts.until_ms)
-            if scan_commits:
-                fast = scan_offset_commits(data, limit, split.partition, *bounds)
-            elif scan_rare and decoder is not None and rare_types:
+            if scan_rare and decoder is not None and rare_types:
                 fast = scan_records(data, limit, split.topic, split.partition, rare_types, *bounds)
-                if fast is not None and fast.num_rows:
-                    fast = decoder(fast)
-            else:
-                fast = None
-            if fast is not None:
-                if fast.num_rows:
-                    yield split, fast
-                continue
-            idx = index_batches(data, 0, limit)
-            records = decode_records(data, idx)
-            keep = records.offset >= split.min_offset
-            if max_offset is not None:
-                keep &= records.offset < max_offset
-            if opts.until_ms is not None:
-                keep &= records.timestamp <= opts.until_ms
-            if not bool(keep.all()):
-                records = records.select(keep)
-            if records.count == 0:
-                continue
-            batch = records_to_arrow(
-                records, split.topic, split.partition, payload=opts.payload_for(split.topic)
-            )
-            if opts.record_types is not None:
-                types = record_types(batch.column("key"))
-                wanted = np.isin(types, np.asarray(opts.record_types, np.int64))
-                if not bool(wanted.all()):
-                    batch = batch.filter(wanted)
-                if batch.num_rows == 0:
+                if fast is not None:
+                    if fast.num_rows:
+                        decoded = decoder(fast)
+                        if decoded.num_rows:
+                            yield split, decoded
                     continue
-            if decoder is not None:
-                batch = decoder(batch)
-                if batch.num_rows == 0:
-                    continue
-            yield split, batch
+            batch = general(split, data, limit, bounds)
+            if batch is not None:
+                yield split, batch
+
+
+def _past(data: bytes | bytearray | memoryview, max_offset: int | None) -> bool:
+    """Whether the piece's first batch starts at or after ``max_offset``: nothing more of the split is
+    wanted."""
+    return max_offset is not None and int.from_bytes(data[:8], "big", signed=True) >= max_offset
+
+
+def _scanned_commits(split: logdir.Split, bounds: _Bounds, general: _General) -> Iterator[Any]:
+    """The offset commits of ``split`` by the compiled pass, read in small pieces (still in the CPU's
+    cache when they are decoded) and gathered into batches of about ``_CHUNK_BYTES`` of segment; a piece the
+    pass does not handle is decoded by ``general``."""
+    from regroup_pipeline.commitscan import CommitColumns
+
+    columns: CommitColumns | None = None
+    for data, limit in logdir.read_split(split, _PIECE_BYTES, reuse=True):
+        if _past(data, bounds[1]):
+            break
+        added = columns.add(data, limit, split.partition, *bounds) if columns is not None else False
+        if added is False:
+            if columns is not None and columns.count:
+                yield columns.batch()
+            columns = CommitColumns.for_piece(data, limit, _BATCH_ROWS, _CHUNK_BYTES)
+            added = columns.add(data, limit, split.partition, *bounds)
+        if added:
+            continue
+        if columns is not None and columns.count:
+            yield columns.batch()
+        columns = None
+        batch = general(split, bytes(data), limit, bounds)  # the reused piece: its bytes, kept
+        if batch is not None:
+            yield batch
+    if columns is not None and columns.count:
+        yield columns.batch()
 
 
 def read_local(options: Mapping[str, str], limit: int | None = None) -> Any:
@@ -386,6 +434,14 @@ def read_local(options: Mapping[str, str], limit: int | None = None) -> Any:
             return None
         batches.append(batch)
     return pa.Table.from_batches(batches, schema=_arrow_schema(opts.decode))
+
+
+def first_batch(options: Mapping[str, str]) -> Any | None:
+    """The first batch this source's first task gives for ``options``, read in this process (what a batch
+    of this source looks like, for the benchmark's transfer bound); None when there is none."""
+    reader = _BatchReader(ReadOptions.parse(options))
+    parts = reader.partitions()
+    return next(iter(reader.read(parts[0])), None) if parts else None
 
 
 class _BatchReader(DataSourceReader):

@@ -16,6 +16,7 @@ pa = pytest.importorskip("pyarrow")
 
 from regroup_pipeline import decode  # noqa: E402  # after the importorskip
 from regroup_pipeline.commitscan import (  # noqa: E402
+    CommitColumns,
     scan_commit_pairs,
     scan_offset_commits,
     scan_records,
@@ -180,3 +181,30 @@ def test_any_bytes_give_rows_or_none_never_a_crash(cut: int, flips: list[tuple[i
     ):
         assert result is None or result.num_rows >= 0
     assert 0 <= whole_batches_end(chunk, len(chunk)) <= len(chunk)
+
+
+def test_commit_columns_gather_pieces_and_add_nothing_of_a_piece_they_hand_over() -> None:
+    pieces = [_segment(seed) for seed in (4, 5, 6)]
+    key, value = offset_commit("g", "t", 0, 1, commit_ts=TS, value_version=3)
+    # Good commits (tombstones among them) before a record the pass does not handle: the bits it set for
+    # them must not stay behind for the next piece's rows.
+    bad = build_batch([Record(i, TS, *offset_tombstone("g", "t", i), []) for i in range(9)]) + build_batch(
+        [Record(9, TS, key, value + b"\x00", [])], base_offset=9
+    )
+    columns = CommitColumns.for_piece(pieces[0], len(pieces[0]), rows=2000, nbytes=10**6)
+    assert columns.add(pieces[0], len(pieces[0]), 4) is True
+    assert columns.add(bad, len(bad), 4) is None
+    assert columns.add(pieces[1], len(pieces[1]), 4, min_offset=40) is True
+    small = CommitColumns(10, 10**6)
+    assert small.add(pieces[2], len(pieces[2]), 4) is False  # no room: nothing added
+    assert small.count == 0
+    expected = [
+        *scan_offset_commits(pieces[0], len(pieces[0]), 4).to_pylist(),
+        *scan_offset_commits(pieces[1], len(pieces[1]), 4, min_offset=40).to_pylist(),
+    ]
+    got = columns.batch()
+    assert got.schema == COMMIT_ARROW_SCHEMA
+    assert got.to_pylist() == expected
+    assert got.column("deleted").to_pylist() == [r["deleted"] for r in expected]
+    with pytest.raises(RuntimeError):
+        columns.add(pieces[2], len(pieces[2]), 4)

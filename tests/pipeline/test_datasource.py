@@ -338,3 +338,46 @@ def test_whole_partition_tasks_are_even_and_fill_every_core() -> None:
     # Never more tasks than partitions; nothing to read, no task.
     assert len(tasks({0: [500], 1: [500]}, 10, 4)) == 2
     assert tasks({}, 10, 2) == []
+
+
+@pytest.mark.parametrize("small", [False, True])
+def test_commits_read_in_pieces_equal_the_general_decoders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool
+) -> None:
+    # Commits gathered from many pieces into few batches, a compressed batch and a group metadata record
+    # among them: the same rows as the numpy decoders give, in the same order, whatever the piece size.
+    from regroup_pipeline import datasource, decode
+
+    if small:
+        monkeypatch.setattr(datasource, "_PIECE_BYTES", 2048)
+        monkeypatch.setattr(datasource, "_BATCH_ROWS", 37)
+    rng = random.Random(5)
+    writes: list[Batch | Marker] = []
+    for i in range(300):
+        recs = [
+            (
+                NOW - 10**6 + i * 100 + j,
+                *offset_commit(
+                    f"g{rng.randint(0, 9)}",
+                    "events",
+                    j,
+                    i * 10 + j,
+                    commit_ts=NOW - 10**6 + i * 100,
+                    metadata="m" * rng.choice([0, 5, 900]),
+                ),
+            )
+            for j in range(rng.randint(1, 12))
+        ]
+        if i % 50 == 7:
+            member = MemberSpec("m", ["events"], {"events": [0]})
+            recs.append((NOW - 10**6 + i * 100, *group_metadata("g1", i, [member], state_ts=NOW - 10**6)))
+        writes.append(Batch("__consumer_offsets", 0, recs, compression=1 if i in (40, 41, 222) else 0))
+    data = build(tmp_path / "data", {"__consumer_offsets": 1}, writes, NOW)
+    options = {"path": str(data.path), "topics": "__consumer_offsets", "until": str(NOW - 10**6 + 25_000)}
+    raw = read_local({**options, "recordTypes": "0,1"})
+    expected = decode.decode_offset_commits(raw.combine_chunks().to_batches()[0])
+    got = read_local({**options, "recordTypes": "0,1", "decode": "offset_commits"})
+    assert expected.num_rows > 1000
+    assert got.to_pylist() == expected.to_pylist()
+    if small:  # gathered into batches of about 37 rows
+        assert len(got.to_batches()) > expected.num_rows // 60
