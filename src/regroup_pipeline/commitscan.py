@@ -415,6 +415,33 @@ _COMMIT_TYPES: Final = 0b011  # key types 0 and 1
 _TIMESTAMP: Final = COMMIT_ARROW_SCHEMA.field("record_timestamp").type
 
 
+def _walked(
+    a: int,
+    n: int,
+    limit: int,
+    rows: int,
+    type_mask: int,
+    min_offset: int,
+    max_offset: int | None,
+    until_ms: int | None,
+) -> Any | None:
+    """:func:`_walk` into a matrix of ``rows`` (the piece's capacity), cut to the records kept; None when
+    the piece holds anything the pass does not handle."""
+    raw = np.empty((_RAW_FIELDS, rows), np.int64)
+    end = _NO_LIMIT
+    count = _walk(
+        a,
+        n,
+        limit,
+        min_offset,
+        end if max_offset is None else max_offset,
+        end if until_ms is None else until_ms,
+        type_mask,
+        raw,
+    )
+    return raw[:, :count] if count >= 0 else None
+
+
 class CommitColumns:
     """The Arrow buffers of one batch of offset commits (``COMMIT_ARROW_SCHEMA``), which the commits of
     pieces of segments are decoded into one piece after another until :meth:`add` finds them full;
@@ -463,21 +490,9 @@ class CommitColumns:
         rows = int(_capacity(a, buf.size, limit))
         if self.count + rows > self._ints.shape[1] or buf.size > self._room:
             return False
-        raw = np.empty((_RAW_FIELDS, rows), np.int64)
-        end = _NO_LIMIT
-        walked = _walk(
-            a,
-            buf.size,
-            limit,
-            min_offset,
-            end if max_offset is None else max_offset,
-            end if until_ms is None else until_ms,
-            _COMMIT_TYPES,
-            raw,
-        )
-        if walked < 0:
+        raw = _walked(a, buf.size, limit, rows, _COMMIT_TYPES, min_offset, max_offset, until_ms)
+        if raw is None:
             return None
-        raw = raw[:, :walked]
         at, lengths = (raw[R_KEY_AT], raw[R_VALUE_AT]), (raw[R_KEY_LEN], raw[R_VALUE_LEN])
         if not self._append(a, a, at, lengths, raw[R_OFFSET], raw[R_TIMESTAMP], record_partition):
             return None
@@ -574,21 +589,12 @@ def scan_records(
         mask |= 1 << t
     buf = np.frombuffer(data, np.uint8)
     a = _address(buf)
-    raw = np.empty((_RAW_FIELDS, _capacity(a, buf.size, limit)), np.int64)
-    end = _NO_LIMIT
-    count = _walk(
-        a,
-        buf.size,
-        limit,
-        min_offset,
-        end if max_offset is None else max_offset,
-        end if until_ms is None else until_ms,
-        mask,
-        raw,
+    raw = _walked(
+        a, buf.size, limit, int(_capacity(a, buf.size, limit)), mask, min_offset, max_offset, until_ms
     )
-    if count < 0:
+    if raw is None:
         return None
-    raw = raw[:, :count]
+    count = raw.shape[1]
     columns = [
         _binaries(buf, raw[R_KEY_AT], raw[R_KEY_LEN]),
         _binaries(buf, raw[R_VALUE_AT], raw[R_VALUE_LEN]),
