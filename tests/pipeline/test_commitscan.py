@@ -208,3 +208,52 @@ def test_commit_columns_gather_pieces_and_add_nothing_of_a_piece_they_hand_over(
     assert got.column("deleted").to_pylist() == [r["deleted"] for r in expected]
     with pytest.raises(RuntimeError):
         columns.add(pieces[2], len(pieces[2]), 4)
+
+
+_GUARDED_COPIES = """
+import ctypes, mmap
+from regroup_pipeline.commitscan import _copy
+
+PAGE = mmap.PAGESIZE
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+def guarded():
+    # A page, then one that faults on any access: a read or write past the first page's end crashes.
+    m = mmap.mmap(-1, 2 * PAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    assert libc.mprotect(base + PAGE, PAGE, 0) == 0, ctypes.get_errno()
+    return m, base
+
+
+source_map, source = guarded()
+target_map, target = guarded()
+for length in range(0, 40):
+    data = bytes((7 * i + length) % 251 + 1 for i in range(length))
+    # Both strings end where the guard page starts: byte by byte.
+    source_map[PAGE - length : PAGE] = data
+    target_map[:PAGE] = bytes(PAGE)
+    _copy(target + PAGE - length, target + PAGE, source + PAGE - length, source + PAGE, length)
+    assert target_map[PAGE - length : PAGE] == data, length
+    assert target_map[: PAGE - length] == bytes(PAGE - length), length
+    # Room for a word's spill on both sides: whole words, nothing written from the target's end on.
+    source_map[:length] = data
+    target_map[:PAGE] = b"\\xee" * PAGE
+    _copy(target, target + length + 7, source, source + PAGE, length)
+    assert target_map[:length] == data, length
+    assert target_map[length + 7 : PAGE] == b"\\xee" * (PAGE - length - 7), length
+print("ok")
+"""
+
+
+def test_string_copies_touch_nothing_past_the_ends_they_are_given() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _GUARDED_COPIES], capture_output=True, text=True, timeout=300, check=False
+    )
+    # A read or write past an end is a fault in the guard page: the process dies of SIGSEGV (−11).
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.strip() == "ok"

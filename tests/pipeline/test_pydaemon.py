@@ -66,3 +66,64 @@ def test_local_workers_are_forked_by_the_preloading_daemon(spark: Any) -> None:
     commands = {row.command for row in rows}
     assert len(rows) == 4
     assert all("-m regroup_pipeline.pydaemon" in command for command in commands), commands
+
+
+def test_local_workers_import_pyspark_from_its_directory_with_the_daemons_objects_frozen(spark: Any) -> None:
+    def worker_state(batches: Any) -> Any:  # defined here: pickled by value, not by module name
+        import gc
+        import os
+        import sys
+        import zipimport
+
+        import pyarrow as pa
+        import pyspark
+
+        home = os.path.dirname(pyspark.__file__)
+        archives = [p for p in sys.path if os.path.isfile(p) and p.startswith(home)]
+        zips = [k for k, v in sys.path_importer_cache.items() if isinstance(v, zipimport.zipimporter)]
+        state = {"pyspark": pyspark.__file__, "archives": archives + zips, "frozen": gc.get_freeze_count()}
+        for batch in batches:
+            yield pa.RecordBatch.from_pylist([{"state": json.dumps(state)}] * batch.num_rows)
+
+    states = [
+        json.loads(row.state)
+        for row in spark.range(0, 2, 1, 2).mapInArrow(worker_state, "state string").collect()
+    ]
+    assert len(states) == 2
+    for state in states:
+        assert ".zip" not in state["pyspark"], state  # pip's PySpark, not the copy in pyspark.zip
+        assert state["archives"] == [], state  # nothing for each task's invalidate_caches to read again
+        assert state["frozen"] > 10_000, state  # numpy, pyarrow, numba and the pipeline's modules
+
+
+def test_only_archives_of_the_installed_pyspark_with_their_modules_in_directories_are_dropped(
+    tmp_path: Any,
+) -> None:
+    import zipfile
+
+    from regroup_pipeline.pydaemon import _without_installed_archives
+
+    site = tmp_path / "site"
+    (site / "pyspark" / "python" / "lib").mkdir(parents=True)
+    (site / "pyspark" / "jars").mkdir()
+    (site / "pyspark" / "__init__.py").write_text("")
+    (site / "py4j").mkdir()
+    (site / "py4j" / "__init__.py").write_text("")
+
+    def archive(path: Any, *members: str) -> str:
+        with zipfile.ZipFile(path, "w") as z:
+            for member in members:
+                z.writestr(member, "")
+        return str(path)
+
+    lib = site / "pyspark" / "python" / "lib"
+    pyspark_zip = archive(lib / "pyspark.zip", "pyspark/__init__.py", "pyspark/sql/__init__.py")
+    py4j_zip = archive(lib / "py4j-src.zip", "py4j/__init__.py")
+    jar = archive(site / "pyspark" / "jars" / "spark-core.jar", "org/apache/spark/SparkContext.class")
+    only_here = archive(lib / "extra.zip", "pyspark/__init__.py", "somewhere_else/__init__.py")
+    outside = archive(tmp_path / "user.zip", "pyspark/__init__.py")
+    path = [outside, pyspark_zip, py4j_zip, jar, only_here, str(site)]
+
+    assert _without_installed_archives(path) == [outside, only_here, str(site)]
+    # No PySpark in a plain directory (a Spark distribution's python/lib): every archive stays.
+    assert _without_installed_archives(path[:-1]) == path[:-1]
