@@ -96,12 +96,19 @@ def _without_installed_archives(path: list[str]) -> list[str]:
     return [p for p in path if not installed(p)]
 
 
-def main() -> None:
+def _import_pyspark_from_directories() -> None:
+    """:func:`_without_installed_archives` as this process's path, before anything imports PySpark."""
     kept = _without_installed_archives(sys.path)
     for dropped in set(sys.path) - set(kept):
         sys.path_importer_cache.pop(dropped, None)
     sys.path[:] = kept
-    # A worker loads what it needs itself: a failed preload is never a reason for the daemon not to start.
+
+
+def main() -> None:
+    # A worker loads what it needs itself, from the path Spark gave it: a failed path swap or preload is
+    # never a reason for the daemon not to start.
+    with contextlib.suppress(Exception):
+        _import_pyspark_from_directories()
     with contextlib.suppress(Exception):
         preload()
     # pyspark.daemon reads the worker module Spark names in argv, as when it runs as the main module.
